@@ -1,0 +1,1 @@
+"""The multi-turn agent loop and the token-level trajectory."""

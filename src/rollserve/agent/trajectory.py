@@ -1,0 +1,80 @@
+"""The token-level trajectory a trainer trains on.
+
+One append-only sequence: prompt tokens (loss_mask 0, logprob 0.0) interleaved with
+the tokens the policy sampled (loss_mask 1, their logprobs verbatim), plus the
+per-turn view and the chat view of the same conversation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from rollserve.llm.base import Generation
+from rollserve.llm.chat import Fidelity
+
+
+@dataclass
+class Turn:
+    prompt_ids_delta: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    backend: str
+    policy_version: int | None = None
+
+
+@dataclass
+class Trajectory:
+    messages: list[dict] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    fidelity: Fidelity = field(default_factory=Fidelity)
+    trainable: bool = True
+    ended_by: str | None = None  # finished | max_turns | context_exhausted | ...
+    _pending_prompt: list[int] = field(default_factory=list)
+
+    def add_prompt(self, ids: list[int]) -> None:
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+        self._pending_prompt.extend(ids)
+
+    def add_generation(self, gen: Generation, policy_version: int | None = None) -> Turn:
+        self.input_ids.extend(gen.output_ids)
+        self.loss_mask.extend([1] * len(gen.output_ids))
+        self.logprobs.extend(gen.logprobs)
+        turn = Turn(
+            prompt_ids_delta=self._pending_prompt,
+            output_ids=list(gen.output_ids),
+            logprobs=list(gen.logprobs),
+            finish_reason=gen.finish_reason,
+            backend=gen.backend,
+            policy_version=policy_version,
+        )
+        self._pending_prompt = []
+        self.turns.append(turn)
+        return turn
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.input_ids) - self.output_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(len(t.output_ids) for t in self.turns)
+
+    def to_dict(self) -> dict:
+        return {
+            "messages": self.messages,
+            "turns": [asdict(t) for t in self.turns],
+            "tokens": {
+                "input_ids": self.input_ids,
+                "loss_mask": self.loss_mask,
+                "logprobs": self.logprobs,
+            },
+            "fidelity": self.fidelity.to_dict(),
+            "trainable": self.trainable,
+            "ended_by": self.ended_by,
+        }

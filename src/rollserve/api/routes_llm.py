@@ -1,0 +1,37 @@
+"""Register, list and remove inference backends at runtime."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request
+
+from rollserve.llm.factory import BackendSpec, backend_from_spec
+
+router = APIRouter(prefix="/v1/llm", tags=["llm"])
+
+
+@router.get("/backends")
+async def list_backends(request: Request) -> dict:
+    return {"backends": request.app.state.service.router.list()}
+
+
+@router.post("/backends", status_code=201)
+async def add_backend(spec: BackendSpec, request: Request) -> dict:
+    """Add an inference backend; rollouts waiting for one start at once."""
+    service = request.app.state.service
+    try:
+        backend = backend_from_spec(spec.model_dump(exclude_none=True))
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    if service.router.get(backend.name) is not None:
+        raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
+    service.router.add(backend)
+    return {"backend": backend.describe()}
+
+
+@router.delete("/backends/{name}")
+async def remove_backend(name: str, request: Request) -> dict:
+    service = request.app.state.service
+    if service.router.get(name) is None:
+        raise HTTPException(404, f"no backend named {name!r}")
+    await service.router.remove(name)
+    return {"removed": name}

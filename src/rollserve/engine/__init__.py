@@ -1,0 +1,1 @@
+"""The three-stage pipeline, the rollout state machine and the store."""

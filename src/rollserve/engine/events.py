@@ -1,0 +1,48 @@
+"""Fan-out of rollout state changes: for long-polls and server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+
+class EventBus:
+    """Publishes state changes to subscribers; a slow subscriber loses old events,
+    never blocks the engine (its queue is bounded and it is told it lagged)."""
+
+    def __init__(self, subscriber_queue: int = 10_000, history: int = 1000):
+        self._subscribers: set[asyncio.Queue] = set()
+        self._queue_size = subscriber_queue
+        self.recent: deque[dict] = deque(maxlen=history)
+        self._changed = asyncio.Event()
+
+    def publish(self, rollout_id: str, group_id: str, status: str, **extra: object) -> None:
+        event = {"rollout_id": rollout_id, "group_id": group_id, "status": status,
+                 "time": time.time(), **extra}
+        self.recent.append(event)
+        for queue in list(self._subscribers):
+            if queue.full():
+                queue.get_nowait()
+                queue.put_nowait({"status": "lagged", "time": time.time()})
+            else:
+                queue.put_nowait(event)
+        # Wake everyone waiting for "something changed", then arm a fresh event.
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def subscribe(self) -> asyncio.Queue:
+        queue: asyncio.Queue = asyncio.Queue(maxsize=self._queue_size)
+        self._subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue) -> None:
+        self._subscribers.discard(queue)
+
+    async def wait_change(self, timeout: float) -> bool:
+        """Wait until the next event (True) or the timeout (False)."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False

@@ -1,0 +1,323 @@
+"""The engine: one asyncio task per rollout moving it through INIT → RUN → EVAL.
+
+Each stage has its own pool (a concurrency limit with a FIFO queue in front); a
+rollout holds a stage's slot only while that stage runs. Every stage and the
+whole rollout run under deadlines; a timeout, a cancellation or an error ends the
+rollout with a typed failure, and the handler's cleanup always runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from rollserve.engine.events import EventBus
+from rollserve.engine.pools import StagePool
+from rollserve.engine.rollout import STAGES, TERMINAL, Failure, Rollout, RolloutSpec, Timeouts
+from rollserve.engine.store import Store
+from rollserve.errors import RolloutError
+from rollserve.handlers.base import AgentHandler, HandlerContext
+from rollserve.handlers.registry import HandlerRegistry
+
+log = logging.getLogger(__name__)
+
+CLEANUP_TIMEOUT = 30.0
+
+
+class EngineConfig(BaseModel):
+    init_workers: int = Field(32, ge=1)
+    run_workers: int = Field(256, ge=1)
+    eval_workers: int = Field(16, ge=1)
+    max_pending: int = Field(10_000, ge=1, description="rollouts admitted and not yet finished")
+    on_restart: str = Field("requeue", pattern="^(requeue|interrupt)$")
+    max_attempts: int = Field(3, ge=1, description="runs of one rollout across restarts")
+    retention_s: float = Field(7 * 86_400, gt=0)
+
+
+class Engine:
+    def __init__(
+        self,
+        store: Store,
+        handlers: HandlerRegistry,
+        router: Any,
+        config: EngineConfig | None = None,
+        context: HandlerContext | None = None,
+    ):
+        self.config = config or EngineConfig()
+        self.context = context
+        self.store = store
+        self.handlers = handlers
+        self.router = router
+        self.events = EventBus()
+        self.pools = {
+            "init": StagePool("init", self.config.init_workers),
+            "run": StagePool("run", self.config.run_workers),
+            "eval": StagePool("eval", self.config.eval_workers),
+        }
+        self.live: dict[str, Rollout] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._cancel_requested: set[str] = set()
+        self._finished: dict[str, asyncio.Event] = {}
+        self._completions: deque[float] = deque(maxlen=100_000)  # finish times
+        self.counters: dict[str, int] = {}
+        self.reserved = 0  # admitted by a submit still writing to the store
+        self.started_at = time.time()
+        self._janitor: asyncio.Task | None = None
+
+    # --- life cycle -----------------------------------------------------------------
+    async def start(self) -> dict[str, int]:
+        """Recover what a previous server left unfinished, then start the janitor."""
+        recovered = await self._recover()
+        self._janitor = asyncio.create_task(self._purge_loop(), name="rollserve-janitor")
+        return recovered
+
+    async def stop(self) -> None:
+        """Stop every rollout in flight without finishing it: a restart re-queues it."""
+        if self._janitor:
+            self._janitor.cancel()
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _recover(self) -> dict[str, int]:
+        requeued = interrupted = 0
+        for row in await self.store.unfinished():
+            attempt = row.attempt + 1
+            if self.config.on_restart == "requeue" and attempt <= self.config.max_attempts:
+                await self.store.set_status(row.id, "queued", attempt=attempt)
+                self._launch(self._new_rollout(row.spec, attempt))
+                requeued += 1
+            else:
+                rollout = self._new_rollout(row.spec, row.attempt)
+                why = (
+                    f"gave up after {row.attempt} attempts"
+                    if self.config.on_restart == "requeue"
+                    else "the rollout was not re-run (on_restart=interrupt)"
+                )
+                rollout.failure = Failure(
+                    stage=row.status if row.status in STAGES else "queue",
+                    kind="infra",
+                    message=f"server stopped while the rollout was {row.status}; {why}",
+                )
+                rollout.status = "interrupted"
+                await self._record_result(rollout)
+                interrupted += 1
+        if requeued or interrupted:
+            log.warning("recovered %d unfinished rollouts: %d re-queued, %d interrupted",
+                        requeued + interrupted, requeued, interrupted)
+        return {"requeued": requeued, "interrupted": interrupted}
+
+    # --- admission ------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    def room(self) -> int:
+        return self.config.max_pending - self.pending - self.reserved
+
+    def retry_after(self) -> float:
+        """A hint for 429s: roughly how long until a batch's worth of room frees up."""
+        rate = self.throughput(window=60.0)
+        return 5.0 if rate <= 0 else max(1.0, min(60.0, self.config.max_pending * 0.1 / rate))
+
+    def handler(self, data_source: str) -> AgentHandler:
+        return self.handlers.create(data_source, self.context)
+
+    def _new_rollout(self, spec: RolloutSpec, attempt: int) -> Rollout:
+        handler = self.handler(spec.data_source)
+        d = handler.defaults
+        t = spec.timeouts
+        return Rollout(
+            spec=spec,
+            attempt=attempt,
+            max_turns=spec.agent.max_turns or d.max_turns,
+            max_context_tokens=spec.agent.max_context_tokens or d.max_context_tokens,
+            timeouts=Timeouts(
+                init=t.init or d.init_timeout,
+                run=t.run or d.run_timeout,
+                eval=t.eval or d.eval_timeout,
+                total=t.total or d.total_timeout,
+            ),
+        )
+
+    def launch(self, specs: list[RolloutSpec]) -> None:
+        """Start rollouts already written to the store (the caller checked room())."""
+        for spec in specs:
+            self._launch(self._new_rollout(spec, attempt=1))
+
+    def _launch(self, rollout: Rollout) -> None:
+        self.live[rollout.id] = rollout
+        self._finished[rollout.id] = asyncio.Event()
+        self._tasks[rollout.id] = asyncio.create_task(self._drive(rollout), name=rollout.id)
+        self.events.publish(rollout.id, rollout.spec.group_id, "queued")
+
+    # --- cancellation ---------------------------------------------------------------
+    def cancel(self, rollout_id: str) -> bool:
+        """Stop a rollout in flight (True) or do nothing if it is not running (False)."""
+        task = self._tasks.get(rollout_id)
+        if task is None or task.done():
+            return False
+        self._cancel_requested.add(rollout_id)
+        task.cancel()
+        return True
+
+    # --- the pipeline ---------------------------------------------------------------
+    async def _drive(self, r: Rollout) -> None:
+        handler = self.handler(r.spec.data_source)
+        started = time.perf_counter()
+        stage = "queue"
+        try:
+            async with asyncio.timeout(r.timeouts.total) as deadline:
+                try:
+                    for stage in STAGES:
+                        await self._run_stage(r, handler, stage)
+                    r.status = "completed"
+                except RolloutError as exc:
+                    r.status = "failed"
+                    r.failure = Failure(stage, exc.kind, exc.message)
+                    if exc.kind == "agent":
+                        r.reward = 0.0
+                except _StageTimeout as exc:
+                    r.status = "timed_out"
+                    r.failure = Failure(stage, "timeout", str(exc))
+                except (asyncio.CancelledError, TimeoutError):
+                    raise
+                except Exception as exc:  # a handler bug is still an infra failure, typed
+                    log.exception("rollout %s failed in %s", r.id, stage)
+                    r.status = "failed"
+                    r.failure = Failure(stage, "infra", f"{type(exc).__name__}: {exc}")
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            r.status = "timed_out"
+            r.failure = Failure(
+                stage, "timeout", f"rollout deadline of {r.timeouts.total:g}s passed in {stage}"
+            )
+        except asyncio.CancelledError:
+            if r.id not in self._cancel_requested:
+                # Server shutting down: leave the rollout unfinished in the store so
+                # the next start re-queues it.
+                await self._cleanup(r, handler)
+                self._forget(r)
+                raise
+            r.status = "cancelled"
+            r.failure = Failure(stage, "infra", "cancelled by the client")
+        r.add_time("total", time.perf_counter() - started)
+        await self._cleanup(r, handler)
+        await self._record_result(r)
+        self._forget(r)
+
+    async def _run_stage(self, r: Rollout, handler: AgentHandler, stage: str) -> None:
+        async with self.pools[stage].slot() as queued:
+            r.add_time("queued", queued)
+            r.add_time(f"queued_{stage}", queued)
+            r.status = stage
+            self.events.publish(r.id, r.spec.group_id, stage)
+            await self.store.set_status(r.id, stage)
+            limit = getattr(r.timeouts, stage)
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(limit) as stage_deadline:
+                    await self._stage_body(r, handler, stage)
+            except TimeoutError:
+                if stage_deadline.expired():
+                    raise _StageTimeout(f"{stage} stage exceeded its timeout of {limit:g}s")
+                raise
+            finally:
+                r.add_time(stage, time.perf_counter() - started)
+
+    async def _stage_body(self, r: Rollout, handler: AgentHandler, stage: str) -> None:
+        if stage == "init":
+            await handler.init(r)
+        elif stage == "run":
+            r.llm = self.router.session(r.id)
+            await handler.run(r)
+        else:
+            evaluation = await handler.eval(r)
+            r.reward = float(evaluation.reward)
+            r.evaluation = evaluation.details
+
+    async def _cleanup(self, r: Rollout, handler: AgentHandler) -> None:
+        """Release what the handler took; bounded, and shielded from cancellation."""
+        try:
+            await asyncio.shield(asyncio.wait_for(handler.cleanup(r), CLEANUP_TIMEOUT))
+        except Exception:  # cleanup problems are logged, never mask the result
+            log.exception("cleanup of rollout %s failed", r.id)
+        close = getattr(r.llm, "close", None)
+        if close is not None:
+            close()
+
+    async def _record_result(self, r: Rollout) -> None:
+        r.finished_at = time.time()
+        result = r.result()
+        await asyncio.shield(self.store.finish(r.id, r.status, result))
+        self.counters[r.status] = self.counters.get(r.status, 0) + 1
+        self._completions.append(time.monotonic())
+        self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask)
+        event = self._finished.get(r.id)
+        if event:
+            event.set()
+
+    def _forget(self, r: Rollout) -> None:
+        self.live.pop(r.id, None)
+        self._tasks.pop(r.id, None)
+        self._finished.pop(r.id, None)
+        self._cancel_requested.discard(r.id)
+
+    # --- waiting and reporting ------------------------------------------------------
+    async def wait_finished(self, rollout_ids: list[str], timeout: float) -> None:
+        """Wait (bounded) until none of ``rollout_ids`` is in flight any more."""
+        events = [self._finished[i] for i in rollout_ids if i in self._finished]
+        if not events or timeout <= 0:
+            return
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, timeout=timeout)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    def throughput(self, window: float = 60.0) -> float:
+        """Rollouts finished per second over the last ``window`` seconds."""
+        now = time.monotonic()
+        recent = sum(1 for t in self._completions if now - t <= window)
+        elapsed = max(min(window, time.time() - self.started_at), 1e-3)
+        return recent / elapsed
+
+    def status(self) -> dict:
+        live_by_status: dict[str, int] = {}
+        for r in self.live.values():
+            live_by_status[r.status] = live_by_status.get(r.status, 0) + 1
+        return {
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "in_flight": self.pending,
+            "max_pending": self.config.max_pending,
+            "stages": {name: pool.snapshot() for name, pool in self.pools.items()},
+            "live": live_by_status,
+            "finished": dict(self.counters),
+            "throughput_per_s": round(self.throughput(60.0), 4),
+        }
+
+    async def _purge_loop(self) -> None:
+        while True:
+            try:
+                removed = await self.store.purge(time.time() - self.config.retention_s)
+                if removed:
+                    log.info("retention: removed %d results", removed)
+            except Exception:
+                log.exception("retention purge failed")
+            await asyncio.sleep(min(3600.0, self.config.retention_s / 10))
+
+
+class _StageTimeout(Exception):
+    pass
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL

@@ -1,0 +1,54 @@
+"""Stage pools: a concurrency limit per stage with a FIFO queue in front of it.
+
+A rollout holds a slot only while its stage runs and gives it back the moment the
+stage ends, so a slow evaluation never holds a RUN slot. The queue in front of a
+pool is bounded by the engine's admission limit (``max_pending``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+
+class StagePool:
+    def __init__(self, name: str, workers: int):
+        if workers < 1:
+            raise ValueError(f"{name}_workers must be at least 1, got {workers}")
+        self.name = name
+        self.workers = workers
+        self._slots = asyncio.Semaphore(workers)  # asyncio semaphores wake waiters FIFO
+        self.waiting = 0
+        self.busy = 0
+        self.done = 0
+        self.busy_seconds = 0.0
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[float]:
+        """Wait for a free slot; yields the seconds spent queued."""
+        queued_at = time.perf_counter()
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        started = time.perf_counter()
+        self.busy += 1
+        try:
+            yield started - queued_at
+        finally:
+            self.busy -= 1
+            self.done += 1
+            self.busy_seconds += time.perf_counter() - started
+            self._slots.release()
+
+    def snapshot(self) -> dict:
+        return {
+            "workers": self.workers,
+            "busy": self.busy,
+            "queued": self.waiting,
+            "done": self.done,
+            "busy_seconds": round(self.busy_seconds, 3),
+        }

@@ -1,0 +1,117 @@
+"""A rollout: its spec (what was asked, durable) and its live state."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.agent.loop import AgentLimits
+from rollserve.agent.trajectory import Trajectory
+from rollserve.llm.base import SamplingParams
+
+Status = Literal[
+    "queued", "init", "run", "eval", "completed", "failed", "cancelled", "timed_out", "interrupted"
+]
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out", "interrupted"})
+STAGES = ("init", "run", "eval")
+
+
+class Timeouts(BaseModel):
+    """Seconds; unset fields take the handler's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    init: float | None = Field(None, gt=0, le=86_400)
+    run: float | None = Field(None, gt=0, le=86_400)
+    eval: float | None = Field(None, gt=0, le=86_400)
+    total: float | None = Field(None, gt=0, le=7 * 86_400)
+
+
+class RolloutSpec(BaseModel):
+    """Everything needed to (re-)run one rollout; stored as submitted."""
+
+    id: str
+    group_id: str
+    task_id: str
+    data_source: str
+    sample_index: int
+    instance: dict[str, Any]
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    agent: AgentLimits = Field(default_factory=AgentLimits)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass
+class Failure:
+    stage: str
+    kind: str  # infra | agent | timeout
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "kind": self.kind, "message": self.message}
+
+
+@dataclass
+class Rollout:
+    spec: RolloutSpec
+    max_turns: int = 1
+    max_context_tokens: int = 2048
+    timeouts: Timeouts = field(default_factory=Timeouts)  # resolved: every field set
+    status: str = "queued"
+    trajectory: Trajectory = field(default_factory=Trajectory)
+    reward: float | None = None
+    evaluation: dict | None = None
+    failure: Failure | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    llm: Any = None  # the sticky LLM session, set by the engine before RUN
+    state: dict[str, Any] = field(default_factory=dict)  # the handler's scratch space
+    attempt: int = 1
+    created_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def instance(self) -> dict[str, Any]:
+        return self.spec.instance
+
+    @property
+    def mask(self) -> bool:
+        """True: do not train on this (infrastructure failure, timeout, interruption)."""
+        return self.failure is not None and self.failure.kind in ("infra", "timeout")
+
+    def add_time(self, key: str, seconds: float) -> None:
+        self.timing[key] = round(self.timing.get(key, 0.0) + seconds, 6)
+
+    def result(self) -> dict:
+        spec = self.spec
+        traj = self.trajectory
+        return {
+            "id": spec.id,
+            "group_id": spec.group_id,
+            "task_id": spec.task_id,
+            "data_source": spec.data_source,
+            "sample_index": spec.sample_index,
+            "status": self.status,
+            "reward": self.reward,
+            "evaluation": self.evaluation,
+            "failure": self.failure.to_dict() if self.failure else None,
+            "mask": self.mask,
+            "trajectory": traj.to_dict(),
+            "timing": dict(self.timing),
+            "stats": {
+                "turns": len(traj.turns),
+                "prompt_tokens": traj.prompt_tokens,
+                "output_tokens": traj.output_tokens,
+                **self.stats,
+            },
+            "attempt": self.attempt,
+            "metadata": spec.metadata,
+        }

@@ -1,0 +1,315 @@
+"""Durable state of every rollout: SQLite in WAL mode, behind a small interface.
+
+Every state change and every result is written. Results get a monotonically
+increasing ``seq`` when they become terminal, so a trainer reads them in
+completion order with a cursor (``after=seq``) and can resume after a crash
+without duplicates or gaps.
+
+All SQLite work runs on one dedicated thread that owns the connection, so the
+event loop never waits on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol, TypeVar
+
+from rollserve.engine.rollout import TERMINAL, RolloutSpec
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS groups (
+    id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    client_key TEXT UNIQUE,
+    request_hash TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rollouts (
+    id TEXT PRIMARY KEY,
+    group_id TEXT NOT NULL REFERENCES groups(id),
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    result TEXT,
+    seq INTEGER UNIQUE,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS rollouts_group ON rollouts(group_id);
+CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass
+class GroupRow:
+    id: str
+    task_id: str
+    client_key: str | None
+    request_hash: str
+    n: int
+    created_at: float
+
+
+@dataclass
+class RolloutRow:
+    id: str
+    group_id: str
+    spec: RolloutSpec
+    status: str
+    attempt: int
+    result: dict | None
+    seq: int | None
+    created_at: float
+    finished_at: float | None
+
+
+class Store(Protocol):
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def create_groups(self, groups: list[tuple[GroupRow, list[RolloutSpec]]]) -> None: ...
+    async def group_by_client_key(self, key: str) -> GroupRow | None: ...
+    async def set_status(self, rollout_id: str, status: str, attempt: int | None = None) -> None: ...
+    async def finish(self, rollout_id: str, status: str, result: dict) -> int: ...
+    async def rollout(self, rollout_id: str) -> RolloutRow | None: ...
+    async def group(self, group_id: str) -> tuple[GroupRow, list[RolloutRow]] | None: ...
+    async def results_after(self, after: int, limit: int) -> list[tuple[int, dict]]: ...
+    async def unfinished(self) -> list[RolloutRow]: ...
+    async def purge(self, finished_before: float) -> int: ...
+    async def counts(self) -> dict[str, int]: ...
+    async def last_seq(self) -> int: ...
+
+
+class DuplicateClientKey(Exception):
+    """Another group already holds this client-chosen id."""
+
+
+class SQLiteStore:
+    """The embedded default store: one SQLite file in WAL mode."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollserve-store")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    # --- plumbing ---------------------------------------------------------------
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._with_conn, fn)
+
+    def _with_conn(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            raise RuntimeError("store is not open")
+        with self._conn:  # one transaction per call
+            return fn(self._conn)
+
+    def _connect(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode: a committed transaction survives a process crash
+        # (SIGKILL); only an OS crash can lose the last few.
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.executescript(_SCHEMA)
+        conn.isolation_level = ""  # back to implicit transactions for `with conn`
+        self._conn = conn
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._connect)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        def _close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, _close)
+        self._executor.shutdown(wait=True)
+
+    # --- writes -------------------------------------------------------------------
+    async def create_groups(self, groups: list[tuple[GroupRow, list[RolloutSpec]]]) -> None:
+        """Insert whole groups in one transaction: all of them, or none."""
+        now = time.time()
+
+        def _insert(conn: sqlite3.Connection) -> None:
+            for group, specs in groups:
+                try:
+                    conn.execute(
+                        "INSERT INTO groups VALUES (?,?,?,?,?,?)",
+                        (group.id, group.task_id, group.client_key, group.request_hash, group.n,
+                         group.created_at),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise DuplicateClientKey(group.client_key or group.id) from exc
+                conn.executemany(
+                    "INSERT INTO rollouts (id, group_id, spec, status, attempt, created_at,"
+                    " updated_at) VALUES (?,?,?,?,?,?,?)",
+                    [(s.id, group.id, s.model_dump_json(), "queued", 1, now, now) for s in specs],
+                )
+
+        await self._call(_insert)
+
+    async def set_status(self, rollout_id: str, status: str, attempt: int | None = None) -> None:
+        now = time.time()
+
+        def _update(conn: sqlite3.Connection) -> None:
+            if attempt is None:
+                conn.execute(
+                    "UPDATE rollouts SET status=?, updated_at=? WHERE id=? AND seq IS NULL",
+                    (status, now, rollout_id),
+                )
+            else:
+                conn.execute(
+                    "UPDATE rollouts SET status=?, attempt=?, updated_at=? WHERE id=? AND seq IS NULL",
+                    (status, attempt, now, rollout_id),
+                )
+
+        await self._call(_update)
+
+    async def finish(self, rollout_id: str, status: str, result: dict) -> int:
+        """Store the terminal result and give it the next cursor position.
+
+        Idempotent: a rollout that already has a result keeps its first one.
+        """
+        if status not in TERMINAL:
+            raise ValueError(f"{status!r} is not a terminal status")
+        now = time.time()
+        payload = json.dumps(result, separators=(",", ":"))
+
+        def _finish(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT seq FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
+            if row is None:
+                raise KeyError(rollout_id)
+            if row[0] is not None:
+                return int(row[0])
+            seq = _next_seq(conn)
+            conn.execute(
+                "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?"
+                " WHERE id=?",
+                (status, payload, seq, now, now, rollout_id),
+            )
+            return seq
+
+        return await self._call(_finish)
+
+    async def purge(self, finished_before: float) -> int:
+        def _purge(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "DELETE FROM rollouts WHERE finished_at IS NOT NULL AND finished_at < ?",
+                (finished_before,),
+            )
+            conn.execute(
+                "DELETE FROM groups WHERE NOT EXISTS"
+                " (SELECT 1 FROM rollouts r WHERE r.group_id = groups.id)"
+            )
+            return cur.rowcount
+
+        return await self._call(_purge)
+
+    # --- reads ---------------------------------------------------------------------
+    async def group_by_client_key(self, key: str) -> GroupRow | None:
+        def _get(conn: sqlite3.Connection) -> GroupRow | None:
+            row = conn.execute("SELECT * FROM groups WHERE client_key=?", (key,)).fetchone()
+            return GroupRow(*row) if row else None
+
+        return await self._call(_get)
+
+    async def rollout(self, rollout_id: str) -> RolloutRow | None:
+        def _get(conn: sqlite3.Connection) -> RolloutRow | None:
+            row = conn.execute(f"SELECT {_COLS} FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
+            return _rollout_row(row) if row else None
+
+        return await self._call(_get)
+
+    async def group(self, group_id: str) -> tuple[GroupRow, list[RolloutRow]] | None:
+        def _get(conn: sqlite3.Connection) -> tuple[GroupRow, list[RolloutRow]] | None:
+            row = conn.execute("SELECT * FROM groups WHERE id=?", (group_id,)).fetchone()
+            if row is None:
+                return None
+            rows = conn.execute(
+                f"SELECT {_COLS} FROM rollouts WHERE group_id=? ORDER BY id", (group_id,)
+            ).fetchall()
+            return GroupRow(*row), [_rollout_row(r) for r in rows]
+
+        return await self._call(_get)
+
+    async def results_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
+        def _get(conn: sqlite3.Connection) -> list[tuple[int, dict]]:
+            rows = conn.execute(
+                "SELECT seq, result FROM rollouts WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, limit),
+            ).fetchall()
+            return [(int(seq), json.loads(result)) for seq, result in rows]
+
+        return await self._call(_get)
+
+    async def unfinished(self) -> list[RolloutRow]:
+        def _get(conn: sqlite3.Connection) -> list[RolloutRow]:
+            rows = conn.execute(
+                f"SELECT {_COLS} FROM rollouts WHERE seq IS NULL ORDER BY created_at, id"
+            ).fetchall()
+            return [_rollout_row(r) for r in rows]
+
+        return await self._call(_get)
+
+    async def counts(self) -> dict[str, int]:
+        def _get(conn: sqlite3.Connection) -> dict[str, int]:
+            rows = conn.execute("SELECT status, COUNT(*) FROM rollouts GROUP BY status").fetchall()
+            return {status: int(n) for status, n in rows}
+
+        return await self._call(_get)
+
+    async def last_seq(self) -> int:
+        def _get(conn: sqlite3.Connection) -> int:
+            return _current_seq(conn)
+
+        return await self._call(_get)
+
+
+_COLS = "id, group_id, spec, status, attempt, result, seq, created_at, finished_at"
+
+
+def _rollout_row(row: tuple[Any, ...]) -> RolloutRow:
+    rid, gid, spec, status, attempt, result, seq, created, finished = row
+    return RolloutRow(
+        id=rid,
+        group_id=gid,
+        spec=RolloutSpec.model_validate_json(spec),
+        status=status,
+        attempt=int(attempt),
+        result=json.loads(result) if result else None,
+        seq=seq,
+        created_at=created,
+        finished_at=finished,
+    )
+
+
+def _current_seq(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key='seq'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _next_seq(conn: sqlite3.Connection) -> int:
+    # Kept in meta (not MAX(seq)) so purging old results never re-issues a cursor.
+    seq = _current_seq(conn) + 1
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('seq', ?)", (str(seq),))
+    return seq

@@ -1,0 +1,119 @@
+"""Admission: validate a whole batch, store it in one transaction, then start it.
+
+Nothing is half-done: a batch with one bad task is refused whole (naming the
+field), and a batch that does not fit is refused whole with a retry hint.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from rollserve.engine.pipeline import Engine
+from rollserve.engine.requests import SubmitRequest, merged, request_hash
+from rollserve.engine.rollout import RolloutSpec
+from rollserve.engine.store import DuplicateClientKey, GroupRow
+from rollserve.errors import QueueFullError
+from rollserve.handlers.base import InvalidInstance
+from rollserve.handlers.registry import UnknownDataSource
+
+
+@dataclass
+class SubmitError(Exception):
+    status_code: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass
+class Accepted:
+    group_id: str
+    task_id: str
+    rollout_ids: list[str]
+    duplicate: bool = False  # an idempotent retry of a task already accepted
+
+    def to_dict(self) -> dict:
+        return {
+            "group_id": self.group_id,
+            "task_id": self.task_id,
+            "rollout_ids": self.rollout_ids,
+            "duplicate": self.duplicate,
+        }
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:16]}"
+
+
+async def submit(engine: Engine, request: SubmitRequest) -> list[Accepted]:
+    accepted: list[Accepted | None] = [None] * len(request.tasks)
+    new_groups: list[tuple[GroupRow, list[RolloutSpec]]] = []
+    seen_keys: dict[str, int] = {}
+    for index, task in enumerate(request.tasks):
+        where = f"tasks[{index}]"
+        try:
+            handler = engine.handler(task.data_source)
+        except UnknownDataSource as exc:
+            raise SubmitError(400, f"{where}.data_source", str(exc).strip("'\"")) from exc
+        try:
+            handler.validate(task.instance)
+        except InvalidInstance as exc:
+            raise SubmitError(422, f"{where}.instance.{exc.field.removeprefix('instance.')}",
+                              exc.message) from exc
+        fingerprint = request_hash(task, request)
+        if task.id is not None:
+            if task.id in seen_keys:
+                raise SubmitError(422, f"{where}.id",
+                                  f"duplicates tasks[{seen_keys[task.id]}].id in this batch")
+            seen_keys[task.id] = index
+            existing = await engine.store.group_by_client_key(task.id)
+            if existing is not None:
+                if existing.request_hash != fingerprint:
+                    raise SubmitError(409, f"{where}.id",
+                                      f"id {task.id!r} was already used for a different task")
+                found = await engine.store.group(existing.id)
+                rollout_ids = [row.id for row in found[1]] if found else []
+                accepted[index] = Accepted(existing.id, existing.task_id, rollout_ids, True)
+                continue
+        group_id = _new_id("g-")
+        task_id = task.id or group_id
+        group = GroupRow(group_id, task_id, task.id, fingerprint, task.n, time.time())
+        specs = [
+            RolloutSpec(
+                id=f"{group_id}-{i}",
+                group_id=group_id,
+                task_id=task_id,
+                data_source=task.data_source,
+                sample_index=i,
+                instance=task.instance,
+                sampling=merged(request.sampling, task.sampling),
+                agent=merged(request.agent, task.agent),
+                timeouts=merged(request.timeouts, task.timeouts),
+                metadata=task.metadata,
+            )
+            for i in range(task.n)
+        ]
+        new_groups.append((group, specs))
+        accepted[index] = Accepted(group_id, task_id, [s.id for s in specs])
+
+    wanted = sum(len(specs) for _, specs in new_groups)
+    if wanted > engine.room():
+        raise QueueFullError(
+            f"the batch needs {wanted} rollout slots but only {max(engine.room(), 0)} of "
+            f"{engine.config.max_pending} are free; retry later or raise --max-pending",
+            retry_after=engine.retry_after(),
+        )
+    engine.reserved += wanted  # held across the store write so concurrent batches see it
+    try:
+        await engine.store.create_groups(new_groups)
+    except DuplicateClientKey as exc:  # a concurrent submit took the id first
+        raise SubmitError(409, "tasks[].id", f"id {exc} was taken by a concurrent request") from exc
+    finally:
+        engine.reserved -= wanted
+    for _, specs in new_groups:
+        engine.launch(specs)
+    return [a for a in accepted if a is not None]

@@ -1,0 +1,55 @@
+"""Typed failures.
+
+Every failure a rollout can end with is one of these kinds:
+
+- ``infra``: something outside the agent broke (sandbox, inference server,
+  scorer, server restart). Never scored: the result carries ``mask: true``.
+- ``agent``: the agent itself did something that ends the episode. Scored.
+- ``timeout``: a bounded wait ran out. Masked, since it says nothing about
+  whether the answer was right.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+FailureKind = Literal["infra", "agent", "timeout"]
+Stage = Literal["queue", "init", "run", "eval"]
+
+
+class RolloutError(Exception):
+    """Base of every failure a handler or backend may raise on purpose."""
+
+    kind: FailureKind = "infra"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InfraError(RolloutError):
+    """Infrastructure broke: masked, never scored as a wrong answer."""
+
+    kind: FailureKind = "infra"
+
+
+class AgentError(RolloutError):
+    """The agent's own failure: scored."""
+
+    kind: FailureKind = "agent"
+
+
+class LLMError(InfraError):
+    """An inference backend failed (connection, 5xx, malformed reply)."""
+
+
+class NoBackendError(InfraError):
+    """No inference backend is registered (or healthy) to serve a call."""
+
+
+class QueueFullError(Exception):
+    """The engine cannot admit more rollouts now; retry after ``retry_after`` s."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -1,0 +1,1 @@
+"""Task families: one AgentHandler per data_source, and the registry."""

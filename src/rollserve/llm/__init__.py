@@ -1,0 +1,1 @@
+"""Inference backends, the router and token bookkeeping."""

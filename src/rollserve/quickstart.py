@@ -1,0 +1,147 @@
+"""``rollserve quickstart``: the whole service on the embedded defaults, end to end.
+
+Starts the HTTP service in this process with the embedded SmolLM2 model, submits
+bundled math tasks through the real API as a trainer would, shows progress per
+stage, then a summary, and writes every result as JSONL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rollserve.client import AsyncClient
+from rollserve.handlers.math import bundled_tasks
+from rollserve.llm.tokenizer import TokenizerError
+from rollserve.server import ServerConfig, Service
+
+
+@dataclass
+class QuickstartOptions:
+    tasks: int = 8
+    n: int = 2
+    max_tokens: int = 192
+    max_turns: int = 2
+    temperature: float = 0.7
+    out: Path = Path("quickstart-results.jsonl")
+    state_dir: Path | None = None
+    port: int = 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
+    from rollserve.api.app import create_app
+
+    state_dir = opts.state_dir or Path(tempfile.mkdtemp(prefix="rollserve-quickstart-"))
+    port = opts.port or _free_port()
+    config = ServerConfig(port=port, state_dir=state_dir, backends=["embedded"])
+    console.print(f"[bold]rollserve quickstart[/bold]: state in {state_dir}, API on "
+                  f"http://127.0.0.1:{port}")
+    try:
+        with console.status("loading the embedded model (SmolLM2-135M-Instruct)…"):
+            service = Service(config)
+            await service.start()
+    except TokenizerError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    server = uvicorn.Server(uvicorn.Config(create_app(service, manage_lifecycle=False),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                await serving
+                console.print("[red]error:[/red] the HTTP server did not start")
+                return 1
+            await asyncio.sleep(0.05)
+        async with AsyncClient(f"http://127.0.0.1:{port}") as client:
+            return await _drive(client, opts, console)
+    finally:
+        server.should_exit = True
+        await serving
+        await service.stop()
+
+
+async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console) -> int:
+    tasks = [
+        {"id": f"quickstart-{i}-{time.time_ns()}", "data_source": "math", "instance": t, "n": opts.n}
+        for i, t in enumerate(bundled_tasks()[: opts.tasks])
+    ]
+    total = sum(t["n"] for t in tasks)
+    started = time.perf_counter()
+    accepted = await client.submit(
+        tasks,
+        sampling={"max_tokens": opts.max_tokens, "temperature": opts.temperature},
+        agent={"max_turns": opts.max_turns},
+    )
+    console.print(f"submitted {len(tasks)} tasks × n={opts.n} = {total} rollouts "
+                  f"in {len(accepted['groups'])} groups")
+
+    results: list[dict] = []
+    columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        bars = {name: progress.add_task(name, total=total) for name in ("init", "run", "eval", "done")}
+        cursor = 0
+        while len(results) < total:
+            page = await client.results(after=cursor, limit=1000, wait=0.25)
+            results.extend(page["results"])
+            cursor = page["next"]
+            status = await client.status()
+            stages = status["stages"]
+            # A stage's bar counts rollouts that have finished it (done) or are in it.
+            for name in ("init", "run", "eval"):
+                progress.update(bars[name], completed=min(total, stages[name]["done"]),
+                                description=f"{name} ({stages[name]['busy']} busy)")
+            progress.update(bars["done"], completed=len(results))
+    elapsed = time.perf_counter() - started
+
+    with opts.out.open("w") as fh:
+        for result in results:
+            fh.write(json.dumps(result) + "\n")
+    _summary(results, elapsed, console)
+    console.print(f"wrote {len(results)} results to [bold]{opts.out}[/bold]")
+    return 0
+
+
+def _summary(results: list[dict], elapsed: float, console: Console) -> None:
+    table = Table(title="quickstart results")
+    for col in ("status", "count", "mean reward", "init s", "run s", "eval s", "queued s"):
+        table.add_column(col, justify="right")
+    by_status: dict[str, list[dict]] = {}
+    for r in results:
+        by_status.setdefault(r["status"], []).append(r)
+
+    def mean(rows: list[dict], key: str) -> str:
+        values = [r["timing"].get(key, 0.0) for r in rows]
+        return f"{statistics.fmean(values):.2f}" if values else "-"
+
+    for status, rows in sorted(by_status.items()):
+        rewards = [r["reward"] for r in rows if r["reward"] is not None]
+        table.add_row(status, str(len(rows)),
+                      f"{statistics.fmean(rewards):.3f}" if rewards else "-",
+                      mean(rows, "init"), mean(rows, "run"), mean(rows, "eval"), mean(rows, "queued"))
+    console.print(table)
+    output_tokens = sum(r["stats"]["output_tokens"] for r in results)
+    llm_seconds = sum(r["timing"].get("llm", 0.0) for r in results)
+    console.print(
+        f"{len(results)} rollouts in {elapsed:.1f}s · {output_tokens} tokens sampled · "
+        f"{output_tokens / max(elapsed, 1e-9):.1f} tokens/s overall · "
+        f"LLM time {llm_seconds:.1f}s"
+    )

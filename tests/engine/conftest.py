@@ -1,0 +1,91 @@
+"""A scripted task family for engine tests: each instance says what its stages do."""
+
+import asyncio
+
+import pytest
+
+from rollserve.engine.pipeline import Engine, EngineConfig
+from rollserve.engine.store import SQLiteStore
+from rollserve.errors import AgentError, InfraError
+from rollserve.handlers.base import Evaluation, HandlerDefaults, InvalidInstance
+from rollserve.handlers.registry import UnknownDataSource
+
+
+class ScriptedHandler:
+    name = "scripted"
+    defaults = HandlerDefaults(init_timeout=5, run_timeout=5, eval_timeout=5, total_timeout=20)
+
+    def __init__(self):
+        self.cleaned: list[str] = []
+        self.started: dict[str, list[str]] = {"init": [], "run": [], "eval": []}
+
+    def validate(self, instance):
+        if "reward" in instance and not isinstance(instance["reward"], (int, float)):
+            raise InvalidInstance("reward", "must be a number")
+
+    async def _stage(self, rollout, stage):
+        self.started[stage].append(rollout.id)
+        spec = rollout.instance
+        await asyncio.sleep(spec.get(f"{stage}_sleep", 0))
+        if spec.get("fail") == stage:
+            error = AgentError if spec.get("fail_kind") == "agent" else InfraError
+            raise error(f"scripted failure in {stage}")
+        if spec.get("crash") == stage:
+            raise RuntimeError("handler bug")
+
+    async def init(self, rollout):
+        await self._stage(rollout, "init")
+
+    async def run(self, rollout):
+        await self._stage(rollout, "run")
+
+    async def eval(self, rollout):
+        await self._stage(rollout, "eval")
+        return Evaluation(reward=rollout.instance.get("reward", 1.0), details={"ok": True})
+
+    async def cleanup(self, rollout):
+        self.cleaned.append(rollout.id)
+
+
+class OneHandlerRegistry:
+    def __init__(self, handler):
+        self.handler = handler
+
+    def create(self, name, ctx):
+        if name != self.handler.name:
+            raise UnknownDataSource(name, self.names())
+        return self.handler
+
+    def names(self):
+        return [self.handler.name]
+
+
+class NullRouter:
+    def session(self, key):
+        return None
+
+    def list(self):
+        return []
+
+
+@pytest.fixture
+def handler():
+    return ScriptedHandler()
+
+
+@pytest.fixture
+async def make_engine(tmp_path, handler):
+    engines = []
+
+    async def make(path=None, **config):
+        store = SQLiteStore(path or tmp_path / "store.db")
+        await store.open()
+        engine = Engine(store, OneHandlerRegistry(handler), NullRouter(), EngineConfig(**config))
+        await engine.start()
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        await engine.stop()
+        await engine.store.close()

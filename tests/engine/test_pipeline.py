@@ -1,0 +1,149 @@
+import asyncio
+import time
+
+import pytest
+
+from rollserve.engine.requests import SubmitRequest
+from rollserve.engine.submit import SubmitError, submit
+from rollserve.errors import QueueFullError
+
+
+async def _submit(engine, *instances, n=1, **batch):
+    tasks = [{"data_source": "scripted", "instance": inst, "n": n} for inst in instances]
+    accepted = await submit(engine, SubmitRequest.model_validate({"tasks": tasks, **batch}))
+    return [rid for a in accepted for rid in a.rollout_ids]
+
+
+async def _results(engine, ids, timeout=10):
+    await engine.wait_finished(ids, timeout)
+    rows = [await engine.store.rollout(i) for i in ids]
+    assert all(r.result is not None for r in rows), [r.status for r in rows]
+    return [r.result for r in rows]
+
+
+async def test_completed_rollout_has_reward_and_timings(make_engine, handler):
+    engine = await make_engine()
+    (rid,) = await _submit(engine, {"reward": 0.5})
+    (result,) = await _results(engine, [rid])
+    assert result["status"] == "completed"
+    assert result["reward"] == 0.5 and result["mask"] is False and result["failure"] is None
+    for key in ("queued", "init", "run", "eval", "total"):
+        assert key in result["timing"]
+    assert handler.cleaned == [rid]
+
+
+async def test_a_slow_eval_does_not_hold_a_run_slot(make_engine):
+    engine = await make_engine(init_workers=4, run_workers=1, eval_workers=4)
+    ids = await _submit(engine, {"run_sleep": 0.05, "eval_sleep": 0.5}, n=4)
+    started = time.perf_counter()
+    results = await _results(engine, ids)
+    elapsed = time.perf_counter() - started
+    # Coupled (run+eval holding the one RUN worker) would take 4 * 0.55 s.
+    assert elapsed < 1.5, elapsed
+    assert max(r["timing"]["queued_run"] for r in results) < 0.4
+
+
+@pytest.mark.parametrize(
+    "instance, status, kind, stage, mask, reward",
+    [
+        ({"fail": "init"}, "failed", "infra", "init", True, None),
+        ({"fail": "eval"}, "failed", "infra", "eval", True, None),
+        ({"fail": "run", "fail_kind": "agent"}, "failed", "agent", "run", False, 0.0),
+        ({"crash": "run"}, "failed", "infra", "run", True, None),
+    ],
+)
+async def test_failures_are_typed_and_infra_is_masked(make_engine, handler, instance, status,
+                                                      kind, stage, mask, reward):
+    engine = await make_engine()
+    (rid,) = await _submit(engine, instance)
+    (result,) = await _results(engine, [rid])
+    assert result["status"] == status
+    assert result["failure"]["kind"] == kind and result["failure"]["stage"] == stage
+    assert result["mask"] is mask
+    assert result["reward"] == reward
+    assert handler.cleaned == [rid]
+
+
+async def test_stage_timeout_and_total_deadline_are_typed(make_engine):
+    engine = await make_engine()
+    stage_ids = await _submit(engine, {"run_sleep": 30}, timeouts={"run": 0.2})
+    total_ids = await _submit(engine, {"init_sleep": 0.1, "run_sleep": 30}, timeouts={"total": 0.3})
+    (stage_result,) = await _results(engine, stage_ids)
+    (total_result,) = await _results(engine, total_ids)
+    assert stage_result["status"] == "timed_out"
+    assert stage_result["failure"]["stage"] == "run" and stage_result["failure"]["kind"] == "timeout"
+    assert "0.2s" in stage_result["failure"]["message"] and stage_result["mask"] is True
+    assert total_result["status"] == "timed_out"
+    assert "deadline" in total_result["failure"]["message"]
+
+
+async def test_cancel_stops_work_in_flight_and_runs_cleanup(make_engine, handler):
+    engine = await make_engine()
+    (rid,) = await _submit(engine, {"run_sleep": 60})
+    while rid not in handler.started["run"]:
+        await asyncio.sleep(0.01)
+    started = time.perf_counter()
+    assert engine.cancel(rid) is True
+    (result,) = await _results(engine, [rid])
+    assert time.perf_counter() - started < 1.0
+    assert result["status"] == "cancelled" and result["failure"]["stage"] == "run"
+    assert result["mask"] is True
+    assert handler.cleaned == [rid]
+    assert engine.cancel(rid) is False
+
+
+async def test_full_queue_refuses_the_whole_batch(make_engine):
+    engine = await make_engine(max_pending=3)
+    await _submit(engine, {"run_sleep": 5}, n=2)
+    with pytest.raises(QueueFullError) as info:
+        await _submit(engine, {}, n=2)
+    assert info.value.retry_after > 0
+    assert len(engine.live) == 2
+
+
+async def test_bad_instance_and_unknown_source_name_the_field(make_engine):
+    engine = await make_engine()
+    with pytest.raises(SubmitError) as info:
+        await _submit(engine, {}, {"reward": "high"})
+    assert info.value.field == "tasks[1].instance.reward" and info.value.status_code == 422
+    request = SubmitRequest.model_validate({"tasks": [{"data_source": "nope", "instance": {}}]})
+    with pytest.raises(SubmitError) as info:
+        await submit(engine, request)
+    assert info.value.field == "tasks[0].data_source" and info.value.status_code == 400
+    assert engine.live == {}
+
+
+async def test_client_ids_make_retries_idempotent(make_engine):
+    engine = await make_engine()
+    body = {"tasks": [{"id": "t-1", "data_source": "scripted", "instance": {}, "n": 2}]}
+    first = await submit(engine, SubmitRequest.model_validate(body))
+    again = await submit(engine, SubmitRequest.model_validate(body))
+    assert again[0].duplicate and again[0].rollout_ids == first[0].rollout_ids
+    body["tasks"][0]["n"] = 3
+    with pytest.raises(SubmitError) as info:
+        await submit(engine, SubmitRequest.model_validate(body))
+    assert info.value.status_code == 409 and info.value.field == "tasks[0].id"
+
+
+@pytest.mark.parametrize("policy, expected", [("requeue", "completed"), ("interrupt", "interrupted")])
+async def test_restart_requeues_or_interrupts_unfinished_rollouts(make_engine, tmp_path, handler,
+                                                                  policy, expected):
+    path = tmp_path / "restart.db"
+    first = await make_engine(path=path)
+    done = await _submit(first, {})
+    await _results(first, done)
+    ids = await _submit(first, {"run_sleep": 0.5}, n=3)
+    while len(handler.started["run"]) < 1 + 3:
+        await asyncio.sleep(0.01)
+    await first.stop()  # as if the server died: nothing is finished
+    await first.store.close()
+
+    second = await make_engine(path=path, on_restart=policy)
+    results = await _results(second, ids)
+    assert {r["status"] for r in results} == {expected}
+    if expected == "interrupted":
+        assert all(r["mask"] and r["failure"]["kind"] == "infra" for r in results)
+    else:
+        assert all(r["attempt"] == 2 for r in results)
+    rows = await second.store.results_after(0, 100)
+    assert sorted(r["id"] for _, r in rows) == sorted(done + ids)  # none lost, none twice

@@ -1,0 +1,76 @@
+import time
+
+import pytest
+
+from rollserve.engine.rollout import RolloutSpec
+from rollserve.engine.store import DuplicateClientKey, GroupRow, SQLiteStore
+
+
+def _group(gid: str, n: int = 2, key: str | None = None):
+    group = GroupRow(gid, f"task-{gid}", key, "hash", n, time.time())
+    specs = [
+        RolloutSpec(id=f"{gid}-{i}", group_id=gid, task_id=group.task_id, data_source="math",
+                    sample_index=i, instance={"question": "1+1", "answer": "2"})
+        for i in range(n)
+    ]
+    return group, specs
+
+
+@pytest.fixture
+async def store(tmp_path):
+    s = SQLiteStore(tmp_path / "r.db")
+    await s.open()
+    yield s
+    await s.close()
+
+
+async def test_results_come_back_in_completion_order_through_the_cursor(store):
+    await store.create_groups([_group("g1", 3)])
+    assert await store.finish("g1-2", "completed", {"id": "g1-2"}) == 1
+    assert await store.finish("g1-0", "failed", {"id": "g1-0"}) == 2
+    rows = await store.results_after(0, 10)
+    assert [(seq, r["id"]) for seq, r in rows] == [(1, "g1-2"), (2, "g1-0")]
+    assert await store.results_after(2, 10) == []
+    assert [r.id for r in await store.unfinished()] == ["g1-1"]
+
+
+async def test_finish_is_idempotent_and_never_reissues_a_cursor(store):
+    await store.create_groups([_group("g1", 2)])
+    assert await store.finish("g1-0", "completed", {"id": "a"}) == 1
+    assert await store.finish("g1-0", "completed", {"id": "b"}) == 1
+    row = await store.rollout("g1-0")
+    assert row.result == {"id": "a"} and row.status == "completed"
+    # set_status after the result is written must not move it back
+    await store.set_status("g1-0", "run")
+    assert (await store.rollout("g1-0")).status == "completed"
+    removed = await store.purge(time.time() + 1)
+    assert removed == 1
+    assert await store.finish("g1-1", "completed", {"id": "c"}) == 2
+
+
+async def test_a_batch_is_stored_whole_or_not_at_all(store):
+    await store.create_groups([_group("g1", 1, key="k1")])
+    with pytest.raises(DuplicateClientKey):
+        await store.create_groups([_group("g2", 1), _group("g3", 1, key="k1")])
+    assert await store.group("g2") is None
+    assert (await store.group_by_client_key("k1")).id == "g1"
+
+
+async def test_state_survives_reopening(tmp_path):
+    path = tmp_path / "r.db"
+    s = SQLiteStore(path)
+    await s.open()
+    await s.create_groups([_group("g1", 2)])
+    await s.finish("g1-0", "completed", {"reward": 1.0})
+    await s.set_status("g1-1", "run")
+    await s.close()
+    s2 = SQLiteStore(path)
+    await s2.open()
+    try:
+        assert (await s2.rollout("g1-0")).result == {"reward": 1.0}
+        (row,) = await s2.unfinished()
+        assert row.id == "g1-1" and row.status == "run"
+        assert row.spec.instance == {"question": "1+1", "answer": "2"}
+        assert await s2.counts() == {"completed": 1, "run": 1}
+    finally:
+        await s2.close()
