@@ -99,15 +99,21 @@ def quickstart(
 
 @app.command("fake-llm")
 def fake_llm(
+    host: str = typer.Option("127.0.0.1"),
     port: int = typer.Option(8100),
     latency: float = typer.Option(0.0, help="seconds per call"),
     reply: list[str] = typer.Option(["The answer is \\boxed{42}."], help="scripted replies, cycled"),
+    capacity: Optional[int] = typer.Option(None, help="concurrent slots, like a GPU's batch"),
     tokenizer: str = typer.Option("smollm2"),
 ) -> None:
-    """Run the scripted vLLM-compatible test server (for testing handlers without a GPU)."""
-    from rollserve.testing.fake_vllm import serve_forever
+    """Run the scripted vLLM-compatible test server (test handlers without a GPU)."""
+    from rollserve.testing.fake_vllm import main as fake_main
 
-    serve_forever(port=port, latency=latency, replies=reply, tokenizer=tokenizer)
+    argv = ["--host", host, "--port", str(port), "--latency", str(latency),
+            "--tokenizer", tokenizer, "--reply", *reply]
+    if capacity:
+        argv += ["--capacity", str(capacity)]
+    fake_main(argv)
 
 
 def main() -> None:

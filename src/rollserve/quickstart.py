@@ -79,10 +79,12 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
 
 
 async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console) -> int:
-    tasks = [
-        {"id": f"quickstart-{i}-{time.time_ns()}", "data_source": "math", "instance": t, "n": opts.n}
-        for i, t in enumerate(bundled_tasks()[: opts.tasks])
-    ]
+    run_tag = time.strftime("%Y%m%d-%H%M%S")
+    tasks = []
+    for row in bundled_tasks()[: opts.tasks]:
+        instance = {k: v for k, v in row.items() if k != "task_id"}
+        tasks.append({"id": f"{row['task_id']}@{run_tag}", "data_source": "math",
+                      "instance": instance, "n": opts.n})
     total = sum(t["n"] for t in tasks)
     started = time.perf_counter()
     accepted = await client.submit(

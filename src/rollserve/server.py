@@ -66,6 +66,7 @@ class Service:
 
     async def stop(self) -> None:
         await self.engine.stop()
-        await self.router.close()
+        for backend in self.router.list():
+            await self.router.remove(backend["name"])  # closes its connections
         self.scoring.close()
         await self.store.close()

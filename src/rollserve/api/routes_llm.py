@@ -9,6 +9,10 @@ from rollserve.llm.factory import BackendSpec, backend_from_spec
 router = APIRouter(prefix="/v1/llm", tags=["llm"])
 
 
+def _known(llm_router, name: str) -> bool:
+    return any(b["name"] == name for b in llm_router.list())
+
+
 @router.get("/backends")
 async def list_backends(request: Request) -> dict:
     return {"backends": request.app.state.service.router.list()}
@@ -22,7 +26,7 @@ async def add_backend(spec: BackendSpec, request: Request) -> dict:
         backend = backend_from_spec(spec.model_dump(exclude_none=True))
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
-    if service.router.get(backend.name) is not None:
+    if _known(service.router, backend.name):
         raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
     service.router.add(backend)
     return {"backend": backend.describe()}
@@ -31,7 +35,7 @@ async def add_backend(spec: BackendSpec, request: Request) -> dict:
 @router.delete("/backends/{name}")
 async def remove_backend(name: str, request: Request) -> dict:
     service = request.app.state.service
-    if service.router.get(name) is None:
+    if not _known(service.router, name):
         raise HTTPException(404, f"no backend named {name!r}")
     await service.router.remove(name)
     return {"removed": name}

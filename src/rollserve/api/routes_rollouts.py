@@ -67,7 +67,7 @@ async def _group_view(service: Service, group_id: str, include_results: bool) ->
 @router.post("/rollouts", status_code=202)
 async def submit_rollouts(body: SubmitRequest, request: Request) -> dict:
     """Submit a batch of tasks; each task with ``n`` samples becomes one group."""
-    accepted = await submit(_service(request), body)
+    accepted = await submit(_service(request).engine, body)
     return {"groups": [a.to_dict() for a in accepted]}
 
 
@@ -87,7 +87,7 @@ async def run_rollouts(body: RunRequest, request: Request) -> dict:
     service = _service(request)
     batch = SubmitRequest(tasks=[body.task], sampling=body.sampling, agent=body.agent,
                           timeouts=body.timeouts)
-    (accepted,) = await submit(service, batch)
+    (accepted,) = await submit(service.engine, batch)
     await service.engine.wait_finished(accepted.rollout_ids, body.wait)
     view = await _group_view(service, accepted.group_id, include_results=True)
     return {**(view or {}), "results": [r.get("result") for r in (view or {}).get("rollouts", [])]}

@@ -62,8 +62,8 @@ async def submit(engine: Engine, request: SubmitRequest) -> list[Accepted]:
         try:
             handler.validate(task.instance)
         except InvalidInstance as exc:
-            raise SubmitError(422, f"{where}.instance.{exc.field.removeprefix('instance.')}",
-                              exc.message) from exc
+            field = exc.field if exc.field.startswith("instance") else f"instance.{exc.field}"
+            raise SubmitError(422, f"{where}.{field}", exc.message) from exc
         fingerprint = request_hash(task, request)
         if task.id is not None:
             if task.id in seen_keys:

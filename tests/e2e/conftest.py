@@ -1,0 +1,103 @@
+"""Whole-service tests: a real `rollserve serve` process driven over HTTP."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rollserve.testing import FakeVLLM
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`rollserve serve` in a child process, on a fixed port and state dir."""
+
+    def __init__(self, state_dir: Path, args: list[str]):
+        self.state_dir = state_dir
+        self.port = free_port()
+        self.args = args
+        self.proc: subprocess.Popen | None = None
+        self.log = state_dir / "server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> "ServerProcess":
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(self.port),
+               "--state-dir", str(self.state_dir), "--log-level", "warning", *self.args]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server did not start in {timeout}s: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash or an OOM kill."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    servers: list[ServerProcess] = []
+
+    def make(*args: str, state_dir: Path | None = None) -> ServerProcess:
+        server = ServerProcess(state_dir or tmp_path / "state", list(args))
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def fake_llm_thread():
+    made = []
+
+    def make(**kwargs) -> FakeVLLM:
+        server = FakeVLLM("smollm2", **kwargs).start_in_thread()
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _offline_env(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    os.environ.pop("ROLLSERVE_API_TOKEN", None)

@@ -1,0 +1,72 @@
+"""A trainer's view: submit over HTTP, stream results, train on exact tokens."""
+
+import json
+
+import httpx
+
+from rollserve.client import Client
+
+TASKS = [
+    {"data_source": "math", "n": 4, "instance": {"question": "What is 2 + 2?", "answer": "4"}},
+    {"data_source": "math", "n": 4, "instance": {"question": "What is 3 + 5?", "answer": "8"}},
+]
+
+
+def _check_tokens_are_what_the_backend_sampled(result: dict, calls_by_prompt: dict) -> None:
+    tokens = result["trajectory"]["tokens"]
+    ids, mask, logprobs = tokens["input_ids"], tokens["loss_mask"], tokens["logprobs"]
+    assert len(ids) == len(mask) == len(logprobs)
+    position = 0
+    for turn in result["trajectory"]["turns"]:
+        position += len(turn["prompt_ids_delta"])
+        n = len(turn["output_ids"])
+        sampled = (ids[position:position + n], logprobs[position:position + n])
+        assert sampled == (turn["output_ids"], turn["logprobs"])
+        # The backend saw exactly this prompt and answered exactly these ids and logprobs.
+        answers = [(c.output_ids, c.logprobs) for c in calls_by_prompt[tuple(ids[:position])]]
+        assert sampled in answers
+        assert mask[position:position + n] == [1] * n
+        position += n
+    assert position == len(ids)
+    assert sum(mask) == sum(len(t["output_ids"]) for t in result["trajectory"]["turns"])
+
+
+def test_two_tasks_times_four_samples(server_factory, fake_llm_thread):
+    # First reply has no boxed answer, so each episode takes two turns.
+    fake = fake_llm_thread(replies=["I think it is four.", "So the answer is \\boxed{4}."],
+                           latency=0.02)
+    server = server_factory("--backend", fake.url).start()
+    with Client(server.url) as client:
+        accepted = client.submit(TASKS, sampling={"max_tokens": 64, "temperature": 1.0},
+                                 agent={"max_turns": 3})
+        assert [len(g["rollout_ids"]) for g in accepted["groups"]] == [4, 4]
+        results = list(client.stream_results(after=0, until=8, wait=10))
+    assert len(results) == 8
+    assert [r["seq"] for r in results] == list(range(1, 9))
+    assert len({r["id"] for r in results}) == 8
+    calls: dict[tuple, list] = {}
+    for call in fake.calls:
+        calls.setdefault(tuple(call.prompt_ids), []).append(call)
+    for result in results:
+        assert result["status"] == "completed", result["failure"]
+        assert result["trajectory"]["fidelity"]["mismatches"] == 0
+        _check_tokens_are_what_the_backend_sampled(result, calls)
+    groups = {r["group_id"] for r in results}
+    assert groups == {g["group_id"] for g in accepted["groups"]}
+
+
+def test_server_sent_events_report_state_changes(server_factory, fake_llm_thread):
+    fake = fake_llm_thread(replies=["\\boxed{4}"], latency=0.05)
+    server = server_factory("--backend", fake.url).start()
+    seen = []
+    with httpx.stream("GET", f"{server.url}/v1/events", timeout=30) as events:
+        with Client(server.url) as client:
+            rid = client.submit(TASKS[:1])["groups"][0]["rollout_ids"][0]
+        for line in events.iter_lines():
+            if line.startswith("data:"):
+                event = json.loads(line[5:])
+                if event.get("rollout_id") == rid:
+                    seen.append(event["status"])
+                    if event["status"] == "completed":
+                        break
+    assert seen == ["queued", "init", "run", "eval", "completed"]
