@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import logging
 import os
 from pathlib import Path
@@ -22,6 +24,14 @@ log = logging.getLogger(__name__)
 
 def default_state_dir() -> Path:
     return Path(os.environ.get("ROLLSERVE_STATE_DIR", "~/.local/state/rollserve")).expanduser()
+
+
+def _warm_imports() -> None:
+    for module in ("reasoning_gym",):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            log.warning("could not import %s; its tasks will fail validation", module)
 
 
 class ServerConfig(BaseModel):
@@ -59,7 +69,10 @@ class Service:
     async def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         await self.store.open()
-        self.scoring.start()
+        await self.scoring.astart()
+        # Handlers validate instances on the event loop at submit time; import the
+        # heavy task libraries now, in a thread, so the first submit does not stall it.
+        await asyncio.to_thread(_warm_imports)
         for spec in self.config.backends:
             self.router.add(backend_from_spec(spec))
         self.recovered = await self.engine.start()
@@ -68,5 +81,5 @@ class Service:
         await self.engine.stop()
         for backend in self.router.list():
             await self.router.remove(backend["name"])  # closes its connections
-        self.scoring.close()
+        await self.scoring.aclose()
         await self.store.close()

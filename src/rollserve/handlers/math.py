@@ -1,0 +1,314 @@
+"""Math word problems: the policy reasons step by step and answers in ``\\boxed{}``.
+
+Instances come in two forms:
+
+- ``{"question": str, "answer": str | number, "system_prompt"?: str}``, the gold
+  answer as LaTeX or a number; scored by math-verify (``1/2`` == ``0.5``).
+- ``{"dataset": str, "seed": int, "index"?: int, "config"?: dict}``: entry
+  ``index`` of a reasoning-gym dataset, generated offline and deterministically
+  from the seed; scored by the dataset's own ``score_answer``.
+
+Both forms ask for the final answer in ``\\boxed{}`` (one format, one retry
+message). A reply without one gets a user message saying how to format the answer,
+up to ``max_turns`` tries. Generation and scoring run in the scoring pool, never in
+the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import difflib
+import importlib.resources
+import json
+from typing import TYPE_CHECKING, Any
+
+from rollserve.agent.loop import LoopStats, Step, run_agent_loop
+from rollserve.errors import InfraError
+from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
+from rollserve.handlers.math_scoring import (
+    dataset_key,
+    extract_boxed,
+    generate_reasoning_gym_task,
+    score_reasoning_gym_answer,
+    verify_math_answer,
+)
+from rollserve.handlers.scoring import ScoringTimeout
+
+if TYPE_CHECKING:
+    from rollserve.engine.rollout import Rollout
+
+SYSTEM_PROMPT = (
+    "You are a careful math assistant. Solve the problem step by step, "
+    "then write the final answer in \\boxed{}."
+)
+ANSWER_FORMAT = "Reason step by step, then put your final answer in \\boxed{}, for example \\boxed{42}."
+RETRY_MESSAGE = (
+    "I could not find a final answer in your reply. Please write your final answer "
+    "inside \\boxed{}, for example \\boxed{42}."
+)
+
+# reasoning-gym datasets are virtual: entry i is generated from Random(seed + i),
+# so the size only bounds the index. 500 is reasoning-gym's own default.
+DEFAULT_DATASET_SIZE = 500
+
+
+class MathEnv:
+    """The environment of one math episode: the question, then format reminders."""
+
+    tools: list[dict] | None = None
+
+    def __init__(self, question: str, system_prompt: str = SYSTEM_PROMPT):
+        self.question = question
+        self.system_prompt = system_prompt
+        self.answer: str | None = None
+        self.malformed_replies = 0
+
+    def initial_messages(self) -> list[dict]:
+        return [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": f"{self.question}\n\n{ANSWER_FORMAT}"},
+        ]
+
+    async def step(self, reply: str) -> Step:
+        answer = extract_boxed(reply)
+        if answer is not None:
+            self.answer = answer
+            return Step(done=True, reason="finished")
+        self.malformed_replies += 1
+        return Step(messages=[{"role": "user", "content": RETRY_MESSAGE}])
+
+
+# --- instance validation ---------------------------------------------------------
+def _reasoning_gym_datasets() -> dict[str, tuple[type, type]]:
+    from reasoning_gym.factory import DATASETS
+
+    return DATASETS
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validate_question_form(instance: dict[str, Any]) -> None:
+    question = instance.get("question")
+    if question is None:
+        raise InvalidInstance("instance.question", "required (or give 'dataset' for reasoning-gym)")
+    if not isinstance(question, str) or not question.strip():
+        raise InvalidInstance("instance.question", "must be a non-empty string")
+    if "answer" not in instance:
+        raise InvalidInstance("instance.answer", "required: the gold answer (LaTeX or a number)")
+    answer = instance["answer"]
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        raise InvalidInstance("instance.answer", "must be a string or a number")
+    if not str(answer).strip():
+        raise InvalidInstance("instance.answer", "must not be empty")
+
+
+def _validate_dataset_form(instance: dict[str, Any]) -> None:
+    name = instance["dataset"]
+    datasets = _reasoning_gym_datasets()
+    if not isinstance(name, str):
+        raise InvalidInstance("instance.dataset", "must be a string (a reasoning-gym dataset name)")
+    if name not in datasets:
+        known = sorted(datasets)
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise InvalidInstance(
+            "instance.dataset",
+            f"unknown reasoning-gym dataset {name!r} (known: {', '.join(known[:8])}, "
+            f"... {len(known)} in all){hint}",
+        )
+    if "seed" not in instance:
+        raise InvalidInstance("instance.seed", "required for a reasoning-gym instance")
+    if not _is_int(instance["seed"]):
+        raise InvalidInstance("instance.seed", "must be an integer")
+    index = instance.get("index", 0)
+    if not _is_int(index) or index < 0:
+        raise InvalidInstance("instance.index", "must be an integer >= 0")
+    config = instance.get("config", {})
+    if not isinstance(config, dict):
+        raise InvalidInstance("instance.config", "must be an object of dataset options")
+    if "seed" in config:
+        raise InvalidInstance("instance.config.seed", "give the seed as instance.seed")
+    try:
+        json.dumps(config)
+    except (TypeError, ValueError):
+        raise InvalidInstance("instance.config", "must be JSON-serialisable") from None
+    config_cls = datasets[name][1]
+    fields = [f.name for f in dataclasses.fields(config_cls) if f.name != "seed"]
+    for key in config:
+        if key not in fields:
+            raise InvalidInstance(
+                f"instance.config.{key}",
+                f"unknown option for dataset {name!r} (known: {', '.join(fields)})",
+            )
+    size = _dataset_size(instance)
+    if not _is_int(size) or size < 1:
+        raise InvalidInstance("instance.config.size", "must be an integer >= 1")
+    if index >= size:
+        raise InvalidInstance("instance.index", f"must be < config.size ({size})")
+    try:  # the dataset's own checks (reasoning-gym asserts on bad values)
+        checked = config_cls(**{**config, "seed": instance["seed"], "size": size})
+        if callable(getattr(checked, "validate", None)):
+            checked.validate()
+    except Exception as exc:  # AssertionError, ValueError, TypeError from a dataclass
+        raise InvalidInstance("instance.config", f"rejected by {name!r}: {exc or type(exc).__name__}") from None
+
+
+def _dataset_size(instance: dict[str, Any]) -> int:
+    config = instance.get("config") or {}
+    return config.get("size", max(DEFAULT_DATASET_SIZE, instance.get("index", 0) + 1))
+
+
+def dataset_source(instance: dict[str, Any]) -> dict[str, Any]:
+    """The identity of a reasoning-gym entry: everything needed to regenerate it."""
+    config = {k: v for k, v in (instance.get("config") or {}).items() if k != "size"}
+    return {
+        "dataset": instance["dataset"],
+        "seed": instance["seed"],
+        "size": _dataset_size(instance),
+        "index": instance.get("index", 0),
+        "config_key": dataset_key(config),
+    }
+
+
+def _entry_args(source: dict[str, Any]) -> tuple:
+    """``source`` as the positional (name, seed, size, config_key, index) of the
+    reasoning-gym worker functions."""
+    return (source["dataset"], source["seed"], source["size"], source["config_key"], source["index"])
+
+
+# --- the handler -----------------------------------------------------------------
+class MathHandler:
+    """Single-answer math (and reasoning-gym) tasks, scored by math-verify or the dataset."""
+
+    name = "math"
+    defaults = HandlerDefaults(
+        max_turns=3,
+        max_context_tokens=2048,
+        init_timeout=30.0,
+        run_timeout=300.0,
+        eval_timeout=30.0,
+        total_timeout=600.0,
+    )
+
+    def __init__(self, ctx: HandlerContext):
+        self.ctx = ctx
+
+    def validate(self, instance: dict[str, Any]) -> None:
+        if not isinstance(instance, dict):
+            raise InvalidInstance("instance", "must be an object")
+        if "dataset" in instance and "question" in instance:
+            raise InvalidInstance(
+                "instance", "give either 'question' and 'answer', or a reasoning-gym 'dataset', not both"
+            )
+        system_prompt = instance.get("system_prompt")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise InvalidInstance("instance.system_prompt", "must be a string")
+        if "dataset" in instance:
+            _validate_dataset_form(instance)
+        else:
+            _validate_question_form(instance)
+
+    async def init(self, rollout: "Rollout") -> None:
+        """Materialise the question and gold answer into ``rollout.state``."""
+        instance = rollout.instance
+        # Validated again (the API validated at submission) in case the engine skips
+        # it on a replay; in a thread, as the first reasoning-gym check imports it (~1 s).
+        await asyncio.to_thread(self.validate, instance)
+        state: dict[str, Any] = {"system_prompt": instance.get("system_prompt") or SYSTEM_PROMPT}
+        if "dataset" in instance:
+            source = dataset_source(instance)
+            what = f"generating reasoning-gym {source['dataset']!r} entry {source['index']}"
+            try:
+                task = await self._in_pool(generate_reasoning_gym_task, *_entry_args(source), what=what)
+            except ScoringTimeout as exc:  # the task's fault, not the agent's: masked
+                raise InfraError(f"{what} timed out") from exc
+            state.update(question=task["question"], gold=task["answer"], source=source)
+        else:
+            state.update(question=instance["question"], gold=str(instance["answer"]), source=None)
+        rollout.state.update(state)
+
+    async def run(self, rollout: "Rollout") -> None:
+        if rollout.llm is None:
+            raise InfraError("no LLM session was attached to the rollout before RUN")
+        if "question" not in rollout.state:
+            raise InfraError("math handler: RUN before INIT (no question in rollout.state)")
+        env = MathEnv(rollout.state["question"], rollout.state["system_prompt"])
+        stats = LoopStats()
+        try:
+            await run_agent_loop(
+                env,
+                rollout.llm,
+                self.ctx.tokenizer,
+                rollout.spec.sampling,
+                max_turns=rollout.max_turns,
+                max_context_tokens=rollout.max_context_tokens,
+                trajectory=rollout.trajectory,
+                stats=stats,
+            )
+        finally:  # a cancelled loop still spent this time
+            rollout.add_time("llm", stats.llm_seconds)
+            rollout.add_time("tools", stats.env_seconds)
+
+    async def eval(self, rollout: "Rollout") -> Evaluation:
+        state = rollout.state
+        source = state.get("source")
+        answer = final_answer(rollout.trajectory.messages)
+        details: dict[str, Any] = {
+            "extracted": answer,
+            "gold": state.get("gold"),
+            "method": f"reasoning-gym:{source['dataset']}" if source else "math-verify",
+            "turns": len(rollout.trajectory.turns),
+        }
+        if answer is None:
+            return Evaluation(reward=0.0, details=details)
+        try:
+            if source:
+                what = f"reasoning-gym {source['dataset']!r} scorer"
+                reward = await self._in_pool(score_reasoning_gym_answer, answer, *_entry_args(source), what=what)
+            else:
+                correct = await self._in_pool(verify_math_answer, answer, state["gold"], what="math-verify")
+                reward = 1.0 if correct else 0.0
+        except ScoringTimeout:
+            # A pathological answer (e.g. 9^{9^{9^{9}}}) is the agent's doing: score it 0.
+            details["timeout"] = True
+            return Evaluation(reward=0.0, details=details)
+        return Evaluation(reward=reward, details=details)
+
+    async def cleanup(self, rollout: "Rollout") -> None:
+        """Nothing to release: no sandbox, and the scoring pool is shared."""
+        return None
+
+    async def _in_pool(self, fn: Any, *args: Any, what: str) -> Any:
+        """Run ``fn`` in the scoring pool. Its own exceptions (a generator or scorer
+        bug) are infrastructure, never a verdict on the agent; a timeout is
+        re-raised for the caller to judge."""
+        try:
+            return await self.ctx.scoring.score(fn, *args)
+        except (ScoringTimeout, InfraError):
+            raise
+        except Exception as exc:
+            raise InfraError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def final_answer(messages: list[dict]) -> str | None:
+    """The boxed answer of the last assistant message that has one."""
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            answer = extract_boxed(message.get("content") or "")
+            if answer is not None:
+                return answer
+    return None
+
+
+def bundled_tasks() -> list[dict[str, Any]]:
+    """The small task set shipped with rollserve (``data/math_tasks.jsonl``).
+
+    Each row is an instance for the ``math`` data source plus a ``task_id``
+    (ignored by the handler).
+    """
+    path = importlib.resources.files("rollserve") / "data" / "math_tasks.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]

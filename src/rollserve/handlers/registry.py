@@ -1,0 +1,139 @@
+"""data_source -> AgentHandler: the built-in task families plus plugins.
+
+A plugin package adds a task family without forking rollserve by declaring an
+entry point in the ``rollserve.handlers`` group::
+
+    [project.entry-points."rollserve.handlers"]
+    my_task = "my_package.handlers:MyHandler"
+
+The registry imports every plugin once, when it is built, so a broken plugin is
+reported at server start (``load_errors``, a log warning, and a clear message when
+a request names it) instead of crashing the server or failing later.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import entry_points
+from typing import Any
+
+from rollserve.handlers.base import AgentHandler, HandlerContext
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "rollserve.handlers"
+
+# Other names trainers use for data the math handler serves.
+BUILTIN_ALIASES: dict[str, str] = {"reasoning_gym": "math", "reasoning-gym": "math"}
+
+
+class UnknownDataSource(KeyError):
+    """No handler serves this data_source; the message lists the known ones."""
+
+    def __init__(self, name: str, known: list[str], reason: str | None = None):
+        self.name = name
+        self.known = known
+        self.reason = reason
+        if reason:
+            message = f"data_source {name!r} is unavailable: {reason}"
+        else:
+            message = f"unknown data_source {name!r} (known: {', '.join(known) or 'none'})"
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:  # KeyError would print the message with quotes around it
+        return self.message
+
+
+def _builtin_handlers() -> dict[str, type]:
+    from rollserve.handlers.math import MathHandler
+
+    return {MathHandler.name: MathHandler}
+
+
+def _looks_like_handler(obj: Any) -> bool:
+    return callable(obj) and all(
+        callable(getattr(obj, method, None)) for method in ("validate", "init", "run", "eval", "cleanup")
+    )
+
+
+class HandlerRegistry:
+    """Maps a data_source name to a handler class, and caches one instance per name."""
+
+    def __init__(self, discover: bool = True):
+        self._classes: dict[str, type] = dict(_builtin_handlers())
+        self._aliases: dict[str, str] = dict(BUILTIN_ALIASES)
+        self._instances: dict[str, AgentHandler] = {}
+        self.load_errors: dict[str, str] = {}  # plugin name -> why it could not be loaded
+        if discover:
+            self.discover()
+
+    # --- registration -------------------------------------------------------
+    def register(self, name: str, handler_cls: type, aliases: tuple[str, ...] = ()) -> None:
+        """Register (or replace) a handler class in code; replaces any cached instance."""
+        if not _looks_like_handler(handler_cls):
+            raise TypeError(f"{handler_cls!r} is not an AgentHandler (needs validate/init/run/eval/cleanup)")
+        self._classes[name] = handler_cls
+        self._instances.pop(name, None)
+        self.load_errors.pop(name, None)
+        for alias in aliases:
+            self._aliases[alias] = name
+
+    def discover(self) -> None:
+        """Load handlers declared in the ``rollserve.handlers`` entry-point group.
+
+        A plugin may not take over a built-in name (that would silently change
+        what an existing data_source means); rollserve's own entry points, which
+        name the built-ins, are recognised and skipped.
+        """
+        builtins = _builtin_handlers()
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name in builtins and ep.value == _qualified(builtins[ep.name]):
+                continue
+            if ep.name in builtins or ep.name in self._aliases:
+                self.load_errors[ep.name] = (
+                    f"entry point {ep.value!r} clashes with the built-in handler {ep.name!r}; ignored"
+                )
+                log.warning("handler plugin %s: %s", ep.name, self.load_errors[ep.name])
+                continue
+            try:
+                handler_cls = ep.load()
+            except Exception as exc:  # an ImportError, or any error the plugin raises at import
+                self.load_errors[ep.name] = f"cannot load {ep.value!r}: {type(exc).__name__}: {exc}"
+                log.warning("handler plugin %s: %s", ep.name, self.load_errors[ep.name])
+                continue
+            if not _looks_like_handler(handler_cls):
+                self.load_errors[ep.name] = f"{ep.value!r} is not an AgentHandler class"
+                log.warning("handler plugin %s: %s", ep.name, self.load_errors[ep.name])
+                continue
+            self._classes[ep.name] = handler_cls
+            self.load_errors.pop(ep.name, None)
+
+    # --- lookup ---------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every data_source name that resolves to a handler (aliases included)."""
+        return sorted(set(self._classes) | {a for a, target in self._aliases.items() if target in self._classes})
+
+    def resolve(self, name: str) -> str:
+        """The canonical handler name for ``name`` (an alias or itself)."""
+        canonical = self._aliases.get(name, name)
+        if canonical in self._classes:
+            return canonical
+        raise UnknownDataSource(name, self.names(), reason=self.load_errors.get(canonical))
+
+    def handler_class(self, name: str) -> type:
+        return self._classes[self.resolve(name)]
+
+    def create(self, name: str, ctx: HandlerContext) -> AgentHandler:
+        """The handler for ``name``, built with ``ctx`` on first use and then reused
+        (aliases share one instance). Raises ``UnknownDataSource``."""
+        canonical = self.resolve(name)
+        handler = self._instances.get(canonical)
+        if handler is None:
+            handler = self._classes[canonical](ctx)
+            self._instances[canonical] = handler
+        return handler
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
