@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import shutil
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,14 @@ def _load_hf(source: str) -> Any:
             return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
         log.info("extracting tokenizer from %s (once; cached in %s)", path, cached)
         tok = _tokenizer_from_gguf(path)
-        cached.mkdir(parents=True, exist_ok=True)
-        tok.save_pretrained(str(cached))
+        # Write aside, then rename: a process loading concurrently never sees half a folder.
+        partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+        partial.mkdir(parents=True, exist_ok=True)
+        tok.save_pretrained(str(partial))
+        try:
+            partial.rename(cached)
+        except OSError:  # another process got there first; its copy is the same
+            shutil.rmtree(partial, ignore_errors=True)
         return tok
     raise TokenizerError(
         f"tokenizer source {source!r} is neither a tokenizer folder nor a .gguf file; "

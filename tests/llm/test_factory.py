@@ -1,0 +1,49 @@
+"""Backend specs from strings and dicts."""
+
+import importlib.util
+
+import pytest
+from pydantic import ValidationError
+
+from rollserve.llm.factory import BackendSpec, backend_from_spec, parse_backend_spec
+from rollserve.llm.vllm import VLLMBackend
+
+
+def test_url_and_vllm_prefix_give_a_vllm_backend():
+    for spec in ("http://10.0.0.5:8000", "vllm=http://10.0.0.5:8000"):
+        backend = backend_from_spec(spec)
+        assert isinstance(backend, VLLMBackend)
+        assert backend.url == "http://10.0.0.5:8000" and backend.name == "vllm@10.0.0.5:8000"
+
+
+def test_dict_spec():
+    backend = backend_from_spec(
+        {"kind": "vllm", "url": "http://h:1/", "name": "gpu0", "model": "policy"}
+    )
+    assert (backend.name, backend.url, backend.model) == ("gpu0", "http://h:1", "policy")
+
+
+def test_bad_specs_name_the_field():
+    with pytest.raises(ValueError, match="kind"):
+        backend_from_spec({"kind": "sglang", "url": "http://h:1"})
+    with pytest.raises(ValueError, match="kind"):
+        backend_from_spec("tgi=http://h:1")
+    with pytest.raises(ValueError, match="url"):
+        backend_from_spec({"kind": "vllm"})
+    with pytest.raises(ValueError, match="url"):
+        backend_from_spec("vllm=localhost:8000")
+    with pytest.raises(ValidationError, match="colour"):
+        BackendSpec.model_validate({"kind": "vllm", "url": "http://h:1", "colour": "red"})
+    with pytest.raises(ValueError, match="spec"):
+        parse_backend_spec("localhost")
+
+
+def test_embedded_string():
+    assert parse_backend_spec("embedded") == BackendSpec(kind="embedded")
+    assert parse_backend_spec("embedded=/m.gguf").model_path == "/m.gguf"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="extra 'local' not installed")
+def test_embedded_backend_is_built_without_loading_the_model():
+    backend = backend_from_spec("embedded")
+    assert backend.describe()["kind"] == "embedded" and backend._llm is None

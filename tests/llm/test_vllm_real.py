@@ -1,0 +1,98 @@
+"""VLLMBackend against a real vLLM server serving SmolLM2-135M-Instruct.
+
+Skipped unless ROLLSERVE_VLLM_URL points at one (shared/REAL_VLLM.md says how to
+run vLLM 0.32 on a CPU machine): ROLLSERVE_VLLM_URL=http://127.0.0.1:8000 pytest -m vllm
+"""
+
+import os
+
+import aiohttp
+import pytest
+
+from rollserve.agent.loop import LoopStats, Step, run_agent_loop
+from rollserve.agent.trajectory import Trajectory
+from rollserve.llm.base import SamplingParams
+from rollserve.llm.router import Router
+from rollserve.llm.vllm import VLLMBackend
+
+URL = os.environ.get("ROLLSERVE_VLLM_URL")
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not URL, reason="set ROLLSERVE_VLLM_URL to a vLLM server with SmolLM2"),
+]
+
+
+async def test_greedy_ids_and_logprobs(chat_prompt, tok):
+    backend = VLLMBackend(URL)
+    assert await backend.health()
+    prompt = chat_prompt("What is the capital of France?")
+    greedy = SamplingParams(temperature=0.0, max_tokens=32)
+    first = await backend.generate(prompt, greedy)  # the server checks prompt_token_ids
+    second = await backend.generate(prompt, greedy)
+    await backend.close()
+    assert first.output_ids == second.output_ids
+    assert len(first.output_ids) == len(first.logprobs) > 0
+    assert all(lp <= 0 for lp in first.logprobs)
+    assert backend.model  # discovered from /v1/models
+    if first.finish_reason == "stop":
+        assert first.output_ids[-1] == tok.eos_token_id  # the eos is returned, with its logprob
+
+
+async def test_length_finish_and_seeded_sampling(chat_prompt, tok):
+    backend = VLLMBackend(URL)
+    prompt = chat_prompt("Write a long poem about the sea.")
+    cut = await backend.generate(prompt, SamplingParams(temperature=0.0, max_tokens=5))
+    assert cut.finish_reason == "length" and len(cut.output_ids) == 5
+    seeded = SamplingParams(temperature=1.0, top_p=0.95, top_k=50, seed=1234, max_tokens=16)
+    a = await backend.generate(prompt, seeded)
+    b = await backend.generate(prompt, seeded)
+    await backend.close()
+    assert a.output_ids == b.output_ids
+
+
+async def test_server_tokenizer_agrees_with_ours(tok):
+    messages = [
+        {"role": "user", "content": "ls -la:\ntotal 0\ndrwxr-xr-x  2 root root  40 Jan  1 00:00 ."},
+        {"role": "assistant", "content": "Listed 123 files."},
+        {"role": "user", "content": "Now compute 4567 * 89."},
+    ]
+    async with aiohttp.ClientSession() as client:
+        async with client.post(URL + "/tokenize",
+                               json={"messages": messages, "add_generation_prompt": True}) as resp:
+            served = (await resp.json())["tokens"]
+    assert served == tok.encode(tok.render(messages, add_generation_prompt=True))
+
+
+class TwoTurnEnv:
+    tools = None
+
+    def __init__(self):
+        self.turns = 0
+
+    def initial_messages(self):
+        return [{"role": "user", "content": "Name a color."}]
+
+    async def step(self, reply):
+        self.turns += 1
+        if self.turns == 2:
+            return Step(done=True)
+        return Step(messages=[{"role": "user", "content": "Another one?"}])
+
+
+async def test_two_turn_episode_is_append_only(tok):
+    router = Router(policy_version=0)
+    router.add(VLLMBackend(URL, name="real"))
+    trajectory = Trajectory()
+    await run_agent_loop(
+        TwoTurnEnv(), router.session(), tok, SamplingParams(temperature=0.0, max_tokens=24),
+        max_turns=2, max_context_tokens=2048, trajectory=trajectory, stats=LoopStats(),
+    )
+    await router.remove("real")
+    assert len(trajectory.turns) == 2 and trajectory.fidelity.append_only
+    position = 0
+    for turn in trajectory.turns:
+        position += len(turn.prompt_ids_delta)
+        end = position + len(turn.output_ids)
+        assert trajectory.input_ids[position:end] == turn.output_ids
+        assert trajectory.logprobs[position:end] == turn.logprobs
+        position = end
