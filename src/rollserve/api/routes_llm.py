@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request
 
+from rollserve.errors import InfraError
 from rollserve.llm.factory import BackendSpec, backend_from_spec
 
 router = APIRouter(prefix="/v1/llm", tags=["llm"])
@@ -24,8 +25,8 @@ async def add_backend(spec: BackendSpec, request: Request) -> dict:
     service = request.app.state.service
     try:
         backend = backend_from_spec(spec.model_dump(exclude_none=True))
-    except ValueError as exc:
-        raise HTTPException(422, str(exc)) from exc
+    except (ValueError, InfraError) as exc:  # InfraError: e.g. the embedded extra is missing
+        raise HTTPException(422, f"{spec.kind}: {exc}") from exc
     if _known(service.router, backend.name):
         raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
     service.router.add(backend)

@@ -183,8 +183,6 @@ async def status(request: Request) -> dict:
     service = _service(request)
     return {
         **service.engine.status(),
-        "stored": await service.store.counts(),
-        "last_seq": await service.store.last_seq(),
         "backends": service.router.list(),
         "handlers": service.handlers.names(),
         "recovered_at_start": service.recovered,

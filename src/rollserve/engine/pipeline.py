@@ -66,12 +66,14 @@ class Engine:
         self._completions: deque[float] = deque(maxlen=100_000)  # finish times
         self.counters: dict[str, int] = {}
         self.reserved = 0  # admitted by a submit still writing to the store
+        self.last_seq = 0  # the newest result's cursor position
         self.started_at = time.time()
         self._janitor: asyncio.Task | None = None
 
     # --- life cycle -----------------------------------------------------------------
     async def start(self) -> dict[str, int]:
         """Recover what a previous server left unfinished, then start the janitor."""
+        self.last_seq = await self.store.last_seq()
         recovered = await self._recover()
         self._janitor = asyncio.create_task(self._purge_loop(), name="rollserve-janitor")
         return recovered
@@ -256,7 +258,8 @@ class Engine:
     async def _record_result(self, r: Rollout) -> None:
         r.finished_at = time.time()
         result = r.result()
-        await asyncio.shield(self.store.finish(r.id, r.status, result))
+        seq = await asyncio.shield(self.store.finish(r.id, r.status, result))
+        self.last_seq = max(self.last_seq, seq)
         self.counters[r.status] = self.counters.get(r.status, 0) + 1
         self._completions.append(time.monotonic())
         self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask)
@@ -300,7 +303,8 @@ class Engine:
             "max_pending": self.config.max_pending,
             "stages": {name: pool.snapshot() for name, pool in self.pools.items()},
             "live": live_by_status,
-            "finished": dict(self.counters),
+            "finished": dict(self.counters),  # since this server started
+            "last_seq": self.last_seq,
             "throughput_per_s": round(self.throughput(60.0), 4),
         }
 

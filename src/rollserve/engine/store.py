@@ -24,6 +24,8 @@ from rollserve.engine.rollout import TERMINAL, RolloutSpec
 
 T = TypeVar("T")
 
+STATUS_FLUSH_SECONDS = 0.05
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS groups (
     id TEXT PRIMARY KEY,
@@ -102,6 +104,8 @@ class SQLiteStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollserve-store")
         self._conn: sqlite3.Connection | None = None
         self._closed = False
+        self._pending: dict[str, tuple[str, int | None, float]] = {}
+        self._flusher: asyncio.Task | None = None
 
     # --- plumbing ---------------------------------------------------------------
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -134,6 +138,7 @@ class SQLiteStore:
     async def close(self) -> None:
         if self._closed:
             return
+        await self.flush()
         self._closed = True
 
         def _close() -> None:
@@ -169,19 +174,37 @@ class SQLiteStore:
         await self._call(_insert)
 
     async def set_status(self, rollout_id: str, status: str, attempt: int | None = None) -> None:
-        now = time.time()
+        """Record a non-terminal state change.
+
+        Changes are coalesced and written together, a few milliseconds later, in one
+        transaction: thousands of rollouts changing stage cost a handful of commits,
+        and API reads never queue behind them. Only results must be durable at once
+        (``finish``); a lost stage change only means a restart sees an older stage.
+        """
+        previous = self._pending.get(rollout_id)
+        if attempt is None and previous is not None:
+            attempt = previous[1]
+        self._pending[rollout_id] = (status, attempt, time.time())
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(STATUS_FLUSH_SECONDS)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write the coalesced state changes now."""
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, {}
 
         def _update(conn: sqlite3.Connection) -> None:
-            if attempt is None:
-                conn.execute(
-                    "UPDATE rollouts SET status=?, updated_at=? WHERE id=? AND seq IS NULL",
-                    (status, now, rollout_id),
-                )
-            else:
-                conn.execute(
-                    "UPDATE rollouts SET status=?, attempt=?, updated_at=? WHERE id=? AND seq IS NULL",
-                    (status, attempt, now, rollout_id),
-                )
+            # `seq IS NULL`: a late state change never overwrites a finished result.
+            conn.executemany(
+                "UPDATE rollouts SET status=?, attempt=COALESCE(?, attempt), updated_at=?"
+                " WHERE id=? AND seq IS NULL",
+                [(status, attempt, at, rid) for rid, (status, attempt, at) in batch.items()],
+            )
 
         await self._call(_update)
 
@@ -234,6 +257,8 @@ class SQLiteStore:
         return await self._call(_get)
 
     async def rollout(self, rollout_id: str) -> RolloutRow | None:
+        await self.flush()
+
         def _get(conn: sqlite3.Connection) -> RolloutRow | None:
             row = conn.execute(f"SELECT {_COLS} FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
             return _rollout_row(row) if row else None
@@ -263,6 +288,8 @@ class SQLiteStore:
         return await self._call(_get)
 
     async def unfinished(self) -> list[RolloutRow]:
+        await self.flush()
+
         def _get(conn: sqlite3.Connection) -> list[RolloutRow]:
             rows = conn.execute(
                 f"SELECT {_COLS} FROM rollouts WHERE seq IS NULL ORDER BY created_at, id"
@@ -272,6 +299,8 @@ class SQLiteStore:
         return await self._call(_get)
 
     async def counts(self) -> dict[str, int]:
+        await self.flush()
+
         def _get(conn: sqlite3.Connection) -> dict[str, int]:
             rows = conn.execute("SELECT status, COUNT(*) FROM rollouts GROUP BY status").fetchall()
             return {status: int(n) for status, n in rows}
