@@ -1,0 +1,52 @@
+"""Shared by the benchmarks: machine facts, a rich table, JSON under results/."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> dict:
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def report(name: str, title: str, columns: list[str], rows: list[list], data: dict) -> Path:
+    """Print a table and write ``results/<name>.json`` (config, rows, machine)."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
+    Console(width=160).print(table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "machine": machine(), "columns": columns, "rows": rows, **data}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    Console().print(f"wrote {path}")
+    return path

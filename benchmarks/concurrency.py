@@ -1,0 +1,176 @@
+"""2,000 math rollouts in flight at once against the test-double LLM.
+
+The server runs as its own process (`rollserve serve`), the test-double vLLM as
+another (200 ms per call, two turns per episode), and this script is the trainer:
+it submits everything, then polls the API while the batch runs and streams results
+by cursor. Reports: all complete and none lost, the server's peak RSS, its CPU time
+per rollout, and p50/p99 latency of API calls made under that load.
+
+    python -m benchmarks.concurrency [--rollouts 2000] [--latency 0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+import psutil
+
+from benchmarks.common import median, percentile, report
+from rollserve.client import AsyncClient
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer in {timeout}s")
+
+
+def tree_cpu(proc: psutil.Process) -> float:
+    """CPU seconds of the server and its children (the scoring workers)."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+async def trainer(url: str, rollouts: int, server: psutil.Process) -> dict:
+    latencies: dict[str, list[float]] = {"submit": [], "status": [], "rollout": []}
+    peak_rss = server.memory_info().rss
+    peak_tree_rss = tree_rss(server)
+    cpu_before = tree_cpu(server)
+    tasks = [{"data_source": "math", "n": 4,
+              "instance": {"question": f"What is {i} + {i}?", "answer": str(2 * i)}}
+             for i in range(rollouts // 4)]
+    results: list[dict] = []
+    async with AsyncClient(url, timeout=120) as client:
+        started = time.perf_counter()
+        ids: list[str] = []
+        for chunk in range(0, len(tasks), 50):
+            t0 = time.perf_counter()
+            accepted = await client.submit(tasks[chunk:chunk + 50], sampling={"max_tokens": 32})
+            latencies["submit"].append(time.perf_counter() - t0)
+            ids += [rid for g in accepted["groups"] for rid in g["rollout_ids"]]
+        max_in_flight = 0
+
+        async def poll() -> None:
+            nonlocal peak_rss, peak_tree_rss, max_in_flight
+            i = 0
+            while len(results) < rollouts:
+                t0 = time.perf_counter()
+                status = await client.status()
+                latencies["status"].append(time.perf_counter() - t0)
+                max_in_flight = max(max_in_flight, status["in_flight"])
+                t0 = time.perf_counter()
+                await client.rollout(ids[i % len(ids)])
+                latencies["rollout"].append(time.perf_counter() - t0)
+                peak_rss = max(peak_rss, server.memory_info().rss)
+                peak_tree_rss = max(peak_tree_rss, tree_rss(server))
+                i += 1
+                await asyncio.sleep(0.05)
+
+        poller = asyncio.create_task(poll())
+        cursor = 0
+        while len(results) < rollouts:
+            page = await client.results(after=cursor, limit=1000, wait=5)
+            results += page["results"]
+            cursor = page["next"]
+        elapsed = time.perf_counter() - started
+        await poller
+    cpu = tree_cpu(server) - cpu_before
+    statuses: dict[str, int] = {}
+    for r in results:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    return {
+        "rollouts": rollouts, "seconds": elapsed, "statuses": statuses,
+        "unique_results": len({r["id"] for r in results}),
+        "all_submitted_came_back": sorted(r["id"] for r in results) == sorted(ids),
+        "max_in_flight": max_in_flight,
+        "peak_rss_mb": peak_rss / 2**20,
+        "peak_rss_with_scoring_workers_mb": peak_tree_rss / 2**20,
+        "server_cpu_seconds": cpu, "cpu_ms_per_rollout": 1000 * cpu / rollouts,
+        "llm_calls": sum(r["stats"]["turns"] for r in results),
+        "latency_ms": {k: {"p50": 1000 * median(v), "p99": 1000 * percentile(v, 99), "n": len(v)}
+                       for k, v in latencies.items()},
+    }
+
+
+def main(rollouts: int, latency: float) -> None:
+    llm_port, api_port = free_port(), free_port()
+    state = tempfile.mkdtemp(prefix="rollserve-bench-")
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(llm_port),
+         "--latency", str(latency), "--reply", "Let me think about it.", "So \\boxed{2}."],
+        stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(api_port),
+         "--state-dir", state, "--backend", f"http://127.0.0.1:{llm_port}",
+         "--init-workers", str(rollouts), "--run-workers", str(rollouts), "--eval-workers", "64",
+         "--max-pending", str(rollouts), "--log-level", "warning"])
+    try:
+        wait_http(f"http://127.0.0.1:{llm_port}/health", fake)
+        wait_http(f"http://127.0.0.1:{api_port}/healthz", server)
+        data = asyncio.run(trainer(f"http://127.0.0.1:{api_port}", rollouts, psutil.Process(server.pid)))
+    finally:
+        for proc in (server, fake):
+            proc.terminate()
+            proc.wait(timeout=30)
+    lat = data["latency_ms"]
+    rows = [
+        ["rollouts completed", f"{data['statuses'].get('completed', 0)} / {rollouts}"],
+        ["unique results (none lost, none twice)", data["unique_results"]],
+        ["max in flight", data["max_in_flight"]],
+        ["wall seconds", round(data["seconds"], 2)],
+        ["server peak RSS (MB)", round(data["peak_rss_mb"], 1)],
+        ["  with scoring workers (MB)", round(data["peak_rss_with_scoring_workers_mb"], 1)],
+        ["server CPU ms per rollout (incl. scoring)", round(data["cpu_ms_per_rollout"], 2)],
+        ["GET /v1/status p50 / p99 (ms)", f"{lat['status']['p50']:.1f} / {lat['status']['p99']:.1f}"],
+        ["GET /v1/rollouts/{id} p50 / p99 (ms)", f"{lat['rollout']['p50']:.1f} / {lat['rollout']['p99']:.1f}"],
+        ["POST /v1/rollouts (50 tasks x 4) p50 / p99 (ms)", f"{lat['submit']['p50']:.1f} / {lat['submit']['p99']:.1f}"],
+    ]
+    report("concurrency", f"{rollouts} in-flight math rollouts, test-double LLM at {latency * 1000:.0f} ms/call",
+           ["measure", "value"], rows,
+           {"config": {"rollouts": rollouts, "llm_latency_s": latency, "turns_per_rollout": 2,
+                       "cores": psutil.cpu_count()}, "results": data})
+    assert data["all_submitted_came_back"] and data["statuses"] == {"completed": rollouts}, data["statuses"]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--rollouts", type=int, default=2000)
+    parser.add_argument("--latency", type=float, default=0.2)
+    args = parser.parse_args()
+    main(args.rollouts, args.latency)
