@@ -127,3 +127,12 @@ async def test_bearer_token_guards_every_route_but_healthz(make_api):
     ok = await client.get("/v1/status", headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 200
     assert (await client.get("/openapi.json")).json()["info"]["title"] == "rollserve"
+
+
+async def test_prometheus_metrics(make_api, fake_llm):
+    _, client = await make_api([fake_llm.url])
+    await client.post("/v1/rollouts:run", json={"task": {**MATH, "n": 2}, "wait": 30})
+    text = (await client.get("/metrics")).text
+    assert 'rollserve_rollouts_finished_total{status="completed"} 2.0' in text
+    assert 'rollserve_stage_workers{stage="run"}' in text
+    assert "rollserve_llm_outstanding" in text

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from rollserve import __version__
+from rollserve.api.metrics import router as metrics_router
 from rollserve.api.routes_llm import router as llm_router
 from rollserve.api.routes_rollouts import router as rollouts_router
 from rollserve.engine.submit import SubmitError
@@ -57,6 +58,7 @@ def create_app(service: Service, manage_lifecycle: bool = True) -> FastAPI:
     app.state.service = service
     app.include_router(rollouts_router, dependencies=[Depends(require_token)])
     app.include_router(llm_router, dependencies=[Depends(require_token)])
+    app.include_router(metrics_router, dependencies=[Depends(require_token)])
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict:

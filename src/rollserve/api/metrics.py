@@ -1,0 +1,51 @@
+"""Prometheus metrics, read from the engine and router when scraped (no bookkeeping)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+router = APIRouter(tags=["service"])
+
+
+class ServiceCollector:
+    def __init__(self, service) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.service.engine.status()
+        finished = CounterMetricFamily("rollserve_rollouts_finished", "rollouts finished since start",
+                                       labels=["status"])
+        for name, count in status["finished"].items():
+            finished.add_metric([name], count)
+        yield finished
+        yield GaugeMetricFamily("rollserve_rollouts_in_flight", "rollouts admitted, not finished",
+                                value=status["in_flight"])
+        gauges = {key: GaugeMetricFamily(f"rollserve_stage_{key}", f"{key} per stage", labels=["stage"])
+                  for key in ("workers", "busy", "queued")}
+        busy_seconds = CounterMetricFamily("rollserve_stage_busy_seconds", "slot-seconds used per stage",
+                                           labels=["stage"])
+        for stage, snap in status["stages"].items():
+            for key, family in gauges.items():
+                family.add_metric([stage], snap[key])
+            busy_seconds.add_metric([stage], snap["busy_seconds"])
+        yield from gauges.values()
+        yield busy_seconds
+        outstanding = GaugeMetricFamily("rollserve_llm_outstanding", "LLM requests in flight",
+                                        labels=["backend"])
+        for backend in self.service.router.list():
+            outstanding.add_metric([backend["name"]], backend.get("outstanding", 0))
+        yield outstanding
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    registry = getattr(request.app.state, "metrics_registry", None)
+    if registry is None:
+        registry = CollectorRegistry()
+        registry.register(ServiceCollector(request.app.state.service))
+        request.app.state.metrics_registry = registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
