@@ -18,8 +18,8 @@ _ids = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def tokenizer() -> ChatTokenizer:
-    return ChatTokenizer.load("smollm2")
+def tokenizer(tok) -> ChatTokenizer:
+    return tok
 
 
 @pytest.fixture

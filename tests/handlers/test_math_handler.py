@@ -168,27 +168,17 @@ async def test_cancelled_run_keeps_the_sampled_tokens(ctx, new_rollout, scripted
     assert "llm" in rollout.timing
 
 
-async def test_pathological_answer_times_out_without_stalling_the_loop(tokenizer, new_rollout, scripted):
+async def test_pathological_answer_times_out_without_stalling_the_loop(tokenizer, new_rollout, scripted,
+                                                                     loop_gaps):
     async with ScoringPool(workers=1, default_timeout=1.0) as pool:
         ctx = HandlerContext(tokenizer=tokenizer, scoring=pool)
         rollout = new_rollout({"question": "What is 1?", "answer": "1"}, llm=scripted(["\\boxed{9^{9^{9^{9}}}}"]))
         handler = await episode(ctx, rollout)
 
-        gaps: list[float] = []
-
-        async def ticker():
-            last = time.monotonic()
-            while True:
-                await asyncio.sleep(0.01)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-
-        tick = asyncio.create_task(ticker())
+        gaps = loop_gaps
         started = time.monotonic()
         evaluation = await handler.eval(rollout)
         elapsed = time.monotonic() - started
-        tick.cancel()
         assert evaluation.reward == 0.0
         assert evaluation.details["timeout"] is True
         assert evaluation.details["extracted"] == "9^{9^{9^{9}}}"
