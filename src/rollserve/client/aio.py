@@ -17,11 +17,12 @@ class AsyncClient(ClientBase):
     """``await AsyncClient(url).submit([...])``; every call is a coroutine."""
 
     def __init__(self, base_url: str = "http://127.0.0.1:8000", token: str | None = None,
-                 timeout: float = 30.0, max_connections: int = 100):
+                 timeout: float = 30.0, max_connections: int = 100,
+                 transport: httpx.AsyncBaseTransport | None = None):
         super().__init__(base_url, token, timeout)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers(),
-            limits=httpx.Limits(max_connections=max_connections),
+            limits=httpx.Limits(max_connections=max_connections), transport=transport,
         )
 
     async def _send(self, call: Call) -> Any:

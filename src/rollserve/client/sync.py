@@ -16,9 +16,10 @@ class Client(ClientBase):
     """``Client(url).submit([...])``, ``.group(id, wait=60)``, ``.stream_results()``, ..."""
 
     def __init__(self, base_url: str = "http://127.0.0.1:8000", token: str | None = None,
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
         super().__init__(base_url, token, timeout)
-        self._http = httpx.Client(base_url=self.base_url, headers=self._headers())
+        self._http = httpx.Client(base_url=self.base_url, headers=self._headers(),
+                                  transport=transport)
 
     def _send(self, call: Call) -> Any:
         attempt = 0
