@@ -15,7 +15,7 @@ when hidden tests run in a sandbox) and set-up takes a little time.
 
 Reports throughput (rollouts/s) and LLM utilization (slot-seconds used / capacity).
 
-    python -m benchmarks.pipeline_vs_coupled [--rollouts 96] [--workers 8]
+    python -m benchmarks.pipeline_vs_coupled [--rollouts 160] [--workers 8]
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ async def main(rollouts: int, workers: int, latency: float, eval_factor: int) ->
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--rollouts", type=int, default=96)
+    parser.add_argument("--rollouts", type=int, default=160)
     parser.add_argument("--workers", type=int, default=8, help="agent loops = LLM slots")
     parser.add_argument("--latency", type=float, default=0.3, help="seconds per LLM call")
     parser.add_argument("--eval-factor", type=int, default=8, help="EVAL pool = workers x this")
