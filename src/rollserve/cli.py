@@ -52,8 +52,16 @@ def serve(
     from rollserve.api.app import create_app
     from rollserve.server import Service
 
+    from rollserve.llm.factory import parse_backend_spec
+
     if on_restart not in ("requeue", "interrupt"):
         raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
+    for spec in backend:
+        try:
+            parse_backend_spec(spec)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{exc} (e.g. http://gpu-node:8000 or embedded)",
+                                     param_hint="--backend") from exc
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServerConfig(
         host=host, port=port, state_dir=state_dir, store_path=store, api_token=api_token,
