@@ -1,0 +1,159 @@
+"""The sandbox contract: a Runtime starts Sandboxes from a SandboxSpec.
+
+A sandbox is a confined place to act: a writable workspace (a host folder bound at
+``/workspace`` inside), a private /tmp, the environment the spec asks for, and
+limits. Everything started in it — one-shot commands, persistent shells on a PTY,
+interpreters — shares that workspace and those limits, and dies when the sandbox
+closes (or when the server dies: die-with-parent, process groups, owner records).
+
+Where a sandbox is deployed (the runtime: bubblewrap, apptainer, docker/podman,
+local) is separate from what runs inside it (the tools in ``sandbox/tools``).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.errors import InfraError
+
+WORKDIR = "/workspace"
+
+
+class SandboxError(InfraError):
+    """A sandbox could not start, or its runtime failed under it (masked, never scored)."""
+
+
+class SandboxLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    memory_mb: int = Field(2048, ge=16, description="address space / cgroup memory per sandbox")
+    pids: int = Field(256, ge=8, description="processes (RLIMIT_NPROC where no cgroup)")
+    file_size_mb: int = Field(512, ge=1, description="largest file a process may write")
+    cpu_seconds: int = Field(600, ge=1, description="CPU time per process")
+    open_files: int = Field(1024, ge=16)
+
+
+class SandboxSpec(BaseModel):
+    """What a sandbox should be; every runtime reads the same spec."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str | None = Field(
+        None,
+        description="bubblewrap: a rootfs folder (None: the host root, read-only); "
+        "apptainer: a .sif file or docker:// reference; docker/podman: an image",
+    )
+    files: dict[str, str] = Field(default_factory=dict, description="workspace path -> text")
+    env: dict[str, str] = Field(default_factory=dict)
+    network: bool = False
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    start_timeout: float = Field(60.0, gt=0, description="seconds to start, then SandboxError")
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None  # None: killed at the timeout or by a signal
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    truncated: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class SandboxProcess(abc.ABC):
+    """A process running inside a sandbox, with pipes or a PTY to talk to it."""
+
+    pid: int  # host pid of the process (or of the runtime's launcher) for signalling
+
+    @abc.abstractmethod
+    async def write(self, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def read(self, max_bytes: int = 65536) -> bytes:
+        """Next chunk of output as soon as there is any; b"" at end of output."""
+
+    @abc.abstractmethod
+    def signal(self, signum: int) -> None:
+        """Send a signal to the process's whole process group."""
+
+    @abc.abstractmethod
+    async def wait(self, timeout: float | None = None) -> int | None: ...
+
+    @abc.abstractmethod
+    async def kill(self) -> None:
+        """Kill the process group and reap it; idempotent."""
+
+
+class Sandbox(abc.ABC):
+    id: str
+    runtime: str
+    workspace: Path  # the host folder seen inside as /workspace
+    spec: SandboxSpec
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        command: str | list[str],
+        timeout: float,
+        stdin: bytes | None = None,
+        env: dict[str, str] | None = None,
+        max_output: int = 1 << 20,
+    ) -> ExecResult:
+        """Run a one-shot command (a string runs under ``bash -c``); killed at ``timeout``."""
+
+    @abc.abstractmethod
+    async def spawn(
+        self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None
+    ) -> SandboxProcess:
+        """Start a long-lived process (a shell on a PTY, an interpreter on pipes)."""
+
+    async def read_file(self, path: str) -> bytes:
+        return resolve_in_workspace(self.workspace, path).read_bytes()
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        target = resolve_in_workspace(self.workspace, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data.encode() if isinstance(data, str) else data)
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Kill everything in the sandbox, remove its workspace and owner record; idempotent."""
+
+    async def __aenter__(self) -> "Sandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class Runtime(abc.ABC):
+    name: str
+
+    @classmethod
+    @abc.abstractmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when this runtime can run here, else why not (for errors and test skips)."""
+
+    @abc.abstractmethod
+    async def start(self, spec: SandboxSpec) -> Sandbox: ...
+
+
+def resolve_in_workspace(workspace: Path, path: str) -> Path:
+    """The host path for ``path`` (relative, or absolute under /workspace), refusing
+    anything that leaves the workspace, through ``..`` or through a symlink."""
+    root = workspace.resolve()
+    relative = path[len(WORKDIR):].lstrip("/") if path.startswith(WORKDIR) else path
+    if relative.startswith("/"):
+        raise PermissionError(f"{path}: only paths inside {WORKDIR} are allowed")
+    target = (root / relative).resolve()
+    if target != root and root not in target.parents:
+        raise PermissionError(f"{path}: resolves outside {WORKDIR}")
+    return target
