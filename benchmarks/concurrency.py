@@ -86,9 +86,10 @@ async def trainer(url: str, rollouts: int, server: psutil.Process) -> dict:
             ids += [rid for g in accepted["groups"] for rid in g["rollout_ids"]]
         max_in_flight = 0
 
-        async def poll() -> None:
+        async def poll(offset: int) -> None:
+            """One of two trainers' monitors: status and a rollout, back to back."""
             nonlocal peak_rss, peak_tree_rss, max_in_flight
-            i = 0
+            i = offset
             while len(results) < rollouts:
                 t0 = time.perf_counter()
                 status = await client.status()
@@ -99,10 +100,9 @@ async def trainer(url: str, rollouts: int, server: psutil.Process) -> dict:
                 latencies["rollout"].append(time.perf_counter() - t0)
                 peak_rss = max(peak_rss, server.memory_info().rss)
                 peak_tree_rss = max(peak_tree_rss, tree_rss(server))
-                i += 1
-                await asyncio.sleep(0.05)
+                i += 7
 
-        poller = asyncio.create_task(poll())
+        poller = asyncio.gather(poll(0), poll(3))
         cursor = 0
         while len(results) < rollouts:
             page = await client.results(after=cursor, limit=1000, wait=5)
