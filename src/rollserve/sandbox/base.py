@@ -62,6 +62,10 @@ class ExecResult:
     timed_out: bool = False
     truncated: bool = False
     seconds: float = 0.0
+    # The signal that ended the command (exit_code is then None): SIGKILL at a
+    # memory/cgroup limit, SIGXCPU at the CPU limit, SIGXFSZ at the file-size limit.
+    # bwrap reports a signalled child as exit status 128+N; it is read back as N.
+    signal: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -111,9 +115,15 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def spawn(
-        self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None
+        self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
+        *, merge_stderr: bool = True,
     ) -> SandboxProcess:
-        """Start a long-lived process (a shell on a PTY, an interpreter on pipes)."""
+        """Start a long-lived process (a shell on a PTY, an interpreter on pipes).
+
+        On a PTY the process is a session leader with the PTY as its controlling
+        terminal (job control: writing b"\\x03" interrupts the foreground job). On
+        pipes, stderr is merged into stdout unless ``merge_stderr=False``; then the
+        returned process also has ``read_stderr()``."""
 
     async def read_file(self, path: str) -> bytes:
         return resolve_in_workspace(self.workspace, path).read_bytes()

@@ -1,0 +1,262 @@
+"""The ``apptainer`` runtime (also ``singularity``): rootless HPC containers from .sif images.
+
+HPC clusters rarely allow Docker; Apptainer runs unprivileged, from a single .sif
+file. A spec's image is a ``.sif`` path or a reference Apptainer can build from
+(``docker://python:3.12-slim``, ``oras://...``, ``library://...``). References are
+built once into an image cache (``ImageCache``): the file name is a hash of the
+reference, builds are capped (a semaphore), a lock per reference makes concurrent
+rollouts that need one image wait for a single build (an flock extends this to other
+server processes sharing the cache), and a build writes a temp file renamed into
+place, so a half-built .sif is never used.
+
+Like bubblewrap, a sandbox is two host folders (workspace, tmp) and one
+``apptainer exec`` per command or shell, all binding the same folders:
+
+  apptainer exec --containall --cleanenv --writable-tmpfs [--fakeroot]
+                 [--net --network none] --home <workspace>:/workspace
+                 --bind <tmp>:/tmp --pwd /workspace <image.sif> <command>
+
+``--containall`` gives each invocation its own PID and IPC namespaces and an empty
+environment (variables come in as APPTAINERENV_*, which also carries commas
+safely, unlike ``--env``). rlimits are set by ``prlimit`` before apptainer, except
+RLIMIT_NPROC: apptainer's user namespace is not ours to enter before the command
+starts, so a pids limit needs cgroups (``ApptainerConfig.cgroup_limits`` passes
+``--memory``/``--pids-limit``, which need cgroups v2 delegated to the user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.sandbox import limits as rl
+from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, Sandbox, SandboxError,
+                                    SandboxProcess, SandboxSpec)
+from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
+from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
+from rollserve.sandbox.process import HostProcess, collect, run_command
+
+BINARIES = ("apptainer", "singularity")
+BUILDABLE = ("docker://", "docker-archive:", "docker-daemon:", "oci://", "oci-archive:",
+             "oras://", "library://", "shub://")
+
+
+class ApptainerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    image_cache: Path | None = Field(None, description="where built .sif files go "
+                                     "(None: <state_dir>/images, else ~/.cache/rollserve/sif)")
+    max_concurrent_builds: int = Field(2, ge=1)
+    build_timeout: float = Field(1800.0, gt=0)
+    fakeroot: bool = False
+    cgroup_limits: bool = Field(False, description="pass --memory/--pids-limit (needs "
+                                "cgroups v2 delegated to the user)")
+    root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
+    extra_args: list[str] = Field(default_factory=list, description="more `exec` options")
+
+
+def find_binary(preferred: str | None) -> str | None:
+    for name in ([preferred] if preferred else BINARIES):
+        if shutil.which(name):
+            return name
+    return None
+
+
+def cache_name(reference: str) -> str:
+    """A file name for ``reference``: readable, and unique by its hash."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", reference.split("://", 1)[-1])[:60]
+    return f"{readable}-{hashlib.sha256(reference.encode()).hexdigest()[:16]}.sif"
+
+
+class ImageCache:
+    """Turns an image reference into a local .sif, building each reference once."""
+
+    def __init__(self, folder: Path, binary: str, max_builds: int, build_timeout: float):
+        self.folder = folder
+        self.binary = binary
+        self.build_timeout = build_timeout
+        self._builds = asyncio.Semaphore(max_builds)
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def path_for(self, reference: str) -> Path:
+        return self.folder / cache_name(reference)
+
+    async def ensure(self, reference: str) -> Path:
+        if not reference.startswith(BUILDABLE):
+            path = Path(reference)
+            if not path.is_file():
+                raise SandboxError(f"apptainer: image {reference!r} is neither a file nor a "
+                                   f"reference to build from ({', '.join(BUILDABLE)})")
+            return path
+        target = self.path_for(reference)
+        if target.exists():
+            return target
+        lock = self._locks.setdefault(target.name, asyncio.Lock())
+        async with lock:  # rollouts of this server that need this image wait here
+            if target.exists():
+                return target
+            self.folder.mkdir(parents=True, exist_ok=True)
+            lock_fd = os.open(self.folder / f"{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                # Other servers sharing the cache: flock blocks, so it waits in a thread.
+                await asyncio.to_thread(fcntl.flock, lock_fd, fcntl.LOCK_EX)
+                if not target.exists():
+                    async with self._builds:
+                        await self._build(reference, target)
+            finally:
+                os.close(lock_fd)  # (releases the flock)
+        return target
+
+    async def _build(self, reference: str, target: Path) -> None:
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
+        # A build is the server's own work (not the sandbox's): it keeps the server's
+        # environment (proxies, registry credentials), layers cached next to the images.
+        env = dict(os.environ)
+        env.setdefault("APPTAINER_CACHEDIR", str(self.folder / "layers"))
+        env.setdefault("SINGULARITY_CACHEDIR", str(self.folder / "layers"))
+        try:
+            result = await run_command([self.binary, "build", str(partial), reference],
+                                       self.build_timeout, env=env, max_output=16384)
+            if not result.ok or not partial.is_file():
+                why = "timed out" if result.timed_out else f"exit {result.exit_code}"
+                raise SandboxError(f"apptainer build of {reference} failed ({why}): "
+                                   f"{(result.stderr or result.stdout)[-2000:]}")
+            os.replace(partial, target)  # atomic: a .sif is complete or absent
+        finally:
+            partial.unlink(missing_ok=True)
+
+
+class ApptainerRuntime(Runtime):
+    name = "apptainer"
+
+    def __init__(self, state_dir: Path | str | None = None, binary: str | None = None,
+                 config: ApptainerConfig | None = None):
+        self.config = config or ApptainerConfig()
+        self.binary = find_binary(binary) or binary or "apptainer"
+        self.name = Path(self.binary).name
+        self.book = OwnerBook(state_dir)
+        cache = self.config.image_cache
+        if cache is None:
+            cache = (Path(state_dir) / "images" if state_dir is not None
+                     else Path.home() / ".cache" / "rollserve" / "sif")
+        self.images = ImageCache(cache, self.binary, self.config.max_concurrent_builds,
+                                 self.config.build_timeout)
+
+    @classmethod
+    def unavailable_reason(cls, binary: str | None = None) -> str | None:
+        if find_binary(binary) is None:
+            names = binary or " or ".join(BINARIES)
+            return f"{names} is not on PATH (install Apptainer: https://apptainer.org)"
+        return None
+
+    async def start(self, spec: SandboxSpec) -> "ApptainerSandbox":
+        if self.unavailable_reason(self.binary):
+            raise SandboxError(self.unavailable_reason(self.binary))
+        if not spec.image:
+            raise SandboxError("apptainer: the spec needs an image (.sif or docker://...)")
+        image = await asyncio.wait_for(self.images.ensure(spec.image),
+                                       self.config.build_timeout + spec.start_timeout)
+        sandbox_id = new_sandbox_id(self.name)
+        try:
+            folders = SandboxFolders.create(self.config.root, sandbox_id)
+            folders.write_files(spec)
+            entry = self.book.open(sandbox_id, self.name, [folders.base])
+        except (OSError, ValueError) as error:
+            raise SandboxError(f"apptainer sandbox could not start: {error}") from error
+        return ApptainerSandbox(self, sandbox_id, spec, folders, entry, image)
+
+
+class ApptainerSandbox(Sandbox):
+    def __init__(self, owner: ApptainerRuntime, sandbox_id: str, spec: SandboxSpec,
+                 folders: SandboxFolders, entry: OwnerEntry, image: Path):
+        self.id = sandbox_id
+        self.runtime = owner.name
+        self.spec = spec
+        self.folders = folders
+        self.workspace = folders.workspace
+        self.image = image
+        self._owner = owner
+        self._entry = entry
+        self._processes: set[HostProcess] = set()
+        self._closed = False
+        self._prefix = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False,
+                                                  address_space=not owner.config.cgroup_limits))
+
+    def command(self, inner: list[str]) -> list[str]:
+        """The host argv that runs ``inner`` in this sandbox (without env and limits)."""
+        config = self._owner.config
+        args = [self._owner.binary, "exec", "--containall", "--cleanenv", "--writable-tmpfs"]
+        if config.fakeroot:
+            args.append("--fakeroot")
+        if not self.spec.network:
+            args += ["--net", "--network", "none"]
+        if config.cgroup_limits:
+            args += ["--memory", f"{self.spec.limits.memory_mb}M",
+                     "--pids-limit", str(self.spec.limits.pids)]
+        args += ["--home", f"{self.folders.workspace}:{WORKDIR}",
+                 "--bind", f"{self.folders.tmp}:/tmp", "--pwd", WORKDIR,
+                 *config.extra_args, str(self.image), *inner]
+        return args
+
+    def environment(self, env: dict[str, str] | None, pty: bool) -> dict[str, str]:
+        """The host environment of the apptainer process: the sandbox's variables
+        travel as APPTAINERENV_* (and SINGULARITYENV_* for singularity)."""
+        values = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": "/tmp",
+                  "PYTHONDONTWRITEBYTECODE": "1", **({"TERM": "xterm"} if pty else {}),
+                  **self.spec.env, **(env or {})}
+        prefix = "SINGULARITYENV_" if self.runtime == "singularity" else "APPTAINERENV_"
+        host = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": os.environ.get("HOME", "/")}
+        host.update({prefix + key: value for key, value in values.items()})
+        return host
+
+    def _start(self, inner: list[str], pty: bool, env: dict[str, str] | None,
+               merge_stderr: bool) -> HostProcess:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+        if pty:
+            inner = ["setsid", "--ctty", "--wait", *inner]
+        argv = [*self._prefix, *self.command(inner)]
+        try:
+            process = HostProcess.start(argv, pty=pty, env=self.environment(env, pty),
+                                        merge_stderr=merge_stderr)
+        except OSError as error:
+            raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
+        self._processes.add(process)
+        self._entry.add(process.pid)
+        process.on_exit(self._forget)
+        return process
+
+    def _forget(self, process: HostProcess) -> None:
+        self._processes.discard(process)
+        self._entry.discard(process.pid)
+
+    async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
+                   env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
+        started = time.monotonic()
+        inner = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        process = self._start(inner, pty=False, env=env, merge_stderr=False)
+        return await collect(process, timeout, stdin, max_output, signal_codes=True,
+                             started=started)
+
+    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
+                    *, merge_stderr: bool = True) -> SandboxProcess:
+        return self._start(list(argv), pty=pty, env=env, merge_stderr=merge_stderr)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for process in list(self._processes):
+            await process.kill()
+        await asyncio.to_thread(remove_tree, self.folders.base)
+        self._entry.delete()

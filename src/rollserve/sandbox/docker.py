@@ -1,0 +1,208 @@
+"""The ``docker`` / ``podman`` runtime: one container per sandbox, commands exec'd into it.
+
+For laptops and clouds where an engine is already running. ``start`` creates a
+container that only sleeps (``run -d ... sleep infinity``) with the limits on it —
+memory (swap off), pids, open files, no network unless asked — and the workspace
+and tmp folders bound in; every ``exec``/``spawn`` is an ``<engine> exec`` into it, so
+unlike bubblewrap all processes of a sandbox share one PID namespace. ``close`` is
+``rm -f``. The container carries labels naming the owner, and its id is in the owner
+record, so a restarted server removes exactly its dead predecessor's containers.
+
+A killed ``docker exec`` client does not kill what it started in the container, so
+each exec'd command first writes its pid to a file in the sandbox's /tmp and runs in
+a session of its own (``setsid``); at a timeout we ``kill -KILL -- -<pid>`` that
+session's group inside the container.
+
+Podman: the engine's default OCI runtime may not work everywhere (crun without
+cgroups v2); ``DockerConfig.podman_runtime`` (default runc) is passed as
+``--runtime``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, Sandbox, SandboxError,
+                                    SandboxProcess, SandboxSpec)
+from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
+from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree, this_process
+from rollserve.sandbox.process import HostProcess, collect, run_command
+
+PID_DIR = "/tmp/.rollserve-exec"
+
+
+class DockerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    default_image: str = "python:3.12-slim"
+    podman_runtime: str | None = Field("runc", description="podman --runtime (None: its default)")
+    root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
+    engine_timeout: float = Field(120.0, gt=0, description="bound on run/rm calls")
+    extra_run_args: list[str] = Field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=8)
+def engine_unavailable_reason(engine: str) -> str | None:
+    if shutil.which(engine) is None:
+        return f"{engine} is not on PATH"
+    try:
+        info = subprocess.run([engine, "info"], capture_output=True, text=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        return f"`{engine} info` did not answer within 15 s"
+    if info.returncode != 0:
+        return f"`{engine} info` failed: {(info.stderr or info.stdout).strip()[-300:]}"
+    return None
+
+
+class DockerRuntime(Runtime):
+    name = "docker"
+
+    def __init__(self, state_dir: Path | str | None = None, engine: str = "docker",
+                 config: DockerConfig | None = None):
+        self.engine = engine
+        self.name = engine
+        self.config = config or DockerConfig()
+        self.book = OwnerBook(state_dir)
+        self.global_args = (["--runtime", self.config.podman_runtime]
+                            if engine == "podman" and self.config.podman_runtime else [])
+
+    @classmethod
+    def unavailable_reason(cls, engine: str = "docker") -> str | None:
+        return engine_unavailable_reason(engine)
+
+    def run_command(self, spec: SandboxSpec, name: str, folders: SandboxFolders) -> list[str]:
+        """The ``<engine> run -d`` argv that creates a sandbox's container."""
+        limits = spec.limits
+        owner = this_process()
+        args = [self.engine, *self.global_args, "run", "-d", "--name", name,
+                "--label", "rollserve.sandbox=1",
+                "--label", f"rollserve.owner={owner.pid}:{owner.started}",
+                "--network", "bridge" if spec.network else "none",
+                "--memory", f"{limits.memory_mb}m", "--memory-swap", f"{limits.memory_mb}m",
+                "--pids-limit", str(limits.pids),
+                "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
+                "--ulimit", f"fsize={limits.file_size_mb << 20}:{limits.file_size_mb << 20}",
+                "--ulimit", "core=0:0",
+                "--security-opt", "no-new-privileges",
+                "-v", f"{folders.workspace}:{WORKDIR}", "-v", f"{folders.tmp}:/tmp",
+                "-w", WORKDIR, "-e", f"HOME={WORKDIR}", "-e", "LANG=C.UTF-8"]
+        for key, value in spec.env.items():
+            args += ["-e", f"{key}={value}"]
+        args += [*self.config.extra_run_args, spec.image or self.config.default_image,
+                 "sleep", "infinity"]
+        return args
+
+    async def start(self, spec: SandboxSpec) -> "DockerSandbox":
+        if reason := self.unavailable_reason(self.engine):
+            raise SandboxError(reason)
+        sandbox_id = new_sandbox_id(self.name)
+        name = f"rollserve-{sandbox_id}"
+        try:
+            folders = SandboxFolders.create(self.config.root, sandbox_id)
+            folders.write_files(spec)
+            entry = self.book.open(sandbox_id, self.name, [folders.base], container=name,
+                                   engine=self.engine, engine_args=self.global_args)
+        except (OSError, ValueError) as error:
+            raise SandboxError(f"{self.engine} sandbox could not start: {error}") from error
+        # Recorded before it exists: a crash during `run` still leaves a record to reap.
+        result = await run_command(self.run_command(spec, name, folders),
+                                   min(spec.start_timeout, self.config.engine_timeout))
+        if not result.ok:
+            await self._remove(name)
+            remove_tree(folders.base)
+            entry.delete()
+            why = "timed out" if result.timed_out else result.stderr.strip()[-1000:]
+            raise SandboxError(f"{self.engine} run failed: {why}")
+        return DockerSandbox(self, sandbox_id, spec, folders, entry, name)
+
+    async def _remove(self, container: str) -> None:
+        await run_command([self.engine, *self.global_args, "rm", "-f", container],
+                          self.config.engine_timeout)
+
+
+class DockerSandbox(Sandbox):
+    def __init__(self, owner: DockerRuntime, sandbox_id: str, spec: SandboxSpec,
+                 folders: SandboxFolders, entry: OwnerEntry, container: str):
+        self.id = sandbox_id
+        self.runtime = owner.name
+        self.spec = spec
+        self.folders = folders
+        self.workspace = folders.workspace
+        self.container = container
+        self._owner = owner
+        self._entry = entry
+        self._processes: set[HostProcess] = set()
+        self._closed = False
+
+    def exec_command(self, inner: list[str], env: dict[str, str] | None, pty: bool,
+                     interactive: bool = True) -> list[str]:
+        owner = self._owner
+        args = [owner.engine, *owner.global_args, "exec"]
+        if interactive:
+            args.append("-i")
+        if pty:
+            args.append("-t")  # the engine's PTY inside, bridged to ours (raw mode)
+            args += ["-e", "TERM=xterm"]
+        args += ["-w", WORKDIR]
+        for key, value in (env or {}).items():
+            args += ["-e", f"{key}={value}"]
+        return [*args, self.container, *inner]
+
+    def _start(self, inner: list[str], pty: bool, env: dict[str, str] | None,
+               merge_stderr: bool) -> HostProcess:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+        argv = self.exec_command(inner, env, pty)
+        try:
+            process = HostProcess.start(argv, pty=pty, merge_stderr=merge_stderr,
+                                        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                             "HOME": os.environ.get("HOME", "/")})
+        except OSError as error:
+            raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
+        self._processes.add(process)
+        process.on_exit(self._processes.discard)
+        return process
+
+    async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
+                   env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
+        started = time.monotonic()
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        pid_file = f"{PID_DIR}/{uuid.uuid4().hex}"
+        # Its own session (setsid), its pid in a file: what a timeout kills in there.
+        inner = ["setsid", "--wait", "sh", "-c",
+                 f'mkdir -p {PID_DIR} && echo $$ > {pid_file} && exec "$@"', "sh", *argv]
+        process = self._start(inner, pty=False, env=env, merge_stderr=False)
+        result = await collect(process, timeout, stdin, max_output, signal_codes=True,
+                               started=started)
+        if result.timed_out:
+            kill = f'kill -KILL -- -"$(cat {pid_file})" 2>/dev/null; rm -f {pid_file}'
+            await run_command(self.exec_command(["sh", "-c", kill], None, False, False), 30)
+        else:
+            host_pid_file = self.folders.tmp / pid_file.removeprefix("/tmp/")
+            host_pid_file.unlink(missing_ok=True)
+        return result
+
+    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
+                    *, merge_stderr: bool = True) -> SandboxProcess:
+        if pty:
+            argv = ["setsid", "--ctty", "--wait", *argv]
+        return self._start(list(argv), pty=pty, env=env, merge_stderr=merge_stderr)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for process in list(self._processes):
+            await process.kill()
+        await self._owner._remove(self.container)  # kills everything inside
+        await asyncio.to_thread(remove_tree, self.folders.base)
+        self._entry.delete()

@@ -1,0 +1,62 @@
+"""The host folders of one sandbox: ``<root>/<id>/workspace`` and ``<root>/<id>/tmp``.
+
+One parent per sandbox, so closing (or reaping) removes a single tree. The default
+root is the system temp folder: world-traversable, which matters when sandboxes run
+as another uid than the server (bubblewrap as root drops to an unprivileged uid, and
+that uid must reach the folder to bind it).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollserve.sandbox.base import SandboxSpec, resolve_in_workspace
+
+
+def new_sandbox_id(runtime: str) -> str:
+    return f"{runtime[:4]}-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass
+class SandboxFolders:
+    base: Path
+    workspace: Path
+    tmp: Path
+
+    @classmethod
+    def create(cls, root: Path | None, sandbox_id: str, uid: int | None = None,
+               gid: int | None = None) -> "SandboxFolders":
+        root = Path(root) if root is not None else Path(tempfile.gettempdir())
+        root.mkdir(parents=True, exist_ok=True)
+        base = root / f"rollserve-{sandbox_id}"
+        base.mkdir(mode=0o700)
+        folders = cls(base, base / "workspace", base / "tmp")
+        folders.workspace.mkdir(mode=0o755)
+        folders.tmp.mkdir(mode=0o1777)  # like /tmp: the sticky bit, whoever runs in it
+        os.chmod(folders.tmp, 0o1777)  # (mkdir's mode is cut by the umask)
+        if uid is not None:
+            for path in (base, folders.workspace, folders.tmp):
+                os.chown(path, uid, gid if gid is not None else -1)
+        return folders
+
+    def write_files(self, spec: SandboxSpec, uid: int | None = None, gid: int | None = None) -> None:
+        for name, text in spec.files.items():
+            target = resolve_in_workspace(self.workspace, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            if uid is not None:
+                chown_up_to(target, self.workspace, uid, gid)
+
+
+def chown_up_to(path: Path, top: Path, uid: int, gid: int | None) -> None:
+    """chown ``path`` and its parents below ``top`` (folders made for a file)."""
+    gid = gid if gid is not None else -1
+    while True:
+        os.chown(path, uid, gid, follow_symlinks=False)
+        if path == top or top not in path.parents:
+            return
+        path = path.parent

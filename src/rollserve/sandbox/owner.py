@@ -1,0 +1,262 @@
+"""Owner records: which server owns which sandbox, so a restarted server reaps exactly
+the sandboxes its dead predecessor left behind.
+
+Every sandbox writes ``<state_dir>/sandboxes/<id>.json``: the owner (server pid and
+process start time), the sandbox's host processes (pid and start time each), its
+container or cgroup, and its folders. A pid alone is not an identity — pids are
+reused — so a process is only ever signalled after its start time matched the
+record. Nothing is ever found or killed by process name (on a shared node that kills
+other users' jobs).
+
+``reap(state_dir)`` runs at server start: records whose owner is dead (pid gone, or
+alive with another start time: a reused pid) are cleaned up — recorded processes
+and their descendants killed, container removed, cgroup killed, folders deleted,
+record deleted. Records of live owners are left alone (another server may share the
+state dir).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from pydantic import BaseModel, Field
+
+log = logging.getLogger(__name__)
+
+# psutil derives start times from boot time + clock ticks; two reads of the same
+# process agree exactly, a reused pid differs by far more than this.
+START_TOLERANCE = 0.05
+
+
+class ProcessRef(BaseModel):
+    pid: int
+    started: float
+
+
+class OwnerRecord(BaseModel):
+    sandbox_id: str
+    runtime: str
+    owner: ProcessRef
+    processes: list[ProcessRef] = Field(default_factory=list)
+    container: str | None = None  # container id or name
+    engine: str | None = None  # the docker/podman binary that made the container
+    engine_args: list[str] = Field(default_factory=list)  # e.g. podman's --runtime runc
+    cgroup: str | None = None  # a cgroup v2 folder of this sandbox
+    folders: list[str] = Field(default_factory=list)
+    created: float = Field(default_factory=time.time)
+
+
+def process_ref(pid: int) -> ProcessRef | None:
+    try:
+        return ProcessRef(pid=pid, started=psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+_SELF: ProcessRef | None = None
+
+
+def this_process() -> ProcessRef:
+    global _SELF
+    if _SELF is None or _SELF.pid != os.getpid():  # (a forked child is another owner)
+        _SELF = process_ref(os.getpid())
+    return _SELF
+
+
+def is_alive(ref: ProcessRef) -> bool:
+    """The very process of the record still runs (same pid *and* start time)."""
+    try:
+        process = psutil.Process(ref.pid)
+        return (abs(process.create_time() - ref.started) < START_TOLERANCE
+                and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+class OwnerBook:
+    """The records of this server's sandboxes (``state_dir=None``: none are kept)."""
+
+    def __init__(self, state_dir: Path | str | None):
+        self.folder = Path(state_dir) / "sandboxes" if state_dir is not None else None
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+
+    def open(self, sandbox_id: str, runtime: str, folders: list[Path], **extra) -> "OwnerEntry":
+        record = OwnerRecord(sandbox_id=sandbox_id, runtime=runtime, owner=this_process(),
+                             folders=[str(f) for f in folders], **extra)
+        path = self.folder / f"{sandbox_id}.json" if self.folder is not None else None
+        entry = OwnerEntry(record, path)
+        entry.save()
+        return entry
+
+
+@dataclass
+class OwnerEntry:
+    record: OwnerRecord
+    path: Path | None
+    _refs: dict[int, ProcessRef] = field(default_factory=dict)
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.record.processes = list(self._refs.values())
+        # Write-then-rename: a reaper never reads half a record. No fsync: records
+        # guard against a dead server process, not a dead machine (which kills all).
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(self.record.model_dump_json())
+        os.replace(tmp, self.path)
+
+    def add(self, *pids: int) -> None:
+        for pid in pids:
+            if (ref := process_ref(pid)) is not None:
+                self._refs[pid] = ref
+        self.save()
+
+    def discard(self, *pids: int) -> None:
+        if any(self._refs.pop(pid, None) is not None for pid in pids):
+            self.save()
+
+    def update(self, **fields) -> None:
+        for name, value in fields.items():
+            setattr(self.record, name, value)
+        self.save()
+
+    def delete(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+@dataclass
+class ReapReport:
+    reaped: list[str] = field(default_factory=list)  # sandbox ids cleaned up
+    killed: list[int] = field(default_factory=list)  # host pids killed
+    kept: list[str] = field(default_factory=list)  # sandboxes of live owners
+    errors: list[str] = field(default_factory=list)
+
+
+def reap(state_dir: Path | str) -> ReapReport:
+    """Clean up every sandbox whose owner is dead; leave live owners' sandboxes alone."""
+    report = ReapReport()
+    folder = Path(state_dir) / "sandboxes"
+    if not folder.is_dir():
+        return report
+    for path in sorted(folder.glob("*.json")):
+        try:
+            record = OwnerRecord.model_validate_json(path.read_text())
+        except (OSError, ValueError) as error:
+            report.errors.append(f"{path.name}: unreadable record ({error}); left in place")
+            continue
+        if is_alive(record.owner):
+            report.kept.append(record.sandbox_id)
+            continue
+        report.killed += kill_recorded(record.processes)
+        _remove_container(record, report)
+        _remove_cgroup(record, report)
+        for name in record.folders:
+            remove_tree(Path(name))
+        path.unlink(missing_ok=True)
+        report.reaped.append(record.sandbox_id)
+    for tmp in folder.glob("*.tmp"):  # a write-then-rename cut short by the crash
+        try:
+            if not psutil.pid_exists(int(tmp.suffixes[-2][1:])):
+                tmp.unlink(missing_ok=True)
+        except (ValueError, IndexError):
+            pass
+    if report.reaped:
+        log.warning("reaped %d sandboxes of dead owners (%d processes killed)",
+                    len(report.reaped), len(report.killed))
+    return report
+
+
+def kill_recorded(refs: list[ProcessRef]) -> list[int]:
+    """SIGKILL the recorded processes that are still the same processes, their
+    process groups (when they lead one) and their descendants."""
+    victims: dict[int, psutil.Process] = {}
+    for ref in refs:
+        if not is_alive(ref):
+            continue
+        try:
+            process = psutil.Process(ref.pid)
+            victims[process.pid] = process
+            for child in process.children(recursive=True):
+                victims.setdefault(child.pid, child)
+            if os.getpgid(ref.pid) == ref.pid:  # a group leader we started: its group
+                os.killpg(ref.pid, signal.SIGKILL)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            pass
+    killed = []
+    for process in victims.values():
+        try:
+            process.kill()  # psutil re-checks the start time before signalling
+            killed.append(process.pid)
+        except psutil.Error:
+            pass
+    _wait_gone(list(victims.values()), timeout=5)
+    return killed
+
+
+def _wait_gone(processes: list[psutil.Process], timeout: float) -> None:
+    """Until each is gone or a zombie. (Orphans are reaped by init, not by us — and
+    some container inits never reap, so a zombie counts as gone: it holds nothing.)"""
+    deadline = time.monotonic() + timeout
+    while processes and time.monotonic() < deadline:
+        processes = [p for p in processes if _running(p)]
+        if processes:
+            time.sleep(0.01)
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _remove_container(record: OwnerRecord, report: ReapReport) -> None:
+    if not (record.container and record.engine):
+        return
+    try:
+        subprocess.run([record.engine, *record.engine_args, "rm", "-f", record.container],
+                       capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        report.errors.append(f"{record.sandbox_id}: container {record.container}: {error}")
+
+
+def _remove_cgroup(record: OwnerRecord, report: ReapReport) -> None:
+    if not record.cgroup:
+        return
+    from rollserve.sandbox.cgroups import remove_cgroup
+
+    try:
+        remove_cgroup(Path(record.cgroup))
+    except OSError as error:
+        report.errors.append(f"{record.sandbox_id}: cgroup {record.cgroup}: {error}")
+
+
+def remove_tree(path: Path) -> None:
+    """rm -rf that also gets through folders the sandbox made read-only."""
+
+    def make_writable(function, name, _exc) -> None:
+        try:
+            os.chmod(os.path.dirname(name), 0o700)
+            os.chmod(name, 0o700)
+            function(name)
+        except OSError:
+            pass
+
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=make_writable)
+        else:
+            shutil.rmtree(path, onerror=make_writable)

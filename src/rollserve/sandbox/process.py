@@ -1,0 +1,430 @@
+"""Host processes behind every sandbox: a launcher command on pipes or on a fresh PTY.
+
+Every runtime ends up starting a host command (``bwrap ... -- bash``, ``docker exec
+...``, or the command itself for ``local``). ``HostProcess`` owns that command:
+
+- it is started with ``subprocess.Popen`` without ``preexec_fn``, so CPython uses
+  ``vfork`` (fast even from a big server process); limits are applied by the runtime
+  (``prlimit`` in front of the command, or ``resource.prlimit`` on a blocked bwrap);
+- it runs in its own process group (a new session), so one ``killpg`` reaches it and
+  everything it forked that did not leave the group;
+- its output is read through the event loop (``loop.add_reader`` on non-blocking
+  fds): ``read()`` returns the moment bytes arrive, nothing polls;
+- its exit is seen through a pidfd on the same loop, so ``wait()`` is event-driven
+  and bounded.
+
+It must be started from the event loop's thread: runtimes use ``PR_SET_PDEATHSIG``
+(bwrap ``--die-with-parent``), which fires when the *thread* that forked exits, so a
+process forked from a short-lived executor thread would be killed with that thread.
+
+``collect()`` drives a started process as a one-shot command: stdin in, stdout and
+stderr out (each capped, head and tail kept), killed with its whole group at the
+timeout. ``run_command()`` is start + collect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import os
+import signal as signals
+import struct
+import subprocess
+import termios
+import time
+from collections.abc import Sequence
+
+import psutil
+
+from rollserve.sandbox.base import ExecResult, SandboxProcess
+
+READ_CHUNK = 1 << 16
+# After a one-shot command exits and its group is killed, wait this long for the
+# pipes to reach EOF; a process that left the group (setsid) may hold them forever.
+DRAIN_GRACE = 1.0
+KILL_WAIT = 5.0
+
+
+class CappedOutput:
+    """Keeps the first and last ``limit // 2`` bytes of a stream and counts the rest.
+
+    A flood costs O(limit) memory however long it runs, and the agent still sees
+    how the output began and how it ended (where errors usually are)."""
+
+    def __init__(self, limit: int):
+        self.limit = max(0, limit)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        head_room = self.limit // 2 - len(self.head)
+        if head_room > 0:
+            self.head += data[:head_room]
+            data = data[head_room:]
+        if data:
+            keep = self.limit - self.limit // 2
+            self.tail += data
+            if len(self.tail) > keep:
+                del self.tail[: len(self.tail) - keep]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.limit
+
+    def text(self) -> str:
+        if not self.truncated:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace")
+        dropped = self.total - len(self.head) - len(self.tail)
+        note = f"\n[... {dropped} bytes truncated ...]\n".encode()
+        return (bytes(self.head) + note + bytes(self.tail)).decode("utf-8", "replace")
+
+
+class HostProcess(SandboxProcess):
+    """A host command on pipes (stdout and stderr merged or separate) or on a PTY."""
+
+    def __init__(self, popen: subprocess.Popen, stdin_fd: int | None, out_fd: int,
+                 err_fd: int | None, pty: bool, contained: bool = False):
+        self._popen = popen
+        # contained: the launcher holds everything it starts (bwrap: a PID namespace
+        # that dies with it); else kill() also hunts the process's descendants.
+        self.contained = contained
+        self.pid = popen.pid
+        self.pty = pty
+        self._stdin_fd = stdin_fd  # for a PTY: the master (same fd as out_fd)
+        self._out_fd = out_fd
+        self._err_fd = err_fd
+        self._loop = asyncio.get_running_loop()
+        self._exited: asyncio.Future[int] = self._loop.create_future()
+        self._closed = False
+        self._waiters: dict[asyncio.Future, tuple[int, object]] = {}  # pending fd waits
+        self._watch_exit()
+
+    # -- starting -------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        pty: bool = False,
+        env: dict[str, str] | None = None,
+        cwd: str | os.PathLike | None = None,
+        merge_stderr: bool = True,
+        new_session: bool = True,
+        pass_fds: Sequence[int] = (),
+        window: tuple[int, int] = (50, 250),
+        contained: bool = False,
+    ) -> "HostProcess":
+        """Start ``argv`` on the host. Call from the event loop thread (see module doc).
+
+        ``new_session=False`` is for a PTY command that makes itself a session leader
+        with the PTY as controlling terminal (``setsid --ctty cmd``): util-linux
+        ``setsid`` forks (and the pid we hold exits) when it already leads a group."""
+        child_fds: list[int] = []  # the child's ends: closed here once it has them
+        parent_fds: list[int] = []  # ours: closed here only if the start fails
+
+        try:
+            if pty:
+                master, slave = os.openpty()
+                parent_fds.append(master)
+                child_fds.append(slave)
+                # A wide window keeps long command lines from being wrapped (and echoed
+                # back with carriage returns) by the terminal.
+                fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *window, 0, 0))
+                stdin = stdout = stderr = slave
+                ours = (master, master, None)
+            else:
+                in_r, in_w = os.pipe2(os.O_CLOEXEC)
+                parent_fds.append(in_w)
+                child_fds.append(in_r)
+                out_r, out_w = os.pipe2(os.O_CLOEXEC)
+                parent_fds.append(out_r)
+                child_fds.append(out_w)
+                stdin, stdout, stderr, err_r = in_r, out_w, subprocess.STDOUT, None
+                if not merge_stderr:
+                    err_r, stderr = os.pipe2(os.O_CLOEXEC)
+                    parent_fds.append(err_r)
+                    child_fds.append(stderr)
+                ours = (in_w, out_r, err_r)
+            popen = subprocess.Popen(
+                list(argv), stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
+                close_fds=True, pass_fds=tuple(pass_fds), start_new_session=new_session,
+            )
+        except BaseException:
+            for fd in parent_fds:
+                os.close(fd)
+            raise
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+        for fd in parent_fds:
+            os.set_blocking(fd, False)
+        return cls(popen, ours[0], ours[1], ours[2], pty, contained)
+
+    def _watch_exit(self) -> None:
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):  # no pidfd (old kernel): a thread blocks on wait
+            async def wait_in_thread() -> None:
+                code = await asyncio.to_thread(self._popen.wait)
+                if not self._exited.done():
+                    self._exited.set_result(code)
+
+            asyncio.ensure_future(wait_in_thread())
+            return
+
+        def on_exit() -> None:
+            # The pidfd turns readable when the process is a zombie, before it is
+            # reaped: its pid (= its group id) cannot be reused yet, so killing the
+            # group now reaches exactly what it left behind and nothing else.
+            self._killpg(signals.SIGKILL)
+            code = self._popen.poll()  # reaps the zombie
+            if code is None:
+                return
+            self._loop.remove_reader(pidfd)
+            os.close(pidfd)
+            if not self._exited.done():
+                self._exited.set_result(code)
+
+        self._loop.add_reader(pidfd, on_exit)
+
+    # -- talking ----------------------------------------------------------------------
+
+    async def _wait_fd(self, fd: int, writable: bool) -> None:
+        ready = self._loop.create_future()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        add, remove = ((self._loop.add_writer, self._loop.remove_writer) if writable
+                       else (self._loop.add_reader, self._loop.remove_reader))
+        add(fd, wake)
+        self._waiters[ready] = (fd, remove)
+        try:
+            await ready
+        finally:
+            if self._waiters.pop(ready, None) is not None:
+                remove(fd)
+
+    async def _read_fd(self, fd: int | None, max_bytes: int) -> bytes:
+        while True:
+            if fd is None or self._closed:
+                return b""
+            try:
+                return os.read(fd, max_bytes)
+            except BlockingIOError:
+                pass
+            except OSError as error:
+                # A PTY master reads EIO once every slave end is closed: end of output.
+                if error.errno == errno.EIO:
+                    return b""
+                raise
+            await self._wait_fd(fd, writable=False)
+
+    async def read(self, max_bytes: int = READ_CHUNK) -> bytes:
+        return await self._read_fd(self._out_fd, max_bytes)
+
+    async def read_stderr(self, max_bytes: int = READ_CHUNK) -> bytes:
+        """stderr, when started with ``merge_stderr=False`` (else b"" at once)."""
+        return await self._read_fd(self._err_fd, max_bytes)
+
+    async def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self._stdin_fd is None or self._closed:
+                raise BrokenPipeError("stdin of the process is closed")
+            try:
+                written = os.write(self._stdin_fd, view)
+                view = view[written:]
+            except BlockingIOError:
+                await self._wait_fd(self._stdin_fd, writable=True)
+
+    def close_stdin(self) -> None:
+        """End of input for a pipe process (a PTY has no separate stdin to close)."""
+        if self.pty or self._stdin_fd is None:
+            return
+        fd, self._stdin_fd = self._stdin_fd, None
+        for ready, (waited_fd, remove) in list(self._waiters.items()):
+            if waited_fd == fd:
+                del self._waiters[ready]
+                remove(fd)
+                if not ready.done():
+                    ready.set_result(None)
+        os.close(fd)
+
+    def resize(self, rows: int, cols: int) -> None:
+        if self.pty and not self._closed:
+            fcntl.ioctl(self._out_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once exited (negative: killed by that signal), else None."""
+        return self._exited.result() if self._exited.done() else None
+
+    def signal(self, signum: int) -> None:
+        if not self._exited.done():
+            self._killpg(signum)
+
+    def _killpg(self, signum: int) -> None:
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            # Not (yet) a group leader: a `setsid` wrapper that has not run yet.
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+        except PermissionError:
+            # The group holds a process we may not signal (it changed uid); the
+            # process itself is ours.
+            os.kill(self.pid, signum)
+
+    def on_exit(self, callback) -> None:
+        """Call ``callback(self)`` once the process has exited (and been reaped)."""
+        self._exited.add_done_callback(lambda _: callback(self))
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._exited), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    def kill_now(self) -> None:
+        """SIGKILL the process, its group and (unless contained) its descendants,
+        without waiting (for ``finally`` blocks of cancelled tasks)."""
+        if self._exited.done():
+            return
+        if not self.contained:
+            # Job-control shells put background jobs in groups of their own: find
+            # them (and anything else it forked) before the parent links are lost.
+            for child in _descendants(self.pid):
+                try:
+                    child.kill()  # psutil checks pid + start time: never a reused pid
+                except psutil.Error:
+                    pass
+        self.signal(signals.SIGKILL)
+
+    async def kill(self, close: bool = True) -> None:
+        """Kill (see ``kill_now``) and wait for it; then close our fds unless
+        ``close=False`` (to drain output still buffered in the pipes)."""
+        self.kill_now()
+        if await self.wait(KILL_WAIT) is None:  # pragma: no cover - D state, or not ours
+            raise TimeoutError(f"process {self.pid} did not die within {KILL_WAIT}s of SIGKILL")
+        if close:
+            self.close()
+
+    def close(self) -> None:
+        """Close our ends of the pipes / the PTY master (the process is not touched);
+        pending reads return b"", pending writes raise BrokenPipeError."""
+        if self._closed:
+            return
+        self._closed = True
+        # Unregister before closing: the fd number may be reused at once by others.
+        waiters, self._waiters = self._waiters, {}
+        for ready, (fd, remove) in waiters.items():
+            remove(fd)
+            if not ready.done():
+                ready.set_result(None)
+        for fd in {self._stdin_fd, self._out_fd, self._err_fd} - {None}:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._stdin_fd = self._out_fd = self._err_fd = None
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def exit_status(code: int | None, signal_codes: bool) -> tuple[int | None, int | None]:
+    """(exit_code, signal) of a finished command. A negative returncode is a signal.
+    With ``signal_codes`` an exit code 129..192 is read as a launcher's report of
+    128 + signal (bwrap and shells exit so when their child is killed)."""
+    if code is None:
+        return None, None
+    if code < 0:
+        return None, -code
+    if signal_codes and 128 < code <= 128 + 64:
+        return None, code - 128
+    return code, None
+
+
+async def collect(
+    process: HostProcess,
+    timeout: float,
+    stdin: bytes | None = None,
+    max_output: int = 1 << 20,
+    signal_codes: bool = False,
+    started: float | None = None,
+) -> ExecResult:
+    """Drive a started pipe process (stderr separate) as a one-shot command.
+
+    Nothing of it survives: when it exits (or at ``timeout``) its process group is
+    killed, then the pipes are drained for at most ``DRAIN_GRACE`` seconds."""
+    started = time.monotonic() if started is None else started
+    out, err = CappedOutput(max_output), CappedOutput(max_output)
+
+    async def pump(read, sink: CappedOutput) -> None:
+        while chunk := await read(READ_CHUNK):
+            sink.add(chunk)
+
+    async def feed() -> None:
+        try:
+            if stdin:
+                await process.write(stdin)
+        except BrokenPipeError:
+            pass  # the command exited without reading all of its input
+        finally:
+            process.close_stdin()
+
+    pumps = [asyncio.ensure_future(pump(process.read, out)),
+             asyncio.ensure_future(pump(process.read_stderr, err))]
+    feeder = asyncio.ensure_future(feed())
+    timed_out = False
+    try:
+        remaining = max(0.0, timeout - (time.monotonic() - started))
+        code = await process.wait(remaining)
+        if code is None:
+            timed_out = True
+            await process.kill(close=False)  # (on a normal exit its group was killed already)
+        await asyncio.wait(pumps, timeout=DRAIN_GRACE)
+    finally:
+        process.kill_now()  # cancelled (or failed) half-way: nothing may survive
+        for task in [*pumps, feeder]:
+            task.cancel()
+        await asyncio.gather(*pumps, feeder, return_exceptions=True)
+        process.close()
+    exit_code, signum = (None, None) if timed_out else exit_status(code, signal_codes)
+    return ExecResult(
+        exit_code=exit_code,
+        stdout=out.text(),
+        stderr=err.text(),
+        timed_out=timed_out,
+        truncated=out.truncated or err.truncated,
+        seconds=time.monotonic() - started,
+        signal=signum,
+    )
+
+
+async def run_command(
+    argv: Sequence[str],
+    timeout: float,
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    max_output: int = 1 << 20,
+) -> ExecResult:
+    """Run a host command to completion (or to ``timeout``, then kill its group)."""
+    started = time.monotonic()
+    process = HostProcess.start(argv, env=env, cwd=cwd, merge_stderr=False)
+    return await collect(process, timeout, stdin, max_output, started=started)

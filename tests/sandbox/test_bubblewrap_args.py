@@ -1,0 +1,81 @@
+"""How a bubblewrap invocation is put together (the behaviour itself is tested in
+test_runtimes.py and test_escape.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rollserve.sandbox.base import SandboxSpec
+from rollserve.sandbox.bubblewrap import BubblewrapConfig, BubblewrapRuntime, root_binds
+from rollserve.sandbox.limits import rlimits
+
+
+def test_root_binds_a_rootfs_top_level_read_only(tmp_path):
+    (tmp_path / "usr").mkdir()
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "bin").symlink_to("usr/bin")
+    args = list(root_binds(str(tmp_path)))
+    assert ["--symlink", "usr/bin", "/bin"] == args[:3]
+    assert ["--ro-bind", str(tmp_path / "etc"), "/etc"] == args[3:6]
+    assert ["--ro-bind", str(tmp_path / "usr"), "/usr"] == args[6:9]
+    assert "/proc" not in args  # a fresh /proc is mounted instead
+
+
+@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None, reason="no bwrap")
+async def test_invocation_isolates_and_hides(tmp_path):
+    runtime = BubblewrapRuntime(tmp_path / "state", BubblewrapConfig(root=tmp_path / "boxes"))
+    async with await runtime.start(SandboxSpec()) as box:
+        args = box._args
+        assert args[:4] == ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+        assert "--share-net" not in args
+        joined = " ".join(args)
+        assert f"--bind {box.workspace} /workspace" in joined
+        assert f"--bind {box.folders.tmp} /tmp" in joined
+        assert "--tmpfs /root --remount-ro /root" in joined
+        # The sandboxes' folders are not visible to each other: under /tmp (replaced by
+        # the sandbox's own) or, anywhere else, hidden.
+        assert str(tmp_path).startswith("/tmp/")
+        if os.geteuid() == 0:
+            assert box._prefix[-7:-5] == ["--", "setpriv"] or "setpriv" in box._prefix
+            assert box.uid is not None and box.uid >= 1_100_000_000
+            assert os.stat(box.workspace).st_uid == box.uid
+    async with await runtime.start(SandboxSpec(network=True)) as box:
+        assert "--share-net" in box._args
+
+
+def test_sandbox_root_and_state_dir_outside_tmp_are_hidden(tmp_path):
+    elsewhere = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        (elsewhere / "boxes").mkdir()
+        runtime = BubblewrapRuntime(elsewhere / "state", BubblewrapConfig(root=elsewhere / "boxes"))
+        assert {str(elsewhere / "boxes"), str(elsewhere / "state")} <= set(runtime.hidden())
+    finally:
+        shutil.rmtree(elsewhere)
+
+
+def test_hidden_folders_are_outermost_only(tmp_path):
+    outer = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        (outer / "state").mkdir()
+        runtime = BubblewrapRuntime(outer / "state",
+                                    BubblewrapConfig(hide=[str(outer)], root=tmp_path))
+        assert runtime.hidden() == [str(outer)]  # not also outer/state; tmp_path is in /tmp
+    finally:
+        shutil.rmtree(outer)
+
+
+def test_limits_never_exceed_our_own_hard_limits():
+    import resource
+
+    from rollserve.sandbox.base import SandboxLimits
+
+    values = rlimits(SandboxLimits(open_files=10**9), nproc=True)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert values[resource.RLIMIT_NOFILE] <= (hard if hard != resource.RLIM_INFINITY else 10**9)
+    assert values[resource.RLIMIT_CORE] == 0

@@ -1,0 +1,92 @@
+"""The docker/podman runtime: command lines here; real containers only where an engine
+can run one (with an image already present: nothing is pulled in tests)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from rollserve.sandbox.base import SandboxLimits, SandboxSpec
+from rollserve.sandbox.docker import DockerConfig, DockerRuntime, DockerSandbox
+from rollserve.sandbox.folders import SandboxFolders
+from rollserve.sandbox.owner import OwnerBook
+
+
+def test_run_command_carries_limits_network_and_binds(tmp_path):
+    runtime = DockerRuntime(tmp_path / "state", engine="podman")
+    folders = SandboxFolders.create(tmp_path, "dock-1")
+    spec = SandboxSpec(image="python:3.12-slim", env={"A": "1"},
+                       limits=SandboxLimits(memory_mb=256, pids=64, open_files=512))
+    argv = runtime.run_command(spec, "rollserve-dock-1", folders)
+    assert argv[:5] == ["podman", "--runtime", "runc", "run", "-d"]
+    joined = " ".join(argv)
+    for part in ["--network none", "--memory 256m", "--memory-swap 256m", "--pids-limit 64",
+                 "--ulimit nofile=512:512", f"-v {folders.workspace}:/workspace",
+                 f"-v {folders.tmp}:/tmp", "-w /workspace", "-e A=1",
+                 "--name rollserve-dock-1", "--label rollserve.owner="]:
+        assert part in joined, part
+    assert argv[-3:] == ["python:3.12-slim", "sleep", "infinity"]
+    docker = DockerRuntime(tmp_path / "state", engine="docker")
+    networked = docker.run_command(SandboxSpec(network=True), "c", folders)
+    assert networked[:3] == ["docker", "run", "-d"] and "--network bridge" in " ".join(networked)
+    assert networked[-3] == DockerConfig().default_image
+
+
+def test_exec_command_lines(tmp_path):
+    runtime = DockerRuntime(tmp_path / "state", engine="docker")
+    folders = SandboxFolders.create(tmp_path, "dock-2")
+    entry = OwnerBook(None).open("dock-2", "docker", [])
+    box = DockerSandbox(runtime, "dock-2", SandboxSpec(), folders, entry, "rollserve-dock-2")
+    assert box.exec_command(["bash"], {"X": "1"}, pty=True) == [
+        "docker", "exec", "-i", "-t", "-e", "TERM=xterm", "-w", "/workspace", "-e", "X=1",
+        "rollserve-dock-2", "bash"]
+    assert box.exec_command(["true"], None, pty=False, interactive=False) == [
+        "docker", "exec", "-w", "/workspace", "rollserve-dock-2", "true"]
+
+
+def working_engine() -> tuple[str, str] | str:
+    """(engine, image) that can run a container here, else why not."""
+    image = os.environ.get("ROLLSERVE_TEST_IMAGE", DockerConfig().default_image)
+    reasons = []
+    for engine in ("docker", "podman"):
+        if shutil.which(engine) is None:
+            reasons.append(f"{engine}: not on PATH")
+            continue
+        if reason := DockerRuntime.unavailable_reason(engine):
+            reasons.append(reason)
+            continue
+        base = [engine, "--runtime", "runc"] if engine == "podman" else [engine]
+        present = subprocess.run([*base, "image", "inspect", image], capture_output=True)
+        if present.returncode != 0:
+            reasons.append(f"{engine}: image {image} not present (tests pull nothing)")
+            continue
+        probe = subprocess.run([*base, "run", "--rm", "--network", "none", image, "true"],
+                               capture_output=True, text=True, timeout=30)
+        if probe.returncode != 0:
+            reasons.append(f"{engine}: cannot run a container: {probe.stderr.strip()[-200:]}")
+            continue
+        return engine, image
+    return "; ".join(reasons)
+
+
+async def test_real_container_exec_timeout_and_close(tmp_path):
+    found = working_engine()
+    if isinstance(found, str):
+        pytest.skip(f"no working container engine here: {found}")
+    engine, image = found
+    runtime = DockerRuntime(tmp_path / "state", engine=engine)
+    box = await runtime.start(SandboxSpec(image=image, files={"a.txt": "hi"}))
+    try:
+        result = await box.exec("cat a.txt; pwd", 60)
+        assert result.stdout == "hi/workspace\n"
+        timed = await box.exec("sleep 1000", 2)
+        assert timed.timed_out
+        left = await box.exec("ps -eo args 2>/dev/null | grep -c '^sleep 1000' || true", 30)
+        assert left.stdout.strip() in ("0", "")
+    finally:
+        await box.close()
+    gone = subprocess.run([engine, "container", "inspect", box.container], capture_output=True)
+    assert gone.returncode != 0

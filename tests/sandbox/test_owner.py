@@ -1,0 +1,117 @@
+"""Owner records and the reaper: a dead server's sandboxes go, a live one's stay."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rollserve.sandbox.owner import OwnerBook, ProcessRef, is_alive, process_ref, reap
+from rollserve.sandbox.registry import unavailable_reason
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_owner(state_dir: Path, runtime: str, count: int) -> tuple[subprocess.Popen, dict]:
+    owner = subprocess.Popen([sys.executable, "-m", "tests.sandbox.owner_process", str(state_dir),
+                              runtime, str(count)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    line = owner.stdout.readline()  # bounded by the test timeout
+    assert line, f"owner process died: {owner.wait()}"
+    return owner, json.loads(line)
+
+
+def sandbox_processes(folders: list[str]) -> list[psutil.Process]:
+    """Every host process that points into those sandboxes' folders (cwd, cmdline)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            cwd = process.cwd()
+            cmdline = " ".join(process.cmdline())
+        except psutil.Error:
+            continue
+        if any(cwd.startswith(f) or f in cmdline for f in folders):
+            found.append(process)
+    return found
+
+
+@pytest.mark.parametrize("runtime", ["bubblewrap", "local"])
+def test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays(tmp_path, runtime):
+    """50 sandboxes of a SIGKILLed owner: after reap, none of their processes remain;
+    the sandbox of another, live owner in the same state dir is untouched.
+
+    bubblewrap's --die-with-parent already ends its sandboxes when the owner dies; the
+    local runtime's processes outlive their owner, so there the reaper does the work."""
+    if reason := unavailable_reason(runtime):
+        pytest.skip(reason)
+    state = tmp_path / "state"
+    dead, dead_info = start_owner(state, runtime, 50)
+    live, live_info = start_owner(state, runtime, 1)
+    try:
+        records = {p.stem: json.loads(p.read_text()) for p in (state / "sandboxes").glob("*.json")}
+        assert set(records) == set(dead_info["ids"]) | set(live_info["ids"])
+        dead_refs = [ProcessRef(**ref) for i in dead_info["ids"] for ref in records[i]["processes"]]
+        live_refs = [ProcessRef(**ref) for i in live_info["ids"] for ref in records[i]["processes"]]
+        assert len(dead_refs) >= 50 and all(is_alive(ref) for ref in dead_refs + live_refs)
+        dead_tree = psutil.Process(dead.pid).children(recursive=True)
+        assert len(dead_tree) >= 50
+
+        dead.send_signal(signal.SIGKILL)
+        dead.wait()
+        report = reap(state)  # what a restarted server does first
+
+        assert sorted(report.reaped) == sorted(dead_info["ids"])
+        assert report.kept == live_info["ids"]
+        deadline = time.monotonic() + 5
+        while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in dead_tree):
+            assert time.monotonic() < deadline, "processes of the dead owner's sandboxes remain"
+            time.sleep(0.05)
+        assert not any(is_alive(ref) for ref in dead_refs)
+        assert not sandbox_processes(dead_info["folders"])
+        assert not any(Path(f).exists() for f in dead_info["folders"])
+        assert sorted(p.stem for p in (state / "sandboxes").glob("*.json")) == live_info["ids"]
+
+        # The live owner's sandbox: still there, still running.
+        assert all(is_alive(ref) for ref in live_refs)
+        assert sandbox_processes(live_info["folders"])
+        assert reap(state).kept == live_info["ids"]
+    finally:
+        for owner in (dead, live):
+            owner.kill()
+            owner.wait()
+    reap(state)
+    assert not list((state / "sandboxes").glob("*.json"))
+    assert not sandbox_processes(live_info["folders"])
+
+
+def test_reaper_checks_start_times_not_just_pids(tmp_path):
+    """A recorded pid that now belongs to another process (same pid, another start
+    time) is never killed; a record whose owner pid was reused counts as dead."""
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        book = OwnerBook(tmp_path)
+        entry = book.open("sbx-1", "local", [tmp_path / "gone"])
+        ref = process_ref(bystander.pid)
+        entry.record.owner = ProcessRef(pid=os.getpid(), started=1.0)  # "our pid, reused"
+        entry._refs[bystander.pid] = ProcessRef(pid=bystander.pid, started=ref.started - 100)
+        entry.save()
+        report = reap(tmp_path)
+        assert report.reaped == ["sbx-1"] and report.killed == []
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_live_owner_records_are_untouched_and_closed_sandboxes_leave_none(tmp_path):
+    book = OwnerBook(tmp_path)
+    entry = book.open("sbx-2", "local", [tmp_path])
+    assert reap(tmp_path).kept == ["sbx-2"]
+    entry.delete()
+    assert not list((tmp_path / "sandboxes").iterdir())
