@@ -1,0 +1,153 @@
+"""The sandbox tools (bash, python, file editor) as agent tools: schema + call.
+
+Each wraps one sandbox-side tool and turns its result into the text the model reads.
+They open their session lazily on the first call, so an episode that never uses a
+tool never starts its shell or kernel; ``close()`` ends what was opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rollserve.agent.tools import ToolError, function_schema
+from rollserve.sandbox.base import Sandbox
+from rollserve.sandbox.tools.bash import BashBusy, BashConfig, BashSession
+from rollserve.sandbox.tools.editor import EditorConfig, EditorError, FileEditor
+from rollserve.sandbox.tools.ipython import IPythonConfig, IPythonSession
+from rollserve.sandbox.tools.keys import is_key_sequence
+
+
+class BashTool:
+    """``bash``: a persistent shell; ``is_input`` answers a command that is waiting."""
+
+    def __init__(self, sandbox: Sandbox, config: BashConfig | None = None, max_timeout: float = 600.0):
+        self.session = BashSession(sandbox, config)
+        self.max_timeout = max_timeout
+        self.schema = function_schema(
+            "bash",
+            "Run a bash command in a persistent shell in /workspace: the working folder, "
+            "variables and background jobs persist between calls. Long-running commands "
+            "are stopped at the timeout; put servers in the background (cmd > log 2>&1 &).",
+            {
+                "command": {
+                    "type": "string",
+                    "description": "the command (several lines allowed). With is_input=true: "
+                    "text to type into the running program, or keys such as C-c, C-d, Enter",
+                },
+                "is_input": {
+                    "type": "boolean",
+                    "description": "send 'command' as input to the program still running "
+                    "instead of starting a new command (default false)",
+                },
+                "timeout": {
+                    "type": "number",
+                    "description": f"seconds to allow (default {self.session.config.timeout:g}, "
+                    f"at most {max_timeout:g}); when given, the command may also stay silent "
+                    "that long (else it is stopped after a while without output)",
+                },
+            },
+            ["command"],
+        )
+
+    async def __call__(self, args: dict) -> str:
+        command = args["command"]
+        timeout = args.get("timeout")
+        if timeout is not None and not 0 < timeout <= self.max_timeout:
+            raise ToolError(f"timeout must be between 0 and {self.max_timeout:g} seconds")
+        if args.get("is_input"):
+            if not self.session.running:
+                raise ToolError("no command is running, so there is nothing to send input to; "
+                                "call bash without is_input to run a command")
+            if is_key_sequence(command):
+                result = await self.session.send(keys=command.split(), timeout=timeout)
+            else:
+                result = await self.session.send(text=command + "\n", timeout=timeout)
+            return result.to_text()
+        if not command.strip():
+            raise ToolError("command is empty")
+        try:
+            # An explicit timeout is the model saying "this is slow": no idle cut-off then.
+            idle = None if timeout is not None else "default"
+            result = await self.session.run(command, timeout=timeout, idle_timeout=idle)
+        except BashBusy:
+            raise ToolError(
+                "the previous command is still running; send it input with is_input=true "
+                "(text, or C-c to stop it)") from None
+        return result.to_text()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class PythonTool:
+    """``python``: a persistent IPython kernel (ProRL's math tool)."""
+
+    def __init__(self, sandbox: Sandbox, config: IPythonConfig | None = None):
+        self.session = IPythonSession(sandbox, config)
+        self.images: list[str] = []  # base64 PNGs of every cell, for handlers that keep them
+        self.schema = function_schema(
+            "python",
+            "Run Python code in a persistent IPython session: variables, imports and "
+            "functions persist between calls. The value of the last expression is shown; "
+            "print() anything else you need to see.",
+            {"code": {"type": "string", "description": "the Python code to run"}},
+            ["code"],
+        )
+
+    async def __call__(self, args: dict) -> str:
+        result = await self.session.run(args["code"])
+        self.images += result.images
+        return result.to_text()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class EditorTool:
+    """``str_replace_editor``: view/create/str_replace/insert/undo_edit (SWE-agent's names)."""
+
+    COMMANDS = ["view", "create", "str_replace", "insert", "undo_edit"]
+
+    def __init__(self, sandbox: Sandbox, config: EditorConfig | None = None):
+        self.editor = FileEditor(sandbox.workspace, config)
+        self.schema = function_schema(
+            "str_replace_editor",
+            "View, create and edit files in /workspace. view: a file with line numbers "
+            "(optionally view_range [start, end]) or a folder's entries. create: a new file "
+            "with file_text. str_replace: replace old_str, which must occur exactly once, "
+            "with new_str. insert: new_str after line insert_line (0: at the top). "
+            "undo_edit: revert the last edit of the file.",
+            {
+                "command": {"type": "string", "enum": self.COMMANDS},
+                "path": {"type": "string", "description": "file or folder, e.g. /workspace/main.py"},
+                "file_text": {"type": "string"},
+                "old_str": {"type": "string"},
+                "new_str": {"type": "string"},
+                "insert_line": {"type": "integer"},
+                "view_range": {"type": "array", "items": {"type": "integer"}},
+            },
+            ["command", "path"],
+        )
+
+    async def __call__(self, args: dict) -> str:
+        command, path = args["command"], args["path"]
+        needs = {"create": ["file_text"], "str_replace": ["old_str"], "insert": ["insert_line", "new_str"]}
+        missing = [name for name in needs.get(command, []) if name not in args]
+        if missing:
+            raise ToolError(f"{command} needs {', '.join(missing)}")
+        editor = self.editor
+        calls = {
+            "view": lambda: editor.view(path, args.get("view_range")),
+            "create": lambda: editor.create(path, args["file_text"]),
+            "str_replace": lambda: editor.str_replace(path, args["old_str"], args.get("new_str", "")),
+            "insert": lambda: editor.insert(path, args["insert_line"], args["new_str"]),
+            "undo_edit": lambda: editor.undo(path),
+        }
+        try:
+            # In a thread: a workspace on a slow or network disk must not stall the loop.
+            return await asyncio.to_thread(calls[command])
+        except (EditorError, OSError) as exc:
+            raise ToolError(str(exc)) from None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,149 @@
+"""ToolEnv: the AgentEnv of a tool-using episode, generic over its tools and task.
+
+Each assistant reply is parsed for ``<tool_call>`` blocks; the calls run in order
+(each bounded by ``call_timeout``), and their results go back as ``tool`` messages.
+The episode ends when a finish tool is called, or, if so configured, when a reply
+calls no tool. Malformed calls, unknown tools and tool errors are the agent's
+failures: the model is told, and they are counted for the result's stats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.agent.loop import Step
+from rollserve.agent.tool_calls import MalformedCall, parse_tool_calls, present_tools, tool_message
+from rollserve.agent.tools import Tool, ToolOutcome, call_tool, tool_name
+from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.sandbox.tools.text import truncate_middle
+
+NUDGE = (
+    "Your reply did not call a tool. Call one of the tools with a <tool_call> block, "
+    "or call finish when you are done."
+)
+
+
+class ToolEnvConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    call_timeout: float = Field(
+        660.0, gt=0, description="seconds per tool call, then an error; a safety net above "
+        "each tool's own limits (bash: 600 s at most), which end calls more gracefully")
+    max_calls_per_turn: int = Field(8, ge=1, description="more calls in one reply are refused")
+    on_no_call: Literal["nudge", "end"] = Field(
+        "nudge", description="a reply without a tool call: remind the model, or end the episode"
+    )
+    nudge_message: str = NUDGE
+    tools_in: Literal["auto", "template", "prompt"] = Field(
+        "auto", description="present the schemas through the chat template's tools (or a "
+        "chat API's), in the system prompt, or auto: the template if it renders them")
+    max_result_chars: int = Field(20_000, ge=200, description="longer tool results keep head+tail")
+
+
+@dataclass
+class ToolStats:
+    calls: int = 0
+    errors: int = 0  # tool calls that came back as errors (incl. timeouts)
+    parse_errors: int = 0  # malformed <tool_call> blocks
+    unknown_tools: int = 0
+    timeouts: int = 0
+    no_call_replies: int = 0
+    seconds: float = 0.0
+    by_tool: dict[str, int] = field(default_factory=dict)
+
+    def as_stats(self) -> dict[str, int]:
+        """Counts for ``rollout.stats`` (the time goes to ``timing.tools``)."""
+        return {
+            "tool_calls": self.calls,
+            "tool_errors": self.errors + self.parse_errors + self.unknown_tools,
+            "tool_parse_errors": self.parse_errors,
+            "tool_timeouts": self.timeouts,
+        }
+
+
+class ToolEnv:
+    """An episode: a system prompt, a task, tools; ends on finish (or no call)."""
+
+    def __init__(
+        self,
+        tools: list[Tool],
+        task: str,
+        system_prompt: str = "You are a helpful assistant that solves the task with the tools provided.",
+        tokenizer: ChatTokenizer | None = None,
+        config: ToolEnvConfig | None = None,
+    ):
+        names = [tool_name(t) for t in tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tool names must be unique, got {names}")
+        self.config = config or ToolEnvConfig()
+        self.by_name: dict[str, Tool] = dict(zip(names, tools))
+        self.task = task
+        self.presentation = present_tools(
+            [t.schema for t in tools], system_prompt, tokenizer, self.config.tools_in)
+        # What run_agent_loop hands the chat template: None when the section is in
+        # the system prompt already (the template cannot render it).
+        self.tools: list[dict] | None = self.presentation.template_tools
+        self.stats = ToolStats()
+        self.finished = False
+        self.answer: str | None = None
+
+    def initial_messages(self) -> list[dict]:
+        return [
+            {"role": "system", "content": self.presentation.system_prompt},
+            {"role": "user", "content": self.task},
+        ]
+
+    async def step(self, reply: str) -> Step:
+        parsed = parse_tool_calls(reply)
+        if not parsed.has_calls:
+            self.stats.no_call_replies += 1
+            if self.config.on_no_call == "end":
+                return Step(done=True, reason="no_tool_call")
+            return Step(messages=[{"role": "user", "content": self.config.nudge_message}])
+
+        messages: list[dict] = []
+        limit = self.config.max_calls_per_turn
+        for n, item in enumerate(parsed.items):
+            if n >= limit:
+                skipped = len(parsed.items) - n
+                self.stats.errors += skipped
+                messages.append(self._message(
+                    f"Error: only {limit} tool calls are run per reply; the last {skipped} "
+                    "were not run.", None))
+                break
+            if isinstance(item, MalformedCall):
+                self.stats.parse_errors += 1
+                messages.append(self._message(item.message, None))
+                continue
+            outcome = await self._run(item.name, item.arguments)
+            messages.append(self._message(outcome.text, item.name))
+            if self.finished:
+                return Step(messages=messages, done=True, reason="finished")
+        return Step(messages=messages)
+
+    async def _run(self, name: str, arguments: dict) -> ToolOutcome:
+        tool = self.by_name.get(name)
+        if tool is None:
+            self.stats.unknown_tools += 1
+            return ToolOutcome(
+                text=f"Error: there is no tool named {name!r}; the tools are: "
+                f"{', '.join(self.by_name)}.",
+                error=True,
+            )
+        self.stats.calls += 1
+        self.stats.by_tool[name] = self.stats.by_tool.get(name, 0) + 1
+        outcome = await call_tool(tool, arguments, self.config.call_timeout)
+        self.stats.seconds += outcome.seconds
+        self.stats.errors += outcome.error
+        self.stats.timeouts += outcome.timed_out
+        if getattr(tool, "finished", False):  # FinishTool, or any tool that ends the episode
+            self.finished = True
+            self.answer = getattr(tool, "answer", None)
+        return outcome
+
+    def _message(self, text: str, name: str | None) -> dict:
+        text, _ = truncate_middle(text, self.config.max_result_chars)
+        return tool_message(text, name, wrap=self.presentation.wrap_responses)

@@ -1,0 +1,119 @@
+"""How the bash tool talks to bash through a terminal: the command line it types,
+the prompt marker it waits for, and the last-resort kill of the foreground job.
+
+Kept apart from the session logic (bash.py) because this is the part that must be
+exactly right byte for byte, and is tested on its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import struct
+import termios
+
+from rollserve.sandbox.base import SandboxProcess
+from rollserve.sandbox.tools.text import HeadTail
+
+LINE_LIMIT = 4000  # bytes per line written; the kernel's canonical line holds 4095
+RS = b"\x1e"  # the marker's delimiter: a byte no ordinary output contains
+_QUOTED = [chr(b) if 0x20 <= b < 0x7F and b not in (0x27, 0x5C) else f"\\x{b:02x}" for b in range(256)]
+_QUOTED[0x0A], _QUOTED[0x27], _QUOTED[0x5C] = "\\n", "\\'", "\\\\"
+
+
+def quote_command(command: str, seq: int) -> bytes:
+    """The input line(s) that run ``command`` as command number ``seq``."""
+    data = command.encode("utf-8", "surrogateescape")
+    quoted = "".join(_QUOTED[b] for b in data)
+    if len(quoted) + 40 <= LINE_LIMIT:
+        return f"__rs_seq={seq}; eval $'{quoted}'\n".encode()
+    # Chunk the raw bytes (a chunk quotes to at most 4x its size) so no escape is
+    # split; the group runs only when its closing line arrives.
+    step = (LINE_LIMIT - 40) // 4
+    parts = ["".join(_QUOTED[b] for b in data[i:i + step]) for i in range(0, len(data), step)]
+    lines = [f"{{ __rs_seq={seq}; __rs_cmd=''"] + [f"__rs_cmd+=$'{p}'" for p in parts]
+    lines.append('eval "$__rs_cmd"; }')
+    return ("\n".join(lines) + "\n").encode()
+
+
+def init_line(nonce: str, seq: int, cwd_command: str = "") -> bytes:
+    """What turns a fresh interactive bash into one we can drive.
+
+    The marker comes from PROMPT_COMMAND, run afresh before every prompt; PS1 is
+    expanded too early on some error paths (after an eval syntax error it shows the
+    old seq). Set here, not through env: a nested shell must not print our marker.
+    PROMPT_COMMAND is read-only: an rc file or tool that rewrote it would hang every
+    later call until its timeout.
+    """
+    return (
+        f"stty -echo -onlcr 2>/dev/null; __rs_seq={seq}; PS1=''; PS2=''; PS0=''; "
+        f"PROMPT_COMMAND='printf \"\\036{nonce}:%s:%s\\036\" \"$__rs_seq\" \"$?\"'; "
+        "readonly PROMPT_COMMAND; unset HISTFILE MAILCHECK; set +H +o history; "
+        f"{cwd_command}true\n"
+    ).encode()
+
+
+class MarkerScanner:
+    """Splits the terminal's byte stream into command output and prompt markers.
+
+    Bytes are held back only from a trailing RS on (a marker may be cut in two by
+    the read that delivered it), so output reaches ``expect`` checks at once.
+    """
+
+    def __init__(self, nonce: str):
+        self.marker = re.compile(RS + nonce.encode() + rb":(\d*):(\d+)" + RS)
+        self.pending = bytearray()  # read, not yet attributed
+
+    def scan(self, seq: int, sink: HeadTail, recent: bytearray) -> int | None:
+        """Move output into ``sink``; the exit code if command ``seq``'s marker came.
+        Markers of earlier commands (a late C-c's prompt) are dropped."""
+        pending = self.pending
+        while (match := self.marker.search(pending)) is not None:
+            found, code, start, end = match.group(1), int(match.group(2)), match.start(), match.end()
+            if found == str(seq).encode():
+                self.commit(sink, recent, start)
+                del pending[: end - start]
+                return code
+            del pending[start:end]
+        cut = pending.rfind(RS, max(0, len(pending) - 48))
+        self.commit(sink, recent, cut if cut >= 0 else len(pending))
+        return None
+
+    def commit(self, sink: HeadTail, recent: bytearray, upto: int | None = None) -> None:
+        """Move the first ``upto`` pending bytes (all by default) into the output."""
+        upto = len(self.pending) if upto is None else upto
+        if upto <= 0:
+            return
+        data = bytes(self.pending[:upto])
+        del self.pending[:upto]
+        sink.append(data)
+        recent += data
+        if len(recent) > 8192:
+            del recent[:-8192]
+
+
+def signal_foreground(process: SandboxProcess, signum: int) -> bool:
+    """Signal the foreground process group of ``process``'s terminal, unless it is the
+    shell's own (a builtin loop: C-c handles that, and killing it would kill the shell).
+
+    Uses the runtime's ``signal_foreground`` when it has one; else, for a host PTY
+    whose master we hold, asks the kernel: ``tcgetpgrp`` and ``TIOCGSID`` on the
+    master answer for the terminal, with ids as seen from the host.
+    """
+    method = getattr(process, "signal_foreground", None)
+    if method is not None:
+        return bool(method(signum))
+    fd = getattr(process, "_out_fd", None) if getattr(process, "pty", False) else None
+    if fd is None:
+        return False
+    try:
+        foreground = os.tcgetpgrp(fd)
+        tiocgsid = getattr(termios, "TIOCGSID", 0x5429)  # Linux's value; Python lacks the name
+        session = struct.unpack("i", fcntl.ioctl(fd, tiocgsid, b"\0\0\0\0"))[0]
+        if foreground <= 0 or foreground == session:
+            return False
+        os.killpg(foreground, signum)
+        return True
+    except OSError:
+        return False
