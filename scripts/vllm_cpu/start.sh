@@ -143,6 +143,8 @@ if [ ! -f "$MODEL/model.safetensors" ] || [ ! -f "$MODEL/tokenizer.json" ]; then
 fi
 
 # --- 3. the server ---------------------------------------------------------------------
+# VLLM_SERVER_DEV_MODE=1 serves /pause and /resume (rollserve can forward a weight-update
+# pause to them); --enable-scale-out serves the token-only /inference/v1/generate.
 # setsid: the server and its engine process get a process group of their own, so
 # stop.sh can end all of them, and nothing of ours (or CI's) is in that group.
 # All output goes to the log, never to our stdout: a caller reading our stdout through
@@ -154,9 +156,10 @@ HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
 OMP_NUM_THREADS=${ROLLSERVE_VLLM_THREADS:-2} VLLM_CACHE_ROOT="$VLLM_HOME/cache" \
 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+VLLM_SERVER_DEV_MODE=1 \
   setsid "$VENV/bin/python" "$HERE/serve.py" serve "$MODEL" \
     --served-model-name smollm2 --host 127.0.0.1 --port "$PORT" \
-    --dtype float32 --max-model-len 2048 --enforce-eager \
+    --dtype float32 --max-model-len 2048 --enforce-eager --enable-scale-out \
     > "$LOG" 2>&1 < /dev/null &
 pid=$!
 echo "$pid" > "$PID_FILE"

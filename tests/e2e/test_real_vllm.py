@@ -12,6 +12,7 @@ Skipped unless ROLLSERVE_VLLM_URL points at one; scripts/vllm_cpu/start.sh start
     ROLLSERVE_VLLM_URL=http://127.0.0.1:8011 pytest -m vllm
 """
 
+import difflib
 import os
 
 import httpx
@@ -92,6 +93,12 @@ async def _vllm_prompt_logprobs(vllm: httpx.AsyncClient, model: str, ids: list[i
     return [None] + [entry[str(token)]["logprob"] for entry, token in zip(per_position[1:], ids[1:])]
 
 
+async def _vllm_tokenize(vllm: httpx.AsyncClient, messages: list[dict]) -> list[int]:
+    r = await vllm.post("/tokenize", json={"messages": messages, "add_generation_prompt": False})
+    assert r.status_code == 200, r.text
+    return r.json()["tokens"]
+
+
 async def test_rollouts_carry_exactly_what_vllm_sampled(api):
     (backend,) = (await api.get("/v1/llm/backends")).json()["backends"]
     assert backend["kind"] == "vllm"
@@ -109,7 +116,14 @@ async def test_rollouts_carry_exactly_what_vllm_sampled(api):
             ids, mask, logprobs = tokens["input_ids"], tokens["loss_mask"], tokens["logprobs"]
             assert len(ids) == len(mask) == len(logprobs)
             fidelity = trajectory["fidelity"]
-            assert fidelity["mismatches"] == 0 and fidelity["append_only"], fidelity
+            assert fidelity["append_only"] and fidelity["template_checked"], fidelity
+            # Template-side tokens agree with vLLM's own chat template: every token
+            # that differs from vLLM's /tokenize of the conversation is one the policy
+            # sampled (a non-canonical split at temperature 1.0 is kept as sampled).
+            served = await _vllm_tokenize(vllm, trajectory["messages"])
+            for tag, i1, i2, _, _ in difflib.SequenceMatcher(a=ids, b=served, autojunk=False).get_opcodes():
+                if tag in ("replace", "delete"):
+                    assert all(mask[i1:i2]), (tag, i1, i2, ids[i1:i2])
 
             # The turns tile the sequence: prompt delta, then the sampled ids (mask 1).
             position = 0

@@ -9,6 +9,7 @@ sequence stays append-only and the fidelity check reports the mismatch.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from rollserve.llm.tokenizer import ChatTokenizer
@@ -87,14 +88,23 @@ class PromptBuilder:
         return self.tok.encode(suffix + rendered_full[len(rendered_base):])
 
     def check(self, messages: list[dict], sequence: list[int]) -> Fidelity:
-        """Compare the append-only sequence with a full render of the conversation."""
+        """Compare the append-only sequence with a full render of the conversation.
+
+        ``mismatches`` counts the tokens of ``sequence`` that a re-render would not
+        produce, aligned with a diff: a sampled, non-canonical split ("hel"+"lo"
+        where the tokenizer writes "hello") counts its own tokens only, not every
+        position after it. Tokens the template would add after the last turn (its
+        closing glue) are not mismatches.
+        """
         expected = self.tok.encode(self._render(messages, gen=False))
+        first = next((i for i, (a, b) in enumerate(zip(sequence, expected)) if a != b), None)
+        if first is None and len(sequence) > len(expected):
+            first = len(expected)
         mismatches = 0
-        first = None
-        for i, token in enumerate(sequence):
-            if i >= len(expected) or expected[i] != token:
-                mismatches += 1
-                first = i if first is None else first
+        if first is not None:  # diff only the differing tails (the common case is none)
+            matcher = difflib.SequenceMatcher(a=sequence[first:], b=expected[first:], autojunk=False)
+            matched = sum(block.size for block in matcher.get_matching_blocks())
+            mismatches = len(sequence) - first - matched
         self.fidelity.template_checked = True
         self.fidelity.mismatches = mismatches
         self.fidelity.first_mismatch = first
