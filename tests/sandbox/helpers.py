@@ -24,8 +24,21 @@ def make_runtime(name: str, state_dir, **config):
     return BubblewrapRuntime(state_dir=state_dir)
 
 
+def _is_multiprocessing_helper(process: psutil.Process) -> bool:
+    """multiprocessing's forkserver and resource tracker: started once by the first
+    test that uses a process pool (the scoring pool) and kept for the whole test
+    session by design; they are not sandbox processes."""
+    try:
+        return "from multiprocessing." in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
 def our_descendants() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
+    """Every process this test process started that is still around, except
+    multiprocessing's session-long helpers."""
+    return [p for p in psutil.Process().children(recursive=True)
+            if not _is_multiprocessing_helper(p)]
 
 
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:

@@ -9,6 +9,7 @@ import time
 import psutil
 
 from rollserve.sandbox.process import CappedOutput, HostProcess, exit_status, run_command
+from tests.sandbox.helpers import our_descendants
 
 
 def test_capped_output_keeps_head_and_tail():
@@ -42,7 +43,7 @@ async def test_run_command_timeout_kills_the_whole_group():
     result = await run_command(["bash", "-c", "sleep 60 & sleep 60; echo never"], 0.3)
     assert result.timed_out and result.exit_code is None and not result.ok
     assert time.monotonic() - started < 3
-    assert not [p for p in psutil.Process().children(recursive=True) if "sleep" in p.name()]
+    assert not [p for p in our_descendants() if "sleep" in p.name()]
 
 
 async def test_background_process_does_not_hold_a_one_shot_command():
@@ -108,5 +109,4 @@ async def test_cancelled_collect_kills_the_process():
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await asyncio.sleep(0.1)
-    assert not [p for p in psutil.Process().children(recursive=True)
-                if p.status() != psutil.STATUS_ZOMBIE]
+    assert not [p for p in our_descendants() if p.status() != psutil.STATUS_ZOMBIE]
