@@ -40,7 +40,29 @@ class AgentError(RolloutError):
 
 
 class LLMError(InfraError):
-    """An inference backend failed (connection, 5xx, malformed reply)."""
+    """An inference backend failed (connection, 5xx, timeout, malformed reply).
+
+    ``status``: the HTTP status when the server answered one; ``backend``: which
+    backend failed; ``attempts``: how many tries the call made in all (the router
+    sets it); ``retryable``: whether another try (on another backend) may succeed.
+    Connection errors, 5xx, 429 and timeouts are; a 4xx or a reply we cannot trust
+    is not.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        backend: str | None = None,
+        attempts: int = 1,
+        retryable: bool = True,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.backend = backend
+        self.attempts = attempts
+        self.retryable = retryable
 
 
 class NoBackendError(InfraError):

@@ -25,17 +25,40 @@ def test_dict_spec():
 
 def test_bad_specs_name_the_field():
     with pytest.raises(ValueError, match="kind"):
-        backend_from_spec({"kind": "sglang", "url": "http://h:1"})
+        backend_from_spec({"kind": "tgi", "url": "http://h:1"})
     with pytest.raises(ValueError, match="kind"):
         backend_from_spec("tgi=http://h:1")
     with pytest.raises(ValueError, match="url"):
         backend_from_spec({"kind": "vllm"})
+    with pytest.raises(ValueError, match="url"):
+        backend_from_spec({"kind": "sglang"})
     with pytest.raises(ValueError, match="url"):
         backend_from_spec("vllm=localhost:8000")
     with pytest.raises(ValidationError, match="colour"):
         BackendSpec.model_validate({"kind": "vllm", "url": "http://h:1", "colour": "red"})
     with pytest.raises(ValueError, match="spec"):
         parse_backend_spec("localhost")
+
+
+def test_every_server_kind_from_strings_and_dicts():
+    from rollserve.llm.llamacpp_server import LlamaCppServerBackend
+    from rollserve.llm.openai_chat import OpenAIChatBackend
+    from rollserve.llm.sglang import SGLangBackend
+
+    expected = {"sglang": SGLangBackend, "llamacpp": LlamaCppServerBackend,
+                "openai_chat": OpenAIChatBackend, "vllm": VLLMBackend}
+    for kind, cls in expected.items():
+        backend = backend_from_spec(f"{kind}=http://h:9/")
+        assert type(backend) is cls and backend.url == "http://h:9"
+        assert backend.name == f"{kind}@h:9" and backend.describe()["kind"] == kind
+        assert backend.trainable is (kind != "openai_chat")
+    chat = backend_from_spec({"kind": "openai_chat", "url": "https://api.example.com/v1",
+                              "model": "gpt-x", "weight": 2})
+    assert chat.url == "https://api.example.com" and chat.weight == 2.0
+    vllm = backend_from_spec({"kind": "vllm", "url": "http://h:1", "endpoint": "auto"})
+    assert vllm.endpoint == "auto"
+    with pytest.raises(ValidationError, match="endpoint"):
+        BackendSpec.model_validate({"kind": "vllm", "url": "http://h:1", "endpoint": "grpc"})
 
 
 def test_embedded_string():

@@ -6,7 +6,8 @@ import pytest
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import Generation, SamplingParams
-from rollserve.llm.router import Router
+from rollserve.llm.deadline import call_deadline
+from rollserve.llm.router import Router, RouterConfig
 from rollserve.llm.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
@@ -119,7 +120,7 @@ async def test_the_callers_deadline_bounds_the_wait():
             await router.session().generate([1], SAMPLING)
 
 
-async def test_llm_error_is_retried_once_on_another_backend():
+async def test_llm_error_is_retried_on_another_backend():
     router = Router()
     broken = StubBackend("broken", failures=10)
     router.add(broken)
@@ -157,3 +158,110 @@ async def test_retry_across_real_servers(tok, chat_prompt):
         assert gen.output_ids == other.calls[-1].output_ids
         await router.remove("one")
         await router.remove("two")
+
+
+# --- the least-load policy, retries and deadlines -------------------------------------------
+class TimedBackend(StubBackend):
+    """Answers after ``latency`` seconds, ``capacity`` at a time (a server's batch)."""
+
+    def __init__(self, name, latency, capacity=1):
+        super().__init__(name)
+        self.latency = latency
+        self.slots = asyncio.Semaphore(capacity)
+
+    async def generate(self, prompt_ids, sampling):
+        self.calls += 1
+        async with self.slots:
+            await asyncio.sleep(self.latency)
+        return Generation([7, 2], [-0.5, -0.1], "stop")
+
+
+async def test_least_load_learns_which_backend_is_slow():
+    router = Router()
+    fast, slow = TimedBackend("fast", 0.01), TimedBackend("slow", 0.04)
+    router.add(fast)
+    router.add(slow)
+    # Everyone is equal before any measurement: the first wave splits evenly.
+    await asyncio.gather(*[router.session(f"w{i}").generate([1], SAMPLING) for i in range(8)])
+    assert fast.calls == slow.calls == 4
+    states = {s.name: s for s in router.states()}
+    assert states["slow"].unit_cost > 2 * states["fast"].unit_cost
+    # With speeds known, a burst of new trajectories fills the slow one to a quarter depth.
+    await asyncio.gather(*[router.session(f"b{i}").generate([1], SAMPLING) for i in range(20)])
+    assert fast.calls - 4 >= 2.5 * (slow.calls - 4)
+
+
+async def test_a_pinned_trajectory_leaves_a_backend_with_a_queue():
+    router = Router()
+    gate = asyncio.Event()
+    a, b = StubBackend("a", gate), StubBackend("b")
+    router.add(a)
+    session = router.session("t")
+    first = asyncio.create_task(session.generate([1], SAMPLING))
+    await asyncio.sleep(0)
+    assert session.backend == "a"
+    blockers = [asyncio.create_task(router.session(f"q{i}").generate([1], SAMPLING)) for i in range(6)]
+    await asyncio.sleep(0)
+    router.add(b)  # idle, while "a" has 7 requests queued
+    gen = await asyncio.wait_for(session.generate([1], SAMPLING), 1)
+    assert gen.backend == "b" and session.backend == "b" and router.counters["moves"] == 1
+    gate.set()
+    await asyncio.gather(first, *blockers)
+    # Balanced again: it stays where its prefix is cached.
+    assert (await session.generate([1], SAMPLING)).backend == "b"
+
+
+async def test_retries_back_off_and_count_attempts():
+    router = Router(config=RouterConfig(max_attempts=3, retry_backoff=0.02))
+    flaky = StubBackend("flaky", failures=2)
+    router.add(flaky)
+    started = asyncio.get_running_loop().time()
+    gen = await router.session().generate([1], SAMPLING)
+    assert gen.backend == "flaky" and flaky.calls == 3
+    assert asyncio.get_running_loop().time() - started >= 0.02 + 0.04
+    flaky.failures = 5
+    with pytest.raises(LLMError, match="gave up after 3 tries") as info:
+        await router.session().generate([1], SAMPLING)
+    assert info.value.attempts == 3 and info.value.backend == "flaky"
+    assert router.counters["retries"] == 4 and router.counters["failed"] == 1
+
+
+async def test_a_bad_request_is_not_retried():
+    router = Router()
+
+    class Rejecting(StubBackend):
+        async def generate(self, prompt_ids, sampling):
+            self.calls += 1
+            raise LLMError("HTTP 400: too long", status=400, backend=self.name, retryable=False)
+
+    bad, good = Rejecting("bad"), StubBackend("good")
+    router.add(bad)
+    session = router.session()
+    with pytest.raises(LLMError, match="400") as info:
+        await session.generate([1], SAMPLING)
+    router.add(good)
+    assert bad.calls == 1 and info.value.attempts == 1 and good.calls == 0
+
+
+async def test_retries_stop_at_the_calls_deadline():
+    router = Router(config=RouterConfig(max_attempts=50, retry_backoff=0.05, retry_backoff_max=0.05))
+    router.add(StubBackend("down", failures=1000))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with call_deadline(started + 0.3):
+        with pytest.raises(LLMError) as info:
+            await router.session().generate([1], SAMPLING)
+    elapsed = loop.time() - started
+    assert elapsed < 0.3 and 3 <= info.value.attempts < 50
+
+
+async def test_each_generation_carries_the_version_it_was_sent_under():
+    router = Router(policy_version=1)
+    gate = asyncio.Event()
+    router.add(StubBackend("a", gate))
+    task = asyncio.create_task(router.session().generate([1], SAMPLING))
+    await asyncio.sleep(0)
+    router.policy_version = 2  # (a resume without a pause: the request already left)
+    gate.set()
+    assert (await task).policy_version == 1
+    assert (await router.session().generate([1], SAMPLING)).policy_version == 2

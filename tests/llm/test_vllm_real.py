@@ -4,6 +4,7 @@ Skipped unless ROLLSERVE_VLLM_URL points at one (shared/REAL_VLLM.md says how to
 run vLLM 0.32 on a CPU machine): ROLLSERVE_VLLM_URL=http://127.0.0.1:8000 pytest -m vllm
 """
 
+import asyncio
 import os
 
 import aiohttp
@@ -12,7 +13,7 @@ import pytest
 from rollserve.agent.loop import LoopStats, Step, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.router import Router
+from rollserve.llm.router import Router, RouterConfig
 from rollserve.llm.vllm import VLLMBackend
 
 URL = os.environ.get("ROLLSERVE_VLLM_URL")
@@ -96,3 +97,39 @@ async def test_two_turn_episode_is_append_only(tok):
         assert trajectory.input_ids[position:end] == turn.output_ids
         assert trajectory.logprobs[position:end] == turn.logprobs
         position = end
+
+
+# Run the server with --enable-scale-out and VLLM_SERVER_DEV_MODE=1 for the two below;
+# on a plain server the first checks the fallback and the second skips.
+async def test_tokens_only_generate_agrees_with_completions(chat_prompt):
+    prompt = chat_prompt("Count from one to five.")
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+    auto, plain = VLLMBackend(URL, endpoint="auto"), VLLMBackend(URL)
+    via_auto = await auto.generate(prompt, greedy)
+    via_completions = await plain.generate(prompt, greedy)
+    await auto.close()
+    await plain.close()
+    assert auto.endpoint in ("generate", "completions")  # "completions": no tokens-only API
+    assert via_auto.output_ids == via_completions.output_ids
+    assert via_auto.logprobs == pytest.approx(via_completions.logprobs, abs=1e-4)
+
+
+async def test_a_forwarded_abort_pause_resends_after_resume(chat_prompt):
+    async with aiohttp.ClientSession() as client:
+        async with client.get(URL + "/is_paused") as resp:
+            if resp.status != 200:
+                pytest.skip("the server is not in dev mode (VLLM_SERVER_DEV_MODE=1)")
+    router = Router(policy_version=1, config=RouterConfig(forward_pause=True))
+    router.add(VLLMBackend(URL, name="real"))
+    prompt = chat_prompt("Write a long story about a lighthouse keeper.")
+    call = asyncio.create_task(router.session().generate(
+        prompt, SamplingParams(temperature=0.0, max_tokens=24, stop_token_ids=[])))
+    await asyncio.sleep(1.0)  # a few tokens in
+    report = await router.pause("abort")
+    assert report["forwarded"] == {"real": "ok"} and report["in_flight"] == 0
+    resumed = await router.resume(policy_version=2)
+    assert resumed["forwarded"] == {"real": "ok"}
+    gen = await asyncio.wait_for(call, 60)
+    await router.stop()
+    assert gen.policy_version == 2 and len(gen.output_ids) == 24  # sent again, in full
+    assert router.counters["aborted_by_pause"] == 1

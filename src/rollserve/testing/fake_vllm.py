@@ -1,10 +1,12 @@
 """A scripted, vLLM-compatible HTTP server: test handlers and benchmarks without a GPU.
 
-It speaks the subset of vLLM's OpenAI server that rollserve uses (token-id prompts on
+It speaks the subset of vLLM 0.32's server that rollserve uses: token-id prompts on
 ``/v1/completions`` with ``return_token_ids`` and ``logprobs``, ``/tokenize``,
-``/v1/models``, ``/health``) and answers with scripted replies, tokenized with a real
-chat tokenizer. Every call is recorded (prompt ids, sampled ids, logprobs), so a test
-can prove that what reached the trainer is exactly what was "sampled".
+``/detokenize``, ``/v1/models``, ``/health``, ``/v1/chat/completions`` (message
+level), and, when asked for, the tokens-only ``/inference/v1/generate``
+(``generate_endpoint=True``, as ``--enable-scale-out``) and the dev-mode ``/pause``
+``/resume`` ``/is_paused`` (``dev_mode=True``, as ``VLLM_SERVER_DEV_MODE=1``).
+Replies are scripted and tokenized with a real chat tokenizer; every call is recorded.
 
     async with FakeVLLM(tokenizer, replies=["4", "done"], latency=0.01) as server:
         backend = VLLMBackend(server.url)
@@ -21,255 +23,224 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
-import itertools
-import threading
 import time
-from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
+import uuid
 
 from aiohttp import web
 
 from rollserve.llm.tokenizer import ChatTokenizer
-from rollserve.testing.load_meter import LoadMeter
-from rollserve.testing.vllm_wire import (
-    completion_body,
-    error_response,
+from rollserve.testing.fake_server import (
+    FakeServer,
+    LatencyFn,
+    RecordedCall,
+    ReplyFn,
     fake_logprob,
-    fake_logprobs,
-    json_body,
-    parse_prompt,
+    read_json,
 )
+from rollserve.testing.vllm_wire import completion_body, error_response, parse_prompt
 
 __all__ = ["FakeVLLM", "RecordedCall", "fake_logprob", "main"]
 
-ReplyFn = Callable[[list[int], str], "str | Awaitable[str]"]
-LatencyFn = Callable[[list[int], list[int]], float]
 
-
-@dataclass
-class RecordedCall:
-    """One ``/v1/completions`` request and what the server answered."""
-
-    index: int
-    request: dict
-    prompt_ids: list[int]
-    output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    status: int | None = None
-    failure: str | None = None  # "error" | "hang" | "close" when scripted to fail
-    received_at: float = 0.0
-    started_at: float | None = None  # got a slot
-    finished_at: float | None = None
-
-
-class FakeVLLM:
+class FakeVLLM(FakeServer):
     """A scripted vLLM look-alike; see the module docstring.
 
-    tokenizer: a ChatTokenizer or a source for ``ChatTokenizer.load``.
-    replies: text cycled call by call, or ``fn(prompt_ids, prompt_text) -> str``
-        (may be async). A reply is tokenized, cut at max_tokens (finish "length"),
-        else ends with eos (finish "stop").
-    latency: seconds a call holds its slot, or ``fn(prompt_ids, output_ids) -> s``.
-    capacity: concurrent slots (None: unlimited); later calls queue.
     return_token_ids_supported: False imitates a server that ignores
         ``return_token_ids`` (ids only as "token_id:N" strings).
     """
 
+    thread_name = "fake-vllm"
+
     def __init__(
         self,
         tokenizer: ChatTokenizer | str = "smollm2",
-        replies: str | Sequence[str] | ReplyFn = ("OK",),
-        latency: float | LatencyFn = 0.0,
+        replies: "str | list[str] | tuple[str, ...] | ReplyFn" = ("OK",),
+        latency: "float | LatencyFn" = 0.0,
         model: str = "fake-model",
         capacity: int | None = None,
         max_model_len: int = 32768,
         return_token_ids_supported: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
+        generate_endpoint: bool = False,
+        dev_mode: bool = False,
     ):
-        self.tok = ChatTokenizer.load(tokenizer) if isinstance(tokenizer, str) else tokenizer
-        if isinstance(replies, str):
-            replies = [replies]
-        if not callable(replies) and not replies:
-            raise ValueError("replies: give at least one reply (or a callable)")
-        self.replies = replies
-        self.latency = latency
-        self.model = model
-        self.capacity = capacity
-        self.max_model_len = max_model_len
+        super().__init__(tokenizer, replies, latency, model, capacity, max_model_len, host, port)
         self.return_token_ids_supported = return_token_ids_supported
-        self.host = host
-        self.port = port
-        self.calls: list[RecordedCall] = []
-        self.queued = 0
-        self._reply_cycle = itertools.count()
-        self._failures: list[tuple[str, int]] = []  # (mode, status) for the next calls
-        self._meter = LoadMeter()
-        self._slots: asyncio.Semaphore | None = None
-        self._stopping: asyncio.Event | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._thread_loop: asyncio.AbstractEventLoop | None = None
+        self.generate_endpoint = generate_endpoint
+        self.dev_mode = dev_mode
 
-    # --- lifecycle -------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    async def start(self) -> "FakeVLLM":
-        self._slots = asyncio.Semaphore(self.capacity) if self.capacity else None
-        self._stopping = asyncio.Event()
-        app = web.Application(client_max_size=256 * 1024**2)
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/tokenize", self._tokenize)
-        # A short shutdown timeout: "hanging" handlers are released by close() anyway.
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=4096)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-        self._meter.reset()
-        return self
-
-    async def close(self) -> None:
-        """Stop a server started with ``start()`` / ``async with``."""
-        if self._stopping is not None:
-            self._stopping.set()  # releases "hanging" handlers
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> "FakeVLLM":
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def start_in_thread(self, timeout: float = 30.0) -> "FakeVLLM":
-        """Run the server on its own event loop in a daemon thread (for sync code)."""
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def serve_forever() -> None:
-            loop = asyncio.new_event_loop()
-            self._thread_loop = loop
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # report start-up failures to the caller
-                errors.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self.close())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve_forever, name="fake-vllm", daemon=True)
-        self._thread.start()
-        if not ready.wait(timeout):
-            raise RuntimeError("fake vLLM server did not start in time")
-        if errors:
-            self._thread = None
-            raise errors[0]
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop a server started with ``start_in_thread()``."""
-        if self._thread is None or self._thread_loop is None:
-            raise RuntimeError("not running in a thread; use 'await server.close()'")
-        self._thread_loop.call_soon_threadsafe(self._thread_loop.stop)
-        self._thread.join(timeout)
-        self._thread = None
-        self._thread_loop = None
-
-    def __enter__(self) -> "FakeVLLM":
-        return self.start_in_thread()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # --- scripting failures and reading results --------------------------------
-    def fail_next(self, count: int = 1, mode: str = "error", status: int = 500) -> None:
-        """Make the next ``count`` completion calls fail.
-
-        mode ``error``: answer ``status`` with a vLLM-style error body;
-        ``hang``: never answer (until the server stops or the client gives up);
-        ``close``: drop the connection without an answer.
-        """
-        if mode not in ("error", "hang", "close"):
-            raise ValueError(f"mode: expected error, hang or close, got {mode!r}")
-        self._failures.extend([(mode, status)] * count)
-
-    def stats(self) -> dict:
-        """Load figures since start (or ``reset_stats``), for benchmarks."""
-        snap = self._meter.snapshot()
-        wall = snap["wall_seconds"] or 1e-9
-        snap["requests"] = len(self.calls)
-        snap["queued"] = self.queued
-        snap["capacity"] = self.capacity
-        snap["busy_fraction"] = snap["busy_seconds"] / wall
-        snap["utilization"] = (
-            snap["slot_seconds"] / (wall * self.capacity) if self.capacity else None
-        )
-        return snap
-
-    def reset_stats(self) -> None:
-        """Start a new measuring window (requests in flight stay counted)."""
-        self._meter.reset(in_flight=self._meter.in_flight)
+        app.router.add_post("/detokenize", self._detokenize)
+        if self.generate_endpoint:
+            app.router.add_post("/inference/v1/generate", self._generate)
+        if self.dev_mode:
+            app.router.add_post("/pause", self._pause)
+            app.router.add_post("/resume", self._resume)
+            app.router.add_get("/is_paused", self._is_paused)
 
     # --- routes ----------------------------------------------------------------
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     async def _models(self, request: web.Request) -> web.Response:
-        card = {
-            "id": self.model,
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": "vllm",
-            "root": self.model,
-            "parent": None,
-            "max_model_len": self.max_model_len,
-        }
+        card = {"id": self.model, "object": "model", "created": int(time.time()),
+                "owned_by": "vllm", "root": self.model, "parent": None,
+                "max_model_len": self.max_model_len}
         return web.json_response({"object": "list", "data": [card]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
-        body = await json_body(request)
+        body = await read_json(request, error_response)
         if isinstance(body, web.Response):
             return body
         if "messages" in body:
-            text = self.tok.render(
-                body["messages"],
-                add_generation_prompt=body.get("add_generation_prompt", True),
-                tools=body.get("tools"),
-            )
+            text = self.tok.render(body["messages"],
+                                   add_generation_prompt=body.get("add_generation_prompt", True),
+                                   tools=body.get("tools"))
         elif isinstance(body.get("prompt"), str):
             text = body["prompt"]
         else:
             return error_response(400, "give 'prompt' (a string) or 'messages'")
         tokens = self.tok.encode(text)
-        return web.json_response(
-            {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens,
-             "token_strs": None}
-        )
+        return web.json_response({"count": len(tokens), "max_model_len": self.max_model_len,
+                                  "tokens": tokens, "token_strs": None})
 
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        body = await json_body(request)
+    async def _detokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``/detokenize``: ``{"tokens": [...]}`` in, ``{"prompt": text}`` out
+        (special tokens kept)."""
+        body = await read_json(request, error_response)
         if isinstance(body, web.Response):
             return body
-        call = RecordedCall(
-            index=len(self.calls), request=body, prompt_ids=[], received_at=time.perf_counter()
-        )
-        self.calls.append(call)
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(type(t) is int and t >= 0 for t in tokens):
+            return error_response(400, "tokens: expected a list of token ids")
+        return web.json_response({"prompt": self.tok.decode(tokens)})
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await read_json(request, error_response)
+        if isinstance(body, web.Response):
+            return body
+        call = self.record("/v1/completions", body)
         prompt_ids = parse_prompt(body.get("prompt"), self.tok)
-        max_tokens = body.get("max_tokens") or 16  # vLLM's default for completions
         if prompt_ids is None:
             return self._reject(call, "prompt: expected a string, a list of token ids, or [[ids]]")
+        max_tokens = body.get("max_tokens") or 16  # vLLM's default for completions
+        checked = await self._admit(request, call, prompt_ids, max_tokens)
+        if checked is not None:
+            return checked
+        sampled = await self.run(call, prompt_ids, max_tokens, set(body.get("stop_token_ids") or ()),
+                                 bool(body.get("ignore_eos")), body.get("seed"))
+        return web.json_response(completion_body(
+            self.tok, body, self.model, prompt_ids, sampled.output_ids, sampled.logprobs,
+            sampled.finish, sampled.stop_token,
+            return_token_ids_supported=self.return_token_ids_supported,
+        ))
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        """``/inference/v1/generate``, output_mode "tokens" (vLLM 0.32's shape)."""
+        body = await read_json(request, error_response)
+        if isinstance(body, web.Response):
+            return body
+        call = self.record("/inference/v1/generate", body)
+        prompt_ids = body.get("token_ids")
+        params = body.get("sampling_params")
+        if not (isinstance(prompt_ids, list) and prompt_ids
+                and all(type(t) is int and t >= 0 for t in prompt_ids)):
+            return self._reject(call, "token_ids: expected a non-empty list of token ids")
+        if not isinstance(params, dict):
+            return self._reject(call, "sampling_params: field required")
+        max_tokens = params.get("max_tokens") or 16
+        checked = await self._admit(request, call, prompt_ids, max_tokens)
+        if checked is not None:
+            return checked
+        sampled = await self.run(call, prompt_ids, max_tokens,
+                                 set(params.get("stop_token_ids") or ()),
+                                 bool(params.get("ignore_eos")), params.get("seed"))
+        logprobs = None
+        if params.get("logprobs") is not None:
+            logprobs = {"content": [
+                {"token_id": t, "logprob": lp, "rank": 1,
+                 "top_logprobs": [{"token_id": t, "logprob": lp, "rank": 1}]}
+                for t, lp in zip(sampled.output_ids, sampled.logprobs)]}
+        n = len(sampled.output_ids)
+        choice = {"index": 0, "finish_reason": sampled.finish, "stop_reason": sampled.stop_token,
+                  "token_ids": sampled.output_ids, "routed_experts": None, "sampling_mask": None,
+                  "weight_versions": [{"version": "default", "start": 0, "end": n}] if n else None,
+                  "logprobs": logprobs}
+        return web.json_response({
+            "request_id": body.get("request_id") or uuid.uuid4().hex,
+            "model": body.get("model") or self.model, "created": int(time.time()),
+            "usage": {"prompt_tokens": len(prompt_ids), "total_tokens":
+                      len(prompt_ids) + len(sampled.output_ids),
+                      "completion_tokens": len(sampled.output_ids),
+                      "prompt_tokens_details": None, "completion_tokens_details": None},
+            "prompt_logprobs": None, "prompt_token_id_logprobs": None,
+            "prompt_token_ids": prompt_ids if body.get("return_token_ids") else None,
+            "mm_placeholders": None, "metrics": None, "kv_transfer_params": None,
+            "ec_transfer_params": None, "output_mode": "tokens", "choices": [choice],
+        })
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/chat/completions``: the messages rendered with the chat template."""
+        body = await read_json(request, error_response)
+        if isinstance(body, web.Response):
+            return body
+        call = self.record("/v1/chat/completions", body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return self._reject(call, "messages: expected a non-empty list")
+        prompt_ids = self.tok.encode(self.tok.render(messages, add_generation_prompt=True,
+                                                     tools=body.get("tools")))
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
+        checked = await self._admit(request, call, prompt_ids, max_tokens)
+        if checked is not None:
+            return checked
+        sampled = await self.run(call, prompt_ids, max_tokens, set(), False, body.get("seed"))
+        text_ids = sampled.output_ids[:-1] if sampled.finish == "stop" else sampled.output_ids
+        message = {"role": "assistant", "content": self.tok.decode(text_ids, True),
+                   "refusal": None, "annotations": None, "audio": None, "function_call": None,
+                   "tool_calls": [], "reasoning": None}
+        return web.json_response({
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+            "created": int(time.time()), "model": body.get("model") or self.model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": sampled.finish, "stop_reason": None,
+                         "token_ids": None}],
+            "service_tier": None, "system_fingerprint": None, "prompt_logprobs": None,
+            "prompt_token_ids": None, "kv_transfer_params": None,
+            "usage": {"prompt_tokens": len(prompt_ids),
+                      "total_tokens": len(prompt_ids) + len(sampled.output_ids),
+                      "completion_tokens": len(sampled.output_ids),
+                      "prompt_tokens_details": None},
+        })
+
+    async def _pause(self, request: web.Request) -> web.Response:
+        mode = request.query.get("mode", "abort")
+        if mode not in ("abort", "wait", "keep"):
+            return web.json_response({"error": f"invalid mode {mode!r}"}, status=400)
+        self.pause("abort" if mode == "abort" else mode)
+        return web.json_response({"status": "paused"})
+
+    async def _resume(self, request: web.Request) -> web.Response:
+        self.resume()
+        return web.json_response({"status": "resumed"})
+
+    async def _is_paused(self, request: web.Request) -> web.Response:
+        return web.json_response({"is_paused": self.paused})
+
+    # --- helpers -----------------------------------------------------------------
+    def _reject(self, call: RecordedCall, message: str) -> web.Response:
+        call.status, call.finished_at = 400, time.perf_counter()
+        return error_response(400, message)
+
+    async def _admit(self, request: web.Request, call: RecordedCall, prompt_ids: list[int],
+                     max_tokens: int) -> web.StreamResponse | None:
+        """A 400 for a prompt that does not fit, a scripted failure, or None to go on."""
         call.prompt_ids = prompt_ids
         if len(prompt_ids) + max_tokens > self.max_model_len:
             return self._reject(
@@ -278,74 +249,11 @@ class FakeVLLM:
                 f"However, you requested {len(prompt_ids) + max_tokens} tokens "
                 f"({len(prompt_ids)} in the messages, {max_tokens} in the completion).",
             )
-        if self._failures:
-            call.failure, status = self._failures.pop(0)
-            return await self._fail(request, call, status)
-
-        self.queued += 1
-        try:
-            if self._slots is not None:
-                await self._slots.acquire()
-        finally:
-            self.queued -= 1
-        self._meter.enter()
-        call.started_at = time.perf_counter()
-        try:
-            output_ids, finish, stop_reason = await self._sample(prompt_ids, body, max_tokens)
-            delay = self.latency(prompt_ids, output_ids) if callable(self.latency) else self.latency
-            if delay > 0:
-                await asyncio.sleep(delay)
-        finally:
-            self._meter.leave()
-            if self._slots is not None:
-                self._slots.release()
-        logprobs = fake_logprobs(prompt_ids, len(output_ids), body.get("seed"))
-        call.output_ids, call.logprobs, call.finish_reason = output_ids, logprobs, finish
-        call.status, call.finished_at = 200, time.perf_counter()
-        return web.json_response(completion_body(
-            self.tok, body, self.model, prompt_ids, output_ids, logprobs, finish, stop_reason,
-            return_token_ids_supported=self.return_token_ids_supported,
-        ))
-
-    # --- helpers -----------------------------------------------------------------
-    def _reject(self, call: RecordedCall, message: str) -> web.Response:
-        call.status, call.finished_at = 400, time.perf_counter()
-        return error_response(400, message)
-
-    async def _sample(
-        self, prompt_ids: list[int], body: dict, max_tokens: int
-    ) -> tuple[list[int], str, int | None]:
-        """The scripted reply as ids: cut at a stop token, at max_tokens, or + eos."""
-        if callable(self.replies):
-            text = self.replies(prompt_ids, self.tok.decode(prompt_ids))
-            if inspect.isawaitable(text):
-                text = await text
-        else:
-            text = self.replies[next(self._reply_cycle) % len(self.replies)]
-        ids = self.tok.encode(text)
-        eos = self.tok.eos_token_id
-        stops = set(body.get("stop_token_ids") or ())
-        if not body.get("ignore_eos"):
-            stops.add(eos)
-        for i, token in enumerate(ids[:max_tokens]):
-            if token in stops:  # a reply may itself contain a stop token
-                return ids[: i + 1], "stop", (None if token == eos else token)
-        if len(ids) >= max_tokens:
-            return ids[:max_tokens], "length", None
-        return ids + [eos], "stop", None
-
-    async def _fail(self, request: web.Request, call: RecordedCall, status: int) -> web.StreamResponse:
-        call.finished_at = time.perf_counter()
-        if call.failure == "error":
-            call.status = status
-            return error_response(status, "scripted failure", kind="InternalServerError")
-        if call.failure == "hang":
-            assert self._stopping is not None
-            await self._stopping.wait()
-        # "close" (and a hang released by close): drop the connection, answer nothing.
-        if request.transport is not None:
-            request.transport.close()
-        raise asyncio.CancelledError()
+        status = self.take_failure(call)
+        if status is not None:
+            return await self.fail(request, call, status,
+                                   lambda s, m: error_response(s, m, kind="InternalServerError"))
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,38 +5,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import struct
 import time
 import uuid
-from typing import Any, Sequence
+from typing import Any
 
 from aiohttp import web
 
 from rollserve.llm.tokenizer import ChatTokenizer
-
-
-def fake_logprob(prompt_ids: Sequence[int], position: int, seed: int | None = None) -> float:
-    """The logprob FakeVLLM reports for output position ``position`` after ``prompt_ids``.
-
-    Deterministic (a hash of the prompt, the position and the seed), negative, and
-    exactly representable through JSON, so tests can compare floats with ``==``.
-    """
-    return fake_logprobs(prompt_ids, position + 1, seed)[position]
-
-
-def fake_logprobs(prompt_ids: Sequence[int], count: int, seed: int | None = None) -> list[float]:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(struct.pack(f"<{len(prompt_ids)}q", *prompt_ids))
-    h.update(b"seed:" + str(seed).encode())
-    digest = h.digest()
-    out = []
-    for pos in range(count):
-        raw = hashlib.blake2b(digest + pos.to_bytes(8, "little"), digest_size=8).digest()
-        unit = int.from_bytes(raw, "little") / 2**64  # [0, 1)
-        out.append(-round(0.001 + 6.0 * unit, 6))  # in (-6.001, -0.001]
-    return out
 
 
 def parse_prompt(prompt: Any, tok: ChatTokenizer) -> list[int] | None:
@@ -116,14 +92,3 @@ def error_response(status: int, message: str, kind: str = "BadRequestError") -> 
         {"error": {"message": message, "type": kind, "param": None, "code": status}},
         status=status,
     )
-
-
-async def json_body(request: web.Request) -> dict | web.Response:
-    """The request's JSON object, or the 400 answer to send instead."""
-    try:
-        body = await request.json()
-    except ValueError:
-        return error_response(400, "the body is not valid JSON")
-    if not isinstance(body, dict):
-        return error_response(400, "the body must be a JSON object")
-    return body

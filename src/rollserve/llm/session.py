@@ -1,0 +1,39 @@
+"""A trajectory's handle on the router (implements ``agent.loop.LLMSession``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rollserve.llm.base import ChatReply, Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from rollserve.llm.router import Router
+
+
+class RouterSession:
+    """Sticky: pinned to one backend at its first call, moved only by the router."""
+
+    def __init__(self, router: "Router", key: str = ""):
+        self.router = router
+        self.key = key
+        self.backend: str | None = None  # the pinned backend's name
+
+    @property
+    def policy_version(self) -> int | None:
+        """The router's current version (each generation also carries its own stamp)."""
+        return self.router.policy_version
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        return await self.router.generate(self, prompt_ids, sampling)
+
+    async def chat(self, messages: list[dict], sampling: SamplingParams,
+                   tools: list[dict] | None = None) -> ChatReply:
+        return await self.router.chat(self, messages, sampling, tools=tools)
+
+    async def message_level(self) -> bool:
+        """True if this trajectory runs on a message-level (not trainable) backend."""
+        return await self.router.choose_kind(self) == "messages"
+
+    def close(self) -> None:
+        """The trajectory is over: it no longer counts as pinned anywhere."""
+        self.router.unpin(self)
