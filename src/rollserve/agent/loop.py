@@ -2,20 +2,34 @@
 
 A handler supplies an ``AgentEnv`` (opening messages, and what happens after each
 reply); the loop owns the token bookkeeping so every handler gets exact tokens.
+
+Length: a turn may sample at most what is left of ``max_context_tokens``; the
+episode ends with ``context_exhausted`` before a prompt would reach the limit (the
+new messages that would not fit are not appended). A turn cut by its token limit
+keeps ``finish_reason: "length"``.
+
+On a message-level backend (an API model: ``llm.message_level()`` is true) the
+loop runs the same episode on messages only: no token ids, and the trajectory is
+marked not trainable.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollserve.agent.tool_calls import format_tool_call
 from rollserve.agent.trajectory import Trajectory
-from rollserve.llm.base import Generation, SamplingParams
-from rollserve.llm.chat import PromptBuilder
+from rollserve.llm.base import ChatReply, Generation, SamplingParams
+from rollserve.llm.chat import Fidelity, prompt_builder
 from rollserve.llm.tokenizer import ChatTokenizer
+
+if TYPE_CHECKING:
+    from rollserve.llm.backend_tokenizer import BackendTokenizer
 
 
 class AgentLimits(BaseModel):
@@ -62,7 +76,7 @@ class LoopStats:
 async def run_agent_loop(
     env: AgentEnv,
     llm: LLMSession,
-    tokenizer: ChatTokenizer,
+    tokenizer: "ChatTokenizer | BackendTokenizer",
     sampling: SamplingParams,
     max_turns: int,
     max_context_tokens: int,
@@ -71,14 +85,22 @@ async def run_agent_loop(
 ) -> Trajectory:
     """Drive ``env`` with the policy until it is done or a limit ends the episode.
 
+    ``tokenizer``: a local ``ChatTokenizer``, or the serving backend's
+    (``BackendTokenizer``: prompts are rendered over HTTP, never blocking the loop).
+
     ``trajectory`` is filled in place, so a cancelled or timed-out loop still leaves
     every token sampled so far in it.
     """
-    builder = PromptBuilder(tokenizer, tools=env.tools)
+    message_level = getattr(llm, "message_level", None)
+    if message_level is not None and await message_level():
+        return await _run_chat_loop(env, llm, sampling, max_turns, max_context_tokens,
+                                    trajectory, stats)
+    builder = prompt_builder(tokenizer, tools=env.tools)
     trajectory.fidelity = builder.fidelity
+    trajectory.tools = _tool_schemas(env)
     messages = list(env.initial_messages())
     trajectory.messages = messages
-    trajectory.add_prompt(builder.first(messages))
+    trajectory.add_prompt(await builder.afirst(messages))
     ended_by = "max_turns"
     for turn_index in range(max_turns):
         budget = max_context_tokens - len(trajectory.input_ids)
@@ -91,8 +113,8 @@ async def run_agent_loop(
         started = time.perf_counter()
         gen = await llm.generate(list(trajectory.input_ids), turn_sampling)
         stats.llm_seconds += time.perf_counter() - started
-        trajectory.add_generation(gen, policy_version=llm.policy_version)
-        reply = builder.assistant_content(gen.output_ids, gen.finish_reason)
+        trajectory.add_generation(gen, policy_version=_version(gen, llm))
+        reply = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
         messages.append({"role": "assistant", "content": reply})
 
         started = time.perf_counter()
@@ -106,9 +128,103 @@ async def run_agent_loop(
         if gen.finish_reason == "length" and len(trajectory.input_ids) >= max_context_tokens:
             ended_by = "context_exhausted"
             break
-        delta = builder.delta(messages, step.messages, trajectory.input_ids)
+        delta = await builder.adelta(messages, step.messages, trajectory.input_ids)
+        if len(trajectory.input_ids) + len(delta) >= max_context_tokens:
+            ended_by = "context_exhausted"  # no room left to sample after these messages
+            break
         messages.extend(step.messages)
         trajectory.add_prompt(delta)
     trajectory.ended_by = ended_by
-    builder.check(messages, trajectory.input_ids)
+    await builder.acheck(messages, trajectory.input_ids)
     return trajectory
+
+
+def _tool_schemas(env: AgentEnv) -> list[dict] | None:
+    """The tools the agent was offered (ChatCompletion shape), for the result."""
+    return getattr(env, "tool_schemas", None) or env.tools
+
+
+def _version(reply: Generation | ChatReply, llm: LLMSession) -> int | None:
+    """The policy version that produced ``reply``: its own stamp (the router's, taken
+    when the request was sent), else the session's current one."""
+    return reply.policy_version if reply.policy_version is not None else llm.policy_version
+
+
+async def _run_chat_loop(
+    env: AgentEnv,
+    llm: LLMSession,
+    sampling: SamplingParams,
+    max_turns: int,
+    max_context_tokens: int,
+    trajectory: Trajectory,
+    stats: LoopStats,
+) -> Trajectory:
+    """The episode on a message-level backend: messages in and out, no token ids."""
+    trajectory.trainable = False
+    trajectory.fidelity = Fidelity(append_only=False)
+    trajectory.tools = _tool_schemas(env)
+    messages = list(env.initial_messages())
+    trajectory.messages = messages
+    ended_by = "max_turns"
+    for turn_index in range(max_turns):
+        started = time.perf_counter()
+        reply: ChatReply = await llm.chat(list(messages), sampling, tools=env.tools)  # type: ignore[attr-defined]
+        stats.llm_seconds += time.perf_counter() - started
+        trajectory.add_generation(Generation([], [], reply.finish_reason, backend=reply.backend),
+                                  policy_version=_version(reply, llm))
+        assistant: dict = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            assistant["tool_calls"] = reply.tool_calls
+        messages.append(assistant)
+
+        started = time.perf_counter()
+        step = await env.step(reply.content + _tool_calls_as_text(
+            reply.tool_calls, getattr(env, "tool_format", "hermes")))
+        stats.env_seconds += time.perf_counter() - started
+        if step.done:
+            ended_by = step.reason
+            break
+        if turn_index == max_turns - 1:
+            break
+        usage = reply.usage or {}
+        used = usage.get("total_tokens") or (
+            (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0))
+        if used >= max_context_tokens:
+            ended_by = "context_exhausted"
+            break
+        messages.extend(_answer_tool_calls(step.messages, reply.tool_calls))
+    trajectory.ended_by = ended_by
+    return trajectory
+
+
+def _tool_calls_as_text(tool_calls: list[dict], fmt: str = "hermes") -> str:
+    """Structured tool calls of a chat API, written the way a token-level policy writes
+    them (``fmt``: the environment's tool format), so the same environment reads both."""
+    parts = []
+    for call in tool_calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # the environment reports the malformed call to the model
+        if fmt != "hermes" and isinstance(arguments, dict):
+            parts.append("\n" + format_tool_call(function.get("name") or "", arguments, fmt))
+            continue
+        parts.append("\n<tool_call>\n" + json.dumps({"name": function.get("name"),
+                                                    "arguments": arguments}) + "\n</tool_call>")
+    return "".join(parts)
+
+
+def _answer_tool_calls(new: list[dict], tool_calls: list[dict]) -> list[dict]:
+    """Tool results as a chat API wants them: each with the id of the call it answers."""
+    ids = iter([c.get("id") for c in tool_calls if c.get("id")])
+    out = []
+    for message in new:
+        if message.get("role") == "tool" and "tool_call_id" not in message:
+            call_id = next(ids, None)
+            if call_id is not None:
+                message = {**message, "tool_call_id": call_id}
+        out.append(message)
+    return out

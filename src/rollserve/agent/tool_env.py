@@ -1,10 +1,14 @@
 """ToolEnv: the AgentEnv of a tool-using episode, generic over its tools and task.
 
-Each assistant reply is parsed for ``<tool_call>`` blocks; the calls run in order
-(each bounded by ``call_timeout``), and their results go back as ``tool`` messages.
-The episode ends when a finish tool is called, or, if so configured, when a reply
-calls no tool. Malformed calls, unknown tools and tool errors are the agent's
-failures: the model is told, and they are counted for the result's stats.
+Each assistant reply is parsed for tool calls in the configured format
+(``tool_format``: Hermes ``<tool_call>`` blocks, plain JSON calls, or one fenced
+```` ```bash ```` block; see ``agent.tool_calls``); the calls run in order (each
+bounded by ``call_timeout``), and their results go back as ``tool`` messages. The
+episode ends when a finish tool is called (with ``bash_block``: when a command's
+output starts with the submit marker, which calls the finish tool, if any, with the
+rest of the output), or, if so configured, when a reply calls no tool. Malformed
+calls, unknown tools and tool errors are the agent's failures: the model is told,
+and they are counted for the result's stats.
 """
 
 from __future__ import annotations
@@ -15,7 +19,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.agent.loop import Step
-from rollserve.agent.tool_calls import MalformedCall, parse_tool_calls, present_tools, tool_message
+from rollserve.agent.tool_calls import (
+    MalformedCall,
+    ParsedReply,
+    ToolFormat,
+    parse_tool_calls,
+    present_tools,
+    submitted_output,
+    template_tools,
+    tool_message,
+)
 from rollserve.agent.tools import Tool, ToolOutcome, call_tool, tool_name
 from rollserve.llm.tokenizer import ChatTokenizer
 from rollserve.sandbox.tools.text import truncate_middle
@@ -24,6 +37,13 @@ NUDGE = (
     "Your reply did not call a tool. Call one of the tools with a <tool_call> block, "
     "or call finish when you are done."
 )
+NUDGES: dict[str, str] = {
+    "hermes": NUDGE,
+    "json": "Your reply did not call a tool. Call one of the tools with a JSON object "
+            '{"name": ..., "arguments": {...}}, or call finish when you are done.',
+    "bash_block": "Your reply had no bash code block. Reply with exactly one ```bash block, "
+                  "or submit when you are done.",
+}
 
 
 class ToolEnvConfig(BaseModel):
@@ -36,7 +56,11 @@ class ToolEnvConfig(BaseModel):
     on_no_call: Literal["nudge", "end"] = Field(
         "nudge", description="a reply without a tool call: remind the model, or end the episode"
     )
-    nudge_message: str = NUDGE
+    nudge_message: str | None = Field(
+        None, description="what a reply without a call is told (default: per tool_format)")
+    tool_format: ToolFormat = Field(
+        "hermes", description="how the model calls tools: hermes (<tool_call> blocks), json "
+        "(JSON function calls), bash_block (one ```bash block per reply: the bash tool)")
     tools_in: Literal["auto", "template", "prompt"] = Field(
         "auto", description="present the schemas through the chat template's tools (or a "
         "chat API's), in the system prompt, or auto: the template if it renders them")
@@ -79,10 +103,17 @@ class ToolEnv:
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique, got {names}")
         self.config = config or ToolEnvConfig()
+        self.tool_format: ToolFormat = self.config.tool_format
         self.by_name: dict[str, Tool] = dict(zip(names, tools))
         self.task = task
+        shown = [t.schema for t in tools]
+        if self.tool_format == "bash_block":
+            if "bash" not in self.by_name:
+                raise ValueError("tool_format bash_block needs a tool named 'bash'")
+            shown = [self.by_name["bash"].schema]  # the only tool a bash block can call
+        self.tool_schemas: list[dict] = template_tools(shown)  # ChatCompletion shape
         self.presentation = present_tools(
-            [t.schema for t in tools], system_prompt, tokenizer, self.config.tools_in)
+            shown, system_prompt, tokenizer, self.config.tools_in, self.tool_format)
         # What run_agent_loop hands the chat template: None when the section is in
         # the system prompt already (the template cannot render it).
         self.tools: list[dict] | None = self.presentation.template_tools
@@ -96,13 +127,18 @@ class ToolEnv:
             {"role": "user", "content": self.task},
         ]
 
+    def parse(self, reply: str) -> ParsedReply:
+        """The calls ``reply`` makes, in this episode's tool format."""
+        return parse_tool_calls(reply, self.tool_format)
+
     async def step(self, reply: str) -> Step:
-        parsed = parse_tool_calls(reply)
+        parsed = self.parse(reply)
         if not parsed.has_calls:
             self.stats.no_call_replies += 1
             if self.config.on_no_call == "end":
                 return Step(done=True, reason="no_tool_call")
-            return Step(messages=[{"role": "user", "content": self.config.nudge_message}])
+            nudge = self.config.nudge_message or NUDGES[self.tool_format]
+            return Step(messages=[{"role": "user", "content": nudge}])
 
         messages: list[dict] = []
         limit = self.config.max_calls_per_turn
@@ -120,9 +156,23 @@ class ToolEnv:
                 continue
             outcome = await self._run(item.name, item.arguments)
             messages.append(self._message(outcome.text, item.name))
+            if self.tool_format == "bash_block" and not outcome.error:
+                submission = submitted_output(outcome.text)
+                if submission is not None:
+                    await self._submit(submission)
             if self.finished:
                 return Step(messages=messages, done=True, reason="finished")
         return Step(messages=messages)
+
+    async def _submit(self, output: str) -> None:
+        """``bash_block``'s submit marker: the finish tool, if any, takes the output
+        (its ``collect`` may compute the real submission, e.g. a patch)."""
+        finish = next((t for t in self.by_name.values() if hasattr(t, "finished")), None)
+        if finish is not None:
+            parameter = getattr(finish, "parameter", None)
+            await self._run(tool_name(finish), {parameter: output} if parameter else {})
+        if not self.finished:  # no finish tool (or it refused): the output is the answer
+            self.finished, self.answer = True, output
 
     async def _run(self, name: str, arguments: dict) -> ToolOutcome:
         tool = self.by_name.get(name)

@@ -33,6 +33,7 @@ class Trajectory:
     fidelity: Fidelity = field(default_factory=Fidelity)
     trainable: bool = True
     ended_by: str | None = None  # finished | max_turns | context_exhausted | ...
+    tools: list[dict] | None = None  # the tools the agent was offered (ChatCompletion shape)
     _pending_prompt: list[int] = field(default_factory=list)
 
     def add_prompt(self, ids: list[int]) -> None:
@@ -65,6 +66,16 @@ class Trajectory:
     def output_tokens(self) -> int:
         return sum(len(t.output_ids) for t in self.turns)
 
+    @property
+    def policy_versions(self) -> list[int]:
+        """The distinct policy versions that produced this trajectory's turns."""
+        return sorted({t.policy_version for t in self.turns if t.policy_version is not None})
+
+    @property
+    def truncated_turns(self) -> int:
+        """Turns cut by their token limit (finish_reason "length")."""
+        return sum(1 for t in self.turns if t.finish_reason == "length")
+
     def to_dict(self) -> dict:
         return {
             "messages": self.messages,
@@ -75,6 +86,8 @@ class Trajectory:
                 "logprobs": self.logprobs,
             },
             "fidelity": self.fidelity.to_dict(),
+            "policy_versions": self.policy_versions,
             "trainable": self.trainable,
             "ended_by": self.ended_by,
+            "tools": self.tools,
         }

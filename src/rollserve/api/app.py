@@ -12,6 +12,8 @@ from fastapi.responses import JSONResponse
 
 from rollserve import __version__
 from rollserve.api.metrics import router as metrics_router
+from rollserve.api.prorl import ProRLCompat, ProRLConfig
+from rollserve.api.prorl import router as prorl_router
 from rollserve.api.routes_llm import router as llm_router
 from rollserve.api.routes_rollouts import router as rollouts_router
 from rollserve.engine.submit import SubmitError
@@ -29,7 +31,9 @@ def _field_name(loc: tuple | list) -> str:
     return out or "body"
 
 
-def create_app(service: Service, manage_lifecycle: bool = True) -> FastAPI:
+def create_app(service: Service, manage_lifecycle: bool = True,
+               prorl: ProRLConfig | None = None) -> FastAPI:
+    """The app; ``prorl`` also serves ProRL Agent's routes (``api.prorl``)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if manage_lifecycle:
@@ -59,6 +63,9 @@ def create_app(service: Service, manage_lifecycle: bool = True) -> FastAPI:
     app.include_router(rollouts_router, dependencies=[Depends(require_token)])
     app.include_router(llm_router, dependencies=[Depends(require_token)])
     app.include_router(metrics_router, dependencies=[Depends(require_token)])
+    if prorl is not None:
+        app.state.prorl = ProRLCompat(prorl)
+        app.include_router(prorl_router, dependencies=[Depends(require_token)])
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict:

@@ -36,9 +36,29 @@ class ServiceCollector:
         yield busy_seconds
         outstanding = GaugeMetricFamily("rollserve_llm_outstanding", "LLM requests in flight",
                                         labels=["backend"])
+        healthy = GaugeMetricFamily("rollserve_llm_healthy", "1 if the backend takes new requests",
+                                    labels=["backend"])
         for backend in self.service.router.list():
             outstanding.add_metric([backend["name"]], backend.get("outstanding", 0))
+            healthy.add_metric([backend["name"]],
+                               float(backend.get("healthy", True) and not backend.get("draining")))
         yield outstanding
+        yield healthy
+        llm = self.service.router.status()
+        yield GaugeMetricFamily("rollserve_llm_paused", "1 while generation is paused",
+                                value=float(llm["paused"]))
+        if llm["policy_version"] is not None:
+            yield GaugeMetricFamily("rollserve_llm_policy_version", "policy version of new turns",
+                                    value=llm["policy_version"])
+        calls = CounterMetricFamily("rollserve_llm_calls", "router calls by outcome", labels=["kind"])
+        for kind in ("calls", "retries", "aborted_by_pause", "failed", "moves"):
+            calls.add_metric([kind], llm[kind])
+        yield calls
+        trajectories = CounterMetricFamily("rollserve_trajectories", "over finished rollouts",
+                                           labels=["what"])
+        for what, count in status.get("trajectories", {}).items():
+            trajectories.add_metric([what], count)
+        yield trajectories
 
 
 @router.get("/metrics")

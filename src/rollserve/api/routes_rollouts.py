@@ -184,7 +184,9 @@ async def status(request: Request) -> dict:
     return {
         **service.engine.status(),
         "backends": service.router.list(),
+        "llm": service.router.status(),
         "handlers": service.handlers.names(),
         "recovered_at_start": service.recovered,
+        "sandboxes": service.sandbox_status(),
     }
 

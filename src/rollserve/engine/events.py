@@ -42,7 +42,8 @@ class EventBus:
     async def wait_change(self, timeout: float) -> bool:
         """Wait until the next event (True) or the timeout (False)."""
         try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel on 3.11
+                await self._changed.wait()
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False

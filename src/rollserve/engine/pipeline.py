@@ -23,6 +23,7 @@ from rollserve.engine.store import Store
 from rollserve.errors import RolloutError
 from rollserve.handlers.base import AgentHandler, HandlerContext
 from rollserve.handlers.registry import HandlerRegistry
+from rollserve.llm.deadline import call_deadline
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,9 @@ class EngineConfig(BaseModel):
     on_restart: str = Field("requeue", pattern="^(requeue|interrupt)$")
     max_attempts: int = Field(3, ge=1, description="runs of one rollout across restarts")
     retention_s: float = Field(7 * 86_400, gt=0)
+    max_staleness: int | None = Field(
+        None, ge=0, description="flag a rollout whose turns span more policy versions than this")
+    mask_stale: bool = Field(False, description="mask (do not train on) flagged stale rollouts")
 
 
 class Engine:
@@ -65,6 +69,9 @@ class Engine:
         self._finished: dict[str, asyncio.Event] = {}
         self._completions: deque[float] = deque(maxlen=100_000)  # finish times
         self.counters: dict[str, int] = {}
+        # Over finished rollouts: token-fidelity mismatches, turns cut by max_tokens, stale.
+        self.trajectory_counters = {"fidelity_mismatches": 0, "rollouts_with_mismatches": 0,
+                                    "truncated_turns": 0, "stale": 0, "not_trainable": 0}
         self.reserved = 0  # admitted by a submit still writing to the store
         self.last_seq = 0  # the newest result's cursor position
         self.started_at = time.time()
@@ -138,6 +145,8 @@ class Engine:
         return Rollout(
             spec=spec,
             attempt=attempt,
+            max_staleness=self.config.max_staleness,
+            mask_stale=self.config.mask_stale,
             max_turns=spec.agent.max_turns or d.max_turns,
             max_context_tokens=spec.agent.max_context_tokens or d.max_context_tokens,
             timeouts=Timeouts(
@@ -176,6 +185,7 @@ class Engine:
         stage = "queue"
         try:
             async with asyncio.timeout(r.timeouts.total) as deadline:
+                r.deadline = deadline.when()
                 try:
                     for stage in STAGES:
                         await self._run_stage(r, handler, stage)
@@ -226,7 +236,9 @@ class Engine:
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(limit) as stage_deadline:
-                    await self._stage_body(r, handler, stage)
+                    # LLM calls see the earlier of the stage's and the rollout's deadlines.
+                    with call_deadline(r.deadline), call_deadline(stage_deadline.when()):
+                        await self._stage_body(r, handler, stage)
             except TimeoutError:
                 if stage_deadline.expired():
                     raise _StageTimeout(f"{stage} stage exceeded its timeout of {limit:g}s")
@@ -261,6 +273,12 @@ class Engine:
         seq = await asyncio.shield(self.store.finish(r.id, r.status, result))
         self.last_seq = max(self.last_seq, seq)
         self.counters[r.status] = self.counters.get(r.status, 0) + 1
+        traj, tc = r.trajectory, self.trajectory_counters
+        tc["fidelity_mismatches"] += traj.fidelity.mismatches
+        tc["rollouts_with_mismatches"] += traj.fidelity.mismatches > 0
+        tc["truncated_turns"] += traj.truncated_turns
+        tc["stale"] += r.stale
+        tc["not_trainable"] += not traj.trainable
         self._completions.append(time.monotonic())
         self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask)
         event = self._finished.get(r.id)
@@ -304,6 +322,7 @@ class Engine:
             "stages": {name: pool.snapshot() for name, pool in self.pools.items()},
             "live": live_by_status,
             "finished": dict(self.counters),  # since this server started
+            "trajectories": dict(self.trajectory_counters),  # over those finished rollouts
             "last_seq": self.last_seq,
             "throughput_per_s": round(self.throughput(60.0), 4),
         }

@@ -73,6 +73,9 @@ class Rollout:
     attempt: int = 1
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
+    deadline: float | None = None  # loop time by which the whole rollout must end
+    max_staleness: int | None = None  # turns may span at most this many policy versions
+    mask_stale: bool = False  # mask a rollout whose turns span more
 
     @property
     def id(self) -> str:
@@ -83,9 +86,27 @@ class Rollout:
         return self.spec.instance
 
     @property
+    def stale(self) -> bool:
+        """Its turns were sampled by policy versions more than ``max_staleness`` apart."""
+        versions = self.trajectory.policy_versions
+        return (self.max_staleness is not None and len(versions) > 1
+                and versions[-1] - versions[0] > self.max_staleness)
+
+    @property
     def mask(self) -> bool:
-        """True: do not train on this (infrastructure failure, timeout, interruption)."""
-        return self.failure is not None and self.failure.kind in ("infra", "timeout")
+        """True: do not train on this (infrastructure failure, timeout, interruption,
+        or turns too stale when the server masks those)."""
+        return self.mask_reason is not None
+
+    @property
+    def mask_reason(self) -> str | None:
+        if self.failure is not None and self.failure.kind in ("infra", "timeout"):
+            return f"{self.failure.kind} failure in {self.failure.stage}: {self.failure.message}"
+        if self.mask_stale and self.stale:
+            versions = self.trajectory.policy_versions
+            return (f"stale: turns sampled by policy versions {versions[0]}..{versions[-1]} "
+                    f"(max_staleness {self.max_staleness})")
+        return None
 
     def add_time(self, key: str, seconds: float) -> None:
         self.timing[key] = round(self.timing.get(key, 0.0) + seconds, 6)
@@ -104,12 +125,15 @@ class Rollout:
             "evaluation": self.evaluation,
             "failure": self.failure.to_dict() if self.failure else None,
             "mask": self.mask,
+            "mask_reason": self.mask_reason,
+            "stale": self.stale,
             "trajectory": traj.to_dict(),
             "timing": dict(self.timing),
             "stats": {
                 "turns": len(traj.turns),
                 "prompt_tokens": traj.prompt_tokens,
                 "output_tokens": traj.output_tokens,
+                "truncated_turns": traj.truncated_turns,
                 **self.stats,
             },
             "attempt": self.attempt,

@@ -1,0 +1,323 @@
+"""The ProRL-compatible API: NeMo Gym's prorl_agent client, replayed call for call,
+and ProRL Agent Server's status codes (503 / 504 / 400) and job control.
+
+The replay follows NVIDIA-NeMo/Gym responses_api_agents/prorl_agent: run_prorl.py's
+``initialize_prorl_server`` (POST /start, a 400 meaning "already running", then POST
+/add_llm_server {"address": "<model server>/v1"}) and ``call_prorl_process`` (POST
+/process {"instance", "sampling_params", "job_id"}, ``raise_for_status``), then the
+fields app.py's ``_run_with_prorl`` and ``convert_prorl_messages_to_output_items`` read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import httpx
+import pytest
+
+from rollserve.api.app import create_app
+from rollserve.api.prorl import NO_LLM_SERVER, NOT_RUNNING, STOPPED, ProRLConfig, prorl_result
+from rollserve.engine.pipeline import EngineConfig
+from rollserve.server import ServerConfig, Service
+from rollserve.testing import FakeVLLM
+
+INSTANCE = {"instance_id": "math-2plus2", "trajectory_id": 0, "data_source": "math",
+            "question": "What is 2 + 2?", "answer": "4"}
+# What _run_with_prorl sends: temperature, top_p and max_output_tokens, when set.
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 48}
+
+
+@pytest.fixture
+async def prorl_api(tmp_path):
+    made = []
+
+    async def make(config: ProRLConfig | None = None, backends=()):
+        service = Service(ServerConfig(state_dir=tmp_path / f"s{len(made)}", backends=list(backends),
+                                       engine=EngineConfig()))
+        await service.start()
+        app = create_app(service, manage_lifecycle=False, prorl=config or ProRLConfig())
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                   base_url="http://prorl", timeout=30)
+        made.append((service, client))
+        return service, client
+
+    yield make
+    for service, client in made:
+        await client.aclose()
+        await service.stop()
+
+
+async def initialize_prorl_server(client, model_endpoint: str) -> None:
+    """The client's start-up: /start (a 400 is fine: already running), /add_llm_server."""
+    r = await client.post("/start")
+    if r.status_code != 400:
+        r.raise_for_status()
+    r = await client.post("/add_llm_server", json={"address": model_endpoint})
+    r.raise_for_status()
+
+
+async def call_prorl_process(client, instance, sampling_params, job_id=None) -> dict:
+    body = {"instance": instance, "sampling_params": sampling_params}
+    if job_id is not None:
+        body["job_id"] = job_id
+    r = await client.post("/process", json=body)
+    r.raise_for_status()
+    return r.json()
+
+
+def read_like_nemo_gym(result: dict) -> dict:
+    """Every field _run_with_prorl and convert_prorl_messages_to_output_items read, with
+    the same defaults, checked for the types they assume."""
+    messages = result.get("messages") or []
+    tools_raw = result.get("tools") or []
+    assert isinstance(messages, list) and isinstance(tools_raw, list)
+    assistants = []
+    for item in messages:
+        role = item.get("role", "")
+        content = item.get("content", "") or ""
+        assert role in ("system", "user", "developer", "assistant", "tool")
+        assert isinstance(content, str)
+        if role == "assistant":
+            for call in item.get("tool_calls") or []:
+                assert isinstance(call.get("name", ""), str)
+                assert isinstance(call.get("arguments", ""), (str, dict))
+            assistants.append({
+                "text": content,
+                "generation_token_ids": item.get("token_ids") or [],
+                "prompt_token_ids": item.get("input_ids") or [],
+                "generation_log_probs": item.get("logprobs") or [],
+            })
+    return {
+        "assistants": assistants,
+        "resolved": bool(result.get("resolved", False)),
+        "success": bool(result.get("success", False)),
+        "patch_exists": bool(result.get("git_patch")),
+        "critical_error": result.get("critical_error"),
+        "end_properly": result.get("end_properly", True),
+        "filter": result.get("filter", False),
+        "error": result.get("error"),
+    }
+
+
+# --- the replay -------------------------------------------------------------------------
+async def test_replay_nemo_gym_prorl_agent(prorl_api, tok):
+    replies = ["Let me think about it.", "2 + 2 = 4, so \\boxed{4}."]
+    async with FakeVLLM(tok, replies=replies, latency=0.01) as fake:
+        service, client = await prorl_api()
+        await initialize_prorl_server(client, f"{fake.url}/v1")  # the model's OpenAI base URL
+        await initialize_prorl_server(client, f"{fake.url}/v1")  # a restarted client: idempotent
+        assert len(service.router.list()) == 1 and service.router.list()[0]["url"] == fake.url
+
+        result = await call_prorl_process(client, INSTANCE, dict(SAMPLING, max_iterations=3),
+                                          job_id=INSTANCE["instance_id"])
+        seen = read_like_nemo_gym(result)
+
+    assert seen["resolved"] and seen["success"] and not seen["filter"]
+    assert seen["critical_error"] is None and seen["error"] is None and seen["end_properly"]
+    assert not seen["patch_exists"] and result["git_patch"] is None
+    assert result["instance_id"] == "math-2plus2" and result["trajectory_id"] == 0
+    assert result["finish"] is True and result["reward"] == 1.0 and result["tools"] == []
+    assert set(result["timing"]) == {"init_time", "run_time", "eval_time", "others_time",
+                                     "counted_elapsed", "timeout_triggered"}
+    assert result["timing"]["run_time"] > 0 and result["timing"]["timeout_triggered"] is False
+    assert [m["role"] for m in result["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    # Each assistant message: exactly what vLLM sampled, and the prompt it sampled from.
+    assert len(seen["assistants"]) == len(fake.calls) == 2
+    for message, call in zip(seen["assistants"], fake.calls):
+        assert message["generation_token_ids"] == call.output_ids
+        assert message["generation_log_probs"] == call.logprobs
+        assert message["prompt_token_ids"] == call.prompt_ids
+        assert call.request["max_tokens"] <= 48 and call.request["temperature"] == 1.0
+    assert seen["assistants"][1]["text"] == replies[1]
+    second = seen["assistants"][1]["prompt_token_ids"]
+    assert second[: len(fake.calls[0].prompt_ids)] == fake.calls[0].prompt_ids  # append-only
+
+
+async def test_process_before_start_and_without_an_llm_server_is_503(prorl_api):
+    service, client = await prorl_api()
+    body = {"instance": INSTANCE, "sampling_params": SAMPLING}
+    r = await client.post("/process", json=body)
+    assert r.status_code == 503 and r.json() == {"detail": NOT_RUNNING}
+    for method, path in (("GET", "/status"), ("POST", "/stop")):
+        assert (await client.request(method, path)).status_code == 503
+    assert (await client.post("/cancel", json={"job_id": "x"})).status_code == 503
+    # Buffered before /start, as ProRL does; cleared again.
+    r = await client.post("/add_llm_server", json={"address": "http://127.0.0.1:9/v1"})
+    assert r.status_code == 200 and r.json()["status"].startswith("Buffered")
+    assert (await client.post("/clear_llm_server")).status_code == 200
+    assert (await client.post("/start")).json() == {"status": "Server started successfully"}
+    assert (await client.post("/start")).status_code == 400  # already running
+    r = await client.post("/process", json=body)
+    assert r.status_code == 503 and r.json() == {"detail": NO_LLM_SERVER}
+
+
+async def test_bad_input_is_400(prorl_api, fake_llm):
+    service, client = await prorl_api(backends=[fake_llm.url])
+    await client.post("/start")
+    no_source = {k: v for k, v in INSTANCE.items() if k != "data_source"}  # ProRL's default: swebench
+    r = await client.post("/process", json={"instance": no_source, "sampling_params": {}})
+    assert r.status_code == 400 and "swebench" in r.json()["detail"]
+    assert "not registered" in r.json()["detail"]
+    r = await client.post("/process", json={"instance": {**INSTANCE, "data_source": "nope"},
+                                            "sampling_params": {}})
+    assert r.status_code == 400 and "nope" in r.json()["detail"]
+    r = await client.post("/process", json={"instance": INSTANCE, "sampling_params": {"temperature": -1}})
+    assert r.status_code == 400 and "temperature" in r.json()["detail"]
+    r = await client.post("/process", json={"instance": {"data_source": "math"}, "sampling_params": {}})
+    assert r.status_code == 400 and "question" in r.json()["detail"]
+    r = await client.post("/add_llm_server", json={"address": "not a url"})
+    assert r.status_code == 400
+    assert not fake_llm.calls and not service.engine.live  # nothing was started
+
+
+async def test_a_job_past_its_wait_is_504_and_cancelled(prorl_api, tok):
+    async with FakeVLLM(tok, replies=["\\boxed{4}"], latency=5.0) as fake:
+        service, client = await prorl_api(ProRLConfig(http_timeout=0.3), backends=[fake.url])
+        await client.post("/start")
+        r = await client.post("/process", json={"instance": INSTANCE, "sampling_params": SAMPLING,
+                                                "job_id": "slow"})
+        assert r.status_code == 504 and r.json() == {"detail": "Processing timed out"}
+        for _ in range(200):
+            if not service.engine.live:
+                break
+            await asyncio.sleep(0.01)
+        assert not service.engine.live  # the rollout was cancelled, not left running
+
+
+async def test_a_timed_out_rollout_answers_critical_error_timeout(prorl_api, tok):
+    async with FakeVLLM(tok, replies=["\\boxed{4}"], latency=3.0) as fake:
+        service, client = await prorl_api(ProRLConfig(timeout=0.4), backends=[fake.url])
+        await client.post("/start")
+        result = await call_prorl_process(client, INSTANCE, SAMPLING, job_id="t")
+    assert result["critical_error"] == "timeout" and result["filter"] is True
+    assert result["resolved"] is False and result["success"] is False
+    assert result["timing"]["timeout_triggered"] is True and "deadline" in result["error"]
+
+
+async def test_cancel_status_and_stop(prorl_api, tok):
+    async with FakeVLLM(tok, replies=["\\boxed{4}"], latency=3.0) as fake:
+        service, client = await prorl_api(backends=[fake.url])
+        await client.post("/start")
+        body = {"instance": INSTANCE, "sampling_params": SAMPLING, "job_id": "group-1"}
+        # NeMo Gym uses the instance id as job_id: a GRPO group shares one.
+        group = [asyncio.create_task(client.post("/process", json=body)) for _ in range(2)]
+        while len(fake.calls) < 2:
+            await asyncio.sleep(0.01)
+        status = (await client.get("/status")).json()
+        assert status["status"] == "running" and status["pending_jobs"] == 2
+        assert status["active_run"] == 2 and status["total"] >= 2
+        assert {"init_queue", "run_queue", "eval_queue", "active_init", "active_eval"} <= set(status)
+        r = await client.post("/cancel", json={"job_id": "group-1"})
+        assert r.json() == {"status": "Cancel requested for job group-1"}
+        for answer in await asyncio.gather(*group):
+            result = answer.json()
+            assert answer.status_code == 200
+            assert result["critical_error"] == "timeout" and result["filter"] is True
+            assert "cancelled" in result["error"] and result["job_id"] == "group-1"
+
+        stopped = asyncio.create_task(client.post("/process", json={**body, "job_id": "j2"}))
+        while len(fake.calls) < 3:
+            await asyncio.sleep(0.01)
+        assert (await client.post("/stop")).json() == {"status": "Server stopped successfully"}
+        answer = await stopped
+        assert answer.status_code == 500 and answer.json() == {"detail": STOPPED}
+        assert (await client.post("/process", json=body)).status_code == 503
+        assert (await client.post("/start")).status_code == 200
+
+
+async def test_clear_llm_server_removes_every_backend(prorl_api, fake_llm):
+    service, client = await prorl_api()
+    await client.post("/start")
+    for address in (f"{fake_llm.url}/v1", fake_llm.url, f"vllm={fake_llm.url}/v1/"):
+        assert (await client.post("/add_llm_server", json={"address": address})).status_code == 200
+    assert [b["url"] for b in service.router.list()] == [fake_llm.url]
+    assert (await client.post("/clear_llm_server")).json() == {"status": "Cleared all LLM server addresses"}
+    assert service.router.list() == []
+    r = await client.post("/process", json={"instance": INSTANCE, "sampling_params": SAMPLING})
+    assert r.status_code == 503
+
+
+# --- the result mapping -------------------------------------------------------------------
+def test_tool_calls_are_flattened_and_each_turn_gets_its_prompt():
+    turns = [
+        {"prompt_ids_delta": [1, 2, 3], "output_ids": [10, 11], "logprobs": [-0.1, -0.2],
+         "finish_reason": "stop", "backend": "b", "policy_version": None},
+        {"prompt_ids_delta": [4, 5], "output_ids": [12], "logprobs": [-0.3],
+         "finish_reason": "length", "backend": "b", "policy_version": None},
+    ]
+    call = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
+    result = {
+        "id": "g-1-0", "status": "failed", "reward": 0.0, "mask": True, "mask_reason": "infra",
+        "failure": {"stage": "eval", "kind": "infra", "message": "scorer died"},
+        "evaluation": None, "timing": {"init": 0.5, "run": 2.0, "total": 3.0},
+        "trajectory": {"messages": [
+            {"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "Looking." + call},
+            {"role": "tool", "content": "a.txt", "name": "bash"},
+            {"role": "assistant", "content": "Done"}, {"role": "user", "content": "more?"}],
+            "turns": turns, "trainable": True, "ended_by": "max_turns",
+            "tools": [{"type": "function", "function": {"name": "bash"}}]},
+    }
+    out = prorl_result(result, {"instance_id": "i"}, "job")
+    first, second = [m for m in out["messages"] if m["role"] == "assistant"]
+    assert out["messages"][-1] is second  # ends with the last assistant message, as ProRL's
+    assert first["tool_calls"] == [{"name": "bash", "arguments": {"command": "ls"}}]
+    assert first["input_ids"] == [1, 2, 3] and first["token_ids"] == [10, 11]
+    assert second["input_ids"] == [1, 2, 3, 10, 11, 4, 5] and second["logprobs"] == [-0.3]
+    assert "tool_calls" not in second
+    assert out["critical_error"] == "eval" and out["filter"] and out["error"] == "scorer died"
+    assert out["end_properly"] is False  # the last turn was cut by max_tokens
+    assert out["tools"] == result["trajectory"]["tools"]
+    assert out["timing"]["others_time"] == pytest.approx(0.5)
+    assert out["timing"]["counted_elapsed"] == pytest.approx(2.5)
+    # An agent failure is trained on: no critical_error, not filtered.
+    agent = dict(result, mask=False, failure={"stage": "run", "kind": "agent", "message": "bad call"})
+    assert prorl_result(agent, {})["critical_error"] is None and not prorl_result(agent, {})["filter"]
+
+
+def test_a_message_level_trajectory_has_no_ids():
+    result = {"status": "completed", "reward": 1.0, "mask": False, "failure": None,
+              "trajectory": {"messages": [{"role": "user", "content": "u"},
+                                          {"role": "assistant", "content": "a", "tool_calls": [
+                                              {"id": "c1", "type": "function",
+                                               "function": {"name": "f", "arguments": "{}"}}]}],
+                             "turns": [{"prompt_ids_delta": [], "output_ids": [], "logprobs": []}],
+                             "trainable": False, "ended_by": "finished"}}
+    (assistant,) = [m for m in prorl_result(result, {})["messages"] if m["role"] == "assistant"]
+    assert assistant["token_ids"] is None and assistant["input_ids"] is None
+    assert assistant["tool_calls"] == [{"name": "f", "arguments": "{}"}]
+
+
+def test_serve_prorl_listens_on_8006(monkeypatch, tmp_path):
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from rollserve.cli import app
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app, **kw))
+    result = CliRunner().invoke(app, ["serve", "--prorl", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    paths = set(seen["app"].openapi()["paths"])
+    assert seen["port"] == 8006 and {"/start", "/process", "/add_llm_server"} <= paths
+    CliRunner().invoke(app, ["serve", "--state-dir", str(tmp_path)])
+    assert seen["port"] == 8000 and "/process" not in seen["app"].openapi()["paths"]
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not os.environ.get("ROLLSERVE_VLLM_URL"),
+                    reason="set ROLLSERVE_VLLM_URL to a vLLM server with SmolLM2")
+async def test_replay_against_a_real_vllm(prorl_api):
+    url = os.environ["ROLLSERVE_VLLM_URL"]
+    service, client = await prorl_api()
+    await initialize_prorl_server(client, f"{url}/v1")
+    result = await call_prorl_process(client, INSTANCE, {"temperature": 0.0, "max_output_tokens": 16,
+                                                         "max_iterations": 1}, job_id="real")
+    (assistant,) = read_like_nemo_gym(result)["assistants"]
+    assert result["critical_error"] is None and not result["filter"]
+    assert 0 < len(assistant["generation_token_ids"]) == len(assistant["generation_log_probs"]) <= 16
+    system_user = [{"role": m["role"], "content": m["content"]} for m in result["messages"][:2]]
+    async with httpx.AsyncClient(base_url=url) as vllm:  # the template side, as vLLM renders it
+        r = await vllm.post("/tokenize", json={"messages": system_user, "add_generation_prompt": True})
+    assert assistant["prompt_token_ids"] == r.json()["tokens"]

@@ -1,0 +1,35 @@
+"""The server's sandbox runtime as /v1/status shows it, and the reaper at start-up."""
+
+from __future__ import annotations
+
+import subprocess
+
+import psutil
+
+from rollserve.sandbox.owner import OwnerRecord, ProcessRef
+
+
+def dead_process() -> ProcessRef:
+    child = subprocess.Popen(["sleep", "0"])
+    started = psutil.Process(child.pid).create_time()
+    child.wait()
+    return ProcessRef(pid=child.pid, started=started)
+
+
+async def test_start_up_reaps_a_dead_servers_sandboxes_and_says_so(make_api, tmp_path):
+    state = tmp_path / "state0"  # where make_api puts its first service's state
+    leftover = tmp_path / "rollserve-bubb-dead" / "workspace"
+    leftover.mkdir(parents=True)
+    (state / "sandboxes").mkdir(parents=True)
+    record = OwnerRecord(sandbox_id="bubb-dead", runtime="bubblewrap", owner=dead_process(),
+                         folders=[str(leftover.parent)])
+    (state / "sandboxes" / "bubb-dead.json").write_text(record.model_dump_json())
+
+    service, client = await make_api()
+    status = (await client.get("/v1/status")).json()["sandboxes"]
+    assert status["reaped_at_start"] == {"sandboxes": 1, "processes_killed": 0,
+                                         "kept_live_owners": 0, "errors": []}
+    assert not leftover.parent.exists() and not (state / "sandboxes" / "bubb-dead.json").exists()
+    # The runtime is made on first use: none yet, and nothing open.
+    assert status["runtime"] == "bubblewrap" and status["ready"] is False
+    assert status["open"] == 0 and status["started"] == 0 and status["error"] is None
