@@ -21,3 +21,22 @@ def test_help_lists_the_commands():
     assert result.exit_code == 0
     for command in ("serve", "quickstart", "fake-llm"):
         assert command in result.output
+
+
+def test_serve_names_a_bad_routing_policy():
+    result = runner.invoke(app, ["serve", "--routing", "random"])
+    assert result.exit_code == 2 and "--routing" in result.output and "least_load" in result.output
+
+
+def test_serve_names_a_bad_sandbox_runtime():
+    result = runner.invoke(app, ["serve", "--sandbox-runtime", "chroot"])
+    assert result.exit_code == 2 and "--sandbox-runtime" in result.output
+    assert "bubblewrap" in result.output
+
+
+def test_serve_names_bad_sandbox_options():
+    result = runner.invoke(app, ["serve", "--sandbox-options", '{"readonly_path": ["/opt"]}'])
+    assert result.exit_code == 2 and "--sandbox-options" in result.output
+    assert "readonly_path" in result.output
+    result = runner.invoke(app, ["serve", "--sandbox-options", "[1]"])
+    assert result.exit_code == 2 and "JSON object" in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from pathlib import Path
@@ -29,21 +30,39 @@ def _engine_config(init_workers: int, run_workers: int, eval_workers: int, max_p
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="address to listen on"),
-    port: int = typer.Option(8000, help="port to listen on"),
+    port: Optional[int] = typer.Option(None, help="port to listen on (default 8000; 8006 with --prorl)"),
     state_dir: Path = typer.Option(default_state_dir(), help="where the store and sandboxes' owner records live"),
     store: Optional[Path] = typer.Option(None, help="SQLite file (default: STATE_DIR/rollserve.db)"),
     backend: list[str] = typer.Option([], "--backend", "-b",
-                                      help="inference backend: a vLLM URL, or 'embedded'; repeatable"),
-    tokenizer: str = typer.Option("smollm2", help="policy tokenizer: a HF tokenizer folder, a .gguf, or 'smollm2'"),
+                                      help="inference backend: a vLLM URL, 'embedded', or KIND=URL "
+                                           "(vllm, sglang, llamacpp, openai_chat); repeatable"),
+    routing: str = typer.Option("least_load", help="routing policy: least_load | least_outstanding "
+                                                   "| prorl_cumulative | round_robin | hash_sticky"),
+    forward_pause: bool = typer.Option(False, help="forward pause/resume to backends that support "
+                                                   "it (vLLM dev mode, SGLang)"),
+    max_staleness: Optional[int] = typer.Option(None, min=0, help="flag rollouts whose turns span "
+                                                                  "more policy versions than this"),
+    mask_stale: bool = typer.Option(False, help="mask (do not train on) rollouts flagged stale"),
+    tokenizer: str = typer.Option("smollm2", help="policy tokenizer: a HF tokenizer folder, a .gguf, "
+                                                  "'smollm2', or vllm:URL (the serving vLLM's /tokenize)"),
     init_workers: int = typer.Option(32, help="concurrent INIT stages"),
     run_workers: int = typer.Option(256, help="concurrent RUN stages (agent loops)"),
     eval_workers: int = typer.Option(16, help="concurrent EVAL stages"),
     scoring_workers: int = typer.Option(2, help="processes for CPU-heavy scoring"),
+    sandbox_runtime: str = typer.Option(
+        "bubblewrap", help="where agents' tools run: bubblewrap | apptainer | singularity | "
+        "docker | podman | local (no isolation: development only)"),
+    sandbox_options: Optional[str] = typer.Option(
+        None, help='the runtime\'s options as JSON, e.g. \'{"readonly_paths": ["/opt/conda"]}\''),
     max_pending: int = typer.Option(10_000, help="rollouts admitted and unfinished before 429"),
     on_restart: str = typer.Option("requeue", help="unfinished rollouts at start: requeue | interrupt"),
     retention_hours: float = typer.Option(168.0, help="keep finished results this long"),
     api_token: Optional[str] = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
                                             help="require 'Authorization: Bearer TOKEN' (all routes but /healthz)"),
+    prorl: bool = typer.Option(False, "--prorl", help="also serve ProRL Agent's API (/start, /process, "
+                                                      "/add_llm_server, ...) for its clients"),
+    prorl_timeout: Optional[float] = typer.Option(None, min=1, help="--prorl: seconds per job "
+                                                                    "(default: the handler's)"),
     log_level: str = typer.Option("info"),
 ) -> None:
     """Run the rollout service (no inference backend unless --backend is given)."""
@@ -53,7 +72,24 @@ def serve(
     from rollserve.server import Service
 
     from rollserve.llm.factory import parse_backend_spec
+    from rollserve.llm.policies import POLICIES
+    from rollserve.llm.router import RouterConfig
 
+    if routing not in POLICIES:
+        raise typer.BadParameter(f"must be one of {', '.join(POLICIES)}", param_hint="--routing")
+    from rollserve.sandbox.registry import RUNTIMES, runtime_config
+
+    if sandbox_runtime not in RUNTIMES:
+        raise typer.BadParameter(f"unknown runtime {sandbox_runtime!r}; known: {', '.join(RUNTIMES)}",
+                                 param_hint="--sandbox-runtime")
+    try:
+        options = json.loads(sandbox_options) if sandbox_options else {}
+        if not isinstance(options, dict):
+            raise ValueError("must be a JSON object")
+        if options:
+            runtime_config(sandbox_runtime, options)
+    except ValueError as exc:  # (json.JSONDecodeError is one)
+        raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
     if on_restart not in ("requeue", "interrupt"):
         raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
     for spec in backend:
@@ -62,15 +98,23 @@ def serve(
         except ValueError as exc:
             raise typer.BadParameter(f"{exc} (e.g. http://gpu-node:8000 or embedded)",
                                      param_hint="--backend") from exc
+    from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
+    from rollserve.api.prorl import ProRLConfig
+
+    port = port if port is not None else (PRORL_PORT if prorl else 8000)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServerConfig(
         host=host, port=port, state_dir=state_dir, store_path=store, api_token=api_token,
         tokenizer=tokenizer, backends=backend, scoring_workers=scoring_workers,
+        sandbox_runtime=sandbox_runtime, sandbox_options=options,
         engine=_engine_config(init_workers, run_workers, eval_workers, max_pending,
-                              on_restart, retention_hours),
+                              on_restart, retention_hours).model_copy(
+            update={"max_staleness": max_staleness, "mask_stale": mask_stale}),
+        llm=RouterConfig(policy=routing, forward_pause=forward_pause),
     )
     service = _make_service(config)
-    uvicorn.run(create_app(service), host=host, port=port, log_level=log_level,
+    prorl_config = ProRLConfig(timeout=prorl_timeout) if prorl else None
+    uvicorn.run(create_app(service, prorl=prorl_config), host=host, port=port, log_level=log_level,
                 timeout_graceful_shutdown=10)
 
 
@@ -87,7 +131,9 @@ def _make_service(config: ServerConfig):
 
 @app.command()
 def quickstart(
-    tasks: int = typer.Option(8, min=1, help="bundled math tasks to run"),
+    tasks: int = typer.Option(6, min=0, help="bundled math tasks to run"),
+    code_tasks: int = typer.Option(2, min=0, help="bundled code tasks to run (the agent works "
+                                                  "in a bubblewrap sandbox; skipped without one)"),
     n: int = typer.Option(2, min=1, help="samples per task (a GRPO group)"),
     max_tokens: int = typer.Option(192, min=1, help="new tokens per turn"),
     max_turns: int = typer.Option(2, min=1, help="turns per episode"),
@@ -96,10 +142,13 @@ def quickstart(
     state_dir: Optional[Path] = typer.Option(None, help="default: a fresh temporary folder"),
     port: int = typer.Option(0, help="0 picks a free port"),
 ) -> None:
-    """Start rollserve on the embedded defaults, run bundled math tasks, show results."""
+    """Start rollserve on the embedded defaults, run bundled math and code tasks, show results."""
     from rollserve.quickstart import QuickstartOptions, run_quickstart
 
-    options = QuickstartOptions(tasks=tasks, n=n, max_tokens=max_tokens, max_turns=max_turns,
+    if tasks + code_tasks == 0:
+        raise typer.BadParameter("nothing to run: give --tasks or --code-tasks above 0",
+                                 param_hint="--tasks")
+    options = QuickstartOptions(tasks=tasks, code_tasks=code_tasks, n=n, max_tokens=max_tokens, max_turns=max_turns,
                                 temperature=temperature, out=out, state_dir=state_dir, port=port)
     code = asyncio.run(run_quickstart(options, console))
     raise typer.Exit(code)

@@ -1,13 +1,15 @@
 """``rollserve quickstart``: the whole service on the embedded defaults, end to end.
 
-Starts the HTTP service in this process with the embedded SmolLM2 model, submits
-bundled math tasks through the real API as a trainer would, shows progress per
+Starts the HTTP service in this process with the embedded SmolLM2 model, submits a
+mixed batch of bundled tasks (math, and code problems whose agent works in a
+bubblewrap sandbox) through the real API as a trainer would, shows progress per
 stage, then a summary, and writes every result as JSONL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import statistics
@@ -22,14 +24,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rollserve.client import AsyncClient
+from rollserve.handlers.code import bundled_tasks as bundled_code_tasks
 from rollserve.handlers.math import bundled_tasks
 from rollserve.llm.tokenizer import TokenizerError
+from rollserve.sandbox.base import SandboxError
 from rollserve.server import ServerConfig, Service
 
 
 @dataclass
 class QuickstartOptions:
-    tasks: int = 8
+    tasks: int = 6  # math
+    code_tasks: int = 2
     n: int = 2
     max_tokens: int = 192
     max_turns: int = 2
@@ -70,6 +75,12 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
                 console.print("[red]error:[/red] the HTTP server did not start")
                 return 1
             await asyncio.sleep(0.05)
+        if opts.code_tasks:
+            try:
+                await service.sandboxes.get()
+            except SandboxError as exc:
+                console.print(f"[yellow]note:[/yellow] no code tasks: {exc}")
+                opts = dataclasses.replace(opts, code_tasks=0)
         async with AsyncClient(f"http://127.0.0.1:{port}") as client:
             return await _drive(client, opts, console)
     finally:
@@ -81,10 +92,12 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
 async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console) -> int:
     run_tag = time.strftime("%Y%m%d-%H%M%S")
     tasks = []
-    for row in bundled_tasks()[: opts.tasks]:
-        instance = {k: v for k, v in row.items() if k != "task_id"}
-        tasks.append({"id": f"{row['task_id']}@{run_tag}", "data_source": "math",
-                      "instance": instance, "n": opts.n})
+    for source, rows in (("math", bundled_tasks()[: opts.tasks]),
+                         ("code", bundled_code_tasks()[: opts.code_tasks])):
+        for row in rows:
+            instance = {k: v for k, v in row.items() if k != "task_id"}
+            tasks.append({"id": f"{source}/{row['task_id']}@{run_tag}", "data_source": source,
+                          "instance": instance, "n": opts.n})
     total = sum(t["n"] for t in tasks)
     started = time.perf_counter()
     accepted = await client.submit(
@@ -124,25 +137,25 @@ async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console)
 
 def _summary(results: list[dict], elapsed: float, console: Console) -> None:
     table = Table(title="quickstart results (mean seconds per stage)")
-    for col in ("status", "n", "reward", "answered", "turns", "init", "run", "eval", "queued"):
+    for col in ("task", "status", "n", "reward", "answered", "turns", "init", "run", "eval"):
         table.add_column(col, justify="right")
-    by_status: dict[str, list[dict]] = {}
+    by_status: dict[tuple[str, str], list[dict]] = {}
     for r in results:
-        by_status.setdefault(r["status"], []).append(r)
+        by_status.setdefault((r["data_source"], r["status"]), []).append(r)
 
     def mean(rows: list[dict], key: str) -> str:
         values = [r["timing"].get(key, 0.0) for r in rows]
         return f"{statistics.fmean(values):.2f}" if values else "-"
 
-    for status, rows in sorted(by_status.items()):
+    for (source, status), rows in sorted(by_status.items()):
         rewards = [r["reward"] for r in rows if r["reward"] is not None]
-        # "answered": the episode ended with an answer in the asked format.
+        # "answered": the episode ended with an answer in the asked format (code: submitted).
         answered = sum(1 for r in rows if r["trajectory"]["ended_by"] == "finished")
         turns = statistics.fmean(r["stats"]["turns"] for r in rows)
-        table.add_row(status, str(len(rows)),
+        table.add_row(source, status, str(len(rows)),
                       f"{statistics.fmean(rewards):.3f}" if rewards else "-",
                       f"{answered}/{len(rows)}", f"{turns:.1f}",
-                      mean(rows, "init"), mean(rows, "run"), mean(rows, "eval"), mean(rows, "queued"))
+                      mean(rows, "init"), mean(rows, "run"), mean(rows, "eval"))
     console.print(table)
     output_tokens = sum(r["stats"]["output_tokens"] for r in results)
     console.print(
@@ -150,5 +163,6 @@ def _summary(results: list[dict], elapsed: float, console: Console) -> None:
         f"{output_tokens / max(elapsed, 1e-9):.1f} tokens/s overall"
     )
     if results and not any(r["trajectory"]["ended_by"] == "finished" for r in results):
-        console.print("[dim]SmolLM2-135M rarely writes its answer in \\boxed{}; a real policy "
-                      "(rollserve serve --backend URL) does. The trajectories are still exact and trainable.[/dim]")
+        console.print("[dim]SmolLM2-135M rarely writes its answer in \\boxed{} or calls a tool; a real "
+                      "policy (rollserve serve --backend URL) does. The trajectories are still exact "
+                      "and trainable.[/dim]")

@@ -7,8 +7,9 @@ import importlib
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.store import SQLiteStore
@@ -16,8 +17,11 @@ from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.handlers.scoring import ScoringPool
 from rollserve.llm.factory import backend_from_spec
-from rollserve.llm.router import Router
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.router import Router, RouterConfig
+from rollserve.errors import RolloutError
+from rollserve.llm.tokenizer import TokenizerError, load_tokenizer
+from rollserve.sandbox.owner import reap
+from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +38,43 @@ def _warm_imports() -> None:
             log.warning("could not import %s; its tasks will fail validation", module)
 
 
+def _reap_report(report) -> dict:
+    summary = {"sandboxes": len(report.reaped), "processes_killed": len(report.killed),
+               "kept_live_owners": len(report.kept), "errors": report.errors}
+    if report.reaped or report.errors:
+        log.warning("start-up reaper: %s", summary)
+    else:
+        log.info("start-up reaper: nothing to reap (%d sandboxes of live servers kept)",
+                 len(report.kept))
+    return summary
+
+
 class ServerConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     state_dir: Path = Field(default_factory=default_state_dir)
     store_path: Path | None = None  # default: <state_dir>/rollserve.db
     api_token: str | None = None
-    tokenizer: str = "smollm2"
+    tokenizer: str = Field("smollm2", description="a HF tokenizer folder, a .gguf, 'smollm2', "
+                           "or vllm:URL (the serving vLLM's /tokenize)")
     backends: list[str] = Field(default_factory=list)
+    llm: RouterConfig = Field(default_factory=RouterConfig)
     scoring_workers: int = Field(2, ge=1)
     scoring_timeout: float = Field(10.0, gt=0)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    sandbox_runtime: str = Field(
+        "bubblewrap", description="where tools run: bubblewrap | apptainer | singularity | "
+        "docker | podman | local (created on first use; see rollserve.sandbox)")
+    sandbox_options: dict[str, Any] = Field(
+        default_factory=dict, description="the runtime's config, e.g. bubblewrap "
+        '{"readonly_paths": ["/opt/conda"]}, apptainer {"fakeroot": true, "image_cache": "..."}')
+
+    @field_validator("sandbox_runtime")
+    @classmethod
+    def _known_runtime(cls, name: str) -> str:
+        if name not in RUNTIMES:
+            raise ValueError(f"unknown sandbox runtime {name!r}; known: {', '.join(RUNTIMES)}")
+        return name
 
     @property
     def db_path(self) -> Path:
@@ -56,30 +86,58 @@ class Service:
 
     def __init__(self, config: ServerConfig):
         self.config = config
-        self.tokenizer = ChatTokenizer.load(config.tokenizer)
+        self.tokenizer = load_tokenizer(config.tokenizer)
         self.store = SQLiteStore(config.db_path)
         self.scoring = ScoringPool(workers=config.scoring_workers,
                                    default_timeout=config.scoring_timeout)
-        self.router = Router()
+        self.router = Router(config=config.llm)
         self.handlers = HandlerRegistry()
-        context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring)
+        # Created on first use: a host without the runtime (no bwrap) still serves math.
+        self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
+                                     config.sandbox_options)
+        self.reaped: dict | None = None  # what the start-up reaper cleaned up
+        context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
+                                 sandboxes=self.sandboxes)
         self.engine = Engine(self.store, self.handlers, self.router, config.engine, context)
         self.recovered: dict[str, int] = {}
 
     async def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         await self.store.open()
+        # Sandboxes a dead predecessor left (owner records under the state dir); in a
+        # thread: it waits for killed processes to go.
+        self.reaped = _reap_report(await asyncio.to_thread(reap, self.config.state_dir))
         await self.scoring.astart()
         # Handlers validate instances on the event loop at submit time; import the
         # heavy task libraries now, in a thread, so the first submit does not stall it.
         await asyncio.to_thread(_warm_imports)
         for spec in self.config.backends:
             self.router.add(backend_from_spec(spec))
+        await self.router.start()  # health checks
+        await self._probe_tokenizer()
         self.recovered = await self.engine.start()
+
+    def sandbox_status(self) -> dict:
+        return {**self.sandboxes.status(), "reaped_at_start": self.reaped}
 
     async def stop(self) -> None:
         await self.engine.stop()
-        for backend in self.router.list():
-            await self.router.remove(backend["name"])  # closes its connections
+        await self.sandboxes.aclose()  # any a rollout's cleanup did not get to
+        await self.router.stop()  # health checks off; every backend closed
         await self.scoring.aclose()
         await self.store.close()
+        close = getattr(self.tokenizer, "close", None)  # a backend tokenizer's HTTP session
+        if close is not None:
+            await close()
+
+    async def _probe_tokenizer(self) -> None:
+        """A serving backend's tokenizer is probed now if it answers, else on first use
+        (an RL job may start rollserve before its inference servers)."""
+        ready = getattr(self.tokenizer, "ready", None)
+        if ready is None:
+            return
+        try:
+            await ready()
+        except (RolloutError, TokenizerError) as exc:
+            log.warning("tokenizer %s not ready yet (probed again on first use): %s",
+                        self.tokenizer.name, exc)

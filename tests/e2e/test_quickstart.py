@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+
 pytestmark = [
     pytest.mark.embedded,
     pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
@@ -17,7 +19,8 @@ pytestmark = [
 def test_quickstart_runs_real_rollouts_on_smollm2(tmp_path):
     out = tmp_path / "results.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "rollserve.cli", "quickstart", "--tasks", "2", "--n", "2",
+        [sys.executable, "-m", "rollserve.cli", "quickstart", "--tasks", "2", "--code-tasks", "2",
+         "--n", "2",
          "--max-tokens", "24", "--max-turns", "2", "--out", str(out),
          "--state-dir", str(tmp_path / "state")],
         capture_output=True, text=True, timeout=300,
@@ -25,8 +28,17 @@ def test_quickstart_runs_real_rollouts_on_smollm2(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "quickstart results" in proc.stderr and "tokens/s" in proc.stderr
     results = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(results) == 4
-    assert len({r["group_id"] for r in results}) == 2
+    code = [r for r in results if r["data_source"] == "code"]
+    if BubblewrapRuntime.unavailable_reason() is None:
+        assert len(code) == 4  # a mixed batch: 2 math + 2 code tasks, n=2 each
+    else:
+        assert code == [] and "no code tasks" in proc.stderr
+    assert len(results) == 4 + len(code)
+    assert len({r["group_id"] for r in results}) == len(results) // 2
+    for r in code:  # the small model seldom calls a tool; its episodes still end and are scored
+        assert r["evaluation"]["reward_mode"] == "all" and r["evaluation"]["total"] > 0
+        assert r["trajectory"]["messages"][0]["role"] == "system"
+        assert "<tools>" in r["trajectory"]["messages"][0]["content"]
     for r in results:
         assert r["status"] == "completed", r["failure"]
         assert r["reward"] in (0.0, 1.0) and r["mask"] is False

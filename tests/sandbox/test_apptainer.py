@@ -87,14 +87,15 @@ async def test_exec_command_line(fake_apptainer, tmp_path):
         assert argv[argv.index("--home") + 1] == f"{box.workspace}:/workspace"
         assert argv[argv.index("--bind") + 1] == f"{box.folders.tmp}:/tmp"
         assert argv[argv.index("--pwd") + 1] == "/workspace"
-        assert argv[-4:] == [str(box.image), "bash", "-c", "cat x.txt"]
+        assert argv[-6:] == [str(box.image), "env", "HOME=/tmp", "bash", "-c", "cat x.txt"]
         assert call["env"]["APPTAINERENV_A"] == "1,2"  # commas survive (unlike --env)
         shell = await box.spawn(["bash"], pty=True)
         for _ in range(200):  # the stand-in logs once it runs
             if len(fake_apptainer("exec")) == 2:
                 break
             await asyncio.sleep(0.02)
-        assert fake_apptainer("exec")[-1]["argv"][-4:] == ["setsid", "--ctty", "--wait", "bash"]
+        assert fake_apptainer("exec")[-1]["argv"][-6:] == ["env", "HOME=/tmp", "setsid", "--ctty",
+                                                           "--wait", "bash"]
         await shell.kill()
 
 

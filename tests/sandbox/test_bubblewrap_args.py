@@ -37,7 +37,7 @@ async def test_invocation_isolates_and_hides(tmp_path):
         joined = " ".join(args)
         assert f"--bind {box.workspace} /workspace" in joined
         assert f"--bind {box.folders.tmp} /tmp" in joined
-        assert "--tmpfs /root --remount-ro /root" in joined
+        assert "--tmpfs /root" in joined and "--remount-ro /root" in joined
         # The sandboxes' folders are not visible to each other: under /tmp (replaced by
         # the sandbox's own) or, anywhere else, hidden.
         assert str(tmp_path).startswith("/tmp/")
@@ -79,3 +79,53 @@ def test_limits_never_exceed_our_own_hard_limits():
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert values[resource.RLIMIT_NOFILE] <= (hard if hard != resource.RLIM_INFINITY else 10**9)
     assert values[resource.RLIMIT_CORE] == 0
+
+
+@pytest.fixture
+def shared_folder():
+    """A folder under /var/tmp (hidden in sandboxes, open to other users)."""
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="rollserve-ro-"))
+    os.chmod(folder, 0o755)
+    (folder / "bin").mkdir()
+    tool = folder / "bin" / "tool"
+    tool.write_text("#!/bin/sh\necho tool-ok\n")
+    tool.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None, reason="no bwrap")
+async def test_readonly_paths_are_shown_under_a_hidden_folder(tmp_path, shared_folder):
+    config = BubblewrapConfig(readonly_paths=[str(shared_folder)])
+    runtime = BubblewrapRuntime(tmp_path / "state", config)
+    async with await runtime.start(SandboxSpec()) as box:
+        result = await box.exec(f"ls -A /var/tmp; {shared_folder}/bin/tool; "
+                                f"touch {shared_folder}/x || echo refused", 10)
+    # /var/tmp stays hidden but for the bound path, which is there and read-only.
+    assert result.stdout.split() == [shared_folder.name, "tool-ok", "refused"]
+    assert not (shared_folder / "x").exists()
+
+
+def test_the_servers_python_is_shared_when_a_hidden_folder_covers_it(tmp_path, shared_folder,
+                                                                      monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "base_prefix", str(shared_folder))
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    assert str(shared_folder) in runtime.readonly_paths()
+    assert str(shared_folder) not in runtime.readonly_paths(root=str(tmp_path))  # a rootfs: no
+    off = BubblewrapRuntime(tmp_path / "state", BubblewrapConfig(share_interpreter=False))
+    assert off.readonly_paths() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as their own uid only as root")
+def test_a_path_closed_to_the_sandbox_uid_is_left_out_with_a_reason(tmp_path, caplog):
+    closed = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="rollserve-closed-"))  # mode 700
+    try:
+        (closed / "python").mkdir()
+        runtime = BubblewrapRuntime(tmp_path / "state",
+                                    BubblewrapConfig(readonly_paths=[str(closed / "python")]))
+        assert runtime.readonly_paths() == []
+        assert "closed to other users" in caplog.text and str(closed) in caplog.text
+    finally:
+        shutil.rmtree(closed)

@@ -25,7 +25,7 @@ def test_run_command_carries_limits_network_and_binds(tmp_path):
     joined = " ".join(argv)
     for part in ["--network none", "--memory 256m", "--memory-swap 256m", "--pids-limit 64",
                  "--ulimit nofile=512:512", f"-v {folders.workspace}:/workspace",
-                 f"-v {folders.tmp}:/tmp", "-w /workspace", "-e A=1",
+                 f"-v {folders.tmp}:/tmp", "-w /workspace", "-e A=1", "-e HOME=/tmp",
                  "--name rollserve-dock-1", "--label rollserve.owner="]:
         assert part in joined, part
     assert argv[-3:] == ["python:3.12-slim", "sleep", "infinity"]

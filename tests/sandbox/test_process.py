@@ -110,3 +110,32 @@ async def test_cancelled_collect_kills_the_process():
     await asyncio.gather(task, return_exceptions=True)
     await asyncio.sleep(0.1)
     assert not [p for p in our_descendants() if p.status() != psutil.STATUS_ZOMBIE]
+
+
+async def test_signal_foreground_reaches_the_foreground_job_not_the_shell():
+    shell = HostProcess.start(["setsid", "--ctty", "--wait", "bash", "--norc", "-i"], pty=True,
+                              new_session=False)
+    try:
+        await shell.write(b"stty -echo; echo ready\n")
+        seen = b""
+        while b"ready" not in seen:
+            seen += await asyncio.wait_for(shell.read(), 5)
+        assert shell.signal_foreground(signal.SIGKILL) is False  # only the shell: left alone
+        await shell.write(b"sleep 30; echo after=$?\n")
+        for _ in range(100):  # until sleep is the terminal's foreground job
+            await asyncio.sleep(0.02)
+            if shell.signal_foreground(signal.SIGKILL):
+                break
+        else:
+            raise AssertionError("no foreground job was ever signalled")
+        seen = b""
+        while b"after=137" not in seen:
+            seen += await asyncio.wait_for(shell.read(), 5)
+        assert shell.returncode is None  # the shell survived
+    finally:
+        shell.kill_now()
+        await shell.kill()
+    pipes = HostProcess.start(["sleep", "30"])
+    assert pipes.signal_foreground(signal.SIGKILL) is False  # no terminal
+    pipes.kill_now()
+    assert await pipes.wait(5) == -signal.SIGKILL

@@ -31,3 +31,42 @@ def test_unknown_or_unavailable_runtime_errors_name_the_alternatives(tmp_path):
     with pytest.raises(SandboxError, match="cannot run here.*Available here: .*local"):
         get_runtime(unavailable[0], tmp_path)
     assert set(RUNTIMES) >= set(unavailable)
+
+
+def test_runtime_options_become_its_config_and_bad_ones_are_named():
+    from rollserve.sandbox.bubblewrap import BubblewrapConfig
+    from rollserve.sandbox.registry import LazyRuntime, runtime_config
+
+    config = runtime_config("bubblewrap", {"readonly_paths": ["/opt/conda"]})
+    assert isinstance(config, BubblewrapConfig) and config.readonly_paths == ["/opt/conda"]
+    with pytest.raises(ValueError, match="readonly_path.*Extra inputs"):
+        runtime_config("bubblewrap", {"readonly_path": "/opt"})
+    with pytest.raises(ValueError, match="fakeroot"):
+        LazyRuntime("apptainer", None, {"fakeroot": "maybe"})
+    assert LazyRuntime("local", None).config == {}
+
+
+async def test_lazy_runtime_is_made_on_first_use_with_its_options(tmp_path):
+    from rollserve.sandbox.base import SandboxSpec
+    from rollserve.sandbox.registry import LazyRuntime
+
+    lazy = LazyRuntime("local", tmp_path / "state", {"root": str(tmp_path / "boxes")})
+    assert lazy.runtime is None and lazy.status()["ready"] is False
+    box = await lazy.start(SandboxSpec())
+    assert box.workspace.is_relative_to(tmp_path / "boxes")
+    assert lazy.status() == {"runtime": "local", "ready": True, "error": None, "open": 1,
+                             "started": 1}
+    await lazy.aclose()  # closes what is still open
+    assert lazy.open_sandboxes() == [] and not box.workspace.exists()
+
+
+async def test_an_unavailable_runtime_fails_each_start_with_the_reason(tmp_path, monkeypatch):
+    from rollserve.sandbox import registry
+    from rollserve.sandbox.base import SandboxSpec
+
+    monkeypatch.setattr(registry, "unavailable_reason", lambda name: "no bwrap here")
+    lazy = registry.LazyRuntime("bubblewrap", tmp_path / "state")
+    for _ in range(2):
+        with pytest.raises(SandboxError, match="no bwrap here"):
+            await lazy.start(SandboxSpec())
+    assert lazy.status()["error"].startswith("sandbox runtime 'bubblewrap' cannot run here")

@@ -42,9 +42,12 @@ async def test_server_environment_does_not_leak(sandbox, monkeypatch):
 
 
 async def test_cwd_home_and_tmp_are_the_sandboxes(sandbox):
-    result = await sandbox.exec('pwd; echo "$HOME"; echo x > "${TMPDIR:-/tmp}/shared"', 10)
-    cwd, home = result.stdout.split()
-    assert home == cwd and (cwd == "/workspace" or cwd == str(sandbox.workspace))
+    result = await sandbox.exec('pwd; echo "$HOME"; echo "${TMPDIR:-/tmp}"; '
+                                'echo x > "${TMPDIR:-/tmp}/shared"', 10)
+    cwd, home, tmp = result.stdout.split()
+    assert cwd == "/workspace" or cwd == str(sandbox.workspace)
+    # HOME is the private tmp, not the workspace: caches and dotfiles stay out of it.
+    assert home == tmp and home in ("/tmp", str(sandbox.folders.tmp))
     # Every invocation of one sandbox sees the same tmp folder.
     assert (await sandbox.exec('cat "${TMPDIR:-/tmp}/shared"', 10)).stdout == "x\n"
 

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from rollserve.engine.rollout import Rollout
     from rollserve.handlers.scoring import ScoringPool
     from rollserve.llm.tokenizer import ChatTokenizer
+    from rollserve.sandbox.base import Runtime
+    from rollserve.sandbox.registry import LazyRuntime
 
 
 class HandlerDefaults(BaseModel):
@@ -32,11 +34,19 @@ class Evaluation:
 
 @dataclass
 class HandlerContext:
-    """What the engine lends every handler."""
+    """What the engine lends every handler.
+
+    ``sandboxes`` starts sandboxes (``await ctx.sandboxes.start(spec)``): the server's
+    runtime, created on first use (``sandbox.registry.LazyRuntime``), or None where
+    the server has none. A handler that needs one and cannot get it fails the
+    rollout with a ``SandboxError`` (infra: masked). Every sandbox a handler starts
+    must be closed in its ``cleanup`` (see ``handlers.sandboxed``).
+    """
 
     tokenizer: "ChatTokenizer"
     scoring: "ScoringPool"
     settings: dict[str, Any] = field(default_factory=dict)
+    sandboxes: "LazyRuntime | Runtime | None" = None
 
 
 class InvalidInstance(ValueError):

@@ -46,9 +46,10 @@ class UnknownDataSource(KeyError):
 
 
 def _builtin_handlers() -> dict[str, type]:
-    from rollserve.handlers.math import MathHandler
+    from rollserve.handlers.code import CodeHandler
+    from rollserve.handlers.math import MathHandler, MathPythonHandler
 
-    return {MathHandler.name: MathHandler}
+    return {cls.name: cls for cls in (MathHandler, MathPythonHandler, CodeHandler)}
 
 
 def _looks_like_handler(obj: Any) -> bool:

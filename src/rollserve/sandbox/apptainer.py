@@ -14,7 +14,7 @@ Like bubblewrap, a sandbox is two host folders (workspace, tmp) and one
 
   apptainer exec --containall --cleanenv --writable-tmpfs [--fakeroot]
                  [--net --network none] --home <workspace>:/workspace
-                 --bind <tmp>:/tmp --pwd /workspace <image.sif> <command>
+                 --bind <tmp>:/tmp --pwd /workspace <image.sif> env HOME=/tmp <command>
 
 ``--containall`` gives each invocation its own PID and IPC namespaces and an empty
 environment (variables come in as APPTAINERENV_*, which also carries commas
@@ -204,7 +204,10 @@ class ApptainerSandbox(Sandbox):
                      "--pids-limit", str(self.spec.limits.pids)]
         args += ["--home", f"{self.folders.workspace}:{WORKDIR}",
                  "--bind", f"{self.folders.tmp}:/tmp", "--pwd", WORKDIR,
-                 *config.extra_args, str(self.image), *inner]
+                 *config.extra_args, str(self.image),
+                 # HOME is the private /tmp (apptainer refuses APPTAINERENV_HOME, and
+                 # --home is what binds the workspace): caches stay out of the workspace.
+                 "env", "HOME=/tmp", *inner]
         return args
 
     def environment(self, env: dict[str, str] | None, pty: bool) -> dict[str, str]:

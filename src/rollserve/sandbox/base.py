@@ -91,9 +91,24 @@ class SandboxProcess(abc.ABC):
     @abc.abstractmethod
     async def wait(self, timeout: float | None = None) -> int | None: ...
 
+    @property
+    @abc.abstractmethod
+    def returncode(self) -> int | None:
+        """Exit status once it has exited (negative: killed by that signal), else None."""
+
+    @abc.abstractmethod
+    def kill_now(self) -> None:
+        """SIGKILL the process and everything it started, without waiting: for
+        ``finally`` blocks of cancelled tasks, where nothing can be awaited."""
+
     @abc.abstractmethod
     async def kill(self) -> None:
         """Kill the process group and reap it; idempotent."""
+
+    def signal_foreground(self, signum: int) -> bool:
+        """On a PTY: signal the terminal's foreground job (not the shell's own group).
+        True if a group was signalled; False where the runtime cannot tell."""
+        return False
 
 
 class Sandbox(abc.ABC):

@@ -12,6 +12,8 @@ Each invocation:
   bwrap --unshare-all [--share-net] --die-with-parent --new-session
         --ro-bind <each top-level folder of / (or of the rootfs)> ...  (read-only)
         --tmpfs <hidden folders>  (/root, /home, /run, the state dir: empty, read-only)
+        --ro-bind <extra read-only paths>  (the server's Python when a hidden folder
+                                            covers it, e.g. pyenv under /root)
         --dev /dev --proc /proc --bind <workspace> /workspace --bind <tmp> /tmp
         --chdir /workspace --clearenv --setenv ... --hostname sandbox
         --info-fd I --block-fd B -- <command>
@@ -19,6 +21,12 @@ The root is not ``--ro-bind / /``: bwrap could not create /workspace in a read-o
 root, so each top-level entry is bound (symlinks such as /bin -> usr/bin recreated).
 /run is hidden because a read-only bind does not stop connect() on host Unix sockets
 (docker.sock, D-Bus): the kernel's read-only check skips sockets.
+Hiding /root and /home also hides a Python built there (pyenv, conda), so the
+server's own interpreter is bound back read-only (``share_interpreter``), with any
+``readonly_paths``. Not as root, though, when the path is under a folder closed to
+others (/root is mode 700): bwrap then runs as the sandbox's uid and cannot reach it;
+the path is left out with a warning (``handlers.sandboxed.find_python`` falls back
+to a python3 of the same version inside, with the server's site-packages).
 
 Limits (see limits.py for what each rlimit means). RLIMIT_NPROC is counted per
 (user namespace, uid), and real uid 0 is exempt from it, so:
@@ -46,11 +54,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import os
 import resource
 import secrets
 import shutil
+import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -64,6 +75,8 @@ from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, Sandbox, Sandb
 from rollserve.sandbox.folders import SandboxFolders, chown_up_to, new_sandbox_id
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
 from rollserve.sandbox.process import HostProcess, collect
+
+log = logging.getLogger(__name__)
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Not bound from the host root: replaced (dev, proc, tmp, workspace) or useless.
@@ -84,6 +97,15 @@ class BubblewrapConfig(BaseModel):
         default_factory=lambda: ["/root", "/home", "/run", "/var/tmp"],
         description="host folders replaced by an empty read-only tmpfs")
     cgroup: str | None = Field("auto", description="'auto', 'off' or a delegated cgroup v2 folder")
+    readonly_paths: list[str] = Field(
+        default_factory=list,
+        description="host paths also shown read-only inside, at the same place (even "
+        "under a hidden folder, or with a rootfs image)")
+    share_interpreter: bool = Field(
+        True,
+        description="over the host root, show this server's Python (sys.prefix, "
+        "sys.base_prefix) read-only where a hidden folder covers it, e.g. a pyenv or "
+        "conda build under /root or /home: the python and IPython tools run it")
 
 
 @functools.lru_cache(maxsize=16)
@@ -129,6 +151,7 @@ class BubblewrapRuntime(Runtime):
         self._uids: set[int] = set()  # uids of this runtime's open sandboxes (root only)
         self.as_root = os.geteuid() == 0
         self.cgroup_parent, self.cgroup_reason = cgroups.find_parent(self.config.cgroup)
+        self._skipped_paths: set[str] = set()  # read-only paths warned about
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -187,6 +210,46 @@ class BubblewrapRuntime(Runtime):
                    and p != Path("/") and Path("/tmp") not in (p, *p.parents)]
         return [str(p) for p in folders
                 if not any(other in p.parents for other in folders)]
+
+    def readonly_paths(self, root: str = "/") -> list[str]:
+        """Host paths bound read-only inside on top of the root: the configured ones,
+        and (over the host root) the server's Python where a hidden folder covers it.
+
+        A path the sandbox's user cannot reach is left out, with a warning once: as
+        root, sandboxes run as a uid of their own, and bwrap (running as that uid)
+        cannot bind a path under a folder closed to others, such as /root (mode 700).
+        """
+        configured = [Path(p).resolve() for p in self.config.readonly_paths]
+        interpreter = []
+        if root == "/" and self.config.share_interpreter:
+            hidden = [Path(h) for h in self.hidden()]
+            for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+                real = Path(prefix).resolve()
+                if any(h == real or h in real.parents for h in hidden):
+                    interpreter.append(real)
+        usable = []
+        for path in dict.fromkeys([*configured, *interpreter]):
+            why = None if path.exists() else "does not exist"
+            if why is None and self.as_root and self.config.root_uids is not None:
+                why = _closed_to_others(path)
+            if why is None:
+                usable.append(str(path))
+            elif str(path) not in self._skipped_paths:
+                self._skipped_paths.add(str(path))
+                # The interpreter has a fallback (find_python); a configured path has none.
+                log.log(logging.WARNING if path in configured else logging.INFO,
+                        "bubblewrap: read-only path %s is not shown in sandboxes: %s", path, why)
+        return usable
+
+
+def _closed_to_others(path: Path) -> str | None:
+    """Why a uid that is neither owner nor group could not reach ``path``, or None."""
+    for folder in [*reversed(path.parents), path]:
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            return (f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
+                    "sandboxes of a root server run as a uid of their own")
+    return None
 
 
 @functools.lru_cache(maxsize=4)
@@ -247,8 +310,14 @@ class BubblewrapSandbox(Sandbox):
         if self.spec.network:
             args.append("--share-net")
         args += root_binds(root)
-        for folder in self._owner.hidden():
-            args += ["--tmpfs", folder, "--remount-ro", folder]
+        hidden = self._owner.hidden()
+        for folder in hidden:
+            args += ["--tmpfs", folder]
+        # Bound before the covering tmpfs turns read-only: bwrap makes the mount points.
+        for path in self._owner.readonly_paths(root):
+            args += ["--ro-bind", path, path]
+        for folder in hidden:
+            args += ["--remount-ro", folder]
         if self.spec.network and root == "/":
             # /run is hidden, but DNS may live there (systemd-resolved's stub file).
             resolv = os.path.realpath("/etc/resolv.conf")
@@ -261,7 +330,9 @@ class BubblewrapSandbox(Sandbox):
         return args
 
     def _env_args(self, env: dict[str, str] | None, pty: bool) -> list[str]:
-        values = {"PATH": SANDBOX_PATH, "HOME": WORKDIR, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+        # HOME is the private /tmp, not the workspace: caches (pip, IPython, matplotlib)
+        # and dotfiles stay out of the agent's files and a task's diff.
+        values = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                   "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
         if pty:
             values["TERM"] = "xterm"

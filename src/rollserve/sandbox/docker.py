@@ -94,7 +94,7 @@ class DockerRuntime(Runtime):
                 "--ulimit", "core=0:0",
                 "--security-opt", "no-new-privileges",
                 "-v", f"{folders.workspace}:{WORKDIR}", "-v", f"{folders.tmp}:/tmp",
-                "-w", WORKDIR, "-e", f"HOME={WORKDIR}", "-e", "LANG=C.UTF-8"]
+                "-w", WORKDIR, "-e", "HOME=/tmp", "-e", "LANG=C.UTF-8"]
         for key, value in spec.env.items():
             args += ["-e", f"{key}={value}"]
         args += [*self.config.extra_run_args, spec.image or self.config.default_image,

@@ -2,7 +2,7 @@
 
 For development and tests on machines without bubblewrap only: a command can read
 and write anything the server can, reach the network, and see every process. What
-it does give: a fresh temp workspace per sandbox (cwd and HOME), a private TMPDIR, a
+it does give: a fresh temp workspace per sandbox (cwd), a private TMPDIR (also HOME), a
 clean environment (the server's variables — tokens — are not passed on), rlimits on
 memory, file size, CPU time and open files, and every process in its own process
 group, killed (with its descendants) when the sandbox closes.
@@ -95,7 +95,8 @@ class LocalSandbox(Sandbox):
                merge_stderr: bool) -> HostProcess:
         if self._closed:
             raise SandboxError(f"sandbox {self.id} is closed")
-        env = base_env(str(self.workspace), str(self.folders.tmp), self.spec, env, pty,
+        # HOME is the private tmp folder (caches and dotfiles stay out of the workspace).
+        env = base_env(str(self.folders.tmp), str(self.folders.tmp), self.spec, env, pty,
                        os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
         if pty:
             # `setsid --ctty`: its own session with the PTY as controlling terminal, so

@@ -285,6 +285,29 @@ class HostProcess(SandboxProcess):
             # process itself is ours.
             os.kill(self.pid, signum)
 
+    def signal_foreground(self, signum: int) -> bool:
+        """Signal the foreground process group of this process's terminal, unless it is
+        the shell's own (a builtin loop: C-c handles that, and killing it would kill
+        the shell). True if a group was signalled.
+
+        Asks the kernel through our PTY master: ``tcgetpgrp`` and ``TIOCGSID`` answer
+        for the terminal, with ids as seen from the host (a sandbox's PID namespace
+        included). False on pipes, or when the terminal has no foreground job.
+        """
+        fd = self._out_fd
+        if not self.pty or fd is None or self._exited.done():
+            return False
+        try:
+            foreground = os.tcgetpgrp(fd)
+            tiocgsid = getattr(termios, "TIOCGSID", 0x5429)  # Linux's value; Python lacks the name
+            session = struct.unpack("i", fcntl.ioctl(fd, tiocgsid, b"\0\0\0\0"))[0]
+            if foreground <= 0 or foreground == session:
+                return False
+            os.killpg(foreground, signum)
+            return True
+        except OSError:
+            return False
+
     def on_exit(self, callback) -> None:
         """Call ``callback(self)`` once the process has exited (and been reaped)."""
         self._exited.add_done_callback(lambda _: callback(self))

@@ -139,7 +139,8 @@ async def test_huge_output_is_truncated(sandbox, ipython_config):
 
 
 async def test_the_kernel_leaves_the_workspace_clean(sandbox, kernel):
-    """$HOME is often the workspace: IPython's and matplotlib's state must go elsewhere."""
+    """IPython's and matplotlib's state goes to the private tmp, never the workspace
+    (whatever $HOME is: an image may set it to the workspace)."""
     await kernel.run("x = 1")
     if importlib.util.find_spec("matplotlib") is not None:
         await kernel.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nNone")

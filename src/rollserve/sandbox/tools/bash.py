@@ -101,7 +101,6 @@ class BashBusy(RuntimeError):
     """``run`` while an earlier command still runs (it returned at ``expect``)."""
 
 
-_BACKGROUND: set[asyncio.Task] = set()  # kills in flight (a task needs a strong reference)
 _Outcome = Literal["done", "expect", "timeout", "idle", "flood", "eof"]
 
 
@@ -151,15 +150,9 @@ class BashSession:
         process, self.process = self.process, None
         if process is None:
             return
-        kill_now = getattr(process, "kill_now", None)  # HostProcess: synchronous SIGKILL
-        if kill_now is not None:
-            kill_now()
-            if callable(getattr(process, "close", None)):
-                process.close()  # our end of the PTY
-        else:
-            task = asyncio.get_running_loop().create_task(process.kill())
-            _BACKGROUND.add(task)
-            task.add_done_callback(_BACKGROUND.discard)
+        process.kill_now()  # synchronous SIGKILL; the runtime reaps it when it exits
+        if callable(getattr(process, "close", None)):
+            process.close()  # our end of the PTY
 
     async def _kill_process(self) -> None:
         process, self.process = self.process, None
@@ -242,7 +235,7 @@ class BashSession:
     # --- internals --------------------------------------------------------------------
     async def _ensure_ready(self) -> list[str]:
         """A live shell: start one if there is none (first call, or the last one exited)."""
-        if self.process is not None and getattr(self.process, "returncode", None) is not None:
+        if self.process is not None and self.process.returncode is not None:
             await self._kill_process()  # died between calls (killed, out of memory, ...)
         if self.process is not None:
             return []

@@ -7,11 +7,7 @@ exactly right byte for byte, and is tested on its own.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
-import struct
-import termios
 
 from rollserve.sandbox.base import SandboxProcess
 from rollserve.sandbox.tools.text import HeadTail
@@ -95,25 +91,6 @@ class MarkerScanner:
 
 def signal_foreground(process: SandboxProcess, signum: int) -> bool:
     """Signal the foreground process group of ``process``'s terminal, unless it is the
-    shell's own (a builtin loop: C-c handles that, and killing it would kill the shell).
-
-    Uses the runtime's ``signal_foreground`` when it has one; else, for a host PTY
-    whose master we hold, asks the kernel: ``tcgetpgrp`` and ``TIOCGSID`` on the
-    master answer for the terminal, with ids as seen from the host.
-    """
-    method = getattr(process, "signal_foreground", None)
-    if method is not None:
-        return bool(method(signum))
-    fd = getattr(process, "_out_fd", None) if getattr(process, "pty", False) else None
-    if fd is None:
-        return False
-    try:
-        foreground = os.tcgetpgrp(fd)
-        tiocgsid = getattr(termios, "TIOCGSID", 0x5429)  # Linux's value; Python lacks the name
-        session = struct.unpack("i", fcntl.ioctl(fd, tiocgsid, b"\0\0\0\0"))[0]
-        if foreground <= 0 or foreground == session:
-            return False
-        os.killpg(foreground, signum)
-        return True
-    except OSError:
-        return False
+    shell's own (see ``SandboxProcess.signal_foreground``); False where the runtime
+    cannot tell (pipes, a terminal bridged by a container engine)."""
+    return bool(process.signal_foreground(signum))

@@ -1,0 +1,329 @@
+"""Programming problems: the agent writes and tests a Python solution in a sandbox;
+hidden tests decide the reward.
+
+An instance (``data_source: "code"``)::
+
+    {"problem": "Read two integers and print their sum. ...",
+     "tests": [{"input": "1 2\\n", "output": "3\\n"}, ...]}          # stdin/stdout cases
+    {"problem": "Write solve(n) returning n squared. ...",
+     "asserts": "assert solve(2) == 4\\nassert solve(-3) == 9",     # pytest-style asserts
+     "entry_point": "solve", "starter_code": "def solve(n):\\n    ...\\n"}
+
+Optional: ``entry_point`` (the function the asserts call; checked against them),
+``starter_code`` (the solution file's first content), ``solution_file`` (default
+``solution.py``), ``language`` (only ``"python"``), ``time_limit`` (seconds of CPU per
+test, default 4), ``memory_limit_mb`` (per test, default 512), ``reward`` (``"all"``,
+the default: 1 if every test passes, else 0; or ``"fraction"``: the share passed).
+
+INIT starts a sandbox with the workspace prepared: ``README.md`` (the problem and
+what to write) and the starter code. RUN is a tool episode (bash, the file editor,
+``submit``) under a short prompt in the style of current coding agents; a reply that
+calls no tool ends it. At its end the solution file is read and the sandbox closed.
+EVAL runs the hidden tests in a fresh sandbox holding only the solution file (see
+``code_tests``), with a per-test table in the evaluation details.
+
+All-pass is the default reward because partial credit on hidden tests rewards
+solutions that special-case the easy tests (DeepCoder, for one, trains on all-pass);
+``"fraction"`` is there for curricula and for diagnostics.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.resources
+import json
+import keyword
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from rollserve.agent.sandbox_tools import BashTool, EditorTool
+from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
+from rollserve.agent.tools import ToolError, function_schema
+from rollserve.errors import InfraError
+from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
+from rollserve.handlers.code_tests import HiddenTests, run_tests, sandbox_spec, split_asserts, summary
+from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, run_tool_episode
+from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec, resolve_in_workspace
+from rollserve.sandbox.tools.bash import BashConfig
+
+if TYPE_CHECKING:
+    from rollserve.engine.rollout import Rollout
+
+DEFAULT_SOLUTION = "solution.py"
+DEFAULT_TIME_LIMIT = 4.0
+DEFAULT_MEMORY_MB = 512
+MAX_SOLUTION_BYTES = 1 << 20
+MAX_TESTS = 500
+REWARD_MODES = ("all", "fraction")
+_FILE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
+
+SYSTEM_PROMPT = """\
+You are an expert software engineer working as an autonomous coding agent in a \
+sandboxed Linux machine with Python 3 and no internet access. Your job is to solve a \
+programming problem with a correct, efficient Python program.
+
+How to work:
+- The problem is in /workspace/README.md; your solution goes in the file it names.
+- Each reply: think briefly, then call a tool. Create and edit files with \
+str_replace_editor; run commands with bash (e.g. `python3 solution.py < in.txt`).
+- Test your solution on the examples and on edge cases of your own before you submit. \
+Hidden tests with the same format, and time and memory limits, decide whether it is accepted.
+- When the solution is complete and tested, call submit. That ends the task."""
+
+
+def task_text(problem: str, plan: HiddenTests, solution_file: str, entry_point: str | None) -> str:
+    """The task as the agent reads it (also the workspace's README.md)."""
+    if plan.style == "stdio":
+        how = (f"Write your solution in Python 3 to {WORKDIR}/{solution_file}. It is run as "
+               f"`python3 {solution_file}`: read the input from standard input and write the "
+               "answer to standard output.")
+    else:
+        module = solution_file.removesuffix(".py")
+        what = f"define `{entry_point}`" if entry_point else "define the functions the problem asks for"
+        how = (f"Write your solution in Python 3 to {WORKDIR}/{solution_file} and {what}. The tests "
+               f"import it (`from {module} import *`), so do not read input or run code at import "
+               "time.")
+    limits = (f"Limits per test: {plan.time_limit:g} s of CPU time and "
+              f"{plan.memory_limit_mb} MB of memory.")
+    return f"{problem.strip()}\n\n## Your task\n\n{how}\n{limits}\nWhen you are done, call submit."
+
+
+class SubmitTool:
+    """``submit``: ends the episode, naming the solution file (default: the task's)."""
+
+    def __init__(self, sandbox: Sandbox, default_path: str):
+        self.sandbox = sandbox
+        self.default_path = default_path
+        self.finished = False
+        self.answer: str | None = None  # the submitted path, as the agent sees it
+        self.schema = function_schema(
+            "submit",
+            "Submit your solution and end the task. Call it once the solution file is "
+            "written and tested.",
+            {"path": {"type": "string",
+                      "description": f"the solution file (default {default_path})"}},
+            [],
+        )
+
+    async def __call__(self, args: dict) -> str:
+        path = args.get("path") or self.default_path
+        try:
+            host = resolve_in_workspace(self.sandbox.workspace, path)
+        except PermissionError as exc:
+            raise ToolError(str(exc)) from None
+        if not host.is_file():
+            raise ToolError(f"{path} does not exist: write your solution there first, "
+                            "or give the path of the file that holds it")
+        self.answer = path
+        self.finished = True
+        return f"Submitted {path}. The episode is over."
+
+
+class CodeHandler:
+    """Python programming problems with hidden stdin/stdout or assert tests."""
+
+    name = "code"
+    defaults = HandlerDefaults(
+        max_turns=16,
+        max_context_tokens=8192,
+        init_timeout=60.0,
+        run_timeout=900.0,
+        eval_timeout=300.0,
+        total_timeout=1800.0,
+    )
+    # The agent's sandbox; the eval sandbox takes the instance's limits instead.
+    run_limits = SandboxLimits(memory_mb=2048, pids=128, cpu_seconds=600)
+    bash = BashConfig(timeout=60.0, idle_timeout=30.0)
+    max_command_seconds = 300.0  # the most a bash call may ask for (its `timeout`)
+    python = "python3"  # the interpreter the tests run the solution with
+
+    def __init__(self, ctx: HandlerContext):
+        self.ctx = ctx
+
+    # --- validation --------------------------------------------------------------
+    def validate(self, instance: dict[str, Any]) -> None:
+        if not isinstance(instance, dict):
+            raise InvalidInstance("instance", "must be an object")
+        problem = instance.get("problem")
+        if not isinstance(problem, str) or not problem.strip():
+            raise InvalidInstance("instance.problem", "required: the problem statement (a non-empty string)")
+        if ("tests" in instance) == ("asserts" in instance):
+            raise InvalidInstance("instance", "give the hidden tests as either 'tests' "
+                                  "(stdin/stdout cases) or 'asserts' (Python asserts), not both")
+        language = instance.get("language", "python")
+        if language != "python":
+            raise InvalidInstance("instance.language", f"only 'python' is supported, got {language!r}")
+        solution_file = instance.get("solution_file", DEFAULT_SOLUTION)
+        if not isinstance(solution_file, str) or not _FILE_NAME.match(solution_file) \
+                or keyword.iskeyword(solution_file[:-3]) or solution_file.startswith("_rollserve"):
+            raise InvalidInstance("instance.solution_file",
+                                  "must be a Python file name in the workspace, e.g. solution.py")
+        if "starter_code" in instance and not isinstance(instance["starter_code"], str):
+            raise InvalidInstance("instance.starter_code", "must be a string")
+        entry_point = instance.get("entry_point")
+        if entry_point is not None and (not isinstance(entry_point, str) or not entry_point.isidentifier()):
+            raise InvalidInstance("instance.entry_point", "must be a Python identifier (a function name)")
+        _check_number(instance, "time_limit", 0.1, 60.0)
+        _check_number(instance, "memory_limit_mb", 64, 16384, integer=True)
+        mode = instance.get("reward", "all")
+        if mode not in REWARD_MODES:
+            raise InvalidInstance("instance.reward", f"must be 'all' or 'fraction', got {mode!r}")
+        if "tests" in instance:
+            _validate_cases(instance["tests"])
+        else:
+            _validate_asserts(instance["asserts"], entry_point)
+
+    def plan(self, instance: dict[str, Any]) -> HiddenTests:
+        """The hidden tests of a (valid) instance, ready to run."""
+        common = {"time_limit": float(instance.get("time_limit", DEFAULT_TIME_LIMIT)),
+                  "memory_limit_mb": int(instance.get("memory_limit_mb", DEFAULT_MEMORY_MB)),
+                  "python": self.python}
+        if "tests" in instance:
+            return HiddenTests("stdio", list(instance["tests"]), "", [], **common)
+        setup, asserts = split_asserts(instance["asserts"])
+        return HiddenTests("asserts", [], setup, asserts, **common)
+
+    # --- the stages -----------------------------------------------------------------
+    async def init(self, rollout: "Rollout") -> None:
+        instance = rollout.instance
+        self.validate(instance)
+        solution_file = instance.get("solution_file", DEFAULT_SOLUTION)
+        task = task_text(instance["problem"], self.plan(instance), solution_file,
+                         instance.get("entry_point"))
+        files = {"README.md": task + "\n"}
+        if instance.get("starter_code"):
+            files[solution_file] = instance["starter_code"]
+        rollout.state.update(task=task, solution_file=solution_file)
+        spec = SandboxSpec(files=files, limits=self.run_limits,
+                           env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+        rollout.state["sandbox"] = await open_sandbox(self.ctx, rollout, spec)
+
+    async def run(self, rollout: "Rollout") -> None:
+        sandbox: Sandbox | None = rollout.state.get("sandbox")
+        if sandbox is None:
+            raise InfraError("code handler: RUN before INIT (no sandbox)")
+        solution_file = rollout.state["solution_file"]
+        bash = BashTool(sandbox, self.bash, max_timeout=self.max_command_seconds)
+        editor = EditorTool(sandbox)
+        submit = SubmitTool(sandbox, f"{WORKDIR}/{solution_file}")
+        close_later(rollout, bash)
+        # A reply that calls no tool ends the episode, as in current coding agents.
+        config = ToolEnvConfig(call_timeout=self.max_command_seconds + 30.0, on_no_call="end")
+        env = ToolEnv([bash, editor, submit], rollout.state["task"], SYSTEM_PROMPT,
+                      tokenizer=self.ctx.tokenizer, config=config)
+        await run_tool_episode(self.ctx, rollout, env)
+        # The episode is over: take the solution, free the sandbox before EVAL.
+        rollout.state["submitted"] = submit.finished
+        path = submit.answer or solution_file
+        rollout.state["solution_path"] = path
+        rollout.state["solution"], rollout.state["solution_problem"] = await _read_solution(sandbox, path)
+        await close_sandboxes(rollout)
+
+    async def eval(self, rollout: "Rollout") -> Evaluation:
+        instance = rollout.instance
+        plan = self.plan(instance)
+        mode = instance.get("reward", "all")
+        solution = rollout.state.get("solution")
+        solution_file = rollout.state.get("solution_file", DEFAULT_SOLUTION)
+        details: dict[str, Any] = {
+            "reward_mode": mode, "style": plan.style, "solution_file": solution_file,
+            "submitted": rollout.state.get("submitted", False),
+            "solution_path": rollout.state.get("solution_path"),
+            "time_limit": plan.time_limit, "memory_limit_mb": plan.memory_limit_mb,
+        }
+        if solution is None:
+            details.update(passed=0, total=plan.total, all_passed=False, tests=[],
+                           error=rollout.state.get("solution_problem") or "no solution")
+            return Evaluation(reward=0.0, details=details)
+        reward, outcome = await self.run_hidden_tests(rollout, plan, solution_file, solution, mode)
+        details.update(outcome)
+        return Evaluation(reward=reward, details=details)
+
+    async def run_hidden_tests(self, rollout: "Rollout", plan: HiddenTests, solution_file: str,
+                               solution: str, mode: str) -> tuple[float, dict[str, Any]]:
+        """Run ``plan`` against ``solution`` in a fresh sandbox (closed after)."""
+        started = time.perf_counter()
+        sandbox = await open_sandbox(self.ctx, rollout, sandbox_spec(plan, solution_file, solution))
+        try:
+            outcomes = await run_tests(sandbox, plan, solution_file)
+        finally:
+            await close_sandboxes(rollout)
+        reward, details = summary(outcomes, mode)
+        details["eval_seconds"] = round(time.perf_counter() - started, 3)
+        return reward, details
+
+    async def cleanup(self, rollout: "Rollout") -> None:
+        """Close the shell and every sandbox the rollout still has (run's or eval's)."""
+        await close_sandboxes(rollout)
+
+
+async def _read_solution(sandbox: Sandbox, path: str) -> tuple[str | None, str | None]:
+    """(the solution's text, None), or (None, why there is none): the agent's doing."""
+    try:
+        host = resolve_in_workspace(sandbox.workspace, path)
+    except PermissionError as exc:
+        return None, str(exc)
+    if not host.is_file():
+        return None, f"{path} was never written"
+    size = host.stat().st_size
+    if size > MAX_SOLUTION_BYTES:
+        return None, f"{path} is {size} bytes (more than {MAX_SOLUTION_BYTES})"
+    text = (await sandbox.read_file(path)).decode("utf-8", "replace")
+    if not text.strip():
+        return None, f"{path} is empty"
+    return text, None
+
+
+# --- validation helpers ----------------------------------------------------------------
+def _check_number(instance: dict[str, Any], key: str, low: float, high: float,
+                  integer: bool = False) -> None:
+    if key not in instance:
+        return
+    value = instance[key]
+    types = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, types) or not low <= value <= high:
+        kind = "an integer" if integer else "a number"
+        raise InvalidInstance(f"instance.{key}", f"must be {kind} from {low:g} to {high:g}")
+
+
+def _validate_cases(cases: Any) -> None:
+    if not isinstance(cases, list) or not cases:
+        raise InvalidInstance("instance.tests", "must be a non-empty list of {input, output} cases")
+    if len(cases) > MAX_TESTS:
+        raise InvalidInstance("instance.tests", f"at most {MAX_TESTS} cases")
+    for index, case in enumerate(cases):
+        if not isinstance(case, dict):
+            raise InvalidInstance(f"instance.tests[{index}]", "must be an object with input and output")
+        for key in ("input", "output"):
+            if not isinstance(case.get(key), str):
+                raise InvalidInstance(f"instance.tests[{index}].{key}", "required: a string")
+        extra = set(case) - {"input", "output"}
+        if extra:
+            raise InvalidInstance(f"instance.tests[{index}]", f"unknown field(s): {', '.join(sorted(extra))}")
+
+
+def _validate_asserts(source: Any, entry_point: str | None) -> None:
+    if not isinstance(source, str) or not source.strip():
+        raise InvalidInstance("instance.asserts", "must be Python source with assert statements")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise InvalidInstance("instance.asserts", f"not valid Python: {exc.msg} (line {exc.lineno})") from None
+    asserts = [node for node in tree.body if isinstance(node, ast.Assert)]
+    if not asserts:
+        raise InvalidInstance("instance.asserts", "has no top-level assert statement")
+    if len(asserts) > MAX_TESTS:
+        raise InvalidInstance("instance.asserts", f"at most {MAX_TESTS} asserts")
+    if entry_point is not None:
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        if entry_point not in names:
+            raise InvalidInstance("instance.entry_point", f"{entry_point!r} is never used by the asserts")
+
+
+def bundled_tasks() -> list[dict[str, Any]]:
+    """The small problem set shipped with rollserve (``data/code_tasks.jsonl``): each
+    row a ``code`` instance plus a ``task_id`` (ignored by the handler)."""
+    path = importlib.resources.files("rollserve") / "data" / "code_tasks.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]

@@ -1,0 +1,205 @@
+"""Running a code task's hidden tests against a solution, in a fresh sandbox.
+
+Only the solution file goes into the sandbox (no network, its own limits); the tests
+stay on the server's side as long as they can:
+
+- stdin/stdout cases: each case is one ``python3 <solution>`` with the case's input
+  on stdin; its stdout is compared with the expected output here, token by token
+  (whitespace-insensitive, as most judges' default checker).
+- asserts: each top-level ``assert`` of the instance's ``asserts`` is one test, run
+  in a process of its own by a small runner that imports the solution module, runs
+  the setup code (every statement that is not an assert: imports, helpers), then the
+  assert. The test code travels on the runner's stdin, not in a file, and the runner
+  reports a pass with a per-run nonce, so a solution that exits early during import
+  does not pass.
+
+Limits per test: ``time_limit`` seconds of CPU (RLIMIT_CPU, rounded up to whole
+seconds) and a wall-clock limit of twice that plus a second (so load on the host
+does not fail a correct solution, and a sleeping one still ends); ``memory_limit_mb``
+of address space (or a cgroup, where the runtime has one). A solution that times
+out, crashes or runs out of memory just fails that test. A test run that cannot
+start at all (the sandbox or the interpreter is broken) is an ``InfraError``: a
+probe runs first, and a runtime failure on any test propagates.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import secrets
+import signal
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rollserve.errors import InfraError
+from rollserve.sandbox.base import ExecResult, Sandbox, SandboxLimits, SandboxSpec
+
+SHOWN_CHARS = 200  # of inputs, outputs and errors in the per-test table
+
+# Runs one assert test: reads {"nonce", "module", "setup", "test"} from stdin,
+# imports the solution, runs setup then the test, prints the nonce on success. In a
+# function, so the nonce is no global of __main__ for the solution to read.
+ASSERT_RUNNER = r"""
+def main():
+    import importlib, json, os, sys
+    payload = json.loads(sys.stdin.readline())
+    sys.stdin = open(os.devnull)
+    nonce = payload.pop("nonce")
+    module = importlib.import_module(payload["module"])
+    namespace = {"__name__": "__rollserve_test__", "__builtins__": __builtins__}
+    namespace.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+    exec(compile(payload["setup"], "<setup>", "exec"), namespace)
+    exec(compile(payload["test"], "<test>", "exec"), namespace)
+    sys.stdout.flush()
+    sys.stdout.write("\n" + nonce + ":passed\n")
+    sys.stdout.flush()
+main()
+"""
+
+
+@dataclass
+class Outcome:
+    test: int  # 0-based position
+    passed: bool
+    status: str  # passed | wrong_answer | error | timeout | memory | killed | output_limit
+    seconds: float
+    detail: str = ""  # what went wrong (expected vs got, the error's last line)
+    source: str = ""  # the assert, or the case's input (shortened)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class HiddenTests:
+    """What to run: stdin/stdout cases or asserts, with the limits."""
+
+    style: str  # "stdio" | "asserts"
+    cases: list[dict[str, str]]  # stdio: {"input", "output"}
+    setup: str  # asserts: code run before each assert
+    asserts: list[str]  # asserts: one source per test
+    time_limit: float
+    memory_limit_mb: int
+    python: str = "python3"
+
+    @property
+    def total(self) -> int:
+        return len(self.cases) if self.style == "stdio" else len(self.asserts)
+
+
+def split_asserts(source: str) -> tuple[str, list[str]]:
+    """(setup, asserts): the top-level asserts of ``source`` one by one, and all the
+    other top-level statements joined as the setup. Raises SyntaxError."""
+    tree = ast.parse(source)
+    setup, asserts = [], []
+    for node in tree.body:
+        text = ast.get_source_segment(source, node) or ""
+        (asserts if isinstance(node, ast.Assert) else setup).append(text)
+    return "\n".join(setup), asserts
+
+
+def sandbox_spec(plan: HiddenTests, solution_file: str, solution: str) -> SandboxSpec:
+    """The eval sandbox: the solution file only, no network, the test limits."""
+    return SandboxSpec(
+        files={solution_file: solution},
+        network=False,
+        env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"},
+        limits=SandboxLimits(memory_mb=plan.memory_limit_mb, pids=64, file_size_mb=64,
+                             cpu_seconds=max(1, math.ceil(plan.time_limit)), open_files=256),
+    )
+
+
+async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> list[Outcome]:
+    """Every test of ``plan`` against ``solution_file`` in ``sandbox``, one by one."""
+    probe = await sandbox.exec([plan.python, "-c", "print('ok')"], timeout=30)
+    if probe.stdout.strip() != "ok":
+        raise InfraError(f"the test sandbox cannot run {plan.python}: "
+                         f"exit {probe.exit_code}, {(probe.stderr or probe.stdout).strip()[-300:]}")
+    outcomes = []
+    for index in range(plan.total):
+        if plan.style == "stdio":
+            outcomes.append(await _run_case(sandbox, plan, solution_file, index))
+        else:
+            outcomes.append(await _run_assert(sandbox, plan, solution_file, index))
+    return outcomes
+
+
+def _wall_limit(plan: HiddenTests) -> float:
+    return 2 * plan.time_limit + 1.0
+
+
+async def _run_case(sandbox: Sandbox, plan: HiddenTests, solution_file: str, index: int) -> Outcome:
+    case = plan.cases[index]
+    expected = case["output"]
+    limit = 2 * len(expected) + (64 << 10)
+    result = await sandbox.exec([plan.python, solution_file], timeout=_wall_limit(plan),
+                                stdin=case["input"].encode(), max_output=limit)
+    outcome = Outcome(index, False, "", round(result.seconds, 4), source=_short(case["input"]))
+    failure = _failure(result, plan)
+    if failure is not None:
+        outcome.status, outcome.detail = failure
+    elif result.truncated:
+        outcome.status, outcome.detail = "output_limit", f"more than {limit} bytes of output"
+    elif result.stdout.split() == expected.split():
+        outcome.passed, outcome.status = True, "passed"
+    else:
+        outcome.status = "wrong_answer"
+        outcome.detail = f"expected {_short(expected)!r}, got {_short(result.stdout)!r}"
+    return outcome
+
+
+async def _run_assert(sandbox: Sandbox, plan: HiddenTests, solution_file: str, index: int) -> Outcome:
+    nonce = secrets.token_hex(16)
+    payload = {"nonce": nonce, "module": solution_file.removesuffix(".py"),
+               "setup": plan.setup, "test": plan.asserts[index]}
+    result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
+                                stdin=(json.dumps(payload) + "\n").encode(), max_output=64 << 10)
+    outcome = Outcome(index, False, "", round(result.seconds, 4),
+                          source=_short(plan.asserts[index]))
+    failure = _failure(result, plan)
+    if failure is not None:
+        outcome.status, outcome.detail = failure
+    elif f"{nonce}:passed" in result.stdout:
+        outcome.passed, outcome.status = True, "passed"
+    else:
+        outcome.status, outcome.detail = "error", "the test did not complete (did the solution exit?)"
+    return outcome
+
+
+def _failure(result: ExecResult, plan: HiddenTests) -> tuple[str, str] | None:
+    """(status, detail) when the test process did not end normally, else None."""
+    if result.timed_out:
+        return "timeout", f"no result within {_wall_limit(plan):g} s (wall clock)"
+    if result.signal == signal.SIGXCPU or (
+            result.signal == signal.SIGKILL and result.seconds >= math.ceil(plan.time_limit) * 0.9):
+        return "timeout", f"more than {plan.time_limit:g} s of CPU time"
+    last = _last_line(result.stderr)
+    if "MemoryError" in result.stderr or result.signal == signal.SIGKILL:
+        return "memory", f"over the memory limit of {plan.memory_limit_mb} MB ({last or 'killed'})"
+    if result.signal == signal.SIGXFSZ:
+        return "output_limit", "wrote a file over the size limit"
+    if result.signal is not None:
+        return "killed", f"killed by signal {signal.Signals(result.signal).name}"
+    if result.exit_code != 0:
+        return "error", last or f"exit code {result.exit_code}"
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return _short(lines[-1]) if lines else ""
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def summary(outcomes: list[Outcome], mode: str) -> tuple[float, dict[str, Any]]:
+    """(reward, details) for the evaluation: all-pass or the fraction passed."""
+    passed = sum(o.passed for o in outcomes)
+    total = len(outcomes)
+    reward = (passed / total if total else 0.0) if mode == "fraction" else float(total > 0 and passed == total)
+    return reward, {"passed": passed, "total": total, "all_passed": total > 0 and passed == total,
+                    "tests": [o.to_dict() for o in outcomes]}
+

@@ -1,0 +1,147 @@
+"""What handlers that act in sandboxes share.
+
+- ``open_sandbox``: start a sandbox for a rollout and remember it in the rollout's
+  state, so ``close_sandboxes`` (called from the handler's ``cleanup``, which the
+  engine always runs, even on cancel and timeout) closes it: no sandbox outlives
+  its rollout. A start still under way when the rollout is cancelled is closed as
+  soon as it completes.
+- ``run_tool_episode``: the standard agent loop over a ``ToolEnv``, with its time
+  and tool counts put on the rollout.
+- ``find_python``: an interpreter with IPython inside a sandbox, for the python tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import site
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rollserve.agent.loop import LoopStats, run_agent_loop
+from rollserve.agent.tool_env import ToolEnv
+from rollserve.errors import InfraError
+from rollserve.handlers.base import HandlerContext
+from rollserve.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from rollserve.sandbox.tools.ipython import IPythonConfig
+
+if TYPE_CHECKING:
+    from rollserve.engine.rollout import Rollout
+
+log = logging.getLogger(__name__)
+
+SANDBOXES = "_sandboxes"  # rollout.state key: sandboxes to close in cleanup
+CLOSERS = "_closers"  # rollout.state key: tools (shells, kernels) to close first
+_PENDING: set[asyncio.Future] = set()  # starts that outlived a cancelled rollout
+
+
+async def open_sandbox(ctx: HandlerContext, rollout: "Rollout", spec: SandboxSpec) -> Sandbox:
+    """Start a sandbox for ``rollout``; ``close_sandboxes(rollout)`` closes it.
+
+    Raises ``SandboxError`` (infra: masked) when the server has no usable runtime.
+    """
+    if ctx.sandboxes is None:
+        raise SandboxError("this server has no sandbox runtime (HandlerContext.sandboxes is None)")
+    start = asyncio.ensure_future(ctx.sandboxes.start(spec))
+    try:
+        # Shielded: a cancel must not abandon a sandbox half-way through its start.
+        sandbox = await asyncio.shield(start)
+    except asyncio.CancelledError:
+        _PENDING.add(start)
+        start.add_done_callback(_close_late)
+        raise
+    rollout.state.setdefault(SANDBOXES, []).append(sandbox)
+    return sandbox
+
+
+def _close_late(start: asyncio.Future) -> None:
+    """A sandbox whose rollout was cancelled while it started: close it now."""
+    if start.cancelled() or start.exception() is not None:
+        _PENDING.discard(start)
+        return
+    closing = asyncio.ensure_future(start.result().close())
+    _PENDING.add(closing)
+    closing.add_done_callback(_PENDING.discard)
+    _PENDING.discard(start)
+
+
+def close_later(rollout: "Rollout", *tools: Any) -> None:
+    """Tools with a ``close()`` (a shell, a kernel) to end before the sandboxes close."""
+    rollout.state.setdefault(CLOSERS, []).extend(tools)
+
+
+async def close_sandboxes(rollout: "Rollout") -> None:
+    """Close the rollout's tools, then its sandboxes (which kills every process in
+    them); idempotent, and never raises (problems are logged)."""
+    for tool in rollout.state.pop(CLOSERS, []):
+        try:
+            await tool.close()
+        except Exception as error:  # the sandbox close below kills it anyway
+            log.debug("closing a tool of rollout %s: %s", rollout.id, error)
+    sandboxes = rollout.state.pop(SANDBOXES, [])
+    results = await asyncio.gather(*(s.close() for s in sandboxes), return_exceptions=True)
+    for sandbox, result in zip(sandboxes, results):
+        if isinstance(result, BaseException):
+            log.error("rollout %s: could not close sandbox %s: %r", rollout.id, sandbox.id, result)
+
+
+async def run_tool_episode(ctx: HandlerContext, rollout: "Rollout", env: ToolEnv) -> None:
+    """The agent loop over ``env``; LLM and tool time go to ``rollout.timing`` and
+    the tool counts to ``rollout.stats``, even when the loop is cancelled."""
+    if rollout.llm is None:
+        raise InfraError("no LLM session was attached to the rollout before RUN")
+    stats = LoopStats()
+    try:
+        await run_agent_loop(
+            env,
+            rollout.llm,
+            ctx.tokenizer,
+            rollout.spec.sampling,
+            max_turns=rollout.max_turns,
+            max_context_tokens=rollout.max_context_tokens,
+            trajectory=rollout.trajectory,
+            stats=stats,
+        )
+    finally:
+        rollout.add_time("llm", stats.llm_seconds)
+        rollout.add_time("tools", stats.env_seconds)
+        rollout.stats.update(env.stats.as_stats())
+
+
+# --- a python with IPython inside the sandbox ------------------------------------------
+_PYTHONS: dict[tuple[str, str | None], IPythonConfig] = {}  # (runtime, image) -> found
+
+
+async def find_python(sandbox: Sandbox, base: IPythonConfig | None = None) -> IPythonConfig:
+    """An ``IPythonConfig`` whose interpreter runs IPython inside ``sandbox``.
+
+    First this server's own python (visible inside on the host root; bubblewrap
+    binds it back when a hidden folder covers it and the sandbox may reach it);
+    else a ``python3`` of the same version inside, with this server's site-packages
+    on PYTHONPATH (a root server's sandboxes cannot reach a Python under /root).
+    Found once per runtime and image; ``SandboxError`` if none works.
+    """
+    base = base or IPythonConfig()
+    key = (sandbox.runtime, sandbox.spec.image)
+    if key not in _PYTHONS:
+        _PYTHONS[key] = await _probe_pythons(sandbox, base)
+    found = _PYTHONS[key]
+    return base.model_copy(update={"python": found.python, "env": {**base.env, **found.env}})
+
+
+async def _probe_pythons(sandbox: Sandbox, base: IPythonConfig) -> IPythonConfig:
+    same_version = f"import sys, IPython; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"
+    with_our_packages = {"PYTHONPATH": ":".join(site.getsitepackages())}
+    version = "%d.%d" % sys.version_info[:2]
+    candidates = [(base.python, {}, "import IPython"),
+                  (f"python{version}", with_our_packages, same_version),
+                  ("python3", with_our_packages, same_version)]
+    tried = []
+    for python, env, check in candidates:
+        probe = await sandbox.exec([python, "-c", check], timeout=60, env=env)
+        if probe.exit_code == 0:
+            return IPythonConfig(python=python, env=env)
+        why = (probe.stderr or probe.stdout).strip().splitlines()
+        tried.append(f"{python}: {why[-1][:200] if why else f'exit {probe.exit_code}'}")
+    raise SandboxError("no python with IPython runs inside the sandbox (" + "; ".join(tried)
+                       + "); set the python tool's interpreter for this image")
