@@ -16,10 +16,7 @@ import os
 import httpx
 import pytest
 
-from rollserve.api.app import create_app
 from rollserve.api.prorl import NO_LLM_SERVER, NOT_RUNNING, STOPPED, ProRLConfig, prorl_result
-from rollserve.engine.pipeline import EngineConfig
-from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
 
 INSTANCE = {"instance_id": "math-2plus2", "trajectory_id": 0, "data_source": "math",
@@ -29,23 +26,12 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 48}
 
 
 @pytest.fixture
-async def prorl_api(tmp_path):
-    made = []
-
+def prorl_api(make_api):
+    """``make_api`` (tests/conftest.py) with ProRL Agent's routes served."""
     async def make(config: ProRLConfig | None = None, backends=()):
-        service = Service(ServerConfig(state_dir=tmp_path / f"s{len(made)}", backends=list(backends),
-                                       engine=EngineConfig()))
-        await service.start()
-        app = create_app(service, manage_lifecycle=False, prorl=config or ProRLConfig())
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                   base_url="http://prorl", timeout=30)
-        made.append((service, client))
-        return service, client
+        return await make_api(backends, prorl=config or ProRLConfig())
 
-    yield make
-    for service, client in made:
-        await client.aclose()
-        await service.stop()
+    return make
 
 
 async def initialize_prorl_server(client, model_endpoint: str) -> None:

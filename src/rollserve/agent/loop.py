@@ -97,9 +97,7 @@ async def run_agent_loop(
                                     trajectory, stats)
     builder = prompt_builder(tokenizer, tools=env.tools)
     trajectory.fidelity = builder.fidelity
-    trajectory.tools = _tool_schemas(env)
-    messages = list(env.initial_messages())
-    trajectory.messages = messages
+    messages = _open_episode(env, trajectory)
     trajectory.add_prompt(await builder.afirst(messages))
     ended_by = "max_turns"
     for turn_index in range(max_turns):
@@ -117,13 +115,9 @@ async def run_agent_loop(
         reply = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
         messages.append({"role": "assistant", "content": reply})
 
-        started = time.perf_counter()
-        step = await env.step(reply)
-        stats.env_seconds += time.perf_counter() - started
-        if step.done:
-            ended_by = step.reason
-            break
-        if turn_index == max_turns - 1:
+        step = await _timed_step(env, reply, stats)
+        if (reason := _episode_end(step, turn_index, max_turns)) is not None:
+            ended_by = reason
             break
         if gen.finish_reason == "length" and len(trajectory.input_ids) >= max_context_tokens:
             ended_by = "context_exhausted"
@@ -144,6 +138,32 @@ def _tool_schemas(env: AgentEnv) -> list[dict] | None:
     return getattr(env, "tool_schemas", None) or env.tools
 
 
+def _open_episode(env: AgentEnv, trajectory: Trajectory) -> list[dict]:
+    """The episode's opening messages (also kept on ``trajectory``, with its tools)."""
+    trajectory.tools = _tool_schemas(env)
+    messages = list(env.initial_messages())
+    trajectory.messages = messages
+    return messages
+
+
+async def _timed_step(env: AgentEnv, reply: str, stats: LoopStats) -> Step:
+    """``env.step(reply)``, its time added to ``stats.env_seconds``."""
+    started = time.perf_counter()
+    step = await env.step(reply)
+    stats.env_seconds += time.perf_counter() - started
+    return step
+
+
+def _episode_end(step: Step, turn_index: int, max_turns: int) -> str | None:
+    """Why the episode ends after ``step`` (the env's reason, or "max_turns" after the
+    last turn), or None when it goes on."""
+    if step.done:
+        return step.reason
+    if turn_index == max_turns - 1:
+        return "max_turns"
+    return None
+
+
 def _version(reply: Generation | ChatReply, llm: LLMSession) -> int | None:
     """The policy version that produced ``reply``: its own stamp (the router's, taken
     when the request was sent), else the session's current one."""
@@ -162,9 +182,7 @@ async def _run_chat_loop(
     """The episode on a message-level backend: messages in and out, no token ids."""
     trajectory.trainable = False
     trajectory.fidelity = Fidelity(append_only=False)
-    trajectory.tools = _tool_schemas(env)
-    messages = list(env.initial_messages())
-    trajectory.messages = messages
+    messages = _open_episode(env, trajectory)
     ended_by = "max_turns"
     for turn_index in range(max_turns):
         started = time.perf_counter()
@@ -177,14 +195,10 @@ async def _run_chat_loop(
             assistant["tool_calls"] = reply.tool_calls
         messages.append(assistant)
 
-        started = time.perf_counter()
-        step = await env.step(reply.content + _tool_calls_as_text(
-            reply.tool_calls, getattr(env, "tool_format", "hermes")))
-        stats.env_seconds += time.perf_counter() - started
-        if step.done:
-            ended_by = step.reason
-            break
-        if turn_index == max_turns - 1:
+        step = await _timed_step(env, reply.content + _tool_calls_as_text(
+            reply.tool_calls, getattr(env, "tool_format", "hermes")), stats)
+        if (reason := _episode_end(step, turn_index, max_turns)) is not None:
+            ended_by = reason
             break
         usage = reply.usage or {}
         used = usage.get("total_tokens") or (

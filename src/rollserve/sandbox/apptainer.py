@@ -39,8 +39,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, Sandbox, SandboxError,
-                                    SandboxProcess, SandboxSpec)
+from rollserve.sandbox.base import WORKDIR, ExecResult, Runtime, SandboxError, SandboxSpec
+from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
 from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
 from rollserve.sandbox.process import HostProcess, collect, run_command
@@ -166,28 +166,18 @@ class ApptainerRuntime(Runtime):
         image = await asyncio.wait_for(self.images.ensure(spec.image),
                                        self.config.build_timeout + spec.start_timeout)
         sandbox_id = new_sandbox_id(self.name)
-        try:
-            folders = SandboxFolders.create(self.config.root, sandbox_id)
-            folders.write_files(spec)
-            entry = self.book.open(sandbox_id, self.name, [folders.base])
-        except (OSError, ValueError) as error:
-            raise SandboxError(f"apptainer sandbox could not start: {error}") from error
+        folders, entry = open_folders(self.book, self.name, "apptainer", self.config.root,
+                                      sandbox_id, spec)
         return ApptainerSandbox(self, sandbox_id, spec, folders, entry, image)
 
 
-class ApptainerSandbox(Sandbox):
+class ApptainerSandbox(FolderSandbox):
     def __init__(self, owner: ApptainerRuntime, sandbox_id: str, spec: SandboxSpec,
                  folders: SandboxFolders, entry: OwnerEntry, image: Path):
-        self.id = sandbox_id
+        self._setup(sandbox_id, spec, folders, entry)
         self.runtime = owner.name
-        self.spec = spec
-        self.folders = folders
-        self.workspace = folders.workspace
         self.image = image
         self._owner = owner
-        self._entry = entry
-        self._processes: set[HostProcess] = set()
-        self._closed = False
         self._prefix = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False,
                                                   address_space=not owner.config.cgroup_limits))
 
@@ -224,42 +214,22 @@ class ApptainerSandbox(Sandbox):
 
     def _start(self, inner: list[str], pty: bool, env: dict[str, str] | None,
                merge_stderr: bool) -> HostProcess:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed")
+        self._check_open()
         if pty:
             inner = ["setsid", "--ctty", "--wait", *inner]
         argv = [*self._prefix, *self.command(inner)]
-        try:
-            process = HostProcess.start(argv, pty=pty, env=self.environment(env, pty),
-                                        merge_stderr=merge_stderr)
-        except OSError as error:
-            raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
-        self._processes.add(process)
-        self._entry.add(process.pid)
-        process.on_exit(self._forget)
-        return process
-
-    def _forget(self, process: HostProcess) -> None:
-        self._processes.discard(process)
-        self._entry.discard(process.pid)
+        return self._track(self._start_host(argv, pty=pty, env=self.environment(env, pty),
+                                            merge_stderr=merge_stderr))
 
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
                    env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
         started = time.monotonic()
-        inner = ["bash", "-c", command] if isinstance(command, str) else list(command)
-        process = self._start(inner, pty=False, env=env, merge_stderr=False)
+        process = self._start(shell_argv(command), pty=False, env=env, merge_stderr=False)
         return await collect(process, timeout, stdin, max_output, signal_codes=True,
                              started=started)
 
-    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
-                    *, merge_stderr: bool = True) -> SandboxProcess:
-        return self._start(list(argv), pty=pty, env=env, merge_stderr=merge_stderr)
-
     async def close(self) -> None:
-        if self._closed:
+        if not await self._begin_close():
             return
-        self._closed = True
-        for process in list(self._processes):
-            await process.kill()
         await asyncio.to_thread(remove_tree, self.folders.base)
         self._entry.delete()

@@ -31,8 +31,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, Sandbox, SandboxError,
-                                    SandboxProcess, SandboxSpec)
+from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, SandboxError, SandboxProcess,
+                                    SandboxSpec)
+from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
 from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree, this_process
 from rollserve.sandbox.process import HostProcess, collect, run_command
@@ -106,13 +107,9 @@ class DockerRuntime(Runtime):
             raise SandboxError(reason)
         sandbox_id = new_sandbox_id(self.name)
         name = f"rollserve-{sandbox_id}"
-        try:
-            folders = SandboxFolders.create(self.config.root, sandbox_id)
-            folders.write_files(spec)
-            entry = self.book.open(sandbox_id, self.name, [folders.base], container=name,
-                                   engine=self.engine, engine_args=self.global_args)
-        except (OSError, ValueError) as error:
-            raise SandboxError(f"{self.engine} sandbox could not start: {error}") from error
+        folders, entry = open_folders(self.book, self.name, self.engine, self.config.root,
+                                      sandbox_id, spec, container=name, engine=self.engine,
+                                      engine_args=self.global_args)
         # Recorded before it exists: a crash during `run` still leaves a record to reap.
         result = await run_command(self.run_command(spec, name, folders),
                                    min(spec.start_timeout, self.config.engine_timeout))
@@ -129,19 +126,13 @@ class DockerRuntime(Runtime):
                           self.config.engine_timeout)
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(FolderSandbox):
     def __init__(self, owner: DockerRuntime, sandbox_id: str, spec: SandboxSpec,
                  folders: SandboxFolders, entry: OwnerEntry, container: str):
-        self.id = sandbox_id
+        self._setup(sandbox_id, spec, folders, entry)
         self.runtime = owner.name
-        self.spec = spec
-        self.folders = folders
-        self.workspace = folders.workspace
         self.container = container
         self._owner = owner
-        self._entry = entry
-        self._processes: set[HostProcess] = set()
-        self._closed = False
 
     def exec_command(self, inner: list[str], env: dict[str, str] | None, pty: bool,
                      interactive: bool = True) -> list[str]:
@@ -159,15 +150,12 @@ class DockerSandbox(Sandbox):
 
     def _start(self, inner: list[str], pty: bool, env: dict[str, str] | None,
                merge_stderr: bool) -> HostProcess:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed")
+        self._check_open()
         argv = self.exec_command(inner, env, pty)
-        try:
-            process = HostProcess.start(argv, pty=pty, merge_stderr=merge_stderr,
-                                        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                             "HOME": os.environ.get("HOME", "/")})
-        except OSError as error:
-            raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
+        process = self._start_host(argv, pty=pty, merge_stderr=merge_stderr,
+                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                        "HOME": os.environ.get("HOME", "/")})
+        # (no owner-record pids: the container is what a restarted server removes)
         self._processes.add(process)
         process.on_exit(self._processes.discard)
         return process
@@ -175,7 +163,7 @@ class DockerSandbox(Sandbox):
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
                    env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
         started = time.monotonic()
-        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        argv = shell_argv(command)
         pid_file = f"{PID_DIR}/{uuid.uuid4().hex}"
         # Its own session (setsid), its pid in a file: what a timeout kills in there.
         inner = ["setsid", "--wait", "sh", "-c",
@@ -195,14 +183,11 @@ class DockerSandbox(Sandbox):
                     *, merge_stderr: bool = True) -> SandboxProcess:
         if pty:
             argv = ["setsid", "--ctty", "--wait", *argv]
-        return self._start(list(argv), pty=pty, env=env, merge_stderr=merge_stderr)
+        return await super().spawn(argv, pty=pty, env=env, merge_stderr=merge_stderr)
 
     async def close(self) -> None:
-        if self._closed:
+        if not await self._begin_close():
             return
-        self._closed = True
-        for process in list(self._processes):
-            await process.kill()
         await self._owner._remove(self.container)  # kills everything inside
         await asyncio.to_thread(remove_tree, self.folders.base)
         self._entry.delete()

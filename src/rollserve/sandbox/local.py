@@ -22,8 +22,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import (ExecResult, Runtime, Sandbox, SandboxError,
-                                    SandboxProcess, SandboxSpec)
+from rollserve.sandbox.base import ExecResult, Runtime, SandboxSpec
+from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
 from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
 from rollserve.sandbox.process import HostProcess, collect
@@ -68,33 +68,22 @@ class LocalRuntime(Runtime):
         if spec.image is not None:
             log.warning("local runtime ignores image %r: commands run on the host", spec.image)
         sandbox_id = new_sandbox_id(self.name)
-        try:
-            folders = SandboxFolders.create(self.config.root, sandbox_id)
-            folders.write_files(spec)
-            entry = self.book.open(sandbox_id, self.name, [folders.base])
-        except (OSError, ValueError) as error:
-            raise SandboxError(f"local sandbox could not start: {error}") from error
+        folders, entry = open_folders(self.book, self.name, "local", self.config.root,
+                                      sandbox_id, spec)
         return LocalSandbox(sandbox_id, spec, folders, entry)
 
 
-class LocalSandbox(Sandbox):
+class LocalSandbox(FolderSandbox):
     runtime = "local"
 
     def __init__(self, sandbox_id: str, spec: SandboxSpec, folders: SandboxFolders,
                  entry: OwnerEntry):
-        self.id = sandbox_id
-        self.spec = spec
-        self.folders = folders
-        self.workspace = folders.workspace
-        self._entry = entry
+        self._setup(sandbox_id, spec, folders, entry)
         self._limits = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False))
-        self._processes: set[HostProcess] = set()
-        self._closed = False
 
     def _start(self, argv: list[str], pty: bool, env: dict[str, str] | None,
                merge_stderr: bool) -> HostProcess:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed")
+        self._check_open()
         # HOME is the private tmp folder (caches and dotfiles stay out of the workspace).
         env = base_env(str(self.folders.tmp), str(self.folders.tmp), self.spec, env, pty,
                        os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
@@ -105,35 +94,19 @@ class LocalSandbox(Sandbox):
             argv = [*self._limits, "setsid", "--ctty", "--wait", *argv]
         else:
             argv = [*self._limits, *argv]
-        try:
-            process = HostProcess.start(argv, pty=pty, env=env, cwd=self.workspace,
-                                        merge_stderr=merge_stderr, new_session=not pty)
-        except OSError as error:
-            raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
-        self._processes.add(process)
-        self._entry.add(process.pid)
-        process.on_exit(self._forget)
-        return process
-
-    def _forget(self, process: HostProcess) -> None:
-        self._processes.discard(process)
-        self._entry.discard(process.pid)
+        return self._track(self._start_host(argv, pty=pty, env=env, cwd=self.workspace,
+                                            merge_stderr=merge_stderr, new_session=not pty))
 
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
                    env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
         started = time.monotonic()
-        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
-        process = self._start(argv, pty=False, env=env, merge_stderr=False)
+        process = self._start(shell_argv(command), pty=False, env=env, merge_stderr=False)
         try:
             # (128+N: killed by signal N, as bash and bwrap report it; as in bubblewrap)
             return await collect(process, timeout, stdin, max_output, signal_codes=True,
                                  started=started)
         finally:
             self._forget(process)
-
-    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
-                    *, merge_stderr: bool = True) -> SandboxProcess:
-        return self._start(list(argv), pty=pty, env=env, merge_stderr=merge_stderr)
 
     async def close(self) -> None:
         if self._closed:

@@ -5,21 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollserve.sandbox.base import SandboxSpec
-
-RUNTIMES = ["local", "bubblewrap"]
-
-
-def make_runtime(name: str, state_dir):
-    if name == "local":
-        from rollserve.sandbox.local import LocalRuntime
-
-        return LocalRuntime(state_dir=state_dir)
-    from rollserve.sandbox.bubblewrap import BubblewrapRuntime
-
-    reason = BubblewrapRuntime.unavailable_reason()
-    if reason:
-        pytest.skip(f"bubblewrap runtime unavailable: {reason}")
-    return BubblewrapRuntime(state_dir=state_dir)
+from tests.sandbox.helpers import RUNTIMES, make_runtime
 
 
 @pytest.fixture(params=RUNTIMES)

@@ -1,0 +1,88 @@
+"""What the folder-based runtimes (local, apptainer, docker/podman, bubblewrap) share.
+
+Each of their sandboxes is a pair of host folders (``SandboxFolders``) with an owner
+record (``OwnerEntry``) and a set of live host processes started over them:
+``open_folders`` makes the folders and the record when a runtime starts one, and
+``FolderSandbox`` holds the bookkeeping every such sandbox does the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rollserve.sandbox.base import Sandbox, SandboxError, SandboxProcess, SandboxSpec
+from rollserve.sandbox.folders import SandboxFolders
+from rollserve.sandbox.owner import OwnerBook, OwnerEntry
+from rollserve.sandbox.process import HostProcess
+
+
+def shell_argv(command: str | list[str]) -> list[str]:
+    """A command as argv: a string runs under ``bash -c``."""
+    return ["bash", "-c", command] if isinstance(command, str) else list(command)
+
+
+def open_folders(book: OwnerBook, runtime: str, label: str, root: Path | None,
+                 sandbox_id: str, spec: SandboxSpec,
+                 **record) -> tuple[SandboxFolders, OwnerEntry]:
+    """A new sandbox's folders (with the spec's files) and its owner record; a
+    failure is a SandboxError naming ``label``."""
+    try:
+        folders = SandboxFolders.create(root, sandbox_id)
+        folders.write_files(spec)
+        entry = book.open(sandbox_id, runtime, [folders.base], **record)
+    except (OSError, ValueError) as error:
+        raise SandboxError(f"{label} sandbox could not start: {error}") from error
+    return folders, entry
+
+
+class FolderSandbox(Sandbox):
+    """A sandbox over ``SandboxFolders`` whose commands are host processes it tracks."""
+
+    def _setup(self, sandbox_id: str, spec: SandboxSpec, folders: SandboxFolders,
+               entry: OwnerEntry) -> None:
+        self.id = sandbox_id
+        self.spec = spec
+        self.folders = folders
+        self.workspace = folders.workspace
+        self._entry = entry
+        self._processes: set[HostProcess] = set()
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+
+    def _start_host(self, argv: list[str], **options) -> HostProcess:
+        """``HostProcess.start(argv, **options)``; an OSError is a SandboxError."""
+        try:
+            return HostProcess.start(argv, **options)
+        except OSError as error:
+            raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
+
+    def _track(self, process: HostProcess) -> HostProcess:
+        """Count ``process`` as the sandbox's (here and in the owner record) until it exits."""
+        self._processes.add(process)
+        self._entry.add(process.pid)
+        process.on_exit(self._forget)
+        return process
+
+    def _forget(self, process: HostProcess) -> None:
+        self._processes.discard(process)
+        self._entry.discard(process.pid)
+
+    def _start(self, argv: list[str], pty: bool, env: dict[str, str] | None,
+               merge_stderr: bool) -> HostProcess:
+        raise NotImplementedError
+
+    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
+                    *, merge_stderr: bool = True) -> SandboxProcess:
+        return self._start(list(argv), pty=pty, env=env, merge_stderr=merge_stderr)
+
+    async def _begin_close(self) -> bool:
+        """Mark the sandbox closed and kill its processes; False if it was closed already."""
+        if self._closed:
+            return False
+        self._closed = True
+        for process in list(self._processes):
+            await process.kill()
+        return True
