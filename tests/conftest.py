@@ -57,15 +57,16 @@ async def fake_llm():
 
 @pytest.fixture
 async def make_api(tmp_path):
-    """Build a service + in-process HTTP client; pass backends=[url] or none."""
+    """Build a service + in-process HTTP client; pass backends=[url] or none, and
+    ``prorl=ProRLConfig(...)`` to serve ProRL Agent's routes too."""
     made = []
 
-    async def make(backends=(), token=None, **engine):
+    async def make(backends=(), token=None, prorl=None, **engine):
         config = ServerConfig(state_dir=tmp_path / f"state{len(made)}", api_token=token,
                               backends=list(backends), engine=EngineConfig(**engine))
         service = Service(config)
         await service.start()
-        app = create_app(service, manage_lifecycle=False)
+        app = create_app(service, manage_lifecycle=False, prorl=prorl)
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                    base_url="http://rollserve", timeout=30)
         made.append((service, client))
@@ -75,3 +76,28 @@ async def make_api(tmp_path):
     for service, client in made:
         await client.aclose()
         await service.stop()
+
+
+_IPYTHON_PROBE: dict[str, str | None] = {}  # probed once per test session
+
+
+@pytest.fixture
+async def ipython_in_bubblewrap(tmp_path):
+    """Skip (saying why) where no python with IPython can run inside a bubblewrap
+    sandbox: e.g. a root server whose interpreter and packages live under /root, which
+    sandboxes (running as a uid of their own) cannot reach."""
+    from rollserve.handlers.sandboxed import find_python
+    from rollserve.sandbox.base import SandboxError, SandboxSpec
+    from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+
+    reason = BubblewrapRuntime.unavailable_reason()
+    if reason is None and "bubblewrap" not in _IPYTHON_PROBE:
+        async with await BubblewrapRuntime(state_dir=tmp_path).start(SandboxSpec()) as box:
+            try:
+                await find_python(box)
+                _IPYTHON_PROBE["bubblewrap"] = None
+            except SandboxError as error:
+                _IPYTHON_PROBE["bubblewrap"] = str(error)
+    reason = reason or _IPYTHON_PROBE.get("bubblewrap")
+    if reason:
+        pytest.skip(f"the python tool cannot run here: {reason}")

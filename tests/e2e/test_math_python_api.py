@@ -21,7 +21,7 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
     return "So it is 6765.\n" + format_tool_call("finish", {"answer": answer})
 
 
-async def test_math_python_through_the_api(make_api):
+async def test_math_python_through_the_api(make_api, ipython_in_bubblewrap):
     async with FakeVLLM("smollm2", replies=policy, latency=0.01) as server:
         _, client = await make_api([server.url])
         body = {"tasks": [

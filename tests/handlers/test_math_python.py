@@ -22,7 +22,7 @@ def call(name, **args):
 
 
 @pytest.fixture
-def sandboxed_ctx(ctx, tmp_path) -> HandlerContext:
+def sandboxed_ctx(ctx, tmp_path, ipython_in_bubblewrap) -> HandlerContext:
     return HandlerContext(tokenizer=ctx.tokenizer, scoring=ctx.scoring,
                           sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"))
 

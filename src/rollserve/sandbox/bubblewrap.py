@@ -70,8 +70,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.sandbox import cgroups
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, Sandbox, SandboxError,
-                                    SandboxProcess, SandboxSpec, resolve_in_workspace)
+from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, SandboxError, SandboxProcess,
+                                    SandboxSpec, resolve_in_workspace)
+from rollserve.sandbox.common import FolderSandbox, shell_argv
 from rollserve.sandbox.folders import SandboxFolders, chown_up_to, new_sandbox_id
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
 from rollserve.sandbox.process import HostProcess, collect
@@ -222,7 +223,8 @@ class BubblewrapRuntime(Runtime):
         configured = [Path(p).resolve() for p in self.config.readonly_paths]
         interpreter = []
         if root == "/" and self.config.share_interpreter:
-            hidden = [Path(h) for h in self.hidden()]
+            # /tmp counts as hidden here: every sandbox sees its own private /tmp.
+            hidden = [Path(h) for h in self.hidden()] + [Path("/tmp")]
             for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
                 real = Path(prefix).resolve()
                 if any(h == real or h in real.parents for h in hidden):
@@ -272,22 +274,16 @@ def bwrap_unavailable_reason(binary: str) -> str | None:
     return None
 
 
-class BubblewrapSandbox(Sandbox):
+class BubblewrapSandbox(FolderSandbox):
     runtime = "bubblewrap"
 
     def __init__(self, owner: BubblewrapRuntime, sandbox_id: str, spec: SandboxSpec,
                  folders: SandboxFolders, entry: OwnerEntry, cgroup: Path | None, root: str,
                  uid: int | None):
-        self.id = sandbox_id
+        self._setup(sandbox_id, spec, folders, entry)
         self.uid = uid  # the host uid it runs as (None: the server's)
-        self.spec = spec
-        self.folders = folders
-        self.workspace = folders.workspace
         self.cgroup = cgroup
         self._owner = owner
-        self._entry = entry
-        self._processes: set[BwrapProcess] = set()
-        self._closed = False
         # With a cgroup, memory is bounded per sandbox there; RLIMIT_AS would only
         # break programs that reserve more address space than they use.
         values = rl.rlimits(spec.limits, nproc=True, address_space=cgroup is None)
@@ -314,8 +310,12 @@ class BubblewrapSandbox(Sandbox):
         for folder in hidden:
             args += ["--tmpfs", folder]
         # Bound before the covering tmpfs turns read-only: bwrap makes the mount points.
-        for path in self._owner.readonly_paths(root):
-            args += ["--ro-bind", path, path]
+        # Paths under /tmp are bound after the private /tmp below, which would cover them.
+        readonly = self._owner.readonly_paths(root)
+        under_tmp = [p for p in readonly if Path("/tmp") in Path(p).parents]
+        for path in readonly:
+            if path not in under_tmp:
+                args += ["--ro-bind", path, path]
         for folder in hidden:
             args += ["--remount-ro", folder]
         if self.spec.network and root == "/":
@@ -325,8 +325,10 @@ class BubblewrapSandbox(Sandbox):
                 args += ["--ro-bind-try", resolv, resolv]
         args += ["--dev", "/dev", "--proc", "/proc",
                   "--bind", str(self.folders.workspace), WORKDIR,
-                  "--bind", str(self.folders.tmp), "/tmp",
-                  "--chdir", WORKDIR, "--hostname", "sandbox", "--clearenv"]
+                  "--bind", str(self.folders.tmp), "/tmp"]
+        for path in under_tmp:
+            args += ["--ro-bind", path, path]
+        args += ["--chdir", WORKDIR, "--hostname", "sandbox", "--clearenv"]
         return args
 
     def _env_args(self, env: dict[str, str] | None, pty: bool) -> list[str]:
@@ -345,8 +347,7 @@ class BubblewrapSandbox(Sandbox):
 
     async def _launch(self, inner: list[str], pty: bool, env: dict[str, str] | None,
                       merge_stderr: bool) -> BwrapProcess:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed")
+        self._check_open()
         if pty:
             # In its own session with the PTY as controlling terminal: job control,
             # and b"\x03" interrupts the foreground job. (--wait: should setsid have to
@@ -401,8 +402,7 @@ class BubblewrapSandbox(Sandbox):
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
                    env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
         started = time.monotonic()
-        inner = ["bash", "-c", command] if isinstance(command, str) else list(command)
-        process = await self._launch(inner, pty=False, env=env, merge_stderr=False)
+        process = await self._launch(shell_argv(command), pty=False, env=env, merge_stderr=False)
         # bwrap exits 128+N when the command dies of signal N: read back as a signal.
         return await collect(process, timeout, stdin, max_output, signal_codes=True,
                              started=started)
@@ -418,11 +418,8 @@ class BubblewrapSandbox(Sandbox):
                         self.uid, self.uid)
 
     async def close(self) -> None:
-        if self._closed:
+        if not await self._begin_close():
             return
-        self._closed = True
-        for process in list(self._processes):
-            await process.kill()
         if self.cgroup is not None:
             await asyncio.to_thread(cgroups.remove_cgroup, self.cgroup)
         await asyncio.to_thread(remove_tree, self.folders.base)
