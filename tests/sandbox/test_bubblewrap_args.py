@@ -124,7 +124,8 @@ def test_a_path_closed_to_the_sandbox_uid_is_left_out_with_a_reason(tmp_path, ca
     try:
         (closed / "python").mkdir()
         runtime = BubblewrapRuntime(tmp_path / "state",
-                                    BubblewrapConfig(readonly_paths=[str(closed / "python")]))
+                                    BubblewrapConfig(readonly_paths=[str(closed / "python")],
+                                                     share_interpreter=False))
         assert runtime.readonly_paths() == []
         assert "closed to other users" in caplog.text and str(closed) in caplog.text
     finally:
