@@ -69,8 +69,6 @@ def serve(
     import uvicorn
 
     from rollserve.api.app import create_app
-    from rollserve.server import Service
-
     from rollserve.llm.factory import parse_backend_spec
     from rollserve.llm.policies import POLICIES
     from rollserve.llm.router import RouterConfig

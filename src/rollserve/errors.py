@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Literal
 
 FailureKind = Literal["infra", "agent", "timeout"]
-Stage = Literal["queue", "init", "run", "eval"]
 
 
 class RolloutError(Exception):
@@ -63,10 +62,6 @@ class LLMError(InfraError):
         self.backend = backend
         self.attempts = attempts
         self.retryable = retryable
-
-
-class NoBackendError(InfraError):
-    """No inference backend is registered (or healthy) to serve a call."""
 
 
 class QueueFullError(Exception):

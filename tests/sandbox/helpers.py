@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import psutil
@@ -49,6 +48,3 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
         time.sleep(interval)
     return predicate()
 
-
-def is_root() -> bool:
-    return os.geteuid() == 0

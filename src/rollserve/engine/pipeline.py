@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from rollserve.engine.events import EventBus
 from rollserve.engine.pools import StagePool
-from rollserve.engine.rollout import STAGES, TERMINAL, Failure, Rollout, RolloutSpec, Timeouts
+from rollserve.engine.rollout import STAGES, Failure, Rollout, RolloutSpec, Timeouts
 from rollserve.engine.store import Store
 from rollserve.errors import RolloutError
 from rollserve.handlers.base import AgentHandler, HandlerContext
@@ -340,7 +340,3 @@ class Engine:
 
 class _StageTimeout(Exception):
     pass
-
-
-def is_terminal(status: str) -> bool:
-    return status in TERMINAL

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,9 +12,6 @@ from rollserve.agent.loop import AgentLimits
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
 
-Status = Literal[
-    "queued", "init", "run", "eval", "completed", "failed", "cancelled", "timed_out", "interrupted"
-]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out", "interrupted"})
 STAGES = ("init", "run", "eval")
 

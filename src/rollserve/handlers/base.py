@@ -45,7 +45,6 @@ class HandlerContext:
 
     tokenizer: "ChatTokenizer"
     scoring: "ScoringPool"
-    settings: dict[str, Any] = field(default_factory=dict)
     sandboxes: "LazyRuntime | Runtime | None" = None
 
 

@@ -178,10 +178,6 @@ class ChatTokenizer:
     def eos_token_id(self) -> int:
         return int(self.hf.eos_token_id)
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self.hf)
-
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` as the template wrote it: special tokens parsed, none added."""
         return list(self.hf.encode(text, add_special_tokens=False))
