@@ -37,18 +37,9 @@ class VLLMBackend(ServerBackend):
 
     kind = "vllm"
 
-    def __init__(
-        self,
-        url: str,
-        name: str | None = None,
-        model: str | None = None,
-        api_key: str | None = None,
-        timeout: float | None = 600.0,
-        connect_timeout: float = 10.0,
-        endpoint: Endpoint = "completions",
-        weight: float = 1.0,
-    ):
-        super().__init__(url, name, model, api_key, timeout, connect_timeout, weight)
+    def __init__(self, url: str, *args: Any, endpoint: Endpoint = "completions", **kwargs: Any):
+        """``ServerBackend``'s arguments, plus which vLLM endpoint samples."""
+        super().__init__(url, *args, **kwargs)
         if endpoint not in ("completions", "generate", "auto"):
             raise ValueError(f"endpoint: expected completions, generate or auto, got {endpoint!r}")
         self.endpoint: Endpoint = endpoint
