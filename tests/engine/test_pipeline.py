@@ -147,3 +147,20 @@ async def test_restart_requeues_or_interrupts_unfinished_rollouts(make_engine, t
         assert all(r["attempt"] == 2 for r in results)
     rows = await second.store.results_after(0, 100)
     assert sorted(r["id"] for _, r in rows) == sorted(done + ids)  # none lost, none twice
+
+
+async def test_a_store_failure_on_the_result_frees_the_slot_and_wakes_waiters(make_engine, monkeypatch):
+    engine = await make_engine(max_pending=1)
+
+    async def broken_finish(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(engine.store, "finish", broken_finish)
+    (rid,) = await _submit(engine, {})
+    started = time.perf_counter()
+    await engine.wait_finished([rid], 10)
+    assert time.perf_counter() - started < 5
+    assert engine.pending == 0 and engine.room() == 1  # not leaked as in flight
+    monkeypatch.undo()
+    row = await engine.store.rollout(rid)
+    assert row.result is None  # unfinished in the store: the next start recovers it

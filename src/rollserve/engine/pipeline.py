@@ -222,8 +222,13 @@ class Engine:
             r.failure = Failure(stage, "infra", "cancelled by the client")
         r.add_time("total", time.perf_counter() - started)
         await self._cleanup(r, handler)
-        await self._record_result(r)
-        self._forget(r)
+        try:
+            await self._record_result(r)
+        except Exception:  # the store failed: the row stays unfinished, so the next start recovers it
+            log.exception("could not store the result of rollout %s; it stays unfinished in "
+                          "the store and is recovered at the next start", r.id)
+        finally:
+            self._forget(r)  # never leave it counted as in flight
 
     async def _run_stage(self, r: Rollout, handler: AgentHandler, stage: str) -> None:
         async with self.pools[stage].slot() as queued:
@@ -288,7 +293,9 @@ class Engine:
     def _forget(self, r: Rollout) -> None:
         self.live.pop(r.id, None)
         self._tasks.pop(r.id, None)
-        self._finished.pop(r.id, None)
+        event = self._finished.pop(r.id, None)
+        if event is not None:
+            event.set()  # wake waiters even when no result could be stored
         self._cancel_requested.discard(r.id)
 
     # --- waiting and reporting ------------------------------------------------------
