@@ -122,14 +122,20 @@ async def test_a_forwarded_abort_pause_resends_after_resume(chat_prompt):
     router = Router(policy_version=1, config=RouterConfig(forward_pause=True))
     router.add(VLLMBackend(URL, name="real"))
     prompt = chat_prompt("Write a long story about a lighthouse keeper.")
+    tokens = 96  # long enough (seconds on a CPU) that the pause surely lands mid-call
     call = asyncio.create_task(router.session().generate(
-        prompt, SamplingParams(temperature=0.0, max_tokens=24, stop_token_ids=[])))
-    await asyncio.sleep(1.0)  # a few tokens in
+        prompt, SamplingParams(temperature=0.0, max_tokens=tokens, stop_token_ids=[])))
+    for _ in range(200):  # until the request is at the server, then a few tokens in
+        if router.outstanding("real"):
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    assert not call.done()
     report = await router.pause("abort")
     assert report["forwarded"] == {"real": "ok"} and report["in_flight"] == 0
     resumed = await router.resume(policy_version=2)
     assert resumed["forwarded"] == {"real": "ok"}
     gen = await asyncio.wait_for(call, 60)
     await router.stop()
-    assert gen.policy_version == 2 and len(gen.output_ids) == 24  # sent again, in full
+    assert gen.policy_version == 2 and len(gen.output_ids) == tokens  # sent again, in full
     assert router.counters["aborted_by_pause"] == 1
