@@ -11,7 +11,9 @@ import pytest
 from rollserve.sandbox.tools.bash import BashConfig, BashSession
 
 SLEEPER = "python3 -c 'import time; print(\"sleeping\", flush=True); time.sleep(30)'"
-FAST = dict(timeout=20, idle_timeout=10, interrupt_grace=1.0)
+# A generous grace: C-c ends the commands below at once on an idle machine, but a
+# loaded CI host (vLLM running beside the tests) has taken over 1 s to deliver it.
+FAST = dict(timeout=20, idle_timeout=10, interrupt_grace=5.0)
 
 
 @pytest.fixture
@@ -167,7 +169,7 @@ async def test_hard_timeout_interrupts_and_the_shell_stays(shell):
     started = time.monotonic()
     result = await shell.run("echo begin; while true; do echo x; sleep 0.1; done", timeout=1)
     assert result.timed_out and result.interrupted
-    assert 0.9 < time.monotonic() - started < 4
+    assert 0.9 < time.monotonic() - started < 10
     assert result.output.startswith("begin") and result.exit_code == 130
     assert "did not finish within 1 s" in result.to_text()
     follow = await shell.run("echo $KEEP; pwd")
@@ -178,7 +180,7 @@ async def test_idle_timeout_interrupts_a_silent_command(shell):
     started = time.monotonic()
     result = await shell.run("echo start; sleep 30", idle_timeout=0.5)
     assert result.timed_out and result.interrupted and "start" in result.output
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # bounded: far less than the 30 s sleep
     assert "printed nothing for 0.5 s" in result.to_text()
     assert (await shell.run("echo ok")).output == "ok\n"
 
