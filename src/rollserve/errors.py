@@ -38,6 +38,12 @@ class AgentError(RolloutError):
     kind: FailureKind = "agent"
 
 
+class TimeoutFailure(RolloutError):
+    """A bounded wait inside a stage ran out (a test run past its limit): masked."""
+
+    kind: FailureKind = "timeout"
+
+
 class LLMError(InfraError):
     """An inference backend failed (connection, 5xx, timeout, malformed reply).
 
