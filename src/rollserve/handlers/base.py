@@ -46,6 +46,9 @@ class HandlerContext:
     tokenizer: "ChatTokenizer"
     scoring: "ScoringPool"
     sandboxes: "LazyRuntime | Runtime | None" = None
+    # Per-handler settings from the server (``rollserve serve --handler-options``):
+    # handler name -> its options; each handler validates its own.
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class InvalidInstance(ValueError):
@@ -76,3 +79,7 @@ class AgentHandler(Protocol):
 
     async def cleanup(self, rollout: "Rollout") -> None:
         """Release everything ``init``/``run`` took; always called, even on cancel."""
+
+    # Optional: ``images(instance) -> list[str]``, the environment images (apptainer /
+    # docker references) an instance runs in, for ``rollserve images pull``. A handler
+    # without it needs no images.
