@@ -7,7 +7,8 @@
   soon as it completes.
 - ``run_tool_episode``: the standard agent loop over a ``ToolEnv``, with its time
   and tool counts put on the rollout.
-- ``find_python``: an interpreter with IPython inside a sandbox, for the python tool.
+- ``find_python`` / ``python_with``: an interpreter with IPython (the python tool) or
+  another module (pytest, for SWE tests) inside a sandbox.
 """
 
 from __future__ import annotations
@@ -108,40 +109,46 @@ async def run_tool_episode(ctx: HandlerContext, rollout: "Rollout", env: ToolEnv
         rollout.stats.update(env.stats.as_stats())
 
 
-# --- a python with IPython inside the sandbox ------------------------------------------
-_PYTHONS: dict[tuple[str, str | None], IPythonConfig] = {}  # (runtime, image) -> found
+# --- a python with a given module inside the sandbox ----------------------------------
+_PYTHONS: dict[tuple[str, str | None, str], tuple[str, dict[str, str]]] = {}  # found, by
+# (runtime, image, module)
 
 
 async def find_python(sandbox: Sandbox, base: IPythonConfig | None = None) -> IPythonConfig:
-    """An ``IPythonConfig`` whose interpreter runs IPython inside ``sandbox``.
-
-    First this server's own python (visible inside on the host root; bubblewrap
-    binds it back when a hidden folder covers it and the sandbox may reach it);
-    else a ``python3`` of the same version inside, with this server's site-packages
-    on PYTHONPATH (a root server's sandboxes cannot reach a Python under /root).
-    Found once per runtime and image; ``SandboxError`` if none works.
-    """
+    """An ``IPythonConfig`` whose interpreter runs IPython inside ``sandbox``."""
     base = base or IPythonConfig()
-    key = (sandbox.runtime, sandbox.spec.image)
+    python, env = await python_with(sandbox, "IPython", base.python)
+    return base.model_copy(update={"python": python, "env": {**base.env, **env}})
+
+
+async def python_with(sandbox: Sandbox, module: str, first: str | None = None) -> tuple[str, dict[str, str]]:
+    """(interpreter, extra environment) that imports ``module`` inside ``sandbox``.
+
+    First ``first`` (default: this server's own python, visible inside on the host
+    root; bubblewrap binds it back when a hidden folder covers it and the sandbox may
+    reach it); else a ``python3`` of the same version inside, with this server's
+    site-packages on PYTHONPATH (a root server's sandboxes cannot reach a Python
+    under /root). Found once per runtime, image and module; ``SandboxError`` if none.
+    """
+    key = (sandbox.runtime, sandbox.spec.image, module)
     if key not in _PYTHONS:
-        _PYTHONS[key] = await _probe_pythons(sandbox, base)
-    found = _PYTHONS[key]
-    return base.model_copy(update={"python": found.python, "env": {**base.env, **found.env}})
+        _PYTHONS[key] = await _probe_pythons(sandbox, first or sys.executable, module)
+    return _PYTHONS[key]
 
 
-async def _probe_pythons(sandbox: Sandbox, base: IPythonConfig) -> IPythonConfig:
-    same_version = f"import sys, IPython; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"
+async def _probe_pythons(sandbox: Sandbox, first: str, module: str) -> tuple[str, dict[str, str]]:
+    same_version = f"import sys, {module}; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"
     with_our_packages = {"PYTHONPATH": ":".join(site.getsitepackages())}
     version = "%d.%d" % sys.version_info[:2]
-    candidates = [(base.python, {}, "import IPython"),
+    candidates = [(first, {}, f"import {module}"),
                   (f"python{version}", with_our_packages, same_version),
                   ("python3", with_our_packages, same_version)]
     tried = []
     for python, env, check in candidates:
         probe = await sandbox.exec([python, "-c", check], timeout=60, env=env)
         if probe.exit_code == 0:
-            return IPythonConfig(python=python, env=env)
+            return python, env
         why = (probe.stderr or probe.stdout).strip().splitlines()
         tried.append(f"{python}: {why[-1][:200] if why else f'exit {probe.exit_code}'}")
-    raise SandboxError("no python with IPython runs inside the sandbox (" + "; ".join(tried)
-                       + "); set the python tool's interpreter for this image")
+    raise SandboxError(f"no python with {module} runs inside the sandbox (" + "; ".join(tried)
+                       + "); set the interpreter for this image")

@@ -168,7 +168,9 @@ class ApptainerRuntime(Runtime):
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = open_folders(self.book, self.name, "apptainer", self.config.root,
                                       sandbox_id, spec)
-        return ApptainerSandbox(self, sandbox_id, spec, folders, entry, image)
+        sandbox = ApptainerSandbox(self, sandbox_id, spec, folders, entry, image)
+        await sandbox.seed()
+        return sandbox
 
 
 class ApptainerSandbox(FolderSandbox):
@@ -193,7 +195,10 @@ class ApptainerSandbox(FolderSandbox):
             args += ["--memory", f"{self.spec.limits.memory_mb}M",
                      "--pids-limit", str(self.spec.limits.pids)]
         args += ["--home", f"{self.folders.workspace}:{WORKDIR}",
-                 "--bind", f"{self.folders.tmp}:/tmp", "--pwd", WORKDIR,
+                 "--bind", f"{self.folders.tmp}:/tmp"]
+        for alias in self.workspace_aliases():
+            args += ["--bind", f"{self.folders.workspace}:{alias}"]
+        args += ["--pwd", WORKDIR,
                  *config.extra_args, str(self.image),
                  # HOME is the private /tmp (apptainer refuses APPTAINERENV_HOME, and
                  # --home is what binds the workspace): caches stay out of the workspace.

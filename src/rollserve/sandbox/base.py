@@ -16,11 +16,14 @@ import abc
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollserve.errors import InfraError
 
 WORKDIR = "/workspace"
+# Top-level paths a workspace alias may not take.
+RESERVED = frozenset({"workspace", "tmp", "proc", "dev", "sys", "usr", "bin", "lib", "lib64",
+                      "sbin", "etc", "run", "root", "home", "var", "boot"})
 
 
 class SandboxError(InfraError):
@@ -52,6 +55,32 @@ class SandboxSpec(BaseModel):
     network: bool = False
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     start_timeout: float = Field(60.0, gt=0, description="seconds to start, then SandboxError")
+    workspace_aliases: list[str] = Field(
+        default_factory=list,
+        description="more top-level paths where the workspace is also mounted, e.g. "
+        "['/testbed'] so an image's scripts and editable installs find the repository "
+        "(apptainer, bubblewrap, docker/podman)")
+    workspace_seed: str | None = Field(
+        None, description="a folder of the image (or of the root) whose contents fill the "
+        "workspace when the sandbox starts, before the aliases hide it, e.g. '/testbed' "
+        "(apptainer, bubblewrap)")
+
+    @field_validator("workspace_aliases")
+    @classmethod
+    def _top_level_paths(cls, aliases: list[str]) -> list[str]:
+        for alias in aliases:
+            name = alias.strip("/")
+            if not alias.startswith("/") or not name or "/" in name or name in RESERVED:
+                raise ValueError(f"{alias!r}: an alias must be a top-level path like "
+                                 f"/testbed, not one of /{', /'.join(sorted(RESERVED))}")
+        return aliases
+
+    @field_validator("workspace_seed")
+    @classmethod
+    def _absolute(cls, seed: str | None) -> str | None:
+        if seed is not None and (not seed.startswith("/") or ".." in seed.split("/")):
+            raise ValueError(f"{seed!r}: the seed must be an absolute path without '..'")
+        return seed
 
 
 @dataclass

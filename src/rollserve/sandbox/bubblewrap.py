@@ -198,7 +198,9 @@ class BubblewrapRuntime(Runtime):
         except (OSError, ValueError) as error:
             self._uids.discard(uid)
             raise SandboxError(f"bubblewrap sandbox could not start: {error}") from error
-        return BubblewrapSandbox(self, sandbox_id, spec, folders, entry, cgroup, root, uid)
+        sandbox = BubblewrapSandbox(self, sandbox_id, spec, folders, entry, cgroup, root, uid)
+        await sandbox.seed()
+        return sandbox
 
     def hidden(self) -> list[str]:
         """Host folders to cover with an empty read-only tmpfs (outermost only: a
@@ -326,6 +328,8 @@ class BubblewrapSandbox(FolderSandbox):
         args += ["--dev", "/dev", "--proc", "/proc",
                   "--bind", str(self.folders.workspace), WORKDIR,
                   "--bind", str(self.folders.tmp), "/tmp"]
+        for alias in self.workspace_aliases():
+            args += ["--bind", str(self.folders.workspace), alias]
         for path in under_tmp:
             args += ["--ro-bind", path, path]
         args += ["--chdir", WORKDIR, "--hostname", "sandbox", "--clearenv"]

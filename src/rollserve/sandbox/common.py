@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollserve.sandbox.base import Sandbox, SandboxError, SandboxProcess, SandboxSpec
+from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxError, SandboxProcess, SandboxSpec
 from rollserve.sandbox.folders import SandboxFolders
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry
 from rollserve.sandbox.process import HostProcess
@@ -47,6 +47,29 @@ class FolderSandbox(Sandbox):
         self._entry = entry
         self._processes: set[HostProcess] = set()
         self._closed = False
+        self._seeding = False  # while True, commands see no workspace aliases
+
+    def workspace_aliases(self) -> list[str]:
+        """Where else the workspace is mounted in the command being built."""
+        return [] if self._seeding else list(self.spec.workspace_aliases)
+
+    async def seed(self) -> None:
+        """Fill the workspace from ``spec.workspace_seed`` (one command run without the
+        aliases, which would hide the seed); closes the sandbox and raises SandboxError
+        if that fails."""
+        seed = self.spec.workspace_seed
+        if seed is None:
+            return
+        self._seeding = True
+        try:
+            result = await self.exec(["cp", "-a", f"{seed}/.", f"{WORKDIR}/"],
+                                     timeout=max(self.spec.start_timeout, 300.0))
+        finally:
+            self._seeding = False
+        if not result.ok:
+            await self.close()
+            why = "timed out" if result.timed_out else (result.stderr or result.stdout).strip()[-500:]
+            raise SandboxError(f"sandbox {self.id}: could not copy {seed} into the workspace: {why}")
 
     def _check_open(self) -> None:
         if self._closed:

@@ -96,6 +96,8 @@ class DockerRuntime(Runtime):
                 "--security-opt", "no-new-privileges",
                 "-v", f"{folders.workspace}:{WORKDIR}", "-v", f"{folders.tmp}:/tmp",
                 "-w", WORKDIR, "-e", "HOME=/tmp", "-e", "LANG=C.UTF-8"]
+        for alias in spec.workspace_aliases:
+            args += ["-v", f"{folders.workspace}:{alias}"]
         for key, value in spec.env.items():
             args += ["-e", f"{key}={value}"]
         args += [*self.config.extra_run_args, spec.image or self.config.default_image,
@@ -105,6 +107,10 @@ class DockerRuntime(Runtime):
     async def start(self, spec: SandboxSpec) -> "DockerSandbox":
         if reason := self.unavailable_reason(self.engine):
             raise SandboxError(reason)
+        if spec.workspace_seed is not None:
+            raise SandboxError(f"{self.engine}: workspace_seed is not supported (the alias "
+                               "mounts exist from the container's start); use apptainer or "
+                               "bubblewrap, or put the repository in the workspace's files")
         sandbox_id = new_sandbox_id(self.name)
         name = f"rollserve-{sandbox_id}"
         folders, entry = open_folders(self.book, self.name, self.engine, self.config.root,

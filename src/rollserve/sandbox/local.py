@@ -67,6 +67,9 @@ class LocalRuntime(Runtime):
     async def start(self, spec: SandboxSpec) -> "LocalSandbox":
         if spec.image is not None:
             log.warning("local runtime ignores image %r: commands run on the host", spec.image)
+        if spec.workspace_aliases or spec.workspace_seed:
+            raise SandboxError("local runtime: workspace_aliases and workspace_seed need a "
+                               "mount namespace; use bubblewrap (or apptainer)")
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = open_folders(self.book, self.name, "local", self.config.root,
                                       sandbox_id, spec)
