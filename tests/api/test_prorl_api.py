@@ -141,10 +141,10 @@ async def test_process_before_start_and_without_an_llm_server_is_503(prorl_api):
 async def test_bad_input_is_400(prorl_api, fake_llm):
     service, client = await prorl_api(backends=[fake_llm.url])
     await client.post("/start")
-    no_source = {k: v for k, v in INSTANCE.items() if k != "data_source"}  # ProRL's default: swebench
+    # ProRL's default data_source is swebench (the swe handler): a math instance is not one.
+    no_source = {k: v for k, v in INSTANCE.items() if k != "data_source"}
     r = await client.post("/process", json={"instance": no_source, "sampling_params": {}})
-    assert r.status_code == 400 and "swebench" in r.json()["detail"]
-    assert "not registered" in r.json()["detail"]
+    assert r.status_code == 400 and "not a SWE-bench" in r.json()["detail"]
     r = await client.post("/process", json={"instance": {**INSTANCE, "data_source": "nope"},
                                             "sampling_params": {}})
     assert r.status_code == 400 and "nope" in r.json()["detail"]

@@ -23,8 +23,13 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "rollserve.handlers"
 
-# Other names trainers use for data the math handler serves.
-BUILTIN_ALIASES: dict[str, str] = {"reasoning_gym": "math", "reasoning-gym": "math"}
+# Other names trainers use for the built-in task families.
+BUILTIN_ALIASES: dict[str, str] = {
+    "reasoning_gym": "math", "reasoning-gym": "math",
+    # SWE datasets by the names trainers use (ProRL's default data_source is swebench).
+    "swebench": "swe", "swe-bench": "swe", "swe_bench": "swe", "swe-gym": "swe",
+    "swe_gym": "swe", "r2e-gym": "swe", "r2e_gym": "swe", "swe-mini": "swe",
+}
 
 
 class UnknownDataSource(KeyError):
@@ -48,8 +53,10 @@ class UnknownDataSource(KeyError):
 def _builtin_handlers() -> dict[str, type]:
     from rollserve.handlers.code import CodeHandler
     from rollserve.handlers.math import MathHandler, MathPythonHandler
+    from rollserve.handlers.stem import StemHandler
+    from rollserve.handlers.swe import SWEHandler
 
-    return {cls.name: cls for cls in (MathHandler, MathPythonHandler, CodeHandler)}
+    return {cls.name: cls for cls in (MathHandler, MathPythonHandler, CodeHandler, SWEHandler, StemHandler)}
 
 
 def _looks_like_handler(obj: Any) -> bool:

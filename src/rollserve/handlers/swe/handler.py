@@ -1,0 +1,216 @@
+"""The ``swe`` handler: resolve a repository issue (SWE-bench, SWE-Gym, R2E-Gym).
+
+INIT starts a sandbox with the task's environment and the repository at
+``base_commit`` in ``/workspace`` (see ``environment``). RUN is a tool episode
+(bash, str_replace_editor, finish) under a SWE-agent-style prompt; it ends on
+finish, max_turns, the context limit or the deadline, and the candidate patch is
+``git diff`` of the workspace against ``base_commit`` (see ``patch``). EVAL starts a
+fresh sandbox from the same environment, applies the candidate patch (git apply,
+then fuzzier), then the test patch, runs the tests and grades the log with
+swebench (see ``evaluate``): reward 1 if resolved, else 0, with the per-test table.
+An empty patch is unresolved without running tests (``empty_patch: "run"`` to run
+them anyway). A patch that does not apply is the agent's failure (reward 0); a test
+run that times out or cannot start is not (masked).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import TYPE_CHECKING, Any
+
+from rollserve.agent.sandbox_tools import BashTool, EditorTool
+from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
+from rollserve.agent.tools import FinishTool
+from rollserve.errors import InfraError
+from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
+from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with, \
+    run_tool_episode
+from rollserve.handlers.swe import environment as envs
+from rollserve.handlers.swe.evaluate import eval_script, grade_async, run_tests, swebench
+from rollserve.handlers.swe.instances import SWETask, parse_task
+from rollserve.handlers.swe.patch import Candidate, apply_patch, take_patch
+from rollserve.handlers.swe.prompt import SYSTEM_PROMPT, task_text
+from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
+from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
+
+if TYPE_CHECKING:
+    from rollserve.engine.rollout import Rollout
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SHIMS = "/tmp/.rollserve-bin"  # host mode: python/pytest for the agent
+
+
+class SWEHandler:
+    """Repository issues with hidden FAIL_TO_PASS / PASS_TO_PASS tests."""
+
+    name = "swe"
+    defaults = HandlerDefaults(
+        max_turns=50,
+        max_context_tokens=32768,
+        init_timeout=1800.0,  # an image may have to be built into the cache first
+        run_timeout=3600.0,
+        eval_timeout=2400.0,
+        total_timeout=7200.0,
+    )
+    bash = BashConfig(timeout=180.0, idle_timeout=120.0)
+    max_command_seconds = 600.0
+
+    def __init__(self, ctx: HandlerContext):
+        self.ctx = ctx
+        try:
+            self.options = envs.SWEOptions(**ctx.options.get(self.name, {}))
+        except ValueError as error:
+            raise ValueError(f"swe handler options: {error}") from None
+
+    # --- validation ------------------------------------------------------------------
+    def validate(self, instance: dict[str, Any]) -> None:
+        task = parse_task(instance)
+        if not self._images and task.schema == "r2e-gym":
+            raise InvalidInstance("instance.docker_image", "R2E-Gym tests live in the instance's "
+                                  "image: run with an image runtime (apptainer, docker, podman)")
+        if not self._images and not task.base_commit:
+            raise InvalidInstance("instance.base_commit", "required without an image runtime")
+
+    def task(self, instance: dict[str, Any]) -> SWETask:
+        return parse_task(instance)
+
+    def images(self, instance: dict[str, Any]) -> list[str]:
+        """The environment image the instance runs in (for ``rollserve images pull``)."""
+        return [envs.image_reference(parse_task(instance), self.options, self._runtime_name)]
+
+    @property
+    def _runtime_name(self) -> str | None:
+        return getattr(self.ctx.sandboxes, "name", None)
+
+    @property
+    def _images(self) -> bool:
+        return envs.use_images(self.options, self._runtime_name)
+
+    # --- the stages ---------------------------------------------------------------------
+    async def init(self, rollout: "Rollout") -> None:
+        self.validate(rollout.instance)
+        task = self.task(rollout.instance)
+        rollout.state["task"] = task
+        rollout.state["sandbox"] = await self._open(rollout, task)
+
+    async def _open(self, rollout: "Rollout", task: SWETask) -> Sandbox:
+        """A sandbox with the task's environment and its repository at base_commit."""
+        limits = SandboxLimits(memory_mb=self.options.memory_mb, pids=self.options.pids,
+                               cpu_seconds=3600)
+        env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PIP_NO_INPUT": "1",
+               "GIT_PAGER": "cat", "PAGER": "cat"}
+        if self._images:
+            spec = SandboxSpec(image=envs.image_reference(task, self.options, self._runtime_name),
+                               limits=limits, env=env, workspace_seed=self.options.image_repo_dir,
+                               workspace_aliases=[self.options.image_repo_dir],
+                               start_timeout=self.options.setup_timeout)
+            sandbox = await open_sandbox(self.ctx, rollout, spec)
+            await envs.prepare_image_repo(sandbox, self.options)
+            return sandbox
+        reason = envs.git_available()
+        if reason:
+            raise InfraError(f"swe handler (host mode): {reason}")
+        spec = SandboxSpec(image=str(self.options.rootfs) if self.options.rootfs else None,
+                           limits=limits, env=env)
+        sandbox = await open_sandbox(self.ctx, rollout, spec)
+        await envs.materialise(sandbox, task, self.options)
+        return sandbox
+
+    async def _python(self, sandbox: Sandbox) -> tuple[str, dict[str, str]]:
+        """Host mode: the interpreter that has pytest (the tests' and the agent's)."""
+        if self.options.python:
+            return self.options.python, {}
+        return await python_with(sandbox, "pytest")
+
+    async def run(self, rollout: "Rollout") -> None:
+        sandbox: Sandbox | None = rollout.state.get("sandbox")
+        task: SWETask | None = rollout.state.get("task")
+        if sandbox is None or task is None:
+            raise InfraError("swe handler: RUN before INIT (no sandbox)")
+        bash = BashTool(sandbox, await self._bash_config(sandbox), max_timeout=self.max_command_seconds)
+        close_later(rollout, bash)
+        if self._images:
+            await bash.session.run(self.options.image_activate)
+        finish = FinishTool(description="Call when the issue is fixed and verified. Your "
+                            "changes to the repository are submitted; this ends the task.",
+                            parameter=None)
+        config = ToolEnvConfig(call_timeout=self.max_command_seconds + 60.0)
+        env = ToolEnv([bash, EditorTool(sandbox), finish], task_text(task.repo, task.problem_statement),
+                      SYSTEM_PROMPT, tokenizer=self.ctx.tokenizer, config=config)
+        try:
+            await run_tool_episode(self.ctx, rollout, env)
+        finally:
+            # Whatever ended the episode (finish, max_turns, context, an agent error),
+            # the workspace's diff is the candidate, as SWE agents auto-submit.
+            rollout.state["finished"] = finish.finished
+        candidate = await take_patch(sandbox, task.base_commit)
+        rollout.state["candidate"] = candidate
+        await close_sandboxes(rollout)
+
+    async def _bash_config(self, sandbox: Sandbox) -> BashConfig:
+        """Host mode: ``python``, ``python3`` and ``pytest`` in the agent's shell are the
+        interpreter that has pytest (shims in the sandbox's private /tmp)."""
+        if self._images:
+            return self.bash
+        python, extra = await self._python(sandbox)
+        shims = (f"mkdir -p {SHIMS} && for name in python python3; do "
+                 f"printf '#!/bin/sh\\nexec %s \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/$name; done && "
+                 f"printf '#!/bin/sh\\nexec %s -m pytest \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/pytest && "
+                 f"chmod +x {SHIMS}/*")
+        made = await sandbox.exec(shims, timeout=30)
+        if not made.ok:
+            raise InfraError(f"could not set up the agent's python: {made.stderr.strip()[-300:]}")
+        return self.bash.model_copy(update={"env": {**DEFAULT_ENV, **self.bash.env, **extra,
+                                                    "PATH": f"{SHIMS}:{DEFAULT_PATH}"}})
+
+    async def eval(self, rollout: "Rollout") -> Evaluation:
+        task: SWETask = rollout.state.get("task") or self.task(rollout.instance)
+        candidate: Candidate = rollout.state.get("candidate") or Candidate(patch="")
+        details: dict[str, Any] = {
+            "schema": task.schema, "instance_id": task.instance_id,
+            "finished": rollout.state.get("finished", False),
+            "git_patch": candidate.patch, "patch_bytes": len(candidate.patch.encode()),
+            "binary_files_left_out": candidate.binary_files,
+        }
+        if candidate.too_big:
+            details.update(resolved=False, tests_ran=False, reason="the patch is too big")
+            return Evaluation(reward=0.0, details=details)
+        if candidate.empty and self.options.empty_patch == "unresolved":
+            details.update(resolved=False, tests_ran=False, reason="empty patch")
+            return Evaluation(reward=0.0, details=details)
+        outcome = await self.run_tests(rollout, task, candidate.patch)
+        details.update(outcome)
+        return Evaluation(reward=1.0 if outcome["resolved"] else 0.0, details=details)
+
+    async def run_tests(self, rollout: "Rollout", task: SWETask, patch: str) -> dict[str, Any]:
+        """Apply ``patch`` in a fresh sandbox, run the tests, grade (sandbox closed after)."""
+        swebench()  # fail early (infra) if grading cannot work here
+        started = time.perf_counter()
+        sandbox = await self._open(rollout, task)
+        try:
+            outcome: dict[str, Any] = {"patch_applied": True, "apply_command": None}
+            if patch.strip():
+                applied = await apply_patch(sandbox, patch)
+                outcome.update(patch_applied=applied.ok, apply_command=applied.command)
+                if not applied.ok:
+                    outcome.update(resolved=False, tests_ran=False,
+                                   reason="the patch does not apply", apply_log=applied.log)
+                    return outcome
+            python = "python"
+            if not self._images:
+                python, extra = await self._python(sandbox)
+                if extra:
+                    python = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra.items()) + f" {python}"
+            activate = self.options.image_activate if self._images else None
+            script = eval_script(task, python, activate)
+            log = await run_tests(sandbox, task, script, self.options.test_timeout)
+        finally:
+            await close_sandboxes(rollout)
+        outcome.update(await grade_async(task, log))
+        outcome["eval_seconds"] = round(time.perf_counter() - started, 3)
+        outcome["log_tail"] = log[-3000:]
+        return outcome
+
+    async def cleanup(self, rollout: "Rollout") -> None:
+        await close_sandboxes(rollout)

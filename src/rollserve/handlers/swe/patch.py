@@ -1,0 +1,81 @@
+"""The candidate patch: taken from the workspace after the episode, applied before
+the tests, as SWE-bench does.
+
+- Taken: ``git add -A`` then ``git diff --cached <base_commit>``: every change,
+  committed or not, new files included, ignored files (``.gitignore``) not. Binary
+  files are left out (SWE-bench patches are text; ``git apply`` cannot use "Binary
+  files differ") and named in the details. Changes to test files stay in the patch;
+  EVAL resets the files the test patch touches before applying it, as SWE-bench's
+  eval script does.
+- Applied: ``git apply --verbose``, then ``git apply --verbose --reject``, then
+  ``patch --batch --fuzz=5 -p1`` (SWE-bench's sequence); the first that works wins.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from rollserve.errors import InfraError
+from rollserve.sandbox.base import WORKDIR, Sandbox
+
+APPLY_COMMANDS = ("git apply --verbose", "git apply --verbose --reject",
+                  "patch --batch --fuzz=5 -p1 -i")
+PATCH_FILE = "/tmp/.rollserve-candidate.diff"
+MAX_PATCH_BYTES = 4 << 20
+
+
+@dataclass
+class Candidate:
+    patch: str
+    binary_files: list[str] = field(default_factory=list)  # left out of the patch
+    too_big: bool = False  # over MAX_PATCH_BYTES: cut, so it cannot be applied
+
+    @property
+    def empty(self) -> bool:
+        return not self.patch.strip()
+
+
+async def take_patch(sandbox: Sandbox, base_commit: str | None, timeout: float = 120.0) -> Candidate:
+    """The workspace's changes against ``base_commit`` (HEAD when None)."""
+    base = shlex.quote(base_commit or "HEAD")
+    stage = await sandbox.exec(f"cd {WORKDIR} && git add -A && git diff --cached --numstat {base}",
+                               timeout=timeout)
+    if not stage.ok:
+        raise InfraError(f"git could not list the workspace's changes: "
+                         f"{(stage.stderr or stage.stdout).strip()[-500:]}")
+    binary = [line.split("\t", 2)[2] for line in stage.stdout.splitlines()
+              if line.startswith("-\t-\t")]
+    excludes = " ".join(shlex.quote(f":(exclude,literal){path}") for path in binary)
+    diff = await sandbox.exec(
+        f"cd {WORKDIR} && git diff --cached --no-color --no-ext-diff {base} -- . {excludes}",
+        timeout=timeout, max_output=MAX_PATCH_BYTES)
+    if not diff.ok:
+        raise InfraError(f"git diff failed: {(diff.stderr or diff.stdout).strip()[-500:]}")
+    # A patch over the cap is the agent's doing (vendored files, generated data).
+    return Candidate(patch=diff.stdout, binary_files=binary, too_big=diff.truncated)
+
+
+@dataclass
+class Applied:
+    ok: bool
+    command: str | None  # the command that applied it
+    log: str
+
+
+async def apply_patch(sandbox: Sandbox, patch: str, timeout: float = 120.0) -> Applied:
+    """Apply ``patch`` in the workspace with SWE-bench's fallbacks."""
+    await sandbox.exec(["rm", "-f", PATCH_FILE], timeout=30)
+    written = await sandbox.exec(f"cat > {PATCH_FILE}", timeout=timeout, stdin=patch.encode())
+    if not written.ok:
+        raise InfraError(f"could not write the patch into the sandbox: {written.stderr.strip()[-300:]}")
+    logs = []
+    for command in APPLY_COMMANDS:
+        result = await sandbox.exec(f"cd {WORKDIR} && {command} {PATCH_FILE}", timeout=timeout)
+        logs.append(f"$ {command}\n{(result.stdout + result.stderr).strip()}")
+        if result.ok:
+            return Applied(True, command, "\n".join(logs)[-4000:])
+        # Undo a partial application (--reject leaves .rej files and applied hunks).
+        await sandbox.exec(f"cd {WORKDIR} && git checkout -q -- . && git clean -fdq -e '.rollserve*'",
+                           timeout=timeout)
+    return Applied(False, None, "\n".join(logs)[-4000:])

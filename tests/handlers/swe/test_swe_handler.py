@@ -1,0 +1,150 @@
+"""The swe handler on a tiny repository in bubblewrap: gold and empty patches, a whole
+episode with a scripted policy, patch taking and applying, typed test failures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rollserve.agent.tool_calls import format_tool_call
+from rollserve.errors import InfraError, TimeoutFailure
+from rollserve.handlers.base import HandlerContext
+from rollserve.handlers.swe import SWEHandler
+from rollserve.handlers.swe.patch import Candidate
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from rollserve.sandbox.registry import LazyRuntime
+
+from tests.handlers.swe import toy_repo
+
+pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
+                                reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+
+
+@pytest.fixture
+def toy(tmp_path):
+    return toy_repo.build(tmp_path / "mirror")
+
+
+@pytest.fixture
+def handler(tokenizer, tmp_path):
+    def make(**options) -> SWEHandler:
+        ctx = HandlerContext(tokenizer=tokenizer, scoring=None,
+                             sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"),
+                             options={"swe": {"mirrors": [str(tmp_path / "mirror")], **options}})
+        return SWEHandler(ctx)
+    return make
+
+
+async def evaluate(handler, new_rollout, instance, patch):
+    rollout = new_rollout(instance)
+    rollout.state["candidate"] = Candidate(patch=patch)
+    try:
+        return await handler.eval(rollout)
+    finally:
+        await handler.cleanup(rollout)
+
+
+async def test_gold_patch_resolves_and_empty_does_not(handler, new_rollout, toy):
+    swe = handler()
+    gold = await evaluate(swe, new_rollout, toy, toy["patch"])
+    assert gold.reward == 1.0, gold.details
+    assert gold.details["resolved"] and gold.details["tests_ran"]
+    assert gold.details["apply_command"] == "git apply --verbose"
+    table = {t["test"]: t for t in gold.details["tests"]}
+    assert table["tests/test_ops.py::test_mean"] == {
+        "test": "tests/test_ops.py::test_mean", "kind": "FAIL_TO_PASS", "status": "PASSED", "ok": True}
+    assert gold.details["f2p_passed"] == 1 and gold.details["p2p_passed"] == 2
+
+    empty = await evaluate(swe, new_rollout, toy, "")
+    assert empty.reward == 0.0 and empty.details["reason"] == "empty patch"
+    assert not empty.details["tests_ran"]
+
+
+async def test_empty_patch_can_be_run(handler, new_rollout, toy):
+    result = await evaluate(handler(empty_patch="run"), new_rollout, toy, "")
+    assert result.reward == 0.0 and result.details["tests_ran"]
+    table = {t["test"]: t for t in result.details["tests"]}
+    assert table["tests/test_ops.py::test_mean"]["status"] == "FAILED"
+    assert table["tests/test_ops.py::test_add"]["ok"]
+
+
+async def test_a_patch_that_does_not_apply_is_unresolved(handler, new_rollout, toy):
+    bad = toy["patch"].replace("len(values) - 1", "len(values) - 2")
+    result = await evaluate(handler(), new_rollout, toy, bad)
+    assert result.reward == 0.0 and result.details["patch_applied"] is False
+    assert "does not apply" in result.details["reason"]
+
+
+async def test_a_fuzzy_patch_applies_with_the_fallback(handler, new_rollout, toy):
+    # Context lines shifted: git apply refuses, patch --fuzz takes it.
+    shifted = toy["patch"].replace("@@ -4,4 +4,4 @@", "@@ -7,4 +7,4 @@").replace(
+        "def mean(values):", "def mean(values):  ").replace(" \n\n\n", "\n\n\n")
+    result = await evaluate(handler(), new_rollout, toy, shifted)
+    assert result.details["patch_applied"], result.details.get("apply_log")
+    assert result.details["apply_command"] != "git apply --verbose"
+
+
+async def test_a_test_run_past_its_limit_is_a_timeout_not_a_wrong_answer(handler, new_rollout, toy):
+    slow = {**toy, "test_cmd": "sleep 30"}
+    with pytest.raises(TimeoutFailure):
+        await evaluate(handler(test_timeout=1), new_rollout, slow, toy["patch"])
+
+
+async def test_a_missing_repository_is_infra(handler, new_rollout, toy):
+    with pytest.raises(InfraError, match="no git bundle or mirror"):
+        await evaluate(handler(), new_rollout, {**toy, "instance_id": "toy__other-9"}, toy["patch"])
+
+
+# --- whole episodes with a scripted policy ----------------------------------------------
+def call(name, **args):
+    return format_tool_call(name, args)
+
+
+FIX = [
+    call("bash", command="grep -n 'len(values)' calc/ops.py"),
+    call("str_replace_editor", command="str_replace", path="/workspace/calc/ops.py",
+         old_str="len(values) - 1", new_str="len(values)"),
+    call("bash", command="python -c 'import calc; print(calc.mean([1, 2, 3]))'"),
+    "Fixed.\n" + call("finish"),
+]
+
+
+async def run_episode(swe, new_rollout, toy, replies):
+    rollout = new_rollout(toy, max_turns=8, max_context_tokens=8192, llm=replies)
+    try:
+        await swe.init(rollout)
+        await swe.run(rollout)
+        assert "sandbox" not in rollout.state or not rollout.state.get("_sandboxes")
+        return rollout, await swe.eval(rollout)
+    finally:
+        await swe.cleanup(rollout)
+
+
+async def test_an_episode_that_fixes_the_bug_is_resolved(handler, new_rollout, toy, scripted):
+    rollout, result = await run_episode(handler(), new_rollout, toy, scripted(list(FIX)))
+    assert result.reward == 1.0, result.details
+    assert result.details["finished"]
+    assert "-    return sum(values) / (len(values) - 1)" in result.details["git_patch"]
+    tool_outputs = [m["content"] for m in rollout.trajectory.messages if m["role"] == "tool"]
+    assert "2.0" in tool_outputs[2]
+
+
+async def test_an_episode_that_does_nothing_scores_zero(handler, new_rollout, toy, scripted):
+    rollout, result = await run_episode(handler(), new_rollout, toy,
+                                        scripted(["I looked; all good.\n" + call("finish")]))
+    assert result.reward == 0.0 and result.details["reason"] == "empty patch"
+
+
+async def test_binary_files_are_left_out_and_test_edits_are_reset(handler, new_rollout, toy, scripted):
+    replies = [
+        call("bash", command="printf '\\x00\\x01binary' > blob.bin && "
+                             "sed -i 's/len(values) - 1/len(values)/' calc/ops.py && "
+                             "echo 'def test_mean():\n    assert False' >> tests/test_ops.py"),
+        call("finish"),
+    ]
+    _, result = await run_episode(handler(), new_rollout, toy, scripted(replies))
+    assert result.details["binary_files_left_out"] == ["blob.bin"]
+    assert "blob.bin" not in result.details["git_patch"]
+    assert "tests/test_ops.py" in result.details["git_patch"]  # kept, then reset in EVAL
+    assert result.reward == 1.0, result.details
