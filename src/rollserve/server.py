@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.store import SQLiteStore
 from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.registry import HandlerRegistry
+from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
 from rollserve.handlers.scoring import ScoringPool
 from rollserve.llm.factory import backend_from_spec
 from rollserve.llm.router import Router, RouterConfig
@@ -68,6 +68,9 @@ class ServerConfig(BaseModel):
     sandbox_options: dict[str, Any] = Field(
         default_factory=dict, description="the runtime's config, e.g. bubblewrap "
         '{"readonly_paths": ["/opt/conda"]}, apptainer {"fakeroot": true, "image_cache": "..."}')
+    handler_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per handler (by data_source) its settings, e.g. "
+        '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}')
 
     @field_validator("sandbox_runtime")
     @classmethod
@@ -97,7 +100,12 @@ class Service:
                                      config.sandbox_options)
         self.reaped: dict | None = None  # what the start-up reaper cleaned up
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
-                                 sandboxes=self.sandboxes)
+                                 sandboxes=self.sandboxes, options=config.handler_options)
+        for name in config.handler_options:  # bad settings fail now, not at the first rollout
+            try:
+                self.handlers.create(name, context)
+            except UnknownDataSource as exc:
+                raise ValueError(f"handler options for {name!r}: {exc}") from None
         self.engine = Engine(self.store, self.handlers, self.router, config.engine, context)
         self.recovered: dict[str, int] = {}
 
