@@ -10,7 +10,7 @@ import pytest
 from rollserve.handlers.base import HandlerContext, InvalidInstance
 from rollserve.handlers.swe import SWEHandler
 from rollserve.handlers.swe.environment import SWEOptions, image_name, image_reference, use_images
-from rollserve.handlers.swe.evaluate import END, START, eval_script, grade, log_parser_name, tests_command
+from rollserve.handlers.swe.evaluate import END, START, eval_script, grade, log_parser_name, suite_command
 from rollserve.handlers.swe.instances import parse_task, patch_files
 
 TEST_PATCH = ("diff --git a/tests/test_x.py b/tests/test_x.py\n--- a/tests/test_x.py\n"
@@ -99,14 +99,14 @@ def test_the_environment_follows_the_runtime(tokenizer):
 def test_test_commands_and_parsers_by_repository():
     django = parse_task({**SWE_BENCH, "test_patch": TEST_PATCH.replace(
         "tests/test_x.py", "tests/auth_tests/test_validators.py")})
-    assert tests_command(django, "python") == ("./tests/runtests.py --verbosity 2 --settings=test_sqlite "
+    assert suite_command(django, "python") == ("./tests/runtests.py --verbosity 2 --settings=test_sqlite "
                                               "--parallel 1 auth_tests.test_validators")
     assert log_parser_name(django) == "parse_log_django"
     gym = parse_task(SWE_GYM)
-    assert tests_command(gym, "py") == "py -m pytest --no-header -rA --tb=no -p no:cacheprovider tests/test_x.py"
+    assert suite_command(gym, "py") == "py -m pytest --no-header -rA --tb=no -p no:cacheprovider tests/test_x.py"
     assert log_parser_name(gym) == "parse_log_pytest"
     custom = parse_task({**SWE_GYM, "test_cmd": "tox -e py -- {files}"})
-    assert tests_command(custom, "py") == "tox -e py -- tests/test_x.py"
+    assert suite_command(custom, "py") == "tox -e py -- tests/test_x.py"
 
 
 def test_eval_scripts_reset_test_files_then_apply_the_test_patch():

@@ -74,7 +74,7 @@ def log_parser_name(task: SWETask) -> str:
     return "parse_log_pytest"
 
 
-def tests_command(task: SWETask, python: str) -> str:
+def suite_command(task: SWETask, python: str) -> str:
     """The command that runs the task's tests (the instance's ``test_cmd`` if given)."""
     files = [f for f in task.test_files if f.endswith(".py")]
     if task.test_cmd:
@@ -103,7 +103,7 @@ def eval_script(task: SWETask, python: str, activate: str | None) -> str:
         lines.append(f"if git cat-file -e {base}:{quoted} 2>/dev/null; then "
                      f"git checkout {base} -- {quoted}; else rm -f {quoted}; fi")
     lines += [f"git apply --verbose {TEST_PATCH_FILE} || {{ echo '>>>>> Patch Apply Failed'; exit 1; }}",
-              f"echo '{START}'", tests_command(task, python), "SWEBENCH_TEST_EXIT_CODE=$?",
+              f"echo '{START}'", suite_command(task, python), "SWEBENCH_TEST_EXIT_CODE=$?",
               f"echo '{END}'", f'echo "{EXIT}: $SWEBENCH_TEST_EXIT_CODE"']
     return "\n".join(lines) + "\n"
 
