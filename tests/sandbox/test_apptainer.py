@@ -18,7 +18,9 @@ from rollserve.sandbox.apptainer import ApptainerConfig, ApptainerRuntime, cache
 from rollserve.sandbox.base import SandboxError, SandboxSpec
 
 # Records each call (argv, start and end time) in calls.jsonl next to it; `build` sleeps a little
-# and writes the .sif; `exec` runs the command on the host in the --home workspace.
+# and writes the .sif; `exec` runs the command on the host in the --home workspace, with
+# arguments that are paths inside mapped to the host folders bound there (or under
+# the folder named in bin/image_root: the image's own files).
 FAKE = '''#!PYTHON
 import json, os, subprocess, sys, time
 args = sys.argv[1:]
@@ -35,9 +37,21 @@ if args[0] == "build":
 if args[0] == "exec":
     log(env={k: v for k, v in os.environ.items() if k.startswith("APPTAINERENV_")})
     home = args[args.index("--home") + 1].split(":")[0]
+    binds = dict(reversed(args[i + 1].split(":")) for i, a in enumerate(args) if a == "--bind")
     image = next(i for i, a in enumerate(args) if a.endswith(".sif"))
+    # The image's own files (for paths not bound): a folder named in image_root next to this.
+    marker = os.path.join(os.path.dirname(__file__), "image_root")
+    root = open(marker).read() if os.path.exists(marker) else ""
+    def host(arg):  # a path inside -> the host path it stands for
+        if arg == "HOME=/tmp":
+            return "HOME=" + binds["/tmp"]
+        for inside, outside in [("/workspace", home), *binds.items()]:
+            if arg == inside or arg.startswith(inside + "/"):
+                return outside + arg[len(inside):]
+        return root + arg if root and arg.startswith("/testbed") else arg
+    inner = [host(a) for a in args[image + 1:]]
     os.chdir(home)
-    os.execvp(args[image + 1], args[image + 1:])
+    os.execvp(inner[0], inner)
 '''
 
 

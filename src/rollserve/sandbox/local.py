@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import ExecResult, Runtime, SandboxSpec
+from rollserve.sandbox.base import ExecResult, SandboxError, Runtime, SandboxSpec
 from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
 from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree

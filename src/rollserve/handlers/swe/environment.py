@@ -186,7 +186,8 @@ git config user.name rollserve-agent
 async def prepare_image_repo(sandbox: Sandbox, options: SWEOptions) -> None:
     """Image mode: the workspace holds the image's repository (seeded at start); make
     git usable on it (ownership may differ from the image's)."""
-    script = (f"cd {WORKDIR} && git config --global --add safe.directory '*' && "
+    # (Commands start in the workspace.)
+    script = ("git config --global --add safe.directory '*' && "
               "git config --global user.email agent@rollserve.local && "
               "git config --global user.name rollserve-agent && git rev-parse HEAD")
     result = await sandbox.exec(script, timeout=options.setup_timeout)
