@@ -82,9 +82,15 @@ DEFAULT_DATASET_SIZE = 500
 
 
 class MathEnv:
-    """The environment of one math episode: the question, then format reminders."""
+    """The environment of one math episode: the question, then format reminders.
+
+    A subclass (``handlers.stem.StemEnv``) changes what counts as an answer by
+    overriding ``extract`` and the two texts that ask for one.
+    """
 
     tools: list[dict] | None = None
+    answer_format = ANSWER_FORMAT  # closes the question message
+    retry_message = RETRY_MESSAGE  # the reply to a reply without an answer
 
     def __init__(self, question: str, system_prompt: str = SYSTEM_PROMPT):
         self.question = question
@@ -95,16 +101,20 @@ class MathEnv:
     def initial_messages(self) -> list[dict]:
         return [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": f"{self.question}\n\n{ANSWER_FORMAT}"},
+            {"role": "user", "content": f"{self.question}\n\n{self.answer_format}"},
         ]
 
+    def extract(self, reply: str) -> str | None:
+        """The final answer in ``reply``, or None when it gives none."""
+        return extract_boxed(reply)
+
     async def step(self, reply: str) -> Step:
-        answer = extract_boxed(reply)
+        answer = self.extract(reply)
         if answer is not None:
             self.answer = answer
             return Step(done=True, reason="finished")
         self.malformed_replies += 1
-        return Step(messages=[{"role": "user", "content": RETRY_MESSAGE}])
+        return Step(messages=[{"role": "user", "content": self.retry_message}])
 
 
 class MathToolEnv(ToolEnv):
@@ -300,21 +310,7 @@ class MathHandler:
             await self._run_with_python(rollout)
             return
         env = MathEnv(rollout.state["question"], rollout.state["system_prompt"])
-        stats = LoopStats()
-        try:
-            await run_agent_loop(
-                env,
-                rollout.llm,
-                self.ctx.tokenizer,
-                rollout.spec.sampling,
-                max_turns=rollout.max_turns,
-                max_context_tokens=rollout.max_context_tokens,
-                trajectory=rollout.trajectory,
-                stats=stats,
-            )
-        finally:  # a cancelled loop still spent this time
-            rollout.add_time("llm", stats.llm_seconds)
-            rollout.add_time("tools", stats.env_seconds)
+        await run_env_episode(self.ctx, rollout, env)
 
     async def _run_with_python(self, rollout: "Rollout") -> None:
         sandbox = rollout.state.get("sandbox")
@@ -371,22 +367,45 @@ class MathHandler:
         await close_sandboxes(rollout)
 
     async def _in_pool(self, fn: Any, *args: Any, what: str) -> Any:
-        """Run ``fn`` in the scoring pool. Its own exceptions (a generator or scorer
-        bug) are infrastructure, never a verdict on the agent; a timeout is
-        re-raised for the caller to judge."""
-        try:
-            return await self.ctx.scoring.score(fn, *args)
-        except (ScoringTimeout, InfraError):
-            raise
-        except Exception as exc:
-            raise InfraError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+        return await in_scoring_pool(self.ctx, fn, *args, what=what)
 
 
-def final_answer(messages: list[dict]) -> str | None:
-    """The boxed answer of the last assistant message that has one."""
+async def in_scoring_pool(ctx: HandlerContext, fn: Any, *args: Any, what: str) -> Any:
+    """Run ``fn`` in the scoring pool. Its own exceptions (a generator or scorer
+    bug) are infrastructure, never a verdict on the agent; a timeout is
+    re-raised for the caller to judge."""
+    try:
+        return await ctx.scoring.score(fn, *args)
+    except (ScoringTimeout, InfraError):
+        raise
+    except Exception as exc:
+        raise InfraError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+async def run_env_episode(ctx: HandlerContext, rollout: "Rollout", env: MathEnv) -> None:
+    """The agent loop over a tool-less ``env`` (one question, format reminders)."""
+    stats = LoopStats()
+    try:
+        await run_agent_loop(
+            env,
+            rollout.llm,
+            ctx.tokenizer,
+            rollout.spec.sampling,
+            max_turns=rollout.max_turns,
+            max_context_tokens=rollout.max_context_tokens,
+            trajectory=rollout.trajectory,
+            stats=stats,
+        )
+    finally:  # a cancelled loop still spent this time
+        rollout.add_time("llm", stats.llm_seconds)
+        rollout.add_time("tools", stats.env_seconds)
+
+
+def final_answer(messages: list[dict], extract: Any = extract_boxed) -> str | None:
+    """The answer (by default the boxed one) of the last assistant message that has one."""
     for message in reversed(messages):
         if message.get("role") == "assistant":
-            answer = extract_boxed(message.get("content") or "")
+            answer = extract(message.get("content") or "")
             if answer is not None:
                 return answer
     return None

@@ -1,0 +1,300 @@
+"""Science questions: multiple choice (MMLU, GPQA) and short answers.
+
+The policy reasons, then ends with ``Answer: X`` (a letter) or ``Answer: <value>``;
+the usual variants are read too (``stem_answers``). A reply without an answer gets
+a user message saying how to give one, up to ``max_turns`` tries (as in ``math``).
+The reward is exact: 1.0 if right, else 0.0. Instance shapes, told apart by their
+fields:
+
+- MMLU: ``{"question", "choices": [2-10 strings], "answer": 0-based index | "A".."J",
+  "subject"?}``
+- GPQA: ``{"Question", "Correct Answer", "Incorrect Answer 1".."3", "Subdomain"?,
+  "High-level domain"?, "shuffle_seed"?}``; the four answers are shuffled
+  deterministically (seeded by the question text, or ``shuffle_seed``), so an
+  instance always has the same correct letter.
+- Short answer: ``{"question", "answer": str | number, "answer_type"?: "number" |
+  "exact" | "expression", "tolerance"?}``; ``number`` is within ``tolerance``
+  (relative, default 1e-2) and the default when the answer is a number, else ``exact``
+  (case, space and punctuation folded); ``expression`` is math-verify.
+
+Every shape takes ``instructions`` (replaces the answer-format sentence) and
+``system_prompt``. Scoring runs in the scoring pool, like math's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+from typing import TYPE_CHECKING, Any
+
+from rollserve.errors import InfraError
+from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
+from rollserve.handlers.math import MathEnv, final_answer, in_scoring_pool, run_env_episode
+from rollserve.handlers.scoring import ScoringTimeout
+from rollserve.handlers.stem_answers import (
+    DEFAULT_TOLERANCE,
+    LETTERS,
+    extract_answer,
+    is_numeric_answer,
+    score_stem_answer,
+)
+
+if TYPE_CHECKING:
+    from rollserve.engine.rollout import Rollout
+
+SYSTEM_PROMPT = (
+    "You are a careful science assistant. Think the question through step by step, "
+    "then give your final answer in the format you are asked for."
+)
+ANSWER_TYPES = ("number", "exact", "expression")
+GPQA_INCORRECT = ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+GPQA_FIELDS = ("Question", "Correct Answer", *GPQA_INCORRECT)
+
+
+def choice_format(letters: str) -> str:
+    return (f"Think step by step, then end your reply with a line of the form \"Answer: X\", "
+            f"where X is the letter of the correct choice ({', '.join(letters)}).")
+
+
+def value_format(kind: str) -> str:
+    what = {"number": "the number (a unit after it is fine)", "exact": "the answer in a few words",
+            "expression": "the expression"}[kind]
+    return (f"Think step by step, then end your reply with a line of the form \"Answer: <value>\", "
+            f"giving {what} and nothing else.")
+
+
+def retry_message(spec: dict[str, Any]) -> str:
+    if spec["kind"] == "choice":
+        wanted = f"\"Answer: X\", where X is one of {', '.join(LETTERS[: len(spec['choices'])])}"
+    else:
+        wanted = "\"Answer: <value>\""
+    return f"I could not find a final answer in your reply. Please end your reply with a line {wanted}."
+
+
+class StemEnv(MathEnv):
+    """One STEM episode: the question (with lettered choices), then format reminders."""
+
+    def __init__(self, question: str, system_prompt: str, spec: dict[str, Any], answer_format: str):
+        super().__init__(question, system_prompt)
+        self.spec = spec
+        self.answer_format = answer_format
+        self.retry_message = retry_message(spec)
+
+    def extract(self, reply: str) -> str | None:
+        return extract_answer(reply, self.spec)
+
+
+# --- instance shapes ----------------------------------------------------------------
+def instance_shape(instance: dict[str, Any]) -> str:
+    """``"gpqa"``, ``"mmlu"`` or ``"short"``; InvalidInstance naming what is missing."""
+    gpqa = [name for name in GPQA_FIELDS if name in instance]
+    if gpqa and "question" in instance:
+        raise InvalidInstance("instance", "give 'question' (MMLU or short answer) or GPQA's 'Question', not both")
+    if gpqa:
+        return "gpqa"
+    if "question" not in instance:
+        raise InvalidInstance("instance.question", "required (or GPQA's 'Question' and answers)")
+    if "choices" in instance:
+        return "mmlu"
+    return "short"
+
+
+def _text(instance: dict[str, Any], name: str, field: str | None = None) -> str:
+    field = field or f"instance.{name}"
+    if name not in instance:
+        raise InvalidInstance(field, "required")
+    value = instance[name]
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInstance(field, "must be a non-empty string")
+    return value.strip()
+
+
+def _optional_text(instance: dict[str, Any], name: str, field: str | None = None) -> str | None:
+    return _text(instance, name, field) if instance.get(name) is not None else None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _mmlu(instance: dict[str, Any]) -> tuple[list[str], int]:
+    choices = instance["choices"]
+    if not isinstance(choices, list) or not 2 <= len(choices) <= len(LETTERS):
+        raise InvalidInstance("instance.choices", f"must be a list of 2 to {len(LETTERS)} strings")
+    texts = [_text({"c": c}, "c", f"instance.choices[{i}]") for i, c in enumerate(choices)]
+    if "answer" not in instance:
+        raise InvalidInstance("instance.answer", "required: the correct choice, a 0-based index or a letter")
+    answer, letters = instance["answer"], LETTERS[: len(texts)]
+    if _is_int(answer) and 0 <= answer < len(texts):
+        return texts, answer
+    letter = answer.strip().upper() if isinstance(answer, str) else None
+    if letter and len(letter) == 1 and letter in letters:
+        return texts, letters.index(letter)
+    raise InvalidInstance("instance.answer",
+                          f"must be an index 0..{len(texts) - 1} or a letter {letters[0]}..{letters[-1]}")
+
+
+def gpqa_order(question: str, answers: list[str], seed: int | None = None) -> list[int]:
+    """The shuffled order of GPQA's answers (indices into ``answers``), fixed by the
+    seed or else the question text: hash-sorted, so it never depends on Python's RNG."""
+    material = question if seed is None else f"seed:{seed}"
+
+    def key(index: int) -> bytes:
+        return hashlib.sha256(f"{material}\x00{index}\x00{answers[index]}".encode()).digest()
+
+    return sorted(range(len(answers)), key=key)
+
+
+def _gpqa(instance: dict[str, Any]) -> tuple[list[str], int]:
+    for name in GPQA_FIELDS:
+        _text(instance, name, f'instance["{name}"]')
+    seed = instance.get("shuffle_seed")
+    if seed is not None and not _is_int(seed):
+        raise InvalidInstance("instance.shuffle_seed", "must be an integer")
+    answers = [instance[name].strip() for name in ("Correct Answer", *GPQA_INCORRECT)]
+    order = gpqa_order(instance["Question"].strip(), answers, seed)
+    return [answers[i] for i in order], order.index(0)
+
+
+def _short(instance: dict[str, Any]) -> dict[str, Any]:
+    if "answer" not in instance:
+        raise InvalidInstance("instance.answer", "required: the gold answer (a string or a number)")
+    answer = instance["answer"]
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or not str(answer).strip():
+        raise InvalidInstance("instance.answer", "must be a non-empty string or a number")
+    numeric = not isinstance(answer, str) or is_numeric_answer(answer)
+    kind = instance.get("answer_type")
+    if kind is None:
+        kind = "number" if numeric else "exact"
+    elif kind not in ANSWER_TYPES:
+        raise InvalidInstance("instance.answer_type", f"must be one of {', '.join(ANSWER_TYPES)}")
+    elif kind == "number" and not numeric:
+        raise InvalidInstance("instance.answer", "answer_type 'number' needs a number (a unit after it is fine)")
+    spec: dict[str, Any] = {"kind": kind, "gold": str(answer).strip()}
+    tolerance = instance.get("tolerance")
+    if tolerance is not None:
+        if kind != "number":
+            raise InvalidInstance("instance.tolerance", "only for answer_type 'number'")
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
+            raise InvalidInstance("instance.tolerance", "must be a number in [0, 1) (relative)")
+    if kind == "number":
+        spec["tolerance"] = float(DEFAULT_TOLERANCE if tolerance is None else tolerance)
+    return spec
+
+
+def prepare(instance: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``instance`` and build what an episode needs: the prompt text, the
+    answer spec (see ``stem_answers``), and details for the evaluation."""
+    if not isinstance(instance, dict):
+        raise InvalidInstance("instance", "must be an object")
+    shape = instance_shape(instance)
+    for name in ("instructions", "system_prompt", "subject", "Subdomain", "High-level domain"):
+        _optional_text(instance, name, f'instance["{name}"]' if " " in name else None)
+    if shape == "short":
+        question = _text(instance, "question")
+        spec = _short(instance)
+        subject = instance.get("subject")
+    else:
+        if shape == "mmlu":
+            question = _text(instance, "question")
+            choices, gold = _mmlu(instance)
+            subject = instance.get("subject")
+        else:
+            choices, gold = _gpqa(instance)
+            question = instance["Question"].strip()
+            subject = instance.get("Subdomain") or instance.get("High-level domain")
+        for name in ("answer_type", "tolerance"):
+            if name in instance:
+                raise InvalidInstance(f"instance.{name}", "only for short-answer instances")
+        spec = {"kind": "choice", "choices": choices, "gold": LETTERS[gold]}
+        question += "\n\n" + "\n".join(f"{LETTERS[i]}) {text}" for i, text in enumerate(choices))
+    if subject:
+        question = f"Subject: {subject.strip()}\n\n{question}"
+    if spec["kind"] == "choice":
+        default_format = choice_format(LETTERS[: len(spec["choices"])])
+    else:
+        default_format = value_format(spec["kind"])
+    return {
+        "question": question,
+        "spec": spec,
+        "shape": shape,
+        "subject": subject.strip() if subject else None,
+        "answer_format": instance.get("instructions") or default_format,
+        "system_prompt": instance.get("system_prompt") or SYSTEM_PROMPT,
+    }
+
+
+# --- the handler ---------------------------------------------------------------------
+class StemHandler:
+    """Multiple-choice and short-answer science questions, exact reward."""
+
+    name = "stem"
+    defaults = HandlerDefaults(
+        max_turns=3,
+        max_context_tokens=2048,
+        init_timeout=30.0,
+        run_timeout=300.0,
+        eval_timeout=30.0,
+        total_timeout=600.0,
+    )
+
+    def __init__(self, ctx: HandlerContext):
+        self.ctx = ctx
+
+    def validate(self, instance: dict[str, Any]) -> None:
+        prepare(instance)
+
+    async def init(self, rollout: "Rollout") -> None:
+        """Validate again (a replay may skip the API's check) and put the prompt and
+        the answer spec into ``rollout.state``."""
+        rollout.state.update(prepare(rollout.instance))
+
+    async def run(self, rollout: "Rollout") -> None:
+        if rollout.llm is None:
+            raise InfraError("no LLM session was attached to the rollout before RUN")
+        state = rollout.state
+        if "spec" not in state:
+            raise InfraError("stem handler: RUN before INIT (no question in rollout.state)")
+        env = StemEnv(state["question"], state["system_prompt"], state["spec"], state["answer_format"])
+        await run_env_episode(self.ctx, rollout, env)
+
+    async def eval(self, rollout: "Rollout") -> Evaluation:
+        state = rollout.state
+        spec = state["spec"]
+        answer = final_answer(rollout.trajectory.messages, lambda text: extract_answer(text, spec))
+        kind = spec["kind"]
+        details: dict[str, Any] = {
+            "extracted": answer,
+            "gold": spec["gold"],
+            "method": "math-verify" if kind == "expression" else kind,
+            "shape": state["shape"],
+            "turns": len(rollout.trajectory.turns),
+        }
+        if kind == "choice":
+            choices = spec["choices"]
+            details["gold_text"] = choices[LETTERS.index(spec["gold"])]
+            details["extracted_text"] = choices[LETTERS.index(answer)] if answer else None
+        if kind == "number":
+            details["tolerance"] = spec["tolerance"]
+        if state.get("subject"):
+            details["subject"] = state["subject"]
+        if answer is None:
+            return Evaluation(reward=0.0, details=details)
+        try:
+            correct = await in_scoring_pool(self.ctx, score_stem_answer, answer, spec, what="stem scorer")
+        except ScoringTimeout:  # a pathological expression: the agent's doing
+            details["timeout"] = True
+            return Evaluation(reward=0.0, details=details)
+        return Evaluation(reward=1.0 if correct else 0.0, details=details)
+
+    async def cleanup(self, rollout: "Rollout") -> None:
+        """Nothing to release: no sandbox, and the scoring pool is shared."""
+
+
+def bundled_tasks() -> list[dict[str, Any]]:
+    """The small question set shipped with rollserve (``data/stem_tasks.jsonl``): each
+    row a ``stem`` instance plus a ``task_id`` (ignored by the handler)."""
+    path = importlib.resources.files("rollserve") / "data" / "stem_tasks.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
