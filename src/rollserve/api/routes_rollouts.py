@@ -50,7 +50,10 @@ async def _group_view(service: Service, group_id: str, include_results: bool) ->
         live = service.engine.live.get(row.id)
         status = live.status if live is not None else row.status
         counts[status] = counts.get(status, 0) + 1
-        item = {"id": row.id, "status": status, "done": status in TERMINAL, "seq": row.seq}
+        # Done once its result is stored: a rollout still in flight may already carry
+        # its final status while cleanup runs and the result is written.
+        item = {"id": row.id, "status": status, "done": live is None and status in TERMINAL,
+                "seq": row.seq}
         if include_results:
             item["result"] = row.result if live is None else None
         rollouts.append(item)
