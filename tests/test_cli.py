@@ -19,7 +19,7 @@ def test_serve_names_a_bad_restart_policy():
 def test_help_lists_the_commands():
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("serve", "quickstart", "fake-llm"):
+    for command in ("serve", "quickstart", "fake-llm", "datasets", "images", "run"):
         assert command in result.output
 
 

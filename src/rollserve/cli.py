@@ -1,4 +1,4 @@
-"""Command line: ``rollserve serve | quickstart | fake-llm``."""
+"""Command line: ``rollserve serve | quickstart | fake-llm | datasets | images | run``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from rollserve.commands import datasets as datasets_cmd
+from rollserve.commands import images as images_cmd
+from rollserve.commands import run as run_cmd
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.server import ServerConfig, default_state_dir
 
@@ -54,6 +57,8 @@ def serve(
         "docker | podman | local (no isolation: development only)"),
     sandbox_options: Optional[str] = typer.Option(
         None, help='the runtime\'s options as JSON, e.g. \'{"readonly_paths": ["/opt/conda"]}\''),
+    handler_options: Optional[str] = typer.Option(
+        None, help='handlers\' settings as JSON by handler, e.g. \'{"swe": {"mirrors": ["/data/mirrors"]}}\''),
     max_pending: int = typer.Option(10_000, help="rollouts admitted and unfinished before 429"),
     on_restart: str = typer.Option("requeue", help="unfinished rollouts at start: requeue | interrupt"),
     retention_hours: float = typer.Option(168.0, help="keep finished results this long"),
@@ -88,6 +93,12 @@ def serve(
             runtime_config(sandbox_runtime, options)
     except ValueError as exc:  # (json.JSONDecodeError is one)
         raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
+    try:
+        by_handler = json.loads(handler_options) if handler_options else {}
+        if not isinstance(by_handler, dict) or not all(isinstance(v, dict) for v in by_handler.values()):
+            raise ValueError('must be a JSON object of objects, e.g. {"swe": {"empty_patch": "run"}}')
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--handler-options") from exc
     if on_restart not in ("requeue", "interrupt"):
         raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
     for spec in backend:
@@ -104,7 +115,7 @@ def serve(
     config = ServerConfig(
         host=host, port=port, state_dir=state_dir, store_path=store, api_token=api_token,
         tokenizer=tokenizer, backends=backend, scoring_workers=scoring_workers,
-        sandbox_runtime=sandbox_runtime, sandbox_options=options,
+        sandbox_runtime=sandbox_runtime, sandbox_options=options, handler_options=by_handler,
         engine=_engine_config(init_workers, run_workers, eval_workers, max_pending,
                               on_restart, retention_hours).model_copy(
             update={"max_staleness": max_staleness, "mask_stale": mask_stale}),
@@ -125,6 +136,8 @@ def _make_service(config: ServerConfig):
     except TokenizerError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2)
+    except ValueError as exc:  # a handler's settings (--handler-options)
+        raise typer.BadParameter(str(exc), param_hint="--handler-options") from exc
 
 
 @app.command()
@@ -169,6 +182,12 @@ def fake_llm(
     if capacity:
         argv += ["--capacity", str(capacity)]
     fake_main(argv)
+
+
+# Dataset tooling (rollserve.commands): validate rows, pull their images, run them.
+app.add_typer(datasets_cmd.app, name="datasets")
+app.add_typer(images_cmd.app, name="images")
+app.command("run", help=run_cmd.HELP)(run_cmd.run)
 
 
 def main() -> None:

@@ -1,0 +1,377 @@
+"""Running a whole dataset through a rollserve server (``rollserve run``).
+
+Rows are submitted in batches, never more than ``max_in_flight`` rollouts
+unfinished at once (a 429 is waited out, as the client does), and results are read
+from the server's results cursor (``GET /v1/results``) from where it stood when the
+run began, keeping only this run's tasks. Each result is appended to the output
+JSONL as it arrives.
+
+Crash safety: every row is submitted under a stable client id (``datasets.client_id``),
+so a rerun gets the groups the server already has (their finished results are
+fetched, nothing runs twice); with ``resume`` the samples already in the output
+file are neither fetched nor written again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import httpx
+
+from rollserve.client.aio import AsyncClient
+from rollserve.client.calls import RollserveError
+from rollserve.client.datasets import DatasetRow, client_id
+
+TRANSPORT_RETRIES = 5
+_TASK_INDEX = re.compile(r"tasks\[(\d+)\]")
+
+
+class RunAborted(Exception):
+    """The run cannot go on (server unreachable, refused the token, ...)."""
+
+
+@dataclass
+class RunItem:
+    """One dataset row, as submitted."""
+
+    number: int  # the row number in the file
+    label: str | None
+    data_source: str
+    task: dict[str, Any]  # the API task, with its client id
+    remaining: int = 0  # samples not yet in the output
+    submitted: bool = False
+    error: str | None = None  # why the server refused it
+
+    @property
+    def id(self) -> str:
+        return self.task["id"]
+
+
+@dataclass
+class RunOptions:
+    sampling: dict[str, Any] | None = None
+    agent: dict[str, Any] | None = None
+    timeouts: dict[str, Any] | None = None
+    batch_size: int = 64  # tasks per POST
+    max_in_flight: int = 512  # rollouts submitted and not finished
+    poll_wait: float = 10.0  # long-poll of the results cursor
+
+    def settings(self) -> dict[str, Any]:
+        """What, besides the row, decides a rollout: part of the client ids."""
+        return {"sampling": self.sampling or {}, "agent": self.agent or {},
+                "timeouts": self.timeouts or {}}
+
+
+@dataclass
+class Outcome:
+    """What the summary needs of one result."""
+
+    data_source: str
+    status: str
+    mask: bool
+    reward: float | None
+
+
+@dataclass
+class RunProgress:
+    rows: int = 0  # rows of the dataset in this run
+    skipped_rows: int = 0  # all samples already in the output (resume)
+    total: int = 0  # rollouts to fetch this time
+    submitted: int = 0
+    finished: int = 0
+    failed: int = 0  # finished with a status other than completed
+    reused_groups: int = 0  # the server already had them (idempotent resubmission)
+    rewards: list[float] = field(default_factory=list)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return statistics.fmean(self.rewards) if self.rewards else None
+
+
+@dataclass
+class RunReport:
+    progress: RunProgress
+    outcomes: list[Outcome]  # this run's and, on resume, those already in the output
+    rejected: list[RunItem]  # rows the server refused, with ``error``
+    foreign_results: int = 0  # results in the output of rows or settings not in this run
+
+    def by_data_source(self) -> dict[str, dict[str, Any]]:
+        table: dict[str, dict[str, Any]] = {}
+        for o in self.outcomes:
+            entry = table.setdefault(o.data_source, {"count": 0, "completed": 0, "failed": 0,
+                                                     "masked": 0, "rewards": [], "rejected": 0})
+            entry["count"] += 1
+            entry["completed" if o.status == "completed" else "failed"] += 1
+            entry["masked"] += o.mask
+            if o.reward is not None and not o.mask:
+                entry["rewards"].append(o.reward)
+        for item in self.rejected:
+            table.setdefault(item.data_source, {"count": 0, "completed": 0, "failed": 0,
+                                                "masked": 0, "rewards": [], "rejected": 0})
+            table[item.data_source]["rejected"] += 1
+        for entry in table.values():
+            rewards = entry.pop("rewards")
+            entry["mean_reward"] = statistics.fmean(rewards) if rewards else None
+        return dict(sorted(table.items()))
+
+
+def plan(rows: list[DatasetRow], dataset: str, options: RunOptions,
+         n: int | None = None) -> list[RunItem]:
+    """The valid rows as tasks with their client ids (``n`` overrides each row's).
+    Raises ValueError if two rows carry the same ``id`` of their own."""
+    items: dict[str, RunItem] = {}
+    for row in rows:
+        if row.task is None or row.data_source is None:
+            continue
+        task = dict(row.task)
+        if n is not None:
+            task["n"] = n
+        task["id"] = client_id(dataset, row.number, task, options.settings())
+        if task["id"] in items:
+            raise ValueError(f"rows {items[task['id']].number} and {row.number} have the same "
+                             f"id {task['id']!r}")
+        items[task["id"]] = RunItem(row.number, row.label, row.data_source, task)
+    return list(items.values())
+
+
+def _outcome(result: dict) -> Outcome:
+    reward = result.get("reward")
+    return Outcome(str(result.get("data_source")), str(result.get("status")),
+                   bool(result.get("mask")), reward if isinstance(reward, (int, float)) else None)
+
+
+class DatasetRun:
+    def __init__(self, client: AsyncClient, items: list[RunItem], output: Path,
+                 options: RunOptions | None = None, resume: bool = False,
+                 on_change: Callable[[RunProgress], None] | None = None):
+        self.client = client
+        self.items = {item.id: item for item in items}
+        if len(self.items) != len(items):
+            raise ValueError("two rows have the same id")
+        self.output = Path(output)
+        self.options = options or RunOptions()
+        self.resume = resume
+        self.on_change = on_change or (lambda progress: None)
+        self.progress = RunProgress(rows=len(items))
+        self.outcomes: list[Outcome] = []
+        self.rejected: list[RunItem] = []
+        self.foreign = 0
+        self._have: set[tuple[str, int]] = set()  # (task id, sample index) in the output
+        self._in_flight = 0  # rollouts submitted whose results are not in yet
+        self._open_rows = 0  # rows still waiting for results (not rejected)
+        self._changed = asyncio.Event()
+        self._out: Any = None
+        self._limit = self.options.max_in_flight  # lowered to the server's max_pending
+
+    # --- the output file -------------------------------------------------------------
+    def _load_output(self) -> None:
+        """On resume: note the samples already written; drop a last line a crash cut short."""
+        if not self.output.exists():
+            return
+        data = self.output.read_bytes()
+        complete, _, tail = data.rpartition(b"\n")
+        if tail.strip():
+            try:
+                json.loads(tail)
+                complete = data  # a whole last line without its newline: kept
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                pass  # torn: dropped (its rollout is fetched again)
+            with self.output.open("r+b") as fh:
+                fh.truncate(len(complete))
+                if complete:
+                    fh.seek(len(complete))
+                    fh.write(b"\n")
+        for line in complete.splitlines():
+            try:
+                result = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if not isinstance(result, dict):
+                continue
+            item = self.items.get(result.get("task_id"))
+            index = result.get("sample_index")
+            if item is None or not isinstance(index, int):
+                self.foreign += 1
+            elif (item.id, index) not in self._have:
+                self._have.add((item.id, index))
+                self.outcomes.append(_outcome(result))
+
+    def _record(self, result: dict) -> None:
+        item = self.items.get(result.get("task_id"))
+        index = result.get("sample_index")
+        if item is None or not isinstance(index, int) or (item.id, index) in self._have:
+            return
+        self._have.add((item.id, index))
+        result = {k: v for k, v in result.items() if k != "seq"}  # the server's cursor, not data
+        self._out.write(json.dumps(result) + "\n")
+        self._out.flush()
+        outcome = _outcome(result)
+        self.outcomes.append(outcome)
+        progress = self.progress
+        progress.finished += 1
+        progress.failed += outcome.status != "completed"
+        if outcome.reward is not None and not outcome.mask:
+            progress.rewards.append(outcome.reward)
+        if item.submitted:
+            self._in_flight -= 1
+        item.remaining -= 1
+        if item.remaining == 0 and item.error is None:
+            self._open_rows -= 1
+        self._changed.set()
+        self.on_change(progress)
+
+    # --- talking to the server ------------------------------------------------------------
+    async def _call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        """A client call, retried while the server is unreachable (submits are
+        idempotent: a retry of a batch that did arrive gets the same groups back)."""
+        for attempt in range(TRANSPORT_RETRIES + 1):
+            try:
+                return await fn(*args, **kwargs)
+            except httpx.TransportError as exc:
+                if attempt == TRANSPORT_RETRIES:
+                    raise RunAborted(f"cannot reach the server at {self.client.base_url}: "
+                                     f"{type(exc).__name__}: {exc}") from None
+                await asyncio.sleep(min(2.0 ** attempt, 16.0))
+            except RollserveError as exc:
+                if exc.status in (401, 403, 404):
+                    raise RunAborted(f"the server refused {fn.__name__}: {exc}") from None
+                raise
+
+    async def _read_results(self, cursor: int) -> None:
+        while True:
+            page = await self._call(self.client.results, after=cursor, limit=500,
+                                    wait=self.options.poll_wait)
+            for result in page["results"]:
+                self._record(result)
+            cursor = page["next"]
+
+    def _reject(self, item: RunItem, error: str) -> None:
+        item.error = error
+        self.rejected.append(item)
+        if item.remaining > 0:
+            self._open_rows -= 1
+        self._changed.set()
+
+    async def _submit_batch(self, batch: list[RunItem]) -> None:
+        conflicts = 0
+        while batch:
+            try:
+                accepted = await self._call(
+                    self.client.submit, [item.task for item in batch],
+                    sampling=self.options.sampling, agent=self.options.agent,
+                    timeouts=self.options.timeouts)
+            except RollserveError as exc:
+                if exc.status == 429:  # still full after the client's own retries
+                    if len(batch) > 1:  # other trainers hold the room: smaller batches fit sooner
+                        half = len(batch) // 2
+                        await self._submit_batch(batch[:half])
+                        batch = batch[half:]
+                    else:
+                        await asyncio.sleep(5.0)
+                    continue
+                named = {int(i) for i in _TASK_INDEX.findall(str(exc.detail)) if int(i) < len(batch)}
+                if not named and exc.status == 409 and conflicts < 3:  # a concurrent submit
+                    conflicts += 1
+                    await asyncio.sleep(1.0)
+                    continue
+                if not named and exc.status >= 500:
+                    raise RunAborted(f"the server failed a submit: {exc}") from None
+                for index in sorted(named) or range(len(batch)):
+                    self._reject(batch[index], str(exc.detail))
+                batch = [item for i, item in enumerate(batch) if named and i not in named]
+                continue
+            reused = []
+            for item, group in zip(batch, accepted["groups"]):
+                item.submitted = True
+                self._in_flight += item.remaining
+                self.progress.submitted += item.remaining
+                if group.get("duplicate"):
+                    reused.append(group["group_id"])
+            self.progress.reused_groups += len(reused)
+            self.on_change(self.progress)
+            for group_id in reused:  # results that finished before this run's cursor
+                view = await self._call(self.client.group, group_id, wait=0.0, results=True)
+                for rollout in view.get("rollouts", []):
+                    if rollout.get("result"):
+                        self._record(rollout["result"])
+            return
+
+    async def _submit_all(self, todo: list[RunItem]) -> None:
+        queue = deque(todo)
+        limit = self._limit
+        while queue:
+            batch: list[RunItem] = []
+            need = 0
+            while queue and len(batch) < self.options.batch_size:
+                item = queue[0]
+                if item.remaining == 0:  # its results came in already (an earlier run's)
+                    queue.popleft()
+                    continue
+                if int(item.task.get("n", 1)) > limit:  # would never fit: the server says 429
+                    self._reject(queue.popleft(), f"n={item.task.get('n')} is more rollouts than "
+                                 f"the server admits at once (max_pending {limit})")
+                    continue
+                if (batch or self._in_flight) and self._in_flight + need + item.remaining > limit:
+                    break
+                batch.append(queue.popleft())
+                need += item.remaining
+            if batch:
+                await self._submit_batch(batch)
+            elif queue:
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def _until_done(self, reader: asyncio.Task) -> None:
+        while self._open_rows > 0:
+            self._changed.clear()
+            waiter = asyncio.ensure_future(self._changed.wait())
+            await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if reader.done():
+                reader.result()  # raises what stopped the reader
+                raise RunAborted("the results reader stopped")
+
+    # --- the run -----------------------------------------------------------------------------
+    async def run(self) -> RunReport:
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        if self.resume:
+            self._load_output()
+        else:
+            self.output.write_text("")
+        todo = []
+        for item in self.items.values():
+            n = int(item.task.get("n", 1))
+            item.remaining = sum((item.id, i) not in self._have for i in range(n))
+            if item.remaining:
+                todo.append(item)
+        self.progress.skipped_rows = len(self.items) - len(todo)
+        self.progress.total = sum(item.remaining for item in todo)
+        self._open_rows = len(todo)
+        self.on_change(self.progress)
+        if todo:
+            status = await self._call(self.client.status)
+            cursor = int(status.get("last_seq") or 0)
+            if status.get("max_pending"):
+                self._limit = min(self._limit, int(status["max_pending"]))
+            with self.output.open("a", encoding="utf-8") as self._out:
+                reader = asyncio.create_task(self._read_results(cursor))
+                submitter = asyncio.create_task(self._submit_all(todo))
+                try:
+                    await asyncio.wait({submitter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                    if not submitter.done():  # the reader stopped first: raise what stopped it
+                        reader.result()
+                        raise RunAborted("the results reader stopped")
+                    submitter.result()
+                    await self._until_done(reader)
+                finally:
+                    for task in (reader, submitter):
+                        task.cancel()
+                    await asyncio.gather(reader, submitter, return_exceptions=True)
+        return RunReport(self.progress, self.outcomes, self.rejected, self.foreign)

@@ -1,0 +1,127 @@
+"""``rollserve datasets validate FILE``: check every row against its handler, offline."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rollserve.client.datasets import DatasetError, DatasetRow, read_dataset
+
+app = typer.Typer(no_args_is_help=True, help="Check dataset files before running them.")
+
+FILE_HELP = "a JSONL (.jsonl, .jsonl.gz) or parquet file, one task per row"
+DATA_SOURCE_HELP = ("every row is a bare instance of this data source (e.g. a SWE-bench dump); "
+                    "without it each row is a task {data_source, instance, n?, ...}")
+AUTO_ROWS = 200  # up to this many rows the table lists every row; past it, the invalid ones
+
+
+def read_rows(file: Path, data_source: Optional[str], console: Console) -> list[DatasetRow]:
+    """The file's rows, or a clear error and exit 2 if it cannot be read."""
+    try:
+        return read_dataset(file, data_source)
+    except DatasetError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2)
+
+
+def parse_json_option(value: Optional[str], name: str) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint=name)
+    return parsed
+
+
+def checks_table(checks: list, title: str | None = None) -> Table:
+    table = Table(title=title)
+    table.add_column("row", justify="right")
+    table.add_column("task id")
+    table.add_column("data_source")
+    table.add_column("result", overflow="fold")
+    for check in checks:
+        row = check.row
+        verdict = "[green]OK[/green]" if check.ok else f"[red]{escape(check.error)}[/red]"
+        table.add_row(str(row.number), escape(row.label or "-"), escape(row.data_source or "-"),
+                      verdict)
+    return table
+
+
+def summary(checks: list) -> dict[str, Any]:
+    by_source: dict[str, Counter] = {}
+    for check in checks:
+        counts = by_source.setdefault(check.row.data_source or "-", Counter())
+        counts["ok" if check.ok else "invalid"] += 1
+    return {"ok": sum(c.ok for c in checks), "invalid": sum(not c.ok for c in checks),
+            "by_data_source": {name: {"ok": c["ok"], "invalid": c["invalid"]}
+                               for name, c in sorted(by_source.items())}}
+
+
+VALIDATE_HELP = ("Check each row of FILE as the API would at submission (no server needed).\n\n"
+                 "Row numbers are JSONL line numbers (parquet: row numbers, from 1). Exit code 0 "
+                 "if every row is valid, 1 if any is not, 2 if the file cannot be read.")
+
+
+@app.command(help=VALIDATE_HELP)
+def validate(
+    file: Path = typer.Argument(..., help=FILE_HELP),
+    data_source: Optional[str] = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
+    max_errors: Optional[int] = typer.Option(None, min=1, help="stop after this many invalid rows"),
+    json_output: bool = typer.Option(False, "--json", help="print the report as JSON (stdout)"),
+    rows: str = typer.Option("auto", help="rows the table lists: all | errors | auto (every row "
+                                          f"up to {AUTO_ROWS}, else the invalid ones)"),
+    sandbox_runtime: str = typer.Option("bubblewrap", help="the server's runtime (what some "
+                                                           "handlers accept depends on it)"),
+    handler_options: Optional[str] = typer.Option(
+        None, help='handlers\' options as JSON, {"handler": {...}}, as the server gets them'),
+) -> None:
+    """Check each row of FILE as the API would at submission (no server needed)."""
+    from rollserve.engine.dataset_check import DatasetChecker, offline_context
+
+    if rows not in ("all", "errors", "auto"):
+        raise typer.BadParameter("must be all, errors or auto", param_hint="--rows")
+    from rollserve.sandbox.registry import RUNTIMES
+
+    if sandbox_runtime not in RUNTIMES:
+        raise typer.BadParameter(f"must be one of {', '.join(RUNTIMES)}",
+                                 param_hint="--sandbox-runtime")
+    options = parse_json_option(handler_options, "--handler-options")
+    out = Console()
+    dataset = read_rows(file, data_source, Console(stderr=True))
+    checker = DatasetChecker(context=offline_context(runtime=sandbox_runtime, options=options))
+    checks = checker.check_all(dataset, max_errors=max_errors)
+    report = summary(checks)
+    unchecked = len(dataset) - len(checks)
+    if json_output:
+        typer.echo(json.dumps({
+            "file": str(file), "rows": [
+                {"row": c.row.number, "task_id": c.row.label, "data_source": c.row.data_source,
+                 "ok": c.ok, "error": c.error} for c in checks],
+            "summary": {**report, "unchecked": unchecked}}, indent=1))
+    else:
+        listed = checks if rows == "all" or (rows == "auto" and len(checks) <= AUTO_ROWS) \
+            else [c for c in checks if not c.ok]
+        if listed:
+            out.print(checks_table(listed, title=f"{file}"))
+        hidden = len(checks) - len(listed)
+        if hidden:
+            out.print(f"[dim]{hidden} valid rows not listed (--rows all lists them)[/dim]")
+        by_source = ", ".join(f"{name}: {c['ok']} ok, {c['invalid']} invalid"
+                              for name, c in report["by_data_source"].items())
+        colour = "red" if report["invalid"] else "green"
+        out.print(f"[{colour}]{report['ok']} ok, {report['invalid']} invalid[/{colour}] "
+                  f"({escape(by_source)})")
+        if unchecked:
+            out.print(f"stopped after {report['invalid']} invalid rows (--max-errors); "
+                      f"{unchecked} rows not checked")
+    raise typer.Exit(1 if report["invalid"] else 0)

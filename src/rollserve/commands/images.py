@@ -1,0 +1,119 @@
+"""``rollserve images pull FILE``: fetch every environment image a dataset needs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn)
+from rich.table import Table
+
+from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, parse_json_option, read_rows
+
+app = typer.Typer(no_args_is_help=True, help="Environment images (containers) of datasets.")
+
+
+PULL_HELP = ("Fetch the images FILE's rows need (each handler's images(instance)), once each.\n\n"
+             "Exit code 0 if every image is there (fetched or already cached), 1 if any failed, "
+             "2 on a usage error (bad file, runtime not installed).")
+
+
+@app.command(help=PULL_HELP)
+def pull(
+    file: Path = typer.Argument(..., help=FILE_HELP),
+    data_source: Optional[str] = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
+    runtime: str = typer.Option("apptainer", help="apptainer | singularity (build .sif files "
+                                                  "into --image-cache) | docker | podman (pull)"),
+    concurrency: int = typer.Option(4, min=1, help="images fetched at once"),
+    retries: int = typer.Option(2, min=0, help="retries of a failed image (exponential backoff)"),
+    backoff: float = typer.Option(2.0, min=0.0, help="seconds before the first retry (doubling)"),
+    timeout: float = typer.Option(3600.0, min=1.0, help="seconds one fetch may take"),
+    image_cache: Optional[Path] = typer.Option(
+        None, help="apptainer: where .sif files go; the server's cache: STATE_DIR/images "
+                   "(default; STATE_DIR as `rollserve serve --state-dir`) or its "
+                   "--sandbox-options image_cache"),
+    handler_options: Optional[str] = typer.Option(
+        None, help='handlers\' options as JSON, {"handler": {...}}, as the server gets them'),
+) -> None:
+    """Fetch the images FILE's rows need (each handler's images(instance)), once each."""
+    from rollserve.engine.dataset_check import DatasetChecker, images_needed, offline_context
+    from rollserve.sandbox.images import (RUNTIMES, PermanentError, PullResult, RuntimeMissing,
+                                          make_puller, normalize_reference, pull_images)
+    from rollserve.server import default_state_dir
+
+    err, out = Console(stderr=True), Console()
+    if runtime not in RUNTIMES:
+        raise typer.BadParameter(f"must be one of {', '.join(RUNTIMES)}", param_hint="--runtime")
+    options = parse_json_option(handler_options, "--handler-options")
+    cache = image_cache or default_state_dir() / "images"
+    try:
+        puller = make_puller(runtime, cache, concurrency=concurrency, timeout=timeout)
+    except RuntimeMissing as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2)
+    rows = read_rows(file, data_source, err)
+    checker = DatasetChecker(context=offline_context(runtime=runtime, options=options))
+    checks = checker.check_all(rows)
+    invalid = [c for c in checks if not c.ok]
+    if invalid:
+        err.print(f"[yellow]warning:[/yellow] {len(invalid)} invalid rows skipped (rows "
+                  f"{', '.join(str(c.row.number) for c in invalid[:10])}"
+                  f"{', ...' if len(invalid) > 10 else ''}); `rollserve datasets validate "
+                  f"{escape(str(file))}` says why")
+    needed, errors = images_needed(checker, checks)
+    for number, error in errors:
+        err.print(f"[red]row {number}:[/red] {escape(error)}")
+
+    failures: list[PullResult] = []
+    references: list[str] = []
+    for reference in needed:
+        try:
+            references.append(normalize_reference(reference, runtime))
+        except PermanentError as exc:
+            failures.append(PullResult(reference, ok=False, error=str(exc)))
+    references = list(dict.fromkeys(references))
+    if not references and not failures:
+        out.print(f"no images needed: {len(checks) - len(invalid)} valid rows, whose handlers "
+                  "list none")
+        raise typer.Exit(1 if errors else 0)
+
+    columns = (TextColumn("images"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[failed]} failed · {task.fields[cached]} cached"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err) as progress:
+        bar = progress.add_task("pull", total=len(references), failed=0, cached=0)
+        counts = {"failed": 0, "cached": 0}
+
+        def on_result(result: PullResult) -> None:
+            counts["failed"] += not result.ok
+            counts["cached"] += result.cached
+            progress.update(bar, advance=1, **counts)
+
+        def on_retry(reference: str, attempt: int, error: str) -> None:
+            progress.console.print(f"[yellow]retrying[/yellow] {escape(reference)} (attempt "
+                                   f"{attempt} failed: {escape(error.splitlines()[0][:200])})")
+
+        results = asyncio.run(pull_images(references, puller, concurrency=concurrency,
+                                          retries=retries, backoff=backoff,
+                                          on_result=on_result, on_retry=on_retry))
+    failures += [r for r in results if not r.ok]
+    fetched = sum(r.ok and not r.cached for r in results)
+    cached = sum(r.cached for r in results)
+    where = f" into {cache}" if runtime in ("apptainer", "singularity") else ""
+    out.print(f"{len(references)} images{where}: {fetched} fetched, {cached} already there, "
+              f"[{'red' if failures else 'green'}]{len(failures)} failed[/]")
+    if failures:
+        table = Table(title="failed images")
+        table.add_column("reference", overflow="fold")
+        table.add_column("attempts", justify="right")
+        table.add_column("last error", overflow="fold")
+        for result in failures:
+            table.add_row(escape(result.reference), str(result.attempts),
+                          escape((result.error or "").strip()[-500:]))
+        out.print(table)
+    raise typer.Exit(1 if failures or errors else 0)

@@ -1,0 +1,304 @@
+"""``rollserve run FILE``: a dataset through a server (running, or started here),
+results to JSONL, with progress and a summary: the evaluation before training."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Optional
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rollserve.commands.datasets import (DATA_SOURCE_HELP, FILE_HELP, checks_table,
+                                         parse_json_option, read_rows)
+
+
+def _checked(model: type[BaseModel], values: dict[str, Any], hint: str) -> dict[str, Any]:
+    try:
+        model(**values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise typer.BadParameter(problems, param_hint=hint) from None
+    return values
+
+
+def _embedded_config(state_dir: Path, backend: list[str], tokenizer: str, sandbox_runtime: str,
+                     sandbox_options: dict, workers: tuple[int, int, int], scoring_workers: int,
+                     max_pending: int):
+    """The embedded server's config, its options checked as ``rollserve serve`` does."""
+    from rollserve.engine.pipeline import EngineConfig
+    from rollserve.llm.factory import parse_backend_spec
+    from rollserve.sandbox.registry import RUNTIMES, runtime_config
+    from rollserve.server import ServerConfig
+
+    for spec in backend:
+        try:
+            parse_backend_spec(spec)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{exc} (e.g. http://gpu-node:8000 or embedded)",
+                                     param_hint="--backend") from exc
+    if sandbox_runtime not in RUNTIMES:
+        raise typer.BadParameter(f"unknown runtime {sandbox_runtime!r}; known: "
+                                 f"{', '.join(RUNTIMES)}", param_hint="--sandbox-runtime")
+    if sandbox_options:
+        try:
+            runtime_config(sandbox_runtime, sandbox_options)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
+    init, run, eval_ = workers
+    return ServerConfig(state_dir=state_dir, backends=backend, tokenizer=tokenizer,
+                        sandbox_runtime=sandbox_runtime, sandbox_options=sandbox_options,
+                        scoring_workers=scoring_workers,
+                        engine=EngineConfig(init_workers=init, run_workers=run, eval_workers=eval_,
+                                            max_pending=max(10_000, max_pending)))
+
+
+@asynccontextmanager
+async def _embedded(config, console: Console) -> AsyncIterator[Any]:
+    """A server in this process, and a client talking to it without a port."""
+    import httpx
+
+    from rollserve.api.app import create_app
+    from rollserve.client import AsyncClient
+    from rollserve.llm.tokenizer import TokenizerError
+    from rollserve.server import Service
+
+    try:
+        with console.status(f"starting the embedded server ({', '.join(config.backends)})…"):
+            service = Service(config)
+            await service.start()
+    except TokenizerError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2)
+    app = create_app(service, manage_lifecycle=False)
+    client = AsyncClient("http://rollserve", transport=httpx.ASGITransport(app=app), timeout=60)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        await service.stop()
+
+
+def _summary_table(report) -> Table:
+    table = Table(title="results by data_source")
+    for column in ("data_source", "rollouts", "completed", "failed", "masked", "mean reward"):
+        table.add_column(column, justify="left" if column == "data_source" else "right")
+    rejected = any(entry["rejected"] for entry in report.by_data_source().values())
+    if rejected:
+        table.add_column("rows rejected", justify="right")
+    for name, entry in report.by_data_source().items():
+        mean = "-" if entry["mean_reward"] is None else f"{entry['mean_reward']:.3f}"
+        cells = [escape(name), str(entry["count"]), str(entry["completed"]), str(entry["failed"]),
+                 str(entry["masked"]), mean]
+        table.add_row(*cells, *([str(entry["rejected"])] if rejected else []))
+    return table
+
+
+def _valid_rows(rows, server: dict, skip_invalid: bool, console: Console, out: Console):
+    """The rows to run, or None (after saying why) if invalid rows forbid starting.
+    ``server``: its ``handlers`` and sandbox ``runtime``, which validation may depend on."""
+    from rollserve.engine.dataset_check import DatasetChecker, offline_context
+
+    context = offline_context(runtime=server.get("runtime") or "bubblewrap")
+    checks = DatasetChecker(context=context,
+                            remote_handlers=server.get("handlers", ())).check_all(rows)
+    invalid = [c for c in checks if not c.ok]
+    if invalid and not skip_invalid:
+        out.print(checks_table(invalid, title="invalid rows"))
+        console.print(f"[red]error:[/red] {len(invalid)} invalid rows (rows "
+                      f"{', '.join(str(c.row.number) for c in invalid[:20])}"
+                      f"{', ...' if len(invalid) > 20 else ''}); fix them or pass "
+                      "--skip-invalid. Nothing was submitted.")
+        return None
+    if invalid:
+        console.print(f"[yellow]skipping {len(invalid)} invalid rows[/yellow]")
+    return [c.row for c in checks if c.ok]
+
+
+async def _run(rows, file: Path, opts: dict, client_factory, remote: bool, console: Console,
+               out: Console) -> int:
+    from rollserve.client.datasets import dataset_name
+    from rollserve.client.run_dataset import DatasetRun, RunAborted, RunOptions, plan
+
+    valid = None
+    if not remote:  # checked before the embedded server loads its model
+        valid = _valid_rows(rows, {"runtime": opts["runtime"]}, opts["skip_invalid"], console, out)
+        if valid is None:
+            return 2
+    async with client_factory() as (client, server):
+        if valid is None:  # checked knowing the remote server's handlers and runtime
+            valid = _valid_rows(rows, server, opts["skip_invalid"], console, out)
+            if valid is None:
+                return 2
+        options = RunOptions(sampling=opts["sampling"], agent=opts["agent"],
+                             timeouts=opts["timeouts"], batch_size=opts["batch_size"],
+                             max_in_flight=opts["concurrency"])
+        try:
+            items = plan(valid, opts["run_name"] or dataset_name(file), options, n=opts["n"])
+        except ValueError as exc:
+            console.print(f"[red]error:[/red] {escape(str(exc))}")
+            return 2
+        columns = (TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+        with Progress(*columns, console=console) as bar:
+            task = bar.add_task("run", total=None, info="")
+
+            def on_change(p) -> None:
+                mean = "-" if p.mean_reward is None else f"{p.mean_reward:.3f}"
+                bar.update(task, total=p.total, completed=p.finished,
+                           info=f"submitted {p.submitted} · failed {p.failed} · mean reward {mean}")
+
+            run = DatasetRun(client, items, opts["output"], options, resume=opts["resume"],
+                             on_change=on_change)
+            try:
+                report = await run.run()
+            except RunAborted as exc:
+                console.print(f"[red]error:[/red] {escape(str(exc))}; what finished is in "
+                              f"{opts['output']} (rerun with --resume to go on)")
+                return 1
+    progress = report.progress
+    if progress.skipped_rows:
+        console.print(f"resumed: {progress.skipped_rows} of {progress.rows} rows were already "
+                      f"in {opts['output']}")
+    if progress.reused_groups:
+        console.print(f"{progress.reused_groups} tasks were already on the server (same rows and "
+                      "settings): their results were reused, not rerun (--run-name NAME runs "
+                      "them again)")
+    if report.foreign_results:
+        console.print(f"[yellow]note:[/yellow] {report.foreign_results} results in "
+                      f"{opts['output']} are not rows of this run (other settings or data)")
+    out.print(_summary_table(report))
+    for item in report.rejected:
+        console.print(f"[red]row {item.number} rejected:[/red] {escape(item.error or '')}")
+    console.print(f"wrote {progress.finished} results to [bold]{escape(str(opts['output']))}"
+                  f"[/bold] ({len(report.outcomes)} in all)")
+    return 1 if report.rejected else 0
+
+
+HELP = ("Run every row of FILE and write each rollout's result to OUTPUT (JSONL).\n\n"
+        "Rows are submitted under ids derived from the file, row and settings, so running again "
+        "against the same server reuses what it already did. Exit code 0 when every row has its "
+        "results, 1 if the server refused some rows or the run stopped, 2 on a usage error or "
+        "invalid rows.")
+
+
+def run(
+    file: Path = typer.Argument(..., help=FILE_HELP),
+    data_source: Optional[str] = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
+    output: Path = typer.Option(Path("results.jsonl"), "--output", "-o",
+                                help="results, one JSON per line (rewritten unless --resume)"),
+    resume: bool = typer.Option(False, help="keep OUTPUT's results and fetch only the rest"),
+    run_name: Optional[str] = typer.Option(None, help="the rows' ids start with it (default: the "
+                                                      "file's name); a new name runs the rows "
+                                                      "again on a server that has them"),
+    n: Optional[int] = typer.Option(None, min=1, max=1024, help="samples per row (default: "
+                                                                "the row's n, else 1)"),
+    max_turns: Optional[int] = typer.Option(None, min=1, help="agent turns per episode"),
+    max_tokens: Optional[int] = typer.Option(None, min=1, help="new tokens per turn"),
+    temperature: Optional[float] = typer.Option(None, min=0.0),
+    sampling: Optional[str] = typer.Option(None, help='more sampling settings as JSON, e.g. '
+                                                      '\'{"top_p": 0.95, "seed": 1}\''),
+    rollout_timeout: Optional[float] = typer.Option(None, min=1.0, help="seconds per rollout "
+                                                    "(default: the handler's)"),
+    batch_size: int = typer.Option(64, min=1, max=10_000, help="tasks per submission"),
+    concurrency: int = typer.Option(512, min=1, help="rollouts submitted and unfinished at once"),
+    skip_invalid: bool = typer.Option(False, help="run the valid rows when some are invalid "
+                                                  "(default: refuse to start)"),
+    server: Optional[str] = typer.Option(None, envvar="ROLLSERVE_URL",
+                                         help="a running rollserve, e.g. http://head:8000 "
+                                              "(else one is started here with --backend)"),
+    api_token: Optional[str] = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
+                                            help="--server's bearer token"),
+    backend: list[str] = typer.Option([], "--backend", "-b", help="embedded server: inference "
+                                      "backend, as `rollserve serve --backend`; repeatable"),
+    tokenizer: str = typer.Option("smollm2", help="embedded server: as `rollserve serve`"),
+    sandbox_runtime: str = typer.Option("bubblewrap", help="embedded server: as `rollserve serve`"),
+    sandbox_options: Optional[str] = typer.Option(None, help="embedded server: the runtime's "
+                                                             "options as JSON"),
+    state_dir: Optional[Path] = typer.Option(None, help="embedded server: its store (default: a "
+                                                        "temporary folder, removed after)"),
+    init_workers: int = typer.Option(32, min=1, help="embedded server: concurrent INIT stages"),
+    run_workers: int = typer.Option(256, min=1, help="embedded server: concurrent agent loops"),
+    eval_workers: int = typer.Option(16, min=1, help="embedded server: concurrent EVAL stages"),
+    scoring_workers: int = typer.Option(2, min=1, help="embedded server: scoring processes"),
+) -> None:
+    """Run every row of FILE and write each rollout's result to OUTPUT (JSONL)."""
+    from rollserve.agent.loop import AgentLimits
+    from rollserve.engine.rollout import Timeouts
+    from rollserve.llm.base import SamplingParams
+
+    console, out = Console(stderr=True), Console()
+    if server and backend:
+        raise typer.BadParameter("--backend starts a server here; with --server, register "
+                                 "backends on that server", param_hint="--backend")
+    if not server and not backend:
+        raise typer.BadParameter("give --server URL (a running rollserve) or --backend "
+                                 "URL|embedded (start one in this process)", param_hint="--server")
+    sampling_values = parse_json_option(sampling, "--sampling")
+    sampling_values.update({k: v for k, v in (("max_tokens", max_tokens),
+                                              ("temperature", temperature)) if v is not None})
+    opts = {
+        "sampling": _checked(SamplingParams, sampling_values, "--sampling") or None,
+        "agent": {"max_turns": max_turns} if max_turns else None,
+        "timeouts": _checked(Timeouts, {"total": rollout_timeout} if rollout_timeout else {},
+                             "--rollout-timeout") or None,
+        "n": n, "batch_size": batch_size, "concurrency": concurrency,
+        "skip_invalid": skip_invalid, "output": output, "resume": resume,
+        "runtime": sandbox_runtime, "run_name": run_name,
+    }
+    _checked(AgentLimits, opts["agent"] or {}, "--max-turns")
+    temp_dir: Path | None = None
+    if server:
+        factory = _remote(server, api_token, console)
+    else:
+        if state_dir is None:
+            temp_dir = state_dir = Path(tempfile.mkdtemp(prefix="rollserve-run-"))
+        config = _embedded_config(state_dir, backend, tokenizer, sandbox_runtime,
+                                  parse_json_option(sandbox_options, "--sandbox-options"),
+                                  (init_workers, run_workers, eval_workers), scoring_workers,
+                                  concurrency)
+        factory = _local(config, console)
+    rows = read_rows(file, data_source, console)
+    try:
+        code = asyncio.run(_run(rows, file, opts, factory, bool(server), console, out))
+    finally:
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+def _remote(url: str, token: Optional[str], console: Console):
+    @asynccontextmanager
+    async def factory():
+        import httpx
+
+        from rollserve.client import AsyncClient, RollserveError
+
+        async with AsyncClient(url, token=token, timeout=60) as client:
+            try:
+                status = await client.status()
+            except (httpx.HTTPError, RollserveError) as exc:
+                console.print(f"[red]error:[/red] cannot use the server at {escape(url)}: "
+                              f"{escape(str(exc) or type(exc).__name__)}")
+                raise typer.Exit(2)
+            yield client, {"handlers": status.get("handlers", []),
+                           "runtime": (status.get("sandboxes") or {}).get("runtime")}
+
+    return factory
+
+
+def _local(config, console: Console):
+    @asynccontextmanager
+    async def factory():
+        async with _embedded(config, console) as client:
+            yield client, {}
+
+    return factory
