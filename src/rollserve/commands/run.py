@@ -32,7 +32,7 @@ def _checked(model: type[BaseModel], values: dict[str, Any], hint: str) -> dict[
 
 def _embedded_config(state_dir: Path, backend: list[str], tokenizer: str, sandbox_runtime: str,
                      sandbox_options: dict, workers: tuple[int, int, int], scoring_workers: int,
-                     max_pending: int):
+                     max_pending: int, handler_options: dict | None = None):
     """The embedded server's config, its options checked as ``rollserve serve`` does."""
     from rollserve.engine.pipeline import EngineConfig
     from rollserve.llm.factory import parse_backend_spec
@@ -56,7 +56,7 @@ def _embedded_config(state_dir: Path, backend: list[str], tokenizer: str, sandbo
     init, run, eval_ = workers
     return ServerConfig(state_dir=state_dir, backends=backend, tokenizer=tokenizer,
                         sandbox_runtime=sandbox_runtime, sandbox_options=sandbox_options,
-                        scoring_workers=scoring_workers,
+                        handler_options=handler_options or {}, scoring_workers=scoring_workers,
                         engine=EngineConfig(init_workers=init, run_workers=run, eval_workers=eval_,
                                             max_pending=max(10_000, max_pending)))
 
@@ -107,7 +107,8 @@ def _valid_rows(rows, server: dict, skip_invalid: bool, console: Console, out: C
     ``server``: its ``handlers`` and sandbox ``runtime``, which validation may depend on."""
     from rollserve.engine.dataset_check import DatasetChecker, offline_context
 
-    context = offline_context(runtime=server.get("runtime") or "bubblewrap")
+    context = offline_context(runtime=server.get("runtime") or "bubblewrap",
+                              options=server.get("handler_options"))
     checks = DatasetChecker(context=context,
                             remote_handlers=server.get("handlers", ())).check_all(rows)
     invalid = [c for c in checks if not c.ok]
@@ -130,7 +131,8 @@ async def _run(rows, file: Path, opts: dict, client_factory, remote: bool, conso
 
     valid = None
     if not remote:  # checked before the embedded server loads its model
-        valid = _valid_rows(rows, {"runtime": opts["runtime"]}, opts["skip_invalid"], console, out)
+        valid = _valid_rows(rows, {"runtime": opts["runtime"], "handler_options": opts["handler_options"]},
+                            opts["skip_invalid"], console, out)
         if valid is None:
             return 2
     async with client_factory() as (client, server):
@@ -223,6 +225,8 @@ def run(
     sandbox_runtime: str = typer.Option("bubblewrap", help="embedded server: as `rollserve serve`"),
     sandbox_options: Optional[str] = typer.Option(None, help="embedded server: the runtime's "
                                                              "options as JSON"),
+    handler_options: Optional[str] = typer.Option(
+        None, help='embedded server: handlers\' options as JSON, e.g. \'{"swe": {"empty_patch": "run"}}\''),
     state_dir: Optional[Path] = typer.Option(None, help="embedded server: its store (default: a "
                                                         "temporary folder, removed after)"),
     init_workers: int = typer.Option(32, min=1, help="embedded server: concurrent INIT stages"),
@@ -253,6 +257,7 @@ def run(
         "n": n, "batch_size": batch_size, "concurrency": concurrency,
         "skip_invalid": skip_invalid, "output": output, "resume": resume,
         "runtime": sandbox_runtime, "run_name": run_name,
+        "handler_options": parse_json_option(handler_options, "--handler-options"),
     }
     _checked(AgentLimits, opts["agent"] or {}, "--max-turns")
     temp_dir: Path | None = None
@@ -264,7 +269,7 @@ def run(
         config = _embedded_config(state_dir, backend, tokenizer, sandbox_runtime,
                                   parse_json_option(sandbox_options, "--sandbox-options"),
                                   (init_workers, run_workers, eval_workers), scoring_workers,
-                                  concurrency)
+                                  concurrency, opts["handler_options"])
         factory = _local(config, console)
     rows = read_rows(file, data_source, console)
     try:
