@@ -132,3 +132,20 @@ async def test_editor_fix_is_rewarded_and_doing_nothing_is_not(make_api, llm):
     assert len(tokens["input_ids"]) == len(tokens["loss_mask"]) == len(tokens["logprobs"])
     assert idle["status"] == "completed" and idle["reward"] == 0.0 and not idle["mask"]
     assert service.sandboxes.open_sandboxes() == []  # none outlives its rollout
+
+
+async def test_prorl_process_returns_the_git_patch(make_api, llm):
+    """ProRL Agent's /process (NeMo Gym's prorl_agent client) on a SWE instance: no
+    data_source means swebench; the result's git_patch is the candidate patch."""
+    from rollserve.api.prorl import ProRLConfig
+    from tests.api.test_prorl_api import call_prorl_process, initialize_prorl_server, read_like_nemo_gym
+
+    service, client = await make_api(prorl=ProRLConfig())
+    await initialize_prorl_server(client, f"{llm.url}/v1")
+    row = INSTANCES[1]
+    result = await call_prorl_process(client, tagged(row, "gold"),
+                                      {"temperature": 0.0, "max_tokens": 4096, "max_iterations": 8},
+                                      job_id=row["instance_id"])
+    seen = read_like_nemo_gym(result)
+    assert seen["resolved"] and seen["patch_exists"] and seen["error"] is None, result.get("error")
+    assert result["git_patch"].strip() == row["patch"].strip()
