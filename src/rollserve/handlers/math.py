@@ -25,8 +25,6 @@ scored exactly as above.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import difflib
 import importlib.resources
 import json
 from typing import TYPE_CHECKING, Any
@@ -37,8 +35,9 @@ from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishTool
 from rollserve.errors import InfraError
 from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
+from rollserve.handlers.math_instances import (entry_args, validate_dataset_form,
+                                               validate_question_form, dataset_source)
 from rollserve.handlers.math_scoring import (
-    dataset_key,
     extract_boxed,
     generate_reasoning_gym_task,
     score_reasoning_gym_answer,
@@ -75,10 +74,6 @@ PYTHON_NUDGE = (
     "final answer."
 )
 TOOLS = ("python",)  # the tools an instance may ask for
-
-# reasoning-gym datasets are virtual: entry i is generated from Random(seed + i),
-# so the size only bounds the index. 500 is reasoning-gym's own default.
-DEFAULT_DATASET_SIZE = 500
 
 
 class MathEnv:
@@ -130,106 +125,6 @@ class MathToolEnv(ToolEnv):
         return await super().step(reply)
 
 
-# --- instance validation ---------------------------------------------------------
-def _reasoning_gym_datasets() -> dict[str, tuple[type, type]]:
-    from reasoning_gym.factory import DATASETS
-
-    return DATASETS
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _validate_question_form(instance: dict[str, Any]) -> None:
-    question = instance.get("question")
-    if question is None:
-        raise InvalidInstance("instance.question", "required (or give 'dataset' for reasoning-gym)")
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidInstance("instance.question", "must be a non-empty string")
-    if "answer" not in instance:
-        raise InvalidInstance("instance.answer", "required: the gold answer (LaTeX or a number)")
-    answer = instance["answer"]
-    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-        raise InvalidInstance("instance.answer", "must be a string or a number")
-    if not str(answer).strip():
-        raise InvalidInstance("instance.answer", "must not be empty")
-
-
-def _validate_dataset_form(instance: dict[str, Any]) -> None:
-    name = instance["dataset"]
-    datasets = _reasoning_gym_datasets()
-    if not isinstance(name, str):
-        raise InvalidInstance("instance.dataset", "must be a string (a reasoning-gym dataset name)")
-    if name not in datasets:
-        known = sorted(datasets)
-        close = difflib.get_close_matches(name, known, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise InvalidInstance(
-            "instance.dataset",
-            f"unknown reasoning-gym dataset {name!r} (known: {', '.join(known[:8])}, "
-            f"... {len(known)} in all){hint}",
-        )
-    if "seed" not in instance:
-        raise InvalidInstance("instance.seed", "required for a reasoning-gym instance")
-    if not _is_int(instance["seed"]):
-        raise InvalidInstance("instance.seed", "must be an integer")
-    index = instance.get("index", 0)
-    if not _is_int(index) or index < 0:
-        raise InvalidInstance("instance.index", "must be an integer >= 0")
-    config = instance.get("config", {})
-    if not isinstance(config, dict):
-        raise InvalidInstance("instance.config", "must be an object of dataset options")
-    if "seed" in config:
-        raise InvalidInstance("instance.config.seed", "give the seed as instance.seed")
-    try:
-        json.dumps(config)
-    except (TypeError, ValueError):
-        raise InvalidInstance("instance.config", "must be JSON-serialisable") from None
-    config_cls = datasets[name][1]
-    fields = [f.name for f in dataclasses.fields(config_cls) if f.name != "seed"]
-    for key in config:
-        if key not in fields:
-            raise InvalidInstance(
-                f"instance.config.{key}",
-                f"unknown option for dataset {name!r} (known: {', '.join(fields)})",
-            )
-    size = _dataset_size(instance)
-    if not _is_int(size) or size < 1:
-        raise InvalidInstance("instance.config.size", "must be an integer >= 1")
-    if index >= size:
-        raise InvalidInstance("instance.index", f"must be < config.size ({size})")
-    try:  # the dataset's own checks (reasoning-gym asserts on bad values)
-        checked = config_cls(**{**config, "seed": instance["seed"], "size": size})
-        if callable(getattr(checked, "validate", None)):
-            checked.validate()
-    except Exception as exc:  # AssertionError, ValueError, TypeError from a dataclass
-        raise InvalidInstance("instance.config", f"rejected by {name!r}: {exc or type(exc).__name__}") from None
-
-
-def _dataset_size(instance: dict[str, Any]) -> int:
-    config = instance.get("config") or {}
-    return config.get("size", max(DEFAULT_DATASET_SIZE, instance.get("index", 0) + 1))
-
-
-def dataset_source(instance: dict[str, Any]) -> dict[str, Any]:
-    """The identity of a reasoning-gym entry: everything needed to regenerate it."""
-    config = {k: v for k, v in (instance.get("config") or {}).items() if k != "size"}
-    return {
-        "dataset": instance["dataset"],
-        "seed": instance["seed"],
-        "size": _dataset_size(instance),
-        "index": instance.get("index", 0),
-        "config_key": dataset_key(config),
-    }
-
-
-def _entry_args(source: dict[str, Any]) -> tuple:
-    """``source`` as the positional (name, seed, size, config_key, index) of the
-    reasoning-gym worker functions."""
-    return (source["dataset"], source["seed"], source["size"], source["config_key"], source["index"])
-
-
 # --- the handler -----------------------------------------------------------------
 class MathHandler:
     """Single-answer math (and reasoning-gym) tasks, scored by math-verify or the dataset."""
@@ -273,9 +168,9 @@ class MathHandler:
                 raise InvalidInstance(f"instance.tools[{index}]",
                                       f"unknown tool {tool!r} (known: {', '.join(TOOLS)})")
         if "dataset" in instance:
-            _validate_dataset_form(instance)
+            validate_dataset_form(instance)
         else:
-            _validate_question_form(instance)
+            validate_question_form(instance)
 
     async def init(self, rollout: "Rollout") -> None:
         """Materialise the question and gold answer into ``rollout.state``."""
@@ -288,7 +183,7 @@ class MathHandler:
             source = dataset_source(instance)
             what = f"generating reasoning-gym {source['dataset']!r} entry {source['index']}"
             try:
-                task = await self._in_pool(generate_reasoning_gym_task, *_entry_args(source), what=what)
+                task = await self._in_pool(generate_reasoning_gym_task, *entry_args(source), what=what)
             except ScoringTimeout as exc:  # the task's fault, not the agent's: masked
                 raise InfraError(f"{what} timed out") from exc
             state.update(question=task["question"], gold=task["answer"], source=source)
@@ -352,7 +247,7 @@ class MathHandler:
         try:
             if source:
                 what = f"reasoning-gym {source['dataset']!r} scorer"
-                reward = await self._in_pool(score_reasoning_gym_answer, answer, *_entry_args(source), what=what)
+                reward = await self._in_pool(score_reasoning_gym_answer, answer, *entry_args(source), what=what)
             else:
                 correct = await self._in_pool(verify_math_answer, answer, state["gold"], what="math-verify")
                 reward = 1.0 if correct else 0.0
