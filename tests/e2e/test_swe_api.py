@@ -149,3 +149,14 @@ async def test_prorl_process_returns_the_git_patch(make_api, llm):
     seen = read_like_nemo_gym(result)
     assert seen["resolved"] and seen["patch_exists"] and seen["error"] is None, result.get("error")
     assert result["git_patch"].strip() == row["patch"].strip()
+
+
+async def test_bad_swe_instances_are_refused_naming_the_field(make_api, llm):
+    service, client = await make_api([llm.url])
+    row = {k: v for k, v in INSTANCES[0].items() if k != "base_commit"}
+    r = await client.post("/v1/rollouts", json={"tasks": [
+        {"data_source": "swebench", "instance": row}]})
+    assert r.status_code in (400, 422) and "tasks[0].instance" in r.text, r.text
+    r = await client.post("/v1/rollouts", json={"tasks": [
+        {"data_source": "swe", "instance": {"question": "what?"}}]})
+    assert r.status_code in (400, 422) and "not a SWE-bench, SWE-Gym or R2E-Gym instance" in r.text

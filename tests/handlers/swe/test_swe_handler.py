@@ -148,3 +148,26 @@ async def test_binary_files_are_left_out_and_test_edits_are_reset(handler, new_r
     assert "blob.bin" not in result.details["git_patch"]
     assert "tests/test_ops.py" in result.details["git_patch"]  # kept, then reset in EVAL
     assert result.reward == 1.0, result.details
+
+
+async def test_a_mirror_becomes_a_bundle_without_later_commits(handler, new_rollout, toy, tmp_path):
+    """A local mirror (a bare repository) with history past base_commit: the sandbox
+    gets the repository at base_commit and nothing after it (no future fix leaks)."""
+    mirror_root = tmp_path / "mirrors"
+    work = tmp_path / "work"
+    toy_repo._git(tmp_path, "clone", "-q", "-b", "main", str(tmp_path / "mirror" / "toy__calc-1.bundle"), str(work))
+    (work / "calc" / "ops.py").write_text((work / "calc" / "ops.py").read_text().replace(toy_repo.BUGGY, toy_repo.FIXED))
+    toy_repo._git(work, "commit", "-qam", "the fix, later")
+    toy_repo._git(tmp_path, "clone", "-q", "--bare", str(work), str(mirror_root / "toy__calc.git"))
+    instance = {**toy, "instance_id": "toy__calc-2"}  # no bundle of its own: the mirror serves
+    swe = handler(mirrors=[str(mirror_root)], repo_cache=str(tmp_path / "cache"))
+    rollout = new_rollout(instance)
+    try:
+        await swe.init(rollout)
+        sandbox = rollout.state["sandbox"]
+        log = await sandbox.exec("git log --all --format=%s", timeout=30)
+        assert log.stdout.split() == ["calc"], log.stdout  # only base_commit's history
+        assert toy_repo.BUGGY in (sandbox.workspace / "calc" / "ops.py").read_text()
+    finally:
+        await swe.cleanup(rollout)
+    assert len(list((tmp_path / "cache").glob("*.bundle"))) == 1  # cached for the next rollout
