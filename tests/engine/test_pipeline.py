@@ -34,13 +34,14 @@ async def test_completed_rollout_has_reward_and_timings(make_engine, handler):
 
 async def test_a_slow_eval_does_not_hold_a_run_slot(make_engine):
     engine = await make_engine(init_workers=4, run_workers=1, eval_workers=4)
-    ids = await _submit(engine, {"run_sleep": 0.05, "eval_sleep": 0.5}, n=4)
+    ids = await _submit(engine, {"run_sleep": 0.05, "eval_sleep": 1.0}, n=4)
     started = time.perf_counter()
     results = await _results(engine, ids)
     elapsed = time.perf_counter() - started
-    # Coupled (run+eval holding the one RUN worker) would take 4 * 0.55 s.
-    assert elapsed < 1.5, elapsed
-    assert max(r["timing"]["queued_run"] for r in results) < 0.4
+    # Coupled (run+eval holding the one RUN worker) would take 4 * 1.05 s, and the
+    # last rollout would wait 3.15 s for the RUN slot.
+    assert elapsed < 3.0, elapsed
+    assert max(r["timing"]["queued_run"] for r in results) < 1.5
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ async def test_cancel_stops_work_in_flight_and_runs_cleanup(make_engine, handler
     started = time.perf_counter()
     assert engine.cancel(rid) is True
     (result,) = await _results(engine, [rid])
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 10  # bounded: far below the 60 s run
     assert result["status"] == "cancelled" and result["failure"]["stage"] == "run"
     assert result["mask"] is True
     assert handler.cleaned == [rid]

@@ -182,8 +182,8 @@ async def test_pathological_answer_times_out_without_stalling_the_loop(tokenizer
         assert evaluation.reward == 0.0
         assert evaluation.details["timeout"] is True
         assert evaluation.details["extracted"] == "9^{9^{9^{9}}}"
-        assert elapsed < 4
-        assert len(gaps) > 30 and max(gaps) < 0.3  # the loop ticked all along
+        assert elapsed < 8  # bounded: the 1 s scoring timeout, then the worker is replaced
+        assert len(gaps) > 30 and max(gaps) < 0.75  # the loop ticked all along (not stalled 1 s)
         # ...and the pool still scores the next rollout.
         ok = new_rollout({"question": "What is 1?", "answer": "1"}, llm=scripted(["\\boxed{1}"]))
         await episode(ctx, ok)

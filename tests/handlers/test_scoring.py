@@ -71,7 +71,7 @@ async def test_timeout_kills_the_worker_and_the_pool_keeps_working():
         started = time.monotonic()
         with pytest.raises(ScoringTimeout) as info:
             await pool.score(time.sleep, 3600, timeout=0.5)
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 10  # bounded: not the hour
         # A pathological answer is the agent's fault; it is also a TimeoutError.
         assert isinstance(info.value, AgentError)
         assert isinstance(info.value, asyncio.TimeoutError)

@@ -73,12 +73,12 @@ async def test_cancel_stops_within_a_token_and_the_loop_stays_free(backend, chat
     with pytest.raises(asyncio.CancelledError):
         await task
     # One token is ~15 ms on 2 idle cores; the margin is for a busy machine.
-    assert time.perf_counter() - cancelled_at < 2.0
+    assert time.perf_counter() - cancelled_at < 5.0
     assert backend.outstanding == 0
     # The model is free again at once.
     started = time.perf_counter()
     assert (await backend.generate(prompt, SamplingParams(temperature=0, max_tokens=2))).output_ids
-    assert time.perf_counter() - started < 3
+    assert time.perf_counter() - started < 10
 
 
 def test_gguf_tokenizer_agrees_with_chat_tokenizer(tok):

@@ -42,14 +42,14 @@ async def test_run_command_timeout_kills_the_whole_group():
     started = time.monotonic()
     result = await run_command(["bash", "-c", "sleep 60 & sleep 60; echo never"], 0.3)
     assert result.timed_out and result.exit_code is None and not result.ok
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # bounded: far below the 60 s sleeps
     assert not [p for p in our_descendants() if "sleep" in p.name()]
 
 
 async def test_background_process_does_not_hold_a_one_shot_command():
     started = time.monotonic()
     result = await run_command(["bash", "-c", "sleep 60 & echo done"], 10)
-    assert result.stdout == "done\n" and time.monotonic() - started < 3
+    assert result.stdout == "done\n" and time.monotonic() - started < 8  # not the 60 s sleep
 
 
 async def test_flood_is_truncated_not_buffered():
@@ -64,7 +64,7 @@ async def test_read_returns_as_soon_as_bytes_arrive():
     process = HostProcess.start(["bash", "-c", "echo first; sleep 5; echo second"])
     started = time.monotonic()
     assert await process.read() == b"first\n"
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 4  # before the 5 s sleep ends
     await process.kill()
     assert await process.read() == b""  # closed: end of output, not a hang
 

@@ -67,7 +67,7 @@ async def test_timeout_is_typed_and_kills_everything(sandbox):
     started = time.monotonic()
     result = await sandbox.exec("sleep 60 & sleep 60", 0.5)
     assert result.timed_out and result.exit_code is None and not result.ok
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # bounded: far below the 60 s sleeps
     assert wait_until(lambda: not [p for p in our_descendants() if p.name() == "sleep"])
 
 
@@ -145,7 +145,7 @@ async def test_limits_file_size_and_cpu(runtime):
         assert not big.ok and big.signal == 25  # SIGXFSZ
         spin = await box.exec("while :; do :; done", 10)
         assert spin.signal in (9, 24) and not spin.timed_out  # SIGXCPU, then SIGKILL
-        assert spin.seconds < 5
+        assert spin.seconds < 15  # 1 s of CPU; wall time depends on the host's load
 
 
 async def test_many_concurrent_execs_do_not_block_the_loop(sandbox, loop_gaps):

@@ -90,7 +90,7 @@ async def test_syntax_error_returns_instead_of_waiting_for_more_input(shell):
     started = time.monotonic()
     result = await shell.run("echo 'unterminated")
     assert result.exit_code == 2 and "unexpected EOF" in result.output
-    assert time.monotonic() - started < 2 and not result.timed_out
+    assert time.monotonic() - started < 8 and not result.timed_out  # not the 10 s idle timeout
     assert (await shell.run("echo fine")).output == "fine\n"
 
 
@@ -107,7 +107,7 @@ async def test_background_jobs_do_not_hold_the_call(shell):
     result = await shell.run("sleep 60 &")
     # One that keeps the terminal (its stdout) open and keeps writing to it:
     result2 = await shell.run("(while true; do echo tick; sleep 0.2; done) & echo started")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 8  # not the 60 s sleep
     assert result.exit_code == 0 and "started" in result2.output
     assert (await shell.run("echo still-usable")).exit_code == 0
     await shell.run("kill %1 %2")
@@ -229,7 +229,7 @@ async def test_output_flood_is_interrupted(sandbox):
     async with BashSession(sandbox, config) as shell:
         started = time.monotonic()
         result = await shell.run("yes flood")
-        assert result.interrupted and result.truncated and time.monotonic() - started < 5
+        assert result.interrupted and result.truncated and time.monotonic() - started < 15
         assert "printed more than 2000000 bytes" in result.to_text()
         assert (await shell.run("echo calm")).output == "calm\n"
 

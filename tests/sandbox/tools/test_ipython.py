@@ -112,7 +112,7 @@ async def test_timeout_interrupts_the_cell_and_keeps_the_kernel(kernel):
     result = await kernel.run("import time\nwhile True:\n    time.sleep(0.05)", timeout=0.5)
     assert result.timed_out and not result.kernel_lost
     assert result.error_name == "KeyboardInterrupt"
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # bounded (the cell loops forever)
     assert "interrupted" in result.to_text()
     assert (await kernel.run("kept")).result == "'yes'"
 
