@@ -45,7 +45,7 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
         (build,) = fake_apptainer("build")
         assert build["argv"][2] == expected
         assert sandbox.image == runtime.images.folder / cache_name(expected)
-        seed, prepare = fake_apptainer("exec")
+        seed, prepare, snapshot = fake_apptainer("exec")
         # The seed runs without the alias (it would hide the image's /testbed) ...
         assert f"{sandbox.workspace}:/testbed" not in seed["argv"]
         assert seed["argv"][-4:] == ["cp", "-a", "/testbed/.", "/workspace/"]
@@ -55,6 +55,8 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
         assert argv[argv.index("--home") + 1] == f"{sandbox.workspace}:/workspace"
         assert (sandbox.workspace / "calc" / "ops.py").is_file()  # the repository, seeded
         assert "safe.directory" in argv[-1]
+        assert f"{sandbox.workspace}:/testbed" in snapshot["argv"]
+        assert len(rollout.state["baseline"]) == 40  # the workspace's tree at the start
     finally:
         await handler.cleanup(rollout)
     assert not sandbox.workspace.exists()
@@ -64,7 +66,7 @@ def test_the_eval_script_activates_the_image_environment(image_root, tokenizer):
     handler = SWEHandler(HandlerContext(tokenizer=tokenizer, scoring=None))
     task = handler.task(image_root)
     script = eval_script(task, "python", handler.options.image_activate).splitlines()
-    assert script[2:4] == ["cd /workspace", handler.options.image_activate]
+    assert script[2] == handler.options.image_activate
     assert "conda activate testbed" in handler.options.image_activate
     assert any(line.startswith("python -m pytest") for line in script)
 

@@ -171,3 +171,21 @@ async def test_a_mirror_becomes_a_bundle_without_later_commits(handler, new_roll
     finally:
         await swe.cleanup(rollout)
     assert len(list((tmp_path / "cache").glob("*.bundle"))) == 1  # cached for the next rollout
+
+
+async def test_files_the_environment_left_are_not_the_agents(handler, new_rollout, toy, scripted):
+    """An image may hold untracked or modified files at the start (build output, a
+    patched config): the candidate is measured from the workspace as the episode began."""
+    swe = handler()
+    opened = swe._open
+
+    async def open_like_an_image(rollout, task):
+        sandbox = await opened(rollout, task)
+        await sandbox.exec("mkdir -p build && echo artefact > build/lib.txt && "
+                           "echo '# set by the image' >> calc/__init__.py", timeout=10)
+        return sandbox
+
+    swe._open = open_like_an_image
+    rollout, result = await run_episode(swe, new_rollout, toy, scripted(list(FIX)))
+    patch = result.details["git_patch"]
+    assert "calc/ops.py" in patch and "build/lib.txt" not in patch and "calc/__init__.py" not in patch

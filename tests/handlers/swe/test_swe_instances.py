@@ -112,7 +112,7 @@ def test_test_commands_and_parsers_by_repository():
 def test_eval_scripts_reset_test_files_then_apply_the_test_patch():
     script = eval_script(parse_task(SWE_GYM), "python", "conda activate testbed")
     lines = script.splitlines()
-    assert lines[:4] == ["#!/bin/bash", "set -uxo pipefail", "cd /workspace", "conda activate testbed"]
+    assert lines[:3] == ["#!/bin/bash", "set -uxo pipefail", "conda activate testbed"]
     reset = next(i for i, line in enumerate(lines) if "git checkout" in line)
     apply = next(i for i, line in enumerate(lines) if line.startswith("git apply"))
     start = lines.index(f"echo '{START}'")

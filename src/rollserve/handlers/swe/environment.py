@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.errors import InfraError
 from rollserve.handlers.swe.instances import SWETask
-from rollserve.sandbox.base import WORKDIR, Sandbox
+from rollserve.sandbox.base import Sandbox
 
 IMAGE_RUNTIMES = ("apptainer", "singularity", "docker", "podman")
 BUNDLE_NAME = ".rollserve-repo.bundle"
@@ -166,11 +166,12 @@ async def materialise(sandbox: Sandbox, task: SWETask, options: SWEOptions) -> N
     bundle = await bundle_for(task, options)
     await sandbox.write_file(BUNDLE_NAME, await asyncio.to_thread(bundle.read_bytes))
     base = task.base_commit
+    # (Commands start in the workspace; the clone goes through a folder inside it, so
+    # nothing is shared with other sandboxes even on the unconfined local runtime.)
     script = f"""set -e
-cd {WORKDIR}
-git clone -q --no-checkout {BUNDLE_NAME} /tmp/.rollserve-repo 2>&1
-mv /tmp/.rollserve-repo/.git {WORKDIR}/.git
-rm -rf /tmp/.rollserve-repo {BUNDLE_NAME}
+git clone -q --no-checkout {BUNDLE_NAME} .rollserve-clone 2>&1
+mv .rollserve-clone/.git .git
+rm -rf .rollserve-clone {BUNDLE_NAME}
 git cat-file -e '{base}^{{commit}}' 2>/dev/null || {{ echo "commit {base} is not in the bundle"; exit 3; }}
 git checkout -q -f --detach {base}
 git remote remove origin

@@ -26,9 +26,9 @@ from typing import Any
 
 from rollserve.errors import InfraError, TimeoutFailure
 from rollserve.handlers.swe.instances import SWETask
-from rollserve.sandbox.base import WORKDIR, Sandbox
+from rollserve.sandbox.base import Sandbox
 
-TEST_PATCH_FILE = "/tmp/.rollserve-test.diff"
+TEST_PATCH_FILE = ".git/rollserve-test.diff"  # in the sandbox's repository
 START = ">>>>> Start Test Output"
 END = ">>>>> End Test Output"
 EXIT = ">>>>> Test Exit Code"
@@ -89,7 +89,7 @@ def eval_script(task: SWETask, python: str, activate: str | None) -> str:
     """The bash script that applies the test patch and runs the tests (SWE-bench's shape)."""
     if task.eval_script:
         return task.eval_script
-    lines = ["#!/bin/bash", "set -uxo pipefail", f"cd {WORKDIR}"]
+    lines = ["#!/bin/bash", "set -uxo pipefail"]  # (it starts in the workspace: the repository)
     if activate:
         lines.append(activate)
     if task.schema == "r2e-gym":

@@ -4,7 +4,7 @@ INIT starts a sandbox with the task's environment and the repository at
 ``base_commit`` in ``/workspace`` (see ``environment``). RUN is a tool episode
 (bash, str_replace_editor, finish) under a SWE-agent-style prompt; it ends on
 finish, max_turns, the context limit or the deadline, and the candidate patch is
-``git diff`` of the workspace against ``base_commit`` (see ``patch``). EVAL starts a
+``git diff`` of the workspace against its state when the episode began (see ``patch``). EVAL starts a
 fresh sandbox from the same environment, applies the candidate patch (git apply,
 then fuzzier), then the test patch, runs the tests and grades the log with
 swebench (see ``evaluate``): reward 1 if resolved, else 0, with the per-test table.
@@ -29,7 +29,7 @@ from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sand
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe.evaluate import eval_script, grade_async, run_tests, swebench
 from rollserve.handlers.swe.instances import SWETask, parse_task
-from rollserve.handlers.swe.patch import Candidate, apply_patch, take_patch
+from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
 from rollserve.handlers.swe.prompt import SYSTEM_PROMPT, task_text
 from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
@@ -92,7 +92,11 @@ class SWEHandler:
         self.validate(rollout.instance)
         task = self.task(rollout.instance)
         rollout.state["task"] = task
-        rollout.state["sandbox"] = await self._open(rollout, task)
+        sandbox = await self._open(rollout, task)
+        rollout.state["sandbox"] = sandbox
+        # The agent's changes are measured from here (an image may hold files that
+        # are untracked or changed against base_commit: they are not the agent's).
+        rollout.state["baseline"] = await snapshot(sandbox)
 
     async def _open(self, rollout: "Rollout", task: SWETask) -> Sandbox:
         """A sandbox with the task's environment and its repository at base_commit."""
@@ -144,7 +148,7 @@ class SWEHandler:
             # Whatever ended the episode (finish, max_turns, context, an agent error),
             # the workspace's diff is the candidate, as SWE agents auto-submit.
             rollout.state["finished"] = finish.finished
-        candidate = await take_patch(sandbox, task.base_commit)
+        candidate = await take_patch(sandbox, rollout.state.get("baseline") or task.base_commit)
         rollout.state["candidate"] = candidate
         await close_sandboxes(rollout)
 

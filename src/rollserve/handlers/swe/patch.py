@@ -1,12 +1,16 @@
 """The candidate patch: taken from the workspace after the episode, applied before
 the tests, as SWE-bench does.
 
-- Taken: ``git add -A`` then ``git diff --cached <base_commit>``: every change,
-  committed or not, new files included, ignored files (``.gitignore``) not. Binary
+- Taken: ``git add -A`` then ``git diff --cached <baseline>``: every change,
+  committed or not, new files included, ignored files (``.gitignore``) not. The
+  baseline is the tree of the workspace when the episode began (``snapshot``), so
+  files an environment image left untracked or modified are not the agent's. Binary
   files are left out (SWE-bench patches are text; ``git apply`` cannot use "Binary
   files differ") and named in the details. Changes to test files stay in the patch;
   EVAL resets the files the test patch touches before applying it, as SWE-bench's
   eval script does.
+Commands run where every sandbox command starts: the workspace, the repository.
+
 - Applied: ``git apply --verbose``, then ``git apply --verbose --reject``, then
   ``patch --batch --fuzz=5 -p1`` (SWE-bench's sequence); the first that works wins.
 """
@@ -17,11 +21,11 @@ import shlex
 from dataclasses import dataclass, field
 
 from rollserve.errors import InfraError
-from rollserve.sandbox.base import WORKDIR, Sandbox
+from rollserve.sandbox.base import Sandbox
 
 APPLY_COMMANDS = ("git apply --verbose", "git apply --verbose --reject",
                   "patch --batch --fuzz=5 -p1 -i")
-PATCH_FILE = "/tmp/.rollserve-candidate.diff"
+PATCH_FILE = ".git/rollserve-candidate.diff"  # in the sandbox's repository, never in a diff
 MAX_PATCH_BYTES = 4 << 20
 
 
@@ -36,10 +40,22 @@ class Candidate:
         return not self.patch.strip()
 
 
-async def take_patch(sandbox: Sandbox, base_commit: str | None, timeout: float = 120.0) -> Candidate:
-    """The workspace's changes against ``base_commit`` (HEAD when None)."""
-    base = shlex.quote(base_commit or "HEAD")
-    stage = await sandbox.exec(f"cd {WORKDIR} && git add -A && git diff --cached --numstat {base}",
+async def snapshot(sandbox: Sandbox, timeout: float = 120.0) -> str:
+    """The git tree of the workspace as it is (tracked or not, ignored files aside),
+    recorded without changing the index, HEAD or any file the agent sees."""
+    result = await sandbox.exec("git add -A && git write-tree && git reset -q",
+                                timeout=timeout)
+    tree = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    if not result.ok or len(tree) < 40:
+        raise InfraError(f"git could not snapshot the workspace: "
+                         f"{(result.stderr or result.stdout).strip()[-500:]}")
+    return tree
+
+
+async def take_patch(sandbox: Sandbox, baseline: str | None, timeout: float = 120.0) -> Candidate:
+    """The workspace's changes against ``baseline`` (a tree or commit; HEAD when None)."""
+    base = shlex.quote(baseline or "HEAD")
+    stage = await sandbox.exec(f"git add -A && git diff --cached --numstat {base}",
                                timeout=timeout)
     if not stage.ok:
         raise InfraError(f"git could not list the workspace's changes: "
@@ -48,7 +64,7 @@ async def take_patch(sandbox: Sandbox, base_commit: str | None, timeout: float =
               if line.startswith("-\t-\t")]
     excludes = " ".join(shlex.quote(f":(exclude,literal){path}") for path in binary)
     diff = await sandbox.exec(
-        f"cd {WORKDIR} && git diff --cached --no-color --no-ext-diff {base} -- . {excludes}",
+        f"git diff --cached --no-color --no-ext-diff {base} -- . {excludes}",
         timeout=timeout, max_output=MAX_PATCH_BYTES)
     if not diff.ok:
         raise InfraError(f"git diff failed: {(diff.stderr or diff.stdout).strip()[-500:]}")
@@ -71,11 +87,11 @@ async def apply_patch(sandbox: Sandbox, patch: str, timeout: float = 120.0) -> A
         raise InfraError(f"could not write the patch into the sandbox: {written.stderr.strip()[-300:]}")
     logs = []
     for command in APPLY_COMMANDS:
-        result = await sandbox.exec(f"cd {WORKDIR} && {command} {PATCH_FILE}", timeout=timeout)
+        result = await sandbox.exec(f"{command} {PATCH_FILE}", timeout=timeout)
         logs.append(f"$ {command}\n{(result.stdout + result.stderr).strip()}")
         if result.ok:
             return Applied(True, command, "\n".join(logs)[-4000:])
         # Undo a partial application (--reject leaves .rej files and applied hunks).
-        await sandbox.exec(f"cd {WORKDIR} && git checkout -q -- . && git clean -fdq -e '.rollserve*'",
+        await sandbox.exec("git checkout -q -- . && git clean -fdq",
                            timeout=timeout)
     return Applied(False, None, "\n".join(logs)[-4000:])
