@@ -103,3 +103,13 @@ def test_parquet(tmp_path):
     rows = json.loads(result.stdout)["rows"]
     assert [(r["row"], r["ok"]) for r in rows] == [(1, True), (2, False)]
     assert rows[1]["error"].startswith("instance.question: required")
+
+
+@pytest.mark.parametrize("name, data_source, count", [
+    ("swe-mini", "swe", 15), ("code", "code", 12), ("stem", "stem", 34), ("math", "math", 32)])
+def test_bundled_sets_by_name(name, data_source, count):
+    result = validate(name, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["summary"]["ok"] == count and report["summary"]["invalid"] == 0
+    assert {r["data_source"] for r in report["rows"]} == {data_source}

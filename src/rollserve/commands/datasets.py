@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 from collections import Counter
 from pathlib import Path
@@ -16,14 +17,30 @@ from rollserve.client.datasets import DatasetError, DatasetRow, read_dataset
 
 app = typer.Typer(no_args_is_help=True, help="Check dataset files before running them.")
 
-FILE_HELP = "a JSONL (.jsonl, .jsonl.gz) or parquet file, one task per row"
+# The sets shipped with rollserve, by name: (file under rollserve/data, data_source).
+BUNDLED = {"swe-mini": ("swe_mini/instances.jsonl", "swe"), "code": ("code_tasks.jsonl", "code"),
+           "stem": ("stem_tasks.jsonl", "stem"), "math": ("math_tasks.jsonl", "math")}
+FILE_HELP = ("a JSONL (.jsonl, .jsonl.gz) or parquet file, one task per row; or a bundled set: "
+             + ", ".join(BUNDLED))
 DATA_SOURCE_HELP = ("every row is a bare instance of this data source (e.g. a SWE-bench dump); "
                     "without it each row is a task {data_source, instance, n?, ...}")
 AUTO_ROWS = 200  # up to this many rows the table lists every row; past it, the invalid ones
 
 
+def bundled(file: Path, data_source: Optional[str]) -> tuple[Path, Optional[str]]:
+    """A bundled set's file and data source when ``file`` names one (and is no file here)."""
+    name = str(file)
+    if name not in BUNDLED or file.exists():
+        return file, data_source
+    relative, source = BUNDLED[name]
+    path = Path(str(importlib.resources.files("rollserve") / "data" / relative))
+    return path, data_source or source
+
+
 def read_rows(file: Path, data_source: Optional[str], console: Console) -> list[DatasetRow]:
-    """The file's rows, or a clear error and exit 2 if it cannot be read."""
+    """The file's rows (or a bundled set's), or a clear error and exit 2 if it cannot
+    be read."""
+    file, data_source = bundled(file, data_source)
     try:
         return read_dataset(file, data_source)
     except DatasetError as exc:
