@@ -3,7 +3,6 @@ episode with a scripted policy, patch taking and applying, typed test failures."
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
