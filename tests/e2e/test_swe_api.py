@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
+import psutil
 import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.handlers.swe.suite import swe_mini
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
+from tests.e2e.test_code_api import bwraps
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -63,6 +66,8 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
                  format_tool_call("bash", {"command": "git status --short"})]
     elif mode == "editor":
         steps = editor_calls(gold)
+    elif mode == "sleeper":
+        steps = [format_tool_call("bash", {"command": "sleep 987.65"})]
     else:  # "nothing"
         steps = []
     if turn < len(steps):
@@ -160,3 +165,43 @@ async def test_bad_swe_instances_are_refused_naming_the_field(make_api, llm):
     r = await client.post("/v1/rollouts", json={"tasks": [
         {"data_source": "swe", "instance": {"question": "what?"}}]})
     assert r.status_code in (400, 422) and "not a SWE-bench, SWE-Gym or R2E-Gym instance" in r.text
+
+
+def processes_with(marker: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if marker in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:
+            pass
+    return found
+
+
+async def test_no_sandbox_or_test_run_outlives_a_cancelled_or_timed_out_rollout(make_api, llm):
+    """Cancelled in the middle of the agent's command (RUN), and timed out in the middle
+    of the tests (EVAL): every process and sandbox of both is gone when the results are."""
+    service, client = await make_api([llm.url])
+    row = INSTANCES[2]
+    r = await client.post("/v1/rollouts", json={"tasks": [
+        {"data_source": "swe", "instance": tagged(row, "sleeper")},
+        {"data_source": "swe", "instance": {**tagged(row, "gold"), "test_cmd": "sleep 987.66"},
+         "timeouts": {"eval": 3.0}}]})
+    assert r.status_code == 202, r.text
+    cancelled, timed_out = [rid for g in r.json()["groups"] for rid in g["rollout_ids"]]
+    deadline = time.monotonic() + 30
+    while not processes_with("987.65"):  # the agent is in the middle of `sleep 987.65`
+        assert time.monotonic() < deadline, "the agent's sleep never started"
+        await asyncio.sleep(0.05)
+    await client.delete(f"/v1/rollouts/{cancelled}")
+    results = {}
+    for rid in (cancelled, timed_out):
+        view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": 60})).json()
+        assert view["done"], view
+        results[rid] = view["result"]
+    assert results[cancelled]["status"] == "cancelled" and results[cancelled]["mask"]
+    assert results[timed_out]["status"] == "timed_out" and results[timed_out]["mask"]
+    assert results[timed_out]["failure"]["stage"] == "eval"
+    assert processes_with("987.65") == [] and processes_with("987.66") == [] and bwraps() == []
+    assert service.sandboxes.open_sandboxes() == []
+    assert list((service.config.state_dir / "sandboxes").glob("*.json")) == []
