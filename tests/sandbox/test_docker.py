@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from rollserve.sandbox.base import SandboxLimits, SandboxSpec
+from rollserve.sandbox.base import SandboxError, SandboxLimits, SandboxSpec
 from rollserve.sandbox.docker import DockerConfig, DockerRuntime, DockerSandbox
 from rollserve.sandbox.folders import SandboxFolders
 from rollserve.sandbox.owner import OwnerBook
@@ -90,3 +90,50 @@ async def test_real_container_exec_timeout_and_close(tmp_path):
         await box.close()
     gone = subprocess.run([engine, "container", "inspect", box.container], capture_output=True)
     assert gone.returncode != 0
+
+
+def test_seed_copies_the_image_folder_before_the_container_mounts_the_workspace(tmp_path):
+    runtime = DockerRuntime(tmp_path / "state", engine="podman")
+    folders = SandboxFolders.create(tmp_path, "dock-3")
+    spec = SandboxSpec(image="swebench/sweb.eval.x86_64.x:latest", workspace_seed="/testbed",
+                       workspace_aliases=["/testbed"])
+    create, copy, remove = runtime.seed_commands(spec, "rollserve-dock-3", folders)
+    assert create == ["podman", "--runtime", "runc", "create", "--name", "rollserve-dock-3-seed",
+                      "--label", "rollserve.sandbox=1", "swebench/sweb.eval.x86_64.x:latest", "true"]
+    assert copy == ["podman", "--runtime", "runc", "cp", "rollserve-dock-3-seed:/testbed/.",
+                    str(folders.workspace)]
+    assert remove == ["podman", "--runtime", "runc", "rm", "-f", "rollserve-dock-3-seed"]
+    run = " ".join(runtime.run_command(spec, "rollserve-dock-3", folders))
+    assert f"-v {folders.workspace}:/workspace" in run and f"-v {folders.workspace}:/testbed" in run
+
+
+FAKE_ENGINE = """#!/bin/sh
+# A stand-in engine: logs each call; `cp CONTAINER:SRC DEST` copies from the fake image.
+echo "$*" >> "$(dirname "$0")/calls.log"
+if [ "$3" = "cp" ]; then src="${4#*:}"; exec cp -a "$(dirname "$0")/image$src" "$5"; fi
+exit 0
+"""
+
+
+async def test_start_seeds_then_runs_and_reports_a_failed_seed(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "image" / "testbed").mkdir(parents=True)
+    (bin_dir / "image" / "testbed" / "setup.py").write_text("# the image's repository\n")
+    engine = bin_dir / "podman"
+    engine.write_text(FAKE_ENGINE)
+    engine.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    runtime = DockerRuntime(tmp_path / "state", engine="podman")
+    spec = SandboxSpec(image="img:1", workspace_seed="/testbed", workspace_aliases=["/testbed"])
+    box = await runtime.start(spec)
+    try:
+        assert (box.workspace / "setup.py").read_text() == "# the image's repository\n"
+        calls = [line.split()[2] for line in (bin_dir / "calls.log").read_text().splitlines()
+                 if line.split()[:2] == ["--runtime", "runc"]]
+        assert calls[-4:] == ["create", "cp", "rm", "run"]
+    finally:
+        await box.close()
+    bad = SandboxSpec(image="img:1", workspace_seed="/nowhere")
+    with pytest.raises(SandboxError, match="could not seed the workspace"):
+        await runtime.start(bad)
+    assert not list((tmp_path / "state" / "sandboxes").glob("*.json"))

@@ -63,7 +63,7 @@ class SandboxSpec(BaseModel):
     workspace_seed: str | None = Field(
         None, description="a folder of the image (or of the root) whose contents fill the "
         "workspace when the sandbox starts, before the aliases hide it, e.g. '/testbed' "
-        "(apptainer, bubblewrap)")
+        "(apptainer, bubblewrap, docker/podman)")
 
     @field_validator("workspace_aliases")
     @classmethod

@@ -107,25 +107,46 @@ class DockerRuntime(Runtime):
     async def start(self, spec: SandboxSpec) -> "DockerSandbox":
         if reason := self.unavailable_reason(self.engine):
             raise SandboxError(reason)
-        if spec.workspace_seed is not None:
-            raise SandboxError(f"{self.engine}: workspace_seed is not supported (the alias "
-                               "mounts exist from the container's start); use apptainer or "
-                               "bubblewrap, or put the repository in the workspace's files")
         sandbox_id = new_sandbox_id(self.name)
         name = f"rollserve-{sandbox_id}"
         folders, entry = open_folders(self.book, self.name, self.engine, self.config.root,
                                       sandbox_id, spec, container=name, engine=self.engine,
                                       engine_args=self.global_args)
         # Recorded before it exists: a crash during `run` still leaves a record to reap.
-        result = await run_command(self.run_command(spec, name, folders),
-                                   min(spec.start_timeout, self.config.engine_timeout))
+        step, result = "seed the workspace", await self._seed(spec, name, folders)
+        if result is None or result.ok:
+            step, result = "run", await run_command(self.run_command(spec, name, folders),
+                                                    min(spec.start_timeout, self.config.engine_timeout))
         if not result.ok:
             await self._remove(name)
             remove_tree(folders.base)
             entry.delete()
             why = "timed out" if result.timed_out else result.stderr.strip()[-1000:]
-            raise SandboxError(f"{self.engine} run failed: {why}")
+            raise SandboxError(f"{self.engine}: could not {step}: {why}")
         return DockerSandbox(self, sandbox_id, spec, folders, entry, name)
+
+    def seed_commands(self, spec: SandboxSpec, name: str, folders: SandboxFolders) -> list[list[str]]:
+        """``create`` a stopped container of the image, ``cp`` its seed folder into the
+        workspace, ``rm`` it: the workspace holds the image's files before the
+        sandbox's container mounts it (there, and at its aliases)."""
+        base = [self.engine, *self.global_args]
+        seeder = f"{name}-seed"
+        return [[*base, "create", "--name", seeder, "--label", "rollserve.sandbox=1",
+                 spec.image or self.config.default_image, "true"],
+                [*base, "cp", f"{seeder}:{spec.workspace_seed}/.", str(folders.workspace)],
+                [*base, "rm", "-f", seeder]]
+
+    async def _seed(self, spec: SandboxSpec, name: str, folders: SandboxFolders):
+        """The result of ``create`` if it failed, else of ``cp``; None without a seed."""
+        if spec.workspace_seed is None:
+            return None
+        create, copy, remove = self.seed_commands(spec, name, folders)
+        timeout = max(spec.start_timeout, self.config.engine_timeout)
+        result = await run_command(create, timeout)
+        if result.ok:
+            result = await run_command(copy, max(timeout, 300.0))
+        await run_command(remove, timeout)
+        return result
 
     async def _remove(self, container: str) -> None:
         await run_command([self.engine, *self.global_args, "rm", "-f", container],
