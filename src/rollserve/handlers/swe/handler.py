@@ -19,6 +19,8 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from rollserve.agent.sandbox_tools import BashTool, EditorTool
 from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishTool
@@ -60,8 +62,10 @@ class SWEHandler:
         self.ctx = ctx
         try:
             self.options = envs.SWEOptions(**ctx.options.get(self.name, {}))
-        except ValueError as error:
-            raise ValueError(f"swe handler options: {error}") from None
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            known = ", ".join(envs.SWEOptions.model_fields)
+            raise ValueError(f"swe handler options: {problems} (known: {known})") from None
 
     # --- validation ------------------------------------------------------------------
     def validate(self, instance: dict[str, Any]) -> None:
