@@ -99,6 +99,54 @@ async def _vllm_tokenize(vllm: httpx.AsyncClient, messages: list[dict]) -> list[
     return r.json()["tokens"]
 
 
+async def check_exact(vllm: httpx.AsyncClient, model: str, backend: dict, result: dict,
+                      against_tokenize: bool = True) -> tuple[float, int]:
+    """A result's trajectory is exactly what vLLM sampled: (worst |logprob diff|, compared)."""
+    assert result["status"] == "completed", result["failure"]
+    assert result["mask"] is False
+    trajectory = result["trajectory"]
+    tokens = trajectory["tokens"]
+    ids, mask, logprobs = tokens["input_ids"], tokens["loss_mask"], tokens["logprobs"]
+    assert len(ids) == len(mask) == len(logprobs)
+    fidelity = trajectory["fidelity"]
+    assert fidelity["append_only"] and fidelity["template_checked"], fidelity
+    if against_tokenize:
+        # Template-side tokens agree with vLLM's own chat template: every token
+        # that differs from vLLM's /tokenize of the conversation is one the policy
+        # sampled (a non-canonical split at temperature 1.0 is kept as sampled).
+        served = await _vllm_tokenize(vllm, trajectory["messages"])
+        for tag, i1, i2, _, _ in difflib.SequenceMatcher(a=ids, b=served, autojunk=False).get_opcodes():
+            if tag in ("replace", "delete"):
+                assert all(mask[i1:i2]), (tag, i1, i2, ids[i1:i2])
+
+    # The turns tile the sequence: prompt delta, then the sampled ids (mask 1).
+    position = 0
+    for turn in trajectory["turns"]:
+        assert turn["backend"] == backend["name"]
+        position += len(turn["prompt_ids_delta"])
+        end = position + len(turn["output_ids"])
+        assert ids[position:end] == turn["output_ids"]
+        assert logprobs[position:end] == turn["logprobs"]
+        assert mask[position:end] == [1] * len(turn["output_ids"])
+        position = end
+    assert position == len(ids)
+    assert sum(mask) == result["stats"]["output_tokens"] > 0
+
+    # The strong check: vLLM's logprob of each sampled id, recomputed from the
+    # whole trajectory, is the one rollserve reported.
+    expected = await _vllm_prompt_logprobs(vllm, model, ids)
+    worst, compared = 0.0, 0
+    for i, sampled in enumerate(mask):
+        if sampled:
+            diff = abs(logprobs[i] - expected[i])
+            assert diff <= LOGPROB_TOLERANCE, (
+                f"{result['id']} position {i} (token {ids[i]}): rollserve reported "
+                f"{logprobs[i]}, vLLM computes {expected[i]}"
+            )
+            worst, compared = max(worst, diff), compared + 1
+    return worst, compared
+
+
 async def test_rollouts_carry_exactly_what_vllm_sampled(api):
     (backend,) = (await api.get("/v1/llm/backends")).json()["backends"]
     assert backend["kind"] == "vllm"
@@ -109,44 +157,31 @@ async def test_rollouts_carry_exactly_what_vllm_sampled(api):
         model = (await vllm.get("/v1/models")).json()["data"][0]["id"]
         worst, compared = 0.0, 0
         for result in results:
-            assert result["status"] == "completed", result["failure"]
-            assert result["mask"] is False
-            trajectory = result["trajectory"]
-            tokens = trajectory["tokens"]
-            ids, mask, logprobs = tokens["input_ids"], tokens["loss_mask"], tokens["logprobs"]
-            assert len(ids) == len(mask) == len(logprobs)
-            fidelity = trajectory["fidelity"]
-            assert fidelity["append_only"] and fidelity["template_checked"], fidelity
-            # Template-side tokens agree with vLLM's own chat template: every token
-            # that differs from vLLM's /tokenize of the conversation is one the policy
-            # sampled (a non-canonical split at temperature 1.0 is kept as sampled).
-            served = await _vllm_tokenize(vllm, trajectory["messages"])
-            for tag, i1, i2, _, _ in difflib.SequenceMatcher(a=ids, b=served, autojunk=False).get_opcodes():
-                if tag in ("replace", "delete"):
-                    assert all(mask[i1:i2]), (tag, i1, i2, ids[i1:i2])
-
-            # The turns tile the sequence: prompt delta, then the sampled ids (mask 1).
-            position = 0
-            for turn in trajectory["turns"]:
-                assert turn["backend"] == backend["name"]
-                position += len(turn["prompt_ids_delta"])
-                end = position + len(turn["output_ids"])
-                assert ids[position:end] == turn["output_ids"]
-                assert logprobs[position:end] == turn["logprobs"]
-                assert mask[position:end] == [1] * len(turn["output_ids"])
-                position = end
-            assert position == len(ids)
-            assert sum(mask) == result["stats"]["output_tokens"] > 0
-
-            # The strong check: vLLM's logprob of each sampled id, recomputed from the
-            # whole trajectory, is the one rollserve reported.
-            expected = await _vllm_prompt_logprobs(vllm, model, ids)
-            for i, sampled in enumerate(mask):
-                if sampled:
-                    diff = abs(logprobs[i] - expected[i])
-                    assert diff <= LOGPROB_TOLERANCE, (
-                        f"{result['id']} position {i} (token {ids[i]}): rollserve reported "
-                        f"{logprobs[i]}, vLLM computes {expected[i]}"
-                    )
-                    worst, compared = max(worst, diff), compared + 1
+            diff, count = await check_exact(vllm, model, backend, result)
+            worst, compared = max(worst, diff), compared + count
     print(f"compared {compared} sampled logprobs with vLLM's prefill: max |diff| {worst:.2e}")
+
+
+async def test_a_swe_rollout_on_real_vllm_is_exact_and_scored(api):
+    """A swe-mini instance end to end on the real model: repository in bubblewrap, tool
+    episode (whatever the small model does with it), candidate patch, evaluation."""
+    from rollserve.handlers.swe.suite import swe_mini
+    from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+
+    if BubblewrapRuntime.unavailable_reason() is not None:
+        pytest.skip(f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    (backend,) = (await api.get("/v1/llm/backends")).json()["backends"]
+    row = swe_mini()[0]
+    r = await api.post("/v1/rollouts:run", json={
+        "task": {"data_source": "swe", "instance": row},
+        "sampling": {"temperature": 1.0, "max_tokens": 48},
+        "agent": {"max_turns": 2, "max_context_tokens": 8192}, "wait": 240})
+    assert r.status_code == 200, r.text
+    (result,) = r.json()["results"]
+    evaluation = result["evaluation"]
+    assert evaluation["instance_id"] == row["instance_id"] and "git_patch" in evaluation
+    assert result["reward"] == (1.0 if evaluation.get("resolved") else 0.0)
+    async with httpx.AsyncClient(base_url=URL, timeout=120) as vllm:
+        model = (await vllm.get("/v1/models")).json()["data"][0]["id"]
+        # (The tools reach the template through its `tools`, which /tokenize is not given.)
+        await check_exact(vllm, model, backend, result, against_tokenize=False)
