@@ -43,7 +43,7 @@ from rollserve.agent.tools import ToolError, function_schema
 from rollserve.errors import InfraError
 from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
 from rollserve.handlers.code_tests import HiddenTests, run_tests, sandbox_spec, split_asserts, summary
-from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, run_tool_episode
+from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, run_episode
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec, resolve_in_workspace
 from rollserve.sandbox.tools.bash import BashConfig
 
@@ -212,7 +212,7 @@ class CodeHandler:
         config = ToolEnvConfig(call_timeout=self.max_command_seconds + 30.0, on_no_call="end")
         env = ToolEnv([bash, editor, submit], rollout.state["task"], SYSTEM_PROMPT,
                       tokenizer=self.ctx.tokenizer, config=config)
-        await run_tool_episode(self.ctx, rollout, env)
+        await run_episode(self.ctx, rollout, env)
         # The episode is over: take the solution, free the sandbox before EVAL.
         rollout.state["submitted"] = submit.finished
         path = submit.answer or solution_file

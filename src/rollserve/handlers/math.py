@@ -29,7 +29,7 @@ import importlib.resources
 import json
 from typing import TYPE_CHECKING, Any
 
-from rollserve.agent.loop import LoopStats, Step, run_agent_loop
+from rollserve.agent.loop import Step
 from rollserve.agent.sandbox_tools import PythonTool
 from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishTool
@@ -44,7 +44,7 @@ from rollserve.handlers.math_scoring import (
     verify_math_answer,
 )
 from rollserve.handlers.sandboxed import (close_later, close_sandboxes, find_python, open_sandbox,
-                                          run_tool_episode)
+                                          run_episode)
 from rollserve.handlers.scoring import ScoringTimeout
 from rollserve.sandbox.base import SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools.ipython import IPythonConfig
@@ -205,7 +205,7 @@ class MathHandler:
             await self._run_with_python(rollout)
             return
         env = MathEnv(rollout.state["question"], rollout.state["system_prompt"])
-        await run_env_episode(self.ctx, rollout, env)
+        await run_episode(self.ctx, rollout, env)
 
     async def _run_with_python(self, rollout: "Rollout") -> None:
         sandbox = rollout.state.get("sandbox")
@@ -221,7 +221,7 @@ class MathHandler:
         env = MathToolEnv([python, finish], f"{rollout.state['question']}\n\n{PYTHON_TASK_SUFFIX}",
                           system_prompt, tokenizer=self.ctx.tokenizer, config=config)
         try:
-            await run_tool_episode(self.ctx, rollout, env)
+            await run_episode(self.ctx, rollout, env)
         finally:
             rollout.state["finish_answer"] = env.answer
         await close_sandboxes(rollout)  # done with it: free it before EVAL
@@ -275,25 +275,6 @@ async def in_scoring_pool(ctx: HandlerContext, fn: Any, *args: Any, what: str) -
         raise
     except Exception as exc:
         raise InfraError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
-
-
-async def run_env_episode(ctx: HandlerContext, rollout: "Rollout", env: MathEnv) -> None:
-    """The agent loop over a tool-less ``env`` (one question, format reminders)."""
-    stats = LoopStats()
-    try:
-        await run_agent_loop(
-            env,
-            rollout.llm,
-            ctx.tokenizer,
-            rollout.spec.sampling,
-            max_turns=rollout.max_turns,
-            max_context_tokens=rollout.max_context_tokens,
-            trajectory=rollout.trajectory,
-            stats=stats,
-        )
-    finally:  # a cancelled loop still spent this time
-        rollout.add_time("llm", stats.llm_seconds)
-        rollout.add_time("tools", stats.env_seconds)
 
 
 def final_answer(messages: list[dict], extract: Any = extract_boxed) -> str | None:

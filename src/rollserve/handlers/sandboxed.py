@@ -5,7 +5,7 @@
   engine always runs, even on cancel and timeout) closes it: no sandbox outlives
   its rollout. A start still under way when the rollout is cancelled is closed as
   soon as it completes.
-- ``run_tool_episode``: the standard agent loop over a ``ToolEnv``, with its time
+- ``run_episode``: the standard agent loop over an env (a ``ToolEnv``), with its time
   and tool counts put on the rollout.
 - ``find_python`` / ``python_with``: an interpreter with IPython (the python tool) or
   another module (pytest, for SWE tests) inside a sandbox.
@@ -19,7 +19,7 @@ import site
 import sys
 from typing import TYPE_CHECKING, Any
 
-from rollserve.agent.loop import LoopStats, run_agent_loop
+from rollserve.agent.loop import AgentEnv, LoopStats, run_agent_loop
 from rollserve.agent.tool_env import ToolEnv
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext
@@ -86,9 +86,10 @@ async def close_sandboxes(rollout: "Rollout") -> None:
             log.error("rollout %s: could not close sandbox %s: %r", rollout.id, sandbox.id, result)
 
 
-async def run_tool_episode(ctx: HandlerContext, rollout: "Rollout", env: ToolEnv) -> None:
-    """The agent loop over ``env``; LLM and tool time go to ``rollout.timing`` and
-    the tool counts to ``rollout.stats``, even when the loop is cancelled."""
+async def run_episode(ctx: HandlerContext, rollout: "Rollout", env: "ToolEnv | AgentEnv") -> None:
+    """The agent loop over ``env`` (a ``ToolEnv``, or a tool-less env such as math's);
+    LLM and tool time go to ``rollout.timing`` and a ToolEnv's tool counts to
+    ``rollout.stats``, even when the loop is cancelled."""
     if rollout.llm is None:
         raise InfraError("no LLM session was attached to the rollout before RUN")
     stats = LoopStats()
@@ -106,7 +107,8 @@ async def run_tool_episode(ctx: HandlerContext, rollout: "Rollout", env: ToolEnv
     finally:
         rollout.add_time("llm", stats.llm_seconds)
         rollout.add_time("tools", stats.env_seconds)
-        rollout.stats.update(env.stats.as_stats())
+        if isinstance(env, ToolEnv):
+            rollout.stats.update(env.stats.as_stats())
 
 
 # --- a python with a given module inside the sandbox ----------------------------------

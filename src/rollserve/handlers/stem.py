@@ -29,8 +29,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from rollserve.errors import InfraError
-from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
-from rollserve.handlers.math import MathEnv, final_answer, in_scoring_pool, run_env_episode
+from rollserve.handlers.base import Evaluation, HandlerContext, InvalidInstance
+from rollserve.handlers.math import MathEnv, MathHandler, final_answer, in_scoring_pool
+from rollserve.handlers.sandboxed import run_episode
 from rollserve.handlers.scoring import ScoringTimeout
 from rollserve.handlers.stem_answers import (
     DEFAULT_TOLERANCE,
@@ -230,14 +231,7 @@ class StemHandler:
     """Multiple-choice and short-answer science questions, exact reward."""
 
     name = "stem"
-    defaults = HandlerDefaults(
-        max_turns=3,
-        max_context_tokens=2048,
-        init_timeout=30.0,
-        run_timeout=300.0,
-        eval_timeout=30.0,
-        total_timeout=600.0,
-    )
+    defaults = MathHandler.defaults  # the same shape of episode: answer, maybe a retry
 
     def __init__(self, ctx: HandlerContext):
         self.ctx = ctx
@@ -257,7 +251,7 @@ class StemHandler:
         if "spec" not in state:
             raise InfraError("stem handler: RUN before INIT (no question in rollout.state)")
         env = StemEnv(state["question"], state["system_prompt"], state["spec"], state["answer_format"])
-        await run_env_episode(self.ctx, rollout, env)
+        await run_episode(self.ctx, rollout, env)
 
     async def eval(self, rollout: "Rollout") -> Evaluation:
         state = rollout.state

@@ -27,7 +27,7 @@ from rollserve.agent.tools import FinishTool
 from rollserve.errors import InfraError
 from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with, \
-    run_tool_episode
+    run_episode
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe.evaluate import eval_script, grade_async, run_tests, swebench
 from rollserve.handlers.swe.instances import SWETask, parse_task
@@ -147,7 +147,7 @@ class SWEHandler:
         env = ToolEnv([bash, EditorTool(sandbox), finish], task_text(task.repo, task.problem_statement),
                       SYSTEM_PROMPT, tokenizer=self.ctx.tokenizer, config=config)
         try:
-            await run_tool_episode(self.ctx, rollout, env)
+            await run_episode(self.ctx, rollout, env)
         finally:
             # Whatever ended the episode (finish, max_turns, context, an agent error),
             # the workspace's diff is the candidate, as SWE agents auto-submit.
