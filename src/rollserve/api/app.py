@@ -19,16 +19,7 @@ from rollserve.api.routes_rollouts import router as rollouts_router
 from rollserve.engine.submit import SubmitError
 from rollserve.errors import QueueFullError
 from rollserve.server import Service
-
-
-def _field_name(loc: tuple | list) -> str:
-    """("body", "tasks", 0, "n") -> "tasks[0].n"."""
-    out = ""
-    for part in loc:
-        if part in ("body", "query", "path"):
-            continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "body"
+from rollserve.validation import field_name
 
 
 def create_app(service: Service, manage_lifecycle: bool = True,
@@ -74,7 +65,7 @@ def create_app(service: Service, manage_lifecycle: bool = True,
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            {"field": _field_name(e.get("loc", ())), "message": e.get("msg", ""),
+            {"field": field_name(e.get("loc", ())), "message": e.get("msg", ""),
              "type": e.get("type", "")}
             for e in exc.errors()
         ]

@@ -19,14 +19,14 @@ from rich.table import Table
 
 from rollserve.commands.datasets import (DATA_SOURCE_HELP, FILE_HELP, checks_table,
                                          parse_json_option, read_rows)
+from rollserve.validation import describe
 
 
 def _checked(model: type[BaseModel], values: dict[str, Any], hint: str) -> dict[str, Any]:
     try:
         model(**values)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise typer.BadParameter(problems, param_hint=hint) from None
+        raise typer.BadParameter(describe(exc), param_hint=hint) from None
     return values
 
 

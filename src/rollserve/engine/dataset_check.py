@@ -21,6 +21,7 @@ from rollserve.client.datasets import DatasetRow
 from rollserve.engine.requests import TaskRequest
 from rollserve.handlers.base import HandlerContext, InvalidInstance
 from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
+from rollserve.validation import describe
 
 
 @dataclass
@@ -69,14 +70,6 @@ def offline_context(runtime: str = "bubblewrap", tokenizer: str = "smollm2",
                           options=dict(options or {}))
 
 
-def _field(loc: tuple) -> str:
-    """("sampling", "temperature") -> "sampling.temperature", as the API names fields."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "row"
-
-
 class DatasetChecker:
     """Checks rows against the handlers of ``registry`` (built offline, once each).
 
@@ -122,8 +115,7 @@ class DatasetChecker:
         try:
             task = TaskRequest.model_validate(row.task)
         except ValidationError as exc:
-            problems = "; ".join(f"{_field(e['loc'])}: {e['msg']}" for e in exc.errors())
-            return RowCheck(row, problems)
+            return RowCheck(row, describe(exc, empty="row"))
         try:
             handler = self.handler(task.data_source)
         except ValueError as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from rollserve.sandbox.base import Runtime, Sandbox, SandboxError, SandboxSpec
+from rollserve.validation import describe
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,8 @@ def runtime_config(name: str, options: dict) -> BaseModel:
     try:
         return models[0](**options)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         raise ValueError(f"bad option for sandbox runtime {name!r} ({models[0].__name__}): "
-                         f"{problems}") from None
+                         f"{describe(error)}") from None
 
 
 def get_runtime(name: str, state_dir: Path | str | None = None, **config) -> Runtime:

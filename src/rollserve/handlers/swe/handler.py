@@ -35,6 +35,7 @@ from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_
 from rollserve.handlers.swe.prompt import SYSTEM_PROMPT, task_text
 from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
+from rollserve.validation import describe
 
 if TYPE_CHECKING:
     from rollserve.engine.rollout import Rollout
@@ -63,9 +64,8 @@ class SWEHandler:
         try:
             self.options = envs.SWEOptions(**ctx.options.get(self.name, {}))
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
             known = ", ".join(envs.SWEOptions.model_fields)
-            raise ValueError(f"swe handler options: {problems} (known: {known})") from None
+            raise ValueError(f"swe handler options: {describe(error)} (known: {known})") from None
 
     # --- validation ------------------------------------------------------------------
     def validate(self, instance: dict[str, Any]) -> None:
