@@ -139,3 +139,13 @@ async def test_signal_foreground_reaches_the_foreground_job_not_the_shell():
     assert pipes.signal_foreground(signal.SIGKILL) is False  # no terminal
     pipes.kill_now()
     assert await pipes.wait(5) == -signal.SIGKILL
+
+
+def test_exec_result_says_why_it_failed():
+    from rollserve.sandbox.base import ExecResult
+
+    assert ExecResult(None, "partial", "", timed_out=True).failure() == "timed out"
+    assert ExecResult(1, "out", "x" * 600 + "the error\n").failure(20) == "x" * 11 + "the error"
+    assert ExecResult(2, "only stdout\n", "").failure() == "only stdout"
+    assert ExecResult(3, "", "").failure() == "exit 3"
+    assert ExecResult(None, "", "", signal=9).failure() == "killed by signal 9"

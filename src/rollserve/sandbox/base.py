@@ -100,6 +100,16 @@ class ExecResult:
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
+    def failure(self, limit: int = 500) -> str:
+        """Why the command did not succeed, for an error message: ``timed out``, else
+        the tail of its stderr (or stdout), else how it ended."""
+        if self.timed_out:
+            return "timed out"
+        text = (self.stderr or self.stdout).strip()
+        if text:
+            return text[-limit:]
+        return f"killed by signal {self.signal}" if self.signal else f"exit {self.exit_code}"
+
 
 class SandboxProcess(abc.ABC):
     """A process running inside a sandbox, with pipes or a PTY to talk to it."""

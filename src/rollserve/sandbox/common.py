@@ -68,8 +68,8 @@ class FolderSandbox(Sandbox):
             self._seeding = False
         if not result.ok:
             await self.close()
-            why = "timed out" if result.timed_out else (result.stderr or result.stdout).strip()[-500:]
-            raise SandboxError(f"sandbox {self.id}: could not copy {seed} into the workspace: {why}")
+            raise SandboxError(f"sandbox {self.id}: could not copy {seed} into the workspace: "
+                               f"{result.failure()}")
 
     def _check_open(self) -> None:
         if self._closed:

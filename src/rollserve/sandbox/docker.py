@@ -121,8 +121,7 @@ class DockerRuntime(Runtime):
             await self._remove(name)
             remove_tree(folders.base)
             entry.delete()
-            why = "timed out" if result.timed_out else result.stderr.strip()[-1000:]
-            raise SandboxError(f"{self.engine}: could not {step}: {why}")
+            raise SandboxError(f"{self.engine}: could not {step}: {result.failure(1000)}")
         return DockerSandbox(self, sandbox_id, spec, folders, entry, name)
 
     def seed_commands(self, spec: SandboxSpec, name: str, folders: SandboxFolders) -> list[list[str]]:

@@ -180,8 +180,8 @@ git config user.name rollserve-agent
 """
     result = await sandbox.exec(script, timeout=options.setup_timeout)
     if not result.ok:
-        why = "timed out" if result.timed_out else (result.stdout + result.stderr).strip()[-800:]
-        raise InfraError(f"could not materialise {task.repo} at {base} from {bundle.name}: {why}")
+        raise InfraError(f"could not materialise {task.repo} at {base} from {bundle.name}: "
+                         f"{result.failure(800)}")
 
 
 async def prepare_image_repo(sandbox: Sandbox, options: SWEOptions) -> None:
@@ -194,7 +194,7 @@ async def prepare_image_repo(sandbox: Sandbox, options: SWEOptions) -> None:
     result = await sandbox.exec(script, timeout=options.setup_timeout)
     if not result.ok:
         raise InfraError(f"the image's repository ({options.image_repo_dir}) is not a git "
-                         f"checkout: {(result.stdout + result.stderr).strip()[-500:]}")
+                         f"checkout: {result.failure()}")
 
 
 def git_available() -> str | None:

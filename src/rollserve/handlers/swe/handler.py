@@ -168,7 +168,7 @@ class SWEHandler:
                  f"chmod +x {SHIMS}/*")
         made = await sandbox.exec(shims, timeout=30)
         if not made.ok:
-            raise InfraError(f"could not set up the agent's python: {made.stderr.strip()[-300:]}")
+            raise InfraError(f"could not set up the agent's python: {made.failure()}")
         return self.bash.model_copy(update={"env": {**DEFAULT_ENV, **self.bash.env, **extra,
                                                     "PATH": f"{SHIMS}:{DEFAULT_PATH}"}})
 

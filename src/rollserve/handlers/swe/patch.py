@@ -47,8 +47,7 @@ async def snapshot(sandbox: Sandbox, timeout: float = 120.0) -> str:
                                 timeout=timeout)
     tree = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     if not result.ok or len(tree) < 40:
-        raise InfraError(f"git could not snapshot the workspace: "
-                         f"{(result.stderr or result.stdout).strip()[-500:]}")
+        raise InfraError(f"git could not snapshot the workspace: {result.failure()}")
     return tree
 
 
@@ -58,8 +57,7 @@ async def take_patch(sandbox: Sandbox, baseline: str | None, timeout: float = 12
     stage = await sandbox.exec(f"git add -A && git diff --cached --numstat {base}",
                                timeout=timeout)
     if not stage.ok:
-        raise InfraError(f"git could not list the workspace's changes: "
-                         f"{(stage.stderr or stage.stdout).strip()[-500:]}")
+        raise InfraError(f"git could not list the workspace's changes: {stage.failure()}")
     binary = [line.split("\t", 2)[2] for line in stage.stdout.splitlines()
               if line.startswith("-\t-\t")]
     excludes = " ".join(shlex.quote(f":(exclude,literal){path}") for path in binary)
@@ -67,7 +65,7 @@ async def take_patch(sandbox: Sandbox, baseline: str | None, timeout: float = 12
         f"git diff --cached --no-color --no-ext-diff {base} -- . {excludes}",
         timeout=timeout, max_output=MAX_PATCH_BYTES)
     if not diff.ok:
-        raise InfraError(f"git diff failed: {(diff.stderr or diff.stdout).strip()[-500:]}")
+        raise InfraError(f"git diff failed: {diff.failure()}")
     # A patch over the cap is the agent's doing (vendored files, generated data).
     return Candidate(patch=diff.stdout, binary_files=binary, too_big=diff.truncated)
 
