@@ -65,7 +65,7 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
 def test_the_eval_script_activates_the_image_environment(image_root, tokenizer):
     handler = SWEHandler(HandlerContext(tokenizer=tokenizer, scoring=None))
     task = handler.task(image_root)
-    script = eval_script(task, "python", handler.options.image_activate).splitlines()
+    script = eval_script(task, handler.options.image_activate).splitlines()
     assert script[2] == handler.options.image_activate
     assert "conda activate testbed" in handler.options.image_activate
     assert any(line.startswith("python -m pytest") for line in script)

@@ -99,18 +99,18 @@ def test_the_environment_follows_the_runtime(tokenizer):
 def test_test_commands_and_parsers_by_repository():
     django = parse_task({**SWE_BENCH, "test_patch": TEST_PATCH.replace(
         "tests/test_x.py", "tests/auth_tests/test_validators.py")})
-    assert suite_command(django, "python") == ("./tests/runtests.py --verbosity 2 --settings=test_sqlite "
+    assert suite_command(django) == ("./tests/runtests.py --verbosity 2 --settings=test_sqlite "
                                               "--parallel 1 auth_tests.test_validators")
     assert log_parser_name(django) == "parse_log_django"
     gym = parse_task(SWE_GYM)
-    assert suite_command(gym, "py") == "py -m pytest --no-header -rA --tb=no -p no:cacheprovider tests/test_x.py"
+    assert suite_command(gym) == "python -m pytest --no-header -rA --tb=no -p no:cacheprovider tests/test_x.py"
     assert log_parser_name(gym) == "parse_log_pytest"
     custom = parse_task({**SWE_GYM, "test_cmd": "tox -e py -- {files}"})
-    assert suite_command(custom, "py") == "tox -e py -- tests/test_x.py"
+    assert suite_command(custom) == "tox -e py -- tests/test_x.py"
 
 
 def test_eval_scripts_reset_test_files_then_apply_the_test_patch():
-    script = eval_script(parse_task(SWE_GYM), "python", "conda activate testbed")
+    script = eval_script(parse_task(SWE_GYM), "conda activate testbed")
     lines = script.splitlines()
     assert lines[:3] == ["#!/bin/bash", "set -uxo pipefail", "conda activate testbed"]
     reset = next(i for i, line in enumerate(lines) if "git checkout" in line)
@@ -118,8 +118,8 @@ def test_eval_scripts_reset_test_files_then_apply_the_test_patch():
     start = lines.index(f"echo '{START}'")
     assert reset < apply < start and lines[start + 2] == "SWEBENCH_TEST_EXIT_CODE=$?"
     own = {**SWE_BENCH, "eval_script": "#!/bin/bash\ncd /testbed\n./run"}
-    assert eval_script(parse_task(own), "python", None) == own["eval_script"]
-    r2e = eval_script(parse_task(R2E), "python", None)
+    assert eval_script(parse_task(own), None) == own["eval_script"]
+    r2e = eval_script(parse_task(R2E), None)
     assert "cp -r /r2e_tests r2e_tests" in r2e and "bash run_tests.sh" in r2e
 
 

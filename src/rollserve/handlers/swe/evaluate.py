@@ -40,7 +40,7 @@ KNOWN_COMMANDS = {
     "django/django": "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 {modules}",
     "sympy/sympy": "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose {files}",
 }
-PYTEST = "{python} -m pytest --no-header -rA --tb=no -p no:cacheprovider {files}"
+PYTEST = "python -m pytest --no-header -rA --tb=no -p no:cacheprovider {files}"
 
 
 def swebench() -> SimpleNamespace:
@@ -74,18 +74,17 @@ def log_parser_name(task: SWETask) -> str:
     return "parse_log_pytest"
 
 
-def suite_command(task: SWETask, python: str) -> str:
+def suite_command(task: SWETask) -> str:
     """The command that runs the task's tests (the instance's ``test_cmd`` if given)."""
     files = [f for f in task.test_files if f.endswith(".py")]
     if task.test_cmd:
         return task.test_cmd.replace("{files}", " ".join(map(shlex.quote, files)))
     template = KNOWN_COMMANDS.get(task.repo, PYTEST)
     modules = [f.removeprefix("tests/").removesuffix(".py").replace("/", ".") for f in files]
-    return template.format(python=python, files=" ".join(map(shlex.quote, files)),
-                           modules=" ".join(modules))
+    return template.format(files=" ".join(map(shlex.quote, files)), modules=" ".join(modules))
 
 
-def eval_script(task: SWETask, python: str, activate: str | None) -> str:
+def eval_script(task: SWETask, activate: str | None) -> str:
     """The bash script that applies the test patch and runs the tests (SWE-bench's shape)."""
     if task.eval_script:
         return task.eval_script
@@ -93,9 +92,8 @@ def eval_script(task: SWETask, python: str, activate: str | None) -> str:
     if activate:
         lines.append(activate)
     if task.schema == "r2e-gym":
-        lines += ["rm -rf r2e_tests", "cp -r /r2e_tests r2e_tests", f"echo '{START}'",
-                  task.test_cmd or "bash run_tests.sh", "SWEBENCH_TEST_EXIT_CODE=$?",
-                  f"echo '{END}'", f'echo "{EXIT}: $SWEBENCH_TEST_EXIT_CODE"']
+        lines += ["rm -rf r2e_tests", "cp -r /r2e_tests r2e_tests",
+                  *_between_markers(task.test_cmd or "bash run_tests.sh")]
         return "\n".join(lines) + "\n"
     base = shlex.quote(task.base_commit or "HEAD")
     for path in task.test_files:  # only files that exist at base can be checked out
@@ -103,19 +101,23 @@ def eval_script(task: SWETask, python: str, activate: str | None) -> str:
         lines.append(f"if git cat-file -e {base}:{quoted} 2>/dev/null; then "
                      f"git checkout {base} -- {quoted}; else rm -f {quoted}; fi")
     lines += [f"git apply --verbose {TEST_PATCH_FILE} || {{ echo '>>>>> Patch Apply Failed'; exit 1; }}",
-              f"echo '{START}'", suite_command(task, python), "SWEBENCH_TEST_EXIT_CODE=$?",
-              f"echo '{END}'", f'echo "{EXIT}: $SWEBENCH_TEST_EXIT_CODE"']
+              *_between_markers(suite_command(task))]
     return "\n".join(lines) + "\n"
 
 
-async def run_tests(sandbox: Sandbox, task: SWETask, script: str, timeout: float) -> str:
+def _between_markers(command: str) -> list[str]:
+    """``command`` between swebench's start/end markers, its exit code recorded after."""
+    return [f"echo '{START}'", command, "SWEBENCH_TEST_EXIT_CODE=$?", f"echo '{END}'",
+            f'echo "{EXIT}: $SWEBENCH_TEST_EXIT_CODE"']
+
+
+async def run_tests(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
+                    env: dict[str, str] | None = None) -> str:
     """Run ``script`` in ``sandbox`` (the candidate patch already applied); the log."""
     if task.test_patch:
-        written = await sandbox.exec(f"cat > {TEST_PATCH_FILE}", timeout=60,
-                                     stdin=task.test_patch.encode())
-        if not written.ok:
-            raise InfraError(f"could not write the test patch: {written.stderr.strip()[-300:]}")
-    result = await sandbox.exec(["bash", "-c", script], timeout=timeout, max_output=MAX_LOG_BYTES)
+        await sandbox.write_file(TEST_PATCH_FILE, task.test_patch)
+    result = await sandbox.exec(["bash", "-c", script], timeout=timeout, env=env,
+                                max_output=MAX_LOG_BYTES)
     if result.timed_out:
         raise TimeoutFailure(f"the tests of {task.instance_id} did not finish within {timeout:g} s")
     log = result.stdout + ("\n" + result.stderr if result.stderr else "")

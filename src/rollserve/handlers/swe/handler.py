@@ -69,15 +69,17 @@ class SWEHandler:
 
     # --- validation ------------------------------------------------------------------
     def validate(self, instance: dict[str, Any]) -> None:
+        self.task(instance)
+
+    def task(self, instance: dict[str, Any]) -> SWETask:
+        """The instance as a task this server can run; InvalidInstance naming the field."""
         task = parse_task(instance)
         if not self._images and task.schema == "r2e-gym":
             raise InvalidInstance("instance.docker_image", "R2E-Gym tests live in the instance's "
                                   "image: run with an image runtime (apptainer, docker, podman)")
         if not self._images and not task.base_commit:
             raise InvalidInstance("instance.base_commit", "required without an image runtime")
-
-    def task(self, instance: dict[str, Any]) -> SWETask:
-        return parse_task(instance)
+        return task
 
     def images(self, instance: dict[str, Any]) -> list[str]:
         """The environment image the instance runs in (for ``rollserve images pull``)."""
@@ -93,7 +95,6 @@ class SWEHandler:
 
     # --- the stages ---------------------------------------------------------------------
     async def init(self, rollout: "Rollout") -> None:
-        self.validate(rollout.instance)
         task = self.task(rollout.instance)
         rollout.state["task"] = task
         sandbox = await self._open(rollout, task)
@@ -125,18 +126,31 @@ class SWEHandler:
         await envs.materialise(sandbox, task, self.options)
         return sandbox
 
-    async def _python(self, sandbox: Sandbox) -> tuple[str, dict[str, str]]:
-        """Host mode: the interpreter that has pytest (the tests' and the agent's)."""
-        if self.options.python:
-            return self.options.python, {}
-        return await python_with(sandbox, "pytest")
+    async def _host_env(self, sandbox: Sandbox) -> dict[str, str]:
+        """Host mode: the environment in which ``python``, ``python3`` and ``pytest`` are
+        the interpreter that has pytest (shims in the sandbox's private /tmp), for the
+        agent's shell and the test run alike."""
+        python, extra = ((self.options.python, {}) if self.options.python
+                         else await python_with(sandbox, "pytest"))
+        shims = (f"mkdir -p {SHIMS} && for name in python python3; do "
+                 f"printf '#!/bin/sh\\nexec %s \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/$name; done && "
+                 f"printf '#!/bin/sh\\nexec %s -m pytest \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/pytest && "
+                 f"chmod +x {SHIMS}/*")
+        made = await sandbox.exec(shims, timeout=30)
+        if not made.ok:
+            raise InfraError(f"could not set up the agent's python: {made.failure()}")
+        return {**extra, "PATH": f"{SHIMS}:{DEFAULT_PATH}"}
 
     async def run(self, rollout: "Rollout") -> None:
         sandbox: Sandbox | None = rollout.state.get("sandbox")
         task: SWETask | None = rollout.state.get("task")
         if sandbox is None or task is None:
             raise InfraError("swe handler: RUN before INIT (no sandbox)")
-        bash = BashTool(sandbox, await self._bash_config(sandbox), max_timeout=self.max_command_seconds)
+        config = self.bash
+        if not self._images:
+            config = config.model_copy(update={"env": {**DEFAULT_ENV, **config.env,
+                                                       **await self._host_env(sandbox)}})
+        bash = BashTool(sandbox, config, max_timeout=self.max_command_seconds)
         close_later(rollout, bash)
         if self._images:
             await bash.session.run(self.options.image_activate)
@@ -152,25 +166,9 @@ class SWEHandler:
             # Whatever ended the episode (finish, max_turns, context, an agent error),
             # the workspace's diff is the candidate, as SWE agents auto-submit.
             rollout.state["finished"] = finish.finished
-        candidate = await take_patch(sandbox, rollout.state.get("baseline") or task.base_commit)
+        candidate = await take_patch(sandbox, rollout.state["baseline"])
         rollout.state["candidate"] = candidate
         await close_sandboxes(rollout)
-
-    async def _bash_config(self, sandbox: Sandbox) -> BashConfig:
-        """Host mode: ``python``, ``python3`` and ``pytest`` in the agent's shell are the
-        interpreter that has pytest (shims in the sandbox's private /tmp)."""
-        if self._images:
-            return self.bash
-        python, extra = await self._python(sandbox)
-        shims = (f"mkdir -p {SHIMS} && for name in python python3; do "
-                 f"printf '#!/bin/sh\\nexec %s \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/$name; done && "
-                 f"printf '#!/bin/sh\\nexec %s -m pytest \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/pytest && "
-                 f"chmod +x {SHIMS}/*")
-        made = await sandbox.exec(shims, timeout=30)
-        if not made.ok:
-            raise InfraError(f"could not set up the agent's python: {made.failure()}")
-        return self.bash.model_copy(update={"env": {**DEFAULT_ENV, **self.bash.env, **extra,
-                                                    "PATH": f"{SHIMS}:{DEFAULT_PATH}"}})
 
     async def eval(self, rollout: "Rollout") -> Evaluation:
         task: SWETask = rollout.state.get("task") or self.task(rollout.instance)
@@ -205,14 +203,9 @@ class SWEHandler:
                     outcome.update(resolved=False, tests_ran=False,
                                    reason="the patch does not apply", apply_log=applied.log)
                     return outcome
-            python = "python"
-            if not self._images:
-                python, extra = await self._python(sandbox)
-                if extra:
-                    python = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra.items()) + f" {python}"
-            activate = self.options.image_activate if self._images else None
-            script = eval_script(task, python, activate)
-            log = await run_tests(sandbox, task, script, self.options.test_timeout)
+            env = None if self._images else await self._host_env(sandbox)
+            script = eval_script(task, self.options.image_activate if self._images else None)
+            log = await run_tests(sandbox, task, script, self.options.test_timeout, env)
         finally:
             await close_sandboxes(rollout)
         outcome.update(await grade_async(task, log))

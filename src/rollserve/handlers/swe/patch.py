@@ -51,9 +51,9 @@ async def snapshot(sandbox: Sandbox, timeout: float = 120.0) -> str:
     return tree
 
 
-async def take_patch(sandbox: Sandbox, baseline: str | None, timeout: float = 120.0) -> Candidate:
-    """The workspace's changes against ``baseline`` (a tree or commit; HEAD when None)."""
-    base = shlex.quote(baseline or "HEAD")
+async def take_patch(sandbox: Sandbox, baseline: str, timeout: float = 120.0) -> Candidate:
+    """The workspace's changes against ``baseline`` (a tree or commit)."""
+    base = shlex.quote(baseline)
     stage = await sandbox.exec(f"git add -A && git diff --cached --numstat {base}",
                                timeout=timeout)
     if not stage.ok:
@@ -79,10 +79,7 @@ class Applied:
 
 async def apply_patch(sandbox: Sandbox, patch: str, timeout: float = 120.0) -> Applied:
     """Apply ``patch`` in the workspace with SWE-bench's fallbacks."""
-    await sandbox.exec(["rm", "-f", PATCH_FILE], timeout=30)
-    written = await sandbox.exec(f"cat > {PATCH_FILE}", timeout=timeout, stdin=patch.encode())
-    if not written.ok:
-        raise InfraError(f"could not write the patch into the sandbox: {written.stderr.strip()[-300:]}")
+    await sandbox.write_file(PATCH_FILE, patch)
     logs = []
     for command in APPLY_COMMANDS:
         result = await sandbox.exec(f"{command} {PATCH_FILE}", timeout=timeout)
