@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from pathlib import Path
@@ -15,6 +14,9 @@ from rich.console import Console
 from rollserve.commands import datasets as datasets_cmd
 from rollserve.commands import images as images_cmd
 from rollserve.commands import run as run_cmd
+from rollserve.commands.options import check_backends
+from rollserve.commands.options import handler_options as parse_handler_options
+from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.server import ServerConfig, default_state_dir
 
@@ -74,39 +76,16 @@ def serve(
     import uvicorn
 
     from rollserve.api.app import create_app
-    from rollserve.llm.factory import parse_backend_spec
     from rollserve.llm.policies import POLICIES
     from rollserve.llm.router import RouterConfig
 
     if routing not in POLICIES:
         raise typer.BadParameter(f"must be one of {', '.join(POLICIES)}", param_hint="--routing")
-    from rollserve.sandbox.registry import RUNTIMES, runtime_config
-
-    if sandbox_runtime not in RUNTIMES:
-        raise typer.BadParameter(f"unknown runtime {sandbox_runtime!r}; known: {', '.join(RUNTIMES)}",
-                                 param_hint="--sandbox-runtime")
-    try:
-        options = json.loads(sandbox_options) if sandbox_options else {}
-        if not isinstance(options, dict):
-            raise ValueError("must be a JSON object")
-        if options:
-            runtime_config(sandbox_runtime, options)
-    except ValueError as exc:  # (json.JSONDecodeError is one)
-        raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
-    try:
-        by_handler = json.loads(handler_options) if handler_options else {}
-        if not isinstance(by_handler, dict) or not all(isinstance(v, dict) for v in by_handler.values()):
-            raise ValueError('must be a JSON object of objects, e.g. {"swe": {"empty_patch": "run"}}')
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--handler-options") from exc
+    options = parse_sandbox_options(sandbox_runtime, sandbox_options)
+    by_handler = parse_handler_options(handler_options)
     if on_restart not in ("requeue", "interrupt"):
         raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
-    for spec in backend:
-        try:
-            parse_backend_spec(spec)
-        except ValueError as exc:
-            raise typer.BadParameter(f"{exc} (e.g. http://gpu-node:8000 or embedded)",
-                                     param_hint="--backend") from exc
+    check_backends(backend)
     from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
     from rollserve.api.prorl import ProRLConfig
 

@@ -14,6 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollserve.client.datasets import DatasetError, DatasetRow, read_dataset
+from rollserve.commands.options import check_runtime
+from rollserve.commands.options import handler_options as parse_handler_options
 
 app = typer.Typer(no_args_is_help=True, help="Check dataset files before running them.")
 
@@ -46,18 +48,6 @@ def read_rows(file: Path, data_source: Optional[str], console: Console) -> list[
     except DatasetError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2)
-
-
-def parse_json_option(value: Optional[str], name: str) -> dict[str, Any]:
-    if not value:
-        return {}
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
-    if not isinstance(parsed, dict):
-        raise typer.BadParameter("must be a JSON object", param_hint=name)
-    return parsed
 
 
 def checks_table(checks: list, title: str | None = None) -> Table:
@@ -107,12 +97,8 @@ def validate(
 
     if rows not in ("all", "errors", "auto"):
         raise typer.BadParameter("must be all, errors or auto", param_hint="--rows")
-    from rollserve.sandbox.registry import RUNTIMES
-
-    if sandbox_runtime not in RUNTIMES:
-        raise typer.BadParameter(f"must be one of {', '.join(RUNTIMES)}",
-                                 param_hint="--sandbox-runtime")
-    options = parse_json_option(handler_options, "--handler-options")
+    check_runtime(sandbox_runtime)
+    options = parse_handler_options(handler_options)
     out = Console()
     dataset = read_rows(file, data_source, Console(stderr=True))
     checker = DatasetChecker(context=offline_context(runtime=sandbox_runtime, options=options))

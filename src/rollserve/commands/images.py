@@ -13,7 +13,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn)
 from rich.table import Table
 
-from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, parse_json_option, read_rows
+from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, read_rows
+from rollserve.commands.options import handler_options as parse_handler_options
 
 app = typer.Typer(no_args_is_help=True, help="Environment images (containers) of datasets.")
 
@@ -49,7 +50,7 @@ def pull(
     err, out = Console(stderr=True), Console()
     if runtime not in RUNTIMES:
         raise typer.BadParameter(f"must be one of {', '.join(RUNTIMES)}", param_hint="--runtime")
-    options = parse_json_option(handler_options, "--handler-options")
+    options = parse_handler_options(handler_options)
     cache = image_cache or default_state_dir() / "images"
     try:
         puller = make_puller(runtime, cache, concurrency=concurrency, timeout=timeout)

@@ -17,8 +17,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rollserve.commands.datasets import (DATA_SOURCE_HELP, FILE_HELP, checks_table,
-                                         parse_json_option, read_rows)
+from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, checks_table, read_rows
+from rollserve.commands.options import check_backends
+from rollserve.commands.options import handler_options as parse_handler_options
+from rollserve.commands.options import parse_json_option
+from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.validation import describe
 
 
@@ -33,26 +36,11 @@ def _checked(model: type[BaseModel], values: dict[str, Any], hint: str) -> dict[
 def _embedded_config(state_dir: Path, backend: list[str], tokenizer: str, sandbox_runtime: str,
                      sandbox_options: dict, workers: tuple[int, int, int], scoring_workers: int,
                      max_pending: int, handler_options: dict | None = None):
-    """The embedded server's config, its options checked as ``rollserve serve`` does."""
+    """The embedded server's config (its options already checked as ``serve`` checks them)."""
     from rollserve.engine.pipeline import EngineConfig
-    from rollserve.llm.factory import parse_backend_spec
-    from rollserve.sandbox.registry import RUNTIMES, runtime_config
     from rollserve.server import ServerConfig
 
-    for spec in backend:
-        try:
-            parse_backend_spec(spec)
-        except ValueError as exc:
-            raise typer.BadParameter(f"{exc} (e.g. http://gpu-node:8000 or embedded)",
-                                     param_hint="--backend") from exc
-    if sandbox_runtime not in RUNTIMES:
-        raise typer.BadParameter(f"unknown runtime {sandbox_runtime!r}; known: "
-                                 f"{', '.join(RUNTIMES)}", param_hint="--sandbox-runtime")
-    if sandbox_options:
-        try:
-            runtime_config(sandbox_runtime, sandbox_options)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
+    check_backends(backend)
     init, run, eval_ = workers
     return ServerConfig(state_dir=state_dir, backends=backend, tokenizer=tokenizer,
                         sandbox_runtime=sandbox_runtime, sandbox_options=sandbox_options,
@@ -257,7 +245,7 @@ def run(
         "n": n, "batch_size": batch_size, "concurrency": concurrency,
         "skip_invalid": skip_invalid, "output": output, "resume": resume,
         "runtime": sandbox_runtime, "run_name": run_name,
-        "handler_options": parse_json_option(handler_options, "--handler-options"),
+        "handler_options": parse_handler_options(handler_options),
     }
     _checked(AgentLimits, opts["agent"] or {}, "--max-turns")
     temp_dir: Path | None = None
@@ -267,7 +255,7 @@ def run(
         if state_dir is None:
             temp_dir = state_dir = Path(tempfile.mkdtemp(prefix="rollserve-run-"))
         config = _embedded_config(state_dir, backend, tokenizer, sandbox_runtime,
-                                  parse_json_option(sandbox_options, "--sandbox-options"),
+                                  parse_sandbox_options(sandbox_runtime, sandbox_options),
                                   (init_workers, run_workers, eval_workers), scoring_workers,
                                   concurrency, opts["handler_options"])
         factory = _local(config, console)

@@ -1,0 +1,65 @@
+"""Options several commands share (``serve``, ``run``'s embedded server, ``datasets
+validate``, ``images pull``), parsed and checked one way: a bad value is a typer
+``BadParameter`` naming the option (exit 2) before anything starts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import typer
+
+
+def parse_json_option(value: Optional[str], name: str) -> dict[str, Any]:
+    """A JSON object option (``{}`` when not given)."""
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint=name)
+    return parsed
+
+
+def check_backends(specs: list[str]) -> None:
+    from rollserve.llm.factory import parse_backend_spec
+
+    for spec in specs:
+        try:
+            parse_backend_spec(spec)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{exc} (e.g. http://gpu-node:8000 or embedded)",
+                                     param_hint="--backend") from exc
+
+
+def check_runtime(name: str, hint: str = "--sandbox-runtime") -> None:
+    from rollserve.sandbox.registry import RUNTIMES
+
+    if name not in RUNTIMES:
+        raise typer.BadParameter(f"unknown runtime {name!r}; known: {', '.join(RUNTIMES)}",
+                                 param_hint=hint)
+
+
+def sandbox_options(runtime: str, value: Optional[str]) -> dict[str, Any]:
+    """``--sandbox-options``: the runtime's config as JSON, checked against its model."""
+    from rollserve.sandbox.registry import runtime_config
+
+    check_runtime(runtime)
+    options = parse_json_option(value, "--sandbox-options")
+    if options:
+        try:
+            runtime_config(runtime, options)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
+    return options
+
+
+def handler_options(value: Optional[str]) -> dict[str, dict[str, Any]]:
+    """``--handler-options``: each handler's settings, ``{"swe": {...}}``."""
+    options = parse_json_option(value, "--handler-options")
+    if not all(isinstance(v, dict) for v in options.values()):
+        raise typer.BadParameter('must be a JSON object of objects, e.g. {"swe": {"empty_patch": "run"}}',
+                                 param_hint="--handler-options")
+    return options
