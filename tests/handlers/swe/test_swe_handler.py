@@ -188,3 +188,9 @@ async def test_files_the_environment_left_are_not_the_agents(handler, new_rollou
     rollout, result = await run_episode(swe, new_rollout, toy, scripted(list(FIX)))
     patch = result.details["git_patch"]
     assert "calc/ops.py" in patch and "build/lib.txt" not in patch and "calc/__init__.py" not in patch
+
+
+async def test_a_test_run_killed_by_a_signal_is_infra(handler, new_rollout, toy):
+    killed = {**toy, "test_cmd": "kill -KILL $$"}  # the test script itself dies
+    with pytest.raises(InfraError, match="killed"):
+        await evaluate(handler(), new_rollout, killed, toy["patch"])

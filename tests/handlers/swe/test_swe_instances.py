@@ -147,3 +147,13 @@ def test_r2e_grading_compares_with_the_expected_statuses():
     assert ok["resolved"]
     bad = grade(task, log_of(["PASSED r2e_tests/test_1.py::test_ok", "FAILED r2e_tests/test_1.py::test_bug"]))
     assert not bad["resolved"] and [t["status"] for t in bad["tests"]] == ["FAILED", "PASSED"]
+
+
+def test_an_environment_fault_in_the_log_is_infra_not_a_wrong_answer():
+    from rollserve.errors import InfraError
+
+    task = parse_task(SWE_GYM)
+    with pytest.raises(InfraError, match="out_of_memory"):
+        grade(task, "+ python -m pytest\nfatal: Cannot allocate memory\n")
+    # A suite that ran and failed is the patch's doing: scored.
+    assert grade(task, log_of(["FAILED tests/test_x.py::test_y - boom"]))["resolved"] is False
