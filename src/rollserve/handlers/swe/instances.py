@@ -22,11 +22,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from rollserve.handlers.base import InvalidInstance
 
-Schema = Literal["swe-bench", "swe-gym", "r2e-gym"]
 SCHEMAS: tuple[str, ...] = ("swe-bench", "swe-gym", "r2e-gym")
 
 SWE_BENCH_REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "test_patch",
@@ -45,7 +44,6 @@ class SWETask:
     problem_statement: str
     base_commit: str | None = None
     test_patch: str | None = None
-    gold_patch: str | None = None
     fail_to_pass: list[str] = field(default_factory=list)
     pass_to_pass: list[str] = field(default_factory=list)
     version: str = ""
@@ -124,8 +122,7 @@ def _swe_bench(instance: dict[str, Any], schema: str) -> SWETask:
     test_patch = _string(instance, "test_patch")
     if not patch_files(test_patch):
         raise InvalidInstance("instance.test_patch", "must be a git diff (no 'diff --git' header found)")
-    gold = instance.get("patch")
-    if gold is not None and not isinstance(gold, str):
+    if instance.get("patch") is not None and not isinstance(instance["patch"], str):
         raise InvalidInstance("instance.patch", "must be a string (a git diff)")
     f2p = _test_list(instance, "FAIL_TO_PASS")
     if not f2p and instance.get("eval_type", "pass_and_fail") != "fail_only":
@@ -136,7 +133,7 @@ def _swe_bench(instance: dict[str, Any], schema: str) -> SWETask:
     return SWETask(
         schema=schema, instance_id=_string(instance, "instance_id"), repo=repo,
         problem_statement=_string(instance, "problem_statement"), base_commit=base,
-        test_patch=test_patch, gold_patch=gold, fail_to_pass=f2p,
+        test_patch=test_patch, fail_to_pass=f2p,
         pass_to_pass=_test_list(instance, "PASS_TO_PASS"), version=str(instance.get("version", "")),
         eval_type=eval_type)
 
