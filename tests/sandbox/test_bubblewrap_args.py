@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,31 @@ def test_root_binds_a_rootfs_top_level_read_only(tmp_path):
     (tmp_path / "bin").symlink_to("usr/bin")
     args = list(root_binds(str(tmp_path)))
     assert ["--symlink", "usr/bin", "/bin"] == args[:3]
-    assert ["--ro-bind", str(tmp_path / "etc"), "/etc"] == args[3:6]
-    assert ["--ro-bind", str(tmp_path / "usr"), "/usr"] == args[6:9]
+    assert ["--ro-bind-try", str(tmp_path / "etc"), "/etc"] == args[3:6]
+    assert ["--ro-bind-try", str(tmp_path / "usr"), "/usr"] == args[6:9]
     assert "/proc" not in args  # a fresh /proc is mounted instead
+
+
+@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None, reason="no bwrap")
+@pytest.mark.skipif(not os.access("/", os.W_OK), reason="needs to create a top-level folder")
+async def test_a_top_level_folder_removed_while_serving_breaks_no_sandbox(tmp_path):
+    """A folder of / that disappears (removed by anyone, any time) must not break the
+    sandboxes that start later, nor the commands of one already open."""
+    folder = Path(f"/rollserve-test-{uuid.uuid4().hex[:8]}")
+    folder.mkdir()
+    try:
+        runtime = BubblewrapRuntime(tmp_path / "state")
+        async with await runtime.start(SandboxSpec()) as before:
+            assert (await before.exec(f"test -d {folder} && echo seen", 10)).stdout == "seen\n"
+            folder.rmdir()
+            after_removal = await before.exec("echo still works", 10)
+            assert after_removal.stdout == "still works\n", after_removal.stderr
+        async with await runtime.start(SandboxSpec()) as later:
+            result = await later.exec(f"echo works; test -e {folder} || echo gone", 10)
+            assert result.stdout == "works\ngone\n", result.stderr
+    finally:
+        if folder.exists():
+            folder.rmdir()
 
 
 @pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None, reason="no bwrap")

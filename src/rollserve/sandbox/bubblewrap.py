@@ -10,7 +10,7 @@ Closing kills every live invocation, removes the folders and the owner record.
 
 Each invocation:
   bwrap --unshare-all [--share-net] --die-with-parent --new-session
-        --ro-bind <each top-level folder of / (or of the rootfs)> ...  (read-only)
+        --ro-bind-try <each top-level folder of / (or of the rootfs)> ...  (read-only)
         --tmpfs <hidden folders>  (/root, /home, /run, the state dir: empty, read-only)
         --ro-bind <extra read-only paths>  (the server's Python when a hidden folder
                                             covers it, e.g. pyenv under /root)
@@ -109,21 +109,26 @@ class BubblewrapConfig(BaseModel):
         "conda build under /root or /home: the python and IPython tools run it")
 
 
-@functools.lru_cache(maxsize=16)
-def root_binds(root: str) -> tuple[str, ...]:
-    """bwrap arguments that show ``root``'s top level read-only at /."""
+def root_binds(root: str) -> list[str]:
+    """bwrap arguments that show ``root``'s top level read-only at /.
+
+    Listed afresh for every sandbox, and bound with ``--ro-bind-try``: a top-level
+    folder removed after the listing (while a sandbox is open, or between two
+    sandboxes) is left out instead of failing every later command with bwrap's
+    ``Can't find source path``."""
     args: list[str] = []
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         if entry.name in SKIPPED:
             continue
         target = "/" + entry.name
-        if entry.is_symlink():
-            args += ["--symlink", os.readlink(entry.path), target]
-        elif entry.is_dir():
-            args += ["--ro-bind", entry.path, target]
-        elif entry.is_file():
-            args += ["--ro-bind", entry.path, target]
-    return tuple(args)
+        try:
+            if entry.is_symlink():
+                args += ["--symlink", os.readlink(entry.path), target]
+            elif entry.is_dir() or entry.is_file():
+                args += ["--ro-bind-try", entry.path, target]
+        except OSError:  # gone between scandir and here
+            continue
+    return args
 
 
 class BwrapProcess(HostProcess):
