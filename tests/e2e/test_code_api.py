@@ -1,7 +1,8 @@
 """The code handler end to end through the HTTP API, with the scripted vLLM double:
 the policy writes a solution with the editor (a Hermes <tool_call> block), submits,
-and the hidden tests run in a fresh bubblewrap sandbox. Also: no sandbox process
-outlives a rollout that is cancelled or times out in the middle of a tool call."""
+and the hidden tests run in a fresh bubblewrap sandbox. A policy whose solution
+returns an object that equals everything scores 0 on assert tests. Also: no sandbox
+process outlives a rollout that is cancelled or times out in the middle of a tool call."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ CORRECT = "a, b = map(int, input().split())\nprint(a + b)\n"
 WRONG = "a, b = map(int, input().split())\nprint(a * b)\n"
 
 
+# Assert tests, and the solutions a scripted policy writes for them by its tag.
+SQUARE_ASSERTS = "assert square(3) == 9\nassert square(-4) == 16\nassert square(0) == 0\n"
+SOLUTIONS = {
+    "[square]": "def square(n):\n    return n * n\n",
+    "[always-equal]": ("class Anything:\n    def __eq__(self, other):\n        return True\n\n"
+                       "def square(n):\n    return Anything()\n"),
+}
+
+
 def task(tag: str, **instance) -> dict:
     problem = f"[{tag}] Read two integers from one line and print their sum."
     return {"data_source": "code", "instance": {"problem": problem, "tests": TESTS, **instance}}
@@ -38,7 +48,8 @@ def scripted_policy(prompt_ids: list[int], prompt: str) -> str:
         return "To add two numbers, read them and print a + b."
     if "[sleeper]" in prompt:
         return format_tool_call("bash", {"command": "sleep 987.65"})
-    code = CORRECT if "[correct]" in prompt else WRONG
+    code = next((text for key, text in SOLUTIONS.items() if key in prompt),
+                CORRECT if "[correct]" in prompt else WRONG)
     if turn == 0:
         return "I will write the solution.\n" + format_tool_call(
             "str_replace_editor", {"command": "create", "path": "/workspace/solution.py",
@@ -105,6 +116,26 @@ async def test_correct_wrong_and_silent_policies(make_api, policy):
     assert sandboxes["started"] == 5  # a RUN sandbox each, an EVAL one for the two solutions
     assert sandboxes["reaped_at_start"]["sandboxes"] == 0
     assert not list((service.config.state_dir / "sandboxes").glob("*.json"))
+
+
+async def test_an_object_that_equals_everything_scores_zero(make_api, policy):
+    service, client = await make_api([policy.url])
+    asserts = {"asserts": SQUARE_ASSERTS, "entry_point": "square"}
+    cheat_task, honest_task = (
+        {"data_source": "code", "instance": {"problem": f"{tag} Write square(n) returning n squared.",
+                                             **asserts}} for tag in ("[always-equal]", "[square]"))
+    cheat, honest = await submit(client, cheat_task, honest_task)
+
+    result = await result_of(client, cheat)
+    assert result["status"] == "completed" and result["mask"] is False, result["failure"]
+    assert result["reward"] == 0.0 and result["evaluation"]["submitted"]
+    tests = result["evaluation"]["tests"]
+    assert [t["status"] for t in tests] == ["not_plain"] * 3
+    assert "square(3) is not a plain value (type Anything)" in tests[0]["detail"]
+
+    result = await result_of(client, honest)
+    assert result["status"] == "completed" and result["reward"] == 1.0, result["evaluation"]
+    assert result["evaluation"]["checked_in_sandbox"] == []
 
 
 def sleepers() -> list[psutil.Process]:

@@ -61,6 +61,9 @@ async def evaluate(handler, new_rollout, instance, solution, solution_file="solu
     ({**ASSERTS, "entry_point": "cube"}, "instance.entry_point"),
     ({**ASSERTS, "entry_point": "not a name"}, "instance.entry_point"),
     ({**ASSERTS, "starter_code": 3}, "instance.starter_code"),
+    ({**ASSERTS, "asserts": "assert " + "-" * 150 + "square(2)"}, "instance.asserts"),
+    ({**ASSERTS, "asserts": "assert " + "not " * 5000 + "square(2)"}, "instance.asserts"),
+    ({**ASSERTS, "asserts": "assert " + "(" * 100000 + ")" * 100000}, "instance.asserts"),
 ])
 def test_validation_names_the_field(handler, instance, field):
     with pytest.raises(InvalidInstance) as info:
@@ -121,9 +124,10 @@ async def test_asserts_pass_fail_and_fraction(handler, new_rollout):
                           "def square(n):\n    return abs(n) * 2 if n in (2, 0) else n\n")
     assert half.reward == 0.5
     statuses = [t["status"] for t in half.details["tests"]]
-    assert statuses == ["passed", "error", "passed", "error"]
+    assert statuses == ["passed", "wrong_answer", "passed", "wrong_answer"]
     assert half.details["tests"][1]["source"] == "assert square(-3) == 9"
-    assert "AssertionError" in half.details["tests"][1]["detail"]
+    assert half.details["tests"][1]["detail"] == "square(-3) = -3"
+    assert half.details["tests"][3]["detail"] == "math.isqrt(square(12)) = 3"
     all_mode = await evaluate(handler, new_rollout, ASSERTS,
                               "def square(n):\n    return abs(n) * 2 if n in (2, 0) else n\n")
     assert all_mode.reward == 0.0

@@ -55,6 +55,7 @@ DEFAULT_TIME_LIMIT = 4.0
 DEFAULT_MEMORY_MB = 512
 MAX_SOLUTION_BYTES = 1 << 20
 MAX_TESTS = 500
+MAX_ASSERT_DEPTH = 100  # levels of an assert's syntax tree
 REWARD_MODES = ("all", "fraction")
 _FILE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
 
@@ -250,6 +251,8 @@ class CodeHandler:
         finally:
             await close_sandboxes(rollout)
         reward, details = summary(outcomes, mode)
+        if plan.style == "asserts":  # tests a solution that takes over its process can pass
+            details["checked_in_sandbox"] = [i for i, check in enumerate(plan.checks) if check.in_sandbox]
         details["eval_seconds"] = round(time.perf_counter() - started, 3)
         return reward, details
 
@@ -310,15 +313,30 @@ def _validate_asserts(source: Any, entry_point: str | None) -> None:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise InvalidInstance("instance.asserts", f"not valid Python: {exc.msg} (line {exc.lineno})") from None
+    except (RecursionError, MemoryError, ValueError):  # nested past the parser's limits
+        raise InvalidInstance("instance.asserts", "too deeply nested for the Python parser") from None
     asserts = [node for node in tree.body if isinstance(node, ast.Assert)]
     if not asserts:
         raise InvalidInstance("instance.asserts", "has no top-level assert statement")
     if len(asserts) > MAX_TESTS:
         raise InvalidInstance("instance.asserts", f"at most {MAX_TESTS} asserts")
+    for node in asserts:  # the server evaluates them (code_asserts), recursively
+        if _depth(node) > MAX_ASSERT_DEPTH:
+            raise InvalidInstance("instance.asserts", f"the assert on line {node.lineno} is nested "
+                                  f"more than {MAX_ASSERT_DEPTH} levels deep")
     if entry_point is not None:
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         if entry_point not in names:
             raise InvalidInstance("instance.entry_point", f"{entry_point!r} is never used by the asserts")
+
+
+def _depth(root: ast.AST) -> int:
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def bundled_tasks() -> list[dict[str, Any]]:

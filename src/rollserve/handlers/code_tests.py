@@ -7,62 +7,50 @@ stay on the server's side as long as they can:
   on stdin; its stdout is compared with the expected output here, token by token
   (whitespace-insensitive, as most judges' default checker).
 - asserts: each top-level ``assert`` of the instance's ``asserts`` is one test, run
-  in a process of its own by a small runner that imports the solution module, runs
-  the setup code (every statement that is not an assert: imports, helpers), then the
-  assert. The test code travels on the runner's stdin, not in a file, and the runner
-  reports a pass with a per-run nonce, so a solution that exits early during import
-  does not pass.
+  in a process of its own by ``code_runner``: it imports the solution module, runs
+  the setup code (every statement that is not an assert: imports, helpers), then
+  evaluates the assert's *probes*, the operands that need the solution, and reports
+  their values in a strict plain encoding. The verdict is reached here, on the
+  server, against expected values that never enter the sandbox (``code_asserts``,
+  ``code_values``). The test code travels on the runner's stdin, not in a file.
 
 Limits per test: ``time_limit`` seconds of CPU (RLIMIT_CPU, rounded up to whole
 seconds) and a wall-clock limit of twice that plus a second (so load on the host
 does not fail a correct solution, and a sleeping one still ends); ``memory_limit_mb``
 of address space (or a cgroup, where the runtime has one). A solution that times
 out, crashes or runs out of memory just fails that test. A test run that cannot
-start at all (the sandbox or the interpreter is broken) is an ``InfraError``: a
-probe runs first, and a runtime failure on any test propagates.
+start at all (the sandbox or the interpreter is broken) is an ``InfraError``: the
+interpreter is tried first, and a runtime failure on any test propagates.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import functools
 import json
 import math
-import secrets
 import signal
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from rollserve.errors import InfraError
+from rollserve.handlers.code_asserts import Check, compile_assert, setup_names
+from rollserve.handlers.code_values import MAX_REPORT_BYTES, MalformedReport, read_report
 from rollserve.sandbox.base import ExecResult, Sandbox, SandboxLimits, SandboxSpec
 
 SHOWN_CHARS = 200  # of inputs, outputs and errors in the per-test table
 
-# Runs one assert test: reads {"nonce", "module", "setup", "test"} from stdin,
-# imports the solution, runs setup then the test, prints the nonce on success. In a
-# function, so the nonce is no global of __main__ for the solution to read.
-ASSERT_RUNNER = r"""
-def main():
-    import importlib, json, os, sys
-    payload = json.loads(sys.stdin.readline())
-    sys.stdin = open(os.devnull)
-    nonce = payload.pop("nonce")
-    module = importlib.import_module(payload["module"])
-    namespace = {"__name__": "__rollserve_test__", "__builtins__": __builtins__}
-    namespace.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
-    exec(compile(payload["setup"], "<setup>", "exec"), namespace)
-    exec(compile(payload["test"], "<test>", "exec"), namespace)
-    sys.stdout.flush()
-    sys.stdout.write("\n" + nonce + ":passed\n")
-    sys.stdout.flush()
-main()
-"""
+# The assert runner's source, run in the sandbox as ``python3 -c`` (never imported here).
+ASSERT_RUNNER = (Path(__file__).parent / "code_runner.py").read_text(encoding="utf-8")
 
 
 @dataclass
 class Outcome:
     test: int  # 0-based position
     passed: bool
-    status: str  # passed | wrong_answer | error | timeout | memory | killed | output_limit
+    status: str  # passed | wrong_answer | error | not_plain | timeout | memory | killed | output_limit
     seconds: float
     detail: str = ""  # what went wrong (expected vs got, the error's last line)
     source: str = ""  # the assert, or the case's input (shortened)
@@ -86,6 +74,12 @@ class HiddenTests:
     @property
     def total(self) -> int:
         return len(self.cases) if self.style == "stdio" else len(self.asserts)
+
+    @functools.cached_property
+    def checks(self) -> list[Check]:
+        """The asserts, compiled to be decided on the server (``code_asserts``)."""
+        bound = setup_names(self.setup)
+        return [compile_assert(source, bound) for source in self.asserts]
 
 
 def split_asserts(source: str) -> tuple[str, list[str]]:
@@ -116,6 +110,8 @@ async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> 
     if probe.stdout.strip() != "ok":
         raise InfraError(f"the test sandbox cannot run {plan.python}: "
                          f"exit {probe.exit_code}, {(probe.stderr or probe.stdout).strip()[-300:]}")
+    if plan.style == "asserts":
+        await asyncio.to_thread(lambda: plan.checks)  # compiled once, off the event loop
     outcomes = []
     for index in range(plan.total):
         if plan.style == "stdio":
@@ -150,21 +146,36 @@ async def _run_case(sandbox: Sandbox, plan: HiddenTests, solution_file: str, ind
 
 
 async def _run_assert(sandbox: Sandbox, plan: HiddenTests, solution_file: str, index: int) -> Outcome:
-    nonce = secrets.token_hex(16)
-    payload = {"nonce": nonce, "module": solution_file.removesuffix(".py"),
-               "setup": plan.setup, "test": plan.asserts[index]}
+    check = plan.checks[index]
+    payload = {"module": solution_file.removesuffix(".py"), "setup": plan.setup,
+               "probes": check.probes, "max_bytes": MAX_REPORT_BYTES}
     result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
-                                stdin=(json.dumps(payload) + "\n").encode(), max_output=64 << 10)
-    outcome = Outcome(index, False, "", round(result.seconds, 4),
-                          source=_short(plan.asserts[index]))
+                                stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
+    outcome = Outcome(index, False, "", round(result.seconds, 4), source=_short(check.source))
     failure = _failure(result, plan)
     if failure is not None:
         outcome.status, outcome.detail = failure
-    elif f"{nonce}:passed" in result.stdout:
-        outcome.passed, outcome.status = True, "passed"
-    else:
-        outcome.status, outcome.detail = "error", "the test did not complete (did the solution exit?)"
+        return outcome
+    try:
+        # Off the event loop: the report may be megabytes, the check sorts or compares it.
+        outcome.status, detail = await asyncio.to_thread(_decide, check, result.stdout)
+    except MalformedReport as exc:
+        if result.truncated and len(result.stdout) >= _REPORT_LIMIT:
+            outcome.status, detail = "output_limit", f"more than {_REPORT_LIMIT} bytes of values"
+        else:
+            outcome.status = "error"
+            detail = f"the test did not report its values (did the solution exit?): {exc}"
+    if outcome.status == "memory":
+        detail = f"over the memory limit of {plan.memory_limit_mb} MB ({detail})"
+    outcome.passed, outcome.detail = outcome.status == "passed", _short(detail)
     return outcome
+
+
+_REPORT_LIMIT = MAX_REPORT_BYTES + (1 << 16)  # the values, and room for error entries
+
+
+def _decide(check: Check, report: str) -> tuple[str, str]:
+    return check.verdict(read_report(report, len(check.probes)))
 
 
 def _failure(result: ExecResult, plan: HiddenTests) -> tuple[str, str] | None:

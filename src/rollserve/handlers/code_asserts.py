@@ -1,0 +1,317 @@
+"""Assert tests decided on the server, on plain values.
+
+Each top-level ``assert`` of an instance is compiled into a ``Check``: the operands
+that need the solution become *probes* (source text the sandbox evaluates and reports
+as plain values, ``code_runner``), and the rest of the expression is evaluated here,
+on the server, on the decoded values:
+
+- literals (``ast.literal_eval``): the expected values. They never enter the sandbox.
+- comparisons (``== != < <= > >= in not in is is not``, chained), ``and``/``or``/``not``,
+  arithmetic (``+ - * / // % ** << >> & | ^``, unary ``- + ~``), subscripts and
+  slices, tuple, list, set and dict displays;
+- calls of a few pure functions (``code_operations``: ``abs len sorted round sum ...``
+  and ``math.isclose ...``), ``math.pi ...`` and the plain type names. These are the
+  real builtins whatever the solution defines; a name the setup code binds (or a call
+  with a generator, a lambda or a keyword not listed) is a probe.
+
+Operations with a cost that grows with their values are bounded there, so a crafted
+value cannot stall the server.
+
+Anything else is a probe as a whole (a call of the solution, ``x.method()``, a
+comprehension). A probe's value must be plain (exact ``int``/``str``/``list``/...), so
+an object that equals everything, an ``int`` subclass with its own ``__eq__`` or a
+truthy object is no longer a value that passes. Python's ``==`` holds between plain
+values: ``1 == 1.0 == True``, ``[1] != (1,)``; ``is True`` needs a real bool.
+
+Limits, by construction: every probe is evaluated (Python's ``and``/``or`` would
+skip some; a probe the verdict does not need may fail without failing the test), and
+a check whose verdict relies on a judgement made in the sandbox is flagged
+``in_sandbox``: a comparison between two probes (the expected side is computed in the
+sandbox, e.g. a variable of the setup code), a comparison, ``and``/``or``/``not``,
+``all``/``any``/``isinstance``... or a setup helper inside a probe, or a setup value
+whose truth is the verdict. A solution that takes over its test process can pass those.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from rollserve.handlers.code_operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, TYPES, binary
+from rollserve.handlers.code_values import Probe, describe
+
+Node = Callable[[Sequence[Probe]], Any]
+_NOT_LITERAL = object()
+_STAR = "*"  # in the setup's names: a star import, which may bind any name
+
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
+          ast.Not: operator.not_}
+# Calls inside a probe that judge the solution's objects in the sandbox.
+_JUDGING_CALLS = {"all", "any", "bool", "isinstance", "issubclass", "callable", "hasattr", "filter"}
+
+
+class CheckFailed(Exception):
+    """The check cannot pass: ``status`` (error | memory | not_plain | output_limit) and why."""
+
+    def __init__(self, status: str, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+@dataclass
+class Check:
+    """One assert: what the sandbox evaluates (``probes``) and how the verdict follows."""
+
+    source: str
+    probes: list[str]  # expressions, in the order Python would evaluate them
+    in_sandbox: bool  # the verdict relies on a judgement made in the sandbox (see above)
+    evaluate: Node
+    message: str | None = None  # the assert's message, when it is a literal
+
+    def verdict(self, probes: Sequence[Probe]) -> tuple[str, str]:
+        """(status, detail): passed, wrong_answer, error, memory, not_plain or output_limit."""
+        try:
+            result = self.evaluate(probes)
+            if result:  # a plain value, a type or a bool: builtin truth
+                return "passed", ""
+        except CheckFailed as failed:
+            return failed.status, failed.detail
+        except Exception as exc:  # what the same operation raises in Python (TypeError...)
+            return "error", f"{type(exc).__name__}: {exc}"
+        shown = "; ".join(f"{source} = {describe(p.value)}"
+                          for source, p in zip(self.probes, probes) if p.kind == "value")
+        prefix = f"{self.message}: " if self.message else ""
+        return "wrong_answer", prefix + (shown or f"{self.source} is false")
+
+
+def setup_names(setup: str) -> frozenset[str]:
+    """The names the setup code may bind (``import math`` aside: that one is math)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(setup)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    names.add(_STAR)
+                elif not (isinstance(node, ast.Import) and alias.name == "math" and alias.asname is None):
+                    names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+    return frozenset(names)
+
+
+def compile_assert(source: str, bound: frozenset[str] = frozenset()) -> Check:
+    """The check of one assert statement (``source``); ``bound``: ``setup_names``."""
+    statement = ast.parse(source).body[0]
+    if not isinstance(statement, ast.Assert):
+        raise ValueError("not an assert statement")
+    compiler = _Compiler(source, bound)
+    evaluate, _ = compiler.node(statement.test, truth=True)
+    message = _literal(statement.msg) if statement.msg is not None else None
+    return Check(source, compiler.probes, compiler.in_sandbox, evaluate,
+                 str(message)[:200] if message is not _NOT_LITERAL and message is not None else None)
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+
+
+class _Compiler:
+    def __init__(self, source: str, bound: frozenset[str]):
+        self.source, self.bound = source, bound
+        self.probes: list[str] = []
+        self.in_sandbox = False
+
+    def free(self, name: str) -> bool:
+        """Whether ``name`` is the builtin (or module) the server's table names."""
+        return name not in self.bound and _STAR not in self.bound
+
+    def node(self, node: ast.AST, truth: bool = False) -> tuple[Node, bool]:
+        """(how to evaluate ``node`` here, whether it needs a probe)."""
+        value = _literal(node)
+        if value is not _NOT_LITERAL:
+            return (lambda probes: value), False
+        compiled = getattr(self, "_" + type(node).__name__, lambda n, t: None)(node, truth)
+        return compiled if compiled is not None else self.probe(node, truth)
+
+    def probe(self, node: ast.AST, truth: bool) -> tuple[Node, bool]:
+        index, source = len(self.probes), self.text(node)
+        self.probes.append(source)
+        if self._judges(node) or (truth and self._uses_setup(node)):
+            self.in_sandbox = True
+
+        def value(probes: Sequence[Probe]) -> Any:
+            probe = probes[index]
+            if probe.kind == "value":
+                return probe.value
+            if probe.kind == "not_plain":
+                raise CheckFailed("not_plain", f"{source} is not a plain value ({probe.detail}): "
+                                               "only int, float, bool, str, bytes, None, list, "
+                                               "tuple, dict, set and frozenset compare")
+            if probe.kind == "too_large":
+                raise CheckFailed("output_limit", f"{source}: {probe.detail}")
+            memory = probe.detail.startswith("MemoryError")  # what ran out was the limit
+            raise CheckFailed("memory" if memory else "error", f"{source}: {probe.detail}")
+
+        return value, True
+
+    def text(self, node: ast.AST) -> str:
+        """``node``'s source as the test wrote it, where it stands alone as an expression."""
+        segment = ast.get_source_segment(self.source, node)
+        try:
+            if segment is not None:
+                ast.parse(segment, mode="eval")
+                return segment
+        except SyntaxError:  # a segment that spans lines outside its own brackets
+            pass
+        return ast.unparse(node)
+
+    def _judges(self, node: ast.AST) -> bool:
+        """Whether evaluating ``node`` in the sandbox judges the solution's objects there
+        (compares them, takes their truth, or hands them to a setup helper)."""
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Compare, ast.BoolOp, ast.IfExp)):
+                return True
+            if isinstance(sub, ast.comprehension) and sub.ifs:
+                return True
+            if isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not):
+                return True
+            if isinstance(sub, ast.Call):
+                root = sub.func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and (root.id in _JUDGING_CALLS or not self.free(root.id)):
+                    return True
+        return False
+
+    def _uses_setup(self, node: ast.AST) -> bool:
+        return any(isinstance(sub, ast.Name) and not self.free(sub.id) for sub in ast.walk(node))
+
+    # --- the node types evaluated on the server ------------------------------------
+    def _Compare(self, node: ast.Compare, truth: bool) -> tuple[Node, bool]:
+        operands = [self.node(node.left)] + [self.node(c) for c in node.comparators]
+        if any(a[1] and b[1] for a, b in zip(operands, operands[1:])):
+            self.in_sandbox = True  # the expected side is computed in the sandbox
+        ops = [_COMPARE[type(op)] for op in node.ops]
+        first, rest = operands[0][0], [fn for fn, _ in operands[1:]]
+
+        def compare(probes: Sequence[Probe]) -> Any:
+            left = first(probes)
+            result: Any = True
+            for op, right_of in zip(ops, rest):
+                right = right_of(probes)
+                result = op(left, right)
+                if not result:
+                    return result
+                left = right
+            return result
+
+        return compare, any(p for _, p in operands)
+
+    def _BoolOp(self, node: ast.BoolOp, truth: bool) -> tuple[Node, bool]:
+        values = [self.node(v, truth) for v in node.values]
+        is_and = isinstance(node.op, ast.And)
+
+        def boolean(probes: Sequence[Probe]) -> Any:
+            result: Any = None
+            for fn, _ in values:
+                result = fn(probes)
+                if bool(result) != is_and:
+                    return result
+            return result
+
+        return boolean, any(p for _, p in values)
+
+    def _UnaryOp(self, node: ast.UnaryOp, truth: bool) -> tuple[Node, bool]:
+        operand, probed = self.node(node.operand, truth and isinstance(node.op, ast.Not))
+        op = _UNARY[type(node.op)]
+        return (lambda probes: op(operand(probes))), probed
+
+    def _BinOp(self, node: ast.BinOp, truth: bool) -> tuple[Node, bool] | None:
+        kind = type(node.op)
+        if kind not in BINARY:
+            return None
+        (left, p1), (right, p2) = self.node(node.left), self.node(node.right)
+        return (lambda probes: binary(kind, left(probes), right(probes))), p1 or p2
+
+    def _Subscript(self, node: ast.Subscript, truth: bool) -> tuple[Node, bool]:
+        value, probed = self.node(node.value)
+        if isinstance(node.slice, ast.Slice):
+            parts = [self.node(p) if p is not None else ((lambda probes: None), False)
+                     for p in (node.slice.lower, node.slice.upper, node.slice.step)]
+            probed = probed or any(p for _, p in parts)
+            return (lambda probes: value(probes)[slice(*(fn(probes) for fn, _ in parts))]), probed
+        index, p2 = self.node(node.slice)
+        return (lambda probes: value(probes)[index(probes)]), probed or p2
+
+    def _display(self, elements: list[ast.AST],
+                 build: Callable[[list[Any]], Any]) -> tuple[Node, bool] | None:
+        if any(isinstance(e, ast.Starred) for e in elements):
+            return None
+        items = [self.node(e) for e in elements]
+        return (lambda probes: build([fn(probes) for fn, _ in items])), any(p for _, p in items)
+
+    def _List(self, node: ast.List, truth: bool) -> tuple[Node, bool] | None:
+        return self._display(node.elts, list)
+
+    def _Tuple(self, node: ast.Tuple, truth: bool) -> tuple[Node, bool] | None:
+        return self._display(node.elts, tuple)
+
+    def _Set(self, node: ast.Set, truth: bool) -> tuple[Node, bool] | None:
+        return self._display(node.elts, set)
+
+    def _Dict(self, node: ast.Dict, truth: bool) -> tuple[Node, bool] | None:
+        if any(k is None for k in node.keys):  # {**other}
+            return None
+        flat = [x for pair in zip(node.keys, node.values) for x in pair]  # Python's order
+        return self._display(flat, lambda xs: dict(zip(xs[::2], xs[1::2])))
+
+    def _Name(self, node: ast.Name, truth: bool) -> tuple[Node, bool] | None:
+        if node.id in TYPES and self.free(node.id):
+            kind = TYPES[node.id]
+            return (lambda probes: kind), False
+        return None
+
+    def _Attribute(self, node: ast.Attribute, truth: bool) -> tuple[Node, bool] | None:
+        if isinstance(node.value, ast.Name) and node.value.id == "math" and self.free("math") \
+                and node.attr in MATH_CONSTANTS:
+            constant = MATH_CONSTANTS[node.attr]
+            return (lambda probes: constant), False
+        return None
+
+    def _Call(self, node: ast.Call, truth: bool) -> tuple[Node, bool] | None:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in FUNCTIONS and self.free(func.id):
+            function, keywords = FUNCTIONS[func.id]
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and func.value.id == "math" and self.free("math") and func.attr in MATH:
+            function, keywords = MATH[func.attr]
+        else:
+            return None
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        if any(k.arg not in keywords for k in node.keywords) \
+                or any(isinstance(a, (ast.Starred, ast.GeneratorExp, ast.Lambda)) for a in arguments):
+            return None  # evaluated in the sandbox as a whole
+        args = [self.node(a) for a in node.args]
+        kwargs = [(k.arg, self.node(k.value)) for k in node.keywords]
+
+        def call(probes: Sequence[Probe]) -> Any:
+            return function(*(fn(probes) for fn, _ in args),
+                            **{name: fn(probes) for name, (fn, _) in kwargs})
+
+        return call, any(p for _, p in args) or any(p for _, (_, p) in kwargs)
