@@ -25,14 +25,45 @@ async def test_greedy_is_deterministic_with_valid_logprobs(backend, chat_prompt)
     assert isinstance(backend, LLMBackend)
     prompt = chat_prompt("What is the capital of France?")
     first = await backend.generate(prompt, GREEDY)
-    second = await backend.generate(prompt, GREEDY)
+    second = await backend.generate(prompt, GREEDY)  # its prompt is in the KV cache now
     assert first.output_ids == second.output_ids
-    assert first.logprobs == pytest.approx(second.logprobs, abs=1e-3)
+    # The same computation both times (see test_results_do_not_depend_on_earlier_calls).
+    assert first.logprobs == second.logprobs
     assert all(lp <= 0 for lp in first.logprobs)
     assert len(first.output_ids) == len(first.logprobs) > 0
     assert first.finish_reason in ("stop", "length") and first.backend == "embedded"
     if first.finish_reason == "stop":
         assert first.output_ids[-1] == 2  # <|im_end|>, included like vLLM
+
+
+async def test_results_do_not_depend_on_earlier_calls(backend, chat_prompt, tok):
+    """A call's ids and logprobs are a function of its prompt and sampling only: the KV
+    cache is reused just where it holds what a fresh evaluation computes. (llama.cpp's
+    single-token path rounds apart from its batched one by up to ~0.5 in a logprob on
+    this Q4_1 model, so a naive cache made results depend on what ran before.)"""
+    fresh = EmbeddedBackend(n_ctx=1024, n_threads=2)
+    try:
+        a = chat_prompt("Name a colour.")
+        b = chat_prompt("Count to five.")
+        first_turn = await backend.generate(a, GREEDY)
+        # Turn two extends turn one: in the cache, turn one's sampled tokens were
+        # evaluated one at a time; a fresh backend evaluates them in one batch.
+        glue = [] if first_turn.finish_reason == "stop" else tok.encode("<|im_end|>")
+        turn_two = (a + first_turn.output_ids + glue + tok.encode("\n")
+                    + tok.encode("<|im_start|>user\nAnother.<|im_end|>\n<|im_start|>assistant\n"))
+        warm = await backend.generate(turn_two, GREEDY)
+        await backend.generate(b, GREEDY)  # another rollout's call in between
+        again = await backend.generate(a, GREEDY)
+        # 513 = one full llama.cpp batch + 1: the remainder must not be a batch of one.
+        long = (a * 40)[:513]
+        short = SamplingParams(temperature=0.0, max_tokens=4)
+        warm_long = await backend.generate(long, short)
+        for prompt, sampling, seen in ((turn_two, GREEDY, warm), (a, GREEDY, first_turn),
+                                       (a, GREEDY, again), (long, short, warm_long)):
+            cold = await fresh.generate(prompt, sampling)
+            assert (cold.output_ids, cold.logprobs) == (seen.output_ids, seen.logprobs)
+    finally:
+        await fresh.close()
 
 
 async def test_seeded_sampling_repeats_and_limits_hold(backend, chat_prompt):

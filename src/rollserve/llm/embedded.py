@@ -6,6 +6,13 @@ how we get the sampled token's exact logprob under the model's raw distribution 
 vLLM reports it by default), and a chance to stop between any two tokens when the
 caller is cancelled.
 
+What it guarantees: the logprobs returned are those of the distribution each token
+was sampled from (the behaviour policy, bit for bit), and a call's ids and logprobs
+depend only on its prompt and sampling parameters, never on the calls before it
+(see ``_feed_prompt``): the same request gives the same answer whatever the KV
+cache holds. They are not equal to a transformers/vLLM forward pass of the same
+model: this is a Q4_1 quantized model on llama.cpp's CPU kernels.
+
 One ``Llama`` instance is single-threaded, so calls run one at a time: they queue on
 an asyncio lock in the event loop (not in threads) and each runs in a worker thread,
 so the loop never blocks.
@@ -62,6 +69,9 @@ class EmbeddedBackend:
         self.n_threads = n_threads
         self.outstanding = 0
         self._llm: Any = None  # llama_cpp.Llama, loaded on first use (in a worker thread)
+        self._n_ubatch = 512  # llama.cpp's micro-batch (the Llama default), set at load
+        # Leading KV-cache positions computed in batches of two or more (see _feed_prompt).
+        self._batched = 0
         self._load_error: Exception | None = None
         self._model_lock = threading.Lock()  # the model itself: one thread at a time
         self._queue: asyncio.Lock | None = None
@@ -119,6 +129,7 @@ class EmbeddedBackend:
             if self._llm is not None:
                 self._llm.close()
                 self._llm = None
+                self._batched = 0
 
     def _load(self) -> Any:
         if self._llm is None:
@@ -134,6 +145,7 @@ class EmbeddedBackend:
                     n_ctx=self.n_ctx,
                     n_threads=self.n_threads,
                     logits_all=False,  # we only read the last position's logits
+                    n_batch=self._n_ubatch, n_ubatch=self._n_ubatch,
                     verbose=False,
                 )
             except Exception as exc:
@@ -163,22 +175,39 @@ class EmbeddedBackend:
                 return Generation([], [], "abort", backend=self.name)
             except RuntimeError as exc:  # llama_decode failures
                 llm.reset()
+                self._batched = 0
                 raise LLMError(f"{self.name}: llama.cpp failed: {exc}") from exc
 
-    @staticmethod
-    def _feed_prompt(llm: Any, prompt_ids: list[int], cancel: threading.Event) -> None:
-        """Evaluate the prompt, reusing the KV cache for the prefix it shares."""
-        cached = llm.input_ids[: llm.n_tokens]
+    def _feed_prompt(self, llm: Any, prompt_ids: list[int], cancel: threading.Event) -> None:
+        """Evaluate the prompt the canonical way, reusing the KV cache only where it
+        holds exactly what a fresh evaluation would compute.
+
+        llama.cpp computes a batch of one token on another path than a batch of two or
+        more (ggml's vector dot products instead of the tiled matrix kernels), and on
+        this Q4_1 model the two round apart by up to ~0.5 in a logprob. Batches of two
+        or more agree with each other bit for bit, however the rows are split. So every
+        prompt position is evaluated in batches of at least two rows (the last prompt
+        token too, whose logits we sample from), and only the cached positions computed
+        that way are reused: the sampled tokens of an earlier call (evaluated one at a
+        time while sampling) are evaluated again as part of the next prompt. A call's
+        ids and logprobs thus depend on its prompt and sampling only, never on which
+        calls ran before it (interleaved rollouts stay reproducible).
+        """
+        cached = llm.input_ids[: min(llm.n_tokens, self._batched)]
         head = np.asarray(prompt_ids[: len(cached)], dtype=cached.dtype)
         differs = np.flatnonzero(cached[: len(head)] != head)
         common = int(differs[0]) if len(differs) else len(head)
-        # Re-evaluate at least the last prompt token: its logits are the ones we sample from.
-        common = min(common, len(prompt_ids) - 1)
-        llm.n_tokens = common  # eval() drops the KV cache from n_tokens on
-        for start in range(common, len(prompt_ids), llm.n_batch):
+        # Re-evaluate at least the last two prompt tokens: the last one's logits are the
+        # ones we sample from, and it must not be a batch of one.
+        common = max(0, min(common, len(prompt_ids) - 2))
+        self._batched = llm.n_tokens = common  # eval() drops the KV cache from n_tokens on
+        for chunk in batch_chunks(len(prompt_ids) - common, min(llm.n_batch, self._n_ubatch)):
             if cancel.is_set():
                 raise _Cancelled
-            llm.eval(prompt_ids[start : start + llm.n_batch])
+            llm.eval(prompt_ids[common : common + chunk])
+            common += chunk
+            if chunk > 1:
+                self._batched = common
 
     def _sample_loop(self, llm: Any, sampling: SamplingParams, cancel: threading.Event) -> Generation:
         import llama_cpp
@@ -206,6 +235,15 @@ class EmbeddedBackend:
                 break  # context full: ends like max_tokens
             llm.eval([token])
         return Generation(output_ids, logprobs, finish, backend=self.name)
+
+
+def batch_chunks(count: int, size: int) -> list[int]:
+    """Split ``count`` rows into batches of at most ``size`` and (when ``count`` > 1) at
+    least two rows each: a batch of one would take llama.cpp's single-token path."""
+    chunks = [size] * (count // size) + ([count % size] if count % size else [])
+    if len(chunks) > 1 and chunks[-1] == 1:
+        chunks[-2:] = [chunks[-2] - 1, 2]
+    return chunks
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
