@@ -32,6 +32,12 @@ class InfraError(RolloutError):
     kind: FailureKind = "infra"
 
 
+class PromptTooLongError(InfraError):
+    """The episode's opening prompt leaves no room to sample within the context limit:
+    nothing the policy produced exists to score, so the rollout is masked (a data or
+    configuration problem, not the agent's doing)."""
+
+
 class AgentError(RolloutError):
     """The agent's own failure: scored."""
 

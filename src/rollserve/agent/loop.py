@@ -5,7 +5,8 @@ reply); the loop owns the token bookkeeping so every handler gets exact tokens.
 
 Length: a turn may sample at most what is left of ``max_context_tokens``; the
 episode ends with ``context_exhausted`` before a prompt would reach the limit (the
-new messages that would not fit are not appended). A turn cut by its token limit
+new messages that would not fit are not appended). An opening prompt that already
+reaches it raises ``PromptTooLongError`` (masked): nothing was sampled to score. A turn cut by its token limit
 keeps ``finish_reason: "length"``.
 
 On a message-level backend (an API model: ``llm.message_level()`` is true) the
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.agent.trajectory import Trajectory
+from rollserve.errors import PromptTooLongError
 from rollserve.llm.base import ChatReply, Generation, SamplingParams
 from rollserve.llm.chat import Fidelity, prompt_builder
 from rollserve.llm.tokenizer import ChatTokenizer
@@ -99,6 +101,10 @@ async def run_agent_loop(
     trajectory.fidelity = builder.fidelity
     messages = _open_episode(env, trajectory)
     trajectory.add_prompt(await builder.afirst(messages))
+    if len(trajectory.input_ids) >= max_context_tokens:
+        raise PromptTooLongError(
+            f"the opening prompt is {len(trajectory.input_ids)} tokens and max_context_tokens "
+            f"is {max_context_tokens}: no room to sample, so nothing can be scored")
     ended_by = "max_turns"
     for turn_index in range(max_turns):
         budget = max_context_tokens - len(trajectory.input_ids)

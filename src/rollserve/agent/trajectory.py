@@ -3,6 +3,10 @@
 One append-only sequence: prompt tokens (loss_mask 0, logprob 0.0) interleaved with
 the tokens the policy sampled (loss_mask 1, their logprobs verbatim), plus the
 per-turn view and the chat view of the same conversation.
+
+The result's ``tokens`` are always exactly the turns laid end to end (each turn's
+``prompt_ids_delta`` then its ``output_ids``): a prompt delta added for a turn that
+was never sampled (the episode failed or was cut before it) is left out of both.
 """
 
 from __future__ import annotations
@@ -59,8 +63,14 @@ class Trajectory:
         return turn
 
     @property
+    def sampled_length(self) -> int:
+        """Length of the sequence the turns hold: without a trailing prompt delta that
+        no turn was sampled after."""
+        return len(self.input_ids) - len(self._pending_prompt)
+
+    @property
     def prompt_tokens(self) -> int:
-        return len(self.input_ids) - self.output_tokens
+        return self.sampled_length - self.output_tokens
 
     @property
     def output_tokens(self) -> int:
@@ -77,13 +87,14 @@ class Trajectory:
         return sum(1 for t in self.turns if t.finish_reason == "length")
 
     def to_dict(self) -> dict:
+        end = self.sampled_length
         return {
             "messages": self.messages,
             "turns": [asdict(t) for t in self.turns],
             "tokens": {
-                "input_ids": self.input_ids,
-                "loss_mask": self.loss_mask,
-                "logprobs": self.logprobs,
+                "input_ids": self.input_ids[:end],
+                "loss_mask": self.loss_mask[:end],
+                "logprobs": self.logprobs[:end],
             },
             "fidelity": self.fidelity.to_dict(),
             "policy_versions": self.policy_versions,
