@@ -69,15 +69,22 @@ def get_runtime(name: str, state_dir: Path | str | None = None, **config) -> Run
                            + _summary())
     reason = unavailable_reason(name)
     if reason is not None:
-        raise SandboxError(f"sandbox runtime {name!r} cannot run here: {reason}. " + _summary())
+        raise SandboxError(f"sandbox runtime {name!r} cannot run here: {reason}. "
+                           + _summary(leave_out=name))
     _, _, kwargs = RUNTIMES[name]
     return runtime_class(name)(state_dir=state_dir, **kwargs, **config)
 
 
-def _summary() -> str:
+def _summary(leave_out: str | None = None) -> str:
+    """Which runtimes can run here, and why the others cannot: each reason once (the
+    runtimes sharing it named together), ``leave_out``'s own not repeated."""
     status = availability()
     usable = [name for name, reason in status.items() if reason is None]
-    others = "; ".join(f"{name}: {reason}" for name, reason in status.items() if reason)
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in status.items():
+        if reason and name != leave_out:
+            by_reason.setdefault(reason, []).append(name)
+    others = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
     return f"Available here: {', '.join(usable) or 'none'}. Not available: {others or 'none'}."
 
 
