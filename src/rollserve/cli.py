@@ -150,6 +150,9 @@ def fake_llm(
     port: int = typer.Option(8100),
     latency: float = typer.Option(0.0, help="seconds per call"),
     reply: list[str] = typer.Option(["The answer is \\boxed{42}."], help="scripted replies, cycled"),
+    script: Optional[Path] = typer.Option(
+        None, help="a Python file defining reply(prompt_ids, prompt) -> str: a per-rollout, "
+        "multi-turn policy (replaces --reply; see rollserve.testing.scripted_policy)"),
     capacity: Optional[int] = typer.Option(None, help="concurrent slots, like a GPU's batch"),
     tokenizer: str = typer.Option("smollm2"),
 ) -> None:
@@ -157,7 +160,11 @@ def fake_llm(
     from rollserve.testing.fake_vllm import main as fake_main
 
     argv = ["--host", host, "--port", str(port), "--latency", str(latency),
-            "--tokenizer", tokenizer, "--reply", *reply]
+            "--tokenizer", tokenizer]
+    if script is not None:  # a bad file is named by fake_main, before anything starts
+        argv += ["--script", str(script)]
+    else:
+        argv += ["--reply", *reply]
     if capacity:
         argv += ["--capacity", str(capacity)]
     fake_main(argv)

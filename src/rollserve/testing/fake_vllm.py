@@ -264,13 +264,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per call")
-    parser.add_argument("--reply", nargs="+", default=["OK"], help="replies, cycled")
+    replies = parser.add_mutually_exclusive_group()
+    replies.add_argument("--reply", nargs="+", default=["OK"], help="replies, cycled")
+    replies.add_argument("--script", default=None,
+                         help="a Python file defining reply(prompt_ids, prompt) -> str: a "
+                         "per-rollout, multi-turn policy (see rollserve.testing.scripted_policy)")
     parser.add_argument("--tokenizer", default="smollm2", help="folder, .gguf, or smollm2")
     parser.add_argument("--model", default="fake-model", help="served model name")
     parser.add_argument("--capacity", type=int, default=None, help="concurrent slots")
     args = parser.parse_args(argv)
+    script = None
+    if args.script is not None:
+        from rollserve.testing.scripted_policy import ScriptError, load_reply_script
+
+        try:
+            script = load_reply_script(args.script)
+        except ScriptError as error:
+            parser.error(f"--script: {error}")
     server = FakeVLLM(
-        args.tokenizer, replies=args.reply, latency=args.latency, model=args.model,
+        args.tokenizer, replies=script or args.reply, latency=args.latency, model=args.model,
         capacity=args.capacity, host=args.host, port=args.port,
     )
 
