@@ -3,8 +3,10 @@ seed (an image folder copied in at start), on bubblewrap; the spec's checks."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,25 @@ def test_seed_must_be_absolute():
 async def test_local_runtime_refuses_aliases(tmp_path):
     with pytest.raises(SandboxError, match="mount namespace"):
         await LocalRuntime(tmp_path / "state").start(SandboxSpec(workspace_aliases=["/testbed"]))
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.access("/", os.W_OK), reason="needs to create a top-level folder")
+async def test_a_seed_at_the_aliased_path_is_copied_before_the_alias_hides_it(tmp_path):
+    """The swe handler's image mode: the seed and the alias are the same path
+    (/testbed). The copy must see the image's folder, not the (empty) workspace that
+    the alias puts there."""
+    top = Path(f"/rollserve-testbed-{uuid.uuid4().hex[:8]}")
+    (top / "pkg").mkdir(parents=True)
+    try:
+        (top / "pkg" / "mod.py").write_text("X = 1\n")
+        top.chmod(0o755)
+        (top / "pkg").chmod(0o755)
+        runtime = BubblewrapRuntime(tmp_path / "state")
+        spec = SandboxSpec(workspace_seed=str(top), workspace_aliases=[str(top)])
+        async with await runtime.start(spec) as box:
+            assert (box.workspace / "pkg" / "mod.py").read_text() == "X = 1\n"
+            result = await box.exec(f"cat {top}/pkg/mod.py", 10)
+            assert result.stdout == "X = 1\n", result.stderr
+    finally:
+        shutil.rmtree(top)

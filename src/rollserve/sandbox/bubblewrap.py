@@ -305,6 +305,7 @@ class BubblewrapSandbox(FolderSandbox):
         if uid is not None:
             self._prefix += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                              "--inh-caps=-all", "--"]
+        self._root = root
         self._args = self._bwrap_args(root)
 
     def _bwrap_args(self, root: str) -> list[str]:
@@ -367,7 +368,9 @@ class BubblewrapSandbox(FolderSandbox):
         # prlimit and setpriv (util-linux) set the limits and drop to the sandbox's uid
         # just before bwrap; Popen(preexec_fn=..., user=...) would do the same but
         # disables CPython's vfork fast path.
-        argv = [*self._prefix, *self._args, "--info-fd", str(info_w), "--block-fd", str(block_r),
+        # (While seeding, without the aliases: they would hide the seed.)
+        mounts = self._bwrap_args(self._root) if self._seeding else self._args
+        argv = [*self._prefix, *mounts, "--info-fd", str(info_w), "--block-fd", str(block_r),
                 *self._env_args(env, pty), "--", *inner]
         try:
             process = BwrapProcess.start(argv, pty=pty, env={"PATH": os.environ.get("PATH", SANDBOX_PATH)},
