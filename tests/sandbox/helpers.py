@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -12,6 +16,9 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.local import LocalRuntime
 
 RUNTIMES = ["local", "bubblewrap"]
+REPO = Path(__file__).resolve().parents[2]
+NESTED = "ROLLSERVE_UNPRIVILEGED_NESTED"  # set in a module re-run as another uid
+UNPRIVILEGED_UID = 65534
 
 
 def make_runtime(name: str, state_dir, **config):
@@ -48,3 +55,28 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
         time.sleep(interval)
     return predicate()
 
+
+
+def rerun_unprivileged(test_file: str, tmp_path: Path) -> None:
+    """Re-run ``test_file`` (but its ``unprivileged_user`` test) as uid 65534, through
+    setpriv (no account to create): the server may run as a plain user, and its
+    sandboxes then live in a user namespace of that uid instead of a uid of their own.
+    Fails with the nested run's output; skips where that uid cannot read the checkout."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    os.chmod(tmp_path, 0o755)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home), NESTED: "1",
+           "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    as_user = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}",
+               "--clear-groups", "--", sys.executable]
+    probe = subprocess.run([*as_user, "-c", "import rollserve, pytest, tests.sandbox.helpers"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:  # e.g. a checkout under /root (mode 700)
+        pytest.skip(f"uid {UNPRIVILEGED_UID} cannot read this checkout or its Python "
+                    f"({probe.stderr.strip()[-200:]}); run the suite as a plain user instead")
+    command = [*as_user, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider",
+               "--noconftest", "-k", "not unprivileged_user"]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]

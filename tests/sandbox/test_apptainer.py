@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rollserve.sandbox.apptainer import ApptainerConfig, ApptainerRuntime, cache_name
-from rollserve.sandbox.base import SandboxError, SandboxSpec
+from rollserve.sandbox.base import SandboxError, SandboxLimits, SandboxSpec
 
 # Records each call (argv, start and end time) in calls.jsonl next to it; `build` sleeps a little
 # and writes the .sif; `exec` runs the command on the host in the --home workspace, with
@@ -100,6 +100,10 @@ async def test_exec_command_line(fake_apptainer, tmp_path):
             ["--net", "--network", "none"]
         assert argv[argv.index("--home") + 1] == f"{box.workspace}:/workspace"
         assert argv[argv.index("--bind") + 1] == f"{box.folders.tmp}:/tmp"
+        # /dev/shm: a folder of the sandbox's (under the disk cap), not --contain's
+        # unsized tmpfs.
+        assert f"{box.folders.base / 'shm'}:/dev/shm" in argv
+        assert (box.folders.base / "shm").stat().st_mode & 0o7777 == 0o1777
         assert argv[argv.index("--pwd") + 1] == "/workspace"
         assert argv[-6:] == [str(box.image), "env", "HOME=/tmp", "bash", "-c", "cat x.txt"]
         assert call["env"]["APPTAINERENV_A"] == "1,2"  # commas survive (unlike --env)
@@ -111,6 +115,17 @@ async def test_exec_command_line(fake_apptainer, tmp_path):
         assert fake_apptainer("exec")[-1]["argv"][-6:] == ["env", "HOME=/tmp", "setsid", "--ctty",
                                                            "--wait", "bash"]
         await shell.kill()
+
+
+async def test_the_disk_cap_stops_a_command_that_fills_the_workspace(fake_apptainer, tmp_path):
+    runtime = ApptainerRuntime(tmp_path / "state")
+    fill = ("for i in $(seq 300); do head -c 1048576 /dev/zero > f$i; sleep 0.02; done; "
+            "echo fin''ished")
+    spec = SandboxSpec(image="docker://debian:12", limits=SandboxLimits(disk_mb=8))
+    async with await runtime.start(spec) as box:
+        result = await box.exec(fill, 120)
+    assert result.cap == "disk" and "finished" not in result.stdout
+    assert "disk cap" in result.stderr
 
 
 async def test_network_on_drops_network_none(fake_apptainer, tmp_path):

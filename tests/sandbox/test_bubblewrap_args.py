@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rollserve.sandbox.base import SandboxSpec
-from rollserve.sandbox.bubblewrap import BubblewrapConfig, BubblewrapRuntime, root_binds
+from rollserve.sandbox.bubblewrap import BubblewrapConfig, BubblewrapRuntime
+from rollserve.sandbox.bwrap_view import root_binds
 from rollserve.sandbox.limits import rlimits
 
 

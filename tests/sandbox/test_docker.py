@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 from rollserve.sandbox.base import SandboxError, SandboxLimits, SandboxSpec
-from rollserve.sandbox.docker import DockerConfig, DockerRuntime, DockerSandbox
+from rollserve.sandbox.docker import (DockerConfig, DockerRuntime, DockerSandbox,
+                                      engine_unavailable_reason)
 from rollserve.sandbox.folders import SandboxFolders
 from rollserve.sandbox.owner import OwnerBook
 
@@ -19,16 +20,21 @@ def test_run_command_carries_limits_network_and_binds(tmp_path):
     runtime = DockerRuntime(tmp_path / "state", engine="podman")
     folders = SandboxFolders.create(tmp_path, "dock-1")
     spec = SandboxSpec(image="python:3.12-slim", env={"A": "1"},
-                       limits=SandboxLimits(memory_mb=256, pids=64, open_files=512))
+                       limits=SandboxLimits(memory_mb=256, pids=64, open_files=512,
+                                            cpu_seconds=30, tmpfs_mb=16, disk_mb=100))
     argv = runtime.run_command(spec, "rollserve-dock-1", folders)
     assert argv[:5] == ["podman", "--runtime", "runc", "run", "-d"]
     joined = " ".join(argv)
+    assert "--storage-opt" not in joined  # only where the storage driver can (rootfs_size)
     for part in ["--network none", "--memory 256m", "--memory-swap 256m", "--pids-limit 64",
-                 "--ulimit nofile=512:512", f"-v {folders.workspace}:/workspace",
+                 "--ulimit nofile=512:512", "--ulimit cpu=30:30", "--shm-size 16m",
+                 f"-v {folders.workspace}:/workspace",
                  f"-v {folders.tmp}:/tmp", "-w /workspace", "-e A=1", "-e HOME=/tmp",
                  "--name rollserve-dock-1", "--label rollserve.owner="]:
         assert part in joined, part
     assert argv[-3:] == ["python:3.12-slim", "sleep", "infinity"]
+    sized = DockerRuntime(tmp_path / "state", engine="podman", config=DockerConfig(rootfs_size=True))
+    assert "--storage-opt size=100m" in " ".join(sized.run_command(spec, "c", folders))
     docker = DockerRuntime(tmp_path / "state", engine="docker")
     networked = docker.run_command(SandboxSpec(network=True), "c", folders)
     assert networked[:3] == ["docker", "run", "-d"] and "--network bridge" in " ".join(networked)
@@ -123,6 +129,7 @@ async def test_start_seeds_then_runs_and_reports_a_failed_seed(tmp_path, monkeyp
     engine.write_text(FAKE_ENGINE)
     engine.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    engine_unavailable_reason.cache_clear()  # (an earlier test may have found no podman)
     runtime = DockerRuntime(tmp_path / "state", engine="podman")
     spec = SandboxSpec(image="img:1", workspace_seed="/testbed", workspace_aliases=["/testbed"])
     box = await runtime.start(spec)
@@ -137,3 +144,4 @@ async def test_start_seeds_then_runs_and_reports_a_failed_seed(tmp_path, monkeyp
     with pytest.raises(SandboxError, match="could not seed the workspace"):
         await runtime.start(bad)
     assert not list((tmp_path / "state" / "sandboxes").glob("*.json"))
+    engine_unavailable_reason.cache_clear()  # the fake engine is gone with this test

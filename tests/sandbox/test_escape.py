@@ -12,7 +12,6 @@ import asyncio
 import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,11 +21,8 @@ import pytest
 
 from rollserve.sandbox.base import SandboxLimits, SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
-from tests.sandbox.helpers import our_descendants, wait_until
+from tests.sandbox.helpers import NESTED, REPO, our_descendants, rerun_unprivileged, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
-NESTED = "ROLLSERVE_ESCAPE_NESTED"
-UNPRIVILEGED_UID = 65534
 
 pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
                                 reason=f"{BubblewrapRuntime.unavailable_reason()}")
@@ -181,22 +177,4 @@ async def test_setuid_and_privilege_are_gone(box):
 @pytest.mark.skipif(os.geteuid() != 0, reason="already unprivileged: this run is that case")
 @pytest.mark.skipif(os.environ.get(NESTED) == "1", reason="nested run")
 def test_escape_suite_as_an_unprivileged_user(tmp_path):
-    """Re-run this module as uid 65534 (through setpriv: no account to create)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    os.chown(home, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
-    os.chmod(tmp_path, 0o755)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home), NESTED: "1",
-           "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-    as_user = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}",
-               "--clear-groups", "--", sys.executable]
-    probe = subprocess.run([*as_user, "-c", "import rollserve, pytest, tests.sandbox.helpers"],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:  # e.g. a checkout under /root (mode 700)
-        pytest.skip(f"uid {UNPRIVILEGED_UID} cannot read this checkout or its Python "
-                    f"({probe.stderr.strip()[-200:]}); run the suite as a plain user instead")
-    command = [*as_user, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
-               "--noconftest", "-k", "not unprivileged_user"]
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
+    rerun_unprivileged(__file__, tmp_path)

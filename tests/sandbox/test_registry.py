@@ -54,8 +54,9 @@ async def test_lazy_runtime_is_made_on_first_use_with_its_options(tmp_path):
     assert lazy.runtime is None and lazy.status()["ready"] is False
     box = await lazy.start(SandboxSpec())
     assert box.workspace.is_relative_to(tmp_path / "boxes")
-    assert lazy.status() == {"runtime": "local", "ready": True, "error": None, "open": 1,
-                             "started": 1}
+    status = lazy.status()
+    assert status.pop("limits")["enforced_by"]["disk_mb"].startswith("a watcher")
+    assert status == {"runtime": "local", "ready": True, "error": None, "open": 1, "started": 1}
     await lazy.aclose()  # closes what is still open
     assert lazy.open_sandboxes() == [] and not box.workspace.exists()
 
@@ -70,3 +71,33 @@ async def test_an_unavailable_runtime_fails_each_start_with_the_reason(tmp_path,
         with pytest.raises(SandboxError, match="no bwrap here"):
             await lazy.start(SandboxSpec())
     assert lazy.status()["error"].startswith("sandbox runtime 'bubblewrap' cannot run here")
+
+
+def test_every_runtime_says_how_it_enforces_every_limit(tmp_path):
+    from rollserve.sandbox.base import SandboxLimits
+    from rollserve.sandbox.registry import runtime_class
+
+    for name, (_, _, kwargs) in RUNTIMES.items():
+        caps = runtime_class(name)(state_dir=tmp_path / name, **kwargs).caps()
+        assert set(caps) == set(SandboxLimits.model_fields), name
+        assert all(isinstance(how, str) and how for how in caps.values()), name
+
+
+async def test_the_status_says_which_limits_are_in_force_and_how(tmp_path):
+    from rollserve.sandbox.base import SandboxSpec
+    from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+    from rollserve.sandbox.registry import LazyRuntime
+
+    if BubblewrapRuntime.unavailable_reason():
+        pytest.skip(BubblewrapRuntime.unavailable_reason())
+    lazy = LazyRuntime("bubblewrap", tmp_path / "state")
+    assert lazy.status()["limits"] is None  # not known before the runtime has looked
+    async with await lazy.start(SandboxSpec()):
+        limits = lazy.status()["limits"]
+    assert limits["defaults"]["disk_mb"] == 4096 and limits["defaults"]["memory_mb"] == 2048
+    memory = limits["enforced_by"]["memory_mb"]
+    if lazy.runtime.cgroup_parent is None:  # this host delegates no cgroup: said plainly
+        assert memory.startswith("RLIMIT_AS") and "NOT per sandbox" in memory
+        assert lazy.runtime.cgroup_reason in memory
+    else:
+        assert memory.startswith("cgroup v2 memory.max")

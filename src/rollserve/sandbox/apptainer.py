@@ -38,6 +38,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollserve.sandbox import diskcap
 from rollserve.sandbox import limits as rl
 from rollserve.sandbox.base import WORKDIR, ExecResult, Runtime, SandboxError, SandboxSpec
 from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
@@ -158,6 +159,18 @@ class ApptainerRuntime(Runtime):
             return f"{names} is not on PATH (install Apptainer: https://apptainer.org)"
         return None
 
+    def caps(self) -> dict[str, str]:
+        if self.config.cgroup_limits:
+            memory, pids = ("apptainer --memory (cgroup), swap included",
+                            "apptainer --pids-limit (cgroup)")
+        else:
+            memory = f"{rl.MEMORY_PER_PROCESS} (cgroup_limits is off)"
+            pids = "NOT enforced (cgroup_limits is off)"
+        return {"memory_mb": memory, "pids": pids, **rl.PER_PROCESS,
+                "disk_mb": diskcap.MECHANISM + "; writes to the image's own folders go to "
+                "--writable-tmpfs, sized by apptainer.conf's 'sessiondir max size'",
+                "tmpfs_mb": "/dev/shm: a host folder under the disk cap"}
+
     async def start(self, spec: SandboxSpec) -> "ApptainerSandbox":
         if self.unavailable_reason(self.binary):
             raise SandboxError(self.unavailable_reason(self.binary))
@@ -168,7 +181,9 @@ class ApptainerRuntime(Runtime):
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = open_folders(self.book, self.name, "apptainer", self.config.root,
                                       sandbox_id, spec)
+        folders.make_shm()
         sandbox = ApptainerSandbox(self, sandbox_id, spec, folders, entry, image)
+        sandbox.start_caps()
         await sandbox.seed()
         return sandbox
 
@@ -194,8 +209,11 @@ class ApptainerSandbox(FolderSandbox):
         if config.cgroup_limits:
             args += ["--memory", f"{self.spec.limits.memory_mb}M",
                      "--pids-limit", str(self.spec.limits.pids)]
+        # /dev/shm: --contain's own is an unsized tmpfs (half the host's RAM); a folder
+        # of the sandbox's instead, under the disk cap.
         args += ["--home", f"{self.folders.workspace}:{WORKDIR}",
-                 "--bind", f"{self.folders.tmp}:/tmp"]
+                 "--bind", f"{self.folders.tmp}:/tmp",
+                 "--bind", f"{self.folders.base / 'shm'}:/dev/shm"]
         for alias in self.workspace_aliases():
             args += ["--bind", f"{self.folders.workspace}:{alias}"]
         args += ["--pwd", WORKDIR,

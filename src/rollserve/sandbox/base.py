@@ -33,11 +33,16 @@ class SandboxError(InfraError):
 class SandboxLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    memory_mb: int = Field(2048, ge=16, description="address space / cgroup memory per sandbox")
+    memory_mb: int = Field(2048, ge=16, description="cgroup memory per sandbox where a cgroup "
+                           "is available, else address space per process")
     pids: int = Field(256, ge=8, description="processes (RLIMIT_NPROC where no cgroup)")
     file_size_mb: int = Field(512, ge=1, description="largest file a process may write")
     cpu_seconds: int = Field(600, ge=1, description="CPU time per process")
     open_files: int = Field(1024, ge=16)
+    disk_mb: int = Field(4096, ge=1, description="what /workspace and /tmp hold together; "
+                         "past it every process of the sandbox is killed (see diskcap.py)")
+    tmpfs_mb: int = Field(64, ge=1, description="size of each in-memory filesystem inside "
+                          "(/dev/shm): writes past it fail with ENOSPC")
 
 
 class SandboxSpec(BaseModel):
@@ -95,6 +100,9 @@ class ExecResult:
     # memory/cgroup limit, SIGXCPU at the CPU limit, SIGXFSZ at the file-size limit.
     # bwrap reports a signalled child as exit status 128+N; it is read back as N.
     signal: int | None = None
+    # The sandbox cap that killed the command ("disk", "memory"), None otherwise; the
+    # reason is also at the end of its stderr, for the agent to read.
+    cap: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -208,6 +216,11 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     async def start(self, spec: SandboxSpec) -> Sandbox: ...
+
+    def caps(self) -> dict[str, str]:
+        """How this runtime enforces each SandboxLimits field, here: field -> mechanism
+        (shown by ``GET /v1/status`` under ``sandboxes.limits``)."""
+        return {}
 
 
 def resolve_in_workspace(workspace: Path, path: str) -> Path:

@@ -8,25 +8,7 @@ processes are not (``ps`` in one does not see the others). Starting a bwrap cost
 few ms, so there is no long-lived "container" process to keep alive or to leak.
 Closing kills every live invocation, removes the folders and the owner record.
 
-Each invocation:
-  bwrap --unshare-all [--share-net] --die-with-parent --new-session
-        --ro-bind-try <each top-level folder of / (or of the rootfs)> ...  (read-only)
-        --tmpfs <hidden folders>  (/root, /home, /run, the state dir: empty, read-only)
-        --ro-bind <extra read-only paths>  (the server's Python when a hidden folder
-                                            covers it, e.g. pyenv under /root)
-        --dev /dev --proc /proc --bind <workspace> /workspace --bind <tmp> /tmp
-        --chdir /workspace --clearenv --setenv ... --hostname sandbox
-        --info-fd I --block-fd B -- <command>
-The root is not ``--ro-bind / /``: bwrap could not create /workspace in a read-only
-root, so each top-level entry is bound (symlinks such as /bin -> usr/bin recreated).
-/run is hidden because a read-only bind does not stop connect() on host Unix sockets
-(docker.sock, D-Bus): the kernel's read-only check skips sockets.
-Hiding /root and /home also hides a Python built there (pyenv, conda), so the
-server's own interpreter is bound back read-only (``share_interpreter``), with any
-``readonly_paths``. Not as root, though, when the path is under a folder closed to
-others (/root is mode 700): bwrap then runs as the sandbox's uid and cannot reach it;
-the path is left out with a warning (``handlers.sandboxed.find_python`` falls back
-to a python3 of the same version inside, with the server's site-packages).
+What each invocation sees (its mounts, as bwrap arguments) is bwrap_view.py.
 
 Limits (see limits.py for what each rlimit means). RLIMIT_NPROC is counted per
 (user namespace, uid), and real uid 0 is exempt from it, so:
@@ -46,7 +28,10 @@ Limits (see limits.py for what each rlimit means). RLIMIT_NPROC is counted per
   ``prlimit`` in front of bwrap and inherited by everything in the sandbox.
 - where a delegated cgroup v2 subtree exists (cgroups.py), the sandbox's first
   process is moved into a cgroup of its own in the block-fd window: memory and pids
-  are then bounded for the sandbox as a whole, and RLIMIT_AS is dropped.
+  are then bounded for the sandbox as a whole, and RLIMIT_AS is dropped. A command
+  that fails after the cgroup's OOM killer struck has ``cap="memory"``.
+- the workspace and /tmp together are held under ``disk_mb`` by the disk cap's
+  watcher (diskcap.py); /dev/shm is a tmpfs of ``tmpfs_mb`` (bwrap_view.py).
 """
 
 from __future__ import annotations
@@ -59,19 +44,17 @@ import os
 import resource
 import secrets
 import shutil
-import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field
 
-from rollserve.sandbox import cgroups
+from rollserve.sandbox import cgroups, diskcap
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, SandboxError, SandboxProcess,
-                                    SandboxSpec, resolve_in_workspace)
+from rollserve.sandbox.base import (ExecResult, Runtime, SandboxError, SandboxProcess, SandboxSpec,
+                                    resolve_in_workspace)
+from rollserve.sandbox.bwrap_view import BubblewrapConfig, View
 from rollserve.sandbox.common import FolderSandbox, shell_argv
 from rollserve.sandbox.folders import SandboxFolders, chown_up_to, new_sandbox_id
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
@@ -80,55 +63,6 @@ from rollserve.sandbox.process import HostProcess, collect
 log = logging.getLogger(__name__)
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Not bound from the host root: replaced (dev, proc, tmp, workspace) or useless.
-SKIPPED = {"dev", "proc", "tmp", WORKDIR.strip("/"), "lost+found"}
-
-
-class BubblewrapConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    bwrap: str = "bwrap"
-    root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
-    root_uids: tuple[int, int] | None = Field(
-        (1_100_000_000, 100_000_000),
-        description="(first, count): when the server is root, each sandbox runs as a "
-        "random uid (and gid) from this range, used by no real user. None: sandboxes "
-        "run as root (then the pids limit needs a cgroup)")
-    hide: list[str] = Field(
-        default_factory=lambda: ["/root", "/home", "/run", "/var/tmp"],
-        description="host folders replaced by an empty read-only tmpfs")
-    cgroup: str | None = Field("auto", description="'auto', 'off' or a delegated cgroup v2 folder")
-    readonly_paths: list[str] = Field(
-        default_factory=list,
-        description="host paths also shown read-only inside, at the same place (even "
-        "under a hidden folder, or with a rootfs image)")
-    share_interpreter: bool = Field(
-        True,
-        description="over the host root, show this server's Python (sys.prefix, "
-        "sys.base_prefix) read-only where a hidden folder covers it, e.g. a pyenv or "
-        "conda build under /root or /home: the python and IPython tools run it")
-
-
-def root_binds(root: str) -> list[str]:
-    """bwrap arguments that show ``root``'s top level read-only at /.
-
-    Listed afresh for every sandbox, and bound with ``--ro-bind-try``: a top-level
-    folder removed after the listing (while a sandbox is open, or between two
-    sandboxes) is left out instead of failing every later command with bwrap's
-    ``Can't find source path``."""
-    args: list[str] = []
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if entry.name in SKIPPED:
-            continue
-        target = "/" + entry.name
-        try:
-            if entry.is_symlink():
-                args += ["--symlink", os.readlink(entry.path), target]
-            elif entry.is_dir() or entry.is_file():
-                args += ["--ro-bind-try", entry.path, target]
-        except OSError:  # gone between scandir and here
-            continue
-    return args
 
 
 class BwrapProcess(HostProcess):
@@ -157,21 +91,36 @@ class BubblewrapRuntime(Runtime):
         self._uids: set[int] = set()  # uids of this runtime's open sandboxes (root only)
         self.as_root = os.geteuid() == 0
         self.cgroup_parent, self.cgroup_reason = cgroups.find_parent(self.config.cgroup)
-        self._skipped_paths: set[str] = set()  # read-only paths warned about
+        self.view = View(self.config, self.state_dir, self.as_root)
+        self.sized_tmpfs = self.view.sized_tmpfs
+        self.hidden = self.view.hidden
+        self.readonly_paths = self.view.readonly_paths
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
         return bwrap_unavailable_reason("bwrap")
 
-    def limits_note(self) -> str:
-        """How the limits are enforced here (for logs and the docs)."""
-        if self.cgroup_parent is not None:
-            return f"cgroup v2 under {self.cgroup_parent} (memory, pids) + rlimits"
-        if self.as_root and self.config.root_uids is None:
-            return "rlimits; pids NOT enforced (root, no cgroup, root_uids=None)"
-        if self.as_root:
-            return "rlimits (a uid of its own per sandbox: pids per sandbox)"
-        return "rlimits (pids per sandbox user namespace)"
+    def caps(self) -> dict[str, str]:
+        cgroup = self.cgroup_parent
+        if cgroup is not None:
+            memory = f"cgroup v2 memory.max for the whole sandbox, swap off (under {cgroup})"
+            pids = f"cgroup v2 pids.max for the whole sandbox (under {cgroup})"
+        else:
+            memory = f"{rl.MEMORY_PER_PROCESS}; no cgroup: {self.cgroup_reason}"
+            if self.as_root and self.config.root_uids is None:
+                pids = "NOT enforced (server is root, no cgroup, root_uids=None)"
+            elif self.as_root:
+                pids = "RLIMIT_NPROC of the sandbox's own uid: per sandbox"
+            else:
+                pids = "RLIMIT_NPROC inside the sandbox's user namespace: per sandbox"
+        if self.sized_tmpfs:
+            shm = ("/dev/shm and the hidden folders: tmpfs of this size per command "
+                   "(bwrap --size); bwrap's tmpfs at / and /dev read-only")
+        else:
+            shm = ("/dev/shm: a host folder under the disk cap (this bwrap has no --size); "
+                   "bwrap's tmpfs at / and /dev read-only")
+        return {"memory_mb": memory, "pids": pids, **rl.PER_PROCESS,
+                "disk_mb": diskcap.MECHANISM, "tmpfs_mb": shm}
 
     def _pick_uid(self) -> int | None:
         if not self.as_root or self.config.root_uids is None:
@@ -195,6 +144,8 @@ class BubblewrapRuntime(Runtime):
         try:
             folders = SandboxFolders.create(self.config.root, sandbox_id, uid, uid)
             folders.write_files(spec, uid, uid)
+            if not self.sized_tmpfs:
+                folders.make_shm(uid)
             cgroup = None
             if self.cgroup_parent is not None:
                 cgroup = cgroups.create(self.cgroup_parent, f"rollserve-{sandbox_id}", spec.limits)
@@ -204,62 +155,9 @@ class BubblewrapRuntime(Runtime):
             self._uids.discard(uid)
             raise SandboxError(f"bubblewrap sandbox could not start: {error}") from error
         sandbox = BubblewrapSandbox(self, sandbox_id, spec, folders, entry, cgroup, root, uid)
+        sandbox.start_caps()
         await sandbox.seed()
         return sandbox
-
-    def hidden(self) -> list[str]:
-        """Host folders to cover with an empty read-only tmpfs (outermost only: a
-        folder inside a covered one is gone already, and could not be mounted on)."""
-        candidates = [Path(p) for p in self.config.hide]
-        # Other sandboxes' workspaces and the store (task instances, answers) are
-        # nobody's business inside a sandbox. (/tmp is replaced as a whole anyway.)
-        candidates += [p.resolve() for p in (self.state_dir, self.config.root) if p is not None]
-        folders = [p for p in candidates if p.is_dir() and not p.is_symlink()
-                   and p != Path("/") and Path("/tmp") not in (p, *p.parents)]
-        return [str(p) for p in folders
-                if not any(other in p.parents for other in folders)]
-
-    def readonly_paths(self, root: str = "/") -> list[str]:
-        """Host paths bound read-only inside on top of the root: the configured ones,
-        and (over the host root) the server's Python where a hidden folder covers it.
-
-        A path the sandbox's user cannot reach is left out, with a warning once: as
-        root, sandboxes run as a uid of their own, and bwrap (running as that uid)
-        cannot bind a path under a folder closed to others, such as /root (mode 700).
-        """
-        configured = [Path(p).resolve() for p in self.config.readonly_paths]
-        interpreter = []
-        if root == "/" and self.config.share_interpreter:
-            # /tmp counts as hidden here: every sandbox sees its own private /tmp.
-            hidden = [Path(h) for h in self.hidden()] + [Path("/tmp")]
-            for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
-                real = Path(prefix).resolve()
-                if any(h == real or h in real.parents for h in hidden):
-                    interpreter.append(real)
-        usable = []
-        for path in dict.fromkeys([*configured, *interpreter]):
-            why = None if path.exists() else "does not exist"
-            if why is None and self.as_root and self.config.root_uids is not None:
-                why = _closed_to_others(path)
-            if why is None:
-                usable.append(str(path))
-            elif str(path) not in self._skipped_paths:
-                self._skipped_paths.add(str(path))
-                # The interpreter has a fallback (find_python); a configured path has none.
-                log.log(logging.WARNING if path in configured else logging.INFO,
-                        "bubblewrap: read-only path %s is not shown in sandboxes: %s", path, why)
-        return usable
-
-
-def _closed_to_others(path: Path) -> str | None:
-    """Why a uid that is neither owner nor group could not reach ``path``, or None."""
-    for folder in [*reversed(path.parents), path]:
-        mode = folder.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            return (f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
-                    "sandboxes of a root server run as a uid of their own")
-    return None
-
 
 @functools.lru_cache(maxsize=4)
 def bwrap_unavailable_reason(binary: str) -> str | None:
@@ -309,37 +207,8 @@ class BubblewrapSandbox(FolderSandbox):
         self._args = self._bwrap_args(root)
 
     def _bwrap_args(self, root: str) -> list[str]:
-        config = self._owner.config
-        args = [config.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
-        if self.spec.network:
-            args.append("--share-net")
-        args += root_binds(root)
-        hidden = self._owner.hidden()
-        for folder in hidden:
-            args += ["--tmpfs", folder]
-        # Bound before the covering tmpfs turns read-only: bwrap makes the mount points.
-        # Paths under /tmp are bound after the private /tmp below, which would cover them.
-        readonly = self._owner.readonly_paths(root)
-        under_tmp = [p for p in readonly if Path("/tmp") in Path(p).parents]
-        for path in readonly:
-            if path not in under_tmp:
-                args += ["--ro-bind", path, path]
-        for folder in hidden:
-            args += ["--remount-ro", folder]
-        if self.spec.network and root == "/":
-            # /run is hidden, but DNS may live there (systemd-resolved's stub file).
-            resolv = os.path.realpath("/etc/resolv.conf")
-            if resolv != "/etc/resolv.conf":
-                args += ["--ro-bind-try", resolv, resolv]
-        args += ["--dev", "/dev", "--proc", "/proc",
-                  "--bind", str(self.folders.workspace), WORKDIR,
-                  "--bind", str(self.folders.tmp), "/tmp"]
-        for alias in self.workspace_aliases():
-            args += ["--bind", str(self.folders.workspace), alias]
-        for path in under_tmp:
-            args += ["--ro-bind", path, path]
-        args += ["--chdir", WORKDIR, "--hostname", "sandbox", "--clearenv"]
-        return args
+        return self._owner.view.args(root, self.folders, self.spec.limits, self.spec.network,
+                                     self.workspace_aliases())
 
     def _env_args(self, env: dict[str, str] | None, pty: bool) -> list[str]:
         # HOME is the private /tmp, not the workspace: caches (pip, IPython, matplotlib)
@@ -414,10 +283,21 @@ class BubblewrapSandbox(FolderSandbox):
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
                    env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
         started = time.monotonic()
+        ooms = self._oom_kills()
         process = await self._launch(shell_argv(command), pty=False, env=env, merge_stderr=False)
         # bwrap exits 128+N when the command dies of signal N: read back as a signal.
-        return await collect(process, timeout, stdin, max_output, signal_codes=True,
-                             started=started)
+        result = await collect(process, timeout, stdin, max_output, signal_codes=True,
+                               started=started)
+        if result.cap is None and not result.ok and self._oom_kills() > ooms:
+            result.cap = "memory"
+            result.stderr += (f"\n[rollserve: the sandbox reached its memory cap "
+                              f"({self.spec.limits.memory_mb} MB for all its processes together); "
+                              "the kernel killed a process of it during this command.]\n")
+        return result
+
+    def _oom_kills(self) -> int:
+        """How many processes the sandbox's memory cap (its cgroup) has killed so far."""
+        return cgroups.memory_events(self.cgroup).get("oom_kill", 0) if self.cgroup else 0
 
     async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
                     *, merge_stderr: bool = True) -> SandboxProcess:

@@ -48,10 +48,9 @@ def own_cgroup() -> Path | None:
 
 def usable_parent(path: Path) -> str | None:
     """None if sandboxes' cgroups can be made under ``path``, else why not."""
-    try:
-        enabled = set((path / "cgroup.subtree_control").read_text().split())
-    except OSError as error:
-        return f"{path}: not a cgroup v2 folder ({error.strerror})"
+    if not (path / "cgroup.subtree_control").exists():
+        return f"{path}: not a cgroup v2 folder"
+    enabled = controllers(path)
     if not NEEDED <= enabled:
         return f"{path}: controllers {sorted(NEEDED - enabled)} not enabled for children"
     if not os.access(path, os.W_OK):
@@ -78,7 +77,8 @@ def find_parent(configured: str | None) -> tuple[Path | None, str]:
         if usable_parent(candidate) is None and (delegated(candidate)
                                                  or candidate == cgroup2_mount()):
             return candidate, "delegated"
-    return None, (usable_parent(own.parent) or f"{own.parent}: not marked as delegated "
+    outer = own if own == cgroup2_mount() else own.parent
+    return None, (usable_parent(outer) or f"{outer}: not marked as delegated "
                   "(set BubblewrapConfig.cgroup to a folder delegated to rollserve)")
 
 
@@ -93,16 +93,28 @@ def delegated(path: Path) -> bool:
     return False
 
 
+def controllers(parent: Path) -> set[str]:
+    """The controllers ``parent`` enables for its children."""
+    try:
+        return set((parent / "cgroup.subtree_control").read_text().split())
+    except OSError:
+        return set()
+
+
 def create(parent: Path, name: str, limits: SandboxLimits, memory: bool = True) -> Path:
+    """A sandbox's cgroup under ``parent``, with the limits of the controllers that
+    ``parent`` enables (a parent chosen by ``find_parent`` enables memory and pids)."""
+    enabled = controllers(parent)
     path = parent / name
     path.mkdir()
-    if memory:
+    if memory and "memory" in enabled:
         (path / "memory.max").write_text(str(limits.memory_mb << 20))
         try:
             (path / "memory.swap.max").write_text("0")  # no swapping past the limit
         except OSError:
             pass
-    (path / "pids.max").write_text(str(limits.pids))
+    if "pids" in enabled:
+        (path / "pids.max").write_text(str(limits.pids))
     return path
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
+
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxError, SandboxProcess, SandboxSpec
+from rollserve.sandbox.diskcap import MB, DiskWatch
 from rollserve.sandbox.folders import SandboxFolders
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry
 from rollserve.sandbox.process import HostProcess
@@ -48,6 +51,34 @@ class FolderSandbox(Sandbox):
         self._processes: set[HostProcess] = set()
         self._closed = False
         self._seeding = False  # while True, commands see no workspace aliases
+        self.disk: DiskWatch | None = None  # the disk cap's watcher, once started
+
+    def start_caps(self) -> None:
+        """Start watching the disk cap (workspace and tmp together: the sandbox's
+        folder); the runtime calls it once the sandbox exists, before seeding it."""
+        self.disk = DiskWatch(self.folders.base, self.spec.limits.disk_mb * MB,
+                              self.host_pids, self._disk_exceeded)
+        self.disk.start()
+
+    def host_pids(self) -> list[int]:
+        """Host pids of the sandbox's live processes and everything they started."""
+        pids = []
+        for process in list(self._processes):
+            try:
+                pids += [process.pid, *(child.pid for child in
+                                        psutil.Process(process.pid).children(recursive=True))]
+            except psutil.Error:
+                continue
+        return pids
+
+    async def _disk_exceeded(self, used: int) -> None:
+        await self.kill_for_cap("disk", self.disk.notice(used))
+
+    async def kill_for_cap(self, cap: str, notice: str) -> None:
+        """Kill every process of the sandbox because it passed ``cap``; each one's
+        reader gets ``notice`` at the end of its output. The sandbox stays open."""
+        for process in list(self._processes):
+            process.kill_for_cap(cap, notice)
 
     def workspace_aliases(self) -> list[str]:
         """Where else the workspace is mounted in the command being built."""
@@ -106,6 +137,11 @@ class FolderSandbox(Sandbox):
         if self._closed:
             return False
         self._closed = True
+        await self._stop_caps()
         for process in list(self._processes):
             await process.kill()
         return True
+
+    async def _stop_caps(self) -> None:
+        if self.disk is not None:
+            await self.disk.stop()

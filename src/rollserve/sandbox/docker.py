@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollserve.sandbox import diskcap
 from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, SandboxError, SandboxProcess,
                                     SandboxSpec)
 from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
@@ -48,6 +49,10 @@ class DockerConfig(BaseModel):
     podman_runtime: str | None = Field("runc", description="podman --runtime (None: its default)")
     root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
     engine_timeout: float = Field(120.0, gt=0, description="bound on run/rm calls")
+    rootfs_size: bool = Field(
+        False, description="also cap the container's own filesystem at disk_mb (`--storage-opt "
+        "size=`): needs a storage driver that supports it (overlay2 on xfs with pquota, btrfs, "
+        "zfs); otherwise `run` fails")
     extra_run_args: list[str] = Field(default_factory=list)
 
 
@@ -80,6 +85,17 @@ class DockerRuntime(Runtime):
     def unavailable_reason(cls, engine: str = "docker") -> str | None:
         return engine_unavailable_reason(engine)
 
+    def caps(self) -> dict[str, str]:
+        disk = diskcap.MECHANISM + ("; the container's own filesystem: --storage-opt size="
+                                    if self.config.rootfs_size else
+                                    "; the container's own filesystem is NOT capped "
+                                    "(rootfs_size is off)")
+        return {"memory_mb": "--memory for the whole container, swap off (cgroup)",
+                "pids": "--pids-limit for the whole container (cgroup)",
+                "file_size_mb": "--ulimit fsize: per file", "open_files": "--ulimit nofile",
+                "cpu_seconds": "--ulimit cpu: per process",
+                "disk_mb": disk, "tmpfs_mb": "--shm-size: /dev/shm"}
+
     def run_command(self, spec: SandboxSpec, name: str, folders: SandboxFolders) -> list[str]:
         """The ``<engine> run -d`` argv that creates a sandbox's container."""
         limits = spec.limits
@@ -93,11 +109,15 @@ class DockerRuntime(Runtime):
                 "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
                 "--ulimit", f"fsize={limits.file_size_mb << 20}:{limits.file_size_mb << 20}",
                 "--ulimit", "core=0:0",
+                "--ulimit", f"cpu={limits.cpu_seconds}:{limits.cpu_seconds}",
+                "--shm-size", f"{limits.tmpfs_mb}m",
                 "--security-opt", "no-new-privileges",
                 "-v", f"{folders.workspace}:{WORKDIR}", "-v", f"{folders.tmp}:/tmp",
                 "-w", WORKDIR, "-e", "HOME=/tmp", "-e", "LANG=C.UTF-8"]
         for alias in spec.workspace_aliases:
             args += ["-v", f"{folders.workspace}:{alias}"]
+        if self.config.rootfs_size:
+            args += ["--storage-opt", f"size={limits.disk_mb}m"]
         for key, value in spec.env.items():
             args += ["-e", f"{key}={value}"]
         args += [*self.config.extra_run_args, spec.image or self.config.default_image,
@@ -122,7 +142,9 @@ class DockerRuntime(Runtime):
             remove_tree(folders.base)
             entry.delete()
             raise SandboxError(f"{self.engine}: could not {step}: {result.failure(1000)}")
-        return DockerSandbox(self, sandbox_id, spec, folders, entry, name)
+        sandbox = DockerSandbox(self, sandbox_id, spec, folders, entry, name)
+        sandbox.start_caps()
+        return sandbox
 
     def seed_commands(self, spec: SandboxSpec, name: str, folders: SandboxFolders) -> list[list[str]]:
         """``create`` a stopped container of the image, ``cp`` its seed folder into the
@@ -204,6 +226,13 @@ class DockerSandbox(FolderSandbox):
             host_pid_file = self.folders.tmp / pid_file.removeprefix("/tmp/")
             host_pid_file.unlink(missing_ok=True)
         return result
+
+    async def kill_for_cap(self, cap: str, notice: str) -> None:
+        # A killed `exec` client leaves its command running in the container: kill
+        # every process there but the container's own (pid 1, `sleep infinity`).
+        await run_command(self.exec_command(["sh", "-c", "kill -KILL -1"], None, False, False),
+                          self._owner.config.engine_timeout)
+        await super().kill_for_cap(cap, notice)
 
     async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
                     *, merge_stderr: bool = True) -> SandboxProcess:

@@ -43,6 +43,16 @@ class SandboxFolders:
                 os.chown(path, uid, gid if gid is not None else -1)
         return folders
 
+    def make_shm(self, uid: int | None = None) -> Path:
+        """``<base>/shm``: a host folder to show at /dev/shm where a runtime cannot give
+        a sized tmpfs there; being in the base folder, it counts against the disk cap."""
+        shm = self.base / "shm"
+        shm.mkdir(exist_ok=True)
+        os.chmod(shm, 0o1777)
+        if uid is not None:
+            os.chown(shm, uid, uid)
+        return shm
+
     def write_files(self, spec: SandboxSpec, uid: int | None = None, gid: int | None = None) -> None:
         for name, text in spec.files.items():
             target = resolve_in_workspace(self.workspace, name)

@@ -60,6 +60,16 @@ def prlimit_argv(values: dict[int, int]) -> list[str]:
     return ["prlimit", *(f"{_PRLIMIT_FLAGS[r]}={v}" for r, v in values.items()), "--"]
 
 
+# How each limit is enforced, for Runtime.caps() (the runtimes say which apply).
+PER_PROCESS = {
+    "file_size_mb": "RLIMIT_FSIZE: per file, a write past it fails (SIGXFSZ)",
+    "cpu_seconds": "RLIMIT_CPU: per process (SIGXCPU, then SIGKILL)",
+    "open_files": "RLIMIT_NOFILE: per process",
+}
+MEMORY_PER_PROCESS = ("RLIMIT_AS: address space per process, NOT per sandbox (several "
+                      "processes may together use more)")
+
+
 def apply(pid: int, values: dict[int, int]) -> None:
     """Set the limits on a running (e.g. blocked, not yet exec'd) process."""
     for which, value in values.items():

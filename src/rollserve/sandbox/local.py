@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from rollserve.sandbox import diskcap
 from rollserve.sandbox import limits as rl
 from rollserve.sandbox.base import ExecResult, SandboxError, Runtime, SandboxSpec
 from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
@@ -64,6 +65,11 @@ class LocalRuntime(Runtime):
     def unavailable_reason(cls) -> str | None:
         return None
 
+    def caps(self) -> dict[str, str]:
+        return {"memory_mb": rl.MEMORY_PER_PROCESS, "pids": "NOT enforced (local runtime)",
+                **rl.PER_PROCESS, "disk_mb": diskcap.MECHANISM,
+                "tmpfs_mb": "NOT enforced (local runtime: the host's /dev/shm)"}
+
     async def start(self, spec: SandboxSpec) -> "LocalSandbox":
         if spec.image is not None:
             log.warning("local runtime ignores image %r: commands run on the host", spec.image)
@@ -73,7 +79,9 @@ class LocalRuntime(Runtime):
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = open_folders(self.book, self.name, "local", self.config.root,
                                       sandbox_id, spec)
-        return LocalSandbox(sandbox_id, spec, folders, entry)
+        sandbox = LocalSandbox(sandbox_id, spec, folders, entry)
+        sandbox.start_caps()
+        return sandbox
 
 
 class LocalSandbox(FolderSandbox):
@@ -115,6 +123,7 @@ class LocalSandbox(FolderSandbox):
         if self._closed:
             return
         self._closed = True
+        await self._stop_caps()
         for process in list(self._processes):
             try:
                 await process.kill()

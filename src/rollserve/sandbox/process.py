@@ -98,6 +98,9 @@ class HostProcess(SandboxProcess):
         self._err_fd = err_fd
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = self._loop.create_future()
+        self.cap: str | None = None  # the sandbox cap that killed it ("disk", "memory")
+        self._notice = b""  # why, read once at the end of its output (see kill_for_cap)
+        self._notice_on_stderr = err_fd is not None
         self._closed = False
         self._waiters: dict[asyncio.Future, tuple[int, object]] = {}  # pending fd waits
         self._watch_exit()
@@ -226,11 +229,18 @@ class HostProcess(SandboxProcess):
             await self._wait_fd(fd, writable=False)
 
     async def read(self, max_bytes: int = READ_CHUNK) -> bytes:
-        return await self._read_fd(self._out_fd, max_bytes)
+        data = await self._read_fd(self._out_fd, max_bytes)
+        return data or (b"" if self._notice_on_stderr else self._take_notice())
 
     async def read_stderr(self, max_bytes: int = READ_CHUNK) -> bytes:
         """stderr, when started with ``merge_stderr=False`` (else b"" at once)."""
-        return await self._read_fd(self._err_fd, max_bytes)
+        if not self._notice_on_stderr:
+            return b""
+        return await self._read_fd(self._err_fd, max_bytes) or self._take_notice()
+
+    def _take_notice(self) -> bytes:
+        notice, self._notice = self._notice, b""
+        return notice
 
     async def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -332,6 +342,16 @@ class HostProcess(SandboxProcess):
                 except psutil.Error:
                     pass
         self.signal(signals.SIGKILL)
+
+    def kill_for_cap(self, cap: str, notice: str) -> None:
+        """Kill it because its sandbox passed a cap: whoever reads its output (stderr if
+        separate, else stdout or the PTY) gets ``notice`` before the end of it, so the
+        agent learns why (tools need not know about caps)."""
+        if self._exited.done():
+            return
+        self.cap = cap
+        self._notice = notice.encode()
+        self.kill_now()
 
     async def kill(self, close: bool = True) -> None:
         """Kill (see ``kill_now``) and wait for it; then close our fds unless
@@ -436,6 +456,7 @@ async def collect(
         truncated=out.truncated or err.truncated,
         seconds=time.monotonic() - started,
         signal=signum,
+        cap=process.cap,
     )
 
 

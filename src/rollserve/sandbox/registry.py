@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from rollserve.sandbox.base import Runtime, Sandbox, SandboxError, SandboxSpec
+from rollserve.sandbox.base import Runtime, Sandbox, SandboxError, SandboxLimits, SandboxSpec
 from rollserve.validation import describe
 
 log = logging.getLogger(__name__)
@@ -166,4 +166,12 @@ class LazyRuntime:
             "error": self.error,
             "open": len(self.open_sandboxes()),
             "started": self.started,
+            "limits": self.limits(),
         }
+
+    def limits(self) -> dict | None:
+        """The default limits and how this runtime enforces each one (None until the
+        runtime is created: the mechanism depends on the host it probes)."""
+        if self._runtime is None:
+            return None
+        return {"defaults": SandboxLimits().model_dump(), "enforced_by": self._runtime.caps()}

@@ -1,0 +1,217 @@
+"""What a bubblewrap sandbox sees, as bwrap arguments (the runtime is bubblewrap.py).
+
+Each invocation:
+  bwrap --unshare-all [--share-net] --die-with-parent --new-session
+        --ro-bind-try <each top-level folder of / (or of the rootfs)> ...  (read-only)
+        --size <tmpfs_mb> --tmpfs <hidden folders>  (/root, /home, /run, the state
+                                            dir: empty, read-only)
+        --ro-bind <extra read-only paths>  (the server's Python when a hidden folder
+                                            covers it, e.g. pyenv under /root)
+        --dev /dev --proc /proc --bind <workspace> /workspace --bind <tmp> /tmp
+        --perms 1777 --size <tmpfs_mb> --tmpfs /dev/shm
+        --remount-ro /dev --remount-ro /
+        --chdir /workspace --clearenv --setenv ... --hostname sandbox
+        --info-fd I --block-fd B -- <command>
+The root is not ``--ro-bind / /``: bwrap could not create /workspace in a read-only
+root, so each top-level entry is bound (symlinks such as /bin -> usr/bin recreated),
+listed afresh for every sandbox and bound with ``-try`` (a top-level folder removed
+while the server runs must not break later sandboxes). The tmpfs bwrap builds that
+root on, and the one under /dev, belong to the sandbox's user and have no size: both
+are made read-only once everything is mounted. Every tmpfs the sandbox can write
+(/dev/shm) is sized by ``tmpfs_mb``; a bwrap older than 0.7 cannot size one (no
+``--size``), and /dev/shm is then a folder of the sandbox's, under the disk cap.
+/run is hidden because a read-only bind does not stop connect() on host Unix sockets
+(docker.sock, D-Bus): the kernel's read-only check skips sockets.
+Hiding /root and /home also hides a Python built there (pyenv, conda), so the
+server's own interpreter is bound back read-only (``share_interpreter``), with any
+``readonly_paths``. Not as root, though, when the path is under a folder closed to
+others (/root is mode 700): bwrap then runs as the sandbox's uid and cannot reach it;
+the path is left out with a warning (``handlers.sandboxed.find_python`` falls back
+to a python3 of the same version inside, with the server's site-packages).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.sandbox.base import WORKDIR, SandboxLimits
+from rollserve.sandbox.diskcap import MB
+from rollserve.sandbox.folders import SandboxFolders
+
+log = logging.getLogger(__name__)
+
+# Not bound from the host root: replaced (dev, proc, tmp, workspace) or useless.
+SKIPPED = {"dev", "proc", "tmp", WORKDIR.strip("/"), "lost+found"}
+
+
+class BubblewrapConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bwrap: str = "bwrap"
+    root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
+    root_uids: tuple[int, int] | None = Field(
+        (1_100_000_000, 100_000_000),
+        description="(first, count): when the server is root, each sandbox runs as a "
+        "random uid (and gid) from this range, used by no real user. None: sandboxes "
+        "run as root (then the pids limit needs a cgroup)")
+    hide: list[str] = Field(
+        default_factory=lambda: ["/root", "/home", "/run", "/var/tmp"],
+        description="host folders replaced by an empty read-only tmpfs")
+    cgroup: str | None = Field("auto", description="'auto', 'off' or a delegated cgroup v2 folder")
+    readonly_paths: list[str] = Field(
+        default_factory=list,
+        description="host paths also shown read-only inside, at the same place (even "
+        "under a hidden folder, or with a rootfs image)")
+    share_interpreter: bool = Field(
+        True,
+        description="over the host root, show this server's Python (sys.prefix, "
+        "sys.base_prefix) read-only where a hidden folder covers it, e.g. a pyenv or "
+        "conda build under /root or /home: the python and IPython tools run it")
+
+
+def root_binds(root: str) -> list[str]:
+    """bwrap arguments that show ``root``'s top level read-only at /.
+
+    Listed afresh for every sandbox, and bound with ``--ro-bind-try``: a top-level
+    folder removed after the listing (while a sandbox is open, or between two
+    sandboxes) is left out instead of failing every later command with bwrap's
+    ``Can't find source path``."""
+    args: list[str] = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if entry.name in SKIPPED:
+            continue
+        target = "/" + entry.name
+        try:
+            if entry.is_symlink():
+                args += ["--symlink", os.readlink(entry.path), target]
+            elif entry.is_dir() or entry.is_file():
+                args += ["--ro-bind-try", entry.path, target]
+        except OSError:  # gone between scandir and here
+            continue
+    return args
+
+
+@functools.lru_cache(maxsize=4)
+def bwrap_options(binary: str) -> frozenset[str]:
+    """The options ``binary`` knows, from its --help (empty if it cannot run)."""
+    try:
+        done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return frozenset(re.findall(r"^\s+(--[a-z0-9-]+)", done.stdout + done.stderr, re.M))
+
+
+class View:
+    """The mounts of a runtime's sandboxes: ``args()`` for one sandbox."""
+
+    def __init__(self, config: BubblewrapConfig, state_dir: Path | None, as_root: bool):
+        self.config = config
+        self.state_dir = state_dir
+        self.as_root = as_root
+        # bwrap 0.7+ sizes a tmpfs (--size); older ones (RHEL 9 ships 0.4) cannot.
+        self.sized_tmpfs = {"--size", "--perms"} <= bwrap_options(config.bwrap)
+        self._skipped_paths: set[str] = set()  # read-only paths warned about
+
+    def args(self, root: str, folders: SandboxFolders, limits: SandboxLimits, network: bool,
+             aliases: list[str]) -> list[str]:
+        """bwrap's arguments up to the environment (see the module's doc)."""
+        args = [self.config.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+        if network:
+            args.append("--share-net")
+        args += root_binds(root)
+        # Every tmpfs is sized (tmpfs_mb): unsized, each could take half the host's RAM.
+        size = ["--size", str(limits.tmpfs_mb * MB)] if self.sized_tmpfs else []
+        hidden = self.hidden()
+        for folder in hidden:
+            args += [*size, "--tmpfs", folder]
+        # Bound before the covering tmpfs turns read-only: bwrap makes the mount points.
+        # Paths under /tmp are bound after the private /tmp below, which would cover them.
+        readonly = self.readonly_paths(root)
+        under_tmp = [p for p in readonly if Path("/tmp") in Path(p).parents]
+        for path in readonly:
+            if path not in under_tmp:
+                args += ["--ro-bind", path, path]
+        for folder in hidden:
+            args += ["--remount-ro", folder]
+        if network and root == "/":
+            # /run is hidden, but DNS may live there (systemd-resolved's stub file).
+            resolv = os.path.realpath("/etc/resolv.conf")
+            if resolv != "/etc/resolv.conf":
+                args += ["--ro-bind-try", resolv, resolv]
+        args += ["--dev", "/dev", "--proc", "/proc",
+                 "--bind", str(folders.workspace), WORKDIR, "--bind", str(folders.tmp), "/tmp"]
+        if size:
+            args += ["--perms", "1777", *size, "--tmpfs", "/dev/shm"]
+        else:
+            args += ["--bind", str(folders.base / "shm"), "/dev/shm"]
+        for alias in aliases:
+            args += ["--bind", str(folders.workspace), alias]
+        for path in under_tmp:
+            args += ["--ro-bind", path, path]
+        # bwrap's own tmpfs at / (mount points) and at /dev (device nodes) are the
+        # sandbox user's and unsized: read-only once everything is mounted.
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+        args += ["--chdir", WORKDIR, "--hostname", "sandbox", "--clearenv"]
+        return args
+
+    def hidden(self) -> list[str]:
+        """Host folders to cover with an empty read-only tmpfs (outermost only: a
+        folder inside a covered one is gone already, and could not be mounted on)."""
+        candidates = [Path(p) for p in self.config.hide]
+        # Other sandboxes' workspaces and the store (task instances, answers) are
+        # nobody's business inside a sandbox. (/tmp is replaced as a whole anyway.)
+        candidates += [p.resolve() for p in (self.state_dir, self.config.root) if p is not None]
+        folders = [p for p in candidates if p.is_dir() and not p.is_symlink()
+                   and p != Path("/") and Path("/tmp") not in (p, *p.parents)]
+        return [str(p) for p in folders
+                if not any(other in p.parents for other in folders)]
+
+    def readonly_paths(self, root: str = "/") -> list[str]:
+        """Host paths bound read-only inside on top of the root: the configured ones,
+        and (over the host root) the server's Python where a hidden folder covers it.
+
+        A path the sandbox's user cannot reach is left out, with a warning once: as
+        root, sandboxes run as a uid of their own, and bwrap (running as that uid)
+        cannot bind a path under a folder closed to others, such as /root (mode 700).
+        """
+        configured = [Path(p).resolve() for p in self.config.readonly_paths]
+        interpreter = []
+        if root == "/" and self.config.share_interpreter:
+            # /tmp counts as hidden here: every sandbox sees its own private /tmp.
+            hidden = [Path(h) for h in self.hidden()] + [Path("/tmp")]
+            for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+                real = Path(prefix).resolve()
+                if any(h == real or h in real.parents for h in hidden):
+                    interpreter.append(real)
+        usable = []
+        for path in dict.fromkeys([*configured, *interpreter]):
+            why = None if path.exists() else "does not exist"
+            if why is None and self.as_root and self.config.root_uids is not None:
+                why = _closed_to_others(path)
+            if why is None:
+                usable.append(str(path))
+            elif str(path) not in self._skipped_paths:
+                self._skipped_paths.add(str(path))
+                # The interpreter has a fallback (find_python); a configured path has none.
+                log.log(logging.WARNING if path in configured else logging.INFO,
+                        "bubblewrap: read-only path %s is not shown in sandboxes: %s", path, why)
+        return usable
+
+
+def _closed_to_others(path: Path) -> str | None:
+    """Why a uid that is neither owner nor group could not reach ``path``, or None."""
+    for folder in [*reversed(path.parents), path]:
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            return (f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
+                    "sandboxes of a root server run as a uid of their own")
+    return None
