@@ -69,6 +69,11 @@ class SandboxSpec(BaseModel):
         None, description="a folder of the image (or of the root) whose contents fill the "
         "workspace when the sandbox starts, before the aliases hide it, e.g. '/testbed' "
         "(apptainer, bubblewrap, docker/podman)")
+    hide: list[str] = Field(
+        default_factory=list,
+        description="host folders this sandbox must not see, covered by an empty read-only "
+        "tmpfs where the host root is shown (bubblewrap), e.g. the swe handler's mirrors "
+        "(their history goes past the task's commit) and its bundled answers")
 
     @field_validator("workspace_aliases")
     @classmethod
@@ -86,6 +91,14 @@ class SandboxSpec(BaseModel):
         if seed is not None and (not seed.startswith("/") or ".." in seed.split("/")):
             raise ValueError(f"{seed!r}: the seed must be an absolute path without '..'")
         return seed
+
+    @field_validator("hide")
+    @classmethod
+    def _absolute_folders(cls, folders: list[str]) -> list[str]:
+        for folder in folders:
+            if not folder.startswith("/") or ".." in folder.split("/"):
+                raise ValueError(f"{folder!r}: a hidden folder must be an absolute path without '..'")
+        return folders
 
 
 @dataclass

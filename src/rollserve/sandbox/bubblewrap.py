@@ -208,7 +208,7 @@ class BubblewrapSandbox(FolderSandbox):
 
     def _bwrap_args(self, root: str) -> list[str]:
         return self._owner.view.args(root, self.folders, self.spec.limits, self.spec.network,
-                                     self.workspace_aliases())
+                                     self.workspace_aliases(), self.spec.hide)
 
     def _env_args(self, env: dict[str, str] | None, pty: bool) -> list[str]:
         # HOME is the private /tmp, not the workspace: caches (pip, IPython, matplotlib)

@@ -122,15 +122,16 @@ class View:
         self._skipped_paths: set[str] = set()  # read-only paths warned about
 
     def args(self, root: str, folders: SandboxFolders, limits: SandboxLimits, network: bool,
-             aliases: list[str]) -> list[str]:
-        """bwrap's arguments up to the environment (see the module's doc)."""
+             aliases: list[str], hide: list[str] = ()) -> list[str]:
+        """bwrap's arguments up to the environment (see the module's doc); ``hide``:
+        more host folders to cover (the spec's)."""
         args = [self.config.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
         if network:
             args.append("--share-net")
         args += root_binds(root)
         # Every tmpfs is sized (tmpfs_mb): unsized, each could take half the host's RAM.
         size = ["--size", str(limits.tmpfs_mb * MB)] if self.sized_tmpfs else []
-        hidden = self.hidden()
+        hidden = self.hidden(hide)
         for folder in hidden:
             args += [*size, "--tmpfs", folder]
         # Bound before the covering tmpfs turns read-only: bwrap makes the mount points.
@@ -163,10 +164,10 @@ class View:
         args += ["--chdir", WORKDIR, "--hostname", "sandbox", "--clearenv"]
         return args
 
-    def hidden(self) -> list[str]:
+    def hidden(self, extra: list[str] = ()) -> list[str]:
         """Host folders to cover with an empty read-only tmpfs (outermost only: a
         folder inside a covered one is gone already, and could not be mounted on)."""
-        candidates = [Path(p) for p in self.config.hide]
+        candidates = [Path(p) for p in self.config.hide] + [Path(p).resolve() for p in extra]
         # Other sandboxes' workspaces and the store (task instances, answers) are
         # nobody's business inside a sandbox. (/tmp is replaced as a whole anyway.)
         candidates += [p.resolve() for p in (self.state_dir, self.config.root) if p is not None]
