@@ -77,6 +77,12 @@ def rerun_unprivileged(test_file: str, tmp_path: Path) -> None:
                     f"({probe.stderr.strip()[-200:]}); run the suite as a plain user instead")
     command = [*as_user, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider",
                "--noconftest", "-k", "not unprivileged_user"]
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    try:  # (within pytest's own 300 s, so that a stuck run shows its output)
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=240)
+    except subprocess.TimeoutExpired as expired:
+        output = (expired.stdout or b"") + (expired.stderr or b"")
+        pytest.fail(f"the run as uid {UNPRIVILEGED_UID} took over 240 s:\n"
+                    f"{output.decode(errors='replace')[-3000:]}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]

@@ -18,9 +18,9 @@ from tests.sandbox.helpers import (NESTED, RUNTIMES, make_runtime, our_descendan
 needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
                                  reason=f"{BubblewrapRuntime.unavailable_reason()}")
 
-# One 1 MB file every 20 ms, 300 of them: unstopped it ends with "finished".
+# One 1 MB file every 50 ms, 300 of them (15 s): unstopped it ends with "finished".
 FILL = ("for i in $(seq 300); do head -c 1048576 /dev/zero > {folder}/fill-$i || exit 3; "
-        "sleep 0.02; done; echo fin''ished")  # (a PTY echoes the line: not "finished")
+        "sleep 0.05; done; echo fin''ished")  # (a PTY echoes the line: not "finished")
 
 
 @pytest.fixture(params=RUNTIMES)
@@ -94,7 +94,7 @@ async def test_tmp_counts_against_the_disk_cap(runtime):
 
 async def test_a_deleted_file_held_open_still_counts(runtime):
     hide = ("exec 3> hidden; rm hidden; for i in $(seq 300); do "
-            "head -c 1048576 /dev/zero >&3 || exit 3; sleep 0.02; done; echo fin''ished")
+            "head -c 1048576 /dev/zero >&3 || exit 3; sleep 0.05; done; echo fin''ished")
     async with await runtime.start(SandboxSpec(limits=disk_limits())) as box:
         result = await box.exec(hide, 120)
         assert_stopped_by_the_disk_cap(result, box)
@@ -109,7 +109,7 @@ async def test_above_the_cap_only_growth_is_stopped(runtime):
         await box.disk.check()  # the usage it was stopped at, measured again: no growth
         assert (await box.exec("ls fill-* | wc -l", 30)).cap is None
         again = await box.exec("for i in $(seq 300); do head -c 1048576 /dev/zero > more-$i; "
-                               "sleep 0.02; done; echo fin''ished", 120)
+                               "sleep 0.05; done; echo fin''ished", 120)
         assert again.cap == "disk" and "finished" not in again.stdout
 
 
@@ -118,8 +118,9 @@ async def test_a_shell_killed_by_the_cap_says_why(runtime):
         shell = await box.spawn(["bash", "--norc", "--noprofile", "-i"], pty=True)
         await shell.write((FILL.format(folder=".") + "\n").encode())
         output = b""
-        while chunk := await asyncio.wait_for(shell.read(), 120):
-            output += chunk
+        async with asyncio.timeout(60):  # unstopped, the loop ends in 15 s, then the shell waits
+            while chunk := await shell.read():
+                output += chunk
         assert shell.cap == "disk"
         assert b"reached its disk cap" in output and b"finished\r\n" not in output
 

@@ -8,6 +8,7 @@ record (``OwnerEntry``) and a set of live host processes started over them:
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import psutil
@@ -16,7 +17,7 @@ from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxError, SandboxProces
 from rollserve.sandbox.diskcap import MB, DiskWatch
 from rollserve.sandbox.folders import SandboxFolders
 from rollserve.sandbox.owner import OwnerBook, OwnerEntry
-from rollserve.sandbox.process import HostProcess
+from rollserve.sandbox.process import KILL_WAIT, HostProcess
 
 
 def shell_argv(command: str | list[str]) -> list[str]:
@@ -75,10 +76,13 @@ class FolderSandbox(Sandbox):
         await self.kill_for_cap("disk", self.disk.notice(used))
 
     async def kill_for_cap(self, cap: str, notice: str) -> None:
-        """Kill every process of the sandbox because it passed ``cap``; each one's
-        reader gets ``notice`` at the end of its output. The sandbox stays open."""
-        for process in list(self._processes):
+        """Kill every process of the sandbox because it passed ``cap`` and wait (bounded)
+        for them to die; each one's reader gets ``notice`` at the end of its output.
+        The sandbox stays open."""
+        processes = list(self._processes)
+        for process in processes:
             process.kill_for_cap(cap, notice)
+        await asyncio.gather(*(process.wait(KILL_WAIT) for process in processes))
 
     def workspace_aliases(self) -> list[str]:
         """Where else the workspace is mounted in the command being built."""

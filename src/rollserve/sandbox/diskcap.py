@@ -21,8 +21,9 @@ so it does not run on a clock. Every ``POLL`` seconds the watcher reads how much
 host filesystem under the folder is used (statvfs: a microsecond); a sandbox cannot
 have grown more than that filesystem did. A walk runs once the filesystem's growth
 since the last walk reaches half the sandbox's headroom (the cap minus what it held),
-at most once per ``WALK_SHARE`` times the last walk's duration (≤ 10 % of a core),
-and at least every ``SAFETY_WALK`` seconds (growth that freed space elsewhere hid).
+at most once per ``WALK_SHARE`` times the last walk's duration (≤ 10 % of a core; a
+due walk waits no more than ``MAX_GAP``), and at least every ``SAFETY_WALK`` seconds
+(for growth that space freed elsewhere at the same time hid).
 
 At the cap, every process of the sandbox is killed, each with a notice at the end of
 its output (stderr, or the PTY) that says why, and a command's ExecResult has
@@ -46,7 +47,8 @@ log = logging.getLogger(__name__)
 
 MB = 1 << 20
 POLL = 0.25  # seconds between two reads of the host filesystem's usage
-WALK_SHARE = 10  # a walk at most every WALK_SHARE x its own duration
+WALK_SHARE = 10  # a walk at most every WALK_SHARE x its own duration,
+MAX_GAP = 5.0  # but never fewer than one every MAX_GAP seconds when one is due
 SAFETY_WALK = 30.0  # seconds: a walk at least this often
 MIN_TRIGGER = 64 << 10  # above the cap, any growth past this re-measures
 
@@ -108,6 +110,11 @@ def _open_folder(path: str):
         return None
 
 
+def _timed_usage(folder: Path, pids: list[int]) -> tuple[int, float]:
+    started = time.monotonic()
+    return folder_usage(folder, pids), time.monotonic() - started
+
+
 def deleted_open_files(pids: Iterable[int], device: int,
                        seen: set[tuple[int, int]] | None = None) -> int:
     """Bytes of deleted files on ``device`` that the processes ``pids`` hold open."""
@@ -147,6 +154,7 @@ class DiskWatch:
         self._on_exceeded = on_exceeded
         self.used: int | None = None  # at the last walk
         self.walks = 0
+        self.walk_seconds = 0.0  # how long the last walk took (in its thread)
         self._killed_at: int | None = None  # usage when the cap last killed, while above it
         self._task: asyncio.Task | None = None
 
@@ -168,16 +176,19 @@ class DiskWatch:
     async def check(self) -> int:
         """Measure now and enforce the cap; the usage in bytes."""
         pids = list(self._pids())
-        used = await asyncio.to_thread(folder_usage, self.folder, pids)
+        used, self.walk_seconds = await asyncio.to_thread(_timed_usage, self.folder, pids)
         self.used = used
         self.walks += 1
         if used <= self.limit:
             self._killed_at = None
         elif self._killed_at is None or used > self._killed_at:
-            self._killed_at = used
             log.warning("sandbox folder %s holds %d MB, past its disk cap of %d MB: killing "
                         "its processes", self.folder, used // MB, self.limit // MB)
-            await self._on_exceeded(used)
+            await self._on_exceeded(used)  # returns once they are dead
+            # What they wrote between the walk and their death is not growth to punish
+            # the next command for: the mark is what is left once they are gone.
+            settled, _ = await asyncio.to_thread(_timed_usage, self.folder, [])
+            self._killed_at = self.used = max(used, settled)
         return used
 
     def _trigger(self) -> int:
@@ -187,26 +198,21 @@ class DiskWatch:
         return max(MIN_TRIGGER, (self.limit - self.used) // 2)
 
     async def _run(self) -> None:
-        growth = 0
-        previous = filesystem_used(self.folder)
-        last_walk, walk_cost = -float("inf"), 0.0
+        growth, previous = 0, None
+        last_walk = -float("inf")
         while True:
-            now = time.monotonic()
-            if (now - last_walk >= WALK_SHARE * walk_cost
-                    and (growth >= self._trigger() or now - last_walk >= SAFETY_WALK)):
-                growth = 0
-                last_walk = now
-                try:
-                    await self.check()
-                except FileNotFoundError:  # the folder went with the sandbox
-                    return
-                except Exception:  # never let one bad walk end the watching
-                    log.exception("disk cap check of %s failed", self.folder)
-                walk_cost = time.monotonic() - now
-            await asyncio.sleep(POLL)
             try:
                 used = filesystem_used(self.folder)
-            except FileNotFoundError:
+                growth += max(0, used - (used if previous is None else previous))
+                previous = used
+                now = time.monotonic()
+                gap = min(MAX_GAP, WALK_SHARE * self.walk_seconds)
+                if now - last_walk >= gap and (growth >= self._trigger()
+                                               or now - last_walk >= SAFETY_WALK):
+                    growth, last_walk = 0, now
+                    await self.check()
+            except FileNotFoundError:  # the folder went with the sandbox
                 return
-            growth += max(0, used - previous)
-            previous = used
+            except Exception:  # never let one bad reading end the watching
+                log.exception("disk cap check of %s failed", self.folder)
+            await asyncio.sleep(POLL)
