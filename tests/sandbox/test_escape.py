@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+import rollserve
+
 from rollserve.sandbox.base import SandboxLimits, SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from tests.sandbox.helpers import NESTED, REPO, our_descendants, rerun_unprivileged, wait_until
@@ -124,6 +126,15 @@ async def test_hidden_folders_are_empty(box):
                 for p in box._owner.readonly_paths() for h in hidden if h in Path(p).parents}
     result = await box.exec("find /root /home /run -mindepth 1 -maxdepth 1", 10)
     assert set(result.stdout.split()) == expected
+
+
+async def test_the_bundled_datasets_and_their_answers_are_hidden(box):
+    """The host root is shown read-only, and with it rollserve's own package: its
+    bundled datasets hold the gold answers (math_tasks.jsonl: question and answer)."""
+    data = Path(rollserve.__file__).resolve().parent / "data"
+    assert (data / "math_tasks.jsonl").is_file()
+    result = await box.exec(f"ls -A {data}; cat {data}/math_tasks.jsonl", 10)
+    assert result.stdout == "" and "No such file" in result.stderr, result
 
 
 async def test_fork_bomb_is_contained_and_reported(box):

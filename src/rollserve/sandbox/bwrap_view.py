@@ -20,6 +20,10 @@ root on, and the one under /dev, belong to the sandbox's user and have no size: 
 are made read-only once everything is mounted. Every tmpfs the sandbox can write
 (/dev/shm) is sized by ``tmpfs_mb``; a bwrap older than 0.7 cannot size one (no
 ``--size``), and /dev/shm is then a folder of the sandbox's, under the disk cap.
+rollserve's own bundled datasets (the gold answers of math, code, stem, swe-mini) are
+covered too, on top of everything else, since the host root (or the server's Python
+bound back) would show them. Anything else world-readable on the host is readable
+inside: keep task data in a hidden folder (``hide``) or use a rootfs image.
 /run is hidden because a read-only bind does not stop connect() on host Unix sockets
 (docker.sock, D-Bus): the kernel's read-only check skips sockets.
 Hiding /root and /home also hides a Python built there (pyenv, conda), so the
@@ -51,6 +55,9 @@ log = logging.getLogger(__name__)
 
 # Not bound from the host root: replaced (dev, proc, tmp, workspace) or useless.
 SKIPPED = {"dev", "proc", "tmp", WORKDIR.strip("/"), "lost+found"}
+# rollserve's bundled datasets (math, code, stem, swe-mini), with their answers: never
+# shown to an agent, wherever the package is installed.
+ANSWERS = Path(__file__).resolve().parent.parent / "data"
 
 
 class BubblewrapConfig(BaseModel):
@@ -158,11 +165,30 @@ class View:
             args += ["--bind", str(folders.workspace), alias]
         for path in under_tmp:
             args += ["--ro-bind", path, path]
+        # Last, on top of whatever shows it (the root, or the server's Python bound back).
+        answers = self.answers_shown(root, hidden, readonly)
+        if answers:
+            args += [*size, "--tmpfs", answers, "--remount-ro", answers]
         # bwrap's own tmpfs at / (mount points) and at /dev (device nodes) are the
         # sandbox user's and unsized: read-only once everything is mounted.
         args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", WORKDIR, "--hostname", "sandbox", "--clearenv"]
         return args
+
+    @staticmethod
+    def answers_shown(root: str, hidden: list[str], readonly: list[str]) -> str | None:
+        """rollserve's bundled datasets (their gold answers), if this view would show
+        them: over the host root, unless a hidden folder or the private /tmp covers
+        them and no read-only path brings them back."""
+        if root != "/" or not ANSWERS.is_dir():
+            return None
+
+        def within(folders: list[str]) -> bool:
+            return any(Path(f) == ANSWERS or Path(f) in ANSWERS.parents for f in folders)
+
+        if within([*hidden, "/tmp"]) and not within(readonly):
+            return None
+        return str(ANSWERS)
 
     def hidden(self, extra: list[str] = ()) -> list[str]:
         """Host folders to cover with an empty read-only tmpfs (outermost only: a
