@@ -6,9 +6,11 @@ import asyncio
 import statistics
 import time
 
+import psutil
 import pytest
 
 from rollserve.sandbox.tools.bash import BashConfig, BashSession
+from tests.sandbox.helpers import our_descendants, wait_until
 
 SLEEPER = "python3 -c 'import time; print(\"sleeping\", flush=True); time.sleep(30)'"
 # A generous grace: C-c ends the commands below at once on an idle machine, but a
@@ -20,6 +22,18 @@ FAST = dict(timeout=20, idle_timeout=10, interrupt_grace=5.0)
 async def shell(sandbox):
     async with BashSession(sandbox, BashConfig(**FAST)) as session:
         yield session
+
+
+def processes_running(marker: str) -> list[psutil.Process]:
+    """Processes this test started (sandboxes included) whose command line holds ``marker``."""
+    found = []
+    for process in our_descendants():
+        try:
+            if marker in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:
+            pass
+    return found
 
 
 # --- completion marker and exit codes ------------------------------------------------
@@ -163,6 +177,47 @@ async def test_idle_action_return_leaves_the_command_running(sandbox):
         assert result.output.strip() == "got yes" and result.exit_code == 0
 
 
+async def test_a_program_waiting_at_a_prompt_returns_to_be_answered(sandbox):
+    """No ``expect``, the default idle action (interrupt): a program that waits for
+    terminal input comes back running, long before the idle timeout, and is answered."""
+    config = BashConfig(**{**FAST, "idle_timeout": 60})
+    async with BashSession(sandbox, config) as shell:
+        started = time.monotonic()
+        result = await shell.run('read -p "name? " who; echo hi $who')
+        assert result.running and result.waiting_for_input and not result.interrupted
+        assert result.output == "name? " and result.exit_code is None
+        assert time.monotonic() - started < 30  # not the 60 s idle timeout
+        result = await shell.send("bob\n")
+        assert result.output == "hi bob\n" and result.exit_code == 0 and not shell.running
+
+        # Two questions, no prompt text for the second: the kernel (or the open line) tells.
+        code = "python3 -c 'a = input(\"a: \"); b = input(); print(int(a) * int(b))'"
+        result = await shell.run(code, timeout=60, idle_timeout=None)
+        assert result.waiting_for_input and result.output == "a: "
+        result = await shell.send("6\n")
+        assert result.running and result.exit_code is None
+        result = await shell.send("7\n")
+        assert result.output == "42\n" and result.exit_code == 0
+
+
+async def test_a_silent_command_is_not_taken_for_one_waiting_for_input(shell):
+    # An open line, then silence: a progress message, not a prompt (the kernel knows
+    # the program sleeps); it runs to its end.
+    result = await shell.run("printf 'working... '; sleep 3; echo done")
+    assert result.output == "working... done\n" and result.exit_code == 0
+    assert not result.running and not result.waiting_for_input
+
+
+async def test_run_after_a_returned_command_ended_on_its_own(shell):
+    result = await shell.run("echo go; sleep 0.5; echo gone", expect="go")
+    assert result.running
+    await asyncio.sleep(2)
+    result = await shell.run("echo next")
+    assert result.output == "next\n" and result.exit_code == 0
+    assert any("previous command ended (exit code 0)" in note and "gone" in note
+               for note in result.notes)
+
+
 # --- timeouts: interrupt, escalate, shell stays usable ----------------------------------------
 async def test_hard_timeout_interrupts_and_the_shell_stays(shell):
     await shell.run("export KEEP=me; cd /tmp")
@@ -174,6 +229,22 @@ async def test_hard_timeout_interrupts_and_the_shell_stays(shell):
     assert "did not finish within 1 s" in result.to_text()
     follow = await shell.run("echo $KEEP; pwd")
     assert follow.output == "me\n/tmp\n" and not follow.shell_restarted
+
+
+@pytest.mark.parametrize("how", ["config", "call"])
+async def test_hard_timeout_with_the_idle_timeout_off_interrupts(sandbox, how):
+    """The idle timeout off (in the config, or for this call as the agent's `timeout`
+    does): the hard timeout still interrupts, the process ends, the shell is free."""
+    idle = None if how == "config" else FAST["idle_timeout"]
+    async with BashSession(sandbox, BashConfig(**{**FAST, "idle_timeout": idle})) as shell:
+        await shell.run("cd /tmp && export KEEP=me")
+        result = await shell.run("echo begin; sleep 31.25", timeout=1, idle_timeout=None)
+        assert result.timed_out and result.interrupted and not result.running
+        assert result.exit_code == 130 and "did not finish within 1 s" in result.to_text()
+        assert not shell.running
+        assert wait_until(lambda: not processes_running("sleep 31.25"), timeout=10)
+        follow = await shell.run("echo $KEEP; pwd")
+        assert follow.output == "me\n/tmp\n" and not follow.shell_restarted
 
 
 async def test_idle_timeout_interrupts_a_silent_command(shell):
@@ -232,6 +303,43 @@ async def test_output_flood_is_interrupted(sandbox):
         assert result.interrupted and result.truncated and time.monotonic() - started < 15
         assert "printed more than 2000000 bytes" in result.to_text()
         assert (await shell.run("echo calm")).output == "calm\n"
+
+
+async def test_an_output_flood_is_interrupted_and_the_shell_kept(sandbox):
+    """Ten floods in a row: each is stopped and the same shell (cwd, variables) stays."""
+    config = BashConfig(**FAST, max_output_bytes=1000, flood_bytes=2_000_000)
+    async with BashSession(sandbox, config) as shell:
+        await shell.run("mkdir -p /tmp/kept && cd /tmp/kept && export KEEP=me && COUNT=0")
+        for round_ in range(10):
+            result = await shell.run("COUNT=$((COUNT + 1)); yes flood")
+            assert result.interrupted and not result.shell_restarted, (round_, result.notes)
+            assert "printed more than 2000000 bytes" in result.to_text()
+            follow = await shell.run("echo $KEEP $COUNT; pwd")
+            assert follow.output == f"me {round_ + 1}\n/tmp/kept\n", (round_, follow)
+            assert not follow.shell_restarted and not follow.notes
+
+
+async def test_job_notices_of_earlier_commands_stay_out_of_later_output(shell):
+    """`[1]+ Terminated ...` / `Done ...` of a job an earlier command started is not
+    printed into a later command's output, however the job ended."""
+    for round_ in range(5):
+        started = await shell.run("sleep 47.5 &")
+        assert started.output.startswith("[1] ")  # the command's own job: announced
+        assert (await shell.run("kill %1")).output == ""
+        # Bash prints the notice at the next prompt or the next foreground wait.
+        for command, output in [("echo after", "after\n"), ("sleep 0.2; echo later", "later\n"),
+                                ("echo last", "last\n")]:
+            result = await shell.run(command)
+            assert result.output == output, (round_, command, result.output)
+        assert wait_until(lambda: not processes_running("sleep 47.5"), timeout=10)
+    # A job that ends on its own while the shell waits for the next command.
+    await shell.run("sleep 0.125 &")
+    assert wait_until(lambda: not processes_running("sleep 0.125"), timeout=30)
+    result = await shell.run("sleep 0.2; echo quiet")
+    assert result.output == "quiet\n"
+    # A command's own job still reports its end in its own output.
+    result = await shell.run("sleep 0.1 & sleep 1; echo own")
+    assert "Done" in result.output and result.output.endswith("own\n")
 
 
 async def test_ansi_and_carriage_return_noise_is_stripped(shell):

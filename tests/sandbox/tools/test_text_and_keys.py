@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from rollserve.sandbox.tools.shell_wire import LINE_LIMIT, quote_command
+from rollserve.sandbox.tools.shell_wire import LINE_LIMIT, JobNotices, quote_command
 from rollserve.sandbox.tools.keys import is_key_sequence, key_bytes
 from rollserve.sandbox.tools.text import HeadTail, clean_terminal_text, truncate_middle
 
@@ -75,3 +75,21 @@ def test_quote_command_round_trips_through_bash(command):
         line.replace(b'eval "$__rs_cmd"', b"printf '%s' \"$__rs_cmd\"")
     out = subprocess.run(["bash", "--norc", "-c", probe.decode()], capture_output=True, check=True)
     assert out.stdout == command.encode()
+
+
+def test_job_notices_of_earlier_commands_are_dropped_and_no_other_line():
+    notices = JobNotices()
+    # No background job yet: lines in bash's format are output like any other.
+    assert notices.clean("[1]+  Done   made up\n") == "[1]+  Done   made up\n"
+    assert notices.clean("[1] 4711\n[2] 4712\n") == "[1] 4711\n[2] 4712\n"  # jobs 1 and 2 started
+    output = ("[2]-  Terminated              sleep 6\n"
+              "[1]+  Done                    sleep 0.3  (wd: /tmp)\n(wd now: /tmp/x)\n"
+              "[1]+  Running                 sleep 5 &\n"  # a `jobs` listing stays
+              "[3] 4713\n[3]+  Exit 3                  false\n"  # this command's own job
+              "real output [1]+  Done\n")
+    assert notices.clean(output) == ("[1]+  Running                 sleep 5 &\n"
+                                     "[3] 4713\n[3]+  Exit 3                  false\n"
+                                     "real output [1]+  Done\n")
+    assert notices.earlier == {1, 2, 3}
+    notices.reset()  # a new shell
+    assert notices.clean("[1]+  Done   sleep 1\n") == "[1]+  Done   sleep 1\n"

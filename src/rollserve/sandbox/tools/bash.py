@@ -5,11 +5,15 @@ How a command runs:
 - bash is interactive (job control: every foreground command gets its own process
   group, so C-c reaches the command and not the shell) and reads a terminal in
   canonical mode without readline (``--noediting``: a tab is a tab, not completion).
-- The command goes in as ONE line, ``__rs_seq=N; eval $'...'`` (ANSI-C quoted, every
-  control byte escaped), so multi-line commands, heredocs and unbalanced quotes are
-  one unit: a syntax error is an error, never a shell left waiting for more input.
-  Lines longer than the terminal's 4095-byte line limit are sent in chunks inside a
-  ``{ ...; }`` group, which runs only when complete.
+- The command goes in as ONE line, ``__rs_seq=N; jobs; eval $'...' 2>&1`` (ANSI-C
+  quoted, every control byte escaped), so multi-line commands, heredocs and
+  unbalanced quotes are one unit: a syntax error is an error, never a shell left
+  waiting for more input. Lines longer than the terminal's 4095-byte line limit are
+  sent in chunks inside a ``{ ...; }`` group, which runs only when complete.
+- Job notices (``[1]+ Done ...``, ``Terminated``) of earlier commands never show in a
+  later command's output: the shell's own stderr is /dev/null (a command's stderr is
+  the terminal, ``2>&1`` on its ``eval``), and each command line first takes, silently,
+  the notices of jobs that ended before it (``jobs >/dev/null``).
 - The prompt is the completion marker: before each prompt ``PROMPT_COMMAND`` prints
   ``RS <nonce>:<seq>:<exit code> RS`` (RS = \\x1e; PS1 itself is empty). The nonce
   is per session, ``seq`` per command, so an old prompt (a C-c that raced a
@@ -17,8 +21,13 @@ How a command runs:
   on the raw byte stream with bytes held back across reads, so a marker split
   between two reads is still found.
 - The output is read with ``await process.read()``: one wake-up per chunk, no sleep,
-  no poll. One timer per call covers both the hard timeout and the no-output (idle)
-  timeout (``asyncio.timeout`` rescheduled on each chunk).
+  no poll. One timer per call covers the hard timeout, the no-output (idle)
+  timeout and the input check (shell_read.py); the limit it was armed for is the
+  outcome when it fires.
+- A command silent for ``input_wait`` seconds is checked for waiting on terminal
+  input (terminal_input.py: exact from /proc where the runtime allows, else a prompt
+  left without a newline); if it waits, the call returns with it running, to be
+  answered with ``send``. A silent command that is not reading runs on.
 - On timeout (or an output flood) the command is interrupted: C-c, then SIGKILL to
   the terminal's foreground process group, then, as a last resort, a fresh shell.
 - Background jobs (``&``) never hold a call: only the marker ends it, not EOF.
@@ -33,75 +42,21 @@ import shlex
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rollserve.sandbox.base import Sandbox, SandboxError, SandboxProcess
+from rollserve.sandbox.tools.bash_config import DEFAULT_ENV, BashBusy, BashConfig, BashResult
 from rollserve.sandbox.tools.keys import key_bytes
-from rollserve.sandbox.tools.shell_wire import MarkerScanner, init_line, quote_command, signal_foreground
-from rollserve.sandbox.tools.text import HeadTail, clean_terminal_text
+from rollserve.sandbox.tools.shell_read import Limits, Outcome, marker_arrives, read_until
+from rollserve.sandbox.tools.shell_wire import (
+    JobNotices, MarkerScanner, init_line, quote_command, shell_pid, signal_foreground,
+)
+from rollserve.sandbox.tools.terminal_input import TerminalProbe, looks_like_a_prompt
+from rollserve.sandbox.tools.text import HeadTail
 
-READ_CHUNK = 1 << 16
+__all__ = ["DEFAULT_ENV", "BashBusy", "BashConfig", "BashResult", "BashSession"]
 
-DEFAULT_ENV = {
-    "TERM": "dumb",  # no colours, no cursor games: the model reads plain text
-    "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat", "SYSTEMD_PAGER": "",
-    "NO_COLOR": "1", "PIP_PROGRESS_BAR": "off", "PYTHONUNBUFFERED": "1",
-    "DEBIAN_FRONTEND": "noninteractive", "GIT_TERMINAL_PROMPT": "0",
-}
-
-
-class BashConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    timeout: float = Field(120.0, gt=0, description="hard limit per command (s), then interrupted")
-    idle_timeout: float | None = Field(
-        30.0, gt=0, description="no output for this long (s): interrupted; None: off"
-    )
-    idle_action: Literal["interrupt", "return"] = Field(
-        "interrupt",
-        description="at the idle timeout: stop the command, or return with it still running "
-        "(a program waiting for input can then be answered with send)",
-    )
-    send_timeout: float = Field(5.0, gt=0, description="send(): how long to wait for output (s)")
-    interrupt_grace: float = Field(2.0, gt=0, description="seconds per escalation step")
-    start_timeout: float = Field(20.0, gt=0)
-    max_output_bytes: int = Field(30_000, ge=256, description="kept per call, head + tail")
-    flood_bytes: int = Field(64 << 20, ge=1024, description="more output than this: interrupted")
-    shell: list[str] = Field(default_factory=lambda: ["bash", "--norc", "--noprofile", "--noediting", "-i"])
-    env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_ENV))
-    cwd: str | None = Field(None, description="start here (None: where the runtime starts, the workspace)")
-
-
-@dataclass
-class BashResult:
-    output: str  # ANSI and \r noise stripped, head + tail if truncated
-    exit_code: int | None  # None: still running, or the shell died / was replaced
-    seconds: float
-    timed_out: bool = False  # hard or idle timeout hit
-    interrupted: bool = False  # we stopped the command (timeout or flood)
-    truncated: bool = False
-    dropped_bytes: int = 0
-    running: bool = False  # returned before the command ended (expect matched / send)
-    shell_restarted: bool = False  # the shell was replaced: cwd, env and jobs are reset
-    notes: list[str] = field(default_factory=list)
-
-    def to_text(self) -> str:
-        """What the model reads: the output, then a line per fact worth knowing."""
-        lines = [self.output.rstrip("\n")] if self.output.strip() else []
-        lines += [f"[{note}]" for note in self.notes]
-        if self.exit_code is not None and not self.running:
-            lines.append(f"[exit code: {self.exit_code}]")
-        return "\n".join(lines) if lines else "[no output]"
-
-
-class BashBusy(RuntimeError):
-    """``run`` while an earlier command still runs (it returned at ``expect``)."""
-
-
-_Outcome = Literal["done", "expect", "timeout", "idle", "flood", "eof"]
+SETTLE = 0.05  # how long to look for the end of a command that returned early
 
 
 class BashSession:
@@ -113,6 +68,8 @@ class BashSession:
         self.process: SandboxProcess | None = None
         self._nonce = secrets.token_hex(8)  # only this session's prompts match
         self._scanner = MarkerScanner(self._nonce)
+        self._probe: TerminalProbe | None = None
+        self._notices = JobNotices()
         self._seq = 0
         self._running = False  # a command is in progress (returned early, or cancelled)
         self._needs_sync = False  # a signal key was sent: sync before the next command
@@ -124,6 +81,7 @@ class BashSession:
         env = {**self.config.env}
         self.process = await self.sandbox.spawn(list(self.config.shell), pty=True, env=env)
         self._scanner.pending.clear()
+        self._notices.reset()
         self._running = self._needs_sync = self._abandoned = False
         self._seq += 1
         cd = f"cd {shlex.quote(self.config.cwd)}; " if self.config.cwd else ""
@@ -141,6 +99,10 @@ class BashSession:
             raise SandboxError(
                 f"bash did not start in the sandbox ({outcome}): {sink.text()[-500:]!r}"
             )
+        pid = shell_pid(sink.text())
+        self._probe = TerminalProbe(self.process.pid, pid) if pid is not None else None
+        if self._probe is not None:
+            self._probe.host_pid()  # found now, while the shell has no children
 
     async def close(self) -> None:
         await self._kill_process()
@@ -178,15 +140,16 @@ class BashSession:
         expect: str | None = None,
     ) -> BashResult:
         """Run ``command`` to completion, or until ``expect`` (a regex) shows in its
-        output (then ``running`` is true and ``send`` answers it). On a hard or idle
-        timeout the command is interrupted and the shell kept."""
+        output or it waits for terminal input (then ``running`` is true and ``send``
+        answers it). On a hard or idle timeout the command is interrupted and the
+        shell kept."""
         async with self._lock:
             started = time.perf_counter()
             notes = await self._ensure_ready()
             if self._abandoned:
                 notes += await self._recover()
             if self._running:
-                raise BashBusy("a command is still running; send it input or keys, or interrupt it")
+                notes += await self._end_of_previous()
             if self._needs_sync:
                 notes += await self._sync()
             self._seq += 1
@@ -204,14 +167,21 @@ class BashSession:
         timeout: float | None = None,
     ) -> BashResult:
         """Type ``text`` then ``keys`` (names: "C-c", "C-d", "Enter", "Up", ...) into
-        the running command; return when it ends, ``expect`` shows, or after
-        ``timeout`` (the command then keeps running)."""
+        the running command; return when it ends, ``expect`` shows, it waits for input
+        again, or after ``timeout`` (the command then keeps running). Nothing to type:
+        just wait for more output."""
         async with self._lock:
             started = time.perf_counter()
             if self.process is None or not self._running:
                 return BashResult("", None, 0.0, notes=["no command is running; nothing was sent"])
             data = text.encode() + b"".join(key_bytes(k) for k in keys)
-            await self._write_keys(data)
+            if data and await self._settle():  # it ended: what we type would go to the shell
+                result = await self._finish(started, self.config.interrupt_grace, None, None, [],
+                                            interrupt=False)
+                result.notes.append("the command had already ended; nothing was sent")
+                return result
+            if data:
+                await self._write_keys(data)
             limit = timeout or self.config.send_timeout
             return await self._finish(started, limit, None, expect, [], interrupt=False)
 
@@ -224,7 +194,7 @@ class BashSession:
             sink = HeadTail(self.config.max_output_bytes // 2, self.config.max_output_bytes // 2)
             result = BashResult(output="", exit_code=None, seconds=0.0)
             await self._stop(sink, result)
-            result.output = sink.text()
+            result.output = self._notices.clean(sink.text())
             result.seconds = time.perf_counter() - started
             return result
 
@@ -253,7 +223,7 @@ class BashSession:
         pattern = re.compile(expect) if expect else None
         deadline = asyncio.get_running_loop().time() + limit
         try:
-            outcome, code = await self._wait(sink, deadline, idle, pattern)
+            outcome, code = await self._wait(sink, deadline, idle, pattern, command=True)
         except BaseException:
             # Cancelled mid-command (the tool call's own timeout, a cancelled rollout).
             # Nothing can be awaited now; the next call stops what is left running.
@@ -264,9 +234,12 @@ class BashSession:
             self._running = self._abandoned = False
         elif outcome == "expect":
             result.running = True
+        elif outcome == "input":
+            result.running = result.waiting_for_input = True
+            result.notes.append("the command is waiting for input (it is still running)")
         elif outcome == "eof":
             await self._on_shell_exit(result)
-        elif not interrupt:  # send(): the command keeps running; the model decides
+        elif outcome != "flood" and not interrupt:  # send(): the command runs on; the model decides
             result.running = True
             result.notes.append(f"still running after waiting {limit:g} s for output to finish")
         elif outcome == "idle" and self.config.idle_action == "return":
@@ -275,18 +248,41 @@ class BashSession:
                                 "(it may be waiting for input): send input or keys, or interrupt it")
         else:
             result.timed_out = outcome in ("timeout", "idle")
-            what = {
-                "timeout": f"did not finish within {limit:g} s",
-                "idle": f"printed nothing for {idle:g} s",
-                "flood": f"printed more than {self.config.flood_bytes} bytes",
-            }[outcome]
+            if outcome == "timeout":
+                what = f"did not finish within {limit:g} s"
+            elif outcome == "idle":
+                what = f"printed nothing for {idle:g} s"
+            else:
+                what = f"printed more than {self.config.flood_bytes} bytes"
             result.notes.append(f"the command {what}")
             await self._stop(sink, result)
-        result.output = sink.text()
+        result.output = self._notices.clean(sink.text())
         result.truncated = sink.dropped > 0
         result.dropped_bytes = sink.dropped
         result.seconds = time.perf_counter() - started
         return result
+
+    async def _settle(self) -> bool:
+        """Whether the command that returned early (at ``expect``, waiting for input)
+        has ended since: its marker, or the shell's end, is already on the way."""
+        return await marker_arrives(self.process, self._scanner, self._seq, SETTLE)
+
+    async def _end_of_previous(self) -> list[str]:
+        """``run`` while the last command returned early: if it has ended meanwhile,
+        collect its end (and say so); if it still runs, refuse."""
+        if not await self._settle():
+            raise BashBusy("a command is still running; send it input or keys, or interrupt it")
+        sink = HeadTail(1000, 1000)
+        loop = asyncio.get_running_loop()
+        outcome, code = await self._wait(sink, loop.time() + self.config.interrupt_grace, None, None)
+        printed = self._notices.clean(sink.text()).strip()
+        tail = f"; it printed before ending: {printed}" if printed else ""
+        if outcome == "done":
+            self._running = False
+            return [f"the previous command ended (exit code {code}){tail}"]
+        result = BashResult(output="", exit_code=None, seconds=0.0)
+        await self._on_shell_exit(result)
+        return [*result.notes, *await self._ensure_ready()]
 
     async def _recover(self) -> list[str]:
         """Stop the command a cancelled call left running, keeping the shell if we can."""
@@ -311,6 +307,8 @@ class BashSession:
         for description, action in steps:
             if not await action():
                 continue
+            # Output goes on into the same sink (bounded), unchecked for a flood: the
+            # command is being stopped, and its last output is what the model sees.
             outcome, code = await self._wait(sink, loop.time() + self.config.interrupt_grace, None, None)
             if outcome == "done":
                 result.exit_code = code
@@ -372,44 +370,23 @@ class BashSession:
         self._running = False
         await self._kill_process()
 
+    async def _waits_for_input(self, output: str) -> bool:
+        verdict = None
+        if self._probe is not None:  # in a thread: /proc reads must not stall the loop
+            verdict = await asyncio.to_thread(self._probe.waiting_for_input)
+        if verdict is None:  # the kernel cannot tell here: a prompt left open is the sign
+            return looks_like_a_prompt(output)
+        return verdict
+
     async def _wait(
-        self, sink: HeadTail, deadline: float | None, idle: float | None,
-        expect: re.Pattern[str] | None,
-    ) -> tuple[_Outcome, int | None]:
-        """Read until this command's marker, ``expect``, a timeout, a flood, or EOF."""
-        loop = asyncio.get_running_loop()
-        recent = bytearray()  # the last few KB since this call began, for ``expect``
-
-        def due(last_output: float) -> float | None:
-            limits = [t for t in (deadline, last_output + idle if idle else None) if t is not None]
-            return min(limits) if limits else None
-
-        # Bytes read by an earlier call (output of a background job, a stale prompt).
-        if self._scanner.pending:
-            found = self._scanner.scan(self._seq, sink, recent)
-            if found is not None:
-                return "done", found
-        try:
-            async with asyncio.timeout_at(due(loop.time())) as timer:
-                while True:
-                    chunk = await self.process.read(READ_CHUNK)
-                    if not chunk:
-                        self._scanner.commit(sink, recent)
-                        return "eof", None
-                    if idle:
-                        timer.reschedule(due(loop.time()))
-                    self._scanner.pending += chunk
-                    found = self._scanner.scan(self._seq, sink, recent)
-                    if found is not None:
-                        return "done", found
-                    if expect is not None and expect.search(
-                        clean_terminal_text(recent.decode("utf-8", "replace"))
-                    ):
-                        return "expect", None
-                    if sink.total > self.config.flood_bytes:
-                        return "flood", None
-        except TimeoutError:
-            self._scanner.commit(sink, recent)
-            if deadline is not None and loop.time() >= deadline - 1e-3:
-                return "timeout", None
-            return "idle", None
+        self, sink: HeadTail, deadline: float | None, idle: float | None = None,
+        expect: re.Pattern[str] | None = None, command: bool = False,
+    ) -> tuple[Outcome, int | None]:
+        """Read until this command's marker, ``expect``, a limit, or EOF. With
+        ``command`` (the command's own wait, not an interrupt's or a sync's) also
+        until a flood, or until it waits for terminal input."""
+        limits = Limits(deadline, idle, expect,
+                        flood_bytes=self.config.flood_bytes if command else None,
+                        input_wait=self.config.input_wait if command else None)
+        return await read_until(self.process, self._scanner, self._seq, sink, limits,
+                                self._waits_for_input)

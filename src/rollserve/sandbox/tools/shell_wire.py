@@ -1,5 +1,6 @@
 """How the bash tool talks to bash through a terminal: the command line it types,
-the prompt marker it waits for, and the last-resort kill of the foreground job.
+the prompt marker it waits for, the job notices it keeps out of later output, and
+the last-resort kill of the foreground job.
 
 Kept apart from the session logic (bash.py) because this is the part that must be
 exactly right byte for byte, and is tested on its own.
@@ -18,18 +19,24 @@ _QUOTED = [chr(b) if 0x20 <= b < 0x7F and b not in (0x27, 0x5C) else f"\\x{b:02x
 _QUOTED[0x0A], _QUOTED[0x27], _QUOTED[0x5C] = "\\n", "\\'", "\\\\"
 
 
+# Before each command: take the notices of background jobs that ended since the
+# last one (bash would print them in this command's output), silently.
+_NOTICES = "jobs >/dev/null"  # its stderr: the shell's own, /dev/null
+
+
 def quote_command(command: str, seq: int) -> bytes:
-    """The input line(s) that run ``command`` as command number ``seq``."""
+    """The input line(s) that run ``command`` as command number ``seq``. Its stderr
+    is the terminal (``2>&1``): the shell's own is /dev/null (see ``init_line``)."""
     data = command.encode("utf-8", "surrogateescape")
     quoted = "".join(_QUOTED[b] for b in data)
-    if len(quoted) + 40 <= LINE_LIMIT:
-        return f"__rs_seq={seq}; eval $'{quoted}'\n".encode()
+    if len(quoted) + 80 <= LINE_LIMIT:
+        return f"__rs_seq={seq}; {_NOTICES}; eval $'{quoted}' 2>&1\n".encode()
     # Chunk the raw bytes (a chunk quotes to at most 4x its size) so no escape is
     # split; the group runs only when its closing line arrives.
     step = (LINE_LIMIT - 40) // 4
     parts = ["".join(_QUOTED[b] for b in data[i:i + step]) for i in range(0, len(data), step)]
     lines = [f"{{ __rs_seq={seq}; __rs_cmd=''"] + [f"__rs_cmd+=$'{p}'" for p in parts]
-    lines.append('eval "$__rs_cmd"; }')
+    lines.append(f'{_NOTICES}; eval "$__rs_cmd" 2>&1; }}')
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -41,13 +48,23 @@ def init_line(nonce: str, seq: int, cwd_command: str = "") -> bytes:
     old seq). Set here, not through env: a nested shell must not print our marker.
     PROMPT_COMMAND is read-only: an rc file or tool that rewrote it would hang every
     later call until its timeout.
+
+    It prints the shell's pid (``rs-pid:N``, see ``shell_pid``), then points the
+    shell's own stderr at /dev/null: what bash prints there between commands is job
+    notices (``[1]+ Terminated ...``) that would land in the next command's output.
     """
     return (
         f"stty -echo -onlcr 2>/dev/null; __rs_seq={seq}; PS1=''; PS2=''; PS0=''; "
         f"PROMPT_COMMAND='printf \"\\036{nonce}:%s:%s\\036\" \"$__rs_seq\" \"$?\"'; "
         "readonly PROMPT_COMMAND; unset HISTFILE MAILCHECK; set +H +o history; "
-        f"{cwd_command}true\n"
+        f"{cwd_command}printf 'rs-pid:%s\\n' \"$$\"; exec 2>/dev/null\n"
     ).encode()
+
+
+def shell_pid(init_output: str) -> int | None:
+    """The shell's ``$$`` from what ``init_line`` printed."""
+    found = re.search(r"rs-pid:(\d+)", init_output)
+    return int(found.group(1)) if found else None
 
 
 class MarkerScanner:
@@ -76,6 +93,10 @@ class MarkerScanner:
         self.commit(sink, recent, cut if cut >= 0 else len(pending))
         return None
 
+    def has_marker(self, seq: int) -> bool:
+        """Whether command ``seq``'s marker is among the bytes read so far."""
+        return any(m.group(1) == str(seq).encode() for m in self.marker.finditer(self.pending))
+
     def commit(self, sink: HeadTail, recent: bytearray, upto: int | None = None) -> None:
         """Move the first ``upto`` pending bytes (all by default) into the output."""
         upto = len(self.pending) if upto is None else upto
@@ -87,6 +108,55 @@ class MarkerScanner:
         recent += data
         if len(recent) > 8192:
             del recent[:-8192]
+
+
+_ANNOUNCED = re.compile(r"\[(\d+)\] \d+")  # `[2] 4711`: a job this command started
+# `[2]-  Terminated   sleep 6  (wd: /tmp)`: bash's line for a job that ended (not a
+# `jobs` listing of one that runs or is stopped), maybe with `(wd now: ...)` after.
+_ENDED = re.compile(r"\[(\d+)\][+\- ] +(?!Running\b|Stopped\b)\S.*")
+_WD_NOW = re.compile(r"\(wd now: .*\)")
+
+
+class JobNotices:
+    """Keeps bash's notices of jobs that EARLIER commands started out of a command's
+    output. Bash prints them where it notices the end: at the next prompt, or in
+    whichever later command's foreground wait comes first, so the shell's own
+    stderr and a silent ``jobs`` before each command (see ``quote_command``) cannot
+    catch a job that ends while a later command runs. Only lines in bash's exact
+    format for a job number that an earlier command announced (``[N] PID``), and
+    this one has not, are dropped; sessions without background jobs drop nothing."""
+
+    def __init__(self) -> None:
+        self.earlier: set[int] = set()  # job numbers earlier commands announced
+
+    def reset(self) -> None:
+        """A new shell: its job numbers start again."""
+        self.earlier.clear()
+
+    def clean(self, output: str) -> str:
+        """``output`` without the notices of earlier commands' jobs; learns the jobs
+        this command announced."""
+        if "[" not in output:
+            return output
+        kept: list[str] = []
+        own: set[int] = set()
+        after_dropped = False
+        for line in output.splitlines(keepends=True):
+            bare = line.rstrip("\n")
+            if after_dropped and _WD_NOW.fullmatch(bare):
+                after_dropped = False
+                continue
+            after_dropped = False
+            if (found := _ANNOUNCED.fullmatch(bare)) is not None:
+                own.add(int(found.group(1)))
+            elif (found := _ENDED.fullmatch(bare)) is not None:
+                number = int(found.group(1))
+                if number in self.earlier and number not in own:
+                    after_dropped = True
+                    continue
+            kept.append(line)
+        self.earlier |= own
+        return "".join(kept)
 
 
 def signal_foreground(process: SandboxProcess, signum: int) -> bool:
