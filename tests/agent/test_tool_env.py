@@ -186,3 +186,49 @@ async def test_tools_can_be_given_to_the_template_or_an_api_natively(tok):
     assert "<tools>" not in env.initial_messages()[0]["content"]
     step = await env.step(call("echo", text="raw"))
     assert step.messages[0]["content"] == "raw"  # the template wraps tool results itself
+
+
+async def test_an_agent_answers_a_waiting_program_with_is_input(tok, tmp_path):
+    """Through the agent's own tool calls, in a bubblewrap sandbox with the handlers'
+    bash settings (idle action: interrupt): a prompt comes back to the model while
+    the program waits, and its next call answers it with is_input. A `timeout` from
+    the model (idle timeout off) still interrupts, and the shell stays usable."""
+    from rollserve.sandbox.base import SandboxSpec
+    from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+    from rollserve.sandbox.tools.bash import BashConfig
+
+    if BubblewrapRuntime.unavailable_reason():
+        pytest.skip(f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    sandbox = await BubblewrapRuntime(state_dir=tmp_path / "state").start(SandboxSpec())
+    bash = BashTool(sandbox, BashConfig(timeout=60.0, idle_timeout=30.0, interrupt_grace=5.0))
+    env = ToolEnv([bash, FinishTool()], "Greet the program.", tokenizer=tok)
+    replies = [
+        call("bash", command='read -p "name? " who; echo hi $who'),
+        call("bash", command="bob", is_input=True),
+        call("bash", command="python3 -c 'print(int(input(\"n: \")) * 2)'", timeout=60),
+        call("bash", command="21", is_input=True),
+        call("bash", command="echo start; sleep 61.5", timeout=1),
+        call("bash", command="echo still here"),
+        call("bash", command='read -p "again? " it'),
+        call("bash", command="echo moved on"),  # a new command, not an answer
+        call("finish", answer="done"),
+    ]
+    trajectory, stats = Trajectory(), LoopStats()
+    try:
+        await run_agent_loop(env, ScriptedLLM(tok, replies), tok, SamplingParams(max_tokens=200),
+                             max_turns=12, max_context_tokens=4096, trajectory=trajectory, stats=stats)
+    finally:
+        await bash.close()
+        await sandbox.close()
+    texts = [m["content"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
+             for m in trajectory.messages if m["role"] == "tool"]
+    assert texts[0].startswith("name? \n[the command is waiting for input") and "is_input=true" in texts[0]
+    assert texts[1] == "hi bob\n[exit code: 0]"
+    assert texts[2].startswith("n: \n[the command is waiting for input")
+    assert texts[3] == "42\n[exit code: 0]"
+    assert "did not finish within 1 s" in texts[4] and "[exit code: 130]" in texts[4]
+    assert texts[5] == "still here\n[exit code: 0]"
+    assert texts[6].startswith("again? \n[the command is waiting for input")
+    assert texts[7].startswith("moved on\n[the previous command was still running and was stopped first")
+    assert texts[7].endswith("[exit code: 0]")
+    assert env.stats.errors == 0 and trajectory.ended_by == "finished"

@@ -11,7 +11,7 @@ import asyncio
 
 from rollserve.agent.tools import ToolError, function_schema
 from rollserve.sandbox.base import Sandbox
-from rollserve.sandbox.tools.bash import BashBusy, BashConfig, BashSession
+from rollserve.sandbox.tools.bash import BashBusy, BashConfig, BashResult, BashSession
 from rollserve.sandbox.tools.editor import EditorConfig, EditorError, FileEditor
 from rollserve.sandbox.tools.ipython import IPythonConfig, IPythonSession
 from rollserve.sandbox.tools.keys import is_key_sequence
@@ -27,12 +27,15 @@ class BashTool:
             "bash",
             "Run a bash command in a persistent shell in /workspace: the working folder, "
             "variables and background jobs persist between calls. Long-running commands "
-            "are stopped at the timeout; put servers in the background (cmd > log 2>&1 &).",
+            "are stopped at the timeout; put servers in the background (cmd > log 2>&1 &). "
+            "A command that waits for input (a prompt) returns while still running: answer "
+            "it with is_input=true (a new command instead stops it).",
             {
                 "command": {
                     "type": "string",
                     "description": "the command (several lines allowed). With is_input=true: "
-                    "text to type into the running program, or keys such as C-c, C-d, Enter",
+                    "text to type into the running program (Enter is added), or keys such as "
+                    "C-c, C-d, Enter; an empty string just waits for more output",
                 },
                 "is_input": {
                     "type": "boolean",
@@ -58,21 +61,38 @@ class BashTool:
             if not self.session.running:
                 raise ToolError("no command is running, so there is nothing to send input to; "
                                 "call bash without is_input to run a command")
-            if is_key_sequence(command):
+            if not command:
+                result = await self.session.send(timeout=timeout)  # only wait for output
+            elif is_key_sequence(command):
                 result = await self.session.send(keys=command.split(), timeout=timeout)
             else:
                 result = await self.session.send(text=command + "\n", timeout=timeout)
-            return result.to_text()
+            return self._text(result)
         if not command.strip():
             raise ToolError("command is empty")
+        # An explicit timeout is the model saying "this is slow": no idle cut-off then.
+        idle = None if timeout is not None else "default"
         try:
-            # An explicit timeout is the model saying "this is slow": no idle cut-off then.
-            idle = None if timeout is not None else "default"
             result = await self.session.run(command, timeout=timeout, idle_timeout=idle)
         except BashBusy:
-            raise ToolError(
-                "the previous command is still running; send it input with is_input=true "
-                "(text, or C-c to stop it)") from None
+            # A new command while one still runs (it waits for input): stop that one
+            # rather than refuse every later command (a format without is_input, such
+            # as bash_block, could never get out).
+            stopped = await self.session.interrupt()
+            result = await self.session.run(command, timeout=timeout, idle_timeout=idle)
+            how = "; ".join(stopped.notes)
+            result.notes.insert(0, f"the previous command was still running and was stopped first ({how})")
+        return self._text(result)
+
+    @staticmethod
+    def _text(result: BashResult) -> str:
+        if result.waiting_for_input:
+            result.notes.append("answer it with is_input=true: the text to type, or keys such as "
+                                "C-c or C-d; or is_input=true with an empty command to wait")
+        elif result.running:
+            result.notes.append("it is still running: is_input=true sends it input or keys "
+                                "(C-c stops it); an empty command waits for more output; "
+                                "a new command stops it")
         return result.to_text()
 
     async def close(self) -> None:
