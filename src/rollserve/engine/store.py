@@ -216,7 +216,6 @@ class SQLiteStore:
         if status not in TERMINAL:
             raise ValueError(f"{status!r} is not a terminal status")
         now = time.time()
-        payload = json.dumps(result, separators=(",", ":"))
 
         def _finish(conn: sqlite3.Connection) -> int:
             row = conn.execute("SELECT seq FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
@@ -224,6 +223,9 @@ class SQLiteStore:
                 raise KeyError(rollout_id)
             if row[0] is not None:
                 return int(row[0])
+            # Serialized here, on the store's thread: a result with a long prompt is
+            # megabytes of JSON, which would otherwise stall the event loop.
+            payload = json.dumps(result, separators=(",", ":"))
             seq = _next_seq(conn)
             conn.execute(
                 "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?"

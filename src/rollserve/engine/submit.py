@@ -1,22 +1,33 @@
 """Admission: validate a whole batch, store it in one transaction, then start it.
 
 Nothing is half-done: a batch with one bad task is refused whole (naming the
-field), and a batch that does not fit is refused whole with a retry hint.
+field), a batch that can never fit (more rollouts than ``max_pending``) is refused
+with the limit, and a batch that does not fit now is refused whole with a retry hint.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 
 from rollserve.engine.pipeline import Engine
-from rollserve.engine.requests import SubmitRequest, merged, request_hash
+from rollserve.engine.requests import (
+    RequestLimits,
+    SubmitRequest,
+    TaskRequest,
+    json_size,
+    merged,
+    request_hash,
+)
 from rollserve.engine.rollout import RolloutSpec
 from rollserve.engine.store import DuplicateClientKey, GroupRow
 from rollserve.errors import QueueFullError
 from rollserve.handlers.base import InvalidInstance
 from rollserve.handlers.registry import UnknownDataSource
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,21 +60,40 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:16]}"
 
 
-async def submit(engine: Engine, request: SubmitRequest) -> list[Accepted]:
+def _check_task(engine: Engine, task: TaskRequest, where: str, limits: RequestLimits) -> None:
+    """The task's data source exists, its instance fits the size limit and its handler."""
+    try:
+        handler = engine.handler(task.data_source)
+    except UnknownDataSource as exc:
+        raise SubmitError(400, f"{where}.data_source", str(exc).strip("'\"")) from exc
+    for name in ("instance", "metadata"):
+        size = json_size(getattr(task, name))
+        if size > limits.max_instance_bytes:
+            raise SubmitError(422, f"{where}.{name}",
+                              f"{size} bytes of JSON; at most {limits.max_instance_bytes} "
+                              "(the server's --max-instance-mb)")
+    try:
+        handler.validate(task.instance)
+    except InvalidInstance as exc:
+        field = exc.field if exc.field.startswith("instance") else f"instance.{exc.field}"
+        raise SubmitError(422, f"{where}.{field}", exc.message) from exc
+    except Exception as exc:  # a handler that did not expect this shape: still bad input
+        log.warning("the %s handler failed on an instance it was asked to check",
+                    task.data_source, exc_info=True)
+        raise SubmitError(422, f"{where}.instance",
+                          f"the {task.data_source} handler cannot read this instance "
+                          f"({type(exc).__name__}: {exc})") from exc
+
+
+async def submit(engine: Engine, request: SubmitRequest,
+                 limits: RequestLimits | None = None) -> list[Accepted]:
+    limits = limits or RequestLimits()
     accepted: list[Accepted | None] = [None] * len(request.tasks)
-    new_groups: list[tuple[GroupRow, list[RolloutSpec]]] = []
+    new: list[tuple[int, TaskRequest, str]] = []  # (index, task, fingerprint)
     seen_keys: dict[str, int] = {}
     for index, task in enumerate(request.tasks):
         where = f"tasks[{index}]"
-        try:
-            handler = engine.handler(task.data_source)
-        except UnknownDataSource as exc:
-            raise SubmitError(400, f"{where}.data_source", str(exc).strip("'\"")) from exc
-        try:
-            handler.validate(task.instance)
-        except InvalidInstance as exc:
-            field = exc.field if exc.field.startswith("instance") else f"instance.{exc.field}"
-            raise SubmitError(422, f"{where}.{field}", exc.message) from exc
+        _check_task(engine, task, where, limits)
         fingerprint = request_hash(task, request)
         if task.id is not None:
             if task.id in seen_keys:
@@ -79,6 +109,24 @@ async def submit(engine: Engine, request: SubmitRequest) -> list[Accepted]:
                 rollout_ids = [row.id for row in found[1]] if found else []
                 accepted[index] = Accepted(existing.id, existing.task_id, rollout_ids, True)
                 continue
+        new.append((index, task, fingerprint))
+
+    # Counted before anything is built: a batch of 10,000 tasks x 1,024 samples is
+    # refused without making ten million rollout specs first.
+    wanted = sum(task.n for _, task, _ in new)
+    if wanted > engine.config.max_pending:
+        raise SubmitError(422, "tasks",
+                          f"the batch needs {wanted} rollout slots but the server admits at "
+                          f"most {engine.config.max_pending} at once (--max-pending): it can "
+                          "never fit; split it into smaller batches")
+    if wanted > engine.room():
+        raise QueueFullError(
+            f"the batch needs {wanted} rollout slots but only {max(engine.room(), 0)} of "
+            f"{engine.config.max_pending} are free; retry later or raise --max-pending",
+            retry_after=engine.retry_after(),
+        )
+    new_groups: list[tuple[GroupRow, list[RolloutSpec]]] = []
+    for index, task, fingerprint in new:
         group_id = _new_id("g-")
         task_id = task.id or group_id
         group = GroupRow(group_id, task_id, task.id, fingerprint, task.n, time.time())
@@ -100,13 +148,6 @@ async def submit(engine: Engine, request: SubmitRequest) -> list[Accepted]:
         new_groups.append((group, specs))
         accepted[index] = Accepted(group_id, task_id, [s.id for s in specs])
 
-    wanted = sum(len(specs) for _, specs in new_groups)
-    if wanted > engine.room():
-        raise QueueFullError(
-            f"the batch needs {wanted} rollout slots but only {max(engine.room(), 0)} of "
-            f"{engine.config.max_pending} are free; retry later or raise --max-pending",
-            retry_after=engine.retry_after(),
-        )
     engine.reserved += wanted  # held across the store write so concurrent batches see it
     try:
         await engine.store.create_groups(new_groups)
