@@ -168,6 +168,10 @@ class ChatTokenizer:
         self.name = name or getattr(hf_tokenizer, "name_or_path", "tokenizer")
         if not getattr(hf_tokenizer, "chat_template", None):
             raise TokenizerError(f"tokenizer {self.name!r} has no chat template")
+        # Prompts are tokenized on several threads at once (``llm.chat``). transformers
+        # turns a saved truncation or padding setting off on the first encode, a write
+        # into the Rust tokenizer that must not race another thread's encode: do it now.
+        hf_tokenizer.encode("", add_special_tokens=False)
 
     @classmethod
     def load(cls, source: str = "smollm2") -> "ChatTokenizer":
