@@ -57,13 +57,15 @@ async def fake_llm():
 
 @pytest.fixture
 async def make_api(tmp_path):
-    """Build a service + in-process HTTP client; pass backends=[url] or none, and
-    ``prorl=ProRLConfig(...)`` to serve ProRL Agent's routes too."""
+    """Build a service + in-process HTTP client; pass backends=[url] or none,
+    ``prorl=ProRLConfig(...)`` to serve ProRL Agent's routes too, ``server={...}`` for
+    other ServerConfig settings, and EngineConfig's as keywords."""
     made = []
 
-    async def make(backends=(), token=None, prorl=None, **engine):
+    async def make(backends=(), token=None, prorl=None, server=None, **engine):
         config = ServerConfig(state_dir=tmp_path / f"state{len(made)}", api_token=token,
-                              backends=list(backends), engine=EngineConfig(**engine))
+                              backends=list(backends), engine=EngineConfig(**engine),
+                              **(server or {}))
         service = Service(config)
         await service.start()
         app = create_app(service, manage_lifecycle=False, prorl=prorl)

@@ -18,6 +18,7 @@ from rollserve.commands.options import check_backends
 from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
+from rollserve.engine.requests import MIB, RequestLimits
 from rollserve.server import ServerConfig, default_state_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -66,6 +67,11 @@ def serve(
     retention_hours: float = typer.Option(168.0, help="keep finished results this long"),
     api_token: Optional[str] = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
                                             help="require 'Authorization: Bearer TOKEN' (all routes but /healthz)"),
+    public_docs: bool = typer.Option(False, "--public-docs", help="with --api-token: serve /openapi.json, "
+                                                                  "/docs and /redoc without the token"),
+    max_request_mb: float = typer.Option(64.0, min=0.001, help="largest request body in MiB (413 beyond)"),
+    max_instance_mb: float = typer.Option(4.0, min=0.001, help="largest task instance (or metadata) "
+                                                               "in MiB of JSON (422 beyond)"),
     prorl: bool = typer.Option(False, "--prorl", help="also serve ProRL Agent's API (/start, /process, "
                                                       "/add_llm_server, ...) for its clients"),
     prorl_timeout: Optional[float] = typer.Option(None, min=1, help="--prorl: seconds per job "
@@ -93,6 +99,8 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServerConfig(
         host=host, port=port, state_dir=state_dir, store_path=store, api_token=api_token,
+        public_docs=public_docs, limits=RequestLimits(max_request_bytes=int(max_request_mb * MIB),
+                                                      max_instance_bytes=int(max_instance_mb * MIB)),
         tokenizer=tokenizer, backends=backend, scoring_workers=scoring_workers,
         sandbox_runtime=sandbox_runtime, sandbox_options=options, handler_options=by_handler,
         engine=_engine_config(init_workers, run_workers, eval_workers, max_pending,

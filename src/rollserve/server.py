@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from rollserve.engine.pipeline import Engine, EngineConfig
+from rollserve.engine.requests import RequestLimits
 from rollserve.engine.store import SQLiteStore
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
@@ -55,6 +56,9 @@ class ServerConfig(BaseModel):
     state_dir: Path = Field(default_factory=default_state_dir)
     store_path: Path | None = None  # default: <state_dir>/rollserve.db
     api_token: str | None = None
+    public_docs: bool = Field(False, description="with api_token: /openapi.json, /docs and "
+                              "/redoc without the token (they are behind it otherwise)")
+    limits: RequestLimits = Field(default_factory=RequestLimits)
     tokenizer: str = Field("smollm2", description="a HF tokenizer folder, a .gguf, 'smollm2', "
                            "or vllm:URL (the serving vLLM's /tokenize)")
     backends: list[str] = Field(default_factory=list)

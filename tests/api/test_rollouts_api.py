@@ -126,7 +126,8 @@ async def test_bearer_token_guards_every_route_but_healthz(make_api):
     assert (await client.post("/v1/rollouts", json={"tasks": [MATH]})).status_code == 401
     ok = await client.get("/v1/status", headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 200
-    assert (await client.get("/openapi.json")).json()["info"]["title"] == "rollserve"
+    schema = await client.get("/openapi.json", headers={"Authorization": "Bearer s3cret"})
+    assert schema.json()["info"]["title"] == "rollserve"
 
 
 async def test_prometheus_metrics(make_api, fake_llm):

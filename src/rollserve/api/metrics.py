@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -61,7 +62,9 @@ class ServiceCollector:
         yield trajectories
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, responses={
+    200: {"description": "Prometheus text format",
+          "content": {"text/plain": {"schema": {"type": "string"}}}}})
 async def metrics(request: Request) -> Response:
     registry = getattr(request.app.state, "metrics_registry", None)
     if registry is None:

@@ -75,16 +75,20 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
 
 from rollserve.agent.loop import AgentLimits
 from rollserve.agent.tool_calls import parse_tool_calls
+from rollserve.api.errors import errors, json_response
+from rollserve.api.guards import StrictJSONRoute
 from rollserve.engine.requests import SubmitRequest, TaskRequest
 from rollserve.engine.rollout import TERMINAL, Timeouts
 from rollserve.engine.submit import SubmitError, submit
 from rollserve.handlers.registry import UnknownDataSource
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.factory import BackendSpec, backend_from_spec, parse_backend_spec
+from rollserve.validation import describe
+from rollserve.llm.factory import BackendSpec, backend_from_spec, remote_spec
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +146,7 @@ class ProRLCompat:
         self.stopped.discard(rollout_id)
 
 
-router = APIRouter(tags=["prorl"])
+router = APIRouter(tags=["prorl"], route_class=StrictJSONRoute)
 
 
 def _compat(request: Request) -> ProRLCompat:
@@ -158,7 +162,7 @@ def _require_running(compat: ProRLCompat) -> None:
         raise HTTPException(503, NOT_RUNNING)
 
 
-@router.post("/start")
+@router.post("/start", responses=errors(400))
 async def start(request: Request) -> dict:
     compat = _compat(request)
     if compat.running:
@@ -167,7 +171,7 @@ async def start(request: Request) -> dict:
     return {"status": "Server started successfully"}
 
 
-@router.post("/stop")
+@router.post("/stop", responses=errors(503))
 async def stop(request: Request) -> dict:
     compat = _compat(request)
     _require_running(compat)
@@ -180,7 +184,7 @@ async def stop(request: Request) -> dict:
     return {"status": "Server stopped successfully"}
 
 
-@router.get("/status")
+@router.get("/status", responses=errors(503))
 async def status(request: Request) -> dict:
     compat = _compat(request)
     _require_running(compat)
@@ -197,7 +201,7 @@ async def status(request: Request) -> dict:
             "llm_servers": [b.get("url") or b["name"] for b in service.router.list()]}
 
 
-@router.post("/cancel")
+@router.post("/cancel", responses=errors(503))
 async def cancel(body: CancelRequest, request: Request) -> dict:
     compat = _compat(request)
     _require_running(compat)
@@ -209,10 +213,11 @@ async def cancel(body: CancelRequest, request: Request) -> dict:
 
 def backend_spec_for_address(address: str) -> BackendSpec:
     """ProRL registers OpenAI-style base URLs (``http://host:8000/v1``); rollserve talks
-    to the server's root. ``KIND=URL`` picks another kind of server."""
+    to the server's root. ``KIND=URL`` picks another kind of server; an embedded
+    backend (a model file on the server's disk) is refused, as over rollserve's API."""
     text = address.strip()
     if "=" in text.split("://", 1)[0]:
-        spec = parse_backend_spec(text)
+        spec = remote_spec(text)
     else:
         spec = BackendSpec(kind="vllm", url=text)
     url = (spec.url or "").rstrip("/")
@@ -221,7 +226,7 @@ def backend_spec_for_address(address: str) -> BackendSpec:
     return spec.model_copy(update={"url": url or None})
 
 
-@router.post("/add_llm_server")
+@router.post("/add_llm_server", responses=errors(400))
 async def add_llm_server(body: LLMServerRequest, request: Request) -> dict:
     compat = _compat(request)
     llm_router = _service(request).router
@@ -277,8 +282,8 @@ def sampling_from_params(params: dict[str, Any]) -> tuple[SamplingParams, AgentL
         raise ValueError(f"sampling_params.{field}: {first.get('msg', 'invalid')}") from exc
 
 
-@router.post("/process")
-async def process(body: ProcessRequest, request: Request) -> dict:
+@router.post("/process", responses=errors(400, 429, 500, 503, 504))
+async def process(body: ProcessRequest, request: Request) -> Response:
     compat = _compat(request)
     service = _service(request)
     _require_running(compat)
@@ -298,11 +303,15 @@ async def process(body: ProcessRequest, request: Request) -> dict:
     except ValueError as exc:
         raise HTTPException(400, f"Invalid sampling_params: {exc}") from exc
     job_id = body.job_id or str(uuid.uuid4())
-    task = TaskRequest(data_source=data_source, instance=instance, sampling=sampling, agent=agent,
-                       timeouts=Timeouts(total=compat.config.timeout),
-                       metadata={"prorl_job_id": job_id})
     try:
-        (accepted,) = await submit(service.engine, SubmitRequest(tasks=[task]))
+        task = TaskRequest(data_source=data_source, instance=instance, sampling=sampling,
+                           agent=agent, timeouts=Timeouts(total=compat.config.timeout),
+                           metadata={"prorl_job_id": job_id})
+    except ValidationError as exc:
+        raise HTTPException(400, f"Invalid instance data: {describe(exc)}") from exc
+    try:
+        (accepted,) = await submit(service.engine, SubmitRequest(tasks=[task]),
+                                   request.app.state.limits)
     except SubmitError as exc:
         where = str(exc).replace("tasks[0].", "", 1)
         raise HTTPException(400, f"Invalid instance data: {where}") from exc
@@ -320,7 +329,7 @@ async def process(body: ProcessRequest, request: Request) -> dict:
             raise HTTPException(504, "Processing timed out")
         if rollout_id in compat.stopped:
             raise HTTPException(500, STOPPED)
-        return prorl_result(row.result, instance, job_id)
+        return await json_response(prorl_result(row.result, instance, job_id))
     except asyncio.CancelledError:
         service.engine.cancel(rollout_id)  # the client is gone: stop spending on it
         raise

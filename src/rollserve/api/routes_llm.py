@@ -14,10 +14,12 @@ from typing import Literal
 from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollserve.errors import InfraError
-from rollserve.llm.factory import BackendSpec, backend_from_spec
+from rollserve.api.errors import FieldHTTPError, errors
+from rollserve.api.guards import StrictJSONRoute
+from rollserve.llm.factory import RemoteBackendSpec, backend_from_spec
+from rollserve.validation import INT64_MAX
 
-router = APIRouter(prefix="/v1/llm", tags=["llm"])
+router = APIRouter(prefix="/v1/llm", tags=["llm"], route_class=StrictJSONRoute)
 
 
 class PauseRequest(BaseModel):
@@ -35,7 +37,8 @@ class PauseRequest(BaseModel):
 class ResumeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    policy_version: int | None = Field(None, description="stamped on every turn sampled from now on")
+    policy_version: int | None = Field(None, ge=0, le=INT64_MAX,
+                                       description="stamped on every turn sampled from now on")
 
 
 def _router(request: Request):
@@ -59,21 +62,25 @@ async def status(request: Request) -> dict:
     return _router(request).status()
 
 
-@router.post("/backends", status_code=201)
-async def add_backend(spec: BackendSpec, request: Request) -> dict:
-    """Add an inference backend; rollouts waiting for one start at once."""
+@router.post("/backends", status_code=201, responses=errors(409))
+async def add_backend(spec: RemoteBackendSpec, request: Request) -> dict:
+    """Add an inference server by URL; rollouts waiting for one start at once.
+
+    Embedded (in-process) backends are started from the command line only: they load
+    a model file from the server's disk."""
     llm_router = _router(request)
     try:
-        backend = backend_from_spec(spec.model_dump(exclude_none=True))
-    except (ValueError, InfraError) as exc:  # InfraError: e.g. the embedded extra is missing
-        raise HTTPException(422, f"{spec.kind}: {exc}") from exc
+        backend = backend_from_spec(spec.spec())
+    except ValueError as exc:
+        raise FieldHTTPError(422, "url", str(exc)) from exc
     if any(b["name"] == backend.name for b in llm_router.list()):
+        await backend.close()
         raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
     llm_router.add(backend)
     return {"backend": backend.describe()}
 
 
-@router.delete("/backends/{name}")
+@router.delete("/backends/{name}", responses=errors(404))
 async def remove_backend(
     name: str, request: Request,
     grace: float = Query(0.0, ge=0, le=3600, description="seconds for calls in flight to finish"),
@@ -84,7 +91,7 @@ async def remove_backend(
     return {"removed": name}
 
 
-@router.post("/backends/{name}/drain")
+@router.post("/backends/{name}/drain", responses=errors(404))
 async def drain_backend(
     name: str, request: Request,
     wait: float = Query(0.0, ge=0, le=3600, description="seconds to wait for in-flight calls"),
@@ -97,7 +104,7 @@ async def drain_backend(
     return {"backend": next(b for b in llm_router.list() if b["name"] == name), "drained": drained}
 
 
-@router.post("/backends/{name}/undrain")
+@router.post("/backends/{name}/undrain", responses=errors(404))
 async def undrain_backend(name: str, request: Request) -> dict:
     llm_router = _router(request)
     _known(llm_router, name)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
+from rollserve.api.errors import errors, json_response
+from rollserve.api.guards import StrictJSONRoute
 from rollserve.engine.requests import SubmitRequest, TaskRequest
 from rollserve.engine.rollout import TERMINAL
 from rollserve.engine.submit import submit
@@ -16,8 +20,9 @@ from rollserve.agent.loop import AgentLimits
 from rollserve.engine.rollout import Timeouts
 from rollserve.llm.base import SamplingParams
 from rollserve.server import Service
+from rollserve.validation import INT64_MAX
 
-router = APIRouter(prefix="/v1", tags=["rollouts"])
+router = APIRouter(prefix="/v1", tags=["rollouts"], route_class=StrictJSONRoute)
 
 MAX_WAIT = 600.0
 WaitParam = Query(0.0, ge=0.0, le=MAX_WAIT, description="long-poll: seconds to wait for completion")
@@ -67,10 +72,13 @@ async def _group_view(service: Service, group_id: str, include_results: bool) ->
     }
 
 
-@router.post("/rollouts", status_code=202)
+SUBMIT_ERRORS = errors(400, 409, 429)
+
+
+@router.post("/rollouts", status_code=202, responses=SUBMIT_ERRORS)
 async def submit_rollouts(body: SubmitRequest, request: Request) -> dict:
     """Submit a batch of tasks; each task with ``n`` samples becomes one group."""
-    accepted = await submit(_service(request).engine, body)
+    accepted = await submit(_service(request).engine, body, request.app.state.limits)
     return {"groups": [a.to_dict() for a in accepted]}
 
 
@@ -84,30 +92,31 @@ class RunRequest(BaseModel):
     wait: float = Field(MAX_WAIT, gt=0, le=MAX_WAIT)
 
 
-@router.post("/rollouts:run")
-async def run_rollouts(body: RunRequest, request: Request) -> dict:
+@router.post("/rollouts:run", responses=SUBMIT_ERRORS)
+async def run_rollouts(body: RunRequest, request: Request) -> Response:
     """Submit one task and wait for its results (for scripts)."""
     service = _service(request)
     batch = SubmitRequest(tasks=[body.task], sampling=body.sampling, agent=body.agent,
                           timeouts=body.timeouts)
-    (accepted,) = await submit(service.engine, batch)
+    (accepted,) = await submit(service.engine, batch, request.app.state.limits)
     await service.engine.wait_finished(accepted.rollout_ids, body.wait)
     view = await _group_view(service, accepted.group_id, include_results=True)
-    return {**(view or {}), "results": [r.get("result") for r in (view or {}).get("rollouts", [])]}
+    return await json_response(
+        {**(view or {}), "results": [r.get("result") for r in (view or {}).get("rollouts", [])]})
 
 
-@router.get("/rollouts/{rollout_id}")
-async def get_rollout(rollout_id: str, request: Request, wait: float = WaitParam) -> dict:
+@router.get("/rollouts/{rollout_id}", responses=errors(404))
+async def get_rollout(rollout_id: str, request: Request, wait: float = WaitParam) -> Response:
     service = _service(request)
     if wait > 0:
         await service.engine.wait_finished([rollout_id], wait)
     view = await _rollout_view(service, rollout_id)
     if view is None:
         raise HTTPException(404, f"no rollout {rollout_id!r} (unknown, or past retention)")
-    return view
+    return await json_response(view)
 
 
-@router.delete("/rollouts/{rollout_id}")
+@router.delete("/rollouts/{rollout_id}", responses=errors(404))
 async def cancel_rollout(rollout_id: str, request: Request) -> dict:
     service = _service(request)
     cancelled = service.engine.cancel(rollout_id)
@@ -119,20 +128,20 @@ async def cancel_rollout(rollout_id: str, request: Request) -> dict:
     return {"id": rollout_id, "cancelled": cancelled, "status": view["status"]}
 
 
-@router.get("/groups/{group_id}")
+@router.get("/groups/{group_id}", responses=errors(404))
 async def get_group(
     group_id: str, request: Request, wait: float = WaitParam, results: bool = True
-) -> dict:
+) -> Response:
     service = _service(request)
     view = await _group_view(service, group_id, include_results=False)
     if view is None:
         raise HTTPException(404, f"no group {group_id!r} (unknown, or past retention)")
     if wait > 0 and not view["done"]:
         await service.engine.wait_finished([r["id"] for r in view["rollouts"]], wait)
-    return await _group_view(service, group_id, include_results=results)
+    return await json_response(await _group_view(service, group_id, include_results=results))
 
 
-@router.delete("/groups/{group_id}")
+@router.delete("/groups/{group_id}", responses=errors(404))
 async def cancel_group(group_id: str, request: Request) -> dict:
     service = _service(request)
     view = await _group_view(service, group_id, include_results=False)
@@ -147,10 +156,10 @@ async def cancel_group(group_id: str, request: Request) -> dict:
 @router.get("/results")
 async def get_results(
     request: Request,
-    after: int = Query(0, ge=0, description="cursor: the last seq you have"),
+    after: int = Query(0, ge=0, le=INT64_MAX, description="cursor: the last seq you have"),
     limit: int = Query(100, ge=1, le=10_000),
     wait: float = WaitParam,
-) -> dict:
+) -> Response:
     """Finished results in completion order; pass the returned ``next`` as ``after``."""
     service = _service(request)
     deadline = time.monotonic() + wait
@@ -161,19 +170,34 @@ async def get_results(
             break
         await service.engine.events.wait_change(remaining)
     results = [{"seq": seq, **result} for seq, result in rows]
-    return {"results": results, "next": rows[-1][0] if rows else after}
+    return await json_response({"results": results, "next": rows[-1][0] if rows else after})
 
 
-@router.get("/events")
-async def events(request: Request) -> EventSourceResponse:
+@router.get("/events", response_class=EventSourceResponse, responses={
+    200: {"description": "a stream of `state` events (JSON data)",
+          "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+async def events(
+    request: Request,
+    duration: float | None = Query(None, gt=0, le=86_400,
+                                   description="end the stream after this many seconds "
+                                               "(default: never)"),
+) -> EventSourceResponse:
     """Server-sent events: one ``state`` event per rollout state change."""
     bus = _service(request).engine.events
     queue = bus.subscribe()
+    loop = asyncio.get_running_loop()
+    ends = None if duration is None else loop.time() + duration
 
     async def stream():
         try:
             while True:
-                event = await queue.get()
+                left = None if ends is None else ends - loop.time()
+                if left is not None and left <= 0:
+                    return
+                try:
+                    event = await asyncio.wait_for(queue.get(), left)
+                except TimeoutError:
+                    return
                 yield {"event": "state", "data": json.dumps(event)}
         finally:
             bus.unsubscribe(queue)

@@ -9,13 +9,17 @@
     openai_chat=https://api.openai.com   a chat API (message level, not trainable)
     {"kind": "vllm", "url": "http://host:8000", "name": "gpu0", "model": "policy",
      "endpoint": "auto", "weight": 2}
+
+Over HTTP (``POST /v1/llm/backends``, ProRL's ``/add_llm_server``) only servers are
+registered, by URL (``RemoteBackendSpec``): an embedded backend loads a model file
+from the server's own disk into its process, so only the command line may start one.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollserve.llm.base import LLMBackend
 
@@ -39,6 +43,49 @@ class BackendSpec(BaseModel):
     endpoint: Literal["completions", "generate", "auto"] = Field(
         "completions", description="vllm: /v1/completions, /inference/v1/generate, or try both")
     weight: float = Field(1.0, gt=0, le=1000, description="routing weight (relative capacity)")
+
+
+EMBEDDED_OVER_HTTP = ("an embedded backend loads a model file from the server's disk into its "
+                      "process, so only the command line starts one (rollserve serve --backend "
+                      "embedded[=PATH]); over HTTP, register an inference server by its URL")
+
+
+class RemoteBackendSpec(BaseModel):
+    """An inference server registered at runtime (over HTTP): by URL, never a path."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["vllm", "sglang", "llamacpp", "openai_chat"] = "vllm"
+    url: str = Field(..., min_length=8, max_length=2048, pattern=r"^https?://[!-~]+$",
+                     description="base URL of the server (http:// or https://, ASCII)")
+    name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@+=-]+$",
+                             description="unique name; derived from the URL if unset")
+    model: str | None = Field(None, max_length=1000,
+                              description="served model name; the server's first if unset")
+    api_key: str | None = Field(None, max_length=10_000, pattern=r"^[!-~]+$",
+                                description="sent as a bearer token (printable ASCII)")
+    timeout: float = Field(600.0, gt=0, le=86_400, description="seconds per request")
+    endpoint: Literal["completions", "generate", "auto"] = Field(
+        "completions", description="vllm: /v1/completions, /inference/v1/generate, or try both")
+    weight: float = Field(1.0, gt=0, le=1000, description="routing weight (relative capacity)")
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _no_embedded(cls, kind: Any) -> Any:
+        if kind == "embedded":
+            raise ValueError(EMBEDDED_OVER_HTTP)
+        return kind
+
+    def spec(self) -> BackendSpec:
+        return BackendSpec.model_validate(self.model_dump(exclude_none=True))
+
+
+def remote_spec(spec: str | dict | BackendSpec) -> BackendSpec:
+    """``spec`` if it names an inference server by URL; ``ValueError`` for an embedded one."""
+    parsed = parse_backend_spec(spec)
+    if parsed.kind not in SERVER_KINDS:
+        raise ValueError(f"kind: {EMBEDDED_OVER_HTTP}")
+    return parsed
 
 
 def parse_backend_spec(spec: str | dict | BackendSpec) -> BackendSpec:

@@ -1,0 +1,191 @@
+"""Every error the API answers, in one shape, and how the schema declares it.
+
+Each 4xx body is an ``ErrorBody``: ``detail`` says what is wrong in one line;
+``errors`` (when a field is at fault) names each field, as the user wrote it
+(``tasks[1].instance.question``). Routes declare their errors with ``errors(...)``;
+``api.guards`` adds what applies to every route (401, 413, 422).
+
+Responses are rendered so that nothing a client sent, nor anything a policy
+produced, can turn them into a 500: a lone surrogate is escaped, a non-finite
+number becomes null (``SafeJSONResponse``); big bodies render on a thread
+(``json_response``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rollserve.engine.submit import SubmitError
+from rollserve.errors import QueueFullError
+from rollserve.validation import field_name
+
+log = logging.getLogger(__name__)
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="the field at fault, as written in the request: tasks[0].n")
+    message: str
+    type: str | None = Field(None, description="pydantic's error type, when it found it")
+
+
+class ErrorBody(BaseModel):
+    """What every 4xx (and the documented 5xx) answers."""
+
+    detail: str = Field(description="what is wrong, in one line")
+    errors: list[FieldError] | None = Field(None, description="each field at fault")
+    retry_after: float | None = Field(None, description="429: seconds before a retry may fit")
+
+
+_DESCRIPTIONS = {
+    400: "Bad request: an unknown data_source (rollouts), or as ProRL's server answers",
+    401: "Missing or wrong bearer token",
+    404: "No such rollout, group or backend (unknown, or past retention)",
+    409: "Conflict: the id or name is taken by something else",
+    413: "The request body is larger than the server's limit (--max-request-mb)",
+    422: "Invalid input: each field at fault is named",
+    429: "Not enough free rollout slots now; retry after Retry-After seconds",
+    500: "ProRL's contract: the job was cancelled by /stop",
+    503: "ProRL: the server is not started, or has no LLM server",
+    504: "ProRL: the job outlived its wait (it is cancelled)",
+}
+
+
+def error_response(code: int, description: str | None = None) -> dict[str, Any]:
+    """The schema of one error status, for a route's ``responses=``."""
+    declared: dict[str, Any] = {"model": ErrorBody, "description": description or _DESCRIPTIONS[code]}
+    if code == 429:
+        declared["headers"] = {"Retry-After": {"description": "seconds to wait before retrying",
+                                               "schema": {"type": "integer", "minimum": 1}}}
+    if code == 401:
+        declared["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
+    return declared
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route that may answer ``codes``."""
+    return {code: error_response(code) for code in codes}
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def render_json(content: Any) -> bytes:
+    """``content`` as UTF-8 JSON, whatever strings and numbers it holds."""
+    try:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escaped, the text stays valid JSON
+        return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False,
+                          separators=(",", ":")).encode("ascii")
+    except ValueError:  # NaN or an infinity: not JSON; null instead
+        return render_json(_finite(content))
+
+
+class SafeJSONResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return render_json(content)
+
+
+async def json_response(content: Any, status_code: int = 200) -> Response:
+    """A JSON response rendered on a thread: results can be megabytes of token ids."""
+    body = await asyncio.to_thread(render_json, content)
+    return Response(body, status_code=status_code, media_type="application/json")
+
+
+class FieldHTTPError(HTTPException):
+    """An HTTP error that names the field at fault (or, with ``found``, each of them)."""
+
+    def __init__(self, status_code: int, field: str, message: str,
+                 headers: dict[str, str] | None = None, found: list[dict] | None = None):
+        self.found = found or [{"field": field, "message": message}]
+        super().__init__(status_code, _summary(self.found), headers)
+        self.field = field
+        self.message = message
+
+    @classmethod
+    def invalid(cls, error: ValidationError) -> "FieldHTTPError":
+        """A 422 for pydantic's ``error``."""
+        found = _found(error.errors())
+        return cls(422, found[0]["field"], found[0]["message"], found=found)
+
+
+def _found(errors_: list[Any]) -> list[dict]:
+    return [{"field": field_name(e.get("loc", ())), "message": str(e.get("msg", "")),
+             "type": str(e.get("type", ""))} for e in errors_]
+
+
+def _summary(found: list[dict]) -> str:
+    return "; ".join(f"{e['field']}: {e['message']}" for e in found)
+
+
+def _body(detail: str, errors_: list[dict] | None = None, **extra: Any) -> dict:
+    body: dict[str, Any] = {"detail": detail}
+    if errors_ is not None:
+        body["errors"] = errors_
+    return {**body, **extra}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
+        found = _found(list(exc.errors()))
+        return SafeJSONResponse(_body(_summary(found), found), status_code=422)
+
+    @app.exception_handler(SubmitError)
+    async def on_submit_error(request: Request, exc: SubmitError) -> Response:
+        return SafeJSONResponse(_body(str(exc), [{"field": exc.field, "message": exc.message}]),
+                                status_code=exc.status_code)
+
+    @app.exception_handler(QueueFullError)
+    async def on_queue_full(request: Request, exc: QueueFullError) -> Response:
+        return SafeJSONResponse(_body(str(exc), retry_after=exc.retry_after), status_code=429,
+                                headers={"Retry-After": str(max(1, round(exc.retry_after)))})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        found = exc.found if isinstance(exc, FieldHTTPError) else None
+        if exc.status_code == 500:
+            log.warning("%s %s answered %d: %s", request.method, request.url.path,
+                        exc.status_code, exc.detail)
+        headers = exc.headers
+        if exc.status_code == 405:  # Starlette names one route's methods; the path has more
+            methods = allowed_methods(request)
+            if methods:
+                headers = {**(headers or {}), "Allow": ", ".join(methods)}
+        return SafeJSONResponse(_body(str(exc.detail), found), status_code=exc.status_code,
+                                headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods the published schema gives the request's path (a 405's ``Allow``)."""
+    app = request.app
+    patterns = getattr(app.state, "path_methods", None)
+    if patterns is None:
+        patterns = []
+        for template, operations in app.openapi().get("paths", {}).items():
+            regex = "^" + re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(template)) + "$"
+            patterns.append((re.compile(regex), {m.upper() for m in operations}))
+        app.state.path_methods = patterns
+    found: set[str] = set()
+    for pattern, methods in patterns:
+        if pattern.match(request.url.path):
+            found |= methods
+    return sorted(found)
