@@ -165,6 +165,10 @@ async def test_bad_swe_instances_are_refused_naming_the_field(make_api, llm):
     r = await client.post("/v1/rollouts", json={"tasks": [
         {"data_source": "swe", "instance": {"question": "what?"}}]})
     assert r.status_code in (400, 422) and "not a SWE-bench, SWE-Gym or R2E-Gym instance" in r.text
+    nowhere = {**INSTANCES[0], "instance_id": "nobody__nothing-1", "repo": "nobody/nothing"}
+    r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": nowhere}]})
+    assert r.status_code == 422 and "tasks[0].instance.repo" in r.text, r.text
+    assert "nobody__nothing-1.bundle" in r.text and "nobody/nothing.git" in r.text
 
 
 def processes_with(marker: str) -> list[psutil.Process]:

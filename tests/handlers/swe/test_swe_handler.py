@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
-from rollserve.errors import InfraError, TimeoutFailure
+from rollserve.errors import AgentError, InfraError, TimeoutFailure
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.swe import SWEHandler
 from rollserve.handlers.swe.patch import Candidate
@@ -84,10 +84,20 @@ async def test_a_fuzzy_patch_applies_with_the_fallback(handler, new_rollout, toy
     assert result.details["apply_command"] != "git apply --verbose"
 
 
-async def test_a_test_run_past_its_limit_is_a_timeout_not_a_wrong_answer(handler, new_rollout, toy):
+async def test_a_test_run_past_its_limit_is_the_agents_failure_unless_told_otherwise(
+        handler, new_rollout, toy):
     slow = {**toy, "test_cmd": "sleep 30"}
-    with pytest.raises(TimeoutFailure):
+    with pytest.raises(AgentError, match="did not finish within 1 s"):
         await evaluate(handler(test_timeout=1), new_rollout, slow, toy["patch"])
+    with pytest.raises(TimeoutFailure):
+        await evaluate(handler(test_timeout=1, stopped_tests="masked"), new_rollout, slow, toy["patch"])
+
+
+async def test_a_test_script_stopped_before_its_tests_start_is_infra(handler, new_rollout, toy):
+    """The set-up (before the start marker) is no patch's doing: evidence of infra."""
+    stuck = {**toy, "eval_script": "#!/bin/bash\necho setting up\nsleep 30\n"}
+    with pytest.raises(InfraError, match="before its tests started"):
+        await evaluate(handler(test_timeout=1), new_rollout, stuck, toy["patch"])
 
 
 async def test_a_missing_repository_is_infra(handler, new_rollout, toy):
@@ -190,7 +200,32 @@ async def test_files_the_environment_left_are_not_the_agents(handler, new_rollou
     assert "calc/ops.py" in patch and "build/lib.txt" not in patch and "calc/__init__.py" not in patch
 
 
-async def test_a_test_run_killed_by_a_signal_is_infra(handler, new_rollout, toy):
+async def test_a_test_run_killed_by_a_signal_is_the_agents_failure_unless_told_otherwise(
+        handler, new_rollout, toy):
+    """Code under test can kill its runner at will (os.killpg(0, 9)): not evidence of
+    an infrastructure fault, or a patch could buy itself a mask."""
     killed = {**toy, "test_cmd": "kill -KILL $$"}  # the test script itself dies
-    with pytest.raises(InfraError, match="killed"):
+    with pytest.raises(AgentError, match="killed by signal 9"):
         await evaluate(handler(), new_rollout, killed, toy["patch"])
+    with pytest.raises(InfraError, match="killed"):
+        await evaluate(handler(stopped_tests="masked"), new_rollout, killed, toy["patch"])
+
+
+async def test_host_sandboxes_see_neither_the_mirrors_nor_the_bundled_answers(handler, new_rollout, toy,
+                                                                             tmp_path):
+    """bubblewrap shows the host root: the mirrors and cut bundles (history past
+    base_commit) and the bundled suite (its gold patches) are covered inside."""
+    from rollserve.handlers.swe.environment import repo_cache
+    from rollserve.handlers.swe.suite import swe_mini_path
+
+    swe = handler()
+    rollout = new_rollout(toy)
+    try:
+        await swe.init(rollout)
+        sandbox = rollout.state["sandbox"]
+        assert str((tmp_path / "mirror").resolve()) in sandbox.spec.hide
+        assert str(repo_cache(swe.options)) in sandbox.spec.hide  # other tasks' cuts
+        seen = await sandbox.exec(f"ls -A {swe_mini_path().parent}; cat {swe_mini_path()}", timeout=30)
+        assert seen.stdout.strip() == "" and "No such file" in seen.stderr, seen
+    finally:
+        await swe.cleanup(rollout)

@@ -7,10 +7,12 @@ import json
 
 import pytest
 
+from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, InvalidInstance
 from rollserve.handlers.swe import SWEHandler
 from rollserve.handlers.swe.environment import SWEOptions, image_name, image_reference, use_images
-from rollserve.handlers.swe.evaluate import END, START, eval_script, grade, log_parser_name, suite_command
+from rollserve.handlers.swe.evaluate import eval_script, suite_command
+from rollserve.handlers.swe.grade import END, START, grade, log_parser_name
 from rollserve.handlers.swe.instances import parse_task, patch_files
 
 TEST_PATCH = ("diff --git a/tests/test_x.py b/tests/test_x.py\n--- a/tests/test_x.py\n"
@@ -150,10 +152,38 @@ def test_r2e_grading_compares_with_the_expected_statuses():
 
 
 def test_an_environment_fault_in_the_log_is_infra_not_a_wrong_answer():
-    from rollserve.errors import InfraError
-
     task = parse_task(SWE_GYM)
     with pytest.raises(InfraError, match="out_of_memory"):
         grade(task, "+ python -m pytest\nfatal: Cannot allocate memory\n")
     # A suite that ran and failed is the patch's doing: scored.
     assert grade(task, log_of(["FAILED tests/test_x.py::test_y - boom"]))["resolved"] is False
+
+
+def test_a_pass_that_carries_an_error_is_a_failure():
+    """A hook that turns failures into passes leaves the error on the report:
+    pytest's summary then reads ``PASSED <test> - AssertionError``."""
+    task = parse_task(SWE_GYM)
+    forged = grade(task, log_of(["PASSED tests/test_x.py::test_y - AssertionError: assert 3 == 2",
+                                 "PASSED tests/test_x.py::test_z"], code=0))
+    assert not forged["resolved"]
+    assert {t["test"]: t["status"] for t in forged["tests"]}["tests/test_x.py::test_y"] == "FAILED"
+
+
+def test_the_canary_passing_means_the_outcomes_were_rewritten():
+    task = parse_task(SWE_GYM)
+    passes = ["PASSED tests/test_x.py::test_y", "PASSED tests/test_x.py::test_z"]
+    honest = grade(task, log_of(passes, code=0) + "\nFAILED tests/test_0a1b.py::test_0a1b - assert 1 == 2",
+                   canary="0a1b")
+    assert honest["resolved"] and honest["canary"] == "failed"
+    forged = grade(task, log_of(passes, code=0) + "\nPASSED tests/test_0a1b.py::test_0a1b", canary="0a1b")
+    assert not forged["resolved"] and forged["canary"] == "passed" and "rewritten" in forged["reason"]
+
+
+def test_only_the_set_up_part_of_a_log_can_show_an_environment_fault():
+    """Text the tests print (the patch's code) cannot buy a mask."""
+    task = parse_task(SWE_GYM)
+    printed = grade(task, "\n".join(["+ git apply", START, "Could not resolve host: pypi.org",
+                                     "collected 0 items"]))
+    assert not printed["resolved"] and not printed["tests_ran"]
+    with pytest.raises(InfraError, match="network_unreachable"):
+        grade(task, "conda: Could not resolve host: repo.anaconda.com\n" + START + "\n")

@@ -14,8 +14,10 @@ Two modes (``SWEOptions.environment``; ``auto`` picks by the server's runtime):
   the repository materialised at ``base_commit`` from a git bundle or a local mirror:
   ``<mirror>/<instance_id>.bundle``, ``<owner>__<name>.bundle``, ``<owner>__<name>.git``
   or ``<owner>/<name>[.git]``; the bundled ``swe-mini`` suite is always searched last.
-  A mirror is turned into a bundle of the history up to ``base_commit`` only (no
-  future commits, so no future fixes), cached per commit.
+  Every source, bundle or mirror, is first cut to a bundle of one branch holding the
+  history up to ``base_commit`` only (no later commits, so no later fixes; no other
+  branches, tags or objects), cached per source and commit; the workspace's
+  repository is cloned from that cut, with no remote and no reflog.
 """
 
 from __future__ import annotations
@@ -69,6 +71,17 @@ class SWEOptions(BaseModel):
         "unresolved", description="an empty candidate patch: unresolved without running "
         "tests, or run the tests anyway")
     test_timeout: float = Field(1800.0, gt=0, description="seconds for the test run")
+    stopped_tests: Literal["agent", "masked"] = Field(
+        "agent", description="a test run past test_timeout, or killed by a signal, once the "
+        "tests started: the agent's failure (reward 0, not masked), or masked (timeout/infra). "
+        "A run stopped in its set-up, or whose set-up shows an environment fault, is infra")
+    canary: bool = Field(True, description="end pytest runs with a test that must fail, run "
+                         "after importing the code under test: if it passes, outcomes were "
+                         "rewritten and the candidate is unresolved (costs one pytest start)")
+    protected_files: Literal["drop", "fail"] = Field(
+        "drop", description="changes to test infrastructure (conftest.py, pytest/tox/setup.cfg/"
+        "pyproject config, tests folders, start-up hooks, packaging metadata): left out of the "
+        "patch that is graded, or the candidate gets 0")
     setup_timeout: float = Field(300.0, gt=0, description="seconds to materialise the repository")
     memory_mb: int = Field(4096, ge=256)
     pids: int = Field(512, ge=32)
@@ -76,6 +89,19 @@ class SWEOptions(BaseModel):
 
 def bundled_mirror() -> Path:
     return Path(str(importlib.resources.files("rollserve") / "data" / "swe_mini" / "bundles"))
+
+
+def hidden_folders(options: SWEOptions) -> list[str]:
+    """Host folders a host-mode sandbox must not see: the mirrors and the cut bundles
+    (their history goes past other tasks' base_commit), the bundled suite (its gold
+    patches), and in a source checkout of rollserve the suite's sources and the
+    checkout's git history."""
+    suite = bundled_mirror().parent
+    checkout = Path(__file__).resolve().parents[4]
+    folders = [*options.mirrors, repo_cache(options), suite]
+    if (checkout / "scripts" / "swe_mini").is_dir():
+        folders += [checkout / "scripts" / "swe_mini", checkout / ".git"]
+    return [str(Path(f).resolve()) for f in folders]
 
 
 def use_images(options: SWEOptions, runtime_name: str | None) -> bool:
@@ -104,66 +130,73 @@ def image_reference(task: SWETask, options: SWEOptions, runtime_name: str | None
 
 
 # --- host mode: the repository from a bundle or a mirror -----------------------------
-def candidates(task: SWETask, mirrors: list[Path]) -> list[Path]:
+def source_names(task: SWETask) -> list[str]:
+    """The names a bundle or mirror of ``task``'s repository may have in a folder."""
     owner, _, name = task.repo.partition("/")
-    paths = []
-    for folder in [*mirrors, bundled_mirror()]:
-        paths += [folder / f"{task.instance_id}.bundle", folder / f"{owner}__{name}.bundle",
-                  folder / f"{owner}__{name}.git", folder / owner / f"{name}.git",
-                  folder / owner / name]
-    return paths
+    return [f"{task.instance_id}.bundle", f"{owner}__{name}.bundle", f"{owner}__{name}.git",
+            f"{owner}/{name}.git", f"{owner}/{name}"]
 
 
 def find_source(task: SWETask, mirrors: list[Path]) -> Path:
-    """The bundle or mirror that holds ``task``'s repository; InfraError if none."""
-    for path in candidates(task, mirrors):
-        if path.is_file() and path.suffix == ".bundle":
-            return path
-        if path.is_dir() and ((path / "HEAD").is_file() or (path / ".git").exists()):
-            return path
-    searched = ", ".join(str(m) for m in [*mirrors, bundled_mirror()])
-    raise InfraError(f"no git bundle or mirror of {task.repo} for {task.instance_id} (searched "
-                     f"{searched}); add one to the swe handler's 'mirrors', or run in image "
-                     "mode (apptainer)")
+    """The bundle or mirror that holds ``task``'s repository; InfraError naming every
+    file it looked for if there is none."""
+    folders = [*mirrors, bundled_mirror()]
+    for folder in folders:
+        for path in (folder / name for name in source_names(task)):
+            if path.is_file() and path.suffix == ".bundle":
+                return path
+            if path.is_dir() and ((path / "HEAD").is_file() or (path / ".git").exists()):
+                return path
+    raise InfraError(f"no git bundle or mirror of {task.repo} for {task.instance_id}: looked for "
+                     f"{', '.join(source_names(task))} in {', '.join(map(str, folders))}; add "
+                     "one to the swe handler's 'mirrors', or run in image mode (apptainer)")
 
 
 _BUNDLE_LOCKS: dict[str, asyncio.Lock] = {}
 
 
+def repo_cache(options: SWEOptions) -> Path:
+    """Where cut bundles are kept (one task's cut may hold another's fix: a later
+    base_commit of the same repository)."""
+    return (options.repo_cache or Path.home() / ".cache" / "rollserve" / "swe-repos").resolve()
+
+
 async def bundle_for(task: SWETask, options: SWEOptions) -> Path:
-    """A git bundle holding ``task.base_commit`` (a mirror becomes one, cached)."""
+    """A bundle of ``task``'s repository cut at ``base_commit`` (made once per source
+    and commit, then cached): a bundle as it is found may hold later commits."""
     source = find_source(task, options.mirrors)
-    if source.suffix == ".bundle":
-        return source
-    cache = options.repo_cache or Path.home() / ".cache" / "rollserve" / "swe-repos"
+    cache = repo_cache(options)
     key = hashlib.sha256(f"{source.resolve()}@{task.base_commit}".encode()).hexdigest()[:16]
     target = cache / f"{task.repo.replace('/', '__')}-{task.base_commit[:12]}-{key}.bundle"
     lock = _BUNDLE_LOCKS.setdefault(str(target), asyncio.Lock())
     async with lock:
         if not target.is_file():
-            await asyncio.to_thread(_bundle_from_mirror, source, task.base_commit, target)
+            await asyncio.to_thread(cut_bundle, source, task.base_commit, target)
     return target
 
 
-def _bundle_from_mirror(mirror: Path, commit: str, target: Path) -> None:
-    """History up to ``commit`` of ``mirror`` as a bundle at ``target`` (atomic)."""
+def cut_bundle(source: Path, commit: str, target: Path) -> None:
+    """The history up to ``commit`` of ``source`` (a bundle or a repository) as a bundle
+    of one branch, ``main``, at ``target`` (atomic). Nothing else reaches it: a bundle
+    holds exactly the objects reachable from the refs it is made of."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         clone = Path(tmp) / "repo"
-        steps = [["git", "clone", "-q", "--bare", "--no-local", str(mirror), str(clone)],
-                 ["git", "-C", str(clone), "update-ref", "refs/heads/main", commit],
+        steps = [["git", "clone", "-q", "--bare", "--no-local", str(source), str(clone)],
+                 ["git", "-C", str(clone), "update-ref", "refs/heads/main", f"{commit}^{{commit}}"],
                  ["git", "-C", str(clone), "bundle", "create", "-q", str(Path(tmp) / "b"), "main"]]
         for argv in steps:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
             if done.returncode != 0:
-                raise InfraError(f"could not make a bundle of {mirror} at {commit}: "
-                                 f"{' '.join(argv[:4])}: {done.stderr.strip()[-500:]}")
+                what = f"commit {commit} is not in {source}" if "update-ref" in argv \
+                    else f"could not cut {source} at {commit}"
+                raise InfraError(f"{what}: {' '.join(argv[:4])}: {done.stderr.strip()[-500:]}")
         os.replace(Path(tmp) / "b", target)
 
 
-async def materialise(sandbox: Sandbox, task: SWETask, options: SWEOptions) -> None:
-    """Put the repository at ``base_commit`` in the workspace (host mode)."""
-    bundle = await bundle_for(task, options)
+async def materialise(sandbox: Sandbox, task: SWETask, options: SWEOptions, bundle: Path) -> None:
+    """Put the repository at ``base_commit`` in the workspace (host mode), from
+    ``bundle_for``'s bundle."""
     await sandbox.write_file(BUNDLE_NAME, await asyncio.to_thread(bundle.read_bytes))
     base = task.base_commit
     # (Commands start in the workspace; the clone goes through a folder inside it, so
@@ -172,9 +205,9 @@ async def materialise(sandbox: Sandbox, task: SWETask, options: SWEOptions) -> N
 git clone -q --no-checkout {BUNDLE_NAME} .rollserve-clone 2>&1
 mv .rollserve-clone/.git .git
 rm -rf .rollserve-clone {BUNDLE_NAME}
-git cat-file -e '{base}^{{commit}}' 2>/dev/null || {{ echo "commit {base} is not in the bundle"; exit 3; }}
 git checkout -q -f --detach {base}
 git remote remove origin
+rm -rf .git/logs
 git config user.email agent@rollserve.local
 git config user.name rollserve-agent
 """

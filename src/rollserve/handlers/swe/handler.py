@@ -6,15 +6,17 @@ INIT starts a sandbox with the task's environment and the repository at
 finish, max_turns, the context limit or the deadline, and the candidate patch is
 ``git diff`` of the workspace against its state when the episode began (see ``patch``). EVAL starts a
 fresh sandbox from the same environment, applies the candidate patch (git apply,
-then fuzzier), then the test patch, runs the tests and grades the log with
-swebench (see ``evaluate``): reward 1 if resolved, else 0, with the per-test table.
-An empty patch is unresolved without running tests (``empty_patch: "run"`` to run
-them anyway). A patch that does not apply is the agent's failure (reward 0); a test
-run that times out or cannot start is not (masked).
+then fuzzier) less its changes to test infrastructure (see ``protect``), then the
+test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
+``grade``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
+unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
+patch that does not apply, or whose tests hang or are killed, is the agent's failure
+(reward 0); a test run that cannot start is not (masked).
 """
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import time
 from typing import TYPE_CHECKING, Any
@@ -29,7 +31,9 @@ from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults,
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with, \
     run_episode
 from rollserve.handlers.swe import environment as envs
-from rollserve.handlers.swe.evaluate import eval_script, grade_async, run_tests, swebench
+from rollserve.handlers.swe import protect
+from rollserve.handlers.swe.evaluate import eval_script, run_tests
+from rollserve.handlers.swe.grade import canary_script, grade_async, swebench
 from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
 from rollserve.handlers.swe.prompt import SYSTEM_PROMPT, task_text
@@ -69,7 +73,14 @@ class SWEHandler:
 
     # --- validation ------------------------------------------------------------------
     def validate(self, instance: dict[str, Any]) -> None:
-        self.task(instance)
+        """The instance must parse and, in host mode, its repository must be found
+        (a bundle or mirror under a name ``environment.source_names`` gives)."""
+        task = self.task(instance)
+        if not self._images:
+            try:
+                envs.find_source(task, self.options.mirrors)
+            except InfraError as error:
+                raise InvalidInstance("instance.repo", error.message) from None
 
     def task(self, instance: dict[str, Any]) -> SWETask:
         """The instance as a task this server can run; InvalidInstance naming the field."""
@@ -120,10 +131,12 @@ class SWEHandler:
         reason = envs.git_available()
         if reason:
             raise InfraError(f"swe handler (host mode): {reason}")
-        spec = SandboxSpec(image=str(self.options.rootfs) if self.options.rootfs else None,
-                           limits=limits, env=env)
+        bundle = await envs.bundle_for(task, self.options)  # (its cache exists before the sandbox)
+        rootfs = self.options.rootfs  # (a rootfs shows none of the host's folders)
+        spec = SandboxSpec(image=str(rootfs) if rootfs else None, limits=limits, env=env,
+                           hide=[] if rootfs else envs.hidden_folders(self.options))
         sandbox = await open_sandbox(self.ctx, rollout, spec)
-        await envs.materialise(sandbox, task, self.options)
+        await envs.materialise(sandbox, task, self.options, bundle)
         return sandbox
 
     async def _host_env(self, sandbox: Sandbox) -> dict[str, str]:
@@ -182,10 +195,19 @@ class SWEHandler:
         if candidate.too_big:
             details.update(resolved=False, tests_ran=False, reason="the patch is too big")
             return Evaluation(reward=0.0, details=details)
-        if candidate.empty and self.options.empty_patch == "unresolved":
+        split = protect.split(candidate.patch)
+        patch = split.kept
+        if split.protected:
+            details.update(protected_files=split.protected, protected_files_action=(
+                "failed" if self.options.protected_files == "fail" else "dropped"))
+            if self.options.protected_files == "fail":
+                details.update(resolved=False, tests_ran=False, reason="the patch changes test "
+                               "infrastructure the grading relies on: " + ", ".join(split.protected))
+                return Evaluation(reward=0.0, details=details)
+        if not patch.strip() and self.options.empty_patch == "unresolved":
             details.update(resolved=False, tests_ran=False, reason="empty patch")
             return Evaluation(reward=0.0, details=details)
-        outcome = await self.run_tests(rollout, task, candidate.patch)
+        outcome = await self.run_tests(rollout, task, patch)
         details.update(outcome)
         return Evaluation(reward=1.0 if outcome["resolved"] else 0.0, details=details)
 
@@ -204,11 +226,15 @@ class SWEHandler:
                                    reason="the patch does not apply", apply_log=applied.log)
                     return outcome
             env = None if self._images else await self._host_env(sandbox)
+            token = secrets.token_hex(6)
+            canary = canary_script(task, token) if self.options.canary else ""
             script = eval_script(task, self.options.image_activate if self._images else None)
-            log = await run_tests(sandbox, task, script, self.options.test_timeout, env)
+            script = script.rstrip("\n") + "\n" + canary
+            log = await run_tests(sandbox, task, script, self.options.test_timeout, env,
+                                  self.options.stopped_tests)
         finally:
             await close_sandboxes(rollout)
-        outcome.update(await grade_async(task, log))
+        outcome.update(await grade_async(task, log, token if canary else None))
         outcome["eval_seconds"] = round(time.perf_counter() - started, 3)
         outcome["log_tail"] = log[-3000:]
         return outcome
