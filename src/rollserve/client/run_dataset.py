@@ -133,6 +133,11 @@ def plan(rows: list[DatasetRow], dataset: str, options: RunOptions,
         task = dict(row.task)
         if n is not None:
             task["n"] = n
+        instance, metadata = task.get("instance"), task.get("metadata")
+        instance_id = instance.get("instance_id") if isinstance(instance, dict) else None
+        if isinstance(instance_id, str) and (metadata is None or isinstance(metadata, dict)):
+            # The results name the instance (a SWE-bench id, say), not only the row.
+            task["metadata"] = {"instance_id": instance_id, **(metadata or {})}
         task["id"] = client_id(dataset, row.number, task, options.settings())
         if task["id"] in items:
             raise ValueError(f"rows {items[task['id']].number} and {row.number} have the same "
