@@ -46,7 +46,7 @@ def _app(token: str | None):
     one test per operation; the fixture below serves this same app."""
     config = ServerConfig(state_dir=STATE / ("guarded" if token else "open"), api_token=token,
                           engine=EngineConfig(max_pending=64))
-    return create_app(Service(config), prorl=ProRLConfig(timeout=20, http_timeout=30))
+    return create_app(Service(config), prorl=ProRLConfig(timeout=10, http_timeout=15))
 
 
 def _schema(app, token: str | None):
