@@ -1,4 +1,5 @@
 import asyncio
+import time
 
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 
@@ -137,3 +138,18 @@ async def test_prometheus_metrics(make_api, fake_llm):
     assert 'rollserve_rollouts_finished_total{status="completed"} 2.0' in text
     assert 'rollserve_stage_workers{stage="run"}' in text
     assert "rollserve_llm_outstanding" in text
+
+
+async def test_the_event_stream_can_end_by_itself(make_api):
+    _, client = await make_api()
+
+    async def submit_soon():
+        await asyncio.sleep(0.3)
+        return await client.post("/v1/rollouts", json={"tasks": [MATH]})
+
+    started = time.monotonic()
+    submitted = asyncio.create_task(submit_soon())
+    r = await asyncio.wait_for(client.get("/v1/events", params={"duration": 1.5}), 30)
+    assert (await submitted).status_code == 202
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    assert "event: state" in r.text and time.monotonic() - started < 20

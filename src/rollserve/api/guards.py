@@ -159,9 +159,8 @@ def conform_schema(schema: dict[str, Any], token: bool, public: tuple[str, ...])
             if "422" in responses:  # FastAPI's default says HTTPValidationError; ours differ
                 responses["422"] = {"description": error_response(422)["description"],
                                     "content": error_ref}
-            if "requestBody" in operation:
-                responses["413"] = {"description": error_response(413)["description"],
-                                    "content": error_ref}
+            responses["413"] = {"description": error_response(413)["description"],  # any body
+                                "content": error_ref}
             if token and path not in public:
                 responses["401"] = {"description": error_response(401)["description"],
                                     "headers": error_response(401)["headers"],
