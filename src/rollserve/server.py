@@ -21,6 +21,7 @@ from rollserve.llm.factory import backend_from_spec
 from rollserve.llm.router import Router, RouterConfig
 from rollserve.errors import RolloutError
 from rollserve.llm.tokenizer import TokenizerError, load_tokenizer
+from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.owner import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
 
@@ -120,6 +121,13 @@ class Service:
         # thread: it waits for killed processes to go.
         self.reaped = _reap_report(await asyncio.to_thread(reap, self.config.state_dir))
         await self.scoring.astart()
+        # The sandbox runtime now, not at the first rollout that needs one: /v1/status
+        # then says from the start which limits are in force and how, and a runtime that
+        # cannot run here is reported at once (the server still serves what needs none).
+        try:
+            await self.sandboxes.get()
+        except SandboxError:
+            pass  # recorded in sandboxes.status()["error"] and logged
         # Handlers validate instances on the event loop at submit time; import the
         # heavy task libraries now, in a thread, so the first submit does not stall it.
         await asyncio.to_thread(_warm_imports)

@@ -6,6 +6,7 @@ import subprocess
 
 import psutil
 
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.owner import OwnerRecord, ProcessRef
 
 
@@ -30,6 +31,14 @@ async def test_start_up_reaps_a_dead_servers_sandboxes_and_says_so(make_api, tmp
     assert status["reaped_at_start"] == {"sandboxes": 1, "processes_killed": 0,
                                          "kept_live_owners": 0, "errors": []}
     assert not leftover.parent.exists() and not (state / "sandboxes" / "bubb-dead.json").exists()
-    # The runtime is made on first use: none yet, and nothing open.
-    assert status["runtime"] == "bubblewrap" and status["ready"] is False
-    assert status["open"] == 0 and status["started"] == 0 and status["error"] is None
+    # The runtime is made at start (where it can run): nothing open yet, and the
+    # limits in force are reported before any sandbox started.
+    assert status["runtime"] == "bubblewrap" and status["open"] == 0 and status["started"] == 0
+    reason = BubblewrapRuntime.unavailable_reason()
+    if reason is None:
+        assert status["ready"] is True and status["error"] is None
+        limits = status["limits"]
+        assert limits["defaults"]["disk_mb"] > 0 and limits["defaults"]["memory_mb"] > 0
+        assert {"memory_mb", "disk_mb", "tmpfs_mb", "pids"} <= set(limits["enforced_by"])
+    else:  # reported at once, and the server serves what needs no sandbox
+        assert status["ready"] is False and reason in status["error"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 
 import psutil
@@ -349,13 +348,6 @@ async def test_ansi_and_carriage_return_noise_is_stripped(shell):
 
 
 # --- speed and independence ------------------------------------------------------------------------
-async def test_short_commands_are_fast(shell):
-    times = []
-    for _ in range(50):
-        times.append((await shell.run("echo hi")).seconds)
-    assert statistics.median(times) < 0.005  # the benchmark's target is 1.5 ms; CI is noisy
-
-
 async def test_two_sessions_in_one_sandbox_are_independent(sandbox):
     async with BashSession(sandbox) as one, BashSession(sandbox) as two:
         await one.run("cd /tmp; export WHO=one")
