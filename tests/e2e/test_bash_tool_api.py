@@ -5,12 +5,12 @@ frees the shell; the notice of a killed job shows in no later output."""
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
+from tests.sandbox.helpers import processes_with
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -33,17 +33,6 @@ def scripted_policy(prompt_ids: list[int], prompt: str) -> str:
     turn = prompt.count("<|im_start|>assistant") - 1
     name, args = TURNS[min(turn, len(TURNS) - 1)]
     return format_tool_call(name, args)
-
-
-def running(marker: str) -> list[psutil.Process]:
-    found = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if marker in " ".join(process.cmdline()):
-                found.append(process)
-        except psutil.Error:
-            pass
-    return found
 
 
 async def test_an_agent_drives_the_shell_through_the_api(make_api):
@@ -72,4 +61,4 @@ async def test_an_agent_drives_the_shell_through_the_api(make_api):
     assert texts[5] == "me\n/tmp\n[exit code: 0]"
     assert not any("Terminated" in text for text in texts)
     assert result["stats"]["tool_errors"] == 0 and result["reward"] == 1.0
-    assert running("987.25") == [] and running("9876.5") == []
+    assert processes_with("987.25") == [] and processes_with("9876.5") == []

@@ -12,7 +12,6 @@ import asyncio
 import re
 import time
 
-import psutil
 import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
@@ -20,6 +19,7 @@ from rollserve.handlers.swe.suite import swe_mini
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_code_api import bwraps
+from tests.sandbox.helpers import processes_with
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -143,7 +143,11 @@ async def test_prorl_process_returns_the_git_patch(make_api, llm):
     """ProRL Agent's /process (NeMo Gym's prorl_agent client) on a SWE instance: no
     data_source means swebench; the result's git_patch is the candidate patch."""
     from rollserve.api.prorl import ProRLConfig
-    from tests.api.test_prorl_api import call_prorl_process, initialize_prorl_server, read_like_nemo_gym
+    from tests.api.test_prorl_api import (
+        call_prorl_process,
+        initialize_prorl_server,
+        read_like_nemo_gym,
+    )
 
     service, client = await make_api(prorl=ProRLConfig())
     await initialize_prorl_server(client, f"{llm.url}/v1")
@@ -169,17 +173,6 @@ async def test_bad_swe_instances_are_refused_naming_the_field(make_api, llm):
     r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": nowhere}]})
     assert r.status_code == 422 and "tasks[0].instance.repo" in r.text, r.text
     assert "nobody__nothing-1.bundle" in r.text and "nobody/nothing.git" in r.text
-
-
-def processes_with(marker: str) -> list[psutil.Process]:
-    found = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if marker in " ".join(process.cmdline()):
-                found.append(process)
-        except psutil.Error:
-            pass
-    return found
 
 
 async def test_no_sandbox_or_test_run_outlives_a_cancelled_or_timed_out_rollout(make_api, llm):

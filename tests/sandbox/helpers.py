@@ -47,6 +47,18 @@ def our_descendants() -> list[psutil.Process]:
             if not _is_multiprocessing_helper(p)]
 
 
+def processes_with(marker: str) -> list[psutil.Process]:
+    """Processes this test started (sandboxes included) whose command line holds ``marker``."""
+    found = []
+    for process in our_descendants():
+        try:
+            if marker in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:
+            pass
+    return found
+
+
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

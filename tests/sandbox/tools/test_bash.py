@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import psutil
 import pytest
 
 from rollserve.sandbox.tools.bash import BashConfig, BashSession
-from tests.sandbox.helpers import our_descendants, wait_until
+from tests.sandbox.helpers import processes_with, wait_until
 
 SLEEPER = "python3 -c 'import time; print(\"sleeping\", flush=True); time.sleep(30)'"
 # A generous grace: C-c ends the commands below at once on an idle machine, but a
@@ -21,18 +20,6 @@ FAST = dict(timeout=20, idle_timeout=10, interrupt_grace=5.0)
 async def shell(sandbox):
     async with BashSession(sandbox, BashConfig(**FAST)) as session:
         yield session
-
-
-def processes_running(marker: str) -> list[psutil.Process]:
-    """Processes this test started (sandboxes included) whose command line holds ``marker``."""
-    found = []
-    for process in our_descendants():
-        try:
-            if marker in " ".join(process.cmdline()):
-                found.append(process)
-        except psutil.Error:
-            pass
-    return found
 
 
 # --- completion marker and exit codes ------------------------------------------------
@@ -241,7 +228,7 @@ async def test_hard_timeout_with_the_idle_timeout_off_interrupts(sandbox, how):
         assert result.timed_out and result.interrupted and not result.running
         assert result.exit_code == 130 and "did not finish within 1 s" in result.to_text()
         assert not shell.running
-        assert wait_until(lambda: not processes_running("sleep 31.25"), timeout=10)
+        assert wait_until(lambda: not processes_with("sleep 31.25"), timeout=10)
         follow = await shell.run("echo $KEEP; pwd")
         assert follow.output == "me\n/tmp\n" and not follow.shell_restarted
 
@@ -330,10 +317,10 @@ async def test_job_notices_of_earlier_commands_stay_out_of_later_output(shell):
                                 ("echo last", "last\n")]:
             result = await shell.run(command)
             assert result.output == output, (round_, command, result.output)
-        assert wait_until(lambda: not processes_running("sleep 47.5"), timeout=10)
+        assert wait_until(lambda: not processes_with("sleep 47.5"), timeout=10)
     # A job that ends on its own while the shell waits for the next command.
     await shell.run("sleep 0.125 &")
-    assert wait_until(lambda: not processes_running("sleep 0.125"), timeout=30)
+    assert wait_until(lambda: not processes_with("sleep 0.125"), timeout=30)
     result = await shell.run("sleep 0.2; echo quiet")
     assert result.output == "quiet\n"
     # A command's own job still reports its end in its own output.
