@@ -21,7 +21,7 @@ from benchmarks.common import median, percentile, report
 from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.code import CodeHandler, bundled_tasks
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.code_references import REFERENCE
 

@@ -22,7 +22,7 @@ from rollserve.handlers.sandboxed import close_sandboxes
 from rollserve.handlers.swe import SWEHandler
 from rollserve.handlers.swe.patch import Candidate
 from rollserve.handlers.swe.suite import swe_mini
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.registry import LazyRuntime
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from rollserve.api.app import create_app
 from rollserve.engine.pipeline import EngineConfig
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
 

@@ -9,7 +9,7 @@ into an ordinary Hugging Face folder once. Two steps, run by two interpreters:
 
 The tokenizer files come from rollserve itself, not from transformers' GGUF
 conversion: transformers leaves SmolLM2's pre-tokenizer on GPT-2's split, which
-tokenizes digits differently from the real model (see rollserve/llm/tokenizer.py).
+tokenizes digits differently from the real model (see rollserve/llm/tokens/tokenizer.py).
 Served with rollserve's tokenizer, vLLM's /tokenize and chat template agree with the
 ids rollserve sends token for token.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def save_tokenizer(out: Path) -> None:
-    from rollserve.llm.tokenizer import ChatTokenizer
+    from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     ChatTokenizer.load("smollm2").hf.save_pretrained(str(out))

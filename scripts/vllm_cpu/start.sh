@@ -127,7 +127,7 @@ if [ ! -f "$MODEL/model.safetensors" ] || [ ! -f "$MODEL/tokenizer.json" ]; then
   if [ -z "$rs_python" ]; then
     if [ -x "$REPO/.venv/bin/python" ]; then rs_python=$REPO/.venv/bin/python; else rs_python=python3; fi
   fi
-  gguf=$("$rs_python" -c "from rollserve.llm.tokenizer import smollm2_gguf_path; print(smollm2_gguf_path())" \
+  gguf=$("$rs_python" -c "from rollserve.llm.tokens.tokenizer import smollm2_gguf_path; print(smollm2_gguf_path())" \
          2> "$VLLM_HOME/convert.log") ||
     fail "$rs_python cannot find SmolLM2's GGUF (needs rollserve[local]; set ROLLSERVE_PYTHON)" \
          "$VLLM_HOME/convert.log"

@@ -82,8 +82,8 @@ def serve(
     import uvicorn
 
     from rollserve.api.app import create_app
-    from rollserve.llm.policies import POLICIES
-    from rollserve.llm.router import RouterConfig
+    from rollserve.llm.routing.policies import POLICIES
+    from rollserve.llm.routing.router import RouterConfig
 
     if routing not in POLICIES:
         raise typer.BadParameter(f"must be one of {', '.join(POLICIES)}", param_hint="--routing")
@@ -115,7 +115,7 @@ def serve(
 
 
 def _make_service(config: ServerConfig):
-    from rollserve.llm.tokenizer import TokenizerError
+    from rollserve.llm.tokens.tokenizer import TokenizerError
     from rollserve.server import Service
 
     try:

@@ -26,7 +26,7 @@ from rich.table import Table
 from rollserve.client import AsyncClient
 from rollserve.handlers.code import bundled_tasks as bundled_code_tasks
 from rollserve.handlers.math import bundled_tasks
-from rollserve.llm.tokenizer import TokenizerError
+from rollserve.llm.tokens.tokenizer import TokenizerError
 from rollserve.sandbox.base import SandboxError
 from rollserve.server import ServerConfig, Service
 

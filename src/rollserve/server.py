@@ -17,10 +17,10 @@ from rollserve.engine.store import SQLiteStore
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
 from rollserve.handlers.scoring import ScoringPool
-from rollserve.llm.factory import backend_from_spec
-from rollserve.llm.router import Router, RouterConfig
+from rollserve.llm.backends.factory import backend_from_spec
+from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.errors import RolloutError
-from rollserve.llm.tokenizer import TokenizerError, load_tokenizer
+from rollserve.llm.tokens.tokenizer import TokenizerError, load_tokenizer
 from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.owner import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime

@@ -7,9 +7,9 @@ from rollserve.agent.loop import LoopStats, Step, _answer_tool_calls, _tool_call
 from rollserve.agent.trajectory import Trajectory
 from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.openai_chat import OpenAIChatBackend
-from rollserve.llm.router import Router
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.backends.openai_chat import OpenAIChatBackend
+from rollserve.llm.routing.router import Router
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing.fake_vllm import FakeVLLM
 
 

@@ -21,8 +21,8 @@ from rollserve.agent.tool_env import NUDGES, ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishTool, function_schema
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.router import Router
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.routing.router import Router
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
 from .test_tool_calls import BASH_SCHEMA, QwenLikeTemplate

@@ -12,7 +12,7 @@ from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.scoring import ScoringPool
 from rollserve.llm.base import Generation, SamplingParams
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
 _ids = itertools.count()
 

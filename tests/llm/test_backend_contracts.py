@@ -9,9 +9,9 @@ import pytest
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import LLMBackend, SamplingParams
-from rollserve.llm.llamacpp_server import LlamaCppServerBackend
-from rollserve.llm.sglang import SGLangBackend
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
+from rollserve.llm.backends.sglang import SGLangBackend
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing.fake_llamacpp import FakeLlamaCpp
 from rollserve.testing.fake_sglang import FakeSGLang
 from rollserve.testing.fake_vllm import FakeVLLM

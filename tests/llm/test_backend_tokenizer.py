@@ -16,12 +16,12 @@ import pytest
 from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.api.app import create_app
-from rollserve.llm.backend_tokenizer import BackendTokenizer
+from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.chat import BackendPromptBuilder, PromptBuilder, prompt_builder
-from rollserve.llm.router import Router
-from rollserve.llm.tokenizer import ChatTokenizer, TokenizerError, load_tokenizer
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.tokens.chat import BackendPromptBuilder, PromptBuilder, prompt_builder
+from rollserve.llm.routing.router import Router
+from rollserve.llm.tokens.tokenizer import ChatTokenizer, TokenizerError, load_tokenizer
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
 

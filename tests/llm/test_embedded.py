@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("llama_cpp", reason="the embedded model needs extra 'local' (llama-cpp-python)")
 
 from rollserve.llm.base import LLMBackend, SamplingParams  # noqa: E402
-from rollserve.llm.embedded import EmbeddedBackend  # noqa: E402
-from rollserve.llm.tokenizer import smollm2_gguf_path  # noqa: E402
+from rollserve.llm.backends.embedded import EmbeddedBackend  # noqa: E402
+from rollserve.llm.tokens.tokenizer import smollm2_gguf_path  # noqa: E402
 
 pytestmark = pytest.mark.embedded
 

@@ -5,8 +5,8 @@ import importlib.util
 import pytest
 from pydantic import ValidationError
 
-from rollserve.llm.factory import BackendSpec, backend_from_spec, parse_backend_spec
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.backends.factory import BackendSpec, backend_from_spec, parse_backend_spec
+from rollserve.llm.backends.vllm import VLLMBackend
 
 
 def test_url_and_vllm_prefix_give_a_vllm_backend():
@@ -41,9 +41,9 @@ def test_bad_specs_name_the_field():
 
 
 def test_every_server_kind_from_strings_and_dicts():
-    from rollserve.llm.llamacpp_server import LlamaCppServerBackend
-    from rollserve.llm.openai_chat import OpenAIChatBackend
-    from rollserve.llm.sglang import SGLangBackend
+    from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
+    from rollserve.llm.backends.openai_chat import OpenAIChatBackend
+    from rollserve.llm.backends.sglang import SGLangBackend
 
     expected = {"sglang": SGLangBackend, "llamacpp": LlamaCppServerBackend,
                 "openai_chat": OpenAIChatBackend, "vllm": VLLMBackend}

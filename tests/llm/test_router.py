@@ -6,9 +6,9 @@ import pytest
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import Generation, SamplingParams
-from rollserve.llm.deadline import call_deadline
-from rollserve.llm.router import Router, RouterConfig
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.routing.deadline import call_deadline
+from rollserve.llm.routing.router import Router, RouterConfig
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
 SAMPLING = SamplingParams(max_tokens=4)

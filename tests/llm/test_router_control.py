@@ -7,10 +7,10 @@ import pytest
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import ChatReply, Generation, SamplingParams
-from rollserve.llm.health import HealthConfig
-from rollserve.llm.router import Router, RouterConfig
-from rollserve.llm.sglang import SGLangBackend
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.routing.health import HealthConfig
+from rollserve.llm.routing.router import Router, RouterConfig
+from rollserve.llm.backends.sglang import SGLangBackend
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing.fake_sglang import FakeSGLang
 from rollserve.testing.fake_vllm import FakeVLLM
 

@@ -7,10 +7,10 @@ import copy
 from rollserve.agent.loop import LoopStats, Step, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.chat import PromptBuilder
-from rollserve.llm.router import Router
-from rollserve.llm.tokenizer import ChatTokenizer
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.tokens.chat import PromptBuilder
+from rollserve.llm.routing.router import Router
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
 

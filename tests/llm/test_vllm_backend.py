@@ -6,7 +6,7 @@ import pytest
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import LLMBackend, SamplingParams
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
 

@@ -13,8 +13,8 @@ import pytest
 from rollserve.agent.loop import LoopStats, Step, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.router import Router, RouterConfig
-from rollserve.llm.vllm import VLLMBackend
+from rollserve.llm.routing.router import Router, RouterConfig
+from rollserve.llm.backends.vllm import VLLMBackend
 
 URL = os.environ.get("ROLLSERVE_VLLM_URL")
 pytestmark = [

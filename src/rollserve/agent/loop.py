@@ -27,11 +27,11 @@ from rollserve.agent.tool_calls import format_tool_call
 from rollserve.agent.trajectory import Trajectory
 from rollserve.errors import PromptTooLongError
 from rollserve.llm.base import ChatReply, Generation, SamplingParams
-from rollserve.llm.chat import Fidelity, prompt_builder
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.chat import Fidelity, prompt_builder
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
 if TYPE_CHECKING:
-    from rollserve.llm.backend_tokenizer import BackendTokenizer
+    from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
 
 
 class AgentLimits(BaseModel):

@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
 # vLLM's hermes parser also accepts a final block the model never closed (cut at
 # max_tokens or a stop word right after the JSON); so do we.

@@ -30,7 +30,7 @@ from rollserve.agent.tool_calls import (
     tool_message,
 )
 from rollserve.agent.tools import Tool, ToolOutcome, call_tool, tool_name
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.tools.text import truncate_middle
 
 NUDGE = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from rollserve.llm.base import Generation
-from rollserve.llm.chat import Fidelity
+from rollserve.llm.tokens.chat import Fidelity
 
 
 @dataclass

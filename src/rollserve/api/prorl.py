@@ -88,7 +88,7 @@ from rollserve.engine.submit import SubmitError, submit
 from rollserve.handlers.registry import UnknownDataSource
 from rollserve.llm.base import SamplingParams
 from rollserve.validation import describe
-from rollserve.llm.factory import BackendSpec, backend_from_spec, remote_spec
+from rollserve.llm.backends.factory import BackendSpec, backend_from_spec, remote_spec
 
 log = logging.getLogger(__name__)
 

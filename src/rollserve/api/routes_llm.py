@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.api.errors import FieldHTTPError, errors
 from rollserve.api.guards import StrictJSONRoute
-from rollserve.llm.factory import RemoteBackendSpec, backend_from_spec
+from rollserve.llm.backends.factory import RemoteBackendSpec, backend_from_spec
 from rollserve.validation import INT64_MAX
 
 router = APIRouter(prefix="/v1/llm", tags=["llm"], route_class=StrictJSONRoute)

@@ -56,7 +56,7 @@ async def _embedded(config, console: Console) -> AsyncIterator[Any]:
 
     from rollserve.api.app import create_app
     from rollserve.client import AsyncClient
-    from rollserve.llm.tokenizer import TokenizerError
+    from rollserve.llm.tokens.tokenizer import TokenizerError
     from rollserve.server import Service
 
     try:

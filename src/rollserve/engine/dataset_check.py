@@ -61,7 +61,7 @@ def offline_context(runtime: str = "bubblewrap", tokenizer: str = "smollm2",
     from rollserve.sandbox.registry import LazyRuntime  # creates nothing until first start
 
     def load() -> Any:
-        from rollserve.llm.tokenizer import load_tokenizer
+        from rollserve.llm.tokens.tokenizer import load_tokenizer
 
         return load_tokenizer(tokenizer)
 

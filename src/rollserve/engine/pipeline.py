@@ -23,7 +23,7 @@ from rollserve.engine.store import Store
 from rollserve.errors import RolloutError
 from rollserve.handlers.base import AgentHandler, HandlerContext
 from rollserve.handlers.registry import HandlerRegistry
-from rollserve.llm.deadline import call_deadline
+from rollserve.llm.routing.deadline import call_deadline
 
 log = logging.getLogger(__name__)
 

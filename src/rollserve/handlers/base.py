@@ -10,7 +10,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from rollserve.engine.rollout import Rollout
     from rollserve.handlers.scoring import ScoringPool
-    from rollserve.llm.tokenizer import ChatTokenizer
+    from rollserve.llm.tokens.tokenizer import ChatTokenizer
     from rollserve.sandbox.base import Runtime
     from rollserve.sandbox.registry import LazyRuntime
 

@@ -21,7 +21,7 @@ from typing import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.testing.load_meter import LoadMeter
 
 ReplyFn = Callable[[list[int], str], "str | Awaitable[str]"]

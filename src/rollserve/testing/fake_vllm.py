@@ -28,7 +28,7 @@ import uuid
 
 from aiohttp import web
 
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.testing.fake_server import (
     FakeServer,
     LatencyFn,

@@ -33,13 +33,13 @@ from typing import Any, Awaitable, Callable, Literal
 from pydantic import BaseModel, Field
 
 from rollserve.errors import LLMError
-from rollserve.llm.backend_state import BackendState
+from rollserve.llm.routing.backend_state import BackendState
 from rollserve.llm.base import ChatReply, Generation, LLMBackend, SamplingParams
-from rollserve.llm.deadline import current_deadline, remaining
-from rollserve.llm.health import HealthConfig, HealthMonitor
-from rollserve.llm.inflight import InFlightCalls, retrieve
-from rollserve.llm.policies import Policy, make_policy
-from rollserve.llm.session import RouterSession
+from rollserve.llm.routing.deadline import current_deadline, remaining
+from rollserve.llm.routing.health import HealthConfig, HealthMonitor
+from rollserve.llm.routing.inflight import InFlightCalls, retrieve
+from rollserve.llm.routing.policies import Policy, make_policy
+from rollserve.llm.routing.session import RouterSession
 
 log = logging.getLogger(__name__)
 

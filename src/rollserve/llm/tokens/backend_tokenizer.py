@@ -24,8 +24,8 @@ import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
-from rollserve.llm.http import HTTPClient
-from rollserve.llm.tokenizer import TokenizerError
+from rollserve.llm.backends.http import HTTPClient
+from rollserve.llm.tokens.tokenizer import TokenizerError
 
 BACKEND_PREFIXES = ("vllm:", "backend:")
 _PROBE_CONTENT = "rollserve probe 7431"

@@ -205,7 +205,7 @@ class ChatTokenizer:
 def load_tokenizer(source: str = "smollm2") -> Any:
     """The tokenizer a ``--tokenizer`` source names: a local ``ChatTokenizer``, or a
     ``BackendTokenizer`` for ``vllm:URL`` / ``backend:URL`` (nothing is contacted yet)."""
-    from rollserve.llm.backend_tokenizer import BackendTokenizer, is_backend_source
+    from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer, is_backend_source
 
     if is_backend_source(source):
         return BackendTokenizer.from_source(source)

@@ -55,7 +55,7 @@ class EmbeddedBackend:
                 "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
             )
         if model_path is None:
-            from rollserve.llm.tokenizer import TokenizerError, smollm2_gguf_path
+            from rollserve.llm.tokens.tokenizer import TokenizerError, smollm2_gguf_path
 
             try:
                 model_path = smollm2_gguf_path()

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import Generation, SamplingParams
-from rollserve.llm.http import HTTPClient, excerpt
+from rollserve.llm.backends.http import HTTPClient, excerpt
 
 
 class ServerBackend:

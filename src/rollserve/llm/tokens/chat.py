@@ -33,10 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from rollserve.llm.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
 if TYPE_CHECKING:
-    from rollserve.llm.backend_tokenizer import BackendTokenizer
+    from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
 
 _PROBE = "\x00rollserve-probe\x00"
 

@@ -117,7 +117,7 @@ def backend_from_spec(spec: str | dict | BackendSpec) -> LLMBackend:
     """Build the backend a spec describes (nothing is contacted yet)."""
     parsed = parse_backend_spec(spec)
     if parsed.kind == "embedded":
-        from rollserve.llm.embedded import EmbeddedBackend
+        from rollserve.llm.backends.embedded import EmbeddedBackend
 
         backend = EmbeddedBackend(
             model_path=parsed.model_path, n_ctx=parsed.n_ctx, name=parsed.name or "embedded"
@@ -129,17 +129,17 @@ def backend_from_spec(spec: str | dict | BackendSpec) -> LLMBackend:
     common = dict(name=parsed.name, model=parsed.model, api_key=parsed.api_key,
                   timeout=parsed.timeout, weight=parsed.weight)
     if parsed.kind == "vllm":
-        from rollserve.llm.vllm import VLLMBackend
+        from rollserve.llm.backends.vllm import VLLMBackend
 
         return VLLMBackend(parsed.url, endpoint=parsed.endpoint, **common)
     if parsed.kind == "sglang":
-        from rollserve.llm.sglang import SGLangBackend
+        from rollserve.llm.backends.sglang import SGLangBackend
 
         return SGLangBackend(parsed.url, **common)
     if parsed.kind == "llamacpp":
-        from rollserve.llm.llamacpp_server import LlamaCppServerBackend
+        from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
 
         return LlamaCppServerBackend(parsed.url, **common)
-    from rollserve.llm.openai_chat import OpenAIChatBackend
+    from rollserve.llm.backends.openai_chat import OpenAIChatBackend
 
     return OpenAIChatBackend(parsed.url, **common)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import Generation, SamplingParams
-from rollserve.llm.server_backend import ServerBackend
+from rollserve.llm.backends.server_backend import ServerBackend
 
 COMPLETIONS = "/v1/completions"
 GENERATE = "/inference/v1/generate"

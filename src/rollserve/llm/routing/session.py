@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rollserve.llm.base import ChatReply, Generation, SamplingParams
 
 if TYPE_CHECKING:
-    from rollserve.llm.router import Router
+    from rollserve.llm.routing.router import Router
 
 
 class RouterSession:

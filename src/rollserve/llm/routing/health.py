@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from rollserve.llm.backend_state import BackendState
+from rollserve.llm.routing.backend_state import BackendState
 
 if TYPE_CHECKING:
-    from rollserve.llm.router import Router
+    from rollserve.llm.routing.router import Router
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import ChatReply, Generation, SamplingParams
-from rollserve.llm.server_backend import ServerBackend
+from rollserve.llm.backends.server_backend import ServerBackend
 
 
 class OpenAIChatBackend(ServerBackend):

@@ -14,7 +14,7 @@ import itertools
 import zlib
 from typing import Protocol, Sequence
 
-from rollserve.llm.backend_state import BackendState
+from rollserve.llm.routing.backend_state import BackendState
 
 
 class Policy(Protocol):

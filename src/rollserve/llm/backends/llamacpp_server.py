@@ -31,7 +31,7 @@ from typing import Any
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import Generation, SamplingParams
-from rollserve.llm.server_backend import ServerBackend
+from rollserve.llm.backends.server_backend import ServerBackend
 
 _FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
 

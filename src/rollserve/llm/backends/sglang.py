@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollserve.llm.base import Generation, SamplingParams
-from rollserve.llm.server_backend import ServerBackend
+from rollserve.llm.backends.server_backend import ServerBackend
 
 _PAUSE_MODES = {"finish": "in_place", "abort": "abort"}  # ours -> SGLang's
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}

@@ -1,0 +1,1 @@
+"""Inference backends: the servers and in-process models that sample token ids."""

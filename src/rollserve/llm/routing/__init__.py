@@ -1,0 +1,1 @@
+"""Routing: sticky sessions over the registered backends, health, pause/resume, policy versions."""
