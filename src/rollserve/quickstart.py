@@ -24,8 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rollserve.client import AsyncClient
-from rollserve.handlers.code import bundled_tasks as bundled_code_tasks
-from rollserve.handlers.math import bundled_tasks
+from rollserve.handlers.code.handler import bundled_tasks as bundled_code_tasks
+from rollserve.handlers.math.handler import bundled_tasks
 from rollserve.llm.tokens.tokenizer import TokenizerError
 from rollserve.sandbox.base import SandboxError
 from rollserve.server import ServerConfig, Service

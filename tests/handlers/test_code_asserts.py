@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from rollserve.handlers.code import bundled_tasks
-from rollserve.handlers.code_asserts import Check, compile_assert, setup_names
-from rollserve.handlers.code_tests import ASSERT_RUNNER, split_asserts
-from rollserve.handlers.code_values import MalformedReport, Probe, read_report
+from rollserve.handlers.code.handler import bundled_tasks
+from rollserve.handlers.code.asserts import Check, compile_assert, setup_names
+from rollserve.handlers.code.hidden_tests import ASSERT_RUNNER, split_asserts
+from rollserve.handlers.code.values import MalformedReport, Probe, read_report
 
 
 def values(*items) -> list[Probe]:

@@ -8,8 +8,8 @@ import pytest
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, InvalidInstance
-from rollserve.handlers.code import CodeHandler, task_text
-from rollserve.handlers.code_tests import split_asserts
+from rollserve.handlers.code.handler import CodeHandler, task_text
+from rollserve.handlers.code.hidden_tests import split_asserts
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.registry import LazyRuntime
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.code import CodeHandler, bundled_tasks
+from rollserve.handlers.code.handler import CodeHandler, bundled_tasks
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.code_references import REFERENCE, WRONG

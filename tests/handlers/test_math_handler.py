@@ -11,8 +11,8 @@ import reasoning_gym
 
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, HandlerContext
-from rollserve.handlers.math import RETRY_MESSAGE, MathEnv, MathHandler, final_answer
-from rollserve.handlers.math_scoring import verify_math_answer
+from rollserve.handlers.math.handler import RETRY_MESSAGE, MathEnv, MathHandler, final_answer
+from rollserve.handlers.math.scoring import verify_math_answer
 from rollserve.handlers.scoring import ScoringPool
 
 QUESTION = {"question": "What is 7 + 5?", "answer": "12"}

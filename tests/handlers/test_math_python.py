@@ -6,7 +6,7 @@ import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.handlers.base import HandlerContext, InvalidInstance
-from rollserve.handlers.math import MathHandler, MathPythonHandler, tool_answer
+from rollserve.handlers.math.handler import MathHandler, MathPythonHandler, tool_answer
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.registry import LazyRuntime

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollserve.handlers.base import InvalidInstance
-from rollserve.handlers.math import MathHandler, bundled_tasks
+from rollserve.handlers.math.handler import MathHandler, bundled_tasks
 
 handler = MathHandler(ctx=None)  # validate needs no context
 

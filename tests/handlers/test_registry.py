@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.math import MathHandler
+from rollserve.handlers.math.handler import MathHandler
 from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
 
 CTX = HandlerContext(tokenizer=None, scoring=None)  # handlers here never use them

@@ -10,8 +10,8 @@ import pytest
 from rollserve.handlers.base import AgentHandler, HandlerContext, InvalidInstance
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.handlers.scoring import ScoringPool
-from rollserve.handlers.stem import StemEnv, StemHandler, bundled_tasks, gpqa_order, prepare
-from rollserve.handlers.stem_answers import (
+from rollserve.handlers.stem.handler import StemEnv, StemHandler, bundled_tasks, gpqa_order, prepare
+from rollserve.handlers.stem.answers import (
     extract_answer,
     is_numeric_answer,
     normalize_text,

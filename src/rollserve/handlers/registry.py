@@ -51,9 +51,9 @@ class UnknownDataSource(KeyError):
 
 
 def _builtin_handlers() -> dict[str, type]:
-    from rollserve.handlers.code import CodeHandler
-    from rollserve.handlers.math import MathHandler, MathPythonHandler
-    from rollserve.handlers.stem import StemHandler
+    from rollserve.handlers.code.handler import CodeHandler
+    from rollserve.handlers.math.handler import MathHandler, MathPythonHandler
+    from rollserve.handlers.stem.handler import StemHandler
     from rollserve.handlers.swe import SWEHandler
 
     return {cls.name: cls for cls in (MathHandler, MathPythonHandler, CodeHandler, SWEHandler, StemHandler)}

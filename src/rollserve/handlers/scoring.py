@@ -50,7 +50,7 @@ T = TypeVar("T")
 # about a second to import). Not reasoning_gym: it imports numpy, whose OpenBLAS
 # starts threads, and the fork server must stay single-threaded to fork safely;
 # workers import it on first use instead. A module that fails to import is skipped.
-DEFAULT_PRELOAD: tuple[str, ...] = ("math_verify", "rollserve.handlers.math_scoring")
+DEFAULT_PRELOAD: tuple[str, ...] = ("math_verify", "rollserve.handlers.math.scoring")
 
 
 class ScoringTimeout(AgentError, TimeoutError):

@@ -14,8 +14,8 @@ questions a bold letter closing its line (``**C**``) and a final line that is a 
 letter or "C) text". The last one that reads as an answer wins. A letter must stand
 alone: "A ball" or "I think" never give a choice.
 
-Kept apart from ``handlers/stem.py`` (like ``math_scoring``) so a scoring worker
-imports only this and ``math_scoring``.
+Kept apart from ``handlers/stem/handler.py`` (like ``math.scoring``) so a scoring worker
+imports only this and ``math.scoring``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 import unicodedata
 from typing import Any
 
-from rollserve.handlers.math_scoring import extract_boxed, unwrap_latex_text, verify_math_answer
+from rollserve.handlers.math.scoring import extract_boxed, unwrap_latex_text, verify_math_answer
 
 LETTERS = "ABCDEFGHIJ"
 KINDS = ("choice", "number", "exact", "expression")

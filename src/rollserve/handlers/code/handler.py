@@ -20,7 +20,7 @@ what to write) and the starter code. RUN is a tool episode (bash, the file edito
 ``submit``) under a short prompt in the style of current coding agents; a reply that
 calls no tool ends it. At its end the solution file is read and the sandbox closed.
 EVAL runs the hidden tests in a fresh sandbox holding only the solution file (see
-``code_tests``), with a per-test table in the evaluation details.
+``code.hidden_tests``), with a per-test table in the evaluation details.
 
 All-pass is the default reward because partial credit on hidden tests rewards
 solutions that special-case the easy tests (DeepCoder, for one, trains on all-pass);
@@ -42,7 +42,7 @@ from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import ToolError, function_schema
 from rollserve.errors import InfraError
 from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
-from rollserve.handlers.code_tests import HiddenTests, run_tests, sandbox_spec, split_asserts, summary
+from rollserve.handlers.code.hidden_tests import HiddenTests, run_tests, sandbox_spec, split_asserts, summary
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, run_episode
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec, resolve_in_workspace
 from rollserve.sandbox.tools.bash import BashConfig
@@ -320,7 +320,7 @@ def _validate_asserts(source: Any, entry_point: str | None) -> None:
         raise InvalidInstance("instance.asserts", "has no top-level assert statement")
     if len(asserts) > MAX_TESTS:
         raise InvalidInstance("instance.asserts", f"at most {MAX_TESTS} asserts")
-    for node in asserts:  # the server evaluates them (code_asserts), recursively
+    for node in asserts:  # the server evaluates them (code.asserts), recursively
         if _depth(node) > MAX_ASSERT_DEPTH:
             raise InvalidInstance("instance.asserts", f"the assert on line {node.lineno} is nested "
                                   f"more than {MAX_ASSERT_DEPTH} levels deep")

@@ -1,7 +1,7 @@
 """Answer extraction (cheap, in the event loop) and the scoring functions that run
 inside ``ScoringPool`` workers (CPU-heavy, so never in the event loop).
 
-Kept apart from ``handlers/math.py`` so a scoring worker imports only what scoring
+Kept apart from ``math.handler`` so a scoring worker imports only what scoring
 needs (math-verify, reasoning-gym), not the agent and LLM stack; the fork server
 preloads this module.
 """

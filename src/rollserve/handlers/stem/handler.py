@@ -1,7 +1,7 @@
 """Science questions: multiple choice (MMLU, GPQA) and short answers.
 
 The policy reasons, then ends with ``Answer: X`` (a letter) or ``Answer: <value>``;
-the usual variants are read too (``stem_answers``). A reply without an answer gets
+the usual variants are read too (``stem.answers``). A reply without an answer gets
 a user message saying how to give one, up to ``max_turns`` tries (as in ``math``).
 The reward is exact: 1.0 if right, else 0.0. Instance shapes, told apart by their
 fields:
@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from rollserve.errors import InfraError
 from rollserve.handlers.base import Evaluation, HandlerContext, InvalidInstance
-from rollserve.handlers.math import MathEnv, MathHandler, final_answer, in_scoring_pool
+from rollserve.handlers.math.handler import MathEnv, MathHandler, final_answer, in_scoring_pool
 from rollserve.handlers.sandboxed import run_episode
 from rollserve.handlers.scoring import ScoringTimeout
-from rollserve.handlers.stem_answers import (
+from rollserve.handlers.stem.answers import (
     DEFAULT_TOLERANCE,
     LETTERS,
     extract_answer,
@@ -186,7 +186,7 @@ def _short(instance: dict[str, Any]) -> dict[str, Any]:
 
 def prepare(instance: dict[str, Any]) -> dict[str, Any]:
     """Validate ``instance`` and build what an episode needs: the prompt text, the
-    answer spec (see ``stem_answers``), and details for the evaluation."""
+    answer spec (see ``stem.answers``), and details for the evaluation."""
     if not isinstance(instance, dict):
         raise InvalidInstance("instance", "must be an object")
     shape = instance_shape(instance)

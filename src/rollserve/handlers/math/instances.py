@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from rollserve.handlers.base import InvalidInstance
-from rollserve.handlers.math_scoring import dataset_key
+from rollserve.handlers.math.scoring import dataset_key
 
 # reasoning-gym datasets are virtual: entry i is generated from Random(seed + i),
 # so the size only bounds the index. 500 is reasoning-gym's own default.

@@ -2,14 +2,14 @@
 
 Each top-level ``assert`` of an instance is compiled into a ``Check``: the operands
 that need the solution become *probes* (source text the sandbox evaluates and reports
-as plain values, ``code_runner``), and the rest of the expression is evaluated here,
+as plain values, ``code.runner``), and the rest of the expression is evaluated here,
 on the server, on the decoded values:
 
 - literals (``ast.literal_eval``): the expected values. They never enter the sandbox.
 - comparisons (``== != < <= > >= in not in is is not``, chained), ``and``/``or``/``not``,
   arithmetic (``+ - * / // % ** << >> & | ^``, unary ``- + ~``), subscripts and
   slices, tuple, list, set and dict displays;
-- calls of a few pure functions (``code_operations``: ``abs len sorted round sum ...``
+- calls of a few pure functions (``code.operations``: ``abs len sorted round sum ...``
   and ``math.isclose ...``), ``math.pi ...`` and the plain type names. These are the
   real builtins whatever the solution defines; a name the setup code binds (or a call
   with a generator, a lambda or a keyword not listed) is a probe.
@@ -39,8 +39,8 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from rollserve.handlers.code_operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, TYPES, binary
-from rollserve.handlers.code_values import Probe, describe
+from rollserve.handlers.code.operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, TYPES, binary
+from rollserve.handlers.code.values import Probe, describe
 
 Node = Callable[[Sequence[Probe]], Any]
 _NOT_LITERAL = object()

@@ -1,5 +1,5 @@
 """The operations an assert's check may run on the server, on plain values the
-solution reported (``code_asserts``): arithmetic and a few pure functions, each
+solution reported (``code.asserts``): arithmetic and a few pure functions, each
 refused where a crafted value could make its cost unbounded (``ValueError``: "too
 large for a server-side check").
 
@@ -8,7 +8,7 @@ large for a server-side check").
   not supported.
 - a sequence repeated (``[0] * n``) to at most ``MAX_ITEMS`` items.
 - ``set()``/``frozenset()`` of at most ``MAX_SAME_HASH`` distinct items sharing a hash
-  (``code_values.hashable``); ``sum()`` of numbers only; ``int()`` of strings of at
+  (``code.values.hashable``); ``sum()`` of numbers only; ``int()`` of strings of at
   most ``MAX_DIGITS`` characters; ``round(int, n)`` with ``|n| <= MAX_DIGITS``.
 """
 
@@ -19,7 +19,7 @@ import math
 import operator
 from typing import Any, Callable
 
-from rollserve.handlers.code_values import describe, hashable
+from rollserve.handlers.code.values import describe, hashable
 
 MAX_INT_BITS = 1 << 17  # of an int operand of * / // % ** << (about 39,000 digits)
 MAX_ITEMS = 1 << 22  # of a sequence a server-side * builds

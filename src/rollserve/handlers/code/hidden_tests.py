@@ -7,12 +7,12 @@ stay on the server's side as long as they can:
   on stdin; its stdout is compared with the expected output here, token by token
   (whitespace-insensitive, as most judges' default checker).
 - asserts: each top-level ``assert`` of the instance's ``asserts`` is one test, run
-  in a process of its own by ``code_runner``: it imports the solution module, runs
+  in a process of its own by ``code.runner``: it imports the solution module, runs
   the setup code (every statement that is not an assert: imports, helpers), then
   evaluates the assert's *probes*, the operands that need the solution, and reports
   their values in a strict plain encoding. The verdict is reached here, on the
-  server, against expected values that never enter the sandbox (``code_asserts``,
-  ``code_values``). The test code travels on the runner's stdin, not in a file.
+  server, against expected values that never enter the sandbox (``code.asserts``,
+  ``code.values``). The test code travels on the runner's stdin, not in a file.
 
 Limits per test: ``time_limit`` seconds of CPU (RLIMIT_CPU, rounded up to whole
 seconds) and a wall-clock limit of twice that plus a second (so load on the host
@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from rollserve.errors import InfraError
-from rollserve.handlers.code_asserts import Check, compile_assert, setup_names
-from rollserve.handlers.code_values import MAX_REPORT_BYTES, MalformedReport, read_report
+from rollserve.handlers.code.asserts import Check, compile_assert, setup_names
+from rollserve.handlers.code.values import MAX_REPORT_BYTES, MalformedReport, read_report
 from rollserve.sandbox.base import ExecResult, Sandbox, SandboxLimits, SandboxSpec
 
 SHOWN_CHARS = 200  # of inputs, outputs and errors in the per-test table
 
 # The assert runner's source, run in the sandbox as ``python3 -c`` (never imported here).
-ASSERT_RUNNER = (Path(__file__).parent / "code_runner.py").read_text(encoding="utf-8")
+ASSERT_RUNNER = (Path(__file__).parent / "runner.py").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -77,7 +77,7 @@ class HiddenTests:
 
     @functools.cached_property
     def checks(self) -> list[Check]:
-        """The asserts, compiled to be decided on the server (``code_asserts``)."""
+        """The asserts, compiled to be decided on the server (``code.asserts``)."""
         bound = setup_names(self.setup)
         return [compile_assert(source, bound) for source in self.asserts]
 

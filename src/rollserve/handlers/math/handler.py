@@ -35,9 +35,9 @@ from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishTool
 from rollserve.errors import InfraError
 from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
-from rollserve.handlers.math_instances import (entry_args, validate_dataset_form,
+from rollserve.handlers.math.instances import (entry_args, validate_dataset_form,
                                                validate_question_form, dataset_source)
-from rollserve.handlers.math_scoring import (
+from rollserve.handlers.math.scoring import (
     extract_boxed,
     generate_reasoning_gym_task,
     score_reasoning_gym_answer,

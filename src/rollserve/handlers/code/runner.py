@@ -13,7 +13,7 @@ JSON document to its stdout::
                 | {"too_large": "why"}, ...]}
 
 The server compares the decoded values with the expected ones, which never enter the
-sandbox (``code_asserts``). V is a strict encoding of exact builtin values only
+sandbox (``code.asserts``). V is a strict encoding of exact builtin values only
 (``type(x) is int`` etc., recursively; bounded depth and size): ``null``, ``true``,
 ``false``, a JSON string, a JSON integer (|x| < 2**63), ``{"int": "<hex>"}``, a float
 (``1.5``, ``Infinity``, ``NaN``), a JSON array for a list, ``{"tuple"|"set"|"frozenset":

@@ -1,6 +1,6 @@
 """The values an assert test reports, read strictly on the server.
 
-The runner (``code_runner``, inside the sandbox) writes one JSON document per test:
+The runner (``code.runner``, inside the sandbox) writes one JSON document per test:
 ``{"probes": [entry, ...]}``, an entry per value the assert needs from the solution.
 Everything in it is the solution's claim and is read as untrusted input: any shape
 other than the encoding below is refused, and only exact builtin types come out
@@ -80,7 +80,7 @@ def _probe(entry: Any) -> Probe:
 
 
 def decode(node: Any, depth: int = 0) -> Any:
-    """The plain value of an encoded one (see ``code_runner``); raises ValueError."""
+    """The plain value of an encoded one (see ``code.runner``); raises ValueError."""
     if depth > MAX_DEPTH:
         raise ValueError(f"nested more than {MAX_DEPTH} deep")
     kind = type(node)

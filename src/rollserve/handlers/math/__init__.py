@@ -1,0 +1,1 @@
+"""The math family: answers in \boxed{}, with or without the python tool."""

@@ -1,0 +1,1 @@
+"""The STEM family: multiple choice, numbers with units, short answers."""
