@@ -20,7 +20,7 @@ from rollserve.handlers.scoring import ScoringPool
 from rollserve.llm.backends.factory import backend_from_spec
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.errors import RolloutError
-from rollserve.llm.tokens.tokenizer import TokenizerError, load_tokenizer
+from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER, TokenizerError, load_tokenizer
 from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.owner import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
@@ -60,8 +60,8 @@ class ServerConfig(BaseModel):
     public_docs: bool = Field(False, description="with api_token: /openapi.json, /docs and "
                               "/redoc without the token (they are behind it otherwise)")
     limits: RequestLimits = Field(default_factory=RequestLimits)
-    tokenizer: str = Field("smollm2", description="a HF tokenizer folder, a .gguf, 'smollm2', "
-                           "or vllm:URL (the serving vLLM's /tokenize)")
+    tokenizer: str = Field(DEFAULT_TOKENIZER, description="a HF tokenizer folder, a .gguf, "
+                           f"'{DEFAULT_TOKENIZER}', or vllm:URL (the serving vLLM's /tokenize)")
     backends: list[str] = Field(default_factory=list)
     llm: RouterConfig = Field(default_factory=RouterConfig)
     scoring_workers: int = Field(2, ge=1)

