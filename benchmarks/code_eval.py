@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 from benchmarks.common import median, percentile, report
+from rollserve.datasets import bundled_rows
 from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.code import CodeHandler, bundled_tasks
+from rollserve.handlers.code.handler import CodeHandler
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.code_references import REFERENCE
@@ -33,7 +34,7 @@ async def main(rounds: int) -> None:
     seconds: list[float] = []
     tests_run = 0
     for n in range(rounds):
-        for row in bundled_tasks():
+        for row in bundled_rows("code"):
             instance = {k: v for k, v in row.items() if k != "task_id"}
             spec = RolloutSpec(id=f"{row['task_id']}-{n}", group_id="g", task_id=row["task_id"],
                                data_source="code", sample_index=0, instance=instance)
@@ -56,7 +57,7 @@ async def main(rounds: int) -> None:
             ["ms per hidden test (sandbox start included)", round(1000 * per_test, 1)]]
     report("code_eval", "Code handler: hidden-test evaluation per rollout (bubblewrap)",
            ["measure", "value"], rows,
-           {"config": {"rounds": rounds, "tasks": len(bundled_tasks())},
+           {"config": {"rounds": rounds, "tasks": len(bundled_rows("code"))},
             "results": {"seconds": seconds, "tests_run": tests_run}})
 
 

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 from benchmarks.common import median, percentile, report
+from rollserve.datasets import SWE_MINI
 from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.sandboxed import close_sandboxes
 from rollserve.handlers.swe import SWEHandler
 from rollserve.handlers.swe.patch import Candidate
-from rollserve.handlers.swe.suite import swe_mini
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.registry import LazyRuntime
 
@@ -37,7 +37,7 @@ async def main(rounds: int) -> None:
     handler = SWEHandler(HandlerContext(tokenizer=ChatTokenizer.load("smollm2"), scoring=None,
                                         sandboxes=LazyRuntime("bubblewrap", state)))
     init, evals, tests = [], [], 0
-    rows = swe_mini()
+    rows = SWE_MINI.rows()
     for n in range(rounds):
         for row in rows:
             spec = RolloutSpec(id=f"{row['instance_id']}-{n}", group_id="g", task_id=row["instance_id"],

@@ -24,8 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rollserve.client import AsyncClient
-from rollserve.handlers.code.handler import bundled_tasks as bundled_code_tasks
-from rollserve.handlers.math.handler import bundled_tasks
+from rollserve.datasets import bundled_rows
 from rollserve.llm.tokens.tokenizer import TokenizerError
 from rollserve.sandbox.base import SandboxError
 from rollserve.server import ServerConfig, Service
@@ -92,8 +91,8 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
 async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console) -> int:
     run_tag = time.strftime("%Y%m%d-%H%M%S")
     tasks = []
-    for source, rows in (("math", bundled_tasks()[: opts.tasks]),
-                         ("code", bundled_code_tasks()[: opts.code_tasks])):
+    for source, rows in (("math", bundled_rows("math")[: opts.tasks]),
+                         ("code", bundled_rows("code")[: opts.code_tasks])):
         for row in rows:
             instance = {k: v for k, v in row.items() if k != "task_id"}
             tasks.append({"id": f"{source}/{row['task_id']}@{run_tag}", "data_source": source,

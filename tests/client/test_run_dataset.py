@@ -11,7 +11,7 @@ import pytest
 from rollserve.api.app import create_app
 from rollserve.client import AsyncClient
 from rollserve.client import run_dataset as run_module
-from rollserve.client.datasets import read_dataset
+from rollserve.datasets import read_dataset
 from rollserve.client.run_dataset import DatasetRun, RunAborted, RunOptions, plan
 
 QUESTIONS = [("What is 2 + 2?", "4"), ("What is 3 + 1?", "4"), ("What is 2 + 3?", "5")]

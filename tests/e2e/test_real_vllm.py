@@ -165,13 +165,13 @@ async def test_rollouts_carry_exactly_what_vllm_sampled(api):
 async def test_a_swe_rollout_on_real_vllm_is_exact_and_scored(api):
     """A swe-mini instance end to end on the real model: repository in bubblewrap, tool
     episode (whatever the small model does with it), candidate patch, evaluation."""
-    from rollserve.handlers.swe.suite import swe_mini
+    from rollserve.datasets import SWE_MINI
     from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 
     if BubblewrapRuntime.unavailable_reason() is not None:
         pytest.skip(f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
     (backend,) = (await api.get("/v1/llm/backends")).json()["backends"]
-    row = swe_mini()[0]
+    row = SWE_MINI.rows()[0]
     r = await api.post("/v1/rollouts:run", json={
         "task": {"data_source": "swe", "instance": row},
         "sampling": {"temperature": 1.0, "max_tokens": 48},

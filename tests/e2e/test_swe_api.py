@@ -15,7 +15,7 @@ import time
 import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
-from rollserve.handlers.swe.suite import swe_mini
+from rollserve.datasets import SWE_MINI
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_code_api import bwraps
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
     reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
 
-INSTANCES = swe_mini()
+INSTANCES = SWE_MINI.rows()
 BY_ID = {row["instance_id"]: row for row in INSTANCES}
 TAG = re.compile(r"\[policy:(\w+):([\w.-]+)\]")
 

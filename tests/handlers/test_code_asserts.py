@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from rollserve.handlers.code.handler import bundled_tasks
+from rollserve.datasets import bundled_rows
 from rollserve.handlers.code.asserts import Check, compile_assert, setup_names
 from rollserve.handlers.code.hidden_tests import ASSERT_RUNNER, split_asserts
 from rollserve.handlers.code.values import MalformedReport, Probe, read_report
@@ -40,7 +40,7 @@ def test_only_the_solution_side_is_probed_and_literals_stay_here():
 
 
 def test_every_bundled_assert_keeps_its_expected_value_out_of_the_sandbox():
-    rows = [row for row in bundled_tasks() if "asserts" in row]
+    rows = [row for row in bundled_rows("code") if "asserts" in row]
     assert len(rows) >= 5
     for row in rows:
         setup, asserts = split_asserts(row["asserts"])

@@ -8,13 +8,14 @@ import asyncio
 
 import pytest
 
+from rollserve.datasets import bundled_rows
 from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.code.handler import CodeHandler, bundled_tasks
+from rollserve.handlers.code.handler import CodeHandler
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.code_references import REFERENCE, WRONG
 
-TASKS = {row["task_id"]: row for row in bundled_tasks()}
+TASKS = {row["task_id"]: row for row in bundled_rows("code")}
 
 
 def instance_of(row: dict) -> dict:
@@ -23,7 +24,7 @@ def instance_of(row: dict) -> dict:
 
 def test_the_set_is_small_mixed_and_valid(tokenizer):
     handler = CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None))
-    assert len(TASKS) == len(bundled_tasks()) >= 12  # ids are unique
+    assert len(TASKS) == len(bundled_rows("code")) >= 12  # ids are unique
     styles = [("tests" in row) for row in TASKS.values()]
     assert sum(styles) >= 5 and len(styles) - sum(styles) >= 5  # stdin/stdout and asserts
     for row in TASKS.values():

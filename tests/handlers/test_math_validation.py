@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rollserve.datasets import bundled_rows
 from rollserve.handlers.base import InvalidInstance
-from rollserve.handlers.math.handler import MathHandler, bundled_tasks
+from rollserve.handlers.math.handler import MathHandler
 
 handler = MathHandler(ctx=None)  # validate needs no context
 
@@ -75,7 +76,7 @@ def test_accepts_valid_instances(instance):
 
 
 def test_bundled_tasks_are_valid():
-    tasks = bundled_tasks()
+    tasks = bundled_rows("math")
     assert len(tasks) >= 24
     assert any("dataset" in t for t in tasks) and any("question" in t for t in tasks)
     assert len({t["task_id"] for t in tasks}) == len(tasks)

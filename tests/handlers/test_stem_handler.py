@@ -7,10 +7,11 @@ import re
 
 import pytest
 
+from rollserve.datasets import bundled_rows
 from rollserve.handlers.base import AgentHandler, HandlerContext, InvalidInstance
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.handlers.scoring import ScoringPool
-from rollserve.handlers.stem.handler import StemEnv, StemHandler, bundled_tasks, gpqa_order, prepare
+from rollserve.handlers.stem.handler import StemEnv, StemHandler, gpqa_order, prepare
 from rollserve.handlers.stem.answers import (
     extract_answer,
     is_numeric_answer,
@@ -356,7 +357,7 @@ async def test_run_before_init_or_without_llm_is_infra(ctx, new_rollout, scripte
 
 
 # --- the bundled set -------------------------------------------------------------------
-TASKS = bundled_tasks()
+TASKS = bundled_rows("stem")
 
 
 def test_bundled_set_is_varied_and_valid():

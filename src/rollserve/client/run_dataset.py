@@ -27,7 +27,7 @@ import httpx
 
 from rollserve.client.aio import AsyncClient
 from rollserve.client.calls import RollserveError
-from rollserve.client.datasets import DatasetRow, client_id
+from rollserve.datasets import DatasetRow, client_id
 
 TRANSPORT_RETRIES = 5
 _TASK_INDEX = re.compile(r"tasks\[(\d+)\]")

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rollserve.client.datasets import DatasetError, DatasetRow, read_dataset
 from rollserve.commands.options import check_runtime
 from rollserve.commands.options import handler_options as parse_handler_options
+from rollserve.datasets import BUNDLED, DatasetError, DatasetRow, read_dataset
+
+if TYPE_CHECKING:  # imported where used: the engine side is slow to import for a CLI
+    from rollserve.engine.dataset_check import RowCheck
 
 app = typer.Typer(no_args_is_help=True, help="Check dataset files before running them.")
 
-# The sets shipped with rollserve, by name: (file under rollserve/data, data_source).
-BUNDLED = {"swe-mini": ("swe_mini/instances.jsonl", "swe"), "code": ("code_tasks.jsonl", "code"),
-           "stem": ("stem_tasks.jsonl", "stem"), "math": ("math_tasks.jsonl", "math")}
 FILE_HELP = ("a JSONL (.jsonl, .jsonl.gz) or parquet file, one task per row; or a bundled set: "
              + ", ".join(BUNDLED))
 DATA_SOURCE_HELP = ("every row is a bare instance of this data source (e.g. a SWE-bench dump); "
@@ -31,12 +30,10 @@ AUTO_ROWS = 200  # up to this many rows the table lists every row; past it, the 
 
 def bundled(file: Path, data_source: Optional[str]) -> tuple[Path, Optional[str]]:
     """A bundled set's file and data source when ``file`` names one (and is no file here)."""
-    name = str(file)
-    if name not in BUNDLED or file.exists():
+    bundled_set = BUNDLED.get(str(file))
+    if bundled_set is None or file.exists():
         return file, data_source
-    relative, source = BUNDLED[name]
-    path = Path(str(importlib.resources.files("rollserve") / "data" / relative))
-    return path, data_source or source
+    return bundled_set.path, data_source or bundled_set.data_source
 
 
 def read_rows(file: Path, data_source: Optional[str], console: Console) -> list[DatasetRow]:
@@ -50,7 +47,7 @@ def read_rows(file: Path, data_source: Optional[str], console: Console) -> list[
         raise typer.Exit(2)
 
 
-def checks_table(checks: list, title: str | None = None) -> Table:
+def checks_table(checks: list["RowCheck"], title: str | None = None) -> Table:
     table = Table(title=title)
     table.add_column("row", justify="right")
     table.add_column("task id")
@@ -64,8 +61,8 @@ def checks_table(checks: list, title: str | None = None) -> Table:
     return table
 
 
-def summary(checks: list) -> dict[str, Any]:
-    by_source: dict[str, Counter] = {}
+def summary(checks: list["RowCheck"]) -> dict[str, Any]:
+    by_source: dict[str, Counter[str]] = {}
     for check in checks:
         counts = by_source.setdefault(check.row.data_source or "-", Counter())
         counts["ok" if check.ok else "invalid"] += 1

@@ -114,7 +114,7 @@ def _valid_rows(rows, server: dict, skip_invalid: bool, console: Console, out: C
 
 async def _run(rows, file: Path, opts: dict, client_factory, remote: bool, console: Console,
                out: Console) -> int:
-    from rollserve.client.datasets import dataset_name
+    from rollserve.datasets import dataset_name
     from rollserve.client.run_dataset import DatasetRun, RunAborted, RunOptions, plan
 
     valid = None

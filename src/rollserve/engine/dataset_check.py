@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from rollserve.client.datasets import DatasetRow
+from rollserve.datasets import DatasetRow
 from rollserve.engine.requests import TaskRequest
 from rollserve.handlers.base import HandlerContext, InvalidInstance
 from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource

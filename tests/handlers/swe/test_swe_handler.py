@@ -216,7 +216,7 @@ async def test_host_sandboxes_see_neither_the_mirrors_nor_the_bundled_answers(ha
     """bubblewrap shows the host root: the mirrors and cut bundles (history past
     base_commit) and the bundled suite (its gold patches) are covered inside."""
     from rollserve.handlers.swe.environment import repo_cache
-    from rollserve.handlers.swe.suite import swe_mini_path
+    from rollserve.datasets import SWE_MINI
 
     swe = handler()
     rollout = new_rollout(toy)
@@ -225,7 +225,7 @@ async def test_host_sandboxes_see_neither_the_mirrors_nor_the_bundled_answers(ha
         sandbox = rollout.state["sandbox"]
         assert str((tmp_path / "mirror").resolve()) in sandbox.spec.hide
         assert str(repo_cache(swe.options)) in sandbox.spec.hide  # other tasks' cuts
-        seen = await sandbox.exec(f"ls -A {swe_mini_path().parent}; cat {swe_mini_path()}", timeout=30)
+        seen = await sandbox.exec(f"ls -A {SWE_MINI.path.parent}; cat {SWE_MINI.path}", timeout=30)
         assert seen.stdout.strip() == "" and "No such file" in seen.stderr, seen
     finally:
         await swe.cleanup(rollout)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.cli import app
-from rollserve.handlers.swe.suite import swe_mini
+from rollserve.datasets import SWE_MINI
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not No
 
 
 def test_results_carry_the_instance_id(tmp_path):
-    rows = swe_mini()[:2]
+    rows = SWE_MINI.rows()[:2]
     path = tmp_path / "swe.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     output = tmp_path / "out.jsonl"

@@ -30,8 +30,6 @@ solutions that special-case the easy tests (DeepCoder, for one, trains on all-pa
 from __future__ import annotations
 
 import ast
-import importlib.resources
-import json
 import keyword
 import re
 import time
@@ -338,10 +336,3 @@ def _depth(root: ast.AST) -> int:
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return deepest
 
-
-def bundled_tasks() -> list[dict[str, Any]]:
-    """The small problem set shipped with rollserve (``data/code_tasks.jsonl``): each
-    row a ``code`` instance plus a ``task_id`` (ignored by the handler)."""
-    path = importlib.resources.files("rollserve") / "data" / "code_tasks.jsonl"
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]

@@ -25,8 +25,6 @@ scored exactly as above.
 from __future__ import annotations
 
 import asyncio
-import importlib.resources
-import json
 from typing import TYPE_CHECKING, Any
 
 from rollserve.agent.loop import Step
@@ -314,13 +312,3 @@ class MathPythonHandler(MathHandler):
         total_timeout=900.0,
     )
 
-
-def bundled_tasks() -> list[dict[str, Any]]:
-    """The small task set shipped with rollserve (``data/math_tasks.jsonl``).
-
-    Each row is an instance for the ``math`` data source plus a ``task_id``
-    (ignored by the handler).
-    """
-    path = importlib.resources.files("rollserve") / "data" / "math_tasks.jsonl"
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]

@@ -24,8 +24,6 @@ Every shape takes ``instructions`` (replaces the answer-format sentence) and
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
-import json
 from typing import TYPE_CHECKING, Any
 
 from rollserve.errors import InfraError
@@ -285,10 +283,3 @@ class StemHandler:
     async def cleanup(self, rollout: "Rollout") -> None:
         """Nothing to release: no sandbox, and the scoring pool is shared."""
 
-
-def bundled_tasks() -> list[dict[str, Any]]:
-    """The small question set shipped with rollserve (``data/stem_tasks.jsonl``): each
-    row a ``stem`` instance plus a ``task_id`` (ignored by the handler)."""
-    path = importlib.resources.files("rollserve") / "data" / "stem_tasks.jsonl"
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]

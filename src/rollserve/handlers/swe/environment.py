@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.resources
 import os
 import shutil
 import subprocess
@@ -34,6 +33,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollserve.datasets import SWE_MINI_BUNDLES
 from rollserve.errors import InfraError
 from rollserve.handlers.swe.instances import SWETask
 from rollserve.sandbox.base import Sandbox
@@ -87,16 +87,12 @@ class SWEOptions(BaseModel):
     pids: int = Field(512, ge=32)
 
 
-def bundled_mirror() -> Path:
-    return Path(str(importlib.resources.files("rollserve") / "data" / "swe_mini" / "bundles"))
-
-
 def hidden_folders(options: SWEOptions) -> list[str]:
     """Host folders a host-mode sandbox must not see: the mirrors and the cut bundles
     (their history goes past other tasks' base_commit), the bundled suite (its gold
     patches), and in a source checkout of rollserve the suite's sources and the
     checkout's git history."""
-    suite = bundled_mirror().parent
+    suite = SWE_MINI_BUNDLES.parent
     checkout = Path(__file__).resolve().parents[4]
     folders = [*options.mirrors, repo_cache(options), suite]
     if (checkout / "scripts" / "swe_mini").is_dir():
@@ -140,7 +136,7 @@ def source_names(task: SWETask) -> list[str]:
 def find_source(task: SWETask, mirrors: list[Path]) -> Path:
     """The bundle or mirror that holds ``task``'s repository; InfraError naming every
     file it looked for if there is none."""
-    folders = [*mirrors, bundled_mirror()]
+    folders = [*mirrors, SWE_MINI_BUNDLES]
     for folder in folders:
         for path in (folder / name for name in source_names(task)):
             if path.is_file() and path.suffix == ".bundle":

@@ -1,4 +1,4 @@
-"""Datasets on disk: rows of a JSONL (or .jsonl.gz) or parquet file, as API tasks.
+"""Dataset files: rows of a JSONL (or .jsonl.gz) or parquet file, as API tasks.
 
 Shared by ``rollserve datasets validate``, ``images pull`` and ``run``. A row is
 either a task as ``POST /v1/rollouts`` takes it (``{"data_source", "instance",
@@ -7,8 +7,9 @@ either a task as ``POST /v1/rollouts`` takes it (``{"data_source", "instance",
 when a data source is given, a bare instance (e.g. one SWE-bench record per row).
 
 This module only reads and reshapes; checking rows against handlers is
-``rollserve.engine.dataset_check``. It imports nothing of the server side, so a
-trainer can use it with the client alone. pyarrow is imported only for parquet.
+``rollserve.engine.dataset_check``. Like the whole ``rollserve.datasets`` package it
+imports nothing of the server side, so a trainer can use it with the client alone.
+pyarrow is imported only for parquet.
 """
 
 from __future__ import annotations
