@@ -11,15 +11,20 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
+from rollserve.api.prorl import ProRLConfig
 from rollserve.commands import datasets as datasets_cmd
 from rollserve.commands import images as images_cmd
 from rollserve.commands import run as run_cmd
+from rollserve.commands.defaults import (ENGINE, HOUR, MAX_INSTANCE_MB, MAX_REQUEST_MB, PRORL,
+                                         QUICKSTART, RETENTION_HOURS, ROUTER, SERVER)
 from rollserve.commands.options import check_backends
 from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.engine.requests import MIB, RequestLimits
-from rollserve.server import ServerConfig, default_state_dir
+from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
+from rollserve.server import ServerConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="rollserve: rollout-as-a-service for RL of multi-turn LLM agents.")
@@ -30,52 +35,64 @@ def _engine_config(init_workers: int, run_workers: int, eval_workers: int, max_p
                    on_restart: str, retention_hours: float) -> EngineConfig:
     return EngineConfig(init_workers=init_workers, run_workers=run_workers,
                         eval_workers=eval_workers, max_pending=max_pending,
-                        on_restart=on_restart, retention_s=retention_hours * 3600)
+                        on_restart=on_restart, retention_s=retention_hours * HOUR)
 
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="address to listen on"),
-    port: Optional[int] = typer.Option(None, help="port to listen on (default 8000; 8006 with --prorl)"),
-    state_dir: Path = typer.Option(default_state_dir(), help="where the store and sandboxes' owner records live"),
-    store: Optional[Path] = typer.Option(None, help="SQLite file (default: STATE_DIR/rollserve.db)"),
-    backend: list[str] = typer.Option([], "--backend", "-b",
+    host: str = typer.Option(SERVER.host, help="address to listen on"),
+    port: Optional[int] = typer.Option(None, help=f"port to listen on (default {SERVER.port}; "
+                                                  f"{PRORL_PORT} with --prorl)"),
+    state_dir: Path = typer.Option(SERVER.state_dir,
+                                   help="where the store and sandboxes' owner records live"),
+    store: Optional[Path] = typer.Option(SERVER.store_path,
+                                         help="SQLite file (default: STATE_DIR/rollserve.db)"),
+    backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
                                       help="inference backend: a vLLM URL, 'embedded', or KIND=URL "
                                            "(vllm, sglang, llamacpp, openai_chat); repeatable"),
-    routing: str = typer.Option("least_load", help="routing policy: least_load | least_outstanding "
-                                                   "| prorl_cumulative | round_robin | hash_sticky"),
-    forward_pause: bool = typer.Option(False, help="forward pause/resume to backends that support "
-                                                   "it (vLLM dev mode, SGLang)"),
-    max_staleness: Optional[int] = typer.Option(None, min=0, help="flag rollouts whose turns span "
-                                                                  "more policy versions than this"),
-    mask_stale: bool = typer.Option(False, help="mask (do not train on) rollouts flagged stale"),
-    tokenizer: str = typer.Option("smollm2", help="policy tokenizer: a HF tokenizer folder, a .gguf, "
-                                                  "'smollm2', or vllm:URL (the serving vLLM's /tokenize)"),
-    init_workers: int = typer.Option(32, help="concurrent INIT stages"),
-    run_workers: int = typer.Option(256, help="concurrent RUN stages (agent loops)"),
-    eval_workers: int = typer.Option(16, help="concurrent EVAL stages"),
-    scoring_workers: int = typer.Option(2, help="processes for CPU-heavy scoring"),
+    routing: str = typer.Option(ROUTER.policy, help="routing policy: least_load | "
+                                "least_outstanding | prorl_cumulative | round_robin | hash_sticky"),
+    forward_pause: bool = typer.Option(ROUTER.forward_pause, help="forward pause/resume to "
+                                       "backends that support it (vLLM dev mode, SGLang)"),
+    max_staleness: Optional[int] = typer.Option(ENGINE.max_staleness, min=0, help="flag rollouts "
+                                                "whose turns span more policy versions than this"),
+    mask_stale: bool = typer.Option(ENGINE.mask_stale,
+                                    help="mask (do not train on) rollouts flagged stale"),
+    tokenizer: str = typer.Option(SERVER.tokenizer, help="policy tokenizer: a HF tokenizer folder, "
+                                  f"a .gguf, '{DEFAULT_TOKENIZER}', or vllm:URL (the serving "
+                                  "vLLM's /tokenize)"),
+    init_workers: int = typer.Option(ENGINE.init_workers, help="concurrent INIT stages"),
+    run_workers: int = typer.Option(ENGINE.run_workers, help="concurrent RUN stages (agent loops)"),
+    eval_workers: int = typer.Option(ENGINE.eval_workers, help="concurrent EVAL stages"),
+    scoring_workers: int = typer.Option(SERVER.scoring_workers,
+                                        help="processes for CPU-heavy scoring"),
     sandbox_runtime: str = typer.Option(
-        "bubblewrap", help="where agents' tools run: bubblewrap | apptainer | singularity | "
-        "docker | podman | local (no isolation: development only)"),
+        SERVER.sandbox_runtime, help="where agents' tools run: bubblewrap | apptainer | "
+        "singularity | docker | podman | local (no isolation: development only)"),
     sandbox_options: Optional[str] = typer.Option(
         None, help='the runtime\'s options as JSON, e.g. \'{"readonly_paths": ["/opt/conda"]}\''),
     handler_options: Optional[str] = typer.Option(
-        None, help='handlers\' settings as JSON by handler, e.g. \'{"swe": {"mirrors": ["/data/mirrors"]}}\''),
-    max_pending: int = typer.Option(10_000, help="rollouts admitted and unfinished before 429"),
-    on_restart: str = typer.Option("requeue", help="unfinished rollouts at start: requeue | interrupt"),
-    retention_hours: float = typer.Option(168.0, help="keep finished results this long"),
-    api_token: Optional[str] = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
-                                            help="require 'Authorization: Bearer TOKEN' (all routes but /healthz)"),
-    public_docs: bool = typer.Option(False, "--public-docs", help="with --api-token: serve /openapi.json, "
-                                                                  "/docs and /redoc without the token"),
-    max_request_mb: float = typer.Option(64.0, min=0.001, help="largest request body in MiB (413 beyond)"),
-    max_instance_mb: float = typer.Option(4.0, min=0.001, help="largest task instance (or metadata) "
-                                                               "in MiB of JSON (422 beyond)"),
-    prorl: bool = typer.Option(False, "--prorl", help="also serve ProRL Agent's API (/start, /process, "
-                                                      "/add_llm_server, ...) for its clients"),
-    prorl_timeout: Optional[float] = typer.Option(None, min=1, help="--prorl: seconds per job "
-                                                                    "(default: the handler's)"),
+        None, help='handlers\' settings as JSON by handler, e.g. '
+        '\'{"swe": {"mirrors": ["/data/mirrors"]}}\''),
+    max_pending: int = typer.Option(ENGINE.max_pending,
+                                    help="rollouts admitted and unfinished before 429"),
+    on_restart: str = typer.Option(ENGINE.on_restart,
+                                   help="unfinished rollouts at start: requeue | interrupt"),
+    retention_hours: float = typer.Option(RETENTION_HOURS, help="keep finished results this long"),
+    api_token: Optional[str] = typer.Option(SERVER.api_token, envvar="ROLLSERVE_API_TOKEN",
+                                            help="require 'Authorization: Bearer TOKEN' (all "
+                                                 "routes but /healthz)"),
+    public_docs: bool = typer.Option(SERVER.public_docs, "--public-docs",
+                                     help="with --api-token: serve /openapi.json, /docs and "
+                                          "/redoc without the token"),
+    max_request_mb: float = typer.Option(MAX_REQUEST_MB, min=0.001,
+                                         help="largest request body in MiB (413 beyond)"),
+    max_instance_mb: float = typer.Option(MAX_INSTANCE_MB, min=0.001, help="largest task "
+                                          "instance (or metadata) in MiB of JSON (422 beyond)"),
+    prorl: bool = typer.Option(False, "--prorl", help="also serve ProRL Agent's API (/start, "
+                                                      "/process, /add_llm_server, ...) for its clients"),
+    prorl_timeout: Optional[float] = typer.Option(PRORL.timeout, min=1, help="--prorl: seconds "
+                                                  "per job (default: the handler's)"),
     log_level: str = typer.Option("info"),
 ) -> None:
     """Run the rollout service (no inference backend unless --backend is given)."""
@@ -92,10 +109,7 @@ def serve(
     if on_restart not in ("requeue", "interrupt"):
         raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
     check_backends(backend)
-    from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
-    from rollserve.api.prorl import ProRLConfig
-
-    port = port if port is not None else (PRORL_PORT if prorl else 8000)
+    port = port if port is not None else (PRORL_PORT if prorl else SERVER.port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServerConfig(
         host=host, port=port, state_dir=state_dir, store_path=store, api_token=api_token,
@@ -129,16 +143,16 @@ def _make_service(config: ServerConfig):
 
 @app.command()
 def quickstart(
-    tasks: int = typer.Option(6, min=0, help="bundled math tasks to run"),
-    code_tasks: int = typer.Option(2, min=0, help="bundled code tasks to run (the agent works "
+    tasks: int = typer.Option(QUICKSTART.tasks, min=0, help="bundled math tasks to run"),
+    code_tasks: int = typer.Option(QUICKSTART.code_tasks, min=0, help="bundled code tasks to run (the agent works "
                                                   "in a bubblewrap sandbox; skipped without one)"),
-    n: int = typer.Option(2, min=1, help="samples per task (a GRPO group)"),
-    max_tokens: int = typer.Option(192, min=1, help="new tokens per turn"),
-    max_turns: int = typer.Option(2, min=1, help="turns per episode"),
-    temperature: float = typer.Option(0.7, min=0.0),
-    out: Path = typer.Option(Path("quickstart-results.jsonl"), help="results as JSONL"),
-    state_dir: Optional[Path] = typer.Option(None, help="default: a fresh temporary folder"),
-    port: int = typer.Option(0, help="0 picks a free port"),
+    n: int = typer.Option(QUICKSTART.n, min=1, help="samples per task (a GRPO group)"),
+    max_tokens: int = typer.Option(QUICKSTART.max_tokens, min=1, help="new tokens per turn"),
+    max_turns: int = typer.Option(QUICKSTART.max_turns, min=1, help="turns per episode"),
+    temperature: float = typer.Option(QUICKSTART.temperature, min=0.0),
+    out: Path = typer.Option(QUICKSTART.out, help="results as JSONL"),
+    state_dir: Optional[Path] = typer.Option(QUICKSTART.state_dir, help="default: a fresh temporary folder"),
+    port: int = typer.Option(QUICKSTART.port, help="0 picks a free port"),
 ) -> None:
     """Start rollserve on the embedded defaults, run bundled math and code tasks, show results."""
     from rollserve.quickstart import QuickstartOptions, run_quickstart
@@ -162,7 +176,7 @@ def fake_llm(
         None, help="a Python file defining reply(prompt_ids, prompt) -> str: a per-rollout, "
         "multi-turn policy (replaces --reply; see rollserve.testing.scripted_policy)"),
     capacity: Optional[int] = typer.Option(None, help="concurrent slots, like a GPU's batch"),
-    tokenizer: str = typer.Option("smollm2"),
+    tokenizer: str = typer.Option(DEFAULT_TOKENIZER),
 ) -> None:
     """Run the scripted vLLM-compatible test server (test handlers without a GPU)."""
     from rollserve.testing.fake_vllm import main as fake_main

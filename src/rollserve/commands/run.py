@@ -18,10 +18,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, checks_table, read_rows
+from rollserve.commands.defaults import ENGINE, RUN, SERVER
 from rollserve.commands.options import check_backends
 from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.commands.options import parse_json_option
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
+from rollserve.engine.pipeline import EngineConfig
+from rollserve.server import ServerConfig
 from rollserve.validation import describe
 
 
@@ -34,19 +37,17 @@ def _checked(model: type[BaseModel], values: dict[str, Any], hint: str) -> dict[
 
 
 def _embedded_config(state_dir: Path, backend: list[str], tokenizer: str, sandbox_runtime: str,
-                     sandbox_options: dict, workers: tuple[int, int, int], scoring_workers: int,
-                     max_pending: int, handler_options: dict | None = None):
+                     sandbox_options: dict[str, Any], workers: tuple[int, int, int],
+                     scoring_workers: int, max_pending: int,
+                     handler_options: dict[str, dict[str, Any]] | None = None) -> ServerConfig:
     """The embedded server's config (its options already checked as ``serve`` checks them)."""
-    from rollserve.engine.pipeline import EngineConfig
-    from rollserve.server import ServerConfig
-
     check_backends(backend)
     init, run, eval_ = workers
     return ServerConfig(state_dir=state_dir, backends=backend, tokenizer=tokenizer,
                         sandbox_runtime=sandbox_runtime, sandbox_options=sandbox_options,
                         handler_options=handler_options or {}, scoring_workers=scoring_workers,
                         engine=EngineConfig(init_workers=init, run_workers=run, eval_workers=eval_,
-                                            max_pending=max(10_000, max_pending)))
+                                            max_pending=max(ENGINE.max_pending, max_pending)))
 
 
 @asynccontextmanager
@@ -95,7 +96,7 @@ def _valid_rows(rows, server: dict, skip_invalid: bool, console: Console, out: C
     ``server``: its ``handlers`` and sandbox ``runtime``, which validation may depend on."""
     from rollserve.engine.dataset_check import DatasetChecker, offline_context
 
-    context = offline_context(runtime=server.get("runtime") or "bubblewrap",
+    context = offline_context(runtime=server.get("runtime") or SERVER.sandbox_runtime,
                               options=server.get("handler_options"))
     checks = DatasetChecker(context=context,
                             remote_handlers=server.get("handlers", ())).check_all(rows)
@@ -198,8 +199,9 @@ def run(
                                                       '\'{"top_p": 0.95, "seed": 1}\''),
     rollout_timeout: Optional[float] = typer.Option(None, min=1.0, help="seconds per rollout "
                                                     "(default: the handler's)"),
-    batch_size: int = typer.Option(64, min=1, max=10_000, help="tasks per submission"),
-    concurrency: int = typer.Option(512, min=1, help="rollouts submitted and unfinished at once"),
+    batch_size: int = typer.Option(RUN.batch_size, min=1, max=10_000, help="tasks per submission"),
+    concurrency: int = typer.Option(RUN.max_in_flight, min=1,
+                                    help="rollouts submitted and unfinished at once"),
     skip_invalid: bool = typer.Option(False, help="run the valid rows when some are invalid "
                                                   "(default: refuse to start)"),
     server: Optional[str] = typer.Option(None, envvar="ROLLSERVE_URL",
@@ -207,20 +209,26 @@ def run(
                                               "(else one is started here with --backend)"),
     api_token: Optional[str] = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
                                             help="--server's bearer token"),
-    backend: list[str] = typer.Option([], "--backend", "-b", help="embedded server: inference "
-                                      "backend, as `rollserve serve --backend`; repeatable"),
-    tokenizer: str = typer.Option("smollm2", help="embedded server: as `rollserve serve`"),
-    sandbox_runtime: str = typer.Option("bubblewrap", help="embedded server: as `rollserve serve`"),
+    backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
+                                      help="embedded server: inference backend, as `rollserve "
+                                           "serve --backend`; repeatable"),
+    tokenizer: str = typer.Option(SERVER.tokenizer, help="embedded server: as `rollserve serve`"),
+    sandbox_runtime: str = typer.Option(SERVER.sandbox_runtime,
+                                        help="embedded server: as `rollserve serve`"),
     sandbox_options: Optional[str] = typer.Option(None, help="embedded server: the runtime's "
                                                              "options as JSON"),
     handler_options: Optional[str] = typer.Option(
         None, help='embedded server: handlers\' options as JSON, e.g. \'{"swe": {"empty_patch": "run"}}\''),
     state_dir: Optional[Path] = typer.Option(None, help="embedded server: its store (default: a "
                                                         "temporary folder, removed after)"),
-    init_workers: int = typer.Option(32, min=1, help="embedded server: concurrent INIT stages"),
-    run_workers: int = typer.Option(256, min=1, help="embedded server: concurrent agent loops"),
-    eval_workers: int = typer.Option(16, min=1, help="embedded server: concurrent EVAL stages"),
-    scoring_workers: int = typer.Option(2, min=1, help="embedded server: scoring processes"),
+    init_workers: int = typer.Option(ENGINE.init_workers, min=1,
+                                     help="embedded server: concurrent INIT stages"),
+    run_workers: int = typer.Option(ENGINE.run_workers, min=1,
+                                    help="embedded server: concurrent agent loops"),
+    eval_workers: int = typer.Option(ENGINE.eval_workers, min=1,
+                                     help="embedded server: concurrent EVAL stages"),
+    scoring_workers: int = typer.Option(SERVER.scoring_workers, min=1,
+                                        help="embedded server: scoring processes"),
 ) -> None:
     """Run every row of FILE and write each rollout's result to OUTPUT (JSONL)."""
     from rollserve.agent.loop import AgentLimits
