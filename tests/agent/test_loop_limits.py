@@ -3,7 +3,8 @@ policy version of each turn, and the message-level path for chat APIs."""
 
 import asyncio
 
-from rollserve.agent.loop import LoopStats, Step, _answer_tool_calls, _tool_calls_as_text, run_agent_loop
+from rollserve.agent.base import AgentEnv, Step
+from rollserve.agent.loop import LoopStats, _answer_tool_calls, _tool_calls_as_text, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.llm.base import SamplingParams
@@ -13,10 +14,8 @@ from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing.fake_vllm import FakeVLLM
 
 
-class Chatty:
+class Chatty(AgentEnv):
     """Never done: answers every reply with a fixed user message."""
-
-    tools = None
 
     def __init__(self, answer="Go on."):
         self.answer = answer

@@ -10,20 +10,20 @@ from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.sandbox_tools import BashTool, EditorTool
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
-from rollserve.agent.tools import FinishTool, ToolError, function_schema
+from rollserve.agent.tools import FinishTool, Tool, ToolError, function_schema
 from rollserve.agent.trajectory import Trajectory
 from rollserve.errors import InfraError
 from rollserve.llm.base import Generation, SamplingParams
 
 
-class Echo:
+class Echo(Tool):
     schema = function_schema("echo", "say it back", {"text": {"type": "string"}}, ["text"])
 
     async def __call__(self, args):
         return args["text"]
 
 
-class Broken:
+class Broken(Tool):
     def __init__(self, exc):
         self.exc = exc
         self.schema = function_schema("broken", "fails", {}, [])
@@ -32,7 +32,7 @@ class Broken:
         raise self.exc
 
 
-class Slow:
+class Slow(Tool):
     schema = function_schema("slow", "sleeps", {}, [])
 
     async def __call__(self, args):

@@ -18,7 +18,7 @@ from rollserve.agent.tool_calls import (
     submitted_output,
 )
 from rollserve.agent.tool_env import NUDGES, ToolEnv, ToolEnvConfig
-from rollserve.agent.tools import FinishTool, function_schema
+from rollserve.agent.tools import FinishTool, Tool, function_schema
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router
@@ -28,14 +28,14 @@ from rollserve.testing import FakeVLLM
 from .test_tool_calls import BASH_SCHEMA, QwenLikeTemplate
 
 
-class Echo:
+class Echo(Tool):
     schema = function_schema("echo", "say it back", {"text": {"type": "string"}}, ["text"])
 
     async def __call__(self, args):
         return args["text"]
 
 
-class FakeBash:
+class FakeBash(Tool):
     """A stand-in shell: echoes what ``echo`` prints, records every command."""
 
     schema = BASH_SCHEMA

@@ -4,7 +4,8 @@ trainer gets are exactly the tokens the server sampled."""
 
 import copy
 
-from rollserve.agent.loop import LoopStats, Step, run_agent_loop
+from rollserve.agent.base import AgentEnv, Step
+from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.tokens.chat import PromptBuilder
@@ -14,7 +15,7 @@ from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
 
-class ScriptedEnv:
+class ScriptedEnv(AgentEnv):
     """Answers each reply with an observation; done after ``turns`` replies."""
 
     tools = None

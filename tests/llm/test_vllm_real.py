@@ -10,7 +10,8 @@ import os
 import aiohttp
 import pytest
 
-from rollserve.agent.loop import LoopStats, Step, run_agent_loop
+from rollserve.agent.base import AgentEnv, Step
+from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router, RouterConfig
@@ -64,7 +65,7 @@ async def test_server_tokenizer_agrees_with_ours(tok):
     assert served == tok.encode(tok.render(messages, add_generation_prompt=True))
 
 
-class TwoTurnEnv:
+class TwoTurnEnv(AgentEnv):
     tools = None
 
     def __init__(self):

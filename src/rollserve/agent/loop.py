@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollserve.agent.base import AgentEnv, Step, ToolCallRecord
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.agent.trajectory import Trajectory
 from rollserve.errors import PromptTooLongError
@@ -41,23 +42,6 @@ class AgentLimits(BaseModel):
 
     max_turns: int | None = Field(None, ge=1, le=1000)
     max_context_tokens: int | None = Field(None, ge=16, le=10_000_000)
-
-
-@dataclass
-class Step:
-    """What the environment answers to one assistant reply."""
-
-    messages: list[dict] = field(default_factory=list)  # new user/tool messages
-    done: bool = False
-    reason: str = "finished"
-
-
-class AgentEnv(Protocol):
-    tools: list[dict] | None
-
-    def initial_messages(self) -> list[dict]: ...
-
-    async def step(self, reply: str) -> Step: ...
 
 
 class LLMSession(Protocol):
@@ -117,11 +101,12 @@ async def run_agent_loop(
         started = time.perf_counter()
         gen = await llm.generate(list(trajectory.input_ids), turn_sampling)
         stats.llm_seconds += time.perf_counter() - started
-        trajectory.add_generation(gen, policy_version=_version(gen, llm))
+        turn = trajectory.add_generation(gen, policy_version=_version(gen, llm))
         reply = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
         messages.append({"role": "assistant", "content": reply})
 
         step = await _timed_step(env, reply, stats)
+        turn.tool_calls = list(step.tool_calls)
         if (reason := _episode_end(step, turn_index, max_turns)) is not None:
             ended_by = reason
             break
@@ -139,9 +124,9 @@ async def run_agent_loop(
     return trajectory
 
 
-def _tool_schemas(env: AgentEnv) -> list[dict] | None:
+def _tool_schemas(env: AgentEnv) -> list[dict[str, Any]] | None:
     """The tools the agent was offered (ChatCompletion shape), for the result."""
-    return getattr(env, "tool_schemas", None) or env.tools
+    return env.tool_schemas or env.tools
 
 
 def _open_episode(env: AgentEnv, trajectory: Trajectory) -> list[dict]:
@@ -194,15 +179,17 @@ async def _run_chat_loop(
         started = time.perf_counter()
         reply: ChatReply = await llm.chat(list(messages), sampling, tools=env.tools)  # type: ignore[attr-defined]
         stats.llm_seconds += time.perf_counter() - started
-        trajectory.add_generation(Generation([], [], reply.finish_reason, backend=reply.backend),
-                                  policy_version=_version(reply, llm))
+        generation = Generation([], [], reply.finish_reason, backend=reply.backend)
+        turn = trajectory.add_generation(generation, policy_version=_version(reply, llm))
         assistant: dict = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             assistant["tool_calls"] = reply.tool_calls
         messages.append(assistant)
 
         step = await _timed_step(env, reply.content + _tool_calls_as_text(
-            reply.tool_calls, getattr(env, "tool_format", "hermes")), stats)
+            reply.tool_calls, env.tool_format), stats)
+        # The API's own calls (with their ids), else those the env read in the text.
+        turn.tool_calls = _recorded_calls(reply.tool_calls) or list(step.tool_calls)
         if (reason := _episode_end(step, turn_index, max_turns)) is not None:
             ended_by = reason
             break
@@ -235,6 +222,27 @@ def _tool_calls_as_text(tool_calls: list[dict], fmt: str = "hermes") -> str:
         parts.append("\n<tool_call>\n" + json.dumps({"name": function.get("name"),
                                                     "arguments": arguments}) + "\n</tool_call>")
     return "".join(parts)
+
+
+def _recorded_calls(tool_calls: list[dict[str, Any]]) -> list[ToolCallRecord]:
+    """A chat API's structured tool calls as a turn records them: the arguments
+    decoded when they are a JSON object, else kept as the API sent them."""
+    records: list[ToolCallRecord] = []
+    for call in tool_calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                decoded = json.loads(arguments)
+            except ValueError:
+                decoded = None
+            arguments = decoded if isinstance(decoded, dict) else arguments
+        elif not isinstance(arguments, dict):
+            arguments = {} if arguments is None else json.dumps(arguments)
+        call_id = call.get("id")
+        records.append({"name": str(function.get("name") or ""), "arguments": arguments,
+                        "id": call_id if isinstance(call_id, str) else None})
+    return records
 
 
 def _answer_tool_calls(new: list[dict], tool_calls: list[dict]) -> list[dict]:

@@ -8,8 +8,9 @@ tool never starts its shell or kernel; ``close()`` ends what was opened.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-from rollserve.agent.tools import ToolError, function_schema
+from rollserve.agent.tools import Tool, ToolError, function_schema
 from rollserve.sandbox.base import Sandbox
 from rollserve.sandbox.tools.bash import BashBusy, BashConfig, BashResult, BashSession
 from rollserve.sandbox.tools.editor import EditorConfig, EditorError, FileEditor
@@ -17,10 +18,11 @@ from rollserve.sandbox.tools.ipython import IPythonConfig, IPythonSession
 from rollserve.sandbox.tools.keys import is_key_sequence
 
 
-class BashTool:
+class BashTool(Tool):
     """``bash``: a persistent shell; ``is_input`` answers a command that is waiting."""
 
-    def __init__(self, sandbox: Sandbox, config: BashConfig | None = None, max_timeout: float = 600.0):
+    def __init__(self, sandbox: Sandbox, config: BashConfig | None = None,
+                 max_timeout: float = 600.0) -> None:
         self.session = BashSession(sandbox, config)
         self.max_timeout = max_timeout
         self.schema = function_schema(
@@ -52,7 +54,7 @@ class BashTool:
             ["command"],
         )
 
-    async def __call__(self, args: dict) -> str:
+    async def __call__(self, args: dict[str, Any]) -> str:
         command = args["command"]
         timeout = args.get("timeout")
         if timeout is not None and not 0 < timeout <= self.max_timeout:
@@ -99,10 +101,10 @@ class BashTool:
         await self.session.close()
 
 
-class PythonTool:
+class PythonTool(Tool):
     """``python``: a persistent IPython kernel (ProRL's math tool)."""
 
-    def __init__(self, sandbox: Sandbox, config: IPythonConfig | None = None):
+    def __init__(self, sandbox: Sandbox, config: IPythonConfig | None = None) -> None:
         self.session = IPythonSession(sandbox, config)
         self.images: list[str] = []  # base64 PNGs of every cell, for handlers that keep them
         self.schema = function_schema(
@@ -114,7 +116,7 @@ class PythonTool:
             ["code"],
         )
 
-    async def __call__(self, args: dict) -> str:
+    async def __call__(self, args: dict[str, Any]) -> str:
         result = await self.session.run(args["code"])
         self.images += result.images
         return result.to_text()
@@ -123,12 +125,12 @@ class PythonTool:
         await self.session.close()
 
 
-class EditorTool:
+class EditorTool(Tool):
     """``str_replace_editor``: view/create/str_replace/insert/undo_edit (SWE-agent's names)."""
 
     COMMANDS = ["view", "create", "str_replace", "insert", "undo_edit"]
 
-    def __init__(self, sandbox: Sandbox, config: EditorConfig | None = None):
+    def __init__(self, sandbox: Sandbox, config: EditorConfig | None = None) -> None:
         self.editor = FileEditor(sandbox.workspace, config)
         self.schema = function_schema(
             "str_replace_editor",
@@ -149,7 +151,7 @@ class EditorTool:
             ["command", "path"],
         )
 
-    async def __call__(self, args: dict) -> str:
+    async def __call__(self, args: dict[str, Any]) -> str:
         command, path = args["command"], args["path"]
         needs = {"create": ["file_text"], "str_replace": ["old_str"], "insert": ["insert_line", "new_str"]}
         missing = [name for name in needs.get(command, []) if name not in args]
@@ -168,6 +170,3 @@ class EditorTool:
             return await asyncio.to_thread(calls[command])
         except (EditorError, OSError) as exc:
             raise ToolError(str(exc)) from None
-
-    async def close(self) -> None:
-        return None

@@ -14,11 +14,11 @@ and they are counted for the result's stats.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollserve.agent.loop import Step
+from rollserve.agent.base import AgentEnv, FinishingTool, Message, Step, Tool, ToolCallRecord
 from rollserve.agent.tool_calls import (
     MalformedCall,
     ParsedReply,
@@ -29,7 +29,7 @@ from rollserve.agent.tool_calls import (
     template_tools,
     tool_message,
 )
-from rollserve.agent.tools import Tool, ToolOutcome, call_tool, tool_name
+from rollserve.agent.tools import ToolOutcome, call_tool
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.tools.text import truncate_middle
 
@@ -88,7 +88,7 @@ class ToolStats:
         }
 
 
-class ToolEnv:
+class ToolEnv(AgentEnv):
     """An episode: a system prompt, a task, tools; ends on finish (or no call)."""
 
     def __init__(
@@ -98,12 +98,12 @@ class ToolEnv:
         system_prompt: str = "You are a helpful assistant that solves the task with the tools provided.",
         tokenizer: ChatTokenizer | None = None,
         config: ToolEnvConfig | None = None,
-    ):
-        names = [tool_name(t) for t in tools]
+    ) -> None:
+        names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique, got {names}")
         self.config = config or ToolEnvConfig()
-        self.tool_format: ToolFormat = self.config.tool_format
+        self.tool_format = self.config.tool_format
         self.by_name: dict[str, Tool] = dict(zip(names, tools))
         self.task = task
         shown = [t.schema for t in tools]
@@ -111,17 +111,17 @@ class ToolEnv:
             if "bash" not in self.by_name:
                 raise ValueError("tool_format bash_block needs a tool named 'bash'")
             shown = [self.by_name["bash"].schema]  # the only tool a bash block can call
-        self.tool_schemas: list[dict] = template_tools(shown)  # ChatCompletion shape
+        self.tool_schemas = template_tools(shown)  # ChatCompletion shape
         self.presentation = present_tools(
             shown, system_prompt, tokenizer, self.config.tools_in, self.tool_format)
         # What run_agent_loop hands the chat template: None when the section is in
         # the system prompt already (the template cannot render it).
-        self.tools: list[dict] | None = self.presentation.template_tools
+        self.tools = self.presentation.template_tools
         self.stats = ToolStats()
         self.finished = False
         self.answer: str | None = None
 
-    def initial_messages(self) -> list[dict]:
+    def initial_messages(self) -> list[Message]:
         return [
             {"role": "system", "content": self.presentation.system_prompt},
             {"role": "user", "content": self.task},
@@ -131,6 +131,9 @@ class ToolEnv:
         """The calls ``reply`` makes, in this episode's tool format."""
         return parse_tool_calls(reply, self.tool_format)
 
+    def counts(self) -> dict[str, int]:
+        return self.stats.as_stats()
+
     async def step(self, reply: str) -> Step:
         parsed = self.parse(reply)
         if not parsed.has_calls:
@@ -139,8 +142,10 @@ class ToolEnv:
                 return Step(done=True, reason="no_tool_call")
             nudge = self.config.nudge_message or NUDGES[self.tool_format]
             return Step(messages=[{"role": "user", "content": nudge}])
-
-        messages: list[dict] = []
+        # Every call the reply makes is recorded on its turn, run or not.
+        calls: list[ToolCallRecord] = [{"name": call.name, "arguments": call.arguments, "id": None}
+                                       for call in parsed.calls]
+        messages: list[Message] = []
         limit = self.config.max_calls_per_turn
         for n, item in enumerate(parsed.items):
             if n >= limit:
@@ -161,20 +166,19 @@ class ToolEnv:
                 if submission is not None:
                     await self._submit(submission)
             if self.finished:
-                return Step(messages=messages, done=True, reason="finished")
-        return Step(messages=messages)
+                return Step(messages=messages, done=True, reason="finished", tool_calls=calls)
+        return Step(messages=messages, tool_calls=calls)
 
     async def _submit(self, output: str) -> None:
-        """``bash_block``'s submit marker: the finish tool, if any, takes the output
-        (its ``collect`` may compute the real submission, e.g. a patch)."""
-        finish = next((t for t in self.by_name.values() if hasattr(t, "finished")), None)
+        """``bash_block``'s submit marker: the finishing tool, if any, takes the output
+        (a FinishTool's ``collect`` may compute the real submission, e.g. a patch)."""
+        finish = next((t for t in self.by_name.values() if isinstance(t, FinishingTool)), None)
         if finish is not None:
-            parameter = getattr(finish, "parameter", None)
-            await self._run(tool_name(finish), {parameter: output} if parameter else {})
-        if not self.finished:  # no finish tool (or it refused): the output is the answer
+            await self._run(finish.name, finish.submission(output))
+        if not self.finished:  # no finishing tool (or it refused): the output is the answer
             self.finished, self.answer = True, output
 
-    async def _run(self, name: str, arguments: dict) -> ToolOutcome:
+    async def _run(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         tool = self.by_name.get(name)
         if tool is None:
             self.stats.unknown_tools += 1
@@ -189,11 +193,11 @@ class ToolEnv:
         self.stats.seconds += outcome.seconds
         self.stats.errors += outcome.error
         self.stats.timeouts += outcome.timed_out
-        if getattr(tool, "finished", False):  # FinishTool, or any tool that ends the episode
+        if isinstance(tool, FinishingTool) and tool.finished:  # finish, submit
             self.finished = True
-            self.answer = getattr(tool, "answer", None)
+            self.answer = tool.answer
         return outcome
 
-    def _message(self, text: str, name: str | None) -> dict:
+    def _message(self, text: str, name: str | None) -> Message:
         text, _ = truncate_middle(text, self.config.max_result_chars)
         return tool_message(text, name, wrap=self.presentation.wrap_responses)

@@ -1,4 +1,5 @@
-"""Tools an agent calls: a JSON schema, and an async call that answers with text.
+"""Tools an agent calls (``agent.base.Tool``): a JSON schema, and an async call that
+answers with text.
 
 A tool's failure is the agent's business, never a crash: bad arguments, a refused
 edit, a command that timed out all come back as an error string the model reads and
@@ -11,10 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
+from typing import Any
 
+from rollserve.agent.base import FinishingTool, Tool
 from rollserve.errors import InfraError
+
+__all__ = ["FinishTool", "FinishingTool", "Tool", "ToolError", "ToolOutcome", "call_tool",
+           "check_arguments", "function_schema"]
 
 log = logging.getLogger(__name__)
 
@@ -23,19 +29,8 @@ class ToolError(Exception):
     """A tool refused or failed a call; the message is shown to the model."""
 
 
-@runtime_checkable
-class Tool(Protocol):
-    # {"name": str, "description": str, "parameters": <JSON schema of an object>}
-    schema: dict
-
-    async def __call__(self, args: dict) -> str: ...
-
-
-def tool_name(tool: Tool) -> str:
-    return tool.schema["name"]
-
-
-def function_schema(name: str, description: str, properties: dict, required: list[str]) -> dict:
+def function_schema(name: str, description: str, properties: dict[str, Any],
+                    required: list[str]) -> dict[str, Any]:
     """A tool schema in the shape chat templates and OpenAI-style APIs expect."""
     return {
         "name": name,
@@ -55,7 +50,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def check_arguments(schema: dict, args: Any) -> None:
+def check_arguments(schema: dict[str, Any], args: Any) -> None:
     """Raise ToolError naming the argument at fault.
 
     Covers what models get wrong in practice (missing, unknown, wrong type, not in
@@ -65,7 +60,7 @@ def check_arguments(schema: dict, args: Any) -> None:
     if not isinstance(args, dict):
         raise ToolError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
     params = schema.get("parameters") or {}
-    properties: dict = params.get("properties") or {}
+    properties: dict[str, Any] = params.get("properties") or {}
     missing = [key for key in params.get("required", []) if key not in args]
     if missing:
         raise ToolError(f"{name}: missing required argument(s): {', '.join(missing)}")
@@ -107,7 +102,7 @@ async def call_tool(tool: Tool, args: Any, timeout: float) -> ToolOutcome:
     """Check ``args``, run ``tool`` bounded by ``timeout``, and turn every agent-side
     failure into an error text. ``InfraError`` (and cancellation) propagate."""
     started = time.perf_counter()
-    name = tool_name(tool)
+    name = tool.name
     try:
         check_arguments(tool.schema, args)
         async with asyncio.timeout(timeout):
@@ -131,7 +126,7 @@ async def call_tool(tool: Tool, args: Any, timeout: float) -> ToolOutcome:
 
 
 # --- finish / submit --------------------------------------------------------------------
-class FinishTool:
+class FinishTool(FinishingTool):
     """Ends the episode with the agent's answer.
 
     ``collect`` (optional) computes what is submitted instead of taking it from the
@@ -144,8 +139,8 @@ class FinishTool:
         description: str = "Call when you are done, with your final answer. This ends the task.",
         parameter: str | None = "answer",
         parameter_description: str = "your final answer",
-        collect: Callable[[dict], Awaitable[str]] | None = None,
-    ):
+        collect: Callable[[dict[str, Any]], Awaitable[str]] | None = None,
+    ) -> None:
         properties = {parameter: {"type": "string", "description": parameter_description}} if parameter else {}
         self.schema = function_schema(name, description, properties, [parameter] if parameter else [])
         self.parameter = parameter
@@ -153,10 +148,13 @@ class FinishTool:
         self.finished = False
         self.answer: str | None = None
 
-    async def __call__(self, args: dict) -> str:
+    async def __call__(self, args: dict[str, Any]) -> str:
         if self.collect is not None:
             self.answer = await self.collect(args)
         else:
             self.answer = str(args.get(self.parameter, "")) if self.parameter else ""
         self.finished = True
         return "Submitted. The episode is over."
+
+    def submission(self, output: str) -> dict[str, Any]:
+        return {self.parameter: output} if self.parameter else {}

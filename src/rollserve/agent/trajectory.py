@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from rollserve.agent.base import ToolCallRecord
 from rollserve.llm.base import Generation
 from rollserve.llm.tokens.chat import Fidelity
 
@@ -25,6 +26,9 @@ class Turn:
     finish_reason: str
     backend: str
     policy_version: int | None = None
+    # The tool calls the environment read in this turn's reply (a chat API's own
+    # calls on a message-level backend), each {"name", "arguments", "id"}.
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
 
 
 @dataclass

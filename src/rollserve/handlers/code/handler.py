@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollserve.agent.sandbox_tools import BashTool, EditorTool
 from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
-from rollserve.agent.tools import ToolError, function_schema
+from rollserve.agent.tools import FinishingTool, ToolError, function_schema
 from rollserve.errors import InfraError
 from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
 from rollserve.handlers.code.hidden_tests import HiddenTests, run_tests, sandbox_spec, split_asserts, summary
@@ -88,10 +88,10 @@ def task_text(problem: str, plan: HiddenTests, solution_file: str, entry_point: 
     return f"{problem.strip()}\n\n## Your task\n\n{how}\n{limits}\nWhen you are done, call submit."
 
 
-class SubmitTool:
+class SubmitTool(FinishingTool):
     """``submit``: ends the episode, naming the solution file (default: the task's)."""
 
-    def __init__(self, sandbox: Sandbox, default_path: str):
+    def __init__(self, sandbox: Sandbox, default_path: str) -> None:
         self.sandbox = sandbox
         self.default_path = default_path
         self.finished = False
@@ -105,7 +105,7 @@ class SubmitTool:
             [],
         )
 
-    async def __call__(self, args: dict) -> str:
+    async def __call__(self, args: dict[str, Any]) -> str:
         path = args.get("path") or self.default_path
         try:
             host = resolve_in_workspace(self.sandbox.workspace, path)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from rollserve.agent.loop import Step
+from rollserve.agent.base import AgentEnv, Step
 from rollserve.agent.sandbox_tools import PythonTool
 from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishTool
@@ -74,14 +74,13 @@ PYTHON_NUDGE = (
 TOOLS = ("python",)  # the tools an instance may ask for
 
 
-class MathEnv:
+class MathEnv(AgentEnv):
     """The environment of one math episode: the question, then format reminders.
 
     A subclass (``handlers.stem.StemEnv``) changes what counts as an answer by
     overriding ``extract`` and the two texts that ask for one.
     """
 
-    tools: list[dict] | None = None
     answer_format = ANSWER_FORMAT  # closes the question message
     retry_message = RETRY_MESSAGE  # the reply to a reply without an answer
 
