@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,6 +15,91 @@ from rollserve.engine.pipeline import EngineConfig
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
+
+# --- the `slow` mark --------------------------------------------------------------------------
+# Plain `pytest` (CI, the README's command) runs every test; `pytest -m "not slow"` is the
+# development loop. The mark is given here, by where a test is and what it uses, so no test
+# file carries it: whole-service processes, the embedded model, a real vLLM, killed and
+# restarted processes, suites re-run as another user, generated-input and SWE-repository runs.
+SLOW_DIRS = {"tests/e2e/": "a whole `rollserve serve` process driven over HTTP"}
+SLOW_MARKS = {"embedded": "the embedded model", "vllm": "a real vLLM server"}
+SLOW_FIXTURES = {"server_factory": "starts `rollserve serve` processes"}
+SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
+    "tests/api/test_schemathesis.py":
+        "hundreds of generated requests to two live servers",
+    "tests/handlers/swe/test_swe_handler.py":
+        "repositories cloned into sandboxes and their test suites run",
+    "tests/handlers/swe/test_swe_mini_data.py::test_build_check_is_up_to_date":
+        "rebuilds and re-verifies every swe-mini instance",
+    "tests/handlers/test_scoring.py::test_no_process_outlives_a_killed_server":
+        "kills a server process",
+    "tests/sandbox/test_owner.py::"
+    "test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays":
+        "kills a server process and reaps after it",
+    "tests/sandbox/test_caps.py::test_caps_as_an_unprivileged_user":
+        "re-runs the caps suite as another user",
+    "tests/sandbox/test_escape.py::test_escape_suite_as_an_unprivileged_user":
+        "re-runs the escape suite as another user",
+    "tests/testing/test_fake_vllm.py::test_command_line_entry_serves":
+        "starts a server process",
+    "tests/testing/test_scripted_policy.py::test_fake_llm_script_drives_rollouts_per_task":
+        "starts a server process",
+}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def slow_reason(item: pytest.Item) -> str | None:
+    """Why ``item`` is slow, or None."""
+    for prefix, reason in SLOW_DIRS.items():
+        if item.nodeid.startswith(prefix):
+            return reason
+    for entry, reason in SLOW_TESTS.items():
+        if item.nodeid == entry or item.nodeid.startswith((entry + "::", entry + "[")):
+            return reason
+    for mark, reason in SLOW_MARKS.items():
+        if item.get_closest_marker(mark) is not None:
+            return reason
+    if isinstance(item, pytest.Function):
+        for fixture, reason in SLOW_FIXTURES.items():
+            if fixture in item.fixturenames:
+                return reason
+    return None
+
+
+def _check_slow_table() -> None:
+    """A renamed file or test must not quietly fall out of the table (and run as fast)."""
+    for entry in (*SLOW_DIRS, *SLOW_TESTS):
+        path, _, test = entry.partition("::")
+        if not (ROOT / path).exists():
+            raise pytest.UsageError(f"tests/conftest.py: slow entry {entry!r}: no such file")
+        if test and not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                            and node.name == test
+                            for node in ast.walk(ast.parse((ROOT / path).read_text()))):
+            raise pytest.UsageError(f"tests/conftest.py: slow entry {entry!r}: no such test")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_slow_table()
+    for item in items:
+        reason = slow_reason(item)
+        if reason is not None:
+            item.add_marker(pytest.mark.slow(reason=reason))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With exactly ``-m "not slow"``, a folder or file whose tests are all slow is not
+    even imported (its tests would be deselected anyway): collecting e2e/ and the
+    schemathesis suite alone takes seconds."""
+    if "".join(str(config.getoption("markexpr") or "").split()) != "notslow":
+        return None
+    try:
+        path = collection_path.relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+    path += "/" if collection_path.is_dir() else ""
+    whole = [*SLOW_DIRS, *(entry for entry in SLOW_TESTS if "::" not in entry)]
+    return True if any(path.startswith(entry) for entry in whole) else None
 
 
 @pytest.fixture(scope="session")
