@@ -23,23 +23,36 @@ an object that equals everything, an ``int`` subclass with its own ``__eq__`` or
 truthy object is no longer a value that passes. Python's ``==`` holds between plain
 values: ``1 == 1.0 == True``, ``[1] != (1,)``; ``is True`` needs a real bool.
 
-Limits, by construction: every probe is evaluated (Python's ``and``/``or`` would
-skip some; a probe the verdict does not need may fail without failing the test), and
-a check whose verdict relies on a judgement made in the sandbox is flagged
-``in_sandbox``: a comparison between two probes (the expected side is computed in the
-sandbox, e.g. a variable of the setup code), a comparison, ``and``/``or``/``not``,
-``all``/``any``/``isinstance``... or a setup helper inside a probe, or a setup value
-whose truth is the verdict. A solution that takes over its test process can pass those.
+``all(...)``/``any(...)`` over a comprehension whose iterables are literals or
+``range(<ints>)`` is unrolled item by item (``code.unroll``) and decided here too.
+
+Probes that need only the setup code and the builtins (an expected value the setup
+builds, ``pow(7, 2)``) are *reference* candidates: they are evaluated first in a
+process that never imports the solution (``code.hidden_tests``), and where that gives
+a plain value, the check uses it. A candidate is one whose setup names no solution
+probe of the same check uses (the solution may be meant to mutate those).
+
+A check is *unsafe* when its verdict would still rest on a judgement made in the
+solution's process (``Check.unsafe``): a probe that compares, takes the truth of or
+hands to a setup helper the solution's objects (``all``/``any``/``isinstance`` left
+whole, a comprehension's ``if``, ``check(f)``); the truth of a setup value computed
+with the solution; or a comparison between two values that both come from the
+solution's process. Unsafe checks fail or are left out (``unsafe_checks``).
+
+Every probe is evaluated (Python's ``and``/``or`` would skip some; a probe the
+verdict does not need may fail without failing the test).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from rollserve.handlers.code.operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, TYPES, binary
+from rollserve.handlers.code.unroll import unroll
 from rollserve.handlers.code.values import Probe, describe
 
 Node = Callable[[Sequence[Probe]], Any]
@@ -52,6 +65,7 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
           ast.Not: operator.not_}
 # Calls inside a probe that judge the solution's objects in the sandbox.
+_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
 _JUDGING_CALLS = {"all", "any", "bool", "isinstance", "issubclass", "callable", "hasattr", "filter"}
 
 
@@ -63,15 +77,55 @@ class CheckFailed(Exception):
         self.status, self.detail = status, detail
 
 
+@dataclass(frozen=True)
+class ProbeInfo:
+    """What evaluating one probe in the solution's process would decide there."""
+
+    judges: str | None  # why it judges the solution's objects there, or None
+    setup_truth: bool  # its truth is (part of) the verdict and it uses setup names
+    names: frozenset[str]  # the free names it uses
+    reference: bool = False  # may be computed without the solution (see above)
+
+
 @dataclass
 class Check:
     """One assert: what the sandbox evaluates (``probes``) and how the verdict follows."""
 
     source: str
     probes: list[str]  # expressions, in the order Python would evaluate them
-    in_sandbox: bool  # the verdict relies on a judgement made in the sandbox (see above)
+    info: list[ProbeInfo]  # one per probe
+    pairs: list[tuple[frozenset[int], frozenset[int]]]  # the probes of compared operands
     evaluate: Node
     message: str | None = None  # the assert's message, when it is a literal
+
+    @property
+    def references(self) -> list[int]:
+        """The probes to try in the process without the solution."""
+        return [i for i, info in enumerate(self.info) if info.reference]
+
+    @property
+    def in_sandbox(self) -> bool:
+        """Whether the verdict rests on the solution's process when no probe has a
+        reference value."""
+        return self.unsafe() is not None
+
+    def unsafe(self, clean: frozenset[int] = frozenset()) -> str | None:
+        """Why the verdict would rest on a judgement made in the solution's process,
+        given the probes (``clean``) whose values came from the reference process; or
+        None when the server decides it alone."""
+        for index, info in enumerate(self.info):
+            if index in clean:
+                continue
+            if info.judges:
+                return f"{self.probes[index]} {info.judges} in the solution's process"
+            if info.setup_truth:
+                return (f"the truth of {self.probes[index]}, computed with the solution, "
+                        "would be the verdict")
+        for left, right in self.pairs:
+            if left - clean and right - clean:
+                a, b = self.probes[min(left - clean)], self.probes[min(right - clean)]
+                return f"it compares two values from the solution's process ({a} and {b})"
+        return None
 
     def verdict(self, probes: Sequence[Probe]) -> tuple[str, str]:
         """(status, detail): passed, wrong_answer, error, memory, not_plain or output_limit."""
@@ -120,8 +174,19 @@ def compile_assert(source: str, bound: frozenset[str] = frozenset()) -> Check:
     compiler = _Compiler(source, bound)
     evaluate, _ = compiler.node(statement.test, truth=True)
     message = _literal(statement.msg) if statement.msg is not None else None
-    return Check(source, compiler.probes, compiler.in_sandbox, evaluate,
+    return Check(source, compiler.probes, _references(compiler.info, bound), compiler.pairs, evaluate,
                  str(message)[:200] if message is not _NOT_LITERAL and message is not None else None)
+
+
+def _references(info: list[ProbeInfo], bound: frozenset[str]) -> list[ProbeInfo]:
+    """``info`` with ``reference`` set where a probe needs only the setup's names and
+    the builtins, and uses none of the setup's names a solution probe is handed."""
+    if _STAR in bound:
+        return info
+    known = bound | _BUILTINS | {"math"}
+    solution = [i for i in info if not i.names <= known]
+    handed = frozenset().union(*(i.names for i in solution)) & bound
+    return [replace(i, reference=i.names <= known and not (i.names & handed)) for i in info]
 
 
 def _literal(node: ast.AST) -> Any:
@@ -135,7 +200,8 @@ class _Compiler:
     def __init__(self, source: str, bound: frozenset[str]):
         self.source, self.bound = source, bound
         self.probes: list[str] = []
-        self.in_sandbox = False
+        self.info: list[ProbeInfo] = []
+        self.pairs: list[tuple[frozenset[int], frozenset[int]]] = []
 
     def free(self, name: str) -> bool:
         """Whether ``name`` is the builtin (or module) the server's table names."""
@@ -152,8 +218,7 @@ class _Compiler:
     def probe(self, node: ast.AST, truth: bool) -> tuple[Node, bool]:
         index, source = len(self.probes), self.text(node)
         self.probes.append(source)
-        if self._judges(node) or (truth and self._uses_setup(node)):
-            self.in_sandbox = True
+        self.info.append(ProbeInfo(self._judges(node), truth and self._uses_setup(node), _free_names(node)))
 
         def value(probes: Sequence[Probe]) -> Any:
             probe = probes[index]
@@ -181,32 +246,37 @@ class _Compiler:
             pass
         return ast.unparse(node)
 
-    def _judges(self, node: ast.AST) -> bool:
-        """Whether evaluating ``node`` in the sandbox judges the solution's objects there
-        (compares them, takes their truth, or hands them to a setup helper)."""
+    def _judges(self, node: ast.AST) -> str | None:
+        """Why evaluating ``node`` in the sandbox judges the solution's objects there
+        (compares them, takes their truth, or hands them to a setup helper), or None."""
         for sub in ast.walk(node):
-            if isinstance(sub, (ast.Compare, ast.BoolOp, ast.IfExp)):
-                return True
+            if isinstance(sub, (ast.Compare, ast.BoolOp, ast.IfExp)) \
+                    or (isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not)):
+                return "compares or takes the truth of values"
             if isinstance(sub, ast.comprehension) and sub.ifs:
-                return True
-            if isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not):
-                return True
+                return "filters values"
             if isinstance(sub, ast.Call):
                 root = sub.func
                 while isinstance(root, ast.Attribute):
                     root = root.value
-                if isinstance(root, ast.Name) and (root.id in _JUDGING_CALLS or not self.free(root.id)):
-                    return True
-        return False
+                if isinstance(root, ast.Name) and root.id in _JUDGING_CALLS and self.free(root.id):
+                    return f"calls {root.id}()"
+                if isinstance(root, ast.Name) and not self.free(root.id):
+                    return f"calls {root.id}, which the setup code may define,"
+        return None
 
     def _uses_setup(self, node: ast.AST) -> bool:
         return any(isinstance(sub, ast.Name) and not self.free(sub.id) for sub in ast.walk(node))
 
     # --- the node types evaluated on the server ------------------------------------
     def _Compare(self, node: ast.Compare, truth: bool) -> tuple[Node, bool]:
-        operands = [self.node(node.left)] + [self.node(c) for c in node.comparators]
-        if any(a[1] and b[1] for a, b in zip(operands, operands[1:])):
-            self.in_sandbox = True  # the expected side is computed in the sandbox
+        operands, spans = [], []
+        for operand in [node.left, *node.comparators]:
+            start = len(self.probes)
+            operands.append(self.node(operand))
+            spans.append(frozenset(range(start, len(self.probes))))
+        # Both sides from the sandbox: unless one has a reference value, unsafe.
+        self.pairs.extend((a, b) for a, b in zip(spans, spans[1:]) if a and b)
         ops = [_COMPARE[type(op)] for op in node.ops]
         first, rest = operands[0][0], [fn for fn, _ in operands[1:]]
 
@@ -296,6 +366,11 @@ class _Compiler:
 
     def _Call(self, node: ast.Call, truth: bool) -> tuple[Node, bool] | None:
         func = node.func
+        if isinstance(func, ast.Name) and func.id in ("all", "any") and self.free(func.id):
+            free = {name for name in ("range",) if self.free(name)}
+            items = unroll(node, free)
+            if items is not None:
+                return self._quantifier(items, func.id == "all")
         if isinstance(func, ast.Name) and func.id in FUNCTIONS and self.free(func.id):
             function, keywords = FUNCTIONS[func.id]
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
@@ -315,3 +390,29 @@ class _Compiler:
                             **{name: fn(probes) for name, (fn, _) in kwargs})
 
         return call, any(p for _, p in args) or any(p for _, (_, p) in kwargs)
+
+    def _quantifier(self, items: list[tuple[list[ast.expr], ast.expr]], is_all: bool) -> tuple[Node, bool]:
+        """``all``/``any`` of unrolled items, decided here (``code.unroll``)."""
+        compiled = [([self.node(c, truth=True) for c in conditions], self.node(element, truth=True))
+                    for conditions, element in items]
+
+        def quantify(probes: Sequence[Probe]) -> bool:
+            for conditions, (element, _) in compiled:
+                if all(condition(probes) for condition, _ in conditions) and bool(element(probes)) != is_all:
+                    return not is_all
+            return is_all
+
+        probed = any(p for conditions, element in compiled for _, p in [*conditions, element])
+        return quantify, probed
+
+
+def _free_names(node: ast.AST) -> frozenset[str]:
+    """The names ``node`` reads that it does not bind itself (comprehension variables,
+    lambda arguments)."""
+    loads, stores = set(), set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            (loads if isinstance(sub.ctx, ast.Load) else stores).add(sub.id)
+        elif isinstance(sub, ast.arg):
+            stores.add(sub.arg)
+    return frozenset(loads - stores)

@@ -13,7 +13,10 @@ Optional: ``entry_point`` (the function the asserts call; checked against them),
 ``starter_code`` (the solution file's first content), ``solution_file`` (default
 ``solution.py``), ``language`` (only ``"python"``), ``time_limit`` (seconds of CPU per
 test, default 4), ``memory_limit_mb`` (per test, default 512), ``reward`` (``"all"``,
-the default: 1 if every test passes, else 0; or ``"fraction"``: the share passed).
+the default: 1 if every test passes, else 0; or ``"fraction"``: the share passed),
+``unsafe_checks`` (an assert that cannot be decided outside the solution's process:
+``"fail"`` it or ``"exclude"`` it from the reward; default: the handler option
+``unsafe_checks``, itself ``"fail"`` by default).
 
 INIT starts a sandbox with the workspace prepared: ``README.md`` (the problem and
 what to write) and the starter code. RUN is a tool episode (bash, the file editor,
@@ -33,7 +36,9 @@ import ast
 import keyword
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollserve.agent.sandbox_tools import BashTool, EditorTool
 from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
@@ -44,6 +49,7 @@ from rollserve.handlers.code.hidden_tests import HiddenTests, run_tests, sandbox
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, run_episode
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec, resolve_in_workspace
 from rollserve.sandbox.tools.bash import BashConfig
+from rollserve.validation import describe
 
 if TYPE_CHECKING:
     from rollserve.engine.rollout import Rollout
@@ -55,6 +61,7 @@ MAX_SOLUTION_BYTES = 1 << 20
 MAX_TESTS = 500
 MAX_ASSERT_DEPTH = 100  # levels of an assert's syntax tree
 REWARD_MODES = ("all", "fraction")
+UNSAFE_CHECKS = ("fail", "exclude")
 _FILE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
 
 SYSTEM_PROMPT = """\
@@ -119,6 +126,18 @@ class SubmitTool(FinishingTool):
         return f"Submitted {path}. The episode is over."
 
 
+class CodeOptions(BaseModel):
+    """The code handler's settings (``rollserve serve --handler-options '{"code": {...}}'``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    unsafe_checks: Literal["fail", "exclude"] = Field(
+        "fail", description="an assert whose verdict would be decided in the solution's own "
+        "process (a setup helper, the setup's own asserts, two computed values compared): "
+        "fails (status unsafe), or is left out of the reward (status excluded); an "
+        "instance's own unsafe_checks field wins")
+
+
 class CodeHandler:
     """Python programming problems with hidden stdin/stdout or assert tests."""
 
@@ -139,6 +158,11 @@ class CodeHandler:
 
     def __init__(self, ctx: HandlerContext):
         self.ctx = ctx
+        try:
+            self.options = CodeOptions(**ctx.options.get(self.name, {}))
+        except ValidationError as error:
+            known = ", ".join(CodeOptions.model_fields)
+            raise ValueError(f"code handler options: {describe(error)} (known: {known})") from None
 
     # --- validation --------------------------------------------------------------
     def validate(self, instance: dict[str, Any]) -> None:
@@ -168,6 +192,9 @@ class CodeHandler:
         mode = instance.get("reward", "all")
         if mode not in REWARD_MODES:
             raise InvalidInstance("instance.reward", f"must be 'all' or 'fraction', got {mode!r}")
+        unsafe = instance.get("unsafe_checks", "fail")
+        if unsafe not in UNSAFE_CHECKS:
+            raise InvalidInstance("instance.unsafe_checks", f"must be 'fail' or 'exclude', got {unsafe!r}")
         if "tests" in instance:
             _validate_cases(instance["tests"])
         else:
@@ -181,7 +208,8 @@ class CodeHandler:
         if "tests" in instance:
             return HiddenTests("stdio", list(instance["tests"]), "", [], **common)
         setup, asserts = split_asserts(instance["asserts"])
-        return HiddenTests("asserts", [], setup, asserts, **common)
+        unsafe = instance.get("unsafe_checks", self.options.unsafe_checks)
+        return HiddenTests("asserts", [], setup, asserts, **common, unsafe_checks=unsafe)
 
     # --- the stages -----------------------------------------------------------------
     async def init(self, rollout: "Rollout") -> None:
@@ -249,8 +277,9 @@ class CodeHandler:
         finally:
             await close_sandboxes(rollout)
         reward, details = summary(outcomes, mode)
-        if plan.style == "asserts":  # tests a solution that takes over its process can pass
-            details["checked_in_sandbox"] = [i for i, check in enumerate(plan.checks) if check.in_sandbox]
+        if plan.style == "asserts":  # the checks that could not be decided outside its process
+            details["unsafe_checks"] = [o.test for o in outcomes if o.status in ("unsafe", "excluded")]
+            details["unsafe_checks_action"] = plan.unsafe_checks
         details["eval_seconds"] = round(time.perf_counter() - started, 3)
         return reward, details
 

@@ -13,6 +13,12 @@ stay on the server's side as long as they can:
   their values in a strict plain encoding. The verdict is reached here, on the
   server, against expected values that never enter the sandbox (``code.asserts``,
   ``code.values``). The test code travels on the runner's stdin, not in a file.
+  Probes that need no solution (expected values the setup builds) are computed
+  first, in one *reference* run of the runner that never imports the solution; a
+  check whose verdict would still rest on the solution's process (``Check.unsafe``),
+  and every check when the setup code holds asserts of its own, fails with status
+  ``unsafe`` or, with ``unsafe_checks: "exclude"``, is left out of the reward
+  (``excluded``; the setup's asserts are then removed before it runs).
 
 Limits per test: ``time_limit`` seconds of CPU (RLIMIT_CPU, rounded up to whole
 seconds) and a wall-clock limit of twice that plus a second (so load on the host
@@ -37,7 +43,7 @@ from typing import Any
 
 from rollserve.errors import InfraError
 from rollserve.handlers.code.asserts import Check, compile_assert, setup_names
-from rollserve.handlers.code.values import MAX_REPORT_BYTES, MalformedReport, read_report
+from rollserve.handlers.code.values import MAX_REPORT_BYTES, MalformedReport, Probe, read_report
 from rollserve.sandbox.base import ExecResult, Sandbox, SandboxLimits, SandboxSpec
 
 SHOWN_CHARS = 200  # of inputs, outputs and errors in the per-test table
@@ -50,7 +56,8 @@ ASSERT_RUNNER = (Path(__file__).parent / "runner.py").read_text(encoding="utf-8"
 class Outcome:
     test: int  # 0-based position
     passed: bool
-    status: str  # passed | wrong_answer | error | not_plain | timeout | memory | killed | output_limit
+    status: str  # passed | wrong_answer | error | not_plain | timeout | memory | killed |
+    #              output_limit | unsafe | excluded (not counted)
     seconds: float
     detail: str = ""  # what went wrong (expected vs got, the error's last line)
     source: str = ""  # the assert, or the case's input (shortened)
@@ -70,6 +77,7 @@ class HiddenTests:
     time_limit: float
     memory_limit_mb: int
     python: str = "python3"
+    unsafe_checks: str = "fail"  # a check that cannot be decided safely: "fail" | "exclude"
 
     @property
     def total(self) -> int:
@@ -80,6 +88,25 @@ class HiddenTests:
         """The asserts, compiled to be decided on the server (``code.asserts``)."""
         bound = setup_names(self.setup)
         return [compile_assert(source, bound) for source in self.asserts]
+
+    @functools.cached_property
+    def setup_asserts(self) -> list[int]:
+        """The lines of the setup code's own asserts (in a loop, a helper...): decided
+        in the solution's process, so no check of the plan is safe while they run."""
+        return [node.lineno for node in ast.walk(ast.parse(self.setup)) if isinstance(node, ast.Assert)]
+
+    @functools.cached_property
+    def run_setup(self) -> str:
+        """The setup code as it runs: without its own asserts when they are excluded."""
+        if not self.setup_asserts or self.unsafe_checks != "exclude":
+            return self.setup
+        tree = _DropAsserts().visit(ast.parse(self.setup))
+        return ast.unparse(ast.fix_missing_locations(tree))
+
+
+class _DropAsserts(ast.NodeTransformer):
+    def visit_Assert(self, node: ast.Assert) -> ast.Pass:
+        return ast.copy_location(ast.Pass(), node)
 
 
 def split_asserts(source: str) -> tuple[str, list[str]]:
@@ -110,15 +137,52 @@ async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> 
     if probe.stdout.strip() != "ok":
         raise InfraError(f"the test sandbox cannot run {plan.python}: "
                          f"exit {probe.exit_code}, {(probe.stderr or probe.stdout).strip()[-300:]}")
-    if plan.style == "asserts":
-        await asyncio.to_thread(lambda: plan.checks)  # compiled once, off the event loop
+    if plan.style == "stdio":
+        return [await _run_case(sandbox, plan, solution_file, index) for index in range(plan.total)]
+    await asyncio.to_thread(lambda: (plan.checks, plan.run_setup))  # once, off the event loop
+    if plan.setup_asserts and plan.unsafe_checks == "fail":
+        lines = ", ".join(map(str, plan.setup_asserts))
+        why = f"the setup code's own assert (line {lines}) would be decided in the solution's process"
+        return [_unsafe(plan, index, why) for index in range(plan.total)]
+    # First, before the solution ever ran here: the values that need no solution.
+    references = await _reference_values(sandbox, plan)
     outcomes = []
-    for index in range(plan.total):
-        if plan.style == "stdio":
-            outcomes.append(await _run_case(sandbox, plan, solution_file, index))
+    for index, check in enumerate(plan.checks):
+        clean = {i: references[check.probes[i]] for i in check.references
+                 if references.get(check.probes[i], _NONE).kind == "value"}
+        why = check.unsafe(frozenset(clean))
+        if why is not None:
+            outcomes.append(_unsafe(plan, index, why))
         else:
-            outcomes.append(await _run_assert(sandbox, plan, solution_file, index))
+            outcomes.append(await _run_assert(sandbox, plan, solution_file, index, clean))
     return outcomes
+
+
+_NONE = Probe("error", detail="not computed")
+
+
+def _unsafe(plan: HiddenTests, index: int, why: str) -> Outcome:
+    status = "excluded" if plan.unsafe_checks == "exclude" else "unsafe"
+    return Outcome(index, False, status, 0.0, _short(f"cannot be decided safely: {why}"),
+                   _short(plan.checks[index].source))
+
+
+async def _reference_values(sandbox: Sandbox, plan: HiddenTests) -> dict[str, Probe]:
+    """The probes that may need no solution, computed by the runner without it; {}
+    where that run fails as a whole (its probes are then the solution's)."""
+    sources = list(dict.fromkeys(c.probes[i] for c in plan.checks for i in c.references))
+    if not sources:
+        return {}
+    payload = {"module": None, "setup": plan.run_setup, "probes": sources, "max_bytes": MAX_REPORT_BYTES}
+    result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
+                                stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
+    if _failure(result, plan) is not None:
+        return {}
+    try:
+        probes = await asyncio.to_thread(read_report, result.stdout, len(sources))
+    except MalformedReport:
+        return {}
+    return dict(zip(sources, probes))
 
 
 def _wall_limit(plan: HiddenTests) -> float:
@@ -145,10 +209,13 @@ async def _run_case(sandbox: Sandbox, plan: HiddenTests, solution_file: str, ind
     return outcome
 
 
-async def _run_assert(sandbox: Sandbox, plan: HiddenTests, solution_file: str, index: int) -> Outcome:
+async def _run_assert(sandbox: Sandbox, plan: HiddenTests, solution_file: str, index: int,
+                      clean: dict[int, Probe]) -> Outcome:
+    """One assert: the probes without a reference value (``clean``) from the solution."""
     check = plan.checks[index]
-    payload = {"module": solution_file.removesuffix(".py"), "setup": plan.setup,
-               "probes": check.probes, "max_bytes": MAX_REPORT_BYTES}
+    sent = [i for i in range(len(check.probes)) if i not in clean]
+    payload = {"module": solution_file.removesuffix(".py"), "setup": plan.run_setup,
+               "probes": [check.probes[i] for i in sent], "max_bytes": MAX_REPORT_BYTES}
     result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
                                 stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
     outcome = Outcome(index, False, "", round(result.seconds, 4), source=_short(check.source))
@@ -158,7 +225,7 @@ async def _run_assert(sandbox: Sandbox, plan: HiddenTests, solution_file: str, i
         return outcome
     try:
         # Off the event loop: the report may be megabytes, the check sorts or compares it.
-        outcome.status, detail = await asyncio.to_thread(_decide, check, result.stdout)
+        outcome.status, detail = await asyncio.to_thread(_decide, check, result.stdout, sent, clean)
     except MalformedReport as exc:
         if result.truncated and len(result.stdout) >= _REPORT_LIMIT:
             outcome.status, detail = "output_limit", f"more than {_REPORT_LIMIT} bytes of values"
@@ -174,8 +241,9 @@ async def _run_assert(sandbox: Sandbox, plan: HiddenTests, solution_file: str, i
 _REPORT_LIMIT = MAX_REPORT_BYTES + (1 << 16)  # the values, and room for error entries
 
 
-def _decide(check: Check, report: str) -> tuple[str, str]:
-    return check.verdict(read_report(report, len(check.probes)))
+def _decide(check: Check, report: str, sent: list[int], clean: dict[int, Probe]) -> tuple[str, str]:
+    reported = dict(zip(sent, read_report(report, len(sent))))
+    return check.verdict([clean[i] if i in clean else reported[i] for i in range(len(check.probes))])
 
 
 def _failure(result: ExecResult, plan: HiddenTests) -> tuple[str, str] | None:
@@ -207,9 +275,10 @@ def _short(text: str) -> str:
 
 
 def summary(outcomes: list[Outcome], mode: str) -> tuple[float, dict[str, Any]]:
-    """(reward, details) for the evaluation: all-pass or the fraction passed."""
+    """(reward, details) for the evaluation: all-pass or the fraction passed, of the
+    tests not excluded."""
     passed = sum(o.passed for o in outcomes)
-    total = len(outcomes)
+    total = sum(o.status != "excluded" for o in outcomes)
     reward = (passed / total if total else 0.0) if mode == "fraction" else float(total > 0 and passed == total)
     return reward, {"passed": passed, "total": total, "all_passed": total > 0 and passed == total,
                     "tests": [o.to_dict() for o in outcomes]}

@@ -20,6 +20,10 @@ sandbox (``code.asserts``). V is a strict encoding of exact builtin values only
 [...]}``, ``{"dict": [[k, v], ...]}``, ``{"bytes": "<hex>"}``. Anything else (a subclass
 of int, an object that equals everything) is reported as not a plain value.
 
+With ``"module": null`` it is the *reference* run (``code.hidden_tests``): the
+solution is not imported (the workspace is taken off ``sys.path`` first), and when the
+setup code raises, every probe reports that error.
+
 The functions it relies on are taken before the solution is imported, and the
 solution's own prints go to stderr (fd 1 is pointed at fd 2 before the import; the
 report goes to a copy of the original stdout). None of this is a security boundary:
@@ -116,22 +120,36 @@ def _main():
             raise TooLarge("more than %d bytes" % max_bytes)
         return size
 
-    module = import_(payload["module"])
+    def error_entry(exc):
+        try:
+            message = str_(exc)[:300]
+        except base_exception:
+            message = "?"
+        return '{"error":%s}' % quote(name_of(type_(exc)) + (": " + message if message else ""))
+
     namespace = {"__name__": "__rollserve_test__", "__builtins__": __builtins__}
-    namespace.update({k: v for k, v in vars_(module).items() if not k.startswith("__")})
-    exec_(compile_(payload["setup"], "<setup>", "exec"), namespace)
+    setup_error = None
+    if payload["module"] is None:  # the reference run: no solution, nothing of the workspace
+        sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
+        try:
+            exec_(compile_(payload["setup"], "<setup>", "exec"), namespace)
+        except base_exception as exc:
+            setup_error = error_entry(exc)
+    else:
+        module = import_(payload["module"])
+        namespace.update({k: v for k, v in vars_(module).items() if not k.startswith("__")})
+        exec_(compile_(payload["setup"], "<setup>", "exec"), namespace)
 
     entries = []
     used = 0
     for source in payload["probes"]:
+        if setup_error is not None:
+            entries.append(setup_error)
+            continue
         try:
             value = eval_(compile_(source, "<test>", "eval"), namespace)
         except base_exception as exc:
-            try:
-                message = str_(exc)[:300]
-            except base_exception:
-                message = "?"
-            entries.append('{"error":%s}' % quote(name_of(type_(exc)) + (": " + message if message else "")))
+            entries.append(error_entry(exc))
             continue
         parts = []
         try:
