@@ -135,7 +135,7 @@ async def test_an_object_that_equals_everything_scores_zero(make_api, policy):
 
     result = await result_of(client, honest)
     assert result["status"] == "completed" and result["reward"] == 1.0, result["evaluation"]
-    assert result["evaluation"]["checked_in_sandbox"] == []
+    assert result["evaluation"]["unsafe_checks"] == []
 
 
 def sleepers() -> list[psutil.Process]:

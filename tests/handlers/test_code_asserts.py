@@ -52,16 +52,52 @@ def test_every_bundled_assert_keeps_its_expected_value_out_of_the_sandbox():
 
 
 @pytest.mark.parametrize("source, setup", [
-    ("assert f(1) == expected", "expected = [1, 2]"),  # the expected side is computed there
     ("assert f(1) == g(2)", ""),
-    ("assert all(f(i) == i * i for i in range(3))", ""),
     ("assert check(f)", "def check(candidate):\n    return candidate(1) == 1"),
     ("assert ok", "ok = f(3) == 9"),
     ("assert len([x for x in f(3) if x]) == 2", ""),
+    ("assert all(x > 0 for x in f(3))", ""),  # the iterable is the solution's: not unrolled
+    ("assert all(f(i) for i in range(10 ** 6))", ""),  # past the unrolling bound
+    ("assert all(f(i) == g(i) for i in range(3))", ""),
     ("assert isinstance(f(3), int) == True", "from numpy import *"),  # a star import may bind anything
 ])
-def test_verdicts_judged_in_the_sandbox_are_flagged(source, setup):
-    assert check(source, setup).in_sandbox
+def test_verdicts_judged_in_the_sandbox_are_unsafe(source, setup):
+    c = check(source, setup)
+    assert c.in_sandbox and c.unsafe(frozenset())
+
+
+def test_all_and_any_over_known_iterables_are_unrolled_and_decided_here():
+    c = check("assert all(f(i) == i * i for i in range(3))")
+    assert c.probes == ["f(0)", "f(1)", "f(2)"] and not c.in_sandbox
+    assert c.verdict(values(0, 1, 4))[0] == "passed" and c.verdict(values(0, 1, 5))[0] == "wrong_answer"
+    c = check("assert any(f(a, b) == c for a, b, c in [(1, 2, 3), (2, 2, 5)] if a > 1)")
+    assert c.probes == ["f(1, 2)", "f(2, 2)"] and c.verdict(values(0, 5))[0] == "passed"
+    assert c.verdict(values(3, 4))[0] == "wrong_answer"  # the item that equals is filtered out
+    c = check("assert all([f(x, y) for x in 'ab' for y in (1, -1)])")
+    assert c.probes == ["f('a', 1)", "f('a', -1)", "f('b', 1)", "f('b', -1)"]
+    assert c.verdict(values(1, [0], "x", True))[0] == "passed"
+    assert c.verdict(values(1, [], "x", True))[0] == "wrong_answer"
+    # A variable a lambda rebinds, or a name the setup code binds: left whole.
+    assert check("assert all(f(lambda i: i) for i in range(2))").probes == \
+        ["all(f(lambda i: i) for i in range(2))"]
+    assert check("assert all(f(i) for i in range(2))", "range = list").in_sandbox
+
+
+def test_values_that_need_no_solution_are_references():
+    c = check("assert f(1) == expected", "expected = [1, 2]")
+    assert c.probes == ["f(1)", "expected"] and c.references == [1]
+    assert c.in_sandbox and c.unsafe(frozenset({1})) is None  # decided here once it is clean
+    c = check("assert f(7) == pow(7, 2)")
+    assert c.references == [1] and c.unsafe(frozenset({1})) is None
+    # The solution is handed `data` here: a list's value after the call is the solution's.
+    c = check("assert sort_in_place(data) is None and data == [1, 2, 3]", "data = [3, 1, 2]")
+    assert c.references == [1] and not c.in_sandbox
+    assert c.clean({"data": Probe("value", [3, 1, 2])}) == {}
+    c = check("assert normalize(text) == text", "text = 'a b'")
+    assert c.unsafe(frozenset(c.clean({"text": Probe("value", [1])}))) is not None
+    assert list(c.clean({"text": Probe("value", "a b")})) == [1]
+    assert c.clean({"text": Probe("error", detail="NameError")}) == {}
+    assert check("assert f(1) == expected", "from helpers import *\nexpected = 1").references == []
 
 
 def test_names_the_setup_binds_are_not_the_builtins():
@@ -207,9 +243,10 @@ def exact(a, b) -> bool:
     return a == b
 
 
-def run_runner(tmp_path, solution: str, probes: list[str], setup: str = "", max_bytes: int = 1 << 20):
+def run_runner(tmp_path, solution: str, probes: list[str], setup: str = "", max_bytes: int = 1 << 20,
+               module: str | None = "solution"):
     (tmp_path / "solution.py").write_text(solution)
-    payload = {"module": "solution", "setup": setup, "probes": probes, "max_bytes": max_bytes}
+    payload = {"module": module, "setup": setup, "probes": probes, "max_bytes": max_bytes}
     return subprocess.run([sys.executable, "-c", ASSERT_RUNNER], cwd=tmp_path, capture_output=True,
                           input=json.dumps(payload) + "\n", text=True, timeout=60)
 
@@ -240,3 +277,17 @@ def test_the_runner_reports_what_is_not_a_value(tmp_path):
     assert [p.kind for p in got[3:]] == ["not_plain", "not_plain", "error", "too_large", "value"]
     assert got[5].detail == "ZeroDivisionError: division by zero" and got[7].value is None
     assert "to stderr" in result.stderr  # the solution's prints never reach the report
+
+
+def test_the_reference_run_never_imports_the_solution(tmp_path):
+    cheat = "import builtins\nbuiltins.pow = lambda *a: 0\nraise SystemExit(0)\n"
+    result = run_runner(tmp_path, cheat, ["expected", "pow(7, 2)", "f(1)"], module=None,
+                        setup="expected = [i * i for i in range(3)]\ndef f(x):\n    return x\n")
+    assert result.returncode == 0, result.stderr
+    assert [(p.kind, p.value) for p in read_report(result.stdout, 3)] == [
+        ("value", [0, 1, 4]), ("value", 49), ("value", 1)]
+    # The workspace is not on its path; a setup that fails is every probe's error.
+    result = run_runner(tmp_path, cheat, ["expected", "1"], module=None,
+                        setup="from solution import *\nexpected = 1")
+    got = read_report(result.stdout, 2)
+    assert [p.kind for p in got] == ["error", "error"] and "ModuleNotFoundError" in got[0].detail

@@ -56,6 +56,8 @@ async def evaluate(handler, new_rollout, instance, solution, solution_file="solu
     ({**STDIO, "reward": "partial"}, "instance.reward"),
     ({**STDIO, "solution_file": "../x.py"}, "instance.solution_file"),
     ({**STDIO, "solution_file": "class.py"}, "instance.solution_file"),
+    ({**STDIO, "solution_file": "json.py"}, "instance.solution_file"),  # the runner imports json
+    ({**ASSERTS, "unsafe_checks": "trust"}, "instance.unsafe_checks"),
     ({**ASSERTS, "asserts": "assert square(2 == 4"}, "instance.asserts"),
     ({**ASSERTS, "asserts": "x = 1"}, "instance.asserts"),
     ({**ASSERTS, "entry_point": "cube"}, "instance.entry_point"),
@@ -69,6 +71,14 @@ def test_validation_names_the_field(handler, instance, field):
     with pytest.raises(InvalidInstance) as info:
         handler.validate(instance)
     assert info.value.field == field
+
+
+def test_handler_options_are_checked(tokenizer):
+    with pytest.raises(ValueError, match="unsafe_checks"):
+        CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None,
+                                   options={"code": {"unsafe_checks": "trust"}}))
+    with pytest.raises(ValueError, match="known: unsafe_checks"):
+        CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None, options={"code": {"x": 1}}))
 
 
 def test_valid_instances_and_the_task_text(handler):

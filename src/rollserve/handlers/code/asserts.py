@@ -29,8 +29,9 @@ values: ``1 == 1.0 == True``, ``[1] != (1,)``; ``is True`` needs a real bool.
 Probes that need only the setup code and the builtins (an expected value the setup
 builds, ``pow(7, 2)``) are *reference* candidates: they are evaluated first in a
 process that never imports the solution (``code.hidden_tests``), and where that gives
-a plain value, the check uses it. A candidate is one whose setup names no solution
-probe of the same check uses (the solution may be meant to mutate those).
+a plain value, the check uses it. A reference value the solution is handed in the same check
+(``f(data) == data``) stands only when it is immutable: the solution may be meant to
+change a list it is given.
 
 A check is *unsafe* when its verdict would still rest on a judgement made in the
 solution's process (``Check.unsafe``): a probe that compares, takes the truth of or
@@ -53,7 +54,7 @@ from typing import Any, Callable, Sequence
 
 from rollserve.handlers.code.operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, TYPES, binary
 from rollserve.handlers.code.unroll import unroll
-from rollserve.handlers.code.values import Probe, describe
+from rollserve.handlers.code.values import Probe, describe, immutable
 
 Node = Callable[[Sequence[Probe]], Any]
 _NOT_LITERAL = object()
@@ -85,6 +86,7 @@ class ProbeInfo:
     setup_truth: bool  # its truth is (part of) the verdict and it uses setup names
     names: frozenset[str]  # the free names it uses
     reference: bool = False  # may be computed without the solution (see above)
+    handed: bool = False  # uses a setup value the solution is handed in the same check
 
 
 @dataclass
@@ -102,6 +104,17 @@ class Check:
     def references(self) -> list[int]:
         """The probes to try in the process without the solution."""
         return [i for i, info in enumerate(self.info) if info.reference]
+
+    def clean(self, references: dict[str, Probe]) -> dict[int, Probe]:
+        """The probes whose reference value (``references``: by source) stands: a plain
+        value, and immutable where the solution is handed it (a list it is handed may be
+        meant to change: its value is then the one after the solution ran)."""
+        clean = {}
+        for i in self.references:
+            probe = references.get(self.probes[i])
+            if probe is not None and probe.kind == "value" and (not self.info[i].handed or immutable(probe.value)):
+                clean[i] = probe
+        return clean
 
     @property
     def in_sandbox(self) -> bool:
@@ -180,13 +193,13 @@ def compile_assert(source: str, bound: frozenset[str] = frozenset()) -> Check:
 
 def _references(info: list[ProbeInfo], bound: frozenset[str]) -> list[ProbeInfo]:
     """``info`` with ``reference`` set where a probe needs only the setup's names and
-    the builtins, and uses none of the setup's names a solution probe is handed."""
+    the builtins, and ``handed`` where it uses a setup name a solution probe uses too."""
     if _STAR in bound:
         return info
     known = bound | _BUILTINS | {"math"}
     solution = [i for i in info if not i.names <= known]
     handed = frozenset().union(*(i.names for i in solution)) & bound
-    return [replace(i, reference=i.names <= known and not (i.names & handed)) for i in info]
+    return [replace(i, reference=i.names <= known, handed=bool(i.names & handed)) for i in info]
 
 
 def _literal(node: ast.AST) -> Any:

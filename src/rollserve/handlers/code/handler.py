@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import keyword
 import re
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -182,6 +183,9 @@ class CodeHandler:
                 or keyword.iskeyword(solution_file[:-3]) or solution_file.startswith("_rollserve"):
             raise InvalidInstance("instance.solution_file",
                                   "must be a Python file name in the workspace, e.g. solution.py")
+        if solution_file[:-3] in sys.stdlib_module_names:  # it would stand in for that module
+            raise InvalidInstance("instance.solution_file", f"{solution_file} has the name of a "
+                                  "standard library module, which the tests' runner imports")
         if "starter_code" in instance and not isinstance(instance["starter_code"], str):
             raise InvalidInstance("instance.starter_code", "must be a string")
         entry_point = instance.get("entry_point")

@@ -148,17 +148,13 @@ async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> 
     references = await _reference_values(sandbox, plan)
     outcomes = []
     for index, check in enumerate(plan.checks):
-        clean = {i: references[check.probes[i]] for i in check.references
-                 if references.get(check.probes[i], _NONE).kind == "value"}
+        clean = check.clean(references)
         why = check.unsafe(frozenset(clean))
         if why is not None:
             outcomes.append(_unsafe(plan, index, why))
         else:
             outcomes.append(await _run_assert(sandbox, plan, solution_file, index, clean))
     return outcomes
-
-
-_NONE = Probe("error", detail="not computed")
 
 
 def _unsafe(plan: HiddenTests, index: int, why: str) -> Outcome:

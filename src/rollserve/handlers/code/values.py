@@ -124,6 +124,13 @@ def hashable(items: list[Any]) -> list[Any]:
     return items
 
 
+def immutable(value: Any) -> bool:
+    """Whether a plain value can never change (no list, dict or set inside)."""
+    if type(value) in (tuple, frozenset):
+        return all(immutable(item) for item in value)
+    return value is None or type(value) in (bool, int, float, complex, str, bytes)
+
+
 _repr = reprlib.Repr()
 _repr.maxlevel, _repr.maxstring, _repr.maxother = 3, SHOWN, SHOWN
 _repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxfrozenset = _repr.maxdict = 8
