@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from rollserve.datasets import bundled_rows
-from rollserve.handlers.code.asserts import Check, compile_assert, setup_names
+from rollserve.handlers.code.asserts import Check, compile_assert
 from rollserve.handlers.code.hidden_tests import ASSERT_RUNNER, split_asserts
+from rollserve.handlers.code.names import setup_names
 from rollserve.handlers.code.values import MalformedReport, Probe, read_report
 
 

@@ -47,18 +47,18 @@ verdict does not need may fail without failing the test).
 from __future__ import annotations
 
 import ast
-import builtins
+import itertools
 import operator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from rollserve.handlers.code.names import STAR, ProbeInfo, free_names, references
 from rollserve.handlers.code.operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, TYPES, binary
 from rollserve.handlers.code.unroll import unroll
 from rollserve.handlers.code.values import Probe, describe, immutable
 
 Node = Callable[[Sequence[Probe]], Any]
 _NOT_LITERAL = object()
-_STAR = "*"  # in the setup's names: a star import, which may bind any name
 
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
@@ -66,7 +66,6 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
           ast.Not: operator.not_}
 # Calls inside a probe that judge the solution's objects in the sandbox.
-_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
 _JUDGING_CALLS = {"all", "any", "bool", "isinstance", "issubclass", "callable", "hasattr", "filter"}
 
 
@@ -76,17 +75,6 @@ class CheckFailed(Exception):
     def __init__(self, status: str, detail: str):
         super().__init__(detail)
         self.status, self.detail = status, detail
-
-
-@dataclass(frozen=True)
-class ProbeInfo:
-    """What evaluating one probe in the solution's process would decide there."""
-
-    judges: str | None  # why it judges the solution's objects there, or None
-    setup_truth: bool  # its truth is (part of) the verdict and it uses setup names
-    names: frozenset[str]  # the free names it uses
-    reference: bool = False  # may be computed without the solution (see above)
-    handed: bool = False  # uses a setup value the solution is handed in the same check
 
 
 @dataclass
@@ -156,29 +144,6 @@ class Check:
         return "wrong_answer", prefix + (shown or f"{self.source} is false")
 
 
-def setup_names(setup: str) -> frozenset[str]:
-    """The names the setup code may bind (``import math`` aside: that one is math)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(setup)):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name == "*":
-                    names.add(_STAR)
-                elif not (isinstance(node, ast.Import) and alias.name == "math" and alias.asname is None):
-                    names.add(alias.asname or alias.name.split(".")[0])
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            names.add(node.name)
-    return frozenset(names)
-
-
 def compile_assert(source: str, bound: frozenset[str] = frozenset()) -> Check:
     """The check of one assert statement (``source``); ``bound``: ``setup_names``."""
     statement = ast.parse(source).body[0]
@@ -187,19 +152,8 @@ def compile_assert(source: str, bound: frozenset[str] = frozenset()) -> Check:
     compiler = _Compiler(source, bound)
     evaluate, _ = compiler.node(statement.test, truth=True)
     message = _literal(statement.msg) if statement.msg is not None else None
-    return Check(source, compiler.probes, _references(compiler.info, bound), compiler.pairs, evaluate,
+    return Check(source, compiler.probes, references(compiler.info, bound), compiler.pairs, evaluate,
                  str(message)[:200] if message is not _NOT_LITERAL and message is not None else None)
-
-
-def _references(info: list[ProbeInfo], bound: frozenset[str]) -> list[ProbeInfo]:
-    """``info`` with ``reference`` set where a probe needs only the setup's names and
-    the builtins, and ``handed`` where it uses a setup name a solution probe uses too."""
-    if _STAR in bound:
-        return info
-    known = bound | _BUILTINS | {"math"}
-    solution = [i for i in info if not i.names <= known]
-    handed = frozenset().union(*(i.names for i in solution)) & bound
-    return [replace(i, reference=i.names <= known, handed=bool(i.names & handed)) for i in info]
 
 
 def _literal(node: ast.AST) -> Any:
@@ -218,7 +172,7 @@ class _Compiler:
 
     def free(self, name: str) -> bool:
         """Whether ``name`` is the builtin (or module) the server's table names."""
-        return name not in self.bound and _STAR not in self.bound
+        return name not in self.bound and STAR not in self.bound
 
     def node(self, node: ast.AST, truth: bool = False) -> tuple[Node, bool]:
         """(how to evaluate ``node`` here, whether it needs a probe)."""
@@ -231,7 +185,7 @@ class _Compiler:
     def probe(self, node: ast.AST, truth: bool) -> tuple[Node, bool]:
         index, source = len(self.probes), self.text(node)
         self.probes.append(source)
-        self.info.append(ProbeInfo(self._judges(node), truth and self._uses_setup(node), _free_names(node)))
+        self.info.append(ProbeInfo(self._judges(node), truth and self._uses_setup(node), free_names(node)))
 
         def value(probes: Sequence[Probe]) -> Any:
             probe = probes[index]
@@ -289,7 +243,7 @@ class _Compiler:
             operands.append(self.node(operand))
             spans.append(frozenset(range(start, len(self.probes))))
         # Both sides from the sandbox: unless one has a reference value, unsafe.
-        self.pairs.extend((a, b) for a, b in zip(spans, spans[1:]) if a and b)
+        self.pairs.extend((a, b) for a, b in itertools.pairwise(spans) if a and b)
         ops = [_COMPARE[type(op)] for op in node.ops]
         first, rest = operands[0][0], [fn for fn, _ in operands[1:]]
 
@@ -417,15 +371,3 @@ class _Compiler:
 
         probed = any(p for conditions, element in compiled for _, p in [*conditions, element])
         return quantify, probed
-
-
-def _free_names(node: ast.AST) -> frozenset[str]:
-    """The names ``node`` reads that it does not bind itself (comprehension variables,
-    lambda arguments)."""
-    loads, stores = set(), set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name):
-            (loads if isinstance(sub.ctx, ast.Load) else stores).add(sub.id)
-        elif isinstance(sub, ast.arg):
-            stores.add(sub.arg)
-    return frozenset(loads - stores)

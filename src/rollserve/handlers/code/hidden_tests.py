@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from rollserve.errors import InfraError
-from rollserve.handlers.code.asserts import Check, compile_assert, setup_names
+from rollserve.handlers.code.asserts import Check, compile_assert
+from rollserve.handlers.code.names import setup_names
 from rollserve.handlers.code.values import MAX_REPORT_BYTES, MalformedReport, Probe, read_report
 from rollserve.sandbox.base import ExecResult, Sandbox, SandboxLimits, SandboxSpec
 

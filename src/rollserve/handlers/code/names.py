@@ -1,0 +1,72 @@
+"""The names an assert uses, and where they come from: the setup code, the builtins,
+or the solution (``code.asserts``).
+
+A probe that uses only the setup's names and the builtins is a *reference* candidate:
+its value may be computed without the solution (``code.hidden_tests``).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import dataclass, replace
+
+STAR = "*"  # in the setup's names: a star import, which may bind any name
+BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """What evaluating one probe in the solution's process would decide there."""
+
+    judges: str | None  # why it judges the solution's objects there, or None
+    setup_truth: bool  # its truth is (part of) the verdict and it uses setup names
+    names: frozenset[str]  # the free names it uses
+    reference: bool = False  # may be computed without the solution (see above)
+    handed: bool = False  # uses a setup value the solution is handed in the same check
+
+
+def setup_names(setup: str) -> frozenset[str]:
+    """The names the setup code may bind (``import math`` aside: that one is math)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(setup)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    names.add(STAR)
+                elif not (isinstance(node, ast.Import) and alias.name == "math" and alias.asname is None):
+                    names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+    return frozenset(names)
+
+
+def references(info: list[ProbeInfo], bound: frozenset[str]) -> list[ProbeInfo]:
+    """``info`` with ``reference`` set where a probe needs only the setup's names and
+    the builtins, and ``handed`` where it uses a setup name a solution probe uses too."""
+    if STAR in bound:
+        return info
+    known = bound | BUILTINS | {"math"}
+    solution = [i for i in info if not i.names <= known]
+    handed = frozenset().union(*(i.names for i in solution)) & bound
+    return [replace(i, reference=i.names <= known, handed=bool(i.names & handed)) for i in info]
+
+
+def free_names(node: ast.AST) -> frozenset[str]:
+    """The names ``node`` reads that it does not bind itself (comprehension variables,
+    lambda arguments)."""
+    loads, stores = set(), set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            (loads if isinstance(sub.ctx, ast.Load) else stores).add(sub.id)
+        elif isinstance(sub, ast.arg):
+            stores.add(sub.arg)
+    return frozenset(loads - stores)
