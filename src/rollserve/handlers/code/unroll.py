@@ -12,7 +12,6 @@ item, with the loop variables replaced by their values: ``f(0) == 0 * 0``,
 from __future__ import annotations
 
 import ast
-import copy
 import itertools
 import math
 from typing import Any
@@ -43,14 +42,17 @@ def unroll(node: ast.Call, free: set[str] | frozenset[str]) -> list[tuple[list[a
     # A later loop's iterable or an earlier loop's condition using a variable: not here.
     if any(_uses(g.iter, targets) for g in comp.generators):
         return None
+    # Each item is parsed afresh from the text (faster than copying the tree).
+    ifs = [ast.unparse(c) for g in comp.generators for c in g.ifs]
+    element = ast.unparse(comp.elt)
     items: list[tuple[list[ast.expr], ast.expr]] = []
     for combination in itertools.product(*(values for _, values in loops)):
         binding: dict[str, Any] = {}
         for (target, _), value in zip(loops, combination):
             if not _bind(target, value, binding):
                 return None
-        conditions = [_substitute(c, binding) for g in comp.generators for c in g.ifs]
-        items.append((conditions, _substitute(comp.elt, binding)))
+        conditions = [_substitute(c, binding) for c in ifs]
+        items.append((conditions, _substitute(element, binding)))
         if len(items) > MAX_ITEMS:
             return None
     return items
@@ -131,10 +133,10 @@ class _Substitute(ast.NodeTransformer):
         return node
 
 
-def _substitute(node: ast.expr, binding: dict[str, Any]) -> ast.expr:
-    """A copy of ``node`` with the loop variables replaced by their values, and no
+def _substitute(text: str, binding: dict[str, Any]) -> ast.expr:
+    """The expression ``text`` with the loop variables replaced by their values, and no
     source positions (its text is ``ast.unparse``'s, not the assert's)."""
-    copied = _Substitute(binding).visit(copy.deepcopy(node))
+    copied = _Substitute(binding).visit(ast.parse(text, mode="eval").body)
     for sub in ast.walk(copied):
         for name in _POSITIONS:
             if hasattr(sub, name):
