@@ -99,6 +99,10 @@ def test_values_that_need_no_solution_are_references():
     assert list(c.clean({"text": Probe("value", "a b")})) == [1]
     assert c.clean({"text": Probe("error", detail="NameError")}) == {}
     assert check("assert f(1) == expected", "from helpers import *\nexpected = 1").references == []
+    # The solution's own module, star-imported: the names it binds are the solution's.
+    bound = setup_names("from solution import *\nexpected = 1", "solution")
+    c = compile_assert("assert f(1) == expected", bound)
+    assert c.references == [1] and c.unsafe(frozenset({1})) is None
 
 
 def test_names_the_setup_binds_are_not_the_builtins():

@@ -213,7 +213,8 @@ class CodeHandler:
             return HiddenTests("stdio", list(instance["tests"]), "", [], **common)
         setup, asserts = split_asserts(instance["asserts"])
         unsafe = instance.get("unsafe_checks", self.options.unsafe_checks)
-        return HiddenTests("asserts", [], setup, asserts, **common, unsafe_checks=unsafe)
+        module = instance.get("solution_file", DEFAULT_SOLUTION).removesuffix(".py")
+        return HiddenTests("asserts", [], setup, asserts, **common, unsafe_checks=unsafe, module=module)
 
     # --- the stages -----------------------------------------------------------------
     async def init(self, rollout: "Rollout") -> None:

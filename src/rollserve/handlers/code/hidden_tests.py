@@ -43,7 +43,7 @@ from typing import Any
 
 from rollserve.errors import InfraError
 from rollserve.handlers.code.asserts import Check, compile_assert
-from rollserve.handlers.code.names import setup_names
+from rollserve.handlers.code.names import imports_all_of, setup_names
 from rollserve.handlers.code.values import MAX_REPORT_BYTES, MalformedReport, Probe, read_report
 from rollserve.sandbox.base import ExecResult, Sandbox, SandboxLimits, SandboxSpec
 
@@ -79,6 +79,7 @@ class HiddenTests:
     memory_limit_mb: int
     python: str = "python3"
     unsafe_checks: str = "fail"  # a check that cannot be decided safely: "fail" | "exclude"
+    module: str = "solution"  # the solution's module name
 
     @property
     def total(self) -> int:
@@ -87,7 +88,7 @@ class HiddenTests:
     @functools.cached_property
     def checks(self) -> list[Check]:
         """The asserts, compiled to be decided on the server (``code.asserts``)."""
-        bound = setup_names(self.setup)
+        bound = setup_names(self.setup, self.module)
         return [compile_assert(source, bound) for source in self.asserts]
 
     @functools.cached_property
@@ -103,6 +104,15 @@ class HiddenTests:
             return self.setup
         tree = _DropAsserts().visit(ast.parse(self.setup))
         return ast.unparse(ast.fix_missing_locations(tree))
+
+
+    @functools.cached_property
+    def reference_setup(self) -> str:
+        """The setup code as the reference run runs it: without its top-level
+        ``from <solution> import *``, the solution not being there."""
+        tree = ast.parse(self.run_setup)
+        body = [node for node in tree.body if not imports_all_of(node, self.module)]
+        return self.run_setup if len(body) == len(tree.body) else ast.unparse(ast.Module(body, []))
 
 
 class _DropAsserts(ast.NodeTransformer):
@@ -140,7 +150,7 @@ async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> 
                          f"exit {probe.exit_code}, {(probe.stderr or probe.stdout).strip()[-300:]}")
     if plan.style == "stdio":
         return [await _run_case(sandbox, plan, solution_file, index) for index in range(plan.total)]
-    await asyncio.to_thread(lambda: (plan.checks, plan.run_setup))  # once, off the event loop
+    await asyncio.to_thread(lambda: (plan.checks, plan.reference_setup))  # once, off the event loop
     if plan.setup_asserts and plan.unsafe_checks == "fail":
         lines = ", ".join(map(str, plan.setup_asserts))
         why = f"the setup code's own assert (line {lines}) would be decided in the solution's process"
@@ -170,7 +180,7 @@ async def _reference_values(sandbox: Sandbox, plan: HiddenTests) -> dict[str, Pr
     sources = list(dict.fromkeys(c.probes[i] for c in plan.checks for i in c.references))
     if not sources:
         return {}
-    payload = {"module": None, "setup": plan.run_setup, "probes": sources, "max_bytes": MAX_REPORT_BYTES}
+    payload = {"module": None, "setup": plan.reference_setup, "probes": sources, "max_bytes": MAX_REPORT_BYTES}
     result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
                                 stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
     if _failure(result, plan) is not None:

@@ -26,10 +26,19 @@ class ProbeInfo:
     handed: bool = False  # uses a setup value the solution is handed in the same check
 
 
-def setup_names(setup: str) -> frozenset[str]:
-    """The names the setup code may bind (``import math`` aside: that one is math)."""
+def imports_all_of(node: ast.AST, module: str | None) -> bool:
+    """Whether ``node`` is ``from <module> import *``: what the runner does already."""
+    return isinstance(node, ast.ImportFrom) and module is not None and node.module == module \
+        and node.level == 0 and [alias.name for alias in node.names] == ["*"]
+
+
+def setup_names(setup: str, module: str | None = None) -> frozenset[str]:
+    """The names the setup code may bind (``import math`` aside: that one is math; and
+    ``from <module> import *`` of the solution's module, which binds the solution's)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(setup)):
+        if imports_all_of(node, module):
+            continue
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
