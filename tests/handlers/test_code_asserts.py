@@ -67,6 +67,16 @@ def test_verdicts_judged_in_the_sandbox_are_unsafe(source, setup):
     assert c.in_sandbox and c.unsafe(frozenset())
 
 
+def test_the_truth_of_what_the_solution_returns_is_its_own_claim():
+    c = check("assert is_valid(sample)", "sample = [1, 2]")
+    assert c.references == [] and c.unsafe(frozenset()) is None
+    # Setup values made with the solution hold the setup's judgement: no reference value.
+    for source, setup in [("assert results[0]", "results = [f(1) == 1]"), ("assert ok == True", "ok = f(3) == 9"),
+                          ("assert bool(sample)", "sample = f(1)")]:
+        c = check(source, setup)
+        assert c.references == [0] and "computed by the setup code" in c.unsafe(frozenset(), frozenset())
+
+
 def test_all_and_any_over_known_iterables_are_unrolled_and_decided_here():
     c = check("assert all(f(i) == i * i for i in range(3))")
     assert c.probes == ["f(0)", "f(1)", "f(2)"] and not c.in_sandbox
@@ -92,8 +102,11 @@ def test_values_that_need_no_solution_are_references():
     assert c.references == [1] and c.unsafe(frozenset({1})) is None
     # The solution is handed `data` here: a list's value after the call is the solution's.
     c = check("assert sort_in_place(data) is None and data == [1, 2, 3]", "data = [3, 1, 2]")
-    assert c.references == [1] and not c.in_sandbox
-    assert c.clean({"data": Probe("value", [3, 1, 2])}) == {}
+    references = {"data": Probe("value", [3, 1, 2])}
+    assert c.references == [1] and c.clean(references) == {} and c.computed(references) == {1}
+    assert c.unsafe(frozenset(), c.computed(references)) is None
+    # A setup value the run without the solution could not compute was made with it.
+    assert "is computed by the setup code" in c.unsafe(frozenset(), frozenset())
     c = check("assert normalize(text) == text", "text = 'a b'")
     assert c.unsafe(frozenset(c.clean({"text": Probe("value", [1])}))) is not None
     assert list(c.clean({"text": Probe("value", "a b")})) == [1]

@@ -177,6 +177,15 @@ async def test_a_test_run_that_cannot_start_is_infra(handler, new_rollout, monke
     assert handler.ctx.sandboxes.open_sandboxes() == []
 
 
+@needs_bwrap
+async def test_a_reference_run_without_a_report_is_infra(handler, new_rollout):
+    # The setup code exits before any report: nothing the policy did, so masked.
+    instance = {**ASSERTS, "asserts": "import os\nexpected = 4\nos._exit(3)\nassert square(2) == expected\n"}
+    with pytest.raises(InfraError, match="reference run of the tests' setup code"):
+        await evaluate(handler, new_rollout, instance, "def square(n):\n    return n * n\n")
+    assert handler.ctx.sandboxes.open_sandboxes() == []
+
+
 async def test_no_sandbox_runtime_is_infra(tokenizer, new_rollout, tmp_path):
     handler = CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None,
                                          sandboxes=LazyRuntime("docker", tmp_path / "s")))

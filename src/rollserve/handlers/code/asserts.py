@@ -52,7 +52,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from rollserve.handlers.code.names import STAR, ProbeInfo, free_names, references
+from rollserve.handlers.code.names import BUILTINS, STAR, ProbeInfo, free_names, references
 from rollserve.handlers.code.operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, TYPES, binary
 from rollserve.handlers.code.unroll import unroll
 from rollserve.handlers.code.values import Probe, describe, immutable
@@ -110,13 +110,25 @@ class Check:
         reference value."""
         return self.unsafe() is not None
 
-    def unsafe(self, clean: frozenset[int] = frozenset()) -> str | None:
+    def computed(self, references: dict[str, Probe]) -> frozenset[int]:
+        """The reference candidates the run without the solution gave a plain value."""
+        return frozenset(i for i in self.references
+                         if (probe := references.get(self.probes[i])) is not None and probe.kind == "value")
+
+    def unsafe(self, clean: frozenset[int] = frozenset(), computed: frozenset[int] | None = None) -> str | None:
         """Why the verdict would rest on a judgement made in the solution's process,
-        given the probes (``clean``) whose values came from the reference process; or
-        None when the server decides it alone."""
+        given the probes whose values came from the reference run (``clean``) and the
+        candidates it computed at all (``computed``, default ``clean``: a list the
+        solution is handed is computed, not clean); or None when the server decides it
+        alone. A candidate it did not compute is a setup value made with the solution
+        (``ok = f(3) == 9``, ``results = [f(1) == 1]``): the setup judged there."""
+        computed = clean if computed is None else computed
         for index, info in enumerate(self.info):
             if index in clean:
                 continue
+            if info.reference and index not in computed:
+                return (f"{self.probes[index]} is computed by the setup code with the solution "
+                        "(or not without it)")
             if info.judges:
                 return f"{self.probes[index]} {info.judges} in the solution's process"
             if info.setup_truth:
@@ -185,7 +197,12 @@ class _Compiler:
     def probe(self, node: ast.AST, truth: bool) -> tuple[Node, bool]:
         index, source = len(self.probes), self.text(node)
         self.probes.append(source)
-        self.info.append(ProbeInfo(self._judges(node), truth and self._uses_setup(node), free_names(node)))
+        # The truth of what the solution returns is its own claim; of a value the setup
+        # computed (``ok = f(3) == 9``), a judgement made in its process.
+        returned = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and self.free(node.func.id) and node.func.id not in BUILTINS
+        setup_truth = truth and not returned and self._uses_setup(node)
+        self.info.append(ProbeInfo(self._judges(node), setup_truth, free_names(node)))
 
         def value(probes: Sequence[Probe]) -> Any:
             probe = probes[index]

@@ -160,7 +160,7 @@ async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> 
     outcomes = []
     for index, check in enumerate(plan.checks):
         clean = check.clean(references)
-        why = check.unsafe(frozenset(clean))
+        why = check.unsafe(frozenset(clean), check.computed(references))
         if why is not None:
             outcomes.append(_unsafe(plan, index, why))
         else:
@@ -175,20 +175,24 @@ def _unsafe(plan: HiddenTests, index: int, why: str) -> Outcome:
 
 
 async def _reference_values(sandbox: Sandbox, plan: HiddenTests) -> dict[str, Probe]:
-    """The probes that may need no solution, computed by the runner without it; {}
-    where that run fails as a whole (its probes are then the solution's)."""
+    """The probes that may need no solution, computed by the runner without it (one
+    that errors there, or a setup that raises, is then the solution's). A run that
+    does not end with a report is no doing of the policy (it never saw the solution):
+    an InfraError, masked, rather than checks failed as unsafe."""
     sources = list(dict.fromkeys(c.probes[i] for c in plan.checks for i in c.references))
     if not sources:
         return {}
     payload = {"module": None, "setup": plan.reference_setup, "probes": sources, "max_bytes": MAX_REPORT_BYTES}
     result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
                                 stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
-    if _failure(result, plan) is not None:
-        return {}
+    failure = _failure(result, plan)
     try:
+        if failure is not None:
+            raise MalformedReport(f"{failure[0]}: {failure[1]}")
         probes = await asyncio.to_thread(read_report, result.stdout, len(sources))
-    except MalformedReport:
-        return {}
+    except MalformedReport as exc:
+        raise InfraError(f"the reference run of the tests' setup code (without the solution) "
+                         f"gave no report: {_short(str(exc))}") from None
     return dict(zip(sources, probes))
 
 
