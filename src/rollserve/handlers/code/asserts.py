@@ -29,16 +29,17 @@ values: ``1 == 1.0 == True``, ``[1] != (1,)``; ``is True`` needs a real bool.
 Probes that need only the setup code and the builtins (an expected value the setup
 builds, ``pow(7, 2)``) are *reference* candidates: they are evaluated first in a
 process that never imports the solution (``code.hidden_tests``), and where that gives
-a plain value, the check uses it. A reference value the solution is handed in the same check
-(``f(data) == data``) stands only when it is immutable: the solution may be meant to
-change a list it is given.
+a plain value, the check uses it. A reference value the solution is handed in the
+same check (``f(data) == data``) stands only when it is immutable: the solution may be
+meant to change a list it is given.
 
 A check is *unsafe* when its verdict would still rest on a judgement made in the
 solution's process (``Check.unsafe``): a probe that compares, takes the truth of or
 hands to a setup helper the solution's objects (``all``/``any``/``isinstance`` left
-whole, a comprehension's ``if``, ``check(f)``); the truth of a setup value computed
-with the solution; or a comparison between two values that both come from the
-solution's process. Unsafe checks fail or are left out (``unsafe_checks``).
+whole, a comprehension's ``if``, ``check(f)``); a reference candidate the run
+without the solution could not compute (a setup value made with the solution, ``ok =
+f(3) == 9``: the setup judged); or a comparison between two values that both come
+from the solution's process. Unsafe checks fail or are left out (``unsafe_checks``).
 
 Every probe is evaluated (Python's ``and``/``or`` would skip some; a probe the
 verdict does not need may fail without failing the test).
