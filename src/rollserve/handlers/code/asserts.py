@@ -157,15 +157,17 @@ class Check:
         return "wrong_answer", prefix + (shown or f"{self.source} is false")
 
 
-def compile_assert(source: str, bound: frozenset[str] = frozenset()) -> Check:
-    """The check of one assert statement (``source``); ``bound``: ``setup_names``."""
+def compile_assert(source: str, bound: frozenset[str] = frozenset(),
+                   solution: frozenset[str] = frozenset()) -> Check:
+    """The check of one assert statement (``source``); ``bound``: ``setup_names``;
+    ``solution``: names known to be the solution's (the entry point)."""
     statement = ast.parse(source).body[0]
     if not isinstance(statement, ast.Assert):
         raise ValueError("not an assert statement")
     compiler = _Compiler(source, bound)
     evaluate, _ = compiler.node(statement.test, truth=True)
     message = _literal(statement.msg) if statement.msg is not None else None
-    return Check(source, compiler.probes, references(compiler.info, bound), compiler.pairs, evaluate,
+    return Check(source, compiler.probes, references(compiler.info, bound, solution), compiler.pairs, evaluate,
                  str(message)[:200] if message is not _NOT_LITERAL and message is not None else None)
 
 

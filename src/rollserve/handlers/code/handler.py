@@ -214,7 +214,8 @@ class CodeHandler:
         setup, asserts = split_asserts(instance["asserts"])
         unsafe = instance.get("unsafe_checks", self.options.unsafe_checks)
         module = instance.get("solution_file", DEFAULT_SOLUTION).removesuffix(".py")
-        return HiddenTests("asserts", [], setup, asserts, **common, unsafe_checks=unsafe, module=module)
+        return HiddenTests("asserts", [], setup, asserts, **common, unsafe_checks=unsafe, module=module,
+                           entry_point=instance.get("entry_point"))
 
     # --- the stages -----------------------------------------------------------------
     async def init(self, rollout: "Rollout") -> None:

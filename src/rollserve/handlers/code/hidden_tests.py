@@ -80,6 +80,7 @@ class HiddenTests:
     python: str = "python3"
     unsafe_checks: str = "fail"  # a check that cannot be decided safely: "fail" | "exclude"
     module: str = "solution"  # the solution's module name
+    entry_point: str | None = None  # the function the asserts call
 
     @property
     def total(self) -> int:
@@ -89,7 +90,8 @@ class HiddenTests:
     def checks(self) -> list[Check]:
         """The asserts, compiled to be decided on the server (``code.asserts``)."""
         bound = setup_names(self.setup, self.module)
-        return [compile_assert(source, bound) for source in self.asserts]
+        solution = frozenset([self.entry_point] if self.entry_point else [])
+        return [compile_assert(source, bound, solution) for source in self.asserts]
 
     @functools.cached_property
     def setup_asserts(self) -> list[int]:

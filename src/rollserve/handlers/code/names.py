@@ -58,12 +58,15 @@ def setup_names(setup: str, module: str | None = None) -> frozenset[str]:
     return frozenset(names)
 
 
-def references(info: list[ProbeInfo], bound: frozenset[str]) -> list[ProbeInfo]:
+def references(info: list[ProbeInfo], bound: frozenset[str],
+               solution: frozenset[str] = frozenset()) -> list[ProbeInfo]:
     """``info`` with ``reference`` set where a probe needs only the setup's names and
-    the builtins, and ``handed`` where it uses a setup name a solution probe uses too."""
+    the builtins, and ``handed`` where it uses a setup name a solution probe uses too.
+    ``solution``: names known to be the solution's (the entry point), even where a
+    builtin has the name (``pow``)."""
     if STAR in bound:
         return info
-    known = bound | BUILTINS | {"math"}
+    known = bound | ((BUILTINS | {"math"}) - solution)
     solution = [i for i in info if not i.names <= known]
     handed = frozenset().union(*(i.names for i in solution)) & bound
     return [replace(i, reference=i.names <= known, handed=bool(i.names & handed)) for i in info]
