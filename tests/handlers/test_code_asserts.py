@@ -48,7 +48,7 @@ def test_every_bundled_assert_keeps_its_expected_value_out_of_the_sandbox():
         bound = setup_names(setup)
         for source in asserts:
             c = compile_assert(source, bound)
-            assert len(c.probes) == 1 and not c.in_sandbox, source
+            assert len(c.probes) == 1 and not c.in_sandbox and c.references == [], source
             assert source.startswith(f"assert {c.probes[0]} ")  # the left side, nothing more
 
 
