@@ -71,8 +71,8 @@ def test_the_truth_of_what_the_solution_returns_is_its_own_claim():
     c = check("assert is_valid(sample)", "sample = [1, 2]")
     assert c.references == [] and c.unsafe(frozenset()) is None
     # Setup values made with the solution hold the setup's judgement: no reference value.
-    for source, setup in [("assert results[0]", "results = [f(1) == 1]"), ("assert ok == True", "ok = f(3) == 9"),
-                          ("assert bool(sample)", "sample = f(1)")]:
+    for source, setup in [("assert results[0]", "results = [f(1) == 1]"),
+                          ("assert ok == True", "ok = f(3) == 9"), ("assert bool(sample)", "sample = f(1)")]:
         c = check(source, setup)
         assert c.references == [0] and "computed by the setup code" in c.unsafe(frozenset(), frozenset())
 

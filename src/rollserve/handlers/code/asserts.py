@@ -101,7 +101,8 @@ class Check:
         clean = {}
         for i in self.references:
             probe = references.get(self.probes[i])
-            if probe is not None and probe.kind == "value" and (not self.info[i].handed or immutable(probe.value)):
+            if probe is not None and probe.kind == "value" \
+                    and (not self.info[i].handed or immutable(probe.value)):
                 clean[i] = probe
         return clean
 
@@ -116,7 +117,8 @@ class Check:
         return frozenset(i for i in self.references
                          if (probe := references.get(self.probes[i])) is not None and probe.kind == "value")
 
-    def unsafe(self, clean: frozenset[int] = frozenset(), computed: frozenset[int] | None = None) -> str | None:
+    def unsafe(self, clean: frozenset[int] = frozenset(),
+               computed: frozenset[int] | None = None) -> str | None:
         """Why the verdict would rest on a judgement made in the solution's process,
         given the probes whose values came from the reference run (``clean``) and the
         candidates it computed at all (``computed``, default ``clean``: a list the
@@ -167,7 +169,8 @@ def compile_assert(source: str, bound: frozenset[str] = frozenset(),
     compiler = _Compiler(source, bound)
     evaluate, _ = compiler.node(statement.test, truth=True)
     message = _literal(statement.msg) if statement.msg is not None else None
-    return Check(source, compiler.probes, references(compiler.info, bound, solution), compiler.pairs, evaluate,
+    info = references(compiler.info, bound, solution)
+    return Check(source, compiler.probes, info, compiler.pairs, evaluate,
                  str(message)[:200] if message is not _NOT_LITERAL and message is not None else None)
 
 

@@ -107,7 +107,6 @@ class HiddenTests:
         tree = _DropAsserts().visit(ast.parse(self.setup))
         return ast.unparse(ast.fix_missing_locations(tree))
 
-
     @functools.cached_property
     def reference_setup(self) -> str:
         """The setup code as the reference run runs it: without its top-level
@@ -184,7 +183,8 @@ async def _reference_values(sandbox: Sandbox, plan: HiddenTests) -> dict[str, Pr
     sources = list(dict.fromkeys(c.probes[i] for c in plan.checks for i in c.references))
     if not sources:
         return {}
-    payload = {"module": None, "setup": plan.reference_setup, "probes": sources, "max_bytes": MAX_REPORT_BYTES}
+    payload = {"module": None, "setup": plan.reference_setup, "probes": sources,
+               "max_bytes": MAX_REPORT_BYTES}
     result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
                                 stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
     failure = _failure(result, plan)

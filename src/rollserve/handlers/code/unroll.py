@@ -114,7 +114,8 @@ def _rebinds(node: ast.AST, names: set[str]) -> bool:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name) and not isinstance(sub.ctx, ast.Load) and sub.id in names:
             return True
-        if isinstance(sub, ast.Lambda) and {a.arg for a in ast.walk(sub.args) if isinstance(a, ast.arg)} & names:
+        if isinstance(sub, ast.Lambda) \
+                and {a.arg for a in ast.walk(sub.args) if isinstance(a, ast.arg)} & names:
             return True
     return False
 
