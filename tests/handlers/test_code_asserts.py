@@ -67,6 +67,18 @@ def test_verdicts_judged_in_the_sandbox_are_unsafe(source, setup):
     assert c.in_sandbox and c.unsafe(frozenset())
 
 
+def test_predicate_methods_run_here_on_plain_values_only():
+    c = check("assert f(1).startswith('ab') and not g(2).issubset({1, 2})")
+    assert c.probes == ["f(1)", "g(2)"] and not c.in_sandbox
+    assert c.verdict(values("abc", {3}))[0] == "passed"
+    assert c.verdict(values("abc", {1}))[0] == "wrong_answer"
+    status, detail = c.verdict(values(["abc"], {3}))
+    assert status == "not_plain" and "f(1) is a list" in detail
+    # Inside an operand the server cannot split, it is a judgement made in the sandbox.
+    assert "calls .startswith()" in check("assert [s.startswith('a') for s in f(1)] == [True]").unsafe()
+    assert check("assert Solution().isValid('()')").probes == ["Solution().isValid('()')"]
+
+
 def test_the_truth_of_what_the_solution_returns_is_its_own_claim():
     c = check("assert is_valid(sample)", "sample = [1, 2]")
     assert c.references == [] and c.unsafe(frozenset()) is None

@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from rollserve.handlers.code.names import BUILTINS, STAR, ProbeInfo, free_names, references
-from rollserve.handlers.code.operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, TYPES, binary
+from rollserve.handlers.code.operations import (BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, PREDICATES, TYPES,
+                                                binary)
 from rollserve.handlers.code.unroll import unroll
 from rollserve.handlers.code.values import Probe, describe, immutable
 
@@ -249,6 +250,8 @@ class _Compiler:
                 root = sub.func
                 while isinstance(root, ast.Attribute):
                     root = root.value
+                if isinstance(sub.func, ast.Attribute) and sub.func.attr in PREDICATES:
+                    return f"calls .{sub.func.attr}()"
                 if isinstance(root, ast.Name) and root.id in _JUDGING_CALLS and self.free(root.id):
                     return f"calls {root.id}()"
                 if isinstance(root, ast.Name) and not self.free(root.id):
@@ -361,6 +364,9 @@ class _Compiler:
             items = unroll(node, free)
             if items is not None:
                 return self._quantifier(items, func.id == "all")
+        if isinstance(func, ast.Attribute) and func.attr in PREDICATES and not node.keywords \
+                and not any(isinstance(a, (ast.Starred, ast.GeneratorExp, ast.Lambda)) for a in node.args):
+            return self._predicate(node, func)
         if isinstance(func, ast.Name) and func.id in FUNCTIONS and self.free(func.id):
             function, keywords = FUNCTIONS[func.id]
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
@@ -380,6 +386,21 @@ class _Compiler:
                             **{name: fn(probes) for name, (fn, _) in kwargs})
 
         return call, any(p for _, p in args) or any(p for _, (_, p) in kwargs)
+
+    def _predicate(self, node: ast.Call, func: ast.Attribute) -> tuple[Node, bool]:
+        """``<value>.startswith(...)``, ``.isdigit()``, ``.issubset(...)``...: run here,
+        on a plain receiver only."""
+        (receiver, p1), args = self.node(func.value), [self.node(a) for a in node.args]
+        name, owners, text = func.attr, PREDICATES[func.attr], self.text(func.value)
+
+        def call(probes: Sequence[Probe]) -> Any:
+            value = receiver(probes)
+            if type(value) not in owners:
+                raise CheckFailed("not_plain", f"{text} is a {type(value).__name__}, not one of the "
+                                               f"plain types with .{name}()")
+            return getattr(value, name)(*(fn(probes) for fn, _ in args))
+
+        return call, p1 or any(p for _, p in args)
 
     def _quantifier(self, items: list[tuple[list[ast.expr], ast.expr]], is_all: bool) -> tuple[Node, bool]:
         """``all``/``any`` of unrolled items, decided here (``code.unroll``)."""

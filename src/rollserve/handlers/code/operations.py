@@ -108,4 +108,13 @@ MATH: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "floor": (math.floor, ()), "ceil": (math.ceil, ()), "fabs": (math.fabs, ()),
     "isnan": (math.isnan, ()), "isinf": (math.isinf, ()), "isfinite": (math.isfinite, ()),
 }
+# Predicate methods of the plain types (``s.startswith("ab")``, ``a.issubset(b)``):
+# method name -> the plain types that have it. Run here on a reported value; on any
+# other receiver they would be the solution's own method, answering True at will.
+PREDICATES: dict[str, tuple[type, ...]] = {}
+for _type in (str, bytes, set, frozenset, float, int):
+    for _name in dir(_type):
+        if _name.startswith("is") or _name in ("startswith", "endswith"):
+            PREDICATES[_name] = (*PREDICATES.get(_name, ()), _type)
+del _type, _name
 MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, "nan": math.nan}
