@@ -14,7 +14,7 @@ import pytest
 
 from rollserve.datasets import bundled_rows
 from rollserve.handlers.code.asserts import Check, compile_assert
-from rollserve.handlers.code.hidden_tests import ASSERT_RUNNER, split_asserts
+from rollserve.handlers.code.hidden_tests import ASSERT_RUNNER, HiddenTests, split_asserts
 from rollserve.handlers.code.names import setup_names
 from rollserve.handlers.code.values import MalformedReport, Probe, read_report
 
@@ -323,3 +323,17 @@ def test_the_reference_run_never_imports_the_solution(tmp_path):
                         setup="from solution import *\nexpected = 1")
     got = read_report(result.stdout, 2)
     assert [p.kind for p in got] == ["error", "error"] and "ModuleNotFoundError" in got[0].detail
+
+
+def test_assignments_only_reference_values_need_stay_out_of_the_solutions_process():
+    setup = ("import sys\nsys.setrecursionlimit(10000)\ndata = [3, 1, 2]\nexpected = sorted(data)\n"
+             "total = sum(expected)\nwanted = [1, 4]\nlog = []\nnoted = log.append(1)\n")
+    asserts = ["assert f(data) == expected", "assert f(data) == wanted and g(1) == total"]
+    plan = HiddenTests("asserts", [], setup, asserts, 4.0, 512)
+    first, second = plan.checks
+    # `expected` is read by `total = ...`, which stays for this check: so it stays too.
+    assert plan.setup_for(first, {1: Probe("value", [1, 2, 3])}) == setup
+    kept = plan.setup_for(second, {1: Probe("value", [1, 4]), 3: Probe("value", 6)})
+    assert "wanted" not in kept and "total" not in kept and "noted = log.append(1)" in kept
+    assert "expected = sorted(data)" in kept and "setrecursionlimit" in kept
+    assert plan.setup_for(first, {}) == setup

@@ -14,7 +14,8 @@ stay on the server's side as long as they can:
   server, against expected values that never enter the sandbox (``code.asserts``,
   ``code.values``). The test code travels on the runner's stdin, not in a file.
   Probes that need no solution (expected values the setup builds) are computed
-  first, in one *reference* run of the runner that never imports the solution; a
+  first, in one *reference* run of the runner that never imports the solution (and
+  the setup's assignments only they need are left out of the solution's process); a
   check whose verdict would still rest on the solution's process (``Check.unsafe``),
   and every check when the setup code holds asserts of its own, fails with status
   ``unsafe`` or, with ``unsafe_checks: "exclude"``, is left out of the reward
@@ -114,6 +115,40 @@ class HiddenTests:
         tree = ast.parse(self.run_setup)
         body = [node for node in tree.body if not imports_all_of(node, self.module)]
         return self.run_setup if len(body) == len(tree.body) else ast.unparse(ast.Module(body, []))
+
+
+    def setup_for(self, check: Check, clean: dict[int, Probe]) -> str:
+        """The setup code the solution's process runs for ``check``: without the
+        top-level assignments of names only its reference values need (``expected =
+        ...``), so the expected values are never in that process's memory."""
+        sent = [check.info[i].names for i in range(len(check.probes)) if i not in clean]
+        hide = frozenset().union(*(check.info[i].names for i in clean)) - frozenset().union(*sent)
+        if not hide:
+            return self.run_setup
+        tree = ast.parse(self.run_setup)
+        while True:  # names another kept statement reads must stay
+            dropped = [node for node in tree.body if _only_binds(node, hide)]
+            kept = [node for node in tree.body if node not in dropped]
+            read = {n.id for node in kept for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if not hide & read:
+                break
+            hide -= read
+        if not dropped:
+            return self.run_setup
+        return ast.unparse(ast.Module(kept, []))
+
+
+def _only_binds(node: ast.stmt, names: frozenset[str]) -> bool:
+    """An assignment of ``names`` only, with no method call or walrus in its value
+    (one that might change another value the tests use)."""
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+        return False
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    if not all(isinstance(t, ast.Name) and t.id in names for t in targets):
+        return False
+    return not any(isinstance(sub, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await))
+                   or (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute))
+                   for sub in ast.walk(node.value))
 
 
 class _DropAsserts(ast.NodeTransformer):
@@ -227,7 +262,8 @@ async def _run_assert(sandbox: Sandbox, plan: HiddenTests, solution_file: str, i
     """One assert: the probes without a reference value (``clean``) from the solution."""
     check = plan.checks[index]
     sent = [i for i in range(len(check.probes)) if i not in clean]
-    payload = {"module": solution_file.removesuffix(".py"), "setup": plan.run_setup,
+    setup = await asyncio.to_thread(plan.setup_for, check, clean)
+    payload = {"module": solution_file.removesuffix(".py"), "setup": setup,
                "probes": [check.probes[i] for i in sent], "max_bytes": MAX_REPORT_BYTES}
     result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
                                 stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
