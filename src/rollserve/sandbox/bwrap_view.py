@@ -7,7 +7,8 @@ Each invocation:
                                             dir: empty, read-only)
         --ro-bind <extra read-only paths>  (the server's Python when a hidden folder
                                             covers it, e.g. pyenv under /root)
-        --dev /dev --proc /proc --bind <workspace> /workspace --bind <tmp> /tmp
+        --dev /dev --proc /proc --ro-bind /proc/sys /proc/sys
+        --bind <workspace> /workspace --bind <tmp> /tmp
         --perms 1777 --size <tmpfs_mb> --tmpfs /dev/shm
         --remount-ro /dev --remount-ro /
         --chdir /workspace --clearenv --setenv ... --hostname sandbox
@@ -156,7 +157,9 @@ class View:
             resolv = os.path.realpath("/etc/resolv.conf")
             if resolv != "/etc/resolv.conf":
                 args += ["--ro-bind-try", resolv, resolv]
-        args += ["--dev", "/dev", "--proc", "/proc",
+        # /proc/sys read-only: the IPC namespace's caps (shmcap.py) belong to the
+        # sandbox's uid, who could otherwise set them back.
+        args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
                  "--bind", str(folders.workspace), WORKDIR, "--bind", str(folders.tmp), "/tmp"]
         if size:
             args += ["--perms", "1777", *size, "--tmpfs", "/dev/shm"]
