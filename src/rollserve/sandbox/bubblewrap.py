@@ -104,18 +104,11 @@ class BubblewrapRuntime(Runtime):
         self.sized_tmpfs = self.view.sized_tmpfs
         self.hidden = self.view.hidden
         self.readonly_paths = self.view.readonly_paths
-        self._ipc_reason: str | None = None
-        self._ipc_probed = False
-
-    @property
-    def ipc_unavailable_reason(self) -> str | None:
-        """Why System V IPC is not capped in this runtime's sandboxes (None: it is);
-        probed with one tiny sandbox, once."""
-        if not self._ipc_probed:
-            uid = self.config.root_uids[0] if self.config.root_uids is not None else 0
-            self._ipc_reason = shmcap.ipc_unavailable_reason(self.config.bwrap, self.as_root, uid)
-            self._ipc_probed = True
-        return self._ipc_reason
+        # Why System V IPC is not capped in this runtime's sandboxes (None: it is):
+        # one tiny sandbox, once per process (the server makes its runtime in a thread).
+        uid = self.config.root_uids[0] if self.config.root_uids is not None else 0
+        self.ipc_unavailable_reason: str | None = shmcap.ipc_unavailable_reason(
+            self.config.bwrap, self.as_root, uid)
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
