@@ -10,11 +10,10 @@ RLIMIT_AS bounds what each process maps. Three kinds of memory outlive a mapping
   whose ``kernel.shm*`` sysctls belong to that namespace: in the window where bwrap
   waits (``--block-fd``), the server enters the namespace (``nsenter``, as whoever
   owns those sysctls there: host root, or the sandbox's uid once bwrap mapped it)
-  and sets ``shmall`` / ``shmmax`` to
-  ``memory_mb``, ``shm_rmid_forced`` to 1 (a segment nobody has attached is
-  destroyed, so every live one is mapped somewhere and counts against that
-  process's RLIMIT_AS) and ``msgmni`` to ``MSG_QUEUES`` (message queues hold kernel
-  memory: 32,000 queues of 16 KB by default). /proc/sys is read-only inside, so the
+  and sets ``shmall`` / ``shmmax`` to ``memory_mb``, ``shm_rmid_forced`` to 1 (a
+  segment nobody has attached is destroyed, so every live one is mapped somewhere
+  and counts against that process's RLIMIT_AS) and ``msgmni`` to ``MSG_QUEUES``
+  (message queues hold kernel memory: 32,000 queues of 16 KB by default). /proc/sys is read-only inside, so the
   sandbox cannot set them back. This needs a root server (as a plain user, joining
   the sandbox's IPC namespace is refused); ``ipc_unavailable_reason`` says.
 - memfd files (``memfd_create``): held by a file descriptor or a mapping, never by
@@ -26,8 +25,8 @@ RLIMIT_AS bounds what each process maps. Three kinds of memory outlive a mapping
   /proc/meminfo) grew by half the headroom, at most every ``POLL`` seconds, and at
   least every ``SAFETY_SCAN`` seconds. Not counted: a memfd whose only reference is
   a file descriptor in flight in a Unix socket (``SCM_RIGHTS`` to itself, then
-  closed): no /proc file shows it; each is bounded by ``file_size_mb`` and a uid
-  may have at most ``open_files`` descriptors in flight.
+  closed): no /proc file shows it; each is bounded by ``file_size_mb``, and the
+  kernel bounds a user's descriptors in flight by its RLIMIT_NOFILE.
 """
 
 from __future__ import annotations
