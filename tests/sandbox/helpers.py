@@ -80,18 +80,21 @@ def rerun_unprivileged(test_file: str, tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o755)
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home), NESTED: "1",
            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    if "PYTHONPATH" in os.environ:  # (e.g. a work tree's sources before the installed ones)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     as_user = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}",
                "--clear-groups", "--", sys.executable]
     probe = subprocess.run([*as_user, "-c", "import rollserve, pytest, tests.sandbox.helpers"],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+                           check=False, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=60)
     if probe.returncode != 0:  # e.g. a checkout under /root (mode 700)
         pytest.skip(f"uid {UNPRIVILEGED_UID} cannot read this checkout or its Python "
                     f"({probe.stderr.strip()[-200:]}); run the suite as a plain user instead")
     command = [*as_user, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider",
                "--noconftest", "-k", "not unprivileged_user"]
     try:  # (within pytest's own 300 s, so that a stuck run shows its output)
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=240)
+        done = subprocess.run(command, check=False, cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=240)
     except subprocess.TimeoutExpired as expired:
         output = (expired.stdout or b"") + (expired.stderr or b"")
         pytest.fail(f"the run as uid {UNPRIVILEGED_UID} took over 240 s:\n"

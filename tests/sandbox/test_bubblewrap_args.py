@@ -89,7 +89,9 @@ def test_hidden_folders_are_outermost_only(tmp_path):
         (outer / "state").mkdir()
         runtime = BubblewrapRuntime(outer / "state",
                                     BubblewrapConfig(hide=[str(outer)], root=tmp_path))
-        assert runtime.hidden() == [str(outer)]  # not also outer/state; tmp_path is in /tmp
+        hidden = runtime.hidden()  # (and every checkout of rollserve: test_answers.py)
+        assert str(outer) in hidden and str(outer / "state") not in hidden  # outermost
+        assert not [h for h in hidden if h.startswith(str(tmp_path))]  # in /tmp anyway
     finally:
         shutil.rmtree(outer)
 

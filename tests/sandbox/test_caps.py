@@ -1,6 +1,7 @@
 """Resource caps per sandbox, tried the way a runaway or cheating agent would: write
 past the in-memory filesystems, fill the workspace and /tmp, hide a growing file by
-deleting it while it is open. Real sandboxes, caps of a few MB."""
+deleting it while it is open, hold memory where RLIMIT_AS does not see it (System V
+shared memory detached, memfd files). Real sandboxes, caps of a few MB."""
 
 from __future__ import annotations
 
@@ -12,8 +13,14 @@ import pytest
 from rollserve.sandbox.base import SandboxLimits, SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.diskcap import MB, folder_usage
-from tests.sandbox.helpers import (NESTED, RUNTIMES, make_runtime, our_descendants,
-                                   rerun_unprivileged, wait_until)
+from tests.sandbox.helpers import (
+    NESTED,
+    RUNTIMES,
+    make_runtime,
+    our_descendants,
+    rerun_unprivileged,
+    wait_until,
+)
 
 needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
                                  reason=f"{BubblewrapRuntime.unavailable_reason()}")
@@ -140,6 +147,117 @@ def test_usage_counts_blocks_once_and_opens_closed_folders(tmp_path):
     finally:
         closed.chmod(0o700)
     assert 3 * MB <= used < 3 * MB + 256 * 1024  # data once, inside; not the hole
+
+
+# System V shared memory: 32 MB segments, each filled, then detached (it lives on in
+# the IPC namespace unless the namespace destroys unattached segments), 40 of them.
+SYSV_HOG = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+made = 0
+for i in range(40):
+    sid = libc.shmget(0, 32 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    if sid < 0:
+        print("refused", ctypes.get_errno())
+        break
+    addr = libc.shmat(sid, None, 0)
+    if addr == ctypes.c_void_p(-1).value:
+        print("refused", ctypes.get_errno())
+        break
+    ctypes.memset(addr, 1, 32 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    made += 1
+rows = open("/proc/sysvipc/shm").read().splitlines()[1:]
+print("made", made, "held_mb", sum(int(r.split()[3]) for r in rows) >> 20)
+"""
+# The same segments kept attached, one in each of 8 processes (each well under its
+# RLIMIT_AS): 256 MB held together unless the namespace's shmall refuses them.
+SYSV_SPREAD_HOG = r"""
+import ctypes, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+children = []
+for i in range(8):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        sid = libc.shmget(0, 32 << 20, 0o1600)
+        if sid < 0:
+            os.write(w, b"refused %d" % ctypes.get_errno())
+            os._exit(0)
+        ctypes.memset(libc.shmat(sid, None, 0), 1, 32 << 20)
+        os.write(w, b"attached")
+        time.sleep(60)
+        os._exit(0)
+    children.append(pid)
+    print(os.read(r, 100).decode())
+rows = open("/proc/sysvipc/shm").read().splitlines()[1:]
+print("held_mb", sum(int(r.split()[3]) for r in rows) >> 20)
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+"""
+# memfd files: 16 MB each, every 50 ms, kept open; 40 of them (640 MB) in 2 s.
+MEMFD_HOG = r"""
+import os, time
+fds = []
+for i in range(40):
+    fd = os.memfd_create(f"hog{i}")
+    os.write(fd, b"x" * (16 << 20))
+    fds.append(fd)
+    time.sleep(0.05)
+time.sleep(10)
+print("fin" "ished")
+"""
+# The same memory behind 4 KB mappings of memfd files whose descriptors are closed.
+MEMFD_MAPPED_HOG = MEMFD_HOG.replace("    fds.append(fd)", """    import mmap
+    fds.append(mmap.mmap(fd, 4096))
+    os.close(fd)""")
+
+
+def memory_limits() -> SandboxLimits:
+    return SandboxLimits(memory_mb=128, pids=64)
+
+
+@needs_bwrap
+async def test_system_v_shared_memory_is_capped_or_reported(tmp_path):
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    why = runtime.ipc_unavailable_reason
+    if why is not None:  # a server that is not root: /v1/status says so
+        assert f"System V shared memory: NOT capped ({why})" in runtime.caps()["memory_mb"]
+        return
+    assert "System V shared memory: at most memory_mb" in runtime.caps()["memory_mb"]
+    async with await runtime.start(SandboxSpec(limits=memory_limits())) as box:
+        result = await box.exec(["python3", "-c", SYSV_HOG], 60)
+        assert result.ok, result
+        # Each segment went when it was detached: nothing is held past a mapping.
+        assert result.stdout.split()[-4:] == ["made", "40", "held_mb", "0"], result.stdout
+        # Kept attached across processes, together they are refused at the cap.
+        kept = await box.exec(["python3", "-c", SYSV_SPREAD_HOG], 60)
+        lines = kept.stdout.split("\n")
+        assert lines[:5] == ["attached"] * 4 + ["refused 28"], kept  # ENOSPC
+        assert lines[-2] == "held_mb 128", kept
+        # The caps are the namespace's, and the sandbox cannot raise them.
+        raised = await box.exec("echo 0 > /proc/sys/kernel/shm_rmid_forced", 10)
+        assert "Read-only file system" in raised.stderr, raised
+
+
+@needs_bwrap
+@pytest.mark.parametrize("hog", [MEMFD_HOG, MEMFD_MAPPED_HOG], ids=["open", "mapped"])
+async def test_memfd_files_count_against_the_memory_cap(tmp_path, hog):
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    if runtime.cgroup_parent is not None:
+        pytest.skip("a cgroup bounds this sandbox's memory, memfd files included")
+    assert "memfd files" in runtime.caps()["memory_mb"]
+    if hog is MEMFD_MAPPED_HOG and os.geteuid() != 0:  # not caught: /v1/status says so
+        assert "may not read /proc/PID/map_files" in runtime.caps()["memory_mb"]
+        return
+    async with await runtime.start(SandboxSpec(limits=memory_limits())) as box:
+        result = await box.exec(["python3", "-c", hog], 60)
+        assert result.cap == "memory" and not result.ok, result
+        assert "finished" not in result.stdout and "reached its memory cap" in result.stderr
+        assert 128 * MB < box.memfd.used < 400 * MB  # stopped near the cap, not at 640 MB
+        assert (await box.exec("echo still usable", 10)).stdout == "still usable\n"
 
 
 @needs_bwrap

@@ -32,6 +32,9 @@ Limits (see limits.py for what each rlimit means). RLIMIT_NPROC is counted per
   that fails after the cgroup's OOM killer struck has ``cap="memory"``.
 - the workspace and /tmp together are held under ``disk_mb`` by the disk cap's
   watcher (diskcap.py); /dev/shm is a tmpfs of ``tmpfs_mb`` (bwrap_view.py).
+- shared memory that RLIMIT_AS does not see (shmcap.py): in the block-fd window, a
+  root server caps System V IPC in the command's own IPC namespace; without a
+  cgroup, a watcher holds the sandbox's memfd files under ``memory_mb``.
 """
 
 from __future__ import annotations
@@ -50,10 +53,16 @@ from pathlib import Path
 
 import psutil
 
-from rollserve.sandbox import cgroups, diskcap
+from rollserve.sandbox import cgroups, diskcap, shmcap
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import (ExecResult, Runtime, SandboxError, SandboxProcess, SandboxSpec,
-                                    resolve_in_workspace)
+from rollserve.sandbox.base import (
+    ExecResult,
+    Runtime,
+    SandboxError,
+    SandboxProcess,
+    SandboxSpec,
+    resolve_in_workspace,
+)
 from rollserve.sandbox.bwrap_view import BubblewrapConfig, View
 from rollserve.sandbox.common import FolderSandbox, shell_argv
 from rollserve.sandbox.folders import SandboxFolders, chown_up_to, new_sandbox_id
@@ -95,6 +104,11 @@ class BubblewrapRuntime(Runtime):
         self.sized_tmpfs = self.view.sized_tmpfs
         self.hidden = self.view.hidden
         self.readonly_paths = self.view.readonly_paths
+        # Why System V IPC is not capped in this runtime's sandboxes (None: it is):
+        # one tiny sandbox, once per process (the server makes its runtime in a thread).
+        uid = self.config.root_uids[0] if self.config.root_uids is not None else 0
+        self.ipc_unavailable_reason: str | None = shmcap.ipc_unavailable_reason(
+            self.config.bwrap, self.as_root, uid)
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -113,6 +127,17 @@ class BubblewrapRuntime(Runtime):
                 pids = "RLIMIT_NPROC of the sandbox's own uid: per sandbox"
             else:
                 pids = "RLIMIT_NPROC inside the sandbox's user namespace: per sandbox"
+        ipc = self.ipc_unavailable_reason
+        if ipc is None:
+            memory += ("; System V shared memory: at most memory_mb per command (its own IPC "
+                       "namespace: shmall, shmmax; a segment no process has attached is "
+                       "destroyed, so each counts against RLIMIT_AS where mapped)")
+        else:
+            memory += f"; System V shared memory: NOT capped ({ipc})"
+        if cgroup is None:
+            memory += f"; {shmcap.MEMFD_MECHANISM}"
+            if not self.as_root:
+                memory += f" ({shmcap.MEMFD_NOT_ROOT})"
         if self.sized_tmpfs:
             shm = ("/dev/shm and the hidden folders: tmpfs of this size per command "
                    "(bwrap --size); bwrap's tmpfs at / and /dev read-only")
@@ -132,7 +157,7 @@ class BubblewrapRuntime(Runtime):
                 self._uids.add(uid)
                 return uid
 
-    async def start(self, spec: SandboxSpec) -> "BubblewrapSandbox":
+    async def start(self, spec: SandboxSpec) -> BubblewrapSandbox:
         reason = bwrap_unavailable_reason(self.config.bwrap)
         if reason:
             raise SandboxError(reason)
@@ -170,7 +195,7 @@ def bwrap_unavailable_reason(binary: str) -> str | None:
         uid = str(BubblewrapConfig().root_uids[0])
         probe = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *probe]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bubblewrap: a test sandbox failed: {error}"
     if done.returncode != 0:
@@ -187,6 +212,7 @@ class BubblewrapSandbox(FolderSandbox):
                  uid: int | None):
         self._setup(sandbox_id, spec, folders, entry)
         self.uid = uid  # the host uid it runs as (None: the server's)
+        self.memfd: shmcap.MemfdWatch | None = None  # the memfd cap's watcher (no cgroup)
         self.cgroup = cgroup
         self._owner = owner
         # With a cgroup, memory is bounded per sandbox there; RLIMIT_AS would only
@@ -260,9 +286,12 @@ class BubblewrapSandbox(FolderSandbox):
                 rl.apply(pid, {resource.RLIMIT_NPROC: self._nproc})
             if self.cgroup is not None:
                 cgroups.add_process(self.cgroup, pid)
+            if self._owner.ipc_unavailable_reason is None:
+                await shmcap.cap_ipc(pid, os.geteuid() if self.uid is None else self.uid,
+                                     self.spec.limits)
             self._entry.add(process.pid, pid)
             os.write(block_w, b"1")  # go
-        except (asyncio.TimeoutError, ValueError, KeyError, OSError, psutil.Error) as error:
+        except (TimeoutError, ValueError, KeyError, OSError, psutil.Error) as error:
             detail = await _failure_output(process)
             await process.kill()
             if isinstance(error, asyncio.TimeoutError):
@@ -272,6 +301,22 @@ class BubblewrapSandbox(FolderSandbox):
             os.close(info_r)
             os.close(block_w)
         return process
+
+    def start_caps(self) -> None:
+        super().start_caps()
+        if self.cgroup is None:  # (with one, the cgroup is charged for memfd files too)
+            self.memfd = shmcap.MemfdWatch(self.spec.limits.memory_mb * shmcap.MB,
+                                           self.host_pids, self._memfd_exceeded)
+            self.memfd.start()
+
+    async def _memfd_exceeded(self, used: int) -> None:
+        assert self.memfd is not None
+        await self.kill_for_cap("memory", self.memfd.notice(used))
+
+    async def _stop_caps(self) -> None:
+        await super()._stop_caps()
+        if self.memfd is not None:
+            await self.memfd.stop()
 
     def _forget(self, process: HostProcess) -> None:
         self._processes.discard(process)
@@ -329,7 +374,7 @@ async def _read_all(fd: int) -> bytes:
             chunk = os.read(fd, 4096)
         except BlockingIOError:
             ready = loop.create_future()
-            loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+            loop.add_reader(fd, lambda ready=ready: ready.done() or ready.set_result(None))
             try:
                 await ready
             finally:
@@ -347,7 +392,7 @@ async def _failure_output(process: HostProcess) -> str:
     for read in (process.read_stderr, process.read):
         try:
             out += await asyncio.wait_for(read(4096), 0.2)
-        except (asyncio.TimeoutError, OSError):
+        except (TimeoutError, OSError):
             pass
     return out.decode("utf-8", "replace").strip()
 

@@ -7,7 +7,8 @@ Each invocation:
                                             dir: empty, read-only)
         --ro-bind <extra read-only paths>  (the server's Python when a hidden folder
                                             covers it, e.g. pyenv under /root)
-        --dev /dev --proc /proc --bind <workspace> /workspace --bind <tmp> /tmp
+        --dev /dev --proc /proc --ro-bind /proc/sys /proc/sys
+        --bind <workspace> /workspace --bind <tmp> /tmp
         --perms 1777 --size <tmpfs_mb> --tmpfs /dev/shm
         --remount-ro /dev --remount-ro /
         --chdir /workspace --clearenv --setenv ... --hostname sandbox
@@ -21,9 +22,12 @@ are made read-only once everything is mounted. Every tmpfs the sandbox can write
 (/dev/shm) is sized by ``tmpfs_mb``; a bwrap older than 0.7 cannot size one (no
 ``--size``), and /dev/shm is then a folder of the sandbox's, under the disk cap.
 rollserve's own bundled datasets (the gold answers of math, code, stem, swe-mini) are
-covered too, on top of everything else, since the host root (or the server's Python
-bound back) would show them. Anything else world-readable on the host is readable
-inside: keep task data in a hidden folder (``hide``) or use a rootfs image.
+hidden wherever the host holds them (answers.py): every source checkout of rollserve
+(work trees, git history, build leftovers) is a hidden folder, and the ``data``
+folder of every installed copy is covered on top of everything else, since the host
+root (or the server's Python bound back) would show it. Anything else world-readable
+on the host is readable inside: keep task data in a hidden folder (``hide``) or use a
+rootfs image.
 /run is hidden because a read-only bind does not stop connect() on host Unix sockets
 (docker.sock, D-Bus): the kernel's read-only check skips sockets.
 Hiding /root and /home also hides a Python built there (pyenv, conda), so the
@@ -47,6 +51,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollserve.sandbox.answers import answer_folders, checkouts
 from rollserve.sandbox.base import WORKDIR, SandboxLimits
 from rollserve.sandbox.diskcap import MB
 from rollserve.sandbox.folders import SandboxFolders
@@ -55,9 +60,6 @@ log = logging.getLogger(__name__)
 
 # Not bound from the host root: replaced (dev, proc, tmp, workspace) or useless.
 SKIPPED = {"dev", "proc", "tmp", WORKDIR.strip("/"), "lost+found"}
-# rollserve's bundled datasets (math, code, stem, swe-mini), with their answers: never
-# shown to an agent, wherever the package is installed.
-ANSWERS = Path(__file__).resolve().parent.parent / "data"
 
 
 class BubblewrapConfig(BaseModel):
@@ -111,10 +113,10 @@ def root_binds(root: str) -> list[str]:
 def bwrap_options(binary: str) -> frozenset[str]:
     """The options ``binary`` knows, from its --help (empty if it cannot run)."""
     try:
-        done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10)
+        done = subprocess.run([binary, "--help"], check=False, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return frozenset()
-    return frozenset(re.findall(r"^\s+(--[a-z0-9-]+)", done.stdout + done.stderr, re.M))
+    return frozenset(re.findall(r"^\s+(--[a-z0-9-]+)", done.stdout + done.stderr, re.MULTILINE))
 
 
 class View:
@@ -155,7 +157,9 @@ class View:
             resolv = os.path.realpath("/etc/resolv.conf")
             if resolv != "/etc/resolv.conf":
                 args += ["--ro-bind-try", resolv, resolv]
-        args += ["--dev", "/dev", "--proc", "/proc",
+        # /proc/sys read-only: the IPC namespace's caps (shmcap.py) belong to the
+        # sandbox's uid, who could otherwise set them back.
+        args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
                  "--bind", str(folders.workspace), WORKDIR, "--bind", str(folders.tmp), "/tmp"]
         if size:
             args += ["--perms", "1777", *size, "--tmpfs", "/dev/shm"]
@@ -166,8 +170,7 @@ class View:
         for path in under_tmp:
             args += ["--ro-bind", path, path]
         # Last, on top of whatever shows it (the root, or the server's Python bound back).
-        answers = self.answers_shown(root, hidden, readonly)
-        if answers:
+        for answers in self.answers_shown(root, hidden, readonly):
             args += [*size, "--tmpfs", answers, "--remount-ro", answers]
         # bwrap's own tmpfs at / (mount points) and at /dev (device nodes) are the
         # sandbox user's and unsized: read-only once everything is mounted.
@@ -176,19 +179,19 @@ class View:
         return args
 
     @staticmethod
-    def answers_shown(root: str, hidden: list[str], readonly: list[str]) -> str | None:
-        """rollserve's bundled datasets (their gold answers), if this view would show
-        them: over the host root, unless a hidden folder or the private /tmp covers
-        them and no read-only path brings them back."""
-        if root != "/" or not ANSWERS.is_dir():
-            return None
+    def answers_shown(root: str, hidden: list[str], readonly: list[str]) -> list[str]:
+        """The ``data`` folders of rollserve's installed copies (its bundled datasets,
+        their gold answers) that this view would show: over the host root, those that
+        no hidden folder nor the private /tmp covers, or that a read-only path brings
+        back."""
+        if root != "/":
+            return []
 
-        def within(folders: list[str]) -> bool:
-            return any(Path(f) == ANSWERS or Path(f) in ANSWERS.parents for f in folders)
+        def within(folder: Path, folders: list[str]) -> bool:
+            return any(Path(f) == folder or Path(f) in folder.parents for f in folders)
 
-        if within([*hidden, "/tmp"]) and not within(readonly):
-            return None
-        return str(ANSWERS)
+        return [str(folder) for folder in answer_folders()
+                if not within(folder, [*hidden, "/tmp"]) or within(folder, readonly)]
 
     def hidden(self, extra: list[str] = ()) -> list[str]:
         """Host folders to cover with an empty read-only tmpfs (outermost only: a
@@ -197,6 +200,9 @@ class View:
         # Other sandboxes' workspaces and the store (task instances, answers) are
         # nobody's business inside a sandbox. (/tmp is replaced as a whole anyway.)
         candidates += [p.resolve() for p in (self.state_dir, self.config.root) if p is not None]
+        # Every source checkout of rollserve: its files, git history and build
+        # leftovers hold the bundled datasets' answers (answers.py).
+        candidates += checkouts()
         folders = [p for p in candidates if p.is_dir() and not p.is_symlink()
                    and p != Path("/") and Path("/tmp") not in (p, *p.parents)]
         return [str(p) for p in folders
