@@ -58,7 +58,8 @@ async def test_a_policy_that_stalls_until_the_deadline_is_scored_zero(make_api, 
     assert turn["tool_calls"] == [{"name": "bash", "arguments": {"command": "sleep 987.65"},
                                    "id": None}]
     # Ended at the time limit (the RUN deadline less the margin), not at the deadline.
-    assert result["timing"]["run"] < 10.0 and result["timing"]["tools"] >= 4.0
+    assert result["timing"]["run"] < 10.0
+    assert result["timing"]["tools"] > result["timing"]["llm"]
     assert time.monotonic() - started < 60
     assert sleepers() == [] and bwraps() == []  # the sleep was stopped, the sandbox closed
 

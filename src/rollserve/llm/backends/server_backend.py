@@ -27,6 +27,7 @@ from rollserve.llm.backends.http import HTTPClient, excerpt
 log = logging.getLogger(__name__)
 
 WINDOW_TIMEOUT = 5.0  # seconds a read of the context window may take
+HEALTH_WINDOW_TIMEOUT = 2.0  # the same, inside a health check
 WINDOW_RETRY = 30.0  # seconds before a request tries again to read an unknown window
 
 
@@ -82,8 +83,8 @@ class ServerBackend:
         ok = await self.http.ok(self.health_path)
         if not ok:
             self.max_model_len = None  # read again once it is back: it may have restarted
-        elif self.max_model_len is None:
-            await self.read_context_window()
+        elif self.max_model_len is None:  # short: the probe itself is bounded (5 s)
+            await self.read_context_window(timeout=HEALTH_WINDOW_TIMEOUT)
         return ok
 
     # --- the context window ----------------------------------------------------------
@@ -93,13 +94,13 @@ class ServerBackend:
             return None
         return self.max_model_len - self.window_slack
 
-    async def read_context_window(self) -> int | None:
+    async def read_context_window(self, timeout: float = WINDOW_TIMEOUT) -> int | None:
         """Read the window from the server (bounded; a failure leaves it unknown)."""
         if self.window_path is None:
             return None
         self._window_read_at = time.monotonic()
         try:
-            reply = await self.http.request_json("GET", self.window_path, timeout=WINDOW_TIMEOUT)
+            reply = await self.http.request_json("GET", self.window_path, timeout=timeout)
         except LLMError as error:
             log.debug("%s: could not read the context window: %s", self.name, error.message)
             return None
