@@ -209,7 +209,8 @@ class FakeVLLM(FakeServer):
         prompt_ids = self.tok.encode(self.tok.render(messages, add_generation_prompt=True,
                                                      tools=body.get("tools")))
         checked = await self._admit(request, call, prompt_ids,
-                                    body.get("max_completion_tokens") or body.get("max_tokens") or 256)
+                                    body.get("max_completion_tokens") or body.get("max_tokens") or 256,
+                                    tokenized_here=True)
         if not isinstance(checked, int):
             return checked
         max_tokens = checked
@@ -252,12 +253,12 @@ class FakeVLLM(FakeServer):
         return error_response(400, message)
 
     async def _admit(self, request: web.Request, call: RecordedCall, prompt_ids: list[int],
-                     max_tokens: int) -> web.StreamResponse | int:
+                     max_tokens: int, tokenized_here: bool = False) -> web.StreamResponse | int:
         """The ``max_tokens`` to sample (cut, as vLLM 0.32 does, to what the context
         leaves), or the answer instead: a 400 for a prompt that leaves no room, or a
         scripted failure."""
         call.prompt_ids = prompt_ids
-        refused = context_refusal(len(prompt_ids), self.max_model_len)
+        refused = context_refusal(len(prompt_ids), self.max_model_len, tokenized_here)
         if refused is not None:
             call.status, call.finished_at = 400, time.perf_counter()
             return refused
