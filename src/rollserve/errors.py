@@ -50,6 +50,12 @@ class TimeoutFailure(RolloutError):
     kind: FailureKind = "timeout"
 
 
+class DeadlineFailure(TimeoutFailure):
+    """The RUN stage's time ran out and the infrastructure took it (waiting on the LLM
+    backend, not the agent's tools): masked, and the rollout ends ``timed_out`` as when
+    the engine's own deadline passes."""
+
+
 class LLMError(InfraError):
     """An inference backend failed (connection, 5xx, timeout, malformed reply).
 
@@ -74,6 +80,28 @@ class LLMError(InfraError):
         self.backend = backend
         self.attempts = attempts
         self.retryable = retryable
+
+
+class ContextWindowError(LLMError):
+    """The prompt (with room for one sampled token) does not fit the backend's context
+    window: the backend refused it (a 400 naming the context length) or it was not sent.
+    The agent loop ends the episode ``context_exhausted`` (scored) when the policy has
+    sampled a turn, and masks it (``PromptTooLongError``) when it has not; anywhere
+    else it is an ``LLMError`` (masked)."""
+
+    def __init__(self, message: str, *, backend: str | None = None, status: int | None = None):
+        super().__init__(message, status=status, backend=backend, retryable=False)
+
+
+def context_window_error(error: BaseException) -> ContextWindowError | None:
+    """The ``ContextWindowError`` that ``error`` is or was caused by (the router wraps
+    the last error of a call that took several tries), else None."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ContextWindowError):
+            return seen
+        seen = seen.__cause__
+    return None
 
 
 class QueueFullError(Exception):

@@ -2,7 +2,8 @@
 the policy writes a solution with the editor (a Hermes <tool_call> block), submits,
 and the hidden tests run in a fresh bubblewrap sandbox. A policy whose solution
 returns an object that equals everything scores 0 on assert tests. Also: no sandbox
-process outlives a rollout that is cancelled or times out in the middle of a tool call."""
+process outlives a rollout that is cancelled or cut at its time limit in the middle of
+a tool call."""
 
 from __future__ import annotations
 
@@ -176,7 +177,9 @@ async def test_no_sandbox_outlives_a_cancelled_or_timed_out_rollout(make_api, po
     result = await result_of(client, cancelled)
     assert result["status"] == "cancelled" and result["mask"] is True
     result = await result_of(client, timed_out)
-    assert result["status"] == "timed_out" and result["failure"]["stage"] == "run"
+    # Cut at its time limit, before the RUN deadline: the stall is scored (see
+    # test_dodge_zero_api.py), and its sleep is stopped all the same.
+    assert result["status"] == "completed" and result["trajectory"]["ended_by"] == "time_limit"
 
     # Cleanup ran before the results were recorded: nothing of either sandbox is left.
     assert sleepers() == [] and bwraps() == []

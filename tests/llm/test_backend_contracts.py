@@ -7,7 +7,7 @@ LLMError with the HTTP status, the backend's name and whether a retry may help.
 
 import pytest
 
-from rollserve.errors import LLMError
+from rollserve.errors import ContextWindowError, LLMError
 from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
 from rollserve.llm.backends.sglang import SGLangBackend
@@ -102,9 +102,10 @@ async def test_failures_are_typed(make, kind, chat_prompt):
         with pytest.raises(LLMError, match="Disconnected") as info:
             await backend.generate(chat_prompt(), SHORT)
         assert info.value.retryable and info.value.status is None
-        with pytest.raises(LLMError) as info:  # a prompt that cannot fit: the same everywhere
+        calls = len(server.calls)
+        with pytest.raises(ContextWindowError) as info:  # cannot fit: refused before sending
             await backend.generate([1] * 250, SHORT)
-        assert info.value.status == 400 and not info.value.retryable
+        assert not info.value.retryable and len(server.calls) == calls
         with pytest.raises(LLMError, match="empty prompt"):
             await backend.generate([], SHORT)
         assert await backend.health()

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from rollserve.errors import LLMError
+from rollserve.errors import ContextWindowError, LLMError
 from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
@@ -79,11 +79,25 @@ async def test_server_error_is_llm_error_with_status_and_body(tok, chat_prompt):
         await backend.close()
 
 
-async def test_bad_request_and_unreachable_server(tok):
-    async with FakeVLLM(tok, max_model_len=40) as server:
+async def test_requests_fit_the_context_window_and_a_dead_server_fails(tok):
+    async with FakeVLLM(tok, max_model_len=40, replies="x " * 50) as server:
         backend = VLLMBackend(server.url, model="m")
-        with pytest.raises(LLMError, match="HTTP 400.*maximum context length"):
-            await backend.generate([1] * 30, SamplingParams(max_tokens=20))
+        gen = await backend.generate([1] * 30, SamplingParams(max_tokens=20))
+        assert server.calls[-1].request["max_tokens"] == 10  # cut to the window (/v1/models)
+        assert gen.finish_reason == "length" and len(gen.output_ids) == 10
+        assert backend.context_window() == 40 and backend.describe()["max_model_len"] == 40
+        with pytest.raises(ContextWindowError, match="not sent") as info:
+            await backend.generate([1] * 40, SamplingParams(max_tokens=20))
+        assert not info.value.retryable and len(server.calls) == 1
+        await backend.close()
+    # A server that does not report its window: its refusal is typed all the same.
+    async with FakeVLLM(tok, max_model_len=40, report_max_model_len=False) as server:
+        backend = VLLMBackend(server.url, model="m")
+        for length, words in ((41, "maximum context length is 40"), (40, "at least 1, got 0")):
+            with pytest.raises(ContextWindowError, match=words) as info:
+                await backend.generate([1] * length, SamplingParams(max_tokens=5))
+            assert info.value.status == 400 and not info.value.retryable
+        assert backend.context_window() is None and [c.status for c in server.calls] == [400, 400]
         await backend.close()
     dead = VLLMBackend(server.url, model="m")  # the server is gone now
     with pytest.raises(LLMError, match="failed"):
@@ -115,7 +129,7 @@ async def test_health_describe_and_api_key(tok):
         await backend.generate([1, 2, 3], SamplingParams(max_tokens=2))
         assert backend.describe() == {
             "name": "gpu0", "kind": "vllm", "url": server.url, "model": "policy",
-            "trainable": True, "outstanding": 0,
+            "trainable": True, "outstanding": 0, "max_model_len": 32768,
         }
         await backend.close()
 

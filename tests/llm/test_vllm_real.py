@@ -13,6 +13,7 @@ import pytest
 from rollserve.agent.base import AgentEnv, Step
 from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
+from rollserve.errors import ContextWindowError
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.llm.backends.vllm import VLLMBackend
@@ -98,6 +99,26 @@ async def test_two_turn_episode_is_append_only(tok):
         assert trajectory.input_ids[position:end] == turn.output_ids
         assert trajectory.logprobs[position:end] == turn.logprobs
         position = end
+
+
+async def test_the_context_window_is_read_and_its_refusals_are_typed():
+    backend = VLLMBackend(URL)
+    assert await backend.health()
+    window = backend.context_window()  # max_model_len from /v1/models
+    assert window is not None and window > 8
+    greedy = SamplingParams(temperature=0.0, max_tokens=50)
+    cut = await backend.generate([1] * (window - 3), greedy)  # max_tokens cut to the room left
+    assert cut.finish_reason == "length" and len(cut.output_ids) == 3
+    with pytest.raises(ContextWindowError, match="not sent"):
+        await backend.generate([1] * window, greedy)
+    await backend.close()
+    blind = VLLMBackend(URL)  # one that never read the window: the server's own refusals
+    blind.window_path = None
+    for length in (window, window + 1, window + 5):
+        with pytest.raises(ContextWindowError) as info:
+            await blind.generate([1] * length, greedy)
+        assert info.value.status == 400 and not info.value.retryable
+    await blind.close()
 
 
 # Run the server with --enable-scale-out and VLLM_SERVER_DEV_MODE=1 for the two below;

@@ -115,10 +115,23 @@ async def test_bad_requests_get_400(tok):
     async with FakeVLLM(tok, max_model_len=64) as server:
         status, body = await post(server.url, "/v1/completions", {"prompt": [[1, 2], [3]]})
         assert status == 400 and "prompt" in body["error"]["message"]
+        # vLLM 0.32's words, as a real server answered them (N + 1 tokens: "at least").
         status, body = await post(server.url, "/v1/completions",
-                                  {"prompt": [1] * 60, "max_tokens": 10})
-        assert status == 400 and "maximum context length" in body["error"]["message"]
-    assert [c.status for c in server.calls] == [400, 400]
+                                  {"prompt": [1] * 65, "max_tokens": 10})
+        assert status == 400 and body["error"]["param"] == "input_tokens"
+        assert body["error"]["message"] == (
+            "This model's maximum context length is 64 tokens. However, your prompt contains at "
+            "least 65 input tokens, which exceeds this limit even without any output tokens. "
+            "Please reduce the length of the input prompt. (parameter=input_tokens, value=65)")
+        status, body = await post(server.url, "/v1/completions", {"prompt": [1] * 69})
+        assert "your prompt contains 69 input tokens" in body["error"]["message"]
+        status, body = await post(server.url, "/v1/completions", {"prompt": [1] * 64})
+        assert status == 400 and "max_tokens must be at least 1, got 0" in body["error"]["message"]
+        # vLLM 0.32 cuts max_tokens to what the context leaves, and samples.
+        status, body = await post(server.url, "/v1/completions",
+                                  {"prompt": [1] * 60, "max_tokens": 10, "return_token_ids": True})
+        assert status == 200 and len(body["choices"][0]["token_ids"]) <= 4
+    assert [c.status for c in server.calls] == [400, 400, 400, 400, 200]
 
 
 async def test_health_models_tokenize(tok):

@@ -65,6 +65,15 @@ class AgentEnv(ABC):
         """Counts for the rollout's stats (a ToolEnv's tool calls and errors)."""
         return {}
 
+    def calls_in(self, reply: str) -> list[ToolCallRecord]:
+        """The tool calls ``reply`` makes, for a turn whose step was cut (the time
+        limit) before it answered; none by default."""
+        return []
+
+    async def stop(self) -> None:
+        """The episode was cut in the middle of a step (its time limit): stop what the
+        tools still run (the loop bounds the wait). Nothing by default."""
+
 
 class Tool(ABC):
     """A tool the agent calls: ``schema`` (``{"name", "description", "parameters"}``,
@@ -87,6 +96,10 @@ class Tool(ABC):
     async def close(self) -> None:
         """End what the tool opened (a shell, a kernel); nothing by default."""
         return None
+
+    async def interrupt(self) -> None:
+        """Stop what a cancelled call left running (a command in the shell); nothing
+        by default."""
 
 
 class FinishingTool(Tool):

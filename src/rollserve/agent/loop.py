@@ -9,6 +9,17 @@ new messages that would not fit are not appended). An opening prompt that alread
 reaches it raises ``PromptTooLongError`` (masked): nothing was sampled to score. A turn cut by its token limit
 keeps ``finish_reason: "length"``.
 
+The backend's context window (``llm.context_window()``: vLLM's and SGLang's
+``max_model_len``, llama.cpp's ``n_ctx``) clamps ``max_context_tokens`` each turn, so
+no request is sent longer than the backend takes; a backend that still refuses a
+prompt as too long (``ContextWindowError``) ends the episode ``context_exhausted``
+like the limit itself (scored), or, before anything was sampled, is a
+``PromptTooLongError`` (masked).
+
+Time: with a ``deadline`` (event-loop time) the episode ends itself there; see
+``agent.clock`` for who is charged (``time_limit``, scored, or a masked
+``DeadlineFailure``).
+
 On a message-level backend (an API model: ``llm.message_level()`` is true) the
 loop runs the same episode on messages only: no token ids, and the trajectory is
 marked not trainable.
@@ -17,16 +28,15 @@ marked not trainable.
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.agent.base import AgentEnv, Step, ToolCallRecord
+from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp, stop_env
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.agent.trajectory import Trajectory
-from rollserve.errors import PromptTooLongError
+from rollserve.errors import PromptTooLongError, context_window_error
 from rollserve.llm.base import ChatReply, Generation, SamplingParams
 from rollserve.llm.tokens.chat import Fidelity, prompt_builder
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
@@ -53,10 +63,7 @@ class LLMSession(Protocol):
     def policy_version(self) -> int | None: ...
 
 
-@dataclass
-class LoopStats:
-    llm_seconds: float = 0.0
-    env_seconds: float = 0.0
+__all__ = ["AgentLimits", "LLMSession", "LoopStats", "run_agent_loop"]
 
 
 async def run_agent_loop(
@@ -68,53 +75,75 @@ async def run_agent_loop(
     max_context_tokens: int,
     trajectory: Trajectory,
     stats: LoopStats,
+    deadline: float | None = None,
 ) -> Trajectory:
     """Drive ``env`` with the policy until it is done or a limit ends the episode.
 
     ``tokenizer``: a local ``ChatTokenizer``, or the serving backend's
     (``BackendTokenizer``: prompts are rendered over HTTP, never blocking the loop).
+    ``deadline``: event-loop time at which the episode ends itself (``agent.clock``).
 
     ``trajectory`` is filled in place, so a cancelled or timed-out loop still leaves
     every token sampled so far in it.
     """
+    clock = EpisodeClock(deadline, stats)
     message_level = getattr(llm, "message_level", None)
     if message_level is not None and await message_level():
         return await _run_chat_loop(env, llm, sampling, max_turns, max_context_tokens,
-                                    trajectory, stats)
+                                    trajectory, clock)
     builder = prompt_builder(tokenizer, tools=env.tools)
     trajectory.fidelity = builder.fidelity
     messages = _open_episode(env, trajectory)
     trajectory.add_prompt(await builder.afirst(messages))
-    if len(trajectory.input_ids) >= max_context_tokens:
-        raise PromptTooLongError(
-            f"the opening prompt is {len(trajectory.input_ids)} tokens and max_context_tokens "
-            f"is {max_context_tokens}: no room to sample, so nothing can be scored")
+    limit = _context_limit(llm, max_context_tokens)
+    if len(trajectory.input_ids) >= limit:
+        raise _prompt_too_long(len(trajectory.input_ids), limit, max_context_tokens)
     ended_by = "max_turns"
     for turn_index in range(max_turns):
-        budget = max_context_tokens - len(trajectory.input_ids)
+        limit = _context_limit(llm, max_context_tokens)
+        budget = limit - len(trajectory.input_ids)
         if budget <= 0:
             ended_by = "context_exhausted"
+            break
+        if clock.expired():
+            ended_by = clock.end(trajectory)
             break
         turn_sampling = sampling
         if sampling.max_tokens > budget:
             turn_sampling = sampling.model_copy(update={"max_tokens": budget})
-        started = time.perf_counter()
-        gen = await llm.generate(list(trajectory.input_ids), turn_sampling)
-        stats.llm_seconds += time.perf_counter() - started
+        try:
+            gen = await clock.llm(llm.generate(list(trajectory.input_ids), turn_sampling))
+        except TimeUp:
+            ended_by = clock.end(trajectory)
+            break
+        except Exception as error:
+            if (overflow := context_window_error(error)) is None:
+                raise
+            if not trajectory.turns:
+                raise PromptTooLongError(f"the opening prompt does not fit the backend's context "
+                                         f"window: {overflow.message}") from error
+            ended_by = "context_exhausted"  # the backend's window, not ours, was the limit
+            break
         turn = trajectory.add_generation(gen, policy_version=_version(gen, llm))
         reply = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
         messages.append({"role": "assistant", "content": reply})
 
-        step = await _timed_step(env, reply, stats)
+        try:
+            step = await clock.step(env.step(reply))
+        except TimeUp:
+            turn.tool_calls = env.calls_in(reply)
+            await stop_env(env)
+            ended_by = clock.end(trajectory)
+            break
         turn.tool_calls = list(step.tool_calls)
         if (reason := _episode_end(step, turn_index, max_turns)) is not None:
             ended_by = reason
             break
-        if gen.finish_reason == "length" and len(trajectory.input_ids) >= max_context_tokens:
+        if gen.finish_reason == "length" and len(trajectory.input_ids) >= limit:
             ended_by = "context_exhausted"
             break
         delta = await builder.adelta(messages, step.messages, trajectory.input_ids)
-        if len(trajectory.input_ids) + len(delta) >= max_context_tokens:
+        if len(trajectory.input_ids) + len(delta) >= _context_limit(llm, max_context_tokens):
             ended_by = "context_exhausted"  # no room left to sample after these messages
             break
         messages.extend(step.messages)
@@ -122,6 +151,20 @@ async def run_agent_loop(
     trajectory.ended_by = ended_by
     await builder.acheck(messages, trajectory.input_ids)
     return trajectory
+
+
+def _context_limit(llm: LLMSession, max_context_tokens: int) -> int:
+    """``max_context_tokens``, clamped to the backend's context window where it is known."""
+    window = getattr(llm, "context_window", None)
+    known = window() if callable(window) else None
+    return max_context_tokens if known is None else min(max_context_tokens, known)
+
+
+def _prompt_too_long(length: int, limit: int, max_context_tokens: int) -> PromptTooLongError:
+    where = (f"max_context_tokens is {max_context_tokens}" if limit == max_context_tokens
+             else f"the backend's context window is {limit} tokens")
+    return PromptTooLongError(f"the opening prompt is {length} tokens and {where}: no room to "
+                              "sample, so nothing can be scored")
 
 
 def _tool_schemas(env: AgentEnv) -> list[dict[str, Any]] | None:
@@ -135,14 +178,6 @@ def _open_episode(env: AgentEnv, trajectory: Trajectory) -> list[dict]:
     messages = list(env.initial_messages())
     trajectory.messages = messages
     return messages
-
-
-async def _timed_step(env: AgentEnv, reply: str, stats: LoopStats) -> Step:
-    """``env.step(reply)``, its time added to ``stats.env_seconds``."""
-    started = time.perf_counter()
-    step = await env.step(reply)
-    stats.env_seconds += time.perf_counter() - started
-    return step
 
 
 def _episode_end(step: Step, turn_index: int, max_turns: int) -> str | None:
@@ -168,7 +203,7 @@ async def _run_chat_loop(
     max_turns: int,
     max_context_tokens: int,
     trajectory: Trajectory,
-    stats: LoopStats,
+    clock: EpisodeClock,
 ) -> Trajectory:
     """The episode on a message-level backend: messages in and out, no token ids."""
     trajectory.trainable = False
@@ -176,9 +211,23 @@ async def _run_chat_loop(
     messages = _open_episode(env, trajectory)
     ended_by = "max_turns"
     for turn_index in range(max_turns):
-        started = time.perf_counter()
-        reply: ChatReply = await llm.chat(list(messages), sampling, tools=env.tools)  # type: ignore[attr-defined]
-        stats.llm_seconds += time.perf_counter() - started
+        if clock.expired():
+            ended_by = clock.end(trajectory)
+            break
+        try:
+            reply: ChatReply = await clock.llm(llm.chat(  # type: ignore[attr-defined]
+                list(messages), sampling, tools=env.tools))
+        except TimeUp:
+            ended_by = clock.end(trajectory)
+            break
+        except Exception as error:
+            if (overflow := context_window_error(error)) is None:
+                raise
+            if not trajectory.turns:
+                raise PromptTooLongError(f"the opening messages do not fit the backend's context "
+                                         f"window: {overflow.message}") from error
+            ended_by = "context_exhausted"
+            break
         generation = Generation([], [], reply.finish_reason, backend=reply.backend)
         turn = trajectory.add_generation(generation, policy_version=_version(reply, llm))
         assistant: dict = {"role": "assistant", "content": reply.content}
@@ -186,8 +235,14 @@ async def _run_chat_loop(
             assistant["tool_calls"] = reply.tool_calls
         messages.append(assistant)
 
-        step = await _timed_step(env, reply.content + _tool_calls_as_text(
-            reply.tool_calls, env.tool_format), stats)
+        text = reply.content + _tool_calls_as_text(reply.tool_calls, env.tool_format)
+        try:
+            step = await clock.step(env.step(text))
+        except TimeUp:
+            turn.tool_calls = _recorded_calls(reply.tool_calls) or env.calls_in(text)
+            await stop_env(env)
+            ended_by = clock.end(trajectory)
+            break
         # The API's own calls (with their ids), else those the env read in the text.
         turn.tool_calls = _recorded_calls(reply.tool_calls) or list(step.tool_calls)
         if (reason := _episode_end(step, turn_index, max_turns)) is not None:

@@ -100,6 +100,12 @@ class BashTool(Tool):
     async def close(self) -> None:
         await self.session.close()
 
+    async def interrupt(self) -> None:
+        """Stop the command a cancelled call left running: C-c, then SIGKILL to its
+        process group (the shell stays)."""
+        if self.session.running:
+            await self.session.interrupt()
+
 
 class PythonTool(Tool):
     """``python``: a persistent IPython kernel (ProRL's math tool)."""
@@ -122,6 +128,11 @@ class PythonTool(Tool):
         return result.to_text()
 
     async def close(self) -> None:
+        await self.session.close()
+
+    async def interrupt(self) -> None:
+        """A cell a cancelled call left running: the kernel is ended (the episode is
+        over; a later call would start a new one)."""
         await self.session.close()
 
 

@@ -134,6 +134,15 @@ class ToolEnv(AgentEnv):
     def counts(self) -> dict[str, int]:
         return self.stats.as_stats()
 
+    def calls_in(self, reply: str) -> list[ToolCallRecord]:
+        return [{"name": call.name, "arguments": call.arguments, "id": None}
+                for call in self.parse(reply).calls]
+
+    async def stop(self) -> None:
+        """Interrupt what every tool still runs (the episode's time limit cut a call)."""
+        for tool in self.by_name.values():
+            await tool.interrupt()
+
     async def step(self, reply: str) -> Step:
         parsed = self.parse(reply)
         if not parsed.has_calls:

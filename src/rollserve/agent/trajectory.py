@@ -40,7 +40,7 @@ class Trajectory:
     logprobs: list[float] = field(default_factory=list)
     fidelity: Fidelity = field(default_factory=Fidelity)
     trainable: bool = True
-    ended_by: str | None = None  # finished | max_turns | context_exhausted | ...
+    ended_by: str | None = None  # finished | max_turns | context_exhausted | time_limit | ...
     tools: list[dict] | None = None  # the tools the agent was offered (ChatCompletion shape)
     _pending_prompt: list[int] = field(default_factory=list)
 

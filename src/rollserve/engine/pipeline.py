@@ -18,9 +18,16 @@ from pydantic import BaseModel, Field
 
 from rollserve.engine.events import EventBus
 from rollserve.engine.pools import StagePool
-from rollserve.engine.rollout import STAGES, Failure, Rollout, RolloutSpec, Timeouts
+from rollserve.engine.rollout import (
+    STAGES,
+    Failure,
+    Rollout,
+    RolloutSpec,
+    Timeouts,
+    default_run_margin,
+)
 from rollserve.engine.store import Store
-from rollserve.errors import RolloutError
+from rollserve.errors import DeadlineFailure, RolloutError
 from rollserve.handlers.base import AgentHandler, HandlerContext
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.llm.routing.deadline import call_deadline
@@ -142,6 +149,7 @@ class Engine:
         handler = self.handler(spec.data_source)
         d = handler.defaults
         t = spec.timeouts
+        run = t.run or d.run_timeout
         return Rollout(
             spec=spec,
             attempt=attempt,
@@ -151,9 +159,10 @@ class Engine:
             max_context_tokens=spec.agent.max_context_tokens or d.max_context_tokens,
             timeouts=Timeouts(
                 init=t.init or d.init_timeout,
-                run=t.run or d.run_timeout,
+                run=run,
                 eval=t.eval or d.eval_timeout,
                 total=t.total or d.total_timeout,
+                run_margin=t.run_margin or default_run_margin(run),
             ),
         )
 
@@ -191,7 +200,8 @@ class Engine:
                         await self._run_stage(r, handler, stage)
                     r.status = "completed"
                 except RolloutError as exc:
-                    r.status = "failed"
+                    # The RUN deadline, come while the backend had the time: as a timeout.
+                    r.status = "timed_out" if isinstance(exc, DeadlineFailure) else "failed"
                     r.failure = Failure(stage, exc.kind, exc.message)
                     if exc.kind == "agent":
                         r.reward = 0.0
@@ -241,6 +251,9 @@ class Engine:
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(limit) as stage_deadline:
+                    if stage == "run":
+                        ends = [w for w in (r.deadline, stage_deadline.when()) if w is not None]
+                        r.run_deadline = min(ends) if ends else None
                     # LLM calls see the earlier of the stage's and the rollout's deadlines.
                     with call_deadline(r.deadline), call_deadline(stage_deadline.when()):
                         await self._stage_body(r, handler, stage)

@@ -25,6 +25,16 @@ class Timeouts(BaseModel):
     run: float | None = Field(None, gt=0, le=86_400)
     eval: float | None = Field(None, gt=0, le=86_400)
     total: float | None = Field(None, gt=0, le=7 * 86_400)
+    run_margin: float | None = Field(
+        None, gt=0, le=86_400, description="the agent's episode ends itself (ended_by "
+        "time_limit, scored) this long before the RUN deadline, kept for what follows it "
+        "(taking the patch, EVAL). Default: 10% of run, 10 s to 60 s; at most half the time "
+        "RUN has")
+
+
+def default_run_margin(run: float) -> float:
+    """``Timeouts.run_margin`` when unset: 10% of the RUN timeout, between 10 and 60 s."""
+    return min(60.0, max(10.0, 0.1 * run))
 
 
 class RolloutSpec(BaseModel):
@@ -71,6 +81,7 @@ class Rollout:
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     deadline: float | None = None  # loop time by which the whole rollout must end
+    run_deadline: float | None = None  # loop time by which RUN must end (stage or rollout's)
     max_staleness: int | None = None  # turns may span at most this many policy versions
     mask_stale: bool = False  # mask a rollout whose turns span more
 
@@ -104,6 +115,19 @@ class Rollout:
             return (f"stale: turns sampled by policy versions {versions[0]}..{versions[-1]} "
                     f"(max_staleness {self.max_staleness})")
         return None
+
+    def agent_deadline(self, now: float) -> float | None:
+        """Loop time at which the agent's episode ends itself (``agent.clock``): the
+        RUN deadline less ``run_margin``, and less EVAL's timeout too when the rollout's
+        own deadline is the earlier (so scoring still fits), but never more than half
+        the time RUN has left at ``now``. None outside an engine's RUN stage."""
+        if self.run_deadline is None:
+            return None
+        t = self.timeouts
+        reserve = t.run_margin or default_run_margin(t.run or self.run_deadline - now)
+        if self.deadline is not None and self.deadline <= self.run_deadline and t.eval:
+            reserve += t.eval
+        return self.run_deadline - min(reserve, max(0.0, self.run_deadline - now) / 2)
 
     def add_time(self, key: str, seconds: float) -> None:
         self.timing[key] = round(self.timing.get(key, 0.0) + seconds, 6)

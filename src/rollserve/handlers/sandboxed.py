@@ -6,7 +6,8 @@
   its rollout. A start still under way when the rollout is cancelled is closed as
   soon as it completes.
 - ``run_episode``: the standard agent loop over an env (a ``ToolEnv``), with its time
-  and tool counts put on the rollout.
+  and tool counts put on the rollout; the episode ends itself at the rollout's agent
+  deadline (``Rollout.agent_deadline``: ended_by "time_limit").
 - ``find_python`` / ``python_with``: an interpreter with IPython (the python tool) or
   another module (pytest, for SWE tests) inside a sandbox.
 """
@@ -103,6 +104,7 @@ async def run_episode(ctx: HandlerContext, rollout: "Rollout", env: "ToolEnv | A
             max_context_tokens=rollout.max_context_tokens,
             trajectory=rollout.trajectory,
             stats=stats,
+            deadline=rollout.agent_deadline(asyncio.get_running_loop().time()),
         )
     finally:
         rollout.add_time("llm", stats.llm_seconds)

@@ -37,7 +37,12 @@ from rollserve.testing.fake_server import (
     fake_logprob,
     read_json,
 )
-from rollserve.testing.vllm_wire import completion_body, error_response, parse_prompt
+from rollserve.testing.vllm_wire import (
+    completion_body,
+    context_refusal,
+    error_response,
+    parse_prompt,
+)
 
 __all__ = ["FakeVLLM", "RecordedCall", "fake_logprob", "main"]
 
@@ -47,6 +52,10 @@ class FakeVLLM(FakeServer):
 
     return_token_ids_supported: False imitates a server that ignores
         ``return_token_ids`` (ids only as "token_id:N" strings).
+    max_model_len: the context window. As vLLM 0.32 does, ``max_tokens`` is cut to
+        what the window leaves after the prompt, and a prompt that leaves nothing is
+        refused with a 400 in vLLM's words. ``/v1/models`` reports it, unless
+        ``report_max_model_len`` is False (a server or proxy that does not say).
     """
 
     thread_name = "fake-vllm"
@@ -64,9 +73,11 @@ class FakeVLLM(FakeServer):
         port: int = 0,
         generate_endpoint: bool = False,
         dev_mode: bool = False,
+        report_max_model_len: bool = True,
     ):
         super().__init__(tokenizer, replies, latency, model, capacity, max_model_len, host, port)
         self.return_token_ids_supported = return_token_ids_supported
+        self.report_max_model_len = report_max_model_len
         self.generate_endpoint = generate_endpoint
         self.dev_mode = dev_mode
 
@@ -91,7 +102,7 @@ class FakeVLLM(FakeServer):
     async def _models(self, request: web.Request) -> web.Response:
         card = {"id": self.model, "object": "model", "created": int(time.time()),
                 "owned_by": "vllm", "root": self.model, "parent": None,
-                "max_model_len": self.max_model_len}
+                "max_model_len": self.max_model_len if self.report_max_model_len else None}
         return web.json_response({"object": "list", "data": [card]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
@@ -129,10 +140,11 @@ class FakeVLLM(FakeServer):
         prompt_ids = parse_prompt(body.get("prompt"), self.tok)
         if prompt_ids is None:
             return self._reject(call, "prompt: expected a string, a list of token ids, or [[ids]]")
-        max_tokens = body.get("max_tokens") or 16  # vLLM's default for completions
-        checked = await self._admit(request, call, prompt_ids, max_tokens)
-        if checked is not None:
+        checked = await self._admit(request, call, prompt_ids,
+                                    body.get("max_tokens") or 16)  # vLLM's default
+        if not isinstance(checked, int):
             return checked
+        max_tokens = checked
         sampled = await self.run(call, prompt_ids, max_tokens, set(body.get("stop_token_ids") or ()),
                                  bool(body.get("ignore_eos")), body.get("seed"))
         return web.json_response(completion_body(
@@ -154,10 +166,10 @@ class FakeVLLM(FakeServer):
             return self._reject(call, "token_ids: expected a non-empty list of token ids")
         if not isinstance(params, dict):
             return self._reject(call, "sampling_params: field required")
-        max_tokens = params.get("max_tokens") or 16
-        checked = await self._admit(request, call, prompt_ids, max_tokens)
-        if checked is not None:
+        checked = await self._admit(request, call, prompt_ids, params.get("max_tokens") or 16)
+        if not isinstance(checked, int):
             return checked
+        max_tokens = checked
         sampled = await self.run(call, prompt_ids, max_tokens,
                                  set(params.get("stop_token_ids") or ()),
                                  bool(params.get("ignore_eos")), params.get("seed"))
@@ -196,10 +208,12 @@ class FakeVLLM(FakeServer):
             return self._reject(call, "messages: expected a non-empty list")
         prompt_ids = self.tok.encode(self.tok.render(messages, add_generation_prompt=True,
                                                      tools=body.get("tools")))
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
-        checked = await self._admit(request, call, prompt_ids, max_tokens)
-        if checked is not None:
+        checked = await self._admit(request, call, prompt_ids,
+                                    body.get("max_completion_tokens") or body.get("max_tokens") or 256,
+                                    tokenized_here=True)
+        if not isinstance(checked, int):
             return checked
+        max_tokens = checked
         sampled = await self.run(call, prompt_ids, max_tokens, set(), False, body.get("seed"))
         text_ids = sampled.output_ids[:-1] if sampled.finish == "stop" else sampled.output_ids
         message = {"role": "assistant", "content": self.tok.decode(text_ids, True),
@@ -239,21 +253,20 @@ class FakeVLLM(FakeServer):
         return error_response(400, message)
 
     async def _admit(self, request: web.Request, call: RecordedCall, prompt_ids: list[int],
-                     max_tokens: int) -> web.StreamResponse | None:
-        """A 400 for a prompt that does not fit, a scripted failure, or None to go on."""
+                     max_tokens: int, tokenized_here: bool = False) -> web.StreamResponse | int:
+        """The ``max_tokens`` to sample (cut, as vLLM 0.32 does, to what the context
+        leaves), or the answer instead: a 400 for a prompt that leaves no room, or a
+        scripted failure."""
         call.prompt_ids = prompt_ids
-        if len(prompt_ids) + max_tokens > self.max_model_len:
-            return self._reject(
-                call,
-                f"This model's maximum context length is {self.max_model_len} tokens. "
-                f"However, you requested {len(prompt_ids) + max_tokens} tokens "
-                f"({len(prompt_ids)} in the messages, {max_tokens} in the completion).",
-            )
+        refused = context_refusal(len(prompt_ids), self.max_model_len, tokenized_here)
+        if refused is not None:
+            call.status, call.finished_at = 400, time.perf_counter()
+            return refused
         status = self.take_failure(call)
         if status is not None:
             return await self.fail(request, call, status,
                                    lambda s, m: error_response(s, m, kind="InternalServerError"))
-        return None
+        return min(max_tokens, self.max_model_len - len(prompt_ids))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -87,8 +87,33 @@ def completion_body(
     }
 
 
-def error_response(status: int, message: str, kind: str = "BadRequestError") -> web.Response:
+def error_response(status: int, message: str, kind: str = "BadRequestError",
+                   param: str | None = None) -> web.Response:
     return web.json_response(
-        {"error": {"message": message, "type": kind, "param": None, "code": status}},
+        {"error": {"message": message, "type": kind, "param": param, "code": status}},
         status=status,
     )
+
+
+def context_refusal(prompt_len: int, max_model_len: int,
+                    tokenized_here: bool = False) -> web.Response | None:
+    """vLLM 0.32's answer to a prompt the context cannot take with one more token, or
+    None: a prompt longer than ``max_model_len`` is refused by the renderer
+    (``_token_len_check``); one of exactly ``max_model_len`` gets ``max_tokens`` cut to
+    0 (``get_max_tokens``), which ``SamplingParams`` refuses. The messages are
+    ``str(VLLMValidationError)``, its parameter and value appended; text the server
+    tokenizes itself (``tokenized_here``: chat messages) is cut at ``max_model_len`` + 1
+    tokens first, so it reports "at least" that many (as a token prompt of exactly that
+    length does). Checked against a real vLLM 0.32 CPU server."""
+    if prompt_len > max_model_len:
+        count = min(prompt_len, max_model_len + 1) if tokenized_here else prompt_len
+        qualifier = "at least " if count == max_model_len + 1 else ""
+        return error_response(400, (
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {qualifier}{count} input tokens, which exceeds this limit even "
+            f"without any output tokens. Please reduce the length of the input prompt. "
+            f"(parameter=input_tokens, value={count})"), param="input_tokens")
+    if prompt_len == max_model_len:
+        return error_response(400, "max_tokens must be at least 1, got 0. "
+                                   "(parameter=max_tokens, value=0)", param="max_tokens")
+    return None

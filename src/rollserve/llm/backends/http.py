@@ -7,7 +7,13 @@ the HTTP status, the backend's name and whether another try may succeed:
 
 - connection refused/reset, server disconnected, a timeout of our own, 5xx, 408
   and 429: retryable (the router tries again, on another backend if it can);
-- any other status, a reply that is not JSON: not retryable.
+- any other status, a reply that is not JSON: not retryable;
+- a 400 that says the prompt does not fit the model's context (vLLM's "This model's
+  maximum context length is N tokens...", "... longer than the maximum model length
+  ...", SGLang's "... longer than the model's context length ..." and "Requested
+  token count exceeds the model's maximum context length ...", llama.cpp's
+  ``exceed_context_size_error``): ``ContextWindowError``, the agent's context
+  exhausted rather than a broken backend.
 
 A session belongs to the event loop it was made on, so one is made lazily per loop
 (a backend may outlive a loop, e.g. across ``asyncio.run`` calls or tests).
@@ -22,10 +28,29 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from rollserve.errors import LLMError
+from rollserve.errors import ContextWindowError, LLMError
 
 _BODY_EXCERPT = 300  # characters of an error body worth putting in a message
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# How inference servers word a prompt that does not fit (lowercased, in a 400's body).
+CONTEXT_OVERFLOW = (
+    "maximum context length",  # vLLM (every version), SGLang, OpenAI
+    "context length",  # SGLang: "is longer than the model's context length"
+    "maximum model length",  # vLLM's engine: "is longer than the maximum model length"
+    "max_model_len",
+    "context size",  # llama.cpp: "exceeds the available context size"
+    "exceed_context_size_error",  # llama.cpp's error type
+    "context_length_exceeded",  # OpenAI's error code
+    # vLLM 0.32 cuts max_tokens to the room left; a prompt that fills the window
+    # leaves 0, refused so (we never send max_tokens 0).
+    "max_tokens must be at least 1, got 0",
+)
+
+
+def context_overflow(status: int, body: str) -> bool:
+    """Whether an error answer says the prompt does not fit the model's context."""
+    text = body.lower()
+    return status == 400 and any(phrase in text for phrase in CONTEXT_OVERFLOW)
 
 
 def check_base_url(url: str) -> str:
@@ -102,6 +127,10 @@ class HTTPClient:
                 f"{self.name}: {method} {url} timed out after {timeout or self.timeout} s",
                 backend=self.name,
             ) from exc
+        if context_overflow(status, text):
+            raise ContextWindowError(
+                f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(text)}",
+                status=status, backend=self.name)
         if status != 200:
             raise LLMError(
                 f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(text)}",

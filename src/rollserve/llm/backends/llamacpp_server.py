@@ -39,6 +39,11 @@ _FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
 class LlamaCppServerBackend(ServerBackend):
     kind = "llamacpp"
     models_path = None  # /completion needs no model name
+    window_path = "/props"  # default_generation_settings.n_ctx: a slot's context
+
+    def parse_window(self, reply: Any) -> Any:
+        settings = reply.get("default_generation_settings") if isinstance(reply, dict) else None
+        return settings.get("n_ctx") if isinstance(settings, dict) else None
 
     async def _generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         reply = await self.http.request_json("POST", "/completion", request_body(prompt_ids, sampling))

@@ -24,6 +24,7 @@ class OpenAIChatBackend(ServerBackend):
     kind = "openai_chat"
     trainable = False
     health_path = "/v1/models"
+    window_path = None  # messages are not counted here: the loop reads the usage instead
 
     def __init__(self, url: str, *args: Any, **kwargs: Any):
         url = url.rstrip("/")

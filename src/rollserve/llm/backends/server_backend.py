@@ -3,17 +3,32 @@
 A subclass says how to turn (prompt ids, sampling) into a request and a reply into
 a ``Generation``; this class holds the HTTP client, the model name (discovered on
 first use if unset), the count of requests in flight, health and ``describe()``.
+
+The context window: the most tokens a prompt and its sample may hold on the server
+(vLLM's and SGLang's ``max_model_len`` in ``/v1/models``, llama.cpp's ``n_ctx`` in
+``/props``), read at the health checks (again after a failed one: a restarted
+server may have another) and before the first request. A request is never sent
+longer: ``max_tokens`` is cut to what is left, and a prompt with no room left fails
+with ``ContextWindowError`` unsent (the agent loop ends the episode there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from rollserve.errors import LLMError
+from rollserve.errors import ContextWindowError, LLMError
 from rollserve.llm.base import Generation, SamplingParams
 from rollserve.llm.backends.http import HTTPClient, excerpt
+
+log = logging.getLogger(__name__)
+
+WINDOW_TIMEOUT = 5.0  # seconds a read of the context window may take
+HEALTH_WINDOW_TIMEOUT = 2.0  # the same, inside a health check
+WINDOW_RETRY = 30.0  # seconds before a request tries again to read an unknown window
 
 
 class ServerBackend:
@@ -21,6 +36,10 @@ class ServerBackend:
     trainable = True
     health_path = "/health"
     models_path: str | None = "/v1/models"  # where the served model's name is read
+    window_path: str | None = "/v1/models"  # where the context window is read
+    # Tokens the server wants left over: SGLang refuses prompt + max_new_tokens equal
+    # to its context length, vLLM and llama.cpp take up to it.
+    window_slack = 0
 
     def __init__(
         self,
@@ -40,6 +59,8 @@ class ServerBackend:
         self.timeout = timeout
         self.weight = weight
         self.outstanding = 0
+        self.max_model_len: int | None = None  # as the server reports it; None: unknown
+        self._window_read_at = -WINDOW_RETRY  # monotonic time of the last try
         self._model_lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
 
@@ -51,6 +72,7 @@ class ServerBackend:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if not prompt_ids:
             raise LLMError(f"{self.name}: empty prompt", backend=self.name, retryable=False)
+        sampling = await self.fit_window(prompt_ids, sampling)
         self.outstanding += 1
         try:
             return await self._generate(list(prompt_ids), sampling)
@@ -58,7 +80,63 @@ class ServerBackend:
             self.outstanding -= 1
 
     async def health(self) -> bool:
-        return await self.http.ok(self.health_path)
+        ok = await self.http.ok(self.health_path)
+        if not ok:
+            self.max_model_len = None  # read again once it is back: it may have restarted
+        elif self.max_model_len is None:  # short: the probe itself is bounded (5 s)
+            await self.read_context_window(timeout=HEALTH_WINDOW_TIMEOUT)
+        return ok
+
+    # --- the context window ----------------------------------------------------------
+    def context_window(self) -> int | None:
+        """The most tokens a prompt and its sample may hold here, if known."""
+        if self.max_model_len is None:
+            return None
+        return self.max_model_len - self.window_slack
+
+    async def read_context_window(self, timeout: float = WINDOW_TIMEOUT) -> int | None:
+        """Read the window from the server (bounded; a failure leaves it unknown)."""
+        if self.window_path is None:
+            return None
+        self._window_read_at = time.monotonic()
+        try:
+            reply = await self.http.request_json("GET", self.window_path, timeout=timeout)
+        except LLMError as error:
+            log.debug("%s: could not read the context window: %s", self.name, error.message)
+            return None
+        window = self.parse_window(reply)
+        if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+            self.max_model_len = window
+        return self.context_window()
+
+    def parse_window(self, reply: Any) -> Any:
+        """The window in ``window_path``'s reply: ``max_model_len`` of the served model's
+        entry in ``/v1/models`` (vLLM, SGLang), or of the only entry."""
+        try:
+            cards = [c for c in reply["data"] if isinstance(c, dict)]
+        except (KeyError, TypeError):
+            return None
+        named = [c for c in cards if c.get("id") == self.model]
+        card = named[0] if named else cards[0] if len(cards) == 1 or self.model is None else None
+        return card.get("max_model_len") if card else None
+
+    async def fit_window(self, prompt_ids: list[int], sampling: SamplingParams) -> SamplingParams:
+        """``sampling`` with ``max_tokens`` cut to what the window leaves after the prompt;
+        ``ContextWindowError`` (nothing sent) when it leaves nothing."""
+        if (self.max_model_len is None and self.window_path is not None
+                and time.monotonic() - self._window_read_at >= WINDOW_RETRY):
+            await self.read_context_window()
+        window = self.context_window()
+        if window is None:
+            return sampling
+        room = window - len(prompt_ids)
+        if room < 1:
+            raise ContextWindowError(
+                f"{self.name}: the prompt is {len(prompt_ids)} tokens and the server's context "
+                f"window is {self.max_model_len}: no room to sample (not sent)", backend=self.name)
+        if sampling.max_tokens > room:
+            sampling = sampling.model_copy(update={"max_tokens": room})
+        return sampling
 
     async def close(self) -> None:
         await self.http.close()
@@ -71,6 +149,7 @@ class ServerBackend:
             "model": self.model,
             "trainable": self.trainable,
             "outstanding": self.outstanding,
+            "max_model_len": self.max_model_len,
         }
 
     # --- for subclasses ------------------------------------------------------------

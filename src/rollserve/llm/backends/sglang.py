@@ -29,6 +29,7 @@ _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 class SGLangBackend(ServerBackend):
     kind = "sglang"
+    window_slack = 1  # SGLang refuses input + max_new_tokens >= its context length
 
     async def _generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         reply = await self.http.request_json("POST", "/generate", request_body(prompt_ids, sampling))

@@ -30,6 +30,20 @@ class RouterSession:
                    tools: list[dict] | None = None) -> ChatReply:
         return await self.router.chat(self, messages, sampling, tools=tools)
 
+    def context_window(self) -> int | None:
+        """The context window bounding this trajectory's prompts: its backend's, or,
+        before it is pinned, the smallest among the backends it may be sent to; None
+        where no such backend reports one (``ServerBackend.context_window``)."""
+        usable = [s for s in self.router.states() if s.usable and s.serves("tokens")]
+        states = [s for s in usable if s.name == self.backend] or usable
+        windows: list[int] = []
+        for state in states:
+            read = getattr(state.backend, "context_window", None)
+            window = read() if callable(read) else None
+            if isinstance(window, int):
+                windows.append(window)
+        return min(windows, default=None)
+
     async def message_level(self) -> bool:
         """True if this trajectory runs on a message-level (not trainable) backend."""
         return await self.router.choose_kind(self) == "messages"
