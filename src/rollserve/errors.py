@@ -74,11 +74,3 @@ class LLMError(InfraError):
         self.backend = backend
         self.attempts = attempts
         self.retryable = retryable
-
-
-class QueueFullError(Exception):
-    """The engine cannot admit more rollouts now; retry after ``retry_after`` s."""
-
-    def __init__(self, message: str, retry_after: float):
-        super().__init__(message)
-        self.retry_after = retry_after

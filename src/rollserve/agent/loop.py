@@ -21,8 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rollserve.agent.base import AgentEnv, Step, ToolCallRecord
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.agent.trajectory import Trajectory
@@ -33,15 +31,6 @@ from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
 if TYPE_CHECKING:
     from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
-
-
-class AgentLimits(BaseModel):
-    """Per-request agent limits; unset fields take the handler's defaults."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_turns: int | None = Field(None, ge=1, le=1000)
-    max_context_tokens: int | None = Field(None, ge=16, le=10_000_000)
 
 
 class LLMSession(Protocol):
