@@ -168,3 +168,19 @@ async def test_a_store_failure_on_the_result_frees_the_slot_and_wakes_waiters(ma
     monkeypatch.undo()
     row = await engine.store.rollout(rid)
     assert row.result is None  # unfinished in the store: the next start recovers it
+
+
+async def test_what_a_handler_leaves_is_made_to_fit_the_contract_or_failed_as_infra(make_engine):
+    """A plugin's evaluation is stored as JSON (tuples as lists, keys as strings, what
+    JSON cannot hold as its repr); a stat that is not a count fails the rollout as
+    infra (masked, unscored) instead of leaving it unfinished, re-run at every start."""
+    engine = await make_engine()
+    odd, fractional = await _submit(engine, {"odd_details": True}, {"stats": {"steps": 2.5}})
+    odd_result, bad_result = await _results(engine, [odd, fractional])
+    assert odd_result.status == "completed" and odd_result.reward == 1.0
+    assert odd_result.evaluation == {"ok": True, "pair": [1, 2], "by_id": {"7": "x"},
+                                     "seen": "{3}"}
+    assert bad_result.status == "failed" and bad_result.mask and bad_result.reward is None
+    assert bad_result.failure.kind == "infra" and "stats.steps" in bad_result.failure.message
+    assert bad_result.evaluation is None and "steps" not in bad_result.stats.model_extra
+    assert engine.counters == {"completed": 1, "failed": 1}

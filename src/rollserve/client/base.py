@@ -114,7 +114,7 @@ class ClientBase:
         if response.status_code != 429 or attempt >= MAX_429_RETRIES:
             return None
         try:
-            hinted = float(response.headers.get("retry-after", "1"))
+            hinted = float(str(response.headers.get("retry-after", "1")))
         except ValueError:
             hinted = 1.0
-        return min(MAX_BACKOFF, max(hinted, 0.5 * 2**attempt))
+        return min(MAX_BACKOFF, max(hinted, 0.5 * 2.0**attempt))

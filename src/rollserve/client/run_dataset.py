@@ -56,7 +56,7 @@ class RunItem:
 
     @property
     def id(self) -> str:
-        return self.task["id"]
+        return str(self.task["id"])
 
 
 @dataclass

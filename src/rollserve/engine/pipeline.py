@@ -301,7 +301,7 @@ class Engine:
 
     async def _record_result(self, r: Rollout) -> None:
         r.finished_at = time.time()
-        result = r.result()
+        result = r.final_result()
         seq = await asyncio.shield(self.store.finish(result))
         self.last_seq = max(self.last_seq, seq)
         self.counters[result.status] = self.counters.get(result.status, 0) + 1

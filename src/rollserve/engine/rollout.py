@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from rollserve.agent.trajectory import Trajectory
 from rollserve.contract import (
@@ -18,11 +18,12 @@ from rollserve.contract import (
     RolloutResult,
     RolloutStatus,
     SamplingParams,
-    Stats,
     TerminalStatus,
     Timeouts,
-    Timing,
 )
+from rollserve.contract.validation import describe
+
+MAX_FAILURE_CHARS = 1000  # of a validation error quoted in a failure message
 
 __all__ = ["STAGES", "TERMINAL", "Failure", "Rollout", "RolloutSpec", "Timeouts"]
 
@@ -53,7 +54,7 @@ class Rollout:
     status: RolloutStatus = "queued"
     trajectory: Trajectory = field(default_factory=Trajectory)
     reward: float | None = None
-    evaluation: dict | None = None
+    evaluation: dict[str, Any] | None = None
     failure: Failure | None = None
     timing: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
@@ -121,18 +122,34 @@ class Rollout:
             mask_reason=self.mask_reason,
             stale=self.stale,
             trajectory=traj.to_wire(),
-            timing=Timing.model_validate(self.timing),
-            stats=Stats.model_validate({
+            # Plain dicts, validated in place: an error names stats.<key> or timing.<key>.
+            timing=dict(self.timing),
+            stats={
                 "turns": len(traj.turns),
                 "prompt_tokens": traj.prompt_tokens,
                 "output_tokens": traj.output_tokens,
                 "truncated_turns": traj.truncated_turns,
                 **self.stats,
-            }),
+            },
             attempt=self.attempt,
             metadata=spec.metadata,
         )
 
+
+    def final_result(self) -> RolloutResult:
+        """``result()``, always: when what the handler left does not fit the contract (a
+        stat that is not a count, say), the rollout fails as an infrastructure failure
+        (masked, nothing scored) with the handler's own stats and evaluation dropped, so
+        a result is still stored rather than the rollout left unfinished."""
+        try:
+            return self.result()
+        except ValidationError as exc:
+            stage = self.failure.stage if self.failure is not None else "eval"
+            self.status, self.reward, self.evaluation, self.stats = "failed", None, None, {}
+            self.failure = Failure(stage=stage, kind="infra",
+                                   message="the handler's result does not fit the contract: "
+                                           + describe(exc)[:MAX_FAILURE_CHARS])
+            return self.result()
 
 def _plain_json(details: dict[str, Any] | None) -> dict[str, JsonValue] | None:
     """A handler's evaluation details as plain JSON (tuples become lists, keys strings,
