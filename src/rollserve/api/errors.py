@@ -43,8 +43,10 @@ log = logging.getLogger(__name__)
 
 
 class FieldError(BaseModel):
+    """One field at fault, named as the user wrote it."""
+
     field: str = Field(description="the field at fault, as written in the request: tasks[0].n")
-    message: str
+    message: str = Field(description="what is wrong with it")
     type: str | None = Field(None, description="pydantic's error type, when it found it")
 
 

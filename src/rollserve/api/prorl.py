@@ -322,7 +322,9 @@ async def process(body: ProcessRequest, request: Request) -> Response:
         if rollout_id in compat.stopped and result.status == "cancelled":
             raise HTTPException(409, STOPPED)
         # Rendered without unset fields: messages carry only the keys ProRL's do.
-        return await model_response(prorl_result(result, instance, job_id), exclude_unset=True)
+        # Mapped on a worker thread: each assistant message carries its whole prompt's ids.
+        answer = await asyncio.to_thread(prorl_result, result, instance, job_id)
+        return await model_response(answer, exclude_unset=True)
     except asyncio.CancelledError:
         rollouts.stop(rollout_id)  # the client is gone: stop spending on it
         raise

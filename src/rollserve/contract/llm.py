@@ -32,12 +32,12 @@ class BackendState(BackendInfo):
     sessions: int = Field(description="trajectories pinned to it now")
     assigned: int = Field(description="trajectories ever pinned to it")
     weight: float = Field(description="its share of new trajectories, relative to the others")
-    calls: int
-    failures: int
+    calls: int = Field(description="calls sent to it")
+    failures: int = Field(description="calls that failed on it")
     unit_cost_ms: float | None = Field(
         description="milliseconds of latency per request in flight (EWMA); null before "
                     "its first call")
-    last_error: str | None
+    last_error: str | None = Field(description="its last failure, if any")
 
 
 class RouterStatus(BaseModel):
@@ -46,23 +46,24 @@ class RouterStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
     __pydantic_extra__: dict[str, JsonValue] = Field(init=False)
 
-    paused: bool
-    pause_mode: Literal["finish", "abort"] | None
+    paused: bool = Field(description="new LLM calls are held")
+    pause_mode: Literal["finish", "abort"] | None = Field(
+        description="how the pause treats calls in flight (null when not paused)")
     policy_version: int | None = Field(description="stamped on turns sampled from now on")
     policy: str = Field(description="how a new trajectory picks its backend")
     in_flight: int = Field(description="calls in flight")
     health_checks: bool = Field(description="the health probes are running")
-    calls: int
-    retries: int
-    aborted_by_pause: int
-    failed: int
+    calls: int = Field(description="calls sent since start")
+    retries: int = Field(description="calls sent again after a failure")
+    aborted_by_pause: int = Field(description="calls aborted by a pause (abort mode)")
+    failed: int = Field(description="calls that failed for good")
     moves: int = Field(description="trajectories moved off a backend that went away")
 
 
 class BackendList(BaseModel):
     """``GET /v1/llm/backends``."""
 
-    backends: list[BackendState]
+    backends: list[BackendState] = Field(description="every backend, as the router sees it")
     router: RouterStatus
 
 
@@ -75,7 +76,7 @@ class BackendAdded(BaseModel):
 class BackendRemoved(BaseModel):
     """``DELETE /v1/llm/backends/{name}``."""
 
-    removed: str
+    removed: str = Field(description="the name of the backend removed")
 
 
 class BackendDrained(BaseModel):
@@ -94,18 +95,20 @@ class BackendUndrained(BaseModel):
 class Paused(BaseModel):
     """``POST /v1/llm/pause``."""
 
-    paused: bool
-    mode: Literal["finish", "abort"]
+    paused: bool = Field(description="generation is held")
+    mode: Literal["finish", "abort"] = Field(description="the pause's mode")
     aborted: int = Field(description="calls aborted (abort mode); sent again after resume")
     drained: bool = Field(description="nothing is in flight any more")
-    in_flight: int
-    policy_version: int | None
+    in_flight: int = Field(description="calls still in flight")
+    policy_version: int | None = Field(
+        description="the policy version of turns sampled from now on")
     forwarded: dict[str, str] = Field(description="per backend paused on its server: the outcome")
 
 
 class Resumed(BaseModel):
     """``POST /v1/llm/resume``."""
 
-    paused: bool
-    policy_version: int | None
+    paused: bool = Field(description="generation is held (false after a resume)")
+    policy_version: int | None = Field(
+        description="the policy version of turns sampled from now on")
     forwarded: dict[str, str] = Field(description="per backend resumed on its server: the outcome")

@@ -30,7 +30,7 @@ class ProcessRequest(BaseModel):
 class CancelRequest(BaseModel):
     """``POST /cancel``."""
 
-    job_id: str
+    job_id: str = Field(description="the job whose rollouts to cancel")
 
 
 class LLMServerRequest(BaseModel):
@@ -44,20 +44,20 @@ class LLMServerRequest(BaseModel):
 class StatusReply(BaseModel):
     """What /start, /stop, /cancel and the LLM-server routes answer."""
 
-    status: str
+    status: str = Field(description="what happened, in ProRL's words")
 
 
 class ProRLStatus(BaseModel):
     """``GET /status``."""
 
-    status: Literal["running"]
+    status: Literal["running"] = Field(description="always running (503 before /start)")
     pending_jobs: int = Field(description="/process calls waiting for their result")
-    init_queue: int
-    run_queue: int
-    eval_queue: int
-    active_init: int
-    active_run: int
-    active_eval: int
+    init_queue: int = Field(description="rollouts waiting for an INIT slot")
+    run_queue: int = Field(description="rollouts waiting for a RUN slot")
+    eval_queue: int = Field(description="rollouts waiting for an EVAL slot")
+    active_init: int = Field(description="rollouts in INIT")
+    active_run: int = Field(description="rollouts in RUN")
+    active_eval: int = Field(description="rollouts in EVAL")
     total: int = Field(description="the six counts above, summed")
     llm_servers: list[str] = Field(description="each backend's URL (or name)")
 
@@ -65,15 +65,15 @@ class ProRLStatus(BaseModel):
 class ProRLToolCall(BaseModel):
     """A tool call, flattened as ProRL's messages carry it."""
 
-    name: str
-    arguments: JSONObject | str
+    name: str = Field(description="the tool called")
+    arguments: JSONObject | str = Field(description="its arguments as parsed, or the raw text")
 
 
 class ProRLMessage(BaseModel):
     """A chat message; an assistant message carries the ids of its turn."""
 
-    role: str
-    content: str
+    role: str = Field(description="system | user | assistant | tool")
+    content: str = Field(description="the message's text")
     name: str | None = Field(None, description="set where the message has one")
     tool_call_id: str | None = Field(None, description="set where the message has one")
     tool_calls: list[ProRLToolCall] | None = Field(
@@ -89,12 +89,12 @@ class ProRLMessage(BaseModel):
 class ProRLTiming(BaseModel):
     """Seconds, with ProRL's keys."""
 
-    init_time: float
-    run_time: float
-    eval_time: float
+    init_time: float = Field(description="seconds in INIT")
+    run_time: float = Field(description="seconds in RUN")
+    eval_time: float = Field(description="seconds in EVAL")
     others_time: float = Field(description="total minus the three stages (queueing...)")
     counted_elapsed: float = Field(description="the three stages summed")
-    timeout_triggered: bool
+    timeout_triggered: bool = Field(description="the rollout timed out")
 
 
 class ProRLResult(BaseModel):
@@ -102,7 +102,7 @@ class ProRLResult(BaseModel):
 
     instance_id: JsonValue = Field(description="from the instance")
     trajectory_id: JsonValue = Field(description="from the instance")
-    job_id: str | None
+    job_id: str | None = Field(description="the job_id of the request (null when it sent none)")
     git_patch: str | None = Field(description="the evaluation's, if any")
     success: bool = Field(description="the rollout completed without failure")
     finish: bool = Field(description="the agent ended the episode itself")

@@ -95,7 +95,8 @@ class SubmitRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tasks: list[TaskRequest] = Field(..., min_length=1, max_length=10_000)
+    tasks: list[TaskRequest] = Field(..., min_length=1, max_length=10_000,
+                                     description="the tasks, each run n times as one group")
     sampling: SamplingParams = Field(default_factory=SamplingParams,
                                      description="for every task (a task's own fields win)")
     agent: AgentLimits = Field(default_factory=AgentLimits,

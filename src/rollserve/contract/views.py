@@ -20,7 +20,7 @@ from rollserve.contract.result import (
 class Accepted(BaseModel):
     """One task admitted: its group and the ids of its ``n`` rollouts."""
 
-    group_id: str
+    group_id: str = Field(description="the group: the task's n samples")
     task_id: str = Field(description="the task's client-chosen id, else the group id")
     rollout_ids: list[str] = Field(description="one per sample, in sample order")
     duplicate: bool = Field(False, description="an idempotent retry of a task already accepted "
@@ -30,14 +30,14 @@ class Accepted(BaseModel):
 class SubmitResponse(BaseModel):
     """``POST /v1/rollouts``: every task of the batch, in order."""
 
-    groups: list[Accepted]
+    groups: list[Accepted] = Field(description="each task of the batch, in order")
 
 
 class RolloutView(BaseModel):
     """A rollout's state, and its result once stored."""
 
-    id: str
-    group_id: str
+    id: str = Field(description="the rollout's id")
+    group_id: str = Field(description="its group")
     status: RolloutStatus = Field(description="queued | init | run | eval while in flight, "
                                               "then how it ended")
     done: bool = Field(description="its result is stored")
@@ -48,8 +48,8 @@ class RolloutView(BaseModel):
 class GroupMember(BaseModel):
     """One rollout of a group."""
 
-    id: str
-    status: RolloutStatus
+    id: str = Field(description="the rollout's id")
+    status: RolloutStatus = Field(description="queued | init | run | eval, then how it ended")
     done: bool = Field(description="its result is stored")
     seq: int | None = Field(description="its position in the results cursor, once done")
     result: RolloutResult | None = Field(
@@ -59,8 +59,8 @@ class GroupMember(BaseModel):
 class GroupView(BaseModel):
     """A task's ``n`` samples together."""
 
-    group_id: str
-    task_id: str
+    group_id: str = Field(description="the group's id")
+    task_id: str = Field(description="the task's client-chosen id, else the group id")
     n: int = Field(description="samples in the group")
     done: bool = Field(description="every rollout's result is stored")
     status_counts: dict[RolloutStatus, int] = Field(description="rollouts per status")
@@ -71,7 +71,8 @@ class RunResponse(GroupView):
     """``POST /v1/rollouts:run``: the group, and its results in sample order (null for a
     rollout unfinished when the wait ended)."""
 
-    results: list[RolloutResult | None]
+    results: list[RolloutResult | None] = Field(
+        description="each rollout's result in sample order; null for one unfinished when the wait ended")
 
 
 class ResultsPage(BaseModel):
@@ -85,7 +86,7 @@ class ResultsPage(BaseModel):
 class CancelResponse(BaseModel):
     """``DELETE /v1/rollouts/{id}``."""
 
-    id: str
+    id: str = Field(description="the rollout's id")
     cancelled: bool = Field(description="it was in flight and is now stopped")
     status: RolloutStatus = Field(description="its status after the cancel")
 
@@ -93,7 +94,7 @@ class CancelResponse(BaseModel):
 class GroupCancelResponse(BaseModel):
     """``DELETE /v1/groups/{id}``."""
 
-    group_id: str
+    group_id: str = Field(description="the group's id")
     cancelled: list[str] = Field(description="the rollouts that were in flight and are stopped")
 
 
@@ -101,9 +102,10 @@ class StateEvent(BaseModel):
     """One rollout state change (``GET /v1/events``, as JSON in each ``state`` event).
     ``lagged``: this subscriber was too slow and lost older events."""
 
-    rollout_id: str | None = None
-    group_id: str | None = None
-    status: RolloutStatus | Literal["lagged"]
+    rollout_id: str | None = Field(None, description="the rollout (null on a lagged event)")
+    group_id: str | None = Field(None, description="its group (null on a lagged event)")
+    status: RolloutStatus | Literal["lagged"] = Field(
+        description="its new status, or lagged: this subscriber lost older events")
     time: float = Field(description="Unix time of the change")
     reward: float | None = Field(None, description="on a finished rollout's event")
     mask: bool | None = Field(None, description="on a finished rollout's event")
@@ -123,7 +125,7 @@ class TrajectoryCounters(BaseModel):
     """Over the rollouts finished since start."""
 
     fidelity_mismatches: int = Field(description="tokens that differed from a fresh render")
-    rollouts_with_mismatches: int
+    rollouts_with_mismatches: int = Field(description="rollouts with at least one mismatch")
     truncated_turns: int = Field(description="turns cut by max_tokens")
     stale: int = Field(description="rollouts whose turns span more than max_staleness")
     not_trainable: int = Field(description="rollouts from message-level backends")
@@ -132,17 +134,17 @@ class TrajectoryCounters(BaseModel):
 class Recovered(BaseModel):
     """What the server found unfinished at start (left by a previous server)."""
 
-    requeued: int = 0
-    interrupted: int = 0
+    requeued: int = Field(0, description="re-queued to run again")
+    interrupted: int = Field(0, description="ended as interrupted")
 
 
 class EngineStatus(BaseModel):
     """The engine's side of ``GET /v1/status``."""
 
-    uptime_s: float
+    uptime_s: float = Field(description="seconds since the server started")
     in_flight: int = Field(description="rollouts admitted and not finished")
     max_pending: int = Field(description="the most rollouts admitted at once (--max-pending)")
-    stages: dict[Stage, StageStatus]
+    stages: dict[Stage, StageStatus] = Field(description="each stage's pool: init, run, eval")
     live: dict[RolloutStatus, int] = Field(description="rollouts in flight, by status")
     finished: dict[TerminalStatus, int] = Field(description="since this server started")
     trajectories: TrajectoryCounters
@@ -155,10 +157,10 @@ class EngineStatus(BaseModel):
 class ReapSummary(BaseModel):
     """What the start-up reaper cleaned up of a dead server's sandboxes."""
 
-    sandboxes: int
-    processes_killed: int
+    sandboxes: int = Field(description="sandboxes found (owner records)")
+    processes_killed: int = Field(description="their processes killed")
     kept_live_owners: int = Field(description="sandboxes of servers still running, left alone")
-    errors: list[str]
+    errors: list[str] = Field(description="what could not be cleaned up")
 
 
 class SandboxStatus(BaseModel):
@@ -175,19 +177,21 @@ class SandboxStatus(BaseModel):
     limits: JSONObject | None = Field(
         description="the default limits and how this runtime enforces each one "
                     "(``defaults``, ``enforced_by``); null until the runtime is made")
-    reaped_at_start: ReapSummary | None
+    reaped_at_start: ReapSummary | None = Field(
+        description="what the start-up reaper cleaned up (null before it ran)")
 
 
 class ServiceStatus(EngineStatus):
     """``GET /v1/status``."""
 
-    backends: list[BackendState]
+    backends: list[BackendState] = Field(
+        description="every inference backend, as the router sees it")
     llm: RouterStatus
-    sandboxes: SandboxStatus
+    sandboxes: SandboxStatus = Field(description="the sandbox runtime")
 
 
 class Health(BaseModel):
     """``GET /healthz``."""
 
-    ok: bool
-    version: str
+    ok: bool = Field(description="the server answers")
+    version: str = Field(description="rollserve's version")

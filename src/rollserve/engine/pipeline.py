@@ -301,7 +301,9 @@ class Engine:
 
     async def _record_result(self, r: Rollout) -> None:
         r.finished_at = time.time()
-        result = r.final_result()
+        # Built and validated on a worker thread: a long episode's result is megabytes of
+        # token ids (1M of them took 0.8 s to validate, which would stall the event loop).
+        result = await asyncio.to_thread(r.final_result)
         seq = await asyncio.shield(self.store.finish(result))
         self.last_seq = max(self.last_seq, seq)
         self.counters[result.status] = self.counters.get(result.status, 0) + 1
