@@ -20,10 +20,10 @@ class RequestLimits(BaseModel):
     """How much one request may carry (the defaults are what ``rollserve serve`` uses)."""
 
     max_request_bytes: int = Field(
-        64 * MIB, ge=1024, description="a request body larger than this is refused (413)")
+        64 * MIB, ge=1024, description="a request body larger than this is refused as too large")
     max_instance_bytes: int = Field(
         4 * MIB, ge=1024, description="a task's instance (or metadata) larger than this, as "
-        "compact JSON, is refused (422): rendering and tokenizing its prompt would cost "
+        "compact JSON, is refused naming it: rendering and tokenizing its prompt would cost "
         "seconds of CPU per MB, and 4 MiB is about the text of a 1M-token context")
 
 
