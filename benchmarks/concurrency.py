@@ -24,6 +24,7 @@ import psutil
 
 from benchmarks.common import median, percentile, report
 from rollserve.client import AsyncClient
+from rollserve.contract import RolloutResult
 
 
 def free_port() -> int:
@@ -75,7 +76,7 @@ async def trainer(url: str, rollouts: int, server: psutil.Process) -> dict:
     tasks = [{"data_source": "math", "n": 4,
               "instance": {"question": f"What is {i} + {i}?", "answer": str(2 * i)}}
              for i in range(rollouts // 4)]
-    results: list[dict] = []
+    results: list[RolloutResult] = []
     async with AsyncClient(url, timeout=120) as client:
         started = time.perf_counter()
         ids: list[str] = []
@@ -83,7 +84,7 @@ async def trainer(url: str, rollouts: int, server: psutil.Process) -> dict:
             t0 = time.perf_counter()
             accepted = await client.submit(tasks[chunk:chunk + 50], sampling={"max_tokens": 32})
             latencies["submit"].append(time.perf_counter() - t0)
-            ids += [rid for g in accepted["groups"] for rid in g["rollout_ids"]]
+            ids += [rid for g in accepted.groups for rid in g.rollout_ids]
         max_in_flight = 0
 
         async def poll(offset: int) -> None:
@@ -94,7 +95,7 @@ async def trainer(url: str, rollouts: int, server: psutil.Process) -> dict:
                 t0 = time.perf_counter()
                 status = await client.status()
                 latencies["status"].append(time.perf_counter() - t0)
-                max_in_flight = max(max_in_flight, status["in_flight"])
+                max_in_flight = max(max_in_flight, status.in_flight)
                 t0 = time.perf_counter()
                 await client.rollout(ids[i % len(ids)])
                 latencies["rollout"].append(time.perf_counter() - t0)
@@ -106,23 +107,23 @@ async def trainer(url: str, rollouts: int, server: psutil.Process) -> dict:
         cursor = 0
         while len(results) < rollouts:
             page = await client.results(after=cursor, limit=1000, wait=5)
-            results += page["results"]
-            cursor = page["next"]
+            results += page.results
+            cursor = page.next
         elapsed = time.perf_counter() - started
         await poller
     cpu = tree_cpu(server) - cpu_before
     statuses: dict[str, int] = {}
     for r in results:
-        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        statuses[r.status] = statuses.get(r.status, 0) + 1
     return {
         "rollouts": rollouts, "seconds": elapsed, "statuses": statuses,
-        "unique_results": len({r["id"] for r in results}),
-        "all_submitted_came_back": sorted(r["id"] for r in results) == sorted(ids),
+        "unique_results": len({r.id for r in results}),
+        "all_submitted_came_back": sorted(r.id for r in results) == sorted(ids),
         "max_in_flight": max_in_flight,
         "peak_rss_mb": peak_rss / 2**20,
         "peak_rss_with_scoring_workers_mb": peak_tree_rss / 2**20,
         "server_cpu_seconds": cpu, "cpu_ms_per_rollout": 1000 * cpu / rollouts,
-        "llm_calls": sum(r["stats"]["turns"] for r in results),
+        "llm_calls": sum(r.stats.turns for r in results),
         "latency_ms": {k: {"p50": 1000 * median(v), "p99": 1000 * percentile(v, 99), "n": len(v)}
                        for k, v in latencies.items()},
     }

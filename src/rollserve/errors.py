@@ -103,10 +103,3 @@ def context_window_error(error: BaseException) -> ContextWindowError | None:
         seen = seen.__cause__
     return None
 
-
-class QueueFullError(Exception):
-    """The engine cannot admit more rollouts now; retry after ``retry_after`` s."""
-
-    def __init__(self, message: str, retry_after: float):
-        super().__init__(message)
-        self.retry_after = retry_after

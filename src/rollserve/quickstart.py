@@ -20,10 +20,17 @@ from pathlib import Path
 
 import uvicorn
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from rollserve.client import AsyncClient
+from rollserve.contract import RolloutResult
 from rollserve.datasets import bundled_rows
 from rollserve.llm.tokens.tokenizer import TokenizerError
 from rollserve.sandbox.base import SandboxError
@@ -105,9 +112,9 @@ async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console)
         agent={"max_turns": opts.max_turns},
     )
     console.print(f"submitted {len(tasks)} tasks × n={opts.n} = {total} rollouts "
-                  f"in {len(accepted['groups'])} groups")
+                  f"in {len(accepted.groups)} groups")
 
-    results: list[dict] = []
+    results: list[RolloutResult] = []
     columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -115,53 +122,52 @@ async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console)
         cursor = 0
         while len(results) < total:
             page = await client.results(after=cursor, limit=1000, wait=0.25)
-            results.extend(page["results"])
-            cursor = page["next"]
+            results.extend(page.results)
+            cursor = page.next
             status = await client.status()
-            stages = status["stages"]
             # A stage's bar counts rollouts that have finished it (done) or are in it.
-            for name in ("init", "run", "eval"):
-                progress.update(bars[name], completed=min(total, stages[name]["done"]),
-                                description=f"{name} ({stages[name]['busy']} busy)")
+            for name, stage in status.stages.items():
+                progress.update(bars[name], completed=min(total, stage.done),
+                                description=f"{name} ({stage.busy} busy)")
             progress.update(bars["done"], completed=len(results))
     elapsed = time.perf_counter() - started
 
     with opts.out.open("w") as fh:
         for result in results:
-            fh.write(json.dumps(result) + "\n")
+            fh.write(json.dumps(result.model_dump(mode="json")) + "\n")
     _summary(results, elapsed, console)
     console.print(f"wrote {len(results)} results to [bold]{opts.out}[/bold]")
     return 0
 
 
-def _summary(results: list[dict], elapsed: float, console: Console) -> None:
+def _summary(results: list[RolloutResult], elapsed: float, console: Console) -> None:
     table = Table(title="quickstart results (mean seconds per stage)")
     for col in ("task", "status", "n", "reward", "answered", "turns", "init", "run", "eval"):
         table.add_column(col, justify="right")
-    by_status: dict[tuple[str, str], list[dict]] = {}
+    by_status: dict[tuple[str, str], list[RolloutResult]] = {}
     for r in results:
-        by_status.setdefault((r["data_source"], r["status"]), []).append(r)
+        by_status.setdefault((r.data_source, r.status), []).append(r)
 
-    def mean(rows: list[dict], key: str) -> str:
-        values = [r["timing"].get(key, 0.0) for r in rows]
+    def mean(values: list[float]) -> str:
         return f"{statistics.fmean(values):.2f}" if values else "-"
 
     for (source, status), rows in sorted(by_status.items()):
-        rewards = [r["reward"] for r in rows if r["reward"] is not None]
+        rewards = [r.reward for r in rows if r.reward is not None]
         # "answered": the episode ended with an answer in the asked format (code: submitted).
-        answered = sum(1 for r in rows if r["trajectory"]["ended_by"] == "finished")
-        turns = statistics.fmean(r["stats"]["turns"] for r in rows)
+        answered = sum(1 for r in rows if r.trajectory.ended_by == "finished")
+        turns = statistics.fmean(r.stats.turns for r in rows)
         table.add_row(source, status, str(len(rows)),
                       f"{statistics.fmean(rewards):.3f}" if rewards else "-",
                       f"{answered}/{len(rows)}", f"{turns:.1f}",
-                      mean(rows, "init"), mean(rows, "run"), mean(rows, "eval"))
+                      mean([r.timing.init for r in rows]), mean([r.timing.run for r in rows]),
+                      mean([r.timing.eval for r in rows]))
     console.print(table)
-    output_tokens = sum(r["stats"]["output_tokens"] for r in results)
+    output_tokens = sum(r.stats.output_tokens for r in results)
     console.print(
         f"{len(results)} rollouts in {elapsed:.1f}s · {output_tokens} tokens sampled · "
         f"{output_tokens / max(elapsed, 1e-9):.1f} tokens/s overall"
     )
-    if results and not any(r["trajectory"]["ended_by"] == "finished" for r in results):
+    if results and not any(r.trajectory.ended_by == "finished" for r in results):
         console.print("[dim]SmolLM2-135M rarely writes its answer in \\boxed{} or calls a tool; a real "
                       "policy (rollserve serve --backend URL) does. The trajectories are still exact "
                       "and trainable.[/dim]")

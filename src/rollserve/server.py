@@ -11,16 +11,21 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from rollserve.engine.facade import Rollouts
 from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.requests import RequestLimits
 from rollserve.engine.store import SQLiteStore
+from rollserve.errors import RolloutError
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
 from rollserve.handlers.scoring import ScoringPool
 from rollserve.llm.backends.factory import backend_from_spec
 from rollserve.llm.routing.router import Router, RouterConfig
-from rollserve.errors import RolloutError
-from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER, TokenizerError, load_tokenizer
+from rollserve.llm.tokens.tokenizer import (
+    DEFAULT_TOKENIZER,
+    TokenizerError,
+    load_tokenizer,
+)
 from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.owner import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
@@ -112,7 +117,7 @@ class Service:
             except UnknownDataSource as exc:
                 raise ValueError(f"handler options for {name!r}: {exc}") from None
         self.engine = Engine(self.store, self.handlers, self.router, config.engine, context)
-        self.recovered: dict[str, int] = {}
+        self.rollouts = Rollouts(self.engine, config.limits)  # what the API calls
 
     async def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +140,7 @@ class Service:
             self.router.add(backend_from_spec(spec))
         await self.router.start()  # health checks
         await self._probe_tokenizer()
-        self.recovered = await self.engine.start()
+        await self.engine.start()
 
     def sandbox_status(self) -> dict:
         return {**self.sandboxes.status(), "reaped_at_start": self.reaped}

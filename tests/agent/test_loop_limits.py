@@ -63,8 +63,9 @@ async def test_a_turn_cut_by_max_tokens_is_marked_and_counted(tok):
     assert [t.finish_reason for t in trajectory.turns] == ["length", "length"]
     assert trajectory.truncated_turns == 2
     rollout = Rollout(spec=RolloutSpec(id="r", group_id="g", task_id="t", data_source="x",
-                                       sample_index=0, instance={}), trajectory=trajectory)
-    assert rollout.result()["stats"]["truncated_turns"] == 2
+                                       sample_index=0, instance={}), trajectory=trajectory,
+                      status="completed")
+    assert rollout.result().stats.truncated_turns == 2
     assert server.calls[-1].request["max_tokens"] == 5
     assert tight.ended_by == "context_exhausted" and tight.turns[0].finish_reason == "length"
 
@@ -109,8 +110,8 @@ async def test_a_chat_api_runs_the_episode_on_messages(tok):
     sent = server.calls[1].request
     assert sent["messages"] == trajectory.messages[:3] and sent["max_completion_tokens"] == 64
     assert server.calls[0].route == "/v1/chat/completions"
-    result = trajectory.to_dict()
-    assert result["trainable"] is False and result["tokens"]["input_ids"] == []
+    result = trajectory.to_wire()
+    assert result.trainable is False and result.tokens.input_ids == []
 
 
 def test_structured_tool_calls_become_text_and_results_get_their_ids():

@@ -11,13 +11,25 @@ fields app.py's ``_run_with_prorl`` and ``convert_prorl_messages_to_output_items
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 import httpx
 import pytest
 
-from rollserve.api.prorl import NO_LLM_SERVER, NOT_RUNNING, STOPPED, ProRLConfig, prorl_result
+from rollserve.agent.tool_calls import SUBMIT_MARKERS, format_tool_call
+from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
+from rollserve.agent.tools import FinishTool
+from rollserve.api.errors import render_model
+from rollserve.api.prorl import NO_LLM_SERVER, NOT_RUNNING, STOPPED, ProRLConfig
+from rollserve.api.prorl_result import prorl_result
+from rollserve.contract import Failure, RolloutResult
+from rollserve.contract.prorl import ProRLResult
+from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults
+from rollserve.handlers.sandboxed import run_episode
 from rollserve.testing import FakeVLLM
+
+from ..agent.test_tool_formats import FakeBash
 
 INSTANCE = {"instance_id": "math-2plus2", "trajectory_id": 0, "data_source": "math",
             "question": "What is 2 + 2?", "answer": "4"}
@@ -154,7 +166,7 @@ async def test_bad_input_is_400(prorl_api, fake_llm):
     assert r.status_code == 400 and "question" in r.json()["detail"]
     r = await client.post("/add_llm_server", json={"address": "not a url"})
     assert r.status_code == 400
-    assert not fake_llm.calls and not service.engine.live  # nothing was started
+    assert not fake_llm.calls and service.rollouts.status().in_flight == 0  # nothing started
 
 
 async def test_a_job_past_its_wait_is_504_and_cancelled(prorl_api, tok):
@@ -165,10 +177,10 @@ async def test_a_job_past_its_wait_is_504_and_cancelled(prorl_api, tok):
                                                 "job_id": "slow"})
         assert r.status_code == 504 and r.json() == {"detail": "Processing timed out"}
         for _ in range(200):
-            if not service.engine.live:
+            if service.rollouts.status().in_flight == 0:
                 break
             await asyncio.sleep(0.01)
-        assert not service.engine.live  # the rollout was cancelled, not left running
+        assert service.rollouts.status().in_flight == 0  # cancelled, not left running
 
 
 async def test_a_timed_out_rollout_answers_critical_error_timeout(prorl_api, tok):
@@ -207,7 +219,8 @@ async def test_cancel_status_and_stop(prorl_api, tok):
             await asyncio.sleep(0.01)
         assert (await client.post("/stop")).json() == {"status": "Server stopped successfully"}
         answer = await stopped
-        assert answer.status_code == 500 and answer.json() == {"detail": STOPPED}
+        # Never a 500 (ProRL's own server answers one here): a 409, the documented shape.
+        assert answer.status_code == 409 and answer.json() == {"detail": STOPPED}
         assert (await client.post("/process", json=body)).status_code == 503
         assert (await client.post("/start")).status_code == 200
 
@@ -225,54 +238,134 @@ async def test_clear_llm_server_removes_every_backend(prorl_api, fake_llm):
 
 
 # --- the result mapping -------------------------------------------------------------------
-def test_tool_calls_are_flattened_and_each_turn_gets_its_prompt():
+def _result(trajectory: dict, **fields) -> RolloutResult:
+    """A whole RolloutResult: ``trajectory``'s and ``fields``' keys over a plain one."""
+    turns = trajectory.get("turns", [])
+    ids = [i for t in turns for i in t["prompt_ids_delta"] + t["output_ids"]]
+    mask = [m for t in turns for m in [0] * len(t["prompt_ids_delta"]) + [1] * len(t["output_ids"])]
+    logprobs = [p for t in turns for p in [0.0] * len(t["prompt_ids_delta"]) + t["logprobs"]]
+    return RolloutResult.model_validate({
+        "id": "g-1-0", "group_id": "g-1", "task_id": "g-1", "data_source": "math",
+        "sample_index": 0, "status": "completed", "reward": 1.0, "evaluation": None,
+        "failure": None, "mask": False, "mask_reason": None, "stale": False,
+        "trajectory": {"messages": [], "turns": [], "fidelity": {}, "policy_versions": [],
+                       "trainable": True, "ended_by": "finished", "tools": None,
+                       "tokens": {"input_ids": ids, "loss_mask": mask, "logprobs": logprobs},
+                       **trajectory},
+        "timing": {}, "stats": {"turns": len(turns), "prompt_tokens": 0, "output_tokens": 0,
+                                "truncated_turns": 0},
+        "attempt": 1, "metadata": {}, **fields})
+
+
+def _rendered(result: ProRLResult) -> dict:
+    """As /process answers it: without the fields ProRL's result leaves out."""
+    return json.loads(render_model(result, exclude_unset=True))
+
+
+def test_tool_calls_come_from_the_turns_and_each_turn_gets_its_prompt():
     turns = [
         {"prompt_ids_delta": [1, 2, 3], "output_ids": [10, 11], "logprobs": [-0.1, -0.2],
-         "finish_reason": "stop", "backend": "b", "policy_version": None},
+         "finish_reason": "stop", "backend": "b", "policy_version": None,
+         "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}, "id": None}]},
         {"prompt_ids_delta": [4, 5], "output_ids": [12], "logprobs": [-0.3],
          "finish_reason": "length", "backend": "b", "policy_version": None},
     ]
-    call = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
-    result = {
-        "id": "g-1-0", "status": "failed", "reward": 0.0, "mask": True, "mask_reason": "infra",
-        "failure": {"stage": "eval", "kind": "infra", "message": "scorer died"},
-        "evaluation": None, "timing": {"init": 0.5, "run": 2.0, "total": 3.0},
-        "trajectory": {"messages": [
+    # The reply's text is not parsed again: the turn's parsed calls are what count.
+    call = '<tool_call>\n{"name": "other", "arguments": {}}\n</tool_call>'
+    result = _result(
+        {"messages": [
             {"role": "system", "content": "s"}, {"role": "user", "content": "u"},
             {"role": "assistant", "content": "Looking." + call},
             {"role": "tool", "content": "a.txt", "name": "bash"},
             {"role": "assistant", "content": "Done"}, {"role": "user", "content": "more?"}],
-            "turns": turns, "trainable": True, "ended_by": "max_turns",
-            "tools": [{"type": "function", "function": {"name": "bash"}}]},
-    }
+         "turns": turns, "ended_by": "max_turns",
+         "tools": [{"type": "function", "function": {"name": "bash"}}]},
+        status="failed", reward=None, mask=True, mask_reason="infra",
+        failure={"stage": "eval", "kind": "infra", "message": "scorer died"},
+        timing={"init": 0.5, "run": 2.0, "total": 3.0})
     out = prorl_result(result, {"instance_id": "i"}, "job")
-    first, second = [m for m in out["messages"] if m["role"] == "assistant"]
-    assert out["messages"][-1] is second  # ends with the last assistant message, as ProRL's
-    assert first["tool_calls"] == [{"name": "bash", "arguments": {"command": "ls"}}]
-    assert first["input_ids"] == [1, 2, 3] and first["token_ids"] == [10, 11]
-    assert second["input_ids"] == [1, 2, 3, 10, 11, 4, 5] and second["logprobs"] == [-0.3]
-    assert "tool_calls" not in second
-    assert out["critical_error"] == "eval" and out["filter"] and out["error"] == "scorer died"
-    assert out["end_properly"] is False  # the last turn was cut by max_tokens
-    assert out["tools"] == result["trajectory"]["tools"]
-    assert out["timing"]["others_time"] == pytest.approx(0.5)
-    assert out["timing"]["counted_elapsed"] == pytest.approx(2.5)
+    first, second = [m for m in out.messages if m.role == "assistant"]
+    assert out.messages[-1] is second  # ends with the last assistant message, as ProRL's
+    assert [c.model_dump() for c in first.tool_calls] == [{"name": "bash", "arguments": {"command": "ls"}}]
+    assert first.input_ids == [1, 2, 3] and first.token_ids == [10, 11]
+    assert second.input_ids == [1, 2, 3, 10, 11, 4, 5] and second.logprobs == [-0.3]
+    assert out.critical_error == "eval" and out.filter and out.error == "scorer died"
+    assert out.end_properly is False  # the last turn was cut by max_tokens
+    assert out.tools == result.trajectory.tools
+    assert out.timing.others_time == pytest.approx(0.5)
+    assert out.timing.counted_elapsed == pytest.approx(2.5)
+    rendered = _rendered(out)
+    assert "tool_calls" not in rendered["messages"][-1]  # keys only where ProRL has them
+    assert rendered["messages"][3] == {"role": "tool", "content": "a.txt", "name": "bash"}
+    assert set(rendered["messages"][2]) == {"role", "content", "tool_calls", "token_ids",
+                                            "input_ids", "logprobs"}
     # An agent failure is trained on: no critical_error, not filtered.
-    agent = dict(result, mask=False, failure={"stage": "run", "kind": "agent", "message": "bad call"})
-    assert prorl_result(agent, {})["critical_error"] is None and not prorl_result(agent, {})["filter"]
+    agent = result.model_copy(update={"mask": False, "failure": Failure(
+        stage="run", kind="agent", message="bad call")})
+    assert prorl_result(agent, {}).critical_error is None and not prorl_result(agent, {}).filter
 
 
 def test_a_message_level_trajectory_has_no_ids():
-    result = {"status": "completed", "reward": 1.0, "mask": False, "failure": None,
-              "trajectory": {"messages": [{"role": "user", "content": "u"},
-                                          {"role": "assistant", "content": "a", "tool_calls": [
-                                              {"id": "c1", "type": "function",
-                                               "function": {"name": "f", "arguments": "{}"}}]}],
-                             "turns": [{"prompt_ids_delta": [], "output_ids": [], "logprobs": []}],
-                             "trainable": False, "ended_by": "finished"}}
-    (assistant,) = [m for m in prorl_result(result, {})["messages"] if m["role"] == "assistant"]
+    result = _result({
+        "messages": [{"role": "user", "content": "u"},
+                     {"role": "assistant", "content": "a", "tool_calls": [
+                         {"id": "c1", "type": "function",
+                          "function": {"name": "f", "arguments": "{}"}}]}],
+        "turns": [{"prompt_ids_delta": [], "output_ids": [], "logprobs": [],
+                   "finish_reason": "tool_calls", "backend": "api",
+                   "tool_calls": [{"name": "f", "arguments": "{}", "id": "c1"}]}],
+        "trainable": False})
+    (assistant,) = [m for m in _rendered(prorl_result(result, {}))["messages"]
+                    if m["role"] == "assistant"]
     assert assistant["token_ids"] is None and assistant["input_ids"] is None
     assert assistant["tool_calls"] == [{"name": "f", "arguments": "{}"}]
+
+
+class BashBlockTask:
+    """A task family whose agent calls its tools in bash_block format (one ```bash block
+    per reply), with a stand-in shell: what is under test is /process, not the shell."""
+
+    name = "bash-block-task"
+    defaults = HandlerDefaults(max_turns=4)
+
+    def __init__(self, ctx: HandlerContext) -> None:
+        self.ctx = ctx
+
+    def validate(self, instance: dict) -> None:
+        pass
+
+    async def init(self, rollout) -> None:
+        pass
+
+    async def run(self, rollout) -> None:
+        env = ToolEnv([FakeBash(), FinishTool()], "Say hi, then submit 42.",
+                      tokenizer=self.ctx.tokenizer, config=ToolEnvConfig(tool_format="bash_block"))
+        await run_episode(self.ctx, rollout, env)
+
+    async def eval(self, rollout) -> Evaluation:
+        return Evaluation(reward=1.0)
+
+    async def cleanup(self, rollout) -> None:
+        pass
+
+
+async def test_an_episode_in_bash_block_format_reports_its_tool_calls(prorl_api, tok):
+    """/process names each call of a bash_block episode: from the turns, where the
+    environment recorded what it parsed, not by parsing the text again as hermes."""
+    replies = ["I will greet.\n" + format_tool_call("bash", {"command": "echo hi"}, "bash_block"),
+               f"```bash\necho {SUBMIT_MARKERS[0]}\necho 42\n```"]
+    async with FakeVLLM(tok, replies=replies, latency=0.0) as fake:
+        service, client = await prorl_api(backends=[fake.url])
+        service.handlers.register(BashBlockTask.name, BashBlockTask)
+        await client.post("/start")
+        result = await call_prorl_process(client, {"data_source": BashBlockTask.name},
+                                          {"max_output_tokens": 64})
+    assert result["finish"] is True and result["critical_error"] is None, result
+    calls = [(m["role"], m.get("tool_calls")) for m in result["messages"] if m["role"] == "assistant"]
+    assert calls == [("assistant", [{"name": "bash", "arguments": {"command": "echo hi"}}]),
+                     ("assistant", [{"name": "bash", "arguments": {
+                         "command": f"echo {SUBMIT_MARKERS[0]}\necho 42"}}])]
+    ProRLResult.model_validate(result)  # the answer is the published shape
 
 
 def test_serve_prorl_listens_on_8006(monkeypatch, tmp_path):

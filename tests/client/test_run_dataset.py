@@ -11,8 +11,9 @@ import pytest
 from rollserve.api.app import create_app
 from rollserve.client import AsyncClient
 from rollserve.client import run_dataset as run_module
-from rollserve.datasets import read_dataset
 from rollserve.client.run_dataset import DatasetRun, RunAborted, RunOptions, plan
+from rollserve.contract import RolloutResult
+from rollserve.datasets import read_dataset
 
 QUESTIONS = [("What is 2 + 2?", "4"), ("What is 3 + 1?", "4"), ("What is 2 + 3?", "5")]
 OPTIONS = RunOptions(sampling={"max_tokens": 32}, poll_wait=1.0)
@@ -47,6 +48,7 @@ async def test_runs_every_row_and_writes_each_result(make_api, fake_llm, tmp_pat
     report = await run(service, items, tmp_path / "out.jsonl", on_change=lambda p: seen.append(p.finished))
     written = results(tmp_path / "out.jsonl")
     assert len(written) == 6 and "seq" not in written[0]
+    assert all(RolloutResult.model_validate(r).status == "completed" for r in written)
     assert {(r["task_id"], r["sample_index"]) for r in written} == \
         {(item.id, i) for item in items for i in range(2)}
     assert all(r["task_id"].startswith("mathset/") for r in written)

@@ -19,36 +19,36 @@ def test_sigkill_mid_batch_then_restart(server_factory, fake_llm_thread, tmp_pat
     first = server_factory("--backend", fake.url, "--run-workers", "4",
                            "--on-restart", policy, state_dir=state).start()
     with Client(first.url) as client:
-        ids = [rid for g in client.submit(TASKS)["groups"] for rid in g["rollout_ids"]]
+        ids = [rid for g in client.submit(TASKS).groups for rid in g.rollout_ids]
         deadline = time.monotonic() + 60
-        while len(before := client.results(after=0, limit=100)["results"]) < 4:
+        while len(before := client.results(after=0, limit=100).results) < 4:
             assert time.monotonic() < deadline, "no results before the kill"
             time.sleep(0.05)
         first.kill()
-    before = {r["id"]: r for r in before}
-    assert len(before) < len(ids), "the kill came too late to test recovery"
+    seen = {r.id: r for r in before}
+    assert len(seen) < len(ids), "the kill came too late to test recovery"
     second = server_factory("--backend", fake.url, "--on-restart", policy, state_dir=state)
     with Client(second.start().url) as client:
         # A trainer that crashed after reading 2 results resumes from its cursor.
-        head = client.results(after=0, limit=2)["results"]
-        rest = list(client.stream_results(after=head[-1]["seq"], until=len(ids) - 2, wait=10))
+        head = client.results(after=0, limit=2).results
+        rest = list(client.stream_results(after=head[-1].seq or 0, until=len(ids) - 2, wait=10))
         status = client.status()
     results = head + rest
-    assert [r["seq"] for r in results] == list(range(1, len(ids) + 1))  # no gaps
-    assert sorted(r["id"] for r in results) == sorted(ids)  # none lost, none twice
+    assert [r.seq for r in results] == list(range(1, len(ids) + 1))  # no gaps
+    assert sorted(r.id for r in results) == sorted(ids)  # none lost, none twice
     recovered = 0
     for r in results:
-        if r["id"] in before:  # what the trainer saw before the crash is unchanged
-            assert r == before[r["id"]]
-        elif r["attempt"] == 1 and r["status"] == "completed":
+        if r.id in seen:  # what the trainer saw before the crash is unchanged
+            assert r == seen[r.id]
+        elif r.attempt == 1 and r.status == "completed":
             pass  # finished between the last read and the kill
         elif policy == "requeue":
-            assert r["status"] == "completed" and r["attempt"] == 2 and r["mask"] is False
+            assert r.status == "completed" and r.attempt == 2 and r.mask is False
             recovered += 1
         else:
-            assert r["status"] == "interrupted" and r["mask"] is True
-            assert r["failure"]["kind"] == "infra" and "server stopped" in r["failure"]["message"]
+            assert r.status == "interrupted" and r.mask is True
+            assert r.failure.kind == "infra" and "server stopped" in r.failure.message
             recovered += 1
     assert recovered > 0
-    key = {"requeue": "requeued", "interrupt": "interrupted"}[policy]
-    assert status["recovered_at_start"][key] == recovered
+    counted = status.recovered_at_start
+    assert (counted.requeued if policy == "requeue" else counted.interrupted) == recovered

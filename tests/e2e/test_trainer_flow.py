@@ -5,6 +5,7 @@ import json
 import httpx
 
 from rollserve.client import Client
+from rollserve.contract import RolloutResult
 
 TASKS = [
     {"data_source": "math", "n": 4, "instance": {"question": "What is 2 + 2?", "answer": "4"}},
@@ -12,23 +13,23 @@ TASKS = [
 ]
 
 
-def _check_tokens_are_what_the_backend_sampled(result: dict, calls_by_prompt: dict) -> None:
-    tokens = result["trajectory"]["tokens"]
-    ids, mask, logprobs = tokens["input_ids"], tokens["loss_mask"], tokens["logprobs"]
+def _check_tokens_are_what_the_backend_sampled(result: RolloutResult, calls_by_prompt: dict) -> None:
+    tokens = result.trajectory.tokens
+    ids, mask, logprobs = tokens.input_ids, tokens.loss_mask, tokens.logprobs
     assert len(ids) == len(mask) == len(logprobs)
     position = 0
-    for turn in result["trajectory"]["turns"]:
-        position += len(turn["prompt_ids_delta"])
-        n = len(turn["output_ids"])
+    for turn in result.trajectory.turns:
+        position += len(turn.prompt_ids_delta)
+        n = len(turn.output_ids)
         sampled = (ids[position:position + n], logprobs[position:position + n])
-        assert sampled == (turn["output_ids"], turn["logprobs"])
+        assert sampled == (turn.output_ids, turn.logprobs)
         # The backend saw exactly this prompt and answered exactly these ids and logprobs.
         answers = [(c.output_ids, c.logprobs) for c in calls_by_prompt[tuple(ids[:position])]]
         assert sampled in answers
         assert mask[position:position + n] == [1] * n
         position += n
     assert position == len(ids)
-    assert sum(mask) == sum(len(t["output_ids"]) for t in result["trajectory"]["turns"])
+    assert sum(mask) == sum(len(t.output_ids) for t in result.trajectory.turns)
 
 
 def test_two_tasks_times_four_samples(server_factory, fake_llm_thread):
@@ -39,20 +40,20 @@ def test_two_tasks_times_four_samples(server_factory, fake_llm_thread):
     with Client(server.url) as client:
         accepted = client.submit(TASKS, sampling={"max_tokens": 64, "temperature": 1.0},
                                  agent={"max_turns": 3})
-        assert [len(g["rollout_ids"]) for g in accepted["groups"]] == [4, 4]
+        assert [len(g.rollout_ids) for g in accepted.groups] == [4, 4]
         results = list(client.stream_results(after=0, until=8, wait=10))
     assert len(results) == 8
-    assert [r["seq"] for r in results] == list(range(1, 9))
-    assert len({r["id"] for r in results}) == 8
+    assert [r.seq for r in results] == list(range(1, 9))
+    assert len({r.id for r in results}) == 8
     calls: dict[tuple, list] = {}
     for call in fake.calls:
         calls.setdefault(tuple(call.prompt_ids), []).append(call)
     for result in results:
-        assert result["status"] == "completed", result["failure"]
-        assert result["trajectory"]["fidelity"]["mismatches"] == 0
+        assert result.status == "completed", result.failure
+        assert result.trajectory.fidelity.mismatches == 0
         _check_tokens_are_what_the_backend_sampled(result, calls)
-    groups = {r["group_id"] for r in results}
-    assert groups == {g["group_id"] for g in accepted["groups"]}
+    groups = {r.group_id for r in results}
+    assert groups == {g.group_id for g in accepted.groups}
 
 
 def test_server_sent_events_report_state_changes(server_factory, fake_llm_thread):
@@ -61,7 +62,7 @@ def test_server_sent_events_report_state_changes(server_factory, fake_llm_thread
     seen = []
     with httpx.stream("GET", f"{server.url}/v1/events", timeout=30) as events:
         with Client(server.url) as client:
-            rid = client.submit(TASKS[:1])["groups"][0]["rollout_ids"][0]
+            rid = client.submit(TASKS[:1]).groups[0].rollout_ids[0]
         for line in events.iter_lines():
             if line.startswith("data:"):
                 event = json.loads(line[5:])

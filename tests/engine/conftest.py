@@ -38,10 +38,14 @@ class ScriptedHandler:
 
     async def run(self, rollout):
         await self._stage(rollout, "run")
+        rollout.stats.update(rollout.instance.get("stats", {}))  # what a plugin might add
 
     async def eval(self, rollout):
         await self._stage(rollout, "eval")
-        return Evaluation(reward=rollout.instance.get("reward", 1.0), details={"ok": True})
+        details = {"ok": True}
+        if rollout.instance.get("odd_details"):  # what a plugin might put in them
+            details.update(pair=(1, 2), by_id={7: "x"}, seen={3})
+        return Evaluation(reward=rollout.instance.get("reward", 1.0), details=details)
 
     async def cleanup(self, rollout):
         self.cleaned.append(rollout.id)

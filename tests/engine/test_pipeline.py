@@ -3,9 +3,9 @@ import time
 
 import pytest
 
-from rollserve.engine.requests import SubmitRequest
-from rollserve.engine.submit import SubmitError, submit
-from rollserve.errors import QueueFullError
+from rollserve.contract import SubmitRequest
+from rollserve.engine.errors import Conflict, InvalidTask, QueueFull, UnknownDataSource
+from rollserve.engine.submit import submit
 
 
 async def _submit(engine, *instances, n=1, **batch):
@@ -25,10 +25,11 @@ async def test_completed_rollout_has_reward_and_timings(make_engine, handler):
     engine = await make_engine()
     (rid,) = await _submit(engine, {"reward": 0.5})
     (result,) = await _results(engine, [rid])
-    assert result["status"] == "completed"
-    assert result["reward"] == 0.5 and result["mask"] is False and result["failure"] is None
-    for key in ("queued", "init", "run", "eval", "total"):
-        assert key in result["timing"]
+    assert result.status == "completed"
+    assert result.reward == 0.5 and result.mask is False and result.failure is None
+    timing = result.timing
+    assert min(timing.init, timing.run, timing.eval, timing.total) > 0 and timing.queued >= 0
+    assert result.evaluation == {"ok": True} and result.seq == 1
     assert handler.cleaned == [rid]
 
 
@@ -41,7 +42,7 @@ async def test_a_slow_eval_does_not_hold_a_run_slot(make_engine):
     # Coupled (run+eval holding the one RUN worker) would take 4 * 1.05 s, and the
     # last rollout would wait 3.15 s for the RUN slot.
     assert elapsed < 3.0, elapsed
-    assert max(r["timing"]["queued_run"] for r in results) < 1.5
+    assert max(r.timing.queued_run for r in results) < 1.5
 
 
 @pytest.mark.parametrize(
@@ -58,10 +59,10 @@ async def test_failures_are_typed_and_infra_is_masked(make_engine, handler, inst
     engine = await make_engine()
     (rid,) = await _submit(engine, instance)
     (result,) = await _results(engine, [rid])
-    assert result["status"] == status
-    assert result["failure"]["kind"] == kind and result["failure"]["stage"] == stage
-    assert result["mask"] is mask
-    assert result["reward"] == reward
+    assert result.status == status
+    assert result.failure.kind == kind and result.failure.stage == stage
+    assert result.mask is mask
+    assert result.reward == reward
     assert handler.cleaned == [rid]
 
 
@@ -71,11 +72,11 @@ async def test_stage_timeout_and_total_deadline_are_typed(make_engine):
     total_ids = await _submit(engine, {"init_sleep": 0.1, "run_sleep": 30}, timeouts={"total": 0.3})
     (stage_result,) = await _results(engine, stage_ids)
     (total_result,) = await _results(engine, total_ids)
-    assert stage_result["status"] == "timed_out"
-    assert stage_result["failure"]["stage"] == "run" and stage_result["failure"]["kind"] == "timeout"
-    assert "0.2s" in stage_result["failure"]["message"] and stage_result["mask"] is True
-    assert total_result["status"] == "timed_out"
-    assert "deadline" in total_result["failure"]["message"]
+    assert stage_result.status == "timed_out"
+    assert stage_result.failure.stage == "run" and stage_result.failure.kind == "timeout"
+    assert "0.2s" in stage_result.failure.message and stage_result.mask is True
+    assert total_result.status == "timed_out"
+    assert "deadline" in total_result.failure.message
 
 
 async def test_cancel_stops_work_in_flight_and_runs_cleanup(make_engine, handler):
@@ -87,8 +88,8 @@ async def test_cancel_stops_work_in_flight_and_runs_cleanup(make_engine, handler
     assert engine.cancel(rid) is True
     (result,) = await _results(engine, [rid])
     assert time.perf_counter() - started < 10  # bounded: far below the 60 s run
-    assert result["status"] == "cancelled" and result["failure"]["stage"] == "run"
-    assert result["mask"] is True
+    assert result.status == "cancelled" and result.failure.stage == "run"
+    assert result.mask is True
     assert handler.cleaned == [rid]
     assert engine.cancel(rid) is False
 
@@ -96,21 +97,21 @@ async def test_cancel_stops_work_in_flight_and_runs_cleanup(make_engine, handler
 async def test_full_queue_refuses_the_whole_batch(make_engine):
     engine = await make_engine(max_pending=3)
     await _submit(engine, {"run_sleep": 5}, n=2)
-    with pytest.raises(QueueFullError) as info:
+    with pytest.raises(QueueFull) as info:
         await _submit(engine, {}, n=2)
-    assert info.value.retry_after > 0
+    assert info.value.retry_after > 0 and (info.value.wanted, info.value.free) == (2, 1)
     assert len(engine.live) == 2
 
 
 async def test_bad_instance_and_unknown_source_name_the_field(make_engine):
     engine = await make_engine()
-    with pytest.raises(SubmitError) as info:
+    with pytest.raises(InvalidTask) as info:
         await _submit(engine, {}, {"reward": "high"})
-    assert info.value.field == "tasks[1].instance.reward" and info.value.status_code == 422
+    assert info.value.field == "tasks[1].instance.reward" and info.value.message == "must be a number"
     request = SubmitRequest.model_validate({"tasks": [{"data_source": "nope", "instance": {}}]})
-    with pytest.raises(SubmitError) as info:
+    with pytest.raises(UnknownDataSource) as info:
         await submit(engine, request)
-    assert info.value.field == "tasks[0].data_source" and info.value.status_code == 400
+    assert info.value.field == "tasks[0].data_source" and "known: scripted" in info.value.message
     assert engine.live == {}
 
 
@@ -121,9 +122,9 @@ async def test_client_ids_make_retries_idempotent(make_engine):
     again = await submit(engine, SubmitRequest.model_validate(body))
     assert again[0].duplicate and again[0].rollout_ids == first[0].rollout_ids
     body["tasks"][0]["n"] = 3
-    with pytest.raises(SubmitError) as info:
+    with pytest.raises(Conflict) as info:
         await submit(engine, SubmitRequest.model_validate(body))
-    assert info.value.status_code == 409 and info.value.field == "tasks[0].id"
+    assert info.value.field == "tasks[0].id"
 
 
 @pytest.mark.parametrize("policy, expected", [("requeue", "completed"), ("interrupt", "interrupted")])
@@ -141,13 +142,15 @@ async def test_restart_requeues_or_interrupts_unfinished_rollouts(make_engine, t
 
     second = await make_engine(path=path, on_restart=policy)
     results = await _results(second, ids)
-    assert {r["status"] for r in results} == {expected}
+    assert {r.status for r in results} == {expected}
     if expected == "interrupted":
-        assert all(r["mask"] and r["failure"]["kind"] == "infra" for r in results)
+        assert all(r.mask and r.failure.kind == "infra" for r in results)
     else:
-        assert all(r["attempt"] == 2 for r in results)
+        assert all(r.attempt == 2 for r in results)
     rows = await second.store.results_after(0, 100)
-    assert sorted(r["id"] for _, r in rows) == sorted(done + ids)  # none lost, none twice
+    assert sorted(r.id for r in rows) == sorted(done + ids)  # none lost, none twice
+    recovered = second.status().recovered_at_start
+    assert (recovered.requeued, recovered.interrupted) == ((3, 0) if policy == "requeue" else (0, 3))
 
 
 async def test_a_store_failure_on_the_result_frees_the_slot_and_wakes_waiters(make_engine, monkeypatch):
@@ -165,3 +168,19 @@ async def test_a_store_failure_on_the_result_frees_the_slot_and_wakes_waiters(ma
     monkeypatch.undo()
     row = await engine.store.rollout(rid)
     assert row.result is None  # unfinished in the store: the next start recovers it
+
+
+async def test_what_a_handler_leaves_is_made_to_fit_the_contract_or_failed_as_infra(make_engine):
+    """A plugin's evaluation is stored as JSON (tuples as lists, keys as strings, what
+    JSON cannot hold as its repr); a stat that is not a count fails the rollout as
+    infra (masked, unscored) instead of leaving it unfinished, re-run at every start."""
+    engine = await make_engine()
+    odd, fractional = await _submit(engine, {"odd_details": True}, {"stats": {"steps": 2.5}})
+    odd_result, bad_result = await _results(engine, [odd, fractional])
+    assert odd_result.status == "completed" and odd_result.reward == 1.0
+    assert odd_result.evaluation == {"ok": True, "pair": [1, 2], "by_id": {"7": "x"},
+                                     "seen": "{3}"}
+    assert bad_result.status == "failed" and bad_result.mask and bad_result.reward is None
+    assert bad_result.failure.kind == "infra" and "stats.steps" in bad_result.failure.message
+    assert bad_result.evaluation is None and "steps" not in bad_result.stats.model_extra
+    assert engine.counters == {"completed": 1, "failed": 1}

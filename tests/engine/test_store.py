@@ -2,7 +2,8 @@ import time
 
 import pytest
 
-from rollserve.engine.rollout import RolloutSpec
+from rollserve.contract import RolloutResult
+from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.engine.store import DuplicateClientKey, GroupRow, SQLiteStore
 
 
@@ -16,6 +17,13 @@ def _group(gid: str, n: int = 2, key: str | None = None):
     return group, specs
 
 
+def _result(rollout_id: str, status: str = "completed", reward: float | None = None) -> RolloutResult:
+    gid = rollout_id.rsplit("-", 1)[0]
+    spec = RolloutSpec(id=rollout_id, group_id=gid, task_id=f"task-{gid}", data_source="math",
+                       sample_index=int(rollout_id.rsplit("-", 1)[1]), instance={})
+    return Rollout(spec=spec, status=status, reward=reward).result()
+
+
 @pytest.fixture
 async def store(tmp_path):
     s = SQLiteStore(tmp_path / "r.db")
@@ -26,26 +34,27 @@ async def store(tmp_path):
 
 async def test_results_come_back_in_completion_order_through_the_cursor(store):
     await store.create_groups([_group("g1", 3)])
-    assert await store.finish("g1-2", "completed", {"id": "g1-2"}) == 1
-    assert await store.finish("g1-0", "failed", {"id": "g1-0"}) == 2
+    assert await store.finish(_result("g1-2")) == 1
+    assert await store.finish(_result("g1-0", "failed")) == 2
     rows = await store.results_after(0, 10)
-    assert [(seq, r["id"]) for seq, r in rows] == [(1, "g1-2"), (2, "g1-0")]
+    assert [(r.seq, r.id, r.status) for r in rows] == [(1, "g1-2", "completed"), (2, "g1-0", "failed")]
     assert await store.results_after(2, 10) == []
     assert [r.id for r in await store.unfinished()] == ["g1-1"]
 
 
 async def test_finish_is_idempotent_and_never_reissues_a_cursor(store):
     await store.create_groups([_group("g1", 2)])
-    assert await store.finish("g1-0", "completed", {"id": "a"}) == 1
-    assert await store.finish("g1-0", "completed", {"id": "b"}) == 1
+    first = _result("g1-0", reward=1.0)
+    assert await store.finish(first) == 1
+    assert await store.finish(_result("g1-0", reward=0.0)) == 1
     row = await store.rollout("g1-0")
-    assert row.result == {"id": "a"} and row.status == "completed"
+    assert row.result == first.model_copy(update={"seq": 1}) and row.status == "completed"
     # set_status after the result is written must not move it back
     await store.set_status("g1-0", "run")
     assert (await store.rollout("g1-0")).status == "completed"
     removed = await store.purge(time.time() + 1)
     assert removed == 1
-    assert await store.finish("g1-1", "completed", {"id": "c"}) == 2
+    assert await store.finish(_result("g1-1")) == 2
 
 
 async def test_a_batch_is_stored_whole_or_not_at_all(store):
@@ -61,16 +70,37 @@ async def test_state_survives_reopening(tmp_path):
     s = SQLiteStore(path)
     await s.open()
     await s.create_groups([_group("g1", 2)])
-    await s.finish("g1-0", "completed", {"reward": 1.0})
+    await s.finish(_result("g1-0", reward=1.0))
     await s.set_status("g1-1", "run")
     await s.close()
     s2 = SQLiteStore(path)
     await s2.open()
     try:
-        assert (await s2.rollout("g1-0")).result == {"reward": 1.0}
+        assert (await s2.rollout("g1-0")).result.reward == 1.0
         (row,) = await s2.unfinished()
         assert row.id == "g1-1" and row.status == "run"
         assert row.spec.instance == {"question": "1+1", "answer": "2"}
         assert await s2.counts() == {"completed": 1, "run": 1}
     finally:
         await s2.close()
+
+
+async def test_a_result_reads_back_as_stored_and_a_group_reads_without_results(store):
+    await store.create_groups([_group("g1", 2)])
+    stored = _result("g1-1", reward=0.5)
+    stored.trajectory.messages = []
+    await store.finish(stored)
+    (back,) = await store.results_after(0, 10)
+    assert back == stored.model_copy(update={"seq": 1})  # validated into the model, with its seq
+    _, rows = await store.group("g1", results=False)
+    assert [(r.id, r.status, r.seq, r.result) for r in rows] == [("g1-0", "queued", None, None),
+                                                                ("g1-1", "completed", 1, None)]
+    _, rows = await store.group("g1")
+    assert rows[1].result == back
+
+
+async def test_only_a_finished_rollout_has_a_result(store):
+    await store.create_groups([_group("g1", 1)])
+    spec = (await store.unfinished())[0].spec
+    with pytest.raises(ValueError, match="not finished"):
+        Rollout(spec=spec, status="run").result()

@@ -30,8 +30,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rollserve.agent.base import AgentEnv, Step, ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp, stop_env
 from rollserve.agent.tool_calls import format_tool_call
@@ -45,15 +43,6 @@ if TYPE_CHECKING:
     from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
 
 
-class AgentLimits(BaseModel):
-    """Per-request agent limits; unset fields take the handler's defaults."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_turns: int | None = Field(None, ge=1, le=1000)
-    max_context_tokens: int | None = Field(None, ge=16, le=10_000_000)
-
-
 class LLMSession(Protocol):
     """A sticky handle on the inference layer for one trajectory."""
 
@@ -63,7 +52,7 @@ class LLMSession(Protocol):
     def policy_version(self) -> int | None: ...
 
 
-__all__ = ["AgentLimits", "LLMSession", "LoopStats", "run_agent_loop"]
+__all__ = ["LLMSession", "LoopStats", "run_agent_loop"]
 
 
 async def run_agent_loop(

@@ -11,8 +11,10 @@ was never sampled (the episode failed or was cut before it) is left out of both.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import Any
 
+from rollserve import contract
 from rollserve.agent.base import ToolCallRecord
 from rollserve.llm.base import Generation
 from rollserve.llm.tokens.chat import Fidelity
@@ -33,7 +35,7 @@ class Turn:
 
 @dataclass
 class Trajectory:
-    messages: list[dict] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     input_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
@@ -41,7 +43,7 @@ class Trajectory:
     fidelity: Fidelity = field(default_factory=Fidelity)
     trainable: bool = True
     ended_by: str | None = None  # finished | max_turns | context_exhausted | time_limit | ...
-    tools: list[dict] | None = None  # the tools the agent was offered (ChatCompletion shape)
+    tools: list[dict[str, Any]] | None = None  # the tools the agent was offered (ChatCompletion shape)
     _pending_prompt: list[int] = field(default_factory=list)
 
     def add_prompt(self, ids: list[int]) -> None:
@@ -90,19 +92,31 @@ class Trajectory:
         """Turns cut by their token limit (finish_reason "length")."""
         return sum(1 for t in self.turns if t.finish_reason == "length")
 
-    def to_dict(self) -> dict:
+    def to_wire(self) -> contract.Trajectory:
+        """The trajectory as results carry it (``rollserve.contract.Trajectory``)."""
         end = self.sampled_length
-        return {
-            "messages": self.messages,
-            "turns": [asdict(t) for t in self.turns],
-            "tokens": {
-                "input_ids": self.input_ids[:end],
-                "loss_mask": self.loss_mask[:end],
-                "logprobs": self.logprobs[:end],
-            },
-            "fidelity": self.fidelity.to_dict(),
-            "policy_versions": self.policy_versions,
-            "trainable": self.trainable,
-            "ended_by": self.ended_by,
-            "tools": self.tools,
-        }
+        return contract.Trajectory(
+            messages=[contract.ChatMessage.model_validate(m) for m in self.messages],
+            turns=[
+                contract.Turn(
+                    prompt_ids_delta=t.prompt_ids_delta,
+                    output_ids=t.output_ids,
+                    logprobs=t.logprobs,
+                    finish_reason=t.finish_reason,
+                    backend=t.backend,
+                    policy_version=t.policy_version,
+                    tool_calls=[contract.ToolCall.model_validate(c) for c in t.tool_calls],
+                )
+                for t in self.turns
+            ],
+            tokens=contract.Tokens(
+                input_ids=self.input_ids[:end],
+                loss_mask=self.loss_mask[:end],
+                logprobs=self.logprobs[:end],
+            ),
+            fidelity=contract.Fidelity.model_validate(self.fidelity, from_attributes=True),
+            policy_versions=self.policy_versions,
+            trainable=self.trainable,
+            ended_by=self.ended_by,
+            tools=self.tools,
+        )

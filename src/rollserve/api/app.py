@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 
 from rollserve import __version__
 from rollserve.api.errors import SafeJSONResponse, install_error_handlers
-from rollserve.api.guards import DOCS_PATHS, PUBLIC_PATHS, BodyLimit, TokenGuard, conform_schema
+from rollserve.api.guards import (
+    DOCS_PATHS,
+    PUBLIC_PATHS,
+    BodyLimit,
+    TokenGuard,
+    conform_schema,
+)
+from rollserve.api.metrics import metrics_registry
 from rollserve.api.metrics import router as metrics_router
 from rollserve.api.prorl import ProRLCompat, ProRLConfig
 from rollserve.api.prorl import router as prorl_router
 from rollserve.api.routes_llm import router as llm_router
 from rollserve.api.routes_rollouts import router as rollouts_router
+from rollserve.contract import Health
 from rollserve.server import Service
 
 
@@ -35,7 +44,7 @@ def create_app(service: Service, manage_lifecycle: bool = True,
     app = FastAPI(title="rollserve", version=__version__, lifespan=lifespan,
                   default_response_class=SafeJSONResponse)
     app.state.service = service
-    app.state.limits = config.limits
+    app.state.metrics = metrics_registry(service)
     app.include_router(rollouts_router)
     app.include_router(llm_router)
     app.include_router(metrics_router)
@@ -43,9 +52,9 @@ def create_app(service: Service, manage_lifecycle: bool = True,
         app.state.prorl = ProRLCompat(prorl)
         app.include_router(prorl_router)
 
-    @app.get("/healthz", tags=["service"])
-    async def healthz() -> dict:
-        return {"ok": True, "version": __version__}
+    @app.get("/healthz", tags=["service"], response_model=Health)
+    async def healthz() -> Health:
+        return Health(ok=True, version=__version__)
 
     install_error_handlers(app)
     # Middleware added last runs first: the token is checked before the body is read.

@@ -3,7 +3,8 @@
 Each 4xx body is an ``ErrorBody``: ``detail`` says what is wrong in one line;
 ``errors`` (when a field is at fault) names each field, as the user wrote it
 (``tasks[1].instance.question``). Routes declare their errors with ``errors(...)``;
-``api.guards`` adds what applies to every route (401, 413, 422).
+``api.guards`` adds what applies to every route (401, 413, 422). The engine's typed
+refusals (``engine.errors``) become status codes here, in one table (``STATUS``).
 
 Responses are rendered so that nothing a client sent, nor anything a policy
 produced, can turn them into a 500: a lone surrogate is escaped, a non-finite
@@ -24,18 +25,28 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, ValidationError
+from pydantic_core import PydanticSerializationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rollserve.engine.submit import SubmitError
-from rollserve.errors import QueueFullError
-from rollserve.validation import field_name
+from rollserve.contract.validation import field_name
+from rollserve.engine.errors import (
+    BatchTooLarge,
+    Conflict,
+    EngineError,
+    InvalidTask,
+    NotFound,
+    QueueFull,
+    UnknownDataSource,
+)
 
 log = logging.getLogger(__name__)
 
 
 class FieldError(BaseModel):
+    """One field at fault, named as the user wrote it."""
+
     field: str = Field(description="the field at fault, as written in the request: tasks[0].n")
-    message: str
+    message: str = Field(description="what is wrong with it")
     type: str | None = Field(None, description="pydantic's error type, when it found it")
 
 
@@ -55,10 +66,28 @@ _DESCRIPTIONS = {
     413: "The request body is larger than the server's limit (--max-request-mb)",
     422: "Invalid input: each field at fault is named",
     429: "Not enough free rollout slots now; retry after Retry-After seconds",
-    500: "ProRL's contract: the job was cancelled by /stop",
     503: "ProRL: the server is not started, or has no LLM server",
     504: "ProRL: the job outlived its wait (it is cancelled)",
 }
+
+
+# The engine's refusals as HTTP statuses: the most specific class listed wins.
+STATUS: dict[type[EngineError], int] = {
+    NotFound: 404,
+    UnknownDataSource: 400,
+    Conflict: 409,
+    BatchTooLarge: 422,
+    InvalidTask: 422,
+    QueueFull: 429,
+}
+
+
+def status_of(kind: type[EngineError]) -> int:
+    """The HTTP status of a kind of the engine's refusals."""
+    for cls in kind.__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    raise TypeError(f"no HTTP status for {kind.__name__}: add it to api.errors.STATUS")
 
 
 def error_response(code: int, description: str | None = None) -> dict[str, Any]:
@@ -110,33 +139,50 @@ async def json_response(content: Any, status_code: int = 200) -> Response:
     return Response(body, status_code=status_code, media_type="application/json")
 
 
+def render_model(model: BaseModel, exclude_unset: bool = False) -> bytes:
+    """``model`` as UTF-8 JSON (pydantic's serializer; ``render_json`` for what it
+    refuses: a lone surrogate)."""
+    try:
+        return model.model_dump_json(exclude_unset=exclude_unset).encode("utf-8")
+    except PydanticSerializationError:
+        return render_json(model.model_dump(mode="json", exclude_unset=exclude_unset))
+
+
+async def model_response(model: BaseModel, status_code: int = 200,
+                         exclude_unset: bool = False) -> Response:
+    """A response of ``model`` (the route's declared ``response_model``), rendered on a
+    thread: results can be megabytes of token ids."""
+    body = await asyncio.to_thread(render_model, model, exclude_unset)
+    return Response(body, status_code=status_code, media_type="application/json")
+
+
 class FieldHTTPError(HTTPException):
     """An HTTP error that names the field at fault (or, with ``found``, each of them)."""
 
     def __init__(self, status_code: int, field: str, message: str,
-                 headers: dict[str, str] | None = None, found: list[dict] | None = None):
+                 headers: dict[str, str] | None = None, found: list[dict[str, str]] | None = None):
         self.found = found or [{"field": field, "message": message}]
         super().__init__(status_code, _summary(self.found), headers)
         self.field = field
         self.message = message
 
     @classmethod
-    def invalid(cls, error: ValidationError) -> "FieldHTTPError":
+    def invalid(cls, error: ValidationError) -> FieldHTTPError:
         """A 422 for pydantic's ``error``."""
         found = _found(error.errors())
         return cls(422, found[0]["field"], found[0]["message"], found=found)
 
 
-def _found(errors_: list[Any]) -> list[dict]:
+def _found(errors_: list[Any]) -> list[dict[str, str]]:
     return [{"field": field_name(e.get("loc", ())), "message": str(e.get("msg", "")),
              "type": str(e.get("type", ""))} for e in errors_]
 
 
-def _summary(found: list[dict]) -> str:
+def _summary(found: list[dict[str, str]]) -> str:
     return "; ".join(f"{e['field']}: {e['message']}" for e in found)
 
 
-def _body(detail: str, errors_: list[dict] | None = None, **extra: Any) -> dict:
+def _body(detail: str, errors_: list[dict[str, str]] | None = None, **extra: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"detail": detail}
     if errors_ is not None:
         body["errors"] = errors_
@@ -149,15 +195,9 @@ def install_error_handlers(app: FastAPI) -> None:
         found = _found(list(exc.errors()))
         return SafeJSONResponse(_body(_summary(found), found), status_code=422)
 
-    @app.exception_handler(SubmitError)
-    async def on_submit_error(request: Request, exc: SubmitError) -> Response:
-        return SafeJSONResponse(_body(str(exc), [{"field": exc.field, "message": exc.message}]),
-                                status_code=exc.status_code)
-
-    @app.exception_handler(QueueFullError)
-    async def on_queue_full(request: Request, exc: QueueFullError) -> Response:
-        return SafeJSONResponse(_body(str(exc), retry_after=exc.retry_after), status_code=429,
-                                headers={"Retry-After": str(max(1, round(exc.retry_after)))})
+    @app.exception_handler(EngineError)
+    async def on_engine_error(request: Request, exc: EngineError) -> Response:
+        return engine_error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -172,6 +212,16 @@ def install_error_handlers(app: FastAPI) -> None:
                 headers = {**(headers or {}), "Allow": ", ".join(methods)}
         return SafeJSONResponse(_body(str(exc.detail), found), status_code=exc.status_code,
                                 headers=headers)
+
+
+def engine_error_response(exc: EngineError) -> Response:
+    """The answer to one of the engine's refusals."""
+    found = None if exc.field is None else [{"field": exc.field, "message": exc.message}]
+    if isinstance(exc, QueueFull):
+        return SafeJSONResponse(_body(str(exc), found, retry_after=exc.retry_after),
+                                status_code=429,
+                                headers={"Retry-After": str(max(1, round(exc.retry_after)))})
+    return SafeJSONResponse(_body(str(exc), found), status_code=status_of(type(exc)))
 
 
 def allowed_methods(request: Request) -> list[str]:

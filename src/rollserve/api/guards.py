@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -25,7 +26,13 @@ from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rollserve.api.errors import ErrorBody, FieldError, FieldHTTPError, SafeJSONResponse, error_response
+from rollserve.api.errors import (
+    ErrorBody,
+    FieldError,
+    FieldHTTPError,
+    SafeJSONResponse,
+    error_response,
+)
 from rollserve.validation import JSONInputError, field_name, parse_json
 
 UNAUTHORIZED = "missing or wrong bearer token: send 'Authorization: Bearer <token>'"
@@ -103,7 +110,7 @@ class StrictJSONRequest(Request):
     body model in strict mode: the types the schema publishes, no coercion ("1" is
     not a number, 0 is not false)."""
 
-    def __init__(self, scope: Scope, receive: Receive, body_type: TypeAdapter | None):
+    def __init__(self, scope: Scope, receive: Receive, body_type: TypeAdapter[Any] | None):
         super().__init__(scope, receive)
         self._body_type = body_type
 
@@ -132,7 +139,8 @@ class StrictJSONRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         field = self.body_field
-        body_type = TypeAdapter(field.field_info.annotation) if field is not None else None
+        annotation = None if field is None else field.field_info.annotation
+        body_type = None if annotation is None else TypeAdapter(annotation)
 
         async def strict(request: Request) -> Response:
             return await handler(StrictJSONRequest(request.scope, request.receive, body_type))

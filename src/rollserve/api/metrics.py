@@ -2,62 +2,67 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from rollserve.contract import BackendState, RouterStatus
+from rollserve.server import Service
+
 router = APIRouter(tags=["service"])
 
 
 class ServiceCollector:
-    def __init__(self, service) -> None:
+    def __init__(self, service: Service) -> None:
         self.service = service
 
     def collect(self) -> Iterator[Metric]:
-        status = self.service.engine.status()
+        status = self.service.rollouts.status()
         finished = CounterMetricFamily("rollserve_rollouts_finished", "rollouts finished since start",
                                        labels=["status"])
-        for name, count in status["finished"].items():
+        for name, count in status.finished.items():
             finished.add_metric([name], count)
         yield finished
         yield GaugeMetricFamily("rollserve_rollouts_in_flight", "rollouts admitted, not finished",
-                                value=status["in_flight"])
+                                value=status.in_flight)
         gauges = {key: GaugeMetricFamily(f"rollserve_stage_{key}", f"{key} per stage", labels=["stage"])
                   for key in ("workers", "busy", "queued")}
         busy_seconds = CounterMetricFamily("rollserve_stage_busy_seconds", "slot-seconds used per stage",
                                            labels=["stage"])
-        for stage, snap in status["stages"].items():
-            for key, family in gauges.items():
-                family.add_metric([stage], snap[key])
-            busy_seconds.add_metric([stage], snap["busy_seconds"])
+        for stage, snap in status.stages.items():
+            gauges["workers"].add_metric([stage], snap.workers)
+            gauges["busy"].add_metric([stage], snap.busy)
+            gauges["queued"].add_metric([stage], snap.queued)
+            busy_seconds.add_metric([stage], snap.busy_seconds)
         yield from gauges.values()
         yield busy_seconds
         outstanding = GaugeMetricFamily("rollserve_llm_outstanding", "LLM requests in flight",
                                         labels=["backend"])
         healthy = GaugeMetricFamily("rollserve_llm_healthy", "1 if the backend takes new requests",
                                     labels=["backend"])
-        for backend in self.service.router.list():
-            outstanding.add_metric([backend["name"]], backend.get("outstanding", 0))
-            healthy.add_metric([backend["name"]],
-                               float(backend.get("healthy", True) and not backend.get("draining")))
+        for backend in (BackendState.model_validate(b) for b in self.service.router.list()):
+            outstanding.add_metric([backend.name], backend.outstanding)
+            healthy.add_metric([backend.name], float(backend.healthy and not backend.draining))
         yield outstanding
         yield healthy
-        llm = self.service.router.status()
+        llm = RouterStatus.model_validate(self.service.router.status())
         yield GaugeMetricFamily("rollserve_llm_paused", "1 while generation is paused",
-                                value=float(llm["paused"]))
-        if llm["policy_version"] is not None:
+                                value=float(llm.paused))
+        if llm.policy_version is not None:
             yield GaugeMetricFamily("rollserve_llm_policy_version", "policy version of new turns",
-                                    value=llm["policy_version"])
+                                    value=llm.policy_version)
         calls = CounterMetricFamily("rollserve_llm_calls", "router calls by outcome", labels=["kind"])
-        for kind in ("calls", "retries", "aborted_by_pause", "failed", "moves"):
-            calls.add_metric([kind], llm[kind])
+        for kind, count in (("calls", llm.calls), ("retries", llm.retries),
+                            ("aborted_by_pause", llm.aborted_by_pause), ("failed", llm.failed),
+                            ("moves", llm.moves)):
+            calls.add_metric([kind], count)
         yield calls
         trajectories = CounterMetricFamily("rollserve_trajectories", "over finished rollouts",
                                            labels=["what"])
-        for what, count in status.get("trajectories", {}).items():
+        for what, count in status.trajectories.model_dump().items():
             trajectories.add_metric([what], count)
         yield trajectories
 
@@ -66,9 +71,12 @@ class ServiceCollector:
     200: {"description": "Prometheus text format",
           "content": {"text/plain": {"schema": {"type": "string"}}}}})
 async def metrics(request: Request) -> Response:
-    registry = getattr(request.app.state, "metrics_registry", None)
-    if registry is None:
-        registry = CollectorRegistry()
-        registry.register(ServiceCollector(request.app.state.service))
-        request.app.state.metrics_registry = registry
+    registry: CollectorRegistry = request.app.state.metrics
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def metrics_registry(service: Service) -> CollectorRegistry:
+    """The registry ``/metrics`` reads (``create_app`` makes one per app)."""
+    registry = CollectorRegistry()
+    registry.register(ServiceCollector(service))
+    return registry

@@ -9,61 +9,59 @@ A weight update from the trainer's side:
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, HTTPException, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.api.errors import FieldHTTPError, errors
 from rollserve.api.guards import StrictJSONRoute
+from rollserve.contract import (
+    BackendAdded,
+    BackendDrained,
+    BackendInfo,
+    BackendList,
+    BackendRemoved,
+    BackendState,
+    BackendUndrained,
+    Paused,
+    PauseRequest,
+    Resumed,
+    ResumeRequest,
+    RouterStatus,
+)
 from rollserve.llm.backends.factory import RemoteBackendSpec, backend_from_spec
-from rollserve.validation import INT64_MAX
+from rollserve.llm.routing.router import Router
 
 router = APIRouter(prefix="/v1/llm", tags=["llm"], route_class=StrictJSONRoute)
 
 
-class PauseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    mode: Literal["finish", "abort"] = Field(
-        "finish", description="finish: calls in flight complete first; abort: they are "
-                              "aborted and sent again after resume")
-    timeout: float | None = Field(None, ge=0, le=3600,
-                                  description="seconds to wait for calls in flight (finish)")
-    forward: bool | None = Field(None, description="also pause the servers that support it "
-                                                   "(default: the server's setting)")
+def _router(request: Request) -> Router:
+    llm_router: Router = request.app.state.service.router
+    return llm_router
 
 
-class ResumeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    policy_version: int | None = Field(None, ge=0, le=INT64_MAX,
-                                       description="stamped on every turn sampled from now on")
-
-
-def _router(request: Request):
-    return request.app.state.service.router
+def _state(llm_router: Router, name: str) -> BackendState:
+    """``name``'s state as the router sees it (404 if no backend has that name)."""
+    for backend in llm_router.list():
+        if backend["name"] == name:
+            return BackendState.model_validate(backend)
+    raise HTTPException(404, f"no backend named {name!r}")
 
 
-def _known(llm_router, name: str) -> None:
-    if not any(b["name"] == name for b in llm_router.list()):
-        raise HTTPException(404, f"no backend named {name!r}")
-
-
-@router.get("/backends")
-async def list_backends(request: Request) -> dict:
+@router.get("/backends", response_model=BackendList)
+async def list_backends(request: Request) -> BackendList:
     """Every backend with its health, load (outstanding, sessions) and draining state."""
     llm_router = _router(request)
-    return {"backends": llm_router.list(), "router": llm_router.status()}
+    return BackendList(backends=[BackendState.model_validate(b) for b in llm_router.list()],
+                       router=RouterStatus.model_validate(llm_router.status()))
 
 
-@router.get("/status")
-async def status(request: Request) -> dict:
-    return _router(request).status()
+@router.get("/status", response_model=RouterStatus)
+async def status(request: Request) -> RouterStatus:
+    """The router: paused or not, the policy version of new turns, call counts."""
+    return RouterStatus.model_validate(_router(request).status())
 
 
-@router.post("/backends", status_code=201, responses=errors(409))
-async def add_backend(spec: RemoteBackendSpec, request: Request) -> dict:
+@router.post("/backends", status_code=201, response_model=BackendAdded, responses=errors(409))
+async def add_backend(spec: RemoteBackendSpec, request: Request) -> BackendAdded:
     """Add an inference server by URL; rollouts waiting for one start at once.
 
     Embedded (in-process) backends are started from the command line only: they load
@@ -71,51 +69,56 @@ async def add_backend(spec: RemoteBackendSpec, request: Request) -> dict:
     llm_router = _router(request)
     try:
         backend = backend_from_spec(spec.spec())
-    except ValueError as exc:
+    except ValueError as exc:  # the URL, as the HTTP client reads it
         raise FieldHTTPError(422, "url", str(exc)) from exc
     if any(b["name"] == backend.name for b in llm_router.list()):
         await backend.close()
         raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
     llm_router.add(backend)
-    return {"backend": backend.describe()}
+    return BackendAdded(backend=BackendInfo.model_validate(backend.describe()))
 
 
-@router.delete("/backends/{name}", responses=errors(404))
+@router.delete("/backends/{name}", response_model=BackendRemoved, responses=errors(404))
 async def remove_backend(
     name: str, request: Request,
     grace: float = Query(0.0, ge=0, le=3600, description="seconds for calls in flight to finish"),
-) -> dict:
+) -> BackendRemoved:
+    """Remove a backend; its trajectories move to another at their next call."""
     llm_router = _router(request)
-    _known(llm_router, name)
+    _state(llm_router, name)
     await llm_router.remove(name, grace=grace)
-    return {"removed": name}
+    return BackendRemoved(removed=name)
 
 
-@router.post("/backends/{name}/drain", responses=errors(404))
+@router.post("/backends/{name}/drain", response_model=BackendDrained, responses=errors(404))
 async def drain_backend(
     name: str, request: Request,
     wait: float = Query(0.0, ge=0, le=3600, description="seconds to wait for in-flight calls"),
-) -> dict:
+) -> BackendDrained:
     """Take no new requests on ``name``; its trajectories move at their next call."""
     llm_router = _router(request)
-    _known(llm_router, name)
+    _state(llm_router, name)
     llm_router.drain(name)
     drained = await llm_router.wait_drained(name, wait) if wait else llm_router.outstanding(name) == 0
-    return {"backend": next(b for b in llm_router.list() if b["name"] == name), "drained": drained}
+    return BackendDrained(backend=_state(llm_router, name), drained=drained)
 
 
-@router.post("/backends/{name}/undrain", responses=errors(404))
-async def undrain_backend(name: str, request: Request) -> dict:
+@router.post("/backends/{name}/undrain", response_model=BackendUndrained, responses=errors(404))
+async def undrain_backend(name: str, request: Request) -> BackendUndrained:
+    """Let ``name`` take new requests again."""
     llm_router = _router(request)
-    _known(llm_router, name)
-    return {"backend": llm_router.undrain(name)}
+    _state(llm_router, name)
+    return BackendUndrained(backend=BackendState.model_validate(llm_router.undrain(name)))
 
 
-@router.post("/pause")
-async def pause(body: PauseRequest, request: Request) -> dict:
-    return await _router(request).pause(body.mode, timeout=body.timeout, forward=body.forward)
+@router.post("/pause", response_model=Paused)
+async def pause(body: PauseRequest, request: Request) -> Paused:
+    """Hold new LLM calls (around a weight update)."""
+    paused = await _router(request).pause(body.mode, timeout=body.timeout, forward=body.forward)
+    return Paused.model_validate(paused)
 
 
-@router.post("/resume")
-async def resume(body: ResumeRequest, request: Request) -> dict:
-    return await _router(request).resume(body.policy_version)
+@router.post("/resume", response_model=Resumed)
+async def resume(body: ResumeRequest, request: Request) -> Resumed:
+    """Let LLM calls go again, stamped with ``policy_version`` from now on."""
+    return Resumed.model_validate(await _router(request).resume(body.policy_version))

@@ -1,21 +1,68 @@
-"""What both clients share: settings, response handling, the 429 retry policy."""
+"""What both clients share: settings, response handling, the 429 retry policy, and the
+API's calls as typed methods (``Endpoint``: ``client.submit(...)`` answers a
+``SubmitResponse`` in the sync client, an awaitable of one in the async client)."""
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from rollserve.client import calls
 from rollserve.client.calls import Call, RollserveError
 
-# Calls every client offers, straight from calls.py; the clients add a few helpers.
-API_CALLS = ("submit", "run", "rollout", "group", "results", "cancel", "cancel_group",
-             "status", "health", "add_backend", "list_backends", "remove_backend")
-
 MAX_429_RETRIES = 8
 MAX_BACKOFF = 30.0
+
+P = ParamSpec("P")
+T = TypeVar("T", bound=BaseModel)
+
+
+class SyncSender:
+    """A client that sends a call and returns its answer."""
+
+    def _send(self, call: Call[T]) -> T:
+        raise NotImplementedError
+
+
+class AsyncSender:
+    """A client that sends a call and returns an awaitable of its answer."""
+
+    async def _send(self, call: Call[T]) -> T:
+        raise NotImplementedError
+
+
+class Endpoint(Generic[P, T]):
+    """One API call as a client method: ``build`` makes the ``Call``; the client sends it."""
+
+    def __init__(self, build: Callable[P, Call[T]]) -> None:
+        self.build = build
+
+    @overload
+    def __get__(self, client: None, owner: type | None = None) -> Endpoint[P, T]: ...
+
+    @overload
+    def __get__(self, client: AsyncSender, owner: type | None = None
+                ) -> Callable[P, Awaitable[T]]: ...
+
+    @overload
+    def __get__(self, client: SyncSender, owner: type | None = None) -> Callable[P, T]: ...
+
+    def __get__(self, client: SyncSender | AsyncSender | None,
+                owner: type | None = None) -> Endpoint[P, T] | Callable[P, Any]:
+        if client is None:
+            return self
+        send = client._send
+
+        @functools.wraps(self.build)
+        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return send(self.build(*args, **kwargs))
+
+        return method
 
 
 class ClientBase:
@@ -25,21 +72,40 @@ class ClientBase:
         self.token = token if token is not None else os.environ.get("ROLLSERVE_API_TOKEN")
         self.timeout = timeout
 
+    # Every call of the API (rollserve.client.calls), answered as its contract model.
+    submit = Endpoint(calls.submit)
+    run = Endpoint(calls.run)
+    rollout = Endpoint(calls.rollout)
+    group = Endpoint(calls.group)
+    results = Endpoint(calls.results)
+    cancel = Endpoint(calls.cancel)
+    cancel_group = Endpoint(calls.cancel_group)
+    status = Endpoint(calls.status)
+    health = Endpoint(calls.health)
+    add_backend = Endpoint(calls.add_backend)
+    list_backends = Endpoint(calls.list_backends)
+    remove_backend = Endpoint(calls.remove_backend)
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
-    def _timeout(self, call: Call) -> httpx.Timeout:
+    def _timeout(self, call: Call[T]) -> httpx.Timeout:
         return httpx.Timeout(self.timeout, read=max(self.timeout, call.read_timeout))
 
     @staticmethod
-    def _parse(response: httpx.Response) -> Any:
+    def _parse(response: httpx.Response, call: Call[T]) -> T:
+        """The answer validated into the call's model, or ``RollserveError``."""
         if response.status_code >= 400:
             try:
-                detail = response.json().get("detail", response.text)
+                body = response.json()
+                detail = body.get("detail", response.text) if isinstance(body, dict) else body
             except ValueError:
                 detail = response.text
             raise RollserveError(response.status_code, detail)
-        return response.json()
+        try:
+            return call.response.model_validate_json(response.content)
+        except ValidationError:  # pydantic's parser refuses an escaped lone surrogate; json does not
+            return call.response.model_validate(response.json())
 
     @staticmethod
     def _retry_delay(response: httpx.Response, attempt: int) -> float | None:
@@ -48,21 +114,7 @@ class ClientBase:
         if response.status_code != 429 or attempt >= MAX_429_RETRIES:
             return None
         try:
-            hinted = float(response.headers.get("retry-after", "1"))
+            hinted = float(str(response.headers.get("retry-after", "1")))
         except ValueError:
             hinted = 1.0
-        return min(MAX_BACKOFF, max(hinted, 0.5 * 2**attempt))
-
-
-def bind_calls(cls: type) -> type:
-    """Add one method per API call to a client class whose ``_send(call)`` sends it."""
-    for name in API_CALLS:
-        build: Callable[..., Call] = getattr(calls, name)
-
-        def method(self: Any, *args: Any, _build: Callable[..., Call] = build, **kwargs: Any) -> Any:
-            return self._send(_build(*args, **kwargs))
-
-        method.__name__ = name
-        method.__doc__ = build.__doc__
-        setattr(cls, name, method)
-    return cls
+        return min(MAX_BACKOFF, max(hinted, 0.5 * 2.0**attempt))

@@ -1,93 +1,141 @@
 """The HTTP calls of the rollserve API, described once for both clients.
 
-Each function returns a ``Call`` (method, path, query, body); the sync and async
-clients only differ in how they send it.
+Each function returns a ``Call``: method, path, query, body, and the contract model
+the answer is validated into. The sync and async clients only differ in how they
+send it. Request bodies may be contract models (``rollserve.contract``) or plain
+dicts of the same shape (sent as they are: the server checks them and names the field
+at fault).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, JsonValue
+
+from rollserve.contract import (
+    AgentLimits,
+    BackendAdded,
+    BackendList,
+    BackendRemoved,
+    CancelResponse,
+    GroupCancelResponse,
+    GroupView,
+    Health,
+    ResultsPage,
+    RolloutView,
+    RunResponse,
+    SamplingParams,
+    ServiceStatus,
+    SubmitResponse,
+    TaskRequest,
+    Timeouts,
+)
+
+T = TypeVar("T", bound=BaseModel)
+JSONBody = dict[str, JsonValue]
 
 
 @dataclass
-class Call:
+class Call(Generic[T]):
     method: str
     path: str
-    params: dict[str, Any] = field(default_factory=dict)
-    json: Any = None
+    response: type[T]  # what the answer is validated into
+    params: dict[str, str | int | float] = field(default_factory=dict)
+    json: JSONBody | None = None
     read_timeout: float = 30.0  # raised for long-polls
 
 
 class RollserveError(Exception):
     """The server refused a call; ``status`` is the HTTP code, ``detail`` its reason."""
 
-    def __init__(self, status: int, detail: Any):
+    def __init__(self, status: int, detail: JsonValue):
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
 
 
-def _batch(tasks: list[dict], sampling: dict | None, agent: dict | None,
-           timeouts: dict | None) -> dict:
-    body: dict[str, Any] = {"tasks": tasks}
+def _json(value: BaseModel | JSONBody) -> JSONBody:
+    """A body part as JSON: a model's fields as set (so a task's unset sampling fields
+    leave the batch's in force, as the server merges them), or the dict itself."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_unset=True)
+    return value
+
+
+def _settings(sampling: SamplingParams | JSONBody | None, agent: AgentLimits | JSONBody | None,
+              timeouts: Timeouts | JSONBody | None) -> JSONBody:
+    """The batch-wide settings given (an empty one is left out)."""
+    body: JSONBody = {}
     for key, value in (("sampling", sampling), ("agent", agent), ("timeouts", timeouts)):
-        if value:
-            body[key] = value
+        if value is not None and (part := _json(value)):
+            body[key] = part
     return body
 
 
-def submit(tasks: list[dict], sampling: dict | None = None, agent: dict | None = None,
-           timeouts: dict | None = None) -> Call:
-    return Call("POST", "/v1/rollouts", json=_batch(tasks, sampling, agent, timeouts))
+def submit(tasks: list[TaskRequest | JSONBody], sampling: SamplingParams | JSONBody | None = None,
+           agent: AgentLimits | JSONBody | None = None,
+           timeouts: Timeouts | JSONBody | None = None) -> Call[SubmitResponse]:
+    """Submit a batch of tasks (each with ``n`` samples: one group)."""
+    body: JSONBody = {"tasks": [_json(task) for task in tasks],
+                      **_settings(sampling, agent, timeouts)}
+    return Call("POST", "/v1/rollouts", SubmitResponse, json=body)
 
 
-def run(task: dict, sampling: dict | None = None, agent: dict | None = None,
-        timeouts: dict | None = None, wait: float = 600.0) -> Call:
-    body = _batch([task], sampling, agent, timeouts)
-    body["task"] = body.pop("tasks")[0]
-    body["wait"] = wait
-    return Call("POST", "/v1/rollouts:run", json=body, read_timeout=wait + 30)
+def run(task: TaskRequest | JSONBody, sampling: SamplingParams | JSONBody | None = None,
+        agent: AgentLimits | JSONBody | None = None, timeouts: Timeouts | JSONBody | None = None,
+        wait: float = 600.0) -> Call[RunResponse]:
+    """Submit one task and wait (up to ``wait`` seconds) for its results."""
+    body: JSONBody = {"task": _json(task), **_settings(sampling, agent, timeouts), "wait": wait}
+    return Call("POST", "/v1/rollouts:run", RunResponse, json=body, read_timeout=wait + 30)
 
 
-def rollout(rollout_id: str, wait: float = 0.0) -> Call:
-    return Call("GET", f"/v1/rollouts/{rollout_id}", params={"wait": wait},
+def rollout(rollout_id: str, wait: float = 0.0) -> Call[RolloutView]:
+    """A rollout's state and, once done, its result (``wait``: long-poll seconds)."""
+    return Call("GET", f"/v1/rollouts/{rollout_id}", RolloutView, params={"wait": wait},
                 read_timeout=wait + 30)
 
 
-def group(group_id: str, wait: float = 0.0, results: bool = True) -> Call:
-    return Call("GET", f"/v1/groups/{group_id}",
+def group(group_id: str, wait: float = 0.0, results: bool = True) -> Call[GroupView]:
+    """A task's ``n`` samples together (``wait``: long-poll seconds)."""
+    return Call("GET", f"/v1/groups/{group_id}", GroupView,
                 params={"wait": wait, "results": str(results).lower()}, read_timeout=wait + 30)
 
 
-def results(after: int = 0, limit: int = 100, wait: float = 0.0) -> Call:
-    return Call("GET", "/v1/results", params={"after": after, "limit": limit, "wait": wait},
-                read_timeout=wait + 30)
+def results(after: int = 0, limit: int = 100, wait: float = 0.0) -> Call[ResultsPage]:
+    """Results after cursor position ``after``, in completion order."""
+    return Call("GET", "/v1/results", ResultsPage,
+                params={"after": after, "limit": limit, "wait": wait}, read_timeout=wait + 30)
 
 
-def cancel(rollout_id: str) -> Call:
-    return Call("DELETE", f"/v1/rollouts/{rollout_id}", read_timeout=60)
+def cancel(rollout_id: str) -> Call[CancelResponse]:
+    """Cancel a rollout in flight."""
+    return Call("DELETE", f"/v1/rollouts/{rollout_id}", CancelResponse, read_timeout=60)
 
 
-def cancel_group(group_id: str) -> Call:
-    return Call("DELETE", f"/v1/groups/{group_id}", read_timeout=60)
+def cancel_group(group_id: str) -> Call[GroupCancelResponse]:
+    """Cancel every rollout of a group still in flight."""
+    return Call("DELETE", f"/v1/groups/{group_id}", GroupCancelResponse, read_timeout=60)
 
 
-def status() -> Call:
-    return Call("GET", "/v1/status")
+def status() -> Call[ServiceStatus]:
+    """The server's status: stages, counts, backends, sandboxes."""
+    return Call("GET", "/v1/status", ServiceStatus)
 
 
-def health() -> Call:
-    return Call("GET", "/healthz")
+def health() -> Call[Health]:
+    return Call("GET", "/healthz", Health)
 
 
-def add_backend(spec: dict) -> Call:
-    return Call("POST", "/v1/llm/backends", json=spec)
+def add_backend(spec: JSONBody) -> Call[BackendAdded]:
+    """Register an inference server by URL: ``{"url", "kind"?, "name"?, ...}``."""
+    return Call("POST", "/v1/llm/backends", BackendAdded, json=spec)
 
 
-def list_backends() -> Call:
-    return Call("GET", "/v1/llm/backends")
+def list_backends() -> Call[BackendList]:
+    return Call("GET", "/v1/llm/backends", BackendList)
 
 
-def remove_backend(name: str) -> Call:
-    return Call("DELETE", f"/v1/llm/backends/{name}")
+def remove_backend(name: str) -> Call[BackendRemoved]:
+    return Call("DELETE", f"/v1/llm/backends/{name}", BackendRemoved)

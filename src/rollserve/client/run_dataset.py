@@ -19,17 +19,22 @@ import json
 import re
 import statistics
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import IO, Any, ParamSpec, TypeVar
 
 import httpx
+from pydantic import ValidationError
 
 from rollserve.client.aio import AsyncClient
 from rollserve.client.calls import RollserveError
+from rollserve.contract import RolloutResult
 from rollserve.datasets import DatasetRow, client_id
 
 TRANSPORT_RETRIES = 5
+P = ParamSpec("P")
+R = TypeVar("R")
 _TASK_INDEX = re.compile(r"tasks\[(\d+)\]")
 
 
@@ -51,7 +56,7 @@ class RunItem:
 
     @property
     def id(self) -> str:
-        return self.task["id"]
+        return str(self.task["id"])
 
 
 @dataclass
@@ -146,10 +151,13 @@ def plan(rows: list[DatasetRow], dataset: str, options: RunOptions,
     return list(items.values())
 
 
-def _outcome(result: dict) -> Outcome:
-    reward = result.get("reward")
-    return Outcome(str(result.get("data_source")), str(result.get("status")),
-                   bool(result.get("mask")), reward if isinstance(reward, (int, float)) else None)
+def _outcome(result: RolloutResult) -> Outcome:
+    return Outcome(result.data_source, result.status, result.mask, result.reward)
+
+
+def _line(result: RolloutResult) -> str:
+    """The result as the output keeps it: one JSON line, without the server's cursor."""
+    return json.dumps(result.model_dump(mode="json", exclude={"seq"}))
 
 
 class DatasetRun:
@@ -172,7 +180,7 @@ class DatasetRun:
         self._in_flight = 0  # rollouts submitted whose results are not in yet
         self._open_rows = 0  # rows still waiting for results (not rejected)
         self._changed = asyncio.Event()
-        self._out: Any = None
+        self._out: IO[str] | None = None
         self._limit = self.options.max_in_flight  # lowered to the server's max_pending
 
     # --- the output file -------------------------------------------------------------
@@ -195,27 +203,29 @@ class DatasetRun:
                     fh.write(b"\n")
         for line in complete.splitlines():
             try:
-                result = json.loads(line)
+                record = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
-            if not isinstance(result, dict):
+            if not isinstance(record, dict):
                 continue
-            item = self.items.get(result.get("task_id"))
-            index = result.get("sample_index")
-            if item is None or not isinstance(index, int):
+            try:
+                result = RolloutResult.model_validate(record)
+            except ValidationError:  # not a result of rollserve's
                 self.foreign += 1
-            elif (item.id, index) not in self._have:
-                self._have.add((item.id, index))
+                continue
+            item = self.items.get(result.task_id)
+            if item is None:
+                self.foreign += 1
+            elif (item.id, result.sample_index) not in self._have:
+                self._have.add((item.id, result.sample_index))
                 self.outcomes.append(_outcome(result))
 
-    def _record(self, result: dict) -> None:
-        item = self.items.get(result.get("task_id"))
-        index = result.get("sample_index")
-        if item is None or not isinstance(index, int) or (item.id, index) in self._have:
+    def _record(self, result: RolloutResult) -> None:
+        item = self.items.get(result.task_id)
+        if item is None or (item.id, result.sample_index) in self._have or self._out is None:
             return
-        self._have.add((item.id, index))
-        result = {k: v for k, v in result.items() if k != "seq"}  # the server's cursor, not data
-        self._out.write(json.dumps(result) + "\n")
+        self._have.add((item.id, result.sample_index))
+        self._out.write(_line(result) + "\n")
         self._out.flush()
         outcome = _outcome(result)
         self.outcomes.append(outcome)
@@ -233,10 +243,11 @@ class DatasetRun:
         self.on_change(progress)
 
     # --- talking to the server ------------------------------------------------------------
-    async def _call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs) -> R:
         """A client call, retried while the server is unreachable (submits are
         idempotent: a retry of a batch that did arrive gets the same groups back)."""
-        for attempt in range(TRANSPORT_RETRIES + 1):
+        attempt = 0
+        while True:
             try:
                 return await fn(*args, **kwargs)
             except httpx.TransportError as exc:
@@ -244,6 +255,7 @@ class DatasetRun:
                     raise RunAborted(f"cannot reach the server at {self.client.base_url}: "
                                      f"{type(exc).__name__}: {exc}") from None
                 await asyncio.sleep(min(2.0 ** attempt, 16.0))
+                attempt += 1
             except RollserveError as exc:
                 if exc.status in (401, 403, 404):
                     raise RunAborted(f"the server refused {fn.__name__}: {exc}") from None
@@ -253,9 +265,9 @@ class DatasetRun:
         while True:
             page = await self._call(self.client.results, after=cursor, limit=500,
                                     wait=self.options.poll_wait)
-            for result in page["results"]:
+            for result in page.results:
                 self._record(result)
-            cursor = page["next"]
+            cursor = page.next
 
     def _reject(self, item: RunItem, error: str) -> None:
         item.error = error
@@ -293,19 +305,19 @@ class DatasetRun:
                 batch = [item for i, item in enumerate(batch) if named and i not in named]
                 continue
             reused = []
-            for item, group in zip(batch, accepted["groups"]):
+            for item, group in zip(batch, accepted.groups):
                 item.submitted = True
                 self._in_flight += item.remaining
                 self.progress.submitted += item.remaining
-                if group.get("duplicate"):
-                    reused.append(group["group_id"])
+                if group.duplicate:
+                    reused.append(group.group_id)
             self.progress.reused_groups += len(reused)
             self.on_change(self.progress)
             for group_id in reused:  # results that finished before this run's cursor
                 view = await self._call(self.client.group, group_id, wait=0.0, results=True)
-                for rollout in view.get("rollouts", []):
-                    if rollout.get("result"):
-                        self._record(rollout["result"])
+                for member in view.rollouts:
+                    if member.result is not None:
+                        self._record(member.result)
             return
 
     async def _submit_all(self, todo: list[RunItem]) -> None:
@@ -333,7 +345,7 @@ class DatasetRun:
                 self._changed.clear()
                 await self._changed.wait()
 
-    async def _until_done(self, reader: asyncio.Task) -> None:
+    async def _until_done(self, reader: asyncio.Task[None]) -> None:
         while self._open_rows > 0:
             self._changed.clear()
             waiter = asyncio.ensure_future(self._changed.wait())
@@ -362,9 +374,8 @@ class DatasetRun:
         self.on_change(self.progress)
         if todo:
             status = await self._call(self.client.status)
-            cursor = int(status.get("last_seq") or 0)
-            if status.get("max_pending"):
-                self._limit = min(self._limit, int(status["max_pending"]))
+            cursor = status.last_seq
+            self._limit = min(self._limit, status.max_pending)
             with self.output.open("a", encoding="utf-8") as self._out:
                 reader = asyncio.create_task(self._read_results(cursor))
                 submitter = asyncio.create_task(self._submit_all(todo))

@@ -14,14 +14,24 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, checks_table, read_rows
+from rollserve.commands.datasets import (
+    DATA_SOURCE_HELP,
+    FILE_HELP,
+    checks_table,
+    read_rows,
+)
 from rollserve.commands.defaults import ENGINE, RUN, SERVER
-from rollserve.commands.options import check_backends
+from rollserve.commands.options import check_backends, parse_json_option
 from rollserve.commands.options import handler_options as parse_handler_options
-from rollserve.commands.options import parse_json_option
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.server import ServerConfig
@@ -115,8 +125,8 @@ def _valid_rows(rows, server: dict, skip_invalid: bool, console: Console, out: C
 
 async def _run(rows, file: Path, opts: dict, client_factory, remote: bool, console: Console,
                out: Console) -> int:
-    from rollserve.datasets import dataset_name
     from rollserve.client.run_dataset import DatasetRun, RunAborted, RunOptions, plan
+    from rollserve.datasets import dataset_name
 
     valid = None
     if not remote:  # checked before the embedded server loads its model
@@ -231,9 +241,7 @@ def run(
                                         help="embedded server: scoring processes"),
 ) -> None:
     """Run every row of FILE and write each rollout's result to OUTPUT (JSONL)."""
-    from rollserve.agent.loop import AgentLimits
-    from rollserve.engine.rollout import Timeouts
-    from rollserve.llm.base import SamplingParams
+    from rollserve.contract import AgentLimits, SamplingParams, Timeouts
 
     console, out = Console(stderr=True), Console()
     if server and backend:
@@ -290,8 +298,7 @@ def _remote(url: str, token: Optional[str], console: Console):
                 console.print(f"[red]error:[/red] cannot use the server at {escape(url)}: "
                               f"{escape(str(exc) or type(exc).__name__)}")
                 raise typer.Exit(2)
-            yield client, {"handlers": status.get("handlers", []),
-                           "runtime": (status.get("sandboxes") or {}).get("runtime")}
+            yield client, {"handlers": status.handlers, "runtime": status.sandboxes.runtime}
 
     return factory
 

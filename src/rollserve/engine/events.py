@@ -6,37 +6,46 @@ import asyncio
 import time
 from collections import deque
 
+from rollserve.contract import RolloutStatus, StateEvent
+
 
 class EventBus:
     """Publishes state changes to subscribers; a slow subscriber loses old events,
     never blocks the engine (its queue is bounded and it is told it lagged)."""
 
     def __init__(self, subscriber_queue: int = 10_000, history: int = 1000):
-        self._subscribers: set[asyncio.Queue] = set()
+        self._subscribers: set[asyncio.Queue[StateEvent]] = set()
         self._queue_size = subscriber_queue
-        self.recent: deque[dict] = deque(maxlen=history)
+        self.recent: deque[StateEvent] = deque(maxlen=history)
         self._changed = asyncio.Event()
 
-    def publish(self, rollout_id: str, group_id: str, status: str, **extra: object) -> None:
-        event = {"rollout_id": rollout_id, "group_id": group_id, "status": status,
-                 "time": time.time(), **extra}
+    def publish(self, rollout_id: str, group_id: str, status: RolloutStatus,
+                reward: float | None = None, mask: bool | None = None, final: bool = False) -> None:
+        """One state change; ``final``: the rollout ended (the event carries its reward
+        and mask)."""
+        if final:
+            event = StateEvent(rollout_id=rollout_id, group_id=group_id, status=status,
+                               time=time.time(), reward=reward, mask=mask)
+        else:
+            event = StateEvent(rollout_id=rollout_id, group_id=group_id, status=status,
+                               time=time.time())
         self.recent.append(event)
         for queue in list(self._subscribers):
             if queue.full():
                 queue.get_nowait()
-                queue.put_nowait({"status": "lagged", "time": time.time()})
+                queue.put_nowait(StateEvent(status="lagged", time=time.time()))
             else:
                 queue.put_nowait(event)
         # Wake everyone waiting for "something changed", then arm a fresh event.
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def subscribe(self) -> asyncio.Queue:
-        queue: asyncio.Queue = asyncio.Queue(maxsize=self._queue_size)
+    def subscribe(self) -> asyncio.Queue[StateEvent]:
+        queue: asyncio.Queue[StateEvent] = asyncio.Queue(maxsize=self._queue_size)
         self._subscribers.add(queue)
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue) -> None:
+    def unsubscribe(self, queue: asyncio.Queue[StateEvent]) -> None:
         self._subscribers.discard(queue)
 
     async def wait_change(self, timeout: float) -> bool:

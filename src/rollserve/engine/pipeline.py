@@ -12,20 +12,25 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from rollserve.agent.loop import LLMSession
+from rollserve.contract import (
+    STAGES,
+    EngineStatus,
+    Failure,
+    Recovered,
+    RolloutStatus,
+    Stage,
+    TerminalStatus,
+    Timeouts,
+    TrajectoryCounters,
+)
 from rollserve.engine.events import EventBus
 from rollserve.engine.pools import StagePool
-from rollserve.engine.rollout import (
-    STAGES,
-    Failure,
-    Rollout,
-    RolloutSpec,
-    Timeouts,
-    default_run_margin,
-)
+from rollserve.engine.rollout import Rollout, RolloutSpec, default_run_margin
 from rollserve.engine.store import Store
 from rollserve.errors import DeadlineFailure, RolloutError
 from rollserve.handlers.base import AgentHandler, HandlerContext
@@ -50,12 +55,25 @@ class EngineConfig(BaseModel):
     mask_stale: bool = Field(False, description="mask (do not train on) flagged stale rollouts")
 
 
+class EngineSession(LLMSession, Protocol):
+    """A rollout's sticky LLM session, as the engine holds it: closed at cleanup."""
+
+    def close(self) -> None: ...
+
+
+class Sessions(Protocol):
+    """Where a rollout gets its sticky LLM session (``llm.routing.Router``)."""
+
+    def session(self, key: str) -> EngineSession | None:
+        ...
+
+
 class Engine:
     def __init__(
         self,
         store: Store,
         handlers: HandlerRegistry,
-        router: Any,
+        router: Sessions,
         config: EngineConfig | None = None,
         context: HandlerContext | None = None,
     ):
@@ -65,32 +83,34 @@ class Engine:
         self.handlers = handlers
         self.router = router
         self.events = EventBus()
-        self.pools = {
+        self.pools: dict[Stage, StagePool] = {
             "init": StagePool("init", self.config.init_workers),
             "run": StagePool("run", self.config.run_workers),
             "eval": StagePool("eval", self.config.eval_workers),
         }
         self.live: dict[str, Rollout] = {}
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel_requested: set[str] = set()
         self._finished: dict[str, asyncio.Event] = {}
         self._completions: deque[float] = deque(maxlen=100_000)  # finish times
-        self.counters: dict[str, int] = {}
+        self.counters: dict[TerminalStatus, int] = {}
         # Over finished rollouts: token-fidelity mismatches, turns cut by max_tokens, stale.
-        self.trajectory_counters = {"fidelity_mismatches": 0, "rollouts_with_mismatches": 0,
-                                    "truncated_turns": 0, "stale": 0, "not_trainable": 0}
+        self.trajectory_counters = TrajectoryCounters(
+            fidelity_mismatches=0, rollouts_with_mismatches=0, truncated_turns=0, stale=0,
+            not_trainable=0)
         self.reserved = 0  # admitted by a submit still writing to the store
         self.last_seq = 0  # the newest result's cursor position
         self.started_at = time.time()
-        self._janitor: asyncio.Task | None = None
+        self.recovered = Recovered()  # what start() found unfinished
+        self._janitor: asyncio.Task[None] | None = None
 
     # --- life cycle -----------------------------------------------------------------
-    async def start(self) -> dict[str, int]:
+    async def start(self) -> Recovered:
         """Recover what a previous server left unfinished, then start the janitor."""
         self.last_seq = await self.store.last_seq()
-        recovered = await self._recover()
+        self.recovered = await self._recover()
         self._janitor = asyncio.create_task(self._purge_loop(), name="rollserve-janitor")
-        return recovered
+        return self.recovered
 
     async def stop(self) -> None:
         """Stop every rollout in flight without finishing it: a restart re-queues it."""
@@ -101,7 +121,7 @@ class Engine:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _recover(self) -> dict[str, int]:
+    async def _recover(self) -> Recovered:
         requeued = interrupted = 0
         for row in await self.store.unfinished():
             attempt = row.attempt + 1
@@ -117,7 +137,7 @@ class Engine:
                     else "the rollout was not re-run (on_restart=interrupt)"
                 )
                 rollout.failure = Failure(
-                    stage=row.status if row.status in STAGES else "queue",
+                    stage=_stage_of(row.status),
                     kind="infra",
                     message=f"server stopped while the rollout was {row.status}; {why}",
                 )
@@ -127,7 +147,7 @@ class Engine:
         if requeued or interrupted:
             log.warning("recovered %d unfinished rollouts: %d re-queued, %d interrupted",
                         requeued + interrupted, requeued, interrupted)
-        return {"requeued": requeued, "interrupted": interrupted}
+        return Recovered(requeued=requeued, interrupted=interrupted)
 
     # --- admission ------------------------------------------------------------------
     @property
@@ -191,7 +211,7 @@ class Engine:
     async def _drive(self, r: Rollout) -> None:
         handler = self.handler(r.spec.data_source)
         started = time.perf_counter()
-        stage = "queue"
+        stage: Stage | Literal["queue"] = "queue"
         try:
             async with asyncio.timeout(r.timeouts.total) as deadline:
                 r.deadline = deadline.when()
@@ -202,25 +222,26 @@ class Engine:
                 except RolloutError as exc:
                     # The RUN deadline, come while the backend had the time: as a timeout.
                     r.status = "timed_out" if isinstance(exc, DeadlineFailure) else "failed"
-                    r.failure = Failure(stage, exc.kind, exc.message)
+                    r.failure = Failure(stage=stage, kind=exc.kind, message=exc.message)
                     if exc.kind == "agent":
                         r.reward = 0.0
                 except _StageTimeout as exc:
                     r.status = "timed_out"
-                    r.failure = Failure(stage, "timeout", str(exc))
+                    r.failure = Failure(stage=stage, kind="timeout", message=str(exc))
                 except (asyncio.CancelledError, TimeoutError):
                     raise
                 except Exception as exc:  # a handler bug is still an infra failure, typed
                     log.exception("rollout %s failed in %s", r.id, stage)
                     r.status = "failed"
-                    r.failure = Failure(stage, "infra", f"{type(exc).__name__}: {exc}")
+                    r.failure = Failure(stage=stage, kind="infra",
+                                        message=f"{type(exc).__name__}: {exc}")
         except TimeoutError:
             if not deadline.expired():
                 raise
             r.status = "timed_out"
             r.failure = Failure(
-                stage, "timeout", f"rollout deadline of {r.timeouts.total:g}s passed in {stage}"
-            )
+                stage=stage, kind="timeout",
+                message=f"rollout deadline of {r.timeouts.total:g}s passed in {stage}")
         except asyncio.CancelledError:
             if r.id not in self._cancel_requested:
                 # Server shutting down: leave the rollout unfinished in the store so
@@ -229,7 +250,7 @@ class Engine:
                 self._forget(r)
                 raise
             r.status = "cancelled"
-            r.failure = Failure(stage, "infra", "cancelled by the client")
+            r.failure = Failure(stage=stage, kind="infra", message="cancelled by the client")
         r.add_time("total", time.perf_counter() - started)
         await self._cleanup(r, handler)
         try:
@@ -240,14 +261,14 @@ class Engine:
         finally:
             self._forget(r)  # never leave it counted as in flight
 
-    async def _run_stage(self, r: Rollout, handler: AgentHandler, stage: str) -> None:
+    async def _run_stage(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
         async with self.pools[stage].slot() as queued:
             r.add_time("queued", queued)
             r.add_time(f"queued_{stage}", queued)
             r.status = stage
             self.events.publish(r.id, r.spec.group_id, stage)
             await self.store.set_status(r.id, stage)
-            limit = getattr(r.timeouts, stage)
+            limit = _limit(r.timeouts, stage)
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(limit) as stage_deadline:
@@ -264,7 +285,7 @@ class Engine:
             finally:
                 r.add_time(stage, time.perf_counter() - started)
 
-    async def _stage_body(self, r: Rollout, handler: AgentHandler, stage: str) -> None:
+    async def _stage_body(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
         if stage == "init":
             await handler.init(r)
         elif stage == "run":
@@ -281,24 +302,26 @@ class Engine:
             await asyncio.shield(asyncio.wait_for(handler.cleanup(r), CLEANUP_TIMEOUT))
         except Exception:  # cleanup problems are logged, never mask the result
             log.exception("cleanup of rollout %s failed", r.id)
-        close = getattr(r.llm, "close", None)
-        if close is not None:
-            close()
+        if r.llm is not None:
+            r.llm.close()
 
     async def _record_result(self, r: Rollout) -> None:
         r.finished_at = time.time()
-        result = r.result()
-        seq = await asyncio.shield(self.store.finish(r.id, r.status, result))
+        # Built and validated on a worker thread: a long episode's result is megabytes of
+        # token ids (1M of them took 0.8 s to validate, which would stall the event loop).
+        result = await asyncio.to_thread(r.final_result)
+        seq = await asyncio.shield(self.store.finish(result))
         self.last_seq = max(self.last_seq, seq)
-        self.counters[r.status] = self.counters.get(r.status, 0) + 1
+        self.counters[result.status] = self.counters.get(result.status, 0) + 1
         traj, tc = r.trajectory, self.trajectory_counters
-        tc["fidelity_mismatches"] += traj.fidelity.mismatches
-        tc["rollouts_with_mismatches"] += traj.fidelity.mismatches > 0
-        tc["truncated_turns"] += traj.truncated_turns
-        tc["stale"] += r.stale
-        tc["not_trainable"] += not traj.trainable
+        tc.fidelity_mismatches += traj.fidelity.mismatches
+        tc.rollouts_with_mismatches += traj.fidelity.mismatches > 0
+        tc.truncated_turns += traj.truncated_turns
+        tc.stale += r.stale
+        tc.not_trainable += not traj.trainable
         self._completions.append(time.monotonic())
-        self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask)
+        self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask,
+                            final=True)
         event = self._finished.get(r.id)
         if event:
             event.set()
@@ -331,21 +354,23 @@ class Engine:
         elapsed = max(min(window, time.time() - self.started_at), 1e-3)
         return recent / elapsed
 
-    def status(self) -> dict:
-        live_by_status: dict[str, int] = {}
+    def status(self) -> EngineStatus:
+        live_by_status: dict[RolloutStatus, int] = {}
         for r in self.live.values():
             live_by_status[r.status] = live_by_status.get(r.status, 0) + 1
-        return {
-            "uptime_s": round(time.time() - self.started_at, 3),
-            "in_flight": self.pending,
-            "max_pending": self.config.max_pending,
-            "stages": {name: pool.snapshot() for name, pool in self.pools.items()},
-            "live": live_by_status,
-            "finished": dict(self.counters),  # since this server started
-            "trajectories": dict(self.trajectory_counters),  # over those finished rollouts
-            "last_seq": self.last_seq,
-            "throughput_per_s": round(self.throughput(60.0), 4),
-        }
+        return EngineStatus(
+            uptime_s=round(time.time() - self.started_at, 3),
+            in_flight=self.pending,
+            max_pending=self.config.max_pending,
+            stages={name: pool.snapshot() for name, pool in self.pools.items()},
+            live=live_by_status,
+            finished=dict(self.counters),  # since this server started
+            trajectories=self.trajectory_counters.model_copy(),  # over those finished rollouts
+            last_seq=self.last_seq,
+            throughput_per_s=round(self.throughput(60.0), 4),
+            handlers=self.handlers.names(),
+            recovered_at_start=self.recovered,
+        )
 
     async def _purge_loop(self) -> None:
         while True:
@@ -360,3 +385,15 @@ class Engine:
 
 class _StageTimeout(Exception):
     pass
+
+
+def _limit(timeouts: Timeouts, stage: Stage) -> float | None:
+    return {"init": timeouts.init, "run": timeouts.run, "eval": timeouts.eval}[stage]
+
+
+def _stage_of(status: str) -> Stage | Literal["queue"]:
+    """Where a rollout stored as ``status`` stood: a stage, else still queued."""
+    for stage in STAGES:
+        if status == stage:
+            return stage
+    return "queue"

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+
+from rollserve.contract import StageStatus
 
 
 class StagePool:
-    def __init__(self, name: str, workers: int):
+    def __init__(self, name: str, workers: int) -> None:
         if workers < 1:
             raise ValueError(f"{name}_workers must be at least 1, got {workers}")
         self.name = name
@@ -44,11 +46,6 @@ class StagePool:
             self.busy_seconds += time.perf_counter() - started
             self._slots.release()
 
-    def snapshot(self) -> dict:
-        return {
-            "workers": self.workers,
-            "busy": self.busy,
-            "queued": self.waiting,
-            "done": self.done,
-            "busy_seconds": round(self.busy_seconds, 3),
-        }
+    def snapshot(self) -> StageStatus:
+        return StageStatus(workers=self.workers, busy=self.busy, queued=self.waiting,
+                           done=self.done, busy_seconds=round(self.busy_seconds, 3))

@@ -2,39 +2,37 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, JsonValue, ValidationError
 
-from rollserve.agent.loop import AgentLimits
 from rollserve.agent.trajectory import Trajectory
-from rollserve.llm.base import SamplingParams
+from rollserve.contract import (
+    STAGES,
+    TERMINAL,
+    AgentLimits,
+    Failure,
+    RolloutResult,
+    RolloutStatus,
+    SamplingParams,
+    TerminalStatus,
+    Timeouts,
+)
+from rollserve.contract.validation import describe
 
-TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out", "interrupted"})
-STAGES = ("init", "run", "eval")
+MAX_FAILURE_CHARS = 1000  # of a validation error quoted in a failure message
 
-
-class Timeouts(BaseModel):
-    """Seconds; unset fields take the handler's defaults."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    init: float | None = Field(None, gt=0, le=86_400)
-    run: float | None = Field(None, gt=0, le=86_400)
-    eval: float | None = Field(None, gt=0, le=86_400)
-    total: float | None = Field(None, gt=0, le=7 * 86_400)
-    run_margin: float | None = Field(
-        None, gt=0, le=86_400, description="the agent's episode ends itself (ended_by "
-        "time_limit, scored) this long before the RUN deadline, kept for what follows it "
-        "(taking the patch, EVAL). Default: 10% of run, 10 s to 60 s; at most half the time "
-        "RUN has")
 
 
 def default_run_margin(run: float) -> float:
     """``Timeouts.run_margin`` when unset: 10% of the RUN timeout, between 10 and 60 s."""
     return min(60.0, max(10.0, 0.1 * run))
+
+
+__all__ = ["STAGES", "TERMINAL", "Failure", "Rollout", "RolloutSpec", "Timeouts", "default_run_margin"]
 
 
 class RolloutSpec(BaseModel):
@@ -53,25 +51,17 @@ class RolloutSpec(BaseModel):
 
 
 @dataclass
-class Failure:
-    stage: str
-    kind: str  # infra | agent | timeout
-    message: str
-
-    def to_dict(self) -> dict:
-        return {"stage": self.stage, "kind": self.kind, "message": self.message}
-
-
-@dataclass
 class Rollout:
+    """A rollout in flight: its spec, limits, state and what it produced."""
+
     spec: RolloutSpec
     max_turns: int = 1
     max_context_tokens: int = 2048
     timeouts: Timeouts = field(default_factory=Timeouts)  # resolved: every field set
-    status: str = "queued"
+    status: RolloutStatus = "queued"
     trajectory: Trajectory = field(default_factory=Trajectory)
     reward: float | None = None
-    evaluation: dict | None = None
+    evaluation: dict[str, Any] | None = None
     failure: Failure | None = None
     timing: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
@@ -132,31 +122,61 @@ class Rollout:
     def add_time(self, key: str, seconds: float) -> None:
         self.timing[key] = round(self.timing.get(key, 0.0) + seconds, 6)
 
-    def result(self) -> dict:
+    def result(self) -> RolloutResult:
+        """The result as the contract has it (``seq`` is the store's to give)."""
         spec = self.spec
         traj = self.trajectory
-        return {
-            "id": spec.id,
-            "group_id": spec.group_id,
-            "task_id": spec.task_id,
-            "data_source": spec.data_source,
-            "sample_index": spec.sample_index,
-            "status": self.status,
-            "reward": self.reward,
-            "evaluation": self.evaluation,
-            "failure": self.failure.to_dict() if self.failure else None,
-            "mask": self.mask,
-            "mask_reason": self.mask_reason,
-            "stale": self.stale,
-            "trajectory": traj.to_dict(),
-            "timing": dict(self.timing),
-            "stats": {
+        if self.status not in TERMINAL:
+            raise ValueError(f"rollout {spec.id} is {self.status}: not finished")
+        status = cast(TerminalStatus, self.status)
+        return RolloutResult(
+            id=spec.id,
+            group_id=spec.group_id,
+            task_id=spec.task_id,
+            data_source=spec.data_source,
+            sample_index=spec.sample_index,
+            status=status,
+            reward=self.reward,
+            evaluation=_plain_json(self.evaluation),
+            failure=self.failure,
+            mask=self.mask,
+            mask_reason=self.mask_reason,
+            stale=self.stale,
+            trajectory=traj.to_wire(),
+            # Plain dicts, validated in place: an error names stats.<key> or timing.<key>.
+            timing=dict(self.timing),
+            stats={
                 "turns": len(traj.turns),
                 "prompt_tokens": traj.prompt_tokens,
                 "output_tokens": traj.output_tokens,
                 "truncated_turns": traj.truncated_turns,
                 **self.stats,
             },
-            "attempt": self.attempt,
-            "metadata": spec.metadata,
-        }
+            attempt=self.attempt,
+            metadata=spec.metadata,
+        )
+
+
+    def final_result(self) -> RolloutResult:
+        """``result()``, always: when what the handler left does not fit the contract (a
+        stat that is not a count, say), the rollout fails as an infrastructure failure
+        (masked, nothing scored) with the handler's own stats and evaluation dropped, so
+        a result is still stored rather than the rollout left unfinished."""
+        try:
+            return self.result()
+        except ValidationError as exc:
+            stage = self.failure.stage if self.failure is not None else "eval"
+            self.status, self.reward, self.evaluation, self.stats = "failed", None, None, {}
+            self.failure = Failure(stage=stage, kind="infra",
+                                   message="the handler's result does not fit the contract: "
+                                           + describe(exc)[:MAX_FAILURE_CHARS])
+            return self.result()
+
+def _plain_json(details: dict[str, Any] | None) -> dict[str, JsonValue] | None:
+    """A handler's evaluation details as plain JSON (tuples become lists, keys strings,
+    as the store always wrote them); a value JSON cannot hold is kept as its ``repr``,
+    so a plugin's odd detail never costs the rollout its result."""
+    if details is None:
+        return None
+    plain: dict[str, JsonValue] = json.loads(json.dumps(details, default=repr))
+    return plain

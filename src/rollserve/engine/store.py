@@ -3,7 +3,9 @@
 Every state change and every result is written. Results get a monotonically
 increasing ``seq`` when they become terminal, so a trainer reads them in
 completion order with a cursor (``after=seq``) and can resume after a crash
-without duplicates or gaps.
+without duplicates or gaps. A result is kept as its ``RolloutResult`` JSON (without
+``seq``: the column is the truth) and read back validated into the model, its
+``seq`` set.
 
 All SQLite work runs on one dedicated thread that owns the connection, so the
 event loop never waits on disk.
@@ -15,12 +17,17 @@ import asyncio
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from rollserve.engine.rollout import TERMINAL, RolloutSpec
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
+from rollserve.contract import ROLLOUT_STATUSES, TERMINAL, RolloutResult, RolloutStatus
+from rollserve.engine.rollout import RolloutSpec
 
 T = TypeVar("T")
 
@@ -68,9 +75,9 @@ class RolloutRow:
     id: str
     group_id: str
     spec: RolloutSpec
-    status: str
+    status: RolloutStatus
     attempt: int
-    result: dict | None
+    result: RolloutResult | None  # with its seq
     seq: int | None
     created_at: float
     finished_at: float | None
@@ -82,10 +89,11 @@ class Store(Protocol):
     async def create_groups(self, groups: list[tuple[GroupRow, list[RolloutSpec]]]) -> None: ...
     async def group_by_client_key(self, key: str) -> GroupRow | None: ...
     async def set_status(self, rollout_id: str, status: str, attempt: int | None = None) -> None: ...
-    async def finish(self, rollout_id: str, status: str, result: dict) -> int: ...
+    async def finish(self, result: RolloutResult) -> int: ...
     async def rollout(self, rollout_id: str) -> RolloutRow | None: ...
-    async def group(self, group_id: str) -> tuple[GroupRow, list[RolloutRow]] | None: ...
-    async def results_after(self, after: int, limit: int) -> list[tuple[int, dict]]: ...
+    async def group(self, group_id: str, results: bool = True
+                    ) -> tuple[GroupRow, list[RolloutRow]] | None: ...
+    async def results_after(self, after: int, limit: int) -> list[RolloutResult]: ...
     async def unfinished(self) -> list[RolloutRow]: ...
     async def purge(self, finished_before: float) -> int: ...
     async def counts(self) -> dict[str, int]: ...
@@ -105,7 +113,7 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._pending: dict[str, tuple[str, int | None, float]] = {}
-        self._flusher: asyncio.Task | None = None
+        self._flusher: asyncio.Task[None] | None = None
 
     # --- plumbing ---------------------------------------------------------------
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -128,7 +136,7 @@ class SQLiteStore:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
-        conn.isolation_level = ""  # back to implicit transactions for `with conn`
+        conn.isolation_level = "DEFERRED"  # back to implicit transactions for `with conn`
         self._conn = conn
 
     async def open(self) -> None:
@@ -208,11 +216,12 @@ class SQLiteStore:
 
         await self._call(_update)
 
-    async def finish(self, rollout_id: str, status: str, result: dict) -> int:
+    async def finish(self, result: RolloutResult) -> int:
         """Store the terminal result and give it the next cursor position.
 
         Idempotent: a rollout that already has a result keeps its first one.
         """
+        rollout_id, status = result.id, result.status
         if status not in TERMINAL:
             raise ValueError(f"{status!r} is not a terminal status")
         now = time.time()
@@ -225,7 +234,7 @@ class SQLiteStore:
                 return int(row[0])
             # Serialized here, on the store's thread: a result with a long prompt is
             # megabytes of JSON, which would otherwise stall the event loop.
-            payload = json.dumps(result, separators=(",", ":"))
+            payload = _encode(result)
             seq = _next_seq(conn)
             conn.execute(
                 "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?"
@@ -267,25 +276,30 @@ class SQLiteStore:
 
         return await self._call(_get)
 
-    async def group(self, group_id: str) -> tuple[GroupRow, list[RolloutRow]] | None:
+    async def group(self, group_id: str, results: bool = True
+                    ) -> tuple[GroupRow, list[RolloutRow]] | None:
+        """The group and its rollouts (``results``: with their results, else without)."""
+        columns = _COLS if results else _COLS.replace("result,", "NULL,")
+
         def _get(conn: sqlite3.Connection) -> tuple[GroupRow, list[RolloutRow]] | None:
             row = conn.execute("SELECT * FROM groups WHERE id=?", (group_id,)).fetchone()
             if row is None:
                 return None
             rows = conn.execute(
-                f"SELECT {_COLS} FROM rollouts WHERE group_id=? ORDER BY id", (group_id,)
+                f"SELECT {columns} FROM rollouts WHERE group_id=? ORDER BY id", (group_id,)
             ).fetchall()
             return GroupRow(*row), [_rollout_row(r) for r in rows]
 
         return await self._call(_get)
 
-    async def results_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
-        def _get(conn: sqlite3.Connection) -> list[tuple[int, dict]]:
+    async def results_after(self, after: int, limit: int) -> list[RolloutResult]:
+        """Up to ``limit`` results after cursor position ``after``, in order."""
+        def _get(conn: sqlite3.Connection) -> list[RolloutResult]:
             rows = conn.execute(
                 "SELECT seq, result FROM rollouts WHERE seq > ? ORDER BY seq LIMIT ?",
                 (after, limit),
             ).fetchall()
-            return [(int(seq), json.loads(result)) for seq, result in rows]
+            return [_decode(result, int(seq)) for seq, result in rows]
 
         return await self._call(_get)
 
@@ -325,13 +339,38 @@ def _rollout_row(row: tuple[Any, ...]) -> RolloutRow:
         id=rid,
         group_id=gid,
         spec=RolloutSpec.model_validate_json(spec),
-        status=status,
+        status=_status(status),
         attempt=int(attempt),
-        result=json.loads(result) if result else None,
+        result=_decode(result, int(seq)) if result else None,
         seq=seq,
         created_at=created,
         finished_at=finished,
     )
+
+
+def _status(stored: str) -> RolloutStatus:
+    for status in ROLLOUT_STATUSES:
+        if stored == status:
+            return status
+    raise ValueError(f"unknown rollout status {stored!r} in the store")
+
+
+def _encode(result: RolloutResult) -> str:
+    """The result as stored: compact JSON, without ``seq``."""
+    try:
+        return result.model_dump_json(exclude={"seq"})
+    except PydanticSerializationError:  # a lone surrogate somewhere: escaped by json
+        return json.dumps(result.model_dump(mode="json", exclude={"seq"}), separators=(",", ":"))
+
+
+def _decode(text: str, seq: int) -> RolloutResult:
+    """A stored result, validated, with its cursor position."""
+    try:
+        result = RolloutResult.model_validate_json(text)
+    except ValidationError:  # pydantic's parser refuses an escaped lone surrogate; json does not
+        result = RolloutResult.model_validate(json.loads(text))
+    result.seq = seq
+    return result
 
 
 def _current_seq(conn: sqlite3.Connection) -> int:

@@ -10,50 +10,23 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 
-from rollserve.engine.pipeline import Engine
-from rollserve.engine.requests import (
-    RequestLimits,
-    SubmitRequest,
-    TaskRequest,
-    json_size,
-    merged,
-    request_hash,
+from rollserve.contract import Accepted, SubmitRequest, TaskRequest
+from rollserve.engine.errors import (
+    BatchTooLarge,
+    Conflict,
+    InvalidTask,
+    QueueFull,
+    UnknownDataSource,
 )
+from rollserve.engine.pipeline import Engine
+from rollserve.engine.requests import RequestLimits, json_size, merged, request_hash
 from rollserve.engine.rollout import RolloutSpec
 from rollserve.engine.store import DuplicateClientKey, GroupRow
-from rollserve.errors import QueueFullError
+from rollserve.handlers import registry
 from rollserve.handlers.base import InvalidInstance
-from rollserve.handlers.registry import UnknownDataSource
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SubmitError(Exception):
-    status_code: int
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
-@dataclass
-class Accepted:
-    group_id: str
-    task_id: str
-    rollout_ids: list[str]
-    duplicate: bool = False  # an idempotent retry of a task already accepted
-
-    def to_dict(self) -> dict:
-        return {
-            "group_id": self.group_id,
-            "task_id": self.task_id,
-            "rollout_ids": self.rollout_ids,
-            "duplicate": self.duplicate,
-        }
 
 
 def _new_id(prefix: str) -> str:
@@ -64,29 +37,31 @@ def _check_task(engine: Engine, task: TaskRequest, where: str, limits: RequestLi
     """The task's data source exists, its instance fits the size limit and its handler."""
     try:
         handler = engine.handler(task.data_source)
-    except UnknownDataSource as exc:
-        raise SubmitError(400, f"{where}.data_source", str(exc).strip("'\"")) from exc
-    for name in ("instance", "metadata"):
-        size = json_size(getattr(task, name))
+    except registry.UnknownDataSource as exc:
+        raise UnknownDataSource(f"{where}.data_source", exc.message) from exc
+    for name, value in (("instance", task.instance), ("metadata", task.metadata)):
+        size = json_size(value)
         if size > limits.max_instance_bytes:
-            raise SubmitError(422, f"{where}.{name}",
+            raise InvalidTask(f"{where}.{name}",
                               f"{size} bytes of JSON; at most {limits.max_instance_bytes} "
                               "(the server's --max-instance-mb)")
     try:
         handler.validate(task.instance)
     except InvalidInstance as exc:
         field = exc.field if exc.field.startswith("instance") else f"instance.{exc.field}"
-        raise SubmitError(422, f"{where}.{field}", exc.message) from exc
+        raise InvalidTask(f"{where}.{field}", exc.message) from exc
     except Exception as exc:  # a handler that did not expect this shape: still bad input
         log.warning("the %s handler failed on an instance it was asked to check",
                     task.data_source, exc_info=True)
-        raise SubmitError(422, f"{where}.instance",
+        raise InvalidTask(f"{where}.instance",
                           f"the {task.data_source} handler cannot read this instance "
                           f"({type(exc).__name__}: {exc})") from exc
 
 
 async def submit(engine: Engine, request: SubmitRequest,
                  limits: RequestLimits | None = None) -> list[Accepted]:
+    """Admit ``request`` whole (one ``Accepted`` per task, in order) or refuse it whole:
+    ``InvalidTask`` (and its kinds) naming the field, ``QueueFull`` with a retry hint."""
     limits = limits or RequestLimits()
     accepted: list[Accepted | None] = [None] * len(request.tasks)
     new: list[tuple[int, TaskRequest, str]] = []  # (index, task, fingerprint)
@@ -97,17 +72,18 @@ async def submit(engine: Engine, request: SubmitRequest,
         fingerprint = request_hash(task, request)
         if task.id is not None:
             if task.id in seen_keys:
-                raise SubmitError(422, f"{where}.id",
+                raise InvalidTask(f"{where}.id",
                                   f"duplicates tasks[{seen_keys[task.id]}].id in this batch")
             seen_keys[task.id] = index
             existing = await engine.store.group_by_client_key(task.id)
             if existing is not None:
                 if existing.request_hash != fingerprint:
-                    raise SubmitError(409, f"{where}.id",
-                                      f"id {task.id!r} was already used for a different task")
-                found = await engine.store.group(existing.id)
+                    raise Conflict(f"{where}.id",
+                                   f"id {task.id!r} was already used for a different task")
+                found = await engine.store.group(existing.id, results=False)
                 rollout_ids = [row.id for row in found[1]] if found else []
-                accepted[index] = Accepted(existing.id, existing.task_id, rollout_ids, True)
+                accepted[index] = Accepted(group_id=existing.id, task_id=existing.task_id,
+                                           rollout_ids=rollout_ids, duplicate=True)
                 continue
         new.append((index, task, fingerprint))
 
@@ -115,16 +91,9 @@ async def submit(engine: Engine, request: SubmitRequest,
     # refused without making ten million rollout specs first.
     wanted = sum(task.n for _, task, _ in new)
     if wanted > engine.config.max_pending:
-        raise SubmitError(422, "tasks",
-                          f"the batch needs {wanted} rollout slots but the server admits at "
-                          f"most {engine.config.max_pending} at once (--max-pending): it can "
-                          "never fit; split it into smaller batches")
+        raise BatchTooLarge(wanted, engine.config.max_pending)
     if wanted > engine.room():
-        raise QueueFullError(
-            f"the batch needs {wanted} rollout slots but only {max(engine.room(), 0)} of "
-            f"{engine.config.max_pending} are free; retry later or raise --max-pending",
-            retry_after=engine.retry_after(),
-        )
+        raise QueueFull(wanted, engine.room(), engine.config.max_pending, engine.retry_after())
     new_groups: list[tuple[GroupRow, list[RolloutSpec]]] = []
     for index, task, fingerprint in new:
         group_id = _new_id("g-")
@@ -146,13 +115,14 @@ async def submit(engine: Engine, request: SubmitRequest,
             for i in range(task.n)
         ]
         new_groups.append((group, specs))
-        accepted[index] = Accepted(group_id, task_id, [s.id for s in specs])
+        accepted[index] = Accepted(group_id=group_id, task_id=task_id,
+                                   rollout_ids=[s.id for s in specs])
 
     engine.reserved += wanted  # held across the store write so concurrent batches see it
     try:
         await engine.store.create_groups(new_groups)
     except DuplicateClientKey as exc:  # a concurrent submit took the id first
-        raise SubmitError(409, "tasks[].id", f"id {exc} was taken by a concurrent request") from exc
+        raise Conflict("tasks[].id", f"id {exc} was taken by a concurrent request") from exc
     finally:
         engine.reserved -= wanted
     for _, specs in new_groups:

@@ -11,23 +11,10 @@ Optional, duck-typed extras a backend may have: ``pause(mode)`` / ``resume()``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
-
-
-class SamplingParams(BaseModel):
-    """Sampling settings for one LLM call (one agent turn)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    temperature: float = Field(1.0, ge=0.0, le=10.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1, le=2**31 - 1, description="-1 disables top-k")
-    max_tokens: int = Field(512, ge=1, le=1_000_000, description="new tokens per turn")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    stop_token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] = Field(
-        default_factory=list, max_length=1024)
+# The wire model (rollserve.contract); the llm layer samples with it.
+from rollserve.contract import SamplingParams
 
 
 @dataclass

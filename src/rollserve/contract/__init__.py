@@ -1,0 +1,95 @@
+"""rollserve's contract: what goes over the wire, as typed models (pydantic only).
+
+The server's routes declare these as their request and response models (so
+``/openapi.json`` documents every shape), the engine builds its results as
+``RolloutResult``, and the client validates what the server answers with them. This
+package imports nothing else of rollserve: a trainer can use it with the client alone.
+
+- ``requests``: what a trainer sends (``SubmitRequest``, ``TaskRequest``,
+  ``SamplingParams``, ``AgentLimits``, ``Timeouts``, ...).
+- ``result``: a finished rollout (``RolloutResult``, ``Trajectory``, ``Turn``,
+  ``Tokens``, ``Failure``, ...).
+- ``views``: what the rollout routes answer (``RolloutView``, ``GroupView``,
+  ``ResultsPage``, ``ServiceStatus``, ...); ``llm``: the inference routes'.
+- ``prorl``: ProRL Agent Server's shapes (``rollserve serve --prorl``).
+- ``validation``: the JSON every part of rollserve can hold, and field names as a
+  user writes them (``tasks[0].instance.question``).
+"""
+
+from rollserve.contract.llm import (
+    BackendAdded,
+    BackendDrained,
+    BackendInfo,
+    BackendList,
+    BackendRemoved,
+    BackendState,
+    BackendUndrained,
+    Paused,
+    Resumed,
+    RouterStatus,
+)
+from rollserve.contract.requests import (
+    MAX_WAIT,
+    AgentLimits,
+    JSONObject,
+    PauseRequest,
+    ResumeRequest,
+    RunRequest,
+    SamplingParams,
+    SubmitRequest,
+    TaskRequest,
+    Timeouts,
+)
+from rollserve.contract.result import (
+    ROLLOUT_STATUSES,
+    STAGES,
+    TERMINAL,
+    ChatMessage,
+    Failure,
+    FailureKind,
+    FailureStage,
+    Fidelity,
+    RolloutResult,
+    RolloutStatus,
+    Stage,
+    Stats,
+    TerminalStatus,
+    Timing,
+    Tokens,
+    ToolCall,
+    Trajectory,
+    Turn,
+)
+from rollserve.contract.views import (
+    Accepted,
+    CancelResponse,
+    EngineStatus,
+    GroupCancelResponse,
+    GroupMember,
+    GroupView,
+    Health,
+    ReapSummary,
+    Recovered,
+    ResultsPage,
+    RolloutView,
+    RunResponse,
+    SandboxStatus,
+    ServiceStatus,
+    StageStatus,
+    StateEvent,
+    SubmitResponse,
+    TrajectoryCounters,
+)
+
+__all__ = [
+    "MAX_WAIT", "ROLLOUT_STATUSES", "STAGES", "TERMINAL",
+    "Accepted", "AgentLimits", "BackendAdded", "BackendDrained", "BackendInfo", "BackendList",
+    "BackendRemoved", "BackendState", "BackendUndrained", "CancelResponse", "ChatMessage",
+    "EngineStatus", "Failure", "FailureKind", "FailureStage", "Fidelity", "GroupCancelResponse",
+    "GroupMember", "GroupView", "Health", "JSONObject", "PauseRequest", "Paused", "ReapSummary",
+    "Recovered", "ResultsPage", "ResumeRequest", "Resumed", "RolloutResult", "RolloutStatus",
+    "RolloutView", "RouterStatus", "RunRequest", "RunResponse", "SamplingParams",
+    "SandboxStatus", "ServiceStatus", "Stage", "StageStatus", "StateEvent", "Stats",
+    "SubmitRequest", "SubmitResponse", "TaskRequest", "TerminalStatus", "Timeouts", "Timing",
+    "Tokens", "ToolCall", "Trajectory", "TrajectoryCounters", "Turn",
+]

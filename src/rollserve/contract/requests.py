@@ -1,0 +1,155 @@
+"""What a trainer sends: a batch of tasks, each run ``n`` times as one group, and the
+settings that shape each rollout (sampling, agent limits, timeouts).
+
+Unknown fields are refused (``extra="forbid"``), so a misspelled setting is a 422
+naming it, never silently ignored. A task's ``instance`` and ``metadata`` must be JSON
+that every part of rollserve can hold (``validation.check_json``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+
+from rollserve.contract.validation import INT64_MAX, JSONInputError, check_json
+
+JSONObject = dict[str, JsonValue]
+
+
+def _storable(value: JSONObject) -> JSONObject:
+    """Refuse JSON the store, the request hash and the chat template cannot hold; over
+    HTTP the body was checked already, this covers every other way a request is built."""
+    try:
+        check_json(value)
+    except JSONInputError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+StorableObject = Annotated[JSONObject, AfterValidator(_storable)]
+
+
+class SamplingParams(BaseModel):
+    """Sampling settings for one LLM call (one agent turn)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, le=10.0, description="softmax temperature")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
+    top_k: int = Field(-1, ge=-1, le=2**31 - 1, description="-1 disables top-k")
+    max_tokens: int = Field(512, ge=1, le=1_000_000, description="new tokens per turn")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="the backend's sampling seed")
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] = Field(
+        default_factory=list, max_length=1024, description="ids that end a turn")
+
+
+class AgentLimits(BaseModel):
+    """Per-request agent limits; unset fields take the handler's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int | None = Field(None, ge=1, le=1000, description="assistant turns per episode")
+    max_context_tokens: int | None = Field(
+        None, ge=16, le=10_000_000, description="prompt plus sampled tokens of the whole episode")
+
+
+class Timeouts(BaseModel):
+    """Seconds; unset fields take the handler's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    init: float | None = Field(None, gt=0, le=86_400, description="the INIT stage (set-up)")
+    run: float | None = Field(None, gt=0, le=86_400, description="the RUN stage (the agent loop)")
+    eval: float | None = Field(None, gt=0, le=86_400, description="the EVAL stage (scoring)")
+    total: float | None = Field(None, gt=0, le=7 * 86_400,
+                                description="the whole rollout, queueing included")
+    run_margin: float | None = Field(
+        None, gt=0, le=86_400, description="the agent's episode ends itself (ended_by "
+        "time_limit, scored) this long before the RUN deadline, kept for what follows it "
+        "(taking the patch, EVAL). Default: 10% of run, 10 s to 60 s; at most half the time "
+        "RUN has")
+
+
+class TaskRequest(BaseModel):
+    """One task: an instance of a data source, sampled ``n`` times (one group)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._:/@+=-]+$",
+        description="client-chosen id: resubmitting the same id returns the same group "
+        "(idempotent retries); a different task under a known id is a 409",
+    )
+    data_source: str = Field(..., min_length=1, max_length=100,
+                             description="the handler that runs it (math, code, swe, ...)")
+    instance: StorableObject = Field(..., description="the task, as its handler reads it")
+    n: int = Field(1, ge=1, le=1024, description="samples of this task (one group)")
+    sampling: SamplingParams | None = Field(None, description="on top of the batch's")
+    agent: AgentLimits | None = Field(None, description="on top of the batch's")
+    timeouts: Timeouts | None = Field(None, description="on top of the batch's")
+    metadata: StorableObject = Field(default_factory=dict,
+                                     description="returned as is in every result")
+
+
+class SubmitRequest(BaseModel):
+    """``POST /v1/rollouts``: a batch, admitted whole or refused whole."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[TaskRequest] = Field(..., min_length=1, max_length=10_000,
+                                     description="the tasks, each run n times as one group")
+    sampling: SamplingParams = Field(default_factory=SamplingParams,
+                                     description="for every task (a task's own fields win)")
+    agent: AgentLimits = Field(default_factory=AgentLimits,
+                               description="for every task (a task's own fields win)")
+    timeouts: Timeouts = Field(default_factory=Timeouts,
+                               description="for every task (a task's own fields win)")
+
+
+MAX_WAIT = 600.0  # seconds: the longest long-poll
+
+
+class RunRequest(BaseModel):
+    """``POST /v1/rollouts:run``: one task, answered with its results (for scripts)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: TaskRequest
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    agent: AgentLimits = Field(default_factory=AgentLimits)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    wait: float = Field(MAX_WAIT, gt=0, le=MAX_WAIT,
+                        description="seconds to wait for the results (what is unfinished then "
+                                    "comes back without its result)")
+
+    def batch(self) -> SubmitRequest:
+        """The same task as a batch of one."""
+        return SubmitRequest(tasks=[self.task], sampling=self.sampling, agent=self.agent,
+                             timeouts=self.timeouts)
+
+
+class PauseRequest(BaseModel):
+    """``POST /v1/llm/pause``: hold generation around a weight update."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["finish", "abort"] = Field(
+        "finish", description="finish: calls in flight complete first; abort: they are "
+                              "aborted and sent again after resume")
+    timeout: float | None = Field(None, ge=0, le=3600,
+                                  description="seconds to wait for calls in flight (finish)")
+    forward: bool | None = Field(None, description="also pause the servers that support it "
+                                                   "(default: the server's setting)")
+
+
+class ResumeRequest(BaseModel):
+    """``POST /v1/llm/resume``: let generation go again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy_version: int | None = Field(None, ge=0, le=INT64_MAX,
+                                       description="stamped on every turn sampled from now on")

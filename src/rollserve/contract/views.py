@@ -1,0 +1,197 @@
+"""What the rollout routes answer: admissions, views of rollouts and groups, pages of
+the results cursor, cancellations, state events and the service's status."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from rollserve.contract.llm import BackendState, RouterStatus
+from rollserve.contract.requests import JSONObject
+from rollserve.contract.result import (
+    RolloutResult,
+    RolloutStatus,
+    Stage,
+    TerminalStatus,
+)
+
+
+class Accepted(BaseModel):
+    """One task admitted: its group and the ids of its ``n`` rollouts."""
+
+    group_id: str = Field(description="the group: the task's n samples")
+    task_id: str = Field(description="the task's client-chosen id, else the group id")
+    rollout_ids: list[str] = Field(description="one per sample, in sample order")
+    duplicate: bool = Field(False, description="an idempotent retry of a task already accepted "
+                                               "(the same group comes back)")
+
+
+class SubmitResponse(BaseModel):
+    """``POST /v1/rollouts``: every task of the batch, in order."""
+
+    groups: list[Accepted] = Field(description="each task of the batch, in order")
+
+
+class RolloutView(BaseModel):
+    """A rollout's state, and its result once stored."""
+
+    id: str = Field(description="the rollout's id")
+    group_id: str = Field(description="its group")
+    status: RolloutStatus = Field(description="queued | init | run | eval while in flight, "
+                                              "then how it ended")
+    done: bool = Field(description="its result is stored")
+    seq: int | None = Field(description="its position in the results cursor, once done")
+    result: RolloutResult | None = Field(description="null until done")
+
+
+class GroupMember(BaseModel):
+    """One rollout of a group."""
+
+    id: str = Field(description="the rollout's id")
+    status: RolloutStatus = Field(description="queued | init | run | eval, then how it ended")
+    done: bool = Field(description="its result is stored")
+    seq: int | None = Field(description="its position in the results cursor, once done")
+    result: RolloutResult | None = Field(
+        None, description="once done (null when asked without results)")
+
+
+class GroupView(BaseModel):
+    """A task's ``n`` samples together."""
+
+    group_id: str = Field(description="the group's id")
+    task_id: str = Field(description="the task's client-chosen id, else the group id")
+    n: int = Field(description="samples in the group")
+    done: bool = Field(description="every rollout's result is stored")
+    status_counts: dict[RolloutStatus, int] = Field(description="rollouts per status")
+    rollouts: list[GroupMember] = Field(description="in sample order")
+
+
+class RunResponse(GroupView):
+    """``POST /v1/rollouts:run``: the group, and its results in sample order (null for a
+    rollout unfinished when the wait ended)."""
+
+    results: list[RolloutResult | None] = Field(
+        description="each rollout's result in sample order; null for one unfinished when the wait ended")
+
+
+class ResultsPage(BaseModel):
+    """A page of the results cursor, in completion order."""
+
+    results: list[RolloutResult] = Field(description="each with its seq")
+    next: int = Field(description="pass it as ``after`` for the next page (the last seq here, "
+                                  "or ``after`` itself when the page is empty)")
+
+
+class CancelResponse(BaseModel):
+    """``DELETE /v1/rollouts/{id}``."""
+
+    id: str = Field(description="the rollout's id")
+    cancelled: bool = Field(description="it was in flight and is now stopped")
+    status: RolloutStatus = Field(description="its status after the cancel")
+
+
+class GroupCancelResponse(BaseModel):
+    """``DELETE /v1/groups/{id}``."""
+
+    group_id: str = Field(description="the group's id")
+    cancelled: list[str] = Field(description="the rollouts that were in flight and are stopped")
+
+
+class StateEvent(BaseModel):
+    """One rollout state change (``GET /v1/events``, as JSON in each ``state`` event).
+    ``lagged``: this subscriber was too slow and lost older events."""
+
+    rollout_id: str | None = Field(None, description="the rollout (null on a lagged event)")
+    group_id: str | None = Field(None, description="its group (null on a lagged event)")
+    status: RolloutStatus | Literal["lagged"] = Field(
+        description="its new status, or lagged: this subscriber lost older events")
+    time: float = Field(description="Unix time of the change")
+    reward: float | None = Field(None, description="on a finished rollout's event")
+    mask: bool | None = Field(None, description="on a finished rollout's event")
+
+
+class StageStatus(BaseModel):
+    """One stage's pool."""
+
+    workers: int = Field(description="concurrent slots")
+    busy: int = Field(description="slots in use")
+    queued: int = Field(description="rollouts waiting for a slot")
+    done: int = Field(description="stage runs finished since start")
+    busy_seconds: float = Field(description="slot-seconds used since start")
+
+
+class TrajectoryCounters(BaseModel):
+    """Over the rollouts finished since start."""
+
+    fidelity_mismatches: int = Field(description="tokens that differed from a fresh render")
+    rollouts_with_mismatches: int = Field(description="rollouts with at least one mismatch")
+    truncated_turns: int = Field(description="turns cut by max_tokens")
+    stale: int = Field(description="rollouts whose turns span more than max_staleness")
+    not_trainable: int = Field(description="rollouts from message-level backends")
+
+
+class Recovered(BaseModel):
+    """What the server found unfinished at start (left by a previous server)."""
+
+    requeued: int = Field(0, description="re-queued to run again")
+    interrupted: int = Field(0, description="ended as interrupted")
+
+
+class EngineStatus(BaseModel):
+    """The engine's side of ``GET /v1/status``."""
+
+    uptime_s: float = Field(description="seconds since the server started")
+    in_flight: int = Field(description="rollouts admitted and not finished")
+    max_pending: int = Field(description="the most rollouts admitted at once (--max-pending)")
+    stages: dict[Stage, StageStatus] = Field(description="each stage's pool: init, run, eval")
+    live: dict[RolloutStatus, int] = Field(description="rollouts in flight, by status")
+    finished: dict[TerminalStatus, int] = Field(description="since this server started")
+    trajectories: TrajectoryCounters
+    last_seq: int = Field(description="the newest result's cursor position")
+    throughput_per_s: float = Field(description="rollouts finished per second, last minute")
+    handlers: list[str] = Field(description="the data sources this server runs")
+    recovered_at_start: Recovered
+
+
+class ReapSummary(BaseModel):
+    """What the start-up reaper cleaned up of a dead server's sandboxes."""
+
+    sandboxes: int = Field(description="sandboxes found (owner records)")
+    processes_killed: int = Field(description="their processes killed")
+    kept_live_owners: int = Field(description="sandboxes of servers still running, left alone")
+    errors: list[str] = Field(description="what could not be cleaned up")
+
+
+class SandboxStatus(BaseModel):
+    """The sandbox runtime. A runtime may report more of its own."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, JsonValue] = Field(init=False)
+
+    runtime: str = Field(description="bubblewrap | apptainer | docker | local ...")
+    ready: bool = Field(description="the runtime is made (it could run here)")
+    error: str | None = Field(description="why it cannot run here")
+    open: int = Field(description="sandboxes open now")
+    started: int = Field(description="sandboxes started since start")
+    limits: JSONObject | None = Field(
+        description="the default limits and how this runtime enforces each one "
+                    "(``defaults``, ``enforced_by``); null until the runtime is made")
+    reaped_at_start: ReapSummary | None = Field(
+        description="what the start-up reaper cleaned up (null before it ran)")
+
+
+class ServiceStatus(EngineStatus):
+    """``GET /v1/status``."""
+
+    backends: list[BackendState] = Field(
+        description="every inference backend, as the router sees it")
+    llm: RouterStatus
+    sandboxes: SandboxStatus = Field(description="the sandbox runtime")
+
+
+class Health(BaseModel):
+    """``GET /healthz``."""
+
+    ok: bool = Field(description="the server answers")
+    version: str = Field(description="rollserve's version")

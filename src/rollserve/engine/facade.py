@@ -1,0 +1,174 @@
+"""The engine's operations, as a front end calls them: contract models in and out,
+typed errors (``engine.errors``) for what is refused, and every wait bounded.
+
+``rollserve.api`` serves these over HTTP (and maps each error to a status code);
+nothing outside the engine reads its rollouts in flight, its pools or its store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from rollserve.contract import (
+    TERMINAL,
+    Accepted,
+    CancelResponse,
+    EngineStatus,
+    GroupCancelResponse,
+    GroupMember,
+    GroupView,
+    ResultsPage,
+    RolloutResult,
+    RolloutStatus,
+    RolloutView,
+    RunRequest,
+    RunResponse,
+    StateEvent,
+    SubmitRequest,
+)
+from rollserve.engine.errors import NotFound, UnknownDataSource
+from rollserve.engine.pipeline import Engine
+from rollserve.engine.requests import RequestLimits
+from rollserve.engine.submit import submit
+from rollserve.handlers import registry
+
+CANCEL_WAIT = 30.0  # seconds a cancel waits for the rollout's cleanup and result
+
+
+class Rollouts:
+    """Submit, watch, read and cancel rollouts; the engine's status."""
+
+    def __init__(self, engine: Engine, limits: RequestLimits | None = None) -> None:
+        self._engine = engine
+        self._store = engine.store
+        self.limits = limits or RequestLimits()
+
+    # --- admission --------------------------------------------------------------------
+    async def submit(self, request: SubmitRequest) -> list[Accepted]:
+        """Admit the whole batch or refuse it whole (``InvalidTask`` and its kinds,
+        ``QueueFull``)."""
+        return await submit(self._engine, request, self.limits)
+
+    async def run(self, request: RunRequest) -> RunResponse:
+        """Submit one task and wait (up to ``request.wait``) for its results."""
+        (accepted,) = await self.submit(request.batch())
+        await self.wait(accepted.rollout_ids, request.wait)
+        view = await self.group(accepted.group_id)
+        return RunResponse(**dict(view), results=[member.result for member in view.rollouts])
+
+    def check_data_source(self, name: str) -> None:
+        """Raise ``UnknownDataSource`` unless a handler serves ``name``."""
+        try:
+            self._engine.handler(name)
+        except registry.UnknownDataSource as exc:
+            raise UnknownDataSource("data_source", exc.message) from exc
+
+    # --- reading --------------------------------------------------------------------------
+    async def rollout(self, rollout_id: str, wait: float = 0.0) -> RolloutView:
+        """Its state and, once stored, its result; ``wait``: seconds to wait for it to
+        finish first. Raises ``NotFound``."""
+        if wait > 0:
+            await self.wait([rollout_id], wait)
+        live = self._engine.live.get(rollout_id)
+        if live is not None:
+            return RolloutView(id=live.id, group_id=live.spec.group_id, status=live.status,
+                               done=False, seq=None, result=None)
+        row = await self._store.rollout(rollout_id)
+        if row is None:
+            raise NotFound(f"no rollout {rollout_id!r} (unknown, or past retention)")
+        return RolloutView(id=row.id, group_id=row.group_id, status=row.status,
+                           done=row.status in TERMINAL, seq=row.seq, result=row.result)
+
+    async def group(self, group_id: str, wait: float = 0.0, results: bool = True) -> GroupView:
+        """The group's rollouts (with their results unless ``results`` is false);
+        ``wait``: seconds to wait for all of them first. Raises ``NotFound``."""
+        view = await self._group(group_id, results=False)
+        if wait > 0 and not view.done:
+            await self.wait([member.id for member in view.rollouts], wait)
+        return await self._group(group_id, results) if results or wait > 0 else view
+
+    async def _group(self, group_id: str, results: bool) -> GroupView:
+        found = await self._store.group(group_id, results=results)
+        if found is None:
+            raise NotFound(f"no group {group_id!r} (unknown, or past retention)")
+        group, rows = found
+        members: list[GroupMember] = []
+        counts: dict[RolloutStatus, int] = {}
+        for row in rows:
+            live = self._engine.live.get(row.id)
+            status = live.status if live is not None else row.status
+            counts[status] = counts.get(status, 0) + 1
+            # Done once its result is stored: a rollout still in flight may already carry
+            # its final status while cleanup runs and the result is written.
+            done = live is None and status in TERMINAL
+            members.append(GroupMember(id=row.id, status=status, done=done, seq=row.seq,
+                                       result=row.result if results and live is None else None))
+        return GroupView(group_id=group.id, task_id=group.task_id, n=group.n,
+                         done=all(m.done for m in members), status_counts=counts,
+                         rollouts=members)
+
+    async def results(self, after: int = 0, limit: int = 100, wait: float = 0.0) -> ResultsPage:
+        """Up to ``limit`` results after cursor position ``after``, in completion order;
+        ``wait``: seconds to wait for one when there are none yet."""
+        deadline = time.monotonic() + wait
+        while True:
+            found = await self._store.results_after(after, limit)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                break
+            await self._engine.events.wait_change(remaining)
+        last = found[-1].seq if found else None
+        return ResultsPage(results=found, next=after if last is None else last)
+
+    async def finished(self, rollout_id: str) -> RolloutResult | None:
+        """Its stored result, or None while it has none (in flight, or unknown)."""
+        row = await self._store.rollout(rollout_id)
+        return None if row is None else row.result
+
+    async def wait(self, rollout_ids: list[str], timeout: float) -> None:
+        """Wait (bounded by ``timeout`` seconds) until none of them is in flight."""
+        await self._engine.wait_finished(rollout_ids, timeout)
+
+    def total_timeout(self, rollout_id: str) -> float | None:
+        """Seconds the rollout may take in all (the handler's default when the request
+        set none); None when it is not in flight."""
+        live = self._engine.live.get(rollout_id)
+        return None if live is None else live.timeouts.total
+
+    @asynccontextmanager
+    async def events(self) -> AsyncIterator[asyncio.Queue[StateEvent]]:
+        """A queue of every state change from now on, while the block runs."""
+        queue = self._engine.events.subscribe()
+        try:
+            yield queue
+        finally:
+            self._engine.events.unsubscribe(queue)
+
+    def status(self) -> EngineStatus:
+        return self._engine.status()
+
+    # --- cancelling ----------------------------------------------------------------------
+    def stop(self, rollout_id: str) -> bool:
+        """Cancel a rollout in flight without waiting (True), or nothing (False)."""
+        return self._engine.cancel(rollout_id)
+
+    async def cancel(self, rollout_id: str, wait: float = CANCEL_WAIT) -> CancelResponse:
+        """Cancel a rollout in flight and wait (bounded) for its result. Raises
+        ``NotFound``."""
+        cancelled = self.stop(rollout_id)
+        if cancelled:
+            await self.wait([rollout_id], wait)
+        view = await self.rollout(rollout_id)
+        return CancelResponse(id=rollout_id, cancelled=cancelled, status=view.status)
+
+    async def cancel_group(self, group_id: str, wait: float = CANCEL_WAIT) -> GroupCancelResponse:
+        """Cancel the group's rollouts in flight and wait (bounded) for their results.
+        Raises ``NotFound``."""
+        view = await self._group(group_id, results=False)
+        cancelled = [m.id for m in view.rollouts if self.stop(m.id)]
+        await self.wait(cancelled, wait)
+        return GroupCancelResponse(group_id=group_id, cancelled=cancelled)
+
