@@ -75,12 +75,13 @@ class SWEOptions(BaseModel):
         "agent", description="a test run past test_timeout, or killed by a signal, once the "
         "tests started: the agent's failure (reward 0, not masked), or masked (timeout/infra). "
         "A run stopped in its set-up, or whose set-up shows an environment fault, is infra")
-    canary: bool = Field(True, description="end pytest runs with a test that must fail, run "
-                         "after importing the code under test: if it passes, outcomes were "
-                         "rewritten and the candidate is unresolved (costs one pytest start)")
+    canary: bool = Field(True, description="pytest runs hold one more test that must fail, "
+                         "in the graded test module, named like its tests: if it is reported "
+                         "passed, outcomes were rewritten and the candidate is unresolved")
     protected_files: Literal["drop", "fail"] = Field(
         "drop", description="changes to test infrastructure (conftest.py, pytest/tox/setup.cfg/"
-        "pyproject config, tests folders, start-up hooks, packaging metadata): left out of the "
+        "pyproject config, tests folders, test runners, start-up hooks, packaging metadata, "
+        "new root modules shadowing the stdlib or installed packages): left out of the "
         "patch that is graded, or the candidate gets 0")
     setup_timeout: float = Field(300.0, gt=0, description="seconds to materialise the repository")
     memory_mb: int = Field(4096, ge=256)
