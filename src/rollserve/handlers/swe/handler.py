@@ -112,6 +112,8 @@ class SWEHandler:
         rollout.state["task"] = task
         sandbox = await self._open(rollout, task)
         rollout.state["sandbox"] = sandbox
+        if self._images and task.schema == "r2e-gym":
+            await envs.hide_r2e_tests(sandbox, self.options)
         # The agent's changes are measured from here (an image may hold files that
         # are untracked or changed against base_commit: they are not the agent's).
         rollout.state["baseline"] = await snapshot(sandbox)
