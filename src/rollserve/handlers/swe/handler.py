@@ -241,14 +241,7 @@ class SWEHandler:
                 script = recorded_results.shell_setup(f"{WORKDIR}/{folder}") + script
             log = await run_tests(sandbox, task, script, self.options.test_timeout, env,
                                   self.options.stopped_tests)
-            recorded = None
-            if plugin:
-                try:
-                    text = (await sandbox.read_file(f"{folder}/results.jsonl")).decode(
-                        "utf-8", "replace")
-                except OSError:
-                    text = ""  # removed by the code under test: no outcomes
-                recorded = recorded_results.parse(text)
+            recorded = await recorded_results.read(sandbox, token) if plugin else None
         finally:
             await close_sandboxes(rollout)
         outcome.update(await grade_async(task, log, recorded, self.options.canary))

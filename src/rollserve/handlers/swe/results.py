@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from rollserve.sandbox.base import WORKDIR, Sandbox
+
 MODULE = "rollserve_results"
+MAX_BYTES = 32 << 20  # a results file past this was not written by the plugin alone
 COUNTED = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 _SUMMARY = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+) in [\d.]+ ?s", re.MULTILINE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -60,6 +63,18 @@ class Results:
     canary_error: str | None = None
     sessions: int = 0
     unreadable: int = 0
+
+
+async def read(sandbox: Sandbox, token: str) -> Results:
+    """The plugin's records from the sandbox (at most ``MAX_BYTES``: a bigger file, or
+    none, is reported in ``unreadable``/``sessions``, never read whole)."""
+    path = f"{WORKDIR}/{folder(token)}/results.jsonl"
+    done = await sandbox.exec(["head", "-c", str(MAX_BYTES + 1), path], timeout=120,
+                              max_output=MAX_BYTES + 1)
+    data = done.stdout if done.ok else ""
+    if done.truncated or len(data) > MAX_BYTES:
+        return Results(unreadable=1)
+    return parse(data)
 
 
 def parse(text: str) -> Results:
