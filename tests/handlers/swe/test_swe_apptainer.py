@@ -45,7 +45,7 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
         (build,) = fake_apptainer("build")
         assert build["argv"][2] == expected
         assert sandbox.image == runtime.images.folder / cache_name(expected)
-        seed, prepare, snapshot = fake_apptainer("exec")
+        seed, prepare, cut, snapshot = fake_apptainer("exec")
         # The seed runs without the alias (it would hide the image's /testbed) ...
         assert f"{sandbox.workspace}:/testbed" not in seed["argv"]
         assert seed["argv"][-4:] == ["cp", "-a", "/testbed/.", "/workspace/"]
@@ -55,6 +55,11 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
         assert argv[argv.index("--home") + 1] == f"{sandbox.workspace}:/workspace"
         assert (sandbox.workspace / "calc" / "ops.py").is_file()  # the repository, seeded
         assert "safe.directory" in argv[-1]
+        # The image's history is cut at HEAD (the stand-in runs it on the seeded copy).
+        assert "git repack -a -d" in cut["argv"][-1]
+        refs = subprocess.run(["git", "-C", str(sandbox.workspace), "for-each-ref"],
+                              capture_output=True, text=True, check=True).stdout
+        assert refs == ""
         assert f"{sandbox.workspace}:/testbed" in snapshot["argv"]
         assert len(rollout.state["baseline"]) == 40  # the workspace's tree at the start
     finally:

@@ -14,6 +14,7 @@ from rollserve.handlers.swe.environment import SWEOptions, image_name, image_ref
 from rollserve.handlers.swe.evaluate import eval_script, suite_command
 from rollserve.handlers.swe.grade import END, START, grade, log_parser_name
 from rollserve.handlers.swe.instances import parse_task, patch_files
+from rollserve.handlers.swe.results import Results
 
 TEST_PATCH = ("diff --git a/tests/test_x.py b/tests/test_x.py\n--- a/tests/test_x.py\n"
               "+++ b/tests/test_x.py\n@@ -1 +1,2 @@\n x = 1\n+y = 2\n")
@@ -169,14 +170,42 @@ def test_a_pass_that_carries_an_error_is_a_failure():
     assert {t["test"]: t["status"] for t in forged["tests"]}["tests/test_x.py::test_y"] == "FAILED"
 
 
-def test_the_canary_passing_means_the_outcomes_were_rewritten():
+def recorded(outcomes: dict[str, str], canary: str | None = None) -> Results:
+    """What the plugin records for tests whose call phase had these outcomes."""
+    made = Results(canary=canary, sessions=1)
+    for nodeid, outcome in outcomes.items():
+        made.reports += [{"nodeid": nodeid, "when": "setup", "outcome": "passed"},
+                         {"nodeid": nodeid, "when": "call", "outcome": outcome,
+                          "longrepr": outcome == "failed"},
+                         {"nodeid": nodeid, "when": "teardown", "outcome": "passed"}]
+    return made
+
+
+def test_recorded_outcomes_are_graded_not_the_logs_lines():
     task = parse_task(SWE_GYM)
-    passes = ["PASSED tests/test_x.py::test_y", "PASSED tests/test_x.py::test_z"]
-    honest = grade(task, log_of(passes, code=0) + "\nFAILED tests/test_0a1b.py::test_0a1b - assert 1 == 2",
-                   canary="0a1b")
-    assert honest["resolved"] and honest["canary"] == "failed"
-    forged = grade(task, log_of(passes, code=0) + "\nPASSED tests/test_0a1b.py::test_0a1b", canary="0a1b")
+    canary = "tests/test_x.py::test_y_edge_cases"
+    outcomes = {"tests/test_x.py::test_y": "passed", "tests/test_x.py::test_z": "passed",
+                canary: "failed"}
+    summary = "\n======== 1 failed, 2 passed in 0.10s ========"
+    honest = grade(task, log_of([], code=1) + summary, recorded(outcomes, canary), canary=True)
+    assert honest["resolved"] and honest["canary"] == "failed" and honest["results_from"] == "plugin"
+    # Lines printed into the log change nothing: the records say test_y failed.
+    failing = {**outcomes, "tests/test_x.py::test_y": "failed"}
+    printed = grade(task, log_of(["PASSED tests/test_x.py::test_y"], code=0) +
+                    "\n======== 2 failed, 1 passed in 0.10s ========",
+                    recorded(failing, canary), canary=True)
+    assert not printed["resolved"] and "reason" not in printed
+    # Outcomes rewritten: the canary passed too.
+    forged = grade(task, log_of([], code=0) + "\n======== 3 passed in 0.10s ========",
+                   recorded({**outcomes, canary: "passed"}, canary), canary=True)
     assert not forged["resolved"] and forged["canary"] == "passed" and "rewritten" in forged["reason"]
+    # A summary line that does not match the records (one was printed, or rewritten).
+    mismatch = grade(task, log_of([], code=0) + "\n======== 3 passed in 0.10s ========",
+                     recorded(outcomes, canary), canary=True)
+    assert not mismatch["resolved"] and "disagree" in mismatch["reason"]
+    # No records at all (the plugin's file removed): nothing passed.
+    gone = grade(task, log_of(["PASSED tests/test_x.py::test_y"], code=0), Results(), canary=True)
+    assert not gone["resolved"] and gone["reason"] == "the test run recorded no test outcomes"
 
 
 def test_only_the_set_up_part_of_a_log_can_show_an_environment_fault():

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import pytest
 
-from rollserve.handlers.swe.protect import block_paths, is_protected, split
+from rollserve.handlers.swe.evaluate import runner_paths
+from rollserve.handlers.swe.instances import parse_task
+from rollserve.handlers.swe.protect import block_paths, is_protected, shadows, split
 
 
 @pytest.mark.parametrize("path", [
@@ -16,7 +19,9 @@ from rollserve.handlers.swe.protect import block_paths, is_protected, split
     "lib/usercustomize.py", "evil.pth", "tests/__init__.py", "tests/helpers.py",
     "pkg/testing/utils.py", "test/x.py", "test_calc.py", "pkg/calc_test.py", "pkg/tests.py",
     "calc.egg-info/entry_points.txt", "x-1.0.dist-info/entry_points.txt", "calc.egg-link",
-    "pytest.py", "_pytest/reports.py", "pluggy/__init__.py", "py.py", "tests", "bin/test"])
+    "pytest.py", "_pytest/reports.py", "pluggy/__init__.py", "py.py", "tests", "bin/test",
+    "pytest.toml", ".pytest.toml", "sub/pytest.toml", "sympy/utilities/runtests.py",
+    "sympy/testing/runtests.py", "sympy/utilities/pytest.py", "run_tests.sh", "runtests.py"])
 def test_test_infrastructure_is_protected(path):
     assert is_protected(path)
 
@@ -89,3 +94,46 @@ def test_text_that_is_not_a_git_diff_is_never_trusted():
     tail = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x\n+y\n"
     assert split("junk before\n" + tail).protected == ["(text before the first diff)"]
     assert block_paths(tail) == ["calc.py"]
+
+
+@pytest.mark.parametrize("path", ["iniconfig.py", "packaging/__init__.py", "pluggy.py",
+                                  "argparse.py", "json/__init__.py", "typing.py", "site.py"])
+def test_a_new_root_module_that_shadows_the_stdlib_or_an_installed_package_is_refused(repo, path):
+    assert shadows(path)
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text("import os\n")
+    (repo / "calc.py").write_text("x = 2\n")
+    done = split(diff(repo))
+    assert done.protected == [path] and "calc.py" in done.kept and path not in done.kept
+
+
+def test_a_changed_module_or_a_new_one_deeper_down_is_not_a_shadow(repo):
+    (repo / "calc.py").write_text("x = 2\n")
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "json.py").write_text("x = 1\n")
+    (repo / "mycalc.py").write_text("x = 1\n")
+    assert not shadows("pkg/json.py") and not shadows("calc.py") and not shadows("mycalc.py")
+    assert split(diff(repo)).protected == []
+
+
+def test_a_new_shadow_made_by_renaming_is_refused(repo):
+    git(repo, "mv", "calc.py", "inspect.py")
+    assert split(diff(repo)).protected == ["inspect.py"]
+
+
+PATCH = ("diff --git a/sympy/core/tests/test_x.py b/sympy/core/tests/test_x.py\n"
+         "--- a/sympy/core/tests/test_x.py\n+++ b/sympy/core/tests/test_x.py\n@@ -1 +1 @@\n-a\n+b\n")
+
+
+def test_the_files_a_test_command_runs_are_protected():
+    sympy = parse_task({"instance_id": "sympy__sympy-1", "repo": "sympy/sympy", "base_commit": "a" * 40,
+                        "problem_statement": "x", "test_patch": PATCH, "FAIL_TO_PASS": "[\"test_x\"]",
+                        "PASS_TO_PASS": "[]", "version": "1.1"})
+    assert runner_paths(sympy) == {"bin/test"}
+    own = dataclasses.replace(sympy, test_cmd="PYTHONPATH=. ./tools/run.py -v {files} && "
+                                                     "bash scripts/check.sh")
+    assert runner_paths(own) == {"tools/run.py", "scripts/check.sh"}
+    patch = ("diff --git a/tools/run.py b/tools/run.py\n--- a/tools/run.py\n+++ b/tools/run.py\n"
+             "@@ -1 +1 @@\n-a\n+b\n")
+    assert split(patch, runner_paths(own)).protected == ["tools/run.py"]
+    assert split(patch).protected == []

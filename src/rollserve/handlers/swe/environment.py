@@ -75,12 +75,13 @@ class SWEOptions(BaseModel):
         "agent", description="a test run past test_timeout, or killed by a signal, once the "
         "tests started: the agent's failure (reward 0, not masked), or masked (timeout/infra). "
         "A run stopped in its set-up, or whose set-up shows an environment fault, is infra")
-    canary: bool = Field(True, description="end pytest runs with a test that must fail, run "
-                         "after importing the code under test: if it passes, outcomes were "
-                         "rewritten and the candidate is unresolved (costs one pytest start)")
+    canary: bool = Field(True, description="pytest runs hold one more test that must fail, "
+                         "in the graded test module, named like its tests: if it is reported "
+                         "passed, outcomes were rewritten and the candidate is unresolved")
     protected_files: Literal["drop", "fail"] = Field(
         "drop", description="changes to test infrastructure (conftest.py, pytest/tox/setup.cfg/"
-        "pyproject config, tests folders, start-up hooks, packaging metadata): left out of the "
+        "pyproject config, tests folders, test runners, start-up hooks, packaging metadata, "
+        "new root modules shadowing the stdlib or installed packages): left out of the "
         "patch that is graded, or the candidate gets 0")
     setup_timeout: float = Field(300.0, gt=0, description="seconds to materialise the repository")
     memory_mb: int = Field(4096, ge=256)
@@ -213,9 +214,28 @@ git config user.name rollserve-agent
                          f"{result.failure(800)}")
 
 
+# Image mode: the image's repository keeps its whole history (later commits, other
+# branches, tags, the stash, reflogs, unreachable objects). Cut it as a bundle is cut:
+# HEAD detached at base_commit, no refs, no remotes, no reflogs, and only the objects
+# HEAD and the index reach (the working tree, untracked files included, is kept).
+CUT_HISTORY = """set -e
+git checkout -q --detach
+git for-each-ref --format='option no-deref%0adelete %(refname)' | git update-ref --stdin
+for remote in $(git remote); do git remote remove "$remote"; done
+rm -rf .git/logs .git/ORIG_HEAD .git/FETCH_HEAD .git/MERGE_HEAD .git/refs/original .git/shallow
+git reflog expire --expire=now --all
+git repack -a -d -q
+rm -f .git/objects/info/alternates
+git prune --expire=now
+git rev-parse HEAD
+"""
+R2E_TESTS = "/r2e_tests"  # R2E-Gym images' hidden tests: for EVAL only
+
+
 async def prepare_image_repo(sandbox: Sandbox, options: SWEOptions) -> None:
     """Image mode: the workspace holds the image's repository (seeded at start); make
-    git usable on it (ownership may differ from the image's)."""
+    git usable on it (ownership may differ from the image's) and cut its history at
+    HEAD (``CUT_HISTORY``)."""
     # (Commands start in the workspace.)
     script = ("git config --global --add safe.directory '*' && "
               "git config --global user.email agent@rollserve.local && "
@@ -224,6 +244,20 @@ async def prepare_image_repo(sandbox: Sandbox, options: SWEOptions) -> None:
     if not result.ok:
         raise InfraError(f"the image's repository ({options.image_repo_dir}) is not a git "
                          f"checkout: {result.failure()}")
+    result = await sandbox.exec(CUT_HISTORY, timeout=options.setup_timeout)
+    if not result.ok:
+        raise InfraError(f"could not cut the history of the image's repository: "
+                         f"{result.failure()}")
+
+
+async def hide_r2e_tests(sandbox: Sandbox, options: SWEOptions) -> None:
+    """R2E-Gym, before RUN: remove the image's ``/r2e_tests`` from this sandbox (EVAL's
+    fresh sandbox has it again); InfraError where the runtime does not let it go."""
+    result = await sandbox.exec(f"rm -rf {R2E_TESTS}; test ! -e {R2E_TESTS}",
+                                timeout=options.setup_timeout)
+    if not result.ok:
+        raise InfraError(f"could not hide {R2E_TESTS} (the instance's hidden tests) from the "
+                         f"agent in this runtime: {result.failure()}")
 
 
 def git_available() -> str | None:

@@ -49,6 +49,25 @@ def suite_command(task: SWETask) -> str:
     return template.format(files=" ".join(map(shlex.quote, files)), modules=" ".join(modules))
 
 
+def runner_paths(task: SWETask) -> frozenset[str]:
+    """Repository files the task's test command runs (``bin/test``, ``./tests/runtests.py``,
+    ``run_tests.sh``): test infrastructure the candidate may not change."""
+    command = task.test_cmd or ("bash run_tests.sh" if task.schema == "r2e-gym"
+                                else KNOWN_COMMANDS.get(task.repo, ""))
+    try:
+        words = shlex.split(command.replace("{files}", "").replace("{modules}", ""))
+    except ValueError:
+        words = command.split()
+    paths = set()
+    for word in words:
+        path = word.removeprefix("./")
+        if "=" in word or word.startswith(("-", "/", "$")) or ".." in path:
+            continue
+        if "/" in path or path.endswith((".py", ".sh")):
+            paths.add(path)
+    return frozenset(paths)
+
+
 def eval_script(task: SWETask, activate: str | None) -> str:
     """The bash script that applies the test patch and runs the tests (SWE-bench's shape)."""
     if task.eval_script:

@@ -5,17 +5,17 @@ log parser, ``get_eval_tests_report``, ``get_resolution_status``): resolved = ev
 FAIL_TO_PASS test passes and every PASS_TO_PASS test still does. R2E-Gym tasks
 compare each test's status with the instance's ``expected_output_json``.
 
-The code under test runs inside the test run and writes to the same log, so:
+Where the tests are pytest's, the outcomes come from our plugin's records, not from
+the log (see ``results``): lines the code under test prints are not read, and the
+canary (a test that must fail, in the graded test module, in the same session) and
+pytest's own summary lines check the records. Elsewhere (Django's and SymPy's runners,
+R2E-Gym) the log is parsed, and the code under test writes to that log too: there a
+``PASSED <test> - <error>`` line (a hook turned a failure into a pass and left its
+error on the report) counts as a failure, and no more is caught.
 
-- a ``PASSED <test> - <error>`` line (a hook turned a failure into a pass and left
-  its error on the report) counts as a failure;
-- the canary: after the tests, one more pytest run of a test that must fail, in the
-  folder of the instance's tests (same conftest files, config, start-up hooks), that
-  first runs a test file's module code (so the code under test is imported). If the
-  log shows it passed, whatever made it pass rewrote outcomes: unresolved;
-- only the log before the tests start (the set-up, which no patch reaches) may show
-  an environment fault (swebench's classifier: InfraError, masked); text the tests
-  print could otherwise turn a wrong answer into a masked one.
+Only the log before the tests start (the set-up, which no patch reaches) may show an
+environment fault (swebench's classifier: InfraError, masked); text the tests print
+could otherwise turn a wrong answer into a masked one.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shlex
 import tempfile
 from types import SimpleNamespace
 from typing import Any
 
 from rollserve.errors import InfraError
+from rollserve.handlers.swe import results
 from rollserve.handlers.swe.instances import SWETask
+from rollserve.handlers.swe.results import Results
 
 START = ">>>>> Start Test Output"
 END = ">>>>> End Test Output"
@@ -78,48 +79,38 @@ def environment_fault(log: str) -> str | None:
     return classified[0] if classified and classified[1] == sb.TIER_ENVIRONMENT else None
 
 
-# --- the canary ----------------------------------------------------------------------
-def canary_script(task: SWETask, token: str) -> str:
-    """Shell lines, run after the tests, that run one failing test named after
-    ``token`` beside the instance's test files; '' where the tests are not pytest's."""
-    files = [f for f in task.test_files if f.endswith(".py")]
-    if task.schema == "r2e-gym" or not files or task.expected is not None:
-        return ""
+# --- where the plugin records the outcomes ------------------------------------------
+def uses_plugin(task: SWETask) -> bool:
+    """Whether the task's tests are pytest's (their outcomes then come from our plugin)."""
+    if task.schema == "r2e-gym" or task.expected is not None:
+        return False
     sb = swebench()
-    parser = sb.parsers.get(log_parser_name(task))
-    if parser not in [sb.parsers[name] for name in PYTEST_PARSERS]:
-        return ""
-    folder = os.path.dirname(files[-1])
-    path = shlex.quote(f"{folder}/test_{token}.py" if folder else f"test_{token}.py")
-    # It first runs the test file's module code (its imports: the code under test),
-    # so whatever that code does to the test run is done to the canary too.
-    body = f"import runpy\n\n\ndef test_{token}():\n    runpy.run_path({files[-1]!r})\n" \
-           "    assert 1 == 2\n"
-    return "\n".join([
-        f"cat > {path} <<'ROLLSERVE_CANARY'\n{body}ROLLSERVE_CANARY",
-        f"python -m pytest --no-header -rA --tb=short -p no:cacheprovider {path}",
-        f"rm -f {path}", ""])
+    return sb.parsers.get(log_parser_name(task)) in [sb.parsers[n] for n in PYTEST_PARSERS]
 
 
-def canary_passed(log: str, token: str) -> bool:
-    """Whether the log says the canary test passed (it cannot, honestly)."""
-    name = re.escape(f"test_{token}")
-    pattern = re.compile(rf"^(?:(?:PASSED|XPASS)\s+\S*::{name}\b|\S*::{name}\s+(?:PASSED|XPASS)\b)",
-                         re.MULTILINE)
-    return bool(pattern.search(_ANSI.sub("", log)))
+def canary_file(task: SWETask) -> str | None:
+    """The graded test file the canary joins: the first FAIL_TO_PASS test's file, else
+    the last test file."""
+    for name in task.fail_to_pass:
+        path = name.split("::", 1)[0]
+        if "::" in name and path.endswith(".py"):
+            return path
+    files = [f for f in task.test_files if f.endswith(".py")]
+    return files[-1] if files else None
 
 
 # --- grading -------------------------------------------------------------------------
-def grade(task: SWETask, log: str, canary: str | None = None) -> dict[str, Any]:
-    """Resolved or not, and the per-test table, from the test log (CPU: run in a thread).
-    ``canary``: the token of the canary test the run ended with, if it had one."""
+def grade(task: SWETask, log: str, recorded: Results | None = None,
+          canary: bool = False) -> dict[str, Any]:
+    """Resolved or not, and the per-test table (CPU: run in a thread), from the plugin's
+    ``recorded`` outcomes where the tests are pytest's, else from the test log.
+    ``canary``: whether the run was to hold a canary."""
     if task.expected is not None:
         return _grade_expected(task, log)
+    if recorded is not None:
+        return _grade_recorded(task, log, recorded, canary)
     sb = swebench()
-    spec = sb.TestSpec(instance_id=task.instance_id, image="", eval_script_list=[], repo=task.repo,
-                       version=task.version, FAIL_TO_PASS=task.fail_to_pass,
-                       PASS_TO_PASS=task.pass_to_pass, log_parser=log_parser_name(task),
-                       eval_type=task.eval_type)
+    spec = _spec(task)
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as handle:
         handle.write(log)
     try:
@@ -139,6 +130,19 @@ def grade(task: SWETask, log: str, canary: str | None = None) -> dict[str, Any]:
         hit = _PASSED_WITH_ERROR.match(line)
         if hit and hit.group(1) in status_map:  # a pass carrying an error is a failure
             status_map[hit.group(1)] = "FAILED"
+    return _report(task, status_map)
+
+
+def _spec(task: SWETask) -> Any:
+    return swebench().TestSpec(
+        instance_id=task.instance_id, image="", eval_script_list=[], repo=task.repo,
+        version=task.version, FAIL_TO_PASS=task.fail_to_pass, PASS_TO_PASS=task.pass_to_pass,
+        log_parser=log_parser_name(task), eval_type=task.eval_type)
+
+
+def _report(task: SWETask, status_map: dict[str, str]) -> dict[str, Any]:
+    """swebench's verdict and the per-test table for a test -> status map."""
+    sb = swebench()
     report = sb.grading.get_eval_tests_report(
         status_map, {"FAIL_TO_PASS": task.fail_to_pass, "PASS_TO_PASS": task.pass_to_pass},
         eval_type=sb.EvalType(task.eval_type))
@@ -153,11 +157,44 @@ def grade(task: SWETask, log: str, canary: str | None = None) -> dict[str, Any]:
     outcome = {"resolved": resolved, "tests_ran": True, "tests": tests,
                "f2p_passed": len(report["FAIL_TO_PASS"]["success"]),
                "p2p_passed": len(report["PASS_TO_PASS"]["success"])}
-    if canary is not None:
-        outcome["canary"] = "passed" if canary_passed(log, canary) else "failed"
-        if outcome["canary"] == "passed":
-            outcome.update(resolved=False, reason="a test made to fail was reported passed: "
-                           "the test run's outcomes were rewritten")
+    return outcome
+
+
+def _grade_recorded(task: SWETask, log: str, recorded: Results, canary: bool) -> dict[str, Any]:
+    """The grade from the plugin's records, checked against the log and the canary."""
+    status, conflicts = results.statuses(recorded)
+    if "Patch Apply Failed" in log:
+        return {"resolved": False, "tests_ran": False, "reason": "the test patch did not apply",
+                "tests": [], "f2p_passed": 0, "p2p_passed": 0}
+    if not status:
+        fault = environment_fault(log)
+        if fault:
+            raise InfraError(f"the test environment of {task.instance_id} failed ({fault}): "
+                             f"{log.strip()[-800:]}")
+        return {"resolved": False, "tests_ran": False, "tests": [], "f2p_passed": 0,
+                "p2p_passed": 0, "reason": "the test run recorded no test outcomes"}
+    parser = swebench().parsers[log_parser_name(task)]
+    status_map = parser(results.synthetic_log(status, recorded.canary), _spec(task))
+    outcome = _report(task, status_map)
+    outcome["results_from"] = "plugin"
+    problems = []
+    if conflicts:
+        outcome["conflicting_reports"] = conflicts[:20]
+    if recorded.unreadable:
+        problems.append(f"{recorded.unreadable} line(s) of the results file are not ours")
+    disagreement = results.disagreement(recorded, log)
+    if disagreement:
+        problems.append(disagreement)
+    if canary:
+        if recorded.canary is None:
+            outcome["canary"] = f"not placed ({recorded.canary_error or 'no record'})"
+        else:
+            outcome["canary"] = status.get(recorded.canary, "MISSING").lower()
+            if outcome["canary"] != "failed":
+                problems.append(f"a test made to fail was reported {outcome['canary']}: the "
+                                "test run's outcomes were rewritten")
+    if problems:
+        outcome.update(resolved=False, reason="; ".join(problems))
     return outcome
 
 
@@ -177,5 +214,6 @@ def _grade_expected(task: SWETask, log: str) -> dict[str, Any]:
     return {"resolved": all(t["ok"] for t in tests), "tests_ran": True, "tests": tests}
 
 
-async def grade_async(task: SWETask, log: str, canary: str | None = None) -> dict[str, Any]:
-    return await asyncio.to_thread(grade, task, log, canary)
+async def grade_async(task: SWETask, log: str, recorded: Results | None = None,
+                      canary: bool = False) -> dict[str, Any]:
+    return await asyncio.to_thread(grade, task, log, recorded, canary)

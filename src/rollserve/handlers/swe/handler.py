@@ -16,6 +16,7 @@ patch that does not apply, or whose tests hang or are killed, is the agent's fai
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import shlex
 import time
@@ -32,12 +33,13 @@ from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sand
     run_episode
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import protect
-from rollserve.handlers.swe.evaluate import eval_script, run_tests
-from rollserve.handlers.swe.grade import canary_script, grade_async, swebench
+from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
+from rollserve.handlers.swe import results as recorded_results
+from rollserve.handlers.swe.grade import canary_file, grade_async, swebench, uses_plugin
 from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
 from rollserve.handlers.swe.prompt import SYSTEM_PROMPT, task_text
-from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
+from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
 
@@ -110,6 +112,8 @@ class SWEHandler:
         rollout.state["task"] = task
         sandbox = await self._open(rollout, task)
         rollout.state["sandbox"] = sandbox
+        if self._images and task.schema == "r2e-gym":
+            await envs.hide_r2e_tests(sandbox, self.options)
         # The agent's changes are measured from here (an image may hold files that
         # are untracked or changed against base_commit: they are not the agent's).
         rollout.state["baseline"] = await snapshot(sandbox)
@@ -195,7 +199,7 @@ class SWEHandler:
         if candidate.too_big:
             details.update(resolved=False, tests_ran=False, reason="the patch is too big")
             return Evaluation(reward=0.0, details=details)
-        split = protect.split(candidate.patch)
+        split = await asyncio.to_thread(protect.split, candidate.patch, runner_paths(task))
         patch = split.kept
         if split.protected:
             details.update(protected_files=split.protected, protected_files_action=(
@@ -226,15 +230,21 @@ class SWEHandler:
                                    reason="the patch does not apply", apply_log=applied.log)
                     return outcome
             env = None if self._images else await self._host_env(sandbox)
-            token = secrets.token_hex(6)
-            canary = canary_script(task, token) if self.options.canary else ""
             script = eval_script(task, self.options.image_activate if self._images else None)
-            script = script.rstrip("\n") + "\n" + canary
+            plugin = uses_plugin(task)
+            if plugin:  # outcomes from our plugin, in a folder no patch reaches
+                token = secrets.token_hex(6)
+                folder = recorded_results.folder(token)
+                target = canary_file(task) if self.options.canary else None
+                for name, text in recorded_results.files(token, target).items():
+                    await sandbox.write_file(f"{folder}/{name}", text)
+                script = recorded_results.shell_setup(f"{WORKDIR}/{folder}") + script
             log = await run_tests(sandbox, task, script, self.options.test_timeout, env,
                                   self.options.stopped_tests)
+            recorded = await recorded_results.read(sandbox, token) if plugin else None
         finally:
             await close_sandboxes(rollout)
-        outcome.update(await grade_async(task, log, token if canary else None))
+        outcome.update(await grade_async(task, log, recorded, self.options.canary))
         outcome["eval_seconds"] = round(time.perf_counter() - started, 3)
         outcome["log_tail"] = log[-3000:]
         return outcome

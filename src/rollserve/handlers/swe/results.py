@@ -1,0 +1,199 @@
+"""Test outcomes from our pytest plugin (``results_plugin``), not from the log.
+
+The code under test prints to the same stream as pytest, so any ``PASSED
+tests/...::test_x`` line in the log may be its own. Where the tests are pytest's, the
+EVAL script loads our plugin (``-p rollserve_results``, from a folder in ``.git`` that
+no patch reaches) and the grade comes from the JSON lines it writes to its own file:
+
+- each test's status is made from its setup/call/teardown reports as pytest's ``-rA``
+  summary would show it, then read by the instance's swebench parser (so test names
+  are the ones FAIL_TO_PASS and PASS_TO_PASS use);
+- a phase reported twice with different outcomes, or a pass carrying an error
+  (``longrepr``), is a failure;
+- the counts of the reports must equal the counts of pytest's own summary lines in
+  the log (the last one per session), else unresolved (something rewrote one of them);
+- the canary (a test that must fail, in the graded test file's module, in the same
+  session) must be reported failed, else unresolved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from rollserve.sandbox.base import WORKDIR, Sandbox
+
+MODULE = "rollserve_results"
+MAX_BYTES = 32 << 20  # a results file past this was not written by the plugin alone
+COUNTED = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+_SUMMARY = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+) in [\d.]+ ?s", re.MULTILINE)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def folder(token: str) -> str:
+    """Where the plugin and its results are, relative to the workspace (inside ``.git``:
+    no patch can add or change files there)."""
+    return f".git/rollserve-grader-{token}"
+
+
+def files(token: str, canary_file: str | None) -> dict[str, str]:
+    """The plugin's files (name -> text): the module and its configuration."""
+    source = resources.files("rollserve.handlers.swe").joinpath("results_plugin.py").read_text()
+    config = {"token": token, "canary_file": canary_file}
+    return {f"{MODULE}.py": source, "config.json": json.dumps(config)}
+
+
+def shell_setup(workspace_folder: str) -> str:
+    """Shell lines that make every pytest the script starts load the plugin."""
+    return (f'export PYTHONPATH="{workspace_folder}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+            f'export PYTEST_ADDOPTS="-p {MODULE}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"\n')
+
+
+@dataclass
+class Results:
+    """What the plugin wrote."""
+
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    collected: list[dict[str, Any]] = field(default_factory=list)  # errors and skips
+    canary: str | None = None
+    canary_error: str | None = None
+    sessions: int = 0
+    unreadable: int = 0
+
+
+async def read(sandbox: Sandbox, token: str) -> Results:
+    """The plugin's records from the sandbox (at most ``MAX_BYTES``: a bigger file, or
+    none, is reported in ``unreadable``/``sessions``, never read whole)."""
+    path = f"{WORKDIR}/{folder(token)}/results.jsonl"
+    done = await sandbox.exec(["head", "-c", str(MAX_BYTES + 1), path], timeout=120,
+                              max_output=MAX_BYTES + 1)
+    data = done.stdout if done.ok else ""
+    if done.truncated or len(data) > MAX_BYTES:
+        return Results(unreadable=1)
+    return parse(data)
+
+
+def parse(text: str) -> Results:
+    results = Results()
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+            event = record["event"]
+        except (ValueError, KeyError, TypeError):
+            results.unreadable += 1
+            continue
+        if event == "report":
+            results.reports.append(record)
+        elif event == "collect":
+            results.collected.append(record)
+        elif event == "canary":
+            results.canary = str(record.get("nodeid"))
+        elif event == "canary_error":
+            results.canary_error = str(record.get("error"))
+        elif event == "finish":
+            results.sessions += 1
+        else:
+            results.unreadable += 1
+    return results
+
+
+def statuses(results: Results) -> tuple[dict[str, str], list[str]]:
+    """Each test's status as ``-rA`` would show it (ERROR after a failed setup or
+    teardown), and the tests whose phases were reported with different outcomes."""
+    phases: dict[str, dict[str, set[tuple[str, bool, bool]]]] = {}
+    for report in results.reports:
+        if report.get("outcome") == "rerun":
+            continue
+        key = (str(report.get("outcome")), bool(report.get("longrepr")), bool(report.get("wasxfail")))
+        phases.setdefault(str(report.get("nodeid")), {}).setdefault(str(report.get("when")), set()).add(key)
+    status: dict[str, str] = {}
+    conflicts = []
+    for nodeid, by_phase in phases.items():
+        if any(len({k[0] for k in keys}) > 1 for keys in by_phase.values()):
+            conflicts.append(nodeid)
+            status[nodeid] = "FAILED"
+            continue
+        status[nodeid] = _status(by_phase)
+    for record in results.collected:
+        if record.get("outcome") == "failed":
+            status[str(record.get("nodeid"))] = "ERROR"
+    return status, conflicts
+
+
+def _status(by_phase: dict[str, set[tuple[str, bool, bool]]]) -> str:
+    def one(when: str) -> tuple[str, bool, bool] | None:
+        keys = by_phase.get(when)
+        return next(iter(keys)) if keys else None
+
+    setup, call, teardown = one("setup"), one("call"), one("teardown")
+    if setup and setup[0] == "failed":
+        return "ERROR"
+    if setup and setup[0] == "skipped":
+        return "XFAIL" if setup[2] else "SKIPPED"
+    if call is None:
+        return "ERROR"  # never ran its body
+    if call[0] == "failed" or (call[0] == "passed" and call[1]):  # a pass with an error
+        return "FAILED"
+    if teardown and teardown[0] == "failed":
+        return "ERROR"
+    if call[0] == "skipped":
+        return "XFAIL" if call[2] else "SKIPPED"
+    return "XPASS" if call[2] else "PASSED"
+
+
+def counts(results: Results) -> Counter[str]:
+    """The counts pytest's summary line shows, made from the reports."""
+    counted: Counter[str] = Counter()
+    for report in results.reports:
+        outcome, when, xfail = report.get("outcome"), report.get("when"), report.get("wasxfail")
+        if outcome == "skipped":
+            counted["xfailed" if xfail else "skipped"] += 1
+        elif outcome == "failed":
+            counted["failed" if when == "call" else "error"] += 1
+        elif outcome == "passed" and when == "call":
+            counted["xpassed" if xfail else "passed"] += 1
+    for record in results.collected:
+        counted["error" if record.get("outcome") == "failed" else "skipped"] += 1
+    return counted
+
+
+def log_summaries(log: str) -> list[Counter[str]]:
+    """The counts of each pytest summary line in the log (``3 passed, 1 failed in 0.2s``)."""
+    found = []
+    for match in _SUMMARY.finditer(_ANSI.sub("", log)):
+        counted: Counter[str] = Counter()
+        for part in match.group(1).split(", "):
+            number, _, what = part.partition(" ")
+            what = {"errors": "error"}.get(what, what)
+            if what in COUNTED:
+                counted[what] += int(number)
+        found.append(counted)
+    return found
+
+
+def disagreement(results: Results, log: str) -> str | None:
+    """Why the log's summary lines and the plugin's reports disagree, if they do."""
+    summaries = log_summaries(log)
+    if results.sessions == 0:
+        return "the test run recorded no finished pytest session"
+    if len(summaries) < results.sessions:
+        return (f"{results.sessions} pytest session(s) finished but the log has "
+                f"{len(summaries)} summary line(s)")
+    logged: Counter[str] = Counter()
+    for summary in summaries[-results.sessions:]:
+        logged.update(summary)
+    reported = counts(results)
+    if any(logged[k] != reported[k] for k in COUNTED):
+        shown = ", ".join(f"{k} {logged[k]}/{reported[k]}" for k in COUNTED
+                          if logged[k] or reported[k])
+        return f"pytest's summary and the recorded outcomes disagree (log/recorded: {shown})"
+    return None
+
+
+def synthetic_log(status: dict[str, str], leave_out: str | None = None) -> str:
+    """The ``-rA`` short summary the statuses make, for the instance's swebench parser."""
+    return "".join(f"{s} {nodeid}\n" for nodeid, s in status.items() if nodeid != leave_out)

@@ -1,0 +1,149 @@
+"""The grader's pytest plugin (``results_plugin``) in a real pytest run, and how its
+records are read (``results``): statuses as ``-rA`` shows them, conflicts, the summary
+check and the canary."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from rollserve.handlers.swe import results
+
+TESTS = '''import pytest
+
+
+@pytest.fixture
+def broken_setup():
+    raise RuntimeError("setup")
+
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    raise RuntimeError("teardown")
+
+
+def test_ok():
+    assert 1 + 1 == 2
+
+
+def test_bad():
+    assert 1 + 1 == 3
+
+
+def test_setup_error(broken_setup):
+    pass
+
+
+def test_teardown_error(broken_teardown):
+    pass
+
+
+@pytest.mark.skip(reason="no")
+def test_skipped():
+    pass
+
+
+@pytest.mark.xfail
+def test_xfail():
+    assert False
+
+
+@pytest.mark.xfail
+def test_xpass():
+    pass
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_param(n):
+    assert n == 1
+'''
+
+
+def run(tmp_path: Path, canary_file: str | None, token: str = "5eed") -> tuple[str, results.Results]:
+    (tmp_path / "tests").mkdir(exist_ok=True)
+    (tmp_path / "tests" / "test_things.py").write_text(TESTS)
+    folder = tmp_path / ".git" / "grader"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in results.files(token, canary_file).items():
+        (folder / name).write_text(text)
+    script = results.shell_setup(str(folder)) + \
+        f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider tests\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    return done.stdout + done.stderr, results.parse((folder / "results.jsonl").read_text())
+
+
+def test_statuses_and_counts_from_a_real_run_agree_with_pytests_own(tmp_path):
+    log, recorded = run(tmp_path, None)
+    status, conflicts = results.statuses(recorded)
+    name = "tests/test_things.py::"
+    assert status == {name + "test_ok": "PASSED", name + "test_bad": "FAILED",
+                      name + "test_setup_error": "ERROR", name + "test_teardown_error": "ERROR",
+                      name + "test_skipped": "SKIPPED", name + "test_xfail": "XFAIL",
+                      name + "test_xpass": "XPASS", name + "test_param[1]": "PASSED",
+                      name + "test_param[2]": "FAILED"}, log
+    assert conflicts == [] and recorded.sessions == 1 and recorded.canary is None
+    assert results.disagreement(recorded, log) is None, (log, results.counts(recorded))
+
+
+def test_the_canary_sits_in_the_graded_module_named_like_its_tests_and_fails(tmp_path):
+    log, recorded = run(tmp_path, "tests/test_things.py")
+    assert recorded.canary_error is None
+    module, _, name = recorded.canary.partition("::")
+    assert module == "tests/test_things.py"
+    bases = ("test_ok", "test_bad", "test_setup_error", "test_teardown_error", "test_skipped",
+             "test_xfail", "test_xpass", "test_param")
+    assert name.startswith(bases) and not re.search(r"[0-9a-f]{12}", name)
+    status, _ = results.statuses(recorded)
+    assert status[recorded.canary] == "FAILED"
+    assert f"FAILED {recorded.canary}" in log  # pytest shows it as one of the module's tests
+    assert results.disagreement(recorded, log) is None  # and counts it
+    assert recorded.canary not in results.synthetic_log(status, recorded.canary)
+    # The same token places the same canary; another token, likely another.
+    _, again = run(tmp_path, "tests/test_things.py")
+    assert again.canary == recorded.canary
+
+
+def test_a_phase_reported_twice_with_different_outcomes_is_a_failure():
+    lines = [{"event": "report", "nodeid": "t.py::a", "when": when, "outcome": outcome,
+              "longrepr": False, "wasxfail": False}
+             for when, outcome in [("setup", "passed"), ("call", "failed"), ("call", "passed"),
+                                   ("teardown", "passed")]]
+    lines += [{"event": "report", "nodeid": "t.py::b", "when": "call", "outcome": "passed",
+               "longrepr": True, "wasxfail": False}, {"event": "finish", "exitstatus": 1}]
+    recorded = results.parse("\n".join(map(json.dumps, lines)) + "\nPASSED t.py::a\n")
+    status, conflicts = results.statuses(recorded)
+    assert status == {"t.py::a": "FAILED", "t.py::b": "FAILED"} and conflicts == ["t.py::a"]
+    assert recorded.unreadable == 1  # a line that is not ours
+
+
+def test_a_summary_line_that_disagrees_with_the_records_is_reported(tmp_path):
+    log, recorded = run(tmp_path, None)
+    forged = log + "\n============================== 9 passed in 0.01s ===============================\n"
+    assert "disagree" in results.disagreement(recorded, forged)
+    assert "summary line" in results.disagreement(recorded, "PASSED tests/test_things.py::test_bad\n")
+    assert results.disagreement(results.Results(), log) == \
+        "the test run recorded no finished pytest session"
+
+
+def test_a_pytest_started_by_the_tests_does_not_load_the_plugin(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_child.py").write_text(
+        "import os, subprocess, sys\n\n\ndef test_child():\n"
+        "    assert 'rollserve_results' not in os.environ.get('PYTEST_ADDOPTS', '')\n")
+    folder = tmp_path / ".git" / "grader"
+    folder.mkdir(parents=True)
+    for name, text in results.files("t", None).items():
+        (folder / name).write_text(text)
+    script = results.shell_setup(str(folder)) + f"{sys.executable} -m pytest -rA -p no:cacheprovider tests\n"
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert "PASSED tests/test_child.py::test_child" in done.stdout, done.stdout + done.stderr
+    assert results.statuses(results.parse((folder / "results.jsonl").read_text()))[0] == \
+        {"tests/test_child.py::test_child": "PASSED"}
