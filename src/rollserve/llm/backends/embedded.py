@@ -10,8 +10,13 @@ What it guarantees: the logprobs returned are those of the distribution each tok
 was sampled from (the behaviour policy, bit for bit), and a call's ids and logprobs
 depend only on its prompt and sampling parameters, never on the calls before it
 (see ``_feed_prompt``): the same request gives the same answer whatever the KV
-cache holds. They are not equal to a transformers/vLLM forward pass of the same
-model: this is a Q4_1 quantized model on llama.cpp's CPU kernels.
+cache holds. Reusing the cache is only exact where llama.cpp's batched kernels give
+the same bits however a prompt is split into batches; that depends on the CPU
+(AVX-512/AMX kernels may differ by batch size), so a probe at load decides (see
+``probe_batch_invariance``): where it fails, every call evaluates its prompt afresh
+from position 0 in batches that depend on its length only. They are not equal to a
+transformers/vLLM forward pass of the same model: this is a Q4_1 quantized model on
+llama.cpp's CPU kernels.
 
 One ``Llama`` instance is single-threaded, so calls run one at a time: they queue on
 an asyncio lock in the event loop (not in threads) and each runs in a worker thread,
@@ -21,20 +26,58 @@ so the loop never blocks.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib.util
+import logging
 import os
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from rollserve.errors import InfraError, LLMError
 from rollserve.llm.base import Generation, SamplingParams
 
+log = logging.getLogger(__name__)
+
+#: How the KV cache is used: ``"prefix"`` reuses the positions a call shares with the
+#: cache (exact where batched kernels are split-invariant), ``"fresh"`` evaluates every
+#: prompt from position 0.
+CacheMode = Literal["prefix", "fresh"]
+
+#: The probe's splits of one sequence: all in one batch, and in batches of many small
+#: sizes, each with the cache holding the batches before it (as a reused prefix would).
+PROBE_WHOLE: tuple[int, ...] = (70,)
+PROBE_SPLIT: tuple[int, ...] = (2, 3, 4, 5, 8, 16, 17, 15)
+PROBE_TEXT = (
+    "<|im_start|>system\nYou are a careful assistant. Think step by step, use the tools "
+    "you are given, and end with the answer in \\boxed{}.<|im_end|>\n<|im_start|>user\n"
+    "A train leaves at 09:40 and arrives at 13:05. How many minutes is the trip? Then list "
+    "the files in /tmp with `ls -la /tmp`.<|im_end|>\n<|im_start|>assistant\n"
+    "From 09:40 to 13:05 is 3 hours and 25 minutes, that is 205 minutes: \\boxed{205}."
+)
+
 
 class _Cancelled(Exception):
     """The caller gave up; the worker stopped between two tokens."""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What the load-time probe found: whether the last position's logits were the same
+    bits for both splits, and how long the probe took (seconds)."""
+
+    invariant: bool
+    seconds: float
+
+
+# One probe per model file, thread count and batch size in this process: the kernels
+# chosen depend on the CPU and the library, which do not change while it runs.
+_probes: dict[tuple[str, int | None, int], ProbeResult] = {}
+_probes_lock = threading.Lock()
 
 
 class EmbeddedBackend:
@@ -49,7 +92,8 @@ class EmbeddedBackend:
         n_ctx: int = 4096,
         n_threads: int | None = None,
         name: str = "embedded",
-    ):
+        reuse_cache: bool = True,
+    ) -> None:
         if importlib.util.find_spec("llama_cpp") is None:
             raise InfraError(
                 "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
@@ -68,6 +112,12 @@ class EmbeddedBackend:
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.outstanding = 0
+        #: False: never reuse the KV cache (every prompt from position 0), without a probe.
+        self.reuse_cache = reuse_cache
+        self.cache_mode: CacheMode | None = None  # decided at load
+        self.probe: ProbeResult | None = None  # None until loaded, or when not probed
+        self.prompt_tokens = 0  # prompt positions of all calls
+        self.prompt_tokens_reused = 0  # of which taken from the KV cache, not evaluated
         self._llm: Any = None  # llama_cpp.Llama, loaded on first use (in a worker thread)
         self._n_ubatch = 512  # llama.cpp's micro-batch (the Llama default), set at load
         # Leading KV-cache positions computed in batches of two or more (see _feed_prompt).
@@ -106,7 +156,8 @@ class EmbeddedBackend:
         async with self._call_queue():
             await asyncio.to_thread(self._close_blocking)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
+        probe = self.probe
         return {
             "name": self.name,
             "kind": self.kind,
@@ -114,6 +165,12 @@ class EmbeddedBackend:
             "trainable": self.trainable,
             "outstanding": self.outstanding,
             "n_ctx": self.n_ctx,
+            # None until the model is loaded (on the first call).
+            "cache_mode": self.cache_mode,
+            "cache_probe": None if probe is None else
+            {"batch_invariant": probe.invariant, "seconds": round(probe.seconds, 3)},
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_reused": self.prompt_tokens_reused,
         }
 
     # --- the worker thread ---------------------------------------------------------
@@ -152,7 +209,30 @@ class EmbeddedBackend:
                 self._load_error = exc
                 raise LLMError(f"{self.name}: could not load {self.model_path}: {exc}") from exc
             self._load_error = None
+            self._choose_cache_mode(self._llm)
         return self._llm
+
+    def _choose_cache_mode(self, llm: Any) -> None:
+        if not self.reuse_cache:
+            self.cache_mode, self.probe = "fresh", None
+            log.info("%s: KV cache reuse off by option; every prompt from position 0", self.name)
+            return
+        key = (str(self.model_path.resolve()), self.n_threads, self._n_ubatch)
+        with _probes_lock:
+            probe = _probes.get(key)
+            if probe is None:
+                try:
+                    probe = _probes[key] = probe_batch_invariance(llm)
+                except RuntimeError as exc:  # llama_decode failed: trust nothing
+                    log.warning("%s: the batch-invariance probe failed (%s)", self.name, exc)
+                    probe = ProbeResult(invariant=False, seconds=0.0)
+        self.probe = probe
+        self.cache_mode = "prefix" if probe.invariant else "fresh"
+        self._batched = 0
+        log.info(
+            "%s: batched kernels %s split-invariant (probe %.2f s): KV cache mode %r",
+            self.name, "are" if probe.invariant else "are NOT", probe.seconds, self.cache_mode,
+        )
 
     def _generate_blocking(
         self, prompt_ids: list[int], sampling: SamplingParams, cancel: threading.Event
@@ -182,6 +262,11 @@ class EmbeddedBackend:
         """Evaluate the prompt the canonical way, reusing the KV cache only where it
         holds exactly what a fresh evaluation would compute.
 
+        In ``"fresh"`` mode (batched kernels not split-invariant on this CPU, or reuse
+        off) nothing is reused: the prompt is evaluated from position 0 in the batches
+        ``batch_chunks`` gives for its length, the same computation on every call.
+        Otherwise (``"prefix"``):
+
         llama.cpp computes a batch of one token on another path than a batch of two or
         more (ggml's vector dot products instead of the tiled matrix kernels), and on
         this Q4_1 model the two round apart by up to ~0.5 in a logprob. Batches of two
@@ -193,7 +278,8 @@ class EmbeddedBackend:
         ids and logprobs thus depend on its prompt and sampling only, never on which
         calls ran before it (interleaved rollouts stay reproducible).
         """
-        cached = llm.input_ids[: min(llm.n_tokens, self._batched)]
+        reusable = self._batched if self.cache_mode == "prefix" else 0
+        cached = llm.input_ids[: min(llm.n_tokens, reusable)]
         head = np.asarray(prompt_ids[: len(cached)], dtype=cached.dtype)
         differs = np.flatnonzero(cached[: len(head)] != head)
         common = int(differs[0]) if len(differs) else len(head)
@@ -201,6 +287,8 @@ class EmbeddedBackend:
         # ones we sample from, and it must not be a batch of one.
         common = max(0, min(common, len(prompt_ids) - 2))
         self._batched = llm.n_tokens = common  # eval() drops the KV cache from n_tokens on
+        self.prompt_tokens += len(prompt_ids)
+        self.prompt_tokens_reused += common
         for chunk in batch_chunks(len(prompt_ids) - common, min(llm.n_batch, self._n_ubatch)):
             if cancel.is_set():
                 raise _Cancelled
@@ -235,6 +323,51 @@ class EmbeddedBackend:
                 break  # context full: ends like max_tokens
             llm.eval([token])
         return Generation(output_ids, logprobs, finish, backend=self.name)
+
+
+def probe_batch_invariance(
+    llm: Any,
+    whole: tuple[int, ...] = PROBE_WHOLE,
+    split: tuple[int, ...] = PROBE_SPLIT,
+    tokens: list[int] | None = None,
+) -> ProbeResult:
+    """Evaluate one token sequence twice from an empty cache, batched as ``whole`` and
+    as ``split`` (each batch on top of the cache the earlier ones left), and say whether
+    both left the same bits: the last position's logits and the whole KV cache (every
+    layer's keys and values at every position). Leaves the cache empty.
+
+    ``tokens``: the sequence (default: the start of a ChatML exchange, ordinary text
+    being what the kernels will see; on random ids the one-row and batched paths can
+    happen to agree where on text they do not)."""
+    import llama_cpp
+
+    count = sum(whole)
+    if sum(split) != count:
+        raise ValueError(f"split: must cover as many tokens as whole ({count})")
+    if tokens is None:
+        tokens = llm.tokenize(PROBE_TEXT.encode(), add_bos=False, special=True)
+    if len(tokens) < count:
+        raise ValueError(f"tokens: {len(tokens)} tokens, the batches need {count}")
+    vocab = llm.n_vocab()
+    started = time.perf_counter()
+    seen: list[tuple[np.ndarray, bytes]] = []
+    try:
+        for batches in (whole, split):
+            llm.reset()
+            done = 0
+            for size in batches:
+                llm.eval(tokens[done : done + size])
+                done += size
+            logits = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+            size = llama_cpp.llama_state_seq_get_size(llm.ctx, 0)
+            state = (ctypes.c_uint8 * size)()
+            got = llama_cpp.llama_state_seq_get_data(llm.ctx, state, size, 0)
+            seen.append((np.ctypeslib.as_array(logits, shape=(vocab,)).copy(), bytes(state[:got])))
+    finally:
+        llm.reset()
+    (logits_a, cache_a), (logits_b, cache_b) = seen
+    same = bool(np.array_equal(logits_a, logits_b)) and cache_a == cache_b
+    return ProbeResult(same, time.perf_counter() - started)
 
 
 def batch_chunks(count: int, size: int) -> list[int]:
