@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("llama_cpp", reason="the embedded model needs extra 'local' (llama-cpp-python)")
 
 from rollserve.llm.backends.embedded import (
+    BLOCK,
     PROBE_WHOLE,
     EmbeddedBackend,
     probe_batch_invariance,
@@ -79,12 +80,13 @@ async def test_the_load_probe_chooses_the_cache_mode(backend, chat_prompt):
     info = backend.describe()
     probe = info["cache_probe"]
     assert probe is not None and probe["seconds"] > 0
-    assert info["cache_mode"] == ("prefix" if probe["batch_invariant"] else "fresh")
+    assert info["cache_mode"] == ("prefix" if probe["batch_invariant"] else "blocks")
     before = info["prompt_tokens_reused"]
     await backend.generate(prompt, GREEDY)
     reused = backend.describe()["prompt_tokens_reused"] - before
-    # "prefix" re-evaluates just the last two prompt tokens; "fresh" re-evaluates all.
-    assert reused == (len(prompt) - 2 if info["cache_mode"] == "prefix" else 0)
+    # "prefix" re-evaluates just the last two prompt tokens; "blocks" all but whole blocks.
+    blocks = (len(prompt) - 2) // BLOCK * BLOCK
+    assert reused == (len(prompt) - 2 if info["cache_mode"] == "prefix" else blocks)
 
 
 def test_the_probe_sees_a_real_rounding_difference():
@@ -116,23 +118,27 @@ def test_the_probe_sees_a_real_rounding_difference():
         llm.close()
 
 
-async def test_fresh_mode_by_option_is_exact_and_reuses_nothing(backend, chat_prompt, tok):
-    """reuse_cache=False (what a CPU whose probe fails gets): every prompt is evaluated
-    from position 0, and a call's ids and logprobs are those of the default mode's
-    whatever each backend ran before."""
-    fresh = EmbeddedBackend(n_ctx=1024, n_threads=2, reuse_cache=False)
+async def test_blocks_mode_by_option_is_exact(backend, chat_prompt, tok):
+    """cache="blocks" (what a CPU whose probe fails gets): prompts are evaluated in
+    fixed blocks from position 0 and only whole blocks are reused, and a call's ids and
+    logprobs are those of the default mode's, whatever each backend ran before."""
+    blocky = EmbeddedBackend(n_ctx=1024, n_threads=2, cache="blocks")
     try:
-        a = chat_prompt("Name an animal.")
-        first = await fresh.generate(a, GREEDY)
+        # Longer than two blocks, and not ending just past a block's end (see batch_chunks).
+        a = next(p for n in range(12, 40) if (p := chat_prompt("Name an animal. " * n))
+                 and len(p) > 2 * BLOCK and len(p) % BLOCK >= 2)
+        first = await blocky.generate(a, GREEDY)
         glue = [] if first.finish_reason == "stop" else tok.encode("<|im_end|>")
         turn_two = (a + first.output_ids + glue + tok.encode("\n")
                     + tok.encode("<|im_start|>user\nAnother.<|im_end|>\n<|im_start|>assistant\n"))
-        second = await fresh.generate(turn_two, GREEDY)  # extends what the cache holds
-        again = await fresh.generate(a, GREEDY)
-        info = fresh.describe()
-        assert (info["cache_mode"], info["cache_probe"]) == ("fresh", None)
+        second = await blocky.generate(turn_two, GREEDY)  # extends what the cache holds
+        again = await blocky.generate(a, GREEDY)
+        info = blocky.describe()
+        assert (info["cache_mode"], info["cache_probe"]) == ("blocks", None)
         assert info["prompt_tokens"] == 2 * len(a) + len(turn_two)
-        assert info["prompt_tokens_reused"] == 0
+        # Turn two reuses turn one's whole blocks (its sampled tokens were evaluated one
+        # at a time: not reused); the repeat reuses them again.
+        assert info["prompt_tokens_reused"] == 2 * (len(a) // BLOCK * BLOCK) > 0
         assert (again.output_ids, again.logprobs) == (first.output_ids, first.logprobs)
         # The default backend, with another history, computes the same bits.
         await backend.generate(chat_prompt("Count to three."), GREEDY)
@@ -140,7 +146,7 @@ async def test_fresh_mode_by_option_is_exact_and_reuses_nothing(backend, chat_pr
             other = await backend.generate(prompt, GREEDY)
             assert (other.output_ids, other.logprobs) == (seen.output_ids, seen.logprobs)
     finally:
-        await fresh.close()
+        await blocky.close()
 
 
 async def test_seeded_sampling_repeats_and_limits_hold(backend, chat_prompt):

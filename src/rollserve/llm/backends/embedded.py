@@ -13,8 +13,9 @@ depend only on its prompt and sampling parameters, never on the calls before it
 cache holds. Reusing the cache is only exact where llama.cpp's batched kernels give
 the same bits however a prompt is split into batches; that depends on the CPU
 (AVX-512/AMX kernels may differ by batch size), so a probe at load decides (see
-``probe_batch_invariance``): where it fails, every call evaluates its prompt afresh
-from position 0 in batches that depend on its length only. They are not equal to a
+``probe_batch_invariance``): where it fails, every prompt is evaluated in fixed
+blocks from position 0, and only whole blocks computed exactly so are reused. They
+are not equal to a
 transformers/vLLM forward pass of the same model: this is a Q4_1 quantized model on
 llama.cpp's CPU kernels.
 
@@ -43,10 +44,15 @@ from rollserve.llm.base import Generation, SamplingParams
 
 log = logging.getLogger(__name__)
 
-#: How the KV cache is used: ``"prefix"`` reuses the positions a call shares with the
-#: cache (exact where batched kernels are split-invariant), ``"fresh"`` evaluates every
-#: prompt from position 0.
-CacheMode = Literal["prefix", "fresh"]
+#: How the KV cache is reused: ``"prefix"``, every position a call shares with the
+#: cache (exact where batched kernels are split-invariant); ``"blocks"``, only whole
+#: ``BLOCK``-token blocks from position 0 (exact on any CPU whose kernels are
+#: deterministic: each block is computed by the same batch on the same cache).
+CacheMode = Literal["prefix", "blocks"]
+
+#: The batch size of ``"blocks"`` mode: a call re-evaluates at most BLOCK + 1 tokens
+#: of a prompt that extends a cached one.
+BLOCK = 64
 
 #: The probe's splits of one sequence: all in one batch, and in batches of many small
 #: sizes, each with the cache holding the batches before it (as a reused prefix would).
@@ -92,7 +98,7 @@ class EmbeddedBackend:
         n_ctx: int = 4096,
         n_threads: int | None = None,
         name: str = "embedded",
-        reuse_cache: bool = True,
+        cache: Literal["auto", "blocks"] = "auto",
     ) -> None:
         if importlib.util.find_spec("llama_cpp") is None:
             raise InfraError(
@@ -112,16 +118,17 @@ class EmbeddedBackend:
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.outstanding = 0
-        #: False: never reuse the KV cache (every prompt from position 0), without a probe.
-        self.reuse_cache = reuse_cache
+        #: "auto": the probe at load chooses the cache mode; "blocks": that mode, unprobed.
+        self.cache = cache
         self.cache_mode: CacheMode | None = None  # decided at load
         self.probe: ProbeResult | None = None  # None until loaded, or when not probed
         self.prompt_tokens = 0  # prompt positions of all calls
         self.prompt_tokens_reused = 0  # of which taken from the KV cache, not evaluated
         self._llm: Any = None  # llama_cpp.Llama, loaded on first use (in a worker thread)
         self._n_ubatch = 512  # llama.cpp's micro-batch (the Llama default), set at load
-        # Leading KV-cache positions computed in batches of two or more (see _feed_prompt).
-        self._batched = 0
+        # Leading KV-cache positions a fresh evaluation would compute the same (see
+        # _feed_prompt).
+        self._reusable = 0
         self._load_error: Exception | None = None
         self._model_lock = threading.Lock()  # the model itself: one thread at a time
         self._queue: asyncio.Lock | None = None
@@ -186,7 +193,7 @@ class EmbeddedBackend:
             if self._llm is not None:
                 self._llm.close()
                 self._llm = None
-                self._batched = 0
+                self._reusable = 0
 
     def _load(self) -> Any:
         if self._llm is None:
@@ -213,9 +220,10 @@ class EmbeddedBackend:
         return self._llm
 
     def _choose_cache_mode(self, llm: Any) -> None:
-        if not self.reuse_cache:
-            self.cache_mode, self.probe = "fresh", None
-            log.info("%s: KV cache reuse off by option; every prompt from position 0", self.name)
+        self._reusable = 0
+        if self.cache == "blocks":
+            self.cache_mode, self.probe = "blocks", None
+            log.info("%s: KV cache mode 'blocks' by option (not probed)", self.name)
             return
         key = (str(self.model_path.resolve()), self.n_threads, self._n_ubatch)
         with _probes_lock:
@@ -227,8 +235,7 @@ class EmbeddedBackend:
                     log.warning("%s: the batch-invariance probe failed (%s)", self.name, exc)
                     probe = ProbeResult(invariant=False, seconds=0.0)
         self.probe = probe
-        self.cache_mode = "prefix" if probe.invariant else "fresh"
-        self._batched = 0
+        self.cache_mode = "prefix" if probe.invariant else "blocks"
         log.info(
             "%s: batched kernels %s split-invariant (probe %.2f s): KV cache mode %r",
             self.name, "are" if probe.invariant else "are NOT", probe.seconds, self.cache_mode,
@@ -255,18 +262,14 @@ class EmbeddedBackend:
                 return Generation([], [], "abort", backend=self.name)
             except RuntimeError as exc:  # llama_decode failures
                 llm.reset()
-                self._batched = 0
+                self._reusable = 0
                 raise LLMError(f"{self.name}: llama.cpp failed: {exc}") from exc
 
     def _feed_prompt(self, llm: Any, prompt_ids: list[int], cancel: threading.Event) -> None:
         """Evaluate the prompt the canonical way, reusing the KV cache only where it
         holds exactly what a fresh evaluation would compute.
 
-        In ``"fresh"`` mode (batched kernels not split-invariant on this CPU, or reuse
-        off) nothing is reused: the prompt is evaluated from position 0 in the batches
-        ``batch_chunks`` gives for its length, the same computation on every call.
-        Otherwise (``"prefix"``):
-
+        ``"prefix"`` mode (the load-time probe found batched kernels split-invariant):
         llama.cpp computes a batch of one token on another path than a batch of two or
         more (ggml's vector dot products instead of the tiled matrix kernels), and on
         this Q4_1 model the two round apart by up to ~0.5 in a logprob. Batches of two
@@ -274,28 +277,39 @@ class EmbeddedBackend:
         prompt position is evaluated in batches of at least two rows (the last prompt
         token too, whose logits we sample from), and only the cached positions computed
         that way are reused: the sampled tokens of an earlier call (evaluated one at a
-        time while sampling) are evaluated again as part of the next prompt. A call's
-        ids and logprobs thus depend on its prompt and sampling only, never on which
-        calls ran before it (interleaved rollouts stay reproducible).
+        time while sampling) are evaluated again as part of the next prompt.
+
+        ``"blocks"`` mode (kernels that depend on the batch size, or forced): a prompt
+        is always evaluated in the batches ``batch_chunks(len, BLOCK)`` gives, from
+        position 0, so each position's computation depends on the prompt alone; a cached
+        block is reused only where it was evaluated as that very batch (a whole block at
+        the same offset, the same tokens before it and in it).
+
+        Either way a call's ids and logprobs depend on its prompt and sampling only,
+        never on which calls ran before it (interleaved rollouts stay reproducible).
         """
-        reusable = self._batched if self.cache_mode == "prefix" else 0
-        cached = llm.input_ids[: min(llm.n_tokens, reusable)]
+        blocks = self.cache_mode != "prefix"
+        size = BLOCK if blocks else min(llm.n_batch, self._n_ubatch)
+        cached = llm.input_ids[: min(llm.n_tokens, self._reusable)]
         head = np.asarray(prompt_ids[: len(cached)], dtype=cached.dtype)
         differs = np.flatnonzero(cached[: len(head)] != head)
         common = int(differs[0]) if len(differs) else len(head)
         # Re-evaluate at least the last two prompt tokens: the last one's logits are the
-        # ones we sample from, and it must not be a batch of one.
+        # ones we sample from, and it must not be a batch of one. In blocks mode, also
+        # whole blocks only: (n - 2) // size full blocks precede batch_chunks' last ones.
         common = max(0, min(common, len(prompt_ids) - 2))
-        self._batched = llm.n_tokens = common  # eval() drops the KV cache from n_tokens on
+        if blocks:
+            common -= common % size
+        self._reusable = llm.n_tokens = common  # eval() drops the KV cache from n_tokens on
         self.prompt_tokens += len(prompt_ids)
         self.prompt_tokens_reused += common
-        for chunk in batch_chunks(len(prompt_ids) - common, min(llm.n_batch, self._n_ubatch)):
+        for chunk in batch_chunks(len(prompt_ids) - common, size):
             if cancel.is_set():
                 raise _Cancelled
             llm.eval(prompt_ids[common : common + chunk])
             common += chunk
-            if chunk > 1:
-                self._batched = common
+            if (chunk == size) if blocks else (chunk > 1):
+                self._reusable = common
 
     def _sample_loop(self, llm: Any, sampling: SamplingParams, cancel: threading.Event) -> Generation:
         import llama_cpp
