@@ -7,12 +7,8 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="the embedded model needs extra 'local' (llama-cpp-python)")
 
-from rollserve.llm.backends.embedded import (
-    BLOCK,
-    PROBE_WHOLE,
-    EmbeddedBackend,
-    probe_batch_invariance,
-)
+from rollserve.llm.backends.embedded import BLOCK, EmbeddedBackend
+from rollserve.llm.backends.embedded_probe import PROBE_WHOLE, probe_batch_invariance
 from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.llm.tokens.tokenizer import smollm2_gguf_path
 
