@@ -30,7 +30,7 @@ from rich.progress import (
 from rich.table import Table
 
 from rollserve.client import AsyncClient
-from rollserve.contract import RolloutResult
+from rollserve.contract import RolloutResult, TaskRequest
 from rollserve.datasets import bundled_rows
 from rollserve.llm.tokens.tokenizer import TokenizerError
 from rollserve.sandbox.base import SandboxError
@@ -97,14 +97,14 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
 
 async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console) -> int:
     run_tag = time.strftime("%Y%m%d-%H%M%S")
-    tasks = []
+    tasks: list[TaskRequest] = []
     for source, rows in (("math", bundled_rows("math")[: opts.tasks]),
                          ("code", bundled_rows("code")[: opts.code_tasks])):
         for row in rows:
             instance = {k: v for k, v in row.items() if k != "task_id"}
-            tasks.append({"id": f"{source}/{row['task_id']}@{run_tag}", "data_source": source,
-                          "instance": instance, "n": opts.n})
-    total = sum(t["n"] for t in tasks)
+            tasks.append(TaskRequest(id=f"{source}/{row['task_id']}@{run_tag}", data_source=source,
+                                     instance=instance, n=opts.n))
+    total = sum(t.n for t in tasks)
     started = time.perf_counter()
     accepted = await client.submit(
         tasks,
