@@ -32,7 +32,7 @@ from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.engine.requests import MIB, RequestLimits
 from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
-from rollserve.server import ServerConfig
+from rollserve.server import ServerConfig, Service
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="rollserve: rollout-as-a-service for RL of multi-turn LLM agents.")
@@ -136,9 +136,8 @@ def serve(
                 timeout_graceful_shutdown=10)
 
 
-def _make_service(config: ServerConfig):
+def _make_service(config: ServerConfig) -> Service:
     from rollserve.llm.tokens.tokenizer import TokenizerError
-    from rollserve.server import Service
 
     try:
         return Service(config)
