@@ -50,11 +50,11 @@ def _engine_config(init_workers: int, run_workers: int, eval_workers: int, max_p
 def serve(
     host: str = typer.Option(SERVER.host, help="address to listen on"),
     port: int | None = typer.Option(None, help=f"port to listen on (default {SERVER.port}; "
-                                                  f"{PRORL_PORT} with --prorl)"),
+                                               f"{PRORL_PORT} with --prorl)"),
     state_dir: Path = typer.Option(SERVER.state_dir,
                                    help="where the store and sandboxes' owner records live"),
     store: Path | None = typer.Option(SERVER.store_path,
-                                         help="SQLite file (default: STATE_DIR/rollserve.db)"),
+                                      help="SQLite file (default: STATE_DIR/rollserve.db)"),
     backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
                                       help="inference backend: a vLLM URL, 'embedded', or KIND=URL "
                                            "(vllm, sglang, llamacpp, openai_chat); repeatable"),
@@ -63,7 +63,7 @@ def serve(
     forward_pause: bool = typer.Option(ROUTER.forward_pause, help="forward pause/resume to "
                                        "backends that support it (vLLM dev mode, SGLang)"),
     max_staleness: int | None = typer.Option(ENGINE.max_staleness, min=0, help="flag rollouts "
-                                                "whose turns span more policy versions than this"),
+                                             "whose turns span more policy versions than this"),
     mask_stale: bool = typer.Option(ENGINE.mask_stale,
                                     help="mask (do not train on) rollouts flagged stale"),
     tokenizer: str = typer.Option(SERVER.tokenizer, help="policy tokenizer: a HF tokenizer folder, "
@@ -88,8 +88,8 @@ def serve(
                                    help="unfinished rollouts at start: requeue | interrupt"),
     retention_hours: float = typer.Option(RETENTION_HOURS, help="keep finished results this long"),
     api_token: str | None = typer.Option(SERVER.api_token, envvar="ROLLSERVE_API_TOKEN",
-                                            help="require 'Authorization: Bearer TOKEN' (all "
-                                                 "routes but /healthz)"),
+                                         help="require 'Authorization: Bearer TOKEN' (all "
+                                              "routes but /healthz)"),
     public_docs: bool = typer.Option(SERVER.public_docs, "--public-docs",
                                      help="with --api-token: serve /openapi.json, /docs and "
                                           "/redoc without the token"),
@@ -100,7 +100,7 @@ def serve(
     prorl: bool = typer.Option(False, "--prorl", help="also serve ProRL Agent's API (/start, "
                                                       "/process, /add_llm_server, ...) for its clients"),
     prorl_timeout: float | None = typer.Option(PRORL.timeout, min=1, help="--prorl: seconds "
-                                                  "per job (default: the handler's)"),
+                                               "per job (default: the handler's)"),
     log_level: str = typer.Option("info"),
 ) -> None:
     """Run the rollout service (no inference backend unless --backend is given)."""

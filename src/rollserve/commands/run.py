@@ -236,27 +236,27 @@ def run(
                                 help="results, one JSON per line (rewritten unless --resume)"),
     resume: bool = typer.Option(False, help="keep OUTPUT's results and fetch only the rest"),
     run_name: str | None = typer.Option(None, help="the rows' ids start with it (default: the "
-                                                      "file's name); a new name runs the rows "
-                                                      "again on a server that has them"),
+                                                   "file's name); a new name runs the rows "
+                                                   "again on a server that has them"),
     n: int | None = typer.Option(None, min=1, max=1024, help="samples per row (default: "
-                                                                "the row's n, else 1)"),
+                                                             "the row's n, else 1)"),
     max_turns: int | None = typer.Option(None, min=1, help="agent turns per episode"),
     max_tokens: int | None = typer.Option(None, min=1, help="new tokens per turn"),
     temperature: float | None = typer.Option(None, min=0.0),
     sampling: str | None = typer.Option(None, help='more sampling settings as JSON, e.g. '
-                                                      '\'{"top_p": 0.95, "seed": 1}\''),
+                                                   '\'{"top_p": 0.95, "seed": 1}\''),
     rollout_timeout: float | None = typer.Option(None, min=1.0, help="seconds per rollout "
-                                                    "(default: the handler's)"),
+                                                 "(default: the handler's)"),
     batch_size: int = typer.Option(RUN.batch_size, min=1, max=10_000, help="tasks per submission"),
     concurrency: int = typer.Option(RUN.max_in_flight, min=1,
                                     help="rollouts submitted and unfinished at once"),
     skip_invalid: bool = typer.Option(False, help="run the valid rows when some are invalid "
                                                   "(default: refuse to start)"),
     server: str | None = typer.Option(None, envvar="ROLLSERVE_URL",
-                                         help="a running rollserve, e.g. http://head:8000 "
-                                              "(else one is started here with --backend)"),
+                                      help="a running rollserve, e.g. http://head:8000 "
+                                           "(else one is started here with --backend)"),
     api_token: str | None = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
-                                            help="--server's bearer token"),
+                                         help="--server's bearer token"),
     backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
                                       help="embedded server: inference backend, as `rollserve "
                                            "serve --backend`; repeatable"),
@@ -264,11 +264,11 @@ def run(
     sandbox_runtime: str = typer.Option(SERVER.sandbox_runtime,
                                         help="embedded server: as `rollserve serve`"),
     sandbox_options: str | None = typer.Option(None, help="embedded server: the runtime's "
-                                                             "options as JSON"),
+                                                          "options as JSON"),
     handler_options: str | None = typer.Option(
         None, help='embedded server: handlers\' options as JSON, e.g. \'{"swe": {"empty_patch": "run"}}\''),
     state_dir: Path | None = typer.Option(None, help="embedded server: its store (default: a "
-                                                        "temporary folder, removed after)"),
+                                                     "temporary folder, removed after)"),
     init_workers: int = typer.Option(ENGINE.init_workers, min=1,
                                      help="embedded server: concurrent INIT stages"),
     run_workers: int = typer.Option(ENGINE.run_workers, min=1,
