@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
 from rollserve.api.prorl import ProRLConfig
@@ -142,7 +143,7 @@ def _make_service(config: ServerConfig) -> Service:
     try:
         return Service(config)
     except TokenizerError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     except ValueError as exc:  # a handler's settings (--handler-options)
         raise typer.BadParameter(str(exc), param_hint="--handler-options") from exc
