@@ -201,19 +201,19 @@ async def _run(rows: list[DatasetRow], file: Path, opts: _RunArgs, client_factor
                 report = await run.run()
             except RunAborted as exc:
                 console.print(f"[red]error:[/red] {escape(str(exc))}; what finished is in "
-                              f"{opts.output} (rerun with --resume to go on)")
+                              f"{escape(str(opts.output))} (rerun with --resume to go on)")
                 return 1
     progress = report.progress
     if progress.skipped_rows:
         console.print(f"resumed: {progress.skipped_rows} of {progress.rows} rows were already "
-                      f"in {opts.output}")
+                      f"in {escape(str(opts.output))}")
     if progress.reused_groups:
         console.print(f"{progress.reused_groups} tasks were already on the server (same rows and "
                       "settings): their results were reused, not rerun (--run-name NAME runs "
                       "them again)")
     if report.foreign_results:
         console.print(f"[yellow]note:[/yellow] {report.foreign_results} results in "
-                      f"{opts.output} are not rows of this run (other settings or data)")
+                      f"{escape(str(opts.output))} are not rows of this run (other settings or data)")
     out.print(_summary_table(report))
     for item in report.rejected:
         console.print(f"[red]row {item.number} rejected:[/red] {escape(item.error or '')}")
