@@ -211,3 +211,12 @@ async def test_real_apptainer_pty_shell(tmp_path):
         while b"42" not in output:
             output += await asyncio.wait_for(shell.read(), 60)
         await shell.kill()
+
+
+async def test_a_spec_without_an_image_takes_the_default_image(fake_apptainer, tmp_path):
+    runtime = ApptainerRuntime(tmp_path / "state", ApptainerConfig(default_image="docker://debian:12"))
+    async with await runtime.start(SandboxSpec()) as box:
+        assert box.image == runtime.images.path_for("docker://debian:12")
+    assert [call["argv"][2] for call in fake_apptainer("build")] == ["docker://debian:12"]
+    with pytest.raises(SandboxError, match="needs an image"):
+        await ApptainerRuntime(tmp_path / "state").start(SandboxSpec())

@@ -47,12 +47,12 @@ import re
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.sandbox.answers import answer_folders, checkouts
 from rollserve.sandbox.base import WORKDIR, SandboxLimits
+from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.diskcap import MB
 from rollserve.sandbox.folders import SandboxFolders
 
@@ -60,31 +60,6 @@ log = logging.getLogger(__name__)
 
 # Not bound from the host root: replaced (dev, proc, tmp, workspace) or useless.
 SKIPPED = {"dev", "proc", "tmp", WORKDIR.strip("/"), "lost+found"}
-
-
-class BubblewrapConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    bwrap: str = "bwrap"
-    root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
-    root_uids: tuple[int, int] | None = Field(
-        (1_100_000_000, 100_000_000),
-        description="(first, count): when the server is root, each sandbox runs as a "
-        "random uid (and gid) from this range, used by no real user. None: sandboxes "
-        "run as root (then the pids limit needs a cgroup)")
-    hide: list[str] = Field(
-        default_factory=lambda: ["/root", "/home", "/run", "/var/tmp"],
-        description="host folders replaced by an empty read-only tmpfs")
-    cgroup: str | None = Field("auto", description="'auto', 'off' or a delegated cgroup v2 folder")
-    readonly_paths: list[str] = Field(
-        default_factory=list,
-        description="host paths also shown read-only inside, at the same place (even "
-        "under a hidden folder, or with a rootfs image)")
-    share_interpreter: bool = Field(
-        True,
-        description="over the host root, show this server's Python (sys.prefix, "
-        "sys.base_prefix) read-only where a hidden folder covers it, e.g. a pyenv or "
-        "conda build under /root or /home: the python and IPython tools run it")
 
 
 def root_binds(root: str) -> list[str]:
@@ -131,7 +106,7 @@ class View:
         self._skipped_paths: set[str] = set()  # read-only paths warned about
 
     def args(self, root: str, folders: SandboxFolders, limits: SandboxLimits, network: bool,
-             aliases: list[str], hide: list[str] = ()) -> list[str]:
+             aliases: Sequence[str], hide: Sequence[str] = ()) -> list[str]:
         """bwrap's arguments up to the environment (see the module's doc); ``hide``:
         more host folders to cover (the spec's)."""
         args = [self.config.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
@@ -193,7 +168,7 @@ class View:
         return [str(folder) for folder in answer_folders()
                 if not within(folder, [*hidden, "/tmp"]) or within(folder, readonly)]
 
-    def hidden(self, extra: list[str] = ()) -> list[str]:
+    def hidden(self, extra: Sequence[str] = ()) -> list[str]:
         """Host folders to cover with an empty read-only tmpfs (outermost only: a
         folder inside a covered one is gone already, and could not be mounted on)."""
         candidates = [Path(p) for p in self.config.hide] + [Path(p).resolve() for p in extra]

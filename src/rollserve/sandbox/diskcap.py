@@ -94,7 +94,7 @@ def folder_usage(folder: Path, pids: Iterable[int] = ()) -> int:
     return total + deleted_open_files(pids, device, seen)
 
 
-def _open_folder(path: str):
+def _open_folder(path: str) -> os._ScandirIterator[str] | None:
     try:
         return os.scandir(path)
     except PermissionError:

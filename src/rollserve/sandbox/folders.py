@@ -29,7 +29,7 @@ class SandboxFolders:
 
     @classmethod
     def create(cls, root: Path | None, sandbox_id: str, uid: int | None = None,
-               gid: int | None = None) -> "SandboxFolders":
+               gid: int | None = None) -> SandboxFolders:
         root = Path(root) if root is not None else Path(tempfile.gettempdir())
         root.mkdir(parents=True, exist_ok=True)
         base = root / f"rollserve-{sandbox_id}"

@@ -49,7 +49,12 @@ from rollserve.sandbox.tools.bash_config import DEFAULT_ENV, BashBusy, BashConfi
 from rollserve.sandbox.tools.keys import key_bytes
 from rollserve.sandbox.tools.shell_read import Limits, Outcome, marker_arrives, read_until
 from rollserve.sandbox.tools.shell_wire import (
-    JobNotices, MarkerScanner, init_line, quote_command, shell_pid, signal_foreground,
+    JobNotices,
+    MarkerScanner,
+    init_line,
+    quote_command,
+    shell_pid,
+    signal_foreground,
 )
 from rollserve.sandbox.tools.terminal_input import TerminalProbe, looks_like_a_prompt
 from rollserve.sandbox.tools.text import HeadTail
@@ -113,8 +118,7 @@ class BashSession:
         if process is None:
             return
         process.kill_now()  # synchronous SIGKILL; the runtime reaps it when it exits
-        if callable(getattr(process, "close", None)):
-            process.close()  # our end of the PTY
+        process.close()  # our end of the PTY
 
     async def _kill_process(self) -> None:
         process, self.process = self.process, None
@@ -124,7 +128,7 @@ class BashSession:
             except Exception:  # already gone, or its sandbox closed under it
                 pass
 
-    async def __aenter__(self) -> "BashSession":
+    async def __aenter__(self) -> BashSession:
         await self.start()
         return self
 
