@@ -40,6 +40,17 @@ def test_run_command_carries_limits_network_and_binds(tmp_path):
     assert networked[-3] == DockerConfig().default_image
 
 
+
+def test_hidden_paths_are_covered_by_an_empty_read_only_folder(tmp_path):
+    # e.g. R2E's /r2e_tests: the image holds the hidden tests; the agent must not read them.
+    runtime = DockerRuntime(tmp_path / "state")
+    folders = SandboxFolders.create(tmp_path, "dock-h")
+    argv = runtime.run_command(SandboxSpec(hide=["/r2e_tests"]), "c", folders)
+    assert argv[argv.index(f"{folders.base / 'empty'}:/r2e_tests:ro") - 1] == "-v"
+    assert argv.index("-v", argv.index("-w")) < argv.index(DockerConfig().default_image)
+    assert ":ro" not in " ".join(runtime.run_command(SandboxSpec(), "c", folders))
+
+
 def test_exec_command_lines(tmp_path):
     runtime = DockerRuntime(tmp_path / "state", DockerConfig(runtime="docker"))
     folders = SandboxFolders.create(tmp_path, "dock-2")

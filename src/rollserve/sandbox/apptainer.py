@@ -242,6 +242,8 @@ class ApptainerSandbox(FolderSandbox):
                  "--bind", f"{self.folders.base / 'shm'}:/dev/shm"]
         for alias in self.workspace_aliases():
             args += ["--bind", f"{self.folders.workspace}:{alias}"]
+        for path in self.spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
+            args += ["--bind", f"{self.folders.empty}:{path}:ro"]
         args += ["--pwd", WORKDIR,
                  *config.extra_args, str(self.image),
                  # HOME is the private /tmp (apptainer refuses APPTAINERENV_HOME, and

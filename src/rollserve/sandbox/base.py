@@ -80,9 +80,11 @@ class SandboxSpec(BaseModel):
         "(apptainer, bubblewrap, docker/podman)")
     hide: list[str] = Field(
         default_factory=list,
-        description="host folders this sandbox must not see, covered by an empty read-only "
-        "tmpfs where the host root is shown (bubblewrap), e.g. the swe handler's mirrors "
-        "(their history goes past the task's commit) and its bundled answers")
+        description="folders this sandbox must not see, each covered by an empty read-only "
+        "folder: bubblewrap (a tmpfs, where the host root is shown), apptainer and "
+        "docker/podman (a bind of an empty folder, over the image's path, e.g. R2E's "
+        "/r2e_tests); the local runtime cannot hide anything. E.g. the swe handler's "
+        "mirrors (their history goes past the task's commit) and its bundled answers")
 
     @field_validator("workspace_aliases")
     @classmethod

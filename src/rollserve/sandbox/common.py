@@ -72,11 +72,14 @@ class FolderRuntime(Runtime[ConfigT]):
     def open_folders(self, sandbox_id: str, spec: SandboxSpec, root: Path | None, *,
                      container: str | None = None, engine: str | None = None,
                      engine_args: Sequence[str] = ()) -> tuple[SandboxFolders, OwnerEntry]:
-        """A new sandbox's folders (with the spec's files) and its owner record (with
+        """A new sandbox's folders (with the spec's files, and the empty folder its
+        ``hide`` paths are covered with) and its owner record (with
         the container the runtime will make, if any); a failure is a SandboxError."""
         try:
             folders = SandboxFolders.create(root, sandbox_id)
             folders.write_files(spec)
+            if spec.hide:
+                folders.make_empty()
             entry = self.book.open(sandbox_id, self.name, [folders.base], container=container,
                                    engine=engine, engine_args=engine_args)
         except (OSError, ValueError) as error:

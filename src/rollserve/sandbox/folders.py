@@ -53,6 +53,18 @@ class SandboxFolders:
             os.chown(shm, uid, uid)
         return shm
 
+    @property
+    def empty(self) -> Path:
+        """``<base>/empty``: the empty read-only folder bound over a spec's ``hide``
+        paths by the runtimes that bind folders (apptainer, docker/podman)."""
+        return self.base / "empty"
+
+    def make_empty(self) -> Path:
+        """Create ``empty`` (mode 0555: nobody, the sandbox's uid included, adds to it)."""
+        self.empty.mkdir(exist_ok=True)
+        os.chmod(self.empty, 0o555)
+        return self.empty
+
     def write_files(self, spec: SandboxSpec, uid: int | None = None, gid: int | None = None) -> None:
         for name, text in spec.files.items():
             target = resolve_in_workspace(self.workspace, name)
