@@ -40,13 +40,11 @@ Limits (see limits.py for what each rlimit means). RLIMIT_NPROC is counted per
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
 import resource
 import secrets
-import subprocess
 from pathlib import Path
 
 import psutil
@@ -59,11 +57,10 @@ from rollserve.sandbox.base import (
     SandboxSpec,
     resolve_in_workspace,
 )
-from rollserve.sandbox.bwrap_view import View
+from rollserve.sandbox.bwrap_view import View, bwrap_unavailable_reason, setpriv_argv
 from rollserve.sandbox.common import FolderRuntime, FolderSandbox
 from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.folders import SandboxFolders, chown_up_to, new_sandbox_id
-from rollserve.sandbox.host import find_binary, missing_binary
 from rollserve.sandbox.owner import OwnerEntry, OwnerRecord
 from rollserve.sandbox.process import HostProcess
 
@@ -72,12 +69,7 @@ __all__ = ["BubblewrapConfig", "BubblewrapRuntime", "BubblewrapSandbox"]
 log = logging.getLogger(__name__)
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-INSTALL_HINT = ("install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)")
 
-
-def setpriv_argv(uid: int) -> list[str]:
-    """util-linux ``setpriv``: run what follows as ``uid`` (and gid), with no groups."""
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
 
 
 class BwrapProcess(HostProcess):
@@ -206,26 +198,6 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         await sandbox.seed()
         return sandbox
 
-
-@functools.lru_cache(maxsize=4)
-def bwrap_unavailable_reason(binary: str, root_uid: int | None = None) -> str | None:
-    """Why ``binary`` cannot make sandboxes here, or None. As root, the test sandbox
-    runs as ``root_uid``, as a sandbox would."""
-    if find_binary([binary]) is None:
-        return f"bubblewrap: {missing_binary([binary], INSTALL_HINT)}"
-    # Unprivileged user namespaces may be off (sysctl, or AppArmor on Ubuntu 24.04):
-    # one tiny sandbox, once, says so plainly.
-    probe = [binary, "--unshare-all", "--ro-bind", "/", "/", "--", "true"]
-    if os.geteuid() == 0 and root_uid is not None:
-        probe = [*setpriv_argv(root_uid), "--", *probe]
-    try:
-        done = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bubblewrap: a test sandbox failed: {error}"
-    if done.returncode != 0:
-        return (f"bubblewrap: a test sandbox failed ({done.stderr.strip()[-300:]}); "
-                "are unprivileged user namespaces enabled?")
-    return None
 
 
 class BubblewrapSandbox(FolderSandbox):

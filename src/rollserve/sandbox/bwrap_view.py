@@ -1,4 +1,5 @@
-"""What a bubblewrap sandbox sees, as bwrap arguments (the runtime is bubblewrap.py).
+"""What a bubblewrap sandbox sees, as bwrap arguments (the runtime is bubblewrap.py),
+and whether bwrap can make sandboxes here at all (``bwrap_unavailable_reason``).
 
 Each invocation:
   bwrap --unshare-all [--share-net] --die-with-parent --new-session
@@ -55,6 +56,7 @@ from rollserve.sandbox.base import WORKDIR, SandboxLimits
 from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.diskcap import MB
 from rollserve.sandbox.folders import SandboxFolders
+from rollserve.sandbox.host import find_binary, missing_binary
 
 log = logging.getLogger(__name__)
 
@@ -222,4 +224,33 @@ def _closed_to_others(path: Path) -> str | None:
         if not mode & stat.S_IXOTH:
             return (f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
                     "sandboxes of a root server run as a uid of their own")
+    return None
+
+
+INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
+
+
+def setpriv_argv(uid: int) -> list[str]:
+    """util-linux ``setpriv``: run what follows as ``uid`` (and gid), with no groups."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
+@functools.lru_cache(maxsize=4)
+def bwrap_unavailable_reason(binary: str, root_uid: int | None = None) -> str | None:
+    """Why ``binary`` cannot make sandboxes here, or None. As root, the test sandbox
+    runs as ``root_uid``, as a sandbox would."""
+    if find_binary([binary]) is None:
+        return f"bubblewrap: {missing_binary([binary], INSTALL_HINT)}"
+    # Unprivileged user namespaces may be off (sysctl, or AppArmor on Ubuntu 24.04):
+    # one tiny sandbox, once, says so plainly.
+    probe = [binary, "--unshare-all", "--ro-bind", "/", "/", "--", "true"]
+    if os.geteuid() == 0 and root_uid is not None:
+        probe = [*setpriv_argv(root_uid), "--", *probe]
+    try:
+        done = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap: a test sandbox failed: {error}"
+    if done.returncode != 0:
+        return (f"bubblewrap: a test sandbox failed ({done.stderr.strip()[-300:]}); "
+                "are unprivileged user namespaces enabled?")
     return None
