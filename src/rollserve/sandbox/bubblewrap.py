@@ -57,10 +57,11 @@ from rollserve.sandbox.base import (
     SandboxSpec,
     resolve_in_workspace,
 )
-from rollserve.sandbox.bwrap_view import View, bwrap_unavailable_reason, setpriv_argv
+from rollserve.sandbox.bwrap_view import View, bwrap_unavailable_reason
 from rollserve.sandbox.common import FolderRuntime, FolderSandbox
 from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.folders import SandboxFolders, chown_up_to, new_sandbox_id
+from rollserve.sandbox.host import setpriv_argv
 from rollserve.sandbox.owner import OwnerEntry, OwnerRecord
 from rollserve.sandbox.process import HostProcess
 

@@ -56,7 +56,7 @@ from rollserve.sandbox.base import WORKDIR, SandboxLimits
 from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.diskcap import MB
 from rollserve.sandbox.folders import SandboxFolders
-from rollserve.sandbox.host import find_binary, missing_binary
+from rollserve.sandbox.host import find_binary, missing_binary, setpriv_argv
 
 log = logging.getLogger(__name__)
 
@@ -228,11 +228,6 @@ def _closed_to_others(path: Path) -> str | None:
 
 
 INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
-
-
-def setpriv_argv(uid: int) -> list[str]:
-    """util-linux ``setpriv``: run what follows as ``uid`` (and gid), with no groups."""
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
 
 
 @functools.lru_cache(maxsize=4)

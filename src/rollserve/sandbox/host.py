@@ -1,7 +1,8 @@
 """Host commands run to completion, and the binaries runtimes run.
 
 ``find_binary`` is the one way a runtime (or ``rollserve images``) finds its binary
-on PATH, and ``missing_binary`` the one way it says what to install. ``collect()``
+on PATH, and ``missing_binary`` the one way it says what to install; ``setpriv_argv``
+runs what follows as another uid. ``collect()``
 drives a started ``HostProcess`` as a one-shot command: stdin in, stdout and stderr
 out (each capped, head and tail kept), killed with its whole group at the timeout.
 ``run_command()`` is start + collect.
@@ -34,6 +35,11 @@ def find_binary(names: Sequence[str]) -> str | None:
 def missing_binary(names: Sequence[str], hint: str) -> str:
     """Why a runtime cannot run: none of ``names`` is on PATH, and what to install."""
     return f"{' or '.join(names)} is not on PATH: {hint}"
+
+
+def setpriv_argv(uid: int) -> list[str]:
+    """util-linux ``setpriv``: run what follows as ``uid`` (and gid), with no groups."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
 
 
 class CappedOutput:

@@ -36,13 +36,13 @@ import functools
 import json
 import logging
 import os
-import shutil
 import stat
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from rollserve.sandbox.base import SandboxLimits
+from rollserve.sandbox.host import find_binary, setpriv_argv
 from rollserve.sandbox.watch import MB, CapWatch
 
 log = logging.getLogger(__name__)
@@ -110,11 +110,11 @@ def ipc_unavailable_reason(bwrap: str, as_root: bool, uid: int) -> str | None:
     are), once."""
     if not as_root:
         return "the server is not root: it may not enter its sandboxes' IPC namespaces"
-    if shutil.which("nsenter") is None:
+    if find_binary(["nsenter"]) is None:
         return "nsenter (util-linux) is not on PATH"
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+    argv = [*setpriv_argv(uid), "--",
             bwrap, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--info-fd",
             str(info_w), "--block-fd", str(block_r), "--", "true"]
     try:
