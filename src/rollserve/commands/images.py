@@ -41,27 +41,23 @@ def pull(
 ) -> None:
     """Fetch the images FILE's rows need (each handler's images(instance)), once each."""
     from rollserve.engine.dataset_check import DatasetChecker, images_needed, offline_context
-    from rollserve.sandbox.images import (
-        RUNTIMES,
-        PermanentError,
-        PullResult,
-        RuntimeMissing,
-        make_puller,
-        normalize_reference,
-        pull_images,
-    )
+    from rollserve.sandbox.images import BadImageReference, PullResult, RuntimeMissing, make_puller, pull_images
+    from rollserve.sandbox.registry import RUNTIMES, image_runtimes
     from rollserve.server import default_state_dir
 
     err, out = Console(stderr=True), Console()
-    if runtime not in RUNTIMES:
-        raise typer.BadParameter(f"must be one of {', '.join(RUNTIMES)}", param_hint="--runtime")
+    if runtime not in image_runtimes():
+        raise typer.BadParameter(f"must be one of {', '.join(image_runtimes())}",
+                                 param_hint="--runtime")
     options = parse_handler_options(handler_options)
     cache = image_cache or default_state_dir() / "images"
     try:
         puller = make_puller(runtime, cache, concurrency=concurrency, timeout=timeout)
     except RuntimeMissing as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+        others = ", ".join(name for name in image_runtimes()
+                           if RUNTIMES[name] is not RUNTIMES[runtime])
+        err.print(f"[red]error:[/red] {escape(str(exc))}, or pick another --runtime ({others})")
+        raise typer.Exit(2) from None
     rows = read_rows(file, data_source, err)
     checker = DatasetChecker(context=offline_context(runtime=runtime, options=options))
     checks = checker.check_all(rows)
@@ -79,8 +75,8 @@ def pull(
     references: list[str] = []
     for reference in needed:
         try:
-            references.append(normalize_reference(reference, runtime))
-        except PermanentError as exc:
+            references.append(puller.image_reference(reference))
+        except BadImageReference as exc:
             failures.append(PullResult(reference, ok=False, error=str(exc)))
     references = list(dict.fromkeys(references))
     if not references and not failures:
@@ -110,7 +106,8 @@ def pull(
     failures += [r for r in results if not r.ok]
     fetched = sum(r.ok and not r.cached for r in results)
     cached = sum(r.cached for r in results)
-    where = f" into {cache}" if runtime in ("apptainer", "singularity") else ""
+    location = puller.image_location()
+    where = f" into {location}" if location is not None else ""
     out.print(f"{len(references)} images{where}: {fetched} fetched, {cached} already there, "
               f"[{'red' if failures else 'green'}]{len(failures)} failed[/]")
     if failures:

@@ -43,16 +43,16 @@ def check_runtime(name: str, hint: str = "--sandbox-runtime") -> None:
 
 
 def sandbox_options(runtime: str, value: str | None) -> dict[str, Any]:
-    """``--sandbox-options``: the runtime's config as JSON, checked against its model."""
-    from rollserve.sandbox.registry import runtime_config
+    """``--sandbox-options``: the runtime's config as JSON, checked against its model
+    (``sandbox.config.runtime_config``: the bad option named, with the known ones)."""
+    from rollserve.sandbox.config import runtime_config
 
     check_runtime(runtime)
     options = parse_json_option(value, "--sandbox-options")
-    if options:
-        try:
-            runtime_config(runtime, options)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
+    try:
+        runtime_config(runtime, options)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
     return options
 
 
