@@ -26,7 +26,7 @@ from rollserve.api.prorl_result import prorl_result
 from rollserve.contract import Failure, RolloutResult
 from rollserve.contract.prorl import ProRLResult
 from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults
-from rollserve.handlers.sandboxed import run_episode
+from rollserve.handlers.episode import run_episode
 from rollserve.testing import FakeVLLM
 
 from ..agent.test_tool_formats import FakeBash
