@@ -70,7 +70,7 @@ class AgentEnv(ABC):
         limit) before it answered; none by default."""
         return []
 
-    async def stop(self) -> None:
+    async def stop(self) -> None:  # noqa: B027 (an optional hook; doing nothing is right)
         """The episode was cut in the middle of a step (its time limit): stop what the
         tools still run (the loop bounds the wait). Nothing by default."""
 
@@ -97,7 +97,7 @@ class Tool(ABC):
         """End what the tool opened (a shell, a kernel); nothing by default."""
         return None
 
-    async def interrupt(self) -> None:
+    async def interrupt(self) -> None:  # noqa: B027 (an optional hook; doing nothing is right)
         """Stop what a cancelled call left running (a command in the shell); nothing
         by default."""
 

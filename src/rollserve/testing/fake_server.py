@@ -16,8 +16,8 @@ import itertools
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 from aiohttp import web

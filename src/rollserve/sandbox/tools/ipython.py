@@ -127,7 +127,7 @@ class IPythonSession:
     async def close(self) -> None:
         await self._kill()
 
-    async def __aenter__(self) -> "IPythonSession":
+    async def __aenter__(self) -> IPythonSession:
         await self.start()
         return self
 
@@ -222,6 +222,8 @@ class IPythonSession:
                 else:
                     self._note_log(line + b"\n")
                 newline = self._buffer.find(b"\n")
+            if self.process is None:
+                return None
             chunk = await self.process.read(1 << 20)
             if not chunk:
                 self._note_log(bytes(self._buffer))

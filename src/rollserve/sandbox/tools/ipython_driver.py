@@ -67,8 +67,9 @@ def main():
     max_images = int(sys.argv[3]) if len(sys.argv) > 3 else 8
 
     # IPython and matplotlib keep state under $HOME, which an image may point at the
-    # workspace (the runtimes set it to the private /tmp): keep it in the sandbox's private temp folder so the agent's files (and a
-    # task's git diff) stay clean. No history database either.
+    # workspace (the runtimes set it to the private /tmp): keep it in the sandbox's
+    # private temp folder so the agent's files (and a task's git diff) stay clean. No
+    # history database either.
     state = os.path.join(tempfile.gettempdir(), "rollserve-ipython")
     os.environ.setdefault("IPYTHONDIR", os.path.join(state, "ipython"))
     os.environ.setdefault("MPLCONFIGDIR", os.path.join(state, "matplotlib"))

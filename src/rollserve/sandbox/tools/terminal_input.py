@@ -64,7 +64,8 @@ def _children(pid: int) -> list[int]:
 
 def _descendants(pid: int, limit: int = MAX_PROCESSES) -> list[int]:
     """Breadth first, so a shallower process comes before a deeper one."""
-    found, queue = [], [pid]
+    found: list[int] = []
+    queue = [pid]
     while queue and len(found) < limit:
         children = _children(queue.pop(0))
         found += children
