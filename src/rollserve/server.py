@@ -23,7 +23,6 @@ from rollserve.llm.backends.factory import backend_from_spec
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.llm.tokens.tokenizer import (
     DEFAULT_TOKENIZER,
-    TokenizerError,
     load_tokenizer,
 )
 from rollserve.sandbox.base import SandboxError
@@ -151,18 +150,13 @@ class Service:
         await self.router.stop()  # health checks off; every backend closed
         await self.scoring.aclose()
         await self.store.close()
-        close = getattr(self.tokenizer, "close", None)  # a backend tokenizer's HTTP session
-        if close is not None:
-            await close()
+        await self.tokenizer.close()  # a backend tokenizer's HTTP session
 
     async def _probe_tokenizer(self) -> None:
         """A serving backend's tokenizer is probed now if it answers, else on first use
         (an RL job may start rollserve before its inference servers)."""
-        ready = getattr(self.tokenizer, "ready", None)
-        if ready is None:
-            return
         try:
-            await ready()
-        except (RolloutError, TokenizerError) as exc:
+            await self.tokenizer.ready()  # a local tokenizer: nothing to probe
+        except RolloutError as exc:  # TokenizerError and LLMError included
             log.warning("tokenizer %s not ready yet (probed again on first use): %s",
                         self.tokenizer.name, exc)

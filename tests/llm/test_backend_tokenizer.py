@@ -18,7 +18,7 @@ from rollserve.agent.trajectory import Trajectory
 from rollserve.api.app import create_app
 from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.tokens.chat import BackendPromptBuilder, PromptBuilder, prompt_builder
+from rollserve.llm.tokens.chat import BackendPromptBuilder, LocalPromptBuilder
 from rollserve.llm.routing.router import Router
 from rollserve.llm.tokens.tokenizer import ChatTokenizer, TokenizerError, load_tokenizer
 from rollserve.llm.backends.vllm import VLLMBackend
@@ -102,11 +102,11 @@ async def test_sampled_ids_the_template_would_split_differently(tok):
     odd = tok.encode("hel") + tok.encode("lo world")
     assert odd != tok.encode("hello world")
     for ending in ([tok.eos_token_id], []):  # a finished turn, and one cut by max_tokens
-        sequence = PromptBuilder(tok).first(CONVERSATION[:2]) + odd + ending
-        expected = PromptBuilder(tok).delta(history, new, sequence)
+        sequence = LocalPromptBuilder(tok).first(CONVERSATION[:2]) + odd + ending
+        expected = LocalPromptBuilder(tok).delta(history, new, sequence)
         async with FakeVLLM(tok) as server:
             backend = BackendTokenizer(server.url)
-            builder = prompt_builder(backend)
+            builder = backend.prompt_builder()
             assert isinstance(builder, BackendPromptBuilder)
             assert await builder.adelta(history, new, sequence) == expected
             assert builder.fidelity.fallback_deltas == 0

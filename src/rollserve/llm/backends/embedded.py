@@ -30,14 +30,14 @@ from typing import Any
 import numpy as np
 
 from rollserve.errors import InfraError, LLMError
-from rollserve.llm.base import Generation, SamplingParams
+from rollserve.llm.base import Generation, LLMBackend, SamplingParams, TokenizerError
 
 
 class _Cancelled(Exception):
     """The caller gave up; the worker stopped between two tokens."""
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(LLMBackend):
     """The embedded GGUF model as an LLM backend."""
 
     kind = "embedded"
@@ -55,7 +55,7 @@ class EmbeddedBackend:
                 "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
             )
         if model_path is None:
-            from rollserve.llm.tokens.tokenizer import TokenizerError, smollm2_gguf_path
+            from rollserve.llm.bundled import smollm2_gguf_path
 
             try:
                 model_path = smollm2_gguf_path()
