@@ -32,11 +32,13 @@ class BackendSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["vllm", "sglang", "llamacpp", "openai_chat", "embedded"] = "vllm"
+    kind: Literal["vllm", "sglang", "llamacpp", "openai_chat", "embedded"] = Field(
+        "vllm", description="vllm, sglang or llamacpp (token level), openai_chat (a chat API: "
+        "message level, not trainable), or embedded (the in-process model)")
     url: str | None = Field(None, description="base URL of the server (all but embedded)")
     name: str | None = Field(None, description="unique name; derived from the URL if unset")
     model: str | None = Field(None, description="served model name; the server's first if unset")
-    api_key: str | None = None
+    api_key: str | None = Field(None, description="sent as a bearer token")
     model_path: str | None = Field(None, description="GGUF file (embedded); SmolLM2 if unset")
     n_ctx: int = Field(4096, ge=128, le=1_000_000, description="context length (embedded)")
     timeout: float = Field(600.0, gt=0, description="seconds per request (servers)")
@@ -55,7 +57,9 @@ class RemoteBackendSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["vllm", "sglang", "llamacpp", "openai_chat"] = "vllm"
+    kind: Literal["vllm", "sglang", "llamacpp", "openai_chat"] = Field(
+        "vllm", description="the server's kind: vllm, sglang or llamacpp (token level), or "
+        "openai_chat (a chat API: message level, not trainable); embedded is command-line only")
     url: str = Field(..., min_length=8, max_length=2048, pattern=r"^https?://[!-~]+$",
                      description="base URL of the server (http:// or https://, ASCII)")
     name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@+=-]+$",
