@@ -31,6 +31,11 @@ from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
 
 log = logging.getLogger(__name__)
 
+# A serving backend's tokenizer that did not answer at start is probed again: first
+# after this many seconds, doubling up to the most (each probe is bounded by its HTTP timeout).
+TOKENIZER_REPROBE_FIRST = 0.5
+TOKENIZER_REPROBE_MAX = 30.0
+
 
 def default_state_dir() -> Path:
     return Path(os.environ.get("ROLLSERVE_STATE_DIR", "~/.local/state/rollserve")).expanduser()
@@ -108,6 +113,7 @@ class Service:
         self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
                                      config.sandbox_options)
         self.reaped: dict | None = None  # what the start-up reaper cleaned up
+        self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                  sandboxes=self.sandboxes, options=config.handler_options)
         for name in config.handler_options:  # bad settings fail now, not at the first rollout
@@ -150,13 +156,32 @@ class Service:
         await self.router.stop()  # health checks off; every backend closed
         await self.scoring.aclose()
         await self.store.close()
+        if self._tokenizer_probe is not None:
+            self._tokenizer_probe.cancel()
+            await asyncio.gather(self._tokenizer_probe, return_exceptions=True)
         await self.tokenizer.close()  # a backend tokenizer's HTTP session
 
     async def _probe_tokenizer(self) -> None:
-        """A serving backend's tokenizer is probed now if it answers, else on first use
-        (an RL job may start rollserve before its inference servers)."""
+        """A serving backend's tokenizer is probed now if it answers, else again in the
+        background until it does (an RL job may start rollserve before its inference
+        servers; until then a rollout whose tools need the template's answer is masked)."""
         try:
             await self.tokenizer.ready()  # a local tokenizer: nothing to probe
         except RolloutError as exc:  # TokenizerError and LLMError included
-            log.warning("tokenizer %s not ready yet (probed again on first use): %s",
+            log.warning("tokenizer %s not ready yet (probed again until it answers): %s",
                         self.tokenizer.name, exc)
+            self._tokenizer_probe = asyncio.create_task(self._probe_until_ready(),
+                                                        name="rollserve-tokenizer-probe")
+
+    async def _probe_until_ready(self) -> None:
+        delay = TOKENIZER_REPROBE_FIRST
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.tokenizer.ready()
+            except RolloutError as exc:
+                log.debug("tokenizer %s still not ready: %s", self.tokenizer.name, exc)
+                delay = min(delay * 2, TOKENIZER_REPROBE_MAX)
+                continue
+            log.info("tokenizer %s is ready", self.tokenizer.name)
+            return
