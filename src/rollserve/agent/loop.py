@@ -32,7 +32,7 @@ from typing import Any
 
 from rollserve.agent.base import AgentEnv, Step, ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp, stop_env
-from rollserve.agent.tool_calls import format_tool_call
+from rollserve.agent.tool_calls import ToolFormat, format_tool_call
 from rollserve.agent.trajectory import Trajectory
 from rollserve.errors import PromptTooLongError, context_window_error
 from rollserve.llm.base import (
@@ -238,7 +238,7 @@ async def _run_chat_loop(
     return trajectory
 
 
-def _tool_calls_as_text(tool_calls: list[dict], fmt: str = "hermes") -> str:
+def _tool_calls_as_text(tool_calls: list[dict], fmt: ToolFormat = "hermes") -> str:
     """Structured tool calls of a chat API, written the way a token-level policy writes
     them (``fmt``: the environment's tool format), so the same environment reads both."""
     parts = []

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from rollserve.engine.rollout import Rollout
     from rollserve.handlers.scoring import ScoringPool
-    from rollserve.llm.tokens.tokenizer import ChatTokenizer
+    from rollserve.llm.base import Tokenizer
     from rollserve.sandbox.base import Runtime
     from rollserve.sandbox.registry import LazyRuntime
 
@@ -43,7 +43,7 @@ class HandlerContext:
     must be closed in its ``cleanup`` (see ``handlers.sandboxed``).
     """
 
-    tokenizer: "ChatTokenizer"
+    tokenizer: "Tokenizer"
     scoring: "ScoringPool"
     sandboxes: "LazyRuntime | Runtime | None" = None
     # Per-handler settings from the server (``rollserve serve --handler-options``):

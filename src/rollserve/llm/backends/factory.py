@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rollserve.llm.backends.server_backend import ServerBackend
 from rollserve.llm.base import LLMBackend
 
 KINDS = ("vllm", "sglang", "llamacpp", "openai_chat", "embedded")
@@ -130,20 +131,15 @@ def backend_from_spec(spec: str | dict | BackendSpec) -> LLMBackend:
         return backend
     if not parsed.url:
         raise ValueError(f"url: a {parsed.kind} backend needs the server's URL")
-    common = dict(name=parsed.name, model=parsed.model, api_key=parsed.api_key,
-                  timeout=parsed.timeout, weight=parsed.weight)
-    if parsed.kind == "vllm":
-        from rollserve.llm.backends.vllm import VLLMBackend
-
-        return VLLMBackend(parsed.url, endpoint=parsed.endpoint, **common)
-    if parsed.kind == "sglang":
-        from rollserve.llm.backends.sglang import SGLangBackend
-
-        return SGLangBackend(parsed.url, **common)
-    if parsed.kind == "llamacpp":
-        from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
-
-        return LlamaCppServerBackend(parsed.url, **common)
+    from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
     from rollserve.llm.backends.openai_chat import OpenAIChatBackend
+    from rollserve.llm.backends.sglang import SGLangBackend
+    from rollserve.llm.backends.vllm import VLLMBackend
 
-    return OpenAIChatBackend(parsed.url, **common)
+    if parsed.kind == "vllm":
+        return VLLMBackend(parsed.url, name=parsed.name, model=parsed.model, api_key=parsed.api_key,
+                           timeout=parsed.timeout, weight=parsed.weight, endpoint=parsed.endpoint)
+    servers: dict[str, type[ServerBackend]] = {
+        "sglang": SGLangBackend, "llamacpp": LlamaCppServerBackend, "openai_chat": OpenAIChatBackend}
+    return servers[parsed.kind](parsed.url, name=parsed.name, model=parsed.model,
+                                api_key=parsed.api_key, timeout=parsed.timeout, weight=parsed.weight)

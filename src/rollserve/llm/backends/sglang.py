@@ -63,7 +63,7 @@ class SGLangBackend(ServerBackend, Pausable):
         return Generation(
             output_ids=output_ids,
             logprobs=logprobs,
-            finish_reason=_FINISH.get(finish_type, "abort"),
+            finish_reason=_FINISH.get(str(finish_type), "abort"),
             backend=self.name,
             meta={
                 "request_id": meta.get("id"),

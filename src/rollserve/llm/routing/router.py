@@ -62,6 +62,10 @@ class _Aborted:
 
 
 _ABORTED = _Aborted()
+# (Module-level names: inside Router, ``list`` is its method.)
+TokenIds = list[int]
+Messages = list[Message]
+Tools = list[ToolSchema]
 Reply = TypeVar("Reply", Generation, ChatReply)
 
 
@@ -238,12 +242,12 @@ class Router:
                              self.config.health.timeout)
 
     # --- calls -----------------------------------------------------------------------------
-    async def generate(self, session: Pinned, prompt_ids: list[int],
+    async def generate(self, session: Pinned, prompt_ids: TokenIds,
                        sampling: SamplingParams) -> Generation:
         return await self._call(session, "tokens", lambda b: b.generate(prompt_ids, sampling))
 
-    async def chat(self, session: Pinned, messages: list[Message], sampling: SamplingParams,
-                   tools: list[ToolSchema] | None = None) -> ChatReply:
+    async def chat(self, session: Pinned, messages: Messages, sampling: SamplingParams,
+                   tools: Tools | None = None) -> ChatReply:
         return await self._call(session, "messages",
                                 lambda b: b.chat(messages, sampling, tools=tools))
 
