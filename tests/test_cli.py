@@ -48,3 +48,10 @@ def test_serve_refuses_bad_handler_options_naming_them(tmp_path):
     assert result.exit_code == 2 and "mirors" in result.output and "mirrors" in result.output
     result = runner.invoke(app, ["serve", "--state-dir", str(tmp_path), "--handler-options", "[1]"])
     assert result.exit_code == 2 and "--handler-options" in result.output
+
+
+def test_serve_names_a_bad_tokenizer_even_with_brackets_in_its_path(tmp_path):
+    # The path is printed as text, not read as console markup (which "[/x]" would break).
+    result = runner.invoke(app, ["serve", "--state-dir", str(tmp_path), "--tokenizer", "/no/such[/x]"])
+    assert result.exit_code == 2, result.output
+    assert "/no/such[/x]" in result.output and "tokenizer" in result.output

@@ -6,25 +6,34 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
 from rollserve.api.prorl import ProRLConfig
 from rollserve.commands import datasets as datasets_cmd
 from rollserve.commands import images as images_cmd
 from rollserve.commands import run as run_cmd
-from rollserve.commands.defaults import (ENGINE, HOUR, MAX_INSTANCE_MB, MAX_REQUEST_MB, PRORL,
-                                         QUICKSTART, RETENTION_HOURS, ROUTER, SERVER)
+from rollserve.commands.defaults import (
+    ENGINE,
+    HOUR,
+    MAX_INSTANCE_MB,
+    MAX_REQUEST_MB,
+    PRORL,
+    QUICKSTART,
+    RETENTION_HOURS,
+    ROUTER,
+    SERVER,
+)
 from rollserve.commands.options import check_backends
 from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.engine.requests import MIB, RequestLimits
 from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
-from rollserve.server import ServerConfig
+from rollserve.server import ServerConfig, Service
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="rollserve: rollout-as-a-service for RL of multi-turn LLM agents.")
@@ -41,12 +50,12 @@ def _engine_config(init_workers: int, run_workers: int, eval_workers: int, max_p
 @app.command()
 def serve(
     host: str = typer.Option(SERVER.host, help="address to listen on"),
-    port: Optional[int] = typer.Option(None, help=f"port to listen on (default {SERVER.port}; "
-                                                  f"{PRORL_PORT} with --prorl)"),
+    port: int | None = typer.Option(None, help=f"port to listen on (default {SERVER.port}; "
+                                               f"{PRORL_PORT} with --prorl)"),
     state_dir: Path = typer.Option(SERVER.state_dir,
                                    help="where the store and sandboxes' owner records live"),
-    store: Optional[Path] = typer.Option(SERVER.store_path,
-                                         help="SQLite file (default: STATE_DIR/rollserve.db)"),
+    store: Path | None = typer.Option(SERVER.store_path,
+                                      help="SQLite file (default: STATE_DIR/rollserve.db)"),
     backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
                                       help="inference backend: a vLLM URL, 'embedded', or KIND=URL "
                                            "(vllm, sglang, llamacpp, openai_chat); repeatable"),
@@ -54,8 +63,8 @@ def serve(
                                 "least_outstanding | prorl_cumulative | round_robin | hash_sticky"),
     forward_pause: bool = typer.Option(ROUTER.forward_pause, help="forward pause/resume to "
                                        "backends that support it (vLLM dev mode, SGLang)"),
-    max_staleness: Optional[int] = typer.Option(ENGINE.max_staleness, min=0, help="flag rollouts "
-                                                "whose turns span more policy versions than this"),
+    max_staleness: int | None = typer.Option(ENGINE.max_staleness, min=0, help="flag rollouts "
+                                             "whose turns span more policy versions than this"),
     mask_stale: bool = typer.Option(ENGINE.mask_stale,
                                     help="mask (do not train on) rollouts flagged stale"),
     tokenizer: str = typer.Option(SERVER.tokenizer, help="policy tokenizer: a HF tokenizer folder, "
@@ -69,9 +78,9 @@ def serve(
     sandbox_runtime: str = typer.Option(
         SERVER.sandbox_runtime, help="where agents' tools run: bubblewrap | apptainer | "
         "singularity | docker | podman | local (no isolation: development only)"),
-    sandbox_options: Optional[str] = typer.Option(
+    sandbox_options: str | None = typer.Option(
         None, help='the runtime\'s options as JSON, e.g. \'{"readonly_paths": ["/opt/conda"]}\''),
-    handler_options: Optional[str] = typer.Option(
+    handler_options: str | None = typer.Option(
         None, help='handlers\' settings as JSON by handler, e.g. '
         '\'{"swe": {"mirrors": ["/data/mirrors"]}}\''),
     max_pending: int = typer.Option(ENGINE.max_pending,
@@ -79,9 +88,9 @@ def serve(
     on_restart: str = typer.Option(ENGINE.on_restart,
                                    help="unfinished rollouts at start: requeue | interrupt"),
     retention_hours: float = typer.Option(RETENTION_HOURS, help="keep finished results this long"),
-    api_token: Optional[str] = typer.Option(SERVER.api_token, envvar="ROLLSERVE_API_TOKEN",
-                                            help="require 'Authorization: Bearer TOKEN' (all "
-                                                 "routes but /healthz)"),
+    api_token: str | None = typer.Option(SERVER.api_token, envvar="ROLLSERVE_API_TOKEN",
+                                         help="require 'Authorization: Bearer TOKEN' (all "
+                                              "routes but /healthz)"),
     public_docs: bool = typer.Option(SERVER.public_docs, "--public-docs",
                                      help="with --api-token: serve /openapi.json, /docs and "
                                           "/redoc without the token"),
@@ -91,8 +100,8 @@ def serve(
                                           "instance (or metadata) in MiB of JSON (422 beyond)"),
     prorl: bool = typer.Option(False, "--prorl", help="also serve ProRL Agent's API (/start, "
                                                       "/process, /add_llm_server, ...) for its clients"),
-    prorl_timeout: Optional[float] = typer.Option(PRORL.timeout, min=1, help="--prorl: seconds "
-                                                  "per job (default: the handler's)"),
+    prorl_timeout: float | None = typer.Option(PRORL.timeout, min=1, help="--prorl: seconds "
+                                               "per job (default: the handler's)"),
     log_level: str = typer.Option("info"),
 ) -> None:
     """Run the rollout service (no inference backend unless --backend is given)."""
@@ -128,15 +137,14 @@ def serve(
                 timeout_graceful_shutdown=10)
 
 
-def _make_service(config: ServerConfig):
+def _make_service(config: ServerConfig) -> Service:
     from rollserve.llm.tokens.tokenizer import TokenizerError
-    from rollserve.server import Service
 
     try:
         return Service(config)
     except TokenizerError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2)
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
     except ValueError as exc:  # a handler's settings (--handler-options)
         raise typer.BadParameter(str(exc), param_hint="--handler-options") from exc
 
@@ -151,7 +159,7 @@ def quickstart(
     max_turns: int = typer.Option(QUICKSTART.max_turns, min=1, help="turns per episode"),
     temperature: float = typer.Option(QUICKSTART.temperature, min=0.0),
     out: Path = typer.Option(QUICKSTART.out, help="results as JSONL"),
-    state_dir: Optional[Path] = typer.Option(QUICKSTART.state_dir, help="default: a fresh temporary folder"),
+    state_dir: Path | None = typer.Option(QUICKSTART.state_dir, help="default: a fresh temporary folder"),
     port: int = typer.Option(QUICKSTART.port, help="0 picks a free port"),
 ) -> None:
     """Start rollserve on the embedded defaults, run bundled math and code tasks, show results."""
@@ -172,10 +180,10 @@ def fake_llm(
     port: int = typer.Option(8100),
     latency: float = typer.Option(0.0, help="seconds per call"),
     reply: list[str] = typer.Option(["The answer is \\boxed{42}."], help="scripted replies, cycled"),
-    script: Optional[Path] = typer.Option(
+    script: Path | None = typer.Option(
         None, help="a Python file defining reply(prompt_ids, prompt) -> str: a per-rollout, "
         "multi-turn policy (replaces --reply; see rollserve.testing.scripted_policy)"),
-    capacity: Optional[int] = typer.Option(None, help="concurrent slots, like a GPU's batch"),
+    capacity: int | None = typer.Option(None, help="concurrent slots, like a GPU's batch"),
     tokenizer: str = typer.Option(DEFAULT_TOKENIZER),
 ) -> None:
     """Run the scripted vLLM-compatible test server (test handlers without a GPU)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import uvicorn
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -30,7 +31,7 @@ from rich.progress import (
 from rich.table import Table
 
 from rollserve.client import AsyncClient
-from rollserve.contract import RolloutResult
+from rollserve.contract import RolloutResult, TaskRequest
 from rollserve.datasets import bundled_rows
 from rollserve.llm.tokens.tokenizer import TokenizerError
 from rollserve.sandbox.base import SandboxError
@@ -62,14 +63,14 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
     state_dir = opts.state_dir or Path(tempfile.mkdtemp(prefix="rollserve-quickstart-"))
     port = opts.port or _free_port()
     config = ServerConfig(port=port, state_dir=state_dir, backends=["embedded"])
-    console.print(f"[bold]rollserve quickstart[/bold]: state in {state_dir}, API on "
+    console.print(f"[bold]rollserve quickstart[/bold]: state in {escape(str(state_dir))}, API on "
                   f"http://127.0.0.1:{port}")
     try:
         with console.status("loading the embedded model (SmolLM2-135M-Instruct)…"):
             service = Service(config)
             await service.start()
     except TokenizerError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     server = uvicorn.Server(uvicorn.Config(create_app(service, manage_lifecycle=False),
                                            host="127.0.0.1", port=port, log_level="warning"))
@@ -85,7 +86,7 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
             try:
                 await service.sandboxes.get()
             except SandboxError as exc:
-                console.print(f"[yellow]note:[/yellow] no code tasks: {exc}")
+                console.print(f"[yellow]note:[/yellow] no code tasks: {escape(str(exc))}")
                 opts = dataclasses.replace(opts, code_tasks=0)
         async with AsyncClient(f"http://127.0.0.1:{port}") as client:
             return await _drive(client, opts, console)
@@ -97,14 +98,14 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
 
 async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console) -> int:
     run_tag = time.strftime("%Y%m%d-%H%M%S")
-    tasks = []
+    tasks: list[TaskRequest] = []
     for source, rows in (("math", bundled_rows("math")[: opts.tasks]),
                          ("code", bundled_rows("code")[: opts.code_tasks])):
         for row in rows:
             instance = {k: v for k, v in row.items() if k != "task_id"}
-            tasks.append({"id": f"{source}/{row['task_id']}@{run_tag}", "data_source": source,
-                          "instance": instance, "n": opts.n})
-    total = sum(t["n"] for t in tasks)
+            tasks.append(TaskRequest(id=f"{source}/{row['task_id']}@{run_tag}", data_source=source,
+                                     instance=instance, n=opts.n))
+    total = sum(t.n for t in tasks)
     started = time.perf_counter()
     accepted = await client.submit(
         tasks,
@@ -136,7 +137,7 @@ async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console)
         for result in results:
             fh.write(json.dumps(result.model_dump(mode="json")) + "\n")
     _summary(results, elapsed, console)
-    console.print(f"wrote {len(results)} results to [bold]{opts.out}[/bold]")
+    console.print(f"wrote {len(results)} results to [bold]{escape(str(opts.out))}[/bold]")
     return 0
 
 

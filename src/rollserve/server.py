@@ -26,7 +26,7 @@ from rollserve.llm.tokens.tokenizer import (
     load_tokenizer,
 )
 from rollserve.sandbox.base import SandboxError
-from rollserve.sandbox.owner import reap
+from rollserve.sandbox.reaper import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
 
 log = logging.getLogger(__name__)

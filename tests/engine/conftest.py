@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from rollserve.engine.dataset_check import offline_context
 from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.store import SQLiteStore
 from rollserve.errors import AgentError, InfraError
@@ -84,7 +85,8 @@ async def make_engine(tmp_path, handler):
     async def make(path=None, **config):
         store = SQLiteStore(path or tmp_path / "store.db")
         await store.open()
-        engine = Engine(store, OneHandlerRegistry(handler), NullRouter(), EngineConfig(**config))
+        engine = Engine(store, OneHandlerRegistry(handler), NullRouter(), EngineConfig(**config),
+                        offline_context(runtime="local", state_dir=tmp_path))
         await engine.start()
         engines.append(engine)
         return engine

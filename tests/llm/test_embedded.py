@@ -7,9 +7,10 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="the embedded model needs extra 'local' (llama-cpp-python)")
 
-from rollserve.llm.base import LLMBackend, SamplingParams  # noqa: E402
-from rollserve.llm.backends.embedded import EmbeddedBackend  # noqa: E402
-from rollserve.llm.tokens.tokenizer import smollm2_gguf_path  # noqa: E402
+from rollserve.llm.backends.embedded import BLOCK, EmbeddedBackend
+from rollserve.llm.backends.embedded_probe import PROBE_WHOLE, probe_batch_invariance
+from rollserve.llm.base import LLMBackend, SamplingParams
+from rollserve.llm.tokens.tokenizer import smollm2_gguf_path
 
 pytestmark = pytest.mark.embedded
 
@@ -64,6 +65,84 @@ async def test_results_do_not_depend_on_earlier_calls(backend, chat_prompt, tok)
             assert (cold.output_ids, cold.logprobs) == (seen.output_ids, seen.logprobs)
     finally:
         await fresh.close()
+
+
+async def test_the_load_probe_chooses_the_cache_mode(backend, chat_prompt):
+    """At load a probe evaluates one sequence whole and split into small batches; the
+    cache prefix is reused only where both give the same bits (on AVX-512/AMX CPUs the
+    kernels may depend on the batch size). Its verdict and time are in describe()."""
+    prompt = chat_prompt("Name a fruit.")
+    await backend.generate(prompt, GREEDY)
+    info = backend.describe()
+    probe = info["cache_probe"]
+    assert probe is not None and probe["seconds"] > 0
+    assert info["cache_mode"] == ("prefix" if probe["batch_invariant"] else "blocks")
+    before = info["prompt_tokens_reused"]
+    await backend.generate(prompt, GREEDY)
+    reused = backend.describe()["prompt_tokens_reused"] - before
+    # "prefix" re-evaluates just the last two prompt tokens; "blocks" all but whole blocks.
+    blocks = (len(prompt) - 2) // BLOCK * BLOCK
+    assert reused == (len(prompt) - 2 if info["cache_mode"] == "prefix" else blocks)
+
+
+def test_the_probe_sees_a_real_rounding_difference():
+    """The probe compares bits: a split ending in a one-token batch (llama.cpp's
+    single-row path, which on these tokens rounds apart from its batched one) is
+    reported as not invariant, and the cache is left empty."""
+    import llama_cpp
+    import numpy as np
+
+    llm = llama_cpp.Llama(str(smollm2_gguf_path()), n_ctx=256, n_threads=2, verbose=False)
+    try:
+        vocab, tokens = llm.n_vocab(), list(range(1000, 1070))
+        last = []
+        for batches in ((70,), (69, 1)):  # computed here, independently of the probe
+            llm.reset()
+            for start, size in zip((0, batches[0]), batches, strict=False):
+                llm.eval(tokens[start : start + size])
+            raw = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+            last.append(np.ctypeslib.as_array(raw, shape=(vocab,)).copy())
+        if np.array_equal(*last):
+            pytest.skip("this CPU's one-row path rounds like its batched one on these tokens")
+        assert not probe_batch_invariance(llm, PROBE_WHOLE, (69, 1), tokens).invariant
+        assert llm.n_tokens == 0
+        with pytest.raises(ValueError, match="split"):
+            probe_batch_invariance(llm, PROBE_WHOLE, (2, 3))
+        with pytest.raises(ValueError, match="tokens"):
+            probe_batch_invariance(llm, tokens=tokens[:10])
+    finally:
+        llm.close()
+
+
+async def test_blocks_mode_by_option_is_exact(backend, chat_prompt, tok):
+    """cache="blocks" (what a CPU whose probe fails gets): prompts are evaluated in
+    fixed blocks from position 0 and only whole blocks are reused, and a call's ids and
+    logprobs are those of the default mode's, whatever each backend ran before."""
+    blocky = EmbeddedBackend(n_ctx=1024, n_threads=2, cache="blocks")
+    try:
+        # Longer than two blocks, and not ending just past a block's end (see batch_chunks).
+        a = next(p for n in range(12, 40) if (p := chat_prompt("Name an animal. " * n))
+                 and len(p) > 2 * BLOCK and len(p) % BLOCK >= 2)
+        first = await blocky.generate(a, GREEDY)
+        glue = [] if first.finish_reason == "stop" else tok.encode("<|im_end|>")
+        turn_two = (a + first.output_ids + glue + tok.encode("\n")
+                    + tok.encode("<|im_start|>user\nAnother.<|im_end|>\n<|im_start|>assistant\n"))
+        second = await blocky.generate(turn_two, GREEDY)  # extends what the cache holds
+        again = await blocky.generate(a, GREEDY)
+        info = blocky.describe()
+        assert (info["cache_mode"], info["cache_probe"]) == ("blocks", None)
+        assert info["prompt_tokens"] == 2 * len(a) + len(turn_two)
+        # Turn two reuses turn one's whole blocks (its sampled tokens were evaluated one
+        # at a time: not reused); the repeat reuses them again.
+        assert info["prompt_tokens_reused"] == 2 * (len(a) // BLOCK * BLOCK) > 0
+        assert (again.output_ids, again.logprobs) == (first.output_ids, first.logprobs)
+        # The default backend, with another history, computes the same bits.
+        await backend.generate(chat_prompt("Count to three."), GREEDY)
+        for prompt, seen in ((turn_two, second), (a, first)):
+            other = await backend.generate(prompt, GREEDY)
+            assert (other.output_ids, other.logprobs) == (seen.output_ids, seen.logprobs)
+    finally:
+        await blocky.close()
 
 
 async def test_seeded_sampling_repeats_and_limits_hold(backend, chat_prompt):

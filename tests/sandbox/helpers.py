@@ -3,31 +3,68 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from rollserve.sandbox.bubblewrap import BubblewrapRuntime
-from rollserve.sandbox.local import LocalRuntime
+from rollserve.sandbox.config import DockerConfig, runtime_config
+from rollserve.sandbox.registry import RUNTIMES as REGISTRY
+from rollserve.sandbox.registry import AnyRuntime, new_runtime, unavailable_reason
 
-RUNTIMES = ["local", "bubblewrap"]
 REPO = Path(__file__).resolve().parents[2]
 NESTED = "ROLLSERVE_UNPRIVILEGED_NESTED"  # set in a module re-run as another uid
+NESTED_RUNTIMES = "ROLLSERVE_TEST_RUNTIMES"  # the runtimes a nested run tests
 UNPRIVILEGED_UID = 65534
+# The contract tests run on every runtime in the registry: a new runtime is tested by
+# registering it. Each one that cannot run here is skipped with its reason. (A nested
+# run as another uid tests only those its parent found running for that uid.)
+RUNTIMES = (os.environ[NESTED_RUNTIMES].split(",") if os.environ.get(NESTED_RUNTIMES)
+            else list(REGISTRY))
+# Runtimes whose daemon decides who may use them: a plain user may not, and that is no
+# failure of rollserve's. Every other runtime that runs here must run as one too.
+DAEMON_RUNTIMES = frozenset({"docker", "podman"})
+# Image runtimes' sandboxes need an image with bash and python3. Tests pull nothing
+# for docker/podman (the image must be there); apptainer builds it once, into a cache
+# the tests share.
+TEST_IMAGE = os.environ.get("ROLLSERVE_TEST_IMAGE", "python:3.12-slim")
+_SIF = {"default_image": os.environ.get("ROLLSERVE_TEST_SIF", f"docker://{TEST_IMAGE}"),
+        "image_cache": str(Path(tempfile.gettempdir()) / "rollserve-test-sif")}
+TEST_OPTIONS: dict[str, dict[str, str]] = {
+    "apptainer": _SIF, "singularity": _SIF,
+    "docker": {"default_image": TEST_IMAGE}, "podman": {"default_image": TEST_IMAGE},
+}
 
 
-def make_runtime(name: str, state_dir, **config):
-    if name == "local":
-        return LocalRuntime(state_dir=state_dir)
-    reason = BubblewrapRuntime.unavailable_reason()
-    if reason:
-        pytest.skip(f"bubblewrap runtime unavailable: {reason}")
-    return BubblewrapRuntime(state_dir=state_dir)
+@functools.cache
+def cannot_run(name: str) -> str | None:
+    """Why runtime ``name`` cannot run the contract tests here, or None."""
+    config = runtime_config(name, TEST_OPTIONS.get(name))
+    if reason := unavailable_reason(name, config):
+        return f"{name}: {reason}"
+    if isinstance(config, DockerConfig):
+        base = [config.runtime, "--runtime", "runc"] if config.runtime == "podman" else [config.runtime]
+        present = subprocess.run([*base, "image", "inspect", config.default_image],
+                                 capture_output=True, timeout=60)
+        if present.returncode != 0:
+            return f"{name}: image {config.default_image} is not here (tests pull nothing)"
+    return None
+
+
+def make_runtime(name: str, state_dir: Path) -> AnyRuntime:
+    """Runtime ``name`` as the contract tests use it; the test is skipped with the
+    reason where it cannot run here."""
+    if reason := cannot_run(name):
+        pytest.skip(reason)
+    return new_runtime(runtime_config(name, TEST_OPTIONS.get(name)), state_dir)
 
 
 def _is_multiprocessing_helper(process: psutil.Process) -> bool:
@@ -68,6 +105,17 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
     return predicate()
 
 
+async def eventually(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
+    """``wait_until`` that lets the event loop run meanwhile (it reaps the processes
+    the sandbox killed: until then they are zombies of this test process)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval)
+    return predicate()
+
+
 
 def rerun_unprivileged(test_file: str, tmp_path: Path) -> None:
     """Re-run ``test_file`` (but its ``unprivileged_user`` test) as uid 65534, through
@@ -84,12 +132,18 @@ def rerun_unprivileged(test_file: str, tmp_path: Path) -> None:
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     as_user = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}",
                "--clear-groups", "--", sys.executable]
-    probe = subprocess.run([*as_user, "-c", "import rollserve, pytest, tests.sandbox.helpers"],
-                           check=False, cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=60)
+    probe = subprocess.run([*as_user, "-c", "import json, rollserve, pytest, tests.sandbox.helpers "
+                            "as h; print(json.dumps({n: h.cannot_run(n) for n in h.RUNTIMES}))"],
+                           check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     if probe.returncode != 0:  # e.g. a checkout under /root (mode 700)
         pytest.skip(f"uid {UNPRIVILEGED_UID} cannot read this checkout or its Python "
                     f"({probe.stderr.strip()[-200:]}); run the suite as a plain user instead")
+    as_user_reasons = json.loads(probe.stdout.splitlines()[-1])
+    runnable = [name for name in RUNTIMES if cannot_run(name) is None]
+    lost = {name: as_user_reasons[name] for name in runnable
+            if as_user_reasons[name] is not None and name not in DAEMON_RUNTIMES}
+    assert not lost, f"runtimes that run here but not as uid {UNPRIVILEGED_UID}: {lost}"
+    env[NESTED_RUNTIMES] = ",".join(name for name in runnable if as_user_reasons[name] is None)
     command = [*as_user, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider",
                "--noconftest", "-k", "not unprivileged_user"]
     try:  # (within pytest's own 300 s, so that a stuck run shows its output)

@@ -37,7 +37,7 @@ if args[0] == "build":
 if args[0] == "exec":
     log(env={k: v for k, v in os.environ.items() if k.startswith("APPTAINERENV_")})
     home = args[args.index("--home") + 1].split(":")[0]
-    binds = dict(reversed(args[i + 1].split(":")) for i, a in enumerate(args) if a == "--bind")
+    binds = dict(reversed(args[i + 1].split(":")[:2]) for i, a in enumerate(args) if a == "--bind")
     image = next(i for i, a in enumerate(args) if a.endswith(".sif"))
     # The image's own files (for paths not bound): a folder named in image_root next to this.
     marker = os.path.join(os.path.dirname(__file__), "image_root")
@@ -211,3 +211,28 @@ async def test_real_apptainer_pty_shell(tmp_path):
         while b"42" not in output:
             output += await asyncio.wait_for(shell.read(), 60)
         await shell.kill()
+
+
+async def test_a_spec_without_an_image_takes_the_default_image(fake_apptainer, tmp_path):
+    runtime = ApptainerRuntime(tmp_path / "state", ApptainerConfig(default_image="docker://debian:12"))
+    async with await runtime.start(SandboxSpec()) as box:
+        assert box.image == runtime.images.path_for("docker://debian:12")
+    assert [call["argv"][2] for call in fake_apptainer("build")] == ["docker://debian:12"]
+    with pytest.raises(SandboxError, match="needs an image"):
+        await ApptainerRuntime(tmp_path / "state").start(SandboxSpec())
+
+
+async def test_hidden_paths_are_covered_by_an_empty_read_only_folder(fake_apptainer, tmp_path):
+    # e.g. R2E's /r2e_tests: the image holds the hidden tests; the agent must not read them.
+    runtime = ApptainerRuntime(tmp_path / "state")
+    spec = SandboxSpec(image="docker://debian:12", hide=["/r2e_tests", "/opt/answers"])
+    async with await runtime.start(spec) as box:
+        await box.exec("true", 10)
+        argv = fake_apptainer("exec")[0]["argv"]
+        empty = box.folders.base / "empty"
+        for path in ("/r2e_tests", "/opt/answers"):
+            assert argv[argv.index(f"{empty}:{path}:ro") - 1] == "--bind"
+        assert empty.is_dir() and not any(empty.iterdir())
+        assert empty.stat().st_mode & 0o777 == 0o555
+        assert argv.index(f"{empty}:/r2e_tests:ro") < argv.index(str(box.image))
+    assert not box.folders.base.exists()

@@ -104,7 +104,7 @@ async def test_a_sandbox_lives_and_dies_in_a_cgroup_of_its_own(tmp_path, cgroup_
     try:
         assert box.cgroup.parent == cgroup_parent
         # With a cgroup, memory is the cgroup's business: no per-process RLIMIT_AS.
-        assert not any(arg.startswith("--as=") for arg in box._prefix)
+        assert not any(arg.startswith("--as=") for arg in box.prefix)
         await box.spawn(["bash", "-c", "sleep 600 & sleep 600 & wait"])
         await box.spawn(["sleep", "600"], pty=True)  # each command is its own bwrap
         assert wait_until(lambda: len([p for p in our_descendants() if p.name() == "sleep"]) == 3)

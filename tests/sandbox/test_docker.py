@@ -10,14 +10,13 @@ import subprocess
 import pytest
 
 from rollserve.sandbox.base import SandboxError, SandboxLimits, SandboxSpec
-from rollserve.sandbox.docker import (DockerConfig, DockerRuntime, DockerSandbox,
-                                      engine_unavailable_reason)
+from rollserve.sandbox.docker import DockerConfig, DockerRuntime, DockerSandbox, engine_unavailable_reason
 from rollserve.sandbox.folders import SandboxFolders
 from rollserve.sandbox.owner import OwnerBook
 
 
 def test_run_command_carries_limits_network_and_binds(tmp_path):
-    runtime = DockerRuntime(tmp_path / "state", engine="podman")
+    runtime = DockerRuntime(tmp_path / "state", DockerConfig(runtime="podman"))
     folders = SandboxFolders.create(tmp_path, "dock-1")
     spec = SandboxSpec(image="python:3.12-slim", env={"A": "1"},
                        limits=SandboxLimits(memory_mb=256, pids=64, open_files=512,
@@ -33,16 +32,27 @@ def test_run_command_carries_limits_network_and_binds(tmp_path):
                  "--name rollserve-dock-1", "--label rollserve.owner="]:
         assert part in joined, part
     assert argv[-3:] == ["python:3.12-slim", "sleep", "infinity"]
-    sized = DockerRuntime(tmp_path / "state", engine="podman", config=DockerConfig(rootfs_size=True))
+    sized = DockerRuntime(tmp_path / "state", DockerConfig(runtime="podman", rootfs_size=True))
     assert "--storage-opt size=100m" in " ".join(sized.run_command(spec, "c", folders))
-    docker = DockerRuntime(tmp_path / "state", engine="docker")
+    docker = DockerRuntime(tmp_path / "state")
     networked = docker.run_command(SandboxSpec(network=True), "c", folders)
     assert networked[:3] == ["docker", "run", "-d"] and "--network bridge" in " ".join(networked)
     assert networked[-3] == DockerConfig().default_image
 
 
+
+def test_hidden_paths_are_covered_by_an_empty_read_only_folder(tmp_path):
+    # e.g. R2E's /r2e_tests: the image holds the hidden tests; the agent must not read them.
+    runtime = DockerRuntime(tmp_path / "state")
+    folders = SandboxFolders.create(tmp_path, "dock-h")
+    argv = runtime.run_command(SandboxSpec(hide=["/r2e_tests"]), "c", folders)
+    assert argv[argv.index(f"{folders.base / 'empty'}:/r2e_tests:ro") - 1] == "-v"
+    assert argv.index("-v", argv.index("-w")) < argv.index(DockerConfig().default_image)
+    assert ":ro" not in " ".join(runtime.run_command(SandboxSpec(), "c", folders))
+
+
 def test_exec_command_lines(tmp_path):
-    runtime = DockerRuntime(tmp_path / "state", engine="docker")
+    runtime = DockerRuntime(tmp_path / "state", DockerConfig(runtime="docker"))
     folders = SandboxFolders.create(tmp_path, "dock-2")
     entry = OwnerBook(None).open("dock-2", "docker", [])
     box = DockerSandbox(runtime, "dock-2", SandboxSpec(), folders, entry, "rollserve-dock-2")
@@ -61,7 +71,7 @@ def working_engine() -> tuple[str, str] | str:
         if shutil.which(engine) is None:
             reasons.append(f"{engine}: not on PATH")
             continue
-        if reason := DockerRuntime.unavailable_reason(engine):
+        if reason := DockerRuntime.unavailable_reason(DockerConfig(runtime=engine)):
             reasons.append(reason)
             continue
         base = [engine, "--runtime", "runc"] if engine == "podman" else [engine]
@@ -83,7 +93,7 @@ async def test_real_container_exec_timeout_and_close(tmp_path):
     if isinstance(found, str):
         pytest.skip(f"no working container engine here: {found}")
     engine, image = found
-    runtime = DockerRuntime(tmp_path / "state", engine=engine)
+    runtime = DockerRuntime(tmp_path / "state", DockerConfig(runtime=engine))
     box = await runtime.start(SandboxSpec(image=image, files={"a.txt": "hi"}))
     try:
         result = await box.exec("cat a.txt; pwd", 60)
@@ -99,7 +109,7 @@ async def test_real_container_exec_timeout_and_close(tmp_path):
 
 
 def test_seed_copies_the_image_folder_before_the_container_mounts_the_workspace(tmp_path):
-    runtime = DockerRuntime(tmp_path / "state", engine="podman")
+    runtime = DockerRuntime(tmp_path / "state", DockerConfig(runtime="podman"))
     folders = SandboxFolders.create(tmp_path, "dock-3")
     spec = SandboxSpec(image="swebench/sweb.eval.x86_64.x:latest", workspace_seed="/testbed",
                        workspace_aliases=["/testbed"])
@@ -130,7 +140,7 @@ async def test_start_seeds_then_runs_and_reports_a_failed_seed(tmp_path, monkeyp
     engine.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     engine_unavailable_reason.cache_clear()  # (an earlier test may have found no podman)
-    runtime = DockerRuntime(tmp_path / "state", engine="podman")
+    runtime = DockerRuntime(tmp_path / "state", DockerConfig(runtime="podman"))
     spec = SandboxSpec(image="img:1", workspace_seed="/testbed", workspace_aliases=["/testbed"])
     box = await runtime.start(spec)
     try:

@@ -20,11 +20,9 @@ import psutil
 import pytest
 
 import rollserve
-
 from rollserve.sandbox.base import SandboxLimits, SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from tests.sandbox.helpers import NESTED, REPO, our_descendants, rerun_unprivileged, wait_until
-
 
 pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
                                 reason=f"{BubblewrapRuntime.unavailable_reason()}")

@@ -1,13 +1,13 @@
-"""Pulling environment images ahead of time, against stand-in ``apptainer`` and
-``docker`` executables placed first on PATH."""
+"""Pulling environment images ahead of time with the runtimes' own image methods,
+against stand-in ``apptainer`` and ``docker`` executables placed first on PATH."""
 
 from __future__ import annotations
 
 import pytest
 
-from rollserve.sandbox.images import (EnginePuller, PermanentError, RuntimeMissing,
-                                      find_runtime_binary, make_puller, normalize_reference,
-                                      pull_images)
+from rollserve.sandbox.apptainer import ApptainerRuntime
+from rollserve.sandbox.docker import DockerRuntime
+from rollserve.sandbox.images import BadImageReference, RuntimeMissing, make_puller, normalize_reference, pull_images
 from tests.sandbox.image_fakes import FAKE_APPTAINER, FAKE_DOCKER, FakeBinary, install
 
 
@@ -32,7 +32,8 @@ async def test_builds_each_reference_once_into_the_runtime_cache(fake_apptainer,
     assert sorted(r.reference for r in seen) == ["docker://a:1", "docker://b:1"]
     assert len(fake_apptainer.calls("build")) == 2
     # Where (and under which name) a server's ApptainerRuntime looks for the image.
-    target = puller.cache.path_for("docker://a:1")
+    assert isinstance(puller, ApptainerRuntime) and puller.image_location() == cache
+    target = puller.images.path_for("docker://a:1")
     assert target.parent == cache and target.read_text() == "SIF docker://a:1"
     assert not list(cache.glob("*.partial"))
 
@@ -85,18 +86,21 @@ async def test_a_permanent_failure_reports_attempts_and_the_last_error(fake_appt
 def test_missing_binary_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RuntimeMissing, match="apptainer or singularity is not on PATH: install Apptainer"):
-        find_runtime_binary("apptainer")
+        make_puller("apptainer", tmp_path)
     with pytest.raises(RuntimeMissing, match="docker is not on PATH: install Docker"):
         make_puller("docker", tmp_path)
+    with pytest.raises(ValueError, match="unknown image runtime 'local'; known: apptainer"):
+        make_puller("local", tmp_path)
 
 
-def test_singularity_falls_back_to_apptainer(fake_apptainer):
-    assert find_runtime_binary("singularity") == "apptainer"
+def test_singularity_falls_back_to_apptainer(fake_apptainer, tmp_path):
+    puller = make_puller("singularity", tmp_path)
+    assert isinstance(puller, ApptainerRuntime) and puller.binary == "apptainer"
 
 
 async def test_docker_pulls_what_it_does_not_have(fake_docker, tmp_path):
     puller = make_puller("docker", tmp_path)
-    assert isinstance(puller, EnginePuller)
+    assert isinstance(puller, DockerRuntime) and puller.image_location() is None
     results = await pull_images(["python:3.12", "fail/x:1"], puller, retries=0)
     assert results[0].ok and results[0].attempts == 1
     assert not results[1].ok and "manifest unknown" in results[1].error
@@ -112,5 +116,5 @@ def test_references_are_normalized_for_the_runtime():
     assert normalize_reference("oras://r/x:1", "apptainer") == "oras://r/x:1"
     assert normalize_reference("docker://python:3.12", "docker") == "python:3.12"
     assert normalize_reference("ghcr.io/o/x:1", "podman") == "ghcr.io/o/x:1"
-    with pytest.raises(PermanentError, match="use --runtime apptainer"):
+    with pytest.raises(BadImageReference, match="use --runtime apptainer"):
         normalize_reference("library://x/y:1", "docker")

@@ -1,4 +1,6 @@
-"""Owner records and the reaper: a dead server's sandboxes go, a live one's stay."""
+"""Owner records and the reaper: a dead server's sandboxes go, a live one's stay; each
+dead sandbox is reaped by the runtime named in its record (run on every runtime in the
+registry, each that cannot run here skipped with its reason)."""
 
 from __future__ import annotations
 
@@ -13,15 +15,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rollserve.sandbox.owner import OwnerBook, ProcessRef, is_alive, process_ref, reap
-from rollserve.sandbox.registry import unavailable_reason
+from rollserve.sandbox.owner import OwnerBook, ProcessRef, is_alive, process_ref
+from rollserve.sandbox.reaper import reap
+from tests.sandbox.helpers import RUNTIMES, TEST_OPTIONS, cannot_run
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def start_owner(state_dir: Path, runtime: str, count: int) -> tuple[subprocess.Popen, dict]:
+    options = json.dumps(TEST_OPTIONS.get(runtime, {}))
     owner = subprocess.Popen([sys.executable, "-m", "tests.sandbox.owner_process", str(state_dir),
-                              runtime, str(count)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+                              runtime, str(count), options], cwd=REPO, stdout=subprocess.PIPE,
+                             text=True)
     line = owner.stdout.readline()  # bounded by the test timeout
     assert line, f"owner process died: {owner.wait()}"
     return owner, json.loads(line)
@@ -41,14 +46,14 @@ def sandbox_processes(folders: list[str]) -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.parametrize("runtime", ["bubblewrap", "local"])
+@pytest.mark.parametrize("runtime", RUNTIMES)
 def test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays(tmp_path, runtime):
     """50 sandboxes of a SIGKILLed owner: after reap, none of their processes remain;
     the sandbox of another, live owner in the same state dir is untouched.
 
     bubblewrap's --die-with-parent already ends its sandboxes when the owner dies; the
     local runtime's processes outlive their owner, so there the reaper does the work."""
-    if reason := unavailable_reason(runtime):
+    if reason := cannot_run(runtime):
         pytest.skip(reason)
     state = tmp_path / "state"
     dead, dead_info = start_owner(state, runtime, 50)
@@ -115,3 +120,53 @@ def test_live_owner_records_are_untouched_and_closed_sandboxes_leave_none(tmp_pa
     assert reap(tmp_path).kept == ["sbx-2"]
     entry.delete()
     assert not list((tmp_path / "sandboxes").iterdir())
+
+
+FAKE_ENGINE = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/calls.log"
+"""
+
+
+def dead_owner_record(book: OwnerBook, sandbox_id: str, runtime: str, folder: Path, **extra):
+    entry = book.open(sandbox_id, runtime, [folder], **extra)
+    entry.record.owner = ProcessRef(pid=os.getpid(), started=1.0)  # "our pid, reused": dead
+    entry.save()
+    return entry
+
+
+def test_the_reaper_asks_the_runtime_named_in_the_record(tmp_path, monkeypatch):
+    """A dead podman sandbox: its container is removed by the podman runtime, with the
+    arguments that made it; its folder goes with it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "podman").write_text(FAKE_ENGINE)
+    (bin_dir / "podman").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    folder = tmp_path / "box"
+    (folder / "workspace").mkdir(parents=True)
+    dead_owner_record(OwnerBook(tmp_path / "state"), "podm-1", "podman", folder,
+                      container="rollserve-podm-1", engine="podman",
+                      engine_args=["--runtime", "runc"])
+    report = reap(tmp_path / "state")
+    assert report.reaped == ["podm-1"] and report.errors == []
+    assert (bin_dir / "calls.log").read_text().splitlines() == [
+        "--runtime runc rm -f rollserve-podm-1"]
+    assert not folder.exists()
+
+
+def test_a_record_of_an_unknown_runtime_still_loses_its_processes_and_folders(tmp_path):
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        folder = tmp_path / "box"
+        folder.mkdir()
+        entry = dead_owner_record(OwnerBook(tmp_path / "state"), "fire-1", "firecracker", folder)
+        entry.add(victim.pid)
+        report = reap(tmp_path / "state")
+        assert report.reaped == ["fire-1"] and report.killed == [victim.pid]
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+        assert not folder.exists()
+        (error,) = report.errors
+        assert "unknown runtime 'firecracker'" in error and "fire-1" in error
+    finally:
+        victim.kill()
+        victim.wait()

@@ -8,8 +8,9 @@ import time
 
 import psutil
 
-from rollserve.sandbox.process import CappedOutput, HostProcess, exit_status, run_command
-from tests.sandbox.helpers import our_descendants
+from rollserve.sandbox.host import CappedOutput, exit_status, run_command
+from rollserve.sandbox.process import HostProcess
+from tests.sandbox.helpers import eventually, our_descendants, processes_with
 
 
 def test_capped_output_keeps_head_and_tail():
@@ -74,7 +75,7 @@ async def test_pty_process_has_job_control():
     process = HostProcess.start(["setsid", "--ctty", "--wait", "bash", "--norc", "-i"], pty=True,
                                 new_session=False, env={"PATH": "/usr/bin:/bin", "PS1": "$ "})
     await process.write(b"sleep 30\n")
-    await asyncio.sleep(0.3)
+    assert await eventually(lambda: processes_with("sleep 30"), timeout=30)
     await process.write(b"\x03")  # SIGINT to the foreground job (sleep), not to bash
     await process.write(b"echo rc=$?\n")
     output = b""
@@ -105,11 +106,11 @@ async def test_wait_is_bounded():
 
 async def test_cancelled_collect_kills_the_process():
     task = asyncio.ensure_future(run_command(["sleep", "60"], 30))
-    await asyncio.sleep(0.2)
+    assert await eventually(lambda: processes_with("sleep 60"), timeout=30)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    await asyncio.sleep(0.1)
-    assert not [p for p in our_descendants() if p.status() != psutil.STATUS_ZOMBIE]
+    assert await eventually(lambda: not [p for p in our_descendants()
+                                         if p.status() != psutil.STATUS_ZOMBIE])
 
 
 async def test_signal_foreground_reaches_the_foreground_job_not_the_shell():

@@ -11,7 +11,7 @@ def test_an_unavailable_runtime_names_each_reason_once(monkeypatch):
                "apptainer": "apptainer or singularity is not on PATH",
                "singularity": "apptainer or singularity is not on PATH",
                "docker": "no daemon", "podman": "podman is not on PATH", "local": None}
-    monkeypatch.setattr(registry, "unavailable_reason", lambda name: reasons.get(name))
+    monkeypatch.setattr(registry, "unavailable_reason", lambda name, config=None: reasons.get(name))
     with pytest.raises(SandboxError) as caught:
         registry.get_runtime("bubblewrap")
     message = str(caught.value)

@@ -1,4 +1,5 @@
-"""What every runtime does, run on each one available here (local, bubblewrap)."""
+"""The sandbox contract: what every runtime does, run on every runtime in the registry
+(each one that cannot run here is skipped with its reason)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import psutil
 import pytest
 
 from rollserve.sandbox.base import SandboxError, SandboxLimits, SandboxSpec
-from tests.sandbox.helpers import RUNTIMES, make_runtime, our_descendants, wait_until
+from tests.sandbox.helpers import RUNTIMES, eventually, make_runtime, our_descendants, wait_until
 
 
 @pytest.fixture(params=RUNTIMES)
@@ -135,7 +136,7 @@ async def test_cancelled_exec_leaves_nothing_running(sandbox):
     await asyncio.sleep(0.3)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert wait_until(lambda: not [p for p in our_descendants() if p.name() == "sleep"])
+    assert await eventually(lambda: not [p for p in our_descendants() if p.name() == "sleep"])
 
 
 async def test_limits_file_size_and_cpu(runtime):

@@ -69,5 +69,6 @@ def create_app(service: Service, manage_lifecycle: bool = True,
                                                 public)
         return app.openapi_schema
 
+    # FastAPI's documented way to customise the schema is to replace this method.
     app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -9,6 +9,7 @@ at fault).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -74,7 +75,7 @@ def _settings(sampling: SamplingParams | JSONBody | None, agent: AgentLimits | J
     return body
 
 
-def submit(tasks: list[TaskRequest | JSONBody], sampling: SamplingParams | JSONBody | None = None,
+def submit(tasks: Sequence[TaskRequest | JSONBody], sampling: SamplingParams | JSONBody | None = None,
            agent: AgentLimits | JSONBody | None = None,
            timeouts: Timeouts | JSONBody | None = None) -> Call[SubmitResponse]:
     """Submit a batch of tasks (each with ``n`` samples: one group)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -28,7 +28,7 @@ DATA_SOURCE_HELP = ("every row is a bare instance of this data source (e.g. a SW
 AUTO_ROWS = 200  # up to this many rows the table lists every row; past it, the invalid ones
 
 
-def bundled(file: Path, data_source: Optional[str]) -> tuple[Path, Optional[str]]:
+def bundled(file: Path, data_source: str | None) -> tuple[Path, str | None]:
     """A bundled set's file and data source when ``file`` names one (and is no file here)."""
     bundled_set = BUNDLED.get(str(file))
     if bundled_set is None or file.exists():
@@ -36,7 +36,7 @@ def bundled(file: Path, data_source: Optional[str]) -> tuple[Path, Optional[str]
     return bundled_set.path, data_source or bundled_set.data_source
 
 
-def read_rows(file: Path, data_source: Optional[str], console: Console) -> list[DatasetRow]:
+def read_rows(file: Path, data_source: str | None, console: Console) -> list[DatasetRow]:
     """The file's rows (or a bundled set's), or a clear error and exit 2 if it cannot
     be read."""
     file, data_source = bundled(file, data_source)
@@ -44,10 +44,10 @@ def read_rows(file: Path, data_source: Optional[str], console: Console) -> list[
         return read_dataset(file, data_source)
     except DatasetError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from exc
 
 
-def checks_table(checks: list["RowCheck"], title: str | None = None) -> Table:
+def checks_table(checks: list[RowCheck], title: str | None = None) -> Table:
     table = Table(title=title)
     table.add_column("row", justify="right")
     table.add_column("task id")
@@ -55,13 +55,13 @@ def checks_table(checks: list["RowCheck"], title: str | None = None) -> Table:
     table.add_column("result", overflow="fold")
     for check in checks:
         row = check.row
-        verdict = "[green]OK[/green]" if check.ok else f"[red]{escape(check.error)}[/red]"
+        verdict = "[green]OK[/green]" if check.error is None else f"[red]{escape(check.error)}[/red]"
         table.add_row(str(row.number), escape(row.label or "-"), escape(row.data_source or "-"),
                       verdict)
     return table
 
 
-def summary(checks: list["RowCheck"]) -> dict[str, Any]:
+def summary(checks: list[RowCheck]) -> dict[str, Any]:
     by_source: dict[str, Counter[str]] = {}
     for check in checks:
         counts = by_source.setdefault(check.row.data_source or "-", Counter())
@@ -79,14 +79,14 @@ VALIDATE_HELP = ("Check each row of FILE as the API would at submission (no serv
 @app.command(help=VALIDATE_HELP)
 def validate(
     file: Path = typer.Argument(..., help=FILE_HELP),
-    data_source: Optional[str] = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
-    max_errors: Optional[int] = typer.Option(None, min=1, help="stop after this many invalid rows"),
+    data_source: str | None = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
+    max_errors: int | None = typer.Option(None, min=1, help="stop after this many invalid rows"),
     json_output: bool = typer.Option(False, "--json", help="print the report as JSON (stdout)"),
     rows: str = typer.Option("auto", help="rows the table lists: all | errors | auto (every row "
                                           f"up to {AUTO_ROWS}, else the invalid ones)"),
     sandbox_runtime: str = typer.Option("bubblewrap", help="the server's runtime (what some "
                                                            "handlers accept depends on it)"),
-    handler_options: Optional[str] = typer.Option(
+    handler_options: str | None = typer.Option(
         None, help='handlers\' options as JSON, {"handler": {...}}, as the server gets them'),
 ) -> None:
     """Check each row of FILE as the API would at submission (no server needed)."""

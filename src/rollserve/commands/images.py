@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, read_rows
@@ -27,36 +25,39 @@ PULL_HELP = ("Fetch the images FILE's rows need (each handler's images(instance)
 @app.command(help=PULL_HELP)
 def pull(
     file: Path = typer.Argument(..., help=FILE_HELP),
-    data_source: Optional[str] = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
+    data_source: str | None = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
     runtime: str = typer.Option("apptainer", help="apptainer | singularity (build .sif files "
                                                   "into --image-cache) | docker | podman (pull)"),
     concurrency: int = typer.Option(4, min=1, help="images fetched at once"),
     retries: int = typer.Option(2, min=0, help="retries of a failed image (exponential backoff)"),
     backoff: float = typer.Option(2.0, min=0.0, help="seconds before the first retry (doubling)"),
     timeout: float = typer.Option(3600.0, min=1.0, help="seconds one fetch may take"),
-    image_cache: Optional[Path] = typer.Option(
+    image_cache: Path | None = typer.Option(
         None, help="apptainer: where .sif files go; the server's cache: STATE_DIR/images "
                    "(default; STATE_DIR as `rollserve serve --state-dir`) or its "
                    "--sandbox-options image_cache"),
-    handler_options: Optional[str] = typer.Option(
+    handler_options: str | None = typer.Option(
         None, help='handlers\' options as JSON, {"handler": {...}}, as the server gets them'),
 ) -> None:
     """Fetch the images FILE's rows need (each handler's images(instance)), once each."""
     from rollserve.engine.dataset_check import DatasetChecker, images_needed, offline_context
-    from rollserve.sandbox.images import (RUNTIMES, PermanentError, PullResult, RuntimeMissing,
-                                          make_puller, normalize_reference, pull_images)
+    from rollserve.sandbox.images import BadImageReference, PullResult, RuntimeMissing, make_puller, pull_images
+    from rollserve.sandbox.registry import RUNTIMES, image_runtimes
     from rollserve.server import default_state_dir
 
     err, out = Console(stderr=True), Console()
-    if runtime not in RUNTIMES:
-        raise typer.BadParameter(f"must be one of {', '.join(RUNTIMES)}", param_hint="--runtime")
+    if runtime not in image_runtimes():
+        raise typer.BadParameter(f"must be one of {', '.join(image_runtimes())}",
+                                 param_hint="--runtime")
     options = parse_handler_options(handler_options)
     cache = image_cache or default_state_dir() / "images"
     try:
         puller = make_puller(runtime, cache, concurrency=concurrency, timeout=timeout)
     except RuntimeMissing as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2)
+        others = ", ".join(name for name in image_runtimes()
+                           if RUNTIMES[name] is not RUNTIMES[runtime])
+        err.print(f"[red]error:[/red] {escape(str(exc))}, or pick another --runtime ({others})")
+        raise typer.Exit(2) from None
     rows = read_rows(file, data_source, err)
     checker = DatasetChecker(context=offline_context(runtime=runtime, options=options))
     checks = checker.check_all(rows)
@@ -74,8 +75,8 @@ def pull(
     references: list[str] = []
     for reference in needed:
         try:
-            references.append(normalize_reference(reference, runtime))
-        except PermanentError as exc:
+            references.append(puller.image_reference(reference))
+        except BadImageReference as exc:
             failures.append(PullResult(reference, ok=False, error=str(exc)))
     references = list(dict.fromkeys(references))
     if not references and not failures:
@@ -93,7 +94,7 @@ def pull(
         def on_result(result: PullResult) -> None:
             counts["failed"] += not result.ok
             counts["cached"] += result.cached
-            progress.update(bar, advance=1, **counts)
+            progress.update(bar, advance=1, failed=counts["failed"], cached=counts["cached"])
 
         def on_retry(reference: str, attempt: int, error: str) -> None:
             progress.console.print(f"[yellow]retrying[/yellow] {escape(reference)} (attempt "
@@ -105,7 +106,8 @@ def pull(
     failures += [r for r in results if not r.ok]
     fetched = sum(r.ok and not r.cached for r in results)
     cached = sum(r.cached for r in results)
-    where = f" into {cache}" if runtime in ("apptainer", "singularity") else ""
+    location = puller.image_location()
+    where = f" into {location}" if location is not None else ""
     out.print(f"{len(references)} images{where}: {fetched} fetched, {cached} already there, "
               f"[{'red' if failures else 'green'}]{len(failures)} failed[/]")
     if failures:

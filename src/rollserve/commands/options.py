@@ -5,12 +5,12 @@ validate``, ``images pull``), parsed and checked one way: a bad value is a typer
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 
-def parse_json_option(value: Optional[str], name: str) -> dict[str, Any]:
+def parse_json_option(value: str | None, name: str) -> dict[str, Any]:
     """A JSON object option (``{}`` when not given)."""
     if not value:
         return {}
@@ -42,21 +42,21 @@ def check_runtime(name: str, hint: str = "--sandbox-runtime") -> None:
                                  param_hint=hint)
 
 
-def sandbox_options(runtime: str, value: Optional[str]) -> dict[str, Any]:
-    """``--sandbox-options``: the runtime's config as JSON, checked against its model."""
-    from rollserve.sandbox.registry import runtime_config
+def sandbox_options(runtime: str, value: str | None) -> dict[str, Any]:
+    """``--sandbox-options``: the runtime's config as JSON, checked against its model
+    (``sandbox.config.runtime_config``: the bad option named, with the known ones)."""
+    from rollserve.sandbox.config import runtime_config
 
     check_runtime(runtime)
     options = parse_json_option(value, "--sandbox-options")
-    if options:
-        try:
-            runtime_config(runtime, options)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
+    try:
+        runtime_config(runtime, options)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--sandbox-options") from exc
     return options
 
 
-def handler_options(value: Optional[str]) -> dict[str, dict[str, Any]]:
+def handler_options(value: str | None) -> dict[str, dict[str, Any]]:
     """``--handler-options``: each handler's settings, ``{"swe": {...}}``."""
     options = parse_json_option(value, "--handler-options")
     if not all(isinstance(v, dict) for v in options.values()):

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -37,6 +39,43 @@ from rollserve.engine.pipeline import EngineConfig
 from rollserve.server import ServerConfig
 from rollserve.validation import describe
 
+if TYPE_CHECKING:
+    from rollserve.client import AsyncClient
+    from rollserve.client.run_dataset import RunProgress, RunReport
+    from rollserve.datasets import DatasetRow
+
+
+@dataclass(frozen=True)
+class _ServerFacts:
+    """What row validation may depend on: the server's runtime, handlers' options, and
+    (a remote server) the data sources it runs."""
+
+    runtime: str | None = None
+    handler_options: dict[str, dict[str, Any]] | None = None
+    handlers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _RunArgs:
+    """``rollserve run``'s options, checked."""
+
+    output: Path
+    runtime: str
+    handler_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sampling: dict[str, Any] | None = None
+    agent: dict[str, Any] | None = None
+    timeouts: dict[str, Any] | None = None
+    n: int | None = None
+    batch_size: int = RUN.batch_size
+    concurrency: int = RUN.max_in_flight
+    skip_invalid: bool = False
+    resume: bool = False
+    run_name: str | None = None
+
+
+# Opens a client to the server and says what validation needs to know of it.
+ClientFactory = Callable[[], AbstractAsyncContextManager[tuple["AsyncClient", _ServerFacts]]]
+
 
 def _checked(model: type[BaseModel], values: dict[str, Any], hint: str) -> dict[str, Any]:
     try:
@@ -61,7 +100,7 @@ def _embedded_config(state_dir: Path, backend: list[str], tokenizer: str, sandbo
 
 
 @asynccontextmanager
-async def _embedded(config, console: Console) -> AsyncIterator[Any]:
+async def _embedded(config: ServerConfig, console: Console) -> AsyncIterator[AsyncClient]:
     """A server in this process, and a client talking to it without a port."""
     import httpx
 
@@ -76,7 +115,7 @@ async def _embedded(config, console: Console) -> AsyncIterator[Any]:
             await service.start()
     except TokenizerError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from exc
     app = create_app(service, manage_lifecycle=False)
     client = AsyncClient("http://rollserve", transport=httpx.ASGITransport(app=app), timeout=60)
     try:
@@ -86,7 +125,7 @@ async def _embedded(config, console: Console) -> AsyncIterator[Any]:
         await service.stop()
 
 
-def _summary_table(report) -> Table:
+def _summary_table(report: RunReport) -> Table:
     table = Table(title="results by data_source")
     for column in ("data_source", "rollouts", "completed", "failed", "masked", "mean reward"):
         table.add_column(column, justify="left" if column == "data_source" else "right")
@@ -101,15 +140,14 @@ def _summary_table(report) -> Table:
     return table
 
 
-def _valid_rows(rows, server: dict, skip_invalid: bool, console: Console, out: Console):
-    """The rows to run, or None (after saying why) if invalid rows forbid starting.
-    ``server``: its ``handlers`` and sandbox ``runtime``, which validation may depend on."""
+def _valid_rows(rows: list[DatasetRow], server: _ServerFacts, skip_invalid: bool, console: Console,
+                out: Console) -> list[DatasetRow] | None:
+    """The rows to run, or None (after saying why) if invalid rows forbid starting."""
     from rollserve.engine.dataset_check import DatasetChecker, offline_context
 
-    context = offline_context(runtime=server.get("runtime") or SERVER.sandbox_runtime,
-                              options=server.get("handler_options"))
-    checks = DatasetChecker(context=context,
-                            remote_handlers=server.get("handlers", ())).check_all(rows)
+    context = offline_context(runtime=server.runtime or SERVER.sandbox_runtime,
+                              options=server.handler_options)
+    checks = DatasetChecker(context=context, remote_handlers=server.handlers).check_all(rows)
     invalid = [c for c in checks if not c.ok]
     if invalid and not skip_invalid:
         out.print(checks_table(invalid, title="invalid rows"))
@@ -123,27 +161,27 @@ def _valid_rows(rows, server: dict, skip_invalid: bool, console: Console, out: C
     return [c.row for c in checks if c.ok]
 
 
-async def _run(rows, file: Path, opts: dict, client_factory, remote: bool, console: Console,
-               out: Console) -> int:
+async def _run(rows: list[DatasetRow], file: Path, opts: _RunArgs, client_factory: ClientFactory,
+               remote: bool, console: Console, out: Console) -> int:
     from rollserve.client.run_dataset import DatasetRun, RunAborted, RunOptions, plan
     from rollserve.datasets import dataset_name
 
     valid = None
     if not remote:  # checked before the embedded server loads its model
-        valid = _valid_rows(rows, {"runtime": opts["runtime"], "handler_options": opts["handler_options"]},
-                            opts["skip_invalid"], console, out)
+        valid = _valid_rows(rows, _ServerFacts(runtime=opts.runtime, handler_options=opts.handler_options),
+                            opts.skip_invalid, console, out)
         if valid is None:
             return 2
     async with client_factory() as (client, server):
         if valid is None:  # checked knowing the remote server's handlers and runtime
-            valid = _valid_rows(rows, server, opts["skip_invalid"], console, out)
+            valid = _valid_rows(rows, server, opts.skip_invalid, console, out)
             if valid is None:
                 return 2
-        options = RunOptions(sampling=opts["sampling"], agent=opts["agent"],
-                             timeouts=opts["timeouts"], batch_size=opts["batch_size"],
-                             max_in_flight=opts["concurrency"])
+        options = RunOptions(sampling=opts.sampling, agent=opts.agent,
+                             timeouts=opts.timeouts, batch_size=opts.batch_size,
+                             max_in_flight=opts.concurrency)
         try:
-            items = plan(valid, opts["run_name"] or dataset_name(file), options, n=opts["n"])
+            items = plan(valid, opts.run_name or dataset_name(file), options, n=opts.n)
         except ValueError as exc:
             console.print(f"[red]error:[/red] {escape(str(exc))}")
             return 2
@@ -152,34 +190,34 @@ async def _run(rows, file: Path, opts: dict, client_factory, remote: bool, conso
         with Progress(*columns, console=console) as bar:
             task = bar.add_task("run", total=None, info="")
 
-            def on_change(p) -> None:
+            def on_change(p: RunProgress) -> None:
                 mean = "-" if p.mean_reward is None else f"{p.mean_reward:.3f}"
                 bar.update(task, total=p.total, completed=p.finished,
                            info=f"submitted {p.submitted} · failed {p.failed} · mean reward {mean}")
 
-            run = DatasetRun(client, items, opts["output"], options, resume=opts["resume"],
+            run = DatasetRun(client, items, opts.output, options, resume=opts.resume,
                              on_change=on_change)
             try:
                 report = await run.run()
             except RunAborted as exc:
                 console.print(f"[red]error:[/red] {escape(str(exc))}; what finished is in "
-                              f"{opts['output']} (rerun with --resume to go on)")
+                              f"{escape(str(opts.output))} (rerun with --resume to go on)")
                 return 1
     progress = report.progress
     if progress.skipped_rows:
         console.print(f"resumed: {progress.skipped_rows} of {progress.rows} rows were already "
-                      f"in {opts['output']}")
+                      f"in {escape(str(opts.output))}")
     if progress.reused_groups:
         console.print(f"{progress.reused_groups} tasks were already on the server (same rows and "
                       "settings): their results were reused, not rerun (--run-name NAME runs "
                       "them again)")
     if report.foreign_results:
         console.print(f"[yellow]note:[/yellow] {report.foreign_results} results in "
-                      f"{opts['output']} are not rows of this run (other settings or data)")
+                      f"{escape(str(opts.output))} are not rows of this run (other settings or data)")
     out.print(_summary_table(report))
     for item in report.rejected:
         console.print(f"[red]row {item.number} rejected:[/red] {escape(item.error or '')}")
-    console.print(f"wrote {progress.finished} results to [bold]{escape(str(opts['output']))}"
+    console.print(f"wrote {progress.finished} results to [bold]{escape(str(opts.output))}"
                   f"[/bold] ({len(report.outcomes)} in all)")
     return 1 if report.rejected else 0
 
@@ -193,44 +231,44 @@ HELP = ("Run every row of FILE and write each rollout's result to OUTPUT (JSONL)
 
 def run(
     file: Path = typer.Argument(..., help=FILE_HELP),
-    data_source: Optional[str] = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
+    data_source: str | None = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
     output: Path = typer.Option(Path("results.jsonl"), "--output", "-o",
                                 help="results, one JSON per line (rewritten unless --resume)"),
     resume: bool = typer.Option(False, help="keep OUTPUT's results and fetch only the rest"),
-    run_name: Optional[str] = typer.Option(None, help="the rows' ids start with it (default: the "
-                                                      "file's name); a new name runs the rows "
-                                                      "again on a server that has them"),
-    n: Optional[int] = typer.Option(None, min=1, max=1024, help="samples per row (default: "
-                                                                "the row's n, else 1)"),
-    max_turns: Optional[int] = typer.Option(None, min=1, help="agent turns per episode"),
-    max_tokens: Optional[int] = typer.Option(None, min=1, help="new tokens per turn"),
-    temperature: Optional[float] = typer.Option(None, min=0.0),
-    sampling: Optional[str] = typer.Option(None, help='more sampling settings as JSON, e.g. '
-                                                      '\'{"top_p": 0.95, "seed": 1}\''),
-    rollout_timeout: Optional[float] = typer.Option(None, min=1.0, help="seconds per rollout "
-                                                    "(default: the handler's)"),
+    run_name: str | None = typer.Option(None, help="the rows' ids start with it (default: the "
+                                                   "file's name); a new name runs the rows "
+                                                   "again on a server that has them"),
+    n: int | None = typer.Option(None, min=1, max=1024, help="samples per row (default: "
+                                                             "the row's n, else 1)"),
+    max_turns: int | None = typer.Option(None, min=1, help="agent turns per episode"),
+    max_tokens: int | None = typer.Option(None, min=1, help="new tokens per turn"),
+    temperature: float | None = typer.Option(None, min=0.0),
+    sampling: str | None = typer.Option(None, help='more sampling settings as JSON, e.g. '
+                                                   '\'{"top_p": 0.95, "seed": 1}\''),
+    rollout_timeout: float | None = typer.Option(None, min=1.0, help="seconds per rollout "
+                                                 "(default: the handler's)"),
     batch_size: int = typer.Option(RUN.batch_size, min=1, max=10_000, help="tasks per submission"),
     concurrency: int = typer.Option(RUN.max_in_flight, min=1,
                                     help="rollouts submitted and unfinished at once"),
     skip_invalid: bool = typer.Option(False, help="run the valid rows when some are invalid "
                                                   "(default: refuse to start)"),
-    server: Optional[str] = typer.Option(None, envvar="ROLLSERVE_URL",
-                                         help="a running rollserve, e.g. http://head:8000 "
-                                              "(else one is started here with --backend)"),
-    api_token: Optional[str] = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
-                                            help="--server's bearer token"),
+    server: str | None = typer.Option(None, envvar="ROLLSERVE_URL",
+                                      help="a running rollserve, e.g. http://head:8000 "
+                                           "(else one is started here with --backend)"),
+    api_token: str | None = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
+                                         help="--server's bearer token"),
     backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
                                       help="embedded server: inference backend, as `rollserve "
                                            "serve --backend`; repeatable"),
     tokenizer: str = typer.Option(SERVER.tokenizer, help="embedded server: as `rollserve serve`"),
     sandbox_runtime: str = typer.Option(SERVER.sandbox_runtime,
                                         help="embedded server: as `rollserve serve`"),
-    sandbox_options: Optional[str] = typer.Option(None, help="embedded server: the runtime's "
-                                                             "options as JSON"),
-    handler_options: Optional[str] = typer.Option(
+    sandbox_options: str | None = typer.Option(None, help="embedded server: the runtime's "
+                                                          "options as JSON"),
+    handler_options: str | None = typer.Option(
         None, help='embedded server: handlers\' options as JSON, e.g. \'{"swe": {"empty_patch": "run"}}\''),
-    state_dir: Optional[Path] = typer.Option(None, help="embedded server: its store (default: a "
-                                                        "temporary folder, removed after)"),
+    state_dir: Path | None = typer.Option(None, help="embedded server: its store (default: a "
+                                                     "temporary folder, removed after)"),
     init_workers: int = typer.Option(ENGINE.init_workers, min=1,
                                      help="embedded server: concurrent INIT stages"),
     run_workers: int = typer.Option(ENGINE.run_workers, min=1,
@@ -253,18 +291,19 @@ def run(
     sampling_values = parse_json_option(sampling, "--sampling")
     sampling_values.update({k: v for k, v in (("max_tokens", max_tokens),
                                               ("temperature", temperature)) if v is not None})
-    opts = {
-        "sampling": _checked(SamplingParams, sampling_values, "--sampling") or None,
-        "agent": {"max_turns": max_turns} if max_turns else None,
-        "timeouts": _checked(Timeouts, {"total": rollout_timeout} if rollout_timeout else {},
-                             "--rollout-timeout") or None,
-        "n": n, "batch_size": batch_size, "concurrency": concurrency,
-        "skip_invalid": skip_invalid, "output": output, "resume": resume,
-        "runtime": sandbox_runtime, "run_name": run_name,
-        "handler_options": parse_handler_options(handler_options),
-    }
-    _checked(AgentLimits, opts["agent"] or {}, "--max-turns")
+    opts = _RunArgs(
+        sampling=_checked(SamplingParams, sampling_values, "--sampling") or None,
+        agent={"max_turns": max_turns} if max_turns else None,
+        timeouts=_checked(Timeouts, {"total": rollout_timeout} if rollout_timeout else {},
+                          "--rollout-timeout") or None,
+        n=n, batch_size=batch_size, concurrency=concurrency,
+        skip_invalid=skip_invalid, output=output, resume=resume,
+        runtime=sandbox_runtime, run_name=run_name,
+        handler_options=parse_handler_options(handler_options),
+    )
+    _checked(AgentLimits, opts.agent or {}, "--max-turns")
     temp_dir: Path | None = None
+    factory: ClientFactory
     if server:
         factory = _remote(server, api_token, console)
     else:
@@ -273,7 +312,7 @@ def run(
         config = _embedded_config(state_dir, backend, tokenizer, sandbox_runtime,
                                   parse_sandbox_options(sandbox_runtime, sandbox_options),
                                   (init_workers, run_workers, eval_workers), scoring_workers,
-                                  concurrency, opts["handler_options"])
+                                  concurrency, opts.handler_options)
         factory = _local(config, console)
     rows = read_rows(file, data_source, console)
     try:
@@ -284,9 +323,9 @@ def run(
     raise typer.Exit(code)
 
 
-def _remote(url: str, token: Optional[str], console: Console):
+def _remote(url: str, token: str | None, console: Console) -> ClientFactory:
     @asynccontextmanager
-    async def factory():
+    async def factory() -> AsyncIterator[tuple[AsyncClient, _ServerFacts]]:
         import httpx
 
         from rollserve.client import AsyncClient, RollserveError
@@ -297,16 +336,16 @@ def _remote(url: str, token: Optional[str], console: Console):
             except (httpx.HTTPError, RollserveError) as exc:
                 console.print(f"[red]error:[/red] cannot use the server at {escape(url)}: "
                               f"{escape(str(exc) or type(exc).__name__)}")
-                raise typer.Exit(2)
-            yield client, {"handlers": status.handlers, "runtime": status.sandboxes.runtime}
+                raise typer.Exit(2) from exc
+            yield client, _ServerFacts(runtime=status.sandboxes.runtime, handlers=tuple(status.handlers))
 
     return factory
 
 
-def _local(config, console: Console):
+def _local(config: ServerConfig, console: Console) -> ClientFactory:
     @asynccontextmanager
-    async def factory():
+    async def factory() -> AsyncIterator[tuple[AsyncClient, _ServerFacts]]:
         async with _embedded(config, console) as client:
-            yield client, {}
+            yield client, _ServerFacts()
 
     return factory

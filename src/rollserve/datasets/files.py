@@ -20,9 +20,10 @@ import gzip
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 # Keys a dataset uses to name its rows (the first one present is shown in reports).

@@ -74,9 +74,9 @@ class Engine:
         store: Store,
         handlers: HandlerRegistry,
         router: Sessions,
-        config: EngineConfig | None = None,
-        context: HandlerContext | None = None,
-    ):
+        config: EngineConfig | None,
+        context: HandlerContext,
+    ) -> None:
         self.config = config or EngineConfig()
         self.context = context
         self.store = store
@@ -280,7 +280,7 @@ class Engine:
                         await self._stage_body(r, handler, stage)
             except TimeoutError:
                 if stage_deadline.expired():
-                    raise _StageTimeout(f"{stage} stage exceeded its timeout of {limit:g}s")
+                    raise _StageTimeout(f"{stage} stage exceeded its timeout of {limit:g}s") from None
                 raise
             finally:
                 r.add_time(stage, time.perf_counter() - started)

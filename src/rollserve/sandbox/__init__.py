@@ -1,11 +1,23 @@
 """Sandboxes: where an agent's commands run (runtimes) and the tools that act in them.
 
-``get_runtime(name, state_dir)`` picks a runtime; see base.py for the contract.
+``registry.get_runtime(name, state_dir)`` picks a runtime; base.py holds the contract
+(Runtime, Sandbox, SandboxProcess, SandboxSpec), config.py the runtimes' configs.
 """
 
-from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, Sandbox, SandboxError,
-                                    SandboxLimits, SandboxProcess, SandboxSpec,
-                                    resolve_in_workspace)
+from rollserve.sandbox.base import (
+                                    WORKDIR,
+                                    ExecResult,
+                                    ImageRuntime,
+                                    Runtime,
+                                    Sandbox,
+                                    SandboxError,
+                                    SandboxLimits,
+                                    SandboxProcess,
+                                    SandboxSpec,
+                                    SandboxStarter,
+                                    resolve_in_workspace,
+)
 
-__all__ = ["WORKDIR", "ExecResult", "Runtime", "Sandbox", "SandboxError", "SandboxLimits",
-           "SandboxProcess", "SandboxSpec", "resolve_in_workspace"]
+__all__ = ["WORKDIR", "ExecResult", "ImageRuntime", "Runtime", "Sandbox", "SandboxError",
+           "SandboxLimits", "SandboxProcess", "SandboxSpec", "SandboxStarter",
+           "resolve_in_workspace"]

@@ -31,45 +31,38 @@ import fcntl
 import hashlib
 import os
 import re
-import shutil
-import time
 import uuid
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Self
 
 from rollserve.sandbox import diskcap
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import WORKDIR, ExecResult, Runtime, SandboxError, SandboxSpec
-from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
+from rollserve.sandbox.base import (
+    WORKDIR,
+    BadImageReference,
+    ImageRuntime,
+    SandboxError,
+    SandboxSpec,
+)
+from rollserve.sandbox.common import FolderRuntime, FolderSandbox
+from rollserve.sandbox.config import ApptainerConfig
 from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
-from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
-from rollserve.sandbox.process import HostProcess, collect, run_command
+from rollserve.sandbox.host import find_binary, missing_binary, run_command
+from rollserve.sandbox.owner import OwnerEntry
+from rollserve.sandbox.process import HostProcess
+
+__all__ = ["ApptainerConfig", "ApptainerRuntime", "ApptainerSandbox", "ImageCache", "cache_name"]
 
 BINARIES = ("apptainer", "singularity")
 BUILDABLE = ("docker://", "docker-archive:", "docker-daemon:", "oci://", "oci-archive:",
              "oras://", "library://", "shub://")
+INSTALL_HINT = ("install Apptainer (https://apptainer.org/docs/admin/main/installation.html; "
+                "on a cluster often `module load apptainer`)")
 
 
-class ApptainerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    image_cache: Path | None = Field(None, description="where built .sif files go "
-                                     "(None: <state_dir>/images, else ~/.cache/rollserve/sif)")
-    max_concurrent_builds: int = Field(2, ge=1)
-    build_timeout: float = Field(1800.0, gt=0)
-    fakeroot: bool = False
-    cgroup_limits: bool = Field(False, description="pass --memory/--pids-limit (needs "
-                                "cgroups v2 delegated to the user)")
-    root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
-    extra_args: list[str] = Field(default_factory=list, description="more `exec` options")
-
-
-def find_binary(preferred: str | None) -> str | None:
-    for name in ([preferred] if preferred else BINARIES):
-        if shutil.which(name):
-            return name
-    return None
+def binaries(name: str) -> list[str]:
+    """The binaries runtime ``name`` may run: the one named first, then the other."""
+    return [name, *(binary for binary in BINARIES if binary != name)]
 
 
 def cache_name(reference: str) -> str:
@@ -81,7 +74,7 @@ def cache_name(reference: str) -> str:
 class ImageCache:
     """Turns an image reference into a local .sif, building each reference once."""
 
-    def __init__(self, folder: Path, binary: str, max_builds: int, build_timeout: float):
+    def __init__(self, folder: Path, binary: str, max_builds: int, build_timeout: float) -> None:
         self.folder = folder
         self.binary = binary
         self.build_timeout = build_timeout
@@ -136,15 +129,15 @@ class ImageCache:
             partial.unlink(missing_ok=True)
 
 
-class ApptainerRuntime(Runtime):
+class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerConfig]):
     name = "apptainer"
+    config_model = ApptainerConfig
 
-    def __init__(self, state_dir: Path | str | None = None, binary: str | None = None,
-                 config: ApptainerConfig | None = None):
-        self.config = config or ApptainerConfig()
-        self.binary = find_binary(binary) or binary or "apptainer"
+    def __init__(self, state_dir: Path | str | None = None,
+                 config: ApptainerConfig | None = None) -> None:
+        super().__init__(state_dir, config or ApptainerConfig())
+        self.binary = find_binary(binaries(self.config.runtime)) or self.config.runtime
         self.name = Path(self.binary).name
-        self.book = OwnerBook(state_dir)
         cache = self.config.image_cache
         if cache is None:
             cache = (Path(state_dir) / "images" if state_dir is not None
@@ -153,10 +146,9 @@ class ApptainerRuntime(Runtime):
                                  self.config.build_timeout)
 
     @classmethod
-    def unavailable_reason(cls, binary: str | None = None) -> str | None:
-        if find_binary(binary) is None:
-            names = binary or " or ".join(BINARIES)
-            return f"{names} is not on PATH (install Apptainer: https://apptainer.org)"
+    def unavailable_reason(cls, config: ApptainerConfig | None = None) -> str | None:
+        if find_binary(binaries((config or ApptainerConfig()).runtime)) is None:
+            return missing_binary(BINARIES, INSTALL_HINT)
         return None
 
     def caps(self) -> dict[str, str]:
@@ -171,28 +163,62 @@ class ApptainerRuntime(Runtime):
                 "--writable-tmpfs, sized by apptainer.conf's 'sessiondir max size'",
                 "tmpfs_mb": "/dev/shm: a host folder under the disk cap"}
 
-    async def start(self, spec: SandboxSpec) -> "ApptainerSandbox":
-        if self.unavailable_reason(self.binary):
-            raise SandboxError(self.unavailable_reason(self.binary))
-        if not spec.image:
-            raise SandboxError("apptainer: the spec needs an image (.sif or docker://...)")
-        image = await asyncio.wait_for(self.images.ensure(spec.image),
+    async def start(self, spec: SandboxSpec) -> ApptainerSandbox:
+        if reason := self.unavailable_reason(self.config):
+            raise SandboxError(reason)
+        reference = spec.image or self.config.default_image
+        if not reference:
+            raise SandboxError("apptainer: the spec needs an image (.sif or docker://...), "
+                               "or the runtime a default_image")
+        image = await asyncio.wait_for(self.images.ensure(reference),
                                        self.config.build_timeout + spec.start_timeout)
         sandbox_id = new_sandbox_id(self.name)
-        folders, entry = open_folders(self.book, self.name, "apptainer", self.config.root,
-                                      sandbox_id, spec)
+        folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
         folders.make_shm()
         sandbox = ApptainerSandbox(self, sandbox_id, spec, folders, entry, image)
         sandbox.start_caps()
         await sandbox.seed()
         return sandbox
 
+    # -- images (rollserve images pull): .sif files built into the cache ---------------
+
+    @classmethod
+    def for_pulling(cls, config: ApptainerConfig, image_cache: Path, concurrency: int,
+                    timeout: float) -> Self:
+        return cls(None, config.model_copy(update={
+            "image_cache": image_cache, "max_concurrent_builds": concurrency,
+            "build_timeout": timeout}))
+
+    def images_unavailable_reason(self) -> str | None:
+        return self.unavailable_reason(self.config)
+
+    def image_reference(self, reference: str) -> str:
+        """A bare docker name (``python:3.12``) is built as ``docker://python:3.12``."""
+        reference = reference.strip()
+        is_path = reference.startswith(("/", "./", "../", "~")) or reference.endswith(".sif")
+        if reference.startswith(BUILDABLE) or is_path or "://" in reference:
+            return reference
+        return f"docker://{reference}"
+
+    def image_location(self) -> Path:
+        return self.images.folder
+
+    async def image_cached(self, reference: str) -> bool:
+        if not reference.startswith(BUILDABLE):
+            if not Path(reference).expanduser().is_file():
+                raise BadImageReference(f"{reference!r} is neither a .sif file nor a "
+                                        f"reference apptainer builds from ({', '.join(BUILDABLE)})")
+            return True
+        return self.images.path_for(reference).exists()
+
+    async def pull_image(self, reference: str) -> None:
+        await self.images.ensure(reference)
+
 
 class ApptainerSandbox(FolderSandbox):
     def __init__(self, owner: ApptainerRuntime, sandbox_id: str, spec: SandboxSpec,
-                 folders: SandboxFolders, entry: OwnerEntry, image: Path):
-        self._setup(sandbox_id, spec, folders, entry)
-        self.runtime = owner.name
+                 folders: SandboxFolders, entry: OwnerEntry, image: Path) -> None:
+        super().__init__(owner.name, sandbox_id, spec, folders, entry)
         self.image = image
         self._owner = owner
         self._prefix = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False,
@@ -216,6 +242,8 @@ class ApptainerSandbox(FolderSandbox):
                  "--bind", f"{self.folders.base / 'shm'}:/dev/shm"]
         for alias in self.workspace_aliases():
             args += ["--bind", f"{self.folders.workspace}:{alias}"]
+        for path in self.spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
+            args += ["--bind", f"{self.folders.empty}:{path}:ro"]
         args += ["--pwd", WORKDIR,
                  *config.extra_args, str(self.image),
                  # HOME is the private /tmp (apptainer refuses APPTAINERENV_HOME, and
@@ -235,24 +263,7 @@ class ApptainerSandbox(FolderSandbox):
         host.update({prefix + key: value for key, value in values.items()})
         return host
 
-    def _start(self, inner: list[str], pty: bool, env: dict[str, str] | None,
-               merge_stderr: bool) -> HostProcess:
-        self._check_open()
-        if pty:
-            inner = ["setsid", "--ctty", "--wait", *inner]
-        argv = [*self._prefix, *self.command(inner)]
-        return self._track(self._start_host(argv, pty=pty, env=self.environment(env, pty),
-                                            merge_stderr=merge_stderr))
-
-    async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
-                   env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
-        started = time.monotonic()
-        process = self._start(shell_argv(command), pty=False, env=env, merge_stderr=False)
-        return await collect(process, timeout, stdin, max_output, signal_codes=True,
-                             started=started)
-
-    async def close(self) -> None:
-        if not await self._begin_close():
-            return
-        await asyncio.to_thread(remove_tree, self.folders.base)
-        self._entry.delete()
+    async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
+                      merge_stderr: bool) -> HostProcess:
+        return self._start_host([*self._prefix, *self.command(inner)], pty=pty,
+                                env=self.environment(env, pty), merge_stderr=merge_stderr)

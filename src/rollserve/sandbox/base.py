@@ -8,6 +8,13 @@ closes (or when the server dies: die-with-parent, process groups, owner records)
 
 Where a sandbox is deployed (the runtime: bubblewrap, apptainer, docker/podman,
 local) is separate from what runs inside it (the tools in ``sandbox/tools``).
+
+This module is the one home of the layer's contracts: ``Runtime`` (its name, config
+model, ``unavailable_reason``, ``start``, ``caps``, ``reap(record)``), ``ImageRuntime``
+(a runtime that fetches images ahead of time), ``Sandbox``, ``SandboxProcess``,
+``SandboxSpec`` / ``SandboxLimits`` and ``SandboxStarter`` (what handlers start
+sandboxes from). The runtimes are registered in registry.py, configured by the
+tagged union in config.py; the folder runtimes share common.py's template.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Generic, Protocol, Self, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollserve.errors import InfraError
+from rollserve.sandbox.owner import OwnerRecord, Reaped
 
 WORKDIR = "/workspace"
 # Top-level paths a workspace alias may not take.
@@ -71,9 +80,11 @@ class SandboxSpec(BaseModel):
         "(apptainer, bubblewrap, docker/podman)")
     hide: list[str] = Field(
         default_factory=list,
-        description="host folders this sandbox must not see, covered by an empty read-only "
-        "tmpfs where the host root is shown (bubblewrap), e.g. the swe handler's mirrors "
-        "(their history goes past the task's commit) and its bundled answers")
+        description="folders this sandbox must not see, each covered by an empty read-only "
+        "folder: bubblewrap (a tmpfs, where the host root is shown), apptainer and "
+        "docker/podman (a bind of an empty folder, over the image's path, e.g. R2E's "
+        "/r2e_tests); the local runtime cannot hide anything. E.g. the swe handler's "
+        "mirrors (their history goes past the task's commit) and its bundled answers")
 
     @field_validator("workspace_aliases")
     @classmethod
@@ -138,18 +149,28 @@ class SandboxProcess(abc.ABC):
     pid: int  # host pid of the process (or of the runtime's launcher) for signalling
 
     @abc.abstractmethod
-    async def write(self, data: bytes) -> None: ...
+    async def write(self, data: bytes) -> None:
+        """Send ``data`` to its stdin (or PTY); BrokenPipeError once that is closed."""
 
     @abc.abstractmethod
     async def read(self, max_bytes: int = 65536) -> bytes:
         """Next chunk of output as soon as there is any; b"" at end of output."""
 
     @abc.abstractmethod
+    async def read_stderr(self, max_bytes: int = 65536) -> bytes:
+        """Next chunk of stderr, when spawned with ``merge_stderr=False`` (else b"")."""
+
+    @abc.abstractmethod
+    def close_stdin(self) -> None:
+        """End of input for a pipe process (a PTY has no separate stdin to close)."""
+
+    @abc.abstractmethod
     def signal(self, signum: int) -> None:
         """Send a signal to the process's whole process group."""
 
     @abc.abstractmethod
-    async def wait(self, timeout: float | None = None) -> int | None: ...
+    async def wait(self, timeout: float | None = None) -> int | None:
+        """Its exit status once it exits, or None if it still runs after ``timeout``."""
 
     @property
     @abc.abstractmethod
@@ -163,17 +184,24 @@ class SandboxProcess(abc.ABC):
 
     @abc.abstractmethod
     async def kill(self) -> None:
-        """Kill the process group and reap it; idempotent."""
+        """Kill the process group and reap it, then ``close``; idempotent."""
 
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close our ends of its pipes or PTY (the process itself is not touched):
+        pending reads return b"", writes raise BrokenPipeError; idempotent."""
+
+    @abc.abstractmethod
     def signal_foreground(self, signum: int) -> bool:
         """On a PTY: signal the terminal's foreground job (not the shell's own group).
-        True if a group was signalled; False where the runtime cannot tell."""
-        return False
+        True if a group was signalled; False on pipes or where the runtime cannot tell."""
 
 
 class Sandbox(abc.ABC):
+    """One confined place to act (see the module's doc); started by a ``Runtime``."""
+
     id: str
-    runtime: str
+    runtime: str  # the name of the runtime that started it
     workspace: Path  # the host folder seen inside as /workspace
     spec: SandboxSpec
 
@@ -197,43 +225,138 @@ class Sandbox(abc.ABC):
 
         On a PTY the process is a session leader with the PTY as its controlling
         terminal (job control: writing b"\\x03" interrupts the foreground job). On
-        pipes, stderr is merged into stdout unless ``merge_stderr=False``; then the
-        returned process also has ``read_stderr()``."""
+        pipes, stderr is merged into stdout unless ``merge_stderr=False``; then it is
+        read with ``read_stderr()``."""
 
     async def read_file(self, path: str) -> bytes:
+        """A workspace file's bytes (``path`` relative, or absolute under /workspace)."""
         return resolve_in_workspace(self.workspace, path).read_bytes()
 
     async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a workspace file (its folders made), as the sandbox's user can change it."""
         target = resolve_in_workspace(self.workspace, path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data.encode() if isinstance(data, str) else data)
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool:
+        """True once ``close`` has begun: nothing more can be started in it."""
 
     @abc.abstractmethod
     async def close(self) -> None:
         """Kill everything in the sandbox, remove its workspace and owner record; idempotent."""
 
-    async def __aenter__(self) -> "Sandbox":
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
 
-class Runtime(abc.ABC):
-    name: str
+class RuntimeConfigBase(BaseModel):
+    """A runtime's settings (``--sandbox-options``), tagged by ``runtime``: one model
+    per runtime class, the name it is registered under in ``runtime`` (config.py has
+    them all, as one tagged union)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runtime: str
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The runtime names this model configures: the values its ``runtime`` tag takes."""
+        return tuple(str(name) for name in get_args(cls.model_fields["runtime"].annotation))
+
+
+ConfigT = TypeVar("ConfigT", bound=RuntimeConfigBase)
+
+
+class BadImageReference(ValueError):
+    """An image reference a runtime can never fetch (no retry helps)."""
+
+
+class Runtime(abc.ABC, Generic[ConfigT]):
+    """Starts sandboxes of one kind (bubblewrap, apptainer, docker/podman, local).
+
+    Registered by name in registry.py under each name its ``config_model`` takes;
+    built with its state dir (owner records go under it) and its config. ``reap`` is
+    a class method: a restarted server cleans up its dead predecessor's sandboxes
+    without making their runtime (which may not even be its own)."""
+
+    name: str  # the name it runs as (apptainer: the binary found, apptainer or singularity)
+    config_model: ClassVar[type[RuntimeConfigBase]]
+    config: ConfigT
+    state_dir: Path | None  # where its sandboxes' owner records go (None: nowhere)
+
+    @abc.abstractmethod
+    def __init__(self, state_dir: Path | str | None = None, config: ConfigT | None = None) -> None:
+        ...
 
     @classmethod
     @abc.abstractmethod
-    def unavailable_reason(cls) -> str | None:
-        """None when this runtime can run here, else why not (for errors and test skips)."""
+    def unavailable_reason(cls, config: ConfigT | None = None) -> str | None:
+        """None when this runtime (so configured) can run here, else why not, saying
+        what to install (for errors and test skips)."""
 
     @abc.abstractmethod
-    async def start(self, spec: SandboxSpec) -> Sandbox: ...
+    async def start(self, spec: SandboxSpec) -> Sandbox:
+        """A new sandbox as ``spec`` says; SandboxError if it cannot start."""
 
+    @abc.abstractmethod
     def caps(self) -> dict[str, str]:
         """How this runtime enforces each SandboxLimits field, here: field -> mechanism
         (shown by ``GET /v1/status`` under ``sandboxes.limits``)."""
-        return {}
+
+    @classmethod
+    @abc.abstractmethod
+    def reap(cls, record: OwnerRecord) -> Reaped:
+        """Clean up a sandbox of this runtime whose owner died (its processes, what
+        else it made, its folders), as its owner record says. Blocking: call it from a
+        thread."""
+
+
+class ImageRuntime(Runtime[ConfigT]):
+    """A runtime whose sandboxes start from images it can fetch ahead of time
+    (``rollserve images pull``) into the place its sandboxes look for them."""
+
+    @classmethod
+    @abc.abstractmethod
+    def for_pulling(cls, config: ConfigT, image_cache: Path, concurrency: int,
+                    timeout: float) -> Self:
+        """This runtime made to fetch images: at most ``concurrency`` at once (where it
+        bounds them itself), ``timeout`` seconds each, into ``image_cache`` where it
+        keeps its own images (else into the engine's store)."""
+
+    @abc.abstractmethod
+    def images_unavailable_reason(self) -> str | None:
+        """None if images can be fetched here, else why not (what to install)."""
+
+    @abc.abstractmethod
+    def image_reference(self, reference: str) -> str:
+        """``reference`` as this runtime fetches it; BadImageReference if it cannot."""
+
+    @abc.abstractmethod
+    def image_location(self) -> Path | None:
+        """Where fetched images go: a folder, or None for the engine's own store."""
+
+    @abc.abstractmethod
+    async def image_cached(self, reference: str) -> bool:
+        """The image is there already (BadImageReference: it never will be)."""
+
+    @abc.abstractmethod
+    async def pull_image(self, reference: str) -> None:
+        """Fetch the image; SandboxError (or OSError, TimeoutError) if this attempt failed."""
+
+
+class SandboxStarter(Protocol):
+    """What handlers start sandboxes from: a ``Runtime``, or the server's
+    ``registry.LazyRuntime`` that makes its runtime on first use."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def start(self, spec: SandboxSpec) -> Sandbox: ...
 
 
 def resolve_in_workspace(workspace: Path, path: str) -> Path:

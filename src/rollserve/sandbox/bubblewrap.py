@@ -40,15 +40,11 @@ Limits (see limits.py for what each rlimit means). RLIMIT_NPROC is counted per
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
 import resource
 import secrets
-import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import psutil
@@ -57,21 +53,24 @@ from rollserve.sandbox import cgroups, diskcap, shmcap
 from rollserve.sandbox import limits as rl
 from rollserve.sandbox.base import (
     ExecResult,
-    Runtime,
     SandboxError,
-    SandboxProcess,
     SandboxSpec,
     resolve_in_workspace,
 )
-from rollserve.sandbox.bwrap_view import BubblewrapConfig, View
-from rollserve.sandbox.common import FolderSandbox, shell_argv
+from rollserve.sandbox.bwrap_view import View, bwrap_unavailable_reason
+from rollserve.sandbox.common import FolderRuntime, FolderSandbox
+from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.folders import SandboxFolders, chown_up_to, new_sandbox_id
-from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
-from rollserve.sandbox.process import HostProcess, collect
+from rollserve.sandbox.host import setpriv_argv
+from rollserve.sandbox.owner import OwnerEntry, OwnerRecord
+from rollserve.sandbox.process import HostProcess
+
+__all__ = ["BubblewrapConfig", "BubblewrapRuntime", "BubblewrapSandbox"]
 
 log = logging.getLogger(__name__)
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 
 
 class BwrapProcess(HostProcess):
@@ -89,14 +88,13 @@ class BwrapProcess(HostProcess):
         super().kill_now()
 
 
-class BubblewrapRuntime(Runtime):
+class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
     name = "bubblewrap"
+    config_model = BubblewrapConfig
 
     def __init__(self, state_dir: Path | str | None = None,
-                 config: BubblewrapConfig | None = None):
-        self.config = config or BubblewrapConfig()
-        self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
-        self.book = OwnerBook(state_dir)
+                 config: BubblewrapConfig | None = None) -> None:
+        super().__init__(state_dir, config or BubblewrapConfig())
         self._uids: set[int] = set()  # uids of this runtime's open sandboxes (root only)
         self.as_root = os.geteuid() == 0
         self.cgroup_parent, self.cgroup_reason = cgroups.find_parent(self.config.cgroup)
@@ -111,8 +109,10 @@ class BubblewrapRuntime(Runtime):
             self.config.bwrap, self.as_root, uid)
 
     @classmethod
-    def unavailable_reason(cls) -> str | None:
-        return bwrap_unavailable_reason("bwrap")
+    def unavailable_reason(cls, config: BubblewrapConfig | None = None) -> str | None:
+        config = config or BubblewrapConfig()
+        uid = config.root_uids[0] if config.root_uids is not None else None
+        return bwrap_unavailable_reason(config.bwrap, uid)
 
     def caps(self) -> dict[str, str]:
         cgroup = self.cgroup_parent
@@ -147,6 +147,16 @@ class BubblewrapRuntime(Runtime):
         return {"memory_mb": memory, "pids": pids, **rl.PER_PROCESS,
                 "disk_mb": diskcap.MECHANISM, "tmpfs_mb": shm}
 
+    @classmethod
+    def reap_resources(cls, record: OwnerRecord) -> list[str]:
+        if not record.cgroup:
+            return []
+        try:
+            cgroups.remove_cgroup(Path(record.cgroup))
+        except OSError as error:
+            return [f"{record.sandbox_id}: cgroup {record.cgroup}: {error}"]
+        return []
+
     def _pick_uid(self) -> int | None:
         if not self.as_root or self.config.root_uids is None:
             return None
@@ -157,8 +167,13 @@ class BubblewrapRuntime(Runtime):
                 self._uids.add(uid)
                 return uid
 
+    def release_uid(self, uid: int | None) -> None:
+        """A closed sandbox's uid, free for the next one."""
+        if uid is not None:
+            self._uids.discard(uid)
+
     async def start(self, spec: SandboxSpec) -> BubblewrapSandbox:
-        reason = bwrap_unavailable_reason(self.config.bwrap)
+        reason = self.unavailable_reason(self.config)
         if reason:
             raise SandboxError(reason)
         root = spec.image or "/"
@@ -177,40 +192,20 @@ class BubblewrapRuntime(Runtime):
             entry = self.book.open(sandbox_id, self.name, [folders.base],
                                    cgroup=str(cgroup) if cgroup else None)
         except (OSError, ValueError) as error:
-            self._uids.discard(uid)
+            self.release_uid(uid)
             raise SandboxError(f"bubblewrap sandbox could not start: {error}") from error
         sandbox = BubblewrapSandbox(self, sandbox_id, spec, folders, entry, cgroup, root, uid)
         sandbox.start_caps()
         await sandbox.seed()
         return sandbox
 
-@functools.lru_cache(maxsize=4)
-def bwrap_unavailable_reason(binary: str) -> str | None:
-    if shutil.which(binary) is None:
-        return f"bubblewrap: {binary!r} is not on PATH (apt-get install bubblewrap)"
-    # Unprivileged user namespaces may be off (sysctl, or AppArmor on Ubuntu 24.04):
-    # one tiny sandbox, once, says so plainly (as root: as a sandbox uid would run).
-    probe = [binary, "--unshare-all", "--ro-bind", "/", "/", "--", "true"]
-    if os.geteuid() == 0:
-        uid = str(BubblewrapConfig().root_uids[0])
-        probe = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *probe]
-    try:
-        done = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bubblewrap: a test sandbox failed: {error}"
-    if done.returncode != 0:
-        return (f"bubblewrap: a test sandbox failed ({done.stderr.strip()[-300:]}); "
-                "are unprivileged user namespaces enabled?")
-    return None
 
 
 class BubblewrapSandbox(FolderSandbox):
-    runtime = "bubblewrap"
-
     def __init__(self, owner: BubblewrapRuntime, sandbox_id: str, spec: SandboxSpec,
                  folders: SandboxFolders, entry: OwnerEntry, cgroup: Path | None, root: str,
-                 uid: int | None):
-        self._setup(sandbox_id, spec, folders, entry)
+                 uid: int | None) -> None:
+        super().__init__(owner.name, sandbox_id, spec, folders, entry)
         self.uid = uid  # the host uid it runs as (None: the server's)
         self.memfd: shmcap.MemfdWatch | None = None  # the memfd cap's watcher (no cgroup)
         self.cgroup = cgroup
@@ -218,23 +213,26 @@ class BubblewrapSandbox(FolderSandbox):
         # With a cgroup, memory is bounded per sandbox there; RLIMIT_AS would only
         # break programs that reserve more address space than they use.
         values = rl.rlimits(spec.limits, nproc=True, address_space=cgroup is None)
-        nproc = values.pop(resource.RLIMIT_NPROC)
+        nproc: int | None = values.pop(resource.RLIMIT_NPROC)
         if owner.as_root and uid is None:
             nproc = None  # root is exempt: only a cgroup bounds the pids
-        elif uid is not None:
+        elif uid is not None and nproc is not None:
             values[resource.RLIMIT_NPROC] = nproc  # its own uid: set before bwrap
             nproc = None
         self._nproc = nproc  # else: set in the block-fd window, inside the user namespace
-        self._prefix = rl.prlimit_argv(values)
+        # prlimit and setpriv (util-linux) set the limits and drop to the sandbox's uid
+        # just before bwrap; Popen(preexec_fn=..., user=...) would do the same but
+        # disables CPython's vfork fast path.
+        self.prefix = rl.prlimit_argv(values)
         if uid is not None:
-            self._prefix += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                             "--inh-caps=-all", "--"]
+            self.prefix += [*setpriv_argv(uid), "--inh-caps=-all", "--"]
         self._root = root
-        self._args = self._bwrap_args(root)
+        self.mounts = self._mounts()
 
-    def _bwrap_args(self, root: str) -> list[str]:
-        return self._owner.view.args(root, self.folders, self.spec.limits, self.spec.network,
-                                     self.workspace_aliases(), self.spec.hide)
+    def _mounts(self) -> list[str]:
+        """bwrap and its arguments up to the environment (bwrap_view.py)."""
+        return self._owner.view.args(self._root, self.folders, self.spec.limits,
+                                     self.spec.network, self.workspace_aliases(), self.spec.hide)
 
     def _env_args(self, env: dict[str, str] | None, pty: bool) -> list[str]:
         # HOME is the private /tmp, not the workspace: caches (pip, IPython, matplotlib)
@@ -250,34 +248,26 @@ class BubblewrapSandbox(FolderSandbox):
             args += ["--setenv", key, value]
         return args
 
-    async def _launch(self, inner: list[str], pty: bool, env: dict[str, str] | None,
+    async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
                       merge_stderr: bool) -> BwrapProcess:
-        self._check_open()
-        if pty:
-            # In its own session with the PTY as controlling terminal: job control,
-            # and b"\x03" interrupts the foreground job. (--wait: should setsid have to
-            # fork, the command's exit status still comes back.)
-            inner = ["setsid", "--ctty", "--wait", *inner]
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         block_r, block_w = os.pipe2(os.O_CLOEXEC)
-        # prlimit and setpriv (util-linux) set the limits and drop to the sandbox's uid
-        # just before bwrap; Popen(preexec_fn=..., user=...) would do the same but
-        # disables CPython's vfork fast path.
         # (While seeding, without the aliases: they would hide the seed.)
-        mounts = self._bwrap_args(self._root) if self._seeding else self._args
-        argv = [*self._prefix, *mounts, "--info-fd", str(info_w), "--block-fd", str(block_r),
+        mounts = self._mounts() if self._seeding else self.mounts
+        argv = [*self.prefix, *mounts, "--info-fd", str(info_w), "--block-fd", str(block_r),
                 *self._env_args(env, pty), "--", *inner]
         try:
             process = BwrapProcess.start(argv, pty=pty, env={"PATH": os.environ.get("PATH", SANDBOX_PATH)},
                                          merge_stderr=merge_stderr, pass_fds=(info_w, block_r),
                                          contained=True)
         except OSError as error:
+            os.close(info_r)
+            os.close(block_w)
             raise SandboxError(f"sandbox {self.id}: cannot start bwrap: {error}") from error
         finally:
             os.close(info_w)
             os.close(block_r)
-        self._processes.add(process)
-        process.on_exit(self._forget)
+        self._track(process)
         try:
             info = await asyncio.wait_for(_read_all(info_r), self.spec.start_timeout)
             pid = int(json.loads(info)["child-pid"])
@@ -289,7 +279,7 @@ class BubblewrapSandbox(FolderSandbox):
             if self._owner.ipc_unavailable_reason is None:
                 await shmcap.cap_ipc(pid, os.geteuid() if self.uid is None else self.uid,
                                      self.spec.limits)
-            self._entry.add(process.pid, pid)
+            self._record(process, pid)
             os.write(block_w, b"1")  # go
         except (TimeoutError, ValueError, KeyError, OSError, psutil.Error) as error:
             detail = await _failure_output(process)
@@ -318,21 +308,10 @@ class BubblewrapSandbox(FolderSandbox):
         if self.memfd is not None:
             await self.memfd.stop()
 
-    def _forget(self, process: HostProcess) -> None:
-        self._processes.discard(process)
-        pids = [process.pid]
-        if isinstance(process, BwrapProcess) and process.sandbox_init is not None:
-            pids.append(process.sandbox_init.pid)
-        self._entry.discard(*pids)
-
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
                    env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
-        started = time.monotonic()
         ooms = self._oom_kills()
-        process = await self._launch(shell_argv(command), pty=False, env=env, merge_stderr=False)
-        # bwrap exits 128+N when the command dies of signal N: read back as a signal.
-        result = await collect(process, timeout, stdin, max_output, signal_codes=True,
-                               started=started)
+        result = await super().exec(command, timeout, stdin, env, max_output)
         if result.cap is None and not result.ok and self._oom_kills() > ooms:
             result.cap = "memory"
             result.stderr += (f"\n[rollserve: the sandbox reached its memory cap "
@@ -344,37 +323,36 @@ class BubblewrapSandbox(FolderSandbox):
         """How many processes the sandbox's memory cap (its cgroup) has killed so far."""
         return cgroups.memory_events(self.cgroup).get("oom_kill", 0) if self.cgroup else 0
 
-    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
-                    *, merge_stderr: bool = True) -> SandboxProcess:
-        return await self._launch(list(argv), pty=pty, env=env, merge_stderr=merge_stderr)
-
     async def write_file(self, path: str, data: bytes | str) -> None:
         await super().write_file(path, data)
         if self.uid is not None:  # the sandbox's uid must be able to change it
             chown_up_to(resolve_in_workspace(self.workspace, path), self.workspace.resolve(),
                         self.uid, self.uid)
 
-    async def close(self) -> None:
-        if not await self._begin_close():
-            return
-        if self.cgroup is not None:
-            await asyncio.to_thread(cgroups.remove_cgroup, self.cgroup)
-        await asyncio.to_thread(remove_tree, self.folders.base)
-        self._entry.delete()
-        self._owner._uids.discard(self.uid)
+    async def _release(self) -> None:
+        try:
+            if self.cgroup is not None:
+                await asyncio.to_thread(cgroups.remove_cgroup, self.cgroup)
+        finally:
+            self._owner.release_uid(self.uid)
 
 
 async def _read_all(fd: int) -> bytes:
     """Read a pipe to EOF through the event loop (bwrap's --info-fd JSON)."""
     loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         try:
             chunk = os.read(fd, 4096)
         except BlockingIOError:
-            ready = loop.create_future()
-            loop.add_reader(fd, lambda ready=ready: ready.done() or ready.set_result(None))
+            ready: asyncio.Future[None] = loop.create_future()
+
+            def wake(ready: asyncio.Future[None] = ready) -> None:
+                if not ready.done():
+                    ready.set_result(None)
+
+            loop.add_reader(fd, wake)
             try:
                 await ready
             finally:

@@ -1,4 +1,5 @@
-"""What a bubblewrap sandbox sees, as bwrap arguments (the runtime is bubblewrap.py).
+"""What a bubblewrap sandbox sees, as bwrap arguments (the runtime is bubblewrap.py),
+and whether bwrap can make sandboxes here at all (``bwrap_unavailable_reason``).
 
 Each invocation:
   bwrap --unshare-all [--share-net] --die-with-parent --new-session
@@ -47,44 +48,20 @@ import re
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.sandbox.answers import answer_folders, checkouts
 from rollserve.sandbox.base import WORKDIR, SandboxLimits
+from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.diskcap import MB
 from rollserve.sandbox.folders import SandboxFolders
+from rollserve.sandbox.host import find_binary, missing_binary, setpriv_argv
 
 log = logging.getLogger(__name__)
 
 # Not bound from the host root: replaced (dev, proc, tmp, workspace) or useless.
 SKIPPED = {"dev", "proc", "tmp", WORKDIR.strip("/"), "lost+found"}
-
-
-class BubblewrapConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    bwrap: str = "bwrap"
-    root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
-    root_uids: tuple[int, int] | None = Field(
-        (1_100_000_000, 100_000_000),
-        description="(first, count): when the server is root, each sandbox runs as a "
-        "random uid (and gid) from this range, used by no real user. None: sandboxes "
-        "run as root (then the pids limit needs a cgroup)")
-    hide: list[str] = Field(
-        default_factory=lambda: ["/root", "/home", "/run", "/var/tmp"],
-        description="host folders replaced by an empty read-only tmpfs")
-    cgroup: str | None = Field("auto", description="'auto', 'off' or a delegated cgroup v2 folder")
-    readonly_paths: list[str] = Field(
-        default_factory=list,
-        description="host paths also shown read-only inside, at the same place (even "
-        "under a hidden folder, or with a rootfs image)")
-    share_interpreter: bool = Field(
-        True,
-        description="over the host root, show this server's Python (sys.prefix, "
-        "sys.base_prefix) read-only where a hidden folder covers it, e.g. a pyenv or "
-        "conda build under /root or /home: the python and IPython tools run it")
 
 
 def root_binds(root: str) -> list[str]:
@@ -131,7 +108,7 @@ class View:
         self._skipped_paths: set[str] = set()  # read-only paths warned about
 
     def args(self, root: str, folders: SandboxFolders, limits: SandboxLimits, network: bool,
-             aliases: list[str], hide: list[str] = ()) -> list[str]:
+             aliases: Sequence[str], hide: Sequence[str] = ()) -> list[str]:
         """bwrap's arguments up to the environment (see the module's doc); ``hide``:
         more host folders to cover (the spec's)."""
         args = [self.config.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
@@ -193,7 +170,7 @@ class View:
         return [str(folder) for folder in answer_folders()
                 if not within(folder, [*hidden, "/tmp"]) or within(folder, readonly)]
 
-    def hidden(self, extra: list[str] = ()) -> list[str]:
+    def hidden(self, extra: Sequence[str] = ()) -> list[str]:
         """Host folders to cover with an empty read-only tmpfs (outermost only: a
         folder inside a covered one is gone already, and could not be mounted on)."""
         candidates = [Path(p) for p in self.config.hide] + [Path(p).resolve() for p in extra]
@@ -247,4 +224,28 @@ def _closed_to_others(path: Path) -> str | None:
         if not mode & stat.S_IXOTH:
             return (f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
                     "sandboxes of a root server run as a uid of their own")
+    return None
+
+
+INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
+
+
+@functools.lru_cache(maxsize=4)
+def bwrap_unavailable_reason(binary: str, root_uid: int | None = None) -> str | None:
+    """Why ``binary`` cannot make sandboxes here, or None. As root, the test sandbox
+    runs as ``root_uid``, as a sandbox would."""
+    if find_binary([binary]) is None:
+        return f"bubblewrap: {missing_binary([binary], INSTALL_HINT)}"
+    # Unprivileged user namespaces may be off (sysctl, or AppArmor on Ubuntu 24.04):
+    # one tiny sandbox, once, says so plainly.
+    probe = [binary, "--unshare-all", "--ro-bind", "/", "/", "--", "true"]
+    if os.geteuid() == 0 and root_uid is not None:
+        probe = [*setpriv_argv(root_uid), "--", *probe]
+    try:
+        done = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap: a test sandbox failed: {error}"
+    if done.returncode != 0:
+        return (f"bubblewrap: a test sandbox failed ({done.stderr.strip()[-300:]}); "
+                "are unprivileged user namespaces enabled?")
     return None

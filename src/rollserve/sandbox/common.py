@@ -1,23 +1,58 @@
-"""What the folder-based runtimes (local, apptainer, docker/podman, bubblewrap) share.
+"""The template the folder runtimes (local, apptainer, docker/podman, bubblewrap) share.
 
 Each of their sandboxes is a pair of host folders (``SandboxFolders``) with an owner
-record (``OwnerEntry``) and a set of live host processes started over them:
-``open_folders`` makes the folders and the record when a runtime starts one, and
-``FolderSandbox`` holds the bookkeeping every such sandbox does the same way.
+record (``OwnerEntry``) and a set of live host processes started over them.
+``FolderRuntime`` holds what their runtimes do alike (state dir, owner book, reaping
+a dead owner's sandbox); ``FolderSandbox`` is the one spawn/exec/close of their
+sandboxes:
+
+- ``spawn`` wraps a PTY command in ``setsid --ctty --wait`` (its own session with the
+  PTY as controlling terminal: job control, and b"\\x03" interrupts the foreground
+  job; ``--wait``: should setsid have to fork, the exit status still comes back);
+- ``exec`` runs a command on pipes under ``bash -c`` and collects it (``host.collect``:
+  capped output, killed at the timeout, 128+N read back as signal N);
+- ``close`` kills every process, lets the runtime release what it holds (container,
+  cgroup, uid), removes the folders (on a thread: a big workspace takes a while) and
+  the owner record.
+
+What a runtime adds is how a command becomes a host process (``_launch``: bwrap,
+``apptainer exec``, ``docker exec``, or the command itself) and what it releases.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
 
-from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxError, SandboxProcess, SandboxSpec
+from rollserve.sandbox.base import (
+    WORKDIR,
+    ConfigT,
+    ExecResult,
+    Runtime,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+)
 from rollserve.sandbox.diskcap import MB, DiskWatch
 from rollserve.sandbox.folders import SandboxFolders
-from rollserve.sandbox.owner import OwnerBook, OwnerEntry
+from rollserve.sandbox.host import collect
+from rollserve.sandbox.owner import (
+    OwnerBook,
+    OwnerEntry,
+    OwnerRecord,
+    Reaped,
+    kill_recorded,
+    remove_tree,
+)
 from rollserve.sandbox.process import KILL_WAIT, HostProcess
+
+# A command on a PTY runs under this (see the module's doc); written here only.
+CTTY = ("setsid", "--ctty", "--wait")
 
 
 def shell_argv(command: str | list[str]) -> list[str]:
@@ -25,34 +60,157 @@ def shell_argv(command: str | list[str]) -> list[str]:
     return ["bash", "-c", command] if isinstance(command, str) else list(command)
 
 
-def open_folders(book: OwnerBook, runtime: str, label: str, root: Path | None,
-                 sandbox_id: str, spec: SandboxSpec,
-                 **record) -> tuple[SandboxFolders, OwnerEntry]:
-    """A new sandbox's folders (with the spec's files) and its owner record; a
-    failure is a SandboxError naming ``label``."""
-    try:
-        folders = SandboxFolders.create(root, sandbox_id)
-        folders.write_files(spec)
-        entry = book.open(sandbox_id, runtime, [folders.base], **record)
-    except (OSError, ValueError) as error:
-        raise SandboxError(f"{label} sandbox could not start: {error}") from error
-    return folders, entry
+class FolderRuntime(Runtime[ConfigT]):
+    """A runtime whose sandboxes are ``FolderSandbox``es."""
+
+    def __init__(self, state_dir: Path | str | None, config: ConfigT) -> None:
+        self.config = config
+        self.name = config.runtime
+        self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
+        self.book = OwnerBook(state_dir)
+
+    def open_folders(self, sandbox_id: str, spec: SandboxSpec, root: Path | None, *,
+                     container: str | None = None, engine: str | None = None,
+                     engine_args: Sequence[str] = ()) -> tuple[SandboxFolders, OwnerEntry]:
+        """A new sandbox's folders (with the spec's files, and the empty folder its
+        ``hide`` paths are covered with) and its owner record (with
+        the container the runtime will make, if any); a failure is a SandboxError."""
+        try:
+            folders = SandboxFolders.create(root, sandbox_id)
+            folders.write_files(spec)
+            if spec.hide:
+                folders.make_empty()
+            entry = self.book.open(sandbox_id, self.name, [folders.base], container=container,
+                                   engine=engine, engine_args=engine_args)
+        except (OSError, ValueError) as error:
+            raise SandboxError(f"{self.name} sandbox could not start: {error}") from error
+        return folders, entry
+
+    @classmethod
+    def reap(cls, record: OwnerRecord) -> Reaped:
+        reaped = Reaped(killed=kill_recorded(record.processes))
+        reaped.errors += cls.reap_resources(record)
+        for folder in record.folders:
+            remove_tree(Path(folder))
+        return reaped
+
+    @classmethod
+    def reap_resources(cls, record: OwnerRecord) -> list[str]:
+        """Remove what else a dead owner's sandbox holds (a container, a cgroup),
+        after its processes and before its folders; what failed, as messages."""
+        return []
 
 
 class FolderSandbox(Sandbox):
     """A sandbox over ``SandboxFolders`` whose commands are host processes it tracks."""
 
-    def _setup(self, sandbox_id: str, spec: SandboxSpec, folders: SandboxFolders,
-               entry: OwnerEntry) -> None:
+    def __init__(self, runtime: str, sandbox_id: str, spec: SandboxSpec,
+                 folders: SandboxFolders, entry: OwnerEntry) -> None:
         self.id = sandbox_id
+        self.runtime = runtime
         self.spec = spec
         self.folders = folders
         self.workspace = folders.workspace
         self._entry = entry
         self._processes: set[HostProcess] = set()
+        self._recorded: dict[HostProcess, tuple[int, ...]] = {}  # their pids in the record
         self._closed = False
         self._seeding = False  # while True, commands see no workspace aliases
         self.disk: DiskWatch | None = None  # the disk cap's watcher, once started
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- what each runtime says -------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
+                      merge_stderr: bool) -> HostProcess:
+        """Start ``inner`` (argv as the sandbox runs it, already wrapped for a PTY) as
+        a host process, counted as the sandbox's (``_track``)."""
+
+    async def _release(self) -> None:
+        """Release what the runtime holds for this sandbox besides its processes and
+        folders (a container, a cgroup, a uid); called once, by ``close``."""
+
+    # -- the template -------------------------------------------------------------------
+
+    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
+                    *, merge_stderr: bool = True) -> HostProcess:
+        self._check_open()
+        inner = [*CTTY, *argv] if pty else list(argv)
+        return await self._launch(inner, pty=pty, env=env, merge_stderr=merge_stderr)
+
+    async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
+                   env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
+        return await self._collect(shell_argv(command), timeout, stdin, env, max_output)
+
+    async def _collect(self, inner: list[str], timeout: float, stdin: bytes | None,
+                       env: dict[str, str] | None, max_output: int) -> ExecResult:
+        """Run ``inner`` on pipes (stderr apart) to its end or ``timeout``."""
+        started = time.monotonic()
+        self._check_open()
+        process = await self._launch(inner, pty=False, env=env, merge_stderr=False)
+        # Launchers (bwrap, bash, setsid) exit 128+N when the command dies of signal N.
+        return await collect(process, timeout, stdin, max_output, signal_codes=True,
+                             started=started)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_caps()
+        processes = list(self._processes)
+        outcomes = await asyncio.gather(*(process.kill() for process in processes),
+                                        return_exceptions=True)
+        try:
+            await self._release()
+        finally:
+            await asyncio.to_thread(remove_tree, self.folders.base)
+            self._entry.delete()
+        stuck = [f"{process.pid}: {outcome}" for process, outcome in zip(processes, outcomes)
+                 if isinstance(outcome, BaseException)]
+        if stuck:
+            raise SandboxError(f"sandbox {self.id}: processes that would not die: "
+                               f"{'; '.join(stuck)}")
+
+    # -- bookkeeping --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+
+    def _start_host(self, argv: list[str], *, pty: bool, env: dict[str, str],
+                    merge_stderr: bool, cwd: Path | None = None,
+                    new_session: bool = True) -> HostProcess:
+        """Start ``argv`` on the host and track it; an OSError is a SandboxError."""
+        try:
+            process = HostProcess.start(argv, pty=pty, env=env, cwd=cwd,
+                                        merge_stderr=merge_stderr, new_session=new_session)
+        except OSError as error:
+            raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
+        return self._track(process)
+
+    def _track(self, process: HostProcess) -> HostProcess:
+        """Count ``process`` as the sandbox's (here and in the owner record) until it exits."""
+        self._processes.add(process)
+        self._recorded[process] = (process.pid,)
+        self._entry.add(process.pid)
+        process.on_exit(self._forget)
+        return process
+
+    def _record(self, process: HostProcess, *pids: int) -> None:
+        """Put more pids of a tracked process in the owner record (bwrap's child)."""
+        if process in self._processes:
+            self._recorded[process] += pids
+            self._entry.add(*pids)
+
+    def _forget(self, process: HostProcess) -> None:
+        self._processes.discard(process)
+        self._entry.discard(*self._recorded.pop(process, ()))
+
+    # -- caps and seeding ---------------------------------------------------------------
 
     def start_caps(self) -> None:
         """Start watching the disk cap (workspace and tmp together: the sandbox's
@@ -60,6 +218,10 @@ class FolderSandbox(Sandbox):
         self.disk = DiskWatch(self.folders.base, self.spec.limits.disk_mb * MB,
                               self.host_pids, self._disk_exceeded)
         self.disk.start()
+
+    async def _stop_caps(self) -> None:
+        if self.disk is not None:
+            await self.disk.stop()
 
     def host_pids(self) -> list[int]:
         """Host pids of the sandbox's live processes and everything they started."""
@@ -73,7 +235,8 @@ class FolderSandbox(Sandbox):
         return pids
 
     async def _disk_exceeded(self, used: int) -> None:
-        await self.kill_for_cap("disk", self.disk.notice(used))
+        if self.disk is not None:
+            await self.kill_for_cap("disk", self.disk.notice(used))
 
     async def kill_for_cap(self, cap: str, notice: str) -> None:
         """Kill every process of the sandbox because it passed ``cap`` and wait (bounded)
@@ -105,47 +268,3 @@ class FolderSandbox(Sandbox):
             await self.close()
             raise SandboxError(f"sandbox {self.id}: could not copy {seed} into the workspace: "
                                f"{result.failure()}")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed")
-
-    def _start_host(self, argv: list[str], **options) -> HostProcess:
-        """``HostProcess.start(argv, **options)``; an OSError is a SandboxError."""
-        try:
-            return HostProcess.start(argv, **options)
-        except OSError as error:
-            raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
-
-    def _track(self, process: HostProcess) -> HostProcess:
-        """Count ``process`` as the sandbox's (here and in the owner record) until it exits."""
-        self._processes.add(process)
-        self._entry.add(process.pid)
-        process.on_exit(self._forget)
-        return process
-
-    def _forget(self, process: HostProcess) -> None:
-        self._processes.discard(process)
-        self._entry.discard(process.pid)
-
-    def _start(self, argv: list[str], pty: bool, env: dict[str, str] | None,
-               merge_stderr: bool) -> HostProcess:
-        raise NotImplementedError
-
-    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
-                    *, merge_stderr: bool = True) -> SandboxProcess:
-        return self._start(list(argv), pty=pty, env=env, merge_stderr=merge_stderr)
-
-    async def _begin_close(self) -> bool:
-        """Mark the sandbox closed and kill its processes; False if it was closed already."""
-        if self._closed:
-            return False
-        self._closed = True
-        await self._stop_caps()
-        for process in list(self._processes):
-            await process.kill()
-        return True
-
-    async def _stop_caps(self) -> None:
-        if self.disk is not None:
-            await self.disk.stop()

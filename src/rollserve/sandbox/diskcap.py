@@ -43,9 +43,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
+from rollserve.sandbox.watch import MB, CapWatch
+
 log = logging.getLogger(__name__)
 
-MB = 1 << 20
 POLL = 0.25  # seconds between two reads of the host filesystem's usage
 WALK_SHARE = 10  # a walk at most every WALK_SHARE x its own duration,
 MAX_GAP = 5.0  # but never fewer than one every MAX_GAP seconds when one is due
@@ -94,7 +95,7 @@ def folder_usage(folder: Path, pids: Iterable[int] = ()) -> int:
     return total + deleted_open_files(pids, device, seen)
 
 
-def _open_folder(path: str):
+def _open_folder(path: str) -> os._ScandirIterator[str] | None:
     try:
         return os.scandir(path)
     except PermissionError:
@@ -141,32 +142,19 @@ def deleted_open_files(pids: Iterable[int], device: int,
     return total
 
 
-class DiskWatch:
+class DiskWatch(CapWatch):
     """Keeps one sandbox's folder under ``limit`` bytes: ``on_exceeded(used)`` kills
     the sandbox's processes (the runtime's way); ``pids()`` lists them, for deleted
     files they hold open."""
 
     def __init__(self, folder: Path, limit: int, pids: Callable[[], Iterable[int]],
-                 on_exceeded: Callable[[int], Awaitable[None]]):
+                 on_exceeded: Callable[[int], Awaitable[None]]) -> None:
+        super().__init__(limit, pids, on_exceeded)
         self.folder = folder
-        self.limit = limit
-        self._pids = pids
-        self._on_exceeded = on_exceeded
         self.used: int | None = None  # at the last walk
         self.walks = 0
         self.walk_seconds = 0.0  # how long the last walk took (in its thread)
         self._killed_at: int | None = None  # usage when the cap last killed, while above it
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     def notice(self, used: int) -> str:
         return (f"\n[rollserve: this sandbox reached its disk cap: /workspace and /tmp hold "

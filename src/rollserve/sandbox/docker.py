@@ -23,45 +23,51 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import shutil
 import subprocess
-import time
 import uuid
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Self
 
 from rollserve.sandbox import diskcap
-from rollserve.sandbox.base import (WORKDIR, ExecResult, Runtime, SandboxError, SandboxProcess,
-                                    SandboxSpec)
-from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
+from rollserve.sandbox.base import (
+    WORKDIR,
+    BadImageReference,
+    ExecResult,
+    ImageRuntime,
+    SandboxError,
+    SandboxSpec,
+)
+from rollserve.sandbox.common import FolderRuntime, FolderSandbox, shell_argv
+from rollserve.sandbox.config import DockerConfig
 from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
-from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree, this_process
-from rollserve.sandbox.process import HostProcess, collect, run_command
+from rollserve.sandbox.host import find_binary, missing_binary, run_command
+from rollserve.sandbox.owner import OwnerEntry, OwnerRecord, remove_tree, this_process
+from rollserve.sandbox.process import HostProcess
+
+__all__ = ["DockerConfig", "DockerRuntime", "DockerSandbox", "engine_unavailable_reason"]
 
 PID_DIR = "/tmp/.rollserve-exec"
+INSTALL_HINTS = {
+    "docker": "install Docker Engine (https://docs.docker.com/engine/install/) and start its daemon",
+    "podman": "install Podman (https://podman.io/docs/installation)",
+}
 
 
-class DockerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    default_image: str = "python:3.12-slim"
-    podman_runtime: str | None = Field("runc", description="podman --runtime (None: its default)")
-    root: Path | None = Field(None, description="where sandbox folders go (None: system temp)")
-    engine_timeout: float = Field(120.0, gt=0, description="bound on run/rm calls")
-    rootfs_size: bool = Field(
-        False, description="also cap the container's own filesystem at disk_mb (`--storage-opt "
-        "size=`): needs a storage driver that supports it (overlay2 on xfs with pquota, btrfs, "
-        "zfs); otherwise `run` fails")
-    extra_run_args: list[str] = Field(default_factory=list)
+def engine_missing(engine: str) -> str | None:
+    """Why ``engine`` cannot even be run (not on PATH), or None."""
+    if find_binary([engine]) is None:
+        return missing_binary([engine], INSTALL_HINTS.get(engine, f"install {engine}"))
+    return None
 
 
 @functools.lru_cache(maxsize=8)
 def engine_unavailable_reason(engine: str) -> str | None:
-    if shutil.which(engine) is None:
-        return f"{engine} is not on PATH"
+    """Why ``engine`` cannot run containers here (not on PATH, no daemon), or None."""
+    if missing := engine_missing(engine):
+        return missing
     try:
-        info = subprocess.run([engine, "info"], capture_output=True, text=True, timeout=15)
+        info = subprocess.run([engine, "info"], capture_output=True, text=True, timeout=15,
+                              check=False)
     except subprocess.TimeoutExpired:
         return f"`{engine} info` did not answer within 15 s"
     if info.returncode != 0:
@@ -69,21 +75,20 @@ def engine_unavailable_reason(engine: str) -> str | None:
     return None
 
 
-class DockerRuntime(Runtime):
+class DockerRuntime(FolderRuntime[DockerConfig], ImageRuntime[DockerConfig]):
     name = "docker"
+    config_model = DockerConfig
 
-    def __init__(self, state_dir: Path | str | None = None, engine: str = "docker",
-                 config: DockerConfig | None = None):
-        self.engine = engine
-        self.name = engine
-        self.config = config or DockerConfig()
-        self.book = OwnerBook(state_dir)
+    def __init__(self, state_dir: Path | str | None = None,
+                 config: DockerConfig | None = None) -> None:
+        super().__init__(state_dir, config or DockerConfig())
+        self.engine = self.config.runtime
         self.global_args = (["--runtime", self.config.podman_runtime]
-                            if engine == "podman" and self.config.podman_runtime else [])
+                            if self.engine == "podman" and self.config.podman_runtime else [])
 
     @classmethod
-    def unavailable_reason(cls, engine: str = "docker") -> str | None:
-        return engine_unavailable_reason(engine)
+    def unavailable_reason(cls, config: DockerConfig | None = None) -> str | None:
+        return engine_unavailable_reason((config or DockerConfig()).runtime)
 
     def caps(self) -> dict[str, str]:
         disk = diskcap.MECHANISM + ("; the container's own filesystem: --storage-opt size="
@@ -95,6 +100,19 @@ class DockerRuntime(Runtime):
                 "file_size_mb": "--ulimit fsize: per file", "open_files": "--ulimit nofile",
                 "cpu_seconds": "--ulimit cpu: per process",
                 "disk_mb": disk, "tmpfs_mb": "--shm-size: /dev/shm"}
+
+    @classmethod
+    def reap_resources(cls, record: OwnerRecord) -> list[str]:
+        """``rm -f`` the container (with the engine and arguments that made it)."""
+        engine = record.engine or record.runtime
+        if not record.container:
+            return []
+        try:
+            subprocess.run([engine, *record.engine_args, "rm", "-f", record.container],
+                           capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return [f"{record.sandbox_id}: container {record.container}: {error}"]
+        return []
 
     def run_command(self, spec: SandboxSpec, name: str, folders: SandboxFolders) -> list[str]:
         """The ``<engine> run -d`` argv that creates a sandbox's container."""
@@ -116,6 +134,8 @@ class DockerRuntime(Runtime):
                 "-w", WORKDIR, "-e", "HOME=/tmp", "-e", "LANG=C.UTF-8"]
         for alias in spec.workspace_aliases:
             args += ["-v", f"{folders.workspace}:{alias}"]
+        for path in spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
+            args += ["-v", f"{folders.empty}:{path}:ro"]
         if self.config.rootfs_size:
             args += ["--storage-opt", f"size={limits.disk_mb}m"]
         for key, value in spec.env.items():
@@ -124,22 +144,21 @@ class DockerRuntime(Runtime):
                  "sleep", "infinity"]
         return args
 
-    async def start(self, spec: SandboxSpec) -> "DockerSandbox":
-        if reason := self.unavailable_reason(self.engine):
+    async def start(self, spec: SandboxSpec) -> DockerSandbox:
+        if reason := self.unavailable_reason(self.config):
             raise SandboxError(reason)
         sandbox_id = new_sandbox_id(self.name)
         name = f"rollserve-{sandbox_id}"
-        folders, entry = open_folders(self.book, self.name, self.engine, self.config.root,
-                                      sandbox_id, spec, container=name, engine=self.engine,
-                                      engine_args=self.global_args)
+        folders, entry = self.open_folders(sandbox_id, spec, self.config.root, container=name,
+                                           engine=self.engine, engine_args=self.global_args)
         # Recorded before it exists: a crash during `run` still leaves a record to reap.
         step, result = "seed the workspace", await self._seed(spec, name, folders)
         if result is None or result.ok:
             step, result = "run", await run_command(self.run_command(spec, name, folders),
                                                     min(spec.start_timeout, self.config.engine_timeout))
         if not result.ok:
-            await self._remove(name)
-            remove_tree(folders.base)
+            await self.remove_container(name)
+            await asyncio.to_thread(remove_tree, folders.base)
             entry.delete()
             raise SandboxError(f"{self.engine}: could not {step}: {result.failure(1000)}")
         sandbox = DockerSandbox(self, sandbox_id, spec, folders, entry, name)
@@ -157,7 +176,8 @@ class DockerRuntime(Runtime):
                 [*base, "cp", f"{seeder}:{spec.workspace_seed}/.", str(folders.workspace)],
                 [*base, "rm", "-f", seeder]]
 
-    async def _seed(self, spec: SandboxSpec, name: str, folders: SandboxFolders):
+    async def _seed(self, spec: SandboxSpec, name: str,
+                    folders: SandboxFolders) -> ExecResult | None:
         """The result of ``create`` if it failed, else of ``cp``; None without a seed."""
         if spec.workspace_seed is None:
             return None
@@ -169,16 +189,52 @@ class DockerRuntime(Runtime):
         await run_command(remove, timeout)
         return result
 
-    async def _remove(self, container: str) -> None:
+    async def remove_container(self, container: str) -> None:
+        """``rm -f`` a container of this runtime's (killing everything in it)."""
         await run_command([self.engine, *self.global_args, "rm", "-f", container],
                           self.config.engine_timeout)
+
+    # -- images (rollserve images pull): into the engine's own store -------------------
+
+    @classmethod
+    def for_pulling(cls, config: DockerConfig, image_cache: Path, concurrency: int,
+                    timeout: float) -> Self:
+        return cls(None, config.model_copy(update={"pull_timeout": timeout}))
+
+    def images_unavailable_reason(self) -> str | None:
+        return engine_missing(self.engine)  # (a missing daemon shows in each pull's error)
+
+    def image_reference(self, reference: str) -> str:
+        """``docker://`` dropped; an apptainer reference or .sif refused."""
+        reference = reference.strip()
+        if reference.startswith("docker://"):
+            return reference[len("docker://"):]
+        if "://" in reference or reference.endswith(".sif"):
+            raise BadImageReference(f"{self.engine} cannot pull {reference!r} (an apptainer "
+                                    "image); use --runtime apptainer")
+        return reference
+
+    def image_location(self) -> None:
+        return None
+
+    async def image_cached(self, reference: str) -> bool:
+        result = await run_command([self.engine, "image", "inspect", reference], 60.0,
+                                   max_output=4096)
+        return result.ok
+
+    async def pull_image(self, reference: str) -> None:
+        result = await run_command([self.engine, "pull", reference], self.config.pull_timeout,
+                                   max_output=16384)
+        if not result.ok:
+            why = "timed out" if result.timed_out else f"exit {result.exit_code}"
+            raise SandboxError(f"{self.engine} pull {reference} failed ({why}): "
+                               f"{(result.stderr or result.stdout).strip()[-2000:]}")
 
 
 class DockerSandbox(FolderSandbox):
     def __init__(self, owner: DockerRuntime, sandbox_id: str, spec: SandboxSpec,
-                 folders: SandboxFolders, entry: OwnerEntry, container: str):
-        self._setup(sandbox_id, spec, folders, entry)
-        self.runtime = owner.name
+                 folders: SandboxFolders, entry: OwnerEntry, container: str) -> None:
+        super().__init__(owner.name, sandbox_id, spec, folders, entry)
         self.container = container
         self._owner = owner
 
@@ -196,29 +252,21 @@ class DockerSandbox(FolderSandbox):
             args += ["-e", f"{key}={value}"]
         return [*args, self.container, *inner]
 
-    def _start(self, inner: list[str], pty: bool, env: dict[str, str] | None,
-               merge_stderr: bool) -> HostProcess:
-        self._check_open()
-        argv = self.exec_command(inner, env, pty)
-        process = self._start_host(argv, pty=pty, merge_stderr=merge_stderr,
-                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                        "HOME": os.environ.get("HOME", "/")})
-        # (no owner-record pids: the container is what a restarted server removes)
-        self._processes.add(process)
-        process.on_exit(self._processes.discard)
-        return process
+    async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
+                      merge_stderr: bool) -> HostProcess:
+        return self._start_host(self.exec_command(inner, env, pty), pty=pty,
+                                merge_stderr=merge_stderr,
+                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                     "HOME": os.environ.get("HOME", "/")})
 
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
                    env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
-        started = time.monotonic()
-        argv = shell_argv(command)
         pid_file = f"{PID_DIR}/{uuid.uuid4().hex}"
         # Its own session (setsid), its pid in a file: what a timeout kills in there.
         inner = ["setsid", "--wait", "sh", "-c",
-                 f'mkdir -p {PID_DIR} && echo $$ > {pid_file} && exec "$@"', "sh", *argv]
-        process = self._start(inner, pty=False, env=env, merge_stderr=False)
-        result = await collect(process, timeout, stdin, max_output, signal_codes=True,
-                               started=started)
+                 f'mkdir -p {PID_DIR} && echo $$ > {pid_file} && exec "$@"', "sh",
+                 *shell_argv(command)]
+        result = await self._collect(inner, timeout, stdin, env, max_output)
         if result.timed_out:
             kill = f'kill -KILL -- -"$(cat {pid_file})" 2>/dev/null; rm -f {pid_file}'
             await run_command(self.exec_command(["sh", "-c", kill], None, False, False), 30)
@@ -234,15 +282,5 @@ class DockerSandbox(FolderSandbox):
                           self._owner.config.engine_timeout)
         await super().kill_for_cap(cap, notice)
 
-    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
-                    *, merge_stderr: bool = True) -> SandboxProcess:
-        if pty:
-            argv = ["setsid", "--ctty", "--wait", *argv]
-        return await super().spawn(argv, pty=pty, env=env, merge_stderr=merge_stderr)
-
-    async def close(self) -> None:
-        if not await self._begin_close():
-            return
-        await self._owner._remove(self.container)  # kills everything inside
-        await asyncio.to_thread(remove_tree, self.folders.base)
-        self._entry.delete()
+    async def _release(self) -> None:
+        await self._owner.remove_container(self.container)  # kills everything inside

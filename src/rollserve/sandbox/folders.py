@@ -29,7 +29,7 @@ class SandboxFolders:
 
     @classmethod
     def create(cls, root: Path | None, sandbox_id: str, uid: int | None = None,
-               gid: int | None = None) -> "SandboxFolders":
+               gid: int | None = None) -> SandboxFolders:
         root = Path(root) if root is not None else Path(tempfile.gettempdir())
         root.mkdir(parents=True, exist_ok=True)
         base = root / f"rollserve-{sandbox_id}"
@@ -52,6 +52,18 @@ class SandboxFolders:
         if uid is not None:
             os.chown(shm, uid, uid)
         return shm
+
+    @property
+    def empty(self) -> Path:
+        """``<base>/empty``: the empty read-only folder bound over a spec's ``hide``
+        paths by the runtimes that bind folders (apptainer, docker/podman)."""
+        return self.base / "empty"
+
+    def make_empty(self) -> Path:
+        """Create ``empty`` (mode 0555: nobody, the sandbox's uid included, adds to it)."""
+        self.empty.mkdir(exist_ok=True)
+        os.chmod(self.empty, 0o555)
+        return self.empty
 
     def write_files(self, spec: SandboxSpec, uid: int | None = None, gid: int | None = None) -> None:
         for name, text in spec.files.items():

@@ -16,26 +16,20 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict
 
 from rollserve.sandbox import diskcap
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import ExecResult, SandboxError, Runtime, SandboxSpec
-from rollserve.sandbox.common import FolderSandbox, open_folders, shell_argv
+from rollserve.sandbox.base import SandboxError, SandboxSpec
+from rollserve.sandbox.common import FolderRuntime, FolderSandbox
+from rollserve.sandbox.config import LocalConfig
 from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
-from rollserve.sandbox.owner import OwnerBook, OwnerEntry, remove_tree
-from rollserve.sandbox.process import HostProcess, collect
+from rollserve.sandbox.owner import OwnerEntry
+from rollserve.sandbox.process import HostProcess
+
+__all__ = ["LocalConfig", "LocalRuntime", "LocalSandbox", "base_env"]
 
 log = logging.getLogger(__name__)
-
-
-class LocalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    root: Path | None = None  # where sandbox folders go (None: the system temp folder)
 
 
 def base_env(home: str, tmp: str, spec: SandboxSpec, extra: dict[str, str] | None,
@@ -50,19 +44,20 @@ def base_env(home: str, tmp: str, spec: SandboxSpec, extra: dict[str, str] | Non
     return env
 
 
-class LocalRuntime(Runtime):
+class LocalRuntime(FolderRuntime[LocalConfig]):
     name = "local"
+    config_model = LocalConfig
 
-    def __init__(self, state_dir: Path | str | None = None, config: LocalConfig | None = None):
-        self.config = config or LocalConfig()
-        self.book = OwnerBook(state_dir)
+    def __init__(self, state_dir: Path | str | None = None,
+                 config: LocalConfig | None = None) -> None:
+        super().__init__(state_dir, config or LocalConfig())
         log.warning(
             "\n%s\n!! sandbox runtime 'local': NO ISOLATION. Agent commands run on this host\n"
             "!! with the server's user and permissions, network and files. Development only.\n%s",
             "!" * 78, "!" * 78)
 
     @classmethod
-    def unavailable_reason(cls) -> str | None:
+    def unavailable_reason(cls, config: LocalConfig | None = None) -> str | None:
         return None
 
     def caps(self) -> dict[str, str]:
@@ -70,64 +65,32 @@ class LocalRuntime(Runtime):
                 **rl.PER_PROCESS, "disk_mb": diskcap.MECHANISM,
                 "tmpfs_mb": "NOT enforced (local runtime: the host's /dev/shm)"}
 
-    async def start(self, spec: SandboxSpec) -> "LocalSandbox":
+    async def start(self, spec: SandboxSpec) -> LocalSandbox:
         if spec.image is not None:
             log.warning("local runtime ignores image %r: commands run on the host", spec.image)
         if spec.workspace_aliases or spec.workspace_seed:
             raise SandboxError("local runtime: workspace_aliases and workspace_seed need a "
                                "mount namespace; use bubblewrap (or apptainer)")
         sandbox_id = new_sandbox_id(self.name)
-        folders, entry = open_folders(self.book, self.name, "local", self.config.root,
-                                      sandbox_id, spec)
-        sandbox = LocalSandbox(sandbox_id, spec, folders, entry)
+        folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
+        sandbox = LocalSandbox(self.name, sandbox_id, spec, folders, entry)
         sandbox.start_caps()
         return sandbox
 
 
 class LocalSandbox(FolderSandbox):
-    runtime = "local"
-
-    def __init__(self, sandbox_id: str, spec: SandboxSpec, folders: SandboxFolders,
-                 entry: OwnerEntry):
-        self._setup(sandbox_id, spec, folders, entry)
+    def __init__(self, runtime: str, sandbox_id: str, spec: SandboxSpec,
+                 folders: SandboxFolders, entry: OwnerEntry) -> None:
+        super().__init__(runtime, sandbox_id, spec, folders, entry)
         self._limits = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False))
 
-    def _start(self, argv: list[str], pty: bool, env: dict[str, str] | None,
-               merge_stderr: bool) -> HostProcess:
-        self._check_open()
+    async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
+                      merge_stderr: bool) -> HostProcess:
         # HOME is the private tmp folder (caches and dotfiles stay out of the workspace).
-        env = base_env(str(self.folders.tmp), str(self.folders.tmp), self.spec, env, pty,
-                       os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
-        if pty:
-            # `setsid --ctty`: its own session with the PTY as controlling terminal, so
-            # bash gets job control and b"\x03" on the PTY interrupts the foreground
-            # job. Not started in a new session by us, else setsid would fork.
-            argv = [*self._limits, "setsid", "--ctty", "--wait", *argv]
-        else:
-            argv = [*self._limits, *argv]
-        return self._track(self._start_host(argv, pty=pty, env=env, cwd=self.workspace,
-                                            merge_stderr=merge_stderr, new_session=not pty))
-
-    async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
-                   env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
-        started = time.monotonic()
-        process = self._start(shell_argv(command), pty=False, env=env, merge_stderr=False)
-        try:
-            # (128+N: killed by signal N, as bash and bwrap report it; as in bubblewrap)
-            return await collect(process, timeout, stdin, max_output, signal_codes=True,
-                                 started=started)
-        finally:
-            self._forget(process)
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self._stop_caps()
-        for process in list(self._processes):
-            try:
-                await process.kill()
-            finally:
-                self._forget(process)
-        remove_tree(self.folders.base)
-        self._entry.delete()
+        values = base_env(str(self.folders.tmp), str(self.folders.tmp), self.spec, env, pty,
+                          os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
+        # On a PTY the command is `setsid --ctty ...`, our direct child: not started in a
+        # new session by us, else setsid would fork.
+        return self._start_host([*self._limits, *inner], pty=pty, env=values,
+                                merge_stderr=merge_stderr, cwd=self.workspace,
+                                new_session=not pty)

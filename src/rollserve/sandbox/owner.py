@@ -8,29 +8,23 @@ reused — so a process is only ever signalled after its start time matched the
 record. Nothing is ever found or killed by process name (on a shared node that kills
 other users' jobs).
 
-``reap(state_dir)`` runs at server start: records whose owner is dead (pid gone, or
-alive with another start time: a reused pid) are cleaned up — recorded processes
-and their descendants killed, container removed, cgroup killed, folders deleted,
-record deleted. Records of live owners are left alone (another server may share the
-state dir).
+The reaper (reaper.py) reads these records at server start and asks the runtime
+named in each dead owner's record to clean it up (``Runtime.reap(record)``).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 from pydantic import BaseModel, Field
-
-log = logging.getLogger(__name__)
 
 # psutil derives start times from boot time + clock ticks; two reads of the same
 # process agree exactly, a reused pid differs by far more than this.
@@ -68,7 +62,7 @@ _SELF: ProcessRef | None = None
 def this_process() -> ProcessRef:
     global _SELF
     if _SELF is None or _SELF.pid != os.getpid():  # (a forked child is another owner)
-        _SELF = process_ref(os.getpid())
+        _SELF = ProcessRef(pid=os.getpid(), started=psutil.Process().create_time())
     return _SELF
 
 
@@ -90,9 +84,12 @@ class OwnerBook:
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
 
-    def open(self, sandbox_id: str, runtime: str, folders: list[Path], **extra) -> "OwnerEntry":
+    def open(self, sandbox_id: str, runtime: str, folders: Sequence[Path], *,
+             container: str | None = None, engine: str | None = None,
+             engine_args: Sequence[str] = (), cgroup: str | None = None) -> OwnerEntry:
         record = OwnerRecord(sandbox_id=sandbox_id, runtime=runtime, owner=this_process(),
-                             folders=[str(f) for f in folders], **extra)
+                             folders=[str(f) for f in folders], container=container,
+                             engine=engine, engine_args=list(engine_args), cgroup=cgroup)
         path = self.folder / f"{sandbox_id}.json" if self.folder is not None else None
         entry = OwnerEntry(record, path)
         entry.save()
@@ -125,56 +122,17 @@ class OwnerEntry:
         if any(self._refs.pop(pid, None) is not None for pid in pids):
             self.save()
 
-    def update(self, **fields) -> None:
-        for name, value in fields.items():
-            setattr(self.record, name, value)
-        self.save()
-
     def delete(self) -> None:
         if self.path is not None:
             self.path.unlink(missing_ok=True)
 
 
 @dataclass
-class ReapReport:
-    reaped: list[str] = field(default_factory=list)  # sandbox ids cleaned up
+class Reaped:
+    """What reaping one dead owner's sandbox did (``Runtime.reap``)."""
+
     killed: list[int] = field(default_factory=list)  # host pids killed
-    kept: list[str] = field(default_factory=list)  # sandboxes of live owners
-    errors: list[str] = field(default_factory=list)
-
-
-def reap(state_dir: Path | str) -> ReapReport:
-    """Clean up every sandbox whose owner is dead; leave live owners' sandboxes alone."""
-    report = ReapReport()
-    folder = Path(state_dir) / "sandboxes"
-    if not folder.is_dir():
-        return report
-    for path in sorted(folder.glob("*.json")):
-        try:
-            record = OwnerRecord.model_validate_json(path.read_text())
-        except (OSError, ValueError) as error:
-            report.errors.append(f"{path.name}: unreadable record ({error}); left in place")
-            continue
-        if is_alive(record.owner):
-            report.kept.append(record.sandbox_id)
-            continue
-        report.killed += kill_recorded(record.processes)
-        _remove_container(record, report)
-        _remove_cgroup(record, report)
-        for name in record.folders:
-            remove_tree(Path(name))
-        path.unlink(missing_ok=True)
-        report.reaped.append(record.sandbox_id)
-    for tmp in folder.glob("*.tmp"):  # a write-then-rename cut short by the crash
-        try:
-            if not psutil.pid_exists(int(tmp.suffixes[-2][1:])):
-                tmp.unlink(missing_ok=True)
-        except (ValueError, IndexError):
-            pass
-    if report.reaped:
-        log.warning("reaped %d sandboxes of dead owners (%d processes killed)",
-                    len(report.reaped), len(report.killed))
-    return report
+    errors: list[str] = field(default_factory=list)  # what could not be cleaned up
 
 
 def kill_recorded(refs: list[ProcessRef]) -> list[int]:
@@ -221,31 +179,10 @@ def _running(process: psutil.Process) -> bool:
         return False
 
 
-def _remove_container(record: OwnerRecord, report: ReapReport) -> None:
-    if not (record.container and record.engine):
-        return
-    try:
-        subprocess.run([record.engine, *record.engine_args, "rm", "-f", record.container],
-                       capture_output=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        report.errors.append(f"{record.sandbox_id}: container {record.container}: {error}")
-
-
-def _remove_cgroup(record: OwnerRecord, report: ReapReport) -> None:
-    if not record.cgroup:
-        return
-    from rollserve.sandbox.cgroups import remove_cgroup
-
-    try:
-        remove_cgroup(Path(record.cgroup))
-    except OSError as error:
-        report.errors.append(f"{record.sandbox_id}: cgroup {record.cgroup}: {error}")
-
-
 def remove_tree(path: Path) -> None:
     """rm -rf that also gets through folders the sandbox made read-only."""
 
-    def make_writable(function, name, _exc) -> None:
+    def make_writable(function: Callable[[str], object], name: str, _exc: object) -> None:
         try:
             os.chmod(os.path.dirname(name), 0o700)
             os.chmod(name, 0o700)

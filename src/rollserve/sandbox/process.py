@@ -17,9 +17,7 @@ It must be started from the event loop's thread: runtimes use ``PR_SET_PDEATHSIG
 (bwrap ``--die-with-parent``), which fires when the *thread* that forked exits, so a
 process forked from a short-lived executor thread would be killed with that thread.
 
-``collect()`` drives a started process as a one-shot command: stdin in, stdout and
-stderr out (each capped, head and tail kept), killed with its whole group at the
-timeout. ``run_command()`` is start + collect.
+One-shot commands (``collect``, ``run_command``) are host.py.
 """
 
 from __future__ import annotations
@@ -32,61 +30,22 @@ import signal as signals
 import struct
 import subprocess
 import termios
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Self
 
 import psutil
 
-from rollserve.sandbox.base import ExecResult, SandboxProcess
+from rollserve.sandbox.base import SandboxProcess
 
 READ_CHUNK = 1 << 16
-# After a one-shot command exits and its group is killed, wait this long for the
-# pipes to reach EOF; a process that left the group (setsid) may hold them forever.
-DRAIN_GRACE = 1.0
 KILL_WAIT = 5.0
-
-
-class CappedOutput:
-    """Keeps the first and last ``limit // 2`` bytes of a stream and counts the rest.
-
-    A flood costs O(limit) memory however long it runs, and the agent still sees
-    how the output began and how it ended (where errors usually are)."""
-
-    def __init__(self, limit: int):
-        self.limit = max(0, limit)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, data: bytes) -> None:
-        self.total += len(data)
-        head_room = self.limit // 2 - len(self.head)
-        if head_room > 0:
-            self.head += data[:head_room]
-            data = data[head_room:]
-        if data:
-            keep = self.limit - self.limit // 2
-            self.tail += data
-            if len(self.tail) > keep:
-                del self.tail[: len(self.tail) - keep]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > self.limit
-
-    def text(self) -> str:
-        if not self.truncated:
-            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace")
-        dropped = self.total - len(self.head) - len(self.tail)
-        note = f"\n[... {dropped} bytes truncated ...]\n".encode()
-        return (bytes(self.head) + note + bytes(self.tail)).decode("utf-8", "replace")
 
 
 class HostProcess(SandboxProcess):
     """A host command on pipes (stdout and stderr merged or separate) or on a PTY."""
 
-    def __init__(self, popen: subprocess.Popen, stdin_fd: int | None, out_fd: int,
-                 err_fd: int | None, pty: bool, contained: bool = False):
+    def __init__(self, popen: subprocess.Popen[bytes], stdin_fd: int | None, out_fd: int,
+                 err_fd: int | None, pty: bool, contained: bool = False) -> None:
         self._popen = popen
         # contained: the launcher holds everything it starts (bwrap: a PID namespace
         # that dies with it); else kill() also hunts the process's descendants.
@@ -94,7 +53,7 @@ class HostProcess(SandboxProcess):
         self.pid = popen.pid
         self.pty = pty
         self._stdin_fd = stdin_fd  # for a PTY: the master (same fd as out_fd)
-        self._out_fd = out_fd
+        self._out_fd: int | None = out_fd
         self._err_fd = err_fd
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = self._loop.create_future()
@@ -102,7 +61,8 @@ class HostProcess(SandboxProcess):
         self._notice = b""  # why, read once at the end of its output (see kill_for_cap)
         self._notice_on_stderr = err_fd is not None
         self._closed = False
-        self._waiters: dict[asyncio.Future, tuple[int, object]] = {}  # pending fd waits
+        # pending fd waits: future -> (fd, the loop's remove_reader / remove_writer)
+        self._waiters: dict[asyncio.Future[None], tuple[int, Callable[[int], object]]] = {}
         self._watch_exit()
 
     # -- starting -------------------------------------------------------------------
@@ -114,13 +74,13 @@ class HostProcess(SandboxProcess):
         *,
         pty: bool = False,
         env: dict[str, str] | None = None,
-        cwd: str | os.PathLike | None = None,
+        cwd: str | os.PathLike[str] | None = None,
         merge_stderr: bool = True,
         new_session: bool = True,
         pass_fds: Sequence[int] = (),
         window: tuple[int, int] = (50, 250),
         contained: bool = False,
-    ) -> "HostProcess":
+    ) -> Self:
         """Start ``argv`` on the host. Call from the event loop thread (see module doc).
 
         ``new_session=False`` is for a PTY command that makes itself a session leader
@@ -138,7 +98,7 @@ class HostProcess(SandboxProcess):
                 # back with carriage returns) by the terminal.
                 fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *window, 0, 0))
                 stdin = stdout = stderr = slave
-                ours = (master, master, None)
+                ours: tuple[int, int, int | None] = (master, master, None)
             else:
                 in_r, in_w = os.pipe2(os.O_CLOEXEC)
                 parent_fds.append(in_w)
@@ -197,7 +157,7 @@ class HostProcess(SandboxProcess):
     # -- talking ----------------------------------------------------------------------
 
     async def _wait_fd(self, fd: int, writable: bool) -> None:
-        ready = self._loop.create_future()
+        ready: asyncio.Future[None] = self._loop.create_future()
 
         def wake() -> None:
             if not ready.done():
@@ -267,7 +227,7 @@ class HostProcess(SandboxProcess):
         os.close(fd)
 
     def resize(self, rows: int, cols: int) -> None:
-        if self.pty and not self._closed:
+        if self.pty and self._out_fd is not None:
             fcntl.ioctl(self._out_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
     # -- lifetime ---------------------------------------------------------------------
@@ -318,14 +278,14 @@ class HostProcess(SandboxProcess):
         except OSError:
             return False
 
-    def on_exit(self, callback) -> None:
+    def on_exit(self, callback: Callable[[HostProcess], object]) -> None:
         """Call ``callback(self)`` once the process has exited (and been reaped)."""
         self._exited.add_done_callback(lambda _: callback(self))
 
     async def wait(self, timeout: float | None = None) -> int | None:
         try:
             return await asyncio.wait_for(asyncio.shield(self._exited), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
     def kill_now(self) -> None:
@@ -370,11 +330,13 @@ class HostProcess(SandboxProcess):
         self._closed = True
         # Unregister before closing: the fd number may be reused at once by others.
         waiters, self._waiters = self._waiters, {}
-        for ready, (fd, remove) in waiters.items():
-            remove(fd)
+        for ready, (waited_fd, remove) in waiters.items():
+            remove(waited_fd)
             if not ready.done():
                 ready.set_result(None)
-        for fd in {self._stdin_fd, self._out_fd, self._err_fd} - {None}:
+        for fd in {self._stdin_fd, self._out_fd, self._err_fd}:
+            if fd is None:
+                continue
             try:
                 os.close(fd)
             except OSError:
@@ -387,88 +349,3 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
-
-
-def exit_status(code: int | None, signal_codes: bool) -> tuple[int | None, int | None]:
-    """(exit_code, signal) of a finished command. A negative returncode is a signal.
-    With ``signal_codes`` an exit code 129..192 is read as a launcher's report of
-    128 + signal (bwrap and shells exit so when their child is killed)."""
-    if code is None:
-        return None, None
-    if code < 0:
-        return None, -code
-    if signal_codes and 128 < code <= 128 + 64:
-        return None, code - 128
-    return code, None
-
-
-async def collect(
-    process: HostProcess,
-    timeout: float,
-    stdin: bytes | None = None,
-    max_output: int = 1 << 20,
-    signal_codes: bool = False,
-    started: float | None = None,
-) -> ExecResult:
-    """Drive a started pipe process (stderr separate) as a one-shot command.
-
-    Nothing of it survives: when it exits (or at ``timeout``) its process group is
-    killed, then the pipes are drained for at most ``DRAIN_GRACE`` seconds."""
-    started = time.monotonic() if started is None else started
-    out, err = CappedOutput(max_output), CappedOutput(max_output)
-
-    async def pump(read, sink: CappedOutput) -> None:
-        while chunk := await read(READ_CHUNK):
-            sink.add(chunk)
-
-    async def feed() -> None:
-        try:
-            if stdin:
-                await process.write(stdin)
-        except BrokenPipeError:
-            pass  # the command exited without reading all of its input
-        finally:
-            process.close_stdin()
-
-    pumps = [asyncio.ensure_future(pump(process.read, out)),
-             asyncio.ensure_future(pump(process.read_stderr, err))]
-    feeder = asyncio.ensure_future(feed())
-    timed_out = False
-    try:
-        remaining = max(0.0, timeout - (time.monotonic() - started))
-        code = await process.wait(remaining)
-        if code is None:
-            timed_out = True
-            await process.kill(close=False)  # (on a normal exit its group was killed already)
-        await asyncio.wait(pumps, timeout=DRAIN_GRACE)
-    finally:
-        process.kill_now()  # cancelled (or failed) half-way: nothing may survive
-        for task in [*pumps, feeder]:
-            task.cancel()
-        await asyncio.gather(*pumps, feeder, return_exceptions=True)
-        process.close()
-    exit_code, signum = (None, None) if timed_out else exit_status(code, signal_codes)
-    return ExecResult(
-        exit_code=exit_code,
-        stdout=out.text(),
-        stderr=err.text(),
-        timed_out=timed_out,
-        truncated=out.truncated or err.truncated,
-        seconds=time.monotonic() - started,
-        signal=signum,
-        cap=process.cap,
-    )
-
-
-async def run_command(
-    argv: Sequence[str],
-    timeout: float,
-    stdin: bytes | None = None,
-    env: dict[str, str] | None = None,
-    cwd: str | os.PathLike | None = None,
-    max_output: int = 1 << 20,
-) -> ExecResult:
-    """Run a host command to completion (or to ``timeout``, then kill its group)."""
-    started = time.monotonic()
-    process = HostProcess.start(argv, env=env, cwd=cwd, merge_stderr=False)
-    return await collect(process, timeout, stdin, max_output, started=started)

@@ -1,44 +1,62 @@
-"""Runtimes by name: ``get_runtime("bubblewrap", state_dir)``; ``LazyRuntime`` for a
-server, which creates its runtime on first use."""
+"""The one registry of sandbox runtimes: ``get_runtime("bubblewrap", state_dir)``;
+``LazyRuntime`` for a server, which creates its runtime on first use.
+
+A runtime class is registered under each name its config model's ``runtime`` tag
+takes (config.py): apptainer/singularity, docker/podman. A new runtime is one more
+class in ``RUNTIME_CLASSES`` and one more model in the config union; the sandbox
+contract tests then run on it (tests/sandbox/helpers.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-import typing
 import weakref
 from pathlib import Path
+from typing import Any, TypeAlias
 
-from pydantic import BaseModel, ValidationError
+from rollserve.sandbox.apptainer import ApptainerRuntime
+from rollserve.sandbox.base import (
+    ImageRuntime,
+    Runtime,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxSpec,
+)
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from rollserve.sandbox.config import RuntimeConfig, runtime_config
+from rollserve.sandbox.docker import DockerRuntime
+from rollserve.sandbox.local import LocalRuntime
 
-from rollserve.sandbox.base import Runtime, Sandbox, SandboxError, SandboxLimits, SandboxSpec
-from rollserve.validation import describe
+__all__ = ["RUNTIMES", "RUNTIME_CLASSES", "AnyRuntime", "LazyRuntime", "availability",
+           "get_runtime", "image_runtimes", "new_runtime", "runtime_config", "unavailable_reason"]
 
 log = logging.getLogger(__name__)
 
-# name -> (module, class, keyword arguments). Imported lazily: a runtime's module
-# is only loaded when it is asked for.
-RUNTIMES: dict[str, tuple[str, str, dict]] = {
-    "bubblewrap": ("rollserve.sandbox.bubblewrap", "BubblewrapRuntime", {}),
-    # Both names: whichever of apptainer / singularity is on PATH.
-    "apptainer": ("rollserve.sandbox.apptainer", "ApptainerRuntime", {}),
-    "singularity": ("rollserve.sandbox.apptainer", "ApptainerRuntime", {}),
-    "docker": ("rollserve.sandbox.docker", "DockerRuntime", {"engine": "docker"}),
-    "podman": ("rollserve.sandbox.docker", "DockerRuntime", {"engine": "podman"}),
-    "local": ("rollserve.sandbox.local", "LocalRuntime", {}),
-}
+# A runtime of any config (each class is a Runtime of its own config model; the
+# registry holds them side by side).
+AnyRuntime: TypeAlias = Runtime[Any]
+
+RUNTIME_CLASSES: tuple[type[AnyRuntime], ...] = (
+    BubblewrapRuntime, ApptainerRuntime, DockerRuntime, LocalRuntime)
+RUNTIMES: dict[str, type[AnyRuntime]] = {
+    name: cls for cls in RUNTIME_CLASSES for name in cls.config_model.names()}
 
 
-def runtime_class(name: str) -> type[Runtime]:
-    module, cls, _ = RUNTIMES[name]
-    return getattr(importlib.import_module(module), cls)
+def image_runtimes() -> list[str]:
+    """The names of the runtimes that fetch images ahead of time (``rollserve images``)."""
+    return [name for name, cls in RUNTIMES.items() if issubclass(cls, ImageRuntime)]
 
 
-def unavailable_reason(name: str) -> str | None:
-    _, _, kwargs = RUNTIMES[name]
-    cls = runtime_class(name)
-    return cls.unavailable_reason(**kwargs) if kwargs else cls.unavailable_reason()
+def new_runtime(config: RuntimeConfig, state_dir: Path | str | None = None) -> AnyRuntime:
+    """The runtime ``config`` configures (whether it can run here or not)."""
+    return RUNTIMES[config.runtime](state_dir, config)
+
+
+def unavailable_reason(name: str, config: RuntimeConfig | None = None) -> str | None:
+    """None if runtime ``name`` (so configured) can run here, else why not."""
+    return RUNTIMES[name].unavailable_reason(config or runtime_config(name))
 
 
 def availability() -> dict[str, str | None]:
@@ -46,33 +64,21 @@ def availability() -> dict[str, str | None]:
     return {name: unavailable_reason(name) for name in RUNTIMES}
 
 
-def runtime_config(name: str, options: dict) -> BaseModel:
-    """The runtime's own config model (``BubblewrapConfig``, ``ApptainerConfig``, ...)
-    built from ``options``; a ValueError naming the bad option."""
-    hints = typing.get_type_hints(runtime_class(name).__init__)
-    models = [t for t in typing.get_args(hints.get("config")) if isinstance(t, type)
-              and issubclass(t, BaseModel)]
-    if not models:
-        raise ValueError(f"sandbox runtime {name!r} takes no options")
-    try:
-        return models[0](**options)
-    except ValidationError as error:
-        raise ValueError(f"bad option for sandbox runtime {name!r} ({models[0].__name__}): "
-                         f"{describe(error)}") from None
-
-
-def get_runtime(name: str, state_dir: Path | str | None = None, **config) -> Runtime:
+def get_runtime(name: str, state_dir: Path | str | None = None,
+                config: RuntimeConfig | None = None) -> AnyRuntime:
     """The runtime ``name``, ready to start sandboxes whose owner records go under
     ``state_dir``; a SandboxError naming the usable ones if it cannot run here."""
     if name not in RUNTIMES:
         raise SandboxError(f"unknown sandbox runtime {name!r}; known: {', '.join(RUNTIMES)}. "
                            + _summary())
-    reason = unavailable_reason(name)
+    config = config or runtime_config(name)
+    if config.runtime != name:
+        raise SandboxError(f"sandbox runtime {name!r} given the config of {config.runtime!r}")
+    reason = unavailable_reason(name, config)
     if reason is not None:
         raise SandboxError(f"sandbox runtime {name!r} cannot run here: {reason}. "
                            + _summary(leave_out=name))
-    _, _, kwargs = RUNTIMES[name]
-    return runtime_class(name)(state_dir=state_dir, **kwargs, **config)
+    return new_runtime(config, state_dir)
 
 
 def _summary(leave_out: str | None = None) -> str:
@@ -95,27 +101,27 @@ class LazyRuntime:
     and serves the tasks that need no sandbox; a rollout that asks for one gets a
     ``SandboxError`` with the reason (an infrastructure failure: masked, never scored).
     It also keeps count of the sandboxes it started, for the status page, and can
-    close any still open when the server stops.
+    close any still open when the server stops. Its options are checked at once (a
+    ValueError naming the bad option), the runtime made at first use.
     """
 
     def __init__(self, name: str, state_dir: Path | str | None = None,
-                 options: dict | None = None):
+                 options: dict[str, Any] | None = None) -> None:
         self.name = name
         self.state_dir = state_dir
-        # Checked now (a ValueError at server start), used at first use.
-        self.config = {"config": runtime_config(name, options)} if options else {}
+        self.config: RuntimeConfig = runtime_config(name, options)
         self.error: str | None = None  # why the runtime could not be created
         self.started = 0  # sandboxes started since the server started
-        self._runtime: Runtime | None = None
+        self._runtime: AnyRuntime | None = None
         self._lock: asyncio.Lock | None = None
         self._open: weakref.WeakSet[Sandbox] = weakref.WeakSet()
 
     @property
-    def runtime(self) -> Runtime | None:
+    def runtime(self) -> AnyRuntime | None:
         """The runtime, once created (None before the first sandbox, or if it failed)."""
         return self._runtime
 
-    async def get(self) -> Runtime:
+    async def get(self) -> AnyRuntime:
         """The runtime, created (in a thread: it may probe the host) on first call."""
         if self._runtime is not None:
             return self._runtime
@@ -127,7 +133,7 @@ class LazyRuntime:
             if self._runtime is None and self.error is None:
                 try:
                     self._runtime = await asyncio.to_thread(
-                        get_runtime, self.name, self.state_dir, **self.config)
+                        get_runtime, self.name, self.state_dir, self.config)
                 except SandboxError as error:
                     self.error = str(error)
                     log.error("sandbox runtime %r unavailable: %s", self.name, error)
@@ -146,7 +152,7 @@ class LazyRuntime:
         return sandbox
 
     def open_sandboxes(self) -> list[Sandbox]:
-        return [s for s in self._open if not getattr(s, "_closed", False)]
+        return [sandbox for sandbox in self._open if not sandbox.closed]
 
     async def aclose(self) -> None:
         """Close every sandbox still open (a safety net at server stop: rollouts close
@@ -159,7 +165,7 @@ class LazyRuntime:
             if isinstance(result, BaseException):
                 log.error("could not close sandbox %s: %s", sandbox.id, result)
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return {
             "runtime": self.name,
             "ready": self._runtime is not None,
@@ -169,7 +175,7 @@ class LazyRuntime:
             "limits": self.limits(),
         }
 
-    def limits(self) -> dict | None:
+    def limits(self) -> dict[str, Any] | None:
         """The default limits and how this runtime enforces each one (None until the
         runtime is created: the mechanism depends on the host it probes)."""
         if self._runtime is None:

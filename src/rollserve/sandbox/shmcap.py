@@ -36,17 +36,17 @@ import functools
 import json
 import logging
 import os
-import shutil
 import stat
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from rollserve.sandbox.base import SandboxLimits
+from rollserve.sandbox.host import find_binary, setpriv_argv
+from rollserve.sandbox.watch import MB, CapWatch
 
 log = logging.getLogger(__name__)
 
-MB = 1 << 20
 POLL = 0.25  # seconds between two reads of the host's Shmem
 SAFETY_SCAN = 10.0  # seconds: a scan at least this often
 MIN_TRIGGER = 1 << 20
@@ -110,11 +110,11 @@ def ipc_unavailable_reason(bwrap: str, as_root: bool, uid: int) -> str | None:
     are), once."""
     if not as_root:
         return "the server is not root: it may not enter its sandboxes' IPC namespaces"
-    if shutil.which("nsenter") is None:
+    if find_binary(["nsenter"]) is None:
         return "nsenter (util-linux) is not on PATH"
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+    argv = [*setpriv_argv(uid), "--",
             bwrap, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--info-fd",
             str(info_w), "--block-fd", str(block_r), "--", "true"]
     try:
@@ -198,28 +198,15 @@ def _mapped_memfds(pid: int, seen: set[int]) -> int:
     return total
 
 
-class MemfdWatch:
+class MemfdWatch(CapWatch):
     """Keeps the memfd files of one sandbox's processes under ``limit`` bytes together:
     ``on_exceeded(used)`` kills them (the runtime's way)."""
 
     def __init__(self, limit: int, pids: Callable[[], Iterable[int]],
-                 on_exceeded: Callable[[int], Awaitable[None]]):
-        self.limit = limit
-        self._pids = pids
-        self._on_exceeded = on_exceeded
+                 on_exceeded: Callable[[int], Awaitable[None]]) -> None:
+        super().__init__(limit, pids, on_exceeded)
         self.used = 0  # at the last scan
         self.scans = 0
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     def notice(self, used: int) -> str:
         return (f"\n[rollserve: this sandbox reached its memory cap: its processes hold "

@@ -15,7 +15,7 @@ _WHERE = {
     "RecordedCall": "fake_server",
     "fake_logprob": "fake_server",
 }
-__all__ = list(_WHERE)
+__all__ = ["FakeLlamaCpp", "FakeSGLang", "FakeVLLM", "RecordedCall", "fake_logprob"]
 
 
 def __getattr__(name: str) -> Any:

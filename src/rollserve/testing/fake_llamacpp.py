@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 from aiohttp import web
 
@@ -122,7 +123,7 @@ class FakeLlamaCpp(FakeServer):
                 ids, logprobs, bool(body.get("post_sampling_probs")))
         return web.json_response(reply)
 
-    def _probabilities(self, ids: list[int], logprobs: list[float], post_sampling: bool) -> list[dict]:
+    def _probabilities(self, ids: list[int], logprobs: list[float], post_sampling: bool) -> list[dict[str, Any]]:
         out = []
         for i, (token, logprob) in enumerate(zip(ids, logprobs)):
             if self.tok.decode(ids[: i + 1]).endswith("\ufffd"):

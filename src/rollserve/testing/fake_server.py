@@ -17,7 +17,8 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -55,7 +56,7 @@ class RecordedCall:
     """One generation request and what the server answered."""
 
     index: int
-    request: dict
+    request: dict[str, Any]
     prompt_ids: list[int]
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -134,7 +135,7 @@ class FakeServer:
     def routes(self, app: web.Application) -> None:
         raise NotImplementedError
 
-    async def start(self):
+    async def start(self) -> Self:
         self._slots = asyncio.Semaphore(self.capacity) if self.capacity else None
         self._stopping = asyncio.Event()
         self._resumed = asyncio.Event()
@@ -174,13 +175,13 @@ class FakeServer:
                     handler.transport.abort()
         await self.close()
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def start_in_thread(self, timeout: float = 30.0):
+    def start_in_thread(self, timeout: float = 30.0) -> Self:
         """Run the server on its own event loop in a daemon thread (for sync code)."""
         ready = threading.Event()
         errors: list[BaseException] = []
@@ -218,7 +219,7 @@ class FakeServer:
         self._thread = None
         self._thread_loop = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start_in_thread()
 
     def __exit__(self, *exc: object) -> None:
@@ -253,25 +254,25 @@ class FakeServer:
         if self._resumed is not None:
             self._resumed.set()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, float | None]:
         """Load figures since start (or ``reset_stats``), for benchmarks."""
         snap = self._meter.snapshot()
         wall = snap["wall_seconds"] or 1e-9
-        snap["requests"] = len(self.calls)
-        snap["queued"] = self.queued
-        snap["capacity"] = self.capacity
-        snap["busy_fraction"] = snap["busy_seconds"] / wall
-        snap["utilization"] = (
-            snap["slot_seconds"] / (wall * self.capacity) if self.capacity else None
-        )
-        return snap
+        return {
+            **snap,
+            "requests": len(self.calls),
+            "queued": self.queued,
+            "capacity": self.capacity,
+            "busy_fraction": snap["busy_seconds"] / wall,
+            "utilization": snap["slot_seconds"] / (wall * self.capacity) if self.capacity else None,
+        }
 
     def reset_stats(self) -> None:
         """Start a new measuring window (requests in flight stay counted)."""
         self._meter.reset(in_flight=self._meter.in_flight)
 
     # --- one generation call ---------------------------------------------------------
-    def record(self, route: str, body: dict) -> RecordedCall:
+    def record(self, route: str, body: dict[str, Any]) -> RecordedCall:
         call = RecordedCall(index=len(self.calls), request=body, prompt_ids=[],
                             received_at=time.perf_counter(), route=route)
         self.calls.append(call)
@@ -367,7 +368,7 @@ class FakeServer:
 
 
 async def read_json(request: web.Request,
-                    error: Callable[[int, str], web.Response]) -> dict | web.Response:
+                    error: Callable[[int, str], web.Response]) -> dict[str, Any] | web.Response:
     """The request's JSON object, or the 400 answer to send instead."""
     try:
         body = await request.json()

@@ -72,6 +72,7 @@ class FakeSGLang(FakeServer):
         if isinstance(body, web.Response):
             return body
         call = self.record("/generate", body)
+        prompt_ids: object
         if isinstance(body.get("text"), str) and "input_ids" not in body:
             prompt_ids = self.tok.encode(body["text"])
         else:

@@ -63,8 +63,8 @@ class FakeVLLM(FakeServer):
     def __init__(
         self,
         tokenizer: ChatTokenizer | str = DEFAULT_TOKENIZER,
-        replies: "str | list[str] | tuple[str, ...] | ReplyFn" = ("OK",),
-        latency: "float | LatencyFn" = 0.0,
+        replies: str | list[str] | tuple[str, ...] | ReplyFn = ("OK",),
+        latency: float | LatencyFn = 0.0,
         model: str = "fake-model",
         capacity: int | None = None,
         max_model_len: int = 32768,
@@ -216,9 +216,10 @@ class FakeVLLM(FakeServer):
         max_tokens = checked
         sampled = await self.run(call, prompt_ids, max_tokens, set(), False, body.get("seed"))
         text_ids = sampled.output_ids[:-1] if sampled.finish == "stop" else sampled.output_ids
-        message = {"role": "assistant", "content": self.tok.decode(text_ids, True),
-                   "refusal": None, "annotations": None, "audio": None, "function_call": None,
-                   "tool_calls": [], "reasoning": None}
+        message: dict[str, object] = {
+            "role": "assistant", "content": self.tok.decode(text_ids, True), "refusal": None,
+            "annotations": None, "audio": None, "function_call": None, "tool_calls": [],
+            "reasoning": None}
         return web.json_response({
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
             "created": int(time.time()), "model": body.get("model") or self.model,

@@ -43,7 +43,7 @@ class LoadMeter:
         self._advance()
         self.in_flight -= 1
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, float]:
         now = self._advance()
         return {
             "wall_seconds": now - self.since,

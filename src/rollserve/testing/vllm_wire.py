@@ -28,7 +28,7 @@ def parse_prompt(prompt: Any, tok: ChatTokenizer) -> list[int] | None:
 
 def completion_body(
     tok: ChatTokenizer,
-    request: dict,
+    request: dict[str, Any],
     model: str,
     prompt_ids: list[int],
     output_ids: list[int],
@@ -36,7 +36,7 @@ def completion_body(
     finish: str,
     stop_reason: int | None,
     return_token_ids_supported: bool = True,
-) -> dict:
+) -> dict[str, Any]:
     """The JSON body of a non-streamed ``/v1/completions`` answer with one choice."""
     # Like vLLM, the text leaves out the stop token that ended the sequence.
     text_ids = output_ids[:-1] if finish == "stop" else output_ids

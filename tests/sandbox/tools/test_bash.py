@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rollserve.sandbox.tools.bash import BashConfig, BashSession
+from rollserve.sandbox.tools.bash import BashBusy, BashConfig, BashSession
 from tests.sandbox.helpers import processes_with, wait_until
 
 SLEEPER = "python3 -c 'import time; print(\"sleeping\", flush=True); time.sleep(30)'"
@@ -197,8 +197,14 @@ async def test_a_silent_command_is_not_taken_for_one_waiting_for_input(shell):
 async def test_run_after_a_returned_command_ended_on_its_own(shell):
     result = await shell.run("echo go; sleep 0.5; echo gone", expect="go")
     assert result.running
-    await asyncio.sleep(2)
-    result = await shell.run("echo next")
+    deadline = time.monotonic() + 30
+    while True:  # refused while the command runs (about 0.5 s), then it ends on its own
+        try:
+            result = await shell.run("echo next")
+            break
+        except BashBusy:
+            assert time.monotonic() < deadline, "the returned command never ended"
+            await asyncio.sleep(0.05)
     assert result.output == "next\n" and result.exit_code == 0
     assert any("previous command ended (exit code 0)" in note and "gone" in note
                for note in result.notes)

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from rollserve.sandbox.tools.shell_wire import LINE_LIMIT, JobNotices, quote_command
 from rollserve.sandbox.tools.keys import is_key_sequence, key_bytes
+from rollserve.sandbox.tools.shell_wire import LINE_LIMIT, JobNotices, quote_command
 from rollserve.sandbox.tools.text import HeadTail, clean_terminal_text, truncate_middle
 
 

@@ -10,8 +10,13 @@ What it guarantees: the logprobs returned are those of the distribution each tok
 was sampled from (the behaviour policy, bit for bit), and a call's ids and logprobs
 depend only on its prompt and sampling parameters, never on the calls before it
 (see ``_feed_prompt``): the same request gives the same answer whatever the KV
-cache holds. They are not equal to a transformers/vLLM forward pass of the same
-model: this is a Q4_1 quantized model on llama.cpp's CPU kernels.
+cache holds. Reusing the cache is only exact where llama.cpp's batched kernels give
+the same bits however a prompt is split into batches; that depends on the CPU
+(AVX-512/AMX kernels may differ by batch size), so a probe at load decides (see
+``probe_batch_invariance``): where it fails, every prompt is evaluated in fixed
+blocks from position 0, and only whole blocks computed exactly so are reused. They are
+not equal to a transformers/vLLM forward pass of the same model: this is a Q4_1
+quantized model on llama.cpp's CPU kernels.
 
 One ``Llama`` instance is single-threaded, so calls run one at a time: they queue on
 an asyncio lock in the event loop (not in threads) and each runs in a worker thread,
@@ -22,19 +27,39 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from rollserve.errors import InfraError, LLMError
+from rollserve.llm.backends.embedded_probe import ProbeResult, probe_batch_invariance
 from rollserve.llm.base import Generation, LLMBackend, SamplingParams, TokenizerError
+
+log = logging.getLogger(__name__)
+
+#: How the KV cache is reused: ``"prefix"``, every position a call shares with the
+#: cache (exact where batched kernels are split-invariant); ``"blocks"``, only whole
+#: ``BLOCK``-token blocks from position 0 (exact on any CPU whose kernels are
+#: deterministic: each block is computed by the same batch on the same cache).
+CacheMode = Literal["prefix", "blocks"]
+
+#: The batch size of ``"blocks"`` mode: a call re-evaluates at most BLOCK + 1 tokens
+#: of a prompt that extends a cached one.
+BLOCK = 64
 
 
 class _Cancelled(Exception):
     """The caller gave up; the worker stopped between two tokens."""
+
+
+# One probe per model file, thread count and batch size in this process: the kernels
+# chosen depend on the CPU and the library, which do not change while it runs.
+_probes: dict[tuple[str, int | None, int], ProbeResult] = {}
+_probes_lock = threading.Lock()
 
 
 class EmbeddedBackend(LLMBackend):
@@ -49,7 +74,8 @@ class EmbeddedBackend(LLMBackend):
         n_ctx: int = 4096,
         n_threads: int | None = None,
         name: str = "embedded",
-    ):
+        cache: Literal["auto", "blocks"] = "auto",
+    ) -> None:
         if importlib.util.find_spec("llama_cpp") is None:
             raise InfraError(
                 "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
@@ -68,10 +94,17 @@ class EmbeddedBackend(LLMBackend):
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.outstanding = 0
+        #: "auto": the probe at load chooses the cache mode; "blocks": that mode, unprobed.
+        self.cache = cache
+        self.cache_mode: CacheMode | None = None  # decided at load
+        self.probe: ProbeResult | None = None  # None until loaded, or when not probed
+        self.prompt_tokens = 0  # prompt positions of all calls
+        self.prompt_tokens_reused = 0  # of which taken from the KV cache, not evaluated
         self._llm: Any = None  # llama_cpp.Llama, loaded on first use (in a worker thread)
         self._n_ubatch = 512  # llama.cpp's micro-batch (the Llama default), set at load
-        # Leading KV-cache positions computed in batches of two or more (see _feed_prompt).
-        self._batched = 0
+        # Leading KV-cache positions a fresh evaluation would compute the same (see
+        # _feed_prompt).
+        self._reusable = 0
         self._load_error: Exception | None = None
         self._model_lock = threading.Lock()  # the model itself: one thread at a time
         self._queue: asyncio.Lock | None = None
@@ -106,7 +139,8 @@ class EmbeddedBackend(LLMBackend):
         async with self._call_queue():
             await asyncio.to_thread(self._close_blocking)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
+        probe = self.probe
         return {
             "name": self.name,
             "kind": self.kind,
@@ -114,6 +148,12 @@ class EmbeddedBackend(LLMBackend):
             "trainable": self.trainable,
             "outstanding": self.outstanding,
             "n_ctx": self.n_ctx,
+            # None until the model is loaded (on the first call).
+            "cache_mode": self.cache_mode,
+            "cache_probe": None if probe is None else
+            {"batch_invariant": probe.invariant, "seconds": round(probe.seconds, 3)},
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_reused": self.prompt_tokens_reused,
         }
 
     # --- the worker thread ---------------------------------------------------------
@@ -129,7 +169,7 @@ class EmbeddedBackend(LLMBackend):
             if self._llm is not None:
                 self._llm.close()
                 self._llm = None
-                self._batched = 0
+                self._reusable = 0
 
     def _load(self) -> Any:
         if self._llm is None:
@@ -152,7 +192,30 @@ class EmbeddedBackend(LLMBackend):
                 self._load_error = exc
                 raise LLMError(f"{self.name}: could not load {self.model_path}: {exc}") from exc
             self._load_error = None
+            self._choose_cache_mode(self._llm)
         return self._llm
+
+    def _choose_cache_mode(self, llm: Any) -> None:
+        self._reusable = 0
+        if self.cache == "blocks":
+            self.cache_mode, self.probe = "blocks", None
+            log.info("%s: KV cache mode 'blocks' by option (not probed)", self.name)
+            return
+        key = (str(self.model_path.resolve()), self.n_threads, self._n_ubatch)
+        with _probes_lock:
+            probe = _probes.get(key)
+            if probe is None:
+                try:
+                    probe = _probes[key] = probe_batch_invariance(llm)
+                except RuntimeError as exc:  # llama_decode failed: trust nothing
+                    log.warning("%s: the batch-invariance probe failed (%s)", self.name, exc)
+                    probe = ProbeResult(invariant=False, seconds=0.0)
+        self.probe = probe
+        self.cache_mode = "prefix" if probe.invariant else "blocks"
+        log.info(
+            "%s: batched kernels %s split-invariant (probe %.2f s): KV cache mode %r",
+            self.name, "are" if probe.invariant else "are NOT", probe.seconds, self.cache_mode,
+        )
 
     def _generate_blocking(
         self, prompt_ids: list[int], sampling: SamplingParams, cancel: threading.Event
@@ -175,13 +238,14 @@ class EmbeddedBackend(LLMBackend):
                 return Generation([], [], "abort", backend=self.name)
             except RuntimeError as exc:  # llama_decode failures
                 llm.reset()
-                self._batched = 0
+                self._reusable = 0
                 raise LLMError(f"{self.name}: llama.cpp failed: {exc}") from exc
 
     def _feed_prompt(self, llm: Any, prompt_ids: list[int], cancel: threading.Event) -> None:
         """Evaluate the prompt the canonical way, reusing the KV cache only where it
         holds exactly what a fresh evaluation would compute.
 
+        ``"prefix"`` mode (the load-time probe found batched kernels split-invariant):
         llama.cpp computes a batch of one token on another path than a batch of two or
         more (ggml's vector dot products instead of the tiled matrix kernels), and on
         this Q4_1 model the two round apart by up to ~0.5 in a logprob. Batches of two
@@ -189,25 +253,39 @@ class EmbeddedBackend(LLMBackend):
         prompt position is evaluated in batches of at least two rows (the last prompt
         token too, whose logits we sample from), and only the cached positions computed
         that way are reused: the sampled tokens of an earlier call (evaluated one at a
-        time while sampling) are evaluated again as part of the next prompt. A call's
-        ids and logprobs thus depend on its prompt and sampling only, never on which
-        calls ran before it (interleaved rollouts stay reproducible).
+        time while sampling) are evaluated again as part of the next prompt.
+
+        ``"blocks"`` mode (kernels that depend on the batch size, or forced): a prompt
+        is always evaluated in the batches ``batch_chunks(len, BLOCK)`` gives, from
+        position 0, so each position's computation depends on the prompt alone; a cached
+        block is reused only where it was evaluated as that very batch (a whole block at
+        the same offset, the same tokens before it and in it).
+
+        Either way a call's ids and logprobs depend on its prompt and sampling only,
+        never on which calls ran before it (interleaved rollouts stay reproducible).
         """
-        cached = llm.input_ids[: min(llm.n_tokens, self._batched)]
+        blocks = self.cache_mode != "prefix"
+        size = BLOCK if blocks else min(llm.n_batch, self._n_ubatch)
+        cached = llm.input_ids[: min(llm.n_tokens, self._reusable)]
         head = np.asarray(prompt_ids[: len(cached)], dtype=cached.dtype)
         differs = np.flatnonzero(cached[: len(head)] != head)
         common = int(differs[0]) if len(differs) else len(head)
         # Re-evaluate at least the last two prompt tokens: the last one's logits are the
-        # ones we sample from, and it must not be a batch of one.
+        # ones we sample from, and it must not be a batch of one. In blocks mode, also
+        # whole blocks only: (n - 2) // size full blocks precede batch_chunks' last ones.
         common = max(0, min(common, len(prompt_ids) - 2))
-        self._batched = llm.n_tokens = common  # eval() drops the KV cache from n_tokens on
-        for chunk in batch_chunks(len(prompt_ids) - common, min(llm.n_batch, self._n_ubatch)):
+        if blocks:
+            common -= common % size
+        self._reusable = llm.n_tokens = common  # eval() drops the KV cache from n_tokens on
+        self.prompt_tokens += len(prompt_ids)
+        self.prompt_tokens_reused += common
+        for chunk in batch_chunks(len(prompt_ids) - common, size):
             if cancel.is_set():
                 raise _Cancelled
             llm.eval(prompt_ids[common : common + chunk])
             common += chunk
-            if chunk > 1:
-                self._batched = common
+            if (chunk == size) if blocks else (chunk > 1):
+                self._reusable = common
 
     def _sample_loop(self, llm: Any, sampling: SamplingParams, cancel: threading.Event) -> Generation:
         import llama_cpp

@@ -49,7 +49,12 @@ from rollserve.sandbox.tools.bash_config import DEFAULT_ENV, BashBusy, BashConfi
 from rollserve.sandbox.tools.keys import key_bytes
 from rollserve.sandbox.tools.shell_read import Limits, Outcome, marker_arrives, read_until
 from rollserve.sandbox.tools.shell_wire import (
-    JobNotices, MarkerScanner, init_line, quote_command, shell_pid, signal_foreground,
+    JobNotices,
+    MarkerScanner,
+    init_line,
+    quote_command,
+    shell_pid,
+    signal_foreground,
 )
 from rollserve.sandbox.tools.terminal_input import TerminalProbe, looks_like_a_prompt
 from rollserve.sandbox.tools.text import HeadTail
@@ -107,14 +112,19 @@ class BashSession:
     async def close(self) -> None:
         await self._kill_process()
 
+    def _shell(self) -> SandboxProcess:
+        """The running shell; a SandboxError once it has been killed (closed, or lost)."""
+        if self.process is None:
+            raise SandboxError("the bash session has no shell (closed, or it died)")
+        return self.process
+
     def _drop_process(self) -> None:
         """Kill the shell without awaiting (for paths that are being cancelled)."""
         process, self.process = self.process, None
         if process is None:
             return
         process.kill_now()  # synchronous SIGKILL; the runtime reaps it when it exits
-        if callable(getattr(process, "close", None)):
-            process.close()  # our end of the PTY
+        process.close()  # our end of the PTY
 
     async def _kill_process(self) -> None:
         process, self.process = self.process, None
@@ -124,7 +134,7 @@ class BashSession:
             except Exception:  # already gone, or its sandbox closed under it
                 pass
 
-    async def __aenter__(self) -> "BashSession":
+    async def __aenter__(self) -> BashSession:
         await self.start()
         return self
 
@@ -154,7 +164,7 @@ class BashSession:
                 notes += await self._sync()
             self._seq += 1
             self._running = True
-            await self.process.write(quote_command(command, self._seq))
+            await self._shell().write(quote_command(command, self._seq))
             idle = self.config.idle_timeout if idle_timeout == "default" else idle_timeout
             limit = timeout or self.config.timeout
             return await self._finish(started, limit, idle, expect, notes, interrupt=True)
@@ -265,7 +275,7 @@ class BashSession:
     async def _settle(self) -> bool:
         """Whether the command that returned early (at ``expect``, waiting for input)
         has ended since: its marker, or the shell's end, is already on the way."""
-        return await marker_arrives(self.process, self._scanner, self._seq, SETTLE)
+        return await marker_arrives(self._shell(), self._scanner, self._seq, SETTLE)
 
     async def _end_of_previous(self) -> list[str]:
         """``run`` while the last command returned early: if it has ended meanwhile,
@@ -333,10 +343,10 @@ class BashSession:
     async def _write_keys(self, data: bytes) -> None:
         if any(key in data for key in (b"\x03", b"\x1a", b"\x1c")):
             self._needs_sync = True
-        await self.process.write(data)
+        await self._shell().write(data)
 
     async def _kill_foreground(self) -> bool:
-        return signal_foreground(self.process, signal.SIGKILL)
+        return signal_foreground(self._shell(), signal.SIGKILL)
 
     async def _sync(self) -> list[str]:
         """Make sure the shell is at a prompt and reads our next line, after we sent a
@@ -349,7 +359,7 @@ class BashSession:
         # The first wait is short: an eaten line is the common failure, resent at once.
         for wait in (min(0.25, grace), grace, grace):
             self._seq += 1
-            await self.process.write(quote_command("stty sane -echo -onlcr 2>/dev/null", self._seq))
+            await self._shell().write(quote_command("stty sane -echo -onlcr 2>/dev/null", self._seq))
             outcome, _ = await self._wait(HeadTail(1024, 1024), loop.time() + wait, None, None)
             if outcome == "done":
                 self._needs_sync = False
@@ -388,5 +398,5 @@ class BashSession:
         limits = Limits(deadline, idle, expect,
                         flood_bytes=self.config.flood_bytes if command else None,
                         input_wait=self.config.input_wait if command else None)
-        return await read_until(self.process, self._scanner, self._seq, sink, limits,
+        return await read_until(self._shell(), self._scanner, self._seq, sink, limits,
                                 self._waits_for_input)

@@ -1,0 +1,5 @@
+"""``python -m rollserve``: the same command line as ``rollserve``."""
+
+from rollserve.cli import main
+
+main()
