@@ -103,3 +103,23 @@ def test_specs_are_a_tagged_union_on_kind():
     schema = RemoteBackendSpec.model_json_schema()
     assert schema["discriminator"]["propertyName"] == "kind"
     assert set(schema["discriminator"]["mapping"]) == {"vllm", "sglang", "llamacpp", "openai_chat"}
+
+
+async def test_the_api_refuses_a_spec_naming_the_field(tmp_path):
+    import httpx
+
+    from rollserve.api.app import create_app
+    from rollserve.server import ServerConfig, Service
+
+    service = Service(ServerConfig(state_dir=tmp_path))
+    app = create_app(service, manage_lifecycle=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r") as client:
+        for body, field in [({"kind": "sglang", "url": "http://h:1", "endpoint": "auto"}, "endpoint"),
+                            ({"kind": "embedded"}, "kind"),
+                            ({"kind": "tgi", "url": "http://h:1"}, "kind"),
+                            ({"url": "nope"}, "url")]:
+            r = await client.post("/v1/llm/backends", json=body)
+            assert r.status_code == 422 and [e["field"] for e in r.json()["errors"]] == [field], r.text
+        r = await client.post("/v1/llm/backends", json={"kind": "sglang", "url": "http://h:1"})
+        assert r.status_code == 201 and r.json()["backend"]["kind"] == "sglang"
+    await service.router.stop()  # closes the backend just added
