@@ -21,7 +21,7 @@ from benchmarks.common import median, percentile, report
 from rollserve.datasets import bundled_rows
 from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.code.handler import CodeHandler
+from rollserve.handlers.code.handler import CodeHandler, CodeSolution
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.code_references import REFERENCE
@@ -39,7 +39,7 @@ async def main(rounds: int) -> None:
             spec = RolloutSpec(id=f"{row['task_id']}-{n}", group_id="g", task_id=row["task_id"],
                                data_source="code", sample_index=0, instance=instance)
             rollout = Rollout(spec=spec)
-            rollout.state.update(solution=REFERENCE[row["task_id"]], solution_file="solution.py")
+            rollout.state = CodeSolution("solution.py", REFERENCE[row["task_id"]])
             started = time.perf_counter()
             try:
                 evaluation = await handler.eval(rollout)

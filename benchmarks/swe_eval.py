@@ -21,6 +21,7 @@ from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.sandboxed import close_sandboxes
 from rollserve.handlers.swe import SWEHandler
+from rollserve.handlers.swe.handler import SWECandidate
 from rollserve.handlers.swe.patch import Candidate
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.registry import LazyRuntime
@@ -48,7 +49,7 @@ async def main(rounds: int) -> None:
                 await handler.init(rollout)
                 init.append(time.perf_counter() - started)
                 await close_sandboxes(rollout)
-                rollout.state["candidate"] = Candidate(patch=row["patch"])
+                rollout.state = SWECandidate(handler.task(row), Candidate(patch=row["patch"]))
                 started = time.perf_counter()
                 evaluation = await handler.eval(rollout)
                 evals.append(time.perf_counter() - started)

@@ -29,6 +29,8 @@ SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
         "hundreds of generated requests to two live servers",
     "tests/handlers/swe/test_swe_handler.py":
         "repositories cloned into sandboxes and their test suites run",
+    "tests/handlers/swe/test_swe_results.py":
+        "pytest runs of a repository's tests in sandboxes (about 40 s)",
     "tests/handlers/swe/test_swe_mini_data.py::test_build_check_is_up_to_date":
         "rebuilds and re-verifies every swe-mini instance",
     "tests/handlers/test_scoring.py::test_no_process_outlives_a_killed_server":

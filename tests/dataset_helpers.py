@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
+from rollserve.handlers.base import AgentHandler, Evaluation, HandlerDefaults, InvalidInstance
 from rollserve.handlers.registry import HandlerRegistry
 
 
-class ImageHandler:
+class ImageHandler(AgentHandler):
     """``{"image": ref}`` or ``{"images": [ref, ...]}``; ``images()`` lists them."""
 
     name = "imaged"
     defaults = HandlerDefaults()
-
-    def __init__(self, ctx: HandlerContext):
-        self.ctx = ctx
 
     def validate(self, instance: dict[str, Any]) -> None:
         if not instance.get("image") and not instance.get("images"):

@@ -25,8 +25,8 @@ from rollserve.api.prorl import NO_LLM_SERVER, NOT_RUNNING, STOPPED, ProRLConfig
 from rollserve.api.prorl_result import prorl_result
 from rollserve.contract import Failure, RolloutResult
 from rollserve.contract.prorl import ProRLResult
-from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults
-from rollserve.handlers.sandboxed import run_episode
+from rollserve.handlers.base import AgentHandler, Evaluation, HandlerDefaults
+from rollserve.handlers.episode import run_episode
 from rollserve.testing import FakeVLLM
 
 from ..agent.test_tool_formats import FakeBash
@@ -321,15 +321,12 @@ def test_a_message_level_trajectory_has_no_ids():
     assert assistant["tool_calls"] == [{"name": "f", "arguments": "{}"}]
 
 
-class BashBlockTask:
+class BashBlockTask(AgentHandler):
     """A task family whose agent calls its tools in bash_block format (one ```bash block
     per reply), with a stand-in shell: what is under test is /process, not the shell."""
 
     name = "bash-block-task"
     defaults = HandlerDefaults(max_turns=4)
-
-    def __init__(self, ctx: HandlerContext) -> None:
-        self.ctx = ctx
 
     def validate(self, instance: dict) -> None:
         pass

@@ -8,8 +8,9 @@ import pytest
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, InvalidInstance
-from rollserve.handlers.code.handler import CodeHandler, task_text
+from rollserve.handlers.code.handler import CodeHandler, CodeSolution
 from rollserve.handlers.code.hidden_tests import split_asserts
+from rollserve.handlers.code.prompts import task_text
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.registry import LazyRuntime
 
@@ -34,7 +35,7 @@ def handler(tokenizer, tmp_path):
 async def evaluate(handler, new_rollout, instance, solution, solution_file="solution.py"):
     """The handler's EVAL for ``solution``, as if RUN had left it."""
     rollout = new_rollout(instance)
-    rollout.state.update(solution=solution, solution_file=solution_file, submitted=True)
+    rollout.state = CodeSolution(solution_file, solution, submitted=True)
     try:
         return await handler.eval(rollout)
     finally:
@@ -163,7 +164,7 @@ async def test_memory_hog_fails_its_test(handler, new_rollout):
 @needs_bwrap
 async def test_missing_or_empty_solution_scores_zero_without_a_sandbox(handler, new_rollout):
     rollout = new_rollout(STDIO)
-    rollout.state.update(solution=None, solution_problem="/workspace/solution.py was never written")
+    rollout.state = CodeSolution("solution.py", problem="/workspace/solution.py was never written")
     evaluation = await handler.eval(rollout)
     assert evaluation.reward == 0.0 and "never written" in evaluation.details["error"]
     assert handler.ctx.sandboxes.started == 0
@@ -212,9 +213,9 @@ async def test_episode_write_run_submit_then_hidden_tests(handler, new_rollout, 
     rollout = new_rollout(STDIO, max_turns=8, max_context_tokens=4096, llm=scripted(replies))
     try:
         await handler.init(rollout)
-        assert (rollout.state["sandbox"].workspace / "README.md").read_text().startswith("Read two")
+        assert (rollout.state.sandbox.workspace / "README.md").read_text().startswith("Read two")
         await handler.run(rollout)
-        assert rollout.trajectory.ended_by == "finished" and rollout.state["submitted"]
+        assert rollout.trajectory.ended_by == "finished" and rollout.state.submitted
         assert handler.ctx.sandboxes.open_sandboxes() == []  # RUN's sandbox is closed already
         tools = [m["content"] for m in rollout.trajectory.messages if m["role"] == "tool"]
         assert "Read two integers" in tools[0] and "5\n[exit code: 0]" in tools[2]
@@ -254,4 +255,4 @@ async def test_submit_refuses_a_missing_file(handler, new_rollout, scripted):
         await handler.cleanup(rollout)
     tools = [m["content"] for m in rollout.trajectory.messages if m["role"] == "tool"]
     assert "does not exist" in tools[0]
-    assert rollout.state["solution_path"] == "main.py" and rollout.state["solution"] == "print(3)\n"
+    assert rollout.state.path == "main.py" and rollout.state.text == "print(3)\n"

@@ -10,7 +10,7 @@ import pytest
 
 from rollserve.datasets import bundled_rows
 from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.code.handler import CodeHandler
+from rollserve.handlers.code.handler import CodeHandler, CodeSolution
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.code_references import REFERENCE, WRONG
@@ -45,7 +45,7 @@ async def test_reference_passes_and_wrong_solutions_fail(task_id, tokenizer, new
 
     async def evaluate(inst: dict, solution: str):
         rollout = new_rollout(inst)
-        rollout.state.update(solution=solution, solution_file="solution.py")
+        rollout.state = CodeSolution("solution.py", solution)
         try:
             return await handler.eval(rollout)
         finally:

@@ -11,9 +11,11 @@ import reasoning_gym
 
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, HandlerContext
-from rollserve.handlers.math.handler import RETRY_MESSAGE, MathEnv, MathHandler, final_answer
-from rollserve.handlers.math.scoring import verify_math_answer
-from rollserve.handlers.scoring import ScoringPool
+from rollserve.handlers.latex import extract_boxed, verify_math_answer
+from rollserve.handlers.math.handler import MathEnv, MathHandler
+from rollserve.handlers.math.prompts import RETRY_MESSAGE
+from rollserve.handlers.scoring import ScoringPool, score_in_pool
+from rollserve.handlers.single_answer import final_answer
 
 QUESTION = {"question": "What is 7 + 5?", "answer": "12"}
 
@@ -56,8 +58,8 @@ def test_final_answer_takes_the_last_boxed_reply():
         {"role": "assistant", "content": "\\boxed{1}"},
         {"role": "assistant", "content": "no box"},
     ]
-    assert final_answer(messages) == "1"
-    assert final_answer(messages[:1]) is None
+    assert final_answer(messages, extract_boxed) == "1"
+    assert final_answer(messages[:1], extract_boxed) is None
 
 
 # --- scoring -------------------------------------------------------------------
@@ -199,20 +201,20 @@ async def test_reasoning_gym_generation_is_deterministic_by_seed(ctx, new_rollou
     a, b, other = new_rollout(RG), new_rollout(dict(RG)), new_rollout({**RG, "seed": 43})
     for rollout in (a, b, other):
         await handler.init(rollout)
-    assert a.state["question"] == b.state["question"]
-    assert a.state["gold"] == b.state["gold"]
-    assert (a.state["question"], a.state["gold"]) != (other.state["question"], other.state["gold"])
+    assert a.state.question == b.state.question
+    assert a.state.gold == b.state.gold
+    assert (a.state.question, a.state.gold) != (other.state.question, other.state.gold)
     # Exactly what reasoning-gym itself generates for that seed and index.
     expected = reasoning_gym.create_dataset("basic_arithmetic", seed=42, size=500, max_terms=3, max_digits=2)[3]
-    assert a.state["question"] == expected["question"]
-    assert a.state["gold"] == str(expected["answer"])
+    assert a.state.question == expected["question"]
+    assert a.state.gold == str(expected["answer"])
 
 
 async def test_reasoning_gym_answer_scored_by_its_scorer(ctx, new_rollout, scripted):
     handler = MathHandler(ctx)
     probe = new_rollout(RG)
     await handler.init(probe)
-    gold = probe.state["gold"]
+    gold = probe.state.gold
 
     right = new_rollout(RG, llm=scripted([f"Working... \\boxed{{{gold}}}"]))
     wrong = new_rollout(RG, llm=scripted([f"\\boxed{{{int(gold) + 1}}}"]))
@@ -230,8 +232,8 @@ async def test_reasoning_gym_list_config_and_text_wrapped_answer(ctx, new_rollou
     handler = MathHandler(ctx)
     probe = new_rollout(instance)
     await handler.init(probe)
-    assert "+" in probe.state["question"]
-    rollout = new_rollout(instance, llm=scripted([f"\\boxed{{\\text{{{probe.state['gold']}}}}}"]))
+    assert "+" in probe.state.question
+    rollout = new_rollout(instance, llm=scripted([f"\\boxed{{\\text{{{probe.state.gold}}}}}"]))
     await handler.init(rollout)
     await handler.run(rollout)
     assert (await handler.eval(rollout)).reward == 1.0
@@ -239,7 +241,7 @@ async def test_reasoning_gym_list_config_and_text_wrapped_answer(ctx, new_rollou
 
 async def test_scorer_crash_or_dead_pool_is_infra_not_a_zero(tokenizer, ctx, new_rollout, scripted):
     with pytest.raises(InfraError, match="ZeroDivisionError"):
-        await MathHandler(ctx)._in_pool(operator.truediv, 1, 0, what="a scorer")
+        await score_in_pool(ctx.scoring, operator.truediv, 1, 0, what="a scorer")
     pool = ScoringPool(workers=1)
     pool.close()
     handler = MathHandler(HandlerContext(tokenizer=tokenizer, scoring=pool))

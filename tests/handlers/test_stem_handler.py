@@ -11,7 +11,6 @@ from rollserve.datasets import bundled_rows
 from rollserve.handlers.base import AgentHandler, HandlerContext, InvalidInstance
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.handlers.scoring import ScoringPool
-from rollserve.handlers.stem.handler import StemEnv, StemHandler, gpqa_order, prepare
 from rollserve.handlers.stem.answers import (
     extract_answer,
     is_numeric_answer,
@@ -20,6 +19,7 @@ from rollserve.handlers.stem.answers import (
     parse_number,
     score_stem_answer,
 )
+from rollserve.handlers.stem.handler import StemEnv, StemHandler, gpqa_order, prepare
 from rollserve.testing import FakeVLLM
 
 MMLU = {"question": "What is the capital of France?", "choices": ["London", "Paris", "Rome", "Berlin"],
@@ -90,50 +90,50 @@ def test_invalid_instances_name_the_field(instance, field):
 # --- shapes and prompts ----------------------------------------------------------------
 def test_mmlu_shape_prompt_and_gold():
     state = prepare(MMLU)
-    assert state["shape"] == "mmlu" and state["subject"] == "geography"
-    assert state["spec"] == {"kind": "choice", "choices": ["London", "Paris", "Rome", "Berlin"], "gold": "B"}
-    assert state["question"] == ("Subject: geography\n\nWhat is the capital of France?\n\n"
+    assert state.shape == "mmlu" and state.subject == "geography"
+    assert state.spec == {"kind": "choice", "choices": ["London", "Paris", "Rome", "Berlin"], "gold": "B"}
+    assert state.question == ("Subject: geography\n\nWhat is the capital of France?\n\n"
                                  "A) London\nB) Paris\nC) Rome\nD) Berlin")
-    assert '"Answer: X"' in state["answer_format"] and "A, B, C, D" in state["answer_format"]
-    assert prepare({**MMLU, "answer": "b"})["spec"]["gold"] == "B"  # a letter, any case
+    assert '"Answer: X"' in state.answer_format and "A, B, C, D" in state.answer_format
+    assert prepare({**MMLU, "answer": "b"}).spec["gold"] == "B"  # a letter, any case
     ten = prepare({**MMLU, "choices": [f"c{i}" for i in range(10)], "answer": "J"})
-    assert ten["spec"]["gold"] == "J" and "J) c9" in ten["question"]
+    assert ten.spec["gold"] == "J" and "J) c9" in ten.question
 
 
 def test_short_answer_kinds():
-    assert prepare(NUMBER)["spec"] == {"kind": "number", "gold": "3.00e8", "tolerance": 0.01}
-    assert prepare({"question": "Q?", "answer": 46})["spec"]["kind"] == "number"
-    assert prepare({"question": "Q?", "answer": "6371 km", "tolerance": 0.001})["spec"]["tolerance"] == 0.001
-    assert prepare(EXACT)["spec"] == {"kind": "exact", "gold": "Na"}
+    assert prepare(NUMBER).spec == {"kind": "number", "gold": "3.00e8", "tolerance": 0.01}
+    assert prepare({"question": "Q?", "answer": 46}).spec["kind"] == "number"
+    assert prepare({"question": "Q?", "answer": "6371 km", "tolerance": 0.001}).spec["tolerance"] == 0.001
+    assert prepare(EXACT).spec == {"kind": "exact", "gold": "Na"}
     # Not numbers, though they start with digits: exact.
     for gold in ("1,2-dichloroethane", "5th", "H2O"):
-        assert prepare({"question": "Q?", "answer": gold})["spec"]["kind"] == "exact"
+        assert prepare({"question": "Q?", "answer": gold}).spec["kind"] == "exact"
     expr = prepare({"question": "Q?", "answer": "\\frac{1}{2} m v^2", "answer_type": "expression"})
-    assert expr["spec"]["kind"] == "expression" and "<value>" in expr["answer_format"]
-    assert prepare({"question": "Q?", "answer": "42", "answer_type": "exact"})["spec"]["kind"] == "exact"
+    assert expr.spec["kind"] == "expression" and "<value>" in expr.answer_format
+    assert prepare({"question": "Q?", "answer": "42", "answer_type": "exact"}).spec["kind"] == "exact"
     state = prepare({**EXACT, "instructions": "Reply with the symbol only, as Answer: <symbol>."})
-    assert state["answer_format"] == "Reply with the symbol only, as Answer: <symbol>."
-    assert state["shape"] == "short" and "A)" not in state["question"]
+    assert state.answer_format == "Reply with the symbol only, as Answer: <symbol>."
+    assert state.shape == "short" and "A)" not in state.question
 
 
 def test_gpqa_shuffle_is_deterministic_and_tracks_the_correct_letter():
     state = prepare(GPQA)
-    spec = state["spec"]
-    assert state["shape"] == "gpqa" and state["subject"] == "Particle Physics"
+    spec = state.spec
+    assert state.shape == "gpqa" and state.subject == "Particle Physics"
     assert sorted(spec["choices"]) == sorted(["Photon", "Gluon", "W boson", "Graviton"])
     assert spec["choices"][ord(spec["gold"]) - ord("A")] == "Photon"
     assert prepare(dict(GPQA)) == state  # same instance, same order
     # The order depends on the question (or the seed), never on Python's RNG state.
-    orders = {tuple(prepare({**GPQA, "Question": f"{GPQA['Question']} ({i})"})["spec"]["choices"])
+    orders = {tuple(prepare({**GPQA, "Question": f"{GPQA['Question']} ({i})"}).spec["choices"])
               for i in range(12)}
     assert len(orders) > 1
-    golds = {prepare({**GPQA, "shuffle_seed": seed})["spec"]["gold"] for seed in range(12)}
+    golds = {prepare({**GPQA, "shuffle_seed": seed}).spec["gold"] for seed in range(12)}
     assert len(golds) > 1
     seeded = prepare({**GPQA, "shuffle_seed": 3})
-    assert seeded["spec"] == prepare({**GPQA, "shuffle_seed": 3, "Question": "Another question?"})["spec"]
+    assert seeded.spec == prepare({**GPQA, "shuffle_seed": 3, "Question": "Another question?"}).spec
     assert gpqa_order("q", ["a", "b", "c", "d"]) == gpqa_order("q", ["a", "b", "c", "d"])
     for seed in range(12):
-        s = prepare({**GPQA, "shuffle_seed": seed})["spec"]
+        s = prepare({**GPQA, "shuffle_seed": seed}).spec
         assert s["choices"]["ABCD".index(s["gold"])] == "Photon"
 
 
@@ -259,10 +259,10 @@ async def episode(ctx, rollout) -> StemHandler:
 
 async def test_env_asks_for_the_format_until_an_answer():
     state = prepare(MMLU)
-    env = StemEnv(state["question"], state["system_prompt"], state["spec"], state["answer_format"])
+    env = StemEnv(state.question, state.system_prompt, state.spec, state.answer_format)
     system, user = env.initial_messages()
     assert system["role"] == "system"
-    assert user["content"].startswith("Subject: geography") and user["content"].endswith(state["answer_format"])
+    assert user["content"].startswith("Subject: geography") and user["content"].endswith(state.answer_format)
     step = await env.step("Hmm, a capital city.")
     assert not step.done and "Answer: X" in step.messages[0]["content"]
     assert "A, B, C, D" in step.messages[0]["content"]
@@ -286,7 +286,7 @@ async def test_mmlu_episode_is_scored(ctx, new_rollout, scripted, reply, reward)
 
 
 async def test_gpqa_episode_tracks_the_shuffled_letter(ctx, new_rollout, scripted):
-    spec = prepare(GPQA)["spec"]
+    spec = prepare(GPQA).spec
     wrong = next(letter for letter in "ABCD" if letter != spec["gold"])
     for letter, reward in ((spec["gold"], 1.0), (wrong, 0.0)):
         rollout = new_rollout(GPQA, llm=scripted([f"The answer is ({letter})."]))
@@ -362,8 +362,8 @@ TASKS = bundled_rows("stem")
 
 def test_bundled_set_is_varied_and_valid():
     assert len(TASKS) >= 24 and len({t["task_id"] for t in TASKS}) == len(TASKS)
-    shapes = [prepare(t)["shape"] for t in TASKS]
-    kinds = {prepare(t)["spec"]["kind"] for t in TASKS}
+    shapes = [prepare(t).shape for t in TASKS]
+    kinds = {prepare(t).spec["kind"] for t in TASKS}
     assert {"mmlu", "gpqa", "short"} <= set(shapes) and {"choice", "number", "exact"} <= kinds
     for task in TASKS:
         StemHandler(ctx=None).validate(task)
@@ -379,7 +379,7 @@ def _wrong(spec: dict) -> str:
 
 @pytest.mark.parametrize("task", TASKS, ids=[t["task_id"] for t in TASKS])
 async def test_bundled_task_gold_scores_one_and_a_wrong_answer_zero(ctx, new_rollout, scripted, task):
-    spec = prepare(task)["spec"]
+    spec = prepare(task).spec
     handler = StemHandler(ctx)
     for answer, reward in ((spec["gold"], 1.0), (_wrong(spec), 0.0)):
         rollout = new_rollout(task, llm=scripted([f"Let me think.\nAnswer: {answer}"]))

@@ -8,7 +8,7 @@ tool never starts its shell or kernel; ``close()`` ends what was opened.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from rollserve.agent.tools import Tool, ToolError, function_schema
 from rollserve.sandbox.base import Sandbox
@@ -73,7 +73,7 @@ class BashTool(Tool):
         if not command.strip():
             raise ToolError("command is empty")
         # An explicit timeout is the model saying "this is slow": no idle cut-off then.
-        idle = None if timeout is not None else "default"
+        idle: Literal["default"] | None = None if timeout is not None else "default"
         try:
             result = await self.session.run(command, timeout=timeout, idle_timeout=idle)
         except BashBusy:

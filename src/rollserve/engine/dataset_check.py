@@ -10,19 +10,22 @@ runtime) are created only if a handler actually uses them: ``validate`` and
 from __future__ import annotations
 
 import inspect
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
+from rollserve.contract import TaskRequest
 from rollserve.datasets import DatasetRow
-from rollserve.engine.requests import TaskRequest
-from rollserve.handlers.base import HandlerContext, InvalidInstance
+from rollserve.handlers.base import AgentHandler, HandlerContext, InvalidInstance
 from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
 from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
 from rollserve.validation import describe
+
+if TYPE_CHECKING:
+    from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
 
 @dataclass
@@ -66,7 +69,10 @@ def offline_context(runtime: str = "bubblewrap", tokenizer: str = DEFAULT_TOKENI
 
         return load_tokenizer(tokenizer)
 
-    return HandlerContext(tokenizer=LazyObject(load, f"tokenizer {tokenizer}"),
+    # The stand-in loads the tokenizer if a handler ever reads it (validate and images
+    # should not): typed as what it stands in for.
+    lazy_tokenizer = cast("ChatTokenizer", LazyObject(load, f"tokenizer {tokenizer}"))
+    return HandlerContext(tokenizer=lazy_tokenizer,
                           scoring=ScoringPool(workers=1), sandboxes=LazyRuntime(runtime, state_dir),
                           options=dict(options or {}))
 
@@ -84,10 +90,10 @@ class DatasetChecker:
         self.registry = registry if registry is not None else HandlerRegistry()
         self.context = context if context is not None else offline_context()
         self.remote_handlers = set(remote_handlers)
-        self._handlers: dict[str, Any] = {}
+        self._handlers: dict[str, AgentHandler | None] = {}
         self._build_errors: dict[str, str] = {}
 
-    def handler(self, data_source: str) -> Any | None:
+    def handler(self, data_source: str) -> AgentHandler | None:
         """The handler for ``data_source``; None if only the remote server has it.
         Raises ``ValueError("field: message")`` if there is none."""
         if data_source in self._build_errors:
@@ -146,15 +152,15 @@ class DatasetChecker:
         return checks
 
     def images(self, row: DatasetRow) -> list[str]:
-        """The environment images a valid row's handler says it needs (none if the
-        handler has no ``images``). Raises ``ValueError`` naming what went wrong."""
+        """The environment images a valid row's handler says it needs (its
+        ``AgentHandler.images``: none by default; none either for a handler only the
+        remote server has). Raises ``ValueError`` naming what went wrong."""
         assert row.data_source is not None
         handler = self.handler(row.data_source)
-        method = getattr(handler, "images", None)
-        if method is None:
+        if handler is None:
             return []
         try:
-            images = method(row.instance)
+            images: object = handler.images(row.instance)
         except Exception as exc:
             raise ValueError(f"{row.data_source}.images() failed: {type(exc).__name__}: {exc}") from None
         if inspect.isawaitable(images) or not isinstance(images, (list, tuple)) or \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -22,6 +23,7 @@ from rollserve.contract import (
     Timeouts,
 )
 from rollserve.contract.validation import describe
+from rollserve.handlers.base import RolloutResources
 
 MAX_FAILURE_CHARS = 1000  # of a validation error quoted in a failure message
 
@@ -52,7 +54,8 @@ class RolloutSpec(BaseModel):
 
 @dataclass
 class Rollout:
-    """A rollout in flight: its spec, limits, state and what it produced."""
+    """A rollout in flight: its spec, limits, state and what it produced. Handlers see
+    it as a ``handlers.base.RolloutView``."""
 
     spec: RolloutSpec
     max_turns: int = 1
@@ -66,7 +69,8 @@ class Rollout:
     timing: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     llm: Any = None  # the sticky LLM session, set by the engine before RUN
-    state: dict[str, Any] = field(default_factory=dict)  # the handler's scratch space
+    state: object | None = None  # the handler's typed state (``AgentHandler.state``)
+    resources: RolloutResources = field(default_factory=RolloutResources)  # cleanup frees them
     attempt: int = 1
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
@@ -82,6 +86,14 @@ class Rollout:
     @property
     def instance(self) -> dict[str, Any]:
         return self.spec.instance
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.spec.metadata
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self.spec.sampling
 
     @property
     def stale(self) -> bool:
@@ -121,6 +133,9 @@ class Rollout:
 
     def add_time(self, key: str, seconds: float) -> None:
         self.timing[key] = round(self.timing.get(key, 0.0) + seconds, 6)
+
+    def add_stats(self, counts: Mapping[str, int]) -> None:
+        self.stats.update(counts)
 
     def result(self) -> RolloutResult:
         """The result as the contract has it (``seq`` is the store's to give)."""

@@ -1,1 +1,76 @@
-"""Task families: one AgentHandler per data_source, and the registry."""
+"""Task families: one AgentHandler per data_source, and the registry.
+
+The plugin API, importable from here in one place (each name is imported from its
+home module on first use, so importing this package stays cheap: scoring workers
+import ``handlers.latex`` and ``handlers.math.scoring`` without the agent stack)::
+
+    from rollserve.handlers import AgentHandler, Evaluation, RolloutView, run_episode, ToolEnv
+
+- the contract (``handlers.base``): ``AgentHandler``, ``HandlerDefaults``,
+  ``HandlerContext``, ``Evaluation``, ``InvalidInstance``, ``RolloutView``,
+  ``RolloutResources``;
+- running an episode: ``run_episode``, and the agent's pieces it takes: ``AgentEnv``,
+  ``Step``, ``ToolEnv``, ``ToolEnvConfig``, ``Tool``, ``FinishingTool``, ``FinishTool``,
+  ``ToolError``, ``function_schema``, the sandbox tools ``BashTool``, ``EditorTool``,
+  ``PythonTool``;
+- sandboxes: ``open_sandbox``, ``close_later``, ``close_sandboxes``, ``find_python``,
+  ``python_with``;
+- scoring off the event loop: ``ScoringPool``, ``ScoringTimeout``, ``score_in_pool``;
+- failures: ``InfraError`` (masked), ``AgentError`` (the agent's: reward 0).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(("AgentHandler", "Evaluation", "HandlerContext", "HandlerDefaults",
+                     "InvalidInstance", "RolloutResources", "RolloutView"), "rollserve.handlers.base"),
+    "run_episode": "rollserve.handlers.episode",
+    **dict.fromkeys(("close_later", "close_sandboxes", "find_python", "open_sandbox", "python_with"),
+                    "rollserve.handlers.sandboxed"),
+    **dict.fromkeys(("ScoringPool", "ScoringTimeout", "score_in_pool"), "rollserve.handlers.scoring"),
+    **dict.fromkeys(("AgentEnv", "FinishingTool", "Step", "Tool"), "rollserve.agent.base"),
+    **dict.fromkeys(("FinishTool", "ToolError", "function_schema"), "rollserve.agent.tools"),
+    **dict.fromkeys(("ToolEnv", "ToolEnvConfig"), "rollserve.agent.tool_env"),
+    **dict.fromkeys(("BashTool", "EditorTool", "PythonTool"), "rollserve.agent.sandbox_tools"),
+    **dict.fromkeys(("AgentError", "InfraError"), "rollserve.errors"),
+}
+__all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
+    "AgentEnv", "AgentError", "AgentHandler", "BashTool", "EditorTool", "Evaluation", "FinishTool",
+    "FinishingTool", "HandlerContext", "HandlerDefaults", "InfraError", "InvalidInstance",
+    "PythonTool", "RolloutResources", "RolloutView", "ScoringPool", "ScoringTimeout", "Step", "Tool",
+    "ToolEnv", "ToolEnvConfig", "ToolError", "close_later", "close_sandboxes", "find_python",
+    "function_schema", "open_sandbox", "python_with", "run_episode", "score_in_pool",
+]
+
+
+def __getattr__(name: str) -> object:
+    """Import a plugin-API name from its home module the first time it is asked for."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = vars(importlib.import_module(home))[name]
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from rollserve.agent.base import AgentEnv, FinishingTool, Step, Tool
+    from rollserve.agent.sandbox_tools import BashTool, EditorTool, PythonTool
+    from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
+    from rollserve.agent.tools import FinishTool, ToolError, function_schema
+    from rollserve.errors import AgentError, InfraError
+    from rollserve.handlers.base import (
+        AgentHandler,
+        Evaluation,
+        HandlerContext,
+        HandlerDefaults,
+        InvalidInstance,
+        RolloutResources,
+        RolloutView,
+    )
+    from rollserve.handlers.episode import run_episode
+    from rollserve.handlers.sandboxed import close_later, close_sandboxes, find_python, open_sandbox, python_with
+    from rollserve.handlers.scoring import ScoringPool, ScoringTimeout, score_in_pool

@@ -1,18 +1,36 @@
-"""The AgentHandler contract: one per task family, registered by ``name``."""
+"""The handler layer's contracts: a task family (``AgentHandler``), what the engine
+lends it (``HandlerContext``) and what it sees of a rollout (``RolloutView``).
+
+A handler is one class per task family, registered under its data_source name (see
+``registry``). The engine drives each rollout through its stages: ``init`` (sandbox
+up, task ready), ``run`` (the agent loop fills ``rollout.trajectory``), ``eval`` (the
+reward), and always ``cleanup``. What one stage hands to the next is the handler's
+own typed state, a dataclass it puts on ``rollout.state`` and reads back with
+``AgentHandler.state(rollout, Kind)``; sandboxes and tools it opens go into
+``rollout.resources`` (``handlers.sandboxed``), which ``cleanup`` releases.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from rollserve.engine.rollout import Rollout
+from rollserve.errors import InfraError
+
+if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
+    from rollserve.agent.base import Tool
+    from rollserve.agent.loop import LLMSession
+    from rollserve.agent.trajectory import Trajectory
+    from rollserve.contract import SamplingParams
     from rollserve.handlers.scoring import ScoringPool
     from rollserve.llm.base import Tokenizer
-    from rollserve.sandbox.base import Runtime
-    from rollserve.sandbox.registry import LazyRuntime
+    from rollserve.sandbox.base import Sandbox, SandboxSpec
+
+StateT = TypeVar("StateT")
 
 
 class HandlerDefaults(BaseModel):
@@ -32,25 +50,6 @@ class Evaluation:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class HandlerContext:
-    """What the engine lends every handler.
-
-    ``sandboxes`` starts sandboxes (``await ctx.sandboxes.start(spec)``): the server's
-    runtime, created on first use (``sandbox.registry.LazyRuntime``), or None where
-    the server has none. A handler that needs one and cannot get it fails the
-    rollout with a ``SandboxError`` (infra: masked). Every sandbox a handler starts
-    must be closed in its ``cleanup`` (see ``handlers.sandboxed``).
-    """
-
-    tokenizer: "Tokenizer"
-    scoring: "ScoringPool"
-    sandboxes: "LazyRuntime | Runtime | None" = None
-    # Per-handler settings from the server (``rollserve serve --handler-options``):
-    # handler name -> its options; each handler validates its own.
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
 class InvalidInstance(ValueError):
     """A task instance does not fit its handler; ``field`` names the culprit."""
 
@@ -60,26 +59,153 @@ class InvalidInstance(ValueError):
         self.message = message
 
 
-@runtime_checkable
-class AgentHandler(Protocol):
-    name: str
-    defaults: HandlerDefaults
+class SandboxStarter(Protocol):
+    """What handlers use of the server's sandbox runtime (``sandbox.registry.LazyRuntime``
+    or a ``sandbox.base.Runtime``)."""
 
+    @property
+    def name(self) -> str:
+        """The runtime's name (bubblewrap, apptainer, docker...)."""
+        ...
+
+    async def start(self, spec: SandboxSpec) -> Sandbox: ...
+
+
+@dataclass
+class HandlerContext:
+    """What the engine lends every handler.
+
+    ``sandboxes`` starts sandboxes (``await ctx.sandboxes.start(spec)``): the server's
+    runtime, created on first use (``sandbox.registry.LazyRuntime``), or None where
+    the server has none. A handler that needs one and cannot get it fails the
+    rollout with a ``SandboxError`` (infra: masked). Every sandbox a handler starts
+    must be closed in its ``cleanup`` (``handlers.sandboxed`` does both).
+    """
+
+    tokenizer: Tokenizer
+    scoring: ScoringPool
+    sandboxes: SandboxStarter | None = None
+    # Per-handler settings from the server (``rollserve serve --handler-options``):
+    # handler name -> its options; each handler validates its own.
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutResources:
+    """What a rollout holds that its handler's ``cleanup`` must release: the sandboxes
+    it started, and tools (shells, kernels) to end before them."""
+
+    sandboxes: list[Sandbox] = field(default_factory=list)
+    closers: list[Tool] = field(default_factory=list)
+
+
+@runtime_checkable
+class RolloutView(Protocol):
+    """What a handler sees of a rollout (the engine's ``Rollout`` is one)."""
+
+    # The handler's own typed state: what one stage hands the next (None until the
+    # handler sets it; read it back with ``AgentHandler.state``).
+    state: object | None
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def instance(self) -> dict[str, Any]:
+        """The task instance, as submitted (validated by the handler at submission)."""
+        ...
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The client's metadata for the task, returned with the result."""
+        ...
+
+    @property
+    def sampling(self) -> SamplingParams: ...
+
+    @property
+    def max_turns(self) -> int: ...
+
+    @property
+    def max_context_tokens(self) -> int: ...
+
+    @property
+    def deadline(self) -> float | None:
+        """Event-loop time (``loop.time()``) by which the whole rollout must end."""
+        ...
+
+    def agent_deadline(self, now: float) -> float | None:
+        """Event-loop time at which the agent's episode ends itself (``agent.clock``), so
+        that RUN ends in time; None when there is none (outside an engine's RUN)."""
+        ...
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """Filled in place by the agent loop (``handlers.episode.run_episode``)."""
+        ...
+
+    @property
+    def llm(self) -> LLMSession | None:
+        """The rollout's sticky LLM session, set by the engine before RUN."""
+        ...
+
+    @property
+    def resources(self) -> RolloutResources: ...
+
+    def add_time(self, key: str, seconds: float) -> None:
+        """Add ``seconds`` to the result's ``timing[key]``."""
+
+    def add_stats(self, counts: Mapping[str, int]) -> None:
+        """Set these counts in the result's ``stats`` (tool calls, errors...)."""
+
+
+class AgentHandler(ABC):
+    """A task family: subclass it, set ``name`` and ``defaults``, implement the stages.
+
+    The engine builds one instance per server (``Handler(ctx)``) and calls its stages
+    concurrently for many rollouts, so per-rollout data lives on the rollout, never on
+    the handler: a stage puts what the next one needs on ``rollout.state`` (a
+    dataclass of the handler's own) and the next reads it back with ``state``.
+    """
+
+    name: ClassVar[str]  # the data_source it is registered under
+    defaults: ClassVar[HandlerDefaults] = HandlerDefaults()
+
+    def __init__(self, ctx: HandlerContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
     def validate(self, instance: dict[str, Any]) -> None:
         """Raise InvalidInstance naming the field if ``instance`` cannot run."""
 
-    async def init(self, rollout: "Rollout") -> None:
+    @abstractmethod
+    async def init(self, rollout: RolloutView) -> None:
         """Prepare the task (sandbox up, data ready)."""
 
-    async def run(self, rollout: "Rollout") -> None:
+    @abstractmethod
+    async def run(self, rollout: RolloutView) -> None:
         """The agent loop; fills ``rollout.trajectory``."""
 
-    async def eval(self, rollout: "Rollout") -> Evaluation:
+    @abstractmethod
+    async def eval(self, rollout: RolloutView) -> Evaluation:
         """Score the episode."""
 
-    async def cleanup(self, rollout: "Rollout") -> None:
+    @abstractmethod
+    async def cleanup(self, rollout: RolloutView) -> None:
         """Release everything ``init``/``run`` took; always called, even on cancel."""
 
-    # Optional: ``images(instance) -> list[str]``, the environment images (apptainer /
-    # docker references) an instance runs in, for ``rollserve images pull``. A handler
-    # without it needs no images.
+    def images(self, instance: dict[str, Any]) -> list[str]:
+        """The environment images (apptainer / docker references) ``instance`` runs
+        in, for ``rollserve images pull``; none by default."""
+        return []
+
+    def state(self, rollout: RolloutView, kind: type[StateT]) -> StateT:
+        """The ``kind`` an earlier stage put on ``rollout.state``; an InfraError (the
+        rollout is masked, not scored) when there is none, as when RUN comes before
+        INIT."""
+        state = rollout.state
+        if isinstance(state, kind):
+            return state
+        found = "nothing" if state is None else f"a {type(state).__name__}"
+        raise InfraError(f"{self.name} handler: rollout {rollout.id} has no {kind.__name__} "
+                         f"(found {found}): its stages ran out of order, e.g. RUN before INIT")

@@ -1,21 +1,25 @@
 """data_source -> AgentHandler: the built-in task families plus plugins.
 
-A plugin package adds a task family without forking rollserve by declaring an
-entry point in the ``rollserve.handlers`` group::
+The built-ins are one table in code (``builtin_handlers``), so they are there
+whatever the installed package metadata says (a source tree on ``PYTHONPATH``, a
+vendored copy, metadata older than the code), and registered once. A plugin package
+adds a task family without forking rollserve by declaring an entry point in the
+``rollserve.handlers`` group, naming a subclass of ``rollserve.handlers.AgentHandler``::
 
     [project.entry-points."rollserve.handlers"]
     my_task = "my_package.handlers:MyHandler"
 
 The registry imports every plugin once, when it is built, so a broken plugin is
 reported at server start (``load_errors``, a log warning, and a clear message when
-a request names it) instead of crashing the server or failing later.
+a request names it) instead of crashing the server or failing later. A plugin may
+not take over a built-in name or alias.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from importlib.metadata import entry_points
-from typing import Any
 
 from rollserve.handlers.base import AgentHandler, HandlerContext
 
@@ -50,26 +54,34 @@ class UnknownDataSource(KeyError):
         return self.message
 
 
-def _builtin_handlers() -> dict[str, type]:
+def builtin_handlers() -> dict[str, type[AgentHandler]]:
+    """The built-in task families by data_source name: the one table of them
+    (imported when a registry is built, not when this module is)."""
     from rollserve.handlers.code.handler import CodeHandler
     from rollserve.handlers.math.handler import MathHandler, MathPythonHandler
     from rollserve.handlers.stem.handler import StemHandler
-    from rollserve.handlers.swe import SWEHandler
+    from rollserve.handlers.swe.handler import SWEHandler
 
-    return {cls.name: cls for cls in (MathHandler, MathPythonHandler, CodeHandler, SWEHandler, StemHandler)}
+    return {"math": MathHandler, "math_python": MathPythonHandler, "code": CodeHandler,
+            "stem": StemHandler, "swe": SWEHandler}
 
 
-def _looks_like_handler(obj: Any) -> bool:
-    return callable(obj) and all(
-        callable(getattr(obj, method, None)) for method in ("validate", "init", "run", "eval", "cleanup")
-    )
+def handler_problem(obj: object) -> str | None:
+    """Why ``obj`` cannot be registered as a handler class, or None if it can."""
+    if not (isinstance(obj, type) and issubclass(obj, AgentHandler)):
+        return "not an AgentHandler class (subclass rollserve.handlers.AgentHandler)"
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(obj.__abstractmethods__))
+        return f"an AgentHandler class that does not implement {missing}"
+    return None
 
 
 class HandlerRegistry:
     """Maps a data_source name to a handler class, and caches one instance per name."""
 
-    def __init__(self, discover: bool = True):
-        self._classes: dict[str, type] = dict(_builtin_handlers())
+    def __init__(self, discover: bool = True) -> None:
+        self._builtins = builtin_handlers()
+        self._classes: dict[str, type[AgentHandler]] = dict(self._builtins)
         self._aliases: dict[str, str] = dict(BUILTIN_ALIASES)
         self._instances: dict[str, AgentHandler] = {}
         self.load_errors: dict[str, str] = {}  # plugin name -> why it could not be loaded
@@ -77,10 +89,11 @@ class HandlerRegistry:
             self.discover()
 
     # --- registration -------------------------------------------------------
-    def register(self, name: str, handler_cls: type, aliases: tuple[str, ...] = ()) -> None:
+    def register(self, name: str, handler_cls: type[AgentHandler], aliases: tuple[str, ...] = ()) -> None:
         """Register (or replace) a handler class in code; replaces any cached instance."""
-        if not _looks_like_handler(handler_cls):
-            raise TypeError(f"{handler_cls!r} is not an AgentHandler (needs validate/init/run/eval/cleanup)")
+        problem = handler_problem(handler_cls)
+        if problem is not None:
+            raise TypeError(f"{handler_cls!r} is {problem}")
         self._classes[name] = handler_cls
         self._instances.pop(name, None)
         self.load_errors.pop(name, None)
@@ -90,15 +103,14 @@ class HandlerRegistry:
     def discover(self) -> None:
         """Load handlers declared in the ``rollserve.handlers`` entry-point group.
 
-        A plugin may not take over a built-in name (that would silently change
-        what an existing data_source means); rollserve's own entry points, which
-        name the built-ins, are recognised and skipped.
+        A plugin may not take over a built-in name or alias (that would silently
+        change what an existing data_source means).
         """
-        builtins = _builtin_handlers()
         for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in builtins and ep.value == _qualified(builtins[ep.name]):
-                continue
-            if ep.name in builtins or ep.name in self._aliases:
+            builtin = self._builtins.get(ep.name)
+            if builtin is not None and ep.value == f"{builtin.__module__}:{builtin.__qualname__}":
+                continue  # an install made before the built-ins left the entry points
+            if builtin is not None or ep.name in self._aliases:
                 self.load_errors[ep.name] = (
                     f"entry point {ep.value!r} clashes with the built-in handler {ep.name!r}; ignored"
                 )
@@ -110,8 +122,9 @@ class HandlerRegistry:
                 self.load_errors[ep.name] = f"cannot load {ep.value!r}: {type(exc).__name__}: {exc}"
                 log.warning("handler plugin %s: %s", ep.name, self.load_errors[ep.name])
                 continue
-            if not _looks_like_handler(handler_cls):
-                self.load_errors[ep.name] = f"{ep.value!r} is not an AgentHandler class"
+            problem = handler_problem(handler_cls)
+            if problem is not None:
+                self.load_errors[ep.name] = f"{ep.value!r} is {problem}"
                 log.warning("handler plugin %s: %s", ep.name, self.load_errors[ep.name])
                 continue
             self._classes[ep.name] = handler_cls
@@ -129,7 +142,7 @@ class HandlerRegistry:
             return canonical
         raise UnknownDataSource(name, self.names(), reason=self.load_errors.get(canonical))
 
-    def handler_class(self, name: str) -> type:
+    def handler_class(self, name: str) -> type[AgentHandler]:
         return self._classes[self.resolve(name)]
 
     def create(self, name: str, ctx: HandlerContext) -> AgentHandler:
@@ -141,7 +154,3 @@ class HandlerRegistry:
             handler = self._classes[canonical](ctx)
             self._instances[canonical] = handler
         return handler
-
-
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"

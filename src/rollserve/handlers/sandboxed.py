@@ -1,13 +1,10 @@
 """What handlers that act in sandboxes share.
 
 - ``open_sandbox``: start a sandbox for a rollout and remember it in the rollout's
-  state, so ``close_sandboxes`` (called from the handler's ``cleanup``, which the
-  engine always runs, even on cancel and timeout) closes it: no sandbox outlives
+  ``resources``, so ``close_sandboxes`` (called from the handler's ``cleanup``, which
+  the engine always runs, even on cancel and timeout) closes it: no sandbox outlives
   its rollout. A start still under way when the rollout is cancelled is closed as
-  soon as it completes.
-- ``run_episode``: the standard agent loop over an env (a ``ToolEnv``), with its time
-  and tool counts put on the rollout; the episode ends itself at the rollout's agent
-  deadline (``Rollout.agent_deadline``: ended_by "time_limit").
+  soon as it completes. ``close_later`` adds tools (a shell, a kernel) closed first.
 - ``find_python`` / ``python_with``: an interpreter with IPython (the python tool) or
   another module (pytest, for SWE tests) inside a sandbox.
 """
@@ -18,26 +15,19 @@ import asyncio
 import logging
 import site
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rollserve.agent.loop import AgentEnv, LoopStats, run_agent_loop
-from rollserve.agent.tool_env import ToolEnv
-from rollserve.errors import InfraError
-from rollserve.handlers.base import HandlerContext
+from rollserve.agent.base import Tool
+from rollserve.handlers.base import HandlerContext, RolloutView
 from rollserve.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from rollserve.sandbox.tools.ipython import IPythonConfig
 
-if TYPE_CHECKING:
-    from rollserve.engine.rollout import Rollout
-
 log = logging.getLogger(__name__)
 
-SANDBOXES = "_sandboxes"  # rollout.state key: sandboxes to close in cleanup
-CLOSERS = "_closers"  # rollout.state key: tools (shells, kernels) to close first
-_PENDING: set[asyncio.Future] = set()  # starts that outlived a cancelled rollout
+_PENDING: set[asyncio.Future[Any]] = set()  # starts that outlived a cancelled rollout
 
 
-async def open_sandbox(ctx: HandlerContext, rollout: "Rollout", spec: SandboxSpec) -> Sandbox:
+async def open_sandbox(ctx: HandlerContext, rollout: RolloutView, spec: SandboxSpec) -> Sandbox:
     """Start a sandbox for ``rollout``; ``close_sandboxes(rollout)`` closes it.
 
     Raises ``SandboxError`` (infra: masked) when the server has no usable runtime.
@@ -52,11 +42,11 @@ async def open_sandbox(ctx: HandlerContext, rollout: "Rollout", spec: SandboxSpe
         _PENDING.add(start)
         start.add_done_callback(_close_late)
         raise
-    rollout.state.setdefault(SANDBOXES, []).append(sandbox)
+    rollout.resources.sandboxes.append(sandbox)
     return sandbox
 
 
-def _close_late(start: asyncio.Future) -> None:
+def _close_late(start: asyncio.Future[Sandbox]) -> None:
     """A sandbox whose rollout was cancelled while it started: close it now."""
     if start.cancelled() or start.exception() is not None:
         _PENDING.discard(start)
@@ -67,50 +57,26 @@ def _close_late(start: asyncio.Future) -> None:
     _PENDING.discard(start)
 
 
-def close_later(rollout: "Rollout", *tools: Any) -> None:
-    """Tools with a ``close()`` (a shell, a kernel) to end before the sandboxes close."""
-    rollout.state.setdefault(CLOSERS, []).extend(tools)
+def close_later(rollout: RolloutView, *tools: Tool) -> None:
+    """Tools (a shell, a kernel) to end before the rollout's sandboxes close."""
+    rollout.resources.closers.extend(tools)
 
 
-async def close_sandboxes(rollout: "Rollout") -> None:
+async def close_sandboxes(rollout: RolloutView) -> None:
     """Close the rollout's tools, then its sandboxes (which kills every process in
     them); idempotent, and never raises (problems are logged)."""
-    for tool in rollout.state.pop(CLOSERS, []):
+    resources = rollout.resources
+    tools, resources.closers = resources.closers, []
+    for tool in tools:
         try:
             await tool.close()
         except Exception as error:  # the sandbox close below kills it anyway
             log.debug("closing a tool of rollout %s: %s", rollout.id, error)
-    sandboxes = rollout.state.pop(SANDBOXES, [])
+    sandboxes, resources.sandboxes = resources.sandboxes, []
     results = await asyncio.gather(*(s.close() for s in sandboxes), return_exceptions=True)
     for sandbox, result in zip(sandboxes, results):
         if isinstance(result, BaseException):
             log.error("rollout %s: could not close sandbox %s: %r", rollout.id, sandbox.id, result)
-
-
-async def run_episode(ctx: HandlerContext, rollout: "Rollout", env: "ToolEnv | AgentEnv") -> None:
-    """The agent loop over ``env`` (a ``ToolEnv``, or a tool-less env such as math's);
-    LLM and tool time go to ``rollout.timing`` and a ToolEnv's tool counts to
-    ``rollout.stats``, even when the loop is cancelled."""
-    if rollout.llm is None:
-        raise InfraError("no LLM session was attached to the rollout before RUN")
-    stats = LoopStats()
-    try:
-        await run_agent_loop(
-            env,
-            rollout.llm,
-            ctx.tokenizer,
-            rollout.spec.sampling,
-            max_turns=rollout.max_turns,
-            max_context_tokens=rollout.max_context_tokens,
-            trajectory=rollout.trajectory,
-            stats=stats,
-            deadline=rollout.agent_deadline(asyncio.get_running_loop().time()),
-        )
-    finally:
-        rollout.add_time("llm", stats.llm_seconds)
-        rollout.add_time("tools", stats.env_seconds)
-        if isinstance(env, ToolEnv):
-            rollout.stats.update(env.stats.as_stats())
 
 
 # --- a python with a given module inside the sandbox ----------------------------------
@@ -143,7 +109,7 @@ async def python_with(sandbox: Sandbox, module: str, first: str | None = None) -
 async def _probe_pythons(sandbox: Sandbox, first: str, module: str) -> tuple[str, dict[str, str]]:
     same_version = f"import sys, {module}; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"
     with_our_packages = {"PYTHONPATH": ":".join(site.getsitepackages())}
-    version = "%d.%d" % sys.version_info[:2]
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     candidates = [(first, {}, f"import {module}"),
                   (f"python{version}", with_our_packages, same_version),
                   ("python3", with_our_packages, same_version)]

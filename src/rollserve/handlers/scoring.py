@@ -47,9 +47,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Imported once by the fork server, so forked workers start warm (sympy alone takes
-# about a second to import). Not reasoning_gym: it imports numpy, whose OpenBLAS
-# starts threads, and the fork server must stay single-threaded to fork safely;
-# workers import it on first use instead. A module that fails to import is skipped.
+# about a second to import; math.scoring brings handlers.latex). Not reasoning_gym: it
+# imports numpy, whose OpenBLAS starts threads, and the fork server must stay
+# single-threaded to fork safely; workers import it on first use instead. A module
+# that fails to import is skipped.
 DEFAULT_PRELOAD: tuple[str, ...] = ("math_verify", "rollserve.handlers.math.scoring")
 
 
@@ -79,7 +80,7 @@ def _init_worker(server_pid: int) -> None:
 
     server = getattr(forkserver, "_forkserver", None)
     keepalive_fd = getattr(server, "_forkserver_alive_fd", None)
-    if keepalive_fd is not None:  # None under "spawn"
+    if server is not None and keepalive_fd is not None:  # None under "spawn"
         try:
             os.close(keepalive_fd)
         except OSError:
@@ -187,7 +188,7 @@ class ScoringPool:
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
 
-    async def __aenter__(self) -> "ScoringPool":
+    async def __aenter__(self) -> ScoringPool:
         await self.astart()
         return self
 
@@ -232,3 +233,16 @@ class ScoringPool:
             raise ScoringUnavailable("scoring pool closed while the task was pending") from None
         finally:
             self._in_flight.discard(future)
+
+
+async def score_in_pool(pool: ScoringPool, fn: Callable[..., T], *args: Any, what: str) -> T:
+    """``pool.score(fn, *args)`` for a handler: ``fn``'s own exceptions (a generator
+    or scorer bug) are infrastructure, never a verdict on the agent (``what`` names
+    the job in the InfraError); a ``ScoringTimeout`` is re-raised for the caller to
+    judge (an answer that takes forever to score is usually the agent's doing)."""
+    try:
+        return await pool.score(fn, *args)
+    except (ScoringTimeout, InfraError):
+        raise
+    except Exception as exc:
+        raise InfraError(f"{what} failed: {type(exc).__name__}: {exc}") from exc

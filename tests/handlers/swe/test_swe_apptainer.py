@@ -13,8 +13,8 @@ import pytest
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.swe import SWEHandler
 from rollserve.handlers.swe.evaluate import eval_script
+from rollserve.handlers.swe.handler import SWEWork
 from rollserve.sandbox.apptainer import ApptainerRuntime, cache_name
-
 from tests.handlers.swe import toy_repo
 from tests.sandbox.test_apptainer import fake_apptainer  # noqa: F401 (a fixture)
 
@@ -41,7 +41,7 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
     rollout = new_rollout(image_root)
     try:
         await handler.init(rollout)
-        sandbox = rollout.state["sandbox"]
+        sandbox = handler.state(rollout, SWEWork).sandbox
         (build,) = fake_apptainer("build")
         assert build["argv"][2] == expected
         assert sandbox.image == runtime.images.folder / cache_name(expected)
@@ -61,7 +61,7 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
                               capture_output=True, text=True, check=True).stdout
         assert refs == ""
         assert f"{sandbox.workspace}:/testbed" in snapshot["argv"]
-        assert len(rollout.state["baseline"]) == 40  # the workspace's tree at the start
+        assert len(handler.state(rollout, SWEWork).baseline) == 40  # the workspace's tree at the start
     finally:
         await handler.cleanup(rollout)
     assert not sandbox.workspace.exists()

@@ -3,17 +3,16 @@ episode with a scripted policy, patch taking and applying, typed test failures."
 
 from __future__ import annotations
 
-
 import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.errors import AgentError, InfraError, TimeoutFailure
 from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.swe import SWEHandler
+from rollserve.handlers.swe.handler import SWECandidate, SWEWork
 from rollserve.handlers.swe.patch import Candidate
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.registry import LazyRuntime
-
 from tests.handlers.swe import toy_repo
 
 pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
@@ -36,8 +35,9 @@ def handler(tokenizer, tmp_path):
 
 
 async def evaluate(handler, new_rollout, instance, patch):
+    """The handler's EVAL for ``patch``, as if RUN had left it."""
     rollout = new_rollout(instance)
-    rollout.state["candidate"] = Candidate(patch=patch)
+    rollout.state = SWECandidate(handler.task(instance), Candidate(patch=patch))
     try:
         return await handler.eval(rollout)
     finally:
@@ -124,7 +124,7 @@ async def run_episode(swe, new_rollout, toy, replies):
     try:
         await swe.init(rollout)
         await swe.run(rollout)
-        assert "sandbox" not in rollout.state or not rollout.state.get("_sandboxes")
+        assert rollout.resources.sandboxes == []  # RUN's sandbox is closed already
         return rollout, await swe.eval(rollout)
     finally:
         await swe.cleanup(rollout)
@@ -173,7 +173,7 @@ async def test_a_mirror_becomes_a_bundle_without_later_commits(handler, new_roll
     rollout = new_rollout(instance)
     try:
         await swe.init(rollout)
-        sandbox = rollout.state["sandbox"]
+        sandbox = swe.state(rollout, SWEWork).sandbox
         log = await sandbox.exec("git log --all --format=%s", timeout=30)
         assert log.stdout.split() == ["calc"], log.stdout  # only base_commit's history
         assert toy_repo.BUGGY in (sandbox.workspace / "calc" / "ops.py").read_text()
@@ -215,14 +215,14 @@ async def test_host_sandboxes_see_neither_the_mirrors_nor_the_bundled_answers(ha
                                                                              tmp_path):
     """bubblewrap shows the host root: the mirrors and cut bundles (history past
     base_commit) and the bundled suite (its gold patches) are covered inside."""
-    from rollserve.handlers.swe.environment import repo_cache
     from rollserve.datasets import SWE_MINI
+    from rollserve.handlers.swe.environment import repo_cache
 
     swe = handler()
     rollout = new_rollout(toy)
     try:
         await swe.init(rollout)
-        sandbox = rollout.state["sandbox"]
+        sandbox = swe.state(rollout, SWEWork).sandbox
         assert str((tmp_path / "mirror").resolve()) in sandbox.spec.hide
         assert str(repo_cache(swe.options)) in sandbox.spec.hide  # other tasks' cuts
         seen = await sandbox.exec(f"ls -A {SWE_MINI.path.parent}; cat {SWE_MINI.path}", timeout=30)

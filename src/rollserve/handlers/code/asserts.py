@@ -50,12 +50,12 @@ from __future__ import annotations
 import ast
 import itertools
 import operator
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from rollserve.handlers.code.check import Check, CheckFailed, Node
 from rollserve.handlers.code.names import BUILTINS, STAR, ProbeInfo, free_names, references
-from rollserve.handlers.code.operations import (BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, PREDICATES, TYPES,
-                                                binary)
+from rollserve.handlers.code.operations import BINARY, FUNCTIONS, MATH, MATH_CONSTANTS, PREDICATES, TYPES, binary
 from rollserve.handlers.code.unroll import unroll
 from rollserve.handlers.code.values import Probe
 
@@ -64,8 +64,8 @@ _NOT_LITERAL = object()
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
             ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
-          ast.Not: operator.not_}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
 # Calls inside a probe that judge the solution's objects in the sandbox.
 _JUDGING_CALLS = {"all", "any", "bool", "isinstance", "issubclass", "callable", "hasattr", "filter"}
 
@@ -232,11 +232,12 @@ class _Compiler:
         index, p2 = self.node(node.slice)
         return (lambda probes: value(probes)[index(probes)]), probed or p2
 
-    def _display(self, elements: list[ast.AST],
+    def _display(self, elements: Sequence[ast.expr | None],
                  build: Callable[[list[Any]], Any]) -> tuple[Node, bool] | None:
-        if any(isinstance(e, ast.Starred) for e in elements):
-            return None
-        items = [self.node(e) for e in elements]
+        present = [e for e in elements if e is not None]
+        if len(present) < len(elements) or any(isinstance(e, ast.Starred) for e in present):
+            return None  # {**other}, [*items]: evaluated in the sandbox as a whole
+        items = [self.node(e) for e in present]
         return (lambda probes: build([fn(probes) for fn, _ in items])), any(p for _, p in items)
 
     def _List(self, node: ast.List, truth: bool) -> tuple[Node, bool] | None:
@@ -289,7 +290,7 @@ class _Compiler:
                 or any(isinstance(a, (ast.Starred, ast.GeneratorExp, ast.Lambda)) for a in arguments):
             return None  # evaluated in the sandbox as a whole
         args = [self.node(a) for a in node.args]
-        kwargs = [(k.arg, self.node(k.value)) for k in node.keywords]
+        kwargs = [(k.arg, self.node(k.value)) for k in node.keywords if k.arg is not None]
 
         def call(probes: Sequence[Probe]) -> Any:
             return function(*(fn(probes) for fn, _ in args),

@@ -37,23 +37,29 @@ import keyword
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollserve.agent.sandbox_tools import BashTool, EditorTool
 from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishingTool, ToolError, function_schema
-from rollserve.errors import InfraError
-from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
+from rollserve.handlers.base import (
+    AgentHandler,
+    Evaluation,
+    HandlerContext,
+    HandlerDefaults,
+    InvalidInstance,
+    RolloutView,
+)
 from rollserve.handlers.code.hidden_tests import HiddenTests, run_tests, sandbox_spec, split_asserts, summary
-from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, run_episode
+from rollserve.handlers.code.prompts import SYSTEM_PROMPT, task_text
+from rollserve.handlers.episode import run_episode
+from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec, resolve_in_workspace
 from rollserve.sandbox.tools.bash import BashConfig
 from rollserve.validation import describe
-
-if TYPE_CHECKING:
-    from rollserve.engine.rollout import Rollout
 
 DEFAULT_SOLUTION = "solution.py"
 DEFAULT_TIME_LIMIT = 4.0
@@ -65,35 +71,25 @@ REWARD_MODES = ("all", "fraction")
 UNSAFE_CHECKS = ("fail", "exclude")
 _FILE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
 
-SYSTEM_PROMPT = """\
-You are an expert software engineer working as an autonomous coding agent in a \
-sandboxed Linux machine with Python 3 and no internet access. Your job is to solve a \
-programming problem with a correct, efficient Python program.
+@dataclass
+class CodeTask:
+    """INIT -> RUN: the task as the agent reads it, and its sandbox."""
 
-How to work:
-- The problem is in /workspace/README.md; your solution goes in the file it names.
-- Each reply: think briefly, then call a tool. Create and edit files with \
-str_replace_editor; run commands with bash (e.g. `python3 solution.py < in.txt`).
-- Test your solution on the examples and on edge cases of your own before you submit. \
-Hidden tests with the same format, and time and memory limits, decide whether it is accepted.
-- When the solution is complete and tested, call submit. That ends the task."""
+    task: str
+    solution_file: str
+    sandbox: Sandbox
 
 
-def task_text(problem: str, plan: HiddenTests, solution_file: str, entry_point: str | None) -> str:
-    """The task as the agent reads it (also the workspace's README.md)."""
-    if plan.style == "stdio":
-        how = (f"Write your solution in Python 3 to {WORKDIR}/{solution_file}. It is run as "
-               f"`python3 {solution_file}`: read the input from standard input and write the "
-               "answer to standard output.")
-    else:
-        module = solution_file.removesuffix(".py")
-        what = f"define `{entry_point}`" if entry_point else "define the functions the problem asks for"
-        how = (f"Write your solution in Python 3 to {WORKDIR}/{solution_file} and {what}. The tests "
-               f"import it (`from {module} import *`), so do not read input or run code at import "
-               "time.")
-    limits = (f"Limits per test: {plan.time_limit:g} s of CPU time and "
-              f"{plan.memory_limit_mb} MB of memory.")
-    return f"{problem.strip()}\n\n## Your task\n\n{how}\n{limits}\nWhen you are done, call submit."
+@dataclass
+class CodeSolution:
+    """RUN -> EVAL: the solution the episode left (``text`` None: there is none, and
+    ``problem`` says why: the agent's doing, scored 0)."""
+
+    solution_file: str  # the file the tests import or run it as
+    text: str | None = None
+    problem: str | None = None
+    path: str | None = None  # where it was read, as the agent sees it
+    submitted: bool = False  # the agent called submit
 
 
 class SubmitTool(FinishingTool):
@@ -139,7 +135,7 @@ class CodeOptions(BaseModel):
         "instance's own unsafe_checks field wins")
 
 
-class CodeHandler:
+class CodeHandler(AgentHandler):
     """Python programming problems with hidden stdin/stdout or assert tests."""
 
     name = "code"
@@ -157,8 +153,8 @@ class CodeHandler:
     max_command_seconds = 300.0  # the most a bash call may ask for (its `timeout`)
     python = "python3"  # the interpreter the tests run the solution with
 
-    def __init__(self, ctx: HandlerContext):
-        self.ctx = ctx
+    def __init__(self, ctx: HandlerContext) -> None:
+        super().__init__(ctx)
         try:
             self.options = CodeOptions(**ctx.options.get(self.name, {}))
         except ValidationError as error:
@@ -206,19 +202,19 @@ class CodeHandler:
 
     def plan(self, instance: dict[str, Any]) -> HiddenTests:
         """The hidden tests of a (valid) instance, ready to run."""
-        common = {"time_limit": float(instance.get("time_limit", DEFAULT_TIME_LIMIT)),
-                  "memory_limit_mb": int(instance.get("memory_limit_mb", DEFAULT_MEMORY_MB)),
-                  "python": self.python}
+        time_limit = float(instance.get("time_limit", DEFAULT_TIME_LIMIT))
+        memory_limit_mb = int(instance.get("memory_limit_mb", DEFAULT_MEMORY_MB))
         if "tests" in instance:
-            return HiddenTests("stdio", list(instance["tests"]), "", [], **common)
+            return HiddenTests("stdio", list(instance["tests"]), "", [], time_limit, memory_limit_mb,
+                               self.python)
         setup, asserts = split_asserts(instance["asserts"])
         unsafe = instance.get("unsafe_checks", self.options.unsafe_checks)
         module = instance.get("solution_file", DEFAULT_SOLUTION).removesuffix(".py")
-        return HiddenTests("asserts", [], setup, asserts, **common, unsafe_checks=unsafe, module=module,
-                           entry_point=instance.get("entry_point"))
+        return HiddenTests("asserts", [], setup, asserts, time_limit, memory_limit_mb, self.python,
+                           unsafe_checks=unsafe, module=module, entry_point=instance.get("entry_point"))
 
     # --- the stages -----------------------------------------------------------------
-    async def init(self, rollout: "Rollout") -> None:
+    async def init(self, rollout: RolloutView) -> None:
         instance = rollout.instance
         self.validate(instance)
         solution_file = instance.get("solution_file", DEFAULT_SOLUTION)
@@ -227,53 +223,48 @@ class CodeHandler:
         files = {"README.md": task + "\n"}
         if instance.get("starter_code"):
             files[solution_file] = instance["starter_code"]
-        rollout.state.update(task=task, solution_file=solution_file)
         spec = SandboxSpec(files=files, limits=self.run_limits,
                            env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
-        rollout.state["sandbox"] = await open_sandbox(self.ctx, rollout, spec)
+        rollout.state = CodeTask(task, solution_file, await open_sandbox(self.ctx, rollout, spec))
 
-    async def run(self, rollout: "Rollout") -> None:
-        sandbox: Sandbox | None = rollout.state.get("sandbox")
-        if sandbox is None:
-            raise InfraError("code handler: RUN before INIT (no sandbox)")
-        solution_file = rollout.state["solution_file"]
+    async def run(self, rollout: RolloutView) -> None:
+        state = self.state(rollout, CodeTask)
+        sandbox, solution_file = state.sandbox, state.solution_file
         bash = BashTool(sandbox, self.bash, max_timeout=self.max_command_seconds)
         editor = EditorTool(sandbox)
         submit = SubmitTool(sandbox, f"{WORKDIR}/{solution_file}")
         close_later(rollout, bash)
         # A reply that calls no tool ends the episode, as in current coding agents.
         config = ToolEnvConfig(call_timeout=self.max_command_seconds + 30.0, on_no_call="end")
-        env = ToolEnv([bash, editor, submit], rollout.state["task"], SYSTEM_PROMPT,
+        env = ToolEnv([bash, editor, submit], state.task, SYSTEM_PROMPT,
                       tokenizer=self.ctx.tokenizer, config=config)
         await run_episode(self.ctx, rollout, env)
         # The episode is over: take the solution, free the sandbox before EVAL.
-        rollout.state["submitted"] = submit.finished
         path = submit.answer or solution_file
-        rollout.state["solution_path"] = path
-        rollout.state["solution"], rollout.state["solution_problem"] = await _read_solution(sandbox, path)
+        text, problem = await _read_solution(sandbox, path)
+        rollout.state = CodeSolution(solution_file, text, problem, path, submitted=submit.finished)
         await close_sandboxes(rollout)
 
-    async def eval(self, rollout: "Rollout") -> Evaluation:
+    async def eval(self, rollout: RolloutView) -> Evaluation:
+        solution = self.state(rollout, CodeSolution)
         instance = rollout.instance
         plan = self.plan(instance)
         mode = instance.get("reward", "all")
-        solution = rollout.state.get("solution")
-        solution_file = rollout.state.get("solution_file", DEFAULT_SOLUTION)
         details: dict[str, Any] = {
-            "reward_mode": mode, "style": plan.style, "solution_file": solution_file,
-            "submitted": rollout.state.get("submitted", False),
-            "solution_path": rollout.state.get("solution_path"),
+            "reward_mode": mode, "style": plan.style, "solution_file": solution.solution_file,
+            "submitted": solution.submitted, "solution_path": solution.path,
             "time_limit": plan.time_limit, "memory_limit_mb": plan.memory_limit_mb,
         }
-        if solution is None:
+        if solution.text is None:
             details.update(passed=0, total=plan.total, all_passed=False, tests=[],
-                           error=rollout.state.get("solution_problem") or "no solution")
+                           error=solution.problem or "no solution")
             return Evaluation(reward=0.0, details=details)
-        reward, outcome = await self.run_hidden_tests(rollout, plan, solution_file, solution, mode)
+        reward, outcome = await self.run_hidden_tests(rollout, plan, solution.solution_file,
+                                                      solution.text, mode)
         details.update(outcome)
         return Evaluation(reward=reward, details=details)
 
-    async def run_hidden_tests(self, rollout: "Rollout", plan: HiddenTests, solution_file: str,
+    async def run_hidden_tests(self, rollout: RolloutView, plan: HiddenTests, solution_file: str,
                                solution: str, mode: str) -> tuple[float, dict[str, Any]]:
         """Run ``plan`` against ``solution`` in a fresh sandbox (closed after)."""
         started = time.perf_counter()
@@ -289,7 +280,7 @@ class CodeHandler:
         details["eval_seconds"] = round(time.perf_counter() - started, 3)
         return reward, details
 
-    async def cleanup(self, rollout: "Rollout") -> None:
+    async def cleanup(self, rollout: RolloutView) -> None:
         """Close the shell and every sandbox the rollout still has (run's or eval's)."""
         await close_sandboxes(rollout)
 

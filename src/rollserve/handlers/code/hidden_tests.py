@@ -160,7 +160,8 @@ def split_asserts(source: str) -> tuple[str, list[str]]:
     """(setup, asserts): the top-level asserts of ``source`` one by one, and all the
     other top-level statements joined as the setup. Raises SyntaxError."""
     tree = ast.parse(source)
-    setup, asserts = [], []
+    setup: list[str] = []
+    asserts: list[str] = []
     for node in tree.body:
         text = ast.get_source_segment(source, node) or ""
         (asserts if isinstance(node, ast.Assert) else setup).append(text)
@@ -196,9 +197,9 @@ async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> 
     outcomes = []
     for index, check in enumerate(plan.checks):
         clean = check.clean(references)
-        why = check.unsafe(frozenset(clean), check.computed(references))
-        if why is not None:
-            outcomes.append(_unsafe(plan, index, why))
+        unsafe = check.unsafe(frozenset(clean), check.computed(references))
+        if unsafe is not None:
+            outcomes.append(_unsafe(plan, index, unsafe))
         else:
             outcomes.append(await _run_assert(sandbox, plan, solution_file, index, clean))
     return outcomes

@@ -67,15 +67,16 @@ def references(info: list[ProbeInfo], bound: frozenset[str],
     if STAR in bound:
         return info
     known = bound | ((BUILTINS | {"math"}) - solution)
-    solution = [i for i in info if not i.names <= known]
-    handed = frozenset().union(*(i.names for i in solution)) & bound
+    solution_probes = [i for i in info if not i.names <= known]
+    handed = frozenset[str]().union(*(i.names for i in solution_probes)) & bound
     return [replace(i, reference=i.names <= known, handed=bool(i.names & handed)) for i in info]
 
 
 def free_names(node: ast.AST) -> frozenset[str]:
     """The names ``node`` reads that it does not bind itself (comprehension variables,
     lambda arguments)."""
-    loads, stores = set(), set()
+    loads: set[str] = set()
+    stores: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
             (loads if isinstance(sub.ctx, ast.Load) else stores).add(sub.id)

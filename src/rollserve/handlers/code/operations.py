@@ -17,7 +17,8 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rollserve.handlers.code.values import describe, hashable
 
@@ -25,7 +26,8 @@ MAX_INT_BITS = 1 << 17  # of an int operand of * / // % ** << (about 39,000 digi
 MAX_ITEMS = 1 << 22  # of a sequence a server-side * builds
 MAX_DIGITS = 5000  # of a string int() converts
 
-BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+          ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
           ast.Pow: operator.pow, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
           ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
@@ -42,7 +44,7 @@ def _ints(*values: Any, limit: int = MAX_INT_BITS) -> None:
             raise _too_large(f"an int of {value.bit_length()} bits")
 
 
-def binary(kind: type, a: Any, b: Any) -> Any:
+def binary(kind: type[ast.operator], a: Any, b: Any) -> Any:
     """``a <op> b`` on plain values, refused where its cost could be unbounded."""
     sequence = (str, bytes, list, tuple)
     if kind is ast.Mult and (type(a) in sequence or type(b) in sequence):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from rollserve.handlers.base import InvalidInstance
@@ -14,6 +15,22 @@ from rollserve.handlers.math.scoring import dataset_key
 # reasoning-gym datasets are virtual: entry i is generated from Random(seed + i),
 # so the size only bounds the index. 500 is reasoning-gym's own default.
 DEFAULT_DATASET_SIZE = 500
+
+
+@dataclass(frozen=True)
+class GymEntry:
+    """The identity of a reasoning-gym entry: everything needed to regenerate it."""
+
+    dataset: str
+    seed: int
+    size: int
+    index: int
+    config_key: str  # the dataset options, canonical JSON (``math.scoring.dataset_key``)
+
+    def args(self) -> tuple[str, int, int, str, int]:
+        """As the positional (name, seed, size, config_key, index) of the reasoning-gym
+        worker functions (``math.scoring``)."""
+        return (self.dataset, self.seed, self.size, self.config_key, self.index)
 
 
 def _reasoning_gym_datasets() -> dict[str, tuple[type, type]]:
@@ -86,6 +103,8 @@ def validate_dataset_form(instance: dict[str, Any]) -> None:
         raise InvalidInstance("instance.index", f"must be < config.size ({size})")
     try:  # the dataset's own checks (reasoning-gym asserts on bad values)
         checked = config_cls(**{**config, "seed": instance["seed"], "size": size})
+        # A reasoning-gym config's validate() is optional (two of its configs have
+        # none): probed as reasoning_gym.create_dataset does, a third-party convention.
         if callable(getattr(checked, "validate", None)):
             checked.validate()
     except Exception as exc:  # AssertionError, ValueError, TypeError from a dataclass
@@ -97,19 +116,8 @@ def _dataset_size(instance: dict[str, Any]) -> int:
     return config.get("size", max(DEFAULT_DATASET_SIZE, instance.get("index", 0) + 1))
 
 
-def dataset_source(instance: dict[str, Any]) -> dict[str, Any]:
-    """The identity of a reasoning-gym entry: everything needed to regenerate it."""
+def gym_entry(instance: dict[str, Any]) -> GymEntry:
+    """The reasoning-gym entry a (valid) dataset-form instance names."""
     config = {k: v for k, v in (instance.get("config") or {}).items() if k != "size"}
-    return {
-        "dataset": instance["dataset"],
-        "seed": instance["seed"],
-        "size": _dataset_size(instance),
-        "index": instance.get("index", 0),
-        "config_key": dataset_key(config),
-    }
-
-
-def entry_args(source: dict[str, Any]) -> tuple:
-    """``source`` as the positional (name, seed, size, config_key, index) of the
-    reasoning-gym worker functions."""
-    return (source["dataset"], source["seed"], source["size"], source["config_key"], source["index"])
+    return GymEntry(dataset=instance["dataset"], seed=instance["seed"], size=_dataset_size(instance),
+                    index=instance.get("index", 0), config_key=dataset_key(config))

@@ -15,7 +15,7 @@ letter or "C) text". The last one that reads as an answer wins. A letter must st
 alone: "A ball" or "I think" never give a choice.
 
 Kept apart from ``handlers/stem/handler.py`` (like ``math.scoring``) so a scoring worker
-imports only this and ``math.scoring``.
+imports only this and ``handlers.latex``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 import unicodedata
 from typing import Any
 
-from rollserve.handlers.math.scoring import extract_boxed, unwrap_latex_text, verify_math_answer
+from rollserve.handlers.latex import extract_boxed, unwrap_latex_text, verify_math_answer
 
 LETTERS = "ABCDEFGHIJ"
 KINDS = ("choice", "number", "exact", "expression")

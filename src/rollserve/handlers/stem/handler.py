@@ -24,13 +24,13 @@ Every shape takes ``instructions`` (replaces the answer-format sentence) and
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from rollserve.errors import InfraError
-from rollserve.handlers.base import Evaluation, HandlerContext, InvalidInstance
-from rollserve.handlers.math.handler import MathEnv, MathHandler, final_answer, in_scoring_pool
-from rollserve.handlers.sandboxed import run_episode
-from rollserve.handlers.scoring import ScoringTimeout
+from rollserve.handlers.base import AgentHandler, Evaluation, InvalidInstance, RolloutView
+from rollserve.handlers.episode import run_episode
+from rollserve.handlers.scoring import ScoringTimeout, score_in_pool
+from rollserve.handlers.single_answer import ANSWER_DEFAULTS, AnswerEnv, final_answer
 from rollserve.handlers.stem.answers import (
     DEFAULT_TOLERANCE,
     LETTERS,
@@ -38,47 +38,34 @@ from rollserve.handlers.stem.answers import (
     is_numeric_answer,
     score_stem_answer,
 )
+from rollserve.handlers.stem.prompts import SYSTEM_PROMPT, choice_format, retry_message, value_format
 
-if TYPE_CHECKING:
-    from rollserve.engine.rollout import Rollout
-
-SYSTEM_PROMPT = (
-    "You are a careful science assistant. Think the question through step by step, "
-    "then give your final answer in the format you are asked for."
-)
 ANSWER_TYPES = ("number", "exact", "expression")
 GPQA_INCORRECT = ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 GPQA_FIELDS = ("Question", "Correct Answer", *GPQA_INCORRECT)
 
 
-def choice_format(letters: str) -> str:
-    return (f"Think step by step, then end your reply with a line of the form \"Answer: X\", "
-            f"where X is the letter of the correct choice ({', '.join(letters)}).")
+@dataclass
+class StemQuestion:
+    """A validated instance as its episode and its evaluation need it (``prepare``);
+    the handler's state, from INIT on."""
+
+    question: str  # the prompt text: subject, question, lettered choices
+    spec: dict[str, Any]  # how the answer is read and scored (``stem.answers``: a plain
+    # dict, as it crosses to scoring workers)
+    shape: str  # gpqa | mmlu | short
+    subject: str | None
+    answer_format: str
+    system_prompt: str
 
 
-def value_format(kind: str) -> str:
-    what = {"number": "the number (a unit after it is fine)", "exact": "the answer in a few words",
-            "expression": "the expression"}[kind]
-    return (f"Think step by step, then end your reply with a line of the form \"Answer: <value>\", "
-            f"giving {what} and nothing else.")
-
-
-def retry_message(spec: dict[str, Any]) -> str:
-    if spec["kind"] == "choice":
-        wanted = f"\"Answer: X\", where X is one of {', '.join(LETTERS[: len(spec['choices'])])}"
-    else:
-        wanted = "\"Answer: <value>\""
-    return f"I could not find a final answer in your reply. Please end your reply with a line {wanted}."
-
-
-class StemEnv(MathEnv):
+class StemEnv(AnswerEnv):
     """One STEM episode: the question (with lettered choices), then format reminders."""
 
-    def __init__(self, question: str, system_prompt: str, spec: dict[str, Any], answer_format: str):
-        super().__init__(question, system_prompt)
+    def __init__(self, question: str, system_prompt: str, spec: dict[str, Any],
+                 answer_format: str) -> None:
+        super().__init__(question, system_prompt, answer_format, retry_message(spec))
         self.spec = spec
-        self.answer_format = answer_format
-        self.retry_message = retry_message(spec)
 
     def extract(self, reply: str) -> str | None:
         return extract_answer(reply, self.spec)
@@ -182,7 +169,7 @@ def _short(instance: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def prepare(instance: dict[str, Any]) -> dict[str, Any]:
+def prepare(instance: dict[str, Any]) -> StemQuestion:
     """Validate ``instance`` and build what an episode needs: the prompt text, the
     answer spec (see ``stem.answers``), and details for the evaluation."""
     if not isinstance(instance, dict):
@@ -214,53 +201,42 @@ def prepare(instance: dict[str, Any]) -> dict[str, Any]:
         default_format = choice_format(LETTERS[: len(spec["choices"])])
     else:
         default_format = value_format(spec["kind"])
-    return {
-        "question": question,
-        "spec": spec,
-        "shape": shape,
-        "subject": subject.strip() if subject else None,
-        "answer_format": instance.get("instructions") or default_format,
-        "system_prompt": instance.get("system_prompt") or SYSTEM_PROMPT,
-    }
+    return StemQuestion(question=question, spec=spec, shape=shape,
+                        subject=subject.strip() if subject else None,
+                        answer_format=instance.get("instructions") or default_format,
+                        system_prompt=instance.get("system_prompt") or SYSTEM_PROMPT)
 
 
 # --- the handler ---------------------------------------------------------------------
-class StemHandler:
+class StemHandler(AgentHandler):
     """Multiple-choice and short-answer science questions, exact reward."""
 
     name = "stem"
-    defaults = MathHandler.defaults  # the same shape of episode: answer, maybe a retry
-
-    def __init__(self, ctx: HandlerContext):
-        self.ctx = ctx
+    defaults = ANSWER_DEFAULTS  # the same shape of episode as math's: answer, maybe a retry
 
     def validate(self, instance: dict[str, Any]) -> None:
         prepare(instance)
 
-    async def init(self, rollout: "Rollout") -> None:
-        """Validate again (a replay may skip the API's check) and put the prompt and
-        the answer spec into ``rollout.state``."""
-        rollout.state.update(prepare(rollout.instance))
+    async def init(self, rollout: RolloutView) -> None:
+        """Validate again (a replay may skip the API's check) and keep the prompt and
+        the answer spec (``StemQuestion``)."""
+        rollout.state = prepare(rollout.instance)
 
-    async def run(self, rollout: "Rollout") -> None:
-        if rollout.llm is None:
-            raise InfraError("no LLM session was attached to the rollout before RUN")
-        state = rollout.state
-        if "spec" not in state:
-            raise InfraError("stem handler: RUN before INIT (no question in rollout.state)")
-        env = StemEnv(state["question"], state["system_prompt"], state["spec"], state["answer_format"])
+    async def run(self, rollout: RolloutView) -> None:
+        state = self.state(rollout, StemQuestion)
+        env = StemEnv(state.question, state.system_prompt, state.spec, state.answer_format)
         await run_episode(self.ctx, rollout, env)
 
-    async def eval(self, rollout: "Rollout") -> Evaluation:
-        state = rollout.state
-        spec = state["spec"]
+    async def eval(self, rollout: RolloutView) -> Evaluation:
+        state = self.state(rollout, StemQuestion)
+        spec = state.spec
         answer = final_answer(rollout.trajectory.messages, lambda text: extract_answer(text, spec))
         kind = spec["kind"]
         details: dict[str, Any] = {
             "extracted": answer,
             "gold": spec["gold"],
             "method": "math-verify" if kind == "expression" else kind,
-            "shape": state["shape"],
+            "shape": state.shape,
             "turns": len(rollout.trajectory.turns),
         }
         if kind == "choice":
@@ -269,17 +245,18 @@ class StemHandler:
             details["extracted_text"] = choices[LETTERS.index(answer)] if answer else None
         if kind == "number":
             details["tolerance"] = spec["tolerance"]
-        if state.get("subject"):
-            details["subject"] = state["subject"]
+        if state.subject:
+            details["subject"] = state.subject
         if answer is None:
             return Evaluation(reward=0.0, details=details)
         try:
-            correct = await in_scoring_pool(self.ctx, score_stem_answer, answer, spec, what="stem scorer")
+            correct = await score_in_pool(self.ctx.scoring, score_stem_answer, answer, spec,
+                                          what="stem scorer")
         except ScoringTimeout:  # a pathological expression: the agent's doing
             details["timeout"] = True
             return Evaluation(reward=0.0, details=details)
         return Evaluation(reward=1.0 if correct else 0.0, details=details)
 
-    async def cleanup(self, rollout: "Rollout") -> None:
+    async def cleanup(self, rollout: RolloutView) -> None:
         """Nothing to release: no sandbox, and the scoring pool is shared."""
 

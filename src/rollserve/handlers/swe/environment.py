@@ -161,14 +161,17 @@ def repo_cache(options: SWEOptions) -> Path:
 async def bundle_for(task: SWETask, options: SWEOptions) -> Path:
     """A bundle of ``task``'s repository cut at ``base_commit`` (made once per source
     and commit, then cached): a bundle as it is found may hold later commits."""
+    commit = task.base_commit
+    if not commit:  # (validation asks for it without an image runtime)
+        raise InfraError(f"{task.instance_id}: no base_commit to cut the repository at")
     source = find_source(task, options.mirrors)
     cache = repo_cache(options)
-    key = hashlib.sha256(f"{source.resolve()}@{task.base_commit}".encode()).hexdigest()[:16]
-    target = cache / f"{task.repo.replace('/', '__')}-{task.base_commit[:12]}-{key}.bundle"
+    key = hashlib.sha256(f"{source.resolve()}@{commit}".encode()).hexdigest()[:16]
+    target = cache / f"{task.repo.replace('/', '__')}-{commit[:12]}-{key}.bundle"
     lock = _BUNDLE_LOCKS.setdefault(str(target), asyncio.Lock())
     async with lock:
         if not target.is_file():
-            await asyncio.to_thread(cut_bundle, source, task.base_commit, target)
+            await asyncio.to_thread(cut_bundle, source, commit, target)
     return target
 
 

@@ -154,10 +154,10 @@ def _report(task: SWETask, status_map: dict[str, str]) -> dict[str, Any]:
                 tests.append({"test": name, "kind": kind,
                               "status": status_map.get(name, "MISSING"),
                               "ok": outcome == "success"})
-    outcome = {"resolved": resolved, "tests_ran": True, "tests": tests,
-               "f2p_passed": len(report["FAIL_TO_PASS"]["success"]),
-               "p2p_passed": len(report["PASS_TO_PASS"]["success"])}
-    return outcome
+    graded: dict[str, Any] = {"resolved": resolved, "tests_ran": True, "tests": tests,
+                              "f2p_passed": len(report["FAIL_TO_PASS"]["success"]),
+                              "p2p_passed": len(report["PASS_TO_PASS"]["success"])}
+    return graded
 
 
 def _grade_recorded(task: SWETask, log: str, recorded: Results, canary: bool) -> dict[str, Any]:
@@ -204,7 +204,7 @@ def _grade_expected(task: SWETask, log: str) -> dict[str, Any]:
     parsed = swebench().parsers[task.log_parser or "parse_log_pytest"](body, None)
     by_short = {name.rsplit("/", 1)[-1]: status for name, status in parsed.items()}
     tests = []
-    for name, expected in sorted(task.expected.items()):
+    for name, expected in sorted((task.expected or {}).items()):
         got = parsed.get(name, by_short.get(name.rsplit("/", 1)[-1], "MISSING"))
         tests.append({"test": name, "kind": "EXPECTED", "expected": expected, "status": got,
                       "ok": got == expected})

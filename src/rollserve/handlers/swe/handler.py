@@ -20,7 +20,8 @@ import asyncio
 import secrets
 import shlex
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -28,29 +29,52 @@ from rollserve.agent.sandbox_tools import BashTool, EditorTool
 from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishTool
 from rollserve.errors import InfraError
-from rollserve.handlers.base import Evaluation, HandlerContext, HandlerDefaults, InvalidInstance
-from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with, \
-    run_episode
+from rollserve.handlers.base import (
+    AgentHandler,
+    Evaluation,
+    HandlerContext,
+    HandlerDefaults,
+    InvalidInstance,
+    RolloutView,
+)
+from rollserve.handlers.episode import run_episode
+from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import protect
-from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
 from rollserve.handlers.swe import results as recorded_results
+from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
 from rollserve.handlers.swe.grade import canary_file, grade_async, swebench, uses_plugin
 from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
-from rollserve.handlers.swe.prompt import SYSTEM_PROMPT, task_text
+from rollserve.handlers.swe.prompts import SYSTEM_PROMPT, task_text
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
-
-if TYPE_CHECKING:
-    from rollserve.engine.rollout import Rollout
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIMS = "/tmp/.rollserve-bin"  # host mode: python/pytest for the agent
 
 
-class SWEHandler:
+@dataclass
+class SWEWork:
+    """INIT -> RUN: the task, its sandbox, and the workspace's tree when the episode
+    began (the agent's changes are measured from it)."""
+
+    task: SWETask
+    sandbox: Sandbox
+    baseline: str
+
+
+@dataclass
+class SWECandidate:
+    """RUN -> EVAL: the candidate patch the episode left."""
+
+    task: SWETask
+    candidate: Candidate
+    finished: bool = False  # the agent called finish (else: auto-submitted)
+
+
+class SWEHandler(AgentHandler):
     """Repository issues with hidden FAIL_TO_PASS / PASS_TO_PASS tests."""
 
     name = "swe"
@@ -65,8 +89,8 @@ class SWEHandler:
     bash = BashConfig(timeout=180.0, idle_timeout=120.0)
     max_command_seconds = 600.0
 
-    def __init__(self, ctx: HandlerContext):
-        self.ctx = ctx
+    def __init__(self, ctx: HandlerContext) -> None:
+        super().__init__(ctx)
         try:
             self.options = envs.SWEOptions(**ctx.options.get(self.name, {}))
         except ValidationError as error:
@@ -100,25 +124,23 @@ class SWEHandler:
 
     @property
     def _runtime_name(self) -> str | None:
-        return getattr(self.ctx.sandboxes, "name", None)
+        return self.ctx.sandboxes.name if self.ctx.sandboxes is not None else None
 
     @property
     def _images(self) -> bool:
         return envs.use_images(self.options, self._runtime_name)
 
     # --- the stages ---------------------------------------------------------------------
-    async def init(self, rollout: "Rollout") -> None:
+    async def init(self, rollout: RolloutView) -> None:
         task = self.task(rollout.instance)
-        rollout.state["task"] = task
         sandbox = await self._open(rollout, task)
-        rollout.state["sandbox"] = sandbox
         if self._images and task.schema == "r2e-gym":
             await envs.hide_r2e_tests(sandbox, self.options)
         # The agent's changes are measured from here (an image may hold files that
         # are untracked or changed against base_commit: they are not the agent's).
-        rollout.state["baseline"] = await snapshot(sandbox)
+        rollout.state = SWEWork(task, sandbox, await snapshot(sandbox))
 
-    async def _open(self, rollout: "Rollout", task: SWETask) -> Sandbox:
+    async def _open(self, rollout: RolloutView, task: SWETask) -> Sandbox:
         """A sandbox with the task's environment and its repository at base_commit."""
         limits = SandboxLimits(memory_mb=self.options.memory_mb, pids=self.options.pids,
                                cpu_seconds=3600)
@@ -158,11 +180,9 @@ class SWEHandler:
             raise InfraError(f"could not set up the agent's python: {made.failure()}")
         return {**extra, "PATH": f"{SHIMS}:{DEFAULT_PATH}"}
 
-    async def run(self, rollout: "Rollout") -> None:
-        sandbox: Sandbox | None = rollout.state.get("sandbox")
-        task: SWETask | None = rollout.state.get("task")
-        if sandbox is None or task is None:
-            raise InfraError("swe handler: RUN before INIT (no sandbox)")
+    async def run(self, rollout: RolloutView) -> None:
+        work = self.state(rollout, SWEWork)
+        task, sandbox = work.task, work.sandbox
         config = self.bash
         if not self._images:
             config = config.model_copy(update={"env": {**DEFAULT_ENV, **config.env,
@@ -174,25 +194,22 @@ class SWEHandler:
         finish = FinishTool(description="Call when the issue is fixed and verified. Your "
                             "changes to the repository are submitted; this ends the task.",
                             parameter=None)
-        config = ToolEnvConfig(call_timeout=self.max_command_seconds + 60.0)
         env = ToolEnv([bash, EditorTool(sandbox), finish], task_text(task.repo, task.problem_statement),
-                      SYSTEM_PROMPT, tokenizer=self.ctx.tokenizer, config=config)
-        try:
-            await run_episode(self.ctx, rollout, env)
-        finally:
-            # Whatever ended the episode (finish, max_turns, context, an agent error),
-            # the workspace's diff is the candidate, as SWE agents auto-submit.
-            rollout.state["finished"] = finish.finished
-        candidate = await take_patch(sandbox, rollout.state["baseline"])
-        rollout.state["candidate"] = candidate
+                      SYSTEM_PROMPT, tokenizer=self.ctx.tokenizer,
+                      config=ToolEnvConfig(call_timeout=self.max_command_seconds + 60.0))
+        await run_episode(self.ctx, rollout, env)
+        # Whatever ended the episode (finish, max_turns, the context, the time limit),
+        # the workspace's diff is the candidate, as SWE agents auto-submit.
+        candidate = await take_patch(sandbox, work.baseline)
+        rollout.state = SWECandidate(task, candidate, finished=finish.finished)
         await close_sandboxes(rollout)
 
-    async def eval(self, rollout: "Rollout") -> Evaluation:
-        task: SWETask = rollout.state.get("task") or self.task(rollout.instance)
-        candidate: Candidate = rollout.state.get("candidate") or Candidate(patch="")
+    async def eval(self, rollout: RolloutView) -> Evaluation:
+        state = self.state(rollout, SWECandidate)
+        task, candidate = state.task, state.candidate
         details: dict[str, Any] = {
             "schema": task.schema, "instance_id": task.instance_id,
-            "finished": rollout.state.get("finished", False),
+            "finished": state.finished,
             "git_patch": candidate.patch, "patch_bytes": len(candidate.patch.encode()),
             "binary_files_left_out": candidate.binary_files,
         }
@@ -215,7 +232,7 @@ class SWEHandler:
         details.update(outcome)
         return Evaluation(reward=1.0 if outcome["resolved"] else 0.0, details=details)
 
-    async def run_tests(self, rollout: "Rollout", task: SWETask, patch: str) -> dict[str, Any]:
+    async def run_tests(self, rollout: RolloutView, task: SWETask, patch: str) -> dict[str, Any]:
         """Apply ``patch`` in a fresh sandbox, run the tests, grade (sandbox closed after)."""
         swebench()  # fail early (infra) if grading cannot work here
         started = time.perf_counter()
@@ -249,5 +266,5 @@ class SWEHandler:
         outcome["log_tail"] = log[-3000:]
         return outcome
 
-    async def cleanup(self, rollout: "Rollout") -> None:
+    async def cleanup(self, rollout: RolloutView) -> None:
         await close_sandboxes(rollout)

@@ -1,0 +1,62 @@
+"""Episodes that end with one answer in a reply, without tools (math, stem): the
+question, then a reminder of the format for each reply that gives no answer."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable
+
+from rollserve.agent.base import AgentEnv, Message, Step
+from rollserve.handlers.base import HandlerDefaults
+
+# The shape of such an episode: an answer, maybe a retry or two.
+ANSWER_DEFAULTS = HandlerDefaults(
+    max_turns=3,
+    max_context_tokens=2048,
+    init_timeout=30.0,
+    run_timeout=300.0,
+    eval_timeout=30.0,
+    total_timeout=600.0,
+)
+
+
+class AnswerEnv(AgentEnv):
+    """One question; the episode ends at the first reply in which ``extract`` finds
+    an answer, and every reply without one is told ``retry_message``."""
+
+    def __init__(self, question: str, system_prompt: str, answer_format: str,
+                 retry_message: str) -> None:
+        self.question = question
+        self.system_prompt = system_prompt
+        self.answer_format = answer_format  # closes the question message
+        self.retry_message = retry_message
+        self.answer: str | None = None
+        self.malformed_replies = 0
+
+    def initial_messages(self) -> list[Message]:
+        return [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": f"{self.question}\n\n{self.answer_format}"},
+        ]
+
+    @abstractmethod
+    def extract(self, reply: str) -> str | None:
+        """The final answer in ``reply``, or None when it gives none."""
+
+    async def step(self, reply: str) -> Step:
+        answer = self.extract(reply)
+        if answer is not None:
+            self.answer = answer
+            return Step(done=True, reason="finished")
+        self.malformed_replies += 1
+        return Step(messages=[{"role": "user", "content": self.retry_message}])
+
+
+def final_answer(messages: list[Message], extract: Callable[[str], str | None]) -> str | None:
+    """The answer ``extract`` finds in the last assistant message that has one."""
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            answer = extract(message.get("content") or "")
+            if answer is not None:
+                return answer
+    return None
