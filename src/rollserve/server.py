@@ -23,7 +23,6 @@ from rollserve.llm.backends.factory import backend_from_spec
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.llm.tokens.tokenizer import (
     DEFAULT_TOKENIZER,
-    TokenizerError,
     load_tokenizer,
 )
 from rollserve.sandbox.base import SandboxError
@@ -31,6 +30,11 @@ from rollserve.sandbox.reaper import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
 
 log = logging.getLogger(__name__)
+
+# A serving backend's tokenizer that did not answer at start is probed again: first
+# after this many seconds, doubling up to the most (each probe is bounded by its HTTP timeout).
+TOKENIZER_REPROBE_FIRST = 0.5
+TOKENIZER_REPROBE_MAX = 30.0
 
 
 def default_state_dir() -> Path:
@@ -109,6 +113,7 @@ class Service:
         self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
                                      config.sandbox_options)
         self.reaped: dict | None = None  # what the start-up reaper cleaned up
+        self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                  sandboxes=self.sandboxes, options=config.handler_options)
         for name in config.handler_options:  # bad settings fail now, not at the first rollout
@@ -151,18 +156,32 @@ class Service:
         await self.router.stop()  # health checks off; every backend closed
         await self.scoring.aclose()
         await self.store.close()
-        close = getattr(self.tokenizer, "close", None)  # a backend tokenizer's HTTP session
-        if close is not None:
-            await close()
+        if self._tokenizer_probe is not None:
+            self._tokenizer_probe.cancel()
+            await asyncio.gather(self._tokenizer_probe, return_exceptions=True)
+        await self.tokenizer.close()  # a backend tokenizer's HTTP session
 
     async def _probe_tokenizer(self) -> None:
-        """A serving backend's tokenizer is probed now if it answers, else on first use
-        (an RL job may start rollserve before its inference servers)."""
-        ready = getattr(self.tokenizer, "ready", None)
-        if ready is None:
-            return
+        """A serving backend's tokenizer is probed now if it answers, else again in the
+        background until it does (an RL job may start rollserve before its inference
+        servers; until then a rollout whose tools need the template's answer is masked)."""
         try:
-            await ready()
-        except (RolloutError, TokenizerError) as exc:
-            log.warning("tokenizer %s not ready yet (probed again on first use): %s",
+            await self.tokenizer.ready()  # a local tokenizer: nothing to probe
+        except RolloutError as exc:  # TokenizerError and LLMError included
+            log.warning("tokenizer %s not ready yet (probed again until it answers): %s",
                         self.tokenizer.name, exc)
+            self._tokenizer_probe = asyncio.create_task(self._probe_until_ready(),
+                                                        name="rollserve-tokenizer-probe")
+
+    async def _probe_until_ready(self) -> None:
+        delay = TOKENIZER_REPROBE_FIRST
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.tokenizer.ready()
+            except RolloutError as exc:
+                log.debug("tokenizer %s still not ready: %s", self.tokenizer.name, exc)
+                delay = min(delay * 2, TOKENIZER_REPROBE_MAX)
+                continue
+            log.info("tokenizer %s is ready", self.tokenizer.name)
+            return

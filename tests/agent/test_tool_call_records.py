@@ -82,6 +82,9 @@ class ChatAPISession:
     async def message_level(self) -> bool:
         return True
 
+    def context_window(self) -> int | None:
+        return None
+
     async def chat(self, messages, sampling, tools=None) -> ChatReply:
         self.sent.append(list(messages))
         return self.replies.pop(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 from rollserve.agent.tool_calls import (
@@ -12,6 +13,7 @@ from rollserve.agent.tool_calls import (
     tool_message,
 )
 from rollserve.agent.tools import FinishTool
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
 BASH_SCHEMA = {"name": "bash", "description": "run", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 
@@ -65,21 +67,29 @@ def test_lenient_forms_models_produce():
 
 
 # --- presentation ---------------------------------------------------------------------------
-class QwenLikeTemplate:
-    """Just enough of a tool-aware template (it writes the tools section itself)."""
+# A tool-aware template (it writes the tools section itself), rendered by the real tokenizer.
+QWEN_LIKE_TEMPLATE = """
+{%- if tools -%}
+{{- '<|im_start|>system\n# Tools\n<tools>\n' -}}
+{%- for tool in tools -%}{{- tool | tojson -}}{{- '\n' -}}{%- endfor -%}
+{{- '</tools><|im_end|>\n' -}}
+{%- endif -%}
+{%- for message in messages -%}
+{%- if message['role'] == 'tool' -%}
+{{- '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' -}}
+{%- else -%}
+{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"""
 
-    def render(self, messages, add_generation_prompt, tools=None):
-        out = ""
-        if tools:
-            out += "<|im_start|>system\n# Tools\n<tools>\n"
-            out += "\n".join(json.dumps(t) for t in tools) + "\n</tools><|im_end|>\n"
-        for m in messages:
-            content = m["content"]
-            if m["role"] == "tool":
-                out += f"<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n"
-            else:
-                out += f"<|im_start|>{m['role']}\n{content}<|im_end|>\n"
-        return out + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+def qwen_like(tok: ChatTokenizer) -> ChatTokenizer:
+    """``tok`` with the tool-aware template above."""
+    hf = copy.deepcopy(tok.hf)
+    hf.chat_template = QWEN_LIKE_TEMPLATE
+    return ChatTokenizer(hf, name="qwen-like")
 
 
 def test_smollm2_template_has_no_tool_support_so_the_prompt_carries_the_schemas(tok):
@@ -92,8 +102,8 @@ def test_smollm2_template_has_no_tool_support_so_the_prompt_carries_the_schemas(
     assert "<tool_call>" in shown.system_prompt
 
 
-def test_tool_aware_template_gets_the_schemas_as_tools():
-    template = QwenLikeTemplate()
+def test_tool_aware_template_gets_the_schemas_as_tools(tok):
+    template = qwen_like(tok)
     assert template_supports_tools(template)
     shown = present_tools([BASH_SCHEMA], "You are an agent.", template)
     assert shown.system_prompt == "You are an agent."

@@ -139,6 +139,19 @@ class ScriptedLLM:
         ids = self.tok.encode(self.replies.pop(0)) + [self.tok.eos_token_id]
         return Generation(ids, [-0.5] * len(ids), "stop", backend="scripted")
 
+    # The rest of llm.base.LLMSession: a token-level session with no known window.
+    async def message_level(self) -> bool:
+        return False
+
+    def context_window(self) -> int | None:
+        return None
+
+    async def chat(self, messages, sampling, tools=None):
+        raise AssertionError("a token-level session is never asked to chat")
+
+    def close(self) -> None:
+        return None
+
 
 async def test_episode_with_bash_editor_and_finish(tok, tmp_path):
     from rollserve.sandbox.base import SandboxSpec

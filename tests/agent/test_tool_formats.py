@@ -25,7 +25,7 @@ from rollserve.llm.routing.router import Router
 from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
-from .test_tool_calls import BASH_SCHEMA, QwenLikeTemplate
+from .test_tool_calls import BASH_SCHEMA, qwen_like
 
 
 class Echo(Tool):
@@ -125,7 +125,7 @@ def test_submit_marker():
 # --- presentation -------------------------------------------------------------------------------
 def test_each_format_presents_its_own_instructions(tok):
     schemas = [BASH_SCHEMA, FinishTool().schema]
-    as_json = present_tools(schemas, "Be brief.", QwenLikeTemplate(), fmt="json")
+    as_json = present_tools(schemas, "Be brief.", qwen_like(tok), fmt="json")
     # Even a tool-aware template is not used: its section would ask for <tool_call> blocks.
     assert as_json.template_tools is None and "<tool_call>" not in as_json.system_prompt
     assert as_json.system_prompt.startswith("Be brief.\n\n# Tools")

@@ -63,6 +63,19 @@ class ScriptedLLM:
             ids, finish = ids[: sampling.max_tokens], "length"
         return Generation(ids, [-0.25] * len(ids), finish, backend="scripted")
 
+    # The rest of llm.base.LLMSession: a token-level session with no known window.
+    async def message_level(self) -> bool:
+        return False
+
+    def context_window(self) -> int | None:
+        return None
+
+    async def chat(self, messages, sampling, tools=None):
+        raise AssertionError("a token-level session is never asked to chat")
+
+    def close(self) -> None:
+        return None
+
 
 @pytest.fixture
 def scripted(tokenizer):

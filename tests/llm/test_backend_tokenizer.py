@@ -7,8 +7,10 @@ points at one serving SmolLM2 (the ``vllm``-marked tests)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
+import socket
 
 import httpx
 import pytest
@@ -18,7 +20,7 @@ from rollserve.agent.trajectory import Trajectory
 from rollserve.api.app import create_app
 from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.tokens.chat import BackendPromptBuilder, PromptBuilder, prompt_builder
+from rollserve.llm.tokens.chat import BackendPromptBuilder, LocalPromptBuilder
 from rollserve.llm.routing.router import Router
 from rollserve.llm.tokens.tokenizer import ChatTokenizer, TokenizerError, load_tokenizer
 from rollserve.llm.backends.vllm import VLLMBackend
@@ -102,11 +104,11 @@ async def test_sampled_ids_the_template_would_split_differently(tok):
     odd = tok.encode("hel") + tok.encode("lo world")
     assert odd != tok.encode("hello world")
     for ending in ([tok.eos_token_id], []):  # a finished turn, and one cut by max_tokens
-        sequence = PromptBuilder(tok).first(CONVERSATION[:2]) + odd + ending
-        expected = PromptBuilder(tok).delta(history, new, sequence)
+        sequence = LocalPromptBuilder(tok).first(CONVERSATION[:2]) + odd + ending
+        expected = LocalPromptBuilder(tok).delta(history, new, sequence)
         async with FakeVLLM(tok) as server:
             backend = BackendTokenizer(server.url)
-            builder = prompt_builder(backend)
+            builder = backend.prompt_builder()
             assert isinstance(builder, BackendPromptBuilder)
             assert await builder.adelta(history, new, sequence) == expected
             assert builder.fidelity.fallback_deltas == 0
@@ -150,6 +152,31 @@ async def test_an_unreachable_server_fails_the_call_not_the_service(tmp_path):
         await service.tokenizer.ready()
     await service.stop()
     assert "127.0.0.1:9" in str(caught.value)
+
+
+async def test_a_server_that_comes_up_later_is_probed_in_the_background(tmp_path, tok):
+    with socket.socket() as probe:  # a free port, nothing listening on it yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    service = Service(ServerConfig(state_dir=tmp_path, tokenizer=f"vllm:http://127.0.0.1:{port}"))
+    await service.start()  # not ready: a tool presentation now is a typed (masked) failure
+    with pytest.raises(TokenizerError, match="await ready"):
+        service.tokenizer.renders_tools
+    try:
+        async with FakeVLLM(tok, port=port):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30  # first re-probe after 0.5 s, then 1, 2, 4...
+            while True:
+                try:
+                    renders_tools = service.tokenizer.renders_tools
+                    break
+                except TokenizerError:  # not probed again yet
+                    assert loop.time() < deadline, "the tokenizer was not probed again in time"
+                    await asyncio.sleep(0.05)
+            assert renders_tools is False  # SmolLM2's template ignores tools
+            assert service.tokenizer.eos_token_id == tok.eos_token_id
+    finally:
+        await service.stop()
 
 
 # --- a real vLLM ------------------------------------------------------------------------------

@@ -5,7 +5,12 @@ import importlib.util
 import pytest
 from pydantic import ValidationError
 
-from rollserve.llm.backends.factory import BackendSpec, backend_from_spec, parse_backend_spec
+from rollserve.llm.backends.factory import (
+    BackendSpec,
+    EmbeddedSpec,
+    backend_from_spec,
+    parse_backend_spec,
+)
 from rollserve.llm.backends.vllm import VLLMBackend
 
 
@@ -62,7 +67,7 @@ def test_every_server_kind_from_strings_and_dicts():
 
 
 def test_embedded_string():
-    assert parse_backend_spec("embedded") == BackendSpec(kind="embedded")
+    assert parse_backend_spec("embedded") == EmbeddedSpec(kind="embedded")
     assert parse_backend_spec("embedded=/m.gguf").model_path == "/m.gguf"
 
 
@@ -70,3 +75,51 @@ def test_embedded_string():
 def test_embedded_backend_is_built_without_loading_the_model():
     backend = backend_from_spec("embedded")
     assert backend.describe()["kind"] == "embedded" and backend._llm is None
+
+
+def test_specs_are_a_tagged_union_on_kind():
+    from rollserve.llm.backends.factory import (
+        BackendSpecError,
+        RemoteBackendSpec,
+        SGLangSpec,
+        VLLMSpec,
+        remote_spec,
+    )
+
+    assert type(parse_backend_spec({"kind": "sglang", "url": "http://h:1"})) is SGLangSpec
+    assert type(parse_backend_spec('{"url": "http://h:1", "endpoint": "auto"}')) is VLLMSpec
+    # Each kind takes its own fields only: vLLM's endpoint is no SGLang setting, and an
+    # embedded model has no URL.
+    for spec, field in [({"kind": "sglang", "url": "http://h:1", "endpoint": "auto"}, "endpoint"),
+                        ({"kind": "embedded", "url": "http://h:1"}, "url"),
+                        ({"kind": "llamacpp", "url": "ftp://h"}, "url"),
+                        ('{"kind": "vllm", "url": ', "spec")]:
+        with pytest.raises(BackendSpecError) as caught:
+            parse_backend_spec(spec)
+        assert caught.value.field == field, (spec, caught.value)
+    with pytest.raises(BackendSpecError, match="command line") as caught:
+        remote_spec("embedded")
+    assert caught.value.field == "kind"
+    schema = RemoteBackendSpec.model_json_schema()
+    assert schema["discriminator"]["propertyName"] == "kind"
+    assert set(schema["discriminator"]["mapping"]) == {"vllm", "sglang", "llamacpp", "openai_chat"}
+
+
+async def test_the_api_refuses_a_spec_naming_the_field(tmp_path):
+    import httpx
+
+    from rollserve.api.app import create_app
+    from rollserve.server import ServerConfig, Service
+
+    service = Service(ServerConfig(state_dir=tmp_path))
+    app = create_app(service, manage_lifecycle=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r") as client:
+        for body, field in [({"kind": "sglang", "url": "http://h:1", "endpoint": "auto"}, "endpoint"),
+                            ({"kind": "embedded"}, "kind"),
+                            ({"kind": "tgi", "url": "http://h:1"}, "kind"),
+                            ({"url": "nope"}, "url")]:
+            r = await client.post("/v1/llm/backends", json=body)
+            assert r.status_code == 422 and [e["field"] for e in r.json()["errors"]] == [field], r.text
+        r = await client.post("/v1/llm/backends", json={"kind": "sglang", "url": "http://h:1"})
+        assert r.status_code == 201 and r.json()["backend"]["kind"] == "sglang"
+    await service.router.stop()  # closes the backend just added

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from rollserve.errors import LLMError
-from rollserve.llm.base import Generation, SamplingParams
+from rollserve.llm.base import Generation, LLMBackend, SamplingParams
 from rollserve.llm.routing.deadline import call_deadline
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.llm.backends.vllm import VLLMBackend
@@ -14,7 +14,7 @@ from rollserve.testing import FakeVLLM
 SAMPLING = SamplingParams(max_tokens=4)
 
 
-class StubBackend:
+class StubBackend(LLMBackend):
     """Answers after ``gate`` opens (if given); fails while ``failures`` > 0."""
 
     trainable = True

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from rollserve.errors import LLMError
-from rollserve.llm.base import ChatReply, Generation, SamplingParams
+from rollserve.llm.base import ChatReply, Generation, LLMBackend, SamplingParams
 from rollserve.llm.routing.health import HealthConfig
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.llm.backends.sglang import SGLangBackend
@@ -19,7 +19,7 @@ FAST_HEALTH = RouterConfig(health=HealthConfig(interval=0.05, backoff_base=0.02,
                            retry_backoff=0.01)
 
 
-class Backend:
+class Backend(LLMBackend):
     """A stub server: ``up`` decides health and calls; ``gate`` holds calls."""
 
     trainable = True

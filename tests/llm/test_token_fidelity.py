@@ -8,7 +8,7 @@ from rollserve.agent.base import AgentEnv, Step
 from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.llm.base import SamplingParams
-from rollserve.llm.tokens.chat import PromptBuilder
+from rollserve.llm.tokens.chat import LocalPromptBuilder
 from rollserve.llm.routing.router import Router
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.llm.backends.vllm import VLLMBackend
@@ -68,7 +68,7 @@ def assert_exact_tokens(trajectory: Trajectory, server: FakeVLLM) -> None:
 def test_first_prompt_is_the_full_render(tok):
     messages = ScriptedEnv(1).initial_messages()
     expected = tok.encode(tok.render(messages, add_generation_prompt=True))
-    assert PromptBuilder(tok).first(messages) == expected
+    assert LocalPromptBuilder(tok).first(messages) == expected
     assert expected[-4:] == tok.encode("<|im_start|>assistant\n")
 
 

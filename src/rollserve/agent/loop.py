@@ -28,29 +28,21 @@ marked not trainable.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from rollserve.agent.base import AgentEnv, Step, ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp, stop_env
 from rollserve.agent.tool_calls import ToolFormat, format_tool_call
 from rollserve.agent.trajectory import Trajectory
 from rollserve.errors import PromptTooLongError, context_window_error
-from rollserve.llm.base import ChatReply, Generation, SamplingParams
-from rollserve.llm.tokens.chat import Fidelity, prompt_builder
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
-
-if TYPE_CHECKING:
-    from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
-
-
-class LLMSession(Protocol):
-    """A sticky handle on the inference layer for one trajectory."""
-
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation: ...
-
-    @property
-    def policy_version(self) -> int | None: ...
-
+from rollserve.llm.base import (
+    ChatReply,
+    Fidelity,
+    Generation,
+    LLMSession,
+    SamplingParams,
+    Tokenizer,
+)
 
 __all__ = ["LLMSession", "LoopStats", "run_agent_loop"]
 
@@ -58,7 +50,7 @@ __all__ = ["LLMSession", "LoopStats", "run_agent_loop"]
 async def run_agent_loop(
     env: AgentEnv,
     llm: LLMSession,
-    tokenizer: "ChatTokenizer | BackendTokenizer",
+    tokenizer: Tokenizer,
     sampling: SamplingParams,
     max_turns: int,
     max_context_tokens: int,
@@ -69,18 +61,18 @@ async def run_agent_loop(
     """Drive ``env`` with the policy until it is done or a limit ends the episode.
 
     ``tokenizer``: a local ``ChatTokenizer``, or the serving backend's
-    (``BackendTokenizer``: prompts are rendered over HTTP, never blocking the loop).
+    (``BackendTokenizer``: prompts are rendered over HTTP, never blocking the loop);
+    either makes the episode's ``PromptBuilder``.
     ``deadline``: event-loop time at which the episode ends itself (``agent.clock``).
 
     ``trajectory`` is filled in place, so a cancelled or timed-out loop still leaves
     every token sampled so far in it.
     """
     clock = EpisodeClock(deadline, stats)
-    message_level = getattr(llm, "message_level", None)
-    if message_level is not None and await message_level():
+    if await llm.message_level():
         return await _run_chat_loop(env, llm, sampling, max_turns, max_context_tokens,
                                     trajectory, clock)
-    builder = prompt_builder(tokenizer, tools=env.tools)
+    builder = tokenizer.prompt_builder(tools=env.tools)
     trajectory.fidelity = builder.fidelity
     messages = _open_episode(env, trajectory)
     trajectory.add_prompt(await builder.afirst(messages))
@@ -144,8 +136,7 @@ async def run_agent_loop(
 
 def _context_limit(llm: LLMSession, max_context_tokens: int) -> int:
     """``max_context_tokens``, clamped to the backend's context window where it is known."""
-    window = getattr(llm, "context_window", None)
-    known = window() if callable(window) else None
+    known = llm.context_window()
     return max_context_tokens if known is None else min(max_context_tokens, known)
 
 
@@ -204,8 +195,7 @@ async def _run_chat_loop(
             ended_by = clock.end(trajectory)
             break
         try:
-            reply: ChatReply = await clock.llm(llm.chat(  # type: ignore[attr-defined]
-                list(messages), sampling, tools=env.tools))
+            reply = await clock.llm(llm.chat(list(messages), sampling, tools=env.tools))
         except TimeUp:
             ended_by = clock.end(trajectory)
             break

@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from rollserve.llm.base import Tokenizer
 
 # vLLM's hermes parser also accepts a final block the model never closed (cut at
 # max_tokens or a stop word right after the JSON); so do we.
@@ -274,22 +274,11 @@ def template_tools(schemas: list[dict]) -> list[dict]:
     return [{"type": "function", "function": schema} for schema in schemas]
 
 
-def template_supports_tools(tokenizer: ChatTokenizer) -> bool:
-    """Whether the chat template renders a ``tools`` argument at all.
-
-    Asked by rendering, not by reading the template source: a template that ignores
-    ``tools`` (SmolLM2) renders the same text with and without it.
-    """
-    known = getattr(tokenizer, "renders_tools", None)  # a backend tokenizer probes it once
-    if known is not None:
-        return bool(known)
-    probe = [{"role": "user", "content": "hi"}]
-    tool = template_tools([{"name": "probe_tool", "description": "d", "parameters": {"type": "object", "properties": {}}}])
-    try:
-        with_tools = tokenizer.render(probe, add_generation_prompt=True, tools=tool)
-    except Exception:  # a template that chokes on tools cannot present them
-        return False
-    return with_tools != tokenizer.render(probe, add_generation_prompt=True) and "probe_tool" in with_tools
+def template_supports_tools(tokenizer: Tokenizer) -> bool:
+    """Whether the chat template renders a ``tools`` argument at all: the tokenizer
+    knows (a local one renders a probe once, a serving backend's probed it in
+    ``ready()``; before that it is a ``TokenizerError``, masked)."""
+    return tokenizer.renders_tools
 
 
 def tools_system_section(schemas: list[dict]) -> str:
@@ -330,7 +319,7 @@ def bash_system_section(schemas: list[dict]) -> str:
 
 
 def present_tools(
-    schemas: list[dict], system_prompt: str, tokenizer: ChatTokenizer | None,
+    schemas: list[dict], system_prompt: str, tokenizer: Tokenizer | None,
     where: Literal["auto", "template", "prompt"] = "auto",
     fmt: ToolFormat = "hermes",
 ) -> ToolPresentation:

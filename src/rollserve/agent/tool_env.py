@@ -30,7 +30,7 @@ from rollserve.agent.tool_calls import (
     tool_message,
 )
 from rollserve.agent.tools import ToolOutcome, call_tool
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from rollserve.llm.base import Tokenizer
 from rollserve.sandbox.tools.text import truncate_middle
 
 NUDGE = (
@@ -96,7 +96,7 @@ class ToolEnv(AgentEnv):
         tools: list[Tool],
         task: str,
         system_prompt: str = "You are a helpful assistant that solves the task with the tools provided.",
-        tokenizer: ChatTokenizer | None = None,
+        tokenizer: Tokenizer | None = None,
         config: ToolEnvConfig | None = None,
     ) -> None:
         names = [t.name for t in tools]

@@ -82,7 +82,7 @@ from rollserve.contract.prorl import (
 from rollserve.contract.validation import describe
 from rollserve.engine.errors import InvalidTask, UnknownDataSource
 from rollserve.engine.facade import Rollouts
-from rollserve.llm.backends.factory import BackendSpec, backend_from_spec, remote_spec
+from rollserve.llm.backends.factory import ServerSpec, VLLMSpec, backend_from_spec, remote_spec
 from rollserve.llm.routing.router import Router
 
 log = logging.getLogger(__name__)
@@ -202,7 +202,7 @@ async def cancel(body: CancelRequest, request: Request) -> StatusReply:
     return StatusReply(status=f"Cancel requested for job {body.job_id}")
 
 
-def backend_spec_for_address(address: str) -> BackendSpec:
+def backend_spec_for_address(address: str) -> ServerSpec:
     """ProRL registers OpenAI-style base URLs (``http://host:8000/v1``); rollserve talks
     to the server's root. ``KIND=URL`` picks another kind of server; an embedded
     backend (a model file on the server's disk) is refused, as over rollserve's API."""
@@ -210,9 +210,9 @@ def backend_spec_for_address(address: str) -> BackendSpec:
     if "=" in text.split("://", 1)[0]:
         spec = remote_spec(text)
     else:
-        spec = BackendSpec(kind="vllm", url=text)
-    url = (spec.url or "").rstrip("/").removesuffix("/v1")
-    return spec.model_copy(update={"url": url or None})
+        spec = VLLMSpec(url=text)
+    url = spec.url.rstrip("/").removesuffix("/v1")
+    return spec.model_copy(update={"url": url})
 
 
 @router.post("/add_llm_server", response_model=StatusReply, responses=errors(400))

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
     from rollserve.agent.trajectory import Trajectory
     from rollserve.contract import SamplingParams
     from rollserve.handlers.scoring import ScoringPool
-    from rollserve.llm.tokens.tokenizer import ChatTokenizer
+    from rollserve.llm.base import Tokenizer
     from rollserve.sandbox.base import Sandbox, SandboxSpec
 
 StateT = TypeVar("StateT")
@@ -82,7 +82,7 @@ class HandlerContext:
     must be closed in its ``cleanup`` (``handlers.sandboxed`` does both).
     """
 
-    tokenizer: ChatTokenizer
+    tokenizer: Tokenizer
     scoring: ScoringPool
     sandboxes: SandboxStarter | None = None
     # Per-handler settings from the server (``rollserve serve --handler-options``):

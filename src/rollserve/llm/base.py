@@ -1,22 +1,47 @@
-"""What every inference backend offers: token ids in, token ids and logprobs out.
+"""The llm layer's contracts: what every caller of ``rollserve.llm`` may rely on.
 
-Message-level backends (API models that cannot take or return token ids) are
-marked ``trainable = False`` and offer ``chat(messages, sampling)`` instead; the
-agent loop then keeps a chat-only trajectory.
+- ``LLMBackend``: an inference server or in-process model. A token-level backend
+  (``trainable = True``) samples from token ids (``generate``); a message-level one
+  (an API model, ``trainable = False``) answers a conversation (``chat``) and the
+  agent loop keeps a chat-only trajectory for it. Its routing ``weight`` and its
+  ``context_window()`` (None where unknown) are part of the contract. ``Pausable`` is
+  an optional capability a backend declares by inheriting it (vLLM dev mode,
+  SGLang): the router forwards ``pause``/``resume`` to exactly those around a
+  weight update.
+- ``LLMSession``: a trajectory's sticky handle on the router (``routing.session``),
+  what the agent loop calls.
+- ``Tokenizer``: the policy's tokenizer and chat template, local
+  (``tokens.tokenizer.ChatTokenizer``) or the serving backend's
+  (``tokens.backend_tokenizer.BackendTokenizer``). The agent layer asks it for a
+  ``PromptBuilder`` (append-only prompts) and whether its template renders tools.
 
-Optional, duck-typed extras a backend may have: ``pause(mode)`` / ``resume()``
-(forwarded by the router around weight updates) and ``weight`` (a routing weight).
+The packages underneath import this module and never one another's internals:
+``backends`` (servers and in-process models), ``tokens`` (tokenizers, chat
+templates, prompts; it may use ``backends.http``) and ``routing`` (router,
+sessions, health, policies, deadlines). ``tests/llm/test_layering.py`` holds them to it.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol
 
 # The wire model (rollserve.contract); the llm layer samples with it.
 from rollserve.contract import SamplingParams
+from rollserve.errors import InfraError, LLMError
+
+__all__ = ["BackendKind", "ChatReply", "Fidelity", "Generation", "LLMBackend", "LLMSession",
+           "Message", "PauseMode", "Pausable", "PromptBuilder", "SamplingParams", "Tokenizer",
+           "TokenizerError", "ToolSchema"]
+
+Message = dict[str, Any]  # a chat message: role, content, and maybe tool_calls, name...
+ToolSchema = dict[str, Any]  # a tool as chat templates and APIs take it ({"type": "function", ...})
+PauseMode = Literal["finish", "abort"]
+BackendKind = Literal["tokens", "messages"]  # what a backend takes: token ids, or messages
 
 
+# --- what a backend answers ----------------------------------------------------------------
 @dataclass
 class Generation:
     """What a backend sampled for one prompt, verbatim."""
@@ -25,7 +50,7 @@ class Generation:
     logprobs: list[float]
     finish_reason: str  # "stop" | "length" | "abort"
     backend: str = ""
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
     policy_version: int | None = None  # stamped by the router when it sent the request
 
     def __post_init__(self) -> None:
@@ -41,27 +66,181 @@ class ChatReply:
 
     content: str
     finish_reason: str  # "stop" | "length" | "tool_calls" | ...
-    tool_calls: list[dict] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI's shape
     backend: str = ""
-    usage: dict = field(default_factory=dict)  # prompt_tokens, completion_tokens
+    usage: dict[str, Any] = field(default_factory=dict)  # prompt_tokens, completion_tokens...
     policy_version: int | None = None
 
 
-@runtime_checkable
-class LLMBackend(Protocol):
-    """An inference server (or in-process model) that samples from token ids.
+# --- backends -------------------------------------------------------------------------------
+class LLMBackend(ABC):
+    """An inference server (or in-process model) the router sends calls to.
 
-    A message-level backend (``trainable = False``) raises on ``generate`` and
-    implements ``async chat(messages, sampling, tools=None) -> ChatReply``.
+    Token-level (``trainable = True``): ``generate`` samples from token ids and
+    returns the sampled ids and their logprobs verbatim. Message-level
+    (``trainable = False``): ``chat`` answers a conversation, and ``generate`` is a
+    non-retryable ``LLMError``. Failures are ``LLMError`` (infra: the rollout is
+    masked), saying whether another try may succeed; a prompt that does not fit the
+    backend's context window is a ``ContextWindowError``.
     """
 
-    name: str
-    trainable: bool  # False for message-level APIs that cannot return sampled ids
+    kind: ClassVar[str] = "backend"
+    trainable: ClassVar[bool] = True  # False: message level, no token ids to train on
+    name: str  # unique among the router's backends
+    weight: float = 1.0  # routing weight (relative capacity), set per backend
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation: ...
+    @abstractmethod
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        """Sample a continuation of ``prompt_ids``."""
 
-    async def health(self) -> bool: ...
+    async def chat(self, messages: list[Message], sampling: SamplingParams,
+                   tools: list[ToolSchema] | None = None) -> ChatReply:
+        """Answer ``messages`` (message-level backends only; others refuse)."""
+        raise LLMError(f"{self.name}: a token-level backend samples from token ids; it has no "
+                       "message-level chat", backend=self.name, retryable=False)
 
-    async def close(self) -> None: ...
+    def context_window(self) -> int | None:
+        """The most tokens a prompt and its sample may hold here; None where unknown
+        (a server's is read at its health checks)."""
+        return None
 
-    def describe(self) -> dict: ...
+    @abstractmethod
+    async def health(self) -> bool:
+        """True if the backend can take requests now (the router's health probe)."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections (or the model); the backend takes no more calls."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What the backend is, for listings (``GET /v1/llm/backends``): JSON values."""
+
+
+class Pausable(ABC):
+    """A backend whose server can stop generating around a weight update (vLLM dev
+    mode, SGLang); the router forwards its own pause and resume to these."""
+
+    @abstractmethod
+    async def pause(self, mode: PauseMode = "finish") -> None:
+        """``finish``: let requests in flight end first; ``abort``: abort them."""
+
+    @abstractmethod
+    async def resume(self) -> None:
+        """Generate again."""
+
+
+# --- a trajectory's session ------------------------------------------------------------------
+class LLMSession(Protocol):
+    """A sticky handle on the inference layer for one trajectory (``routing.session``)."""
+
+    @property
+    def policy_version(self) -> int | None:
+        """The policy version in force now (each reply carries its own stamp too)."""
+        ...
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        """Sample on a token-level backend."""
+        ...
+
+    async def chat(self, messages: list[Message], sampling: SamplingParams,
+                   tools: list[ToolSchema] | None = None) -> ChatReply:
+        """Answer on a message-level backend."""
+        ...
+
+    async def message_level(self) -> bool:
+        """True if this trajectory runs on a message-level (not trainable) backend."""
+        ...
+
+    def context_window(self) -> int | None:
+        """The context window bounding this trajectory's prompts, if any backend it may
+        run on reports one (``LLMBackend.context_window``)."""
+        ...
+
+    def close(self) -> None:
+        """The trajectory is over (it no longer counts as pinned to its backend)."""
+        ...
+
+
+# --- tokenizers and prompts ------------------------------------------------------------------
+class TokenizerError(InfraError):
+    """The tokenizer could not be found, loaded or probed; the message says what to do."""
+
+
+@dataclass
+class Fidelity:
+    """How faithfully a trajectory's token sequence matches its conversation."""
+
+    append_only: bool = True
+    template_checked: bool = False
+    mismatches: int = 0
+    first_mismatch: int | None = None
+    fallback_deltas: int = 0  # deltas built from a probe conversation, not the real one
+
+    def to_dict(self) -> dict[str, bool | int | None]:
+        return {
+            "append_only": self.append_only,
+            "template_checked": self.template_checked,
+            "mismatches": self.mismatches,
+            "first_mismatch": self.first_mismatch,
+            "fallback_deltas": self.fallback_deltas,
+        }
+
+
+class PromptBuilder(Protocol):
+    """The token prompts of one trajectory, append-only (``tokens.chat``)."""
+
+    fidelity: Fidelity
+
+    async def afirst(self, messages: list[Message]) -> list[int]:
+        """Ids of the opening prompt (the messages and the generation prompt)."""
+        ...
+
+    async def aassistant_content(self, output_ids: list[int], finish_reason: str) -> str:
+        """The assistant message's text for sampled ids (without the closing stop token)."""
+        ...
+
+    async def adelta(self, history: list[Message], new: list[Message],
+                     sequence: list[int]) -> list[int]:
+        """Ids to append after ``sequence`` (prompt + sampled ids so far) for ``new``."""
+        ...
+
+    async def acheck(self, messages: list[Message], sequence: list[int]) -> Fidelity:
+        """Compare ``sequence`` with a full render of ``messages`` (sets ``fidelity``)."""
+        ...
+
+
+class Tokenizer(Protocol):
+    """The policy's tokenizer and chat template, as the agent layer and the server use it.
+
+    ``ready()`` is awaited before ``eos_token_id`` and ``renders_tools`` are read: a
+    local tokenizer knows them at once, a serving backend's is probed over HTTP the
+    first time (a failure is a ``TokenizerError`` or ``LLMError``: infra), and reading
+    either before it is a ``TokenizerError``.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def eos_token_id(self) -> int:
+        """The token the template ends an assistant turn with."""
+        ...
+
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the chat template renders a ``tools`` argument (else the tools are
+        described in the system prompt)."""
+        ...
+
+    async def ready(self) -> None:
+        """Learn what the facts above need (once); returns at once afterwards."""
+        ...
+
+    def prompt_builder(self, tools: list[ToolSchema] | None = None) -> PromptBuilder:
+        """A builder for one trajectory's prompts, with ``tools`` passed to the template."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the tokenizer holds (a backend tokenizer's HTTP session)."""
+        ...

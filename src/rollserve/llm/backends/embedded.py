@@ -37,7 +37,7 @@ import numpy as np
 
 from rollserve.errors import InfraError, LLMError
 from rollserve.llm.backends.embedded_probe import ProbeResult, probe_batch_invariance
-from rollserve.llm.base import Generation, SamplingParams
+from rollserve.llm.base import Generation, LLMBackend, SamplingParams, TokenizerError
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ _probes: dict[tuple[str, int | None, int], ProbeResult] = {}
 _probes_lock = threading.Lock()
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(LLMBackend):
     """The embedded GGUF model as an LLM backend."""
 
     kind = "embedded"
@@ -81,7 +81,7 @@ class EmbeddedBackend:
                 "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
             )
         if model_path is None:
-            from rollserve.llm.tokens.tokenizer import TokenizerError, smollm2_gguf_path
+            from rollserve.llm.bundled import smollm2_gguf_path
 
             try:
                 model_path = smollm2_gguf_path()

@@ -8,138 +8,136 @@
     llamacpp=http://host:8080         a llama.cpp server (/completion)
     openai_chat=https://api.openai.com   a chat API (message level, not trainable)
     {"kind": "vllm", "url": "http://host:8000", "name": "gpu0", "model": "policy",
-     "endpoint": "auto", "weight": 2}
+     "endpoint": "auto", "weight": 2}   (a JSON object, on the command line too)
 
-Over HTTP (``POST /v1/llm/backends``, ProRL's ``/add_llm_server``) only servers are
-registered, by URL (``RemoteBackendSpec``): an embedded backend loads a model file
-from the server's own disk into its process, so only the command line may start one.
+Every form becomes one of the spec models (``backends.specs``, a tagged union on
+``kind``). Over HTTP (``POST /v1/llm/backends``, ProRL's ``/add_llm_server``) only
+servers are registered, by URL (``RemoteBackendSpec``): an embedded backend loads a
+model file from the server's own disk into its process, so only the command line may
+start one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ValidationError
 
+from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
+from rollserve.llm.backends.openai_chat import OpenAIChatBackend
+from rollserve.llm.backends.server_backend import ServerBackend
+from rollserve.llm.backends.sglang import SGLangBackend
+from rollserve.llm.backends.specs import (
+    EMBEDDED_OVER_HTTP,
+    KINDS,
+    SERVER_KINDS,
+    AnySpec,
+    BackendSpec,
+    EmbeddedSpec,
+    LlamaCppSpec,
+    OpenAIChatSpec,
+    RemoteBackendSpec,
+    ServerSpec,
+    SGLangSpec,
+    VLLMSpec,
+)
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import LLMBackend
 
-KINDS = ("vllm", "sglang", "llamacpp", "openai_chat", "embedded")
-SERVER_KINDS = ("vllm", "sglang", "llamacpp", "openai_chat")
+__all__ = [
+    "EMBEDDED_OVER_HTTP", "KINDS", "SERVER_KINDS", "AnySpec", "BackendSpec", "BackendSpecError",
+    "EmbeddedSpec", "LlamaCppSpec", "OpenAIChatSpec", "RemoteBackendSpec", "SGLangSpec",
+    "ServerSpec", "VLLMSpec", "backend_from_spec", "parse_backend_spec", "remote_spec",
+]
+
+SpecInput = str | Mapping[str, object] | VLLMSpec | SGLangSpec | LlamaCppSpec | OpenAIChatSpec | EmbeddedSpec
+_SPEC_MODELS = (VLLMSpec, SGLangSpec, LlamaCppSpec, OpenAIChatSpec, EmbeddedSpec)
 
 
-class BackendSpec(BaseModel):
-    """One inference backend, as the API accepts it."""
+class BackendSpecError(ValueError):
+    """A spec that describes no backend: ``field`` is the one at fault (``kind``, ``url``,
+    ``spec`` for the whole string); the message starts with it."""
 
-    model_config = ConfigDict(extra="forbid")
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
 
-    kind: Literal["vllm", "sglang", "llamacpp", "openai_chat", "embedded"] = "vllm"
-    url: str | None = Field(None, description="base URL of the server (all but embedded)")
-    name: str | None = Field(None, description="unique name; derived from the URL if unset")
-    model: str | None = Field(None, description="served model name; the server's first if unset")
-    api_key: str | None = None
-    model_path: str | None = Field(None, description="GGUF file (embedded); SmolLM2 if unset")
-    n_ctx: int = Field(4096, ge=128, le=1_000_000, description="context length (embedded)")
-    timeout: float = Field(600.0, gt=0, description="seconds per request (servers)")
-    endpoint: Literal["completions", "generate", "auto"] = Field(
-        "completions", description="vllm: /v1/completions, /inference/v1/generate, or try both")
-    weight: float = Field(1.0, gt=0, le=1000, description="routing weight (relative capacity)")
-
-
-EMBEDDED_OVER_HTTP = ("an embedded backend loads a model file from the server's disk into its "
-                      "process, so only the command line starts one (rollserve serve --backend "
-                      "embedded[=PATH]); over HTTP, register an inference server by its URL")
-
-
-class RemoteBackendSpec(BaseModel):
-    """An inference server registered at runtime (over HTTP): by URL, never a path."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["vllm", "sglang", "llamacpp", "openai_chat"] = "vllm"
-    url: str = Field(..., min_length=8, max_length=2048, pattern=r"^https?://[!-~]+$",
-                     description="base URL of the server (http:// or https://, ASCII)")
-    name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@+=-]+$",
-                             description="unique name; derived from the URL if unset")
-    model: str | None = Field(None, max_length=1000,
-                              description="served model name; the server's first if unset")
-    api_key: str | None = Field(None, max_length=10_000, pattern=r"^[!-~]+$",
-                                description="sent as a bearer token (printable ASCII)")
-    timeout: float = Field(600.0, gt=0, le=86_400, description="seconds per request")
-    endpoint: Literal["completions", "generate", "auto"] = Field(
-        "completions", description="vllm: /v1/completions, /inference/v1/generate, or try both")
-    weight: float = Field(1.0, gt=0, le=1000, description="routing weight (relative capacity)")
-
-    @field_validator("kind", mode="before")
     @classmethod
-    def _no_embedded(cls, kind: Any) -> Any:
-        if kind == "embedded":
-            raise ValueError(EMBEDDED_OVER_HTTP)
-        return kind
+    def of(cls, error: ValidationError) -> BackendSpecError:
+        """The first problem pydantic found (all of them in the message)."""
+        found = [(".".join(str(p) for p in e["loc"]) or "spec", e["msg"]) for e in error.errors()]
+        first = cls(found[0][0], found[0][1])
+        if len(found) > 1:
+            first.args = ("; ".join(f"{field}: {message}" for field, message in found),)
+        return first
 
-    def spec(self) -> BackendSpec:
-        return BackendSpec.model_validate(self.model_dump(exclude_none=True))
+
+def parse_backend_spec(spec: SpecInput) -> AnySpec:
+    """The spec model for a command-line string, a dict, or a spec; ``BackendSpecError``
+    naming the field if it describes no backend."""
+    if isinstance(spec, _SPEC_MODELS):
+        return spec
+    data = _from_string(spec) if isinstance(spec, str) else spec
+    try:
+        return BackendSpec.model_validate(data).spec()
+    except ValidationError as exc:
+        raise BackendSpecError.of(exc) from None
 
 
-def remote_spec(spec: str | dict | BackendSpec) -> BackendSpec:
-    """``spec`` if it names an inference server by URL; ``ValueError`` for an embedded one."""
+def remote_spec(spec: SpecInput) -> ServerSpec:
+    """``spec`` if it names an inference server by URL; ``BackendSpecError`` for an
+    embedded one."""
     parsed = parse_backend_spec(spec)
-    if parsed.kind not in SERVER_KINDS:
-        raise ValueError(f"kind: {EMBEDDED_OVER_HTTP}")
+    if isinstance(parsed, EmbeddedSpec):
+        raise BackendSpecError("kind", EMBEDDED_OVER_HTTP)
     return parsed
 
 
-def parse_backend_spec(spec: str | dict | BackendSpec) -> BackendSpec:
-    if isinstance(spec, BackendSpec):
-        return spec
-    if isinstance(spec, dict):
-        kind = spec.get("kind", "vllm")
-        if kind not in KINDS:
-            raise ValueError(f"kind: unknown backend kind {kind!r}; expected one of {', '.join(KINDS)}")
-        return BackendSpec.model_validate(spec)
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError("spec: expected 'embedded', a URL, 'KIND=VALUE' or a dict")
-    text = spec.strip()
+def _from_string(text: str) -> object:
+    text = text.strip()
+    if not text:
+        raise BackendSpecError("spec", "expected 'embedded', a URL, 'KIND=VALUE' or a JSON object")
     if text == "embedded":
-        return BackendSpec(kind="embedded")
+        return {"kind": "embedded"}
     if text.startswith(("http://", "https://")):
-        return BackendSpec(kind="vllm", url=text)
+        return {"kind": "vllm", "url": text}
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BackendSpecError("spec", f"not valid JSON: {exc.msg} (column {exc.colno})") from None
     kind, sep, value = text.partition("=")
     if not sep:
-        raise ValueError(f"spec: {text!r} is not 'embedded', a URL, or 'KIND=VALUE'")
+        raise BackendSpecError("spec", f"{text!r} is not 'embedded', a URL, 'KIND=VALUE' or a "
+                                       "JSON object")
     if kind in SERVER_KINDS:
-        return BackendSpec(kind=kind, url=value)
+        return {"kind": kind, "url": value}
     if kind == "embedded":
-        return BackendSpec(kind="embedded", model_path=value or None)
-    raise ValueError(f"kind: unknown backend kind {kind!r}; expected one of {', '.join(KINDS)}")
+        return {"kind": "embedded", "model_path": value or None}
+    raise BackendSpecError("kind", f"unknown backend kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def backend_from_spec(spec: str | dict | BackendSpec) -> LLMBackend:
+def backend_from_spec(spec: SpecInput) -> LLMBackend:
     """Build the backend a spec describes (nothing is contacted yet)."""
     parsed = parse_backend_spec(spec)
-    if parsed.kind == "embedded":
-        from rollserve.llm.backends.embedded import EmbeddedBackend
+    if isinstance(parsed, EmbeddedSpec):
+        from rollserve.llm.backends.embedded import EmbeddedBackend  # (numpy: only when asked)
 
-        backend = EmbeddedBackend(
-            model_path=parsed.model_path, n_ctx=parsed.n_ctx, name=parsed.name or "embedded"
-        )
+        backend = EmbeddedBackend(model_path=parsed.model_path, n_ctx=parsed.n_ctx,
+                                  name=parsed.name or "embedded")
         backend.weight = parsed.weight
         return backend
-    if not parsed.url:
-        raise ValueError(f"url: a {parsed.kind} backend needs the server's URL")
-    common = dict(name=parsed.name, model=parsed.model, api_key=parsed.api_key,
-                  timeout=parsed.timeout, weight=parsed.weight)
-    if parsed.kind == "vllm":
-        from rollserve.llm.backends.vllm import VLLMBackend
-
-        return VLLMBackend(parsed.url, endpoint=parsed.endpoint, **common)
-    if parsed.kind == "sglang":
-        from rollserve.llm.backends.sglang import SGLangBackend
-
-        return SGLangBackend(parsed.url, **common)
-    if parsed.kind == "llamacpp":
-        from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
-
-        return LlamaCppServerBackend(parsed.url, **common)
-    from rollserve.llm.backends.openai_chat import OpenAIChatBackend
-
-    return OpenAIChatBackend(parsed.url, **common)
+    try:
+        if isinstance(parsed, VLLMSpec):
+            return VLLMBackend(parsed.url, name=parsed.name, model=parsed.model,
+                               api_key=parsed.api_key, timeout=parsed.timeout,
+                               weight=parsed.weight, endpoint=parsed.endpoint)
+        server: type[ServerBackend] = (SGLangBackend if isinstance(parsed, SGLangSpec) else
+                                       LlamaCppServerBackend if isinstance(parsed, LlamaCppSpec)
+                                       else OpenAIChatBackend)
+        return server(parsed.url, name=parsed.name, model=parsed.model, api_key=parsed.api_key,
+                      timeout=parsed.timeout, weight=parsed.weight)
+    except ValueError as exc:  # the URL, as the HTTP client checks it
+        raise BackendSpecError("url", str(exc).removeprefix("url: ")) from exc

@@ -122,7 +122,7 @@ class HTTPClient:
                 f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}",
                 backend=self.name,
             ) from exc
-        except asyncio.TimeoutError as exc:  # aiohttp's own timeout, not the caller's
+        except TimeoutError as exc:  # aiohttp's own timeout, not the caller's
             raise LLMError(
                 f"{self.name}: {method} {url} timed out after {timeout or self.timeout} s",
                 backend=self.name,
@@ -152,7 +152,7 @@ class HTTPClient:
             ) as resp:
                 await resp.read()
                 return resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return False
 
     async def close(self) -> None:

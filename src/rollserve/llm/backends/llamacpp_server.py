@@ -30,8 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 from rollserve.errors import LLMError
-from rollserve.llm.base import Generation, SamplingParams
 from rollserve.llm.backends.server_backend import ServerBackend
+from rollserve.llm.base import Generation, SamplingParams
 
 _FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
 

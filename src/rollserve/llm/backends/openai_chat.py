@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from rollserve.errors import LLMError
-from rollserve.llm.base import ChatReply, Generation, SamplingParams
 from rollserve.llm.backends.server_backend import ServerBackend
+from rollserve.llm.base import ChatReply, Generation, Message, SamplingParams, ToolSchema
 
 
 class OpenAIChatBackend(ServerBackend):
@@ -36,8 +36,8 @@ class OpenAIChatBackend(ServerBackend):
         raise LLMError(f"{self.name}: a message-level chat API cannot sample from token ids",
                        backend=self.name, retryable=False)
 
-    async def chat(self, messages: list[dict], sampling: SamplingParams,
-                   tools: list[dict] | None = None) -> ChatReply:
+    async def chat(self, messages: list[Message], sampling: SamplingParams,
+                   tools: list[ToolSchema] | None = None) -> ChatReply:
         model = await self.served_model()
         self.outstanding += 1
         try:
@@ -57,8 +57,8 @@ class OpenAIChatBackend(ServerBackend):
                          backend=self.name, usage=dict(reply.get("usage") or {}))
 
 
-def request_body(model: str | None, messages: list[dict], sampling: SamplingParams,
-                 tools: list[dict] | None) -> dict:
+def request_body(model: str | None, messages: list[Message], sampling: SamplingParams,
+                 tools: list[ToolSchema] | None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,

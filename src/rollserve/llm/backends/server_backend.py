@@ -21,8 +21,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rollserve.errors import ContextWindowError, LLMError
-from rollserve.llm.base import Generation, SamplingParams
 from rollserve.llm.backends.http import HTTPClient, excerpt
+from rollserve.llm.base import Generation, LLMBackend, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ HEALTH_WINDOW_TIMEOUT = 2.0  # the same, inside a health check
 WINDOW_RETRY = 30.0  # seconds before a request tries again to read an unknown window
 
 
-class ServerBackend:
+class ServerBackend(LLMBackend):
     kind = "server"
     trainable = True
     health_path = "/health"
@@ -141,7 +141,7 @@ class ServerBackend:
     async def close(self) -> None:
         await self.http.close()
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "kind": self.kind,

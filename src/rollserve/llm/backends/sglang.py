@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollserve.llm.base import Generation, SamplingParams
 from rollserve.llm.backends.server_backend import ServerBackend
+from rollserve.llm.base import Generation, Pausable, PauseMode, SamplingParams
 
 _PAUSE_MODES = {"finish": "in_place", "abort": "abort"}  # ours -> SGLang's
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-class SGLangBackend(ServerBackend):
+class SGLangBackend(ServerBackend, Pausable):
     kind = "sglang"
     window_slack = 1  # SGLang refuses input + max_new_tokens >= its context length
 
@@ -35,7 +35,7 @@ class SGLangBackend(ServerBackend):
         reply = await self.http.request_json("POST", "/generate", request_body(prompt_ids, sampling))
         return self._parse(reply, prompt_ids)
 
-    async def pause(self, mode: str = "finish") -> None:
+    async def pause(self, mode: PauseMode = "finish") -> None:
         await self.http.request_json("POST", "/pause_generation",
                                      {"mode": _PAUSE_MODES.get(mode, mode)})
 
@@ -63,7 +63,7 @@ class SGLangBackend(ServerBackend):
         return Generation(
             output_ids=output_ids,
             logprobs=logprobs,
-            finish_reason=_FINISH.get(finish_type, "abort"),
+            finish_reason=_FINISH.get(str(finish_type), "abort"),
             backend=self.name,
             meta={
                 "request_id": meta.get("id"),

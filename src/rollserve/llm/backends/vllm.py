@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from rollserve.errors import LLMError
-from rollserve.llm.base import Generation, SamplingParams
 from rollserve.llm.backends.server_backend import ServerBackend
+from rollserve.llm.base import Generation, Pausable, PauseMode, SamplingParams
 
 COMPLETIONS = "/v1/completions"
 GENERATE = "/inference/v1/generate"
@@ -32,7 +32,7 @@ Endpoint = Literal["completions", "generate", "auto"]
 _PAUSE_MODES = {"finish": "wait", "abort": "abort"}  # ours -> vLLM's
 
 
-class VLLMBackend(ServerBackend):
+class VLLMBackend(ServerBackend, Pausable):
     """One vLLM server (one aiohttp session, unbounded connection pool)."""
 
     kind = "vllm"
@@ -61,14 +61,14 @@ class VLLMBackend(ServerBackend):
         reply = await self._post_json(COMPLETIONS, completions_body(model, prompt_ids, sampling))
         return self._parse_completion(reply, prompt_ids)
 
-    async def pause(self, mode: str = "finish") -> None:
+    async def pause(self, mode: PauseMode = "finish") -> None:
         """vLLM dev mode: stop the engine (``wait`` drains it, ``abort`` aborts in flight)."""
         await self.http.request_json("POST", "/pause", params={"mode": _PAUSE_MODES.get(mode, mode)})
 
     async def resume(self) -> None:
         await self.http.request_json("POST", "/resume")
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         info = super().describe()
         if self.endpoint != "completions":
             info["endpoint"] = self.endpoint

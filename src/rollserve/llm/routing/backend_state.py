@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from rollserve.llm.base import LLMBackend
+from rollserve.llm.base import BackendKind, LLMBackend
 
 EWMA_ALPHA = 0.2  # weight of the newest sample in the speed estimate
 
@@ -39,15 +40,12 @@ class BackendState:
 
     @property
     def trainable(self) -> bool:
-        return bool(getattr(self.backend, "trainable", True))
+        return self.backend.trainable
 
-    @property
-    def chat_capable(self) -> bool:
-        return not self.trainable and callable(getattr(self.backend, "chat", None))
-
-    def serves(self, kind: str) -> bool:
-        """``tokens``: samples from token ids; ``messages``: a message-level chat API."""
-        return self.chat_capable if kind == "messages" else self.trainable
+    def serves(self, kind: BackendKind) -> bool:
+        """``tokens``: samples from token ids (trainable); ``messages``: a message-level
+        chat API (``LLMBackend.chat``)."""
+        return not self.trainable if kind == "messages" else self.trainable
 
     def record_success(self, seconds: float, concurrency: int) -> None:
         self.calls += 1
@@ -60,7 +58,7 @@ class BackendState:
         self.failures += 1
         self.last_error = message
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         info = dict(self.backend.describe())
         info.update(
             healthy=self.healthy,

@@ -10,9 +10,9 @@ finish.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
 
 _deadline: ContextVar[float | None] = ContextVar("rollserve_llm_deadline", default=None)
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from rollserve.llm.routing.backend_state import BackendState
-
-if TYPE_CHECKING:
-    from rollserve.llm.routing.router import Router
+from rollserve.llm.routing.base import HealthTarget
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +29,10 @@ class HealthConfig(BaseModel):
 
 
 class HealthMonitor:
-    def __init__(self, router: "Router", config: HealthConfig):
+    def __init__(self, router: HealthTarget, config: HealthConfig):
         self.router = router
         self.config = config
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
 
     @property

@@ -4,8 +4,8 @@ them to finish (a pause in "finish" mode, a drain, a removal's grace period)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(eq=False)

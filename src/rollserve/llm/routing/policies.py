@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from rollserve.llm.routing.backend_state import BackendState
 

@@ -28,14 +28,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Literal
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
 from rollserve.errors import LLMError
+from rollserve.llm.base import (
+    BackendKind,
+    ChatReply,
+    Generation,
+    LLMBackend,
+    Message,
+    PauseMode,
+    SamplingParams,
+    ToolSchema,
+)
 from rollserve.llm.routing.backend_state import BackendState
-from rollserve.llm.base import ChatReply, Generation, LLMBackend, SamplingParams
+from rollserve.llm.routing.base import Pinned
 from rollserve.llm.routing.deadline import current_deadline, remaining
+from rollserve.llm.routing.forward import forward, pausable
 from rollserve.llm.routing.health import HealthConfig, HealthMonitor
 from rollserve.llm.routing.inflight import InFlightCalls, retrieve
 from rollserve.llm.routing.policies import Policy, make_policy
@@ -43,8 +55,18 @@ from rollserve.llm.routing.session import RouterSession
 
 log = logging.getLogger(__name__)
 
-PauseMode = Literal["finish", "abort"]
-_ABORTED = object()  # an attempt aborted by a pause: sent again after resume
+
+
+class _Aborted:
+    """An attempt aborted by a pause: sent again after resume."""
+
+
+_ABORTED = _Aborted()
+# (Module-level names: inside Router, ``list`` is its method.)
+TokenIds = list[int]
+Messages = list[Message]
+Tools = list[ToolSchema]
+Reply = TypeVar("Reply", Generation, ChatReply)
 
 
 class RouterConfig(BaseModel):
@@ -69,7 +91,7 @@ class Router:
         self.policy = policy or make_policy(self.config.policy)
         self.policy_version: int | None = policy_version
         self.paused = False
-        self.pause_mode: str | None = None
+        self.pause_mode: PauseMode | None = None
         self.counters = {"calls": 0, "retries": 0, "aborted_by_pause": 0, "failed": 0, "moves": 0}
         self.health = HealthMonitor(self, self.config.health)
         self._states: dict[str, BackendState] = {}
@@ -94,8 +116,7 @@ class Router:
     def add(self, backend: LLMBackend, weight: float | None = None) -> None:
         if backend.name in self._states:
             raise ValueError(f"name: a backend named {backend.name!r} is already registered")
-        weight = weight if weight is not None else getattr(backend, "weight", 1.0)
-        state = BackendState(backend, weight=float(weight))
+        state = BackendState(backend, weight=float(backend.weight if weight is None else weight))
         self._states[backend.name] = state
         self.health.poke(state)  # probed at once when the monitor runs
         self._notify()
@@ -185,11 +206,11 @@ class Router:
         aborted = 0
         if mode == "abort":
             if forward:
-                forwarded = await self._forward("pause", mode)
+                forwarded = await self._forward_pause(mode)
             aborted = self._inflight.abort_all()
         drained = await self._inflight.wait_until(lambda: not self._inflight, timeout)
         if mode == "finish" and forward:
-            forwarded = await self._forward("pause", mode)
+            forwarded = await self._forward_pause(mode)
         log.info("paused (%s): %d aborted, %d still in flight", mode, aborted, self.in_flight)
         return {"paused": True, "mode": mode, "aborted": aborted, "drained": drained,
                 "in_flight": self.in_flight, "policy_version": self.policy_version,
@@ -199,7 +220,7 @@ class Router:
         """Let calls go again, stamped with ``policy_version`` from now on."""
         if policy_version is not None:
             self.policy_version = policy_version
-        forwarded = await self._forward("resume") if self._paused_backends else {}
+        forwarded = await self._forward_resume() if self._paused_backends else {}
         self._paused_backends = []
         self.paused, self.pause_mode = False, None
         self._resumed.set()
@@ -207,37 +228,30 @@ class Router:
         log.info("resumed at policy version %s", self.policy_version)
         return {"paused": False, "policy_version": self.policy_version, "forwarded": forwarded}
 
-    async def _forward(self, action: str, mode: str | None = None) -> dict[str, str]:
-        """Call ``backend.pause(mode)`` / ``resume()`` where a backend has it."""
-        if action == "pause":
-            targets = [s for s in self._states.values() if callable(getattr(s.backend, "pause", None))]
-            self._paused_backends = [s.name for s in targets]
-        else:
-            targets = [self._states[n] for n in self._paused_backends if n in self._states]
+    async def _forward_pause(self, mode: PauseMode) -> dict[str, str]:
+        """``pause(mode)`` on every ``Pausable`` backend (remembered for resume)."""
+        targets = pausable(self._states.values())
+        self._paused_backends = list(targets)
+        return await forward({name: b.pause(mode) for name, b in targets.items()},
+                             self.config.health.timeout)
 
-        async def one(state: BackendState) -> str:
-            method = getattr(state.backend, action)
-            try:
-                async with asyncio.timeout(self.config.health.timeout):
-                    await (method(mode) if mode else method())
-                return "ok"
-            except Exception as exc:  # report, never block the pause on one server
-                return f"{type(exc).__name__}: {exc}"
-
-        results = await asyncio.gather(*(one(s) for s in targets))
-        return {s.name: r for s, r in zip(targets, results)}
+    async def _forward_resume(self) -> dict[str, str]:
+        """``resume()`` on the backends the pause was forwarded to."""
+        targets = pausable(self._states[n] for n in self._paused_backends if n in self._states)
+        return await forward({name: b.resume() for name, b in targets.items()},
+                             self.config.health.timeout)
 
     # --- calls -----------------------------------------------------------------------------
-    async def generate(self, session: RouterSession, prompt_ids: list[int],
+    async def generate(self, session: Pinned, prompt_ids: TokenIds,
                        sampling: SamplingParams) -> Generation:
         return await self._call(session, "tokens", lambda b: b.generate(prompt_ids, sampling))
 
-    async def chat(self, session: RouterSession, messages: list[dict], sampling: SamplingParams,
-                   tools: list[dict] | None = None) -> ChatReply:
+    async def chat(self, session: Pinned, messages: Messages, sampling: SamplingParams,
+                   tools: Tools | None = None) -> ChatReply:
         return await self._call(session, "messages",
                                 lambda b: b.chat(messages, sampling, tools=tools))
 
-    async def choose_kind(self, session: RouterSession) -> str:
+    async def choose_kind(self, session: Pinned) -> BackendKind:
         """``tokens`` or ``messages``: what the session's backend takes (pins one if needed)."""
         if session.backend in self._states:
             return "tokens" if self._states[session.backend].trainable else "messages"
@@ -249,8 +263,8 @@ class Router:
                 return "messages"
             await self._changed.wait()
 
-    async def _call(self, session: RouterSession, kind: str,
-                    send: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def _call(self, session: Pinned, kind: BackendKind,
+                    send: Callable[[LLMBackend], Awaitable[Reply]]) -> Reply:
         attempts = 0
         last: LLMError | None = None
         avoid: set[str] = set()
@@ -265,7 +279,7 @@ class Router:
             version = self.policy_version
             attempts += 1
             outcome = await self._attempt(state, send)
-            if outcome is _ABORTED:
+            if isinstance(outcome, _Aborted):
                 attempts -= 1  # a pause is not a failure
                 continue
             if isinstance(outcome, LLMError):
@@ -299,7 +313,7 @@ class Router:
         final.__cause__ = error
         return final
 
-    async def _choose(self, session: RouterSession, kind: str, avoid: set[str],
+    async def _choose(self, session: Pinned, kind: BackendKind, avoid: set[str],
                       waiting_deadline: bool) -> BackendState | None:
         """The backend for the session's next request (pinning it); waits while none is
         usable. None if the call's deadline passes first (only when retrying)."""
@@ -331,7 +345,7 @@ class Router:
             except TimeoutError:
                 return None
 
-    def _pin(self, session: RouterSession, state: BackendState) -> None:
+    def _pin(self, session: Pinned, state: BackendState) -> None:
         if session.backend == state.name:
             return
         old = self._states.get(session.backend) if session.backend else None
@@ -342,13 +356,14 @@ class Router:
         state.assigned += 1
         session.backend = state.name
 
-    def unpin(self, session: RouterSession) -> None:
+    def unpin(self, session: Pinned) -> None:
         state = self._states.get(session.backend) if session.backend else None
         if state is not None:
             state.sessions -= 1
         session.backend = None
 
-    async def _attempt(self, state: BackendState, send: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def _attempt(self, state: BackendState,
+                       send: Callable[[LLMBackend], Awaitable[Reply]]) -> Reply | LLMError | _Aborted:
         """One request: its result, an ``LLMError`` to retry or raise, or ``_ABORTED``."""
         loop = asyncio.get_running_loop()
         state.outstanding += 1
@@ -389,7 +404,7 @@ class Router:
         if exc is not None:
             raise exc
         result = task.result()
-        if getattr(result, "finish_reason", None) == "abort":
+        if result.finish_reason == "abort":
             if entry.aborted or self.paused:
                 self.counters["aborted_by_pause"] += 1
                 return _ABORTED

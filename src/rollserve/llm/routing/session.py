@@ -1,19 +1,15 @@
-"""A trajectory's handle on the router (implements ``agent.loop.LLMSession``)."""
+"""A trajectory's handle on the router (implements ``llm.base.LLMSession``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from rollserve.llm.base import ChatReply, Generation, SamplingParams
-
-if TYPE_CHECKING:
-    from rollserve.llm.routing.router import Router
+from rollserve.llm.base import ChatReply, Generation, Message, SamplingParams, ToolSchema
+from rollserve.llm.routing.base import SessionRouter
 
 
 class RouterSession:
     """Sticky: pinned to one backend at its first call, moved only by the router."""
 
-    def __init__(self, router: "Router", key: str = ""):
+    def __init__(self, router: SessionRouter, key: str = ""):
         self.router = router
         self.key = key
         self.backend: str | None = None  # the pinned backend's name
@@ -26,22 +22,17 @@ class RouterSession:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return await self.router.generate(self, prompt_ids, sampling)
 
-    async def chat(self, messages: list[dict], sampling: SamplingParams,
-                   tools: list[dict] | None = None) -> ChatReply:
+    async def chat(self, messages: list[Message], sampling: SamplingParams,
+                   tools: list[ToolSchema] | None = None) -> ChatReply:
         return await self.router.chat(self, messages, sampling, tools=tools)
 
     def context_window(self) -> int | None:
         """The context window bounding this trajectory's prompts: its backend's, or,
         before it is pinned, the smallest among the backends it may be sent to; None
-        where no such backend reports one (``ServerBackend.context_window``)."""
+        where no such backend reports one (``LLMBackend.context_window``)."""
         usable = [s for s in self.router.states() if s.usable and s.serves("tokens")]
         states = [s for s in usable if s.name == self.backend] or usable
-        windows: list[int] = []
-        for state in states:
-            read = getattr(state.backend, "context_window", None)
-            window = read() if callable(read) else None
-            if isinstance(window, int):
-                windows.append(window)
+        windows = [w for s in states if (w := s.backend.context_window()) is not None]
         return min(windows, default=None)
 
     async def message_level(self) -> bool:

@@ -10,26 +10,28 @@ the model's files and uses exactly the template the server was started with:
 - ``POST /detokenize {"tokens"}``: ids as text (``prompt``), special tokens kept.
 
 Everything is async (HTTP on the event loop, never blocking it); the agent loop uses
-it through ``llm.chat.BackendPromptBuilder``, which builds the same append-only
-prompts from ids that ``PromptBuilder`` builds from text. Two facts the loop needs
-are probed once, on first use (``ready``): the end-of-turn token (the id the
-template writes after an assistant message's content) and whether the template
-renders a ``tools`` argument (``renders_tools``, read by ``agent.tool_calls``).
-A server that cannot be reached is an ``LLMError`` (infra: the rollout is masked).
+it through ``tokens.chat.BackendPromptBuilder``, which builds the same append-only
+prompts from ids that ``LocalPromptBuilder`` builds from text. Two facts the loop
+needs are probed once (``ready``: at server start, and on first use until it
+succeeds): the end-of-turn token (the id the template writes after an assistant
+message's content) and whether the template renders a ``tools`` argument
+(``renders_tools``, read by ``agent.tool_calls``). Reading either before is a
+``TokenizerError`` (infra: the rollout is masked, never given a prompt built some
+other way). A server that cannot be reached is an ``LLMError`` (infra, masked).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 from urllib.parse import urlsplit
 
 from rollserve.llm.backends.http import HTTPClient
-from rollserve.llm.tokens.tokenizer import TokenizerError
+from rollserve.llm.base import Message, TokenizerError, ToolSchema
+from rollserve.llm.tokens.chat import BackendPromptBuilder
 
 BACKEND_PREFIXES = ("vllm:", "backend:")
 _PROBE_CONTENT = "rollserve probe 7431"
-_PROBE_TOOL = [{"type": "function", "function": {
+_PROBE_TOOL: list[ToolSchema] = [{"type": "function", "function": {
     "name": "probe_tool", "description": "d", "parameters": {"type": "object", "properties": {}}}}]
 
 
@@ -38,7 +40,10 @@ def is_backend_source(source: str) -> bool:
 
 
 class BackendTokenizer:
-    """Render, encode and decode through a vLLM server's ``/tokenize`` and ``/detokenize``."""
+    """Render, encode and decode through a vLLM server's ``/tokenize`` and ``/detokenize``.
+
+    Implements ``llm.base.Tokenizer`` and ``tokens.base.IdTemplate``.
+    """
 
     def __init__(self, url: str, model: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0):
@@ -46,13 +51,13 @@ class BackendTokenizer:
                                timeout=timeout)
         self.name = f"vllm:{self.http.base_url}"
         self.model = model
-        self.renders_tools: bool | None = None  # known after ready()
+        self._renders_tools: bool | None = None  # known after ready()
         self._eos: int | None = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
-    def from_source(cls, source: str) -> "BackendTokenizer":
+    def from_source(cls, source: str) -> BackendTokenizer:
         """``vllm:http://host:8000`` or ``backend:http://host:8000``."""
         _, _, url = source.partition(":")
         try:
@@ -67,6 +72,13 @@ class BackendTokenizer:
         if self._eos is None:
             raise TokenizerError(f"{self.name}: not probed yet; await ready() first")
         return self._eos
+
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the server's chat template renders ``tools``; known after ``ready()``."""
+        if self._renders_tools is None:
+            raise TokenizerError(f"{self.name}: not probed yet; await ready() first")
+        return self._renders_tools
 
     async def ready(self) -> None:
         """Probe the server once (model name, end-of-turn token, tools support)."""
@@ -84,12 +96,13 @@ class BackendTokenizer:
                     self.model = str(models["data"][0]["id"])
                 except (KeyError, IndexError, TypeError) as exc:
                     raise TokenizerError(f"{self.name}: /v1/models lists no model") from exc
-            user = [{"role": "user", "content": "x"}]
+            user: list[Message] = [{"role": "user", "content": "x"}]
             with_tools = await self.render_ids(user, True, tools=_PROBE_TOOL)
-            self.renders_tools = with_tools != await self.render_ids(user, True)
+            renders_tools = with_tools != await self.render_ids(user, True)
             self._eos = await self._find_end_of_turn(user)
+            self._renders_tools = renders_tools
 
-    async def _find_end_of_turn(self, user: list[dict]) -> int:
+    async def _find_end_of_turn(self, user: list[Message]) -> int:
         """The token the template writes right after an assistant message's content."""
         rendered = await self.render_ids(user + [{"role": "assistant", "content": _PROBE_CONTENT}], False)
         content = await self.encode(_PROBE_CONTENT)
@@ -101,11 +114,11 @@ class BackendTokenizer:
             "write an assistant message's content verbatim); use a local tokenizer instead")
 
     # --- rendering, encoding, decoding --------------------------------------------------
-    def _body(self, **fields: Any) -> dict:
+    def _body(self, **fields: object) -> dict[str, object]:
         return {"model": self.model, **fields} if self.model else fields
 
-    async def render_ids(self, messages: list[dict], add_generation_prompt: bool,
-                         tools: list[dict] | None = None) -> list[int]:
+    async def render_ids(self, messages: list[Message], add_generation_prompt: bool,
+                         tools: list[ToolSchema] | None = None) -> list[int]:
         """``messages`` through the chat template, as the server tokenizes them."""
         body = self._body(messages=messages, add_generation_prompt=add_generation_prompt,
                           add_special_tokens=False)
@@ -124,13 +137,17 @@ class BackendTokenizer:
         reply = await self.http.request_json("POST", "/detokenize", self._body(tokens=list(ids)))
         if not isinstance(reply, dict) or not isinstance(reply.get("prompt"), str):
             raise TokenizerError(f"{self.name}: /detokenize answered no 'prompt': {reply!r:.200}")
-        return reply["prompt"]
+        return str(reply["prompt"])
 
-    def _tokens(self, reply: Any) -> list[int]:
+    def _tokens(self, reply: object) -> list[int]:
         tokens = reply.get("tokens") if isinstance(reply, dict) else None
         if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
             raise TokenizerError(f"{self.name}: /tokenize answered no 'tokens': {reply!r:.200}")
         return tokens
+
+    # --- llm.base.Tokenizer ---------------------------------------------------------------
+    def prompt_builder(self, tools: list[ToolSchema] | None = None) -> BackendPromptBuilder:
+        return BackendPromptBuilder(self, tools)
 
     async def close(self) -> None:
         await self.http.close()

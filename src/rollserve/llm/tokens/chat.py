@@ -7,18 +7,18 @@ template would rewrite history (drop earlier reasoning, re-render a tool call), 
 sequence stays append-only and the fidelity check reports the mismatch.
 
 Two builders, one contract (the ``a``-prefixed async methods the agent loop calls):
-``PromptBuilder`` renders text with a local tokenizer (its sync methods do the work);
+``LocalPromptBuilder`` renders text with a local tokenizer (its sync methods do the work);
 ``BackendPromptBuilder`` gets ids from the serving backend's tokenizer
-(``llm.backend_tokenizer``, over HTTP). With ids the delta is ``ids(history + new,
+(``tokens.backend_tokenizer``, over HTTP). With ids the delta is ``ids(history + new,
 generation prompt)`` minus ``ids(history)``, after the template's glue between the
 sampled ids and the rendered history: when the render of the history starts with the
 sampled sequence, the glue is the rest of it, in ids. When the sampled ids are not
 how the template would tokenize them (a non-canonical split), the same comparison is
-made on the detokenized text, as ``PromptBuilder`` does; when the template rewrites
+made on the detokenized text, as ``LocalPromptBuilder`` does; when the template rewrites
 history, a stand-in conversation gives the delta (``fallback_deltas``).
-``prompt_builder`` picks the builder for a tokenizer.
+Each tokenizer makes its own (``llm.base.Tokenizer.prompt_builder``).
 
-``PromptBuilder``'s async methods render and tokenize on a small pool of worker
+``LocalPromptBuilder``'s async methods render and tokenize on a small pool of worker
 threads (``RENDER_THREADS``), never on the event loop: a 1 MB prompt takes about a
 second to tokenize and 10 MB ten, and the server must keep answering meanwhile (the
 Rust tokenizer releases the GIL while it works).
@@ -29,14 +29,14 @@ from __future__ import annotations
 import asyncio
 import difflib
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, TypeVar
 
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from rollserve.llm.base import Fidelity, Message, ToolSchema
+from rollserve.llm.tokens.base import IdTemplate, TextTemplate
 
-if TYPE_CHECKING:
-    from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
+__all__ = ["BackendPromptBuilder", "Fidelity", "LocalPromptBuilder", "off_loop"]
 
 _PROBE = "\x00rollserve-probe\x00"
 
@@ -51,36 +51,18 @@ async def off_loop(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(_render_pool, fn, *args)
 
 
-@dataclass
-class Fidelity:
-    append_only: bool = True
-    template_checked: bool = False
-    mismatches: int = 0
-    first_mismatch: int | None = None
-    fallback_deltas: int = 0  # deltas built from a probe conversation, not the real one
+class LocalPromptBuilder:
+    """Builds the token prompts of one trajectory from text rendered here."""
 
-    def to_dict(self) -> dict:
-        return {
-            "append_only": self.append_only,
-            "template_checked": self.template_checked,
-            "mismatches": self.mismatches,
-            "first_mismatch": self.first_mismatch,
-            "fallback_deltas": self.fallback_deltas,
-        }
-
-
-class PromptBuilder:
-    """Builds the token prompts of one trajectory."""
-
-    def __init__(self, tokenizer: ChatTokenizer, tools: list[dict] | None = None):
+    def __init__(self, tokenizer: TextTemplate, tools: list[ToolSchema] | None = None):
         self.tok = tokenizer
         self.tools = tools
         self.fidelity = Fidelity()
 
-    def _render(self, messages: list[dict], gen: bool) -> str:
+    def _render(self, messages: list[Message], gen: bool) -> str:
         return self.tok.render(messages, add_generation_prompt=gen, tools=self.tools)
 
-    def first(self, messages: list[dict]) -> list[int]:
+    def first(self, messages: list[Message]) -> list[int]:
         """Ids of the opening prompt (system/user messages + generation prompt)."""
         return self.tok.encode(self._render(messages, gen=True))
 
@@ -91,7 +73,7 @@ class PromptBuilder:
             ids = ids[:-1]
         return self.tok.decode(ids)
 
-    def delta(self, history: list[dict], new: list[dict], sequence: list[int]) -> list[int]:
+    def delta(self, history: list[Message], new: list[Message], sequence: list[int]) -> list[int]:
         """Ids to append after ``sequence`` (prompt + sampled ids so far) for ``new``.
 
         ``history`` is the conversation through the last assistant message.
@@ -110,7 +92,7 @@ class PromptBuilder:
         self.fidelity.fallback_deltas += 1
         return self._probe_delta(new, ended_with_eos=bool(sequence) and sequence[-1] == self.tok.eos_token_id)
 
-    def _probe_delta(self, new: list[dict], ended_with_eos: bool) -> list[int]:
+    def _probe_delta(self, new: list[Message], ended_with_eos: bool) -> list[int]:
         """Delta from a stand-in conversation, for templates that rewrite history."""
         base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
         rendered_base = self._render(base, gen=False)
@@ -121,7 +103,7 @@ class PromptBuilder:
         rendered_full = self._render(base + new, gen=True)
         return self.tok.encode(suffix + rendered_full[len(rendered_base):])
 
-    def check(self, messages: list[dict], sequence: list[int]) -> Fidelity:
+    def check(self, messages: list[Message], sequence: list[int]) -> Fidelity:
         """Compare the append-only sequence with a full render of the conversation.
 
         ``mismatches`` counts the tokens of ``sequence`` that a re-render would not
@@ -134,16 +116,16 @@ class PromptBuilder:
         return _record_check(self.fidelity, sequence, expected)
 
     # --- the contract the agent loop uses (the work runs on a render thread) ---------
-    async def afirst(self, messages: list[dict]) -> list[int]:
+    async def afirst(self, messages: list[Message]) -> list[int]:
         return await off_loop(self.first, messages)
 
     async def aassistant_content(self, output_ids: list[int], finish_reason: str) -> str:
         return await off_loop(self.assistant_content, output_ids, finish_reason)
 
-    async def adelta(self, history: list[dict], new: list[dict], sequence: list[int]) -> list[int]:
+    async def adelta(self, history: list[Message], new: list[Message], sequence: list[int]) -> list[int]:
         return await off_loop(self.delta, list(history), list(new), list(sequence))
 
-    async def acheck(self, messages: list[dict], sequence: list[int]) -> Fidelity:
+    async def acheck(self, messages: list[Message], sequence: list[int]) -> Fidelity:
         return await off_loop(self.check, list(messages), list(sequence))
 
 
@@ -164,17 +146,17 @@ def _record_check(fidelity: Fidelity, sequence: list[int], expected: list[int]) 
 
 
 class BackendPromptBuilder:
-    """``PromptBuilder``'s prompts from a serving backend's tokenizer: ids, not text."""
+    """``LocalPromptBuilder``'s prompts from a serving backend's tokenizer: ids, not text."""
 
-    def __init__(self, tokenizer: "BackendTokenizer", tools: list[dict] | None = None):
+    def __init__(self, tokenizer: IdTemplate, tools: list[ToolSchema] | None = None):
         self.tok = tokenizer
         self.tools = tools
         self.fidelity = Fidelity()
 
-    async def _ids(self, messages: list[dict], gen: bool) -> list[int]:
+    async def _ids(self, messages: list[Message], gen: bool) -> list[int]:
         return await self.tok.render_ids(messages, add_generation_prompt=gen, tools=self.tools)
 
-    async def afirst(self, messages: list[dict]) -> list[int]:
+    async def afirst(self, messages: list[Message]) -> list[int]:
         await self.tok.ready()
         return await self._ids(messages, gen=True)
 
@@ -185,7 +167,7 @@ class BackendPromptBuilder:
             ids = ids[:-1]
         return await self.tok.decode(ids)
 
-    async def adelta(self, history: list[dict], new: list[dict], sequence: list[int]) -> list[int]:
+    async def adelta(self, history: list[Message], new: list[Message], sequence: list[int]) -> list[int]:
         rendered_history = await self._ids(history, gen=False)
         rendered_full = await self._ids(history + new, gen=True)
         if (rendered_full[:len(rendered_history)] == rendered_history
@@ -204,7 +186,7 @@ class BackendPromptBuilder:
         ended_with_eos = bool(sequence) and sequence[-1] == self.tok.eos_token_id
         return await self._probe_delta(new, ended_with_eos)
 
-    async def _probe_delta(self, new: list[dict], ended_with_eos: bool) -> list[int]:
+    async def _probe_delta(self, new: list[Message], ended_with_eos: bool) -> list[int]:
         """Delta from a stand-in conversation, for templates that rewrite history."""
         base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
         rendered_base = await self.tok.decode(await self._ids(base, gen=False))
@@ -215,12 +197,5 @@ class BackendPromptBuilder:
         rendered_full = await self.tok.decode(await self._ids(base + new, gen=True))
         return await self.tok.encode(suffix + rendered_full[len(rendered_base):])
 
-    async def acheck(self, messages: list[dict], sequence: list[int]) -> Fidelity:
+    async def acheck(self, messages: list[Message], sequence: list[int]) -> Fidelity:
         return _record_check(self.fidelity, sequence, await self._ids(messages, gen=False))
-
-
-def prompt_builder(tokenizer: Any, tools: list[dict] | None = None) -> PromptBuilder | BackendPromptBuilder:
-    """The builder for ``tokenizer``: ids from a serving backend, or text rendered here."""
-    if hasattr(tokenizer, "render_ids"):
-        return BackendPromptBuilder(tokenizer, tools)
-    return PromptBuilder(tokenizer, tools)

