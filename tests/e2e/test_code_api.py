@@ -192,7 +192,7 @@ async def test_a_server_without_the_runtime_still_serves_math(make_api, policy, 
     from rollserve.sandbox import registry
 
     monkeypatch.setattr(registry, "unavailable_reason",
-                        lambda name: "bubblewrap: 'bwrap' is not on PATH (apt-get install bubblewrap)")
+                        lambda name, config=None: "bubblewrap: 'bwrap' is not on PATH (apt-get install bubblewrap)")
     service, client = await make_api([policy.url])
     math = {"data_source": "math", "instance": {"question": "What is 1 + 2?", "answer": "3"}}
     code_id, math_id = await submit(client, task("correct"), math)
