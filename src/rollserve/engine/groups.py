@@ -137,7 +137,7 @@ class GroupTracker:
             return []  # nothing that could settle it changed
         verdict = judge(spec.group_n, spec.filter_zero_variance,
                         await store.group_outcomes(spec.group_id))
-        if not verdict.settled:
+        if not verdict.settled or spec.group_id in self._settled:  # (another result came first)
             return []
         self._settled.add(spec.group_id)
         c = self.counters

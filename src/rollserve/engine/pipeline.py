@@ -339,9 +339,8 @@ class Engine:
         self._completions.append(time.monotonic())
         self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask,
                             final=True)
-        event = self._finished.get(r.id)
-        if event:
-            event.set()
+        # The group's verdict before the waiters wake: once told, they see the group as
+        # it now stands (its extras already being cancelled).
         try:
             extras = await self.groups.on_result(self.store, r.spec, result_usable(result))
         except Exception:  # the verdict is bookkeeping: never lose the result over it
@@ -350,6 +349,9 @@ class Engine:
         for rollout_id in extras:
             if self.cancel(rollout_id, EARLY_STOP_MESSAGE):
                 self.groups.early_stopped()
+        event = self._finished.get(r.id)
+        if event:
+            event.set()
 
     def _forget(self, r: Rollout) -> None:
         self.live.pop(r.id, None)
