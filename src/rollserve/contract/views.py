@@ -102,6 +102,12 @@ class GroupView(BaseModel):
     rollouts: list[GroupMember] = Field(description="in sample order (the n + oversample "
                                                     "started)")
 
+    def used_results(self) -> list[RolloutResult]:
+        """The results of the samples the group gives for training (``used``), in
+        completion order; empty when asked without results."""
+        used = [m.result for m in self.rollouts if m.used and m.result is not None]
+        return sorted(used, key=lambda r: r.seq if r.seq is not None else 0)
+
 
 class RunResponse(GroupView):
     """``POST /v1/rollouts:run``: the group, and its results in sample order (null for a
