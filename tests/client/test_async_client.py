@@ -36,6 +36,24 @@ async def test_submit_wait_stream_and_cancel(make_api, fake_llm):
         assert info.value.status == 422 and "tasks[0].n" in str(info.value.detail)
 
 
+async def test_an_oversampled_group_through_the_client(make_api, fake_llm):
+    """The client's models carry the new task fields and the group's verdict."""
+    service, _ = await make_api([fake_llm.url])
+    async with client_for(service) as client:
+        task = TaskRequest.model_validate({**MATH, "n": 2, "oversample": 2,
+                                           "filter_zero_variance": True})
+        accepted = await client.submit([task], sampling=SamplingParams(max_tokens=32))
+        (group,) = accepted.groups
+        assert len(group.rollout_ids) == 4
+        view = await client.wait_group(group.group_id, timeout=60)
+        # Every sample answers right: the used rewards agree, so the filter flags it.
+        assert view.done and view.usable is False and view.reasons == ["zero_variance"]
+        assert view.counts.started == 4 and view.counts.used == 2 and view.counts.filtered == 2
+        used = view.used_results()
+        assert len(used) == 2 and all(not r.mask and r.reward == 1.0 for r in used)
+        assert (await client.status()).groups.groups_filtered == 1
+
+
 async def test_a_429_is_retried_until_there_is_room(make_api):
     service, _ = await make_api(max_pending=1)  # no backend: the first rollout waits
     async with client_for(service) as client:

@@ -104,3 +104,32 @@ async def test_only_a_finished_rollout_has_a_result(store):
     spec = (await store.unfinished())[0].spec
     with pytest.raises(ValueError, match="not finished"):
         Rollout(spec=spec, status="run").result()
+
+
+async def test_a_store_file_from_before_the_group_columns_gets_them_filled_in(tmp_path):
+    """A store made before rollouts had usable/reward/masked columns: opened, it gets
+    them, and its finished rows read as their stored results say."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.create_groups([_group("g1", 3)])
+    await store.finish(_result("g1-0", reward=1.0))
+    await store.finish(_result("g1-1", "failed", reward=0.0))
+    await store.close()
+    conn = sqlite3.connect(path)  # back to the old schema: the three columns dropped
+    for column in ("usable", "reward", "masked"):
+        conn.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
+    conn.commit()
+    conn.close()
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        outcomes = {o.id: o for o in await store.group_outcomes("g1")}
+        assert outcomes["g1-0"].usable and outcomes["g1-0"].reward == 1.0
+        assert outcomes["g1-1"].usable and not outcomes["g1-1"].masked
+        assert not outcomes["g1-2"].usable and outcomes["g1-2"].seq is None
+    finally:
+        await store.close()

@@ -65,6 +65,23 @@ class ServiceCollector:
         for what, count in status.trajectories.model_dump().items():
             trajectories.add_metric([what], count)
         yield trajectories
+        g = status.groups
+        samples = CounterMetricFamily(
+            "rollserve_group_samples", "rollouts of groups: started, usable, used (the first n "
+            "of each settled group), cancelled (extras stopped by over-sampling's early stop)",
+            labels=["what"])
+        for what, count in (("started", g.samples_started), ("usable", g.samples_usable),
+                            ("used", g.samples_used), ("cancelled", g.samples_cancelled)):
+            samples.add_metric([what], count)
+        yield samples
+        groups = CounterMetricFamily(
+            "rollserve_groups", "settled groups: all, usable, too few usable, filtered "
+            "(zero variance)", labels=["what"])
+        for what, count in (("settled", g.groups_settled), ("usable", g.groups_usable),
+                            ("too_few_usable", g.groups_too_few_usable),
+                            ("filtered", g.groups_filtered)):
+            groups.add_metric([what], count)
+        yield groups
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationInfo,
+    field_validator,
+)
 
 from rollserve.contract.validation import INT64_MAX, JSONInputError, check_json
 
@@ -87,12 +95,30 @@ class TaskRequest(BaseModel):
     data_source: str = Field(..., min_length=1, max_length=100,
                              description="the handler that runs it (math, code, swe, ...)")
     instance: StorableObject = Field(..., description="the task, as its handler reads it")
-    n: int = Field(1, ge=1, le=1024, description="samples of this task (one group)")
+    n: int = Field(1, ge=1, le=1024, description="samples of this task (one group): with "
+                   "oversample, the usable samples wanted")
+    oversample: int = Field(
+        0, ge=0, le=1024, description="extra samples to start: the group starts n + oversample "
+        "rollouts and, once n of them are usable (finished, not masked, with a reward), cancels "
+        "the rest (status cancelled, masked; their LLM calls aborted and sandboxes closed). "
+        "0: no early stop")
+    filter_zero_variance: bool = Field(
+        False, description="DAPO's dynamic sampling: flag the group not usable (reason "
+        "zero_variance) when the rewards of its n used samples all agree (no advantage "
+        "signal). Needs n >= 2")
     sampling: SamplingParams | None = Field(None, description="on top of the batch's")
     agent: AgentLimits | None = Field(None, description="on top of the batch's")
     timeouts: Timeouts | None = Field(None, description="on top of the batch's")
     metadata: StorableObject = Field(default_factory=dict,
                                      description="returned as is in every result")
+
+    @field_validator("filter_zero_variance")
+    @classmethod
+    def _filter_needs_a_group(cls, value: bool, info: ValidationInfo) -> bool:
+        n = info.data.get("n")
+        if value and isinstance(n, int) and n < 2:
+            raise ValueError(f"needs n >= 2 (a group of {n} always has zero variance)")
+        return value
 
 
 class SubmitRequest(BaseModel):

@@ -52,19 +52,61 @@ class GroupMember(BaseModel):
     status: RolloutStatus = Field(description="queued | init | run | eval, then how it ended")
     done: bool = Field(description="its result is stored")
     seq: int | None = Field(description="its position in the results cursor, once done")
+    used: bool = Field(
+        description="one of the group's n samples for training: usable (finished, not masked, "
+                    "with a reward) and among the first n usable in completion order")
     result: RolloutResult | None = Field(
         None, description="once done (null when asked without results)")
 
 
+GroupReason = Literal["in_flight", "too_few_usable", "zero_variance"]
+
+
+class GroupCounts(BaseModel):
+    """How a group's rollouts went."""
+
+    started: int = Field(description="rollouts started: n + oversample")
+    finished: int = Field(description="rollouts with a stored result")
+    usable: int = Field(description="finished, not masked, with a reward (completed, or failed "
+                                    "by the agent and scored)")
+    used: int = Field(description="usable ones the group gives for training: the first n in "
+                                  "completion order (more can be usable when several finish at "
+                                  "once)")
+    cancelled: int = Field(description="ended cancelled: extras stopped once n were usable, or "
+                                       "cancelled by the client")
+    masked: int = Field(description="ended masked for another reason (infrastructure failure, "
+                                    "timeout, interruption, stale)")
+    filtered: int = Field(description="used samples dropped by the zero-variance filter "
+                                      "(n when the group is filtered, else 0)")
+
+
 class GroupView(BaseModel):
-    """A task's ``n`` samples together."""
+    """A task's samples together, and whether they are fit to train on."""
 
     group_id: str = Field(description="the group's id")
     task_id: str = Field(description="the task's client-chosen id, else the group id")
-    n: int = Field(description="samples in the group")
+    n: int = Field(description="samples asked for (usable samples wanted)")
+    oversample: int = Field(description="extra rollouts started beyond n (early stop)")
+    filter_zero_variance: bool = Field(description="the task asked for the zero-variance filter")
     done: bool = Field(description="every rollout's result is stored")
+    usable: bool = Field(
+        description="fit for a training step: n samples are used and the group is not "
+                    "filtered (extras may still be ending as cancelled)")
+    reasons: list[GroupReason] = Field(
+        description="why not usable (empty when usable): in_flight (fewer than n usable so "
+                    "far, some still running), too_few_usable (every rollout ended, fewer "
+                    "than n usable), zero_variance (filtered: the n used rewards all agree)")
+    counts: GroupCounts = Field(description="started, finished, usable, used, cancelled, "
+                                            "masked, filtered")
     status_counts: dict[RolloutStatus, int] = Field(description="rollouts per status")
-    rollouts: list[GroupMember] = Field(description="in sample order")
+    rollouts: list[GroupMember] = Field(description="in sample order (the n + oversample "
+                                                    "started)")
+
+    def used_results(self) -> list[RolloutResult]:
+        """The results of the samples the group gives for training (``used``), in
+        completion order; empty when asked without results."""
+        used = [m.result for m in self.rollouts if m.used and m.result is not None]
+        return sorted(used, key=lambda r: r.seq if r.seq is not None else 0)
 
 
 class RunResponse(GroupView):
@@ -131,11 +173,31 @@ class TrajectoryCounters(BaseModel):
     not_trainable: int = Field(description="rollouts from message-level backends")
 
 
+class GroupCounters(BaseModel):
+    """Over-sampling and the zero-variance filter, since start. A group is counted once
+    it is settled: n of its samples used, or every rollout ended."""
+
+    samples_started: int = Field(description="rollouts admitted (n + oversample per group)")
+    samples_usable: int = Field(description="rollouts finished usable (not masked, with a "
+                                            "reward)")
+    samples_used: int = Field(description="usable rollouts given for training (the first n "
+                                          "of each settled group)")
+    samples_cancelled: int = Field(description="extra rollouts cancelled because their group "
+                                               "had its n usable samples")
+    groups_settled: int = Field(description="groups settled")
+    groups_usable: int = Field(description="settled with n used samples and not filtered")
+    groups_too_few_usable: int = Field(description="every rollout ended with fewer than n "
+                                                   "usable")
+    groups_filtered: int = Field(description="dropped by the zero-variance filter")
+
+
 class Recovered(BaseModel):
     """What the server found unfinished at start (left by a previous server)."""
 
     requeued: int = Field(0, description="re-queued to run again")
     interrupted: int = Field(0, description="ended as interrupted")
+    cancelled: int = Field(0, description="extras of over-sampling groups that already had "
+                                          "their n usable samples: ended cancelled, not re-run")
 
 
 class EngineStatus(BaseModel):
@@ -148,6 +210,7 @@ class EngineStatus(BaseModel):
     live: dict[RolloutStatus, int] = Field(description="rollouts in flight, by status")
     finished: dict[TerminalStatus, int] = Field(description="since this server started")
     trajectories: TrajectoryCounters
+    groups: GroupCounters = Field(description="over-sampling and the zero-variance filter")
     last_seq: int = Field(description="the newest result's cursor position")
     throughput_per_s: float = Field(description="rollouts finished per second, last minute")
     handlers: list[str] = Field(description="the data sources this server runs")

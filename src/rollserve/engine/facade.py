@@ -30,6 +30,7 @@ from rollserve.contract import (
     SubmitRequest,
 )
 from rollserve.engine.errors import NotFound, UnknownDataSource
+from rollserve.engine.groups import Outcome, judge
 from rollserve.engine.pipeline import Engine
 from rollserve.engine.requests import RequestLimits
 from rollserve.engine.submit import submit
@@ -95,19 +96,35 @@ class Rollouts:
         if found is None:
             raise NotFound(f"no group {group_id!r} (unknown, or past retention)")
         group, rows = found
-        members: list[GroupMember] = []
+        rows.sort(key=lambda row: row.spec.sample_index)  # ids sort "-10" before "-2"
+        stored = {o.id: o for o in await self._store.group_outcomes(group_id)}
+        outcomes: list[Outcome] = []
         counts: dict[RolloutStatus, int] = {}
         for row in rows:
             live = self._engine.live.get(row.id)
             status = live.status if live is not None else row.status
             counts[status] = counts.get(status, 0) + 1
+            known = stored.get(row.id)
             # Done once its result is stored: a rollout still in flight may already carry
             # its final status while cleanup runs and the result is written.
-            done = live is None and status in TERMINAL
-            members.append(GroupMember(id=row.id, status=status, done=done, seq=row.seq,
-                                       result=row.result if results and live is None else None))
+            if live is None and known is not None and row.seq is not None:
+                outcomes.append(known)
+            else:
+                outcomes.append(Outcome(id=row.id, status=status, seq=None, usable=False,
+                                        reward=None, masked=False))
+        first = rows[0].spec if rows else None
+        filtered = first is not None and first.filter_zero_variance
+        verdict = judge(group.n, filtered, outcomes)
+        members = [
+            GroupMember(id=row.id, status=o.status, done=o.done, seq=o.seq,
+                        used=row.id in verdict.used,
+                        result=row.result if results and o.done else None)
+            for row, o in zip(rows, outcomes, strict=True)
+        ]
         return GroupView(group_id=group.id, task_id=group.task_id, n=group.n,
-                         done=all(m.done for m in members), status_counts=counts,
+                         oversample=max(0, len(rows) - group.n), filter_zero_variance=filtered,
+                         done=all(m.done for m in members), usable=verdict.usable,
+                         reasons=verdict.reasons, counts=verdict.counts, status_counts=counts,
                          rollouts=members)
 
     async def results(self, after: int = 0, limit: int = 100, wait: float = 0.0) -> ResultsPage:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from rollserve.agent.loop import LLMSession
 from rollserve.contract import (
     STAGES,
+    TERMINAL,
     EngineStatus,
     Failure,
     Recovered,
@@ -29,6 +30,7 @@ from rollserve.contract import (
     TrajectoryCounters,
 )
 from rollserve.engine.events import EventBus
+from rollserve.engine.groups import EARLY_STOP_MESSAGE, GroupTracker, needs_no_rerun, result_usable
 from rollserve.engine.pools import StagePool
 from rollserve.engine.rollout import Rollout, RolloutSpec, default_run_margin
 from rollserve.engine.store import Store
@@ -90,7 +92,8 @@ class Engine:
         }
         self.live: dict[str, Rollout] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._cancel_requested: set[str] = set()
+        self._cancel_requested: dict[str, str] = {}  # rollout id -> why, as its failure says
+        self.groups = GroupTracker()
         self._finished: dict[str, asyncio.Event] = {}
         self._completions: deque[float] = deque(maxlen=100_000)  # finish times
         self.counters: dict[TerminalStatus, int] = {}
@@ -122,12 +125,22 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _recover(self) -> Recovered:
-        requeued = interrupted = 0
+        requeued = interrupted = cancelled = 0
         for row in await self.store.unfinished():
             attempt = row.attempt + 1
-            if self.config.on_restart == "requeue" and attempt <= self.config.max_attempts:
+            if await needs_no_rerun(self.store, row.spec):
+                # An extra whose group had its n usable samples when the server stopped:
+                # ended as the early stop would have, never run again.
+                rollout = self._new_rollout(row.spec, row.attempt)
+                rollout.failure = Failure(stage=_stage_of(row.status), kind="infra",
+                                          message=EARLY_STOP_MESSAGE)
+                rollout.status = "cancelled"
+                await self._record_result(rollout)
+                self.groups.early_stopped()
+                cancelled += 1
+            elif self.config.on_restart == "requeue" and attempt <= self.config.max_attempts:
                 await self.store.set_status(row.id, "queued", attempt=attempt)
-                self._launch(self._new_rollout(row.spec, attempt))
+                self._launch(self._new_rollout(row.spec, attempt), admitted=False)
                 requeued += 1
             else:
                 rollout = self._new_rollout(row.spec, row.attempt)
@@ -144,10 +157,11 @@ class Engine:
                 rollout.status = "interrupted"
                 await self._record_result(rollout)
                 interrupted += 1
-        if requeued or interrupted:
-            log.warning("recovered %d unfinished rollouts: %d re-queued, %d interrupted",
-                        requeued + interrupted, requeued, interrupted)
-        return Recovered(requeued=requeued, interrupted=interrupted)
+        if requeued or interrupted or cancelled:
+            log.warning("recovered %d unfinished rollouts: %d re-queued, %d interrupted, %d "
+                        "cancelled (extras of groups that had their n usable samples)",
+                        requeued + interrupted + cancelled, requeued, interrupted, cancelled)
+        return Recovered(requeued=requeued, interrupted=interrupted, cancelled=cancelled)
 
     # --- admission ------------------------------------------------------------------
     @property
@@ -191,19 +205,22 @@ class Engine:
         for spec in specs:
             self._launch(self._new_rollout(spec, attempt=1))
 
-    def _launch(self, rollout: Rollout) -> None:
+    def _launch(self, rollout: Rollout, admitted: bool = True) -> None:
         self.live[rollout.id] = rollout
+        self.groups.started(rollout.spec, admitted)
         self._finished[rollout.id] = asyncio.Event()
         self._tasks[rollout.id] = asyncio.create_task(self._drive(rollout), name=rollout.id)
         self.events.publish(rollout.id, rollout.spec.group_id, "queued")
 
     # --- cancellation ---------------------------------------------------------------
-    def cancel(self, rollout_id: str) -> bool:
-        """Stop a rollout in flight (True) or do nothing if it is not running (False)."""
+    def cancel(self, rollout_id: str, why: str = "cancelled by the client") -> bool:
+        """Stop a rollout in flight (True) or do nothing if it is not running (False).
+        One whose stages are over (cleaning up, storing its result) keeps its result."""
         task = self._tasks.get(rollout_id)
-        if task is None or task.done():
+        live = self.live.get(rollout_id)
+        if task is None or task.done() or live is None or live.status in TERMINAL:
             return False
-        self._cancel_requested.add(rollout_id)
+        self._cancel_requested.setdefault(rollout_id, why)
         task.cancel()
         return True
 
@@ -250,7 +267,7 @@ class Engine:
                 self._forget(r)
                 raise
             r.status = "cancelled"
-            r.failure = Failure(stage=stage, kind="infra", message="cancelled by the client")
+            r.failure = Failure(stage=stage, kind="infra", message=self._cancel_requested[r.id])
         r.add_time("total", time.perf_counter() - started)
         await self._cleanup(r, handler)
         try:
@@ -322,6 +339,16 @@ class Engine:
         self._completions.append(time.monotonic())
         self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask,
                             final=True)
+        # The group's verdict before the waiters wake: once told, they see the group as
+        # it now stands (its extras already being cancelled).
+        try:
+            extras = await self.groups.on_result(self.store, r.spec, result_usable(result))
+        except Exception:  # the verdict is bookkeeping: never lose the result over it
+            log.exception("could not judge the group of rollout %s", r.id)
+            extras = []
+        for rollout_id in extras:
+            if self.cancel(rollout_id, EARLY_STOP_MESSAGE):
+                self.groups.early_stopped()
         event = self._finished.get(r.id)
         if event:
             event.set()
@@ -332,7 +359,8 @@ class Engine:
         event = self._finished.pop(r.id, None)
         if event is not None:
             event.set()  # wake waiters even when no result could be stored
-        self._cancel_requested.discard(r.id)
+        self._cancel_requested.pop(r.id, None)
+        self.groups.ended(r.spec)
 
     # --- waiting and reporting ------------------------------------------------------
     async def wait_finished(self, rollout_ids: list[str], timeout: float) -> None:
@@ -366,6 +394,7 @@ class Engine:
             live=live_by_status,
             finished=dict(self.counters),  # since this server started
             trajectories=self.trajectory_counters.model_copy(),  # over those finished rollouts
+            groups=self.groups.counters.model_copy(),
             last_seq=self.last_seq,
             throughput_per_s=round(self.throughput(60.0), 4),
             handlers=self.handlers.names(),

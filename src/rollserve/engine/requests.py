@@ -39,10 +39,17 @@ def json_size(value: JsonValue) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
+_LATER_FIELDS = ("oversample", "filter_zero_variance")
+
+
 def request_hash(task: TaskRequest, batch: SubmitRequest) -> str:
     """Fingerprint of what a task asks for, to tell a retry from a conflicting reuse."""
+    # A new field at its default is left out, so a task's fingerprint stays what it was
+    # before the field existed (an idempotent retry across an upgrade is no conflict).
+    exclude = {"id"} | {name for name in _LATER_FIELDS
+                        if getattr(task, name) == TaskRequest.model_fields[name].default}
     body = {
-        "task": task.model_dump(mode="json", exclude={"id"}),
+        "task": task.model_dump(mode="json", exclude=exclude),
         "sampling": merged(batch.sampling, task.sampling).model_dump(mode="json"),
         "agent": merged(batch.agent, task.agent).model_dump(mode="json"),
         "timeouts": merged(batch.timeouts, task.timeouts).model_dump(mode="json"),

@@ -50,6 +50,11 @@ class RolloutSpec(BaseModel):
     agent: AgentLimits = Field(default_factory=AgentLimits)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # The group's policy (the same in each of its specs). group_n is None in specs
+    # stored before it existed: such a group has no verdict counted and no early stop.
+    group_n: int | None = None  # usable samples the group wants
+    oversample: int = 0  # extras started beyond group_n: cancelled once group_n are usable
+    filter_zero_variance: bool = False
 
 
 @dataclass

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from rollserve.contract import ROLLOUT_STATUSES, TERMINAL, RolloutResult, RolloutStatus
+from rollserve.engine.groups import Outcome, result_usable
 from rollserve.engine.rollout import RolloutSpec
 
 T = TypeVar("T")
@@ -52,11 +53,26 @@ CREATE TABLE IF NOT EXISTS rollouts (
     seq INTEGER UNIQUE,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    finished_at REAL
+    finished_at REAL,
+    usable INTEGER,
+    reward REAL,
+    masked INTEGER
 );
 CREATE INDEX IF NOT EXISTS rollouts_group ON rollouts(group_id);
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+# Columns added after the first release: a store file made before them gets them at
+# open, and its finished rows are filled in from their stored results.
+_ADDED_COLUMNS = {"usable": "INTEGER", "reward": "REAL", "masked": "INTEGER"}
+_BACKFILL = """
+UPDATE rollouts SET
+    reward = json_extract(result, '$.reward'),
+    masked = COALESCE(json_extract(result, '$.mask'), 1),
+    usable = (status IN ('completed', 'failed') AND json_extract(result, '$.mask') = 0
+              AND json_extract(result, '$.reward') IS NOT NULL)
+WHERE result IS NOT NULL AND usable IS NULL
 """
 
 
@@ -93,6 +109,7 @@ class Store(Protocol):
     async def rollout(self, rollout_id: str) -> RolloutRow | None: ...
     async def group(self, group_id: str, results: bool = True
                     ) -> tuple[GroupRow, list[RolloutRow]] | None: ...
+    async def group_outcomes(self, group_id: str) -> list[Outcome]: ...
     async def results_after(self, after: int, limit: int) -> list[RolloutResult]: ...
     async def unfinished(self) -> list[RolloutRow]: ...
     async def purge(self, finished_before: float) -> int: ...
@@ -136,6 +153,11 @@ class SQLiteStore:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
+        present = {row[1] for row in conn.execute("PRAGMA table_info(rollouts)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                conn.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {kind}")
+        conn.execute(_BACKFILL)
         conn.isolation_level = "DEFERRED"  # back to implicit transactions for `with conn`
         self._conn = conn
 
@@ -237,9 +259,10 @@ class SQLiteStore:
             payload = _encode(result)
             seq = _next_seq(conn)
             conn.execute(
-                "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?"
-                " WHERE id=?",
-                (status, payload, seq, now, now, rollout_id),
+                "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?,"
+                " usable=?, reward=?, masked=? WHERE id=?",
+                (status, payload, seq, now, now, result_usable(result), result.reward,
+                 result.mask, rollout_id),
             )
             return seq
 
@@ -289,6 +312,21 @@ class SQLiteStore:
                 f"SELECT {columns} FROM rollouts WHERE group_id=? ORDER BY id", (group_id,)
             ).fetchall()
             return GroupRow(*row), [_rollout_row(r) for r in rows]
+
+        return await self._call(_get)
+
+    async def group_outcomes(self, group_id: str) -> list[Outcome]:
+        """Each rollout of the group as its verdict reads it (from the stored columns, not
+        the results: cheap for a group of long episodes)."""
+        await self.flush()
+
+        def _get(conn: sqlite3.Connection) -> list[Outcome]:
+            rows = conn.execute(
+                "SELECT id, status, seq, usable, reward, masked FROM rollouts WHERE group_id=?"
+                " ORDER BY id", (group_id,)).fetchall()
+            return [Outcome(id=rid, status=_status(status), seq=seq, usable=bool(usable),
+                            reward=reward, masked=bool(masked))
+                    for rid, status, seq, usable, reward, masked in rows]
 
         return await self._call(_get)
 

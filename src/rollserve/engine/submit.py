@@ -89,7 +89,7 @@ async def submit(engine: Engine, request: SubmitRequest,
 
     # Counted before anything is built: a batch of 10,000 tasks x 1,024 samples is
     # refused without making ten million rollout specs first.
-    wanted = sum(task.n for _, task, _ in new)
+    wanted = sum(task.n + task.oversample for _, task, _ in new)
     if wanted > engine.config.max_pending:
         raise BatchTooLarge(wanted, engine.config.max_pending)
     if wanted > engine.room():
@@ -111,8 +111,11 @@ async def submit(engine: Engine, request: SubmitRequest,
                 agent=merged(request.agent, task.agent),
                 timeouts=merged(request.timeouts, task.timeouts),
                 metadata=task.metadata,
+                group_n=task.n,
+                oversample=task.oversample,
+                filter_zero_variance=task.filter_zero_variance,
             )
-            for i in range(task.n)
+            for i in range(task.n + task.oversample)
         ]
         new_groups.append((group, specs))
         accepted[index] = Accepted(group_id=group_id, task_id=task_id,
