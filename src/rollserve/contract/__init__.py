@@ -27,6 +27,7 @@ from rollserve.contract.llm import (
     Paused,
     Resumed,
     RouterStatus,
+    WeightsLoaded,
 )
 from rollserve.contract.requests import (
     MAX_WAIT,
@@ -39,6 +40,8 @@ from rollserve.contract.requests import (
     SubmitRequest,
     TaskRequest,
     Timeouts,
+    Weights,
+    WeightsRequest,
 )
 from rollserve.contract.result import (
     ROLLOUT_STATUSES,
@@ -85,11 +88,12 @@ __all__ = [
     "MAX_WAIT", "ROLLOUT_STATUSES", "STAGES", "TERMINAL",
     "Accepted", "AgentLimits", "BackendAdded", "BackendDrained", "BackendInfo", "BackendList",
     "BackendRemoved", "BackendState", "BackendUndrained", "CancelResponse", "ChatMessage",
-    "EngineStatus", "Failure", "FailureKind", "FailureStage", "Fidelity", "GroupCancelResponse",
-    "GroupMember", "GroupView", "Health", "JSONObject", "PauseRequest", "Paused", "ReapSummary",
+    "EngineStatus", "Failure", "FailureKind", "FailureStage", "Fidelity",
+    "GroupCancelResponse", "GroupMember", "GroupView", "Health", "JSONObject", "PauseRequest", "Paused", "ReapSummary",
     "Recovered", "ResultsPage", "ResumeRequest", "Resumed", "RolloutResult", "RolloutStatus",
     "RolloutView", "RouterStatus", "RunRequest", "RunResponse", "SamplingParams",
     "SandboxStatus", "ServiceStatus", "Stage", "StageStatus", "StateEvent", "Stats",
     "SubmitRequest", "SubmitResponse", "TaskRequest", "TerminalStatus", "Timeouts", "Timing",
-    "Tokens", "ToolCall", "Trajectory", "TrajectoryCounters", "Turn",
+    "Tokens", "ToolCall", "Trajectory", "TrajectoryCounters", "Turn", "Weights",
+    "WeightsLoaded", "WeightsRequest",
 ]
