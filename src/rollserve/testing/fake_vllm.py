@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 import uuid
 
@@ -45,6 +44,7 @@ from rollserve.testing.fake_server import (
     fake_logprob,
     read_json,
 )
+from rollserve.testing.vllm_weights import RuntimeWeights
 from rollserve.testing.vllm_wire import (
     completion_body,
     context_refusal,
@@ -55,7 +55,7 @@ from rollserve.testing.vllm_wire import (
 __all__ = ["FakeVLLM", "RecordedCall", "fake_logprob", "main"]
 
 
-class FakeVLLM(FakeServer):
+class FakeVLLM(RuntimeWeights, FakeServer):
     """A scripted vLLM look-alike; see the module docstring.
 
     return_token_ids_supported: False imitates a server that ignores
@@ -90,9 +90,7 @@ class FakeVLLM(FakeServer):
         self.generate_endpoint = generate_endpoint
         self.dev_mode = dev_mode
         self.runtime_lora = runtime_lora
-        self.lora_adapters: dict[str, str] = {}  # name -> path, as loaded
-        self.full_weights: str | None = None  # the folder of the last reload_weights
-        self.weight_loads: list[tuple[str, str]] = []  # ("lora:NAME" | "full", path), in order
+        self.init_weights()
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self._completions)
@@ -111,18 +109,6 @@ class FakeVLLM(FakeServer):
         if self.runtime_lora:
             app.router.add_post("/v1/load_lora_adapter", self._load_lora)
             app.router.add_post("/v1/unload_lora_adapter", self._unload_lora)
-
-    def weights_of(self, model: str | None) -> str:
-        """What a request naming ``model`` samples from ("" for the weights as started)."""
-        parts = []
-        if self.full_weights is not None:
-            parts.append(f"full:{self.full_weights}#{self._count('full')}")
-        if model in self.lora_adapters:
-            parts.append(f"lora:{model}:{self.lora_adapters[model]}#{self._count('lora:' + model)}")
-        return "|".join(parts)
-
-    def _count(self, kind: str) -> int:
-        return sum(1 for k, _ in self.weight_loads if k == kind)
 
     # --- routes ----------------------------------------------------------------
     async def _health(self, request: web.Request) -> web.Response:
@@ -287,54 +273,6 @@ class FakeVLLM(FakeServer):
 
     async def _is_paused(self, request: web.Request) -> web.Response:
         return web.json_response({"is_paused": self.paused})
-
-    async def _collective_rpc(self, request: web.Request) -> web.Response:
-        """Dev mode's ``/collective_rpc``: ``reload_weights`` reads ``weights_path``; a
-        worker's exception is a bare 500, as FastAPI answers it."""
-        body = await read_json(request, error_response)
-        if isinstance(body, web.Response):
-            return body
-        method, kwargs = body.get("method"), body.get("kwargs") or {}
-        if method is None:
-            return web.json_response({"detail": "Missing 'method' in request body"}, status=400)
-        path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
-        if method != "reload_weights" or not isinstance(path, str) or not os.path.isdir(path):
-            return web.Response(status=500, text="Internal Server Error")
-        self.weight_loads.append(("full", path))
-        self.full_weights = path
-        return web.json_response({"results": [None]})
-
-    async def _load_lora(self, request: web.Request) -> web.Response:
-        """``/v1/load_lora_adapter``: a 200 in plain text; 400 for a name already loaded
-        (unless ``load_inplace``), 404 for a folder with no adapter (vLLM 0.32's words)."""
-        body = await read_json(request, error_response)
-        if isinstance(body, web.Response):
-            return body
-        name, path = body.get("lora_name"), body.get("lora_path")
-        if not name or not path or not isinstance(name, str) or not isinstance(path, str):
-            return error_response(400, "Both 'lora_name' and 'lora_path' must be provided.",
-                                  kind="InvalidUserInput")
-        if not body.get("load_inplace") and name in self.lora_adapters:
-            return error_response(400, f"The lora adapter '{name}' has already been loaded. If "
-                                       "you want to load the adapter in place, set "
-                                       "'load_inplace' to True.", kind="InvalidUserInput")
-        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            return error_response(404, f"Loading lora {name} failed: No adapter found for {path}",
-                                  kind="NotFoundError")
-        self.weight_loads.append((f"lora:{name}", path))
-        self.lora_adapters[name] = path
-        return web.Response(status=200, text=f"Success: LoRA adapter '{name}' added successfully.")
-
-    async def _unload_lora(self, request: web.Request) -> web.Response:
-        body = await read_json(request, error_response)
-        if isinstance(body, web.Response):
-            return body
-        name = body.get("lora_name")
-        if name not in self.lora_adapters:
-            return error_response(404, f"The lora adapter '{name}' cannot be found.",
-                                  kind="NotFoundError")
-        del self.lora_adapters[name]
-        return web.Response(status=200, text=f"Success: LoRA adapter '{name}' removed successfully.")
 
     # --- helpers -----------------------------------------------------------------
     def _unknown_model(self, call: RecordedCall, model: object) -> web.Response | None:
