@@ -38,8 +38,8 @@ class RuntimeWeights:
         return sum(1 for k, _ in self.weight_loads if k == kind)
 
     async def _collective_rpc(self, request: web.Request) -> web.Response:
-        """Dev mode's ``/collective_rpc``: ``reload_weights`` reads ``weights_path``; a
-        worker's exception is a bare 500, as FastAPI answers it."""
+        """Dev mode's ``/collective_rpc``: ``reload_weights`` reads ``weights_path``
+        (``{"results": [null]}``); a worker's exception is a 500 in vLLM's error shape."""
         body = await read_json(request, error_response)
         if isinstance(body, web.Response):
             return body
@@ -48,14 +48,19 @@ class RuntimeWeights:
             return web.json_response({"detail": "Missing 'method' in request body"}, status=400)
         path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
         if method != "reload_weights" or not isinstance(path, str) or not os.path.isdir(path):
-            return web.Response(status=500, text="Internal Server Error")
+            # vLLM 0.32: the worker's exception, in a 500 (the server stays up)
+            return error_response(500, "Call to collective_rpc method failed: Worker failed "
+                                       f"with error 'cannot load weights from {path!r}', please "
+                                       "check the stack trace above for the root cause",
+                                  kind="InternalServerError")
         self.weight_loads.append(("full", path))
         self.full_weights = path
         return web.json_response({"results": [None]})
 
     async def _load_lora(self, request: web.Request) -> web.Response:
         """``/v1/load_lora_adapter``: a 200 in plain text; 400 for a name already loaded
-        (unless ``load_inplace``), 404 for a folder with no adapter (vLLM 0.32's words)."""
+        (unless ``load_inplace``), 404 for a folder with no adapter (vLLM 0.32's words: it
+        hides the path)."""
         body = await read_json(request, error_response)
         if isinstance(body, web.Response):
             return body
@@ -68,7 +73,7 @@ class RuntimeWeights:
                                        "you want to load the adapter in place, set "
                                        "'load_inplace' to True.", kind="InvalidUserInput")
         if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            return error_response(404, f"Loading lora {name} failed: No adapter found for {path}",
+            return error_response(404, f"Loading lora {name} failed: No adapter found for <path>",
                                   kind="NotFoundError")
         self.weight_loads.append((f"lora:{name}", path))
         self.lora_adapters[name] = path
