@@ -19,6 +19,9 @@
 #   ROLLSERVE_VLLM_PYTHON the python the vLLM venv is made from (default python3.11)
 #   ROLLSERVE_VLLM_START_TIMEOUT  seconds to wait for /health (default 240)
 #   ROLLSERVE_VLLM_THREADS        OpenMP threads of the server (default 2)
+#   ROLLSERVE_VLLM_LORA           1: serve runtime LoRA loading (--enable-lora
+#                                 --max-lora-rank 8, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)
+#                                 for tests/e2e/test_real_vllm_weights.py (ROLLSERVE_VLLM_LORA_URL)
 # See shared/REAL_VLLM.md for why each setting is what it is.
 set -euo pipefail
 
@@ -150,6 +153,11 @@ fi
 # All output goes to the log, never to our stdout: a caller reading our stdout through
 # a pipe would otherwise wait for the server to exit.
 step=$SECONDS
+LORA_ARGS=()
+if [ "${ROLLSERVE_VLLM_LORA:-0}" = 1 ]; then
+  LORA_ARGS=(--enable-lora --max-lora-rank 8)
+  export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+fi
 say "starting vLLM on 127.0.0.1:$PORT (log: $LOG)"
 mkdir -p "$VLLM_HOME/cache"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
@@ -159,7 +167,7 @@ VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
 VLLM_SERVER_DEV_MODE=1 \
   setsid "$VENV/bin/python" "$HERE/serve.py" serve "$MODEL" \
     --served-model-name smollm2 --host 127.0.0.1 --port "$PORT" \
-    --dtype float32 --max-model-len 2048 --enforce-eager --enable-scale-out \
+    --dtype float32 --max-model-len 2048 --enforce-eager --enable-scale-out "${LORA_ARGS[@]}" \
     > "$LOG" 2>&1 < /dev/null &
 pid=$!
 echo "$pid" > "$PID_FILE"

@@ -3,7 +3,8 @@
 A weight update from the trainer's side:
 
     POST /v1/llm/pause   {"mode": "finish"}     # returns once calls in flight are done
-    ... load the new weights into the inference servers ...
+    POST /v1/llm/weights {"weights": {"kind": "lora", "name": "policy", "path": DIR}}
+                                                # (or load them into the servers yourself)
     POST /v1/llm/resume  {"policy_version": 2}  # turns sampled from now on say 2
 """
 
@@ -26,9 +27,13 @@ from rollserve.contract import (
     Resumed,
     ResumeRequest,
     RouterStatus,
+    WeightsLoaded,
+    WeightsRequest,
 )
 from rollserve.llm.backends.factory import RemoteBackendSpec, backend_from_spec
+from rollserve.llm.base import LoadsWeights
 from rollserve.llm.routing.router import Router
+from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate
 
 router = APIRouter(prefix="/v1/llm", tags=["llm"], route_class=StrictJSONRoute)
 
@@ -118,7 +123,36 @@ async def pause(body: PauseRequest, request: Request) -> Paused:
     return Paused.model_validate(paused)
 
 
-@router.post("/resume", response_model=Resumed)
+@router.post("/resume", response_model=Resumed, responses=errors(409))
 async def resume(body: ResumeRequest, request: Request) -> Resumed:
     """Let LLM calls go again, stamped with ``policy_version`` from now on."""
-    return Resumed.model_validate(await _router(request).resume(body.policy_version))
+    try:
+        return Resumed.model_validate(await _router(request).resume(body.policy_version))
+    except WeightsRefused as exc:
+        raise HTTPException(409, str(exc)) from exc
+
+
+@router.post("/weights", response_model=WeightsLoaded, responses=errors(409))
+async def load_weights(body: WeightsRequest, request: Request) -> WeightsLoaded:
+    """Load a LoRA adapter or full weights into every token-level backend, while paused.
+
+    409 (nothing loaded) unless generation is paused with nothing in flight and every
+    token-level backend can take them. A load that fails on a server is reported in
+    ``outcomes`` (``ok`` false): resume only once every backend holds the new weights
+    (load again, or remove the failing backend), else turns would be stamped with a
+    version that did not make them."""
+    llm_router = _router(request)
+    weights = body.weights
+    update = WeightUpdate(kind=weights.kind, path=weights.path, name=weights.name,
+                          policy_version=body.policy_version)
+    try:
+        outcomes = await llm_router.load_weights(update, timeout=body.timeout)
+    except WeightsRefused as exc:
+        raise HTTPException(409, str(exc)) from exc
+    models: dict[str, str | None] = {}
+    for name in outcomes:
+        backend = llm_router.get(name) if llm_router.is_registered(name) else None
+        models[name] = backend.loaded_model() if isinstance(backend, LoadsWeights) else None
+    return WeightsLoaded(ok=all(o == "ok" for o in outcomes.values()), kind=weights.kind,
+                         outcomes=outcomes, models=models,
+                         policy_version=llm_router.policy_version)

@@ -85,6 +85,9 @@ class ClientBase:
     add_backend = Endpoint(calls.add_backend)
     list_backends = Endpoint(calls.list_backends)
     remove_backend = Endpoint(calls.remove_backend)
+    pause = Endpoint(calls.pause)
+    resume = Endpoint(calls.resume)
+    load_weights = Endpoint(calls.load_weights)
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}

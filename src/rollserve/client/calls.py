@@ -24,7 +24,9 @@ from rollserve.contract import (
     GroupCancelResponse,
     GroupView,
     Health,
+    Paused,
     ResultsPage,
+    Resumed,
     RolloutView,
     RunResponse,
     SamplingParams,
@@ -32,6 +34,7 @@ from rollserve.contract import (
     SubmitResponse,
     TaskRequest,
     Timeouts,
+    WeightsLoaded,
 )
 
 T = TypeVar("T", bound=BaseModel)
@@ -140,3 +143,32 @@ def list_backends() -> Call[BackendList]:
 
 def remove_backend(name: str) -> Call[BackendRemoved]:
     return Call("DELETE", f"/v1/llm/backends/{name}", BackendRemoved)
+
+
+def pause(mode: str = "finish", timeout: float | None = None,
+          forward: bool | None = None) -> Call[Paused]:
+    """Hold new LLM calls: ``finish`` waits (up to ``timeout`` s) for those in flight,
+    ``abort`` aborts them (sent again after the resume)."""
+    body: JSONBody = {"mode": mode}
+    if timeout is not None:
+        body["timeout"] = timeout
+    if forward is not None:
+        body["forward"] = forward
+    return Call("POST", "/v1/llm/pause", Paused, json=body,
+                read_timeout=(timeout if timeout is not None else 3600.0) + 30)
+
+
+def resume(policy_version: int | None = None) -> Call[Resumed]:
+    """Let LLM calls go again, stamped with ``policy_version`` from now on."""
+    body: JSONBody = {} if policy_version is None else {"policy_version": policy_version}
+    return Call("POST", "/v1/llm/resume", Resumed, json=body, read_timeout=60)
+
+
+def load_weights(weights: JSONBody, policy_version: int | None = None,
+                 timeout: float = 600.0) -> Call[WeightsLoaded]:
+    """Load ``{"kind": "lora", "name", "path"}`` or ``{"kind": "full", "path"}`` into every
+    token-level backend (only while paused with nothing in flight)."""
+    body: JSONBody = {"weights": weights, "timeout": timeout}
+    if policy_version is not None:
+        body["policy_version"] = policy_version
+    return Call("POST", "/v1/llm/weights", WeightsLoaded, json=body, read_timeout=timeout + 30)

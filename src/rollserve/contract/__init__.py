@@ -27,6 +27,7 @@ from rollserve.contract.llm import (
     Paused,
     Resumed,
     RouterStatus,
+    WeightsLoaded,
 )
 from rollserve.contract.requests import (
     MAX_WAIT,
@@ -39,6 +40,8 @@ from rollserve.contract.requests import (
     SubmitRequest,
     TaskRequest,
     Timeouts,
+    Weights,
+    WeightsRequest,
 )
 from rollserve.contract.result import (
     ROLLOUT_STATUSES,
@@ -91,9 +94,10 @@ __all__ = [
     "Failure", "FailureKind", "FailureStage", "Fidelity", "GroupCancelResponse",
     "GroupCounters", "GroupCounts", "GroupMember", "GroupReason", "GroupView", "Health",
     "JSONObject", "PauseRequest", "Paused", "ReapSummary", "Recovered", "ResultsPage",
-    "ResumeRequest", "Resumed", "RolloutResult", "RolloutStatus", "RolloutView", "RouterStatus",
-    "RunRequest", "RunResponse", "SamplingParams", "SandboxStatus", "ServiceStatus", "Stage",
-    "StageStatus", "StateEvent", "Stats", "SubmitRequest", "SubmitResponse", "TaskRequest",
-    "TerminalStatus", "Timeouts", "Timing", "Tokens", "ToolCall", "Trajectory",
-    "TrajectoryCounters", "Turn",
+    "ResumeRequest", "Resumed", "RolloutResult", "RolloutStatus", "RolloutView",
+    "RouterStatus", "RunRequest", "RunResponse", "SamplingParams", "SandboxStatus",
+    "ServiceStatus", "Stage", "StageStatus", "StateEvent", "Stats", "SubmitRequest",
+    "SubmitResponse", "TaskRequest", "TerminalStatus", "Timeouts", "Timing", "Tokens",
+    "ToolCall", "Trajectory", "TrajectoryCounters", "Turn", "Weights", "WeightsLoaded",
+    "WeightsRequest",
 ]

@@ -112,3 +112,16 @@ class Resumed(BaseModel):
     policy_version: int | None = Field(
         description="the policy version of turns sampled from now on")
     forwarded: dict[str, str] = Field(description="per backend resumed on its server: the outcome")
+
+
+class WeightsLoaded(BaseModel):
+    """``POST /v1/llm/weights``."""
+
+    ok: bool = Field(description="every backend loaded the weights")
+    kind: Literal["lora", "full"] = Field(description="what was loaded")
+    outcomes: dict[str, str] = Field(description="per backend: ok, or the error")
+    models: dict[str, str | None] = Field(
+        description="per backend: the model its later requests name (the adapter after a LoRA "
+                    "load)")
+    policy_version: int | None = Field(
+        description="the policy version stamped on turns now (a resume sets the new one)")

@@ -179,3 +179,43 @@ class ResumeRequest(BaseModel):
 
     policy_version: int | None = Field(None, ge=0, le=INT64_MAX,
                                        description="stamped on every turn sampled from now on")
+
+
+class Weights(BaseModel):
+    """New weights: a LoRA adapter (``kind`` lora, its ``name`` and folder) to load into
+    every vLLM server in place, or every weight of the served model from a folder
+    (``kind`` full: vLLM dev mode, SGLang)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["lora", "full"] = Field(description="lora | full")
+    name: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@+=/-]+$",
+        validate_default=True,
+        description="lora: the adapter's name, which every later request names as its model")
+    path: str = Field(min_length=1, max_length=4096,
+                      description="the folder (a PEFT adapter, or a safetensors checkpoint), "
+                                  "as the inference servers see it")
+
+    @field_validator("name")
+    @classmethod
+    def _named_if_lora(cls, name: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("kind")
+        if kind == "lora" and name is None:
+            raise ValueError("a LoRA adapter needs a name (requests name it as their model)")
+        if kind == "full" and name is not None:
+            raise ValueError("full weights have no name (requests name the served model)")
+        return name
+
+
+class WeightsRequest(BaseModel):
+    """``POST /v1/llm/weights``: load new weights into every token-level backend (only
+    while generation is paused with nothing in flight)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: Weights = Field(description="a LoRA adapter or full weights")
+    policy_version: int | None = Field(
+        None, ge=0, le=INT64_MAX, description="the version these weights are (recorded by "
+                                              "servers that keep one: SGLang's weight_version)")
+    timeout: float = Field(600.0, gt=0, le=3600, description="seconds each server may take")

@@ -7,7 +7,9 @@
   ``context_window()`` (None where unknown) are part of the contract. ``Pausable`` is
   an optional capability a backend declares by inheriting it (vLLM dev mode,
   SGLang): the router forwards ``pause``/``resume`` to exactly those around a
-  weight update.
+  weight update. ``LoadsWeights`` is another (vLLM, SGLang): the server takes new
+  weights at run time (a LoRA adapter, or full weights from disk), and later
+  requests name what was loaded.
 - ``LLMSession``: a trajectory's sticky handle on the router (``routing.session``),
   what the agent loop calls.
 - ``Tokenizer``: the policy's tokenizer and chat template, local
@@ -32,13 +34,14 @@ from rollserve.contract import SamplingParams
 from rollserve.errors import InfraError, LLMError
 
 __all__ = ["BackendKind", "ChatReply", "Fidelity", "Generation", "LLMBackend", "LLMSession",
-           "Message", "PauseMode", "Pausable", "PromptBuilder", "SamplingParams", "Tokenizer",
-           "TokenizerError", "ToolSchema"]
+           "LoadsWeights", "Message", "PauseMode", "Pausable", "PromptBuilder", "SamplingParams",
+           "Tokenizer", "TokenizerError", "ToolSchema", "WeightsKind"]
 
 Message = dict[str, Any]  # a chat message: role, content, and maybe tool_calls, name...
 ToolSchema = dict[str, Any]  # a tool as chat templates and APIs take it ({"type": "function", ...})
 PauseMode = Literal["finish", "abort"]
 BackendKind = Literal["tokens", "messages"]  # what a backend takes: token ids, or messages
+WeightsKind = Literal["lora", "full"]  # a LoRA adapter, or every weight of the model
 
 
 # --- what a backend answers ----------------------------------------------------------------
@@ -128,6 +131,29 @@ class Pausable(ABC):
     @abstractmethod
     async def resume(self) -> None:
         """Generate again."""
+
+
+class LoadsWeights(ABC):
+    """A backend whose server takes new weights at run time (vLLM, SGLang). The router
+    calls these only while generation is paused with nothing in flight; a failure is an
+    ``LLMError`` saying what the server answered. After a load, every request the
+    backend sends samples from the new weights (after a LoRA load: names the adapter)."""
+
+    weight_kinds: ClassVar[frozenset[WeightsKind]]  # what this kind of server can load
+
+    @abstractmethod
+    async def load_lora(self, name: str, path: str) -> None:
+        """Load (or reload in place) the LoRA adapter at ``path`` (a folder the server
+        can read) under ``name``; later requests name it."""
+
+    @abstractmethod
+    async def load_full(self, path: str, policy_version: int | None = None) -> None:
+        """Reload every weight of the served model from ``path`` (a folder the server
+        can read); later requests name the base model."""
+
+    @abstractmethod
+    def loaded_model(self) -> str | None:
+        """The model name later requests carry (the adapter after a LoRA load)."""
 
 
 # --- a trajectory's session ------------------------------------------------------------------

@@ -29,19 +29,24 @@ ReplyFn = Callable[[list[int], str], "str | Awaitable[str]"]
 LatencyFn = Callable[[list[int], list[int]], float]
 
 
-def fake_logprob(prompt_ids: Sequence[int], position: int, seed: int | None = None) -> float:
+def fake_logprob(prompt_ids: Sequence[int], position: int, seed: int | None = None,
+                 weights: str = "") -> float:
     """The logprob every fake server reports for output position ``position`` after ``prompt_ids``.
 
-    Deterministic (a hash of the prompt, the position and the seed), negative, and
-    exactly representable through JSON, so tests can compare floats with ``==``.
+    Deterministic (a hash of the prompt, the position, the seed and the weights loaded
+    at run time, if any), negative, and exactly representable through JSON, so tests
+    can compare floats with ``==``.
     """
-    return fake_logprobs(prompt_ids, position + 1, seed)[position]
+    return fake_logprobs(prompt_ids, position + 1, seed, weights)[position]
 
 
-def fake_logprobs(prompt_ids: Sequence[int], count: int, seed: int | None = None) -> list[float]:
+def fake_logprobs(prompt_ids: Sequence[int], count: int, seed: int | None = None,
+                  weights: str = "") -> list[float]:
     h = hashlib.blake2b(digest_size=16)
     h.update(struct.pack(f"<{len(prompt_ids)}q", *prompt_ids))
     h.update(b"seed:" + str(seed).encode())
+    if weights:  # new weights make other logprobs (the weights as started add nothing)
+        h.update(b"weights:" + weights.encode())
     digest = h.digest()
     out = []
     for pos in range(count):
@@ -286,8 +291,10 @@ class FakeServer:
         return status
 
     async def run(self, call: RecordedCall, prompt_ids: list[int], max_tokens: int,
-                  stop_ids: set[int], ignore_eos: bool = False, seed: int | None = None) -> Sampled:
-        """Wait out a pause, take a slot, "sample", hold the slot for the latency."""
+                  stop_ids: set[int], ignore_eos: bool = False, seed: int | None = None,
+                  weights: str = "") -> Sampled:
+        """Wait out a pause, take a slot, "sample", hold the slot for the latency;
+        ``weights`` names the weights loaded at run time that sample (see ``fake_logprobs``)."""
         call.prompt_ids = prompt_ids
         assert self._resumed is not None
         await self._resumed.wait()
@@ -302,7 +309,8 @@ class FakeServer:
         abort = asyncio.Event()
         self._aborts.add(abort)
         try:
-            sampled = await self.sample(prompt_ids, max_tokens, stop_ids, ignore_eos, seed)
+            sampled = await self.sample(prompt_ids, max_tokens, stop_ids, ignore_eos, seed,
+                                        weights)
             delay = (self.latency(prompt_ids, sampled.output_ids) if callable(self.latency)
                      else self.latency)
             slot_start = time.perf_counter()
@@ -328,7 +336,8 @@ class FakeServer:
         return sampled
 
     async def sample(self, prompt_ids: list[int], max_tokens: int, stop_ids: set[int],
-                     ignore_eos: bool = False, seed: int | None = None) -> Sampled:
+                     ignore_eos: bool = False, seed: int | None = None,
+                     weights: str = "") -> Sampled:
         """The scripted reply as ids: cut at a stop token, at max_tokens, or + eos."""
         if callable(self.replies):
             text = self.replies(prompt_ids, self.tok.decode(prompt_ids))
@@ -349,7 +358,7 @@ class FakeServer:
         else:
             if len(ids) >= max_tokens:
                 out, finish = ids[:max_tokens], "length"
-        return Sampled(out, fake_logprobs(prompt_ids, len(out), seed), finish, stop_token)
+        return Sampled(out, fake_logprobs(prompt_ids, len(out), seed, weights), finish, stop_token)
 
     async def fail(self, request: web.Request, call: RecordedCall, status: int,
                    error: Callable[[int, str], web.Response]) -> web.StreamResponse:

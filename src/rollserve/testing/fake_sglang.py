@@ -7,7 +7,9 @@ and ``return_logprob``; the reply carries ``output_ids`` and ``meta_info`` with
 ``finish_reason`` as ``{"type": "stop", "matched": id}`` / ``{"type": "length",
 "length": n}`` / ``{"type": "abort", ...}``. Also ``/health``,
 ``/health_generate``, ``/get_model_info``, ``/v1/models`` and
-``/pause_generation {mode}`` / ``/continue_generation``.
+``/pause_generation {mode}`` / ``/continue_generation`` and
+``/update_weights_from_disk {model_path, weight_version?}`` (a folder that exists;
+new weights change the logprobs, and replies carry the ``weight_version``).
 
     async with FakeSGLang(tokenizer, replies=["4"]) as server:
         backend = SGLangBackend(server.url)
@@ -15,6 +17,7 @@ and ``return_logprob``; the reply carries ``output_ids`` and ``meta_info`` with
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -31,6 +34,9 @@ def error_response(status: int, message: str) -> web.Response:
 
 class FakeSGLang(FakeServer):
     thread_name = "fake-sglang"
+    weight_version = "default"
+    model_path: str | None = None  # the folder of the last update_weights_from_disk
+    weight_updates = 0
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/generate", self._generate)
@@ -40,13 +46,33 @@ class FakeSGLang(FakeServer):
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/pause_generation", self._pause)
         app.router.add_post("/continue_generation", self._continue)
+        app.router.add_post("/update_weights_from_disk", self._update_weights)
+
+    def weights(self) -> str:
+        """What requests sample from now ("" for the weights as started)."""
+        return "" if self.model_path is None else f"full:{self.model_path}#{self.weight_updates}"
+
+    async def _update_weights(self, request: web.Request) -> web.Response:
+        body = await read_json(request, error_response)
+        if isinstance(body, web.Response):
+            return body
+        path = body.get("model_path")
+        if not isinstance(path, str) or not os.path.isdir(path):
+            return web.json_response({"success": False, "message": (
+                f"Failed to get weights iterator: {path} (repository not found)."),
+                "num_paused_requests": 0}, status=400)
+        self.model_path, self.weight_updates = path, self.weight_updates + 1
+        if body.get("weight_version") is not None:
+            self.weight_version = str(body["weight_version"])
+        return web.json_response({"success": True, "message": "Succeeded to update model "
+                                  "weights.", "num_paused_requests": 0})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     async def _model_info(self, request: web.Request) -> web.Response:
         return web.json_response({"model_path": self.model, "tokenizer_path": self.model,
-                                  "is_generation": True, "weight_version": "default"})
+                                  "is_generation": True, "weight_version": self.weight_version})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
@@ -96,7 +122,8 @@ class FakeSGLang(FakeServer):
             return await self.fail(request, call, status, error_response)
         started = time.perf_counter()
         sampled = await self.run(call, prompt_ids, max_new, set(params.get("stop_token_ids") or ()),
-                                 bool(params.get("ignore_eos")), params.get("sampling_seed"))
+                                 bool(params.get("ignore_eos")), params.get("sampling_seed"),
+                                 self.weights())
         if sampled.finish == "stop":
             finish = {"type": "stop", "matched": sampled.stop_token
                       if sampled.stop_token is not None else self.tok.eos_token_id}
@@ -111,7 +138,7 @@ class FakeSGLang(FakeServer):
             "id": body.get("rid") or uuid.uuid4().hex,
             "finish_reason": finish,
             "prompt_tokens": len(prompt_ids),
-            "weight_version": "default",
+            "weight_version": self.weight_version,
             "total_retractions": 0,
             "completion_tokens": len(sampled.output_ids),
             "cached_tokens": 0,

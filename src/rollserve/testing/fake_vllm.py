@@ -4,8 +4,15 @@ It speaks the subset of vLLM 0.32's server that rollserve uses: token-id prompts
 ``/v1/completions`` with ``return_token_ids`` and ``logprobs``, ``/tokenize``,
 ``/detokenize``, ``/v1/models``, ``/health``, ``/v1/chat/completions`` (message
 level), and, when asked for, the tokens-only ``/inference/v1/generate``
-(``generate_endpoint=True``, as ``--enable-scale-out``) and the dev-mode ``/pause``
-``/resume`` ``/is_paused`` (``dev_mode=True``, as ``VLLM_SERVER_DEV_MODE=1``).
+(``generate_endpoint=True``, as ``--enable-scale-out``), the dev-mode ``/pause``
+``/resume`` ``/is_paused`` and ``/collective_rpc`` (``dev_mode=True``, as
+``VLLM_SERVER_DEV_MODE=1``; its ``reload_weights`` takes a ``weights_path`` folder),
+and runtime LoRA loading ``/v1/load_lora_adapter`` ``/v1/unload_lora_adapter``
+(``runtime_lora=True``, as ``--enable-lora`` with
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``). New weights change the logprobs
+(``weights_of(model)`` says what a request naming ``model`` samples from), and with
+``runtime_lora`` a request naming a model the server does not serve is a 404, as on
+vLLM (without it the double takes any model name).
 Replies are scripted and tokenized with a real chat tokenizer; every call is recorded.
 
     async with FakeVLLM(tokenizer, replies=["4", "done"], latency=0.01) as server:
@@ -37,6 +44,7 @@ from rollserve.testing.fake_server import (
     fake_logprob,
     read_json,
 )
+from rollserve.testing.vllm_weights import RuntimeWeights
 from rollserve.testing.vllm_wire import (
     completion_body,
     context_refusal,
@@ -47,7 +55,7 @@ from rollserve.testing.vllm_wire import (
 __all__ = ["FakeVLLM", "RecordedCall", "fake_logprob", "main"]
 
 
-class FakeVLLM(FakeServer):
+class FakeVLLM(RuntimeWeights, FakeServer):
     """A scripted vLLM look-alike; see the module docstring.
 
     return_token_ids_supported: False imitates a server that ignores
@@ -74,12 +82,15 @@ class FakeVLLM(FakeServer):
         generate_endpoint: bool = False,
         dev_mode: bool = False,
         report_max_model_len: bool = True,
+        runtime_lora: bool = False,
     ):
         super().__init__(tokenizer, replies, latency, model, capacity, max_model_len, host, port)
         self.return_token_ids_supported = return_token_ids_supported
         self.report_max_model_len = report_max_model_len
         self.generate_endpoint = generate_endpoint
         self.dev_mode = dev_mode
+        self.runtime_lora = runtime_lora
+        self.init_weights()
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self._completions)
@@ -94,6 +105,10 @@ class FakeVLLM(FakeServer):
             app.router.add_post("/pause", self._pause)
             app.router.add_post("/resume", self._resume)
             app.router.add_get("/is_paused", self._is_paused)
+            app.router.add_post("/collective_rpc", self._collective_rpc)
+        if self.runtime_lora:
+            app.router.add_post("/v1/load_lora_adapter", self._load_lora)
+            app.router.add_post("/v1/unload_lora_adapter", self._unload_lora)
 
     # --- routes ----------------------------------------------------------------
     async def _health(self, request: web.Request) -> web.Response:
@@ -103,7 +118,10 @@ class FakeVLLM(FakeServer):
         card = {"id": self.model, "object": "model", "created": int(time.time()),
                 "owned_by": "vllm", "root": self.model, "parent": None,
                 "max_model_len": self.max_model_len if self.report_max_model_len else None}
-        return web.json_response({"object": "list", "data": [card]})
+        loras = [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                  "root": path, "parent": self.model, "max_model_len": None}
+                 for name, path in self.lora_adapters.items()]
+        return web.json_response({"object": "list", "data": [card, *loras]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await read_json(request, error_response)
@@ -137,6 +155,9 @@ class FakeVLLM(FakeServer):
         if isinstance(body, web.Response):
             return body
         call = self.record("/v1/completions", body)
+        unknown = self._unknown_model(call, body.get("model"))
+        if unknown is not None:
+            return unknown
         prompt_ids = parse_prompt(body.get("prompt"), self.tok)
         if prompt_ids is None:
             return self._reject(call, "prompt: expected a string, a list of token ids, or [[ids]]")
@@ -146,7 +167,8 @@ class FakeVLLM(FakeServer):
             return checked
         max_tokens = checked
         sampled = await self.run(call, prompt_ids, max_tokens, set(body.get("stop_token_ids") or ()),
-                                 bool(body.get("ignore_eos")), body.get("seed"))
+                                 bool(body.get("ignore_eos")), body.get("seed"),
+                                 self.weights_of(body.get("model")))
         return web.json_response(completion_body(
             self.tok, body, self.model, prompt_ids, sampled.output_ids, sampled.logprobs,
             sampled.finish, sampled.stop_token,
@@ -159,6 +181,9 @@ class FakeVLLM(FakeServer):
         if isinstance(body, web.Response):
             return body
         call = self.record("/inference/v1/generate", body)
+        unknown = self._unknown_model(call, body.get("model"))
+        if unknown is not None:
+            return unknown
         prompt_ids = body.get("token_ids")
         params = body.get("sampling_params")
         if not (isinstance(prompt_ids, list) and prompt_ids
@@ -172,7 +197,8 @@ class FakeVLLM(FakeServer):
         max_tokens = checked
         sampled = await self.run(call, prompt_ids, max_tokens,
                                  set(params.get("stop_token_ids") or ()),
-                                 bool(params.get("ignore_eos")), params.get("seed"))
+                                 bool(params.get("ignore_eos")), params.get("seed"),
+                                 self.weights_of(body.get("model")))
         logprobs = None
         if params.get("logprobs") is not None:
             logprobs = {"content": [
@@ -249,6 +275,15 @@ class FakeVLLM(FakeServer):
         return web.json_response({"is_paused": self.paused})
 
     # --- helpers -----------------------------------------------------------------
+    def _unknown_model(self, call: RecordedCall, model: object) -> web.Response | None:
+        """vLLM's 404 for a model it does not serve (checked with ``runtime_lora``)."""
+        if not self.runtime_lora or model is None or model == self.model or (
+                isinstance(model, str) and model in self.lora_adapters):
+            return None
+        call.status, call.finished_at = 404, time.perf_counter()
+        return error_response(404, f"The model `{model}` does not exist.", kind="NotFoundError",
+                              param="model")
+
     def _reject(self, call: RecordedCall, message: str) -> web.Response:
         call.status, call.finished_at = 400, time.perf_counter()
         return error_response(400, message)

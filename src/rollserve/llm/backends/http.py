@@ -109,6 +109,25 @@ class HTTPClient:
         timeout: float | None = None,
     ) -> Any:
         """The parsed JSON answer of a 200; ``LLMError`` otherwise."""
+        text = await self.request_text(method, path, body, params, timeout)
+        try:
+            return json.loads(text) if text.strip() else None
+        except ValueError as exc:
+            raise LLMError(
+                f"{self.name}: {method} {path} answered non-JSON: {excerpt(text)}",
+                status=200, backend=self.name, retryable=False,
+            ) from exc
+
+    async def request_text(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        params: dict | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """The body of a 200 as text (vLLM answers some control calls in plain text);
+        ``LLMError`` otherwise."""
         url = self.base_url + path
         kwargs: dict[str, Any] = {"json": body, "params": params}
         if timeout is not None:
@@ -136,13 +155,7 @@ class HTTPClient:
                 f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(text)}",
                 status=status, backend=self.name, retryable=status in RETRYABLE_STATUS,
             )
-        try:
-            return json.loads(text) if text.strip() else None
-        except ValueError as exc:
-            raise LLMError(
-                f"{self.name}: {method} {path} answered non-JSON: {excerpt(text)}",
-                status=status, backend=self.name, retryable=False,
-            ) from exc
+        return text
 
     async def ok(self, path: str, timeout: float = 5.0) -> bool:
         """True if ``GET path`` answers 200 within ``timeout`` seconds."""

@@ -13,23 +13,37 @@ of the distribution it sampled from (temperature applied unless the server runs
 with ``SGLANG_RETURN_ORIGINAL_LOGPROB``): we pass them on verbatim.
 
 Around a weight update the router may forward ``POST /pause_generation {mode}``
-and ``POST /continue_generation``.
+and ``POST /continue_generation``. New full weights (``LoadsWeights``):
+``POST /update_weights_from_disk {"model_path": DIR, "weight_version": "K"}``
+(SGLang answers ``{"success", "message", ...}``, a 400 when it failed); the policy
+version becomes SGLang's ``weight_version``, which its replies carry in
+``meta_info``. LoRA adapters are not loaded on SGLang (yet).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from rollserve.errors import LLMError
+from rollserve.llm.backends.http import excerpt
 from rollserve.llm.backends.server_backend import ServerBackend
-from rollserve.llm.base import Generation, Pausable, PauseMode, SamplingParams
+from rollserve.llm.base import (
+    Generation,
+    LoadsWeights,
+    Pausable,
+    PauseMode,
+    SamplingParams,
+    WeightsKind,
+)
 
 _PAUSE_MODES = {"finish": "in_place", "abort": "abort"}  # ours -> SGLang's
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-class SGLangBackend(ServerBackend, Pausable):
+class SGLangBackend(ServerBackend, Pausable, LoadsWeights):
     kind = "sglang"
     window_slack = 1  # SGLang refuses input + max_new_tokens >= its context length
+    weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"full"})
 
     async def _generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         reply = await self.http.request_json("POST", "/generate", request_body(prompt_ids, sampling))
@@ -41,6 +55,24 @@ class SGLangBackend(ServerBackend, Pausable):
 
     async def resume(self) -> None:
         await self.http.request_json("POST", "/continue_generation", {})
+
+    async def load_lora(self, name: str, path: str) -> None:
+        raise LLMError(f"{self.name}: rollserve loads LoRA adapters into vLLM servers only; "
+                       "give SGLang full weights", backend=self.name, retryable=False)
+
+    async def load_full(self, path: str, policy_version: int | None = None) -> None:
+        """``/update_weights_from_disk``; SGLang's ``weight_version`` becomes the policy
+        version."""
+        body: dict[str, Any] = {"model_path": path}
+        if policy_version is not None:
+            body["weight_version"] = str(policy_version)
+        reply = await self.http.request_json("POST", "/update_weights_from_disk", body)
+        if not isinstance(reply, dict) or reply.get("success") is not True:
+            raise LLMError(f"{self.name}: /update_weights_from_disk did not succeed: "
+                           f"{excerpt(reply)}", backend=self.name, retryable=False)
+
+    def loaded_model(self) -> str | None:
+        return self.model
 
     def _parse(self, reply: Any, prompt_ids: list[int]) -> Generation:
         try:

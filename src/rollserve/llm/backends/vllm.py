@@ -16,26 +16,50 @@ re-tokenizes anything:
 
 In dev mode (``VLLM_SERVER_DEV_MODE=1``) vLLM also serves ``POST /pause?mode=`` and
 ``POST /resume``, which the router may forward around a weight update.
+
+New weights (``LoadsWeights``; the router calls these while generation is paused):
+
+- a LoRA adapter: ``POST /v1/load_lora_adapter {"lora_name", "lora_path",
+  "load_inplace": true}`` (served with ``--enable-lora`` and
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; vLLM answers a 200 in plain text). Every
+  later request names the adapter as its ``model``: base and LoRA requests are never
+  mixed on one server (in one batch they come back wrong on vLLM CPU).
+- full weights from disk (dev mode): ``POST /pause?mode=wait``, ``POST
+  /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}``,
+  ``POST /resume``; later requests name the base model again.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from rollserve.errors import LLMError
 from rollserve.llm.backends.server_backend import ServerBackend
-from rollserve.llm.base import Generation, Pausable, PauseMode, SamplingParams
+from rollserve.llm.base import (
+    Generation,
+    LoadsWeights,
+    Pausable,
+    PauseMode,
+    SamplingParams,
+    WeightsKind,
+)
 
 COMPLETIONS = "/v1/completions"
 GENERATE = "/inference/v1/generate"
 Endpoint = Literal["completions", "generate", "auto"]
 _PAUSE_MODES = {"finish": "wait", "abort": "abort"}  # ours -> vLLM's
+LOAD_LORA = "/v1/load_lora_adapter"
+COLLECTIVE_RPC = "/collective_rpc"
+_NO_RUNTIME_LORA = ("serve it with --enable-lora and the environment variable "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
+_NO_DEV_MODE = "serve it with the environment variable VLLM_SERVER_DEV_MODE=1"
 
 
-class VLLMBackend(ServerBackend, Pausable):
+class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
     """One vLLM server (one aiohttp session, unbounded connection pool)."""
 
     kind = "vllm"
+    weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"lora", "full"})
 
     def __init__(self, url: str, *args: Any, endpoint: Endpoint = "completions", **kwargs: Any):
         """``ServerBackend``'s arguments, plus which vLLM endpoint samples."""
@@ -43,6 +67,8 @@ class VLLMBackend(ServerBackend, Pausable):
         if endpoint not in ("completions", "generate", "auto"):
             raise ValueError(f"endpoint: expected completions, generate or auto, got {endpoint!r}")
         self.endpoint: Endpoint = endpoint
+        self.base_model: str | None = None  # the served model's own name, once a LoRA is loaded
+        self.lora: str | None = None  # the adapter every request names (None: the base model)
 
     # --- protocol ----------------------------------------------------------------
     async def _generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
@@ -68,10 +94,62 @@ class VLLMBackend(ServerBackend, Pausable):
     async def resume(self) -> None:
         await self.http.request_json("POST", "/resume")
 
+    # --- new weights (LoadsWeights) ------------------------------------------------
+    async def load_lora(self, name: str, path: str) -> None:
+        """``/v1/load_lora_adapter`` in place; from now on every request names ``name``."""
+        base = self.base_model or await self.served_model()
+        try:
+            await self.http.request_text("POST", LOAD_LORA, {
+                "lora_name": name, "lora_path": path, "load_inplace": True})
+        except LLMError as exc:
+            if exc.status in (404, 405) and "no adapter found" not in exc.message.lower():
+                raise LLMError(f"{self.name}: this vLLM server cannot load LoRA adapters at run "
+                               f"time ({exc.message}); {_NO_RUNTIME_LORA}", status=exc.status,
+                               backend=self.name, retryable=False) from exc
+            raise
+        self.base_model, self.lora, self.model = base, name, name
+
+    async def load_full(self, path: str, policy_version: int | None = None) -> None:
+        """Dev mode: pause the engine, ``reload_weights`` from ``path``, resume it; from
+        now on requests name the base model."""
+        base = self.base_model or await self.served_model()
+        try:
+            await self.http.request_json("POST", "/pause", params={"mode": "wait"})
+        except LLMError as exc:
+            if exc.status in (404, 405):
+                raise LLMError(f"{self.name}: this vLLM server cannot reload weights "
+                               f"({exc.message}); {_NO_DEV_MODE}", status=exc.status,
+                               backend=self.name, retryable=False) from exc
+            raise
+        try:
+            await self.http.request_text("POST", COLLECTIVE_RPC, {
+                "method": "reload_weights", "kwargs": {"weights_path": path}})
+        finally:
+            await self.http.request_json("POST", "/resume")
+        self.base_model, self.lora, self.model = base, None, base
+
+    def loaded_model(self) -> str | None:
+        return self.model
+
+    def parse_window(self, reply: Any) -> Any:
+        """A LoRA adapter's card in ``/v1/models`` has no ``max_model_len``: read the
+        base model's."""
+        if self.lora is None:
+            return super().parse_window(reply)
+        try:
+            cards = [c for c in reply["data"] if isinstance(c, dict)]
+        except (KeyError, TypeError):
+            return None
+        named = [c for c in cards if c.get("id") == self.base_model]
+        return named[0].get("max_model_len") if named else None
+
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         if self.endpoint != "completions":
             info["endpoint"] = self.endpoint
+        if self.lora is not None:
+            info["lora"] = self.lora
+            info["base_model"] = self.base_model
         return info
 
     # --- replies -----------------------------------------------------------------

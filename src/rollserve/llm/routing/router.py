@@ -20,8 +20,9 @@ Control. ``add``, ``drain`` (finish in flight, take nothing new), ``undrain``,
 flight either finish (``finish``, and ``pause`` returns once they have) or are
 aborted and sent again after ``resume`` (``abort``) — and ``resume(policy_version)``.
 Optionally the pause is forwarded to backends that support it (vLLM dev mode,
-SGLang). Every generation is stamped with the policy version in force when its
-request was sent.
+SGLang). While paused with nothing in flight, ``load_weights`` pushes a LoRA adapter
+or full weights into every token-level backend (``routing.weights``). Every
+generation is stamped with the policy version in force when its request was sent.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from rollserve.llm.routing.health import HealthConfig, HealthMonitor
 from rollserve.llm.routing.inflight import InFlightCalls, retrieve
 from rollserve.llm.routing.policies import Policy, make_policy
 from rollserve.llm.routing.session import RouterSession
+from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate, load, targets
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +102,7 @@ class Router:
         self._changed = asyncio.Event()  # a backend became usable
         self._resumed = asyncio.Event()
         self._resumed.set()
+        self._loading = False  # a weight load is under way
 
     # --- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -164,6 +167,9 @@ class Router:
     def get(self, name: str) -> LLMBackend:
         return self._states[name].backend
 
+    def is_registered(self, name: str) -> bool:
+        return name in self._states
+
     def states(self) -> list[BackendState]:
         return list(self._states.values())
 
@@ -218,6 +224,8 @@ class Router:
 
     async def resume(self, policy_version: int | None = None) -> dict:
         """Let calls go again, stamped with ``policy_version`` from now on."""
+        if self._loading:
+            raise WeightsRefused("a weight load is under way: resume once it has ended")
         if policy_version is not None:
             self.policy_version = policy_version
         forwarded = await self._forward_resume() if self._paused_backends else {}
@@ -227,6 +235,29 @@ class Router:
         self._notify()
         log.info("resumed at policy version %s", self.policy_version)
         return {"paused": False, "policy_version": self.policy_version, "forwarded": forwarded}
+
+    async def load_weights(self, update: WeightUpdate, timeout: float) -> dict[str, str]:
+        """Load ``update`` into every token-level backend (each within ``timeout``
+        seconds): the outcome by backend name. ``WeightsRefused`` (nothing loaded) unless
+        paused with nothing in flight and every such backend can take it."""
+        if not self.paused:
+            raise WeightsRefused("generation is not paused: POST /v1/llm/pause first")
+        if self.in_flight:
+            raise WeightsRefused(f"{self.in_flight} calls are still in flight: pause again "
+                                 "(mode abort, or a longer timeout) before loading weights")
+        if self._loading:
+            raise WeightsRefused("another weight load is under way")
+        backends = targets(self._states.values(), update.kind)
+        self._loading = True
+        try:
+            outcomes = await load(backends, update, timeout)
+        finally:
+            self._loading = False
+        for name, outcome in outcomes.items():
+            if outcome != "ok" and name in self._states:
+                self._states[name].last_error = f"weights: {outcome}"
+        log.info("weights (%s) loaded: %s", update.kind, outcomes)
+        return outcomes
 
     async def _forward_pause(self, mode: PauseMode) -> dict[str, str]:
         """``pause(mode)`` on every ``Pausable`` backend (remembered for resume)."""

@@ -1,0 +1,198 @@
+"""Weight sync from the trainer's side: pause generation, push new weights into every
+inference server, resume under the new policy version.
+
+    from rollserve.client import Client
+    from rollserve.client.weights import LoRA, WeightSync
+
+    sync = WeightSync(Client("http://rollserve:8000"))
+    model.save_pretrained("/shared/ckpt/policy")            # a PEFT adapter folder
+    sync.update(LoRA("policy", "/shared/ckpt/policy"), policy_version=step + 1)
+
+``AsyncWeightSync`` does the same with an ``AsyncClient``. Each update:
+
+1. pauses generation (``POST /v1/llm/pause``, bounded by ``pause_timeout``);
+2. loads the weights into every token-level backend (``POST /v1/llm/weights``): a
+   LoRA adapter (vLLM, loaded in place; every later request names it) or full
+   weights from a folder (vLLM dev mode, SGLang);
+3. resumes with ``policy_version`` (``POST /v1/llm/resume``): every turn sampled from
+   then on is sampled from, and stamped with, the new policy.
+
+When it fails, the error says what state generation was left in:
+
+- ``PauseTimeout`` (calls still in flight after ``pause_timeout``) and
+  ``WeightsRefused`` (the server loaded nothing: a backend cannot take these weights,
+  or generation was not paused): nothing was loaded, so generation is resumed at the
+  old policy version, and the version is not bumped.
+- ``WeightLoadFailed``: a server failed to load (or the server could not be asked):
+  some servers may hold the new weights and others not, so generation is left
+  **paused**, at the old version. Call ``update`` again (loads are in place), or
+  remove the failing backend and ``client.resume(policy_version=k)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from rollserve.client.aio import AsyncClient
+from rollserve.client.calls import JSONBody, RollserveError
+from rollserve.client.sync import Client
+from rollserve.contract import Paused, Resumed, WeightsLoaded
+
+__all__ = ["AsyncWeightSync", "FullWeights", "LoRA", "PauseTimeout", "SyncReport", "WeightLoadFailed",
+           "WeightSync", "WeightSyncError", "WeightsRefused"]
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """A LoRA adapter folder (PEFT's ``save_pretrained``), loaded under ``name``."""
+
+    name: str
+    path: str
+
+    def body(self) -> JSONBody:
+        return {"kind": "lora", "name": self.name, "path": str(self.path)}
+
+
+@dataclass(frozen=True)
+class FullWeights:
+    """A checkpoint folder (safetensors) with every weight of the served model."""
+
+    path: str
+
+    def body(self) -> JSONBody:
+        return {"kind": "full", "path": str(self.path)}
+
+
+Weights = LoRA | FullWeights
+
+
+class WeightSyncError(Exception):
+    """A weight sync did not complete. ``paused``: generation is still paused;
+    ``policy_version``: the version turns are stamped with (the old one)."""
+
+    def __init__(self, message: str, paused: bool, policy_version: int | None):
+        super().__init__(message)
+        self.paused = paused
+        self.policy_version = policy_version
+
+
+class PauseTimeout(WeightSyncError):
+    """Calls were still in flight when the pause timed out: nothing was loaded, and
+    generation was resumed at the old version."""
+
+
+class WeightsRefused(WeightSyncError):
+    """The server loaded nothing (HTTP 409: a backend cannot take these weights, or
+    generation was not paused); generation was resumed at the old version."""
+
+
+class WeightLoadFailed(WeightSyncError):
+    """A server failed to load the weights (``outcomes``: per backend, "ok" or the
+    error; empty when the server could not be asked): generation is left paused."""
+
+    def __init__(self, message: str, policy_version: int | None,
+                 outcomes: dict[str, str] | None = None):
+        super().__init__(message, paused=True, policy_version=policy_version)
+        self.outcomes = outcomes or {}
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What each step answered."""
+
+    policy_version: int
+    paused: Paused
+    loaded: WeightsLoaded
+    resumed: Resumed
+
+
+def _pause_timeout(paused: Paused, timeout: float) -> PauseTimeout:
+    return PauseTimeout(f"{paused.in_flight} LLM calls were still in flight after {timeout:g} s "
+                        "of pausing: nothing was loaded; generation resumed at policy version "
+                        f"{paused.policy_version} (use mode='abort' to abort them instead)",
+                        paused=False, policy_version=paused.policy_version)
+
+
+def _refused(exc: RollserveError, version: int | None) -> WeightsRefused:
+    return WeightsRefused(f"the server loaded no weights: {exc.detail}; generation resumed "
+                          f"at policy version {version}", paused=False, policy_version=version)
+
+
+def _unasked(exc: Exception, version: int | None) -> WeightLoadFailed:
+    return WeightLoadFailed(f"could not load the weights ({type(exc).__name__}: {exc}); "
+                            f"generation is left paused at policy version {version}", version)
+
+
+def _failed(loaded: WeightsLoaded) -> WeightLoadFailed:
+    failed = {name: outcome for name, outcome in loaded.outcomes.items() if outcome != "ok"}
+    listed = "; ".join(f"{name}: {outcome}" for name, outcome in failed.items())
+    return WeightLoadFailed(f"weights failed to load on {len(failed)} of {len(loaded.outcomes)} "
+                            f"backends ({listed}); generation is left paused at policy version "
+                            f"{loaded.policy_version}", loaded.policy_version, loaded.outcomes)
+
+
+class WeightSync:
+    """Pause, load, resume with a blocking ``Client`` (see the module docstring)."""
+
+    def __init__(self, client: Client, mode: str = "finish", pause_timeout: float = 600.0,
+                 load_timeout: float = 600.0):
+        self.client = client
+        self.mode = mode
+        self.pause_timeout = pause_timeout
+        self.load_timeout = load_timeout
+
+    def update(self, weights: Weights, policy_version: int) -> SyncReport:
+        """Load ``weights`` everywhere and resume at ``policy_version``; a
+        ``WeightSyncError`` says what state generation was left in."""
+        paused = self.client.pause(self.mode, timeout=self.pause_timeout)
+        if not paused.drained:
+            self.client.resume()
+            raise _pause_timeout(paused, self.pause_timeout)
+        try:
+            loaded = self.client.load_weights(weights.body(), policy_version, self.load_timeout)
+        except RollserveError as exc:
+            if exc.status == 409:
+                self.client.resume()
+                raise _refused(exc, paused.policy_version) from exc
+            raise _unasked(exc, paused.policy_version) from exc
+        except httpx.HTTPError as exc:
+            raise _unasked(exc, paused.policy_version) from exc
+        if not loaded.ok:
+            raise _failed(loaded)
+        resumed = self.client.resume(policy_version)
+        return SyncReport(policy_version, paused, loaded, resumed)
+
+
+class AsyncWeightSync:
+    """Pause, load, resume with an ``AsyncClient`` (see the module docstring)."""
+
+    def __init__(self, client: AsyncClient, mode: str = "finish", pause_timeout: float = 600.0,
+                 load_timeout: float = 600.0):
+        self.client = client
+        self.mode = mode
+        self.pause_timeout = pause_timeout
+        self.load_timeout = load_timeout
+
+    async def update(self, weights: Weights, policy_version: int) -> SyncReport:
+        """Load ``weights`` everywhere and resume at ``policy_version``; a
+        ``WeightSyncError`` says what state generation was left in."""
+        paused = await self.client.pause(self.mode, timeout=self.pause_timeout)
+        if not paused.drained:
+            await self.client.resume()
+            raise _pause_timeout(paused, self.pause_timeout)
+        try:
+            loaded = await self.client.load_weights(weights.body(), policy_version,
+                                                    self.load_timeout)
+        except RollserveError as exc:
+            if exc.status == 409:
+                await self.client.resume()
+                raise _refused(exc, paused.policy_version) from exc
+            raise _unasked(exc, paused.policy_version) from exc
+        except httpx.HTTPError as exc:
+            raise _unasked(exc, paused.policy_version) from exc
+        if not loaded.ok:
+            raise _failed(loaded)
+        resumed = await self.client.resume(policy_version)
+        return SyncReport(policy_version, paused, loaded, resumed)

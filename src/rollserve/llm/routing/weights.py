@@ -1,0 +1,82 @@
+"""New weights into the inference servers, while generation is paused.
+
+The router loads weights only when it is paused with nothing in flight (so no sample
+mixes two policies), and only when every token-level backend it routes to can take
+them (so no backend goes on sampling from the old weights under the new policy
+version); otherwise nothing is loaded and ``WeightsRefused`` says why. Each load is
+bounded, runs on every backend at once, and its outcome is reported by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rollserve.llm.base import LoadsWeights, WeightsKind
+from rollserve.llm.routing.backend_state import BackendState
+
+
+class WeightsRefused(Exception):
+    """Nothing was loaded: generation is not paused, calls are in flight, or a backend
+    cannot take weights of this kind (the message names it)."""
+
+
+@dataclass(frozen=True)
+class WeightUpdate:
+    """A LoRA adapter (``name`` and ``path``) or full weights (``path``)."""
+
+    kind: WeightsKind
+    path: str
+    name: str | None = None  # the adapter's name (LoRA only)
+    policy_version: int | None = None  # the version these weights are (SGLang records it)
+
+    def __post_init__(self) -> None:
+        if (self.kind == "lora") != (self.name is not None):
+            raise ValueError("name: a LoRA adapter has a name, full weights have none")
+
+
+def targets(states: Iterable[BackendState], kind: WeightsKind) -> dict[str, LoadsWeights]:
+    """The backends to load ``kind`` weights into: every token-level backend. A
+    message-level one (a chat API) serves another model and is left alone;
+    ``WeightsRefused`` if a token-level one cannot load them."""
+    found: dict[str, LoadsWeights] = {}
+    unable: list[str] = []
+    for state in states:
+        if not state.trainable or state.removed:
+            continue
+        backend = state.backend
+        if isinstance(backend, LoadsWeights) and kind in backend.weight_kinds:
+            found[state.name] = backend
+        else:
+            unable.append(f"{state.name} ({backend.kind})")
+    if unable:
+        raise WeightsRefused(f"backends that cannot load {kind} weights: {', '.join(unable)}; "
+                             "remove them first (they would go on sampling from the old "
+                             "weights under the new policy version)")
+    if not found:
+        raise WeightsRefused("no token-level backend is registered to load weights into")
+    return found
+
+
+async def load(backends: dict[str, LoadsWeights], update: WeightUpdate,
+               timeout: float) -> dict[str, str]:
+    """Load ``update`` into every backend at once, each within ``timeout`` seconds:
+    "ok" or the error, by name."""
+
+    async def one(backend: LoadsWeights) -> str:
+        try:
+            async with asyncio.timeout(timeout):
+                if update.kind == "lora":
+                    assert update.name is not None
+                    await backend.load_lora(update.name, update.path)
+                else:
+                    await backend.load_full(update.path, update.policy_version)
+            return "ok"
+        except TimeoutError:
+            return f"TimeoutError: no answer in {timeout:g} s"
+        except Exception as exc:  # reported by name: the caller decides
+            return f"{type(exc).__name__}: {exc}"
+
+    results = await asyncio.gather(*(one(b) for b in backends.values()))
+    return dict(zip(backends, results, strict=True))
