@@ -42,6 +42,8 @@ SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
         "re-runs the caps suite as another user",
     "tests/sandbox/test_escape.py::test_escape_suite_as_an_unprivileged_user":
         "re-runs the escape suite as another user",
+    "tests/test_packaging.py":
+        "pip installs the package into a fresh venv",
     "tests/testing/test_fake_vllm.py::test_command_line_entry_serves":
         "starts a server process",
     "tests/testing/test_scripted_policy.py::test_fake_llm_script_drives_rollouts_per_task":

