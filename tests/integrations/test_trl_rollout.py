@@ -67,7 +67,7 @@ def _stored(client: Client, rollout_id: str) -> RolloutResult:
 
 def test_tokens_are_rollserves_exactly(server_factory, fake_llm_thread):
     fake = fake_llm_thread(replies=two_turns)
-    server = server_factory("--backend", fake.url).start()
+    server = server_factory("--backend", fake.url).start(timeout=180)
     prompts = [task_prompt(TWO)] * 2 + [task_prompt(THREE)] * 2
     with Client(server.url) as client:
         output = rollout_func(client, sampling=SamplingParams(max_tokens=64), timeout=120)(
@@ -114,7 +114,7 @@ def test_a_masked_rollout_gives_no_gradient_and_no_reward(server_factory, fake_l
         return "I think it is four."
 
     fake = fake_llm_thread(replies=reply)
-    server = server_factory("--backend", fake.url).start()
+    server = server_factory("--backend", fake.url).start(timeout=180)
     prompts = [task_prompt({**TWO, "timeouts": {"run": 3}})] * 2
     with Client(server.url) as client:
         output = rollout_func(client, sampling=SamplingParams(max_tokens=64), timeout=120)(
@@ -137,7 +137,7 @@ def test_a_masked_rollout_gives_no_gradient_and_no_reward(server_factory, fake_l
 def test_fewer_samples_than_asked_is_an_error_naming_the_group(server_factory,
                                                                fake_llm_thread):
     fake = fake_llm_thread(replies=["\\boxed{4}"], latency=60)
-    server = server_factory("--backend", fake.url).start()
+    server = server_factory("--backend", fake.url).start(timeout=180)
     prompts = [task_prompt(TWO)] * 2
     with Client(server.url) as client:
         with pytest.raises(IncompleteGroupError) as caught:
@@ -152,7 +152,7 @@ def test_fewer_samples_than_asked_is_an_error_naming_the_group(server_factory,
 def test_each_process_gets_its_slice_and_groups_straddle_processes(server_factory,
                                                                      fake_llm_thread):
     fake = fake_llm_thread(replies=["\\boxed{4}"])
-    server = server_factory("--backend", fake.url).start()
+    server = server_factory("--backend", fake.url).start(timeout=180)
     # num_generations=2, 3 prompts a process: process 1 holds positions 3, 4 and 5, that
     # is the second half of group 1 (TWO) and the whole of group 2 (THREE).
     prompts = [task_prompt(TWO), task_prompt(THREE), task_prompt(THREE)]
