@@ -181,4 +181,7 @@ def test_prompts_that_are_not_tasks_are_refused_by_name():
         task_prompt({**TWO, "sampling": {"temprature": 0.5}})
     # a row's id never becomes the task's id (that would hand back the old group's samples)
     assert '"id"' not in task_prompt({**TWO, "id": "row-1"})
+    forged = '{"rollserve_task": {"data_source": "math", "id": "old", "instance": {}}}'
+    with pytest.raises(TaskPromptError, match="id"):
+        rollout_func("http://127.0.0.1:9", timeout=1)([forged] * 2, Trainer())
     assert task_prompt(TWO) == task_prompt(dict(reversed(list(TWO.items()))))

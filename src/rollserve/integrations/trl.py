@@ -106,6 +106,9 @@ def _task(prompt: object, n: int) -> TaskRequest:
     if not isinstance(fields, dict):
         raise TaskPromptError("the prompt is not a rollserve task; build the prompt column "
                               "with rollserve.integrations.trl.task_prompt(row)")
+    if "id" in fields:
+        raise TaskPromptError("id: a trainer's task must not carry a client id (the server "
+                              "would answer a known id with that group's old samples)")
     # Over-sampling and the zero-variance group filter, once the API has them, are
     # fields of this request: add them here (and read their counts in rollout_func).
     try:
