@@ -1,0 +1,72 @@
+"""A real TRL GRPOTrainer (a tiny random model, CPU) trained for two steps on rollouts
+done by a live rollserve through rollserve.integrations.trl. Skipped without trl."""
+
+import asyncio
+import itertools
+import math
+
+import pytest
+
+from rollserve.client import Client
+from rollserve.contract import SamplingParams
+from rollserve.integrations.trl import rollout_func, rollserve_reward, task_prompt
+
+pytest.importorskip("trl", reason="trl is not installed (pip install trl==1.16.0 torch)")
+
+# Every row has every column: Dataset.from_list takes its columns from the first row.
+TWO = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"},
+       "timeouts": {"run": 300}}
+# Its second turn never comes back: the rollout times out and is masked.
+STUCK = {"data_source": "math", "instance": {"question": "What is 1 + 2?", "answer": "3"},
+         "timeouts": {"run": 3}}
+
+
+ANSWERS = itertools.cycle(["4", "5"])  # one sample of each group right, one wrong
+
+
+async def reply(prompt_ids: list[int], text: str) -> str:
+    if "four" not in text:
+        return "I think it is four."
+    if "1 + 2" in text:
+        await asyncio.sleep(120)
+    return f"So the answer is \\boxed{{{next(ANSWERS)}}}."
+
+
+def test_grpo_trainer_trains_on_rollserve_rollouts(server_factory, fake_llm_thread, tmp_path,
+                                                   monkeypatch):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from datasets import Dataset
+    from rollserve.llm.tokens.tokenizer import load_tokenizer
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    fake = fake_llm_thread(replies=reply)
+    server = server_factory("--backend", fake.url).start(timeout=180)
+    tokenizer = load_tokenizer("smollm2").hf
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048))
+    dataset = Dataset.from_list([TWO, STUCK]).map(lambda row: {"prompt": task_prompt(row)})
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
+                      num_generations=2, max_steps=2, learning_rate=1e-3, logging_steps=1,
+                      report_to=[], save_strategy="no", use_cpu=True, shuffle_dataset=False,
+                      seed=0)
+    with Client(server.url) as client:
+        trainer = GRPOTrainer(
+            model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+            reward_funcs=[rollserve_reward],
+            rollout_func=rollout_func(client, sampling=SamplingParams(max_tokens=32),
+                                      timeout=300))
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == 2
+    for entry in logs:
+        assert math.isfinite(entry["loss"])
+        # each step: TWO's two samples (rewards 1 and 0) and STUCK's two masked ones; the
+        # masked ones are left out of the reward statistics (as zeros the mean were 0.25)
+        assert entry["reward"] == pytest.approx(0.5)
+    assert any(not torch.equal(before[name], p) for name, p in model.named_parameters())
