@@ -98,12 +98,7 @@ async def run_agent_loop(
             ended_by = clock.end(trajectory)
             break
         except Exception as error:
-            if (overflow := context_window_error(error)) is None:
-                raise
-            if not trajectory.turns:
-                raise PromptTooLongError(f"the opening prompt does not fit the backend's context "
-                                         f"window: {overflow.message}") from error
-            ended_by = "context_exhausted"  # the backend's window, not ours, was the limit
+            ended_by = _context_exhausted(error, trajectory, "prompt does")
             break
         turn = trajectory.add_generation(gen, policy_version=_version(gen, llm))
         reply = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
@@ -200,12 +195,7 @@ async def _run_chat_loop(
             ended_by = clock.end(trajectory)
             break
         except Exception as error:
-            if (overflow := context_window_error(error)) is None:
-                raise
-            if not trajectory.turns:
-                raise PromptTooLongError(f"the opening messages do not fit the backend's context "
-                                         f"window: {overflow.message}") from error
-            ended_by = "context_exhausted"
+            ended_by = _context_exhausted(error, trajectory, "messages do")
             break
         generation = Generation([], [], reply.finish_reason, backend=reply.backend)
         turn = trajectory.add_generation(generation, policy_version=_version(reply, llm))
@@ -290,3 +280,16 @@ def _answer_tool_calls(new: list[dict], tool_calls: list[dict]) -> list[dict]:
                 message = {**message, "tool_call_id": call_id}
         out.append(message)
     return out
+
+
+def _context_exhausted(error: Exception, trajectory: Trajectory, opening: str) -> str:
+    """How an episode ends when its LLM call failed with ``error``: ``context_exhausted``
+    (scored) when the backend refused for its context window after the policy sampled a
+    turn (the backend's window, not ours, was the limit); ``PromptTooLongError`` (masked)
+    when the opening prompt never fit; anything else is raised as it is."""
+    if (overflow := context_window_error(error)) is None:
+        raise error
+    if not trajectory.turns:
+        raise PromptTooLongError(f"the opening {opening} not fit the backend's context "
+                                 f"window: {overflow.message}") from error
+    return "context_exhausted"
