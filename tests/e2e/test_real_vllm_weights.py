@@ -12,8 +12,10 @@ adapter loaded on that server, and reload its weights from its own model folder
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -78,30 +80,38 @@ async def gap(vllm: httpx.AsyncClient, result: dict, model: str) -> list[float]:
             enumerate(zip(tokens["logprobs"], tokens["loss_mask"], strict=True)) if m]
 
 
-async def test_a_lora_sync_reaches_real_vllm_and_later_turns_sample_from_it(tmp_path):
+@contextlib.asynccontextmanager
+async def rollserve_on_vllm(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, httpx.AsyncClient]]:
+    """A rollserve service on the LoRA-enabled vLLM at URL, its client, and a client of
+    that vLLM; all closed at the end."""
     assert URL is not None
     service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[URL]))
     await service.start()
-    app = create_app(service, manage_lifecycle=False)
     client = AsyncClient("http://rollserve", timeout=300,
-                         transport=httpx.ASGITransport(app=app))
+                         transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False)))
     try:
         async with httpx.AsyncClient(base_url=URL, timeout=300) as vllm:
-            base = (await vllm.get("/v1/models")).json()["data"][0]["id"]
-            await client.resume(policy_version=1)
-            sync = AsyncWeightSync(client)
-            with pytest.raises(WeightLoadFailed, match="No adapter found"):
-                await sync.update(LoRA("policy", str(tmp_path / "missing")), 2)
-            await client.resume()  # nothing was loaded: back to the old version
-            before = await sampled(client)
-            report = await sync.update(LoRA("policy", make_adapter(tmp_path / "a", 1)), 2)
-            after = await sampled(client)
-            new_gaps = [g for r in after for g in await gap(vllm, r, "policy")]
-            old_gaps = [g for r in after for g in await gap(vllm, r, base)]
-            before_gaps = [g for r in before for g in await gap(vllm, r, base)]
+            yield client, vllm
     finally:
         await client.aclose()
         await service.stop()
+
+
+async def test_a_lora_sync_reaches_real_vllm_and_later_turns_sample_from_it(tmp_path):
+    assert URL is not None
+    async with rollserve_on_vllm(tmp_path) as (client, vllm):
+        base = (await vllm.get("/v1/models")).json()["data"][0]["id"]
+        await client.resume(policy_version=1)
+        sync = AsyncWeightSync(client)
+        with pytest.raises(WeightLoadFailed, match="No adapter found"):
+            await sync.update(LoRA("policy", str(tmp_path / "missing")), 2)
+        await client.resume()  # nothing was loaded: back to the old version
+        before = await sampled(client)
+        report = await sync.update(LoRA("policy", make_adapter(tmp_path / "a", 1)), 2)
+        after = await sampled(client)
+        new_gaps = [g for r in after for g in await gap(vllm, r, "policy")]
+        old_gaps = [g for r in after for g in await gap(vllm, r, base)]
+        before_gaps = [g for r in before for g in await gap(vllm, r, base)]
     assert report.loaded.ok and list(report.loaded.models.values()) == ["policy"]
     assert {t["policy_version"] for r in before for t in r["trajectory"]["turns"]} == {1}
     assert {t["policy_version"] for r in after for t in r["trajectory"]["turns"]} == {2}
@@ -119,24 +129,15 @@ async def test_full_weights_reload_on_real_vllm_dev_mode(tmp_path):
     home = Path(os.environ.get("ROLLSERVE_VLLM_HOME", Path.home() / ".cache/rollserve/vllm-cpu"))
     if not (home / "smollm2" / "config.json").is_file():
         pytest.skip(f"no model folder at {home / 'smollm2'} (set ROLLSERVE_VLLM_HOME)")
-    service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[URL]))
-    await service.start()
-    app = create_app(service, manage_lifecycle=False)
-    client = AsyncClient("http://rollserve", timeout=300,
-                         transport=httpx.ASGITransport(app=app))
-    try:
-        async with httpx.AsyncClient(base_url=URL, timeout=300) as vllm:
-            base = (await vllm.get("/v1/models")).json()["data"][0]["id"]
-            await client.resume(policy_version=4)
-            # (No failing reload here: on vLLM 0.32 CPU a reload_weights that fails
-            # leaves the model's weights unusable, and the next request kills the engine.)
-            report = await AsyncWeightSync(client).update(FullWeights(str(home / "smollm2")), 5)
-            after = await sampled(client)
-            gaps = [g for r in after for g in await gap(vllm, r, base)]
-            assert (await vllm.get("/is_paused")).json() == {"is_paused": False}
-    finally:
-        await client.aclose()
-        await service.stop()
+    async with rollserve_on_vllm(tmp_path) as (client, vllm):
+        base = (await vllm.get("/v1/models")).json()["data"][0]["id"]
+        await client.resume(policy_version=4)
+        # (No failing reload here: on vLLM 0.32 CPU a reload_weights that fails
+        # leaves the model's weights unusable, and the next request kills the engine.)
+        report = await AsyncWeightSync(client).update(FullWeights(str(home / "smollm2")), 5)
+        after = await sampled(client)
+        gaps = [g for r in after for g in await gap(vllm, r, base)]
+        assert (await vllm.get("/is_paused")).json() == {"is_paused": False}
     assert report.loaded.ok and list(report.loaded.models.values()) == [base]
     assert {t["policy_version"] for r in after for t in r["trajectory"]["turns"]} == {5}
     assert max(gaps) <= LOGPROB_TOLERANCE
