@@ -14,6 +14,7 @@ from rollserve.agent.tools import FinishTool, Tool, ToolError, function_schema
 from rollserve.agent.trajectory import Trajectory
 from rollserve.errors import InfraError
 from rollserve.llm.base import Generation, SamplingParams
+from tests.llm_doubles import TokenLevelSession
 
 
 class Echo(Tool):
@@ -126,7 +127,7 @@ async def test_initial_messages_carry_the_tools_for_a_template_without_tool_supp
 
 
 # --- a whole episode through the real loop, tokenizer and a sandbox ------------------------------
-class ScriptedLLM:
+class ScriptedLLM(TokenLevelSession):
     policy_version = 3
 
     def __init__(self, tok, replies):
@@ -138,19 +139,6 @@ class ScriptedLLM:
         self.prompts.append(list(prompt_ids))
         ids = self.tok.encode(self.replies.pop(0)) + [self.tok.eos_token_id]
         return Generation(ids, [-0.5] * len(ids), "stop", backend="scripted")
-
-    # The rest of llm.base.LLMSession: a token-level session with no known window.
-    async def message_level(self) -> bool:
-        return False
-
-    def context_window(self) -> int | None:
-        return None
-
-    async def chat(self, messages, sampling, tools=None):
-        raise AssertionError("a token-level session is never asked to chat")
-
-    def close(self) -> None:
-        return None
 
 
 async def test_episode_with_bash_editor_and_finish(tok, tmp_path):

@@ -13,6 +13,7 @@ from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.scoring import ScoringPool
 from rollserve.llm.base import Generation, SamplingParams
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from tests.llm_doubles import TokenLevelSession
 
 _ids = itertools.count()
 
@@ -35,7 +36,7 @@ def ctx(tokenizer, scoring) -> HandlerContext:
     return HandlerContext(tokenizer=tokenizer, scoring=scoring)
 
 
-class ScriptedLLM:
+class ScriptedLLM(TokenLevelSession):
     """An LLMSession that replies with canned texts, tokenized by the real tokenizer.
 
     Each reply is its tokens plus EOS ("stop"), cut to ``max_tokens`` ("length").
@@ -62,19 +63,6 @@ class ScriptedLLM:
         if len(ids) > sampling.max_tokens:
             ids, finish = ids[: sampling.max_tokens], "length"
         return Generation(ids, [-0.25] * len(ids), finish, backend="scripted")
-
-    # The rest of llm.base.LLMSession: a token-level session with no known window.
-    async def message_level(self) -> bool:
-        return False
-
-    def context_window(self) -> int | None:
-        return None
-
-    async def chat(self, messages, sampling, tools=None):
-        raise AssertionError("a token-level session is never asked to chat")
-
-    def close(self) -> None:
-        return None
 
 
 @pytest.fixture
