@@ -108,8 +108,10 @@ async def run_agent_loop(
             step = await clock.step(env.step(reply))
         except TimeUp:
             turn.tool_calls = env.calls_in(reply)
-            await stop_env(env)
-            ended_by = clock.end(trajectory)
+            try:  # decided before the stop: stopping the tools is nobody's time
+                ended_by = clock.end(trajectory)
+            finally:
+                await stop_env(env)
             break
         turn.tool_calls = list(step.tool_calls)
         if (reason := _episode_end(step, turn_index, max_turns)) is not None:
@@ -209,8 +211,10 @@ async def _run_chat_loop(
             step = await clock.step(env.step(text))
         except TimeUp:
             turn.tool_calls = _recorded_calls(reply.tool_calls) or env.calls_in(text)
-            await stop_env(env)
-            ended_by = clock.end(trajectory)
+            try:  # decided before the stop: stopping the tools is nobody's time
+                ended_by = clock.end(trajectory)
+            finally:
+                await stop_env(env)
             break
         # The API's own calls (with their ids), else those the env read in the text.
         turn.tool_calls = _recorded_calls(reply.tool_calls) or list(step.tool_calls)
