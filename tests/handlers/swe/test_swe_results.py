@@ -64,15 +64,16 @@ def test_param(n):
 '''
 
 
-def run(tmp_path: Path, canary_file: str | None, token: str = "5eed") -> tuple[str, results.Results]:
-    (tmp_path / "tests").mkdir(exist_ok=True)
-    (tmp_path / "tests" / "test_things.py").write_text(TESTS)
+def run(tmp_path: Path, canary_file: str | None, token: str = "5eed",
+        tests: str = "tests") -> tuple[str, results.Results]:
+    (tmp_path / tests).mkdir(exist_ok=True)
+    (tmp_path / tests / "test_things.py").write_text(TESTS)
     folder = tmp_path / ".git" / "grader"
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in results.files(token, canary_file).items():
         (folder / name).write_text(text)
     script = results.shell_setup(str(folder)) + \
-        f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider tests\n"
+        f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider {tests}\n"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=300, check=False)
@@ -90,6 +91,13 @@ def test_statuses_and_counts_from_a_real_run_agree_with_pytests_own(tmp_path):
                       name + "test_param[2]": "FAILED"}, log
     assert conflicts == [] and recorded.sessions == 1 and recorded.canary is None
     assert results.disagreement(recorded, log) is None, (log, results.counts(recorded))
+
+
+def test_the_canary_is_placed_in_a_test_file_under_a_dot_folder(tmp_path):
+    log, recorded = run(tmp_path, "./.ci/test_things.py", tests=".ci")
+    assert recorded.canary_error is None and recorded.canary is not None, log
+    assert recorded.canary.startswith(".ci/test_things.py::")
+    assert results.statuses(recorded)[0][recorded.canary] == "FAILED"
 
 
 def test_the_canary_sits_in_the_graded_module_named_like_its_tests_and_fails(tmp_path):

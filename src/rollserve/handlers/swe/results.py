@@ -36,7 +36,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 def folder(token: str) -> str:
     """Where the plugin and its results are, relative to the workspace (inside ``.git``:
-    no patch can add or change files there)."""
+    a patch cannot add or change files there; code the tests run still can, at run time)."""
     return f".git/rollserve-grader-{token}"
 
 

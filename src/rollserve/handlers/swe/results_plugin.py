@@ -7,7 +7,9 @@ since 3.x, as SWE-bench's images run old pytest versions. It writes one JSON lin
 event to ``results.jsonl`` beside it, through a descriptor opened when pytest loads it
 (before any conftest or code under test): every test phase's report (setup, call,
 teardown), collection errors and skips, the canary's node id and each session's end.
-Lines the code under test prints reach the log, never this file.
+Lines the code under test prints reach the log, never this file. (Code under test runs
+in this process with the same uid: code written to find this file, or to patch pytest
+itself, can still rewrite what is recorded. The README says what is and is not caught.)
 
 The canary: a test that must fail, compiled into the graded test module's own
 namespace (with that file's name) under a name made like the module's own tests, put
@@ -84,7 +86,8 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: List[Any]) -
 
 
 def _add_canary(items: List[Any], target: str, rng: random.Random) -> None:
-    suffix = "/" + target.lstrip("./")
+    # Only a leading "./" goes: a test file may live under a dot folder (".ci/test_x.py").
+    suffix = "/" + (target[2:] if target.startswith("./") else target)
     positions = [i for i, item in enumerate(items)
                  if _module_path(item.getparent(pytest.Module) or item).endswith(suffix)]
     if not positions:
