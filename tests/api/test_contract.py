@@ -5,6 +5,7 @@ typed refusals each come back as their status code."""
 from __future__ import annotations
 
 import pytest
+from pydantic import BaseModel
 
 from rollserve.api.errors import status_of
 from rollserve.api.prorl import ProRLConfig
@@ -154,3 +155,22 @@ async def test_the_engines_refusals_come_back_as_their_status(make_api):
                       "InvalidTask": ["tasks[0].instance.question"], "BatchTooLarge": ["tasks"],
                       "Conflict": ["tasks[0].id"], "QueueFull": []}
     assert answers["QueueFull"][1]["retry_after"] > 0
+
+
+def test_every_wait_a_request_can_ask_for_is_bounded_by_default_and_by_limit():
+    """A ``timeout``/``wait`` field with no default, or no upper limit, lets one request
+    hold the server (``POST /v1/llm/pause {}`` once waited without end)."""
+    import rollserve.contract as contract
+
+    unbounded = []
+    for name in contract.__all__:
+        model = getattr(contract, name)
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        for field_name, field in model.model_fields.items():
+            if field_name not in ("timeout", "wait"):
+                continue
+            limits = [m for m in field.metadata if hasattr(m, "le") or hasattr(m, "lt")]
+            if field.default is None or not limits:
+                unbounded.append(f"{name}.{field_name}")
+    assert unbounded == []

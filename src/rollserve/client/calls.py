@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel, JsonValue
 
 from rollserve.contract import (
+    MAX_WAIT,
     AgentLimits,
     BackendAdded,
     BackendList,
@@ -155,7 +156,7 @@ def pause(mode: str = "finish", timeout: float | None = None,
     if forward is not None:
         body["forward"] = forward
     return Call("POST", "/v1/llm/pause", Paused, json=body,
-                read_timeout=(timeout if timeout is not None else 3600.0) + 30)
+                read_timeout=(timeout if timeout is not None else MAX_WAIT) + 30)
 
 
 def resume(policy_version: int | None = None) -> Call[Resumed]:

@@ -166,8 +166,9 @@ class PauseRequest(BaseModel):
     mode: Literal["finish", "abort"] = Field(
         "finish", description="finish: calls in flight complete first; abort: they are "
                               "aborted and sent again after resume")
-    timeout: float | None = Field(None, ge=0, le=3600,
-                                  description="seconds to wait for calls in flight (finish)")
+    timeout: float = Field(MAX_WAIT, ge=0, le=3600,
+                           description="seconds to wait for calls in flight (finish); past "
+                                       "it the answer says drained: false")
     forward: bool | None = Field(None, description="also pause the servers that support it "
                                                    "(default: the server's setting)")
 
