@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from rollserve.api.app import create_app
 from rollserve.client import AsyncClient
@@ -163,6 +164,20 @@ async def test_a_backend_that_cannot_load_weights_refuses_before_anything_loads(
         status = await client.list_backends()
         await client.aclose()
     assert not fake.weight_loads  # nothing was loaded anywhere
+    assert not status.router.paused and status.router.policy_version == 1
+
+
+async def test_a_name_the_server_would_refuse_fails_before_generation_is_paused(
+        make_api, tok, tmp_path):
+    async with FakeVLLM(tok, runtime_lora=True) as fake:
+        service, _ = await make_api([fake.url])
+        client = rollserve_client(service)
+        await client.resume(policy_version=1)
+        with pytest.raises(ValidationError, match="weights.name"):
+            await AsyncWeightSync(client).update(LoRA("my adapter", adapter(tmp_path)), 2)
+        status = await client.list_backends()
+        await client.aclose()
+    assert not fake.weight_loads
     assert not status.router.paused and status.router.policy_version == 1
 
 

@@ -38,7 +38,7 @@ import httpx
 from rollserve.client.aio import AsyncClient
 from rollserve.client.calls import JSONBody, RollserveError
 from rollserve.client.sync import Client
-from rollserve.contract import Paused, Resumed, WeightsLoaded
+from rollserve.contract import Paused, Resumed, WeightsLoaded, WeightsRequest
 
 __all__ = ["AsyncWeightSync", "FullWeights", "LoRA", "PauseTimeout", "SyncReport", "WeightLoadFailed",
            "WeightSync", "WeightSyncError", "WeightsRefused"]
@@ -146,6 +146,7 @@ class WeightSync:
     def update(self, weights: Weights, policy_version: int) -> SyncReport:
         """Load ``weights`` everywhere and resume at ``policy_version``; a
         ``WeightSyncError`` says what state generation was left in."""
+        _checked(weights, policy_version)
         paused = self.client.pause(self.mode, timeout=self.pause_timeout)
         if not paused.drained:
             self.client.resume()
@@ -178,6 +179,7 @@ class AsyncWeightSync:
     async def update(self, weights: Weights, policy_version: int) -> SyncReport:
         """Load ``weights`` everywhere and resume at ``policy_version``; a
         ``WeightSyncError`` says what state generation was left in."""
+        _checked(weights, policy_version)
         paused = await self.client.pause(self.mode, timeout=self.pause_timeout)
         if not paused.drained:
             await self.client.resume()
@@ -196,3 +198,10 @@ class AsyncWeightSync:
             raise _failed(loaded)
         resumed = await self.client.resume(policy_version)
         return SyncReport(policy_version, paused, loaded, resumed)
+
+
+def _checked(weights: Weights, policy_version: int) -> None:
+    """Check the request here, before anything is paused: a name or path the server
+    would refuse (a 422) must not leave generation paused. ``pydantic.ValidationError``
+    names the field."""
+    WeightsRequest.model_validate({"weights": weights.body(), "policy_version": policy_version})
