@@ -76,9 +76,12 @@ async def test_a_lora_sync_mid_batch_reaches_vllm_and_every_later_turn_names_the
         await client.resume(policy_version=1)
         before = await rollouts(client, 2)
         assert all(r["reward"] == 0.0 for r in before)
+        fake.latency = 300.0  # the first calls of the batch stay in flight until aborted...
         submitted = await client.submit([{**TASK, "n": 6}], **SETTINGS)
-        while not any(c.status is None for c in fake.calls):  # calls in flight
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(30):
+            while not any(c.status is None for c in fake.calls):  # calls in flight
+                await asyncio.sleep(0.01)
+        fake.latency = 0.2  # ...and those sent after the resume answer as before
         sync = AsyncWeightSync(client, mode="abort")
         report = await sync.update(LoRA("policy", adapter(tmp_path)), policy_version=2)
         view = await client.wait_group(submitted.groups[0].group_id, timeout=60)
