@@ -32,6 +32,12 @@ def test_run_against_a_server(server_factory, fake_llm_thread, tmp_path):
     first = output.read_text().splitlines()
     assert len(first) == 4
     assert sorted(json.loads(line)["reward"] for line in first) == [0.0, 0.0, 1.0, 1.0]
+    # The evaluation: every sample answers 4: task 2 + 2 right twice, task 2 + 3 never.
+    assert "pass@1" in result.output and "pass@2" in result.output and "maj@n" in result.output
+    (math_,) = json.loads(output.with_suffix(".report.json").read_text())["sources"]
+    assert (math_["tasks"], math_["samples"], math_["scored"]) == (2, 4, 4)
+    assert math_["pass_at_k"] == {"1": 0.5, "2": 0.5}
+    assert math_["majority"] == 0.5
     # A rerun (e.g. after a crash) gets the server's groups back: nothing runs twice.
     calls = len(llm.calls)
     result = run()

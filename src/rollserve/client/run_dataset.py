@@ -18,8 +18,8 @@ import asyncio
 import json
 import re
 import statistics
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ParamSpec, TypeVar
@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from rollserve.client.aio import AsyncClient
 from rollserve.client.calls import RollserveError
+from rollserve.client.evaluation import EvaluationReport, Graded, evaluate
 from rollserve.contract import RolloutResult
 from rollserve.datasets import DatasetRow, client_id
 
@@ -75,16 +76,6 @@ class RunOptions:
 
 
 @dataclass
-class Outcome:
-    """What the summary needs of one result."""
-
-    data_source: str
-    status: str
-    mask: bool
-    reward: float | None
-
-
-@dataclass
 class RunProgress:
     rows: int = 0  # rows of the dataset in this run
     skipped_rows: int = 0  # all samples already in the output (resume)
@@ -103,28 +94,17 @@ class RunProgress:
 @dataclass
 class RunReport:
     progress: RunProgress
-    outcomes: list[Outcome]  # this run's and, on resume, those already in the output
+    outcomes: list[Graded]  # this run's and, on resume, those already in the output
     rejected: list[RunItem]  # rows the server refused, with ``error``
     foreign_results: int = 0  # results in the output of rows or settings not in this run
 
-    def by_data_source(self) -> dict[str, dict[str, Any]]:
-        table: dict[str, dict[str, Any]] = {}
-        for o in self.outcomes:
-            entry = table.setdefault(o.data_source, {"count": 0, "completed": 0, "failed": 0,
-                                                     "masked": 0, "rewards": [], "rejected": 0})
-            entry["count"] += 1
-            entry["completed" if o.status == "completed" else "failed"] += 1
-            entry["masked"] += o.mask
-            if o.reward is not None and not o.mask:
-                entry["rewards"].append(o.reward)
-        for item in self.rejected:
-            table.setdefault(item.data_source, {"count": 0, "completed": 0, "failed": 0,
-                                                "masked": 0, "rewards": [], "rejected": 0})
-            table[item.data_source]["rejected"] += 1
-        for entry in table.values():
-            rewards = entry.pop("rewards")
-            entry["mean_reward"] = statistics.fmean(rewards) if rewards else None
-        return dict(sorted(table.items()))
+    def evaluation(self, ks: Sequence[int] | None = None,
+                   threshold: float = 1.0) -> EvaluationReport:
+        """pass@k, majority, mean reward with its interval... per data_source."""
+        return evaluate(self.outcomes, ks=ks, threshold=threshold)
+
+    def rejected_by_data_source(self) -> dict[str, int]:
+        return dict(sorted(Counter(item.data_source for item in self.rejected).items()))
 
 
 def plan(rows: list[DatasetRow], dataset: str, options: RunOptions,
@@ -151,10 +131,6 @@ def plan(rows: list[DatasetRow], dataset: str, options: RunOptions,
     return list(items.values())
 
 
-def _outcome(result: RolloutResult) -> Outcome:
-    return Outcome(result.data_source, result.status, result.mask, result.reward)
-
-
 def _line(result: RolloutResult) -> str:
     """The result as the output keeps it: one JSON line, without the server's cursor."""
     return json.dumps(result.model_dump(mode="json", exclude={"seq"}))
@@ -173,7 +149,7 @@ class DatasetRun:
         self.resume = resume
         self.on_change = on_change or (lambda progress: None)
         self.progress = RunProgress(rows=len(items))
-        self.outcomes: list[Outcome] = []
+        self.outcomes: list[Graded] = []
         self.rejected: list[RunItem] = []
         self.foreign = 0
         self._have: set[tuple[str, int]] = set()  # (task id, sample index) in the output
@@ -218,7 +194,7 @@ class DatasetRun:
                 self.foreign += 1
             elif (item.id, result.sample_index) not in self._have:
                 self._have.add((item.id, result.sample_index))
-                self.outcomes.append(_outcome(result))
+                self.outcomes.append(Graded.of(result))
 
     def _record(self, result: RolloutResult) -> None:
         item = self.items.get(result.task_id)
@@ -227,7 +203,7 @@ class DatasetRun:
         self._have.add((item.id, result.sample_index))
         self._out.write(_line(result) + "\n")
         self._out.flush()
-        outcome = _outcome(result)
+        outcome = Graded.of(result)
         self.outcomes.append(outcome)
         progress = self.progress
         progress.finished += 1

@@ -1,4 +1,5 @@
-"""The command line: ``rollserve serve | quickstart | fake-llm | datasets | images | run``.
+"""The command line: ``rollserve serve | quickstart | fake-llm | datasets | images | run |
+report``.
 
 It needs the server's packages (``rollserve[server]``); ``rollserve.cli`` loads it and
 says so in a client-only install."""
@@ -17,6 +18,7 @@ from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
 from rollserve.api.prorl import ProRLConfig
 from rollserve.commands import datasets as datasets_cmd
 from rollserve.commands import images as images_cmd
+from rollserve.commands import report as report_cmd
 from rollserve.commands import run as run_cmd
 from rollserve.commands.defaults import (
     ENGINE,
@@ -206,4 +208,5 @@ def fake_llm(
 app.add_typer(datasets_cmd.app, name="datasets")
 app.add_typer(images_cmd.app, name="images")
 app.command("run", help=run_cmd.HELP)(run_cmd.run)
+app.command("report")(report_cmd.report)
 

@@ -23,7 +23,6 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from rollserve.commands.datasets import (
     DATA_SOURCE_HELP,
@@ -35,13 +34,21 @@ from rollserve.commands.defaults import ENGINE, RUN, SERVER
 from rollserve.commands.options import check_backends, parse_json_option
 from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
+from rollserve.commands.report import (
+    K_HELP,
+    THRESHOLD_HELP,
+    failures_table,
+    parse_ks,
+    summary_table,
+    write_reports,
+)
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.server import ServerConfig
 from rollserve.validation import describe
 
 if TYPE_CHECKING:
     from rollserve.client import AsyncClient
-    from rollserve.client.run_dataset import RunProgress, RunReport
+    from rollserve.client.run_dataset import RunProgress
     from rollserve.datasets import DatasetRow
 
 
@@ -71,6 +78,10 @@ class _RunArgs:
     skip_invalid: bool = False
     resume: bool = False
     run_name: str | None = None
+    report: Path | None = None  # the JSON evaluation report (default: OUTPUT.report.json)
+    html: Path | None = None
+    ks: list[int] | None = None
+    threshold: float = 1.0
 
 
 # Opens a client to the server and says what validation needs to know of it.
@@ -123,21 +134,6 @@ async def _embedded(config: ServerConfig, console: Console) -> AsyncIterator[Asy
     finally:
         await client.aclose()
         await service.stop()
-
-
-def _summary_table(report: RunReport) -> Table:
-    table = Table(title="results by data_source")
-    for column in ("data_source", "rollouts", "completed", "failed", "masked", "mean reward"):
-        table.add_column(column, justify="left" if column == "data_source" else "right")
-    rejected = any(entry["rejected"] for entry in report.by_data_source().values())
-    if rejected:
-        table.add_column("rows rejected", justify="right")
-    for name, entry in report.by_data_source().items():
-        mean = "-" if entry["mean_reward"] is None else f"{entry['mean_reward']:.3f}"
-        cells = [escape(name), str(entry["count"]), str(entry["completed"]), str(entry["failed"]),
-                 str(entry["masked"]), mean]
-        table.add_row(*cells, *([str(entry["rejected"])] if rejected else []))
-    return table
 
 
 def _valid_rows(rows: list[DatasetRow], server: _ServerFacts, skip_invalid: bool, console: Console,
@@ -214,7 +210,14 @@ async def _run(rows: list[DatasetRow], file: Path, opts: _RunArgs, client_factor
     if report.foreign_results:
         console.print(f"[yellow]note:[/yellow] {report.foreign_results} results in "
                       f"{escape(str(opts.output))} are not rows of this run (other settings or data)")
-    out.print(_summary_table(report))
+    evaluation = report.evaluation(ks=opts.ks, threshold=opts.threshold)
+    out.print(summary_table(evaluation, report.rejected_by_data_source()))
+    failures = failures_table(evaluation)
+    if failures is not None:
+        out.print(failures)
+    json_path = opts.report or opts.output.with_suffix(".report.json")
+    for path in write_reports(evaluation, json_path, opts.html, title=opts.output.name):
+        console.print(f"wrote the evaluation report to [bold]{escape(str(path))}[/bold]")
     for item in report.rejected:
         console.print(f"[red]row {item.number} rejected:[/red] {escape(item.error or '')}")
     console.print(f"wrote {progress.finished} results to [bold]{escape(str(opts.output))}"
@@ -235,6 +238,11 @@ def run(
     output: Path = typer.Option(Path("results.jsonl"), "--output", "-o",
                                 help="results, one JSON per line (rewritten unless --resume)"),
     resume: bool = typer.Option(False, help="keep OUTPUT's results and fetch only the rest"),
+    report: Path | None = typer.Option(None, help="the evaluation report as JSON (default: "
+                                                  "OUTPUT with suffix .report.json)"),
+    html: Path | None = typer.Option(None, help="also an HTML report with plots (opens offline)"),
+    k: str | None = typer.Option(None, "--k", help=K_HELP),
+    pass_threshold: float = typer.Option(1.0, help=THRESHOLD_HELP),
     run_name: str | None = typer.Option(None, help="the rows' ids start with it (default: the "
                                                    "file's name); a new name runs the rows "
                                                    "again on a server that has them"),
@@ -299,6 +307,7 @@ def run(
         n=n, batch_size=batch_size, concurrency=concurrency,
         skip_invalid=skip_invalid, output=output, resume=resume,
         runtime=sandbox_runtime, run_name=run_name,
+        report=report, html=html, ks=parse_ks(k), threshold=pass_threshold,
         handler_options=parse_handler_options(handler_options),
     )
     _checked(AgentLimits, opts.agent or {}, "--max-turns")
