@@ -20,7 +20,10 @@ with ``task_prompt(row)`` from the row's ``data_source`` and ``instance`` (and o
 
 A masked rollout (``tensors.to_sample``) gets ``env_mask`` all 0, so none of its
 tokens enters the loss, and ``rollserve_reward`` None, so TRL leaves it out of its
-group's baseline. Only ``rollserve.client`` and ``rollserve.contract`` are imported;
+group's baseline. With ``oversample``/``filter_zero_variance`` each group still gives
+exactly its prompts' rows: its used samples, or masked rows when the server flags it
+``zero_variance`` (or ``too_few_usable`` while over-sampling); see
+``rollserve.integrations.groups``. Only ``rollserve.client`` and ``rollserve.contract`` are imported;
 TRL is not needed to import this module.
 """
 
