@@ -50,9 +50,10 @@ GROUP_MASK = "group not usable"
 
 
 class IncompleteGroupError(RuntimeError):
-    """rollserve gave fewer finished samples for a group than the trainer asked for."""
+    """A group still in flight at the deadline (fewer usable samples than the trainer
+    asked for), or answered with another size."""
 
-    def __init__(self, group_id: str, asked: int, got: int, reason: str):
+    def __init__(self, group_id: str, asked: int, got: int, reason: str) -> None:
         super().__init__(f"group {group_id}: asked for {asked} samples, got {got} ({reason})")
         self.group_id = group_id
         self.asked = asked
