@@ -20,7 +20,10 @@ with ``task_prompt(row)`` from the row's ``data_source`` and ``instance`` (and o
 
 A masked rollout (``tensors.to_sample``) gets ``env_mask`` all 0, so none of its
 tokens enters the loss, and ``rollserve_reward`` None, so TRL leaves it out of its
-group's baseline. Only ``rollserve.client`` and ``rollserve.contract`` are imported;
+group's baseline. With ``oversample``/``filter_zero_variance`` each group still gives
+exactly its prompts' rows: its used samples, or masked rows when the server flags it
+``zero_variance`` (or ``too_few_usable`` while over-sampling); see
+``rollserve.integrations.groups``. Only ``rollserve.client`` and ``rollserve.contract`` are imported;
 TRL is not needed to import this module.
 """
 
@@ -28,20 +31,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from pydantic import JsonValue, ValidationError
 
 from rollserve.client import Client
 from rollserve.contract import AgentLimits, SamplingParams, TaskRequest, Timeouts
-from rollserve.integrations.groups import BatchSettings, IncompleteGroupError, run_groups
+from rollserve.integrations.groups import (
+    BatchCounts,
+    BatchSettings,
+    IncompleteGroupError,
+    run_batch,
+)
 from rollserve.integrations.tensors import Sample, to_sample
 
-__all__ = ["IncompleteGroupError", "TaskPromptError", "rollout_func", "rollserve_reward",
-           "task_prompt"]
+__all__ = ["BatchCounts", "IncompleteGroupError", "RolloutFunction", "TaskPromptError",
+           "rollout_func", "rollserve_reward", "task_prompt"]
 
 PROMPT_TAG = "rollserve_task"
-TASK_COLUMNS = ("data_source", "instance", "sampling", "agent", "timeouts", "metadata")
+TASK_COLUMNS = ("data_source", "instance", "sampling", "agent", "timeouts", "metadata",
+                "oversample", "filter_zero_variance")
 
 RolloutOutput = dict[str, list[list[int]] | list[list[float]] | list[float | None]
                      | list[bool] | list[str] | list[dict[str, JsonValue]]]
@@ -89,16 +99,22 @@ def _column(row: Mapping[str, object], key: str) -> object:
 def task_prompt(row: Mapping[str, object]) -> str:
     """The ``prompt`` value carrying a row's task: ``data_source`` and ``instance``
     (an object or a JSON string), optional ``sampling``, ``agent``, ``timeouts``,
-    ``metadata``. Checked here, so a bad row fails while the dataset is built."""
+    ``metadata``, ``oversample``, ``filter_zero_variance`` (these two override the
+    rollout function's). Checked here (as a group of 2), so a bad row fails while the
+    dataset is built."""
     fields = {key: _column(row, key) for key in TASK_COLUMNS if row.get(key) is not None}
-    task = _task(json.dumps({PROMPT_TAG: fields}, sort_keys=True), n=1)
+    task = _task(json.dumps({PROMPT_TAG: fields}, sort_keys=True), n=2)
     return json.dumps({PROMPT_TAG: task.model_dump(mode="json", exclude_unset=True,
                                                    exclude={"n"})}, sort_keys=True)
 
 
-def _task(prompt: object, n: int) -> TaskRequest:
-    """The task a prompt carries, to be sampled ``n`` times. No ``id``: a client id makes
-    a resubmission return the old group, and a trainer must get fresh samples."""
+def _task(prompt: object, n: int, defaults: Mapping[str, JsonValue] | None = None
+          ) -> TaskRequest:
+    """The task a prompt carries, to be sampled ``n`` times, on top of ``defaults`` (the
+    rollout function's ``oversample``/``filter_zero_variance``). No ``id``: a client id
+    makes a resubmission return the old group, and a trainer must get fresh samples. A
+    part of one sample (a group straddling processes) cannot be filtered: its filter is
+    off."""
     try:
         fields = json.loads(prompt)[PROMPT_TAG] if isinstance(prompt, str) else None
     except (ValueError, TypeError, KeyError):
@@ -109,10 +125,11 @@ def _task(prompt: object, n: int) -> TaskRequest:
     if "id" in fields:
         raise TaskPromptError("id: a trainer's task must not carry a client id (the server "
                               "would answer a known id with that group's old samples)")
-    # Over-sampling and the zero-variance group filter, once the API has them, are
-    # fields of this request: add them here (and read their counts in rollout_func).
+    merged: dict[str, object] = {**(defaults or {}), **fields, "n": n}
+    if n < 2:
+        merged["filter_zero_variance"] = False
     try:
-        return TaskRequest.model_validate({**fields, "n": n})
+        return TaskRequest.model_validate(merged)
     except ValidationError as exc:
         raise TaskPromptError(f"the prompt's task is invalid: {exc}") from None
 
@@ -133,35 +150,73 @@ def _layout(prompts: Sequence[object], group_size: int, offset: int) -> list[tup
     return runs
 
 
-def rollout_func(server: str | Client, *, sampling: SamplingParams | None = None,
-                 agent: AgentLimits | None = None, timeouts: Timeouts | None = None,
-                 timeout: float = 3600.0, filler_id: int | None = None
-                 ) -> Callable[[list[str], Trainer], RolloutOutput]:
-    """A ``rollout_func`` for ``GRPOTrainer``: each group of this process's prompts goes
-    to rollserve as one task with ``n`` = the group's prompts here (``num_generations``
-    unless the group straddles two processes); waits at most ``timeout`` seconds for the
-    batch; raises ``IncompleteGroupError`` naming a group that came back short.
+class RolloutFunction:
+    """The ``rollout_func`` ``rollout_func(...)`` makes; ``last_counts`` holds the last
+    batch's ``BatchCounts`` (groups usable/filtered/too few usable/masked whole; samples
+    started, finished, usable, used, cancelled, masked, filtered; rows, rows trained),
+    and ``on_batch`` (when given) is called with them after each batch."""
 
-    ``sampling``/``agent``/``timeouts``: for every task (a row's own win). ``filler_id``:
-    the token that fills an empty prompt or completion (default: the trainer's EOS).
-    Returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask`` and, per
-    completion, ``rollserve_reward`` (None when masked), ``rollserve_masked``,
-    ``rollserve_id``, ``rollserve_group_id`` and ``rollserve_info`` (status, mask
-    reason, policy versions, the task's metadata...).
-    """
-    client = Client(server) if isinstance(server, str) else server
+    def __init__(self, client: Client, settings: BatchSettings, timeout: float,
+                 filler_id: int | None, defaults: dict[str, JsonValue],
+                 on_batch: Callable[[BatchCounts], None] | None) -> None:
+        self.client = client
+        self.settings = settings
+        self.timeout = timeout
+        self.filler_id = filler_id
+        self.defaults = defaults
+        self.on_batch = on_batch
+        self.last_counts: BatchCounts | None = None
 
-    def rollout(prompts: list[str], trainer: Trainer) -> RolloutOutput:
+    def __call__(self, prompts: list[str], trainer: Trainer) -> RolloutOutput:
         group_size = (trainer.num_generations if trainer.model.training
                       else trainer.num_generations_eval)
         runs = _layout(prompts, group_size, trainer.accelerator.process_index * len(prompts))
-        tasks = [_task(prompts[start], stop - start) for start, stop in runs]
-        groups = run_groups(client, tasks, timeout,
-                            BatchSettings(sampling=sampling, agent=agent, timeouts=timeouts))
-        filler = filler_id if filler_id is not None else trainer.eos_token_ids[0]
-        return _output([to_sample(result, filler) for group in groups for result in group])
+        tasks = [_task(prompts[start], stop - start, self.defaults) for start, stop in runs]
+        batch = run_batch(self.client, tasks, self.timeout, self.settings)
+        filler = self.filler_id if self.filler_id is not None else trainer.eos_token_ids[0]
+        samples = [replace(sample, info={**sample.info, "used": used, "group": group.info()})
+                   for group in batch.groups
+                   for sample, used in zip((to_sample(r, filler) for r in group.results),
+                                           group.used, strict=True)]
+        self.last_counts = batch.counts
+        if self.on_batch is not None:
+            self.on_batch(batch.counts)
+        return _output(samples)
 
-    return rollout
+
+def rollout_func(server: str | Client, *, sampling: SamplingParams | None = None,
+                 agent: AgentLimits | None = None, timeouts: Timeouts | None = None,
+                 timeout: float = 3600.0, filler_id: int | None = None,
+                 oversample: int = 0, filter_zero_variance: bool = False,
+                 on_batch: Callable[[BatchCounts], None] | None = None) -> RolloutFunction:
+    """A ``rollout_func`` for ``GRPOTrainer``: each group of this process's prompts goes
+    to rollserve as one task with ``n`` = the group's prompts here (``num_generations``
+    unless the group straddles two processes); waits at most ``timeout`` seconds for the
+    batch; raises ``IncompleteGroupError`` naming a group still in flight then.
+
+    ``sampling``/``agent``/``timeouts``: for every task (a row's own win). ``oversample``:
+    extra rollouts each group starts (cancelled once ``n`` are usable);
+    ``filter_zero_variance``: DAPO's filter (a row's ``oversample`` and
+    ``filter_zero_variance`` win). Each group gives ``n`` rows: its used samples, in
+    sample order; a group the server flags ``zero_variance``, or ``too_few_usable``
+    while over-sampling, gives masked rows (``rollserve.integrations.groups``).
+    ``filler_id``: the token that fills an empty prompt or completion (default: the
+    trainer's EOS). ``on_batch``: called with each batch's ``BatchCounts`` (also in the
+    function's ``last_counts``). Returns ``prompt_ids``, ``completion_ids``,
+    ``logprobs``, ``env_mask`` and, per completion, ``rollserve_reward`` (None when
+    masked), ``rollserve_masked``, ``rollserve_id``, ``rollserve_group_id`` and
+    ``rollserve_info`` (status, mask reason, policy versions, the task's metadata,
+    ``used``, and ``group``: its verdict and counts).
+    """
+    client = Client(server) if isinstance(server, str) else server
+    defaults: dict[str, JsonValue] = {}
+    if oversample:
+        defaults["oversample"] = oversample
+    if filter_zero_variance:
+        defaults["filter_zero_variance"] = True
+    return RolloutFunction(client, BatchSettings(sampling=sampling, agent=agent,
+                                                 timeouts=timeouts),
+                           timeout, filler_id, defaults, on_batch)
 
 
 def _output(samples: Sequence[Sample]) -> RolloutOutput:
