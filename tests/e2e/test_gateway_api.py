@@ -11,6 +11,8 @@ import openai
 import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
+from rollserve.contract import RolloutResult
+from rollserve.integrations.tensors import MultiSequenceError, to_sample
 from rollserve.testing import FakeVLLM
 
 TAG = re.compile(r"\[script:(\w+)\]")
@@ -129,6 +131,8 @@ async def test_openai_client_with_tools_streaming_and_not_is_token_exact(make_ap
                                        "id": call.id}]
     assert trajectory["fidelity"]["fallback_deltas"] == 0  # the delta was the template's own
     assert done["stats"]["gateway_calls"] == 2
+    sample = to_sample(RolloutResult.model_validate(done), filler_id=0)
+    assert sample.prompt_ids + sample.completion_ids == trajectory["tokens"]["input_ids"]
     # The key died with its rollout.
     r = await client.post(f"/v1/gateway/{key}/v1/chat/completions",
                           json={"model": "p", "messages": messages})
@@ -177,6 +181,10 @@ async def test_truncated_history_becomes_a_second_sequence_each_exact(make_api, 
     assert done["reward"] == 1.0 and done["stats"]["turns"] == 3
     total = sum(len(s["input_ids"]) for s in trajectory["sequences"])
     assert done["stats"]["prompt_tokens"] + done["stats"]["output_tokens"] == total
+    # A prompt/completion trainer adapter refuses it by name, rather than glue the two.
+    with pytest.raises(MultiSequenceError, match=rollout_id) as refused:
+        to_sample(RolloutResult.model_validate(done), filler_id=0)
+    assert refused.value.sequence_count == 2
 
 
 async def test_an_assistant_turn_the_harness_wrote_is_never_trained_on(make_api, llm):

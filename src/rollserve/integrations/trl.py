@@ -20,7 +20,9 @@ with ``task_prompt(row)`` from the row's ``data_source`` and ``instance`` (and o
 
 A masked rollout (``tensors.to_sample``) gets ``env_mask`` all 0, so none of its
 tokens enters the loss, and ``rollserve_reward`` None, so TRL leaves it out of its
-group's baseline. Only ``rollserve.client`` and ``rollserve.contract`` are imported;
+group's baseline. A result of several token sequences (a harness behind the gateway
+rewrote its history) has no one prompt/completion pair: the rollout function raises
+``MultiSequenceError`` naming it. Only ``rollserve.client`` and ``rollserve.contract`` are imported;
 TRL is not needed to import this module.
 """
 
@@ -35,10 +37,10 @@ from pydantic import JsonValue, ValidationError
 from rollserve.client import Client
 from rollserve.contract import AgentLimits, SamplingParams, TaskRequest, Timeouts
 from rollserve.integrations.groups import BatchSettings, IncompleteGroupError, run_groups
-from rollserve.integrations.tensors import Sample, to_sample
+from rollserve.integrations.tensors import MultiSequenceError, Sample, to_sample
 
-__all__ = ["IncompleteGroupError", "TaskPromptError", "rollout_func", "rollserve_reward",
-           "task_prompt"]
+__all__ = ["IncompleteGroupError", "MultiSequenceError", "TaskPromptError", "rollout_func",
+           "rollserve_reward", "task_prompt"]
 
 PROMPT_TAG = "rollserve_task"
 TASK_COLUMNS = ("data_source", "instance", "sampling", "agent", "timeouts", "metadata")
@@ -140,7 +142,8 @@ def rollout_func(server: str | Client, *, sampling: SamplingParams | None = None
     """A ``rollout_func`` for ``GRPOTrainer``: each group of this process's prompts goes
     to rollserve as one task with ``n`` = the group's prompts here (``num_generations``
     unless the group straddles two processes); waits at most ``timeout`` seconds for the
-    batch; raises ``IncompleteGroupError`` naming a group that came back short.
+    batch; raises ``IncompleteGroupError`` naming a group that came back short, and
+    ``MultiSequenceError`` naming a result of several token sequences.
 
     ``sampling``/``agent``/``timeouts``: for every task (a row's own win). ``filler_id``:
     the token that fills an empty prompt or completion (default: the trainer's EOS).
