@@ -296,3 +296,48 @@ async def test_text_appended_to_a_cut_reply_is_prompt_not_sample(make_api, llm):
     ids = last["input_ids"]
     at = next(i for i in range(len(ids)) if ids[i:i + len(solved)] == solved)
     assert set(last["loss_mask"][at:at + len(solved)]) == {0}
+
+
+async def test_harness_needs_no_api_token_but_the_trainer_route_does(make_api, llm):
+    service, client = await make_api([llm.url], token="trainer-secret")
+    auth = {"Authorization": "Bearer trainer-secret"}
+    r = await client.post("/v1/rollouts", headers=auth, json={
+        "tasks": [{"data_source": "gateway", "instance": {"answer": "reply 0 of tok"}}],
+        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 1}})
+    (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
+    assert (await client.get(f"/v1/rollouts/{rollout_id}/gateway")).status_code == 401
+    info = (await client.get(f"/v1/rollouts/{rollout_id}/gateway", headers=auth,
+                             params={"wait": 60})).json()
+    harness = openai.AsyncOpenAI(base_url=f"http://rollserve{info['base_url']}", api_key="sk-x",
+                                 http_client=client, max_retries=0)
+    reply = await harness.chat.completions.create(
+        model="p", messages=[{"role": "user", "content": "[script:tok]"}])
+    assert reply.choices[0].message.content == "reply 0 of tok"
+    # max_turns is 1: that call was the last; the session ended and RUN with it.
+    r = await client.post(f"{info['base_url']}/chat/completions",
+                          json={"messages": [{"role": "user", "content": "again"}]})
+    assert r.status_code in (401, 404) and "error" in r.json()
+    view = (await client.get(f"/v1/rollouts/{rollout_id}", headers=auth,
+                             params={"wait": 60})).json()
+    assert view["result"]["reward"] == 1.0
+    assert view["result"]["trajectory"]["ended_by"] == "max_turns"
+
+
+async def test_a_prompt_past_the_context_limit_is_refused_as_openai_does(make_api, llm):
+    service, client = await make_api([llm.url])
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [{"data_source": "gateway", "instance": {"answer": "none"}}],
+        "sampling": {"max_tokens": 16}, "agent": {"max_context_tokens": 256}})
+    (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
+    key, harness = await harness_for(client, rollout_id)
+    short = [{"role": "user", "content": "[script:ctx]"}]
+    await harness.chat.completions.create(model="p", messages=short)
+    long = short + [{"role": "assistant", "content": "x"},
+                    {"role": "user", "content": "word " * 400}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await harness.chat.completions.create(model="p", messages=long)
+    assert refused.value.code == "context_length_exceeded" and len(llm.calls) == 1
+    await end(client, key)
+    done = await result(client, rollout_id)
+    assert done["trajectory"]["ended_by"] == "context_exhausted" and not done["mask"]
+    assert len(done["trajectory"]["turns"]) == 1 and done["stats"]["context_refusals"] == 1
