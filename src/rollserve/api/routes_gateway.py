@@ -9,38 +9,22 @@ names the field) or a prompt past the context limit (``context_length_exceeded``
 for an unknown key, 404 for a session that has ended, 408 at the time limit, 502 when
 the backend failed. The trainer reads a rollout's key from
 ``GET /v1/rollouts/{id}/gateway`` (behind the API token like every trainer route).
+The wire itself (parsing, answers, chunks) is ``agent.gateway.wire``'s, as the engine
+re-exports it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from rollserve.api.errors import errors, model_response, render_json
+from rollserve.api.errors import errors, model_response
 from rollserve.contract import MAX_WAIT
-from rollserve.contract.gateway import (
-    AssistantMessage,
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    Choice,
-    ChunkChoice,
-    Delta,
-    FunctionCall,
-    GatewayError,
-    GatewayErrorBody,
-    GatewayInfo,
-    ToolCallDelta,
-    Usage,
-)
-from rollserve.contract.validation import JSONInputError, field_name, parse_json
-from rollserve.engine.gateway import GatewayRefusal, GatewayReply, Gateways
+from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
+from rollserve.engine.gateway import GatewayRefusal, Gateways, wire
 
 PREFIX = "/v1/gateway/"  # the harness's paths: no API token (the key is the credential)
 _THREAD_PARSE_BYTES = 256 * 1024
@@ -53,31 +37,16 @@ def _gateways(request: Request) -> Gateways:
     return gateways
 
 
-def _error(status: int, message: str, type_: str = "invalid_request_error",
-           param: str | None = None, code: str | None = None) -> Response:
-    body = GatewayErrorBody(error=GatewayError(message=message, type=type_, param=param,
-                                               code=code))
-    return Response(render_json(body.model_dump()), status_code=status,
+def _refused(refusal: GatewayRefusal) -> Response:
+    return Response(wire.error_body(refusal), status_code=refusal.status,
                     media_type="application/json")
 
 
-def _refused(refusal: GatewayRefusal) -> Response:
-    return _error(refusal.status, refusal.message, refusal.type, refusal.param, refusal.code)
-
-
-async def _parse(request: Request) -> ChatCompletionRequest | Response:
+async def _parse(request: Request) -> ChatCompletionRequest:
     raw = await request.body()
-    try:
-        value = (await asyncio.to_thread(parse_json, raw) if len(raw) > _THREAD_PARSE_BYTES
-                 else parse_json(raw))
-    except JSONInputError as exc:
-        return _error(400, exc.message, param=field_name(exc.loc))
-    try:
-        return ChatCompletionRequest.model_validate(value)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = field_name(first["loc"])
-        return _error(400, f"{param}: {first['msg']}", param=param)
+    if len(raw) > _THREAD_PARSE_BYTES:
+        return await asyncio.to_thread(wire.parse_request, raw)
+    return wire.parse_request(raw)
 
 
 # The harness's routes are OpenAI's API (OpenAI documents them; their errors are
@@ -86,54 +55,16 @@ async def _parse(request: Request) -> ChatCompletionRequest | Response:
 async def chat_completions(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Chat Completions; ``stream: true`` answers
     ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``)."""
-    parsed = await _parse(request)
-    if isinstance(parsed, Response):
-        return parsed
     try:
+        parsed = await _parse(request)
         answer = await _gateways(request).complete(key, parsed)
     except GatewayRefusal as refusal:
         return _refused(refusal)
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
-    usage = Usage(prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
-                  total_tokens=answer.prompt_tokens + answer.completion_tokens)
     if parsed.stream:
-        include_usage = parsed.stream_options is not None and parsed.stream_options.include_usage
-        chunks = _chunks(answer, completion_id, created, parsed.model, usage if include_usage else None)
-        return StreamingResponse(chunks, media_type="text/event-stream",
+        return StreamingResponse(iter(list(wire.stream_chunks(answer, parsed))),
+                                 media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    message = AssistantMessage(content=answer.reply.content,
-                               tool_calls=answer.reply.tool_calls or None)
-    completion = ChatCompletion(id=completion_id, created=created, model=parsed.model,
-                                choices=[Choice(message=message,
-                                                finish_reason=answer.finish_reason)],
-                                usage=usage)
-    return await model_response(completion)
-
-
-async def _chunks(answer: GatewayReply, completion_id: str, created: int, model: str,
-                  usage: Usage | None) -> AsyncIterator[bytes]:
-    """The reply as OpenAI streams it: the role, the content, each tool call, the finish
-    reason, the usage when asked for, then ``[DONE]``."""
-    def chunk(delta: Delta | None, finish: ChunkChoice | None = None,
-              with_usage: Usage | None = None) -> bytes:
-        choices = [finish] if finish is not None else (
-            [ChunkChoice(delta=delta)] if delta is not None else [])
-        body = ChatCompletionChunk(id=completion_id, created=created, model=model,
-                                   choices=choices, usage=with_usage)
-        return b"data: " + render_json(body.model_dump(exclude_none=True)) + b"\n\n"
-
-    yield chunk(Delta(role="assistant", content=""))
-    if answer.reply.content:
-        yield chunk(Delta(content=answer.reply.content))
-    for index, call in enumerate(answer.reply.tool_calls):
-        yield chunk(Delta(tool_calls=[ToolCallDelta(
-            index=index, id=call.id, type="function",
-            function=FunctionCall(name=call.function.name, arguments=call.function.arguments))]))
-    yield chunk(None, ChunkChoice(delta=Delta(), finish_reason=answer.finish_reason))
-    if usage is not None:
-        yield chunk(None, None, usage)
-    yield b"data: [DONE]\n\n"
+    return await model_response(wire.completion(answer, parsed.model))
 
 
 class Ended(BaseModel):

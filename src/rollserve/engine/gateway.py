@@ -8,13 +8,14 @@ stages bound theirs (``llm.routing.deadline``).
 
 from __future__ import annotations
 
+from rollserve.agent.gateway import wire
 from rollserve.agent.gateway.registry import Gateway
 from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply, GatewaySession
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.errors import NotFound
 from rollserve.llm.routing.deadline import call_deadline
 
-__all__ = ["GatewayRefusal", "GatewayReply", "Gateways"]
+__all__ = ["GatewayRefusal", "GatewayReply", "Gateways", "wire"]
 
 
 class Gateways:
