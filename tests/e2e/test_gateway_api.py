@@ -341,3 +341,22 @@ async def test_a_prompt_past_the_context_limit_is_refused_as_openai_does(make_ap
     done = await result(client, rollout_id)
     assert done["trajectory"]["ended_by"] == "context_exhausted" and not done["mask"]
     assert len(done["trajectory"]["turns"]) == 1 and done["stats"]["context_refusals"] == 1
+
+
+async def test_a_harness_that_stalls_is_ended_at_the_time_limit_and_scored(make_api, llm):
+    """The harness took the time (not the backend): the episode ends ``time_limit`` and
+    is scored, as the agent loop's own episodes are; a stall cannot buy a mask."""
+    service, client = await make_api([llm.url])
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [{"data_source": "gateway", "instance": {"answer": "reply 0 of stall"}}],
+        "sampling": {"max_tokens": 16}, "timeouts": {"run": 8, "run_margin": 3}})
+    (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
+    key, harness = await harness_for(client, rollout_id)
+    await harness.chat.completions.create(model="p", messages=[{"role": "user",
+                                                                 "content": "[script:stall]"}])
+    done = await result(client, rollout_id)  # the harness never says it is done
+    assert done["status"] == "completed" and not done["mask"], done["failure"]
+    assert done["trajectory"]["ended_by"] == "time_limit" and done["reward"] == 1.0
+    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions",
+                          json={"messages": [{"role": "user", "content": "late"}]})
+    assert r.status_code == 401 and len(llm.calls) == 1

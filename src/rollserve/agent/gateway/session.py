@@ -131,19 +131,17 @@ class GatewaySession:
 
     # --- the harness's side --------------------------------------------------------------
     async def complete(self, request: ChatCompletionRequest) -> GatewayReply:
-        """Answer one call (one at a time: concurrent calls of a session wait their turn,
-        bounded by the deadline)."""
+        """Answer one call (one at a time: concurrent calls of a session wait their turn);
+        every wait of the call is bounded by the deadline (then a 408)."""
         self._refuse_if_ended()
-        try:
-            async with asyncio.timeout_at(self.limits.deadline):
-                await self._lock.acquire()
+        try:  # everything a call waits on (its turn, a usable backend, the sample)
+            async with asyncio.timeout_at(self.limits.deadline) as limit, self._lock:
+                self._refuse_if_ended()
+                return await self._complete(request)
         except TimeoutError:
-            raise self._time_up() from None
-        try:
-            self._refuse_if_ended()
-            return await self._complete(request)
-        finally:
-            self._lock.release()
+            if limit.expired():
+                raise self._time_up() from None
+            raise
 
     def finish(self, reason: str = "finished") -> None:
         """The harness is done (or a limit ended the episode): no more calls."""
