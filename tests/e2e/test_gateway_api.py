@@ -263,6 +263,18 @@ async def test_bad_requests_are_400s_naming_the_field(make_api, llm):
         assert error["param"] == param and error["type"] == "invalid_request_error", error
     r = await client.post(url, content=b"{not json")
     assert r.status_code == 400 and "error" in r.json()
+    # The task itself is checked at submission: a 422 naming the field.
+    for instance, field in (({"answer": ""}, "instance.answer"),
+                            ({"answer": "x", "files": {"a.py": ""}}, "instance.files"),
+                            ({"answer": "x", "command": "true", "files": {"../up": ""}},
+                             "instance.files.../up"),
+                            ({"answer": "x", "command": "true", "files": {"/etc/x": ""}},
+                             "instance.files./etc/x"),
+                            ({"answer": "x", "surprise": 1}, "instance.surprise")):
+        r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "gateway",
+                                                              "instance": instance}]})
+        assert r.status_code == 422, (instance, r.text)
+        assert r.json()["errors"][0]["field"] == f"tasks[0].{field}", r.json()
     await end(client, key)
     done = await result(client, rollout_id)
     assert done["trajectory"]["turns"] == [] and len(llm.calls) == 0

@@ -88,6 +88,13 @@ class GatewayHandler(AgentHandler):
         if task.files and task.command is None:
             raise InvalidInstance("instance.files", "files go into the sandbox of a command; "
                                                     "set instance.command too")
+        for name in task.files:
+            parts = name.removeprefix("/workspace/").split("/")
+            outside = name.startswith("/") and not name.startswith("/workspace/")
+            if outside or ".." in parts or "" in parts or SOCKET_NAME in parts:
+                raise InvalidInstance(f"instance.files.{name}", "a path inside the workspace "
+                                      "(relative, or under /workspace), without '..' or empty "
+                                      f"parts, other than {SOCKET_NAME}")
 
     async def init(self, rollout: RolloutView) -> None:
         state = GatewayState(_task(rollout.instance))
