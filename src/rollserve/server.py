@@ -11,7 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from rollserve.agent.gateway.registry import Gateway
 from rollserve.engine.facade import Rollouts
+from rollserve.engine.gateway import Gateways
 from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.requests import RequestLimits
 from rollserve.engine.store import SQLiteStore
@@ -114,8 +116,10 @@ class Service:
                                      config.sandbox_options)
         self.reaped: dict | None = None  # what the start-up reaper cleaned up
         self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
+        gateway = Gateway()  # harness-driven rollouts' sessions (agent.gateway)
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
-                                 sandboxes=self.sandboxes, options=config.handler_options)
+                                 sandboxes=self.sandboxes, options=config.handler_options,
+                                 gateway=gateway)
         for name in config.handler_options:  # bad settings fail now, not at the first rollout
             try:
                 self.handlers.create(name, context)
@@ -123,6 +127,7 @@ class Service:
                 raise ValueError(f"handler options for {name!r}: {exc}") from None
         self.engine = Engine(self.store, self.handlers, self.router, config.engine, context)
         self.rollouts = Rollouts(self.engine, config.limits)  # what the API calls
+        self.gateways = Gateways(gateway)  # what the gateway's routes call
 
     async def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)

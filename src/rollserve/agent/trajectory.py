@@ -7,6 +7,10 @@ per-turn view and the chat view of the same conversation.
 The result's ``tokens`` are always exactly the turns laid end to end (each turn's
 ``prompt_ids_delta`` then its ``output_ids``): a prompt delta added for a turn that
 was never sampled (the episode failed or was cut before it) is left out of both.
+
+A harness behind the gateway may rewrite its history; ``start_sequence`` then closes
+the sequence so far and opens a new one (each append-only within itself; each turn
+records which one it belongs to), and the result lists them in ``sequences``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,16 @@ class Turn:
     # The tool calls the environment read in this turn's reply (a chat API's own
     # calls on a message-level backend), each {"name", "arguments", "id"}.
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    sequence: int = 0  # the token sequence it belongs to (``Trajectory.start_sequence``)
+
+
+@dataclass
+class TokenSequence:
+    """A closed sequence of a multi-sequence trajectory."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
 
 
 @dataclass
@@ -44,7 +58,23 @@ class Trajectory:
     trainable: bool = True
     ended_by: str | None = None  # finished | max_turns | context_exhausted | time_limit | ...
     tools: list[dict[str, Any]] | None = None  # the tools the agent was offered (ChatCompletion shape)
+    closed: list[TokenSequence] = field(default_factory=list)  # earlier sequences
     _pending_prompt: list[int] = field(default_factory=list)
+
+    @property
+    def sequence(self) -> int:
+        """The index of the sequence turns are added to now."""
+        return len(self.closed)
+
+    def start_sequence(self) -> None:
+        """Close the current sequence (without a trailing prompt no turn was sampled
+        after) and start an empty one; a sequence without turns is dropped instead."""
+        end = self.sampled_length
+        if any(t.sequence == self.sequence for t in self.turns):
+            self.closed.append(TokenSequence(self.input_ids[:end], self.loss_mask[:end],
+                                             self.logprobs[:end]))
+        self.input_ids, self.loss_mask, self.logprobs = [], [], []
+        self._pending_prompt = []
 
     def add_prompt(self, ids: list[int]) -> None:
         self.input_ids.extend(ids)
@@ -63,6 +93,7 @@ class Trajectory:
             finish_reason=gen.finish_reason,
             backend=gen.backend,
             policy_version=policy_version,
+            sequence=self.sequence,
         )
         self._pending_prompt = []
         self.turns.append(turn)
@@ -76,7 +107,8 @@ class Trajectory:
 
     @property
     def prompt_tokens(self) -> int:
-        return self.sampled_length - self.output_tokens
+        closed = sum(len(s.input_ids) for s in self.closed)
+        return closed + self.sampled_length - self.output_tokens
 
     @property
     def output_tokens(self) -> int:
@@ -95,6 +127,14 @@ class Trajectory:
     def to_wire(self) -> contract.Trajectory:
         """The trajectory as results carry it (``rollserve.contract.Trajectory``)."""
         end = self.sampled_length
+        current = contract.Tokens(input_ids=self.input_ids[:end], loss_mask=self.loss_mask[:end],
+                                  logprobs=self.logprobs[:end])
+        sequences = [contract.Tokens(input_ids=s.input_ids, loss_mask=s.loss_mask,
+                                     logprobs=s.logprobs) for s in self.closed]
+        if sequences and any(t.sequence == self.sequence for t in self.turns):
+            sequences.append(current)
+        if len(sequences) == 1:  # the later sequences were never sampled in
+            current, sequences = sequences[0], []
         return contract.Trajectory(
             messages=[contract.ChatMessage.model_validate(m) for m in self.messages],
             turns=[
@@ -106,14 +146,13 @@ class Trajectory:
                     backend=t.backend,
                     policy_version=t.policy_version,
                     tool_calls=[contract.ToolCall.model_validate(c) for c in t.tool_calls],
+                    sequence=t.sequence,
                 )
                 for t in self.turns
             ],
-            tokens=contract.Tokens(
-                input_ids=self.input_ids[:end],
-                loss_mask=self.loss_mask[:end],
-                logprobs=self.logprobs[:end],
-            ),
+            tokens=contract.Tokens(input_ids=[], loss_mask=[], logprobs=[]) if sequences else current,
+            sequence_count=max(1, len(sequences)),
+            sequences=sequences,
             fidelity=contract.Fidelity.model_validate(self.fidelity, from_attributes=True),
             policy_versions=self.policy_versions,
             trainable=self.trainable,

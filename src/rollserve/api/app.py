@@ -21,6 +21,8 @@ from rollserve.api.metrics import metrics_registry
 from rollserve.api.metrics import router as metrics_router
 from rollserve.api.prorl import ProRLCompat, ProRLConfig
 from rollserve.api.prorl import router as prorl_router
+from rollserve.api.routes_gateway import PREFIX as GATEWAY_PREFIX
+from rollserve.api.routes_gateway import router as gateway_router
 from rollserve.api.routes_llm import router as llm_router
 from rollserve.api.routes_rollouts import router as rollouts_router
 from rollserve.contract import Health
@@ -48,6 +50,7 @@ def create_app(service: Service, manage_lifecycle: bool = True,
     app.include_router(rollouts_router)
     app.include_router(llm_router)
     app.include_router(metrics_router)
+    app.include_router(gateway_router)
     if prorl is not None:
         app.state.prorl = ProRLCompat(prorl)
         app.include_router(prorl_router)
@@ -61,7 +64,9 @@ def create_app(service: Service, manage_lifecycle: bool = True,
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_request_bytes)
     public = PUBLIC_PATHS + (DOCS_PATHS if config.public_docs else ())
     if config.api_token is not None:
-        app.add_middleware(TokenGuard, token=config.api_token, public=public)
+        # A harness's gateway paths carry its session key instead of the API token.
+        app.add_middleware(TokenGuard, token=config.api_token, public=public,
+                           public_prefixes=(GATEWAY_PREFIX,))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

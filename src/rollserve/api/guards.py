@@ -2,7 +2,8 @@
 limit, strict JSON; and the schema entries they add to every route.
 
 - ``TokenGuard``: with ``--api-token``, every path but ``/healthz`` (and the docs, if
-  ``--public-docs``) needs ``Authorization: Bearer <token>``, checked before the body
+  ``--public-docs``, and the gateway's ``/v1/gateway/<key>/...``, where the session key
+  is the credential) needs ``Authorization: Bearer <token>``, checked before the body
   is read. Compared as bytes: a header in any encoding is a 401, never an error.
 - ``BodyLimit``: a body past ``max_request_bytes`` is a 413, from its
   Content-Length before anything is read, or as soon as a streamed body passes it.
@@ -42,15 +43,19 @@ _THREAD_PARSE_BYTES = 256 * 1024  # bodies above this are parsed off the event l
 
 
 class TokenGuard:
-    """A 401 for every request without the bearer token, except on ``public`` paths."""
+    """A 401 for every request without the bearer token, except on ``public`` paths and
+    paths under ``public_prefixes``."""
 
-    def __init__(self, app: ASGIApp, token: str, public: tuple[str, ...]):
+    def __init__(self, app: ASGIApp, token: str, public: tuple[str, ...],
+                 public_prefixes: tuple[str, ...] = ()):
         self.app = app
         self.token = token.encode("utf-8")
         self.public = frozenset(public)
+        self.public_prefixes = public_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.public or self._authorized(scope):
+        if (scope["type"] != "http" or scope["path"] in self.public
+                or scope["path"].startswith(self.public_prefixes) or self._authorized(scope)):
             await self.app(scope, receive, send)
             return
         response = SafeJSONResponse({"detail": UNAUTHORIZED}, status_code=401,

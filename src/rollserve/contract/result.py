@@ -7,6 +7,13 @@ conversation per turn (``turns``) and as chat messages (``messages``). ``tokens`
 always exactly the turns laid end to end: each turn's ``prompt_ids_delta`` then its
 ``output_ids``.
 
+A harness driving the policy through the gateway may rewrite its own history
+(truncate it, summarise it, edit an earlier message). Its trajectory is then several
+append-only sequences (``sequence_count`` > 1): ``sequences`` holds each one, laid
+out as ``tokens`` is (the turns whose ``sequence`` is its index, end to end), and
+``tokens`` itself is empty, so a trainer that reads only ``tokens`` never trains on
+tokens glued together from different contexts.
+
 ``mask: true`` means do not train on it: an infrastructure failure, a timeout, an
 interruption, or (when the server masks them) turns sampled by policy versions too
 far apart. The agent's own failures are not masked: they are scored (reward 0).
@@ -58,6 +65,9 @@ class Turn(BaseModel):
                           "(POST /v1/llm/resume sets it)")
     tool_calls: list[ToolCall] = Field(
         default_factory=list, description="the tool calls this turn made, as parsed")
+    sequence: int = Field(
+        0, ge=0, description="the token sequence the turn belongs to: 0, unless a harness "
+                             "rewrote its history (see Trajectory.sequences)")
 
     @model_validator(mode="after")
     def _one_logprob_per_id(self) -> Turn:
@@ -118,7 +128,15 @@ class Trajectory(BaseModel):
 
     messages: list[ChatMessage] = Field(description="the chat view of the episode")
     turns: list[Turn] = Field(description="one entry per assistant turn sampled")
-    tokens: Tokens = Field(description="the turns laid end to end")
+    tokens: Tokens = Field(description="the turns laid end to end; empty when the trajectory "
+                                       "has several sequences (see sequences)")
+    sequence_count: int = Field(
+        1, ge=1, description="how many append-only token sequences the trajectory is: 1, "
+                             "or more when a harness rewrote its history through the gateway")
+    sequences: list[Tokens] = Field(
+        default_factory=list,
+        description="empty when sequence_count is 1 (tokens holds the sequence); else one "
+                    "entry per sequence, each the turns of that sequence laid end to end")
     fidelity: Fidelity
     policy_versions: list[int] = Field(
         description="the distinct policy versions that sampled the turns, ascending")
@@ -130,6 +148,23 @@ class Trajectory(BaseModel):
                     "(a failure)")
     tools: list[JSONObject] | None = Field(
         description="the tools the agent was offered (ChatCompletion format)")
+
+    @model_validator(mode="after")
+    def _sequences_agree(self) -> Trajectory:
+        if not self.sequences:
+            if self.sequence_count != 1:
+                raise ValueError(f"sequence_count is {self.sequence_count} but sequences is "
+                                 "empty: a single-sequence trajectory has sequence_count 1")
+            return self
+        if len(self.sequences) < 2 or len(self.sequences) != self.sequence_count:
+            raise ValueError(f"sequence_count is {self.sequence_count} and sequences has "
+                             f"{len(self.sequences)} entries: several sequences (2 or more) "
+                             "are listed in sequences, one sequence in tokens")
+        if self.tokens.input_ids:
+            raise ValueError("tokens must be empty when the trajectory has several sequences")
+        if any(t.sequence >= self.sequence_count for t in self.turns):
+            raise ValueError("a turn names a sequence past sequence_count")
+        return self
 
 
 class Failure(BaseModel):

@@ -23,6 +23,7 @@ from rollserve.errors import InfraError
 
 if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
     from rollserve.agent.base import Tool
+    from rollserve.agent.gateway.registry import Gateway
     from rollserve.agent.loop import LLMSession
     from rollserve.agent.trajectory import Trajectory
     from rollserve.contract import SamplingParams
@@ -88,6 +89,9 @@ class HandlerContext:
     # Per-handler settings from the server (``rollserve serve --handler-options``):
     # handler name -> its options; each handler validates its own.
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The server's recording gateway (``agent.gateway``): where a harness-driven
+    # rollout registers its session; None where the server has none.
+    gateway: Gateway | None = None
 
 
 @dataclass

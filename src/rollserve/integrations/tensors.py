@@ -14,6 +14,11 @@ timeout, an interruption; or nothing scored; or no token ids at all) keeps its t
 but gets ``env_mask`` all 0 and ``reward`` None. Trainers index a completion's last
 token, so an empty prompt or completion is filled with one ``filler_id`` token (the
 tokenizer's EOS), masked 0. Nothing here is ever re-tokenized.
+
+A trajectory of several sequences (``trajectory.sequence_count`` > 1: a harness behind
+the gateway rewrote its history) has no single prompt/completion pair: gluing its
+sequences together would train tokens on contexts the policy never saw. ``to_sample``
+refuses it with a ``MultiSequenceError`` naming the result.
 """
 
 from __future__ import annotations
@@ -23,6 +28,20 @@ from dataclasses import dataclass
 from pydantic import JsonValue
 
 from rollserve.contract import RolloutResult
+
+
+class MultiSequenceError(ValueError):
+    """A result whose trajectory is several token sequences, which one prompt/completion
+    pair cannot hold."""
+
+    def __init__(self, result_id: str, sequence_count: int) -> None:
+        super().__init__(
+            f"rollout {result_id}: its trajectory is {sequence_count} token sequences (the "
+            "harness rewrote its history), and a prompt/completion pair holds one; train on "
+            "each of trajectory.sequences as its own sample, or keep the harness's history "
+            "append-only")
+        self.result_id = result_id
+        self.sequence_count = sequence_count
 
 
 @dataclass(frozen=True)
@@ -57,7 +76,10 @@ def info(result: RolloutResult) -> dict[str, JsonValue]:
 
 
 def to_sample(result: RolloutResult, filler_id: int) -> Sample:
-    """Split ``result`` into prompt and completion (see the module's docstring)."""
+    """Split ``result`` into prompt and completion (see the module's docstring); a
+    result of several sequences is a ``MultiSequenceError``."""
+    if result.trajectory.sequence_count > 1:
+        raise MultiSequenceError(result.id, result.trajectory.sequence_count)
     tokens = result.trajectory.tokens
     turns = result.trajectory.turns
     cut = len(turns[0].prompt_ids_delta) if turns else len(tokens.input_ids)

@@ -23,7 +23,10 @@ tokens enters the loss, and ``rollserve_reward`` None, so TRL leaves it out of i
 group's baseline. With ``oversample``/``filter_zero_variance`` each group still gives
 exactly its prompts' rows: its used samples, or masked rows when the server flags it
 ``zero_variance`` (or ``too_few_usable`` while over-sampling); see
-``rollserve.integrations.groups``. Only ``rollserve.client`` and ``rollserve.contract`` are imported;
+``rollserve.integrations.groups``. A result of several token sequences (a harness
+behind the gateway rewrote its history) has no one prompt/completion pair: the rollout
+function raises ``MultiSequenceError`` naming it. Only ``rollserve.client`` and
+``rollserve.contract`` are imported;
 TRL is not needed to import this module.
 """
 
@@ -44,10 +47,10 @@ from rollserve.integrations.groups import (
     IncompleteGroupError,
     run_batch,
 )
-from rollserve.integrations.tensors import Sample, to_sample
+from rollserve.integrations.tensors import MultiSequenceError, Sample, to_sample
 
-__all__ = ["BatchCounts", "IncompleteGroupError", "RolloutFunction", "TaskPromptError",
-           "rollout_func", "rollserve_reward", "task_prompt"]
+__all__ = ["BatchCounts", "IncompleteGroupError", "MultiSequenceError", "RolloutFunction",
+           "TaskPromptError", "rollout_func", "rollserve_reward", "task_prompt"]
 
 PROMPT_TAG = "rollserve_task"
 TASK_COLUMNS = ("data_source", "instance", "sampling", "agent", "timeouts", "metadata",
@@ -192,7 +195,8 @@ def rollout_func(server: str | Client, *, sampling: SamplingParams | None = None
     """A ``rollout_func`` for ``GRPOTrainer``: each group of this process's prompts goes
     to rollserve as one task with ``n`` = the group's prompts here (``num_generations``
     unless the group straddles two processes); waits at most ``timeout`` seconds for the
-    batch; raises ``IncompleteGroupError`` naming a group still in flight then.
+    batch; raises ``IncompleteGroupError`` naming a group still in flight then, and
+    ``MultiSequenceError`` naming a result of several token sequences.
 
     ``sampling``/``agent``/``timeouts``: for every task (a row's own win). ``oversample``:
     extra rollouts each group starts (cancelled once ``n`` are usable);

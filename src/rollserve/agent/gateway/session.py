@@ -1,0 +1,320 @@
+"""One rollout's gateway session: a harness's chat calls as exact token-level turns.
+
+Each call renders the harness's messages with the policy's chat template and builds
+the prompt append-only, as the agent loop does:
+
+1. the messages are the conversation so far (the last call's messages and the reply
+   it got, compared as ``messages.normalized``) plus new ones: the prompt is the
+   sequence so far (prompt and sampled ids, never re-tokenized) and the template's
+   delta for the new messages (``PromptBuilder.adelta``);
+2. else the full render, when its token ids start with the sequence so far: the
+   rest of it is appended;
+3. else the harness rewrote its history (truncated, summarised, edited an earlier
+   message, changed its tools): the full render starts a new sequence
+   (``Trajectory.start_sequence``).
+
+Tokens the harness sent are always prompt tokens (loss_mask 0): only ids the backend
+sampled for a call are ever marked 1, so an assistant turn a harness wrote or edited
+is never trained on as the policy's.
+
+The call goes through the rollout's ``LLMSession`` (the router: pause, policy
+versions, sticky backend, deadlines) with the trainer's sampling parameters; the
+harness may only lower ``max_tokens``. What a call is refused is a
+``GatewayRefusal`` (an OpenAI-shaped error for the harness); a backend failure also
+fails the rollout (``failure``: infra, masked). The session ends when the harness
+says so, at ``max_turns``, or at the deadline (``agent.clock``: ``time_limit`` when
+the harness took the time, a masked ``DeadlineFailure`` when the backend did).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from rollserve.agent.base import ToolCallRecord
+from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp
+from rollserve.agent.gateway.messages import (
+    Normal,
+    Reply,
+    Unsupported,
+    normalized,
+    parse_reply,
+    presentation,
+    reply_message,
+    template_tools,
+    to_template,
+)
+from rollserve.agent.trajectory import Trajectory
+from rollserve.contract import SamplingParams
+from rollserve.contract.gateway import ChatCompletionRequest, ToolDefinition
+from rollserve.errors import InfraError, PromptTooLongError, RolloutError, context_window_error
+from rollserve.llm.base import Generation, LLMSession, Message, PromptBuilder, Tokenizer
+
+__all__ = ["FinishReason", "GatewayLimits", "GatewayRefusal", "GatewayReply", "GatewaySession"]
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+class GatewayRefusal(Exception):
+    """A call the gateway answers with an error: ``status`` and OpenAI's error fields."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+        self.param = param
+
+
+@dataclass(frozen=True)
+class GatewayLimits:
+    """What bounds a session: the trainer's sampling and limits, and its deadline."""
+
+    sampling: SamplingParams
+    max_turns: int
+    max_context_tokens: int
+    deadline: float | None  # event-loop time at which the episode ends itself
+    parse_tool_calls: bool = True  # Hermes blocks become tool_calls (with tools offered)
+
+
+@dataclass(frozen=True)
+class GatewayReply:
+    """What one call answers, for the harness."""
+
+    reply: Reply
+    finish_reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class _Conversation:
+    """The current sequence's conversation: as the harness spells it, as the template
+    took it, with which tools, and the builder that made its prompts."""
+
+    normal: list[Normal]
+    template: list[Message]
+    tools_key: str
+    builder: PromptBuilder
+
+
+class GatewaySession:
+    """See the module's docstring."""
+
+    def __init__(self, rollout_id: str, llm: LLMSession, tokenizer: Tokenizer,
+                 trajectory: Trajectory, limits: GatewayLimits) -> None:
+        self.rollout_id = rollout_id
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.trajectory = trajectory
+        self.limits = limits
+        self.stats = LoopStats()
+        self.clock = EpisodeClock(limits.deadline, self.stats)
+        self.calls = 0  # calls answered with a sample
+        self.context_refusals = 0
+        self.last_text: str | None = None  # the last reply's text (sampled ids, decoded)
+        self.ended_by: str | None = None
+        self.failure: RolloutError | None = None
+        self._ended = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._conversation: _Conversation | None = None
+        self._refused_last = False
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set()
+
+    # --- the harness's side --------------------------------------------------------------
+    async def complete(self, request: ChatCompletionRequest) -> GatewayReply:
+        """Answer one call (one at a time: concurrent calls of a session wait their turn);
+        every wait of the call is bounded by the deadline (then a 408)."""
+        self._refuse_if_ended()
+        try:  # everything a call waits on (its turn, a usable backend, the sample)
+            async with asyncio.timeout_at(self.limits.deadline) as limit, self._lock:
+                self._refuse_if_ended()
+                return await self._complete(request)
+        except TimeoutError:
+            if limit.expired():
+                raise self._time_up() from None
+            raise
+
+    def finish(self, reason: str = "finished") -> None:
+        """The harness is done (or a limit ended the episode): no more calls."""
+        if not self.ended:
+            self.ended_by = reason
+            self._ended.set()
+
+    # --- the rollout's side ----------------------------------------------------------------
+    async def wait(self) -> None:
+        """Until the session ends (bounded by the deadline); raises its failure."""
+        try:
+            async with asyncio.timeout_at(self.limits.deadline):
+                await self._ended.wait()
+        except TimeoutError:
+            self._expire()
+        if self.ended_by is None and self.failure is None:
+            self.ended_by = "finished"
+        if self._refused_last and self.ended_by == "finished":
+            self.ended_by = "context_exhausted"  # the harness gave up on a full context
+        if self.failure is None and not self.trajectory.turns and self.context_refusals:
+            self.failure = PromptTooLongError("every prompt the harness sent was refused for the "
+                                              "context limit: nothing was sampled to score")
+        # The harness's time: everything the backend did not take.
+        self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started
+                                     - self.stats.llm_seconds)
+        if self.failure is not None:
+            raise self.failure
+
+    # --- internals -----------------------------------------------------------------------
+    def _refuse_if_ended(self) -> None:
+        if self.ended:
+            raise GatewayRefusal(404, f"the session of rollout {self.rollout_id} has ended "
+                                      f"({self.ended_by or 'failed'}); it takes no more calls",
+                                 code="session_ended")
+
+    def _expire(self) -> None:
+        """The deadline came: the episode ends, charged as ``agent.clock`` decides."""
+        if self.ended:
+            return
+        self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started
+                                     - self.stats.llm_seconds)
+        try:
+            self.finish(self.clock.end(self.trajectory))
+        except RolloutError as exc:
+            self.failure = exc
+            self._ended.set()
+
+    def _time_up(self) -> GatewayRefusal:
+        self._expire()
+        return GatewayRefusal(408, "the rollout's time limit passed", type_="timeout",
+                              code="time_limit")
+
+    def _fail(self, error: RolloutError) -> GatewayRefusal:
+        self.failure = error
+        self._ended.set()
+        return GatewayRefusal(502, f"the inference backend failed: {error.message}",
+                              type_="server_error", code="backend_error")
+
+    def _context_refusal(self, message: str) -> GatewayRefusal:
+        self.context_refusals += 1
+        self._refused_last = True
+        return GatewayRefusal(400, message, code="context_length_exceeded", param="messages")
+
+    async def _complete(self, request: ChatCompletionRequest) -> GatewayReply:
+        try:
+            if await self.llm.message_level():
+                raise InfraError("the gateway samples token ids; the rollout's backend is "
+                                 "message-level (an API model), which has none to record")
+            await self.tokenizer.ready()
+            shown = presentation(request.tools, self.tokenizer)
+        except RolloutError as exc:
+            raise self._fail(exc) from exc
+        try:
+            template = to_template(request.messages, shown)
+            normal = [normalized(m, i) for i, m in enumerate(request.messages)]
+        except Unsupported as exc:
+            raise GatewayRefusal(400, exc.message, param=exc.param) from None
+        tools_key = _tools_key(request.tools)
+        prompt, added, extends, conversation = await self._prompt(
+            normal, template, tools_key, template_tools(shown))
+        limit = self._context_limit()
+        if len(prompt) >= limit:
+            raise self._context_refusal(
+                f"This model's maximum context length is {limit} tokens; the messages take "
+                f"{len(prompt)} tokens, leaving no room to sample.")
+        gen = await self._generate(prompt, request, limit)
+        text = await conversation.builder.aassistant_content(gen.output_ids, gen.finish_reason)
+        reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools))
+        self._refuse_if_ended()  # the deadline came meanwhile: nothing is recorded
+        self._record(gen, added, extends, conversation, text, reply, request)
+        finish: FinishReason = ("tool_calls" if reply.tool_calls else
+                                "length" if gen.finish_reason == "length" else "stop")
+        if len(self.trajectory.turns) >= self.limits.max_turns:
+            self.finish("max_turns")
+        return GatewayReply(reply, finish, len(prompt), len(gen.output_ids))
+
+    async def _prompt(self, normal: list[Normal], template: list[Message], tools_key: str,
+                      tools: list[dict[str, object]] | None
+                      ) -> tuple[list[int], list[int], bool, _Conversation]:
+        """The prompt, the ids it adds, whether it extends the current sequence, and the
+        conversation it makes (see the module's docstring)."""
+        trajectory = self.trajectory
+        sequence = trajectory.input_ids[:trajectory.sampled_length]
+        sampled = any(t.sequence == trajectory.sequence for t in trajectory.turns)
+        current = self._conversation
+        if sampled and current is not None and current.tools_key == tools_key:
+            known = len(current.normal)
+            if len(normal) > known and normal[:known] == current.normal:
+                new = template[len(template) - (len(normal) - known):]
+                delta = await current.builder.adelta(current.template, new, sequence)
+                return (sequence + delta, delta, True,
+                        _Conversation(normal, current.template + new, tools_key, current.builder))
+        builder = self.tokenizer.prompt_builder(tools=tools)
+        builder.fidelity = trajectory.fidelity
+        rendered = await builder.afirst(template)
+        conversation = _Conversation(normal, template, tools_key, builder)
+        if sampled and len(rendered) > len(sequence) and rendered[:len(sequence)] == sequence:
+            return rendered, rendered[len(sequence):], True, conversation
+        return rendered, rendered, False, conversation
+
+    def _context_limit(self) -> int:
+        known = self.llm.context_window()
+        limit = self.limits.max_context_tokens
+        return limit if known is None else min(limit, known)
+
+    async def _generate(self, prompt: list[int], request: ChatCompletionRequest,
+                        limit: int) -> Generation:
+        sampling = self.limits.sampling
+        wanted = [n for n in (sampling.max_tokens, request.max_tokens,
+                              request.max_completion_tokens, limit - len(prompt)) if n is not None]
+        if min(wanted) != sampling.max_tokens:
+            sampling = sampling.model_copy(update={"max_tokens": min(wanted)})
+        try:
+            return await self.clock.llm(self.llm.generate(list(prompt), sampling))
+        except TimeUp:
+            raise self._time_up() from None
+        except RolloutError as exc:
+            if (overflow := context_window_error(exc)) is not None:
+                raise self._context_refusal(overflow.message) from exc
+            raise self._fail(exc) from exc
+
+    def _record(self, gen: Generation, added: list[int], extends: bool,
+                conversation: _Conversation, text: str, reply: Reply,
+                request: ChatCompletionRequest) -> None:
+        """Record the call's turn (no await: nothing else runs in between)."""
+        trajectory = self.trajectory
+        if not extends:
+            trajectory.start_sequence()
+        trajectory.add_prompt(added)
+        version = gen.policy_version if gen.policy_version is not None else self.llm.policy_version
+        turn = trajectory.add_generation(gen, policy_version=version)
+        turn.tool_calls = [_record_call(c.function.name, c.function.arguments, c.id)
+                           for c in reply.tool_calls]
+        echoed = reply_message(reply)
+        self._conversation = _Conversation(
+            conversation.normal + [normalized(echoed, len(conversation.normal))],
+            conversation.template + [{"role": "assistant", "content": text}],
+            conversation.tools_key, conversation.builder)
+        self._refused_last = False
+        self.calls += 1
+        self.last_text = text
+        trajectory.messages = [
+            *(m.model_dump(exclude_none=True) for m in request.messages),
+            echoed.model_dump(exclude_none=True, mode="json")]
+        trajectory.tools = ([t.model_dump(exclude_none=True) for t in request.tools]
+                            if request.tools else None)
+
+
+def _tools_key(tools: list[ToolDefinition] | None) -> str:
+    return json.dumps([t.model_dump(exclude_none=True) for t in tools or []], sort_keys=True)
+
+
+def _record_call(name: str, arguments: str, call_id: str) -> ToolCallRecord:
+    decoded = json.loads(arguments)
+    return {"name": name, "arguments": decoded if isinstance(decoded, dict) else arguments,
+            "id": call_id}

@@ -1,0 +1,83 @@
+"""A session served on a unix socket, for a harness inside a sandbox.
+
+The socket is bound in a folder the sandbox sees (its workspace) and answers the
+gateway's chat route for ONE session: whoever connects is that rollout's harness, so
+no key is needed and none can name another rollout. The sandbox has no network; its
+``forwarder`` turns 127.0.0.1 inside into this socket. The socket is bound through
+``/proc/self/fd/<folder>`` so a deep workspace path does not hit the 107-byte limit
+of a unix socket's path.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from aiohttp import web
+
+from rollserve.agent.gateway import wire
+from rollserve.agent.gateway.session import GatewayRefusal, GatewaySession
+
+__all__ = ["SOCKET_NAME", "SessionSocket"]
+
+SOCKET_NAME = ".rollserve-gateway.sock"
+MAX_BODY = 64 * 1024 * 1024  # bytes of one request
+
+
+class SessionSocket:
+    """``session``'s chat route on a unix socket in ``folder`` (``start``/``close``)."""
+
+    def __init__(self, session: GatewaySession, folder: Path, name: str = SOCKET_NAME) -> None:
+        self.session = session
+        self.folder = folder
+        self.name = name
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_route("*", "/{tail:.*}", self._unknown)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        folder = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            path = f"/proc/self/fd/{folder}/{self.name}"
+            sock.bind(path)
+            os.chmod(path, 0o666)  # the sandbox runs as a uid of its own
+        except OSError:
+            sock.close()
+            await runner.cleanup()
+            raise
+        finally:
+            os.close(folder)
+        sock.listen(64)
+        self._runner = runner
+        await web.SockSite(runner, sock).start()
+
+    async def close(self) -> None:
+        """Stop answering (idempotent); the socket file goes with the sandbox."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        try:
+            parsed = wire.parse_request(await request.read())
+            answer = await self.session.complete(parsed)
+        except GatewayRefusal as refusal:
+            return web.Response(body=wire.error_body(refusal), status=refusal.status,
+                                content_type="application/json")
+        if parsed.stream:
+            return web.Response(body=b"".join(wire.stream_chunks(answer, parsed)),
+                                content_type="text/event-stream",
+                                headers={"Cache-Control": "no-cache"})
+        body = wire.completion(answer, parsed.model).model_dump_json().encode("utf-8")
+        return web.Response(body=body, content_type="application/json")
+
+    async def _unknown(self, request: web.Request) -> web.Response:
+        refusal = GatewayRefusal(404, f"no route {request.method} {request.path}: the gateway "
+                                      "answers POST /v1/chat/completions", code="unknown_url")
+        return web.Response(body=wire.error_body(refusal), status=404,
+                            content_type="application/json")

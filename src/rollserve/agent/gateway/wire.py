@@ -1,0 +1,99 @@
+"""OpenAI's wire for the gateway: a request body in, an answer's bytes out.
+
+Shared by the server's routes (``api.routes_gateway``) and a sandboxed harness's
+socket (``agent.gateway.socket``), so both speak exactly the same protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+from pydantic import ValidationError
+
+from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply
+from rollserve.contract.gateway import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Choice,
+    ChunkChoice,
+    Delta,
+    FunctionCall,
+    GatewayError,
+    GatewayErrorBody,
+    ToolCallDelta,
+    Usage,
+)
+from rollserve.contract.validation import JSONInputError, field_name, parse_json
+
+__all__ = ["completion", "error_body", "parse_request", "stream_chunks"]
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8")
+
+
+def error_body(refusal: GatewayRefusal) -> bytes:
+    """``refusal`` in OpenAI's error shape."""
+    body = GatewayErrorBody(error=GatewayError(message=refusal.message, type=refusal.type,
+                                               param=refusal.param, code=refusal.code))
+    return _json(body.model_dump(mode="json"))
+
+
+def parse_request(raw: bytes) -> ChatCompletionRequest:
+    """The request in ``raw``; a ``GatewayRefusal`` (400, ``param`` naming the field)
+    when it is not JSON rollserve can hold or not a chat request."""
+    try:
+        value = parse_json(raw)
+    except JSONInputError as exc:
+        raise GatewayRefusal(400, exc.message, param=field_name(exc.loc)) from None
+    try:
+        return ChatCompletionRequest.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = field_name(first["loc"])
+        raise GatewayRefusal(400, f"{param}: {first['msg']}", param=param) from None
+
+
+def _usage(answer: GatewayReply) -> Usage:
+    return Usage(prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
+                 total_tokens=answer.prompt_tokens + answer.completion_tokens)
+
+
+def completion(answer: GatewayReply, model: str) -> ChatCompletion:
+    """The answer as a ``chat.completion``."""
+    message = AssistantMessage(content=answer.reply.content,
+                               tool_calls=answer.reply.tool_calls or None)
+    return ChatCompletion(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()),
+                          model=model, choices=[Choice(message=message,
+                                                       finish_reason=answer.finish_reason)],
+                          usage=_usage(answer))
+
+
+def stream_chunks(answer: GatewayReply, request: ChatCompletionRequest) -> Iterator[bytes]:
+    """The answer as OpenAI streams it (server-sent events): the role, the content, each
+    tool call, the finish reason, the usage when asked for, then ``[DONE]``."""
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+
+    def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
+        body = ChatCompletionChunk(id=completion_id, created=created, model=request.model,
+                                   choices=choices, usage=usage)
+        return b"data: " + _json(body.model_dump(mode="json", exclude_none=True)) + b"\n\n"
+
+    yield chunk([ChunkChoice(delta=Delta(role="assistant", content=""))])
+    if answer.reply.content:
+        yield chunk([ChunkChoice(delta=Delta(content=answer.reply.content))])
+    for index, call in enumerate(answer.reply.tool_calls):
+        yield chunk([ChunkChoice(delta=Delta(tool_calls=[ToolCallDelta(
+            index=index, id=call.id, type="function",
+            function=FunctionCall(name=call.function.name, arguments=call.function.arguments))]))])
+    yield chunk([ChunkChoice(delta=Delta(), finish_reason=answer.finish_reason)])
+    if request.stream_options is not None and request.stream_options.include_usage:
+        yield chunk([], _usage(answer))
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,94 @@
+"""The recording gateway's routes: OpenAI Chat Completions for an unmodified harness.
+
+A harness sets ``OPENAI_BASE_URL=<server>/v1/gateway/<key>/v1`` (any API key: the key
+in the path is what names the session, and these paths need no ``--api-token``) and
+calls ``POST .../chat/completions`` as it would call OpenAI, with ``stream`` true or
+not; ``POST /v1/gateway/<key>/end`` says it is done. Refusals are OpenAI's error shape
+(``{"error": {"message", "type", "param", "code"}}``): 400 for a bad request (``param``
+names the field) or a prompt past the context limit (``context_length_exceeded``), 401
+for an unknown key, 404 for a session that has ended, 408 at the time limit, 502 when
+the backend failed. The trainer reads a rollout's key from
+``GET /v1/rollouts/{id}/gateway`` (behind the API token like every trainer route).
+The wire itself (parsing, answers, chunks) is ``agent.gateway.wire``'s, as the engine
+re-exports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel
+
+from rollserve.api.errors import errors, model_response
+from rollserve.contract import MAX_WAIT
+from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
+from rollserve.engine.gateway import GatewayRefusal, Gateways, wire
+
+PREFIX = "/v1/gateway/"  # the harness's paths: no API token (the key is the credential)
+_THREAD_PARSE_BYTES = 256 * 1024
+
+router = APIRouter(tags=["gateway"])
+
+
+def _gateways(request: Request) -> Gateways:
+    gateways: Gateways = request.app.state.service.gateways
+    return gateways
+
+
+def _refused(refusal: GatewayRefusal) -> Response:
+    return Response(wire.error_body(refusal), status_code=refusal.status,
+                    media_type="application/json")
+
+
+async def _parse(request: Request) -> ChatCompletionRequest:
+    raw = await request.body()
+    if len(raw) > _THREAD_PARSE_BYTES:
+        return await asyncio.to_thread(wire.parse_request, raw)
+    return wire.parse_request(raw)
+
+
+# The harness's routes are OpenAI's API (OpenAI documents them; their errors are
+# OpenAI's shape, not rollserve's ErrorBody), so /openapi.json leaves them out.
+@router.post("/v1/gateway/{key}/v1/chat/completions", include_in_schema=False)
+async def chat_completions(key: str, request: Request) -> Response:
+    """One model call of the harness (OpenAI Chat Completions; ``stream: true`` answers
+    ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``)."""
+    try:
+        parsed = await _parse(request)
+        answer = await _gateways(request).complete(key, parsed)
+    except GatewayRefusal as refusal:
+        return _refused(refusal)
+    if parsed.stream:
+        return StreamingResponse(iter(list(wire.stream_chunks(answer, parsed))),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    return await model_response(wire.completion(answer, parsed.model))
+
+
+class Ended(BaseModel):
+    """The harness's session has ended."""
+
+    ended: bool
+
+
+@router.post("/v1/gateway/{key}/end", include_in_schema=False)
+async def end(key: str, request: Request) -> Response:
+    """The harness is done: the rollout's RUN ends and its EVAL grades the episode."""
+    try:
+        _gateways(request).end(key)
+    except GatewayRefusal as refusal:
+        return _refused(refusal)
+    return await model_response(Ended(ended=True))
+
+
+@router.get("/v1/rollouts/{rollout_id}/gateway", response_model=GatewayInfo,
+            tags=["rollouts"], responses=errors(404))
+async def gateway_info(rollout_id: str, request: Request,
+                       wait: float = Query(0.0, ge=0.0, le=MAX_WAIT, description=(
+                           "seconds to wait for the rollout's RUN to open its session"))
+                       ) -> Response:
+    """The rollout's gateway key and the base URL its harness uses (404 until its RUN
+    opens the session, and after it ends)."""
+    return await model_response(await _gateways(request).info(rollout_id, wait))

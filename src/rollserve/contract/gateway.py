@@ -1,0 +1,174 @@
+"""The gateway's wire: OpenAI Chat Completions as an unmodified agent harness speaks it.
+
+A harness whose ``OPENAI_BASE_URL`` is ``<server>/v1/gateway/<key>/v1`` posts
+``ChatCompletionRequest`` to ``/chat/completions`` and gets a ``ChatCompletion`` (or,
+with ``stream: true``, ``ChatCompletionChunk`` server-sent events), in OpenAI's
+shapes. Fields a harness sends that rollserve does not act on (``temperature``,
+``top_p``, ``stop``...) are accepted and ignored: the policy samples with the
+trainer's sampling parameters, so its logprobs are the ones the trainer expects.
+A refusal is a ``GatewayErrorBody``, OpenAI's error shape.
+
+``GatewayInfo`` is what the trainer's API says about a rollout's gateway session.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.contract.requests import JSONObject
+
+
+class FunctionCall(BaseModel):
+    name: str = Field(description="the function called")
+    arguments: str = Field(description="its arguments, a JSON string")
+
+
+class ChatToolCall(BaseModel):
+    """A tool call of an assistant message (OpenAI's ``tool_calls`` entry)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(description="the call's id, which the tool message answering it names")
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content; only ``text`` parts are rendered."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class GatewayMessage(BaseModel):
+    """A chat message as a harness sends it. Keys rollserve does not read (``refusal``,
+    ``annotations``...) are allowed and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ChatToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: JSONObject | None = None
+
+
+class ToolDefinition(BaseModel):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """What a harness posts. Sampling settings other than a lower ``max_tokens`` are
+    ignored (the trainer's apply); ``n`` must be 1."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = ""
+    messages: list[GatewayMessage] = Field(min_length=1)
+    tools: list[ToolDefinition] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: Literal[1] = 1
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    tool_calls: list[ChatToolCall] | None = None
+    refusal: None = None
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length", "tool_calls"]
+    logprobs: None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCall | None = None
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: Delta
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class GatewayError(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error | authentication_error | "
+                                  "server_error ...")
+    param: str | None = Field(None, description="the request field at fault")
+    code: str | None = None
+
+
+class GatewayErrorBody(BaseModel):
+    """OpenAI's error shape."""
+
+    error: GatewayError
+
+
+class GatewayInfo(BaseModel):
+    """A rollout's gateway session, for the trainer (``GET /v1/rollouts/{id}/gateway``)."""
+
+    rollout_id: str = Field(description="the rollout the session records")
+    key: str = Field(description="the session's key: a secret, valid while the rollout runs")
+    base_url: str = Field(description="the path a harness uses as OPENAI_BASE_URL (after the "
+                                      "server's address)")
+    ended: bool = Field(description="true once the session took its last call")

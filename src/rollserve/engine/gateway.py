@@ -1,0 +1,54 @@
+"""The gateway's operations, as the API calls them (``agent.gateway`` does the work).
+
+A harness's call names its session by key; an unknown key (never made, another
+server's, or of a rollout whose RUN is over) is a ``GatewayRefusal`` with status 401.
+A call's LLM requests are bounded by the session's deadline, as a rollout's own
+stages bound theirs (``llm.routing.deadline``).
+"""
+
+from __future__ import annotations
+
+from rollserve.agent.gateway import wire
+from rollserve.agent.gateway.registry import Gateway
+from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply, GatewaySession
+from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
+from rollserve.engine.errors import NotFound
+from rollserve.llm.routing.deadline import call_deadline
+
+__all__ = ["GatewayRefusal", "GatewayReply", "Gateways", "wire"]
+
+
+class Gateways:
+    """Calls into the live gateway sessions, and what the trainer may read of them."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    def _session(self, key: str) -> GatewaySession:
+        session = self._gateway.get(key)
+        if session is None:
+            raise GatewayRefusal(401, "unknown gateway key: no live rollout has it (a key is "
+                                      "valid only while its rollout runs)",
+                                 type_="authentication_error", code="invalid_api_key")
+        return session
+
+    async def complete(self, key: str, request: ChatCompletionRequest) -> GatewayReply:
+        """Answer one chat call of the session ``key`` names."""
+        session = self._session(key)
+        with call_deadline(session.limits.deadline):
+            return await session.complete(request)
+
+    def end(self, key: str) -> None:
+        """The harness is done: the session takes no more calls and its RUN ends."""
+        self._session(key).finish("finished")
+
+    async def info(self, rollout_id: str, wait: float = 0.0) -> GatewayInfo:
+        """The rollout's session (waiting up to ``wait`` seconds for its RUN to open
+        it); ``NotFound`` when it has none."""
+        found = await self._gateway.key_of(rollout_id, wait)
+        if found is None:
+            raise NotFound(f"rollout {rollout_id!r} has no gateway session open (it is not a "
+                           "gateway rollout, its RUN has not started, or it is over)")
+        key, session = found
+        return GatewayInfo(rollout_id=rollout_id, key=key, base_url=f"/v1/gateway/{key}/v1",
+                           ended=session.ended)

@@ -1,0 +1,200 @@
+"""``gateway``: a rollout driven by an agent harness outside rollserve, through the
+recording gateway (``agent.gateway``).
+
+RUN opens the rollout's gateway session and waits until the harness ends it
+(``POST /v1/gateway/<key>/end``), ``max_turns`` calls were answered, or the time
+limit came (``agent.clock``: ``time_limit`` when the harness took the time, a masked
+``DeadlineFailure`` when the backend did). The trainer reads the session's key from
+``GET /v1/rollouts/{id}/gateway`` and hands it to its harness as
+``OPENAI_BASE_URL=<server>/v1/gateway/<key>/v1``. EVAL compares the text of the
+policy's last reply (the sampled ids, decoded: what the harness says it got counts
+for nothing) with the instance's ``answer``, stripped of surrounding whitespace:
+reward 1.0 when equal, else 0.0.
+
+Instance: ``{"answer": "<the reply that earns reward 1>", "tool_calls": "hermes" |
+"none", "command": ..., "files": {...}}``; ``tool_calls`` ``hermes`` (default) answers
+the policy's ``<tool_call>`` blocks as OpenAI ``tool_calls`` when the harness offers
+tools, ``none`` leaves every reply as text (for harnesses that parse actions
+themselves).
+
+With ``command``, the harness runs INSIDE the rollout's sandbox (no network): INIT
+starts the sandbox with ``files`` in its workspace; RUN binds the session's unix socket
+into the workspace (``agent.gateway.unix_socket``) and runs ``bash -c <command>``
+under the ``forwarder``, which serves the socket on 127.0.0.1 inside and sets
+``OPENAI_BASE_URL`` (``OPENAI_API_KEY`` is the session's key; ``ROLLSERVE_PYTHON``
+names the python the forwarder runs on). The episode ends when the command exits
+(``stats.harness_exit_code``), when the session ends, or at the time limit; the
+command and everything it started is killed then, and the sandbox closes at cleanup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rollserve.agent.gateway.session import GatewayLimits, GatewaySession
+from rollserve.agent.gateway.unix_socket import SOCKET_NAME, SessionSocket
+from rollserve.contract.validation import field_name
+from rollserve.errors import InfraError
+from rollserve.handlers.base import (
+    AgentHandler,
+    Evaluation,
+    HandlerDefaults,
+    InvalidInstance,
+    RolloutView,
+)
+from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
+from rollserve.sandbox.base import Sandbox, SandboxProcess, SandboxSpec
+
+FORWARDER = (Path(__file__).parents[1] / "agent" / "gateway" / "forwarder.py").read_text()
+LOG_TAIL = 4000  # characters of the harness's output kept in the evaluation
+
+__all__ = ["GatewayHandler", "GatewayInstance"]
+
+
+class GatewayInstance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    answer: str = Field(min_length=1, description="the reply that earns reward 1.0")
+    tool_calls: Literal["hermes", "none"] = "hermes"
+    command: str | None = Field(None, min_length=1, description="the harness, run in the "
+                                "rollout's sandbox with bash -c")
+    files: dict[str, str] = Field(default_factory=dict, description="workspace path -> text, "
+                                  "for the sandbox (with command only)")
+
+
+@dataclass
+class GatewayState:
+    task: GatewayInstance
+    session: GatewaySession | None = None
+    sandbox: Sandbox | None = None
+    python: tuple[str, dict[str, str]] | None = None  # the forwarder's python, its env
+    log: list[str] = field(default_factory=list)  # the harness's output, its tail
+    exit_code: int | None = None
+
+
+class GatewayHandler(AgentHandler):
+    name = "gateway"
+    defaults = HandlerDefaults(max_turns=30, max_context_tokens=8192, init_timeout=10.0,
+                               run_timeout=600.0, eval_timeout=10.0, total_timeout=900.0)
+
+    def validate(self, instance: dict[str, Any]) -> None:
+        task = _task(instance)
+        if task.files and task.command is None:
+            raise InvalidInstance("instance.files", "files go into the sandbox of a command; "
+                                                    "set instance.command too")
+        for name in task.files:
+            parts = name.removeprefix("/workspace/").split("/")
+            outside = name.startswith("/") and not name.startswith("/workspace/")
+            if outside or ".." in parts or "" in parts or SOCKET_NAME in parts:
+                raise InvalidInstance(f"instance.files.{name}", "a path inside the workspace "
+                                      "(relative, or under /workspace), without '..' or empty "
+                                      f"parts, other than {SOCKET_NAME}")
+
+    async def init(self, rollout: RolloutView) -> None:
+        state = GatewayState(_task(rollout.instance))
+        rollout.state = state
+        if state.task.command is not None:
+            state.sandbox = await open_sandbox(self.ctx, rollout,
+                                               SandboxSpec(files=state.task.files, network=False))
+            state.python = await python_with(state.sandbox, "asyncio")
+
+    async def run(self, rollout: RolloutView) -> None:
+        state = self.state(rollout, GatewayState)
+        gateway = self.ctx.gateway
+        if gateway is None:
+            raise InfraError("this server has no gateway: the gateway handler cannot run")
+        if rollout.llm is None:
+            raise InfraError("no LLM session was attached to the rollout before RUN")
+        limits = GatewayLimits(
+            sampling=rollout.sampling, max_turns=rollout.max_turns,
+            max_context_tokens=rollout.max_context_tokens,
+            deadline=rollout.agent_deadline(asyncio.get_running_loop().time()),
+            parse_tool_calls=state.task.tool_calls == "hermes")
+        session = GatewaySession(rollout.id, rollout.llm, self.ctx.tokenizer,
+                                 rollout.trajectory, limits)
+        state.session = session
+        key = gateway.open(session)
+        try:
+            if state.sandbox is not None:
+                await self._run_command(state, session, key)
+            else:
+                await session.wait()
+        finally:
+            gateway.close(session)
+            rollout.trajectory.ended_by = session.ended_by
+            rollout.add_time("llm", session.stats.llm_seconds)
+            rollout.add_time("harness", session.stats.env_seconds)
+            rollout.add_stats({"gateway_calls": session.calls,
+                               "context_refusals": session.context_refusals})
+            if state.exit_code is not None:
+                rollout.add_stats({"harness_exit_code": state.exit_code})
+
+    async def _run_command(self, state: GatewayState, session: GatewaySession, key: str) -> None:
+        """The harness in the sandbox, until it exits, the session ends, or the time
+        limit (``session.wait``); then it is killed, and the socket closed."""
+        assert state.sandbox is not None and state.python is not None
+        assert state.task.command is not None
+        python, env = state.python
+        server = SessionSocket(session, state.sandbox.workspace)
+        await server.start()
+        process: SandboxProcess | None = None
+        watcher: asyncio.Task[None] | None = None
+        try:
+            process = await state.sandbox.spawn(
+                [python, "-c", FORWARDER, f"/workspace/{SOCKET_NAME}", "--",
+                 "bash", "-c", state.task.command],
+                env={**env, "OPENAI_API_KEY": key, "ROLLSERVE_PYTHON": python})
+            watcher = asyncio.create_task(_watch(process, session, state))
+            await session.wait()
+        finally:
+            if process is not None:
+                await process.kill()
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            await server.close()
+
+    async def eval(self, rollout: RolloutView) -> Evaluation:
+        state = self.state(rollout, GatewayState)
+        text = state.session.last_text if state.session is not None else None
+        got = None if text is None else text.strip()
+        reward = 1.0 if got is not None and got == state.task.answer.strip() else 0.0
+        details: dict[str, Any] = {"reply": got, "expected": state.task.answer}
+        if state.task.command is not None:
+            details["harness_exit_code"] = state.exit_code
+            details["harness_log_tail"] = "".join(state.log)[-LOG_TAIL:]
+        return Evaluation(reward, details)
+
+    async def cleanup(self, rollout: RolloutView) -> None:
+        state = rollout.state
+        if isinstance(state, GatewayState) and state.session is not None and self.ctx.gateway:
+            self.ctx.gateway.close(state.session)
+        await close_sandboxes(rollout)
+
+
+async def _watch(process: SandboxProcess, session: GatewaySession, state: GatewayState) -> None:
+    """Keep the harness's output (its tail) and end the session when it exits."""
+    kept = 0
+    while chunk := await process.read():
+        text = chunk.decode("utf-8", "replace")
+        state.log.append(text)
+        kept += len(text)
+        while kept > 2 * LOG_TAIL and len(state.log) > 1:
+            kept -= len(state.log.pop(0))
+    state.exit_code = await process.wait()
+    session.finish("finished")
+
+
+def _task(instance: dict[str, Any]) -> GatewayInstance:
+    try:
+        return GatewayInstance.model_validate(instance)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InvalidInstance(field_name(("instance", *first["loc"])), first["msg"]) from None
