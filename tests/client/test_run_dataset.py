@@ -56,8 +56,12 @@ async def test_runs_every_row_and_writes_each_result(make_api, fake_llm, tmp_pat
     assert report.progress.finished == 6 and report.progress.submitted == 6
     assert report.progress.mean_reward == pytest.approx(4 / 6)
     assert seen[-1] == 6
-    assert report.by_data_source() == {"math": {"count": 6, "completed": 6, "failed": 0, "masked": 0,
-                                                "rejected": 0, "mean_reward": pytest.approx(4 / 6)}}
+    (math_,) = report.evaluation().sources
+    assert (math_.data_source, math_.tasks, math_.samples, math_.scored, math_.masked) == \
+        ("math", 3, 6, 6, 0)
+    assert math_.statuses == {"completed": 6} and math_.failures == {}
+    assert math_.mean_reward == pytest.approx(4 / 6)
+    assert report.rejected_by_data_source() == {}
 
 
 async def test_a_rerun_reuses_the_servers_groups(make_api, fake_llm, tmp_path):
@@ -113,7 +117,7 @@ async def test_rows_the_server_refuses_are_reported_and_the_rest_run(make_api, f
     (rejected,) = report.rejected
     assert rejected.number == 2 and "tasks[1].instance.question: required" in rejected.error
     assert report.progress.finished == 2 and len(results(tmp_path / "out.jsonl")) == 2
-    assert report.by_data_source()["math"]["rejected"] == 1
+    assert report.rejected_by_data_source() == {"math": 1}
 
 
 async def test_in_flight_rollouts_stay_under_the_cap(make_api, fake_llm, tmp_path):
