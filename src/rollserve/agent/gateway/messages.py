@@ -67,10 +67,12 @@ def text_of(message: GatewayMessage, index: int) -> str:
 
 
 def _arguments(call: ChatToolCall) -> object:
-    """A call's arguments decoded (the raw string when it is not JSON)."""
+    """A call's arguments decoded (the raw string when it is not JSON, or nested too
+    deep for ``json`` to decode or write back)."""
     try:
         decoded: object = json.loads(call.function.arguments) if call.function.arguments.strip() else {}
-    except ValueError:
+        _canonical(decoded)
+    except (ValueError, RecursionError):
         return call.function.arguments
     return decoded
 
@@ -102,10 +104,13 @@ def to_template(messages: list[GatewayMessage], shown: ToolPresentation | None) 
     names: dict[str, str] = {}
     out: list[Message] = []
     section = shown.system_prompt if shown is not None else ""
+    # Where the tools section goes depends on the first message only, so a system
+    # message a later call appends never gets a second copy of it.
+    leads = bool(messages) and messages[0].role in ("system", "developer")
     for index, message in enumerate(messages):
         text = text_of(message, index)
         if message.role in ("system", "developer"):
-            if section and not any(m["role"] == "system" for m in out):
+            if section and index == 0:
                 text = f"{text}\n\n{section}" if text else section
             out.append({"role": "system", "content": text})
         elif message.role == "user":
@@ -123,7 +128,7 @@ def to_template(messages: list[GatewayMessage], shown: ToolPresentation | None) 
             name = message.name or names.get(message.tool_call_id or "")
             wrap = shown.wrap_responses if shown is not None else False
             out.append(tool_message(text, name, wrap))
-    if section and not any(m["role"] == "system" for m in out):
+    if section and not leads:
         out.insert(0, {"role": "system", "content": section})
     return out
 
@@ -150,11 +155,14 @@ def parse_reply(text: str, parse_calls: bool) -> Reply:
     parsed = parse_tool_calls(text, "hermes")
     if not parsed.items or any(isinstance(item, MalformedCall) for item in parsed.items):
         return Reply(text, [])
+    try:  # NaN/Infinity (Python's json reads them) are not JSON: such a call is malformed
+        arguments = [json.dumps(call.arguments, ensure_ascii=False, allow_nan=False)
+                     for call in parsed.calls]
+    except (ValueError, RecursionError):
+        return Reply(text, [])
     calls = [ChatToolCall(id=f"call_{secrets.token_hex(12)}",
-                          function=FunctionCall(name=call.name,
-                                                arguments=json.dumps(call.arguments,
-                                                                     ensure_ascii=False)))
-             for call in parsed.calls]
+                          function=FunctionCall(name=call.name, arguments=args))
+             for call, args in zip(parsed.calls, arguments, strict=True)]
     content = text[:text.index("<tool_call>")].rstrip()
     return Reply(content or None, calls)
 

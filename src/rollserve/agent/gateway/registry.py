@@ -36,9 +36,10 @@ class Gateway:
 
     def close(self, session: GatewaySession) -> None:
         """Forget ``session``: its key finds nothing from now on."""
-        key = self._keys.pop(session.rollout_id, None)
-        if key is not None:
-            self._by_key.pop(key, None)
+        for key in [k for k, live in self._by_key.items() if live is session]:
+            del self._by_key[key]
+        if self._keys.get(session.rollout_id) not in self._by_key:  # else a newer attempt's
+            self._keys.pop(session.rollout_id, None)
         session.finish("finished")
         self._notify()
 

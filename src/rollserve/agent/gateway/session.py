@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from jinja2 import TemplateError
+
 from rollserve.agent.base import ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp
 from rollserve.agent.gateway.messages import (
@@ -47,6 +49,7 @@ from rollserve.agent.gateway.messages import (
     template_tools,
     to_template,
 )
+from rollserve.agent.tool_calls import ToolPresentation
 from rollserve.agent.trajectory import Trajectory
 from rollserve.contract import SamplingParams
 from rollserve.contract.gateway import ChatCompletionRequest, ToolDefinition
@@ -56,6 +59,10 @@ from rollserve.llm.base import Generation, LLMSession, Message, PromptBuilder, T
 __all__ = ["FinishReason", "GatewayLimits", "GatewayRefusal", "GatewayReply", "GatewaySession"]
 
 FinishReason = Literal["stop", "length", "tool_calls"]
+# Calls of one session waiting for their turn (one runs at a time): past this, a 429.
+# A harness makes one call at a time; a policy flooding the gateway from its tools
+# cannot queue requests (and their bodies) without bound.
+MAX_WAITING_CALLS = 4
 
 
 class GatewayRefusal(Exception):
@@ -124,6 +131,7 @@ class GatewaySession:
         self._lock = asyncio.Lock()
         self._conversation: _Conversation | None = None
         self._refused_last = False
+        self._waiting = 0  # calls in ``complete``, waiting or running
 
     @property
     def ended(self) -> bool:
@@ -134,6 +142,11 @@ class GatewaySession:
         """Answer one call (one at a time: concurrent calls of a session wait their turn);
         every wait of the call is bounded by the deadline (then a 408)."""
         self._refuse_if_ended()
+        if self._waiting >= MAX_WAITING_CALLS:
+            raise GatewayRefusal(429, f"{self._waiting} calls of this session are already "
+                                      "waiting for their turn; send one call at a time",
+                                 type_="rate_limit_error", code="too_many_calls")
+        self._waiting += 1
         try:  # everything a call waits on (its turn, a usable backend, the sample)
             async with asyncio.timeout_at(self.limits.deadline) as limit, self._lock:
                 self._refuse_if_ended()
@@ -142,6 +155,8 @@ class GatewaySession:
             if limit.expired():
                 raise self._time_up() from None
             raise
+        finally:
+            self._waiting -= 1
 
     def finish(self, reason: str = "finished") -> None:
         """The harness is done (or a limit ended the episode): no more calls."""
@@ -161,9 +176,15 @@ class GatewaySession:
             self.ended_by = "finished"
         if self._refused_last and self.ended_by == "finished":
             self.ended_by = "context_exhausted"  # the harness gave up on a full context
-        if self.failure is None and not self.trajectory.turns and self.context_refusals:
-            self.failure = PromptTooLongError("every prompt the harness sent was refused for the "
-                                              "context limit: nothing was sampled to score")
+        if self.failure is None and not self.trajectory.turns:
+            # Nothing the policy sampled to score (a harness that never called, or one
+            # that failed to start): masked, never a reward of 0 for the policy.
+            self.failure = (
+                PromptTooLongError("every prompt the harness sent was refused for the "
+                                   "context limit: nothing was sampled to score")
+                if self.context_refusals else
+                InfraError(f"the session ended ({self.ended_by}) before the harness made a "
+                           "model call: nothing was sampled to score"))
         # The harness's time: everything the backend did not take.
         self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started
                                      - self.stats.llm_seconds)
@@ -214,14 +235,22 @@ class GatewaySession:
             shown = presentation(request.tools, self.tokenizer)
         except RolloutError as exc:
             raise self._fail(exc) from exc
-        try:
-            template = to_template(request.messages, shown)
-            normal = [normalized(m, i) for i, m in enumerate(request.messages)]
+        try:  # in a thread: a large conversation must not stall the event loop
+            template, normal, tools_key = await asyncio.to_thread(_convert, request, shown)
         except Unsupported as exc:
             raise GatewayRefusal(400, exc.message, param=exc.param) from None
-        tools_key = _tools_key(request.tools)
-        prompt, added, extends, conversation = await self._prompt(
-            normal, template, tools_key, template_tools(shown))
+        try:
+            prompt, added, extends, conversation = await self._prompt(
+                normal, template, tools_key, template_tools(shown))
+        except RolloutError as exc:
+            raise self._fail(exc) from exc
+        except (TemplateError, TypeError, ValueError, KeyError, IndexError,
+                RecursionError) as exc:
+            # The chat template refused these messages (roles out of order, a field it
+            # cannot render...): the harness's request, not the server, is at fault.
+            raise GatewayRefusal(400, f"the policy's chat template cannot render these "
+                                      f"messages: {type(exc).__name__}: {exc}",
+                                 param="messages") from None
         limit = self._context_limit()
         if len(prompt) >= limit:
             raise self._context_refusal(
@@ -308,6 +337,14 @@ class GatewaySession:
             echoed.model_dump(exclude_none=True, mode="json")]
         trajectory.tools = ([t.model_dump(exclude_none=True) for t in request.tools]
                             if request.tools else None)
+
+
+def _convert(request: ChatCompletionRequest, shown: ToolPresentation | None
+             ) -> tuple[list[Message], list[Normal], str]:
+    """The request's messages for the template, as compared, and its tools' key."""
+    template = to_template(request.messages, shown)
+    normal = [normalized(m, i) for i, m in enumerate(request.messages)]
+    return template, normal, _tools_key(request.tools)
 
 
 def _tools_key(tools: list[ToolDefinition] | None) -> str:

@@ -10,6 +10,7 @@ of a unix socket's path.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from pathlib import Path
@@ -22,7 +23,9 @@ from rollserve.agent.gateway.session import GatewayRefusal, GatewaySession
 __all__ = ["SOCKET_NAME", "SessionSocket"]
 
 SOCKET_NAME = ".rollserve-gateway.sock"
-MAX_BODY = 64 * 1024 * 1024  # bytes of one request
+# Bytes of one request: a harness's whole conversation fits (a 200k-token context is
+# about 1 MB of text); more is refused by aiohttp (413) before it is read.
+MAX_BODY = 8 * 1024 * 1024
 
 
 class SessionSocket:
@@ -64,7 +67,8 @@ class SessionSocket:
 
     async def _chat(self, request: web.Request) -> web.Response:
         try:
-            parsed = wire.parse_request(await request.read())
+            # Parsed in a thread: the event loop serves every rollout meanwhile.
+            parsed = await asyncio.to_thread(wire.parse_request, await request.read())
             answer = await self.session.complete(parsed)
         except GatewayRefusal as refusal:
             return web.Response(body=wire.error_body(refusal), status=refusal.status,
