@@ -186,6 +186,17 @@ def _check_exact(sample: dict, result: RolloutResult) -> None:
     assert scores[:last] + scores[last + 1:] == [0.0] * (len(scores) - 1)
 
 
+def _drive(verl_venv: Path, tmp_path: Path, spec: dict) -> dict:
+    """Run verl_driver.py in the verl venv; what it printed."""
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run([str(verl_venv / "bin" / "python"), str(DRIVER), str(tmp_path / "spec.json")],
+                          capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HF_HUB_OFFLINE": "1",
+                               "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled"})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-6000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_verls_rollout_gets_rollserves_tokens_exactly(verl_venv: Path, model_dir: Path,
                                                       server_factory, fake_llm_thread,
                                                       tmp_path: Path) -> None:
@@ -211,13 +222,7 @@ def test_verls_rollout_gets_rollserves_tokens_exactly(verl_venv: Path, model_dir
     spec = {"model_dir": str(model_dir), "rows": str(tmp_path / "rows.json"),
             "loop_config": str(tmp_path / "loops.yaml"), "n": 2, "prompt_length": PROMPT_LENGTH,
             "response_length": RESPONSE_LENGTH, "validate": False}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    done = subprocess.run([str(verl_venv / "bin" / "python"), str(DRIVER), str(tmp_path / "spec.json")],
-                          capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HF_HUB_OFFLINE": "1",
-                               "TOKENIZERS_PARALLELISM": "false"})
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-6000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = _drive(verl_venv, tmp_path, spec)
     samples = out["samples"]
     assert len(samples) == 8
     for sample in samples:
@@ -262,4 +267,32 @@ def test_verls_rollout_gets_rollserves_tokens_exactly(verl_venv: Path, model_dir
         assert metrics["generate_sequences"] == timing.get("llm", timing["run"])
         assert metrics["compute_score"] == timing["eval"]
     assert set(out["reward_extra_keys"]) == {"rollserve_masked", "rollserve_attempts"}
+
+
+def test_verls_own_servers_are_registered_and_sampled_from(verl_venv: Path, model_dir: Path,
+                                                           server_factory, fake_llm_thread,
+                                                           tmp_path: Path) -> None:
+    """``backends: verl``: rollserve starts with no backend; the loop reads verl's server
+    addresses from verl's load balancer and registers them; the samples come from there."""
+    fake = fake_llm_thread(replies=two_turns)
+    server = server_factory().start(timeout=180)
+    address = fake.url.removeprefix("http://").rstrip("/")
+    (tmp_path / "rows.json").write_text(json.dumps([verl_row(TWO, 0)]))
+    (tmp_path / "loops.yaml").write_text(json.dumps([
+        {"name": "rollserve", "_target_": "rollserve.integrations.verl.RollserveAgentLoop",
+         "url": server.url, "timeout": 300, "backends": "verl", "sampling": {"max_tokens": 64}}]))
+    with Client(server.url) as client:
+        assert client.list_backends().backends == []
+        out = _drive(verl_venv, tmp_path, {
+            "model_dir": str(model_dir), "rows": str(tmp_path / "rows.json"),
+            "loop_config": str(tmp_path / "loops.yaml"), "n": 2, "prompt_length": PROMPT_LENGTH,
+            "response_length": RESPONSE_LENGTH, "validate": False, "verl_servers": [address]})
+        backends = client.list_backends().backends
+        name = "verl-" + address.replace(":", "-")
+        assert [(b.name, b.kind, b.url.rstrip("/")) for b in backends] == [(name, "vllm", fake.url.rstrip("/"))]
+        assert len(out["samples"]) == 2 and fake.calls
+        for sample in out["samples"]:
+            result = _stored(client, sample["rollserve"]["id"])
+            assert not result.mask and {turn.backend for turn in result.trajectory.turns} == {name}
+            _check_exact(sample, result)
 

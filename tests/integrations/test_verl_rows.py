@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from rollserve.client import AsyncClient
 from rollserve.contract import (
     AgentLimits,
     Fidelity,
@@ -22,6 +23,7 @@ from rollserve.integrations.verl_rows import (
     VerlTaskError,
     batch_sampling,
     fit_limits,
+    register_servers,
     task_from_row,
     to_verl,
     verl_row,
@@ -125,3 +127,11 @@ def test_masked_timed_out_and_over_length_samples_get_no_gradient():
     long = to_verl(Attempts(_result(), 1, ["g"]), prompt_length=2, response_length=3, filler_id=2)
     assert (long.prompt_ids, long.response_ids, long.response_mask) == ([2, 3], [10, 11, 4], [0, 0, 0])
     assert (long.reward_score, long.masked, long.reason) == (0.0, True, "over_length")
+
+
+async def test_verl_servers_of_an_engine_rollserve_has_no_kind_for_are_refused():
+    async with AsyncClient("http://127.0.0.1:9") as client:  # never called
+        with pytest.raises(ValueError, match="actor_rollout_ref.rollout.name"):
+            await register_servers(client, ["127.0.0.1:1"], "trtllm")
+    with pytest.raises(ValueError, match="backends"):
+        LoopSettings(url="http://x", backends="theirs")

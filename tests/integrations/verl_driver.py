@@ -8,6 +8,10 @@ parquet file read by verl's ``RLHFDataset``, batched by its ``collate_fn`` into 
 the agent loop named in each row, padded and batched by verl. Prints what verl made
 of each sample, unpadded, as JSON on the last line of stdout.
 
+With ``verl_servers`` (``host:port`` addresses) in the spec, the worker's LLM client is
+verl's own ``LLMServerClient`` over verl's load balancer (a Ray actor, on a local Ray
+started here) that lists those addresses as verl's inference servers.
+
 argv[1]: a JSON file: model_dir, rows (a JSON file of dataset rows, written here as
 parquet with pandas, as verl's data preparation scripts do), loop_config (the agent loop config file),
 n, prompt_length, response_length, validate.
@@ -46,7 +50,16 @@ def main() -> None:
         ])
     parquet = str(Path(spec["rows"]).with_suffix(".parquet"))
     pd.DataFrame(json.loads(Path(spec["rows"]).read_text())).to_parquet(parquet)
-    worker = AgentLoopWorker(config, llm_client=None)
+    llm_client = None
+    if spec.get("verl_servers"):
+        import ray
+        from verl.workers.rollout.llm_server import LLMServerClient
+        from verl.workers.rollout.router import get_router_handle
+
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        balancer = get_router_handle({address: None for address in spec["verl_servers"]})
+        llm_client = LLMServerClient(config, load_balancer_handle=balancer)
+    worker = AgentLoopWorker(config, llm_client=llm_client)
     dataset = RLHFDataset(data_files=[parquet], tokenizer=worker.tokenizer,
                           config=config.data, processor=worker.processor)
     batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
@@ -72,6 +85,10 @@ def main() -> None:
             "rollserve_masked": float(out.non_tensor_batch["rollserve_masked"][i]),
             "shapes": {key: list(out.batch[key].shape) for key in ("prompts", "responses")},
         })
+    if llm_client is not None:
+        import ray
+
+        ray.shutdown()
     print(json.dumps({"samples": samples, "metrics": out.meta_info["metrics"],
                       "reward_extra_keys": out.meta_info.get("reward_extra_keys")}))
 

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import JsonValue, ValidationError
 
@@ -33,8 +35,8 @@ from rollserve.client import AsyncClient, RollserveError
 from rollserve.contract import AgentLimits, RolloutResult, SamplingParams, TaskRequest, Timeouts
 from rollserve.integrations.tensors import info, to_sample
 
-__all__ = ["LoopSettings", "VerlOutput", "VerlTaskError", "run_one", "task_from_row", "to_verl",
-           "verl_row"]
+__all__ = ["LoopSettings", "VerlOutput", "VerlTaskError", "register_servers", "run_one",
+           "task_from_row", "to_verl", "verl_row"]
 
 TASK_KEY = "rollserve"  # extra_info[TASK_KEY]: the task
 TASK_FIELDS = ("instance", "sampling", "agent", "timeouts", "metadata")
@@ -108,6 +110,9 @@ class LoopSettings:
     url: str
     timeout: float = 3600.0  # seconds for one run(), every attempt together
     masked_retries: int = 1  # fresh samples asked for after a masked one
+    # "registered": rollserve's backends as they are; "verl": verl's inference servers
+    # are registered in rollserve first (register_servers), then sampled from.
+    backends: Literal["registered", "verl"] = "registered"
     sampling: SamplingParams | None = None  # under verl's temperature/top_p/top_k
     agent: AgentLimits | None = None
     timeouts: Timeouts | None = None
@@ -119,6 +124,8 @@ class LoopSettings:
             raise ValueError(f"timeout: seconds in (0, 604800], got {self.timeout}")
         if not 0 <= self.masked_retries <= 10:
             raise ValueError(f"masked_retries: 0 to 10, got {self.masked_retries}")
+        if self.backends not in ("registered", "verl"):
+            raise ValueError(f"backends: registered or verl, got {self.backends!r}")
 
 
 def batch_sampling(settings: LoopSettings, verl_sampling: Mapping[str, object]) -> SamplingParams:
@@ -140,6 +147,36 @@ def fit_limits(task: TaskRequest, settings: LoopSettings, budget: int) -> TaskRe
              if limits is not None and limits.max_context_tokens is not None]
     fields = {**agent.model_dump(exclude_unset=True), "max_context_tokens": min([*given, budget])}
     return task.model_copy(update={"agent": AgentLimits.model_validate(fields)})
+
+
+# verl's rollout engines that rollserve has a backend kind for.
+SERVER_KINDS = {"vllm": "vllm", "sglang": "sglang"}
+
+
+async def register_servers(client: AsyncClient, addresses: Sequence[str], engine: str) -> list[str]:
+    """Register verl's inference servers (``host:port``, as verl's load balancer lists
+    them) as rollserve backends named ``verl-<host>-<port>``, those not registered yet
+    (by URL); returns the names added. ``engine``: verl's ``rollout.name``."""
+    kind = SERVER_KINDS.get(engine)
+    if kind is None:
+        raise ValueError(f"actor_rollout_ref.rollout.name: rollserve has no backend kind for "
+                         f"verl's {engine!r} servers (it has {', '.join(SERVER_KINDS)})")
+    known = {backend.url.rstrip("/") for backend in (await client.list_backends()).backends
+             if backend.url}
+    added: list[str] = []
+    for address in addresses:
+        url = f"http://{address}"
+        if url in known:
+            continue
+        name = "verl-" + re.sub(r"[^A-Za-z0-9._-]+", "-", address).strip("-")
+        try:
+            await client.add_backend({"url": url, "kind": kind, "name": name})
+        except RollserveError as exc:
+            if exc.status != 409:  # 409: another sample registered it just now
+                raise
+            continue
+        added.append(name)
+    return added
 
 
 @dataclass(frozen=True)
