@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import verl
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
@@ -48,17 +49,23 @@ def main() -> None:
             f"data.max_prompt_length={spec['prompt_length']}",
             f"data.max_response_length={spec['response_length']}",
         ])
+    if not spec.get("verl_servers"):
+        return run(spec, config, None)
+    import ray
+    from verl.workers.rollout.llm_server import LLMServerClient
+    from verl.workers.rollout.router import get_router_handle
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        balancer = get_router_handle({address: None for address in spec["verl_servers"]})
+        run(spec, config, LLMServerClient(config, load_balancer_handle=balancer))
+    finally:
+        ray.shutdown()  # its processes end with it
+
+
+def run(spec: dict, config: DictConfig, llm_client: object) -> None:
     parquet = str(Path(spec["rows"]).with_suffix(".parquet"))
     pd.DataFrame(json.loads(Path(spec["rows"]).read_text())).to_parquet(parquet)
-    llm_client = None
-    if spec.get("verl_servers"):
-        import ray
-        from verl.workers.rollout.llm_server import LLMServerClient
-        from verl.workers.rollout.router import get_router_handle
-
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-        balancer = get_router_handle({address: None for address in spec["verl_servers"]})
-        llm_client = LLMServerClient(config, load_balancer_handle=balancer)
     worker = AgentLoopWorker(config, llm_client=llm_client)
     dataset = RLHFDataset(data_files=[parquet], tokenizer=worker.tokenizer,
                           config=config.data, processor=worker.processor)
@@ -85,10 +92,6 @@ def main() -> None:
             "rollserve_masked": float(out.non_tensor_batch["rollserve_masked"][i]),
             "shapes": {key: list(out.batch[key].shape) for key in ("prompts", "responses")},
         })
-    if llm_client is not None:
-        import ray
-
-        ray.shutdown()
     print(json.dumps({"samples": samples, "metrics": out.meta_info["metrics"],
                       "reward_extra_keys": out.meta_info.get("reward_extra_keys")}))
 
