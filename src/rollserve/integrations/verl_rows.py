@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import httpx
 from pydantic import JsonValue, ValidationError
 
 from rollserve.client import AsyncClient, RollserveError
@@ -192,7 +193,7 @@ async def _cancel(client: AsyncClient, group_id: str) -> None:
     """Stop a group the loop gave up on (best effort: the outcome matters more)."""
     try:
         await client.cancel_group(group_id)
-    except (RollserveError, OSError):
+    except (RollserveError, httpx.HTTPError, OSError):
         pass
 
 
