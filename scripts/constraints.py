@@ -5,6 +5,13 @@ tests passing::
 
     .venv/bin/python scripts/constraints.py > constraints.txt
 
+The trainer's venv for verl cannot take constraints.txt (it pins the server's
+transformers, which verl 0.9 refuses); its file is made the same way from the venv that
+tests/integrations/test_verl_loop.py builds (torch left out: each trainer picks its
+build)::
+
+    VENV/bin/python scripts/constraints.py verl > constraints-verl.txt
+
 It follows rollserve's requirements (with the extras named on the command line;
 default: every extra that is installed) through the installed distributions'
 metadata and prints ``name==version`` for each distribution reached, rollserve itself
@@ -24,6 +31,8 @@ from packaging.utils import canonicalize_name
 ROOT = "rollserve"
 TOOLS = {"pip"}  # the venv's own installer, not a dependency to pin
 DEFAULT_EXTRAS = ("server", "local", "dev", "swe")
+# Extras whose file leaves packages out: the trainer installs its own torch (CUDA or CPU).
+LEFT_OUT = {"verl": {"torch"}}
 
 
 def _wanted(marker: Marker | None, extra: str) -> bool:
@@ -58,11 +67,19 @@ def closure(extras: tuple[str, ...]) -> dict[str, str]:
 
 def main(argv: list[str]) -> None:
     extras = tuple(argv) or DEFAULT_EXTRAS
-    print(f"# Exact versions CI installs (-c constraints.txt): rollserve[{','.join(extras)}]'s")
+    name = "constraints.txt" if extras == DEFAULT_EXTRAS else f"constraints-{'-'.join(extras)}.txt"
+    left_out = set().union(*(LEFT_OUT.get(extra, set()) for extra in extras))
+    print(f"# Exact versions CI installs (-c {name}): rollserve[{','.join(extras)}]'s")
     print("# dependencies as installed in a venv whose tests pass. Regenerate with")
-    print("#   .venv/bin/python scripts/constraints.py > constraints.txt")
-    for name, version in sorted(closure(extras).items()):
-        print(f"{name}=={version}")
+    if extras == DEFAULT_EXTRAS:
+        print("#   .venv/bin/python scripts/constraints.py > constraints.txt")
+    else:
+        print(f"#   VENV/bin/python scripts/constraints.py {' '.join(extras)} > {name}")
+    if left_out:
+        print(f"# Left out (the trainer installs its own): {', '.join(sorted(left_out))}")
+    for dist, version in sorted(closure(extras).items()):
+        if dist not in left_out:
+            print(f"{dist}=={version}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
         "re-runs the escape suite as another user",
     "tests/test_packaging.py":
         "pip installs the package into a fresh venv",
+    "tests/integrations/test_verl_loop.py":
+        "builds (once, cached) a venv with verl and runs its agent loop on a live server",
     "tests/testing/test_fake_vllm.py::test_command_line_entry_serves":
         "starts a server process",
     "tests/testing/test_scripted_policy.py::test_fake_llm_script_drives_rollouts_per_task":

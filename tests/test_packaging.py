@@ -27,11 +27,18 @@ names = ["rollserve.client", "rollserve.client.run_dataset", "rollserve.contract
 if sys.argv[1] == "1":
     import rollserve.integrations as pkg
     names += [pkg.__name__] + [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
+refused = {}
 for name in names:
-    importlib.import_module(name)
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        refused[name] = str(exc)
 dists = sorted({d.metadata["Name"] for d in importlib.metadata.distributions()})
-print(json.dumps({"imported": names, "dists": dists}))
+print(json.dumps({"imported": names, "refused": refused, "dists": dists}))
 """
+# Integrations for a trainer library an extra brings: without it, importing them is an
+# ImportError that names the extra.
+NEEDS_EXTRA = {"rollserve.integrations.verl": "verl"}
 
 
 def _requirements() -> tuple[set[str], set[str]]:
@@ -68,6 +75,10 @@ def test_client_only_install_imports_the_client_and_the_integrations(client_venv
                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=client_venv)
     assert done.returncode == 0, done.stderr[-4000:]
     probe = json.loads(done.stdout)
+    expected = {name for name in NEEDS_EXTRA if name in probe["imported"]}
+    assert set(probe["refused"]) == expected, probe["refused"]
+    for name, error in probe["refused"].items():
+        assert f"pip install 'rollserve[{NEEDS_EXTRA[name]}]'" in error, error
     installed = {canonicalize_name(name) for name in probe["dists"]}
     base, extras = _requirements()
     assert "rollserve" in installed

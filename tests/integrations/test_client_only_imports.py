@@ -8,7 +8,7 @@ import sys
 SERVER = ("rollserve.api", "rollserve.engine", "rollserve.handlers", "rollserve.agent",
           "rollserve.llm", "rollserve.sandbox", "rollserve.server", "rollserve.errors",
           "rollserve.testing", "rollserve.datasets")
-BLOCKED = ("trl", "torch", "transformers", "datasets", "accelerate", "peft")
+BLOCKED = ("trl", "verl", "omegaconf", "torch", "transformers", "datasets", "accelerate", "peft")
 
 SCRIPT = f"""
 import sys
@@ -18,6 +18,13 @@ import rollserve.integrations
 import rollserve.integrations.groups
 import rollserve.integrations.tensors
 import rollserve.integrations.trl
+import rollserve.integrations.verl_rows
+try:
+    import rollserve.integrations.verl
+except ImportError as exc:
+    assert "pip install 'rollserve[verl]'" in str(exc), exc
+else:
+    raise AssertionError("rollserve.integrations.verl imported without verl")
 from rollserve.integrations.trl import task_prompt
 task_prompt({{"data_source": "math", "instance": {{"question": "1 + 1?", "answer": "2"}}}})
 loaded = sorted(m for m in sys.modules if m.startswith({SERVER!r}))
