@@ -3,27 +3,19 @@ and a scripted fake vLLM.
 
 A venv with ``rollserve[verl]`` (the client and verl, CPU torch; ``-c
 constraints-verl.txt``) is built once and kept under the rollserve cache
-(``verl-venv-<key>``: a hash of what the install asks for, that file included; a build
-that did not finish is redone). rollserve itself is reinstalled into it from this
-checkout on each run (``--no-deps``: seconds). There ``verl_driver.py`` runs verl's
-``AgentLoopWorker.generate_sequences`` on a parquet dataset of rollserve rows, as verl's
-PPO trainer does, and prints verl's batch; this checks it token for token against what
-rollserve stored.
+(``verl_env.py``; CI builds it in the background while other tests run). rollserve
+itself is reinstalled into it from this checkout on each run (``--no-deps``: seconds).
+There ``verl_driver.py`` runs verl's ``AgentLoopWorker.generate_sequences`` on a parquet
+dataset of rollserve rows, as verl's PPO trainer does, and prints verl's batch; this
+checks it token for token against what rollserve stored.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import hashlib
 import json
-import shutil
 import struct
 import subprocess
-import sys
-import time
-import tomllib
-import venv
 from pathlib import Path
 
 import pytest
@@ -31,18 +23,17 @@ import pytest
 from rollserve.client import Client
 from rollserve.contract import RolloutResult
 from rollserve.integrations.verl_rows import verl_row
-from rollserve.llm.tokens.tokenizer import ChatTokenizer, cache_dir
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from tests.integrations import verl_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("verl_driver.py")
-TORCH = "torch==2.13.0"  # the CPU build (this machine's wheel folder; CI's index has it too)
-BUILD_TIMEOUT_S = 1800  # measured: 3 to 9 min on a loaded 2-core host, most of it downloads
-REINSTALL_TIMEOUT_S = 600
 DRIVER_TIMEOUT_S = 600
 PROMPT_LENGTH, RESPONSE_LENGTH = 256, 192
 
 # The first test builds the venv when it is not cached (pytest-timeout's default is 300 s).
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + REINSTALL_TIMEOUT_S + DRIVER_TIMEOUT_S + 600)
+pytestmark = pytest.mark.timeout(verl_env.BUILD_TIMEOUT_S + verl_env.REINSTALL_TIMEOUT_S
+                                 + DRIVER_TIMEOUT_S + 600)
 
 TWO = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 THREE = {"data_source": "math", "instance": {"question": "What is 1 + 2?", "answer": "3"},
@@ -54,68 +45,14 @@ STALL_ONCE = {"data_source": "math", "instance": {"question": "What is 6 + 6?", 
               "timeouts": {"run": 3}}
 
 
-CONSTRAINTS = "constraints-verl.txt"  # not constraints.txt: scripts/constraints.py says why
-
-
-def _extra() -> list[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return list(project["optional-dependencies"]["verl"])
-
-
-def _source(tmp: Path) -> Path:
-    """A copy of the package's sources (pip builds in the source tree)."""
-    source = tmp / "rollserve"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md", CONSTRAINTS):
-        shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(ROOT / "src", source / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
-    return source
-
-
-def _pip(python: Path, *args: str, timeout: float) -> None:
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                           "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"pip install failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-
-
-def _remove_stale(current: Path) -> None:
-    """Remove the venvs of other keys (about 2 GB each) that no session is using."""
-    for other in current.parent.glob("verl-venv-*"):
-        if other == current or not other.is_dir():
-            continue
-        with open(other.parent / f"{other.name}.lock", "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            shutil.rmtree(other, ignore_errors=True)
-        (other.parent / f"{other.name}.lock").unlink(missing_ok=True)
-
-
 @pytest.fixture(scope="session")
 def verl_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The cached venv with ``rollserve[verl]``, this checkout's rollserve in it. Built
-    with constraints-verl.txt, not constraints.txt: that one pins the server's
-    transformers (>= 5.18), which verl 0.9 refuses (< 5.11)."""
-    pins = (ROOT / CONSTRAINTS).read_text()
-    key = hashlib.sha256(json.dumps([sys.version_info[:2], TORCH, _extra(), pins]).encode()).hexdigest()[:16]
-    env_dir = cache_dir() / f"verl-venv-{key}"
-    python = env_dir / "bin" / "python"
-    source = _source(tmp_path_factory.mktemp("verl"))
-    env_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(env_dir.parent / f"verl-venv-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another session building it: wait for it
-        if not (env_dir / "complete").is_file():
-            shutil.rmtree(env_dir, ignore_errors=True)
-            started = time.monotonic()
-            venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-            _pip(python, "-c", str(source / CONSTRAINTS), TORCH, f"{source}[verl]",
-                 timeout=BUILD_TIMEOUT_S)
-            (env_dir / "complete").write_text(f"built in {time.monotonic() - started:.0f} s\n")
-            _remove_stale(env_dir)
-    _pip(python, "--no-deps", "--force-reinstall", str(source), timeout=REINSTALL_TIMEOUT_S)
+    """The cached venv with ``rollserve[verl]`` (``verl_env.ensure``: built once, or
+    waited for while CI builds it in the background), this checkout's rollserve in it."""
+    source = verl_env.source_copy(tmp_path_factory.mktemp("verl"))
+    env_dir = verl_env.ensure(source)
+    verl_env.pip(env_dir / "bin" / "python", "--no-deps", "--force-reinstall", str(source),
+                 timeout=verl_env.REINSTALL_TIMEOUT_S)
     return env_dir
 
 
