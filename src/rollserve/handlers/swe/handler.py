@@ -4,10 +4,12 @@ INIT starts a sandbox with the task's environment and the repository at
 ``base_commit`` in ``/workspace`` (see ``environment``). RUN is a tool episode
 (bash, str_replace_editor, finish) under a SWE-agent-style prompt; it ends on
 finish, max_turns, the context limit or the deadline, and the candidate patch is
-``git diff`` of the workspace against its state when the episode began (see ``patch``). EVAL starts a
-fresh sandbox from the same environment, applies the candidate patch (git apply,
-then fuzzier) less its changes to test infrastructure (see ``protect``), then the
-test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
+``git diff`` of the workspace against its state when the episode began (see ``patch``).
+With ``instance.harness`` the episode is an agent harness (mini-swe-agent, or a
+command) run in the sandbox behind the recording gateway instead (see ``harness``).
+EVAL starts a fresh sandbox from the same environment, applies the candidate patch
+(git apply, then fuzzier) less its changes to test infrastructure (see ``protect``),
+then the test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
 ``grade``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
 unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
 patch that does not apply, or whose tests hang or are killed, is the agent's failure
