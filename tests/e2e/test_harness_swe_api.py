@@ -266,3 +266,20 @@ async def test_a_bad_harness_is_a_422_naming_the_field(make_api):
             **row, "harness": harness}}]})
         assert r.status_code == 422, (harness, r.text)
         assert r.json()["errors"][0]["field"] == f"tasks[0].{field}", (harness, r.json())
+
+
+async def test_a_harness_that_dies_before_any_call_is_masked_not_scored(make_api):
+    """Nothing the policy produced exists (it cannot act before its first call): a
+    harness that crashes at start is infrastructure, masked, never a reward of 0."""
+    async with FakeVLLM("smollm2", replies=mini_policy, latency=0.0) as llm:
+        service, client = await make_api([llm.url])
+        (done,) = await results_of(client, {"tasks": [{"data_source": "swe", "instance": {
+            **INSTANCES[0], "harness": {"preset": "command",
+                                        "command": "echo harness broke >&2; exit 3"}}}]})
+        assert llm.calls == []
+    assert done["status"] == "failed" and done["mask"], done
+    assert done["failure"]["kind"] == "infra" and done["failure"]["stage"] == "run"
+    assert "exit code 3" in done["failure"]["message"]
+    assert "harness broke" in done["failure"]["message"]
+    assert done["trajectory"]["turns"] == []
+    assert service.sandboxes.open_sandboxes() == []

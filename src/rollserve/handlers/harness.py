@@ -11,9 +11,12 @@
   socket (bound into the sandbox's workspace) on 127.0.0.1 of the sandbox's own
   network namespace and sets ``OPENAI_BASE_URL``; ``OPENAI_API_KEY`` is the session's
   key (the socket refuses any other rollout's key) and ``ROLLSERVE_PYTHON`` the python
-  the forwarder runs on. It returns when the
-  command exits, the session ends (``max_turns``) or the time limit comes; the command
-  and everything it started in its process group is killed then, the socket closed.
+  the forwarder runs on. It returns when the command exits, the session ends
+  (``max_turns``) or the time limit comes; the command and everything it started in
+  its process group is killed then, the socket closed. A harness that ended before
+  the policy answered any call (it crashed at start, say) fails the rollout as
+  infrastructure (``InfraError``, masked): nothing the policy produced exists to
+  score, and the policy cannot act before its first call.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = ["FORWARDER", "LOG_TAIL", "HarnessOutput", "gateway_session", "run_in_
 
 FORWARDER = (Path(__file__).parents[1] / "agent" / "gateway" / "forwarder.py").read_text()
 LOG_TAIL = 4000  # characters of the harness's output kept for the evaluation
+NO_CALL_TAIL = 1500  # characters of it in the failure of a harness that never called
 
 
 @dataclass
@@ -107,6 +111,10 @@ async def run_in_sandbox(sandbox: Sandbox, session: GatewaySession, key: str, co
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         await server.close()
+    if session.calls == 0:  # (a policy's action needs a call first: it cannot buy this mask)
+        raise InfraError(f"the harness ended (exit code {output.exit_code}) before the policy "
+                         "answered any call: nothing was sampled to score; its output ends: "
+                         + output.tail()[-NO_CALL_TAIL:])
 
 
 async def _watch(process: SandboxProcess, session: GatewaySession, output: HarnessOutput) -> None:
