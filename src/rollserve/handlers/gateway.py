@@ -29,18 +29,14 @@ command and everything it started is killed then, and the sandbox closes at clea
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollserve.agent.gateway.session import GatewayLimits, GatewaySession
-from rollserve.agent.gateway.unix_socket import SOCKET_NAME, SessionSocket
+from rollserve.agent.gateway.session import GatewaySession
+from rollserve.agent.gateway.unix_socket import SOCKET_NAME
 from rollserve.contract.validation import field_name
-from rollserve.errors import InfraError
 from rollserve.handlers.base import (
     AgentHandler,
     Evaluation,
@@ -48,11 +44,9 @@ from rollserve.handlers.base import (
     InvalidInstance,
     RolloutView,
 )
+from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
-from rollserve.sandbox.base import Sandbox, SandboxProcess, SandboxSpec
-
-FORWARDER = (Path(__file__).parents[1] / "agent" / "gateway" / "forwarder.py").read_text()
-LOG_TAIL = 4000  # characters of the harness's output kept in the evaluation
+from rollserve.sandbox.base import Sandbox, SandboxSpec
 
 __all__ = ["GatewayHandler", "GatewayInstance"]
 
@@ -74,8 +68,7 @@ class GatewayState:
     session: GatewaySession | None = None
     sandbox: Sandbox | None = None
     python: tuple[str, dict[str, str]] | None = None  # the forwarder's python, its env
-    log: list[str] = field(default_factory=list)  # the harness's output, its tail
-    exit_code: int | None = None
+    output: HarnessOutput = field(default_factory=HarnessOutput)  # the command's
 
 
 class GatewayHandler(AgentHandler):
@@ -106,60 +99,20 @@ class GatewayHandler(AgentHandler):
 
     async def run(self, rollout: RolloutView) -> None:
         state = self.state(rollout, GatewayState)
-        gateway = self.ctx.gateway
-        if gateway is None:
-            raise InfraError("this server has no gateway: the gateway handler cannot run")
-        if rollout.llm is None:
-            raise InfraError("no LLM session was attached to the rollout before RUN")
-        limits = GatewayLimits(
-            sampling=rollout.sampling, max_turns=rollout.max_turns,
-            max_context_tokens=rollout.max_context_tokens,
-            deadline=rollout.agent_deadline(asyncio.get_running_loop().time()),
-            parse_tool_calls=state.task.tool_calls == "hermes")
-        session = GatewaySession(rollout.id, rollout.llm, self.ctx.tokenizer,
-                                 rollout.trajectory, limits)
-        state.session = session
-        key = gateway.open(session)
-        try:
-            if state.sandbox is not None:
-                await self._run_command(state, session, key)
-            else:
-                await session.wait()
-        finally:
-            gateway.close(session)
-            rollout.trajectory.ended_by = session.ended_by
-            rollout.add_time("llm", session.stats.llm_seconds)
-            rollout.add_time("harness", session.stats.env_seconds)
-            rollout.add_stats({"gateway_calls": session.calls,
-                               "context_refusals": session.context_refusals})
-            if state.exit_code is not None:
-                rollout.add_stats({"harness_exit_code": state.exit_code})
-
-    async def _run_command(self, state: GatewayState, session: GatewaySession, key: str) -> None:
-        """The harness in the sandbox, until it exits, the session ends, or the time
-        limit (``session.wait``); then it is killed, and the socket closed."""
-        assert state.sandbox is not None and state.python is not None
-        assert state.task.command is not None
-        python, env = state.python
-        server = SessionSocket(session, state.sandbox.workspace)
-        await server.start()
-        process: SandboxProcess | None = None
-        watcher: asyncio.Task[None] | None = None
-        try:
-            process = await state.sandbox.spawn(
-                [python, "-c", FORWARDER, f"/workspace/{SOCKET_NAME}", "--",
-                 "bash", "-c", state.task.command],
-                env={**env, "OPENAI_API_KEY": key, "ROLLSERVE_PYTHON": python})
-            watcher = asyncio.create_task(_watch(process, session, state))
-            await session.wait()
-        finally:
-            if process is not None:
-                await process.kill()
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
-            await server.close()
+        parse = state.task.tool_calls == "hermes"
+        async with gateway_session(self.ctx, rollout, parse_tool_calls=parse) as (session, key):
+            state.session = session
+            try:
+                if state.sandbox is not None:
+                    assert state.python is not None and state.task.command is not None
+                    python, env = state.python
+                    await run_in_sandbox(state.sandbox, session, key, state.task.command,
+                                         python, env, state.output)
+                else:
+                    await session.wait()
+            finally:
+                if state.output.exit_code is not None:
+                    rollout.add_stats({"harness_exit_code": state.output.exit_code})
 
     async def eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, GatewayState)
@@ -168,8 +121,8 @@ class GatewayHandler(AgentHandler):
         reward = 1.0 if got is not None and got == state.task.answer.strip() else 0.0
         details: dict[str, Any] = {"reply": got, "expected": state.task.answer}
         if state.task.command is not None:
-            details["harness_exit_code"] = state.exit_code
-            details["harness_log_tail"] = "".join(state.log)[-LOG_TAIL:]
+            details["harness_exit_code"] = state.output.exit_code
+            details["harness_log_tail"] = state.output.tail()
         return Evaluation(reward, details)
 
     async def cleanup(self, rollout: RolloutView) -> None:
@@ -177,19 +130,6 @@ class GatewayHandler(AgentHandler):
         if isinstance(state, GatewayState) and state.session is not None and self.ctx.gateway:
             self.ctx.gateway.close(state.session)
         await close_sandboxes(rollout)
-
-
-async def _watch(process: SandboxProcess, session: GatewaySession, state: GatewayState) -> None:
-    """Keep the harness's output (its tail) and end the session when it exits."""
-    kept = 0
-    while chunk := await process.read():
-        text = chunk.decode("utf-8", "replace")
-        state.log.append(text)
-        kept += len(text)
-        while kept > 2 * LOG_TAIL and len(state.log) > 1:
-            kept -= len(state.log.pop(0))
-    state.exit_code = await process.wait()
-    session.finish("finished")
 
 
 def _task(instance: dict[str, Any]) -> GatewayInstance:

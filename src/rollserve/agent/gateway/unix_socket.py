@@ -2,7 +2,10 @@
 
 The socket is bound in a folder the sandbox sees (its workspace) and answers the
 gateway's chat route for ONE session: whoever connects is that rollout's harness, so
-no key is needed and none can name another rollout. The sandbox has no network; its
+no key is needed and none can name another rollout. Given the session's ``key``, a
+request that carries another gateway key (``rsg-...`` as ``Authorization: Bearer`` or
+``x-api-key``: another rollout's, leaked or guessed) is refused with a 401
+``invalid_api_key``; other API keys are ignored. The sandbox has no network; its
 ``forwarder`` turns 127.0.0.1 inside into this socket. The socket is bound through
 ``/proc/self/fd/<folder>`` so a deep workspace path does not hit the 107-byte limit
 of a unix socket's path.
@@ -16,8 +19,10 @@ import socket
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from rollserve.agent.gateway import wire
+from rollserve.agent.gateway.registry import KEY_PREFIX
 from rollserve.agent.gateway.session import GatewayRefusal, GatewaySession
 
 __all__ = ["SOCKET_NAME", "SessionSocket"]
@@ -31,14 +36,16 @@ MAX_BODY = 8 * 1024 * 1024
 class SessionSocket:
     """``session``'s chat route on a unix socket in ``folder`` (``start``/``close``)."""
 
-    def __init__(self, session: GatewaySession, folder: Path, name: str = SOCKET_NAME) -> None:
+    def __init__(self, session: GatewaySession, folder: Path, name: str = SOCKET_NAME,
+                 key: str | None = None) -> None:
         self.session = session
         self.folder = folder
         self.name = name
+        self.key = key
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._own_key_only])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         runner = web.AppRunner(app, access_log=None)
@@ -64,6 +71,18 @@ class SessionSocket:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+
+    @web.middleware
+    async def _own_key_only(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Refuse a request that names another gateway key than this session's."""
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        for sent in (bearer, request.headers.get("x-api-key", "").strip()):
+            if self.key is not None and sent.startswith(KEY_PREFIX) and sent != self.key:
+                refusal = GatewayRefusal(401, "this gateway key is not this sandbox's session's",
+                                         type_="authentication_error", code="invalid_api_key")
+                return web.Response(body=wire.error_body(refusal), status=401,
+                                    content_type="application/json")
+        return await handler(request)
 
     async def _chat(self, request: web.Request) -> web.Response:
         try:

@@ -4,10 +4,12 @@ INIT starts a sandbox with the task's environment and the repository at
 ``base_commit`` in ``/workspace`` (see ``environment``). RUN is a tool episode
 (bash, str_replace_editor, finish) under a SWE-agent-style prompt; it ends on
 finish, max_turns, the context limit or the deadline, and the candidate patch is
-``git diff`` of the workspace against its state when the episode began (see ``patch``). EVAL starts a
-fresh sandbox from the same environment, applies the candidate patch (git apply,
-then fuzzier) less its changes to test infrastructure (see ``protect``), then the
-test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
+``git diff`` of the workspace against its state when the episode began (see ``patch``).
+With ``instance.harness`` the episode is an agent harness (mini-swe-agent, or a
+command) run in the sandbox behind the recording gateway instead (see ``harness``).
+EVAL starts a fresh sandbox from the same environment, applies the candidate patch
+(git apply, then fuzzier) less its changes to test infrastructure (see ``protect``),
+then the test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
 ``grade``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
 unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
 patch that does not apply, or whose tests hang or are killed, is the agent's failure
@@ -38,12 +40,14 @@ from rollserve.handlers.base import (
     RolloutView,
 )
 from rollserve.handlers.episode import run_episode
+from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import protect
 from rollserve.handlers.swe import results as recorded_results
 from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
 from rollserve.handlers.swe.grade import canary_file, grade_async, swebench, uses_plugin
+from rollserve.handlers.swe.harness import parse_harness, run_harness
 from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
 from rollserve.handlers.swe.prompts import SYSTEM_PROMPT, task_text
@@ -71,7 +75,8 @@ class SWECandidate:
 
     task: SWETask
     candidate: Candidate
-    finished: bool = False  # the agent called finish (else: auto-submitted)
+    finished: bool = False  # the agent called finish, or its harness exited with 0
+    harness: HarnessOutput | None = None  # with instance.harness: what the harness left
 
 
 class SWEHandler(AgentHandler):
@@ -102,6 +107,7 @@ class SWEHandler(AgentHandler):
         """The instance must parse and, in host mode, its repository must be found
         (a bundle or mirror under a name ``environment.source_names`` gives)."""
         task = self.task(instance)
+        parse_harness(instance)
         if not self._images:
             try:
                 envs.find_source(task, self.options.mirrors)
@@ -183,10 +189,29 @@ class SWEHandler(AgentHandler):
     async def run(self, rollout: RolloutView) -> None:
         work = self.state(rollout, SWEWork)
         task, sandbox = work.task, work.sandbox
+        agent_env = {} if self._images else await self._host_env(sandbox)
+        harness = parse_harness(rollout.instance)
+        output: HarnessOutput | None = None
+        if harness is not None:
+            output = await run_harness(self.ctx, rollout, sandbox, task, harness, agent_env,
+                                       self._images)
+            finished = output.exit_code == 0
+        else:
+            finished = await self._tool_episode(rollout, work, agent_env)
+        # Whatever ended the episode (finish, max_turns, the context, the time limit),
+        # the workspace's diff is the candidate, as SWE agents auto-submit.
+        candidate = await take_patch(sandbox, work.baseline)
+        rollout.state = SWECandidate(task, candidate, finished=finished, harness=output)
+        await close_sandboxes(rollout)
+
+    async def _tool_episode(self, rollout: RolloutView, work: SWEWork,
+                            agent_env: dict[str, str]) -> bool:
+        """rollserve's own tool loop (bash, str_replace_editor, finish); True if the
+        agent called finish."""
+        task, sandbox = work.task, work.sandbox
         config = self.bash
         if not self._images:
-            config = config.model_copy(update={"env": {**DEFAULT_ENV, **config.env,
-                                                       **await self._host_env(sandbox)}})
+            config = config.model_copy(update={"env": {**DEFAULT_ENV, **config.env, **agent_env}})
         bash = BashTool(sandbox, config, max_timeout=self.max_command_seconds)
         close_later(rollout, bash)
         if self._images:
@@ -198,11 +223,7 @@ class SWEHandler(AgentHandler):
                       SYSTEM_PROMPT, tokenizer=self.ctx.tokenizer,
                       config=ToolEnvConfig(call_timeout=self.max_command_seconds + 60.0))
         await run_episode(self.ctx, rollout, env)
-        # Whatever ended the episode (finish, max_turns, the context, the time limit),
-        # the workspace's diff is the candidate, as SWE agents auto-submit.
-        candidate = await take_patch(sandbox, work.baseline)
-        rollout.state = SWECandidate(task, candidate, finished=finish.finished)
-        await close_sandboxes(rollout)
+        return finish.finished
 
     async def eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, SWECandidate)
@@ -213,6 +234,9 @@ class SWEHandler(AgentHandler):
             "git_patch": candidate.patch, "patch_bytes": len(candidate.patch.encode()),
             "binary_files_left_out": candidate.binary_files,
         }
+        if state.harness is not None:
+            details.update(harness_exit_code=state.harness.exit_code,
+                           harness_log_tail=state.harness.tail())
         if candidate.too_big:
             details.update(resolved=False, tests_ran=False, reason="the patch is too big")
             return Evaluation(reward=0.0, details=details)
