@@ -149,7 +149,8 @@ class GatewayHandler(AgentHandler):
             process = await state.sandbox.spawn(
                 [python, "-c", FORWARDER, f"/workspace/{SOCKET_NAME}", "--",
                  "bash", "-c", state.task.command],
-                env={**env, "OPENAI_API_KEY": key, "ROLLSERVE_PYTHON": python})
+                env={**env, "OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": key,
+                     "ROLLSERVE_PYTHON": python})
             watcher = asyncio.create_task(_watch(process, session, state))
             await session.wait()
         finally:

@@ -130,14 +130,15 @@ class GatewaySession:
         return self._ended.is_set()
 
     # --- the harness's side --------------------------------------------------------------
-    async def complete(self, request: ChatCompletionRequest) -> GatewayReply:
+    async def complete(self, request: ChatCompletionRequest, call_ids: str = "call_") -> GatewayReply:
         """Answer one call (one at a time: concurrent calls of a session wait their turn);
-        every wait of the call is bounded by the deadline (then a 408)."""
+        every wait of the call is bounded by the deadline (then a 408). The reply's tool
+        calls get ids starting ``call_ids`` (OpenAI's ``call_``, Anthropic's ``toolu_``)."""
         self._refuse_if_ended()
         try:  # everything a call waits on (its turn, a usable backend, the sample)
             async with asyncio.timeout_at(self.limits.deadline) as limit, self._lock:
                 self._refuse_if_ended()
-                return await self._complete(request)
+                return await self._complete(request, call_ids)
         except TimeoutError:
             if limit.expired():
                 raise self._time_up() from None
@@ -205,7 +206,7 @@ class GatewaySession:
         self._refused_last = True
         return GatewayRefusal(400, message, code="context_length_exceeded", param="messages")
 
-    async def _complete(self, request: ChatCompletionRequest) -> GatewayReply:
+    async def _complete(self, request: ChatCompletionRequest, call_ids: str) -> GatewayReply:
         try:
             if await self.llm.message_level():
                 raise InfraError("the gateway samples token ids; the rollout's backend is "
@@ -229,7 +230,7 @@ class GatewaySession:
                 f"{len(prompt)} tokens, leaving no room to sample.")
         gen = await self._generate(prompt, request, limit)
         text = await conversation.builder.aassistant_content(gen.output_ids, gen.finish_reason)
-        reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools))
+        reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools), call_ids)
         self._refuse_if_ended()  # the deadline came meanwhile: nothing is recorded
         self._record(gen, added, extends, conversation, text, reply, request)
         finish: FinishReason = ("tool_calls" if reply.tool_calls else

@@ -1,7 +1,8 @@
 """A session served on a unix socket, for a harness inside a sandbox.
 
 The socket is bound in a folder the sandbox sees (its workspace) and answers the
-gateway's chat route for ONE session: whoever connects is that rollout's harness, so
+gateway's model routes (OpenAI's ``/v1/chat/completions``, Anthropic's
+``/v1/messages``) for ONE session: whoever connects is that rollout's harness, so
 no key is needed and none can name another rollout. The sandbox has no network; its
 ``forwarder`` turns 127.0.0.1 inside into this socket. The socket is bound through
 ``/proc/self/fd/<folder>`` so a deep workspace path does not hit the 107-byte limit
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from rollserve.agent.gateway import wire
+from rollserve.agent.gateway import anthropic_wire, wire
 from rollserve.agent.gateway.session import GatewayRefusal, GatewaySession
 
 __all__ = ["SOCKET_NAME", "SessionSocket"]
@@ -26,7 +27,7 @@ MAX_BODY = 64 * 1024 * 1024  # bytes of one request
 
 
 class SessionSocket:
-    """``session``'s chat route on a unix socket in ``folder`` (``start``/``close``)."""
+    """``session``'s model routes on a unix socket in ``folder`` (``start``/``close``)."""
 
     def __init__(self, session: GatewaySession, folder: Path, name: str = SOCKET_NAME) -> None:
         self.session = session
@@ -37,6 +38,7 @@ class SessionSocket:
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._messages)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -76,8 +78,23 @@ class SessionSocket:
         body = wire.completion(answer, parsed.model).model_dump_json().encode("utf-8")
         return web.Response(body=body, content_type="application/json")
 
+    async def _messages(self, request: web.Request) -> web.Response:
+        try:
+            parsed, chat = anthropic_wire.parse_request(await request.read())
+            answer = await self.session.complete(chat, anthropic_wire.CALL_IDS)
+        except GatewayRefusal as refusal:
+            return web.Response(body=anthropic_wire.error_body(refusal), status=refusal.status,
+                                content_type="application/json")
+        if parsed.stream:
+            return web.Response(body=b"".join(anthropic_wire.events(answer, parsed.model)),
+                                content_type="text/event-stream",
+                                headers={"Cache-Control": "no-cache"})
+        body = anthropic_wire.message(answer, parsed.model).model_dump_json().encode("utf-8")
+        return web.Response(body=body, content_type="application/json")
+
     async def _unknown(self, request: web.Request) -> web.Response:
         refusal = GatewayRefusal(404, f"no route {request.method} {request.path}: the gateway "
-                                      "answers POST /v1/chat/completions", code="unknown_url")
+                                      "answers POST /v1/chat/completions and POST /v1/messages",
+                                 code="unknown_url")
         return web.Response(body=wire.error_body(refusal), status=404,
                             content_type="application/json")
