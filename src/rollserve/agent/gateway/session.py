@@ -21,9 +21,10 @@ The call goes through the rollout's ``LLMSession`` (the router: pause, policy
 versions, sticky backend, deadlines) with the trainer's sampling parameters; the
 harness may only lower ``max_tokens``. What a call is refused is a
 ``GatewayRefusal`` (for the harness, an error in its wire's shape: OpenAI's or
-Anthropic's); a backend failure also fails the rollout (``failure``: infra, masked). The session ends when the harness
-says so, at ``max_turns``, or at the deadline (``agent.clock``: ``time_limit`` when
-the harness took the time, a masked ``DeadlineFailure`` when the backend did).
+Anthropic's); a backend failure also fails the rollout (``failure``: infra, masked).
+The session ends when the harness says so, at ``max_turns``, or at the deadline
+(``agent.clock``: ``time_limit`` when the harness took the time, a masked
+``DeadlineFailure`` when the backend did).
 """
 
 from __future__ import annotations
