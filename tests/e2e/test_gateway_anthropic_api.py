@@ -52,21 +52,31 @@ async def llm():
         yield server
 
 
-async def harness_for(client: httpx.AsyncClient, rollout_id: str
-                      ) -> tuple[str, anthropic.AsyncAnthropic]:
-    """The rollout's key, and the official client pointed at its gateway the way
-    ``ANTHROPIC_BASE_URL=<server>/v1/gateway/<key>`` points it (over the same
-    in-process app; the API key is anything, as a harness would set it)."""
-    r = await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})
-    assert r.status_code == 200, r.text
-    key = r.json()["key"]
-    app = client._transport.app  # type: ignore[attr-defined]
-    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), timeout=30)
-    return key, anthropic.AsyncAnthropic(base_url=f"http://rollserve/v1/gateway/{key}",
-                                         api_key="anything", http_client=http, max_retries=0)
+@pytest.fixture
+async def harness_for():
+    """``harness_for(client, rollout_id)``: the rollout's key, and the official client
+    pointed at its gateway the way ``ANTHROPIC_BASE_URL=<server>/v1/gateway/<key>``
+    points it (over the same in-process app; the API key is anything, as a harness
+    would set it). The clients are closed after the test."""
+    opened: list[anthropic.AsyncAnthropic] = []
+
+    async def make(client: httpx.AsyncClient, rollout_id: str) -> tuple[str, anthropic.AsyncAnthropic]:
+        r = await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})
+        assert r.status_code == 200, r.text
+        key = r.json()["key"]
+        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=client._transport.app),
+                                  timeout=30)
+        harness = anthropic.AsyncAnthropic(base_url=f"http://rollserve/v1/gateway/{key}",
+                                           api_key="anything", http_client=http, max_retries=0)
+        opened.append(harness)
+        return key, harness
+
+    yield make
+    for harness in opened:
+        await harness.close()
 
 
-async def test_anthropic_client_tool_use_round_trip_streamed_and_not_is_token_exact(make_api, llm):
+async def test_anthropic_client_tool_use_round_trip_streamed_and_not_is_token_exact(make_api, llm, harness_for):
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client)
     key, harness = await harness_for(client, rollout_id)
@@ -131,7 +141,7 @@ async def test_anthropic_client_tool_use_round_trip_streamed_and_not_is_token_ex
     assert refused.value.body["error"]["type"] == "authentication_error"
 
 
-async def test_malformed_tool_call_is_answered_as_text(make_api, llm):
+async def test_malformed_tool_call_is_answered_as_text(make_api, llm, harness_for):
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client, answer="x")
     key, harness = await harness_for(client, rollout_id)
@@ -147,7 +157,7 @@ async def test_malformed_tool_call_is_answered_as_text(make_api, llm):
     assert done["trajectory"]["tokens"]["input_ids"] == llm.calls[0].prompt_ids + llm.calls[0].output_ids
 
 
-async def test_max_tokens_only_lowers_and_a_cut_reply_stops_at_max_tokens(make_api, llm):
+async def test_max_tokens_only_lowers_and_a_cut_reply_stops_at_max_tokens(make_api, llm, harness_for):
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client, answer="x")
     key, harness = await harness_for(client, rollout_id)
@@ -161,7 +171,7 @@ async def test_max_tokens_only_lowers_and_a_cut_reply_stops_at_max_tokens(make_a
     await end(client, key)
 
 
-async def test_bad_requests_are_400s_naming_the_field_in_anthropics_shape(make_api, llm):
+async def test_bad_requests_are_400s_naming_the_field_in_anthropics_shape(make_api, llm, harness_for):
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client, answer="none")
     key, _ = await harness_for(client, rollout_id)
@@ -215,7 +225,7 @@ async def test_bad_requests_are_400s_naming_the_field_in_anthropics_shape(make_a
     assert done["trajectory"]["turns"] == [] and len(llm.calls) == 0
 
 
-async def test_a_prompt_past_the_context_limit_is_refused_as_anthropic_does(make_api, llm):
+async def test_a_prompt_past_the_context_limit_is_refused_as_anthropic_does(make_api, llm, harness_for):
     service, client = await make_api([llm.url])
     r = await client.post("/v1/rollouts", json={
         "tasks": [{"data_source": "gateway", "instance": {"answer": "none"}}],
@@ -230,7 +240,7 @@ async def test_a_prompt_past_the_context_limit_is_refused_as_anthropic_does(make
     await end(client, key)
 
 
-async def test_an_assistant_turn_the_harness_rewrote_is_never_trained_on(make_api, llm):
+async def test_an_assistant_turn_the_harness_rewrote_is_never_trained_on(make_api, llm, harness_for):
     """A cheating harness rewrites the content of the policy's assistant turn (and makes
     one up) before sending the history back: those tokens are prompt (loss_mask 0) in
     a new sequence; only what the backend sampled is ever marked 1, and the reward is
@@ -263,7 +273,7 @@ async def test_an_assistant_turn_the_harness_rewrote_is_never_trained_on(make_ap
     assert done["reward"] == 0.0  # the reply the policy sampled, not what the harness wrote
 
 
-async def test_a_tool_call_the_harness_edited_is_prompt_not_sample(make_api, llm):
+async def test_a_tool_call_the_harness_edited_is_prompt_not_sample(make_api, llm, harness_for):
     """The harness sends back the policy's tool_use with other input (the call it wishes
     the policy had made): the edited call is prompt in a new sequence, never sample."""
     service, client = await make_api([llm.url])
