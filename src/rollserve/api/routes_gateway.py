@@ -1,9 +1,12 @@
-"""The recording gateway's routes: OpenAI Chat Completions for an unmodified harness.
+"""The recording gateway's routes: OpenAI Chat Completions and Anthropic Messages for
+an unmodified harness.
 
 A harness sets ``OPENAI_BASE_URL=<server>/v1/gateway/<key>/v1`` (any API key: the key
 in the path is what names the session, and these paths need no ``--api-token``) and
 calls ``POST .../chat/completions`` as it would call OpenAI, with ``stream`` true or
-not; ``POST /v1/gateway/<key>/end`` says it is done. Refusals are OpenAI's error shape
+not; or ``ANTHROPIC_BASE_URL=<server>/v1/gateway/<key>`` and ``POST .../v1/messages``
+(Anthropic's shapes, events and error shape: ``agent.gateway.anthropic_wire``);
+``POST /v1/gateway/<key>/end`` says it is done. Refusals are OpenAI's error shape
 (``{"error": {"message", "type", "param", "code"}}``): 400 for a bad request (``param``
 names the field) or a prompt past the context limit (``context_length_exceeded``), 401
 for an unknown key, 404 for a session that has ended, 408 at the time limit, 502 when
@@ -23,8 +26,9 @@ from pydantic import BaseModel
 
 from rollserve.api.errors import errors, model_response
 from rollserve.contract import MAX_WAIT
+from rollserve.contract.anthropic import MessagesRequest
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
-from rollserve.engine.gateway import GatewayRefusal, Gateways, wire
+from rollserve.engine.gateway import GatewayRefusal, Gateways, anthropic_wire, wire
 
 PREFIX = "/v1/gateway/"  # the harness's paths: no API token (the key is the credential)
 _THREAD_PARSE_BYTES = 256 * 1024
@@ -49,6 +53,13 @@ async def _parse(request: Request) -> ChatCompletionRequest:
     return wire.parse_request(raw)
 
 
+async def _parse_anthropic(request: Request) -> tuple[MessagesRequest, ChatCompletionRequest]:
+    raw = await request.body()
+    if len(raw) > _THREAD_PARSE_BYTES:
+        return await asyncio.to_thread(anthropic_wire.parse_request, raw)
+    return anthropic_wire.parse_request(raw)
+
+
 # The harness's routes are OpenAI's API (OpenAI documents them; their errors are
 # OpenAI's shape, not rollserve's ErrorBody), so /openapi.json leaves them out.
 @router.post("/v1/gateway/{key}/v1/chat/completions", include_in_schema=False)
@@ -65,6 +76,23 @@ async def chat_completions(key: str, request: Request) -> Response:
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     return await model_response(wire.completion(answer, parsed.model))
+
+
+@router.post("/v1/gateway/{key}/v1/messages", include_in_schema=False)
+async def messages(key: str, request: Request) -> Response:
+    """One model call of the harness (Anthropic Messages; ``stream: true`` answers
+    Anthropic's server-sent events, ``message_start`` to ``message_stop``)."""
+    try:
+        parsed, chat = await _parse_anthropic(request)
+        answer = await _gateways(request).complete(key, chat, anthropic_wire.CALL_IDS)
+    except GatewayRefusal as refusal:
+        return Response(anthropic_wire.error_body(refusal), status_code=refusal.status,
+                        media_type="application/json")
+    if parsed.stream:
+        return StreamingResponse(iter(list(anthropic_wire.events(answer, parsed.model))),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    return await model_response(anthropic_wire.message(answer, parsed.model))
 
 
 class Ended(BaseModel):

@@ -8,14 +8,14 @@ stages bound theirs (``llm.routing.deadline``).
 
 from __future__ import annotations
 
-from rollserve.agent.gateway import wire
+from rollserve.agent.gateway import anthropic_wire, wire
 from rollserve.agent.gateway.registry import Gateway
 from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply, GatewaySession
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.errors import NotFound
 from rollserve.llm.routing.deadline import call_deadline
 
-__all__ = ["GatewayRefusal", "GatewayReply", "Gateways", "wire"]
+__all__ = ["GatewayRefusal", "GatewayReply", "Gateways", "anthropic_wire", "wire"]
 
 
 class Gateways:
@@ -32,11 +32,13 @@ class Gateways:
                                  type_="authentication_error", code="invalid_api_key")
         return session
 
-    async def complete(self, key: str, request: ChatCompletionRequest) -> GatewayReply:
-        """Answer one chat call of the session ``key`` names."""
+    async def complete(self, key: str, request: ChatCompletionRequest,
+                       call_ids: str = "call_") -> GatewayReply:
+        """Answer one chat call of the session ``key`` names (tool call ids start
+        ``call_ids``)."""
         session = self._session(key)
         with call_deadline(session.limits.deadline):
-            return await session.complete(request)
+            return await session.complete(request, call_ids)
 
     def end(self, key: str) -> None:
         """The harness is done: the session takes no more calls and its RUN ends."""

@@ -21,8 +21,9 @@ With ``command``, the harness runs INSIDE the rollout's sandbox (no network): IN
 starts the sandbox with ``files`` in its workspace; RUN binds the session's unix socket
 into the workspace (``agent.gateway.unix_socket``) and runs ``bash -c <command>``
 under the ``forwarder``, which serves the socket on 127.0.0.1 inside and sets
-``OPENAI_BASE_URL`` (``OPENAI_API_KEY`` is the session's key; ``ROLLSERVE_PYTHON``
-names the python the forwarder runs on). The episode ends when the command exits
+``OPENAI_BASE_URL`` and ``ANTHROPIC_BASE_URL`` (``OPENAI_API_KEY`` and
+``ANTHROPIC_API_KEY`` are the session's key; ``ROLLSERVE_PYTHON`` names the python
+the forwarder runs on). The episode ends when the command exits
 (``stats.harness_exit_code``), when the session ends, or at the time limit; the
 command and everything it started is killed then, and the sandbox closes at cleanup.
 """

@@ -9,8 +9,8 @@
 - ``run_in_sandbox``: a harness command run INSIDE a sandbox (no network) under the
   ``forwarder`` (``agent/gateway/forwarder.py``), which serves the session's unix
   socket (bound into the sandbox's workspace) on 127.0.0.1 of the sandbox's own
-  network namespace and sets ``OPENAI_BASE_URL``; ``OPENAI_API_KEY`` is the session's
-  key (the socket refuses any other rollout's key) and ``ROLLSERVE_PYTHON`` the python
+  network namespace and sets ``OPENAI_BASE_URL`` and ``ANTHROPIC_BASE_URL``;
+  ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY`` are the session's key (the socket refuses any other rollout's key) and ``ROLLSERVE_PYTHON`` the python
   the forwarder runs on. It returns when the command exits, the session ends
   (``max_turns``) or the time limit comes; the command and everything it started in
   its process group is killed then, the socket closed. A harness that ended before
@@ -100,7 +100,8 @@ async def run_in_sandbox(sandbox: Sandbox, session: GatewaySession, key: str, co
     try:
         process = await sandbox.spawn(
             [python, "-c", FORWARDER, f"/workspace/{SOCKET_NAME}", "--", "bash", "-c", command],
-            env={**env, "OPENAI_API_KEY": key, "ROLLSERVE_PYTHON": python})
+            env={**env, "OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": key,
+                 "ROLLSERVE_PYTHON": python})
         watcher = asyncio.create_task(_watch(process, session, output))
         await session.wait()
     finally:

@@ -1,5 +1,5 @@
 """The recording gateway: an unmodified agent harness calls the policy through an
-OpenAI-compatible API, and every call becomes an exact, token-level turn.
+OpenAI- or Anthropic-compatible API, and every call becomes an exact, token-level turn.
 
 - ``messages``: a harness's messages as the policy's chat template takes them, and
   the text a reply becomes (content and tool calls) for the harness.
@@ -9,6 +9,9 @@ OpenAI-compatible API, and every call becomes an exact, token-level turn.
 - ``registry``: the live sessions by key.
 - ``wire``: OpenAI's request and answer shapes as bytes (the server's routes and the
   unix socket share it).
+- ``anthropic``: Anthropic Messages (system, content blocks, tools) as the session's
+  chat request, and a reply as content blocks; ``anthropic_wire``: Anthropic's
+  request, answer, stream events and error shape as bytes (shared the same way).
 - ``unix_socket``: one session served on a unix socket in a sandbox's workspace;
   ``forwarder``: the stdlib script run inside the sandbox that turns 127.0.0.1 there
   into that socket and runs the harness.

@@ -6,7 +6,8 @@ handed to the sandbox's python with ``-c``).
 It listens on 127.0.0.1 at a free port of the sandbox's own network namespace (the
 sandbox has no other network), forwards each connection byte for byte to the
 gateway's unix socket (bound into the sandbox's workspace by the server), and runs
-the harness command with ``OPENAI_BASE_URL`` pointing at itself. It exits with the
+the harness command with ``OPENAI_BASE_URL`` (and ``ANTHROPIC_BASE_URL``, without the
+``/v1`` Anthropic's clients add themselves) pointing at itself. It exits with the
 command's exit status. Nothing but the one socket is reachable through it.
 """
 
@@ -52,6 +53,7 @@ async def main(socket_path: str, command: list[str]) -> int:
     port = server.sockets[0].getsockname()[1]
     base = f"http://127.0.0.1:{port}/v1"
     env = dict(os.environ, OPENAI_BASE_URL=base, OPENAI_API_BASE=base)
+    env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
     process = await asyncio.create_subprocess_exec(*command, env=env)
     return await process.wait()
 

@@ -145,11 +145,12 @@ class Reply:
     tool_calls: list[ChatToolCall]
 
 
-def parse_reply(text: str, parse_calls: bool) -> Reply:
+def parse_reply(text: str, parse_calls: bool, id_prefix: str = "call_") -> Reply:
     """``text`` (the sampled ids, decoded) as an assistant message. With tools offered,
-    Hermes ``<tool_call>`` blocks become ``tool_calls`` and the text before the first
-    is the content, as vLLM's ``hermes`` parser answers; when any block is malformed
-    the whole text is the content and there are no calls (vLLM's answer too)."""
+    Hermes ``<tool_call>`` blocks become ``tool_calls`` (ids ``id_prefix`` and 96 random
+    bits) and the text before the first is the content, as vLLM's ``hermes`` parser
+    answers; when any block is malformed the whole text is the content and there are
+    no calls (vLLM's answer too)."""
     if not parse_calls:
         return Reply(text, [])
     parsed = parse_tool_calls(text, "hermes")
@@ -160,7 +161,7 @@ def parse_reply(text: str, parse_calls: bool) -> Reply:
                      for call in parsed.calls]
     except (ValueError, RecursionError):
         return Reply(text, [])
-    calls = [ChatToolCall(id=f"call_{secrets.token_hex(12)}",
+    calls = [ChatToolCall(id=f"{id_prefix}{secrets.token_hex(12)}",
                           function=FunctionCall(name=call.name, arguments=args))
              for call, args in zip(parsed.calls, arguments, strict=True)]
     content = text[:text.index("<tool_call>")].rstrip()

@@ -20,10 +20,11 @@ is never trained on as the policy's.
 The call goes through the rollout's ``LLMSession`` (the router: pause, policy
 versions, sticky backend, deadlines) with the trainer's sampling parameters; the
 harness may only lower ``max_tokens``. What a call is refused is a
-``GatewayRefusal`` (an OpenAI-shaped error for the harness); a backend failure also
-fails the rollout (``failure``: infra, masked). The session ends when the harness
-says so, at ``max_turns``, or at the deadline (``agent.clock``: ``time_limit`` when
-the harness took the time, a masked ``DeadlineFailure`` when the backend did).
+``GatewayRefusal`` (for the harness, an error in its wire's shape: OpenAI's or
+Anthropic's); a backend failure also fails the rollout (``failure``: infra, masked).
+The session ends when the harness says so, at ``max_turns``, or at the deadline
+(``agent.clock``: ``time_limit`` when the harness took the time, a masked
+``DeadlineFailure`` when the backend did).
 """
 
 from __future__ import annotations
@@ -138,9 +139,10 @@ class GatewaySession:
         return self._ended.is_set()
 
     # --- the harness's side --------------------------------------------------------------
-    async def complete(self, request: ChatCompletionRequest) -> GatewayReply:
+    async def complete(self, request: ChatCompletionRequest, call_ids: str = "call_") -> GatewayReply:
         """Answer one call (one at a time: concurrent calls of a session wait their turn);
-        every wait of the call is bounded by the deadline (then a 408)."""
+        every wait of the call is bounded by the deadline (then a 408). The reply's tool
+        calls get ids starting ``call_ids`` (OpenAI's ``call_``, Anthropic's ``toolu_``)."""
         self._refuse_if_ended()
         if self._waiting >= MAX_WAITING_CALLS:
             raise GatewayRefusal(429, f"{self._waiting} calls of this session are already "
@@ -150,7 +152,7 @@ class GatewaySession:
         try:  # everything a call waits on (its turn, a usable backend, the sample)
             async with asyncio.timeout_at(self.limits.deadline) as limit, self._lock:
                 self._refuse_if_ended()
-                return await self._complete(request)
+                return await self._complete(request, call_ids)
         except TimeoutError:
             if limit.expired():
                 raise self._time_up() from None
@@ -226,7 +228,7 @@ class GatewaySession:
         self._refused_last = True
         return GatewayRefusal(400, message, code="context_length_exceeded", param="messages")
 
-    async def _complete(self, request: ChatCompletionRequest) -> GatewayReply:
+    async def _complete(self, request: ChatCompletionRequest, call_ids: str) -> GatewayReply:
         try:
             if await self.llm.message_level():
                 raise InfraError("the gateway samples token ids; the rollout's backend is "
@@ -258,7 +260,7 @@ class GatewaySession:
                 f"{len(prompt)} tokens, leaving no room to sample.")
         gen = await self._generate(prompt, request, limit)
         text = await conversation.builder.aassistant_content(gen.output_ids, gen.finish_reason)
-        reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools))
+        reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools), call_ids)
         self._refuse_if_ended()  # the deadline came meanwhile: nothing is recorded
         self._record(gen, added, extends, conversation, text, reply, request)
         finish: FinishReason = ("tool_calls" if reply.tool_calls else

@@ -1,7 +1,8 @@
 """A session served on a unix socket, for a harness inside a sandbox.
 
 The socket is bound in a folder the sandbox sees (its workspace) and answers the
-gateway's chat route for ONE session: whoever connects is that rollout's harness, so
+gateway's model routes (OpenAI's ``/v1/chat/completions``, Anthropic's
+``/v1/messages``) for ONE session: whoever connects is that rollout's harness, so
 no key is needed and none can name another rollout. Given the session's ``key``, a
 request that carries another gateway key (``rsg-...`` as ``Authorization: Bearer`` or
 ``x-api-key``: another rollout's, leaked or guessed) is refused with a 401
@@ -21,7 +22,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from rollserve.agent.gateway import wire
+from rollserve.agent.gateway import anthropic_wire, wire
 from rollserve.agent.gateway.registry import KEY_PREFIX
 from rollserve.agent.gateway.session import GatewayRefusal, GatewaySession
 
@@ -34,7 +35,7 @@ MAX_BODY = 8 * 1024 * 1024
 
 
 class SessionSocket:
-    """``session``'s chat route on a unix socket in ``folder`` (``start``/``close``)."""
+    """``session``'s model routes on a unix socket in ``folder`` (``start``/``close``)."""
 
     def __init__(self, session: GatewaySession, folder: Path, name: str = SOCKET_NAME,
                  key: str | None = None) -> None:
@@ -47,6 +48,7 @@ class SessionSocket:
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._own_key_only])
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._messages)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -99,8 +101,23 @@ class SessionSocket:
         body = wire.completion(answer, parsed.model).model_dump_json().encode("utf-8")
         return web.Response(body=body, content_type="application/json")
 
+    async def _messages(self, request: web.Request) -> web.Response:
+        try:
+            parsed, chat = anthropic_wire.parse_request(await request.read())
+            answer = await self.session.complete(chat, anthropic_wire.CALL_IDS)
+        except GatewayRefusal as refusal:
+            return web.Response(body=anthropic_wire.error_body(refusal), status=refusal.status,
+                                content_type="application/json")
+        if parsed.stream:
+            return web.Response(body=b"".join(anthropic_wire.events(answer, parsed.model)),
+                                content_type="text/event-stream",
+                                headers={"Cache-Control": "no-cache"})
+        body = anthropic_wire.message(answer, parsed.model).model_dump_json().encode("utf-8")
+        return web.Response(body=body, content_type="application/json")
+
     async def _unknown(self, request: web.Request) -> web.Response:
         refusal = GatewayRefusal(404, f"no route {request.method} {request.path}: the gateway "
-                                      "answers POST /v1/chat/completions", code="unknown_url")
+                                      "answers POST /v1/chat/completions and POST /v1/messages",
+                                 code="unknown_url")
         return web.Response(body=wire.error_body(refusal), status=404,
                             content_type="application/json")

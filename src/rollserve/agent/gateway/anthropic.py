@@ -1,0 +1,177 @@
+"""Anthropic Messages as the gateway's session takes them, and a reply as content blocks.
+
+A ``MessagesRequest`` becomes the chat request the session renders (the same path,
+recording and append-only reuse as an OpenAI call):
+
+- ``system`` (a string, or text blocks) is a first ``system`` message;
+- a ``user`` message's ``tool_result`` blocks are ``tool`` messages answering their
+  ``tool_use_id``, its text blocks a ``user`` message, in the order they come;
+- an ``assistant`` message's text blocks are its content and its ``tool_use`` blocks
+  its tool calls (the template writes them after the text, in the policy's format);
+- ``tools`` (``name``, ``description``, ``input_schema``) are function tools.
+
+Text blocks of one message are joined with a blank line. Blocks rollserve cannot
+render (images, documents, thinking, server tools) are refused naming the block, and
+so is a last message from the assistant (Anthropic's prefill: the policy's reply is
+sampled whole, as a new turn, so a continuation cannot be honoured).
+A reply is a text block (the content, when there is any) and one ``tool_use`` block
+per parsed tool call (ids ``toolu_...``, ``input`` the arguments' object); its
+``stop_reason`` is ``tool_use``, ``max_tokens`` (the sample was cut) or ``end_turn``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rollserve.agent.gateway.messages import Reply, Unsupported
+from rollserve.agent.gateway.session import FinishReason
+from rollserve.contract.anthropic import (
+    AnthropicMessage,
+    AnthropicTool,
+    Block,
+    MessagesRequest,
+    StopReason,
+    TextOut,
+    ToolUseOut,
+)
+from rollserve.contract.gateway import (
+    ChatCompletionRequest,
+    ChatToolCall,
+    FunctionCall,
+    FunctionDefinition,
+    GatewayMessage,
+    ToolDefinition,
+)
+
+__all__ = ["CALL_IDS", "content_blocks", "stop_reason", "to_chat_request"]
+
+CALL_IDS = "toolu_"  # the prefix of the tool_use ids a reply gets
+SEPARATOR = "\n\n"  # between the text blocks of one message
+STOP_REASONS: dict[FinishReason, StopReason] = {
+    "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def _texts(blocks: str | list[Block] | None, where: str) -> str:
+    """The text of ``blocks`` (a string, or text blocks only)."""
+    if blocks is None:
+        return ""
+    if isinstance(blocks, str):
+        return blocks
+    texts: list[str] = []
+    for index, block in enumerate(blocks):
+        if (text := _text(block, f"{where}[{index}]")) is None:
+            raise Unsupported(f"{where}[{index}]", f"only text blocks are supported here, not "
+                                                   f"{block.type!r}")
+        texts.append(text)
+    return SEPARATOR.join(texts)
+
+
+def _tool_call(block: Block, where: str) -> ChatToolCall:
+    for field in ("id", "name"):
+        if not getattr(block, field):
+            raise Unsupported(f"{where}.{field}", "a tool_use block needs a non-empty " + field)
+    if not isinstance(block.input, dict):
+        raise Unsupported(f"{where}.input", "a tool_use block's input must be an object")
+    assert block.id is not None and block.name is not None
+    return ChatToolCall(id=block.id, function=FunctionCall(
+        name=block.name, arguments=json.dumps(block.input, ensure_ascii=False)))
+
+
+def _text(block: Block, where: str) -> str | None:
+    """A text block's text (None: another type)."""
+    if block.type != "text":
+        return None
+    if block.text is None:
+        raise Unsupported(f"{where}.text", "a text block needs its text")
+    return block.text
+
+
+def _user(message: AnthropicMessage, where: str) -> list[GatewayMessage]:
+    if isinstance(message.content, str):
+        return [GatewayMessage(role="user", content=message.content)]
+    out: list[GatewayMessage] = []
+    texts: list[str] = []
+    for index, block in enumerate(message.content):
+        at = f"{where}.content[{index}]"
+        if (text := _text(block, at)) is not None:
+            texts.append(text)
+        elif block.type == "tool_result":
+            if not block.tool_use_id:
+                raise Unsupported(f"{at}.tool_use_id", "a tool_result block needs the id of the "
+                                                       "tool_use it answers")
+            if texts:
+                out.append(GatewayMessage(role="user", content=SEPARATOR.join(texts)))
+                texts = []
+            out.append(GatewayMessage(role="tool", tool_call_id=block.tool_use_id,
+                                      content=_texts(block.content, f"{at}.content")))
+        else:
+            raise Unsupported(at, "a user message's blocks may be text or tool_result, not "
+                                  f"{block.type!r}")
+    if texts or not out:
+        out.append(GatewayMessage(role="user", content=SEPARATOR.join(texts)))
+    return out
+
+
+def _assistant(message: AnthropicMessage, where: str) -> GatewayMessage:
+    if isinstance(message.content, str):
+        return GatewayMessage(role="assistant", content=message.content)
+    texts: list[str] = []
+    calls: list[ChatToolCall] = []
+    for index, block in enumerate(message.content):
+        at = f"{where}.content[{index}]"
+        if (text := _text(block, at)) is not None:
+            texts.append(text)
+        elif block.type == "tool_use":
+            calls.append(_tool_call(block, at))
+        else:
+            raise Unsupported(at, "an assistant message's blocks may be text or tool_use, not "
+                                  f"{block.type!r}")
+    return GatewayMessage(role="assistant", content=SEPARATOR.join(texts) if texts else None,
+                          tool_calls=calls or None)
+
+
+def _tool(tool: AnthropicTool, where: str) -> ToolDefinition:
+    if tool.type not in (None, "custom"):
+        raise Unsupported(f"{where}.type", f"only the harness's own tools (custom) are supported, "
+                                           f"not Anthropic's server tool {tool.type!r}")
+    if tool.input_schema is None:
+        raise Unsupported(f"{where}.input_schema", "a tool needs its input_schema")
+    return ToolDefinition(function=FunctionDefinition(
+        name=tool.name, description=tool.description, parameters=tool.input_schema))
+
+
+def to_chat_request(request: MessagesRequest) -> ChatCompletionRequest:
+    """``request`` as the session's chat request (see the module's docstring);
+    ``Unsupported`` names what cannot be rendered."""
+    messages: list[GatewayMessage] = []
+    if request.system is not None:
+        messages.append(GatewayMessage(role="system", content=_texts(request.system, "system")))
+    for index, message in enumerate(request.messages):
+        where = f"messages[{index}]"
+        if message.role == "user":
+            messages.extend(_user(message, where))
+        else:
+            messages.append(_assistant(message, where))
+    last = len(request.messages) - 1
+    if request.messages[last].role == "assistant":
+        raise Unsupported(f"messages[{last}].role", "the last message must be the user's: "
+                          "prefilling the assistant's reply is not supported (the policy's "
+                          "reply is sampled whole, as a new turn)")
+    tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
+    return ChatCompletionRequest(model=request.model, messages=messages, tools=tools or None,
+                                 stream=request.stream, max_tokens=request.max_tokens)
+
+
+def content_blocks(reply: Reply) -> list[TextOut | ToolUseOut]:
+    """The reply as Anthropic's content: its text (when any), then its tool_use blocks."""
+    blocks: list[TextOut | ToolUseOut] = []
+    if reply.content:
+        blocks.append(TextOut(text=reply.content))
+    for call in reply.tool_calls:
+        arguments = json.loads(call.function.arguments)  # the parser's: always an object
+        blocks.append(ToolUseOut(id=call.id, name=call.function.name, input=arguments))
+    return blocks
+
+
+def stop_reason(finish: FinishReason) -> StopReason:
+    return STOP_REASONS[finish]
