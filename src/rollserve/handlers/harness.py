@@ -10,8 +10,9 @@
   ``forwarder`` (``agent/gateway/forwarder.py``), which serves the session's unix
   socket (bound into the sandbox's workspace) on 127.0.0.1 of the sandbox's own
   network namespace and sets ``OPENAI_BASE_URL`` and ``ANTHROPIC_BASE_URL``;
-  ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY`` are the session's key (the socket refuses any other rollout's key) and ``ROLLSERVE_PYTHON`` the python
-  the forwarder runs on. It returns when the command exits, the session ends
+  ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY`` are the session's key (the socket
+  refuses any other rollout's key) and ``ROLLSERVE_PYTHON`` the python the forwarder
+  runs on. It returns when the command exits, the session ends
   (``max_turns``) or the time limit comes; the command and everything it started in
   its process group is killed then, the socket closed. A harness that ended before
   the policy answered any call (it crashed at start, say) fails the rollout as
