@@ -62,7 +62,10 @@ def main(argv: list[str]) -> None:
     print("# dependencies as installed in a venv whose tests pass. Regenerate with")
     print("#   .venv/bin/python scripts/constraints.py > constraints.txt")
     for name, version in sorted(closure(extras).items()):
-        print(f"{name}=={version}")
+        # A local label is left out (torch 2.13.0+cpu: ``torch==2.13.0``): the pin then
+        # matches the CPU wheel of the machine's wheel folder, which pip prefers (a local
+        # label sorts higher), and is a version an index can still answer.
+        print(f"{name}=={version.split('+')[0]}")
 
 
 if __name__ == "__main__":
