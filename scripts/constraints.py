@@ -79,7 +79,10 @@ def main(argv: list[str]) -> None:
         print(f"# Left out (the trainer installs its own): {', '.join(sorted(left_out))}")
     for dist, version in sorted(closure(extras).items()):
         if dist not in left_out:
-            print(f"{dist}=={version}")
+            # A local label is left out (torch 2.13.0+cpu: ``torch==2.13.0``): the pin then
+            # matches the CPU wheel of the machine's wheel folder, which pip prefers (a
+            # local label sorts higher), and is a version an index can still answer.
+            print(f"{dist}=={version.split('+')[0]}")
 
 
 if __name__ == "__main__":
