@@ -43,7 +43,13 @@ def test_embedded_run_writes_results_and_a_summary(llm, tmp_path):
     assert sorted(r["reward"] for r in written) == [0.0, 0.0, 1.0, 1.0]
     assert all(r["task_id"].startswith("evalset/") for r in written)
     summary = next(line for line in result.output.splitlines() if "│ math" in line)
-    assert [c.strip() for c in summary.split("│")[1:-1]] == ["math", "4", "4", "0", "0", "0.500"]
+    # data_source, tasks, rollouts, masked, failed, mean reward [95% CI], pass@1, pass@2,
+    # maj@n: every sample answers 4, right for 2 + 2 and wrong for 2 + 3.
+    cells = [c.strip() for c in summary.split("│")[1:-1]]
+    assert cells[:5] == ["math", "2", "4", "0", "0"] and cells[5].startswith("0.500 [")
+    assert cells[6:] == ["0.500", "0.500", "0.500"]
+    report = json.loads(output.with_suffix(".report.json").read_text())
+    assert report["sources"][0]["pass_at_k"] == {"1": 0.5, "2": 0.5}
     assert f"wrote 4 results to {output}" in result.output
     # The same state dir: the embedded server's store has them; nothing runs again.
     calls = len(llm.calls)
