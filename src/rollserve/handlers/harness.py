@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollserve.agent.gateway.session import GatewayLimits, GatewaySession
+from rollserve.agent.gateway.session import GatewayLimits, GatewaySession, NoCallError
 from rollserve.agent.gateway.unix_socket import SOCKET_NAME, SessionSocket
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
@@ -104,7 +104,8 @@ async def run_in_sandbox(sandbox: Sandbox, session: GatewaySession, key: str, co
             env={**env, "OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": key,
                  "ROLLSERVE_PYTHON": python})
         watcher = asyncio.create_task(_watch(process, session, output))
-        await session.wait()
+        with contextlib.suppress(NoCallError):  # said below, with the harness's exit code
+            await session.wait()
     finally:
         if process is not None:
             await process.kill()

@@ -57,13 +57,18 @@ from rollserve.contract.gateway import ChatCompletionRequest, ToolDefinition
 from rollserve.errors import InfraError, PromptTooLongError, RolloutError, context_window_error
 from rollserve.llm.base import Generation, LLMSession, Message, PromptBuilder, Tokenizer
 
-__all__ = ["FinishReason", "GatewayLimits", "GatewayRefusal", "GatewayReply", "GatewaySession"]
+__all__ = ["FinishReason", "GatewayLimits", "GatewayRefusal", "GatewayReply", "GatewaySession",
+           "NoCallError"]
 
 FinishReason = Literal["stop", "length", "tool_calls"]
 # Calls of one session waiting for their turn (one runs at a time): past this, a 429.
 # A harness makes one call at a time; a policy flooding the gateway from its tools
 # cannot queue requests (and their bodies) without bound.
 MAX_WAITING_CALLS = 4
+
+
+class NoCallError(InfraError):
+    """The session ended before the harness made a model call: nothing was sampled."""
 
 
 class GatewayRefusal(Exception):
@@ -185,8 +190,8 @@ class GatewaySession:
                 PromptTooLongError("every prompt the harness sent was refused for the "
                                    "context limit: nothing was sampled to score")
                 if self.context_refusals else
-                InfraError(f"the session ended ({self.ended_by}) before the harness made a "
-                           "model call: nothing was sampled to score"))
+                NoCallError(f"the session ended ({self.ended_by}) before the harness made a "
+                            "model call: nothing was sampled to score"))
         # The harness's time: everything the backend did not take.
         self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started
                                      - self.stats.llm_seconds)
