@@ -286,6 +286,8 @@ class BubblewrapSandbox(FolderSandbox):
             await process.kill()
             if isinstance(error, asyncio.TimeoutError):
                 detail = f"no start within {self.spec.start_timeout}s. {detail}"
+            else:  # what went wrong on our side (the IPC caps, the pid...), then bwrap's words
+                detail = f"{type(error).__name__}: {error}. {detail}"
             raise SandboxError(f"sandbox {self.id}: bwrap failed to start: {detail}".strip()) from error
         finally:
             os.close(info_r)

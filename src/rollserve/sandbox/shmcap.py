@@ -82,10 +82,11 @@ async def cap_ipc(pid: int, uid: int, limits: SandboxLimits, timeout: float = 10
     OSError (with nsenter's words) if that fails. Those sysctls belong to the
     sandbox's uid (hence /proc/sys read-only inside) once bwrap has mapped its user
     namespace, to host root before; bwrap may be writing that map right then, so a
-    refused write is tried again."""
+    refused write is tried again (up to 8 times, backing off, within ``timeout``)."""
     deadline = time.monotonic() + timeout
     error = ""
-    for _ in range(3):
+    pause = 0.01
+    for _ in range(8):  # a loaded host can take a while to finish the map
         process = await asyncio.create_subprocess_exec(
             *nsenter_argv(pid, uid, ipc_sysctls(limits)), stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -99,7 +100,10 @@ async def cap_ipc(pid: int, uid: int, limits: SandboxLimits, timeout: float = 10
         if process.returncode == 0:
             return
         error = err.decode(errors="replace").strip()[-300:]
-        await asyncio.sleep(0.01)
+        if time.monotonic() + pause >= deadline:
+            break
+        await asyncio.sleep(pause)
+        pause = min(0.5, pause * 2)
     raise OSError(f"capping System V IPC failed: {error}")
 
 
