@@ -42,7 +42,9 @@ def test_the_plain_client_snippet_trains_on_used_samples_only(server_factory,
              namespace)
     batch = namespace["batch"]
     assert isinstance(batch, list) and len(batch) == 4  # the 7 * 6 group's n used samples
-    assert sorted(reward for *_, reward in batch) == [0.0, 0.0, 1.0, 1.0]
+    # Its 6 samples alternate right and wrong; the 4 used are the first 4 to finish, so
+    # the split depends on timing, but a usable group has both (it was not filtered).
+    assert {reward for *_, reward in batch} == {0.0, 1.0}
     for input_ids, loss_mask, logprobs, _ in batch:
         assert len(input_ids) == len(loss_mask) == len(logprobs) and sum(loss_mask) > 0
     lines = printed.getvalue().splitlines()
