@@ -14,7 +14,8 @@ import pytest
 
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM, RecordedCall
-from tests.e2e.test_gateway_api import TAG, assert_exact, end, result, submit
+from tests.e2e.test_gateway_api import TAG, assert_exact, assert_turns_exact, end, result, submit
+from tests.e2e.test_gateway_sandbox_api import run_sandboxed
 
 BASH = {"name": "bash", "description": "run a command",
         "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
@@ -125,9 +126,7 @@ async def test_anthropic_client_tool_use_round_trip_streamed_and_not_is_token_ex
     trajectory = done["trajectory"]
     assert trajectory["sequence_count"] == 1 and len(llm.calls) == 3  # append-only throughout
     assert_exact(trajectory["tokens"], llm.calls)
-    turns = trajectory["turns"]
-    assert [t["output_ids"] for t in turns] == [c.output_ids for c in llm.calls]
-    assert [t["logprobs"] for t in turns] == [c.logprobs for c in llm.calls]
+    turns = assert_turns_exact(trajectory, llm.calls)
     assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"},
                                        "id": use.id}]
     assert trajectory["fidelity"]["fallback_deltas"] == 0  # the deltas were the template's own
@@ -332,17 +331,8 @@ print("harness got:", first, "|", text, "|", ",".join(kinds))
                     reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
 async def test_a_sandboxed_harness_speaks_anthropic_through_the_socket(make_api, llm):
     service, client = await make_api([llm.url])
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {
-            "answer": "reply 1 of boxed", "files": {"harness.py": SANDBOXED},
-            "command": '"$ROLLSERVE_PYTHON" harness.py'}}],
-        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
-    assert r.status_code == 202, r.text
-    (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
-    done = await result(client, rollout_id)
+    done = await run_sandboxed(client, SANDBOXED, '"$ROLLSERVE_PYTHON" harness.py')
     evaluation = done["evaluation"]
-    assert done["status"] == "completed", (done["failure"], evaluation)
-    assert evaluation["harness_exit_code"] == 0, evaluation["harness_log_tail"]
     expected = f"harness got: reply 0 of boxed | reply 1 of boxed | {','.join(STREAM_EVENTS)}"
     assert expected in evaluation["harness_log_tail"]
     assert done["reward"] == 1.0 and not done["mask"]

@@ -70,6 +70,14 @@ async def result(client: httpx.AsyncClient, rollout_id: str) -> dict:
     return dict(view["result"])
 
 
+def assert_turns_exact(trajectory: dict, calls: list) -> list[dict]:
+    """Each turn's sampled ids and logprobs are the backend's, call for call; the turns."""
+    turns: list[dict] = trajectory["turns"]
+    assert [t["output_ids"] for t in turns] == [c.output_ids for c in calls]
+    assert [t["logprobs"] for t in turns] == [c.logprobs for c in calls]
+    return turns
+
+
 def assert_exact(sequence: dict, calls: list) -> None:
     """``sequence`` is exactly the last call's prompt and sample, each earlier call's
     prompt+sample a prefix of the next one's prompt, and loss_mask 1 exactly on the
@@ -124,9 +132,7 @@ async def test_openai_client_with_tools_streaming_and_not_is_token_exact(make_ap
     assert trajectory["sequence_count"] == 1 and trajectory["sequences"] == []
     assert trajectory["ended_by"] == "finished" and len(llm.calls) == 2
     assert_exact(trajectory["tokens"], llm.calls)
-    turns = trajectory["turns"]
-    assert [t["output_ids"] for t in turns] == [c.output_ids for c in llm.calls]
-    assert [t["logprobs"] for t in turns] == [c.logprobs for c in llm.calls]
+    turns = assert_turns_exact(trajectory, llm.calls)
     assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"},
                                        "id": call.id}]
     assert trajectory["fidelity"]["fallback_deltas"] == 0  # the delta was the template's own

@@ -52,6 +52,23 @@ print("harness got:", first, "|", chat(messages, stream=True))
 """
 
 
+async def run_sandboxed(client, harness: str, command: str) -> dict:
+    """A `gateway` rollout whose harness (``harness.py`` in its workspace) runs as
+    ``command`` in the sandbox; its result, after checking it completed and the
+    harness exited 0."""
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [{"data_source": "gateway", "instance": {
+            "answer": "reply 1 of boxed", "files": {"harness.py": harness}, "command": command}}],
+        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
+    assert r.status_code == 202, r.text
+    (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
+    done = await result(client, rollout_id)
+    evaluation = done["evaluation"]
+    assert done["status"] == "completed", (done["failure"], evaluation)
+    assert evaluation["harness_exit_code"] == 0, evaluation["harness_log_tail"]
+    return done
+
+
 @pytest.fixture
 async def llm():
     async with FakeVLLM("smollm2", replies=policy, latency=0.0) as server:
@@ -62,17 +79,8 @@ async def test_a_sandboxed_harness_reaches_only_the_gateway_and_is_recorded_exac
         make_api, llm):
     service, client = await make_api([llm.url])
     port = llm.url.rsplit(":", 1)[1]
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {
-            "answer": "reply 1 of boxed", "files": {"harness.py": HARNESS},
-            "command": f'"$ROLLSERVE_PYTHON" harness.py {port}'}}],
-        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
-    assert r.status_code == 202, r.text
-    (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
-    done = await result(client, rollout_id)
+    done = await run_sandboxed(client, HARNESS, f'"$ROLLSERVE_PYTHON" harness.py {port}')
     evaluation = done["evaluation"]
-    assert done["status"] == "completed", (done["failure"], evaluation)
-    assert evaluation["harness_exit_code"] == 0, evaluation["harness_log_tail"]
     assert "harness got: reply 0 of boxed | reply 1 of boxed" in evaluation["harness_log_tail"]
     assert done["reward"] == 1.0 and not done["mask"]
     trajectory = done["trajectory"]

@@ -32,11 +32,29 @@ async def reply(prompt_ids: list[int], text: str) -> str:
     return f"So the answer is \\boxed{{{next(ANSWERS)}}}."
 
 
+def tiny_llama(vocab_size: int):
+    """A one-layer random Llama over SmolLM2's vocabulary: seconds to train on CPU."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048))
+
+
+def grpo_config(tmp_path):
+    """Two optimizer steps, groups of 2, 4 completions a step, on CPU."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
+                      num_generations=2, max_steps=2, learning_rate=1e-3, logging_steps=1,
+                      report_to=[], save_strategy="no", use_cpu=True, shuffle_dataset=False,
+                      seed=0)
+
+
 def test_grpo_trainer_trains_on_rollserve_rollouts(server_factory, fake_llm_thread, tmp_path,
                                                    monkeypatch):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from datasets import Dataset
     from rollserve.llm.tokens.tokenizer import load_tokenizer
@@ -46,14 +64,9 @@ def test_grpo_trainer_trains_on_rollserve_rollouts(server_factory, fake_llm_thre
     server = server_factory("--backend", fake.url).start(timeout=180)
     tokenizer = load_tokenizer("smollm2").hf
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048))
+    model = tiny_llama(len(tokenizer))
     dataset = Dataset.from_list([TWO, STUCK]).map(lambda row: {"prompt": task_prompt(row)})
-    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
-                      num_generations=2, max_steps=2, learning_rate=1e-3, logging_steps=1,
-                      report_to=[], save_strategy="no", use_cpu=True, shuffle_dataset=False,
-                      seed=0)
+    args = grpo_config(tmp_path)
     with Client(server.url) as client:
         trainer = GRPOTrainer(
             model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
@@ -84,8 +97,7 @@ MIXED = {"data_source": "math", "instance": {"question": "What is 3 + 3?", "answ
 def test_grpo_trainer_with_oversampling_and_the_zero_variance_filter(
         server_factory, fake_llm_thread, tmp_path, monkeypatch):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from datasets import Dataset
     from rollserve.integrations.groups import BatchCounts
@@ -114,14 +126,9 @@ def test_grpo_trainer_with_oversampling_and_the_zero_variance_filter(
     server = server_factory("--backend", fake.url).start(timeout=180)
     tokenizer = load_tokenizer("smollm2").hf
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048))
+    model = tiny_llama(len(tokenizer))
     dataset = Dataset.from_list([SAME, MIXED]).map(lambda row: {"prompt": task_prompt(row)})
-    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
-                      num_generations=2, max_steps=2, learning_rate=1e-3, logging_steps=1,
-                      report_to=[], save_strategy="no", use_cpu=True, shuffle_dataset=False,
-                      seed=0)
+    args = grpo_config(tmp_path)
     with Client(server.url) as client:
         func = rollout_func(client, sampling=SamplingParams(max_tokens=32), timeout=240,
                             oversample=1, filter_zero_variance=True, on_batch=on_batch)
