@@ -114,6 +114,22 @@ def test_reaper_checks_start_times_not_just_pids(tmp_path):
         bystander.wait()
 
 
+def test_a_process_is_identified_by_its_boot_relative_start_not_the_wall_clock():
+    """A wall-clock step moves psutil's epoch start time (boot time + ticks) by whole
+    seconds; the live process must still be recognised — CI once reaped a live
+    server's own sandbox after the clock moved mid-run. Another start tick or another
+    boot is another process."""
+    ref = process_ref(os.getpid())
+    assert ref is not None and ref.since_boot is not None and ref.boot_id
+    assert is_alive(ref)
+    assert is_alive(ref.model_copy(update={"started": ref.started + 1.0}))  # clock stepped
+    assert not is_alive(ref.model_copy(update={"since_boot": ref.since_boot + 0.01}))
+    assert not is_alive(ref.model_copy(update={"boot_id": "another-boot"}))
+    # a record written before boot-relative times: epoch, within a clock step
+    old = ProcessRef(pid=ref.pid, started=ref.started)
+    assert is_alive(old) and not is_alive(old.model_copy(update={"started": ref.started - 100}))
+
+
 def test_live_owner_records_are_untouched_and_closed_sandboxes_leave_none(tmp_path):
     book = OwnerBook(tmp_path)
     entry = book.open("sbx-2", "local", [tmp_path])

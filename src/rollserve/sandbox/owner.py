@@ -26,14 +26,38 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
-# psutil derives start times from boot time + clock ticks; two reads of the same
-# process agree exactly, a reused pid differs by far more than this.
-START_TOLERANCE = 0.05
+# A process's identity is its pid plus its start time. The start time is read as
+# the kernel keeps it — clock ticks since boot, which never change — together with
+# the boot's id; an epoch time (boot time + ticks, what psutil reports) moves
+# whenever the wall clock is adjusted (NTP steps the boot time by whole seconds), so
+# it is kept for people reading the record and for records written before boot ids,
+# where it is compared with a tolerance of a clock step.
+EPOCH_TOLERANCE = 1.5
+_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 
 class ProcessRef(BaseModel):
     pid: int
-    started: float
+    started: float  # seconds since the epoch (informational: moves with the clock)
+    since_boot: float | None = None  # start time in seconds since boot (exact)
+    boot_id: str | None = None
+
+
+def boot_id() -> str | None:
+    try:
+        return _BOOT_ID_PATH.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _since_boot(pid: int) -> float | None:
+    """The process's start in seconds since boot, from /proc (field 22 of stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        fields = stat[stat.rindex(b")") + 2:].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class OwnerRecord(BaseModel):
@@ -51,9 +75,10 @@ class OwnerRecord(BaseModel):
 
 def process_ref(pid: int) -> ProcessRef | None:
     try:
-        return ProcessRef(pid=pid, started=psutil.Process(pid).create_time())
+        started = psutil.Process(pid).create_time()
     except psutil.Error:
         return None
+    return ProcessRef(pid=pid, started=started, since_boot=_since_boot(pid), boot_id=boot_id())
 
 
 _SELF: ProcessRef | None = None
@@ -62,7 +87,8 @@ _SELF: ProcessRef | None = None
 def this_process() -> ProcessRef:
     global _SELF
     if _SELF is None or _SELF.pid != os.getpid():  # (a forked child is another owner)
-        _SELF = ProcessRef(pid=os.getpid(), started=psutil.Process().create_time())
+        _SELF = process_ref(os.getpid())
+    assert _SELF is not None  # this very process
     return _SELF
 
 
@@ -70,8 +96,13 @@ def is_alive(ref: ProcessRef) -> bool:
     """The very process of the record still runs (same pid *and* start time)."""
     try:
         process = psutil.Process(ref.pid)
-        return (abs(process.create_time() - ref.started) < START_TOLERANCE
-                and process.status() != psutil.STATUS_ZOMBIE)
+        if ref.since_boot is not None and ref.boot_id is not None:
+            now = _since_boot(ref.pid)
+            same = (ref.boot_id == boot_id() and now is not None
+                    and abs(now - ref.since_boot) < 1e-6)
+        else:  # a record without boot-relative times
+            same = abs(process.create_time() - ref.started) < EPOCH_TOLERANCE
+        return same and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
