@@ -1,4 +1,5 @@
-"""Prometheus metrics, read from the engine and router when scraped (no bookkeeping)."""
+"""Prometheus metrics: counters and gauges read from the engine and router when scraped;
+the latency histograms the engine (per stage) and the router (per backend) keep."""
 
 from __future__ import annotations
 
@@ -82,6 +83,9 @@ class ServiceCollector:
                             ("filtered", g.groups_filtered)):
             groups.add_metric([what], count)
         yield groups
+        # Histograms the engine and the router observe as they go (the only bookkeeping).
+        yield from self.service.engine.latency.collect()
+        yield from self.service.router.metrics.collect()
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={

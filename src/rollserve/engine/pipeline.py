@@ -33,6 +33,7 @@ from rollserve.engine.events import EventBus
 from rollserve.engine.groups import EARLY_STOP_MESSAGE, GroupTracker, needs_no_rerun, result_usable
 from rollserve.engine.pools import StagePool
 from rollserve.engine.rollout import Rollout, RolloutSpec, default_run_margin
+from rollserve.engine.stage_metrics import StageLatency
 from rollserve.engine.store import Store
 from rollserve.errors import DeadlineFailure, RolloutError
 from rollserve.handlers.base import AgentHandler, HandlerContext
@@ -90,6 +91,7 @@ class Engine:
             "run": StagePool("run", self.config.run_workers),
             "eval": StagePool("eval", self.config.eval_workers),
         }
+        self.latency = StageLatency()  # per-stage wait and run times (``/metrics``)
         self.live: dict[str, Rollout] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel_requested: dict[str, str] = {}  # rollout id -> why, as its failure says
@@ -282,6 +284,7 @@ class Engine:
         async with self.pools[stage].slot() as queued:
             r.add_time("queued", queued)
             r.add_time(f"queued_{stage}", queued)
+            self.latency.waited(stage, r.spec.data_source, queued)
             r.status = stage
             self.events.publish(r.id, r.spec.group_id, stage)
             await self.store.set_status(r.id, stage)
@@ -300,7 +303,9 @@ class Engine:
                     raise _StageTimeout(f"{stage} stage exceeded its timeout of {limit:g}s") from None
                 raise
             finally:
-                r.add_time(stage, time.perf_counter() - started)
+                ran = time.perf_counter() - started
+                r.add_time(stage, ran)
+                self.latency.ran(stage, r.spec.data_source, ran)
 
     async def _stage_body(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
         if stage == "init":

@@ -47,6 +47,7 @@ from rollserve.llm.base import (
 )
 from rollserve.llm.routing.backend_state import BackendState
 from rollserve.llm.routing.base import Pinned
+from rollserve.llm.routing.call_metrics import CallMetrics
 from rollserve.llm.routing.deadline import current_deadline, remaining
 from rollserve.llm.routing.forward import forward, pausable
 from rollserve.llm.routing.health import HealthConfig, HealthMonitor
@@ -96,6 +97,7 @@ class Router:
         self.pause_mode: PauseMode | None = None
         self.counters = {"calls": 0, "retries": 0, "aborted_by_pause": 0, "failed": 0, "moves": 0}
         self.health = HealthMonitor(self, self.config.health)
+        self.metrics = CallMetrics()  # per-backend request latency and tokens (``/metrics``)
         self._states: dict[str, BackendState] = {}
         self._inflight = InFlightCalls()
         self._paused_backends: list[str] = []
@@ -414,6 +416,7 @@ class Router:
                 error = LLMError(f"{state.name}: no answer in {self.config.attempt_timeout:g} s",
                                  backend=state.name)
                 state.record_failure(error.message)
+                self.metrics.failed(state.name, loop.time() - started)
                 self.health.poke(state)
                 return error
         finally:
@@ -429,6 +432,7 @@ class Router:
         if isinstance(exc, LLMError):
             exc.backend = exc.backend or state.name
             state.record_failure(exc.message)
+            self.metrics.failed(state.name, loop.time() - started)
             if exc.retryable:
                 self.health.poke(state)
             return exc
@@ -441,8 +445,11 @@ class Router:
                 return _ABORTED
             error = LLMError(f"{state.name}: the server aborted the request", backend=state.name)
             state.record_failure(error.message)
+            self.metrics.failed(state.name, loop.time() - started)
             return error
-        state.record_success(loop.time() - started, concurrency)
+        seconds = loop.time() - started
+        state.record_success(seconds, concurrency)
+        self.metrics.answered(state.name, seconds, result)
         return result
 
     # --- helpers ----------------------------------------------------------------------------
