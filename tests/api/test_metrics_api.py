@@ -93,6 +93,8 @@ async def test_stage_and_backend_histograms_count_what_ran(make_api):
     # What /metrics had before is still there.
     assert _value(samples, "rollserve_rollouts_finished_total", status="completed") == 5
     assert _value(samples, "rollserve_llm_calls_total", kind="calls") == 8
+    assert _value(samples, "rollserve_sandboxes_open") == 0  # math and stem need none
+    assert not [key for key in samples if key[0] == "rollserve_rollouts_masked_total"]
 
 
 async def test_a_failed_request_is_observed_as_an_error(make_api):
@@ -112,3 +114,6 @@ async def test_a_failed_request_is_observed_as_an_error(make_api):
                   outcome="error") == 2
     assert _value(samples, "rollserve_llm_request_seconds_count", backend="flaky",
                   outcome="ok") is None
+    assert _value(samples, "rollserve_rollouts_masked_total", kind="infra", stage="run") == 1
+    assert [key for key in samples if key[0] == "rollserve_rollouts_masked_total"] == [
+        ("rollserve_rollouts_masked_total", frozenset({("kind", "infra"), ("stage", "run")}))]

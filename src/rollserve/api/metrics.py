@@ -83,9 +83,28 @@ class ServiceCollector:
                             ("filtered", g.groups_filtered)):
             groups.add_metric([what], count)
         yield groups
+        masked = CounterMetricFamily(
+            "rollserve_rollouts_masked", "finished rollouts masked (not to train on), by why: "
+            "an infra or timeout failure, or stale turns; and the stage it ended in",
+            labels=["kind", "stage"])
+        for (kind, stage), count in sorted(self.service.engine.masked.items()):
+            masked.add_metric([kind, stage], count)
+        yield masked
+        yield from self._sandboxes()
         # Histograms the engine and the router observe as they go (the only bookkeeping).
         yield from self.service.engine.latency.collect()
         yield from self.service.router.metrics.collect()
+
+    def _sandboxes(self) -> Iterator[Metric]:
+        sandboxes = self.service.sandbox_status()
+        yield GaugeMetricFamily("rollserve_sandboxes_open", "sandboxes open now",
+                                value=sandboxes["open"])
+        yield CounterMetricFamily("rollserve_sandboxes_started", "sandboxes started since start",
+                                  value=sandboxes["started"])
+        reaped = sandboxes["reaped_at_start"] or {}
+        yield GaugeMetricFamily("rollserve_sandboxes_reaped_at_start", "sandboxes a previous "
+                                "server left, removed when this one started",
+                                value=reaped.get("sandboxes", 0))
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={

@@ -99,6 +99,8 @@ class Engine:
         self._finished: dict[str, asyncio.Event] = {}
         self._completions: deque[float] = deque(maxlen=100_000)  # finish times
         self.counters: dict[TerminalStatus, int] = {}
+        # Masked results by why (a failure's kind, or stale) and stage: ``/metrics``.
+        self.masked: dict[tuple[str, str], int] = {}
         # Over finished rollouts: token-fidelity mismatches, turns cut by max_tokens, stale.
         self.trajectory_counters = TrajectoryCounters(
             fidelity_mismatches=0, rollouts_with_mismatches=0, truncated_turns=0, stale=0,
@@ -335,6 +337,9 @@ class Engine:
         seq = await asyncio.shield(self.store.finish(result))
         self.last_seq = max(self.last_seq, seq)
         self.counters[result.status] = self.counters.get(result.status, 0) + 1
+        if result.mask:
+            key = _mask_kind(r)
+            self.masked[key] = self.masked.get(key, 0) + 1
         traj, tc = r.trajectory, self.trajectory_counters
         tc.fidelity_mismatches += traj.fidelity.mismatches
         tc.rollouts_with_mismatches += traj.fidelity.mismatches > 0
@@ -419,6 +424,14 @@ class Engine:
 
 class _StageTimeout(Exception):
     pass
+
+
+def _mask_kind(r: Rollout) -> tuple[str, str]:
+    """Why a masked rollout is masked, and where: ``("infra" | "timeout", stage)``, or
+    ``("stale", "run")`` for turns of too many policy versions."""
+    if r.failure is not None and r.failure.kind in ("infra", "timeout"):
+        return r.failure.kind, r.failure.stage
+    return "stale", "run"
 
 
 def _limit(timeouts: Timeouts, stage: Stage) -> float | None:
