@@ -87,8 +87,8 @@ class ServiceCollector:
             "rollserve_rollouts_masked", "finished rollouts masked (not to train on), by why: "
             "an infra or timeout failure, or stale turns; and the stage it ended in",
             labels=["kind", "stage"])
-        for (kind, stage), count in sorted(self.service.engine.masked.items()):
-            masked.add_metric([kind, stage], count)
+        for (kind, where), count in sorted(self.service.engine.masked.items()):
+            masked.add_metric([kind, where], count)
         yield masked
         yield from self._sandboxes()
         # Histograms the engine and the router observe as they go (the only bookkeeping).
