@@ -1,22 +1,30 @@
 """``rollserve quickstart``: the whole service on the embedded defaults, end to end.
 
-Starts the HTTP service in this process with the embedded SmolLM2 model, submits a
-mixed batch of bundled tasks (math, and code problems whose agent works in a
-bubblewrap sandbox) through the real API as a trainer would, shows progress per
-stage, then a summary, and writes every result as JSONL.
+Starts the HTTP service in this process with the embedded SmolLM2 model (or
+``--backend``), submits a mixed batch of bundled tasks through the real API as a
+trainer would — easy two-choice questions the 135M model answers right some of the
+time (``easy``: stem), math word problems, and code problems whose agent works in a
+bubblewrap sandbox — shows progress per stage, then a table per data_source, and
+writes every result as JSONL. Every rollout samples with its own seed (``--seed``
+plus its position in the batch), so a run repeats where the backend is deterministic.
+With ``--keep-serving`` the service stays up afterwards, its dashboard and API open,
+until Ctrl-C (SIGINT) or SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import signal
 import socket
-import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import uvicorn
 from rich.console import Console
@@ -28,52 +36,107 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from rollserve.client import AsyncClient
-from rollserve.contract import RolloutResult, TaskRequest
-from rollserve.datasets import bundled_rows
+from rollserve.contract import RolloutResult, SamplingParams, TaskRequest
+from rollserve.datasets import bundled_set
 from rollserve.llm.tokens.tokenizer import TokenizerError
+from rollserve.quickstart_summary import print_summary
 from rollserve.sandbox.base import SandboxError
 from rollserve.server import ServerConfig, Service
+
+HOST = "127.0.0.1"
+T = TypeVar("T")
 
 
 @dataclass
 class QuickstartOptions:
-    tasks: int = 6  # math
+    easy_tasks: int = 8  # the bundled "easy" set (stem): two-choice questions
+    tasks: int = 2  # math
     code_tasks: int = 2
     n: int = 2
-    max_tokens: int = 192
+    max_tokens: int = 96
     max_turns: int = 2
     temperature: float = 0.7
+    seed: int = 0
+    backend: str = "embedded"
     out: Path = Path("quickstart-results.jsonl")
     state_dir: Path | None = None
     port: int = 0
+    keep_serving: bool = False
 
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: the quickstart takes SIGINT and SIGTERM
+    itself (it stops the batch or the serving, then shuts everything down in order;
+    uvicorn's would only stop the HTTP server, then raise the signal again)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class _Stopped(Exception):
+    """SIGINT or SIGTERM came."""
+
+
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
+    """``work``'s result, or ``_Stopped`` (``work`` cancelled) once ``stop`` is set."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise _Stopped
+    return task.result()
 
 
 async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        return await _serve_and_drive(opts, console, stop)
+    except _Stopped:
+        console.print("[yellow]stopped[/yellow] (a signal came before the batch finished)")
+        return 130
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _serve_and_drive(opts: QuickstartOptions, console: Console, stop: asyncio.Event) -> int:
     from rollserve.api.app import create_app
 
     state_dir = opts.state_dir or Path(tempfile.mkdtemp(prefix="rollserve-quickstart-"))
     port = opts.port or _free_port()
-    config = ServerConfig(port=port, state_dir=state_dir, backends=["embedded"])
-    console.print(f"[bold]rollserve quickstart[/bold]: state in {escape(str(state_dir))}, API on "
-                  f"http://127.0.0.1:{port}")
+    base = f"http://{HOST}:{port}"
+    config = ServerConfig(host=HOST, port=port, state_dir=state_dir, backends=[opts.backend])
+    console.print(f"[bold]rollserve quickstart[/bold]: state in {escape(str(state_dir))}, API on {base}")
+    loading = ("loading the embedded model (SmolLM2-135M-Instruct)…" if opts.backend == "embedded"
+               else f"starting with the backend {escape(opts.backend)}…")
     try:
-        with console.status("loading the embedded model (SmolLM2-135M-Instruct)…"):
+        with console.status(loading):
             service = Service(config)
-            await service.start()
+            await service.start()  # bounded; a signal meanwhile is seen right after
     except TokenizerError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
-    server = uvicorn.Server(uvicorn.Config(create_app(service, manage_lifecycle=False),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    server = _Server(uvicorn.Config(create_app(service, manage_lifecycle=False), host=HOST, port=port,
+                                    log_level="warning"))
     serving = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -88,32 +151,53 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
             except SandboxError as exc:
                 console.print(f"[yellow]note:[/yellow] no code tasks: {escape(str(exc))}")
                 opts = dataclasses.replace(opts, code_tasks=0)
-        async with AsyncClient(f"http://127.0.0.1:{port}") as client:
-            return await _drive(client, opts, console)
+        links = f"dashboard: [bold]{base}/ui[/bold] · API docs: {base}/docs · metrics: {base}/metrics"
+        console.print(links)
+        if stop.is_set():
+            raise _Stopped
+        async with AsyncClient(base) as client:
+            code = await _unless_stopped(_drive(client, opts, console), stop)
+        if code == 0 and opts.keep_serving and not stop.is_set():
+            console.print(links)
+            console.print(f"serving at {base} until stopped: Ctrl-C to stop")
+            await stop.wait()
+            console.print("stopping…")
+        return code
     finally:
         server.should_exit = True
         await serving
         await service.stop()
 
 
-async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console) -> int:
+def quickstart_tasks(opts: QuickstartOptions) -> list[TaskRequest]:
+    """The batch: per bundled set the first rows asked for, ``n`` single-sample tasks
+    each; rollout ``j`` (in this order) samples with seed ``opts.seed + j``."""
     run_tag = time.strftime("%Y%m%d-%H%M%S")
     tasks: list[TaskRequest] = []
-    for source, rows in (("math", bundled_rows("math")[: opts.tasks]),
-                         ("code", bundled_rows("code")[: opts.code_tasks])):
-        for row in rows:
+    for name, count in (("easy", opts.easy_tasks), ("math", opts.tasks), ("code", opts.code_tasks)):
+        bundled = bundled_set(name)
+        for row in bundled.rows()[:count]:
             instance = {k: v for k, v in row.items() if k != "task_id"}
-            tasks.append(TaskRequest(id=f"{source}/{row['task_id']}@{run_tag}", data_source=source,
-                                     instance=instance, n=opts.n))
-    total = sum(t.n for t in tasks)
+            for sample in range(opts.n):
+                seed = opts.seed + len(tasks)
+                tasks.append(TaskRequest(
+                    id=f"{name}/{row['task_id']}/{sample}@{run_tag}", data_source=bundled.data_source,
+                    instance=instance, sampling=SamplingParams(seed=seed),
+                    metadata={"set": name, "task": row["task_id"], "sample": sample, "seed": seed}))
+    return tasks
+
+
+async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console) -> int:
+    tasks = quickstart_tasks(opts)
+    total = len(tasks)
     started = time.perf_counter()
-    accepted = await client.submit(
+    await client.submit(
         tasks,
         sampling={"max_tokens": opts.max_tokens, "temperature": opts.temperature},
         agent={"max_turns": opts.max_turns},
     )
-    console.print(f"submitted {len(tasks)} tasks × n={opts.n} = {total} rollouts "
-                  f"in {len(accepted.groups)} groups")
+    console.print(f"submitted {total} rollouts: {total // opts.n} tasks × {opts.n} samples, "
+                  f"seeds {opts.seed}..{opts.seed + total - 1}")
 
     results: list[RolloutResult] = []
     columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
@@ -136,39 +220,6 @@ async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console)
     with opts.out.open("w") as fh:
         for result in results:
             fh.write(json.dumps(result.model_dump(mode="json")) + "\n")
-    _summary(results, elapsed, console)
+    print_summary(results, elapsed, console)
     console.print(f"wrote {len(results)} results to [bold]{escape(str(opts.out))}[/bold]")
     return 0
-
-
-def _summary(results: list[RolloutResult], elapsed: float, console: Console) -> None:
-    table = Table(title="quickstart results (mean seconds per stage)")
-    for col in ("task", "status", "n", "reward", "answered", "turns", "init", "run", "eval"):
-        table.add_column(col, justify="right")
-    by_status: dict[tuple[str, str], list[RolloutResult]] = {}
-    for r in results:
-        by_status.setdefault((r.data_source, r.status), []).append(r)
-
-    def mean(values: list[float]) -> str:
-        return f"{statistics.fmean(values):.2f}" if values else "-"
-
-    for (source, status), rows in sorted(by_status.items()):
-        rewards = [r.reward for r in rows if r.reward is not None]
-        # "answered": the episode ended with an answer in the asked format (code: submitted).
-        answered = sum(1 for r in rows if r.trajectory.ended_by == "finished")
-        turns = statistics.fmean(r.stats.turns for r in rows)
-        table.add_row(source, status, str(len(rows)),
-                      f"{statistics.fmean(rewards):.3f}" if rewards else "-",
-                      f"{answered}/{len(rows)}", f"{turns:.1f}",
-                      mean([r.timing.init for r in rows]), mean([r.timing.run for r in rows]),
-                      mean([r.timing.eval for r in rows]))
-    console.print(table)
-    output_tokens = sum(r.stats.output_tokens for r in results)
-    console.print(
-        f"{len(results)} rollouts in {elapsed:.1f}s · {output_tokens} tokens sampled · "
-        f"{output_tokens / max(elapsed, 1e-9):.1f} tokens/s overall"
-    )
-    if results and not any(r.trajectory.ended_by == "finished" for r in results):
-        console.print("[dim]SmolLM2-135M rarely writes its answer in \\boxed{} or calls a tool; a real "
-                      "policy (rollserve serve --backend URL) does. The trajectories are still exact "
-                      "and trainable.[/dim]")

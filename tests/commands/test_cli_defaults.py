@@ -90,6 +90,7 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "concurrency": Mirror(RunOptions, "max_in_flight", 24),
     },
     "quickstart": {
+        "easy_tasks": Mirror(QuickstartOptions, "easy_tasks", 5),
         "tasks": Mirror(QuickstartOptions, "tasks", 3),
         "code_tasks": Mirror(QuickstartOptions, "code_tasks", 1),
         "n": Mirror(QuickstartOptions, "n", 4),
@@ -99,6 +100,9 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "out": Mirror(QuickstartOptions, "out", Path("elsewhere.jsonl")),
         "state_dir": Mirror(QuickstartOptions, "state_dir", Path("/elsewhere/quickstart")),
         "port": Mirror(QuickstartOptions, "port", 8123),
+        "seed": Mirror(QuickstartOptions, "seed", 11),
+        "backend": Mirror(QuickstartOptions, "backend", "http://elsewhere:8000"),
+        "keep_serving": Mirror(QuickstartOptions, "keep_serving", True),
     },
 }
 

@@ -106,7 +106,8 @@ def test_parquet(tmp_path):
 
 
 @pytest.mark.parametrize("name, data_source, count", [
-    ("swe-mini", "swe", 15), ("code", "code", 12), ("stem", "stem", 34), ("math", "math", 32)])
+    ("swe-mini", "swe", 15), ("code", "code", 12), ("stem", "stem", 34), ("math", "math", 32),
+    ("easy", "stem", 16)])
 def test_bundled_sets_by_name(name, data_source, count):
     result = validate(name, "--json")
     assert result.exit_code == 0, result.output

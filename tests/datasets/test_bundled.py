@@ -32,7 +32,7 @@ def test_swe_mini_has_a_git_bundle_per_instance():
 
 
 def test_an_unknown_name_lists_the_bundled_ones():
-    with pytest.raises(KeyError, match="no bundled set 'chess' \\(bundled: swe-mini, code, stem, math\\)"):
+    with pytest.raises(KeyError, match="no bundled set 'chess' \\(bundled: swe-mini, code, stem, math, easy\\)"):
         bundled_rows("chess")
 
 

@@ -155,25 +155,37 @@ def _make_service(config: ServerConfig) -> Service:
 
 @app.command()
 def quickstart(
+    easy_tasks: int = typer.Option(QUICKSTART.easy_tasks, min=0, help="bundled easy tasks to run (stem: "
+                                   "two-choice questions the small model gets right some of the time)"),
     tasks: int = typer.Option(QUICKSTART.tasks, min=0, help="bundled math tasks to run"),
     code_tasks: int = typer.Option(QUICKSTART.code_tasks, min=0, help="bundled code tasks to run (the agent works "
                                                   "in a bubblewrap sandbox; skipped without one)"),
-    n: int = typer.Option(QUICKSTART.n, min=1, help="samples per task (a GRPO group)"),
+    n: int = typer.Option(QUICKSTART.n, min=1, help="samples per task, each with its own seed"),
     max_tokens: int = typer.Option(QUICKSTART.max_tokens, min=1, help="new tokens per turn"),
     max_turns: int = typer.Option(QUICKSTART.max_turns, min=1, help="turns per episode"),
     temperature: float = typer.Option(QUICKSTART.temperature, min=0.0),
+    seed: int = typer.Option(QUICKSTART.seed, min=0, help="rollout j of the batch samples with seed SEED + j"),
+    backend: str = typer.Option(QUICKSTART.backend, help="the policy: 'embedded' (SmolLM2-135M in this "
+                                "process), a vLLM URL, or KIND=URL as for serve"),
+    keep_serving: bool = typer.Option(QUICKSTART.keep_serving, "--keep-serving",
+                                      help="after the batch, keep the service (dashboard, API) up "
+                                           "until Ctrl-C or SIGTERM"),
     out: Path = typer.Option(QUICKSTART.out, help="results as JSONL"),
     state_dir: Path | None = typer.Option(QUICKSTART.state_dir, help="default: a fresh temporary folder"),
     port: int = typer.Option(QUICKSTART.port, help="0 picks a free port"),
 ) -> None:
-    """Start rollserve on the embedded defaults, run bundled math and code tasks, show results."""
+    """Start rollserve on the embedded defaults, run bundled easy, math and code tasks, show
+    the results per data_source."""
     from rollserve.quickstart import QuickstartOptions, run_quickstart
 
-    if tasks + code_tasks == 0:
-        raise typer.BadParameter("nothing to run: give --tasks or --code-tasks above 0",
+    if easy_tasks + tasks + code_tasks == 0:
+        raise typer.BadParameter("nothing to run: give --easy-tasks, --tasks or --code-tasks above 0",
                                  param_hint="--tasks")
-    options = QuickstartOptions(tasks=tasks, code_tasks=code_tasks, n=n, max_tokens=max_tokens, max_turns=max_turns,
-                                temperature=temperature, out=out, state_dir=state_dir, port=port)
+    check_backends([backend])
+    options = QuickstartOptions(easy_tasks=easy_tasks, tasks=tasks, code_tasks=code_tasks, n=n,
+                                max_tokens=max_tokens, max_turns=max_turns, temperature=temperature,
+                                seed=seed, backend=backend, keep_serving=keep_serving, out=out,
+                                state_dir=state_dir, port=port)
     code = asyncio.run(run_quickstart(options, console))
     raise typer.Exit(code)
 

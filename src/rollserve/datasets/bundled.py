@@ -55,6 +55,9 @@ BUNDLED: dict[str, BundledSet] = {s.name: s for s in (
                "science questions: MMLU and GPQA multiple choice, numbers with units, short answers"),
     BundledSet("math", "math_tasks.jsonl", "math",
                "arithmetic and school math word problems with LaTeX or numeric gold answers"),
+    BundledSet("easy", "easy_tasks.jsonl", "stem",
+               "two-choice questions (single-digit sums, everyday science) that a 135M model "
+               "answers right some of the time: the quickstart's"),
 )}
 # swe-mini's repositories: one git bundle per instance, which the swe handler reads as a
 # mirror every server has.
