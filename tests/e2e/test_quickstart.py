@@ -19,8 +19,8 @@ pytestmark = [
 def test_quickstart_runs_real_rollouts_on_smollm2(tmp_path):
     out = tmp_path / "results.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "rollserve.cli", "quickstart", "--tasks", "2", "--code-tasks", "2",
-         "--n", "2",
+        [sys.executable, "-m", "rollserve.cli", "quickstart", "--easy-tasks", "2", "--tasks", "2",
+         "--code-tasks", "2", "--n", "2",
          "--max-tokens", "24", "--max-turns", "2", "--out", str(out),
          "--state-dir", str(tmp_path / "state")],
         capture_output=True, text=True, timeout=300,
@@ -30,11 +30,16 @@ def test_quickstart_runs_real_rollouts_on_smollm2(tmp_path):
     results = [json.loads(line) for line in out.read_text().splitlines()]
     code = [r for r in results if r["data_source"] == "code"]
     if BubblewrapRuntime.unavailable_reason() is None:
-        assert len(code) == 4  # a mixed batch: 2 math + 2 code tasks, n=2 each
+        assert len(code) == 4  # a mixed batch: 2 easy (stem) + 2 math + 2 code tasks, n=2 each
     else:
         assert code == [] and "no code tasks" in proc.stderr
-    assert len(results) == 4 + len(code)
-    assert len({r["group_id"] for r in results}) == len(results) // 2
+    assert len(results) == 8 + len(code)
+    assert sorted(r["data_source"] for r in results if r["data_source"] != "code") == \
+        ["math"] * 4 + ["stem"] * 4
+    # Each sample is a task of its own, with its own seed: rollout j samples with seed j.
+    assert len({r["group_id"] for r in results}) == len(results)
+    assert sorted(r["metadata"]["seed"] for r in results) == list(range(len(results)))
+    assert "/ui" in proc.stderr
     for r in code:  # the small model seldom calls a tool; its episodes still end and are scored
         assert r["evaluation"]["reward_mode"] == "all" and r["evaluation"]["total"] > 0
         assert r["trajectory"]["messages"][0]["role"] == "system"
