@@ -46,6 +46,7 @@ from rollserve.sandbox.base import SandboxError
 from rollserve.server import ServerConfig, Service
 
 HOST = "127.0.0.1"
+GRACEFUL_SHUTDOWN = 5  # seconds open requests (an event stream) get to end at shutdown
 T = TypeVar("T")
 
 
@@ -55,7 +56,7 @@ class QuickstartOptions:
     tasks: int = 2  # math
     code_tasks: int = 2
     n: int = 2
-    max_tokens: int = 96
+    max_tokens: int = 64
     max_turns: int = 2
     temperature: float = 0.7
     seed: int = 0
@@ -76,7 +77,8 @@ def _free_port() -> int:
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handlers: the quickstart takes SIGINT and SIGTERM
     itself (it stops the batch or the serving, then shuts everything down in order;
-    uvicorn's would only stop the HTTP server, then raise the signal again)."""
+    uvicorn's would only stop the HTTP server, then raise the signal again). Shutting
+    down calls ``handle_exit`` as uvicorn's handler would; nothing is re-raised."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -135,8 +137,10 @@ async def _serve_and_drive(opts: QuickstartOptions, console: Console, stop: asyn
     except TokenizerError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
+    # A dashboard left open holds an event stream: shutting down waits for it at most
+    # GRACEFUL_SHUTDOWN seconds, then ends it.
     server = _Server(uvicorn.Config(create_app(service, manage_lifecycle=False), host=HOST, port=port,
-                                    log_level="warning"))
+                                    log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN))
     serving = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -164,7 +168,9 @@ async def _serve_and_drive(opts: QuickstartOptions, console: Console, stop: asyn
             console.print("stopping…")
         return code
     finally:
-        server.should_exit = True
+        # As a signal to uvicorn would: sse-starlette hooks this to end the event
+        # streams (the dashboard's), so they close now rather than at the timeout.
+        server.handle_exit(signal.SIGTERM, None)
         await serving
         await service.stop()
 

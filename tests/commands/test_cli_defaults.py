@@ -94,7 +94,7 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "tasks": Mirror(QuickstartOptions, "tasks", 3),
         "code_tasks": Mirror(QuickstartOptions, "code_tasks", 1),
         "n": Mirror(QuickstartOptions, "n", 4),
-        "max_tokens": Mirror(QuickstartOptions, "max_tokens", 64),
+        "max_tokens": Mirror(QuickstartOptions, "max_tokens", 80),
         "max_turns": Mirror(QuickstartOptions, "max_turns", 3),
         "temperature": Mirror(QuickstartOptions, "temperature", 1.0),
         "out": Mirror(QuickstartOptions, "out", Path("elsewhere.jsonl")),

@@ -137,9 +137,27 @@ def test_table_per_data_source_and_keep_serving_until_sigint(tmp_path, quickstar
         cells = rows[source]
         assert (cells[1], cells[2], cells[3], cells[4]) == (n, "0", mean, passed), cells
 
+    # A dashboard left open: an event stream that never ends by itself.
+    streaming = threading.Event()
+
+    def listen() -> None:
+        try:
+            with httpx.stream("GET", f"{base}/v1/events", timeout=httpx.Timeout(10, read=None)) as r:
+                streaming.set()
+                for _ in r.iter_bytes():
+                    pass
+        except httpx.HTTPError:
+            pass  # the server went away: expected
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert streaming.wait(30)
+
     children = q.descendants()
     q.proc.send_signal(signal.SIGINT)
     assert q.finish() == 0, q.text[-3000:]
+    listener.join(timeout=10)
+    assert not listener.is_alive()
     assert "stopping" in q.text and "Traceback" not in q.text
     assert gone(children) == []
     with pytest.raises(httpx.TransportError):
