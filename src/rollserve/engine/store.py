@@ -26,7 +26,15 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from rollserve.contract import ROLLOUT_STATUSES, TERMINAL, RolloutResult, RolloutStatus
+from rollserve.contract import (
+    ROLLOUT_STATUSES,
+    TERMINAL,
+    FailureFilter,
+    ResultSummary,
+    RolloutResult,
+    RolloutStatus,
+    TerminalStatus,
+)
 from rollserve.engine.groups import Outcome, result_usable
 from rollserve.engine.rollout import RolloutSpec
 
@@ -56,7 +64,11 @@ CREATE TABLE IF NOT EXISTS rollouts (
     finished_at REAL,
     usable INTEGER,
     reward REAL,
-    masked INTEGER
+    masked INTEGER,
+    data_source TEXT,
+    failure_kind TEXT,
+    duration REAL,
+    policy_version INTEGER
 );
 CREATE INDEX IF NOT EXISTS rollouts_group ON rollouts(group_id);
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status);
@@ -65,7 +77,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 # Columns added after the first release: a store file made before them gets them at
 # open, and its finished rows are filled in from their stored results.
-_ADDED_COLUMNS = {"usable": "INTEGER", "reward": "REAL", "masked": "INTEGER"}
+_ADDED_COLUMNS = {"usable": "INTEGER", "reward": "REAL", "masked": "INTEGER",
+                  "data_source": "TEXT", "failure_kind": "TEXT", "duration": "REAL",
+                  "policy_version": "INTEGER"}
 _BACKFILL = """
 UPDATE rollouts SET
     reward = json_extract(result, '$.reward'),
@@ -73,6 +87,20 @@ UPDATE rollouts SET
     usable = (status IN ('completed', 'failed') AND json_extract(result, '$.mask') = 0
               AND json_extract(result, '$.reward') IS NOT NULL)
 WHERE result IS NOT NULL AND usable IS NULL
+"""
+# The summary columns (the results table's filters), for results stored before them.
+_BACKFILL_SUMMARY = """
+UPDATE rollouts SET
+    data_source = json_extract(result, '$.data_source'),
+    failure_kind = json_extract(result, '$.failure.kind'),
+    duration = json_extract(result, '$.timing.total'),
+    policy_version = (SELECT MAX(value) FROM json_each(result, '$.trajectory.policy_versions'))
+WHERE result IS NOT NULL AND data_source IS NULL
+"""
+# The results table filters and counts from this index alone, never reading a result.
+_SUMMARY_INDEX = """
+CREATE INDEX IF NOT EXISTS rollouts_finished
+ON rollouts(seq, data_source, status, masked, failure_kind) WHERE seq IS NOT NULL
 """
 
 
@@ -99,6 +127,34 @@ class RolloutRow:
     finished_at: float | None
 
 
+@dataclass(frozen=True)
+class SummaryFilter:
+    """Which finished results a page of summaries holds (None: any)."""
+
+    data_source: str | None = None
+    status: TerminalStatus | None = None
+    masked: bool | None = None
+    failure_kind: FailureFilter | None = None  # "none": no failure
+
+    def where(self) -> tuple[str, list[str | int]]:
+        clauses, args = ["seq IS NOT NULL"], list[str | int]()
+        if self.data_source is not None:
+            clauses.append("data_source = ?")
+            args.append(self.data_source)
+        if self.status is not None:
+            clauses.append("status = ?")
+            args.append(self.status)
+        if self.masked is not None:
+            clauses.append("masked = ?")
+            args.append(int(self.masked))
+        if self.failure_kind == "none":
+            clauses.append("failure_kind IS NULL")
+        elif self.failure_kind is not None:
+            clauses.append("failure_kind = ?")
+            args.append(self.failure_kind)
+        return " AND ".join(clauses), args
+
+
 class Store(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -111,6 +167,8 @@ class Store(Protocol):
                     ) -> tuple[GroupRow, list[RolloutRow]] | None: ...
     async def group_outcomes(self, group_id: str) -> list[Outcome]: ...
     async def results_after(self, after: int, limit: int) -> list[RolloutResult]: ...
+    async def summaries(self, where: SummaryFilter, before: int | None, limit: int
+                        ) -> tuple[list[ResultSummary], int]: ...
     async def unfinished(self) -> list[RolloutRow]: ...
     async def purge(self, finished_before: float) -> int: ...
     async def counts(self) -> dict[str, int]: ...
@@ -158,6 +216,8 @@ class SQLiteStore:
             if name not in present:
                 conn.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {kind}")
         conn.execute(_BACKFILL)
+        conn.execute(_BACKFILL_SUMMARY)
+        conn.execute(_SUMMARY_INDEX)
         conn.isolation_level = "DEFERRED"  # back to implicit transactions for `with conn`
         self._conn = conn
 
@@ -260,9 +320,12 @@ class SQLiteStore:
             seq = _next_seq(conn)
             conn.execute(
                 "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?,"
-                " usable=?, reward=?, masked=? WHERE id=?",
+                " usable=?, reward=?, masked=?, data_source=?, failure_kind=?, duration=?,"
+                " policy_version=? WHERE id=?",
                 (status, payload, seq, now, now, result_usable(result), result.reward,
-                 result.mask, rollout_id),
+                 result.mask, result.data_source,
+                 None if result.failure is None else result.failure.kind, result.timing.total,
+                 max(result.trajectory.policy_versions, default=None), rollout_id),
             )
             return seq
 
@@ -338,6 +401,33 @@ class SQLiteStore:
                 (after, limit),
             ).fetchall()
             return [_decode(result, int(seq)) for seq, result in rows]
+
+        return await self._call(_get)
+
+    async def summaries(self, where: SummaryFilter, before: int | None, limit: int
+                        ) -> tuple[list[ResultSummary], int]:
+        """Up to ``limit`` finished results matching ``where``, newest first, with a seq
+        below ``before`` (None: from the newest); and how many match in all. Read from
+        the summary columns, never the stored results."""
+        clause, args = where.where()
+
+        def _get(conn: sqlite3.Connection) -> tuple[list[ResultSummary], int]:
+            (total,) = conn.execute(f"SELECT COUNT(*) FROM rollouts WHERE {clause}",
+                                    args).fetchone()
+            page_clause, page_args = clause, list(args)
+            if before is not None:
+                page_clause += " AND seq < ?"
+                page_args.append(before)
+            rows = conn.execute(
+                "SELECT seq, id, group_id, data_source, status, reward, masked, failure_kind,"
+                f" policy_version, duration, finished_at FROM rollouts WHERE {page_clause}"
+                " ORDER BY seq DESC LIMIT ?", [*page_args, limit]).fetchall()
+            return [ResultSummary(
+                seq=seq, id=rid, group_id=gid, data_source=source or "", status=_status(status),
+                reward=reward, masked=bool(masked), failure_kind=kind, policy_version=version,
+                duration=duration, finished_at=finished)
+                for seq, rid, gid, source, status, reward, masked, kind, version, duration,
+                finished in rows], int(total)
 
         return await self._call(_get)
 
