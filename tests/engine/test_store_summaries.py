@@ -6,7 +6,8 @@ import sqlite3
 import pytest
 
 from rollserve.contract import Failure
-from rollserve.engine.store import SQLiteStore, SummaryFilter
+from rollserve.engine.store import SQLiteStore
+from rollserve.engine.store_summaries import SummaryFilter
 from tests.engine.test_store import _group, _result
 
 

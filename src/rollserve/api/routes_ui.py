@@ -33,7 +33,7 @@ from rollserve.contract import (
     TokenTexts,
 )
 from rollserve.contract.validation import INT64_MAX
-from rollserve.engine.store import SummaryFilter
+from rollserve.engine.store_summaries import SummaryFilter
 from rollserve.errors import InfraError
 from rollserve.llm.tokens.pieces import token_texts
 from rollserve.server import Service
@@ -98,9 +98,14 @@ def _service(request: Request) -> Service:
     return service
 
 
+STATUS_EVENT_SCHEMA = {"type": "object", "required": ["event", "data"], "properties": {
+    "event": {"type": "string", "enum": ["status"]},
+    "data": {"type": "string", "description": "a ServiceStatus as JSON"}}}
+
+
 @router.get("/status/stream", response_class=EventSourceResponse, tags=["service"], responses={
     200: {"description": "a stream of `status` events, each a ServiceStatus as JSON",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+          "content": {"text/event-stream": {"schema": STATUS_EVENT_SCHEMA}}}})
 async def status_stream(
     request: Request,
     interval: float = Query(1.0, ge=0.2, le=60.0, description="seconds between snapshots"),

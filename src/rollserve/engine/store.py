@@ -29,14 +29,18 @@ from pydantic_core import PydanticSerializationError
 from rollserve.contract import (
     ROLLOUT_STATUSES,
     TERMINAL,
-    FailureFilter,
     ResultSummary,
     RolloutResult,
     RolloutStatus,
-    TerminalStatus,
 )
 from rollserve.engine.groups import Outcome, result_usable
 from rollserve.engine.rollout import RolloutSpec
+from rollserve.engine.store_summaries import (
+    BACKFILL_SUMMARY,
+    SUMMARY_INDEX,
+    SummaryFilter,
+    read_summaries,
+)
 
 T = TypeVar("T")
 
@@ -88,20 +92,6 @@ UPDATE rollouts SET
               AND json_extract(result, '$.reward') IS NOT NULL)
 WHERE result IS NOT NULL AND usable IS NULL
 """
-# The summary columns (the results table's filters), for results stored before them.
-_BACKFILL_SUMMARY = """
-UPDATE rollouts SET
-    data_source = json_extract(result, '$.data_source'),
-    failure_kind = json_extract(result, '$.failure.kind'),
-    duration = json_extract(result, '$.timing.total'),
-    policy_version = (SELECT MAX(value) FROM json_each(result, '$.trajectory.policy_versions'))
-WHERE result IS NOT NULL AND data_source IS NULL
-"""
-# The results table filters and counts from this index alone, never reading a result.
-_SUMMARY_INDEX = """
-CREATE INDEX IF NOT EXISTS rollouts_finished
-ON rollouts(seq, data_source, status, masked, failure_kind) WHERE seq IS NOT NULL
-"""
 
 
 @dataclass
@@ -125,34 +115,6 @@ class RolloutRow:
     seq: int | None
     created_at: float
     finished_at: float | None
-
-
-@dataclass(frozen=True)
-class SummaryFilter:
-    """Which finished results a page of summaries holds (None: any)."""
-
-    data_source: str | None = None
-    status: TerminalStatus | None = None
-    masked: bool | None = None
-    failure_kind: FailureFilter | None = None  # "none": no failure
-
-    def where(self) -> tuple[str, list[str | int]]:
-        clauses, args = ["seq IS NOT NULL"], list[str | int]()
-        if self.data_source is not None:
-            clauses.append("data_source = ?")
-            args.append(self.data_source)
-        if self.status is not None:
-            clauses.append("status = ?")
-            args.append(self.status)
-        if self.masked is not None:
-            clauses.append("masked = ?")
-            args.append(int(self.masked))
-        if self.failure_kind == "none":
-            clauses.append("failure_kind IS NULL")
-        elif self.failure_kind is not None:
-            clauses.append("failure_kind = ?")
-            args.append(self.failure_kind)
-        return " AND ".join(clauses), args
 
 
 class Store(Protocol):
@@ -216,8 +178,9 @@ class SQLiteStore:
             if name not in present:
                 conn.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {kind}")
         conn.execute(_BACKFILL)
-        conn.execute(_BACKFILL_SUMMARY)
-        conn.execute(_SUMMARY_INDEX)
+        if "data_source" not in present:  # only once: the scan reads every stored result
+            conn.execute(BACKFILL_SUMMARY)
+        conn.execute(SUMMARY_INDEX)
         conn.isolation_level = "DEFERRED"  # back to implicit transactions for `with conn`
         self._conn = conn
 
@@ -409,27 +372,7 @@ class SQLiteStore:
         """Up to ``limit`` finished results matching ``where``, newest first, with a seq
         below ``before`` (None: from the newest); and how many match in all. Read from
         the summary columns, never the stored results."""
-        clause, args = where.where()
-
-        def _get(conn: sqlite3.Connection) -> tuple[list[ResultSummary], int]:
-            (total,) = conn.execute(f"SELECT COUNT(*) FROM rollouts WHERE {clause}",
-                                    args).fetchone()
-            page_clause, page_args = clause, list(args)
-            if before is not None:
-                page_clause += " AND seq < ?"
-                page_args.append(before)
-            rows = conn.execute(
-                "SELECT seq, id, group_id, data_source, status, reward, masked, failure_kind,"
-                f" policy_version, duration, finished_at FROM rollouts WHERE {page_clause}"
-                " ORDER BY seq DESC LIMIT ?", [*page_args, limit]).fetchall()
-            return [ResultSummary(
-                seq=seq, id=rid, group_id=gid, data_source=source or "", status=_status(status),
-                reward=reward, masked=bool(masked), failure_kind=kind, policy_version=version,
-                duration=duration, finished_at=finished)
-                for seq, rid, gid, source, status, reward, masked, kind, version, duration,
-                finished in rows], int(total)
-
-        return await self._call(_get)
+        return await self._call(lambda conn: read_summaries(conn, where, before, limit))
 
     async def unfinished(self) -> list[RolloutRow]:
         await self.flush()

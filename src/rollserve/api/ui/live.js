@@ -1,16 +1,18 @@
 // The live view: drawn from each `status` event of GET /v1/status/stream.
 "use strict";
 
+const RATE_WINDOW = 5;
+
 const Live = {
   section: null,
-  last: null, // the previous snapshot, for rates
+  history: [], // the last snapshots' counts, for rates
   charts: null,
 
   mount(section) {
     Live.section = section;
     Live.charts = {
-      rollouts: new LineChart("rollouts / s", "/s"),
-      tokens: new LineChart("sampled tokens / s", "/s"),
+      rollouts: new LineChart("rollouts / s (5 s mean)", "/s"),
+      tokens: new LineChart("sampled tokens / s (5 s mean, at finish)", "/s"),
     };
     section.replaceChildren(
       h("div", { id: "live-cards", class: "cards" }),
@@ -28,20 +30,29 @@ const Live = {
   update(status) {
     const finished = Object.values(status.finished).reduce((a, b) => a + b, 0);
     const tokens = status.trajectories.output_tokens || 0;
-    const prev = Live.last;
+    // Rates over the last RATE_WINDOW snapshots (about as many seconds): smoother than
+    // one snapshot to the next.
+    const history = Live.history;
+    if (history.length && status.uptime_s < history[history.length - 1].uptime_s) {
+      history.length = 0; // another server (restarted): start over
+      Live.charts.rollouts.points = [];
+      Live.charts.tokens.points = [];
+    }
+    history.push({ uptime_s: status.uptime_s, finished, tokens, stages: status.stages });
+    if (history.length > RATE_WINDOW + 1) history.shift();
     const rates = { stages: {} };
-    if (prev && status.uptime_s > prev.uptime_s) {
-      const dt = status.uptime_s - prev.uptime_s;
-      rates.rollouts = Math.max(0, finished - prev.finished) / dt;
-      rates.tokens = Math.max(0, tokens - prev.tokens) / dt;
+    const first = history[0];
+    const dt = status.uptime_s - first.uptime_s;
+    if (dt > 0) {
+      rates.rollouts = Math.max(0, finished - first.finished) / dt;
+      rates.tokens = Math.max(0, tokens - first.tokens) / dt;
       for (const [stage, snap] of Object.entries(status.stages)) {
-        const before = prev.stages[stage];
+        const before = first.stages[stage];
         if (before) rates.stages[stage] = Math.max(0, snap.done - before.done) / dt;
       }
       Live.charts.rollouts.add(status.uptime_s, rates.rollouts);
       Live.charts.tokens.add(status.uptime_s, rates.tokens);
     }
-    Live.last = { uptime_s: status.uptime_s, finished, tokens, stages: status.stages };
     Live.cards(status, finished);
     Live.stages(status, rates.stages);
     Live.backends(status);
@@ -63,7 +74,7 @@ const Live = {
       card("live-policy", "policy version", fmt(status.llm.policy_version),
            status.llm.paused ? `paused (${status.llm.pause_mode})` : "generating"),
       card("live-last-seq", "results cursor", fmt(status.last_seq), "newest seq"),
-      card("live-uptime", "uptime", `${fmt(status.uptime_s / 60, 1)} min`, status.handlers.join(", ")),
+      card("live-uptime", "uptime", `${fmt(status.uptime_s / 60, 1)} min`, `${status.handlers.length} data sources`),
     );
   },
 
@@ -76,7 +87,7 @@ const Live = {
         h("td", { class: "bar-cell" }, h("div", { class: "bar" },
           h("div", { class: "bar-fill", style: { width: `${(100 * s.busy / Math.max(1, s.workers)).toFixed(1)}%` } })))));
     document.getElementById("live-stages").replaceChildren(table(
-      ["stage", "queued", "busy", "free", "slots", "done", "done/s", "busy slots"], rows));
+      ["stage", "queued", "busy", "free", "slots", "done", "done/s (5 s)", "busy slots"], rows));
   },
 
   backends(status) {
