@@ -1,8 +1,9 @@
 """The dashboard in a real browser (headless Chromium, the system's, driven by
 Playwright) against a `rollserve serve` process behind --api-token, with the fake vLLM:
 the live view updates while a batch runs without a reload, the results table filters,
-a rollout's token view shows exactly its loss-mask-1 tokens, and text the policy wrote
-stays text (no script of its runs next to the token). Screenshots go to
+a rollout's token view shows exactly its loss-mask-1 tokens (each sequence's, for a
+harness that rewrote its history), and text the policy wrote stays text (no script of
+its runs next to the token). Screenshots go to
 test-artifacts/ui/ (CI keeps them)."""
 
 from __future__ import annotations
@@ -153,6 +154,32 @@ def test_dashboard_live_results_and_token_view(server_factory, fake_llm_thread, 
     assert page.locator("#messages img, #messages script, #token-view img").count() == 0
     assert page.evaluate("window.__pwned") is None
     shot(page, "token-view.png")
+
+    # --- a harness that rewrote its history: each sequence shown, each exact --------------
+    (gateway,) = submit(server.url, [{"data_source": "gateway", "instance": {"answer": "x"}}])
+    r = httpx.get(f"{server.url}/v1/rollouts/{gateway}/gateway", params={"wait": 60},
+                  headers=AUTH, timeout=70)
+    assert r.status_code == 200, r.text
+    base = f"{server.url}{r.json()['base_url']}"
+    history: list[dict] = [{"role": "user", "content": "first question"}]
+    for question in ("second question", "third question"):
+        reply = httpx.post(f"{base}/chat/completions", json={"model": "p", "messages": history},
+                           timeout=60).json()
+        history += [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
+                    {"role": "user", "content": question}]
+    truncated = history[2:]  # the oldest exchange dropped: a second sequence starts
+    httpx.post(f"{base}/chat/completions", json={"model": "p", "messages": truncated}, timeout=60)
+    httpx.post(f"{base.removesuffix('/v1')}/end", timeout=30)
+    (split,) = wait_done(server.url, [gateway])
+    sequences = split["trajectory"]["sequences"]
+    assert split["trajectory"]["sequence_count"] == len(sequences) == 2
+    page.goto(f"{server.url}/ui/#rollout/{gateway}")
+    page.wait_for_selector("#token-view .tokens[data-sequence='1']", timeout=30_000)
+    for index, sequence in enumerate(sequences):
+        box = f"#token-view .tokens[data-sequence='{index}']"
+        assert page.locator(f"{box} .tok.m1").count() == sum(sequence["loss_mask"]) > 0
+        assert page.locator(f"{box} .tok").count() == len(sequence["input_ids"])
+    shot(page, "sequences.png")
 
     # --- the token never went into a URL -----------------------------------------------------
     assert urls and not [u for u in urls if TOKEN in u]
