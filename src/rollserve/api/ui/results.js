@@ -13,7 +13,8 @@ const Results = {
   filters: { data_source: "", status: "", masked: "", failure_kind: "" },
   limit: 25,
   cursors: [null], // `before` of each page visited; the last is the current page
-  newest: 0, // the newest seq shown on the first page
+  lastSeq: 0, // the server's newest seq (from the status stream)
+  seenSeq: 0, // the newest seq when the page was last loaded
   loading: false,
   sources: [],
 
@@ -67,16 +68,17 @@ const Results = {
   // when newer results were stored.
   onStatus(status) {
     for (const name of status.handlers) Results.addSource(name);
-    if (!Results.section.hidden && Results.cursors.length === 1 && status.last_seq > Results.newest
+    Results.lastSeq = status.last_seq;
+    if (!Results.section.hidden && Results.cursors.length === 1 && status.last_seq > Results.seenSeq
         && !Results.loading) Results.load();
   },
 
   async load() {
     Results.loading = true;
+    Results.seenSeq = Results.lastSeq; // what the page will hold: reload when newer arrive
     const before = Results.cursors[Results.cursors.length - 1];
     try {
       const page = await apiGet("v1/results/summaries", { ...Results.filters, before, limit: Results.limit });
-      if (Results.cursors.length === 1) Results.newest = page.summaries.length ? page.summaries[0].seq : 0;
       Results.render(page);
     } catch (error) {
       document.getElementById("results-table").replaceChildren(h("p", { class: "error" }, error.message));
