@@ -107,9 +107,16 @@ const Live = {
        "model", "last error"], rows));
   },
 
-  // Per-node rows, when the server reports them (`nodes` in /v1/status: the Ray mode).
+  // Per-node rows, when the server reports them (`nodes` in /v1/status: the Ray mode), as
+  // a list of objects or an object of them by node.
   nodes(status) {
-    const nodes = Array.isArray(status.nodes) ? status.nodes : [];
+    const given = status.nodes;
+    let nodes = [];
+    if (Array.isArray(given)) nodes = given.filter((n) => n && typeof n === "object");
+    else if (given && typeof given === "object") {
+      nodes = Object.entries(given).map(([node, value]) =>
+        (value && typeof value === "object" && !Array.isArray(value) ? { node, ...value } : { node, value }));
+    }
     document.getElementById("live-nodes-box").hidden = nodes.length === 0;
     if (nodes.length) document.getElementById("live-nodes").replaceChildren(objectsTable(nodes));
   },
