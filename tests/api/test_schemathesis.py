@@ -16,8 +16,8 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
