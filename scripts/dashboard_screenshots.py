@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import resources
 from pathlib import Path
 
 import httpx
@@ -28,7 +29,7 @@ from playwright.sync_api import sync_playwright
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.testing import FakeVLLM
 
-DATA = Path(__file__).resolve().parents[1] / "src" / "rollserve" / "data"
+DATA = resources.files("rollserve") / "data"  # the bundled task sets
 TOKEN = "screenshot-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
