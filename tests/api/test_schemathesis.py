@@ -16,8 +16,8 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -125,9 +125,12 @@ def guarded_url(llm):
         yield url
 
 
+STREAMS = ("/v1/events", "/v1/status/stream")  # never end without a duration
+
+
 def _no_long_waits(case) -> None:
-    """Long polls and the event stream end quickly (they are bounded, but by minutes)."""
-    if case.operation.path == "/v1/events" and not isinstance(case.query, dict):
+    """Long polls and the event streams end quickly (they are bounded, but by minutes)."""
+    if case.operation.path in STREAMS and not isinstance(case.query, dict):
         case.query = {}
     if isinstance(case.query, dict):
         for name in ("wait", "duration"):
@@ -137,7 +140,7 @@ def _no_long_waits(case) -> None:
                 continue
             if seconds > SHORT_WAIT:
                 case.query[name] = SHORT_WAIT
-        if case.operation.path == "/v1/events":
+        if case.operation.path in STREAMS:
             case.query.setdefault("duration", SHORT_WAIT)
     if case.operation.path == "/v1/rollouts:run" and isinstance(case.body, dict):
         wait = case.body.get("wait")

@@ -119,6 +119,7 @@ async def test_a_store_file_from_before_the_group_columns_gets_them_filled_in(tm
     await store.finish(_result("g1-1", "failed", reward=0.0))
     await store.close()
     conn = sqlite3.connect(path)  # back to the old schema: the three columns dropped
+    conn.execute("DROP INDEX rollouts_finished")  # (the results table's index came later)
     for column in ("usable", "reward", "masked"):
         conn.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
     conn.commit()

@@ -25,6 +25,9 @@ from rollserve.api.routes_gateway import PREFIX as GATEWAY_PREFIX
 from rollserve.api.routes_gateway import router as gateway_router
 from rollserve.api.routes_llm import router as llm_router
 from rollserve.api.routes_rollouts import router as rollouts_router
+from rollserve.api.routes_ui import UI_PATH, UI_PREFIX
+from rollserve.api.routes_ui import pages as ui_pages
+from rollserve.api.routes_ui import router as ui_router
 from rollserve.contract import Health
 from rollserve.server import Service
 
@@ -47,7 +50,9 @@ def create_app(service: Service, manage_lifecycle: bool = True,
                   default_response_class=SafeJSONResponse)
     app.state.service = service
     app.state.metrics = metrics_registry(service)
+    app.include_router(ui_router)  # before rollouts_router: /v1/results/summaries
     app.include_router(rollouts_router)
+    app.include_router(ui_pages)
     app.include_router(llm_router)
     app.include_router(metrics_router)
     app.include_router(gateway_router)
@@ -62,11 +67,12 @@ def create_app(service: Service, manage_lifecycle: bool = True,
     install_error_handlers(app)
     # Middleware added last runs first: the token is checked before the body is read.
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_request_bytes)
-    public = PUBLIC_PATHS + (DOCS_PATHS if config.public_docs else ())
+    public = PUBLIC_PATHS + (UI_PATH,) + (DOCS_PATHS if config.public_docs else ())
     if config.api_token is not None:
-        # A harness's gateway paths carry its session key instead of the API token.
+        # A harness's gateway paths carry its session key instead of the API token; the
+        # dashboard's static files hold no data (its API calls carry the token).
         app.add_middleware(TokenGuard, token=config.api_token, public=public,
-                           public_prefixes=(GATEWAY_PREFIX,))
+                           public_prefixes=(GATEWAY_PREFIX, UI_PREFIX))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -135,7 +135,11 @@ async def events(
 @router.get("/status", tags=["service"], response_model=ServiceStatus)
 async def status(request: Request) -> ServiceStatus:
     """Queues and busy workers per stage, counts, throughput, backends, sandboxes."""
-    service = _service(request)
+    return service_status(_service(request))
+
+
+def service_status(service: Service) -> ServiceStatus:
+    """What ``GET /v1/status`` answers (the dashboard's stream sends it too)."""
     return ServiceStatus(
         **dict(service.rollouts.status()),
         backends=[BackendState.model_validate(b) for b in service.router.list()],

@@ -11,11 +11,19 @@ package imports nothing else of rollserve: a trainer can use it with the client 
   ``Tokens``, ``Failure``, ...).
 - ``views``: what the rollout routes answer (``RolloutView``, ``GroupView``,
   ``ResultsPage``, ``ServiceStatus``, ...); ``llm``: the inference routes'.
+- ``dashboard``: what the dashboard's data routes answer (``ResultSummaryPage``,
+  ``TokenTexts``).
 - ``prorl``: ProRL Agent Server's shapes (``rollserve serve --prorl``).
 - ``validation``: the JSON every part of rollserve can hold, and field names as a
   user writes them (``tasks[0].instance.question``).
 """
 
+from rollserve.contract.dashboard import (
+    FailureFilter,
+    ResultSummary,
+    ResultSummaryPage,
+    TokenTexts,
+)
 from rollserve.contract.llm import (
     BackendAdded,
     BackendDrained,
@@ -91,13 +99,13 @@ __all__ = [
     "MAX_WAIT", "ROLLOUT_STATUSES", "STAGES", "TERMINAL", "Accepted", "AgentLimits",
     "BackendAdded", "BackendDrained", "BackendInfo", "BackendList", "BackendRemoved",
     "BackendState", "BackendUndrained", "CancelResponse", "ChatMessage", "EngineStatus",
-    "Failure", "FailureKind", "FailureStage", "Fidelity", "GroupCancelResponse",
+    "Failure", "FailureFilter", "FailureKind", "FailureStage", "Fidelity", "GroupCancelResponse",
     "GroupCounters", "GroupCounts", "GroupMember", "GroupReason", "GroupView", "Health",
-    "JSONObject", "PauseRequest", "Paused", "ReapSummary", "Recovered", "ResultsPage",
-    "ResumeRequest", "Resumed", "RolloutResult", "RolloutStatus", "RolloutView",
+    "JSONObject", "PauseRequest", "Paused", "ReapSummary", "Recovered", "ResultSummary",
+    "ResultSummaryPage", "ResultsPage", "ResumeRequest", "Resumed", "RolloutResult", "RolloutStatus", "RolloutView",
     "RouterStatus", "RunRequest", "RunResponse", "SamplingParams", "SandboxStatus",
     "ServiceStatus", "Stage", "StageStatus", "StateEvent", "Stats", "SubmitRequest",
-    "SubmitResponse", "TaskRequest", "TerminalStatus", "Timeouts", "Timing", "Tokens",
-    "ToolCall", "Trajectory", "TrajectoryCounters", "Turn", "Weights", "WeightsLoaded",
+    "SubmitResponse", "TaskRequest", "TerminalStatus", "Timeouts", "Timing", "TokenTexts",
+    "Tokens", "ToolCall", "Trajectory", "TrajectoryCounters", "Turn", "Weights", "WeightsLoaded",
     "WeightsRequest",
 ]

@@ -171,6 +171,8 @@ class TrajectoryCounters(BaseModel):
     truncated_turns: int = Field(description="turns cut by max_tokens")
     stale: int = Field(description="rollouts whose turns span more than max_staleness")
     not_trainable: int = Field(description="rollouts from message-level backends")
+    prompt_tokens: int = Field(0, description="prompt tokens in their sequences")
+    output_tokens: int = Field(0, description="tokens the policy sampled in them")
 
 
 class GroupCounters(BaseModel):

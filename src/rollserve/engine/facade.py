@@ -21,6 +21,7 @@ from rollserve.contract import (
     GroupMember,
     GroupView,
     ResultsPage,
+    ResultSummaryPage,
     RolloutResult,
     RolloutStatus,
     RolloutView,
@@ -33,6 +34,7 @@ from rollserve.engine.errors import NotFound, UnknownDataSource
 from rollserve.engine.groups import Outcome, judge
 from rollserve.engine.pipeline import Engine
 from rollserve.engine.requests import RequestLimits
+from rollserve.engine.store_summaries import SummaryFilter
 from rollserve.engine.submit import submit
 from rollserve.handlers import registry
 
@@ -139,6 +141,16 @@ class Rollouts:
             await self._engine.events.wait_change(remaining)
         last = found[-1].seq if found else None
         return ResultsPage(results=found, next=after if last is None else last)
+
+    async def summaries(self, where: SummaryFilter, before: int | None = None,
+                        limit: int = 50) -> ResultSummaryPage:
+        """A page of the finished results matching ``where``, newest first, from cursor
+        position ``before`` down (None: from the newest)."""
+        found, total = await self._store.summaries(where, before, limit + 1)
+        page = found[:limit]
+        more = len(found) > limit
+        return ResultSummaryPage(summaries=page, total=total,
+                                 next_before=page[-1].seq if more else None)
 
     async def finished(self, rollout_id: str) -> RolloutResult | None:
         """Its stored result, or None while it has none (in flight, or unknown)."""

@@ -346,6 +346,8 @@ class Engine:
         tc.truncated_turns += traj.truncated_turns
         tc.stale += r.stale
         tc.not_trainable += not traj.trainable
+        tc.prompt_tokens += result.stats.prompt_tokens
+        tc.output_tokens += result.stats.output_tokens
         self._completions.append(time.monotonic())
         self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask,
                             final=True)

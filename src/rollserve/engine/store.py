@@ -26,9 +26,21 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from rollserve.contract import ROLLOUT_STATUSES, TERMINAL, RolloutResult, RolloutStatus
+from rollserve.contract import (
+    ROLLOUT_STATUSES,
+    TERMINAL,
+    ResultSummary,
+    RolloutResult,
+    RolloutStatus,
+)
 from rollserve.engine.groups import Outcome, result_usable
 from rollserve.engine.rollout import RolloutSpec
+from rollserve.engine.store_summaries import (
+    BACKFILL_SUMMARY,
+    SUMMARY_INDEX,
+    SummaryFilter,
+    read_summaries,
+)
 
 T = TypeVar("T")
 
@@ -56,7 +68,11 @@ CREATE TABLE IF NOT EXISTS rollouts (
     finished_at REAL,
     usable INTEGER,
     reward REAL,
-    masked INTEGER
+    masked INTEGER,
+    data_source TEXT,
+    failure_kind TEXT,
+    duration REAL,
+    policy_version INTEGER
 );
 CREATE INDEX IF NOT EXISTS rollouts_group ON rollouts(group_id);
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status);
@@ -65,7 +81,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 # Columns added after the first release: a store file made before them gets them at
 # open, and its finished rows are filled in from their stored results.
-_ADDED_COLUMNS = {"usable": "INTEGER", "reward": "REAL", "masked": "INTEGER"}
+_ADDED_COLUMNS = {"usable": "INTEGER", "reward": "REAL", "masked": "INTEGER",
+                  "data_source": "TEXT", "failure_kind": "TEXT", "duration": "REAL",
+                  "policy_version": "INTEGER"}
 _BACKFILL = """
 UPDATE rollouts SET
     reward = json_extract(result, '$.reward'),
@@ -111,6 +129,8 @@ class Store(Protocol):
                     ) -> tuple[GroupRow, list[RolloutRow]] | None: ...
     async def group_outcomes(self, group_id: str) -> list[Outcome]: ...
     async def results_after(self, after: int, limit: int) -> list[RolloutResult]: ...
+    async def summaries(self, where: SummaryFilter, before: int | None, limit: int
+                        ) -> tuple[list[ResultSummary], int]: ...
     async def unfinished(self) -> list[RolloutRow]: ...
     async def purge(self, finished_before: float) -> int: ...
     async def counts(self) -> dict[str, int]: ...
@@ -158,6 +178,9 @@ class SQLiteStore:
             if name not in present:
                 conn.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {kind}")
         conn.execute(_BACKFILL)
+        if "data_source" not in present:  # only once: the scan reads every stored result
+            conn.execute(BACKFILL_SUMMARY)
+        conn.execute(SUMMARY_INDEX)
         conn.isolation_level = "DEFERRED"  # back to implicit transactions for `with conn`
         self._conn = conn
 
@@ -260,9 +283,12 @@ class SQLiteStore:
             seq = _next_seq(conn)
             conn.execute(
                 "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?,"
-                " usable=?, reward=?, masked=? WHERE id=?",
+                " usable=?, reward=?, masked=?, data_source=?, failure_kind=?, duration=?,"
+                " policy_version=? WHERE id=?",
                 (status, payload, seq, now, now, result_usable(result), result.reward,
-                 result.mask, rollout_id),
+                 result.mask, result.data_source,
+                 None if result.failure is None else result.failure.kind, result.timing.total,
+                 max(result.trajectory.policy_versions, default=None), rollout_id),
             )
             return seq
 
@@ -340,6 +366,13 @@ class SQLiteStore:
             return [_decode(result, int(seq)) for seq, result in rows]
 
         return await self._call(_get)
+
+    async def summaries(self, where: SummaryFilter, before: int | None, limit: int
+                        ) -> tuple[list[ResultSummary], int]:
+        """Up to ``limit`` finished results matching ``where``, newest first, with a seq
+        below ``before`` (None: from the newest); and how many match in all. Read from
+        the summary columns, never the stored results."""
+        return await self._call(lambda conn: read_summaries(conn, where, before, limit))
 
     async def unfinished(self) -> list[RolloutRow]:
         await self.flush()

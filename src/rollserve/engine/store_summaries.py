@@ -1,0 +1,73 @@
+"""The results table's side of the store: finished results as rows (``ResultSummary``),
+filtered and paged from summary columns the store writes at ``finish`` and an index
+over them, never from the stored results."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from rollserve.contract import FailureFilter, ResultSummary, TerminalStatus
+
+# The summary columns, for results stored before them (run once, when they are added).
+BACKFILL_SUMMARY = """
+UPDATE rollouts SET
+    data_source = json_extract(result, '$.data_source'),
+    failure_kind = json_extract(result, '$.failure.kind'),
+    duration = json_extract(result, '$.timing.total'),
+    policy_version = (SELECT MAX(value) FROM json_each(result, '$.trajectory.policy_versions'))
+WHERE result IS NOT NULL AND data_source IS NULL
+"""
+# The table filters and counts from this index alone, never reading a result.
+SUMMARY_INDEX = """
+CREATE INDEX IF NOT EXISTS rollouts_finished
+ON rollouts(seq, data_source, status, masked, failure_kind) WHERE seq IS NOT NULL
+"""
+
+
+@dataclass(frozen=True)
+class SummaryFilter:
+    """Which finished results a page of summaries holds (None: any)."""
+
+    data_source: str | None = None
+    status: TerminalStatus | None = None
+    masked: bool | None = None
+    failure_kind: FailureFilter | None = None  # "none": no failure
+
+    def where(self) -> tuple[str, list[str | int]]:
+        """The SQL condition and its arguments."""
+        clauses, args = ["seq IS NOT NULL"], list[str | int]()
+        if self.data_source is not None:
+            clauses.append("data_source = ?")
+            args.append(self.data_source)
+        if self.status is not None:
+            clauses.append("status = ?")
+            args.append(self.status)
+        if self.masked is not None:
+            clauses.append("masked = ?")
+            args.append(int(self.masked))
+        if self.failure_kind == "none":
+            clauses.append("failure_kind IS NULL")
+        elif self.failure_kind is not None:
+            clauses.append("failure_kind = ?")
+            args.append(self.failure_kind)
+        return " AND ".join(clauses), args
+
+
+def read_summaries(conn: sqlite3.Connection, where: SummaryFilter, before: int | None,
+                   limit: int) -> tuple[list[ResultSummary], int]:
+    """Up to ``limit`` rows matching ``where`` with a seq below ``before`` (None: from the
+    newest), newest first; and how many match in all."""
+    clause, args = where.where()
+    (total,) = conn.execute(f"SELECT COUNT(*) FROM rollouts WHERE {clause}", args).fetchone()
+    if before is not None:
+        clause, args = clause + " AND seq < ?", [*args, before]
+    rows = conn.execute(
+        "SELECT seq, id, group_id, data_source, status, reward, masked, failure_kind,"
+        f" policy_version, duration, finished_at FROM rollouts WHERE {clause}"
+        " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall()
+    return [ResultSummary(seq=seq, id=rid, group_id=gid, data_source=source or "",
+                          status=status, reward=reward, masked=bool(masked), failure_kind=kind,
+                          policy_version=version, duration=duration, finished_at=finished)
+            for seq, rid, gid, source, status, reward, masked, kind, version, duration, finished
+            in rows], int(total)

@@ -1,0 +1,81 @@
+"""The results table's rows: filtered and paged from the summary columns; a store file
+made before those columns gets them filled in from its stored results at open."""
+
+import sqlite3
+
+import pytest
+
+from rollserve.contract import Failure
+from rollserve.engine.store import SQLiteStore
+from rollserve.engine.store_summaries import SummaryFilter
+from tests.engine.test_store import _group, _result
+
+
+async def _fill(store: SQLiteStore) -> None:
+    await store.create_groups([_group("g1", 4)])
+    ok = _result("g1-0", reward=1.0)
+    wrong = _result("g1-1", "failed", reward=0.0)
+    wrong.failure = Failure(stage="run", kind="agent", message="no answer")
+    infra = _result("g1-2", "failed")
+    infra.failure, infra.mask = Failure(stage="init", kind="infra", message="sandbox"), True
+    late = _result("g1-3", "timed_out")
+    late.failure, late.mask = Failure(stage="run", kind="timeout", message="run"), True
+    late.timing.total = 2.5
+    late.trajectory.policy_versions = [3, 4]
+    for result in (ok, wrong, infra, late):
+        await store.finish(result)
+
+
+@pytest.mark.parametrize(("where", "ids"), [
+    (SummaryFilter(), ["g1-3", "g1-2", "g1-1", "g1-0"]),
+    (SummaryFilter(masked=True), ["g1-3", "g1-2"]),
+    (SummaryFilter(masked=False), ["g1-1", "g1-0"]),
+    (SummaryFilter(failure_kind="none"), ["g1-0"]),
+    (SummaryFilter(failure_kind="infra"), ["g1-2"]),
+    (SummaryFilter(status="failed", failure_kind="agent"), ["g1-1"]),
+    (SummaryFilter(data_source="math", status="timed_out"), ["g1-3"]),
+    (SummaryFilter(data_source="code"), []),
+])
+async def test_summaries_filter(tmp_path, where, ids):
+    store = SQLiteStore(tmp_path / "r.db")
+    await store.open()
+    try:
+        await _fill(store)
+        rows, total = await store.summaries(where, None, 10)
+        assert [r.id for r in rows] == ids and total == len(ids)
+    finally:
+        await store.close()
+
+
+async def test_summaries_page_newest_first_and_a_store_from_before_is_filled_in(tmp_path):
+    path = tmp_path / "r.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await _fill(store)
+    rows, total = await store.summaries(SummaryFilter(), None, 2)
+    assert [r.seq for r in rows] == [4, 3] and total == 4
+    rows, _ = await store.summaries(SummaryFilter(), 3, 10)
+    assert [r.seq for r in rows] == [2, 1]
+    await store.close()
+
+    # The file as an older rollserve left it: no summary columns, no index.
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX rollouts_finished")
+    for column in ("data_source", "failure_kind", "duration", "policy_version"):
+        conn.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
+    conn.commit()
+    conn.close()
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        rows, total = await store.summaries(SummaryFilter(failure_kind="timeout"), None, 10)
+        assert total == 1
+        (late,) = rows
+        assert (late.id, late.data_source, late.status, late.masked, late.failure_kind,
+                late.duration, late.policy_version) == ("g1-3", "math", "timed_out", True,
+                                                        "timeout", 2.5, 4)
+        rows, total = await store.summaries(SummaryFilter(failure_kind="none"), None, 10)
+        assert [(r.id, r.reward) for r in rows] == [("g1-0", 1.0)] and total == 1
+    finally:
+        await store.close()
