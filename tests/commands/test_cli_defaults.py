@@ -31,6 +31,7 @@ from rollserve.llm.routing.router import RouterConfig
 from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
 from rollserve.quickstart import QuickstartOptions
 from rollserve.server import ServerConfig
+from tests.source_ast import parse_source
 
 # (Nothing here imports rollserve.cli at module level: the shifted run below imports
 # this module first, changes the models, and only then the command line.)
@@ -190,7 +191,7 @@ def test_the_default_tokenizer_is_named_once_in_the_source() -> None:
     """``"smollm2"`` is written once, as DEFAULT_TOKENIZER; everything else uses the name."""
     found = []
     for path in sorted(Path(rollserve.__file__).parent.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse_source(path)):
             if isinstance(node, ast.Constant) and node.value == DEFAULT_TOKENIZER:
                 found.append(f"{path.relative_to(ROOT / 'src')}:{node.lineno}")
     assert len(found) == 1 and found[0].startswith("rollserve/llm/tokens/tokenizer.py:"), found

@@ -29,6 +29,7 @@ from rollserve.handlers import (
     run_episode,
 )
 from rollserve.handlers.registry import builtin_handlers
+from tests.source_ast import parse_source
 
 HANDLERS = Path(plugin_api.__file__).parent
 
@@ -61,7 +62,7 @@ def test_no_handler_module_imports_the_engine():
     upward = ("rollserve.engine", "rollserve.api", "rollserve.client", "rollserve.commands")
     found = []
     for path in sorted(HANDLERS.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse_source(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.relative_to(HANDLERS)}: {n}" for n in names if n.startswith(upward)]

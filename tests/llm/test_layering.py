@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import rollserve.llm
+from tests.source_ast import parse_source
 
 LLM = Path(rollserve.llm.__file__).parent
 PACKAGE = "rollserve.llm"
@@ -48,7 +49,7 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
     module when it is one)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse_source(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
