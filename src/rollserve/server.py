@@ -134,6 +134,8 @@ class Service:
                 raise ValueError(f"handler options for {name!r}: {exc}") from None
         self.cluster: RayExecutor | None = self._cluster() if config.ray is not None else None
         executor: StageExecutor | None = self.cluster
+        if self.cluster is not None:  # the nodes' router replicas pause and resume with ours
+            self.router.followers.append(self.cluster)
         self.engine = Engine(self.store, self.handlers, self.router, config.engine, context,
                              executor=executor)
         self.rollouts = Rollouts(self.engine, config.limits)  # what the API calls

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 import rollserve
@@ -186,12 +189,15 @@ def shape(value: Any) -> Any:
 
 def test_a_batch_spreads_over_the_nodes_token_exact(server, fake, server_factory_local):
     tasks = [math_task(i) for i in range(240)] + [code_task(i) for i in range(60)]
+    head = psutil.Process(server.proc.pid)
+    cpu = sum(head.cpu_times()[:2])
     started = time.monotonic()
     with Client(server.url) as client:
         accepted = client.submit(tasks, sampling={"max_tokens": 128}, agent={"max_turns": 4})
         ids = {rid for g in accepted.groups for rid in g.rollout_ids}
         results = collect(client, 0, 300, timeout=300)
     elapsed = time.monotonic() - started
+    head_ms = (sum(head.cpu_times()[:2]) - cpu) * 1000 / 300
     assert len(results) == 300 and {r.id for r in results} == ids  # none lost, none twice
     assert [r.seq for r in results] == list(range(1, 301))
     calls = calls_by_prompt(fake)
@@ -213,7 +219,8 @@ def test_a_batch_spreads_over_the_nodes_token_exact(server, fake, server_factory
     # The workers' own counts, as they report them (polled each second).
     wait_for(lambda: all(n["sandboxes_open"] == 0 for n in nodes(server.url).values()), 30,
              "every worker to report its sandboxes closed")
-    print(f"\n300 rollouts over 3 nodes in {elapsed:.1f}s; placed {placed}")
+    print(f"\n300 rollouts over 3 nodes in {elapsed:.1f}s; placed {placed}; "
+          f"head CPU {head_ms:.1f} ms per rollout")
 
     # The same tasks on one machine: results of the same shape.
     local = server_factory_local
@@ -292,3 +299,91 @@ def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(
             assert kept <= records(state, n), n
         final = collect(client, before, 4, timeout=120)
     assert all(r.status == "completed" and r.reward == 1.0 and r.attempt == 1 for r in final)
+
+
+def test_a_draining_node_takes_no_new_rollouts_and_status_shows_nodes(server):
+    r = httpx.post(f"{server.url}/v1/nodes/node1/drain", timeout=30)
+    assert r.status_code == 200 and [n["draining"] for n in r.json()["nodes"] if n["alive"]] == [True]
+    assert httpx.post(f"{server.url}/v1/nodes/nowhere/drain", timeout=30).status_code == 404
+    placed = nodes(server.url)["node1"]["placed"]
+    with Client(server.url) as client:
+        before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+        client.submit([math_task(4000 + i) for i in range(12)], sampling={"max_tokens": 128})
+        results = collect(client, before, 12, timeout=120)
+    assert all(r.status == "completed" for r in results)
+    assert nodes(server.url)["node1"]["placed"] == placed
+    metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    assert 'rollserve_node_draining{node="node1"} 1.0' in metrics
+    assert 'rollserve_node_alive{node="node0"} 1.0' in metrics  # its new worker
+    assert 'rollserve_node_slots{node="node3"} 8.0' in metrics
+    shown = subprocess.run([sys.executable, "-m", "rollserve.cli", "status", "--server", server.url],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "160"})
+    assert shown.returncode == 0, shown.stderr
+    cells = [[c.strip() for c in line.split("│") if c.strip()] for line in shown.stdout.splitlines()]
+    states = {(row[0], row[1]) for row in cells if len(row) == 10 and row[0].startswith("node")}
+    assert states == {("node0", "dead"), ("node0", "alive"), ("node1", "draining"),
+                      ("node2", "alive"), ("node3", "alive")}, shown.stdout
+    httpx.post(f"{server.url}/v1/nodes/node1/undrain", timeout=30).raise_for_status()
+    assert not nodes(server.url)["node1"]["draining"]
+
+
+def test_pause_and_resume_reach_every_nodes_router(server):
+    """The head's pause holds the nodes' router replicas too (no turn is sampled while
+    the trainer updates weights), and resume stamps its policy version on the turns."""
+    paused = httpx.post(f"{server.url}/v1/llm/pause", json={"mode": "finish"}, timeout=60).json()
+    assert paused["paused"] and paused["drained"], paused
+    with Client(server.url) as client:
+        before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+        client.submit([math_task(3000 + i) for i in range(8)], sampling={"max_tokens": 128})
+        wait_for(lambda: sum(n["busy"]["run"] for n in nodes(server.url).values()) == 8, 60,
+                 "every rollout in RUN, on the nodes")
+        time.sleep(2)  # held: their first LLM call waits for the resume
+        assert client.results(after=before, wait=0).results == []
+        resumed = httpx.post(f"{server.url}/v1/llm/resume", json={"policy_version": 7}, timeout=60)
+        assert resumed.json()["policy_version"] == 7
+        results = collect(client, before, 8, timeout=120)
+    for r in results:
+        assert r.status == "completed" and r.reward == 1.0, r.failure
+        assert [t.policy_version for t in r.trajectory.turns] == [7], r.trajectory.turns
+
+
+def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, fake):
+    state = server.state_dir
+    with Client(server.url) as client:
+        (rid,) = client.submit([code_task(6000, nap=600)], sampling={"max_tokens": 128},
+                               agent={"max_turns": 4}).groups[0].rollout_ids
+        wait_for(lambda: any(records(state, n) for n in ("node0", "node1", "node2", "node3")), 60,
+                 "its sandbox")
+        time.sleep(1)  # into the nap: the editor's turn (at least) is sampled
+        assert client.cancel(rid).status == "cancelled"
+        result = client.rollout(rid, wait=30).result
+    assert result is not None and result.status == "cancelled" and result.mask
+    # The worker's stage was cancelled and its sandbox closed; the head kept the turns
+    # the policy had sampled by then (the RUN call never returned them).
+    turns = result.trajectory.turns
+    assert turns and turns[0].tool_calls[0].name == "str_replace_editor", turns
+    check_tokens(result, calls_by_prompt(fake))
+    assert all(records(state, n) == set() for n in ("node0", "node1", "node2", "node3"))
+    wait_for(lambda: all(n["hosted"] == 0 and n["sandboxes_open"] == 0
+                         for n in nodes(server.url).values()), 30, "the node to let it go")
+
+
+def test_backends_added_and_removed_at_run_time_reach_the_nodes(server):
+    second = FakeVLLM("smollm2", replies=policy, latency=0.01).start_in_thread()
+    try:
+        r = httpx.post(f"{server.url}/v1/llm/backends", json={"url": second.url, "name": "second"},
+                       timeout=30)
+        assert r.status_code == 201, r.text
+        listed = httpx.get(f"{server.url}/v1/llm/backends", timeout=10).json()["backends"]
+        (first,) = [b["name"] for b in listed if b["name"] != "second"]
+        # Once the first is removed, every node's replica samples from the second only.
+        httpx.delete(f"{server.url}/v1/llm/backends/{first}", timeout=30).raise_for_status()
+        with Client(server.url) as client:
+            before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+            client.submit([math_task(5000 + i) for i in range(12)], sampling={"max_tokens": 128})
+            results = collect(client, before, 12, timeout=120)
+        assert {r.status for r in results} == {"completed"}
+        assert {t.backend for r in results for t in r.trajectory.turns} == {"second"}
+        assert len(second.calls) == 12
+    finally:
+        second.stop()

@@ -25,6 +25,7 @@ from rollserve.engine.executor import CLEANUP_TIMEOUT
 from rollserve.engine.rollout import Rollout
 from rollserve.errors import InfraError, NodeLost
 from rollserve.handlers.base import AgentHandler
+from rollserve.llm.base import PauseMode
 from rollserve.llm.routing.deadline import current_deadline
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class RayExecutor:
         self._starting: dict[str, asyncio.Task[None]] = {}  # node id -> its worker's start
         self._watcher: asyncio.Task[None] | None = None
         self._worker_class: Any = ray.remote(NodeWorker)
+        self._paused: PauseMode | None = None  # the head's router is paused (its mode)
+        self._added: dict[str, tuple[str, float]] = {}  # backends the head got at run time
+        self._removed: set[str] = set()  # backend names the head removed at run time
+        self._background: set[asyncio.Task[None]] = set()
 
     # --- life cycle ----------------------------------------------------------------
     async def start(self) -> None:
@@ -124,7 +129,9 @@ class RayExecutor:
     async def _start_worker(self, info: dict[str, Any], generation: int) -> None:
         node_id, name = str(info["NodeID"]), node_name(info)
         slots = int(float(info["Resources"][self.config.resource]))
-        settings = self.settings.model_copy(update={"node": name})
+        settings = self.settings.model_copy(update={
+            "node": name, "removed_backends": sorted(self._removed),
+            "added_backends": list(self._added.values())})
         try:
             actor = self._worker_class.options(
                 name=f"rollserve-worker-{node_id[:16]}-{generation}", num_cpus=0, max_restarts=0,
@@ -133,6 +140,8 @@ class RayExecutor:
             ).remote(settings.model_dump_json())
             report = WorkerReport.model_validate(await self._bounded(
                 actor.start.remote(), self.config.worker_start_timeout))
+            if self._paused is not None:  # joined while the head is paused: paused too
+                await self._bounded(actor.pause.remote(self._paused, None), self.config.call_timeout)
         except (RayError, TimeoutError) as exc:
             log.error("node %s (%s): its worker did not start: %s", name, node_id[:12], exc)
             return
@@ -175,8 +184,65 @@ class RayExecutor:
     async def _bounded(ref: Any, timeout: float) -> Any:
         return await asyncio.wait_for(ref, timeout)
 
+    # --- the routers' control plane (a ``llm.routing.base.Follower`` of the head's) ---
+    async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
+        """Pause every worker's router replica (each drains its own calls when ``mode``
+        is ``finish``); a worker that started later is paused as it joins."""
+        self._paused = mode
+        alive = [n for n in self.placement.nodes.values() if n.alive]
+        bound = self.config.call_timeout + (timeout or 0.0)
+        replies = await asyncio.gather(
+            *(self._bounded(n.actor.pause.remote(mode, timeout), bound) for n in alive),
+            return_exceptions=True)
+        for node, reply in zip(alive, replies):
+            if isinstance(reply, BaseException):  # a dead worker samples nothing
+                log.warning("pausing node %s failed: %s", node.name, reply)
+        return all(reply is True or isinstance(reply, RayActorError) for reply in replies)
+
+    async def resume(self, policy_version: int | None) -> None:
+        self._paused = None
+        alive = [n for n in self.placement.nodes.values() if n.alive]
+        replies = await asyncio.gather(
+            *(self._bounded(n.actor.resume.remote(policy_version), self.config.call_timeout)
+              for n in alive), return_exceptions=True)
+        for node, reply in zip(alive, replies):
+            if isinstance(reply, BaseException):
+                log.warning("resuming node %s failed: %s", node.name, reply)
+
+    def backend_added(self, name: str, source: str, weight: float) -> None:
+        """The head's router got a backend: every worker adds it (in the background,
+        bounded); workers that start later are given it."""
+        self._added[name] = (source, weight)
+        self._broadcast("add_backend", source, weight)
+
+    async def backend_removed(self, name: str, grace: float) -> None:
+        self._removed.add(name)
+        self._added.pop(name, None)
+        alive = [n for n in self.placement.nodes.values() if n.alive]
+        replies = await asyncio.gather(
+            *(self._bounded(n.actor.remove_backend.remote(name, grace),
+                            grace + self.config.call_timeout) for n in alive),
+            return_exceptions=True)
+        for node, reply in zip(alive, replies):
+            if isinstance(reply, BaseException):
+                log.warning("removing backend %s on node %s failed: %s", name, node.name, reply)
+
+    def _broadcast(self, method: str, *args: Any) -> None:
+        async def one(node: ClusterNode) -> None:
+            try:
+                await self._bounded(getattr(node.actor, method).remote(*args),
+                                    self.config.call_timeout)
+            except (RayError, TimeoutError) as exc:
+                log.warning("%s on node %s failed: %s", method, node.name, exc)
+
+        for node in self.placement.nodes.values():
+            if node.alive:
+                task = asyncio.create_task(one(node))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
     # --- draining -------------------------------------------------------------------
-    async def drain(self, name: str, draining: bool = True) -> list[NodeStatus]:
+    async def drain(self, name: str, draining: bool) -> list[NodeStatus]:
         """Stop (or resume) placing new rollouts on the nodes named ``name``; theirs
         finish. Raises KeyError when no node has that name."""
         nodes = self.placement.by_name(name)
@@ -257,7 +323,7 @@ class RayExecutor:
         try:
             if node.alive:
                 outcome: StageOutcome | None = await asyncio.shield(self._bounded(
-                    node.actor.cleanup.remote(r.id, r.attempt), CLEANUP_TIMEOUT))
+                    node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT))
                 if outcome is not None and not synced:
                     self._apply(r, outcome)
         except RayActorError as exc:

@@ -38,6 +38,9 @@ class WorkerSettings(BaseModel):
     state_dir: Path = Field(description="the server's state dir; the node's is <it>/nodes/<node>")
     tokenizer: str
     backends: list[str] = Field(default_factory=list)
+    # The head router's changes since it started: removed names, added (spec, weight).
+    removed_backends: list[str] = Field(default_factory=list)
+    added_backends: list[tuple[str, float]] = Field(default_factory=list)
     llm: RouterConfig = Field(default_factory=RouterConfig)
     policy_version: int | None = None
     scoring_workers: int = 2

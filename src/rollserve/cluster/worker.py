@@ -24,6 +24,7 @@ from rollserve.handlers.base import AgentHandler, HandlerContext
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.handlers.scoring import ScoringPool
 from rollserve.llm.backends.factory import backend_from_spec
+from rollserve.llm.base import PauseMode
 from rollserve.llm.routing.deadline import call_deadline
 from rollserve.llm.routing.router import Router
 from rollserve.llm.tokens.tokenizer import load_tokenizer
@@ -64,6 +65,10 @@ class NodeWorker:
         self.router = Router(policy_version=s.policy_version, config=s.llm)
         for spec in s.backends:
             self.router.add(backend_from_spec(spec))
+        for name in s.removed_backends:  # removed from the head's router since it started
+            await self.remove_backend(name, 0.0)
+        for source, weight in s.added_backends:  # added to it since
+            self.add_backend(source, weight)
         await self.router.start()
         self.sandboxes = LazyRuntime(s.sandbox_runtime, folder, s.sandbox_options)
         self.context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
@@ -135,9 +140,10 @@ class NodeWorker:
         return StageOutcome(error=error, trajectory=r.trajectory, reward=r.reward,
                             evaluation=r.evaluation, timing=dict(r.timing), stats=dict(r.stats))
 
-    async def cleanup(self, rollout_id: str, attempt: int) -> StageOutcome | None:
+    async def cleanup(self, rollout_id: str, attempt: int, produced: bool) -> StageOutcome | None:
         """End the rollout's stage if one still runs, release what it took, forget it;
-        returns what it had produced (None: not hosted here)."""
+        ``produced``: return what it had produced (else, or when it is not hosted
+        here, None)."""
         r = self.rollouts.get(rollout_id)
         if r is None or r.attempt != attempt:
             return None
@@ -147,12 +153,31 @@ class NodeWorker:
             await asyncio.wait([task], timeout=CLEANUP_TIMEOUT)
         await self.executor.cleanup(r, self._handler(r.spec.data_source))
         del self.rollouts[rollout_id]
-        return self._outcome(r, None)
+        return self._outcome(r, None) if produced else None
+
+    async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
+        """Pause the node's router replica (the head forwards pauses to backends);
+        True once none of its calls is in flight."""
+        reply = await self.router.pause(mode, timeout, forward=False)
+        return bool(reply["drained"])
+
+    async def resume(self, policy_version: int | None) -> None:
+        await self.router.resume(policy_version)
+
+    def add_backend(self, source: str, weight: float) -> None:
+        """Register a backend the head's router got at run time (``source``: its spec)."""
+        backend = backend_from_spec(source)
+        if not self.router.is_registered(backend.name):
+            self.router.add(backend, weight)
+
+    async def remove_backend(self, name: str, grace: float) -> None:
+        if self.router.is_registered(name):
+            await self.router.remove(name, grace=grace)
 
     async def stop(self) -> None:
         """Close what is still open (the head is shutting down)."""
         for rollout_id, r in list(self.rollouts.items()):
-            await self.cleanup(rollout_id, r.attempt)
+            await self.cleanup(rollout_id, r.attempt, produced=False)
         await self.sandboxes.aclose()
         await self.router.stop()
         await self.scoring.aclose()

@@ -181,6 +181,13 @@ class NodeStatus(BaseModel):
     reaped_at_start: int = Field(description="sandboxes of a dead predecessor its worker reaped")
 
 
+class NodesChanged(BaseModel):
+    """``POST /v1/nodes/{name}/drain`` and ``/undrain``: the node's workers now."""
+
+    nodes: list[NodeStatus] = Field(description="every worker of that name (a node's dead "
+                                    "workers too), as /v1/status shows them")
+
+
 class TrajectoryCounters(BaseModel):
     """Over the rollouts finished since start."""
 

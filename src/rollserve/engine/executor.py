@@ -51,6 +51,10 @@ class StageExecutor(Protocol):
     def nodes(self) -> list[NodeStatus] | None:
         """Per-node slots, queues and sandboxes (None: everything runs here)."""
 
+    async def drain(self, name: str, draining: bool) -> list[NodeStatus]:
+        """Stop (``draining``) or resume placing new rollouts on the node ``name``; its
+        rollouts finish. Raises KeyError when there is no such node."""
+
 
 class LocalExecutor:
     """The handler's calls in this process (single machine: the default)."""
@@ -80,3 +84,6 @@ class LocalExecutor:
 
     def nodes(self) -> list[NodeStatus] | None:
         return None
+
+    async def drain(self, name: str, draining: bool) -> list[NodeStatus]:
+        raise KeyError(name)  # one machine: no nodes
