@@ -282,8 +282,8 @@ def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(
     with Client(server.url) as client:
         before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
         # ...while the live nodes run sandboxes of their own (napping 30 s)...
-        client.submit([code_task(2000 + i, nap=30) for i in range(4)],
-                      sampling={"max_tokens": 128}, agent={"max_turns": 4})
+        nappers = client.submit([code_task(2000 + i, nap=30) for i in range(4)],
+                                sampling={"max_tokens": 128}, agent={"max_turns": 4})
         live = ("node1", "node2", "node3")
         wait_for(lambda: sum(len(records(state, n)) for n in live) >= 4, 60,
                  "sandboxes open on the live nodes")
@@ -297,8 +297,13 @@ def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(
         assert records(state, "node0") & left == set()
         for n, kept in others.items():
             assert kept <= records(state, n), n
+        # Their rollouts were never disturbed: still running, cancelled now (no need to nap on).
+        assert client.results(after=before).results == []
+        for group in nappers.groups:
+            client.cancel_group(group.group_id)
         final = collect(client, before, 4, timeout=120)
-    assert all(r.status == "completed" and r.reward == 1.0 and r.attempt == 1 for r in final)
+    assert all(r.status == "cancelled" and r.attempt == 1 for r in final)
+    assert all(records(state, n) == set() for n in ("node0", *live))
 
 
 def test_a_draining_node_takes_no_new_rollouts_and_status_shows_nodes(server):

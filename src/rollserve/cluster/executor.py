@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,9 +37,11 @@ NODE_LABEL = "rollserve-node"  # a node's name, where set (else its host name)
 
 def node_name(info: dict[str, Any]) -> str:
     """A node's name: its ``rollserve-node`` label, else its host name (one raylet per
-    machine); it names the node's owner-record folder, so it must outlive a restart."""
+    machine); it names the node's owner-record folder, so it must outlive a restart (and
+    is kept to letters, digits, '.', '_' and '-': a folder name, never a path)."""
     labels = info.get("Labels") or {}
-    return str(labels.get(NODE_LABEL) or info.get("NodeManagerHostname") or info["NodeID"])
+    name = str(labels.get(NODE_LABEL) or info.get("NodeManagerHostname") or info["NodeID"])
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or str(info["NodeID"])
 
 
 def _kill(actor: Any) -> None:
