@@ -32,6 +32,16 @@ class InfraError(RolloutError):
     kind: FailureKind = "infra"
 
 
+class NodeLost(InfraError):
+    """The cluster node running the rollout's stage died (its worker or its raylet):
+    the attempt is over, and the engine runs the rollout again from INIT on another
+    node while attempts remain (``engine.max_attempts``), else it ends masked."""
+
+    def __init__(self, message: str, node: str):
+        super().__init__(message)
+        self.node = node
+
+
 class PromptTooLongError(InfraError):
     """The episode's opening prompt leaves no room to sample within the context limit:
     nothing the policy produced exists to score, so the rollout is masked (a data or

@@ -7,11 +7,13 @@ import importlib
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from rollserve.agent.gateway.registry import Gateway
+from rollserve.cluster.protocol import RayConfig, WorkerSettings
+from rollserve.engine.executor import StageExecutor
 from rollserve.engine.facade import Rollouts
 from rollserve.engine.gateway import Gateways
 from rollserve.engine.pipeline import Engine, EngineConfig
@@ -30,6 +32,9 @@ from rollserve.llm.tokens.tokenizer import (
 from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.reaper import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
+
+if TYPE_CHECKING:
+    from rollserve.cluster.executor import RayExecutor
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +92,8 @@ class ServerConfig(BaseModel):
     handler_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per handler (by data_source) its settings, e.g. "
         '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}')
+    ray: RayConfig | None = Field(None, description="run the stages on a Ray cluster's nodes "
+                                  "(rollserve.cluster; the rollserve[ray] extra); None: here")
 
     @field_validator("sandbox_runtime")
     @classmethod
@@ -125,9 +132,28 @@ class Service:
                 self.handlers.create(name, context)
             except UnknownDataSource as exc:
                 raise ValueError(f"handler options for {name!r}: {exc}") from None
-        self.engine = Engine(self.store, self.handlers, self.router, config.engine, context)
+        self.cluster: RayExecutor | None = self._cluster() if config.ray is not None else None
+        executor: StageExecutor | None = self.cluster
+        if self.cluster is not None:  # the nodes' router replicas pause and resume with ours
+            self.router.followers.append(self.cluster)
+        self.engine = Engine(self.store, self.handlers, self.router, config.engine, context,
+                             executor=executor)
         self.rollouts = Rollouts(self.engine, config.limits)  # what the API calls
         self.gateways = Gateways(gateway)  # what the gateway's routes call
+
+    def _cluster(self) -> RayExecutor:
+        """Stages on a Ray cluster's nodes: each node's worker is built from these settings."""
+        from rollserve.cluster.executor import RayExecutor  # imports ray: only with --ray
+
+        config = self.config
+        assert config.ray is not None
+        settings = WorkerSettings(
+            node="", state_dir=config.state_dir.expanduser().resolve(), tokenizer=config.tokenizer,
+            backends=config.backends, llm=config.llm, scoring_workers=config.scoring_workers,
+            scoring_timeout=config.scoring_timeout, sandbox_runtime=config.sandbox_runtime,
+            sandbox_options=config.sandbox_options, handler_options=config.handler_options)
+        router = self.router
+        return RayExecutor(config.ray, settings, policy_version=lambda: router.policy_version)
 
     async def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +176,8 @@ class Service:
             self.router.add(backend_from_spec(spec))
         await self.router.start()  # health checks
         await self._probe_tokenizer()
+        if self.cluster is not None:
+            await self.cluster.start()  # workers on the nodes there are now
         await self.engine.start()
 
     def sandbox_status(self) -> dict:
@@ -157,6 +185,8 @@ class Service:
 
     async def stop(self) -> None:
         await self.engine.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.sandboxes.aclose()  # any a rollout's cleanup did not get to
         await self.router.stop()  # health checks off; every backend closed
         await self.scoring.aclose()

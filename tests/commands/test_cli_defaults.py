@@ -118,6 +118,7 @@ NOT_MIRRORED: dict[tuple[str, str], str] = {
     ("serve", "port"): "None: ServerConfig's port, or ProRL's with --prorl (the help says both)",
     ("serve", "sandbox_options"): "JSON text, parsed into the field",
     ("serve", "handler_options"): "JSON text, parsed into the field",
+    ("serve", "ray"): "the cluster's address: with --ray-resource it makes the field's RayConfig",
     ("run", "sandbox_options"): "JSON text, parsed into the field",
     ("run", "handler_options"): "JSON text, parsed into the field",
     ("run", "sampling"): "JSON text; None: nothing sent, the server's defaults apply",

@@ -7,7 +7,7 @@ import pytest
 from rollserve.engine.dataset_check import offline_context
 from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.store import SQLiteStore
-from rollserve.errors import AgentError, InfraError
+from rollserve.errors import AgentError, InfraError, NodeLost
 from rollserve.handlers.base import Evaluation, HandlerDefaults, InvalidInstance
 from rollserve.handlers.registry import UnknownDataSource
 
@@ -17,6 +17,7 @@ class ScriptedHandler:
     defaults = HandlerDefaults(init_timeout=5, run_timeout=5, eval_timeout=5, total_timeout=20)
 
     def __init__(self):
+        self.lost: dict[str, int] = {}  # rollout id -> attempts its node died under
         self.cleaned: list[str] = []
         self.started: dict[str, list[str]] = {"init": [], "run": [], "eval": []}
 
@@ -33,6 +34,10 @@ class ScriptedHandler:
             raise error(f"scripted failure in {stage}")
         if spec.get("crash") == stage:
             raise RuntimeError("handler bug")
+        if spec.get("node_dies") == stage and self.lost.get(rollout.id, 0) < spec["times"]:
+            # What a cluster executor raises when the node running the stage dies.
+            self.lost[rollout.id] = self.lost.get(rollout.id, 0) + 1
+            raise NodeLost(f"node n1 died during {stage}", "n1")
 
     async def init(self, rollout):
         await self._stage(rollout, "init")

@@ -10,7 +10,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from rollserve.contract import BackendState, RouterStatus
+from rollserve.contract import BackendState, NodeStatus, RouterStatus
 from rollserve.server import Service
 
 router = APIRouter(tags=["service"])
@@ -40,6 +40,8 @@ class ServiceCollector:
             busy_seconds.add_metric([stage], snap.busy_seconds)
         yield from gauges.values()
         yield busy_seconds
+        if status.nodes is not None:  # rollserve serve --ray
+            yield from _node_metrics(status.nodes)
         outstanding = GaugeMetricFamily("rollserve_llm_outstanding", "LLM requests in flight",
                                         labels=["backend"])
         healthy = GaugeMetricFamily("rollserve_llm_healthy", "1 if the backend takes new requests",
@@ -105,6 +107,38 @@ class ServiceCollector:
         yield GaugeMetricFamily("rollserve_sandboxes_reaped_at_start", "sandboxes a previous "
                                 "server left, removed when this one started",
                                 value=reaped.get("sandboxes", 0))
+
+
+def _node_metrics(nodes: list[NodeStatus]) -> Iterator[Metric]:
+    """Per Ray node: alive, draining, slots, hosted, sandboxes open; busy per stage."""
+    per_node = {key: GaugeMetricFamily(f"rollserve_node_{key}", what, labels=["node"])
+                for key, what in (("alive", "1 while the node's worker answers"),
+                                  ("draining", "1 while the node takes no new rollouts"),
+                                  ("slots", "rollouts the node may host at once"),
+                                  ("hosted", "rollouts placed on the node, not cleaned up"),
+                                  ("sandboxes_open", "sandboxes its worker holds open"))}
+    busy = GaugeMetricFamily("rollserve_node_busy", "stage calls running on the node",
+                             labels=["node", "stage"])
+    placed = CounterMetricFamily("rollserve_node_placed", "rollouts placed on the node",
+                                 labels=["node"])
+    lost = CounterMetricFamily("rollserve_node_lost", "attempts ended by the node's death",
+                               labels=["node"])
+    newest: dict[str, NodeStatus] = {}
+    for node in nodes:  # one series per node name: its live worker, else its last one
+        if node.alive or not newest.get(node.name, node).alive:
+            newest[node.name] = node
+    for node in newest.values():
+        per_node["alive"].add_metric([node.name], float(node.alive))
+        per_node["draining"].add_metric([node.name], float(node.draining))
+        per_node["slots"].add_metric([node.name], node.slots)
+        per_node["hosted"].add_metric([node.name], node.hosted)
+        per_node["sandboxes_open"].add_metric([node.name], node.sandboxes_open)
+        for stage, count in node.busy.items():
+            busy.add_metric([node.name, stage], count)
+        placed.add_metric([node.name], node.placed)
+        lost.add_metric([node.name], node.lost)
+    yield from per_node.values()
+    yield from (busy, placed, lost)
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={

@@ -231,7 +231,7 @@ async def add_llm_server(body: LLMServerRequest, request: Request) -> StatusRepl
         log.warning("LLM server address %s already exists", body.address)
         await backend.close()
     else:
-        llm_router.add(backend)
+        llm_router.add(backend, source=spec.model_dump_json())
     verb = "Added" if compat.running else "Buffered"
     return StatusReply(status=f"{verb} LLM server address: {body.address}")
 

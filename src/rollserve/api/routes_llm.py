@@ -79,7 +79,7 @@ async def add_backend(spec: RemoteBackendSpec, request: Request) -> BackendAdded
     if any(b["name"] == backend.name for b in llm_router.list()):
         await backend.close()
         raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
-    llm_router.add(backend)
+    llm_router.add(backend, source=spec.spec().model_dump_json())
     return BackendAdded(backend=BackendInfo.model_validate(backend.describe()))
 
 

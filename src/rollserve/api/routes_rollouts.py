@@ -23,6 +23,7 @@ from rollserve.contract import (
     CancelResponse,
     GroupCancelResponse,
     GroupView,
+    NodesChanged,
     ResultsPage,
     RolloutView,
     RouterStatus,
@@ -146,3 +147,15 @@ def service_status(service: Service) -> ServiceStatus:
         llm=RouterStatus.model_validate(service.router.status()),
         sandboxes=SandboxStatus.model_validate(service.sandbox_status()),
     )
+
+
+@router.post("/nodes/{name}/drain", response_model=NodesChanged, responses=errors(404))
+async def drain_node(name: str, request: Request) -> NodesChanged:
+    """A Ray node (``serve --ray``) takes no new rollouts; those it hosts finish."""
+    return NodesChanged(nodes=await _rollouts(request).drain_node(name, True))
+
+
+@router.post("/nodes/{name}/undrain", response_model=NodesChanged, responses=errors(404))
+async def undrain_node(name: str, request: Request) -> NodesChanged:
+    """The node takes new rollouts again."""
+    return NodesChanged(nodes=await _rollouts(request).drain_node(name, False))

@@ -16,10 +16,12 @@ from rich.markup import escape
 
 from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
 from rollserve.api.prorl import ProRLConfig
+from rollserve.cluster.protocol import RayConfig
 from rollserve.commands import datasets as datasets_cmd
 from rollserve.commands import images as images_cmd
 from rollserve.commands import report as report_cmd
 from rollserve.commands import run as run_cmd
+from rollserve.commands import status as status_cmd
 from rollserve.commands.defaults import (
     ENGINE,
     HOUR,
@@ -106,6 +108,11 @@ def serve(
                                                       "/process, /add_llm_server, ...) for its clients"),
     prorl_timeout: float | None = typer.Option(PRORL.timeout, min=1, help="--prorl: seconds "
                                                "per job (default: the handler's)"),
+    ray: str | None = typer.Option(None, "--ray", help="run the stages on a Ray cluster's "
+                                   "nodes: 'auto' or the head's host:port (needs rollserve[ray]; "
+                                   "a worker starts on each node with the --ray-resource resource)"),
+    ray_resource: str = typer.Option("rollserve", help="--ray: the Ray resource a node offers "
+                                     "rollserve; its amount is the node's slots"),
     log_level: str = typer.Option("info"),
 ) -> None:
     """Run the rollout service (no inference backend unless --backend is given)."""
@@ -134,11 +141,22 @@ def serve(
                               on_restart, retention_hours).model_copy(
             update={"max_staleness": max_staleness, "mask_stale": mask_stale}),
         llm=RouterConfig(policy=routing, forward_pause=forward_pause),
+        ray=None if ray is None else RayConfig(address=ray, resource=ray_resource),
     )
+    if ray is not None:
+        _check_ray()
     service = _make_service(config)
     prorl_config = ProRLConfig(timeout=prorl_timeout) if prorl else None
     uvicorn.run(create_app(service, prorl=prorl_config), host=host, port=port, log_level=log_level,
                 timeout_graceful_shutdown=10)
+
+
+def _check_ray() -> None:
+    try:
+        import ray  # noqa: F401
+    except ModuleNotFoundError:
+        console.print("[red]error:[/red] --ray needs Ray: pip install 'rollserve[ray]'")
+        raise typer.Exit(2) from None
 
 
 def _make_service(config: ServerConfig) -> Service:
@@ -221,4 +239,5 @@ app.add_typer(datasets_cmd.app, name="datasets")
 app.add_typer(images_cmd.app, name="images")
 app.command("run", help=run_cmd.HELP)(run_cmd.run)
 app.command("report")(report_cmd.report)
+app.command("status")(status_cmd.status)
 

@@ -163,6 +163,31 @@ class StageStatus(BaseModel):
     busy_seconds: float = Field(description="slot-seconds used since start")
 
 
+class NodeStatus(BaseModel):
+    """One Ray node's worker (``rollserve serve --ray``): its slots and what it hosts."""
+
+    name: str = Field(description="the node's name: its rollserve-node label, else its host name")
+    node_id: str = Field(description="Ray's node id")
+    alive: bool = Field(description="the node and its worker answer")
+    draining: bool = Field(description="takes no new rollouts; finishes its own")
+    slots: int = Field(description="rollouts it may host at once (its 'rollserve' resource)")
+    hosted: int = Field(description="rollouts placed there and not cleaned up yet")
+    queued: int = Field(description="rollouts waiting for a free slot on any node (the same for all)")
+    busy: dict[Stage, int] = Field(description="stage calls running there now, by stage")
+    done: dict[Stage, int] = Field(description="stage calls finished there, by stage")
+    placed: int = Field(description="rollouts placed there since the server started")
+    lost: int = Field(description="rollout attempts that ended because the node died")
+    sandboxes_open: int = Field(description="sandboxes its worker holds open (last report)")
+    reaped_at_start: int = Field(description="sandboxes of a dead predecessor its worker reaped")
+
+
+class NodesChanged(BaseModel):
+    """``POST /v1/nodes/{name}/drain`` and ``/undrain``: the node's workers now."""
+
+    nodes: list[NodeStatus] = Field(description="every worker of that name (a node's dead "
+                                    "workers too), as /v1/status shows them")
+
+
 class TrajectoryCounters(BaseModel):
     """Over the rollouts finished since start."""
 
@@ -217,6 +242,8 @@ class EngineStatus(BaseModel):
     throughput_per_s: float = Field(description="rollouts finished per second, last minute")
     handlers: list[str] = Field(description="the data sources this server runs")
     recovered_at_start: Recovered
+    nodes: list[NodeStatus] | None = Field(
+        None, description="per Ray node (rollserve serve --ray); null on one machine")
 
 
 class ReapSummary(BaseModel):

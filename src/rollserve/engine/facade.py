@@ -20,6 +20,7 @@ from rollserve.contract import (
     GroupCancelResponse,
     GroupMember,
     GroupView,
+    NodeStatus,
     ResultsPage,
     ResultSummaryPage,
     RolloutResult,
@@ -178,6 +179,16 @@ class Rollouts:
 
     def status(self) -> EngineStatus:
         return self._engine.status()
+
+    async def drain_node(self, name: str, draining: bool) -> list[NodeStatus]:
+        """Stop (or resume) placing new rollouts on a cluster node; its own finish.
+        Raises ``NotFound``."""
+        try:
+            return await self._engine.executor.drain(name, draining)
+        except KeyError:
+            where = "" if self._engine.executor.nodes() is not None else (
+                " (this server runs everything itself: nodes exist with --ray)")
+            raise NotFound(f"no node named {name!r}{where}") from None
 
     # --- cancelling ----------------------------------------------------------------------
     def stop(self, rollout_id: str) -> bool:

@@ -12,11 +12,10 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from rollserve.agent.loop import LLMSession
 from rollserve.contract import (
     STAGES,
     TERMINAL,
@@ -30,19 +29,20 @@ from rollserve.contract import (
     TrajectoryCounters,
 )
 from rollserve.engine.events import EventBus
+from rollserve.engine.executor import CLEANUP_TIMEOUT, LocalExecutor, Sessions, StageExecutor
 from rollserve.engine.groups import EARLY_STOP_MESSAGE, GroupTracker, needs_no_rerun, result_usable
 from rollserve.engine.pools import StagePool
 from rollserve.engine.rollout import Rollout, RolloutSpec, default_run_margin
 from rollserve.engine.stage_metrics import StageLatency
 from rollserve.engine.store import Store
-from rollserve.errors import DeadlineFailure, RolloutError
+from rollserve.errors import DeadlineFailure, NodeLost, RolloutError
 from rollserve.handlers.base import AgentHandler, HandlerContext
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.llm.routing.deadline import call_deadline
 
 log = logging.getLogger(__name__)
 
-CLEANUP_TIMEOUT = 30.0
+__all__ = ["CLEANUP_TIMEOUT", "Engine", "EngineConfig", "Sessions"]
 
 
 class EngineConfig(BaseModel):
@@ -58,19 +58,6 @@ class EngineConfig(BaseModel):
     mask_stale: bool = Field(False, description="mask (do not train on) flagged stale rollouts")
 
 
-class EngineSession(LLMSession, Protocol):
-    """A rollout's sticky LLM session, as the engine holds it: closed at cleanup."""
-
-    def close(self) -> None: ...
-
-
-class Sessions(Protocol):
-    """Where a rollout gets its sticky LLM session (``llm.routing.Router``)."""
-
-    def session(self, key: str) -> EngineSession | None:
-        ...
-
-
 class Engine:
     def __init__(
         self,
@@ -79,8 +66,11 @@ class Engine:
         router: Sessions,
         config: EngineConfig | None,
         context: HandlerContext,
+        executor: StageExecutor | None = None,
     ) -> None:
         self.config = config or EngineConfig()
+        # Where stages run: this process (the default), or a cluster's nodes.
+        self.executor: StageExecutor = executor or LocalExecutor(router)
         self.context = context
         self.store = store
         self.handlers = handlers
@@ -236,26 +226,36 @@ class Engine:
         try:
             async with asyncio.timeout(r.timeouts.total) as deadline:
                 r.deadline = deadline.when()
-                try:
-                    for stage in STAGES:
-                        await self._run_stage(r, handler, stage)
-                    r.status = "completed"
-                except RolloutError as exc:
-                    # The RUN deadline, come while the backend had the time: as a timeout.
-                    r.status = "timed_out" if isinstance(exc, DeadlineFailure) else "failed"
-                    r.failure = Failure(stage=stage, kind=exc.kind, message=exc.message)
-                    if exc.kind == "agent":
-                        r.reward = 0.0
-                except _StageTimeout as exc:
-                    r.status = "timed_out"
-                    r.failure = Failure(stage=stage, kind="timeout", message=str(exc))
-                except (asyncio.CancelledError, TimeoutError):
-                    raise
-                except Exception as exc:  # a handler bug is still an infra failure, typed
-                    log.exception("rollout %s failed in %s", r.id, stage)
-                    r.status = "failed"
-                    r.failure = Failure(stage=stage, kind="infra",
-                                        message=f"{type(exc).__name__}: {exc}")
+                while True:
+                    try:
+                        for stage in STAGES:
+                            await self._run_stage(r, handler, stage)
+                        r.status = "completed"
+                    except NodeLost as exc:
+                        if r.attempt < self.config.max_attempts:
+                            await self._retry(r, handler, exc)
+                            stage = "queue"
+                            continue  # a new attempt, from INIT, on another node
+                        r.status = "failed"
+                        r.failure = Failure(stage=stage, kind="infra", message=(
+                            f"{exc.message}; gave up after {r.attempt} attempts"))
+                    except RolloutError as exc:
+                        # The RUN deadline, come while the backend had the time: as a timeout.
+                        r.status = "timed_out" if isinstance(exc, DeadlineFailure) else "failed"
+                        r.failure = Failure(stage=stage, kind=exc.kind, message=exc.message)
+                        if exc.kind == "agent":
+                            r.reward = 0.0
+                    except _StageTimeout as exc:
+                        r.status = "timed_out"
+                        r.failure = Failure(stage=stage, kind="timeout", message=str(exc))
+                    except (asyncio.CancelledError, TimeoutError):
+                        raise
+                    except Exception as exc:  # a handler bug is still an infra failure, typed
+                        log.exception("rollout %s failed in %s", r.id, stage)
+                        r.status = "failed"
+                        r.failure = Failure(stage=stage, kind="infra",
+                                            message=f"{type(exc).__name__}: {exc}")
+                    break
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -310,24 +310,22 @@ class Engine:
                 self.latency.ran(stage, r.spec.data_source, ran)
 
     async def _stage_body(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
-        if stage == "init":
-            await handler.init(r)
-        elif stage == "run":
-            r.llm = self.router.session(r.id)
-            await handler.run(r)
-        else:
-            evaluation = await handler.eval(r)
-            r.reward = float(evaluation.reward)
-            r.evaluation = evaluation.details
+        await self.executor.run_stage(r, handler, stage)
 
     async def _cleanup(self, r: Rollout, handler: AgentHandler) -> None:
         """Release what the handler took; bounded, and shielded from cancellation."""
-        try:
-            await asyncio.shield(asyncio.wait_for(handler.cleanup(r), CLEANUP_TIMEOUT))
-        except Exception:  # cleanup problems are logged, never mask the result
-            log.exception("cleanup of rollout %s failed", r.id)
-        if r.llm is not None:
-            r.llm.close()
+        await self.executor.cleanup(r, handler)
+
+    async def _retry(self, r: Rollout, handler: AgentHandler, lost: NodeLost) -> None:
+        """End the attempt a dead node cut short and queue the rollout again, as a new
+        attempt that starts from INIT (what the attempt produced is dropped)."""
+        await self._cleanup(r, handler)
+        log.warning("rollout %s: attempt %d ended (%s); running it again", r.id, r.attempt,
+                    lost.message)
+        r.new_attempt()
+        r.status = "queued"
+        await self.store.set_status(r.id, "queued", attempt=r.attempt)
+        self.events.publish(r.id, r.spec.group_id, "queued")
 
     async def _record_result(self, r: Rollout) -> None:
         r.finished_at = time.time()
@@ -411,6 +409,7 @@ class Engine:
             throughput_per_s=round(self.throughput(60.0), 4),
             handlers=self.handlers.names(),
             recovered_at_start=self.recovered,
+            nodes=self.executor.nodes(),
         )
 
     async def _purge_loop(self) -> None:

@@ -136,6 +136,20 @@ class Rollout:
             reserve += t.eval
         return self.run_deadline - min(reserve, max(0.0, self.run_deadline - now) / 2)
 
+    def new_attempt(self) -> None:
+        """Start the rollout over as its next attempt: what the last one produced (its
+        trajectory, reward, handler state and resources) is dropped; timing is kept."""
+        self.attempt += 1
+        self.trajectory = Trajectory()
+        self.reward = None
+        self.evaluation = None
+        self.failure = None
+        self.stats = {}
+        self.llm = None
+        self.state = None
+        self.resources = RolloutResources()
+        self.run_deadline = None
+
     def add_time(self, key: str, seconds: float) -> None:
         self.timing[key] = round(self.timing.get(key, 0.0) + seconds, 6)
 

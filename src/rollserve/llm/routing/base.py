@@ -3,7 +3,9 @@ imports ``session`` and ``health``, never the reverse):
 
 - ``Pinned`` and ``SessionRouter``: what a session is to the router, and what it
   asks of the router (``session.RouterSession`` holds a ``SessionRouter``);
-- ``HealthTarget``: what the health monitor asks of the router.
+- ``HealthTarget``: what the health monitor asks of the router;
+- ``Follower``: another router that pauses and resumes with this one (a cluster
+  node's replica, ``rollserve.cluster``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rollserve.llm.base import (
     ChatReply,
     Generation,
     Message,
+    PauseMode,
     SamplingParams,
     ToolSchema,
 )
@@ -53,3 +56,21 @@ class HealthTarget(Protocol):
     def states(self) -> list[BackendState]: ...
 
     def set_healthy(self, name: str, healthy: bool) -> None: ...
+
+
+class Follower(Protocol):
+    """Routers elsewhere that sample for this one's rollouts: paused with it (``finish``:
+    their calls in flight drained first) and resumed with it at its policy version."""
+
+    async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
+        """Pause them; True once none has a call in flight."""
+        ...
+
+    async def resume(self, policy_version: int | None) -> None: ...
+
+    def backend_added(self, name: str, source: str, weight: float) -> None:
+        """The backend ``name`` was registered here: ``source`` is its spec (JSON), to
+        build it from."""
+
+    async def backend_removed(self, name: str, grace: float) -> None:
+        """The backend ``name`` was removed here (calls in flight get ``grace`` seconds)."""

@@ -46,7 +46,7 @@ from rollserve.llm.base import (
     ToolSchema,
 )
 from rollserve.llm.routing.backend_state import BackendState
-from rollserve.llm.routing.base import Pinned
+from rollserve.llm.routing.base import Follower, Pinned
 from rollserve.llm.routing.call_metrics import CallMetrics
 from rollserve.llm.routing.deadline import current_deadline, remaining
 from rollserve.llm.routing.forward import forward, pausable
@@ -105,6 +105,7 @@ class Router:
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._loading = False  # a weight load is under way
+        self.followers: list[Follower] = []  # routers elsewhere, paused and resumed with this
 
     # --- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -118,13 +119,19 @@ class Router:
             await self.remove(name)
 
     # --- registry ----------------------------------------------------------------------
-    def add(self, backend: LLMBackend, weight: float | None = None) -> None:
+    def add(self, backend: LLMBackend, weight: float | None = None,
+            source: str | None = None) -> None:
+        """Register ``backend``; ``source``: its spec as JSON, which followers build their
+        own from (a backend added without one stays this router's)."""
         if backend.name in self._states:
             raise ValueError(f"name: a backend named {backend.name!r} is already registered")
         state = BackendState(backend, weight=float(backend.weight if weight is None else weight))
         self._states[backend.name] = state
         self.health.poke(state)  # probed at once when the monitor runs
         self._notify()
+        if source is not None:
+            for follower in self.followers:
+                follower.backend_added(backend.name, source, state.weight)
 
     async def remove(self, name: str, close: bool = True, grace: float = 0.0) -> LLMBackend:
         """Unregister ``name`` now; sessions pinned to it pick again at their next call.
@@ -136,6 +143,7 @@ class Router:
         if state is None:
             raise KeyError(name)
         state.removed = True
+        await asyncio.gather(*(f.backend_removed(name, grace) for f in self.followers))
         if grace > 0:
             await self._inflight.wait_until(lambda: state.outstanding == 0, grace)
         if close:
@@ -216,7 +224,9 @@ class Router:
             if forward:
                 forwarded = await self._forward_pause(mode)
             aborted = self._inflight.abort_all()
+        followed = asyncio.gather(*(f.pause(mode, timeout) for f in self.followers))
         drained = await self._inflight.wait_until(lambda: not self._inflight, timeout)
+        drained = all(await followed) and drained
         if mode == "finish" and forward:
             forwarded = await self._forward_pause(mode)
         log.info("paused (%s): %d aborted, %d still in flight", mode, aborted, self.in_flight)
@@ -231,6 +241,7 @@ class Router:
         if policy_version is not None:
             self.policy_version = policy_version
         forwarded = await self._forward_resume() if self._paused_backends else {}
+        await asyncio.gather(*(f.resume(self.policy_version) for f in self.followers))
         self._paused_backends = []
         self.paused, self.pause_mode = False, None
         self._resumed.set()

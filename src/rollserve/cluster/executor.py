@@ -1,0 +1,341 @@
+"""The head's side of the cluster: ``RayExecutor`` runs each stage in the worker
+actor of the node its rollout was placed on, watches the cluster's nodes (a worker
+starts on each alive node that offers the ``rollserve`` resource, including nodes
+that join later) and turns a dead node into ``NodeLost`` (the engine retries the
+rollout elsewhere or masks it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from rollserve.cluster.nodes import ClusterNode, Placement
+from rollserve.cluster.protocol import RayConfig, StageCall, StageOutcome, WorkerReport, WorkerSettings
+from rollserve.cluster.worker import NodeWorker
+from rollserve.contract import NodeStatus, Stage
+from rollserve.engine.executor import CLEANUP_TIMEOUT
+from rollserve.engine.rollout import Rollout
+from rollserve.errors import InfraError, NodeLost
+from rollserve.handlers.base import AgentHandler
+from rollserve.llm.base import PauseMode
+from rollserve.llm.routing.deadline import current_deadline
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "rollserve"
+NODE_LABEL = "rollserve-node"  # a node's name, where set (else its host name)
+
+
+def node_name(info: dict[str, Any]) -> str:
+    """A node's name: its ``rollserve-node`` label, else its host name (one raylet per
+    machine); it names the node's owner-record folder, so it must outlive a restart (and
+    is kept to letters, digits, '.', '_' and '-': a folder name, never a path)."""
+    labels = info.get("Labels") or {}
+    name = str(labels.get(NODE_LABEL) or info.get("NodeManagerHostname") or info["NodeID"])
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or str(info["NodeID"])
+
+
+def _kill(actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except (RayError, ValueError):
+        pass  # already gone
+
+
+class RayExecutor:
+    """Stages run in the node workers of a Ray cluster (``engine.executor``)."""
+
+    def __init__(self, config: RayConfig, settings: WorkerSettings,
+                 policy_version: Callable[[], int | None] | None = None) -> None:
+        self.config = config
+        self.settings = settings
+        # The head router's current policy version, read at each call (a callable).
+        self._policy_version = policy_version
+        self.placement = Placement()
+        self._where: dict[str, ClusterNode] = {}  # rollout id -> its node
+        self._synced: set[str] = set()  # rollouts whose last stage call returned
+        self._starting: dict[str, asyncio.Task[None]] = {}  # node id -> its worker's start
+        self._watcher: asyncio.Task[None] | None = None
+        self._worker_class: Any = ray.remote(NodeWorker)
+        self._paused: PauseMode | None = None  # the head's router is paused (its mode)
+        self._added: dict[str, tuple[str, float]] = {}  # backends the head got at run time
+        self._removed: set[str] = set()  # backend names the head removed at run time
+        self._background: set[asyncio.Task[None]] = set()
+
+    # --- life cycle ----------------------------------------------------------------
+    async def start(self) -> None:
+        """Join the cluster and start a worker on every node that offers the resource
+        now (bounded); then keep watching for nodes that join or leave."""
+        await asyncio.to_thread(ray.init, address=self.config.address, namespace=NAMESPACE,
+                                log_to_driver=False, ignore_reinit_error=True)
+        await self._scan()
+        await self.wait_started(self.config.worker_start_timeout)
+        if not any(n.alive for n in self.placement.nodes.values()):
+            log.warning("no node offers the %r resource yet: rollouts wait (bounded by their "
+                        "INIT timeout) until one joins", self.config.resource)
+        self._watcher = asyncio.create_task(self._watch(), name="rollserve-ray-nodes")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._watcher, *self._starting.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        alive = [n for n in self.placement.nodes.values() if n.alive]
+        stops = [self._bounded(n.actor.stop.remote(), self.config.call_timeout * 3) for n in alive]
+        await asyncio.gather(*stops, return_exceptions=True)
+        for node in alive:
+            _kill(node.actor)
+        await asyncio.to_thread(ray.shutdown)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.poll_s)
+            try:
+                await self._scan()
+                await self._poll_workers()
+            except Exception:
+                log.exception("watching the cluster's nodes failed; trying again")
+
+    async def _scan(self) -> None:
+        """Mark the workers of nodes gone as dead; start a worker (in the background,
+        bounded) on each alive node that offers the resource and has no live worker:
+        a node new to us, or one whose worker died while its raylet lives on."""
+        infos: list[dict[str, Any]] = await asyncio.wait_for(asyncio.to_thread(ray.nodes),
+                                                             self.config.call_timeout)
+        alive_ids = {i["NodeID"] for i in infos if i.get("Alive")}
+        for node in self.placement.nodes.values():
+            if node.alive and node.node_id not in alive_ids:
+                self._mark_dead(node, "its raylet is gone")
+        for info in infos:
+            node_id = str(info["NodeID"])
+            if (not info.get("Alive") or node_id in self._starting
+                    or float((info.get("Resources") or {}).get(self.config.resource, 0)) < 1):
+                continue
+            current = self.placement.current(node_id)
+            if current is not None and current.alive:
+                continue
+            if current is not None:
+                _kill(current.actor)  # gone or unreachable: it must not run on beside the new one
+            generation = 1 if current is None else current.generation + 1
+            self._starting[node_id] = asyncio.create_task(
+                self._start_worker(info, generation), name=f"rollserve-worker-{node_id[:12]}")
+
+    async def _start_worker(self, info: dict[str, Any], generation: int) -> None:
+        node_id, name = str(info["NodeID"]), node_name(info)
+        slots = int(float(info["Resources"][self.config.resource]))
+        settings = self.settings.model_copy(update={
+            "node": name, "removed_backends": sorted(self._removed),
+            "added_backends": list(self._added.values())})
+        try:
+            actor = self._worker_class.options(
+                name=f"rollserve-worker-{node_id[:16]}-{generation}", num_cpus=0, max_restarts=0,
+                max_concurrency=max(1000, slots * 8),
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote(settings.model_dump_json())
+            report = WorkerReport.model_validate(await self._bounded(
+                actor.start.remote(), self.config.worker_start_timeout))
+            if self._paused is not None:  # joined while the head is paused: paused too
+                await self._bounded(actor.pause.remote(self._paused, None), self.config.call_timeout)
+        except (RayError, TimeoutError) as exc:
+            log.error("node %s (%s): its worker did not start: %s", name, node_id[:12], exc)
+            return
+        finally:
+            self._starting.pop(node_id, None)
+        node = ClusterNode(name=name, node_id=node_id, slots=slots, actor=actor,
+                           generation=generation, reaped_at_start=report.reaped_at_start)
+        self.placement.add(node)
+        log.info("node %s (%s) joined: %d slots, worker pid %d, %d sandboxes reaped", name,
+                 node_id[:12], slots, report.pid, report.reaped_at_start)
+        await self.placement.changed()
+
+    async def wait_started(self, timeout: float) -> None:
+        """Wait (bounded) for the workers starting now."""
+        starting = list(self._starting.values())
+        if starting:
+            await asyncio.wait(starting, timeout=timeout)
+
+    async def _poll_workers(self) -> None:
+        async def one(node: ClusterNode) -> None:
+            try:
+                report = WorkerReport.model_validate(
+                    await self._bounded(node.actor.status.remote(), self.config.call_timeout))
+                node.sandboxes_open = report.sandboxes_open
+            except RayActorError as exc:
+                self._mark_dead(node, f"its worker died ({type(exc).__name__})")
+            except (RayError, TimeoutError):
+                pass  # slow to answer: the stage calls' own deadlines bound the rest
+
+        await asyncio.gather(*(one(n) for n in self.placement.nodes.values() if n.alive))
+
+    def _mark_dead(self, node: ClusterNode, why: str) -> None:
+        if node.alive:
+            log.warning("node %s (%s) lost: %s; its %d rollouts end their attempt", node.name,
+                        node.node_id[:12], why, len(node.hosted))
+        node.alive = False
+        node.sandboxes_open = 0
+
+    @staticmethod
+    async def _bounded(ref: Any, timeout: float) -> Any:
+        return await asyncio.wait_for(ref, timeout)
+
+    # --- the routers' control plane (a ``llm.routing.base.Follower`` of the head's) ---
+    async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
+        """Pause every worker's router replica (each drains its own calls when ``mode``
+        is ``finish``); a worker that started later is paused as it joins."""
+        self._paused = mode
+        alive = [n for n in self.placement.nodes.values() if n.alive]
+        bound = self.config.call_timeout + (timeout or 0.0)
+        replies = await asyncio.gather(
+            *(self._bounded(n.actor.pause.remote(mode, timeout), bound) for n in alive),
+            return_exceptions=True)
+        for node, reply in zip(alive, replies):
+            if isinstance(reply, BaseException):  # a dead worker samples nothing
+                log.warning("pausing node %s failed: %s", node.name, reply)
+        return all(reply is True or isinstance(reply, RayActorError) for reply in replies)
+
+    async def resume(self, policy_version: int | None) -> None:
+        self._paused = None
+        alive = [n for n in self.placement.nodes.values() if n.alive]
+        replies = await asyncio.gather(
+            *(self._bounded(n.actor.resume.remote(policy_version), self.config.call_timeout)
+              for n in alive), return_exceptions=True)
+        for node, reply in zip(alive, replies):
+            if isinstance(reply, BaseException):
+                log.warning("resuming node %s failed: %s", node.name, reply)
+
+    def backend_added(self, name: str, source: str, weight: float) -> None:
+        """The head's router got a backend: every worker adds it (in the background,
+        bounded); workers that start later are given it."""
+        self._added[name] = (source, weight)
+        self._broadcast("add_backend", source, weight)
+
+    async def backend_removed(self, name: str, grace: float) -> None:
+        self._removed.add(name)
+        self._added.pop(name, None)
+        alive = [n for n in self.placement.nodes.values() if n.alive]
+        replies = await asyncio.gather(
+            *(self._bounded(n.actor.remove_backend.remote(name, grace),
+                            grace + self.config.call_timeout) for n in alive),
+            return_exceptions=True)
+        for node, reply in zip(alive, replies):
+            if isinstance(reply, BaseException):
+                log.warning("removing backend %s on node %s failed: %s", name, node.name, reply)
+
+    def _broadcast(self, method: str, *args: Any) -> None:
+        async def one(node: ClusterNode) -> None:
+            try:
+                await self._bounded(getattr(node.actor, method).remote(*args),
+                                    self.config.call_timeout)
+            except (RayError, TimeoutError) as exc:
+                log.warning("%s on node %s failed: %s", method, node.name, exc)
+
+        for node in self.placement.nodes.values():
+            if node.alive:
+                task = asyncio.create_task(one(node))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    # --- draining -------------------------------------------------------------------
+    async def drain(self, name: str, draining: bool) -> list[NodeStatus]:
+        """Stop (or resume) placing new rollouts on the nodes named ``name``; theirs
+        finish. Raises KeyError when no node has that name."""
+        nodes = self.placement.by_name(name)
+        if not nodes:
+            raise KeyError(name)
+        for node in nodes:
+            node.draining = draining
+        await self.placement.changed()
+        return [n.snapshot(self.placement.waiting) for n in nodes]
+
+    # --- stages ---------------------------------------------------------------------
+    async def run_stage(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
+        if stage == "init":
+            waited = time.perf_counter()
+            node = await self.placement.place(r.id)
+            self._where[r.id] = node
+            r.add_time("queued_node", time.perf_counter() - waited)
+        else:
+            node = self._where[r.id]
+        if not node.alive:
+            node.lost += 1
+            raise NodeLost(f"node {node.name} died before {stage} (attempt {r.attempt})", node.name)
+        self._synced.discard(r.id)
+        ref = node.actor.run_stage.remote(self._call(r, stage))
+        node.busy[stage] += 1
+        try:
+            outcome: StageOutcome = await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)
+            raise
+        except RayActorError as exc:
+            self._mark_dead(node, f"its worker died ({type(exc).__name__})")
+            node.lost += 1
+            raise NodeLost(f"node {node.name} died during {stage} (attempt {r.attempt}): "
+                           f"{type(exc).__name__}", node.name) from None
+        except RayError as exc:
+            raise InfraError(f"node {node.name}: {stage} call failed: {type(exc).__name__}: "
+                             f"{str(exc)[:500]}") from None
+        finally:
+            node.busy[stage] -= 1
+            node.done[stage] += 1
+        self._synced.add(r.id)
+        self._apply(r, outcome)
+        if outcome.error is not None:
+            outcome.error.raise_again()
+
+    def _call(self, r: Rollout, stage: Stage) -> StageCall:
+        now = asyncio.get_running_loop().time()
+        calls_end = current_deadline()
+        version = self._policy_version() if self._policy_version is not None else None
+        return StageCall(
+            spec=r.spec, attempt=r.attempt, stage=stage, max_turns=r.max_turns,
+            max_context_tokens=r.max_context_tokens, timeouts=r.timeouts,
+            max_staleness=r.max_staleness, mask_stale=r.mask_stale,
+            rollout_left=None if r.deadline is None else r.deadline - now,
+            calls_left=None if calls_end is None else calls_end - now,
+            run_left=None if r.run_deadline is None or stage != "run" else r.run_deadline - now,
+            policy_version=version)
+
+    @staticmethod
+    def _apply(r: Rollout, outcome: StageOutcome) -> None:
+        if outcome.trajectory is not None:
+            r.trajectory = outcome.trajectory
+        r.reward, r.evaluation = outcome.reward, outcome.evaluation
+        r.stats = dict(outcome.stats)
+        for key, seconds in outcome.timing.items():
+            r.timing[key] = seconds  # the handler's own keys; the head keeps its stage times
+
+    async def cleanup(self, r: Rollout, handler: AgentHandler) -> None:
+        """Release the rollout's slot; its worker ends what still runs and closes its
+        sandboxes (bounded). When its last stage call did not return (cut by a deadline
+        or a cancel), what the worker had by then is copied back."""
+        node = self._where.pop(r.id, None)
+        synced = r.id in self._synced
+        self._synced.discard(r.id)
+        if node is None:
+            return
+        try:
+            if node.alive:
+                outcome: StageOutcome | None = await asyncio.shield(self._bounded(
+                    node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT))
+                if outcome is not None and not synced:
+                    self._apply(r, outcome)
+        except RayActorError as exc:
+            self._mark_dead(node, f"its worker died ({type(exc).__name__})")
+        except (RayError, TimeoutError) as exc:
+            log.error("cleanup of rollout %s on node %s failed: %s", r.id, node.name, exc)
+        finally:
+            node.hosted.discard(r.id)
+            await self.placement.changed()
+
+    def nodes(self) -> list[NodeStatus] | None:
+        return self.placement.statuses()

@@ -1,0 +1,125 @@
+"""What the head and a node's worker send each other (pickled by Ray): a stage call,
+its outcome, the worker's settings and its status. No ray import here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from rollserve.agent.trajectory import Trajectory
+from rollserve.contract import Stage, Timeouts
+from rollserve.engine.rollout import RolloutSpec
+from rollserve.errors import AgentError, DeadlineFailure, InfraError, RolloutError, TimeoutFailure
+from rollserve.llm.routing.router import RouterConfig
+
+ErrorKind = Literal["infra", "agent", "timeout", "deadline", "bug"]
+
+
+class RayConfig(BaseModel):
+    address: str = Field(description="'auto' (the cluster this host belongs to) or the head's "
+                         "address, host:port")
+    resource: str = Field("rollserve", description="the Ray resource a node offers rollserve: "
+                          "a worker starts on each node that has it; its amount is the node's "
+                          "slots (rollouts hosted at once)")
+    poll_s: float = Field(1.0, gt=0, description="seconds between looks at the cluster's nodes")
+    worker_start_timeout: float = Field(180.0, gt=0, description="seconds a node's worker may "
+                                        "take to start (then it is tried again)")
+    call_timeout: float = Field(10.0, gt=0, description="seconds for a status or cleanup call")
+
+
+class WorkerSettings(BaseModel):
+    """What a node's worker builds its handlers, sandboxes and router from: the
+    server's settings, as the head was started with them."""
+
+    node: str = Field(description="the node's name (its owner records' folder)")
+    state_dir: Path = Field(description="the server's state dir; the node's is <it>/nodes/<node>")
+    tokenizer: str
+    backends: list[str] = Field(default_factory=list)
+    # The head router's changes since it started: removed names, added (spec, weight).
+    removed_backends: list[str] = Field(default_factory=list)
+    added_backends: list[tuple[str, float]] = Field(default_factory=list)
+    llm: RouterConfig = Field(default_factory=RouterConfig)
+    policy_version: int | None = None
+    scoring_workers: int = 2
+    scoring_timeout: float = 10.0
+    sandbox_runtime: str = "bubblewrap"
+    sandbox_options: dict[str, Any] = Field(default_factory=dict)
+    handler_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @property
+    def node_state_dir(self) -> Path:
+        return self.state_dir / "nodes" / self.node
+
+
+@dataclass
+class StageCall:
+    """One stage of one rollout attempt. Deadlines travel as seconds left when the head
+    sent the call (each host's event-loop clock is its own)."""
+
+    spec: RolloutSpec
+    attempt: int
+    stage: Stage
+    max_turns: int
+    max_context_tokens: int
+    timeouts: Timeouts
+    max_staleness: int | None
+    mask_stale: bool
+    rollout_left: float | None  # until the rollout's deadline
+    calls_left: float | None  # until the earlier of the stage's and the rollout's
+    run_left: float | None  # RUN only: until RUN must end
+    policy_version: int | None  # the head router's, stamped on the turns from now on
+
+
+@dataclass
+class StageError:
+    """A stage's failure, as the head raises it again (``raise_again``)."""
+
+    kind: ErrorKind
+    message: str
+
+    @classmethod
+    def of(cls, exc: RolloutError) -> StageError:
+        if isinstance(exc, DeadlineFailure):
+            return cls("deadline", exc.message)
+        return cls(exc.kind, exc.message)
+
+    def raise_again(self) -> None:
+        """The same typed failure the handler raised on the node (a handler's bug: an
+        infra failure with its type and message, as the pipeline words it)."""
+        error: RolloutError
+        if self.kind == "deadline":
+            error = DeadlineFailure(self.message)
+        elif self.kind == "agent":
+            error = AgentError(self.message)
+        elif self.kind == "timeout":
+            error = TimeoutFailure(self.message)
+        else:
+            error = InfraError(self.message)
+        raise error
+
+
+@dataclass
+class StageOutcome:
+    """What the head copies back into its rollout after a stage (or at cleanup)."""
+
+    error: StageError | None = None
+    trajectory: Trajectory | None = None
+    reward: float | None = None
+    evaluation: dict[str, Any] | None = None
+    timing: dict[str, float] = field(default_factory=dict)  # the handler's keys (llm, tools...)
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+class WorkerReport(BaseModel):
+    """A worker's own view of its node (``NodeWorker.status``)."""
+
+    node: str
+    pid: int
+    hosted: int = Field(description="rollouts it holds between stages")
+    running: int = Field(description="stage calls running now")
+    sandboxes_open: int
+    reaped_at_start: int = Field(description="sandboxes of a dead predecessor reaped at start")
+    reap_errors: list[str] = Field(default_factory=list)

@@ -1,0 +1,184 @@
+"""A node's worker (one Ray actor per node): it builds its own handlers, sandbox
+runtime (owner records in the node's state dir), scoring pool and router replica
+from the server's settings, hosts its rollouts between their stages (their sandboxes
+live on this node) and runs their stages as the head asks.
+
+At start it reaps what a dead predecessor on this node left (``sandbox.reaper``: only
+records whose owner is dead, only in this node's folder). Every stage call is bounded
+by the deadline the head sent; cleanup ends a stage still running, then releases the
+rollout's sandboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from rollserve.agent.gateway.registry import Gateway
+from rollserve.cluster.protocol import StageCall, StageError, StageOutcome, WorkerReport, WorkerSettings
+from rollserve.engine.executor import CLEANUP_TIMEOUT, LocalExecutor
+from rollserve.engine.rollout import Rollout
+from rollserve.errors import RolloutError
+from rollserve.handlers.base import AgentHandler, HandlerContext
+from rollserve.handlers.registry import HandlerRegistry
+from rollserve.handlers.scoring import ScoringPool
+from rollserve.llm.backends.factory import backend_from_spec
+from rollserve.llm.base import PauseMode
+from rollserve.llm.routing.deadline import call_deadline
+from rollserve.llm.routing.router import Router
+from rollserve.llm.tokens.tokenizer import load_tokenizer
+from rollserve.sandbox.reaper import reap
+from rollserve.sandbox.registry import LazyRuntime
+
+log = logging.getLogger(__name__)
+
+# The worker's own bound on a stage is the head's deadline plus this: the head's fires
+# first (and cancels the call); this one only ends a call the head can no longer cancel.
+DEADLINE_GRACE = 5.0
+
+
+class NodeWorker:
+    """Runs on one node; the head calls ``start`` once, then ``run_stage``, ``cleanup``
+    and ``status`` (concurrently: an async actor)."""
+
+    def __init__(self, settings_json: str) -> None:
+        self.settings = WorkerSettings.model_validate_json(settings_json)
+        self.rollouts: dict[str, Rollout] = {}
+        self._running: dict[str, asyncio.Task[StageOutcome]] = {}
+        self.reaped = 0
+        self.reap_errors: list[str] = []
+        self._started = False
+
+    async def start(self) -> WorkerReport:
+        """Reap a dead predecessor's sandboxes on this node, then build the stack."""
+        s = self.settings
+        folder = s.node_state_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        report = await asyncio.to_thread(reap, folder)
+        self.reaped, self.reap_errors = len(report.reaped), report.errors
+        if report.reaped:
+            log.warning("node %s: reaped %d sandboxes of a dead worker", s.node, len(report.reaped))
+        self.tokenizer = load_tokenizer(s.tokenizer)
+        self.scoring = ScoringPool(workers=s.scoring_workers, default_timeout=s.scoring_timeout)
+        await self.scoring.astart()
+        self.router = Router(policy_version=s.policy_version, config=s.llm)
+        for spec in s.backends:
+            self.router.add(backend_from_spec(spec))
+        for name in s.removed_backends:  # removed from the head's router since it started
+            await self.remove_backend(name, 0.0)
+        for source, weight in s.added_backends:  # added to it since
+            self.add_backend(source, weight)
+        await self.router.start()
+        self.sandboxes = LazyRuntime(s.sandbox_runtime, folder, s.sandbox_options)
+        self.context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
+                                      sandboxes=self.sandboxes, options=s.handler_options,
+                                      gateway=Gateway())
+        self.handlers = HandlerRegistry()
+        self.executor = LocalExecutor(self.router)
+        self._started = True
+        return self.status()
+
+    def status(self) -> WorkerReport:
+        return WorkerReport(node=self.settings.node, pid=os.getpid(), hosted=len(self.rollouts),
+                            running=len(self._running),
+                            sandboxes_open=len(self.sandboxes.open_sandboxes()) if self._started else 0,
+                            reaped_at_start=self.reaped, reap_errors=self.reap_errors)
+
+    def _handler(self, data_source: str) -> AgentHandler:
+        return self.handlers.create(data_source, self.context)
+
+    def _rollout(self, call: StageCall) -> Rollout | None:
+        r = self.rollouts.get(call.spec.id)
+        if call.stage == "init" and (r is None or r.attempt != call.attempt):
+            r = Rollout(spec=call.spec, attempt=call.attempt, max_turns=call.max_turns,
+                        max_context_tokens=call.max_context_tokens, timeouts=call.timeouts,
+                        max_staleness=call.max_staleness, mask_stale=call.mask_stale)
+            self.rollouts[r.id] = r
+        return r if r is not None and r.attempt == call.attempt else None
+
+    async def run_stage(self, call: StageCall) -> StageOutcome:
+        r = self._rollout(call)
+        if r is None:
+            return StageOutcome(error=StageError("infra", (
+                f"rollout {call.spec.id} attempt {call.attempt} is not hosted on node "
+                f"{self.settings.node} (its worker restarted?)")))
+        task = asyncio.create_task(self._stage(r, call))
+        self._running[r.id] = task
+        try:
+            return await task
+        finally:
+            if self._running.get(r.id) is task:
+                del self._running[r.id]
+
+    async def _stage(self, r: Rollout, call: StageCall) -> StageOutcome:
+        now = asyncio.get_running_loop().time()
+        r.deadline = None if call.rollout_left is None else now + call.rollout_left
+        calls_end = None if call.calls_left is None else now + call.calls_left
+        if call.stage == "run":
+            r.run_deadline = None if call.run_left is None else now + call.run_left
+        if call.policy_version is not None:
+            self.router.policy_version = call.policy_version
+        handler = self._handler(r.spec.data_source)
+        error: StageError | None = None
+        try:
+            async with asyncio.timeout(None if calls_end is None else calls_end + DEADLINE_GRACE):
+                with call_deadline(r.deadline), call_deadline(calls_end):
+                    await self.executor.run_stage(r, handler, call.stage)
+        except RolloutError as exc:
+            error = StageError.of(exc)
+        except TimeoutError:
+            error = StageError("timeout", f"{call.stage} outran its deadline on node "
+                                          f"{self.settings.node}")
+        except Exception as exc:  # a handler's bug: an infra failure, as the pipeline words it
+            log.exception("rollout %s failed in %s", r.id, call.stage)
+            error = StageError("bug", f"{type(exc).__name__}: {exc}")
+        return self._outcome(r, error)
+
+    @staticmethod
+    def _outcome(r: Rollout, error: StageError | None) -> StageOutcome:
+        return StageOutcome(error=error, trajectory=r.trajectory, reward=r.reward,
+                            evaluation=r.evaluation, timing=dict(r.timing), stats=dict(r.stats))
+
+    async def cleanup(self, rollout_id: str, attempt: int, produced: bool) -> StageOutcome | None:
+        """End the rollout's stage if one still runs, release what it took, forget it;
+        ``produced``: return what it had produced (else, or when it is not hosted
+        here, None)."""
+        r = self.rollouts.get(rollout_id)
+        if r is None or r.attempt != attempt:
+            return None
+        task = self._running.get(rollout_id)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task], timeout=CLEANUP_TIMEOUT)
+        await self.executor.cleanup(r, self._handler(r.spec.data_source))
+        del self.rollouts[rollout_id]
+        return self._outcome(r, None) if produced else None
+
+    async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
+        """Pause the node's router replica (the head forwards pauses to backends);
+        True once none of its calls is in flight."""
+        reply = await self.router.pause(mode, timeout, forward=False)
+        return bool(reply["drained"])
+
+    async def resume(self, policy_version: int | None) -> None:
+        await self.router.resume(policy_version)
+
+    def add_backend(self, source: str, weight: float) -> None:
+        """Register a backend the head's router got at run time (``source``: its spec)."""
+        backend = backend_from_spec(source)
+        if not self.router.is_registered(backend.name):
+            self.router.add(backend, weight)
+
+    async def remove_backend(self, name: str, grace: float) -> None:
+        if self.router.is_registered(name):
+            await self.router.remove(name, grace=grace)
+
+    async def stop(self) -> None:
+        """Close what is still open (the head is shutting down)."""
+        for rollout_id, r in list(self.rollouts.items()):
+            await self.cleanup(rollout_id, r.attempt, produced=False)
+        await self.sandboxes.aclose()
+        await self.router.stop()
+        await self.scoring.aclose()
+        await self.tokenizer.close()

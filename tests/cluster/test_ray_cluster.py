@@ -1,0 +1,394 @@
+"""Rollouts across a Ray cluster (issue 12): `rollserve serve --ray ADDRESS` as a real
+process against a `ray.cluster_utils.Cluster` on this machine (a head and three worker
+"nodes", each its own raylet offering the `rollserve` resource), driven over HTTP by
+the unchanged client, the LLM the scripted vLLM double, code graded in bubblewrap.
+
+One cluster and one server for the module (tests run in order and share them): a
+batch spreads over the nodes, token-exact against the double's log and shaped as a
+single-machine server's results; a node killed mid-batch loses and duplicates
+nothing, its rollouts run again elsewhere, its sandboxes are reaped by owner record
+when it returns and the other nodes' are untouched; a node added mid-batch takes work.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+import rollserve
+from rollserve.agent.tool_calls import format_tool_call
+from rollserve.client import Client
+from rollserve.contract import RolloutResult
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from rollserve.testing import FakeVLLM
+from tests.e2e.conftest import ServerProcess
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
+                       reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}"),
+]
+
+NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
+SLOTS = 8  # each node's `rollserve` resource: rollouts it hosts at once
+TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}]
+SOLUTION = "a, b = map(int, input().split())\nprint(a + b)\n"
+QUESTION = re.compile(r"What is (\d+) \+ (\d+)\?")
+
+
+def policy(prompt_ids: list[int], prompt: str) -> str:
+    """Math: the right sum, boxed. Code: write the solution (a [nap N] task first
+    sleeps N seconds in its sandbox's shell), then submit."""
+    turn = prompt.count("<|im_start|>assistant") - 1
+    if "[code]" not in prompt:
+        a, b = QUESTION.findall(prompt)[0]
+        return f"The sum is \\boxed{{{int(a) + int(b)}}}."
+    nap = re.findall(r"\[nap (\d+)\]", prompt)
+    steps = [format_tool_call("str_replace_editor", {"command": "create",
+                                                     "path": "/workspace/solution.py",
+                                                     "file_text": SOLUTION})]
+    if nap:
+        steps.append(format_tool_call("bash", {"command": f"sleep {nap[0]}"}))
+    steps.append(format_tool_call("submit", {}))
+    return steps[min(turn, len(steps) - 1)]
+
+
+def math_task(i: int) -> dict[str, Any]:
+    return {"data_source": "math", "instance": {"question": f"What is {i} + {i + 1}?",
+                                                "answer": str(2 * i + 1)}}
+
+
+def code_task(i: int, nap: int = 0) -> dict[str, Any]:
+    tag = f" [nap {nap}]" if nap else ""
+    return {"data_source": "code", "instance": {
+        "problem": f"[code]{tag} #{i}: read two integers from one line and print their sum.",
+        "tests": TESTS}}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # The nodes' workers import rollserve as this test does (a checkout's src/ first).
+    src = str(Path(rollserve.__file__).resolve().parents[1])
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, old) if p)
+    c = Cluster(initialize_head=True,
+                head_node_args={**NODE, "include_dashboard": False})  # the head: no rollserve slots
+    try:
+        c.nodes_by_label = {}
+        for i in range(3):
+            c.nodes_by_label[f"node{i}"] = add_node(c, f"node{i}")
+        yield c
+    finally:
+        c.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def add_node(c: Cluster, label: str) -> Any:
+    return c.add_node(**NODE, resources={"rollserve": SLOTS}, labels={"rollserve-node": label})
+
+
+@pytest.fixture(scope="module")
+def fake():
+    server = FakeVLLM("smollm2", replies=policy, latency=0.01).start_in_thread()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(cluster, fake, tmp_path_factory):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    process = ServerProcess(tmp_path_factory.mktemp("head") / "state",
+                            ["--ray", cluster.address, "--backend", fake.url,
+                             "--init-workers", "24", "--eval-workers", "12"])
+    process.start(timeout=240)
+    yield process
+    process.stop()
+
+
+def nodes(url: str) -> dict[str, dict[str, Any]]:
+    """/v1/status's nodes, the alive one of each name."""
+    found = httpx.get(f"{url}/v1/status", timeout=10).json()["nodes"]
+    alive = {n["name"]: n for n in found if n["alive"]}
+    return {**{n["name"]: n for n in found if not n["alive"]}, **alive}
+
+
+def wait_for(check, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def records(state: Path, node: str) -> set[str]:
+    return {p.name for p in (state / "nodes" / node / "sandboxes").glob("*.json")}
+
+
+def check_tokens(result: RolloutResult, calls: dict[tuple[int, ...], list[tuple[list[int], list[float]]]]) -> None:
+    """Every sampled token is what the double answered to exactly that prompt."""
+    tokens = result.trajectory.tokens
+    ids, mask, logprobs = tokens.input_ids, tokens.loss_mask, tokens.logprobs
+    assert len(ids) == len(mask) == len(logprobs)
+    position = 0
+    for turn in result.trajectory.turns:
+        position += len(turn.prompt_ids_delta)
+        n = len(turn.output_ids)
+        sampled = (ids[position:position + n], logprobs[position:position + n])
+        assert sampled == (turn.output_ids, turn.logprobs)
+        assert sampled in calls[tuple(ids[:position])]
+        assert mask[position:position + n] == [1] * n
+        position += n
+    assert position == len(ids)
+
+
+def calls_by_prompt(fake: FakeVLLM) -> dict[tuple[int, ...], list[tuple[list[int], list[float]]]]:
+    calls: dict[tuple[int, ...], list[tuple[list[int], list[float]]]] = {}
+    for call in fake.calls:
+        calls.setdefault(tuple(call.prompt_ids), []).append((call.output_ids, call.logprobs))
+    return calls
+
+
+def collect(client: Client, after: int, count: int, timeout: float) -> list[RolloutResult]:
+    results: list[RolloutResult] = []
+    deadline = time.monotonic() + timeout
+    cursor = after
+    while len(results) < count:
+        assert time.monotonic() < deadline, f"{len(results)} of {count} results in {timeout:g}s"
+        page = client.results(after=cursor, limit=200, wait=5)
+        results += page.results
+        cursor = page.next
+    return results
+
+
+def shape(value: Any) -> Any:
+    """The keys of a result, nested (lists by their first item)."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items() if k not in ("timing", "evaluation", "metadata")}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def test_a_batch_spreads_over_the_nodes_token_exact(server, fake, server_factory_local):
+    tasks = [math_task(i) for i in range(240)] + [code_task(i) for i in range(60)]
+    head = psutil.Process(server.proc.pid)
+    cpu = sum(head.cpu_times()[:2])
+    started = time.monotonic()
+    with Client(server.url) as client:
+        accepted = client.submit(tasks, sampling={"max_tokens": 128}, agent={"max_turns": 4})
+        ids = {rid for g in accepted.groups for rid in g.rollout_ids}
+        results = collect(client, 0, 300, timeout=300)
+    elapsed = time.monotonic() - started
+    head_ms = (sum(head.cpu_times()[:2]) - cpu) * 1000 / 300
+    assert len(results) == 300 and {r.id for r in results} == ids  # none lost, none twice
+    assert [r.seq for r in results] == list(range(1, 301))
+    calls = calls_by_prompt(fake)
+    for r in results:
+        assert r.status == "completed" and not r.mask, (r.id, r.failure)
+        assert r.reward == 1.0, (r.id, r.evaluation)
+        assert r.trajectory.fidelity.mismatches == 0
+        check_tokens(r, calls)
+    assert Counter(r.data_source for r in results) == {"math": 240, "code": 60}
+    by_node = nodes(server.url)
+    assert set(by_node) == {"node0", "node1", "node2"}
+    placed = {name: n["placed"] for name, n in by_node.items()}
+    assert all(count > 0 for count in placed.values()), placed
+    assert sum(placed.values()) == 300
+    for n in by_node.values():  # all over: nothing held, every sandbox closed
+        assert n["hosted"] == 0 and n["busy"] == {"init": 0, "run": 0, "eval": 0}, n
+        assert n["slots"] == SLOTS and n["done"]["eval"] == n["placed"], n
+        assert records(server.state_dir, n["name"]) == set()
+    # The workers' own counts, as they report them (polled each second).
+    wait_for(lambda: all(n["sandboxes_open"] == 0 for n in nodes(server.url).values()), 30,
+             "every worker to report its sandboxes closed")
+    print(f"\n300 rollouts over 3 nodes in {elapsed:.1f}s; placed {placed}; "
+          f"head CPU {head_ms:.1f} ms per rollout")
+
+    # The same tasks on one machine: results of the same shape.
+    local = server_factory_local
+    with Client(local.url) as client:
+        client.submit([math_task(7), code_task(7)], sampling={"max_tokens": 128},
+                            agent={"max_turns": 4})
+        singles = collect(client, 0, 2, timeout=120)
+    ray_side = {r.data_source: r.model_dump(mode="json") for r in results}
+    for single in singles:
+        assert single.status == "completed" and single.reward == 1.0
+        mine, theirs = single.model_dump(mode="json"), ray_side[single.data_source]
+        assert shape(mine) == shape(theirs)
+        # The same timing keys, and one more on the cluster: the wait for a node's slot.
+        assert set(theirs["timing"]) - set(mine["timing"]) <= {"queued_node"}
+        assert set(mine["timing"]) <= set(theirs["timing"])
+
+
+@pytest.fixture(scope="module")
+def server_factory_local(fake, tmp_path_factory):
+    process = ServerProcess(tmp_path_factory.mktemp("local") / "state", ["--backend", fake.url])
+    process.start()
+    yield process
+    process.stop()
+
+
+def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(server, cluster):
+    state = server.state_dir
+    with Client(server.url) as client:
+        before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+        # Code tasks that nap in their sandboxes: in flight on every node when one dies.
+        tasks = [code_task(1000 + i, nap=4) for i in range(36)] + [math_task(1000 + i) for i in range(24)]
+        accepted = client.submit(tasks, sampling={"max_tokens": 128}, agent={"max_turns": 4})
+        ids = {rid for g in accepted.groups for rid in g.rollout_ids}
+        wait_for(lambda: all(records(state, f"node{i}") for i in range(3)), 120,
+                 "sandboxes open on every node")
+        cluster.remove_node(cluster.nodes_by_label.pop("node0"), allow_graceful=False)
+        # A node joins mid-batch: its worker starts, and the rollouts submitted next
+        # go to it first (the least loaded).
+        cluster.nodes_by_label["node3"] = add_node(cluster, "node3")
+        wait_for(lambda: nodes(server.url).get("node3", {}).get("alive"), 120, "node3's worker")
+        more = client.submit([code_task(1100 + i, nap=2) for i in range(12)],
+                             sampling={"max_tokens": 128}, agent={"max_turns": 4})
+        ids |= {rid for g in more.groups for rid in g.rollout_ids}
+        results = collect(client, before, 72, timeout=300)
+    assert len(results) == 72 and {r.id for r in results} == ids  # 0 lost, 0 duplicates
+    assert len({r.seq for r in results}) == 72
+    retried = [r for r in results if r.attempt > 1]
+    assert retried, "no rollout was running on the node that died"
+    for r in results:  # every rollout final: run again elsewhere, or masked naming the node
+        assert (r.status == "completed" and r.reward == 1.0) or (
+            r.mask and "node0" in (r.mask_reason or "")), r
+    status = nodes(server.url)
+    assert not status["node0"]["alive"] and status["node0"]["lost"] >= len(retried)
+    assert status["node3"]["alive"] and status["node3"]["placed"] > 0, status["node3"]
+
+    # The dead worker's sandboxes are still recorded in node0's state dir...
+    left = records(state, "node0")
+    assert left
+    with Client(server.url) as client:
+        before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+        # ...while the live nodes run sandboxes of their own (napping 30 s)...
+        nappers = client.submit([code_task(2000 + i, nap=30) for i in range(4)],
+                                sampling={"max_tokens": 128}, agent={"max_turns": 4})
+        live = ("node1", "node2", "node3")
+        wait_for(lambda: sum(len(records(state, n)) for n in live) >= 4, 60,
+                 "sandboxes open on the live nodes")
+        others = {n: records(state, n) for n in live}
+        # ...node0 comes back (same name, same node-local state dir): its new worker
+        # reaps exactly what the dead one left, and nothing of the other nodes.
+        cluster.nodes_by_label["node0"] = add_node(cluster, "node0")
+        back = wait_for(lambda: nodes(server.url)["node0"]["alive"] and nodes(server.url)["node0"],
+                        120, "node0's new worker")
+        assert back["reaped_at_start"] == len(left)
+        assert records(state, "node0") & left == set()
+        for n, kept in others.items():
+            assert kept <= records(state, n), n
+        # Their rollouts were never disturbed: still running, cancelled now (no need to nap on).
+        assert client.results(after=before).results == []
+        for group in nappers.groups:
+            client.cancel_group(group.group_id)
+        final = collect(client, before, 4, timeout=120)
+    assert all(r.status == "cancelled" and r.attempt == 1 for r in final)
+    assert all(records(state, n) == set() for n in ("node0", *live))
+
+
+def test_a_draining_node_takes_no_new_rollouts_and_status_shows_nodes(server):
+    r = httpx.post(f"{server.url}/v1/nodes/node1/drain", timeout=30)
+    assert r.status_code == 200 and [n["draining"] for n in r.json()["nodes"] if n["alive"]] == [True]
+    assert httpx.post(f"{server.url}/v1/nodes/nowhere/drain", timeout=30).status_code == 404
+    placed = nodes(server.url)["node1"]["placed"]
+    with Client(server.url) as client:
+        before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+        client.submit([math_task(4000 + i) for i in range(12)], sampling={"max_tokens": 128})
+        results = collect(client, before, 12, timeout=120)
+    assert all(r.status == "completed" for r in results)
+    assert nodes(server.url)["node1"]["placed"] == placed
+    metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    assert 'rollserve_node_draining{node="node1"} 1.0' in metrics
+    assert 'rollserve_node_alive{node="node0"} 1.0' in metrics  # its new worker
+    assert 'rollserve_node_slots{node="node3"} 8.0' in metrics
+    shown = subprocess.run([sys.executable, "-m", "rollserve.cli", "status", "--server", server.url],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "160"})
+    assert shown.returncode == 0, shown.stderr
+    cells = [[c.strip() for c in line.split("│") if c.strip()] for line in shown.stdout.splitlines()]
+    states = {(row[0], row[1]) for row in cells if len(row) == 10 and row[0].startswith("node")}
+    assert states == {("node0", "dead"), ("node0", "alive"), ("node1", "draining"),
+                      ("node2", "alive"), ("node3", "alive")}, shown.stdout
+    httpx.post(f"{server.url}/v1/nodes/node1/undrain", timeout=30).raise_for_status()
+    assert not nodes(server.url)["node1"]["draining"]
+
+
+def test_pause_and_resume_reach_every_nodes_router(server):
+    """The head's pause holds the nodes' router replicas too (no turn is sampled while
+    the trainer updates weights), and resume stamps its policy version on the turns."""
+    paused = httpx.post(f"{server.url}/v1/llm/pause", json={"mode": "finish"}, timeout=60).json()
+    assert paused["paused"] and paused["drained"], paused
+    with Client(server.url) as client:
+        before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+        client.submit([math_task(3000 + i) for i in range(8)], sampling={"max_tokens": 128})
+        wait_for(lambda: sum(n["busy"]["run"] for n in nodes(server.url).values()) == 8, 60,
+                 "every rollout in RUN, on the nodes")
+        time.sleep(2)  # held: their first LLM call waits for the resume
+        assert client.results(after=before, wait=0).results == []
+        resumed = httpx.post(f"{server.url}/v1/llm/resume", json={"policy_version": 7}, timeout=60)
+        assert resumed.json()["policy_version"] == 7
+        results = collect(client, before, 8, timeout=120)
+    for r in results:
+        assert r.status == "completed" and r.reward == 1.0, r.failure
+        assert [t.policy_version for t in r.trajectory.turns] == [7], r.trajectory.turns
+
+
+def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, fake):
+    state = server.state_dir
+    with Client(server.url) as client:
+        (rid,) = client.submit([code_task(6000, nap=600)], sampling={"max_tokens": 128},
+                               agent={"max_turns": 4}).groups[0].rollout_ids
+        wait_for(lambda: any(records(state, n) for n in ("node0", "node1", "node2", "node3")), 60,
+                 "its sandbox")
+        time.sleep(1)  # into the nap: the editor's turn (at least) is sampled
+        assert client.cancel(rid).status == "cancelled"
+        result = client.rollout(rid, wait=30).result
+    assert result is not None and result.status == "cancelled" and result.mask
+    # The worker's stage was cancelled and its sandbox closed; the head kept the turns
+    # the policy had sampled by then (the RUN call never returned them).
+    turns = result.trajectory.turns
+    assert turns and turns[0].tool_calls[0].name == "str_replace_editor", turns
+    check_tokens(result, calls_by_prompt(fake))
+    assert all(records(state, n) == set() for n in ("node0", "node1", "node2", "node3"))
+    wait_for(lambda: all(n["hosted"] == 0 and n["sandboxes_open"] == 0
+                         for n in nodes(server.url).values()), 30, "the node to let it go")
+
+
+def test_backends_added_and_removed_at_run_time_reach_the_nodes(server):
+    second = FakeVLLM("smollm2", replies=policy, latency=0.01).start_in_thread()
+    try:
+        r = httpx.post(f"{server.url}/v1/llm/backends", json={"url": second.url, "name": "second"},
+                       timeout=30)
+        assert r.status_code == 201, r.text
+        listed = httpx.get(f"{server.url}/v1/llm/backends", timeout=10).json()["backends"]
+        (first,) = [b["name"] for b in listed if b["name"] != "second"]
+        # Once the first is removed, every node's replica samples from the second only.
+        httpx.delete(f"{server.url}/v1/llm/backends/{first}", timeout=30).raise_for_status()
+        with Client(server.url) as client:
+            before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+            client.submit([math_task(5000 + i) for i in range(12)], sampling={"max_tokens": 128})
+            results = collect(client, before, 12, timeout=120)
+        assert {r.status for r in results} == {"completed"}
+        assert {t.backend for r in results for t in r.trajectory.turns} == {"second"}
+        assert len(second.calls) == 12
+    finally:
+        second.stop()
