@@ -47,7 +47,9 @@ class SamplingParams(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
     top_k: int = Field(-1, ge=-1, le=2**31 - 1, description="-1 disables top-k")
     max_tokens: int = Field(512, ge=1, le=1_000_000, description="new tokens per turn")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="the backend's sampling seed")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1,
+                             description="the backend's sampling seed; sample i of a group "
+                                         "samples with seed + i")
     stop_token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] = Field(
         default_factory=list, max_length=1024, description="ids that end a turn")
 

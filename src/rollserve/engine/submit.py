@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 
-from rollserve.contract import Accepted, SubmitRequest, TaskRequest
+from rollserve.contract import Accepted, SamplingParams, SubmitRequest, TaskRequest
 from rollserve.engine.errors import (
     BatchTooLarge,
     Conflict,
@@ -27,6 +27,15 @@ from rollserve.handlers import registry
 from rollserve.handlers.base import InvalidInstance
 
 log = logging.getLogger(__name__)
+
+
+def sample_seeded(sampling: SamplingParams, index: int) -> SamplingParams:
+    """A group's sample ``index`` samples with ``seed + index``: one seed for all n
+    samples would give n identical samples (no reward spread, nothing to learn). The
+    batch stays reproducible; sample 0 keeps the seed as given."""
+    if sampling.seed is None or index == 0:
+        return sampling
+    return sampling.model_copy(update={"seed": (sampling.seed + index) % 2**63})
 
 
 def _new_id(prefix: str) -> str:
@@ -107,7 +116,7 @@ async def submit(engine: Engine, request: SubmitRequest,
                 data_source=task.data_source,
                 sample_index=i,
                 instance=task.instance,
-                sampling=merged(request.sampling, task.sampling),
+                sampling=sample_seeded(merged(request.sampling, task.sampling), i),
                 agent=merged(request.agent, task.agent),
                 timeouts=merged(request.timeouts, task.timeouts),
                 metadata=task.metadata,
