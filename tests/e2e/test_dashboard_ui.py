@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollserve.contract import NodeStatus
+
 CHROMIUM = os.environ.get("ROLLSERVE_CHROMIUM") or shutil.which("chromium") or shutil.which(
     "chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
@@ -113,6 +115,18 @@ def test_dashboard_live_results_and_token_view(server_factory, fake_llm_thread, 
         "() => document.querySelector('#live-finished').textContent === '16'", timeout=30_000)
     assert page.evaluate("window.__samePage") == "yes"  # updated in place, never reloaded
     assert page.inner_text("[data-stage=run] .busy") == "0"
+    assert page.is_hidden("#live-nodes-box")  # one machine: no nodes
+
+    # --- the Ray mode's per-node table, from NodeStatus as /v1/status carries it ---------
+    node = NodeStatus(name="node-b", node_id="n2", alive=True, draining=True, slots=4, hosted=2,
+                      queued=0, busy={"run": 2}, done={"init": 5, "run": 3, "eval": 3},
+                      placed=5, lost=1, sandboxes_open=2, reaped_at_start=3)
+    rows = page.evaluate("""(nodes) => {  // one synchronous render: no snapshot in between
+        Live.nodes({nodes});
+        return [...document.querySelectorAll('#live-nodes tr')].map((r) =>
+            [...r.children].map((c) => c.textContent));
+    }""", [node.model_dump(mode="json")])
+    assert rows[1] == ["node-b", "draining", "4", "2", "0 / 2 / 0", "5 / 3 / 3", "5", "1", "2", "3"]
 
     # --- an infrastructure failure (masked) and the policy's hostile text -------------------
     llm.fail_next(4, mode="error", status=500)  # every try of its one call (max_attempts)

@@ -107,18 +107,22 @@ const Live = {
        "model", "last error"], rows));
   },
 
-  // Per-node rows, when the server reports them (`nodes` in /v1/status: the Ray mode), as
-  // a list of objects or an object of them by node.
+  // Per-node rows in the Ray mode (`nodes` in /v1/status: NodeStatus; null on one machine).
   nodes(status) {
-    const given = status.nodes;
-    let nodes = [];
-    if (Array.isArray(given)) nodes = given.filter((n) => n && typeof n === "object");
-    else if (given && typeof given === "object") {
-      nodes = Object.entries(given).map(([node, value]) =>
-        (value && typeof value === "object" && !Array.isArray(value) ? { node, ...value } : { node, value }));
-    }
+    const nodes = Array.isArray(status.nodes) ? status.nodes : [];
     document.getElementById("live-nodes-box").hidden = nodes.length === 0;
-    if (nodes.length) document.getElementById("live-nodes").replaceChildren(objectsTable(nodes));
+    if (!nodes.length) return;
+    const stages = (counts) => ["init", "run", "eval"].map((k) => fmt((counts || {})[k] || 0)).join(" / ");
+    const rows = nodes.map((n) => h("tr", {},
+      h("td", {}, n.name), h("td", { class: n.alive ? "ok" : "bad" },
+        n.alive ? (n.draining ? "draining" : "alive") : "dead"),
+      h("td", { class: "num" }, fmt(n.slots)), h("td", { class: "num" }, fmt(n.hosted)),
+      h("td", { class: "num" }, stages(n.busy)), h("td", { class: "num" }, stages(n.done)),
+      h("td", { class: "num" }, fmt(n.placed)), h("td", { class: "num" }, fmt(n.lost)),
+      h("td", { class: "num" }, fmt(n.sandboxes_open)), h("td", { class: "num" }, fmt(n.reaped_at_start))));
+    document.getElementById("live-nodes").replaceChildren(table(
+      ["node", "state", "slots", "hosted", "busy init / run / eval", "done init / run / eval",
+       "placed", "lost", "sandboxes open", "reaped at start"], rows));
   },
 
   sandboxes(s) {
