@@ -117,3 +117,30 @@ async def test_a_failed_request_is_observed_as_an_error(make_api):
     assert _value(samples, "rollserve_rollouts_masked_total", kind="infra", stage="run") == 1
     assert [key for key in samples if key[0] == "rollserve_rollouts_masked_total"] == [
         ("rollserve_rollouts_masked_total", frozenset({("kind", "infra"), ("stage", "run")}))]
+
+
+async def test_a_backend_s_credentials_stay_out_of_its_series_and_removed_ones_go(make_api):
+    """A backend URL with ``user:password@`` gets a default name (a metric label, shown on
+    the dashboard) without them; a removed backend's series leave /metrics (backends
+    come and go under new names: kept, the series would grow without end)."""
+    async with FakeVLLM("smollm2", replies=["\\boxed{4}"]) as llm:
+        _, client = await make_api()
+        url = llm.url.replace("http://", "http://trainer:s3cret-pw@")
+        r = await client.post("/v1/llm/backends", json={"url": url})
+        assert r.status_code == 201, r.text
+        name = r.json()["backend"]["name"]
+        assert name == "vllm@" + llm.url.removeprefix("http://").rstrip("/"), name
+        r = await client.post("/v1/rollouts:run", json={
+            "task": {"data_source": "math",
+                     "instance": {"question": "What is 2 + 2?", "answer": "4"}},
+            "sampling": {"max_tokens": 8}, "agent": {"max_turns": 1}})
+        assert r.status_code == 200, r.text
+        text = (await client.get("/metrics")).text
+        assert "s3cret" not in text
+        samples = _samples(text)
+        assert _value(samples, "rollserve_llm_request_seconds_count", backend=name,
+                      outcome="ok") == 1
+        assert (await client.delete(f"/v1/llm/backends/{name}")).status_code == 200
+        text = (await client.get("/metrics")).text
+        assert not [key for key in _samples(text) if ("backend", name) in key[1]
+                    and key[0].startswith("rollserve_llm_")]

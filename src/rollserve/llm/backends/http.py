@@ -60,6 +60,12 @@ def check_base_url(url: str) -> str:
     return url.rstrip("/")
 
 
+def host_port(url: str) -> str:
+    """``host:port`` of ``url`` without any ``user:password@`` (a backend's default name
+    is a metric label and shows on the dashboard: credentials never go there)."""
+    return urlsplit(url).netloc.rpartition("@")[2]
+
+
 def excerpt(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."

@@ -18,10 +18,9 @@ import asyncio
 import logging
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from rollserve.errors import ContextWindowError, LLMError
-from rollserve.llm.backends.http import HTTPClient, excerpt
+from rollserve.llm.backends.http import HTTPClient, excerpt, host_port
 from rollserve.llm.base import Generation, LLMBackend, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ class ServerBackend(LLMBackend):
         connect_timeout: float = 10.0,
         weight: float = 1.0,
     ):
-        name = name or f"{self.kind}@{urlsplit(url).netloc}"
+        name = name or f"{self.kind}@{host_port(url)}"
         self.http = HTTPClient(url, name, api_key=api_key, timeout=timeout,
                                connect_timeout=connect_timeout)
         self.name = name

@@ -12,6 +12,7 @@ prometheus-client's ``Histogram`` and ``Counter``, outside any global registry:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Literal
 
 from prometheus_client import Counter, Histogram
@@ -41,10 +42,29 @@ class CallMetrics:
             "tokens sampled by each backend (a message-level backend: as its usage reports)",
             ("backend",), registry=None)
 
+        self._live: set[str] = set()  # backends registered now: only they have series
+
+    def track(self, backend: str) -> None:
+        self._live.add(backend)
+
+    def forget(self, backend: str) -> None:
+        """A removed backend's series go (backends come and go at run time, under new
+        names: kept, they would grow /metrics without end); a late answer to one of its
+        requests is not observed."""
+        self._live.discard(backend)
+        for outcome in ("ok", "error"):
+            with suppress(KeyError):
+                self.latency.remove(backend, outcome)
+        with suppress(KeyError):
+            self.output_tokens.remove(backend)
+
     def failed(self, backend: str, seconds: float) -> None:
-        self.latency.labels(backend, "error").observe(seconds)
+        if backend in self._live:
+            self.latency.labels(backend, "error").observe(seconds)
 
     def answered(self, backend: str, seconds: float, reply: Generation | ChatReply) -> None:
+        if backend not in self._live:
+            return
         self.latency.labels(backend, "ok").observe(seconds)
         tokens = self.output_tokens.labels(backend)
         if isinstance(reply, Generation):

@@ -127,6 +127,7 @@ class Router:
             raise ValueError(f"name: a backend named {backend.name!r} is already registered")
         state = BackendState(backend, weight=float(backend.weight if weight is None else weight))
         self._states[backend.name] = state
+        self.metrics.track(backend.name)
         self.health.poke(state)  # probed at once when the monitor runs
         self._notify()
         if source is not None:
@@ -143,6 +144,7 @@ class Router:
         if state is None:
             raise KeyError(name)
         state.removed = True
+        self.metrics.forget(name)
         await asyncio.gather(*(f.backend_removed(name, grace) for f in self.followers))
         if grace > 0:
             await self._inflight.wait_until(lambda: state.outstanding == 0, grace)

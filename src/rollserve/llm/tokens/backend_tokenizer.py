@@ -23,9 +23,8 @@ other way). A server that cannot be reached is an ``LLMError`` (infra, masked).
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlsplit
 
-from rollserve.llm.backends.http import HTTPClient
+from rollserve.llm.backends.http import HTTPClient, host_port
 from rollserve.llm.base import Message, TokenizerError, ToolSchema
 from rollserve.llm.tokens.chat import BackendPromptBuilder
 
@@ -47,7 +46,7 @@ class BackendTokenizer:
 
     def __init__(self, url: str, model: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0):
-        self.http = HTTPClient(url, f"tokenizer@{urlsplit(url).netloc}", api_key=api_key,
+        self.http = HTTPClient(url, f"tokenizer@{host_port(url)}", api_key=api_key,
                                timeout=timeout)
         self.name = f"vllm:{self.http.base_url}"
         self.model = model
