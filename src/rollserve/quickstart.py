@@ -67,11 +67,17 @@ class QuickstartOptions:
     keep_serving: bool = False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
+def _listen(port: int) -> socket.socket:
+    """The API's socket, bound before anything starts (port 0: one the system picks), so
+    a taken port is a clear error up front, never a failure inside the HTTP server."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class _Server(uvicorn.Server):
@@ -121,31 +127,44 @@ async def run_quickstart(opts: QuickstartOptions, console: Console) -> int:
 
 
 async def _serve_and_drive(opts: QuickstartOptions, console: Console, stop: asyncio.Event) -> int:
+
+    try:
+        sock = _listen(opts.port or 0)
+    except OSError as exc:
+        console.print(f"[red]error:[/red] port {opts.port}: {escape(exc.strerror or str(exc))} "
+                      "(choose another with --port)")
+        return 2
+    with sock:
+        return await _serve_on(sock, opts, console, stop)
+
+
+async def _serve_on(sock: socket.socket, opts: QuickstartOptions, console: Console,
+                    stop: asyncio.Event) -> int:
     from rollserve.api.app import create_app
 
+    port: int = sock.getsockname()[1]
     state_dir = opts.state_dir or Path(tempfile.mkdtemp(prefix="rollserve-quickstart-"))
-    port = opts.port or _free_port()
     base = f"http://{HOST}:{port}"
     config = ServerConfig(host=HOST, port=port, state_dir=state_dir, backends=[opts.backend])
     console.print(f"[bold]rollserve quickstart[/bold]: state in {escape(str(state_dir))}, API on {base}")
     loading = ("loading the embedded model (SmolLM2-135M-Instruct)…" if opts.backend == "embedded"
                else f"starting with the backend {escape(opts.backend)}…")
+    service = Service(config)
     try:
         with console.status(loading):
-            service = Service(config)
             await service.start()  # bounded; a signal meanwhile is seen right after
     except TokenizerError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
+        await service.stop()  # what did start (scoring pool, backends) stops
         return 2
     # A dashboard left open holds an event stream: shutting down waits for it at most
     # GRACEFUL_SHUTDOWN seconds, then ends it.
     server = _Server(uvicorn.Config(create_app(service, manage_lifecycle=False), host=HOST, port=port,
                                     log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN))
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
             if serving.done():
-                await serving
                 console.print("[red]error:[/red] the HTTP server did not start")
                 return 1
             await asyncio.sleep(0.05)
@@ -171,8 +190,12 @@ async def _serve_and_drive(opts: QuickstartOptions, console: Console, stop: asyn
         # As a signal to uvicorn would: sse-starlette hooks this to end the event
         # streams (the dashboard's), so they close now rather than at the timeout.
         server.handle_exit(signal.SIGTERM, None)
-        await serving
-        await service.stop()
+        try:
+            await serving
+        except (Exception, SystemExit) as exc:  # uvicorn exits on a failed start
+            console.print(f"[red]error:[/red] the HTTP server: {escape(repr(exc))}")
+        finally:
+            await service.stop()
 
 
 def quickstart_tasks(opts: QuickstartOptions) -> list[TaskRequest]:

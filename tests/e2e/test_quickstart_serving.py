@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -38,8 +39,8 @@ def scripted(prompt_ids: list[int], prompt: str) -> str:
 class Quickstart:
     """The quickstart in a child process; its stderr read line by line on a thread."""
 
-    def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.port = free_port()
+    def __init__(self, tmp_path: Path, *args: str, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.out = tmp_path / "results.jsonl"
         self.state_dir = tmp_path / "state"
         env = {**os.environ, "COLUMNS": "200"}  # rich's table on one line per row
@@ -85,8 +86,8 @@ class Quickstart:
 def quickstart(tmp_path):
     made: list[Quickstart] = []
 
-    def make(*args: str) -> Quickstart:
-        made.append(Quickstart(tmp_path, *args))
+    def make(*args: str, port: int | None = None) -> Quickstart:
+        made.append(Quickstart(tmp_path, *args, port=port))
         return made[-1]
 
     yield make
@@ -191,3 +192,20 @@ def test_sigterm_mid_batch_stops_cleanly_leaving_no_sandbox(tmp_path, quickstart
     assert "stopped" in q.text and "Traceback" not in q.text
     assert gone(children) == []
     assert list(records.iterdir()) == []
+
+
+def test_a_taken_port_is_a_clear_error_before_anything_starts(tmp_path, quickstart,
+                                                              fake_llm_thread):
+    """The API's socket is bound first: a taken --port is one line naming the port (exit
+    2), not a traceback from inside the HTTP server after the service started."""
+    llm = fake_llm_thread(replies=scripted)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        q = quickstart("--backend", llm.url, "--easy-tasks", "1", "--tasks", "0",
+                       "--code-tasks", "0", port=port)
+        assert q.finish(timeout=60) == 2, q.text[-3000:]
+    assert f"port {port}" in q.text and "in use" in q.text, q.text[-3000:]
+    assert "Traceback" not in q.text, q.text[-3000:]
+    assert not llm.calls  # nothing started: no backend was asked anything
