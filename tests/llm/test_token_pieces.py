@@ -23,8 +23,21 @@ async def test_each_id_alone_locally_and_through_the_backend(tok, monkeypatch):
         backend = BackendTokenizer(fake.url)
         try:
             assert await token_texts(backend, ids) == local
-            monkeypatch.setattr(pieces, "MAX_BACKEND_IDS", len(ids) - 1)
-            with pytest.raises(TokenizerError, match="distinct tokens"):
-                await token_texts(backend, ids)
+            asked = len(fake.calls)
+            # a token's text never changes: a second view asks the backend nothing
+            assert await token_texts(backend, ids[::-1]) == local[::-1]
+            assert len(fake.calls) == asked
         finally:
             await backend.close()
+        fresh = BackendTokenizer(fake.url)
+        try:
+            monkeypatch.setattr(pieces, "MAX_BACKEND_IDS", len(ids) - 1)
+            with pytest.raises(TokenizerError, match="distinct tokens"):
+                await token_texts(fresh, ids)
+        finally:
+            await fresh.close()
+
+
+async def test_an_id_the_local_tokenizer_cannot_decode_is_a_tokenizer_error(tok):
+    with pytest.raises(TokenizerError, match="could not decode"):
+        await token_texts(tok, [10**12])
