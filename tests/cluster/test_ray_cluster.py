@@ -344,6 +344,10 @@ def test_pause_and_resume_reach_every_nodes_router(server):
                  "every rollout in RUN, on the nodes")
         time.sleep(2)  # held: their first LLM call waits for the resume
         assert client.results(after=before, wait=0).results == []
+        # The nodes' replicas would keep naming the base model under the new version.
+        lora = httpx.post(f"{server.url}/v1/llm/weights", timeout=60, json={
+            "weights": {"kind": "lora", "name": "policy-7", "path": str(server.state_dir)}})
+        assert lora.status_code == 409 and "not supported with --ray" in lora.text, lora.text
         resumed = httpx.post(f"{server.url}/v1/llm/resume", json={"policy_version": 7}, timeout=60)
         assert resumed.json()["policy_version"] == 7
         results = collect(client, before, 8, timeout=120)

@@ -76,3 +76,65 @@ async def test_a_load_that_never_answers_is_reported_within_its_timeout():
     assert outcomes == {"stuck": "TimeoutError: no answer in 0.2 s"}
     assert router.list()[0]["last_error"] == "weights: TimeoutError: no answer in 0.2 s"
     assert router.paused  # left to the caller: a timed-out load may have half happened
+
+
+class Replicas:
+    """A follower (the cluster nodes' router replicas): ``drained`` is its pause's answer."""
+
+    def __init__(self, drained: bool) -> None:
+        self.drained = drained
+        self.resumed: list[int | None] = []
+
+    async def pause(self, mode: str, timeout: float | None) -> bool:
+        return self.drained
+
+    async def resume(self, policy_version: int | None) -> None:
+        self.resumed.append(policy_version)
+
+    def backend_added(self, name: str, source: str, weight: float) -> None:
+        pass
+
+    async def backend_removed(self, name: str, grace: float) -> None:
+        pass
+
+
+class FullLoader(HeldLoader):
+    weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"lora", "full"})
+
+    async def load_full(self, path: str, policy_version: int | None = None) -> None:
+        self.model = path
+
+
+FULL = WeightUpdate(kind="full", path="/ckpt-full")
+
+
+async def test_with_node_replicas_a_lora_is_refused_and_nothing_is_loaded():
+    """Node replicas (--ray) keep the base model's name after a LoRA load: their turns
+    would carry the new version but the old policy, so the load is refused."""
+    router = Router(policy_version=1)
+    backend = FullLoader("a")
+    backend.release.set()
+    router.add(backend)
+    router.followers.append(Replicas(drained=True))
+    await router.pause("finish")
+    with pytest.raises(WeightsRefused, match="LoRA adapters are not supported with --ray"):
+        await router.load_weights(LORA, timeout=5)
+    assert backend.model == "base"
+    assert await router.load_weights(FULL, timeout=5) == {"a": "ok"}
+    assert backend.model == "/ckpt-full"
+
+
+async def test_weights_load_only_once_every_node_replica_drained_at_the_pause():
+    router = Router(policy_version=1)
+    backend = FullLoader("a")
+    router.add(backend)
+    replicas = Replicas(drained=False)
+    router.followers.append(replicas)
+    paused = await router.pause("finish", timeout=0.1)
+    assert not paused["drained"]
+    with pytest.raises(WeightsRefused, match="did not drain at the last pause"):
+        await router.load_weights(FULL, timeout=5)
+    assert backend.model == "base"
+    replicas.drained = True
+    await router.pause("abort")
+    assert await router.load_weights(FULL, timeout=5) == {"a": "ok"}

@@ -8,6 +8,7 @@ rollout elsewhere or masks it).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import time
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "rollserve"
 NODE_LABEL = "rollserve-node"  # a node's name, where set (else its host name)
+# A node whose worker failed to start is tried again after this, doubling per failure.
+START_BACKOFF = 1.0
+START_BACKOFF_MAX = 60.0
 
 
 def node_name(info: dict[str, Any]) -> str:
@@ -64,6 +68,9 @@ class RayExecutor:
         self._where: dict[str, ClusterNode] = {}  # rollout id -> its node
         self._synced: set[str] = set()  # rollouts whose last stage call returned
         self._starting: dict[str, asyncio.Task[None]] = {}  # node id -> its worker's start
+        # node id -> (when its worker may be started again, the backoff after that)
+        self._retry: dict[str, tuple[float, float]] = {}
+        self._starts = itertools.count(1)  # each start's actor has its own name
         self._watcher: asyncio.Task[None] | None = None
         self._worker_class: Any = ray.remote(NodeWorker)
         self._paused: PauseMode | None = None  # the head's router is paused (its mode)
@@ -118,7 +125,8 @@ class RayExecutor:
         for info in infos:
             node_id = str(info["NodeID"])
             if (not info.get("Alive") or node_id in self._starting
-                    or float((info.get("Resources") or {}).get(self.config.resource, 0)) < 1):
+                    or float((info.get("Resources") or {}).get(self.config.resource, 0)) < 1
+                    or time.monotonic() < self._retry.get(node_id, (0.0, 0.0))[0]):
                 continue
             current = self.placement.current(node_id)
             if current is not None and current.alive:
@@ -134,22 +142,35 @@ class RayExecutor:
         slots = int(float(info["Resources"][self.config.resource]))
         settings = self.settings.model_copy(update={
             "node": name, "removed_backends": sorted(self._removed),
-            "added_backends": list(self._added.values())})
+            "added_backends": list(self._added.values()),
+            "policy_version": self._current_version()})
+        actor: Any = None
         try:
             actor = self._worker_class.options(
-                name=f"rollserve-worker-{node_id[:16]}-{generation}", num_cpus=0, max_restarts=0,
-                max_concurrency=max(1000, slots * 8),
+                name=f"rollserve-worker-{node_id[:16]}-{generation}-{next(self._starts)}",
+                num_cpus=0, max_restarts=0, max_concurrency=max(1000, slots * 8),
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             ).remote(settings.model_dump_json())
             report = WorkerReport.model_validate(await self._bounded(
                 actor.start.remote(), self.config.worker_start_timeout))
             if self._paused is not None:  # joined while the head is paused: paused too
                 await self._bounded(actor.pause.remote(self._paused, None), self.config.call_timeout)
-        except (RayError, TimeoutError) as exc:
-            log.error("node %s (%s): its worker did not start: %s", name, node_id[:12], exc)
+                if self._paused is None:  # the head resumed meanwhile: so does this node
+                    await self._bounded(actor.resume.remote(self._current_version()),
+                                        self.config.call_timeout)
+        except BaseException as exc:  # every failure, a cancel too: no actor is left running
+            if actor is not None:
+                _kill(actor)
+            if not isinstance(exc, Exception):
+                raise
+            backoff = self._retry.get(node_id, (0.0, START_BACKOFF))[1]
+            self._retry[node_id] = (time.monotonic() + backoff, min(START_BACKOFF_MAX, backoff * 2))
+            log.error("node %s (%s): its worker did not start (tried again in %.0f s): %s: %s",
+                      name, node_id[:12], backoff, type(exc).__name__, exc)
             return
         finally:
             self._starting.pop(node_id, None)
+        self._retry.pop(node_id, None)
         node = ClusterNode(name=name, node_id=node_id, slots=slots, actor=actor,
                            generation=generation, reaped_at_start=report.reaped_at_start)
         self.placement.add(node)
@@ -176,6 +197,15 @@ class RayExecutor:
 
         await asyncio.gather(*(one(n) for n in self.placement.nodes.values() if n.alive))
 
+    def _current_version(self) -> int | None:
+        return self._policy_version() if self._policy_version is not None else None
+
+    def _fence(self, node: ClusterNode, why: str) -> None:
+        """A node whose worker did not answer a pause or resume may sample on under the
+        wrong policy: kill its worker and count it lost (its rollouts run again elsewhere)."""
+        _kill(node.actor)
+        self._mark_dead(node, why)
+
     def _mark_dead(self, node: ClusterNode, why: str) -> None:
         if node.alive:
             log.warning("node %s (%s) lost: %s; its %d rollouts end their attempt", node.name,
@@ -193,14 +223,20 @@ class RayExecutor:
         is ``finish``); a worker that started later is paused as it joins."""
         self._paused = mode
         alive = [n for n in self.placement.nodes.values() if n.alive]
-        bound = self.config.call_timeout + (timeout or 0.0)
+        # A node drains within ``wait`` (bounded even when the head's own wait is not);
+        # one that does not answer within ``wait`` and the call's bound is fenced.
+        wait = self.config.call_timeout if timeout is None else timeout
+        bound = self.config.call_timeout + wait
         replies = await asyncio.gather(
-            *(self._bounded(n.actor.pause.remote(mode, timeout), bound) for n in alive),
+            *(self._bounded(n.actor.pause.remote(mode, wait), bound) for n in alive),
             return_exceptions=True)
-        for node, reply in zip(alive, replies):
-            if isinstance(reply, BaseException):  # a dead worker samples nothing
-                log.warning("pausing node %s failed: %s", node.name, reply)
-        return all(reply is True or isinstance(reply, RayActorError) for reply in replies)
+        drained = True
+        for node, reply in zip(alive, replies, strict=True):
+            if isinstance(reply, BaseException):  # fenced: a killed worker samples nothing
+                self._fence(node, f"its worker did not pause ({type(reply).__name__}: {reply})")
+            elif reply is not True:
+                drained = False
+        return drained
 
     async def resume(self, policy_version: int | None) -> None:
         self._paused = None
@@ -208,9 +244,9 @@ class RayExecutor:
         replies = await asyncio.gather(
             *(self._bounded(n.actor.resume.remote(policy_version), self.config.call_timeout)
               for n in alive), return_exceptions=True)
-        for node, reply in zip(alive, replies):
-            if isinstance(reply, BaseException):
-                log.warning("resuming node %s failed: %s", node.name, reply)
+        for node, reply in zip(alive, replies, strict=True):
+            if isinstance(reply, BaseException):  # it may stamp an old version: fenced
+                self._fence(node, f"its worker did not resume ({type(reply).__name__}: {reply})")
 
     def backend_added(self, name: str, source: str, weight: float) -> None:
         """The head's router got a backend: every worker adds it (in the background,
@@ -287,6 +323,10 @@ class RayExecutor:
         finally:
             node.busy[stage] -= 1
             node.done[stage] += 1
+        if not node.alive:  # fenced while the call ran: what it made is not used
+            node.lost += 1
+            raise NodeLost(f"node {node.name} was lost during {stage} (attempt {r.attempt})",
+                           node.name)
         self._synced.add(r.id)
         self._apply(r, outcome)
         if outcome.error is not None:
@@ -295,15 +335,13 @@ class RayExecutor:
     def _call(self, r: Rollout, stage: Stage) -> StageCall:
         now = asyncio.get_running_loop().time()
         calls_end = current_deadline()
-        version = self._policy_version() if self._policy_version is not None else None
         return StageCall(
             spec=r.spec, attempt=r.attempt, stage=stage, max_turns=r.max_turns,
             max_context_tokens=r.max_context_tokens, timeouts=r.timeouts,
             max_staleness=r.max_staleness, mask_stale=r.mask_stale,
             rollout_left=None if r.deadline is None else r.deadline - now,
             calls_left=None if calls_end is None else calls_end - now,
-            run_left=None if r.run_deadline is None or stage != "run" else r.run_deadline - now,
-            policy_version=version)
+            run_left=None if r.run_deadline is None or stage != "run" else r.run_deadline - now)
 
     @staticmethod
     def _apply(r: Rollout, outcome: StageOutcome) -> None:
@@ -327,7 +365,7 @@ class RayExecutor:
             if node.alive:
                 outcome: StageOutcome | None = await asyncio.shield(self._bounded(
                     node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT))
-                if outcome is not None and not synced:
+                if outcome is not None and not synced and node.alive:
                     self._apply(r, outcome)
         except RayActorError as exc:
             self._mark_dead(node, f"its worker died ({type(exc).__name__})")

@@ -42,7 +42,7 @@ class WorkerSettings(BaseModel):
     removed_backends: list[str] = Field(default_factory=list)
     added_backends: list[tuple[str, float]] = Field(default_factory=list)
     llm: RouterConfig = Field(default_factory=RouterConfig)
-    policy_version: int | None = None
+    policy_version: int | None = None  # the head router's at the worker's start (then: resume)
     scoring_workers: int = 2
     scoring_timeout: float = 10.0
     sandbox_runtime: str = "bubblewrap"
@@ -70,7 +70,6 @@ class StageCall:
     rollout_left: float | None  # until the rollout's deadline
     calls_left: float | None  # until the earlier of the stage's and the rollout's
     run_left: float | None  # RUN only: until RUN must end
-    policy_version: int | None  # the head router's, stamped on the turns from now on
 
 
 @dataclass

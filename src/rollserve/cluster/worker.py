@@ -117,8 +117,6 @@ class NodeWorker:
         calls_end = None if call.calls_left is None else now + call.calls_left
         if call.stage == "run":
             r.run_deadline = None if call.run_left is None else now + call.run_left
-        if call.policy_version is not None:
-            self.router.policy_version = call.policy_version
         handler = self._handler(r.spec.data_source)
         error: StageError | None = None
         try:

@@ -65,6 +65,11 @@ def _check_task(engine: Engine, task: TaskRequest, where: str, limits: RequestLi
         raise InvalidTask(f"{where}.instance",
                           f"the {task.data_source} handler cannot read this instance "
                           f"({type(exc).__name__}: {exc})") from exc
+    outside = None if engine.executor.nodes() is None else handler.outside_harness(task.instance)
+    if outside is not None:
+        raise InvalidTask(f"{where}.{outside}", "required with --ray: a rollout runs on a "
+                          "cluster node, whose gateway sessions this server's /v1/gateway "
+                          "routes cannot reach; run the harness inside the sandbox")
 
 
 async def submit(engine: Engine, request: SubmitRequest,

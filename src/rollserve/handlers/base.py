@@ -182,6 +182,12 @@ class AgentHandler(ABC):
     def validate(self, instance: dict[str, Any]) -> None:
         """Raise InvalidInstance naming the field if ``instance`` cannot run."""
 
+    def outside_harness(self, instance: dict[str, Any]) -> str | None:
+        """The instance's field that, unset, leaves its harness outside the sandbox,
+        calling this server's ``/v1/gateway`` routes (a cluster node's gateway sessions
+        are not reachable there); None: the rollout can run on any node."""
+        return None
+
     @abstractmethod
     async def init(self, rollout: RolloutView) -> None:
         """Prepare the task (sandbox up, data ready)."""

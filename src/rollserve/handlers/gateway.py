@@ -77,6 +77,9 @@ class GatewayHandler(AgentHandler):
     defaults = HandlerDefaults(max_turns=30, max_context_tokens=8192, init_timeout=10.0,
                                run_timeout=600.0, eval_timeout=10.0, total_timeout=900.0)
 
+    def outside_harness(self, instance: dict[str, Any]) -> str | None:
+        return "instance.command" if _task(instance).command is None else None
+
     def validate(self, instance: dict[str, Any]) -> None:
         task = _task(instance)
         if task.files and task.command is None:

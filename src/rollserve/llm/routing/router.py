@@ -60,6 +60,13 @@ log = logging.getLogger(__name__)
 
 
 
+# Node replicas (``--ray``) do not follow a LoRA load: they would go on naming the base
+# model while their turns are stamped with the new policy version.
+LORA_WITH_FOLLOWERS = ("kind: LoRA adapters are not supported with --ray yet (the nodes' "
+                       "router replicas would keep sampling the base model under the new "
+                       "policy version); load full weights")
+
+
 class _Aborted:
     """An attempt aborted by a pause: sent again after resume."""
 
@@ -106,6 +113,7 @@ class Router:
         self._resumed.set()
         self._loading = False  # a weight load is under way
         self.followers: list[Follower] = []  # routers elsewhere, paused and resumed with this
+        self._followers_drained = False  # the last pause drained every follower
 
     # --- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -228,7 +236,8 @@ class Router:
             aborted = self._inflight.abort_all()
         followed = asyncio.gather(*(f.pause(mode, timeout) for f in self.followers))
         drained = await self._inflight.wait_until(lambda: not self._inflight, timeout)
-        drained = all(await followed) and drained
+        self._followers_drained = all(await followed)
+        drained = self._followers_drained and drained
         if mode == "finish" and forward:
             forwarded = await self._forward_pause(mode)
         log.info("paused (%s): %d aborted, %d still in flight", mode, aborted, self.in_flight)
@@ -262,6 +271,12 @@ class Router:
                                  "(mode abort, or a longer timeout) before loading weights")
         if self._loading:
             raise WeightsRefused("another weight load is under way")
+        if self.followers and update.kind == "lora":
+            raise WeightsRefused(LORA_WITH_FOLLOWERS)
+        if self.followers and not self._followers_drained:
+            raise WeightsRefused("a cluster node's router replica did not drain at the last "
+                                 "pause (its calls may still be sampling): pause again (mode "
+                                 "abort, or a longer timeout) before loading weights")
         backends = targets(self._states.values(), update.kind)
         self._loading = True
         try:

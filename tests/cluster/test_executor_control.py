@@ -1,0 +1,242 @@
+"""The head's control of its node workers, with fake worker actors (the real path is
+tests/cluster/test_ray_cluster.py): a node that does not answer a pause or a resume is
+fenced (its worker killed, the node lost: its rollouts run again elsewhere), a stage
+call that returns from a fenced node is not used, a worker that fails to start is
+killed and tried again later under a new name, and a new worker starts at the head's
+policy version (resumed if the head resumed while it joined)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
+
+from rollserve.cluster import executor as executor_module  # noqa: E402
+from rollserve.cluster.executor import RayExecutor  # noqa: E402
+from rollserve.cluster.nodes import ClusterNode  # noqa: E402
+from rollserve.cluster.protocol import RayConfig, StageOutcome, WorkerReport, WorkerSettings  # noqa: E402
+from rollserve.contract import Timeouts  # noqa: E402
+from rollserve.engine.rollout import Rollout, RolloutSpec  # noqa: E402
+from rollserve.errors import NodeLost  # noqa: E402
+
+Reply = Callable[..., Coroutine[Any, Any, Any]]
+
+
+class Method:
+    def __init__(self, reply: Reply, calls: list[tuple[Any, ...]]) -> None:
+        self.reply, self.calls = reply, calls
+
+    def remote(self, *args: Any) -> Coroutine[Any, Any, Any]:
+        self.calls.append(args)
+        return self.reply(*args)
+
+
+class FakeActor:
+    """A node worker's handle: each method answers as the test sets it."""
+
+    def __init__(self, settings_json: str = "{}", **replies: Reply) -> None:
+        self.settings = json.loads(settings_json)
+        self.calls: dict[str, list[tuple[Any, ...]]] = {}
+        self.replies: dict[str, Reply] = {"pause": answer(True), "resume": answer(None),
+                                          "cleanup": answer(None), **replies}
+
+    def __getattr__(self, method: str) -> Method:
+        if method.startswith("_") or method not in self.replies:
+            raise AttributeError(method)
+        return Method(self.replies[method], self.calls.setdefault(method, []))
+
+
+def answer(value: Any, delay: float = 0.0) -> Reply:
+    async def reply(*args: Any) -> Any:
+        await asyncio.sleep(delay)
+        return value
+    return reply
+
+
+def fails(exc: BaseException) -> Reply:
+    async def reply(*args: Any) -> Any:
+        raise exc
+    return reply
+
+
+@pytest.fixture
+def killed(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The actors the executor kills (ray.kill takes only real handles)."""
+    kills: list[Any] = []
+    monkeypatch.setattr(executor_module, "_kill", kills.append)
+    return kills
+
+
+def executor(version: list[int | None] | None = None) -> RayExecutor:
+    config = RayConfig(address="auto", call_timeout=0.2, worker_start_timeout=0.5)
+    settings = WorkerSettings(node="", state_dir=Path("/nonexistent"), tokenizer="fake")
+    box = version if version is not None else [None]
+    return RayExecutor(config, settings, policy_version=lambda: box[0])
+
+
+def node(ex: RayExecutor, name: str, actor: FakeActor) -> ClusterNode:
+    n = ClusterNode(name=name, node_id=f"id-{name}", slots=4, actor=actor)
+    ex.placement.add(n)
+    return n
+
+
+def rollout(rid: str) -> Rollout:
+    spec = RolloutSpec(id=rid, group_id="g", task_id="t", sample_index=0, data_source="math",
+                       instance={}, sampling={})
+    return Rollout(spec=spec, attempt=1, max_turns=1, max_context_tokens=100,
+                   timeouts=Timeouts())
+
+
+async def test_a_node_that_does_not_answer_a_pause_is_fenced_and_its_rollouts_are_lost(killed):
+    ex = executor()
+    good = node(ex, "good", FakeActor())
+    slow = node(ex, "slow", FakeActor(pause=answer(True, delay=30)))
+    odd = node(ex, "odd", FakeActor(pause=fails(RuntimeError("unreachable"))))
+    assert await asyncio.wait_for(ex.pause("finish", 0.1), 10) is True
+    assert good.alive and not slow.alive and not odd.alive
+    assert killed == [slow.actor, odd.actor]
+    r = rollout("r1")
+    ex._where[r.id] = slow
+    with pytest.raises(NodeLost, match="node slow"):
+        await ex.run_stage(r, handler=None, stage="run")  # type: ignore[arg-type]
+
+
+async def test_a_node_still_draining_at_the_pause_leaves_it_undrained(killed):
+    ex = executor()
+    node(ex, "busy", FakeActor(pause=answer(False)))
+    assert await ex.pause("finish", 0.1) is False
+    assert killed == []
+
+
+async def test_a_node_that_does_not_answer_a_resume_is_fenced(killed):
+    ex = executor()
+    good = node(ex, "good", FakeActor())
+    stuck = node(ex, "stuck", FakeActor(resume=answer(None, delay=30)))
+    await asyncio.wait_for(ex.resume(3), 10)
+    assert good.alive and not stuck.alive and killed == [stuck.actor]
+    assert good.actor.calls["resume"] == [(3,)]
+
+
+async def test_a_stage_that_returns_from_a_node_fenced_meanwhile_is_not_used(killed):
+    ex = executor()
+    released = asyncio.Event()
+
+    async def stage(*args: Any) -> StageOutcome:
+        await released.wait()
+        return StageOutcome(reward=1.0)
+
+    n = node(ex, "n", FakeActor(run_stage=stage, pause=answer(True, delay=30)))
+    r = rollout("r1")
+    ex._where[r.id] = n
+    running = asyncio.create_task(ex.run_stage(r, handler=None, stage="eval"))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(ex.pause("finish", 0.1), 10)
+    released.set()
+    with pytest.raises(NodeLost):
+        await asyncio.wait_for(running, 10)
+    assert r.reward is None
+
+
+class FakeWorkerClass:
+    """``ray.remote(NodeWorker)``: the actors it made, by name."""
+
+    def __init__(self, make: Callable[[str], FakeActor]) -> None:
+        self.make = make
+        self.made: dict[str, FakeActor] = {}
+
+    def options(self, name: str, **options: Any) -> Any:
+        cls = self
+
+        class Remote:
+            @staticmethod
+            def remote(settings_json: str) -> FakeActor:
+                if name in cls.made:
+                    raise ValueError(f"The name {name} is already taken")
+                actor = cls.make(settings_json)
+                cls.made[name] = actor
+                return actor
+        return Remote()
+
+
+def report(*args: Any) -> Coroutine[Any, Any, dict[str, Any]]:
+    return answer(WorkerReport(node="n", pid=1, hosted=0, running=0,
+                               sandboxes_open=0, reaped_at_start=0))()
+
+
+INFO = {"NodeID": "ab" * 28, "Alive": True, "NodeManagerHostname": "host-a",
+        "Resources": {"rollserve": 4.0}}
+
+
+async def test_a_worker_that_fails_to_start_is_killed_and_tried_again_later_under_a_new_name(
+        killed, monkeypatch):
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
+    clock = [1000.0]
+    monkeypatch.setattr(executor_module.time, "monotonic", lambda: clock[0])
+    ex = executor()
+    attempts: list[FakeActor] = []
+
+    def make(settings_json: str) -> FakeActor:
+        ok = len(attempts) >= 2
+        actor = FakeActor(settings_json, start=report if ok else fails(RuntimeError("no tokenizer")))
+        attempts.append(actor)
+        return actor
+
+    ex._worker_class = FakeWorkerClass(make)
+    await ex._scan()
+    await ex.wait_started(5)
+    assert killed == [attempts[0]] and not ex.placement.nodes
+    await ex._scan()  # within the backoff (1 s): not tried again yet
+    assert len(attempts) == 1 and not ex._starting
+    clock[0] += 1.5
+    await ex._scan()
+    await ex.wait_started(5)
+    assert killed == attempts[:2] and ex._retry[INFO["NodeID"]] == (1003.5, 4.0)  # doubled
+    clock[0] += 2.5
+    await ex._scan()
+    await ex.wait_started(5)
+    assert len(attempts) == 3 and len(set(ex._worker_class.made)) == 3
+    (joined,) = ex.placement.nodes.values()
+    assert joined.actor is attempts[2] and joined.alive
+
+
+async def test_a_worker_whose_start_is_cancelled_is_killed(killed, monkeypatch):
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
+    ex = executor()
+    made: list[FakeActor] = []
+    ex._worker_class = FakeWorkerClass(
+        lambda s: made.append(FakeActor(s, start=answer(None, delay=30))) or made[-1])
+    await ex._scan()
+    await asyncio.sleep(0.05)
+    for task in list(ex._starting.values()):
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert killed == made and len(made) == 1
+
+
+async def test_a_new_worker_starts_at_the_heads_version_and_resumes_if_the_head_did(
+        killed, monkeypatch):
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
+    version: list[int | None] = [4]
+    ex = executor(version)
+    await ex.pause("finish", 1)  # no node yet
+
+    async def paused_until_resumed(*args: Any) -> bool:
+        await ex.resume(5)  # the head resumes while this node's join-time pause runs
+        version[0] = 5
+        return True
+
+    made: list[FakeActor] = []
+    ex._worker_class = FakeWorkerClass(
+        lambda s: made.append(FakeActor(s, start=report, pause=paused_until_resumed)) or made[-1])
+    await ex._scan()
+    await ex.wait_started(5)
+    (actor,) = made
+    assert actor.settings["policy_version"] == 4
+    assert actor.calls["pause"] == [("finish", None)] and actor.calls["resume"] == [(5,)]
+    assert killed == []
