@@ -31,7 +31,7 @@ from rollserve.client import Client
 from rollserve.contract import RolloutResult
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, calls_by_prompt, check_tokens
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -140,30 +140,6 @@ def wait_for(check, timeout: float, what: str) -> Any:
 
 def records(state: Path, node: str) -> set[str]:
     return {p.name for p in (state / "nodes" / node / "sandboxes").glob("*.json")}
-
-
-def check_tokens(result: RolloutResult, calls: dict[tuple[int, ...], list[tuple[list[int], list[float]]]]) -> None:
-    """Every sampled token is what the double answered to exactly that prompt."""
-    tokens = result.trajectory.tokens
-    ids, mask, logprobs = tokens.input_ids, tokens.loss_mask, tokens.logprobs
-    assert len(ids) == len(mask) == len(logprobs)
-    position = 0
-    for turn in result.trajectory.turns:
-        position += len(turn.prompt_ids_delta)
-        n = len(turn.output_ids)
-        sampled = (ids[position:position + n], logprobs[position:position + n])
-        assert sampled == (turn.output_ids, turn.logprobs)
-        assert sampled in calls[tuple(ids[:position])]
-        assert mask[position:position + n] == [1] * n
-        position += n
-    assert position == len(ids)
-
-
-def calls_by_prompt(fake: FakeVLLM) -> dict[tuple[int, ...], list[tuple[list[int], list[float]]]]:
-    calls: dict[tuple[int, ...], list[tuple[list[int], list[float]]]] = {}
-    for call in fake.calls:
-        calls.setdefault(tuple(call.prompt_ids), []).append((call.output_ids, call.logprobs))
-    return calls
 
 
 def collect(client: Client, after: int, count: int, timeout: float) -> list[RolloutResult]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollserve.contract import RolloutResult
 from rollserve.testing import FakeVLLM
 
 
@@ -103,3 +104,28 @@ def _offline_env(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     os.environ.pop("ROLLSERVE_API_TOKEN", None)
+
+
+# --- token-exactness against a test double's log ------------------------------------
+def check_tokens(result: RolloutResult, calls: dict[tuple[int, ...], list[tuple[list[int], list[float]]]]) -> None:
+    """Every sampled token is what the double answered to exactly that prompt."""
+    tokens = result.trajectory.tokens
+    ids, mask, logprobs = tokens.input_ids, tokens.loss_mask, tokens.logprobs
+    assert len(ids) == len(mask) == len(logprobs)
+    position = 0
+    for turn in result.trajectory.turns:
+        position += len(turn.prompt_ids_delta)
+        n = len(turn.output_ids)
+        sampled = (ids[position:position + n], logprobs[position:position + n])
+        assert sampled == (turn.output_ids, turn.logprobs)
+        assert sampled in calls[tuple(ids[:position])]
+        assert mask[position:position + n] == [1] * n
+        position += n
+    assert position == len(ids)
+
+
+def calls_by_prompt(fake: FakeVLLM) -> dict[tuple[int, ...], list[tuple[list[int], list[float]]]]:
+    calls: dict[tuple[int, ...], list[tuple[list[int], list[float]]]] = {}
+    for call in fake.calls:
+        calls.setdefault(tuple(call.prompt_ids), []).append((call.output_ids, call.logprobs))
+    return calls

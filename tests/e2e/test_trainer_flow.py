@@ -5,31 +5,12 @@ import json
 import httpx
 
 from rollserve.client import Client
-from rollserve.contract import RolloutResult
+from tests.e2e.conftest import calls_by_prompt, check_tokens
 
 TASKS = [
     {"data_source": "math", "n": 4, "instance": {"question": "What is 2 + 2?", "answer": "4"}},
     {"data_source": "math", "n": 4, "instance": {"question": "What is 3 + 5?", "answer": "8"}},
 ]
-
-
-def _check_tokens_are_what_the_backend_sampled(result: RolloutResult, calls_by_prompt: dict) -> None:
-    tokens = result.trajectory.tokens
-    ids, mask, logprobs = tokens.input_ids, tokens.loss_mask, tokens.logprobs
-    assert len(ids) == len(mask) == len(logprobs)
-    position = 0
-    for turn in result.trajectory.turns:
-        position += len(turn.prompt_ids_delta)
-        n = len(turn.output_ids)
-        sampled = (ids[position:position + n], logprobs[position:position + n])
-        assert sampled == (turn.output_ids, turn.logprobs)
-        # The backend saw exactly this prompt and answered exactly these ids and logprobs.
-        answers = [(c.output_ids, c.logprobs) for c in calls_by_prompt[tuple(ids[:position])]]
-        assert sampled in answers
-        assert mask[position:position + n] == [1] * n
-        position += n
-    assert position == len(ids)
-    assert sum(mask) == sum(len(t.output_ids) for t in result.trajectory.turns)
 
 
 def test_two_tasks_times_four_samples(server_factory, fake_llm_thread):
@@ -45,13 +26,11 @@ def test_two_tasks_times_four_samples(server_factory, fake_llm_thread):
     assert len(results) == 8
     assert [r.seq for r in results] == list(range(1, 9))
     assert len({r.id for r in results}) == 8
-    calls: dict[tuple, list] = {}
-    for call in fake.calls:
-        calls.setdefault(tuple(call.prompt_ids), []).append(call)
+    calls = calls_by_prompt(fake)
     for result in results:
         assert result.status == "completed", result.failure
         assert result.trajectory.fidelity.mismatches == 0
-        _check_tokens_are_what_the_backend_sampled(result, calls)
+        check_tokens(result, calls)
     groups = {r.group_id for r in results}
     assert groups == {g.group_id for g in accepted.groups}
 
