@@ -240,3 +240,29 @@ async def test_a_new_worker_starts_at_the_heads_version_and_resumes_if_the_head_
     assert actor.settings["policy_version"] == 4
     assert actor.calls["pause"] == [("finish", None)] and actor.calls["resume"] == [(5,)]
     assert killed == []
+
+
+async def test_a_node_named_like_another_alive_node_gets_no_worker(killed, monkeypatch):
+    """A name is the node's owner-record folder: a second node with the same name (a
+    copied --labels rollserve-node=X) would reap the first one's live sandboxes as a
+    dead predecessor's. It gets no worker while the other is alive; once it has the name
+    to itself, it does."""
+    twin = {**INFO, "NodeID": "cd" * 28}  # same host name, another node
+    nodes = [INFO]
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: list(nodes))
+    ex = executor()
+    made: list[FakeActor] = []
+    ex._worker_class = FakeWorkerClass(
+        lambda s: made.append(FakeActor(s, start=report)) or made[-1])
+    await ex._scan()
+    await ex.wait_started(5)
+    assert [n.node_id for n in ex.placement.nodes.values()] == [INFO["NodeID"]]
+    nodes.append(twin)  # joins under the same name
+    await ex._scan()
+    await ex.wait_started(5)
+    assert len(made) == 1 and twin["NodeID"] not in {n.node_id for n in ex.placement.nodes.values()}
+    nodes[:] = [{**INFO, "Alive": False}, twin]  # the first one leaves
+    await ex._scan()
+    await ex.wait_started(5)
+    assert len(made) == 2 and ex.placement.current(twin["NodeID"]) is not None
+    assert not killed

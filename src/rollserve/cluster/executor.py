@@ -70,6 +70,7 @@ class RayExecutor:
         self._starting: dict[str, asyncio.Task[None]] = {}  # node id -> its worker's start
         # node id -> (when its worker may be started again, the backoff after that)
         self._retry: dict[str, tuple[float, float]] = {}
+        self._clashes: set[str] = set()  # nodes refused a worker: another has their name
         self._starts = itertools.count(1)  # each start's actor has its own name
         self._watcher: asyncio.Task[None] | None = None
         self._worker_class: Any = ray.remote(NodeWorker)
@@ -122,20 +123,43 @@ class RayExecutor:
         for node in self.placement.nodes.values():
             if node.alive and node.node_id not in alive_ids:
                 self._mark_dead(node, "its raylet is gone")
-        for info in infos:
+        offering = [i for i in infos if i.get("Alive")
+                    and float((i.get("Resources") or {}).get(self.config.resource, 0)) >= 1]
+        by_name: dict[str, set[str]] = {}
+        for info in offering:
+            by_name.setdefault(node_name(info), set()).add(str(info["NodeID"]))
+        for info in offering:
             node_id = str(info["NodeID"])
-            if (not info.get("Alive") or node_id in self._starting
-                    or float((info.get("Resources") or {}).get(self.config.resource, 0)) < 1
+            if (node_id in self._starting
                     or time.monotonic() < self._retry.get(node_id, (0.0, 0.0))[0]):
                 continue
             current = self.placement.current(node_id)
             if current is not None and current.alive:
+                continue
+            if self._name_taken(info, by_name):
                 continue
             if current is not None:
                 _kill(current.actor)  # gone or unreachable: it must not run on beside the new one
             generation = 1 if current is None else current.generation + 1
             self._starting[node_id] = asyncio.create_task(
                 self._start_worker(info, generation), name=f"rollserve-worker-{node_id[:12]}")
+
+    def _name_taken(self, info: dict[str, Any], by_name: dict[str, set[str]]) -> bool:
+        """Another alive node has this node's name: it gets no worker. A name is the
+        node's owner-record folder (``<state_dir>/nodes/<name>``, often on a shared file
+        system): a worker starting there would take the other node's live sandboxes
+        for a dead predecessor's and reap them."""
+        node_id, name = str(info["NodeID"]), node_name(info)
+        others = by_name.get(name, set()) - {node_id}
+        if not others:
+            self._clashes.discard(node_id)
+            return False
+        if node_id not in self._clashes:
+            self._clashes.add(node_id)
+            log.error("node %s (%s) gets no worker: node(s) %s have the same name; give each "
+                      "node its own '%s' label", name, node_id[:12],
+                      ", ".join(sorted(o[:12] for o in others)), NODE_LABEL)
+        return True
 
     async def _start_worker(self, info: dict[str, Any], generation: int) -> None:
         node_id, name = str(info["NodeID"]), node_name(info)
