@@ -2,11 +2,16 @@
 served), the status stream, the filtered results table and the token texts, behind
 --api-token; bad parameters are a 422 naming the field."""
 
+import asyncio
 import json
+import sqlite3
 
 import httpx
 import pytest
+from starlette.types import Message
 
+from rollserve.api import routes_ui
+from rollserve.api.app import create_app
 from rollserve.contract import ResultSummaryPage, ServiceStatus, TokenTexts
 from rollserve.testing import FakeVLLM
 
@@ -147,3 +152,67 @@ async def test_the_schema_publishes_the_dashboard_routes(make_api, path):
     schema = (await client.get("/openapi.json", headers=AUTH)).json()
     assert path in schema["paths"]
     assert "/ui/" not in schema["paths"] and "/ui" not in schema["paths"]
+
+
+async def test_a_client_that_stops_reading_the_status_stream_does_not_hold_it(make_api,
+                                                                             monkeypatch):
+    # A client whose socket buffers are full: the server's send never returns. The stream
+    # must end (its send times out) rather than hold its generator forever.
+    monkeypatch.setattr(routes_ui, "STATUS_SEND_TIMEOUT", 0.5)
+    service, _ = await make_api(token=TOKEN)
+    app = create_app(service, manage_lifecycle=False)
+    started = asyncio.Event()
+    never = asyncio.Event()
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            started.set()
+            return
+        await never.wait()  # the client reads nothing more
+
+    async def receive() -> Message:
+        await never.wait()  # and never disconnects either
+        return {"type": "http.disconnect"}
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "GET", "scheme": "http", "path": "/v1/status/stream", "raw_path":
+             b"/v1/status/stream", "root_path": "", "query_string": b"interval=0.2",
+             "headers": [(b"host", b"rollserve"), (b"authorization", f"Bearer {TOKEN}".encode())],
+             "client": ("127.0.0.1", 5000), "server": ("rollserve", 80)}
+    served = asyncio.create_task(app(scope, receive, send))
+    try:
+        done, _ = await asyncio.wait({served}, timeout=30)
+        assert started.is_set()
+        assert served in done, "the stream still waits on a client that reads nothing"
+        assert isinstance(served.exception(), TimeoutError | None)
+    finally:
+        served.cancel()
+
+
+async def test_the_results_count_stops_at_its_cap(make_api):
+    service, client = await make_api(token=TOKEN)
+    # 10,005 finished rows, written straight into the store's file (the count reads only
+    # the summary columns): more than the count walks.
+    conn = sqlite3.connect(service.config.db_path)
+    with conn:
+        conn.executemany(
+            "INSERT INTO rollouts (id, group_id, spec, status, seq, created_at, updated_at,"
+            " masked, data_source) VALUES (?, 'g', '{}', ?, ?, 0, 0, 0, ?)",
+            [(f"r{i}", "failed" if i % 1000 == 0 else "completed", i + 1,
+              "code" if i == 7 else "math") for i in range(10_005)])
+    conn.close()
+
+    async def page(**params: str) -> ResultSummaryPage:
+        r = await client.get("/v1/results/summaries", params=params, headers=AUTH)
+        assert r.status_code == 200, r.text
+        return ResultSummaryPage.model_validate(r.json())
+
+    everything = await page(limit="3")
+    assert (everything.total, everything.total_capped) == (10_000, True)
+    assert [s.seq for s in everything.summaries] == [10_005, 10_004, 10_003]
+    assert ((await page(data_source="code")).total, (await page(data_source="code")).total_capped
+            ) == (1, False)
+    failed = await page(status="failed")
+    assert (failed.total, failed.total_capped) == (11, False)
+    math_page = await page(data_source="math")
+    assert (math_page.total, math_page.total_capped) == (10_000, True)

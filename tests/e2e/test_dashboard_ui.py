@@ -3,8 +3,9 @@ Playwright) against a `rollserve serve` process behind --api-token, with the fak
 the live view updates while a batch runs without a reload, the results table filters,
 a rollout's token view shows exactly its loss-mask-1 tokens (each sequence's, for a
 harness that rewrote its history), and text the policy wrote stays text (no script of
-its runs next to the token). Screenshots go to
-test-artifacts/ui/ (CI keeps them)."""
+its runs next to the token); and the page survives a bad link, an SSE line end cut across
+chunks, a long trajectory, a -inf logprob and answers that arrive out of order. Screenshots
+go to test-artifacts/ui/ (CI keeps them)."""
 
 from __future__ import annotations
 
@@ -195,6 +196,119 @@ def test_dashboard_live_results_and_token_view(server_factory, fake_llm_thread, 
         assert page.locator(f"{box} .tok").count() == len(sequence["input_ids"])
     shot(page, "sequences.png")
 
+    check_the_page_survives(page, server.url, hostile, gateway)
+
     # --- the token never went into a URL -----------------------------------------------------
     assert urls and not [u for u in urls if TOKEN in u]
     assert not errors, errors
+
+
+def check_the_page_survives(page: Page, url: str, first: str, second: str) -> None:
+    """The page's functions with this server's data: a bad link, a stream whose line ends
+    are cut across chunks, a long trajectory and a -inf logprob, responses that arrive
+    out of order, a capped count."""
+    failed = [s["id"] for s in httpx.get(f"{url}/v1/results/summaries", params={
+        "status": "failed"}, headers=AUTH, timeout=30).json()["summaries"]]
+    assert failed
+    page.evaluate("window.location.hash = '#rollout/%'")
+    page.reload()  # a fresh page on that link
+    # --- a malformed escape in the link: a message, and the live stream still runs -------
+    page.wait_for_selector("#bad-link", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#conn').textContent === 'live'",
+                           timeout=30_000)
+    page.wait_for_function(
+        "() => /^[0-9,]+$/.test(document.querySelector('#live-finished').textContent)",
+        timeout=30_000)
+
+    # --- SSE: a "\r\n" cut between two chunks is one line end, not two ---------------------
+    events = page.evaluate("""(chunks) => {
+        const seen = [];
+        const parse = sseParser((name, data) => seen.push([name, data]));
+        chunks.forEach(parse);
+        return seen;
+    }""", ["event: status\r", "\ndata: {\"a\": 1}\r\n\r", "\nevent: status\r\ndata: 2\r",
+           "\n\r", "\n: ping\r\n\r\n", "data: 3\r\rdata: 4\n\n"])
+    assert events == [["status", '{"a": 1}'], ["status", "2"], ["message", "3"],
+                      ["message", "4"]]
+
+    # --- a long trajectory: drawn a chunk at a time; the counts are the whole -------------
+    n = 9_000  # loss mask 0 every third token: 6,000 sampled; token 1's logprob was -inf
+    page.evaluate("""(n) => {
+        const input_ids = [], loss_mask = [], logprobs = [];
+        for (let i = 0; i < n; i++) {
+            const mask = i % 3 === 0 ? 0 : 1;
+            input_ids.push(i % 50); loss_mask.push(mask);
+            logprobs.push(mask === 0 ? 0 : (i === 1 ? null : -0.1));
+        }
+        const trajectory = {turns: [{prompt_ids_delta: [], output_ids: input_ids,
+                                     finish_reason: "length", sequence: 0}],
+                            sequences: [], tokens: {input_ids, loss_mask, logprobs},
+                            fidelity: null};
+        document.getElementById("view-rollout").replaceChildren(Tokens.view(trajectory, new Map()));
+    }""", n)
+    assert page.inner_text("#token-view .token-sampled") == "6,000"
+    assert page.inner_text("#token-view .token-total") == "9,000"
+    assert page.locator("#token-view .tokens .tok").count() == 4_000
+    assert page.locator("#token-view .tokens .tok.m1").count() == 4_000 * 2 // 3
+    inf = page.locator("#token-view .tokens .tok").nth(1)
+    assert "logprob −∞" in (inf.get_attribute("title") or "")
+    assert "dark" in (inf.get_attribute("class") or "")
+    assert page.inner_text("#token-view .more-tokens") == "show 4,000 more tokens (5,000 not shown)"
+    page.click("#token-view .more-tokens")
+    assert page.locator("#token-view .tokens .tok").count() == 8_000
+    page.click("#token-view .more-tokens")
+    assert page.locator("#token-view .tokens .tok").count() == n
+    assert page.locator("#token-view .tokens .tok.m1").count() == 6_000
+    assert page.is_hidden("#token-view .more-tokens")
+
+    # --- rollout A's answer arrives after B's: B stays on the page -------------------------
+    shown = page.evaluate("""async ([a, b]) => {
+        const original = apiGet;
+        let release;
+        const gate = new Promise((resolve) => { release = resolve; });
+        window.apiGet = async (path, params) => {
+            const answer = await original(path, params);
+            if (path.includes(a)) await gate;  // A's answers come late
+            return answer;
+        };
+        try {
+            const slow = Rollout.show(a);
+            await Rollout.show(b);
+            const before = document.querySelector("#view-rollout h1").textContent;
+            release();
+            await slow;
+            return [before, document.querySelector("#view-rollout h1").textContent];
+        } finally {
+            window.apiGet = original;
+        }
+    }""", [first, second])
+    assert shown == [f"results / {second}", f"results / {second}"]
+
+    # --- a refresh of the unfiltered table lands after the filtered page: dropped ----------
+    rows = page.evaluate("""async () => {
+        const original = apiGet;
+        let release;
+        const gate = new Promise((resolve) => { release = resolve; });
+        window.apiGet = async (path, params) => {
+            const answer = await original(path, params);
+            if (!params.status) await gate;  // the unfiltered page comes late
+            return answer;
+        };
+        const ids = () => [...document.querySelectorAll(".result-row")].map((r) => r.dataset.id);
+        try {
+            const slow = Results.show(new URLSearchParams(""));
+            await Results.show(new URLSearchParams("status=failed"));
+            const before = ids();
+            release();
+            await slow;
+            return [before, ids(), Results.loading];
+        } finally {
+            window.apiGet = original;
+        }
+    }""")
+    assert rows == [failed, failed, False]
+
+    # --- a count that stopped at its cap says so ----------------------------------------------
+    page.evaluate("""() => Results.render({summaries: [], total: 10000, total_capped: true,
+                                            next_before: null})""")
+    assert page.inner_text("#results-total") == "10,000+ results match"

@@ -6,8 +6,9 @@ import sqlite3
 import pytest
 
 from rollserve.contract import Failure
+from rollserve.engine import store as store_module
 from rollserve.engine.store import SQLiteStore
-from rollserve.engine.store_summaries import SummaryFilter
+from rollserve.engine.store_summaries import BACKFILL_SUMMARY, SummaryFilter
 from tests.engine.test_store import _group, _result
 
 
@@ -58,13 +59,7 @@ async def test_summaries_page_newest_first_and_a_store_from_before_is_filled_in(
     assert [r.seq for r in rows] == [2, 1]
     await store.close()
 
-    # The file as an older rollserve left it: no summary columns, no index.
-    conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX rollouts_finished")
-    for column in ("data_source", "failure_kind", "duration", "policy_version"):
-        conn.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
-    conn.commit()
-    conn.close()
+    _as_before_the_summary_columns(path)
 
     store = SQLiteStore(path)
     await store.open()
@@ -79,3 +74,64 @@ async def test_summaries_page_newest_first_and_a_store_from_before_is_filled_in(
         assert [(r.id, r.reward) for r in rows] == [("g1-0", 1.0)] and total == 1
     finally:
         await store.close()
+
+
+def _as_before_the_summary_columns(path) -> None:
+    """Make the file as an older rollserve left it: no summary columns, no indexes."""
+    conn = sqlite3.connect(path)
+    for index in ("rollouts_finished", "rollouts_finished_source", "rollouts_finished_status"):
+        conn.execute(f"DROP INDEX IF EXISTS {index}")
+    for column in ("data_source", "failure_kind", "duration", "policy_version"):
+        conn.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
+    conn.commit()
+    conn.close()
+
+
+async def test_a_failed_migration_leaves_the_file_as_it_was_and_the_next_open_completes_it(
+        tmp_path, monkeypatch):
+    path = tmp_path / "r.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await _fill(store)
+    await store.close()
+    _as_before_the_summary_columns(path)
+
+    # The backfill fails part-way (here: on malformed JSON, after the columns were added).
+    monkeypatch.setattr(store_module, "BACKFILL_SUMMARY", BACKFILL_SUMMARY.replace(
+        "json_extract(result, '$.timing.total')", "json_extract('{', '$')"))
+    broken = SQLiteStore(path)
+    with pytest.raises(sqlite3.OperationalError, match="malformed JSON"):
+        await broken.open()
+    await broken.close()
+    conn = sqlite3.connect(path)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(rollouts)")}
+    conn.close()
+    assert "data_source" not in columns  # rolled back with the backfill
+
+    monkeypatch.undo()
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        rows, total = await store.summaries(SummaryFilter(data_source="math"), None, 10)
+        assert total == 4 and {r.data_source for r in rows} == {"math"}
+        rows, total = await store.summaries(SummaryFilter(failure_kind="timeout"), None, 10)
+        assert [(r.id, r.duration) for r in rows] == [("g1-3", 2.5)]
+    finally:
+        await store.close()
+
+
+async def test_a_data_source_or_status_filter_reads_its_own_index(tmp_path):
+    store = SQLiteStore(tmp_path / "r.db")
+    await store.open()
+    await store.close()
+    conn = sqlite3.connect(tmp_path / "r.db")
+    try:
+        for where, index in ((SummaryFilter(data_source="math"), "rollouts_finished_source"),
+                             (SummaryFilter(status="failed"), "rollouts_finished_status")):
+            clause, args = where.where()
+            plan = " ".join(str(row) for row in conn.execute(
+                f"EXPLAIN QUERY PLAN SELECT COUNT(*) FROM (SELECT 1 FROM rollouts WHERE {clause}"
+                " LIMIT 10001)", args))
+            assert index in plan, plan
+    finally:
+        conn.close()

@@ -51,6 +51,8 @@ _HEADERS = {
     "Cache-Control": "no-cache",
 }
 
+STATUS_SEND_TIMEOUT = 30.0  # seconds one status event may wait on a client that reads nothing
+
 pages = APIRouter(include_in_schema=False)
 router = APIRouter(prefix="/v1", tags=["dashboard"])
 
@@ -125,7 +127,9 @@ async def status_stream(
             if wait > 0:
                 await asyncio.sleep(wait)
 
-    return EventSourceResponse(stream(), ping=15)
+    # A client that stops reading (its socket buffers full) would hold the generator and
+    # its task forever: a send that waits longer than this ends the stream.
+    return EventSourceResponse(stream(), ping=15, send_timeout=STATUS_SEND_TIMEOUT)
 
 
 @router.get("/results/summaries", response_model=ResultSummaryPage, tags=["rollouts"])

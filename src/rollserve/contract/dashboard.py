@@ -35,7 +35,11 @@ class ResultSummaryPage(BaseModel):
     """``GET /v1/results/summaries``: newest first."""
 
     summaries: list[ResultSummary] = Field(description="newest first (descending seq)")
-    total: int = Field(description="finished results that match the filters, in all")
+    total: int = Field(description="finished results that match the filters, in all, "
+                                   "counted up to a cap (10,000): when total_capped, at "
+                                   "least this many match")
+    total_capped: bool = Field(description="more results match than total: the count "
+                                           "stopped at its cap")
     next_before: int | None = Field(
         description="pass it as ``before`` for the next (older) page; null on the last page")
 

@@ -35,7 +35,7 @@ from rollserve.engine.errors import NotFound, UnknownDataSource
 from rollserve.engine.groups import Outcome, judge
 from rollserve.engine.pipeline import Engine
 from rollserve.engine.requests import RequestLimits
-from rollserve.engine.store_summaries import SummaryFilter
+from rollserve.engine.store_summaries import COUNT_CAP, SummaryFilter
 from rollserve.engine.submit import submit
 from rollserve.handlers import registry
 
@@ -150,7 +150,8 @@ class Rollouts:
         found, total = await self._store.summaries(where, before, limit + 1)
         page = found[:limit]
         more = len(found) > limit
-        return ResultSummaryPage(summaries=page, total=total,
+        return ResultSummaryPage(summaries=page, total=min(total, COUNT_CAP),
+                                 total_capped=total > COUNT_CAP,
                                  next_before=page[-1].seq if more else None)
 
     async def finished(self, rollout_id: str) -> RolloutResult | None:

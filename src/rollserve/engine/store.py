@@ -37,7 +37,7 @@ from rollserve.engine.groups import Outcome, result_usable
 from rollserve.engine.rollout import RolloutSpec
 from rollserve.engine.store_summaries import (
     BACKFILL_SUMMARY,
-    SUMMARY_INDEX,
+    SUMMARY_INDEXES,
     SummaryFilter,
     read_summaries,
 )
@@ -92,6 +92,30 @@ UPDATE rollouts SET
               AND json_extract(result, '$.reward') IS NOT NULL)
 WHERE result IS NOT NULL AND usable IS NULL
 """
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Add the columns and indexes a store file made by an older rollserve lacks, and
+    fill them in, in one transaction (SQLite DDL is transactional): a crash or an error
+    part-way leaves the file as it was, and the next open does it all again (were the
+    columns committed before their backfill, old rows would keep them empty forever).
+    ``conn`` is in autocommit mode (isolation_level None): the BEGIN here is the only
+    transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        present = {row[1] for row in conn.execute("PRAGMA table_info(rollouts)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                conn.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {kind}")
+        conn.execute(_BACKFILL)
+        if "data_source" not in present:  # only once: the scan reads every stored result
+            conn.execute(BACKFILL_SUMMARY)
+        for index in SUMMARY_INDEXES:
+            conn.execute(index)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 @dataclass
@@ -172,15 +196,12 @@ class SQLiteStore:
         # (SIGKILL); only an OS crash can lose the last few.
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
-        conn.executescript(_SCHEMA)
-        present = {row[1] for row in conn.execute("PRAGMA table_info(rollouts)")}
-        for name, kind in _ADDED_COLUMNS.items():
-            if name not in present:
-                conn.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {kind}")
-        conn.execute(_BACKFILL)
-        if "data_source" not in present:  # only once: the scan reads every stored result
-            conn.execute(BACKFILL_SUMMARY)
-        conn.execute(SUMMARY_INDEX)
+        try:
+            conn.executescript(_SCHEMA)
+            _migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
         conn.isolation_level = "DEFERRED"  # back to implicit transactions for `with conn`
         self._conn = conn
 
@@ -370,8 +391,9 @@ class SQLiteStore:
     async def summaries(self, where: SummaryFilter, before: int | None, limit: int
                         ) -> tuple[list[ResultSummary], int]:
         """Up to ``limit`` finished results matching ``where``, newest first, with a seq
-        below ``before`` (None: from the newest); and how many match in all. Read from
-        the summary columns, never the stored results."""
+        below ``before`` (None: from the newest); and how many match in all, counted up
+        to ``COUNT_CAP + 1`` (store_summaries). Read from the summary columns, never the
+        stored results."""
         return await self._call(lambda conn: read_summaries(conn, where, before, limit))
 
     async def unfinished(self) -> list[RolloutRow]:

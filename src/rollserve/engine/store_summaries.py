@@ -18,11 +18,20 @@ UPDATE rollouts SET
     policy_version = (SELECT MAX(value) FROM json_each(result, '$.trajectory.policy_versions'))
 WHERE result IS NOT NULL AND data_source IS NULL
 """
-# The table filters and counts from this index alone, never reading a result.
-SUMMARY_INDEX = """
-CREATE INDEX IF NOT EXISTS rollouts_finished
-ON rollouts(seq, data_source, status, masked, failure_kind) WHERE seq IS NOT NULL
-"""
+# The table filters and counts from these indexes alone, never reading a result: the
+# first walks every finished result in seq order; the others serve a data_source or a
+# status filter (a rare one is found without walking past all the others).
+SUMMARY_INDEXES = (
+    """CREATE INDEX IF NOT EXISTS rollouts_finished
+    ON rollouts(seq, data_source, status, masked, failure_kind) WHERE seq IS NOT NULL""",
+    """CREATE INDEX IF NOT EXISTS rollouts_finished_source
+    ON rollouts(data_source, seq) WHERE seq IS NOT NULL""",
+    """CREATE INDEX IF NOT EXISTS rollouts_finished_status
+    ON rollouts(status, seq) WHERE seq IS NOT NULL""",
+)
+# A page counts its matches up to here and no further (counting all of millions on every
+# page load would walk the whole index): the page's total is then "at least this many".
+COUNT_CAP = 10_000
 
 
 @dataclass(frozen=True)
@@ -57,9 +66,12 @@ class SummaryFilter:
 def read_summaries(conn: sqlite3.Connection, where: SummaryFilter, before: int | None,
                    limit: int) -> tuple[list[ResultSummary], int]:
     """Up to ``limit`` rows matching ``where`` with a seq below ``before`` (None: from the
-    newest), newest first; and how many match in all."""
+    newest), newest first; and how many match in all, counted up to ``COUNT_CAP + 1``
+    (more than ``COUNT_CAP``: at least that many)."""
     clause, args = where.where()
-    (total,) = conn.execute(f"SELECT COUNT(*) FROM rollouts WHERE {clause}", args).fetchone()
+    (total,) = conn.execute(
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM rollouts WHERE {clause} LIMIT ?)",
+        [*args, COUNT_CAP + 1]).fetchone()
     if before is not None:
         clause, args = clause + " AND seq < ?", [*args, before]
     rows = conn.execute(

@@ -106,6 +106,34 @@ async function apiGet(path, params) {
   }
 }
 
+// A server-sent events parser: feed it the decoded text chunk by chunk as it arrives;
+// it calls onEvent(name, data) for each complete event. Lines end in "\r\n", "\n" or
+// "\r"; a chunk that ends in "\r" keeps it until the next one, which may start with
+// the "\n" of the same line end (normalised alone, the pair would become an empty
+// line: an event cut in two).
+function sseParser(onEvent) {
+  let buffer = "";
+  let held = "";
+  return (chunk) => {
+    let text = held + chunk;
+    held = text.endsWith("\r") ? "\r" : "";
+    if (held) text = text.slice(0, -1);
+    buffer += text.replace(/\r\n?/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let name = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) name = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (data.length) onEvent(name, data.join("\n"));
+    }
+  };
+}
+
 // Server-sent events read with fetch (EventSource cannot send the Authorization
 // header): calls onEvent(name, data) for each event; reconnects after a drop, at
 // most every 2 s, until signal aborts. onState("open" | "retrying") reports the link.
@@ -122,23 +150,11 @@ async function apiStream(path, params, onEvent, onState, signal) {
       if (!response.ok || !response.body) throw new ApiError(response.status, response.statusText);
       onState("open");
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
+      const parser = sseParser(onEvent);
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        buffer += value.replace(/\r\n?/g, "\n");
-        let end;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          let name = "message";
-          const data = [];
-          for (const line of block.split("\n")) {
-            if (line.startsWith("event:")) name = line.slice(6).trim();
-            else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-          }
-          if (data.length) onEvent(name, data.join("\n"));
-        }
+        parser(value);
       }
     } catch (error) {
       if (signal.aborted) return;

@@ -15,8 +15,6 @@ const App = {
       Auth.forget();
       window.location.reload();
     });
-    window.addEventListener("hashchange", App.route);
-    App.route();
     const conn = document.getElementById("conn");
     apiStream("v1/status/stream", { interval: 1 }, (name, data) => {
       if (name !== "status") return;
@@ -27,6 +25,9 @@ const App = {
       conn.textContent = state === "open" ? "live" : "reconnecting…";
       conn.className = `conn ${state}`;
     }, new AbortController().signal);
+    // After the stream is open: whatever a link holds, the live view keeps updating.
+    window.addEventListener("hashchange", App.route);
+    App.route();
   },
 
   route() {
@@ -39,7 +40,15 @@ const App = {
       link.classList.toggle("active", link.dataset.view === name || (name === "rollout" && link.dataset.view === "results"));
     }
     if (name === "results") Results.show(new URLSearchParams(query || ""));
-    if (name === "rollout") Rollout.show(decodeURIComponent(rest.join("/")));
+    if (name !== "rollout") return;
+    let id;
+    try {
+      id = decodeURIComponent(rest.join("/"));
+    } catch (error) { // a malformed escape (#rollout/%): URIError
+      Rollout.badLink(rest.join("/"));
+      return;
+    }
+    Rollout.show(id);
   },
 };
 

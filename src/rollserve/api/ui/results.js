@@ -16,6 +16,7 @@ const Results = {
   lastSeq: 0, // the server's newest seq (from the status stream)
   seenSeq: 0, // the newest seq when the page was last loaded
   loading: false,
+  generation: 0, // of the latest load(): an older one's response is dropped
   sources: [],
 
   mount(section) {
@@ -73,23 +74,29 @@ const Results = {
         && !Results.loading) Results.load();
   },
 
+  // Loads the page the filters and cursors say; only the latest load draws (a refresh
+  // still in flight when the filters change must not overwrite the new filter's page).
   async load() {
+    const generation = ++Results.generation;
     Results.loading = true;
     Results.seenSeq = Results.lastSeq; // what the page will hold: reload when newer arrive
     const before = Results.cursors[Results.cursors.length - 1];
     try {
       const page = await apiGet("v1/results/summaries", { ...Results.filters, before, limit: Results.limit });
-      Results.render(page);
+      if (generation === Results.generation) Results.render(page);
     } catch (error) {
-      document.getElementById("results-table").replaceChildren(h("p", { class: "error" }, error.message));
+      if (generation === Results.generation) {
+        document.getElementById("results-table").replaceChildren(h("p", { class: "error" }, error.message));
+      }
     } finally {
-      Results.loading = false;
+      if (generation === Results.generation) Results.loading = false;
     }
   },
 
   render(page) {
     Results.nextBefore = page.next_before;
-    document.getElementById("results-total").textContent = `${fmt(page.total)} results match`;
+    document.getElementById("results-total").textContent =
+      `${fmt(page.total)}${page.total_capped ? "+" : ""} results match`;
     document.getElementById("results-page").textContent = `page ${Results.cursors.length}`;
     document.getElementById("results-newer").disabled = Results.cursors.length === 1;
     document.getElementById("results-older").disabled = page.next_before === null;

@@ -5,19 +5,30 @@ const LONG_TEXT = 600; // characters shown before a text folds
 
 const Rollout = {
   section: null,
+  generation: 0, // of the latest show(): an older one's responses are dropped
 
   mount(section) { Rollout.section = section; },
 
+  badLink(text) {
+    Rollout.generation += 1; // a show() still waiting draws nothing
+    Rollout.section.replaceChildren(h("h1", {}, "bad link"),
+      h("p", { class: "error", id: "bad-link" }, `bad link: "${text}" is not a rollout id (malformed % escape)`),
+      h("p", {}, h("a", { href: "#results" }, "results")));
+  },
+
   async show(id) {
+    const generation = ++Rollout.generation;
+    const current = () => generation === Rollout.generation;
     const section = Rollout.section;
     section.replaceChildren(h("p", { class: "muted" }, `loading ${id}…`));
     let view;
     try {
       view = await apiGet(`v1/rollouts/${encodeURIComponent(id)}`);
     } catch (error) {
-      section.replaceChildren(h("p", { class: "error" }, error.message));
+      if (current()) section.replaceChildren(h("p", { class: "error" }, error.message));
       return;
     }
+    if (!current()) return; // another rollout was asked for meanwhile
     if (!view.result) {
       section.replaceChildren(h("h1", {}, id), h("p", {}, `in flight: ${view.status} (no result yet)`));
       return;
@@ -41,6 +52,7 @@ const Rollout = {
     } catch (error) {
       tokenBox.before(h("p", { class: "error" }, `token texts unavailable (${error.message}): showing ids`));
     }
+    if (!current()) return;
     tokenBox.replaceChildren(Tokens.view(r.trajectory, texts));
   },
 
@@ -104,7 +116,10 @@ const Rollout = {
     if (!turns.length) return h("p", { class: "muted" }, "no LLM call");
     return table(["turn", "seq", "backend", "policy v", "prompt +", "sampled", "mean logprob", "finish", "tool calls"],
       turns.map((t, i) => {
-        const mean = t.logprobs.length ? t.logprobs.reduce((a, b) => a + b, 0) / t.logprobs.length : null;
+        // A -inf logprob arrives as null: the mean is then -inf too (null would add as 0).
+        const finite = t.logprobs.every((lp) => typeof lp === "number");
+        const mean = !t.logprobs.length ? null
+          : finite ? t.logprobs.reduce((a, b) => a + b, 0) / t.logprobs.length : "−∞";
         return h("tr", {}, h("td", { class: "num" }, i + 1), h("td", { class: "num" }, t.sequence || 0),
           h("td", {}, t.backend), h("td", { class: "num" }, fmt(t.policy_version)),
           h("td", { class: "num" }, fmt(t.prompt_ids_delta.length)), h("td", { class: "num" }, fmt(t.output_ids.length)),

@@ -4,6 +4,10 @@
 "use strict";
 
 const Tokens = {
+  // Tokens drawn at once per sequence (one element each): past this a button draws the
+  // next ones, so a long trajectory does not freeze the tab.
+  CHUNK: 4000,
+
   // One sequence (a Tokens object) with the turns laid in it; texts: Map id -> text.
   sequence(index, tokens, turns, texts, fidelity) {
     const marks = new Map(); // position -> labels
@@ -17,9 +21,32 @@ const Tokens = {
     });
     const sampled = tokens.loss_mask.reduce((a, b) => a + b, 0);
     const box = h("div", { class: "tokens", dataset: { sequence: index } });
-    const fragment = document.createDocumentFragment();
     const mismatch = fidelity && index === 0 ? fidelity.first_mismatch : null;
-    for (let i = 0; i < tokens.input_ids.length; i++) {
+    const total = tokens.input_ids.length;
+    const more = h("button", { type: "button", class: "more-tokens", hidden: true });
+    let shown = 0;
+    const draw = () => {
+      const end = Math.min(total, shown + Tokens.CHUNK);
+      box.append(Tokens.spans(tokens, marks, texts, mismatch, shown, end));
+      shown = end;
+      const next = Math.min(Tokens.CHUNK, total - shown);
+      more.hidden = next === 0;
+      more.textContent = `show ${fmt(next)} more tokens (${fmt(total - shown)} not shown)`;
+    };
+    more.addEventListener("click", draw);
+    draw();
+    return h("div", { class: "sequence" },
+      h("p", { class: "muted token-counts" },
+        `sequence ${index}: `, h("span", { class: "token-total" }, fmt(total)), " tokens · ",
+        h("span", { class: "token-sampled" }, fmt(sampled)), " sampled (loss mask 1) · ",
+        fmt(total - sampled), " prompt"),
+      box, more);
+  },
+
+  // The tokens at positions [start, end), with the turn marks before them.
+  spans(tokens, marks, texts, mismatch, start, end) {
+    const fragment = document.createDocumentFragment();
+    for (let i = start; i < end; i++) {
       for (const label of marks.get(i) || []) fragment.append(h("span", { class: "turn-mark" }, label));
       const id = tokens.input_ids[i];
       const mask = tokens.loss_mask[i];
@@ -31,21 +58,17 @@ const Tokens = {
       span.textContent = text === "" ? "∅" : text.replaceAll("\n", "↵\n");
       let title = `#${i} id ${id} · loss mask ${mask}`;
       if (mask) {
-        const p = Math.exp(logprob);
-        title += ` · logprob ${logprob.toFixed(3)} · p ${p.toFixed(3)}`;
+        // A -inf logprob arrives as null (JSON has no -Infinity): p 0, the darkest shade.
+        const finite = typeof logprob === "number" && Number.isFinite(logprob);
+        const p = finite ? Math.exp(logprob) : 0;
+        title += finite ? ` · logprob ${logprob.toFixed(3)} · p ${p.toFixed(3)}` : " · logprob −∞ · p 0";
         span.style.backgroundColor = `hsl(214, 85%, ${(42 + 48 * p).toFixed(0)}%)`;
         if (p < 0.35) span.classList.add("dark");
       }
       span.title = title;
       fragment.append(span);
     }
-    box.append(fragment);
-    return h("div", { class: "sequence" },
-      h("p", { class: "muted token-counts" },
-        `sequence ${index}: `, h("span", { class: "token-total" }, fmt(tokens.input_ids.length)), " tokens · ",
-        h("span", { class: "token-sampled" }, fmt(sampled)), " sampled (loss mask 1) · ",
-        fmt(tokens.input_ids.length - sampled), " prompt"),
-      box);
+    return fragment;
   },
 
   mark(marks, at, label) {
