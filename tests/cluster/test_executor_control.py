@@ -266,3 +266,25 @@ async def test_a_node_named_like_another_alive_node_gets_no_worker(killed, monke
     await ex.wait_started(5)
     assert len(made) == 2 and ex.placement.current(twin["NodeID"]) is not None
     assert not killed
+
+
+async def test_a_drain_outlives_the_nodes_worker(killed, monkeypatch):
+    """A node drained for maintenance stays drained when its worker is replaced (its
+    raylet lives on, the worker died), until it is undrained."""
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
+    ex = executor()
+    made: list[FakeActor] = []
+    ex._worker_class = FakeWorkerClass(
+        lambda s: made.append(FakeActor(s, start=report)) or made[-1])
+    await ex._scan()
+    await ex.wait_started(5)
+    (first,) = await ex.drain("host-a", True)
+    assert first.draining
+    ex._mark_dead(ex.placement.current(INFO["NodeID"]), "its worker died")
+    await ex._scan()
+    await ex.wait_started(5)
+    replaced = ex.placement.current(INFO["NodeID"])
+    assert len(made) == 2 and replaced is not None and replaced.actor is made[1]
+    assert replaced.alive and replaced.draining
+    (again,) = [n for n in await ex.drain("host-a", False) if n.alive]
+    assert not again.draining

@@ -71,6 +71,7 @@ class RayExecutor:
         # node id -> (when its worker may be started again, the backoff after that)
         self._retry: dict[str, tuple[float, float]] = {}
         self._clashes: set[str] = set()  # nodes refused a worker: another has their name
+        self._drained: set[str] = set()  # node names drained (their next workers too)
         self._starts = itertools.count(1)  # each start's actor has its own name
         self._watcher: asyncio.Task[None] | None = None
         self._worker_class: Any = ray.remote(NodeWorker)
@@ -196,7 +197,8 @@ class RayExecutor:
             self._starting.pop(node_id, None)
         self._retry.pop(node_id, None)
         node = ClusterNode(name=name, node_id=node_id, slots=slots, actor=actor,
-                           generation=generation, reaped_at_start=report.reaped_at_start)
+                           generation=generation, reaped_at_start=report.reaped_at_start,
+                           draining=name in self._drained)  # a drain outlives its worker
         self.placement.add(node)
         log.info("node %s (%s) joined: %d slots, worker pid %d, %d sandboxes reaped", name,
                  node_id[:12], slots, report.pid, report.reaped_at_start)
@@ -313,6 +315,7 @@ class RayExecutor:
             raise KeyError(name)
         for node in nodes:
             node.draining = draining
+        (self._drained.add if draining else self._drained.discard)(name)
         await self.placement.changed()
         return [n.snapshot(self.placement.waiting) for n in nodes]
 
