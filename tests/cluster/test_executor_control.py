@@ -173,6 +173,20 @@ INFO = {"NodeID": "ab" * 28, "Alive": True, "NodeManagerHostname": "host-a",
         "Resources": {"rollserve": 4.0}}
 
 
+def healthy_workers(ex: RayExecutor) -> list[FakeActor]:
+    """Workers that start at once; the list of those made, in order."""
+    made: list[FakeActor] = []
+    ex._worker_class = FakeWorkerClass(
+        lambda s: made.append(FakeActor(s, start=report)) or made[-1])
+    return made
+
+
+async def scan(ex: RayExecutor) -> None:
+    """One look at the nodes, and the worker starts it began."""
+    await ex._scan()
+    await ex.wait_started(5)
+
+
 async def test_a_worker_that_fails_to_start_is_killed_and_tried_again_later_under_a_new_name(
         killed, monkeypatch):
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
@@ -188,18 +202,15 @@ async def test_a_worker_that_fails_to_start_is_killed_and_tried_again_later_unde
         return actor
 
     ex._worker_class = FakeWorkerClass(make)
-    await ex._scan()
-    await ex.wait_started(5)
+    await scan(ex)
     assert killed == [attempts[0]] and not ex.placement.nodes
     await ex._scan()  # within the backoff (1 s): not tried again yet
     assert len(attempts) == 1 and not ex._starting
     clock[0] += 1.5
-    await ex._scan()
-    await ex.wait_started(5)
+    await scan(ex)
     assert killed == attempts[:2] and ex._retry[INFO["NodeID"]] == (1003.5, 4.0)  # doubled
     clock[0] += 2.5
-    await ex._scan()
-    await ex.wait_started(5)
+    await scan(ex)
     assert len(attempts) == 3 and len(set(ex._worker_class.made)) == 3
     (joined,) = ex.placement.nodes.values()
     assert joined.actor is attempts[2] and joined.alive
@@ -234,8 +245,7 @@ async def test_a_new_worker_starts_at_the_heads_version_and_resumes_if_the_head_
     made: list[FakeActor] = []
     ex._worker_class = FakeWorkerClass(
         lambda s: made.append(FakeActor(s, start=report, pause=paused_until_resumed)) or made[-1])
-    await ex._scan()
-    await ex.wait_started(5)
+    await scan(ex)
     (actor,) = made
     assert actor.settings["policy_version"] == 4
     assert actor.calls["pause"] == [("finish", None)] and actor.calls["resume"] == [(5,)]
@@ -251,19 +261,14 @@ async def test_a_node_named_like_another_alive_node_gets_no_worker(killed, monke
     nodes = [INFO]
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: list(nodes))
     ex = executor()
-    made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=report)) or made[-1])
-    await ex._scan()
-    await ex.wait_started(5)
+    made = healthy_workers(ex)
+    await scan(ex)
     assert [n.node_id for n in ex.placement.nodes.values()] == [INFO["NodeID"]]
     nodes.append(twin)  # joins under the same name
-    await ex._scan()
-    await ex.wait_started(5)
+    await scan(ex)
     assert len(made) == 1 and twin["NodeID"] not in {n.node_id for n in ex.placement.nodes.values()}
     nodes[:] = [{**INFO, "Alive": False}, twin]  # the first one leaves
-    await ex._scan()
-    await ex.wait_started(5)
+    await scan(ex)
     assert len(made) == 2 and ex.placement.current(twin["NodeID"]) is not None
     assert not killed
 
@@ -273,16 +278,12 @@ async def test_a_drain_outlives_the_nodes_worker(killed, monkeypatch):
     raylet lives on, the worker died), until it is undrained."""
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
     ex = executor()
-    made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=report)) or made[-1])
-    await ex._scan()
-    await ex.wait_started(5)
+    made = healthy_workers(ex)
+    await scan(ex)
     (first,) = await ex.drain("host-a", True)
     assert first.draining
     ex._mark_dead(ex.placement.current(INFO["NodeID"]), "its worker died")
-    await ex._scan()
-    await ex.wait_started(5)
+    await scan(ex)
     replaced = ex.placement.current(INFO["NodeID"])
     assert len(made) == 2 and replaced is not None and replaced.actor is made[1]
     assert replaced.alive and replaced.draining
