@@ -20,8 +20,7 @@ import time
 
 import httpx
 
-from benchmarks.common import median, percentile, report
-from benchmarks.concurrency import free_port, wait_http
+from benchmarks.common import free_port, median, percentile, report, wait_http
 
 
 async def probe(url: str, size_mb: float, window: float) -> dict:

@@ -1,14 +1,19 @@
-"""Shared by the benchmarks: machine facts, a rich table, JSON under results/."""
+"""Shared by the benchmarks: machine facts, a rich table, JSON under results/, and the
+test-double LLM and servers they start as processes."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import socket
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -50,3 +55,29 @@ def report(name: str, title: str, columns: list[str], rows: list[list], data: di
     path.write_text(json.dumps(payload, indent=2) + "\n")
     Console().print(f"wrote {path}")
     return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer in {timeout}s")
+
+
+def fake_llm(port: int, latency: float, *replies: str) -> subprocess.Popen:
+    """The test-double vLLM as its own process, answering ``replies`` in turn."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(port),
+         "--latency", str(latency), "--reply", *replies], stdout=subprocess.DEVNULL)

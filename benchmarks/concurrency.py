@@ -13,37 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-import httpx
 import psutil
 
-from benchmarks.common import median, percentile, report
+from benchmarks.common import fake_llm, free_port, median, percentile, report, wait_http
 from rollserve.client import AsyncClient
 from rollserve.contract import RolloutResult
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
-        try:
-            httpx.get(url, timeout=1.0)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer in {timeout}s")
 
 
 def tree_cpu(proc: psutil.Process) -> float:
@@ -132,10 +111,7 @@ async def trainer(url: str, rollouts: int, server: psutil.Process) -> dict:
 def main(rollouts: int, latency: float) -> None:
     llm_port, api_port = free_port(), free_port()
     state = tempfile.mkdtemp(prefix="rollserve-bench-")
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(llm_port),
-         "--latency", str(latency), "--reply", "Let me think about it.", "So \\boxed{2}."],
-        stdout=subprocess.DEVNULL)
+    fake = fake_llm(llm_port, latency, "Let me think about it.", "So \\boxed{2}.")
     server = subprocess.Popen(
         [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(api_port),
          "--state-dir", state, "--backend", f"http://127.0.0.1:{llm_port}",

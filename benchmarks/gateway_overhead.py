@@ -34,8 +34,7 @@ import time
 import httpx
 import psutil
 
-from benchmarks.common import median, percentile, report
-from benchmarks.concurrency import free_port, wait_http
+from benchmarks.common import fake_llm, free_port, median, percentile, report, wait_http
 from rollserve.contract import SamplingParams
 from rollserve.llm.backends.vllm import completions_body
 
@@ -165,9 +164,7 @@ async def measure(api_url: str, llm_url: str, server: psutil.Process,
 def main(sessions: int, calls: int, solo_calls: int, latency: float) -> None:
     llm_port, api_port = free_port(), free_port()
     state = tempfile.mkdtemp(prefix="rollserve-bench-")
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(llm_port),
-         "--latency", str(latency), "--reply", REPLY], stdout=subprocess.DEVNULL)
+    fake = fake_llm(llm_port, latency, REPLY)
     server = subprocess.Popen(
         [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(api_port),
          "--state-dir", state, "--backend", f"http://127.0.0.1:{llm_port}",

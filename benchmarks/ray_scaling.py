@@ -27,8 +27,7 @@ import httpx
 import psutil
 from ray.cluster_utils import Cluster
 
-from benchmarks.common import report
-from benchmarks.concurrency import free_port, wait_http
+from benchmarks.common import fake_llm, free_port, report, wait_http
 from rollserve.client import Client
 from rollserve.contract import RolloutResult
 
@@ -72,10 +71,7 @@ def main(latency: float, per_node: int) -> None:
             cluster.add_node(**node, resources={"rollserve": SLOTS}, labels={"rollserve-node": f"node{i}"})
         llm_port, api_port = free_port(), free_port()
         url = f"http://127.0.0.1:{api_port}"
-        fake = subprocess.Popen(
-            [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(llm_port),
-             "--latency", str(latency), "--reply", "Let me think about it.", "So \\boxed{2}."],
-            stdout=subprocess.DEVNULL)
+        fake = fake_llm(llm_port, latency, "Let me think about it.", "So \\boxed{2}.")
         server = subprocess.Popen(
             [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(api_port),
              "--state-dir", tempfile.mkdtemp(prefix="rollserve-ray-bench-"), "--ray", cluster.address,
