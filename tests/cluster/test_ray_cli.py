@@ -1,0 +1,247 @@
+"""The README's cluster recipe as written, with Ray's own CLI (issue 12: "a new user can
+start a 1-head + N-worker cluster from the README"): `ray start --head --num-cpus 0` on
+this host; two worker "machines", each a network namespace with its own address and
+its own /tmp (`ip netns` and a private mount namespace: nothing of the head's Ray
+session is visible there), joined with `ray start --address HEAD:PORT --resources
+'{"rollserve": N}' --labels rollserve-node=NAME`; `rollserve serve --ray HEAD:PORT` on
+the head; the unchanged client over HTTP. Token authentication is on, as the README
+says to set it (`RAY_AUTH_MODE=token` and one `RAY_AUTH_TOKEN` on every machine).
+
+Needs root (network namespaces; CI runs as root); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+import rollserve
+from rollserve.agent.tool_calls import format_tool_call
+from rollserve.client import Client
+from rollserve.contract import SamplingParams, TaskRequest
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from rollserve.testing import FakeVLLM
+from tests.e2e.conftest import ServerProcess
+
+pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
+
+
+def _netns_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        return "`ip` (iproute2) or `unshare` (util-linux) is missing"
+    probe = f"rsq{os.getpid() % 100000}"
+    steps = (["ip", "netns", "add", probe],
+             ["ip", "link", "add", probe, "type", "veth", "peer", "name", f"{probe}p"])
+    try:
+        for step in steps:
+            made = subprocess.run(step, capture_output=True, timeout=10)
+            if made.returncode != 0:
+                return f"`{' '.join(step[:3])}` failed: {made.stderr.decode(errors='replace').strip()}"
+    finally:
+        subprocess.run(["ip", "link", "del", probe], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=10)
+    return None
+
+
+_WHY_NOT = _netns_unavailable()
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT)),
+    pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
+                       reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}"),
+]
+
+SLOTS = 4
+BIN = Path(sys.executable).parent  # `ray` and `rollserve` as the README's install puts them
+TESTS = [{"input": "1 2\n", "output": "3\n"}]
+SOLUTION = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def _run(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+
+
+class Machine:
+    """A worker machine: a network namespace joined to the host by a veth pair (the
+    host side is its gateway), whose processes see a /tmp of their own."""
+
+    def __init__(self, index: int, tag: str) -> None:
+        self.ns = f"rs{tag}n{index}"
+        self.host_if, self.ns_if = f"rs{tag}h{index}", f"rs{tag}p{index}"
+        self.gateway, self.ip = f"10.213.{index}.1", f"10.213.{index}.2"
+
+    def create(self) -> None:
+        _run("ip", "netns", "add", self.ns)
+        _run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+        _run("ip", "link", "set", self.ns_if, "netns", self.ns)
+        _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.host_if)
+        _run("ip", "link", "set", self.host_if, "up")
+        for cmd in (["ip", "addr", "add", f"{self.ip}/24", "dev", self.ns_if],
+                    ["ip", "link", "set", self.ns_if, "up"], ["ip", "link", "set", "lo", "up"],
+                    ["ip", "route", "add", "default", "via", self.gateway]):
+            _run("ip", "netns", "exec", self.ns, *cmd)
+
+    def start_ray(self, head: str, name: str, log: Path) -> subprocess.Popen[bytes]:
+        """The README's worker step, run inside this machine."""
+        join = (f"mount -t tmpfs none /tmp && exec {BIN}/ray start --address {head} "
+                f"--node-ip-address {self.ip} --resources '{{\"rollserve\": {SLOTS}}}' "
+                f"--labels rollserve-node={name} --disable-usage-stats --block")
+        with log.open("ab") as out:
+            return subprocess.Popen(["ip", "netns", "exec", self.ns, "unshare", "-m",
+                                     "--propagation", "private", "sh", "-c", join],
+                                    stdout=out, stderr=subprocess.STDOUT)
+
+    def destroy(self) -> None:
+        pids = subprocess.run(["ip", "netns", "pids", self.ns], capture_output=True,
+                              text=True, timeout=10).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True, timeout=10)
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, timeout=10)
+
+
+def _kill_matching(text: str) -> None:
+    """Every process whose command line names ``text`` (the head's Ray temp dir)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(text in part for part in proc.info["cmdline"] or ()):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+
+def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"`ray start --head` exited with {proc.returncode}")
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"Ray's head did not listen on {host}:{port} in {timeout:g}s")
+
+
+def policy(prompt_ids: list[int], prompt: str) -> str:
+    if "[code]" in prompt:
+        if prompt.count("<|im_start|>assistant") > 1:
+            return format_tool_call("submit", {})
+        return format_tool_call("str_replace_editor", {
+            "command": "create", "path": "/workspace/solution.py", "file_text": SOLUTION})
+    return "The sum is \\boxed{4}."
+
+
+@pytest.fixture(scope="module")
+def cli_cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("raycli")
+    tag = f"{os.getpid() % 10000:04d}"
+    machines = [Machine(i, tag) for i in (1, 2)]
+    head_ip, port = machines[0].gateway, 6400 + os.getpid() % 1000
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "PYTHONPATH")}
+    # One secret on every machine (the README's step); the nodes import this checkout.
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                      PYTHONPATH=os.pathsep.join(
+                          p for p in (str(Path(rollserve.__file__).resolve().parents[1]),
+                                      saved["PYTHONPATH"]) if p))
+    temp_dir = str(tmp / "ray")
+    procs: list[subprocess.Popen[bytes]] = []
+    fake = FakeVLLM("smollm2", replies=policy, latency=0.01, host=head_ip)
+    server: ServerProcess | None = None
+    try:
+        for m in machines:
+            m.create()
+        with (tmp / "head.log").open("ab") as out:
+            procs.append(subprocess.Popen(
+                [f"{BIN}/ray", "start", "--head", "--node-ip-address", head_ip, "--port",
+                 str(port), "--num-cpus", "0", "--temp-dir", temp_dir, "--include-dashboard",
+                 "false", "--disable-usage-stats", "--block"], stdout=out, stderr=subprocess.STDOUT))
+        _wait_port(head_ip, port, procs[0], timeout=120)
+        for i, m in enumerate(machines, 1):
+            procs.append(m.start_ray(f"{head_ip}:{port}", f"worker{i}", tmp / f"worker{i}.log"))
+        fake.start_in_thread()
+        server = ServerProcess(tmp / "state", ["--ray", f"{head_ip}:{port}",
+                                               "--backend", fake.url])
+        server.start(timeout=240)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            nodes = httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"] or []
+            if sum(n["alive"] for n in nodes) == len(machines):
+                break
+            time.sleep(0.5)
+        else:
+            logs = "\n".join(p.read_text()[-1500:] for p in sorted(tmp.glob("*.log")))
+            raise AssertionError(f"the worker machines did not join: {nodes}\n{logs}")
+        yield server, machines
+    finally:
+        if server is not None and server.proc is not None:
+            server.stop()
+        fake.stop()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for m in machines:
+            m.destroy()
+        _kill_matching(temp_dir)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
+    server, machines = cli_cluster
+    tasks = [TaskRequest(data_source="math", n=4,
+                         instance={"question": "What is 2 + 2?", "answer": "4"}) for _ in range(6)]
+    tasks += [TaskRequest(data_source="code", n=2,
+                          instance={"problem": f"[code] #{i}: print the sum of two integers.",
+                                    "tests": TESTS}) for i in range(3)]
+    with Client(server.url) as rs:
+        accepted = rs.submit(tasks, sampling=SamplingParams(max_tokens=256))
+        outcomes: Counter[tuple[str, str, float | None]] = Counter()
+        for group in accepted.groups:
+            view = rs.wait_group(group.group_id, timeout=240)
+            for member in view.rollouts:
+                result = member.result
+                assert result is not None, f"rollout {member.id} has no result"
+                outcomes[(result.data_source, result.status, result.reward)] += 1
+    # Every rollout ran to its end and was scored by its grader on a worker machine.
+    assert outcomes == {("math", "completed", 1.0): 24, ("code", "completed", 1.0): 6}, outcomes
+    nodes = {n["name"]: n for n in httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"]}
+    print("rollouts placed per worker machine:", {k: v["placed"] for k, v in nodes.items()})
+    assert set(nodes) == {"worker1", "worker2"}
+    for node in nodes.values():
+        assert node["alive"] and node["slots"] == SLOTS
+        assert node["placed"] > 0, f"{node['name']} got no rollout: {nodes}"
+    assert sum(n["placed"] for n in nodes.values()) == 30
+    # Nothing stays open on the machines once the batch is over (bounded wait: the head
+    # polls the workers' sandbox counts every second).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        nodes = {n["name"]: n for n in httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"]}
+        if all(n["hosted"] == 0 and n["sandboxes_open"] == 0 for n in nodes.values()):
+            break
+        time.sleep(0.5)
+    assert all(n["hosted"] == 0 and n["sandboxes_open"] == 0 for n in nodes.values()), nodes
