@@ -13,10 +13,10 @@ Needs root (network namespaces; CI runs as root); skipped otherwise.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -79,18 +79,20 @@ class Machine:
     """A worker machine: a network namespace joined to the host by a veth pair (the
     host side is its gateway), whose processes see a /tmp of their own."""
 
-    def __init__(self, index: int, tag: str) -> None:
-        self.ns = f"rs{tag}n{index}"
-        self.host_if, self.ns_if = f"rs{tag}h{index}", f"rs{tag}p{index}"
-        self.gateway, self.ip = f"10.213.{index}.1", f"10.213.{index}.2"
+    def __init__(self, index: int) -> None:
+        pid = os.getpid()
+        self.ns = f"rsx{pid}n{index}"
+        self.host_if, self.ns_if = f"rsx{pid}h{index}", f"rsx{pid}p{index}"
+        subnet = f"10.{200 + pid // 250 % 50}.{pid % 250}"  # this run's own addresses
+        self.gateway, self.ip = f"{subnet}.{4 * index + 1}", f"{subnet}.{4 * index + 2}"
 
     def create(self) -> None:
         _run("ip", "netns", "add", self.ns)
         _run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
         _run("ip", "link", "set", self.ns_if, "netns", self.ns)
-        _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.host_if)
+        _run("ip", "addr", "add", f"{self.gateway}/30", "dev", self.host_if)
         _run("ip", "link", "set", self.host_if, "up")
-        for cmd in (["ip", "addr", "add", f"{self.ip}/24", "dev", self.ns_if],
+        for cmd in (["ip", "addr", "add", f"{self.ip}/30", "dev", self.ns_if],
                     ["ip", "link", "set", self.ns_if, "up"], ["ip", "link", "set", "lo", "up"],
                     ["ip", "route", "add", "default", "via", self.gateway]):
             _run("ip", "netns", "exec", self.ns, *cmd)
@@ -106,15 +108,31 @@ class Machine:
                                     stdout=out, stderr=subprocess.STDOUT)
 
     def destroy(self) -> None:
-        pids = subprocess.run(["ip", "netns", "pids", self.ns], capture_output=True,
-                              text=True, timeout=10).stdout.split()
-        for pid in pids:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True, timeout=10)
-        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, timeout=10)
+        _remove_namespace(self.ns, self.host_if)
+
+
+def _remove_namespace(ns: str, host_if: str) -> None:
+    """Kill what runs in ``ns``, then remove it and the host's end of its veth pair."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                          text=True, timeout=10).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+    subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=10)
+
+
+def _remove_stale() -> None:
+    """Namespaces an earlier run of this test left (its process is gone: killed before
+    its teardown): they would hold addresses and processes."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            timeout=10).stdout.split("\n")
+    for line in listed:
+        found = re.fullmatch(r"rsx(\d+)n(\d+)", line.split(" ")[0])
+        if found and not psutil.pid_exists(int(found[1])):
+            _remove_namespace(found[0], f"rsx{found[1]}h{found[2]}")
 
 
 def _kill_matching(text: str) -> None:
@@ -127,20 +145,36 @@ def _kill_matching(text: str) -> None:
                 pass
 
 
-def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+def _wait_started(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until `ray start` says its node is up (as a user waits for the command to return)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"`ray start --head` exited with {proc.returncode}")
-        try:
-            socket.create_connection((host, port), timeout=1).close()
+        if "Ray runtime started" in log.read_text(errors="replace"):
             return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"Ray's head did not listen on {host}:{port} in {timeout:g}s")
+        if proc.poll() is not None:
+            raise RuntimeError(f"`ray start` exited with {proc.returncode}: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.3)
+    raise RuntimeError(f"`ray start` did not start its node in {timeout:g}s")
+
+
+# An agent harness run inside the rollout's sandbox on a worker machine (the `gateway`
+# family's `command`): it reaches its node worker's gateway through the socket bound
+# into its workspace, as an OpenAI client would.
+HARNESS = """
+import json, os, urllib.request
+body = json.dumps({"model": "p", "messages": [{"role": "user", "content": "[harness] 6*7?"}]})
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=body.encode(), headers={"Content-Type": "application/json",
+                                 "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+with urllib.request.urlopen(request, timeout=60) as answer:
+    print("harness got:", json.loads(answer.read())["choices"][0]["message"]["content"])
+"""
 
 
 def policy(prompt_ids: list[int], prompt: str) -> str:
+    if "[harness]" in prompt:
+        return "42"
     if "[code]" in prompt:
         if prompt.count("<|im_start|>assistant") > 1:
             return format_tool_call("submit", {})
@@ -152,8 +186,8 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
 @pytest.fixture(scope="module")
 def cli_cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("raycli")
-    tag = f"{os.getpid() % 10000:04d}"
-    machines = [Machine(i, tag) for i in (1, 2)]
+    _remove_stale()
+    machines = [Machine(i) for i in (1, 2)]
     head_ip, port = machines[0].gateway, 6400 + os.getpid() % 1000
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "PYTHONPATH")}
     # One secret on every machine (the README's step); the nodes import this checkout.
@@ -173,9 +207,11 @@ def cli_cluster(tmp_path_factory):
                 [f"{BIN}/ray", "start", "--head", "--node-ip-address", head_ip, "--port",
                  str(port), "--num-cpus", "0", "--temp-dir", temp_dir, "--include-dashboard",
                  "false", "--disable-usage-stats", "--block"], stdout=out, stderr=subprocess.STDOUT))
-        _wait_port(head_ip, port, procs[0], timeout=120)
-        for i, m in enumerate(machines, 1):
-            procs.append(m.start_ray(f"{head_ip}:{port}", f"worker{i}", tmp / f"worker{i}.log"))
+        _wait_started(tmp / "head.log", procs[0], timeout=240)
+        for i, m in enumerate(machines, 1):  # one after the other, each once it is up
+            log = tmp / f"worker{i}.log"
+            procs.append(m.start_ray(f"{head_ip}:{port}", f"worker{i}", log))
+            _wait_started(log, procs[-1], timeout=240)
         fake.start_in_thread()
         server = ServerProcess(tmp / "state", ["--ray", f"{head_ip}:{port}",
                                                "--backend", fake.url])
@@ -187,23 +223,21 @@ def cli_cluster(tmp_path_factory):
                 break
             time.sleep(0.5)
         else:
-            logs = "\n".join(p.read_text()[-1500:] for p in sorted(tmp.glob("*.log")))
+            logs = "\n".join(p.read_text()[-1500:] for p in (*sorted(tmp.glob("*.log")), server.log))
             raise AssertionError(f"the worker machines did not join: {nodes}\n{logs}")
         yield server, machines
     finally:
-        if server is not None and server.proc is not None:
-            server.stop()
-        fake.stop()
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
+        try:
+            if server is not None and server.proc is not None:
+                server.stop()
+        finally:
+            for m in machines:  # the worker machines first: nothing there may outlive the test
+                m.destroy()
+            for proc in procs:
                 proc.kill()
-        for m in machines:
-            m.destroy()
-        _kill_matching(temp_dir)
+                proc.wait(timeout=10)
+            _kill_matching(temp_dir)
+            fake.stop()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -211,6 +245,7 @@ def cli_cluster(tmp_path_factory):
                 os.environ[key] = value
 
 
+@pytest.mark.timeout(900)  # a loaded 2-core host starts three Ray nodes and their workers slowly
 def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
     server, machines = cli_cluster
     tasks = [TaskRequest(data_source="math", n=4,
@@ -218,6 +253,8 @@ def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
     tasks += [TaskRequest(data_source="code", n=2,
                           instance={"problem": f"[code] #{i}: print the sum of two integers.",
                                     "tests": TESTS}) for i in range(3)]
+    tasks += [TaskRequest(data_source="gateway", n=2, instance={
+        "answer": "42", "files": {"harness.py": HARNESS}, "command": '"$ROLLSERVE_PYTHON" harness.py'})]
     with Client(server.url) as rs:
         accepted = rs.submit(tasks, sampling=SamplingParams(max_tokens=256))
         outcomes: Counter[tuple[str, str, float | None]] = Counter()
@@ -227,15 +264,20 @@ def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
                 result = member.result
                 assert result is not None, f"rollout {member.id} has no result"
                 outcomes[(result.data_source, result.status, result.reward)] += 1
+                if result.data_source == "gateway":
+                    assert result.evaluation is not None
+                    assert "harness got: 42" in result.evaluation["harness_log_tail"]
+                    assert len(result.trajectory.turns) == 1
     # Every rollout ran to its end and was scored by its grader on a worker machine.
-    assert outcomes == {("math", "completed", 1.0): 24, ("code", "completed", 1.0): 6}, outcomes
+    assert outcomes == {("math", "completed", 1.0): 24, ("code", "completed", 1.0): 6,
+                        ("gateway", "completed", 1.0): 2}, outcomes
     nodes = {n["name"]: n for n in httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"]}
     print("rollouts placed per worker machine:", {k: v["placed"] for k, v in nodes.items()})
     assert set(nodes) == {"worker1", "worker2"}
     for node in nodes.values():
         assert node["alive"] and node["slots"] == SLOTS
         assert node["placed"] > 0, f"{node['name']} got no rollout: {nodes}"
-    assert sum(n["placed"] for n in nodes.values()) == 30
+    assert sum(n["placed"] for n in nodes.values()) == 32
     # Nothing stays open on the machines once the batch is over (bounded wait: the head
     # polls the workers' sandbox counts every second).
     deadline = time.monotonic() + 30
