@@ -14,14 +14,20 @@ Optionally the pause is forwarded to backends that support it (vLLM dev mode,
 SGLang). While paused with nothing in flight, ``load_weights`` pushes a LoRA adapter
 or full weights into every token-level backend (``routing.weights``).
 
-Followers (``base.Follower``: a cluster node's router replica) are paused, resumed
-and given backends with this router.
+Followers (``base.Follower``: a cluster node's router replica) are paused, resumed,
+given backends and told of every weight load with this router.
+
+After a LoRA load, ``lora`` names the adapter the policy is: a backend added later
+names it in its requests too (or is refused, if it cannot serve an adapter), and so
+does every follower's backend (``weights.adopt``), so that nothing samples the base
+model under the new policy version.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 
 from pydantic import BaseModel, Field
 
@@ -33,15 +39,16 @@ from rollserve.llm.routing.forward import forward, pausable
 from rollserve.llm.routing.health import HealthConfig, HealthMonitor
 from rollserve.llm.routing.inflight import InFlightCalls
 from rollserve.llm.routing.policies import Policy, make_policy
-from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate, load, targets
+from rollserve.llm.routing.weights import (
+    WeightsRefused,
+    WeightUpdate,
+    adopt,
+    adopter,
+    load,
+    targets,
+)
 
 log = logging.getLogger(__name__)
-
-# Node replicas (``--ray``) do not follow a LoRA load: they would go on naming the base
-# model while their turns are stamped with the new policy version.
-LORA_WITH_FOLLOWERS = ("kind: LoRA adapters are not supported with --ray yet (the nodes' "
-                       "router replicas would keep sampling the base model under the new "
-                       "policy version); load full weights")
 
 
 class RouterConfig(BaseModel):
@@ -62,7 +69,9 @@ class RouterControl:
     """Backends by name and their state; pause, resume and weight loads; followers."""
 
     def __init__(self, policy_version: int | None = None, config: RouterConfig | None = None,
-                 policy: Policy | None = None):
+                 policy: Policy | None = None, lora: str | None = None):
+        """``lora``: the LoRA adapter the policy is (loaded by another router: a node
+        replica's head), which every token-level backend added here names."""
         self.config = config or RouterConfig()
         self.policy = policy or make_policy(self.config.policy)
         self.policy_version: int | None = policy_version
@@ -80,6 +89,7 @@ class RouterControl:
         self._loading = False  # a weight load is under way
         self.followers: list[Follower] = []  # routers elsewhere, paused and resumed with this
         self._followers_drained = False  # the last pause drained every follower
+        self.lora: str | None = lora  # the adapter the policy is; None: the base model
 
     # --- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -96,9 +106,18 @@ class RouterControl:
     def add(self, backend: LLMBackend, weight: float | None = None,
             source: str | None = None) -> None:
         """Register ``backend``; ``source``: its spec as JSON, which followers build their
-        own from (a backend added without one stays this router's)."""
+        own from (a backend added without one stays this router's). While the policy is
+        a LoRA adapter, the backend names it in its requests (its server must serve it:
+        vLLM's ``--lora-modules``); ``WeightsRefused`` (nothing registered) if it cannot,
+        or while a weight load is under way."""
         if backend.name in self._states:
             raise ValueError(f"name: a backend named {backend.name!r} is already registered")
+        if self._loading:
+            raise WeightsRefused("a weight load is under way: add the backend once it has ended")
+        if self.lora is not None:
+            adopting = adopter(backend, self.lora)  # before it can take a call
+            if adopting is not None:
+                adopting.adopt(self.lora)
         state = BackendState(backend, weight=float(backend.weight if weight is None else weight))
         self._states[backend.name] = state
         self.metrics.track(backend.name)
@@ -234,8 +253,6 @@ class RouterControl:
                                  "(mode abort, or a longer timeout) before loading weights")
         if self._loading:
             raise WeightsRefused("another weight load is under way")
-        if self.followers and update.kind == "lora":
-            raise WeightsRefused(LORA_WITH_FOLLOWERS)
         if self.followers and not self._followers_drained:
             raise WeightsRefused("a cluster node's router replica did not drain at the last "
                                  "pause (its calls may still be sampling): pause again (mode "
@@ -244,6 +261,14 @@ class RouterControl:
         self._loading = True
         try:
             outcomes = await load(backends, update, timeout)
+            failed = [name for name, outcome in outcomes.items() if outcome != "ok"]
+            if len(failed) < len(outcomes):  # loaded somewhere: the policy is these weights
+                self.lora = update.lora
+                # Followers' backends are other objects on the same servers: each names
+                # what its twin here names now (a failed one's twin keeps its name). Full
+                # weights keep the served model's name, so they need this only when an
+                # adapter was in force: its name gives way to the base model's again.
+                await asyncio.gather(*(f.weights_loaded(update, failed) for f in self.followers))
         finally:
             self._loading = False
         for name, outcome in outcomes.items():
@@ -251,6 +276,14 @@ class RouterControl:
                 self._states[name].last_error = f"weights: {outcome}"
         log.info("weights (%s) loaded: %s", update.kind, outcomes)
         return outcomes
+
+    def adopt_weights(self, lora: str | None, skip: Collection[str] = ()) -> None:
+        """Weights were loaded into this router's servers by another router (a node
+        replica's head): every token-level backend but those in ``skip`` names ``lora``
+        (None: the base model) in later requests, as do backends added later; nothing is
+        sent to a server. ``WeightsRefused`` (nothing changed) if one cannot serve it."""
+        adopt(self._states.values(), lora, skip)
+        self.lora = lora
 
     async def _forward_pause(self, mode: PauseMode) -> dict[str, str]:
         """``pause(mode)`` on every ``Pausable`` backend (remembered for resume)."""
