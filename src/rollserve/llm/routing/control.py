@@ -245,7 +245,8 @@ class RouterControl:
     async def load_weights(self, update: WeightUpdate, timeout: float) -> dict[str, str]:
         """Load ``update`` into every token-level backend (each within ``timeout``
         seconds): the outcome by backend name. ``WeightsRefused`` (nothing loaded) unless
-        paused with nothing in flight and every such backend can take it."""
+        paused with nothing in flight (followers drained) and every such backend can take
+        it. Once loaded somewhere, followers adopt it before this returns (a resume waits)."""
         if not self.paused:
             raise WeightsRefused("generation is not paused: POST /v1/llm/pause first")
         if self.in_flight:
