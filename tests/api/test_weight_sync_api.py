@@ -238,3 +238,39 @@ async def test_full_weights_into_sglang_carry_the_policy_version(make_api, tok, 
     assert turn["policy_version"] == 7
     assert turn["logprobs"] == fake_logprobs(fake.calls[0].prompt_ids, len(turn["logprobs"]),
                                              None, f"full:{checkpoint}#1")
+
+
+async def test_a_server_added_after_a_lora_sync_names_the_adapter_not_the_base_model(
+        make_api, tok, tmp_path):
+    """A vLLM server added at run time once the policy is an adapter (started with it, as
+    `--lora-modules policy=DIR` does) samples the adapter, not the base model, under the
+    new version; a server that cannot serve an adapter is refused, not added."""
+    path = adapter(tmp_path)
+    async with FakeVLLM(tok, runtime_lora=True) as first, \
+            FakeVLLM(tok, runtime_lora=True) as second, FakeLlamaCpp(tok) as llama:
+        first.replies = policy_of(first)
+        second.replies = policy_of(second)
+        service, http = await make_api([first.url])
+        client = rollserve_client(service)
+        await client.resume(policy_version=1)
+        await AsyncWeightSync(client).update(LoRA("policy", path), policy_version=2)
+        async with httpx.AsyncClient() as direct:  # the new server serves the adapter
+            loaded = await direct.post(f"{second.url}/v1/load_lora_adapter",
+                                       json={"lora_name": "policy", "lora_path": path})
+            assert loaded.status_code == 200
+        r = await http.post("/v1/llm/backends", json={"url": second.url, "name": "second"})
+        assert r.status_code == 201, r.text
+        r = await http.post("/v1/llm/backends", json={"url": llama.url, "name": "llama",
+                                                      "kind": "llamacpp"})
+        assert r.status_code == 409 and "cannot serve the LoRA adapter 'policy'" in r.text
+        (await http.delete(f"/v1/llm/backends/{service.router.list()[0]['name']}")
+         ).raise_for_status()
+        results = await rollouts(client, 3)
+        names = [b["name"] for b in service.router.list()]
+        await client.aclose()
+    assert names == ["second"]
+    assert second.calls and {c.request["model"] for c in second.calls} == {"policy"}
+    turns = [t for r in results for t in r["trajectory"]["turns"]]
+    assert turns and {t["policy_version"] for t in turns} == {2}
+    assert {t["backend"] for t in turns} == {"second"}
+    assert all(r["reward"] == 1.0 for r in results)

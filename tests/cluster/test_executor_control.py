@@ -3,7 +3,9 @@ tests/cluster/test_ray_cluster.py): a node that does not answer a pause or a res
 fenced (its worker killed, the node lost: its rollouts run again elsewhere), a stage
 call that returns from a fenced node is not used, a worker that fails to start is
 killed and tried again later under a new name, and a new worker starts at the head's
-policy version (resumed if the head resumed while it joined)."""
+policy version (resumed if the head resumed while it joined), and every worker's router
+replica names the LoRA adapter the head loaded (a worker that does not confirm is
+fenced; one that starts later, or while the load ran, names it too)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from rollserve.cluster.protocol import RayConfig, StageOutcome, WorkerReport, Wo
 from rollserve.contract import Timeouts  # noqa: E402
 from rollserve.engine.rollout import Rollout, RolloutSpec  # noqa: E402
 from rollserve.errors import NodeLost  # noqa: E402
+from rollserve.llm.routing.weights import WeightUpdate  # noqa: E402
 
 Reply = Callable[..., Coroutine[Any, Any, Any]]
 
@@ -44,7 +47,8 @@ class FakeActor:
         self.settings = json.loads(settings_json)
         self.calls: dict[str, list[tuple[Any, ...]]] = {}
         self.replies: dict[str, Reply] = {"pause": answer(True), "resume": answer(None),
-                                          "cleanup": answer(None), **replies}
+                                          "cleanup": answer(None),
+                                          "weights_loaded": answer(None), **replies}
 
     def __getattr__(self, method: str) -> Method:
         if method.startswith("_") or method not in self.replies:
@@ -289,3 +293,44 @@ async def test_a_drain_outlives_the_nodes_worker(killed, monkeypatch):
     assert replaced.alive and replaced.draining
     (again,) = [n for n in await ex.drain("host-a", False) if n.alive]
     assert not again.draining
+
+
+LORA = WeightUpdate(kind="lora", name="policy-7", path="/ckpt")
+
+
+async def test_every_node_names_the_adapter_the_head_loaded_or_is_fenced(killed, monkeypatch):
+    ex = executor()
+    good = node(ex, "good", FakeActor())
+    slow = node(ex, "slow", FakeActor(weights_loaded=answer(None, delay=30)))
+    odd = node(ex, "odd", FakeActor(weights_loaded=fails(RuntimeError("cannot serve it"))))
+    await asyncio.wait_for(ex.weights_loaded(LORA, ["b"]), 10)
+    assert good.actor.calls["weights_loaded"] == [("policy-7", ["b"])]
+    assert good.alive and not slow.alive and not odd.alive
+    assert killed == [slow.actor, odd.actor]  # they might sample the base model under v7
+    # A worker that starts later is told in its settings.
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
+    made = healthy_workers(ex)
+    await scan(ex)
+    (late,) = made
+    assert late.settings["lora"] == "policy-7" and "weights_loaded" not in late.calls
+    # Full weights: the base model's name again, everywhere.
+    await ex.weights_loaded(WeightUpdate(kind="full", path="/ckpt-full"), [])
+    assert late.calls["weights_loaded"] == [(None, [])]
+
+
+async def test_a_worker_that_started_while_a_load_ran_names_the_adapter(killed, monkeypatch):
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
+    ex = executor()
+
+    async def start_during_a_load(*args: Any) -> Any:
+        await ex.weights_loaded(LORA, [])  # no node in placement yet: it is not told
+        return await report()
+
+    made: list[FakeActor] = []
+    ex._worker_class = FakeWorkerClass(
+        lambda s: made.append(FakeActor(s, start=start_during_a_load)) or made[-1])
+    await scan(ex)
+    (actor,) = made
+    assert actor.settings["lora"] is None
+    assert actor.calls["weights_loaded"] == [("policy-7", [])]
+    assert ex.placement.current(INFO["NodeID"]) is not None and killed == []

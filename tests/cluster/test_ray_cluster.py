@@ -7,7 +7,9 @@ One cluster and one server for the module (tests run in order and share them): a
 batch spreads over the nodes, token-exact against the double's log and shaped as a
 single-machine server's results; a node killed mid-batch loses and duplicates
 nothing, its rollouts run again elsewhere, its sandboxes are reaped by owner record
-when it returns and the other nodes' are untouched; a node added mid-batch takes work.
+when it returns and the other nodes' are untouched; a node added mid-batch takes work;
+a LoRA adapter loaded through the head (once, into the server) is named by every
+node's requests from then on, a node added afterwards included.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def add_node(c: Cluster, label: str) -> Any:
 
 @pytest.fixture(scope="module")
 def fake():
-    server = FakeVLLM("smollm2", replies=policy, latency=0.01).start_in_thread()
+    # runtime_lora: it loads adapters and answers 404 for a model it does not serve
+    server = FakeVLLM("smollm2", replies=policy, latency=0.01, runtime_lora=True).start_in_thread()
     yield server
     server.stop()
 
@@ -308,9 +311,14 @@ def test_a_draining_node_takes_no_new_rollouts_and_status_shows_nodes(server):
     assert not nodes(server.url)["node1"]["draining"]
 
 
-def test_pause_and_resume_reach_every_nodes_router(server):
+def test_pause_lora_and_resume_reach_every_nodes_router(server, cluster, fake, tmp_path):
     """The head's pause holds the nodes' router replicas too (no turn is sampled while
-    the trainer updates weights), and resume stamps its policy version on the turns."""
+    the trainer updates weights), a LoRA adapter loaded through the head goes into the
+    server once and every node's requests name it from then on (a node added afterwards
+    too), and resume stamps its policy version on the turns."""
+    adapter = tmp_path / "policy-7"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}')
     paused = httpx.post(f"{server.url}/v1/llm/pause", json={"mode": "finish"}, timeout=60).json()
     assert paused["paused"] and paused["drained"], paused
     with Client(server.url) as client:
@@ -320,16 +328,35 @@ def test_pause_and_resume_reach_every_nodes_router(server):
                  "every rollout in RUN, on the nodes")
         time.sleep(2)  # held: their first LLM call waits for the resume
         assert client.results(after=before, wait=0).results == []
-        # The nodes' replicas would keep naming the base model under the new version.
+        assert fake.weight_loads == []
         lora = httpx.post(f"{server.url}/v1/llm/weights", timeout=60, json={
-            "weights": {"kind": "lora", "name": "policy-7", "path": str(server.state_dir)}})
-        assert lora.status_code == 409 and "not supported with --ray" in lora.text, lora.text
+            "weights": {"kind": "lora", "name": "policy-7", "path": str(adapter)}})
+        assert lora.status_code == 200 and lora.json()["ok"], lora.text
+        assert fake.weight_loads == [("lora:policy-7", str(adapter))]  # the head's, only
+        loaded_at = len(fake.calls)
         resumed = httpx.post(f"{server.url}/v1/llm/resume", json={"policy_version": 7}, timeout=60)
         assert resumed.json()["policy_version"] == 7
         results = collect(client, before, 8, timeout=120)
+        # A node that joins now: its worker starts naming the adapter (the fewest placed,
+        # it gets the next rollouts first).
+        cluster.nodes_by_label["node4"] = add_node(cluster, "node4")
+        wait_for(lambda: nodes(server.url).get("node4", {}).get("alive"), 120, "node4's worker")
+        before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
+        client.submit([math_task(3100 + i) for i in range(16)], sampling={"max_tokens": 128})
+        results += collect(client, before, 16, timeout=120)
+    assert nodes(server.url)["node4"]["placed"] > 0
+    placed = {name: n["placed"] for name, n in nodes(server.url).items() if n["alive"]}
     for r in results:
         assert r.status == "completed" and r.reward == 1.0, r.failure
         assert [t.policy_version for t in r.trajectory.turns] == [7], r.trajectory.turns
+    # Every request since the load, from every node, named the adapter (none the base
+    # model under version 7), and the server loaded it once.
+    since = fake.calls[loaded_at:]
+    assert len(since) >= 24 and {c.request["model"] for c in since} == {"policy-7"}, placed
+    assert fake.weight_loads == [("lora:policy-7", str(adapter))]
+
+
+NODES = ("node0", "node1", "node2", "node3", "node4")  # every node that ever joined, by now
 
 
 def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, fake):
@@ -337,8 +364,7 @@ def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, 
     with Client(server.url) as client:
         (rid,) = client.submit([code_task(6000, nap=600)], sampling={"max_tokens": 128},
                                agent={"max_turns": 4}).groups[0].rollout_ids
-        wait_for(lambda: any(records(state, n) for n in ("node0", "node1", "node2", "node3")), 60,
-                 "its sandbox")
+        wait_for(lambda: any(records(state, n) for n in NODES), 60, "its sandbox")
         time.sleep(1)  # into the nap: the editor's turn (at least) is sampled
         assert client.cancel(rid).status == "cancelled"
         result = client.rollout(rid, wait=30).result
@@ -348,7 +374,7 @@ def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, 
     turns = result.trajectory.turns
     assert turns and turns[0].tool_calls[0].name == "str_replace_editor", turns
     check_tokens(result, calls_by_prompt(fake))
-    assert all(records(state, n) == set() for n in ("node0", "node1", "node2", "node3"))
+    assert all(records(state, n) == set() for n in NODES)
     wait_for(lambda: all(n["hosted"] == 0 and n["sandboxes_open"] == 0
                          for n in nodes(server.url).values()), 30, "the node to let it go")
 
@@ -370,5 +396,7 @@ def test_backends_added_and_removed_at_run_time_reach_the_nodes(server):
         assert {r.status for r in results} == {"completed"}
         assert {t.backend for r in results for t in r.trajectory.turns} == {"second"}
         assert len(second.calls) == 12
+        # Added after the LoRA load: every node's copy names the adapter too.
+        assert {c.request["model"] for c in second.calls} == {"policy-7"}
     finally:
         second.stop()

@@ -5,8 +5,8 @@ import asyncio
 import pytest
 
 from rollserve.errors import ContextWindowError, LLMError
-from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.llm.backends.vllm import VLLMBackend
+from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.testing import FakeVLLM
 
 
@@ -181,3 +181,39 @@ async def test_malformed_or_inconsistent_replies_are_llm_errors():
         backend._post_json = canned
         with pytest.raises(LLMError, match=message):
             await backend.generate([1, 2], SamplingParams())
+
+
+async def test_a_second_backend_on_the_server_adopts_the_adapter_without_loading_it(
+        tok, chat_prompt, tmp_path):
+    """A cluster node's replica has its own backend object on the same server: after the
+    head's load it names the adapter (its server serves it), without a second load and
+    without having read the base model's name; full weights name the base model again."""
+    folder, checkpoint = tmp_path / "adapter", tmp_path / "step2"
+    folder.mkdir()
+    checkpoint.mkdir()
+    (folder / "adapter_config.json").write_text("{}")
+    prompt = chat_prompt()
+    sampling = SamplingParams(max_tokens=4)
+    async with FakeVLLM(tok, replies="x", max_model_len=4096, runtime_lora=True,
+                        dev_mode=True) as server:
+        head, replica = VLLMBackend(server.url), VLLMBackend(server.url)
+        try:
+            await head.load_lora("policy", str(folder))
+            replica.adopt("policy")  # never used before: the base model's name unknown
+            await replica.generate(prompt, sampling)
+            assert server.calls[-1].request["model"] == "policy"
+            assert server.weight_loads == [("lora:policy", str(folder))]
+            assert replica.context_window() == 4096  # the base's, through the adapter's card
+            await head.load_full(str(checkpoint))
+            replica.adopt(None)
+            await replica.generate(prompt, sampling)
+            assert server.calls[-1].request["model"] == "fake-model"
+            # an adopted backend that loads itself finds the base model's name on the server
+            fresh = VLLMBackend(server.url)
+            fresh.adopt("policy")
+            await fresh.load_full(str(checkpoint))
+            assert fresh.loaded_model() == "fake-model"
+            await fresh.close()
+        finally:
+            await head.close()
+            await replica.close()

@@ -84,6 +84,7 @@ from rollserve.engine.errors import InvalidTask, UnknownDataSource
 from rollserve.engine.facade import Rollouts
 from rollserve.llm.backends.factory import ServerSpec, VLLMSpec, backend_from_spec, remote_spec
 from rollserve.llm.routing.router import Router
+from rollserve.llm.routing.weights import WeightsRefused
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,11 @@ async def add_llm_server(body: LLMServerRequest, request: Request) -> StatusRepl
         log.warning("LLM server address %s already exists", body.address)
         await backend.close()
     else:
-        llm_router.add(backend, source=spec.model_dump_json())
+        try:  # after a LoRA load, it names the adapter; refused if it cannot serve one
+            llm_router.add(backend, source=spec.model_dump_json())
+        except WeightsRefused as exc:
+            await backend.close()
+            raise HTTPException(400, f"Failed to add LLM server: {exc}") from exc
     verb = "Added" if compat.running else "Buffered"
     return StatusReply(status=f"{verb} LLM server address: {body.address}")
 

@@ -69,6 +69,10 @@ async def status(request: Request) -> RouterStatus:
 async def add_backend(spec: RemoteBackendSpec, request: Request) -> BackendAdded:
     """Add an inference server by URL; rollouts waiting for one start at once.
 
+    While the policy is a LoRA adapter (``POST /v1/llm/weights``), the new server's
+    requests name it: serve it there too (vLLM's ``--lora-modules NAME=PATH``). 409 for a
+    server that cannot serve an adapter, or while a weight load is under way.
+
     Embedded (in-process) backends are started from the command line only: they load
     a model file from the server's disk."""
     llm_router = _router(request)
@@ -79,7 +83,11 @@ async def add_backend(spec: RemoteBackendSpec, request: Request) -> BackendAdded
     if any(b["name"] == backend.name for b in llm_router.list()):
         await backend.close()
         raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
-    llm_router.add(backend, source=spec.spec().model_dump_json())
+    try:  # after a LoRA load, it names the adapter; refused if it cannot serve one
+        llm_router.add(backend, source=spec.spec().model_dump_json())
+    except WeightsRefused as exc:
+        await backend.close()
+        raise HTTPException(409, str(exc)) from exc
     return BackendAdded(backend=BackendInfo.model_validate(backend.describe()))
 
 

@@ -29,6 +29,7 @@ from rollserve.errors import InfraError, NodeLost
 from rollserve.handlers.base import AgentHandler
 from rollserve.llm.base import PauseMode
 from rollserve.llm.routing.deadline import current_deadline
+from rollserve.llm.routing.weights import WeightUpdate
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class RayExecutor:
         self._watcher: asyncio.Task[None] | None = None
         self._worker_class: Any = ray.remote(NodeWorker)
         self._paused: PauseMode | None = None  # the head's router is paused (its mode)
+        self._lora: str | None = None  # the LoRA adapter the head loaded last (None: base)
         self._added: dict[str, tuple[str, float]] = {}  # backends the head got at run time
         self._removed: set[str] = set()  # backend names the head removed at run time
         self._background: set[asyncio.Task[None]] = set()
@@ -168,7 +170,7 @@ class RayExecutor:
         settings = self.settings.model_copy(update={
             "node": name, "removed_backends": sorted(self._removed),
             "added_backends": list(self._added.values()),
-            "policy_version": self._current_version()})
+            "policy_version": self._current_version(), "lora": self._lora})
         actor: Any = None
         try:
             actor = self._worker_class.options(
@@ -183,6 +185,10 @@ class RayExecutor:
                 if self._paused is None:  # the head resumed meanwhile: so does this node
                     await self._bounded(actor.resume.remote(self._current_version()),
                                         self.config.call_timeout)
+            lora = settings.lora
+            while lora != self._lora:  # weights loaded as it started: name what they name
+                lora = self._lora
+                await self._bounded(actor.weights_loaded.remote(lora, []), self.config.call_timeout)
         except BaseException as exc:  # every failure, a cancel too: no actor is left running
             if actor is not None:
                 _kill(actor)
@@ -227,8 +233,9 @@ class RayExecutor:
         return self._policy_version() if self._policy_version is not None else None
 
     def _fence(self, node: ClusterNode, why: str) -> None:
-        """A node whose worker did not answer a pause or resume may sample on under the
-        wrong policy: kill its worker and count it lost (its rollouts run again elsewhere)."""
+        """A node whose worker did not answer a pause, a resume or a weight load may sample
+        on under the wrong policy: kill its worker and count it lost (its rollouts run
+        again elsewhere)."""
         _kill(node.actor)
         self._mark_dead(node, why)
 
@@ -273,6 +280,23 @@ class RayExecutor:
         for node, reply in zip(alive, replies, strict=True):
             if isinstance(reply, BaseException):  # it may stamp an old version: fenced
                 self._fence(node, f"its worker did not resume ({type(reply).__name__}: {reply})")
+
+    async def weights_loaded(self, update: WeightUpdate, failed: list[str]) -> None:
+        """The head's router loaded ``update`` (paused): every worker's replica names what
+        the head's backends name now (the adapter; the base model after full weights),
+        loading nothing again; workers that start later are given it. A worker that does
+        not confirm in ``call_timeout`` is fenced: it might sample the old model's name
+        under the new policy version."""
+        self._lora = update.lora
+        alive = [n for n in self.placement.nodes.values() if n.alive]
+        replies = await asyncio.gather(
+            *(self._bounded(n.actor.weights_loaded.remote(update.lora, failed),
+                            self.config.call_timeout) for n in alive),
+            return_exceptions=True)
+        for node, reply in zip(alive, replies, strict=True):
+            if isinstance(reply, BaseException):
+                self._fence(node, "its worker did not take the new weights' model name "
+                                  f"({type(reply).__name__}: {reply})")
 
     def backend_added(self, name: str, source: str, weight: float) -> None:
         """The head's router got a backend: every worker adds it (in the background,

@@ -43,6 +43,7 @@ class WorkerSettings(BaseModel):
     added_backends: list[tuple[str, float]] = Field(default_factory=list)
     llm: RouterConfig = Field(default_factory=RouterConfig)
     policy_version: int | None = None  # the head router's at the worker's start (then: resume)
+    lora: str | None = None  # the LoRA adapter the head's policy is at the worker's start
     scoring_workers: int = 2
     scoring_timeout: float = 10.0
     sandbox_runtime: str = "bubblewrap"

@@ -62,7 +62,8 @@ class NodeWorker:
         self.tokenizer = load_tokenizer(s.tokenizer)
         self.scoring = ScoringPool(workers=s.scoring_workers, default_timeout=s.scoring_timeout)
         await self.scoring.astart()
-        self.router = Router(policy_version=s.policy_version, config=s.llm)
+        # Its backends name the head's LoRA adapter, if any (loaded by the head).
+        self.router = Router(policy_version=s.policy_version, config=s.llm, lora=s.lora)
         for spec in s.backends:
             self.router.add(backend_from_spec(spec))
         for name in s.removed_backends:  # removed from the head's router since it started
@@ -161,6 +162,12 @@ class NodeWorker:
 
     async def resume(self, policy_version: int | None) -> None:
         await self.router.resume(policy_version)
+
+    async def weights_loaded(self, lora: str | None, skip: list[str]) -> None:
+        """The head loaded weights into the backends' servers (while paused): from now
+        on the replica's backends, but those in ``skip`` (their load failed), name
+        ``lora`` (None: the base model); nothing is loaded again."""
+        self.router.adopt_weights(lora, skip)
 
     def add_backend(self, source: str, weight: float) -> None:
         """Register a backend the head's router got at run time (``source``: its spec)."""

@@ -155,6 +155,12 @@ class LoadsWeights(ABC):
     def loaded_model(self) -> str | None:
         """The model name later requests carry (the adapter after a LoRA load)."""
 
+    @abstractmethod
+    def adopt(self, lora: str | None) -> None:
+        """Name the LoRA adapter ``lora`` in later requests (None: the base model), as
+        a load by another router (a cluster's head), or by this one before the backend
+        was added, left this backend's server; nothing is sent to the server."""
+
 
 # --- a trajectory's session ------------------------------------------------------------------
 class LLMSession(Protocol):

@@ -74,6 +74,12 @@ class SGLangBackend(ServerBackend, Pausable, LoadsWeights):
     def loaded_model(self) -> str | None:
         return self.model
 
+    def adopt(self, lora: str | None) -> None:
+        """Full weights keep the model's name: nothing to adopt; an adapter is refused."""
+        if lora is not None:
+            raise LLMError(f"{self.name}: rollserve names LoRA adapters on vLLM servers only",
+                           backend=self.name, retryable=False)
+
     def _parse(self, reply: Any, prompt_ids: list[int]) -> Generation:
         try:
             meta = reply["meta_info"]

@@ -97,7 +97,7 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
     # --- new weights (LoadsWeights) ------------------------------------------------
     async def load_lora(self, name: str, path: str) -> None:
         """``/v1/load_lora_adapter`` in place; from now on every request names ``name``."""
-        base = self.base_model or await self.served_model()
+        base = await self._base()
         try:
             await self.http.request_text("POST", LOAD_LORA, {
                 "lora_name": name, "lora_path": path, "load_inplace": True})
@@ -112,7 +112,7 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
     async def load_full(self, path: str, policy_version: int | None = None) -> None:
         """Dev mode: pause the engine, ``reload_weights`` from ``path``, resume it; from
         now on requests name the base model."""
-        base = self.base_model or await self.served_model()
+        base = await self._base()
         try:
             await self.http.request_json("POST", "/pause", params={"mode": "wait"})
         except LLMError as exc:
@@ -131,6 +131,33 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
     def loaded_model(self) -> str | None:
         return self.model
 
+    def adopt(self, lora: str | None) -> None:
+        """Name ``lora`` in later requests (None: the base model again) without asking
+        the server: another router loaded it there (a cluster's head for its nodes'
+        replicas), or this router did before this backend was added."""
+        if lora is None:
+            if self.lora is not None:
+                self.model = self.base_model  # None: read from /v1/models at the next request
+            self.lora = None
+            return
+        if self.lora is None:
+            self.base_model = self.base_model or self.model  # None: read when needed
+        self.lora = self.model = lora
+
+    async def _base(self) -> str | None:
+        """The served model's own name: as known, else read from ``/v1/models`` (where an
+        adopted adapter's card names it as its parent)."""
+        if self.base_model is not None:
+            return self.base_model
+        if self.lora is None:
+            return await self.served_model()
+        reply = await self.http.request_json("GET", "/v1/models")
+        base = base_of(reply, self.lora)
+        if base is None:
+            raise self.malformed(f"/v1/models (no base model for the adapter {self.lora!r})",
+                                 reply)
+        return base
+
     def parse_window(self, reply: Any) -> Any:
         """A LoRA adapter's card in ``/v1/models`` has no ``max_model_len``: read the
         base model's."""
@@ -140,7 +167,8 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
             cards = [c for c in reply["data"] if isinstance(c, dict)]
         except (KeyError, TypeError):
             return None
-        named = [c for c in cards if c.get("id") == self.base_model]
+        base = self.base_model or base_of(reply, self.lora)
+        named = [c for c in cards if c.get("id") == base]
         return named[0].get("max_model_len") if named else None
 
     def describe(self) -> dict[str, Any]:
@@ -212,6 +240,20 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
     # --- HTTP (a seam for tests) ---------------------------------------------------
     async def _post_json(self, path: str, body: dict) -> Any:
         return await self.http.request_json("POST", path, body)
+
+
+def base_of(reply: Any, lora: str) -> str | None:
+    """The base model in a ``/v1/models`` reply: the parent of ``lora``'s card, else the
+    one card that has no parent (vLLM lists an adapter with its base as ``parent``)."""
+    try:
+        cards = [c for c in reply["data"] if isinstance(c, dict)]
+    except (KeyError, TypeError):
+        return None
+    parents = [c.get("parent") for c in cards if c.get("id") == lora]
+    if parents and isinstance(parents[0], str):
+        return parents[0]
+    roots = [c.get("id") for c in cards if c.get("parent") is None]
+    return roots[0] if len(roots) == 1 and isinstance(roots[0], str) else None
 
 
 def completions_body(model: str | None, prompt_ids: list[int], sampling: SamplingParams) -> dict:

@@ -4,8 +4,8 @@ imports ``session`` and ``health``, never the reverse):
 - ``Pinned`` and ``SessionRouter``: what a session is to the router, and what it
   asks of the router (``session.RouterSession`` holds a ``SessionRouter``);
 - ``HealthTarget``: what the health monitor asks of the router;
-- ``Follower``: another router that pauses and resumes with this one (a cluster
-  node's replica, ``rollserve.cluster``).
+- ``Follower``: another router that pauses, resumes and takes new weights with this
+  one (a cluster node's replica, ``rollserve.cluster``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from rollserve.llm.base import (
     ToolSchema,
 )
 from rollserve.llm.routing.backend_state import BackendState
+from rollserve.llm.routing.weights import WeightUpdate
 
 
 class Pinned(Protocol):
@@ -74,3 +75,10 @@ class Follower(Protocol):
 
     async def backend_removed(self, name: str, grace: float) -> None:
         """The backend ``name`` was removed here (calls in flight get ``grace`` seconds)."""
+
+    async def weights_loaded(self, update: WeightUpdate, failed: list[str]) -> None:
+        """``update`` was loaded into this router's servers (while paused, before the
+        resume), by every backend but those in ``failed``: their twins there name what
+        they name now (``update.lora``; None: the base model), without loading anything.
+        Bounded; a router that does not confirm must not sample again (the cluster
+        fences its node)."""

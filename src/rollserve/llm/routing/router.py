@@ -1,4 +1,6 @@
-"""The router: which inference backend serves each trajectory, and control over them.
+"""The router: which inference backend serves each trajectory (``RouterControl``,
+``control.py``, holds the backends and the control over them: registry, health,
+pause, resume, weight loads, followers).
 
 Routing. A trajectory's session picks a backend at its first call and keeps it
 (prefix-cache affinity); the policy (``policies.LeastLoad`` by default) picks the
@@ -13,16 +15,11 @@ backend when there is one, up to ``max_attempts`` and within the call's deadline
 (``llm.deadline``); what finally fails is an ``LLMError``
 carrying the status, the backend and the attempt count. A failing backend gets an
 immediate health probe; an unhealthy one takes no new requests until a probe
-succeeds (``health.HealthMonitor``, started and stopped with the service).
+succeeds.
 
-Control. ``add``, ``drain`` (finish in flight, take nothing new), ``undrain``,
-``remove``; ``pause(mode)`` around a weight update — new calls wait, and calls in
-flight either finish (``finish``, and ``pause`` returns once they have) or are
-aborted and sent again after ``resume`` (``abort``) — and ``resume(policy_version)``.
-Optionally the pause is forwarded to backends that support it (vLLM dev mode,
-SGLang). While paused with nothing in flight, ``load_weights`` pushes a LoRA adapter
-or full weights into every token-level backend (``routing.weights``). Every
-generation is stamped with the policy version in force when its request was sent.
+Pauses. A call waits while the router is paused; an attempt a pause aborted is sent
+again after ``resume``. Every generation is stamped with the policy version in force
+when its request was sent.
 """
 
 from __future__ import annotations
@@ -32,8 +29,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from pydantic import BaseModel, Field
-
 from rollserve.errors import LLMError
 from rollserve.llm.base import (
     BackendKind,
@@ -41,30 +36,19 @@ from rollserve.llm.base import (
     Generation,
     LLMBackend,
     Message,
-    PauseMode,
     SamplingParams,
     ToolSchema,
 )
 from rollserve.llm.routing.backend_state import BackendState
-from rollserve.llm.routing.base import Follower, Pinned
-from rollserve.llm.routing.call_metrics import CallMetrics
+from rollserve.llm.routing.base import Pinned
+from rollserve.llm.routing.control import RouterConfig, RouterControl
 from rollserve.llm.routing.deadline import current_deadline, remaining
-from rollserve.llm.routing.forward import forward, pausable
-from rollserve.llm.routing.health import HealthConfig, HealthMonitor
-from rollserve.llm.routing.inflight import InFlightCalls, retrieve
-from rollserve.llm.routing.policies import Policy, make_policy
+from rollserve.llm.routing.inflight import retrieve
 from rollserve.llm.routing.session import RouterSession
-from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate, load, targets
+
+__all__ = ["Router", "RouterConfig"]
 
 log = logging.getLogger(__name__)
-
-
-
-# Node replicas (``--ray``) do not follow a LoRA load: they would go on naming the base
-# model while their turns are stamped with the new policy version.
-LORA_WITH_FOLLOWERS = ("kind: LoRA adapters are not supported with --ray yet (the nodes' "
-                       "router replicas would keep sampling the base model under the new "
-                       "policy version); load full weights")
 
 
 class _Aborted:
@@ -72,235 +56,18 @@ class _Aborted:
 
 
 _ABORTED = _Aborted()
-# (Module-level names: inside Router, ``list`` is its method.)
+# (Module-level aliases: ``list`` is a method of the router.)
 TokenIds = list[int]
 Messages = list[Message]
 Tools = list[ToolSchema]
 Reply = TypeVar("Reply", Generation, ChatReply)
 
 
-class RouterConfig(BaseModel):
-    policy: str = Field("least_load", description="routing policy (llm.policies)")
-    max_attempts: int = Field(4, ge=1, le=100, description="tries per call, all backends")
-    retry_backoff: float = Field(0.05, ge=0, description="seconds before the 2nd try; doubles")
-    retry_backoff_max: float = Field(2.0, ge=0)
-    attempt_timeout: float | None = Field(
-        None, gt=0, description="seconds one try may take before it is abandoned and retried "
-                                "(None: the backend's own timeout)")
-    forward_pause: bool = Field(False, description="forward pause/resume to backends that "
-                                                   "support it (vLLM dev mode, SGLang)")
-    health: HealthConfig = Field(default_factory=HealthConfig)
-
-
-class Router:
+class Router(RouterControl):
     """Backends by name, their state, and the calls made through them."""
-
-    def __init__(self, policy_version: int | None = None, config: RouterConfig | None = None,
-                 policy: Policy | None = None):
-        self.config = config or RouterConfig()
-        self.policy = policy or make_policy(self.config.policy)
-        self.policy_version: int | None = policy_version
-        self.paused = False
-        self.pause_mode: PauseMode | None = None
-        self.counters = {"calls": 0, "retries": 0, "aborted_by_pause": 0, "failed": 0, "moves": 0}
-        self.health = HealthMonitor(self, self.config.health)
-        self.metrics = CallMetrics()  # per-backend request latency and tokens (``/metrics``)
-        self._states: dict[str, BackendState] = {}
-        self._inflight = InFlightCalls()
-        self._paused_backends: list[str] = []
-        self._changed = asyncio.Event()  # a backend became usable
-        self._resumed = asyncio.Event()
-        self._resumed.set()
-        self._loading = False  # a weight load is under way
-        self.followers: list[Follower] = []  # routers elsewhere, paused and resumed with this
-        self._followers_drained = False  # the last pause drained every follower
-
-    # --- life cycle ------------------------------------------------------------------
-    async def start(self) -> None:
-        """Start health checking (the service calls this; tests may skip it)."""
-        self.health.start()
-
-    async def stop(self) -> None:
-        """Stop health checking and remove (and close) every backend."""
-        await self.health.stop()
-        for name in list(self._states):
-            await self.remove(name)
-
-    # --- registry ----------------------------------------------------------------------
-    def add(self, backend: LLMBackend, weight: float | None = None,
-            source: str | None = None) -> None:
-        """Register ``backend``; ``source``: its spec as JSON, which followers build their
-        own from (a backend added without one stays this router's)."""
-        if backend.name in self._states:
-            raise ValueError(f"name: a backend named {backend.name!r} is already registered")
-        state = BackendState(backend, weight=float(backend.weight if weight is None else weight))
-        self._states[backend.name] = state
-        self.metrics.track(backend.name)
-        self.health.poke(state)  # probed at once when the monitor runs
-        self._notify()
-        if source is not None:
-            for follower in self.followers:
-                follower.backend_added(backend.name, source, state.weight)
-
-    async def remove(self, name: str, close: bool = True, grace: float = 0.0) -> LLMBackend:
-        """Unregister ``name`` now; sessions pinned to it pick again at their next call.
-
-        Requests in flight get up to ``grace`` seconds to finish before the backend is
-        closed; any still running then fail and are retried elsewhere.
-        """
-        state = self._states.pop(name, None)
-        if state is None:
-            raise KeyError(name)
-        state.removed = True
-        self.metrics.forget(name)
-        await asyncio.gather(*(f.backend_removed(name, grace) for f in self.followers))
-        if grace > 0:
-            await self._inflight.wait_until(lambda: state.outstanding == 0, grace)
-        if close:
-            await state.backend.close()
-        return state.backend
-
-    def drain(self, name: str) -> dict:
-        """Take no new requests on ``name`` (its trajectories move); in flight finish."""
-        state = self._state(name)
-        state.draining = True
-        return state.snapshot()
-
-    def undrain(self, name: str) -> dict:
-        state = self._state(name)
-        state.draining = False
-        self._notify()
-        return state.snapshot()
-
-    async def wait_drained(self, name: str, timeout: float | None = None) -> bool:
-        """True once ``name`` has nothing in flight (False if ``timeout`` passes first)."""
-        state = self._state(name)
-        return await self._inflight.wait_until(lambda: state.outstanding == 0, timeout)
-
-    def set_healthy(self, name: str, healthy: bool) -> None:
-        """Mark a backend (un)healthy; unhealthy ones get no new requests."""
-        state = self._state(name)
-        state.healthy = healthy
-        if healthy:
-            self._notify()
-
-    def get(self, name: str) -> LLMBackend:
-        return self._states[name].backend
-
-    def is_registered(self, name: str) -> bool:
-        return name in self._states
-
-    def states(self) -> list[BackendState]:
-        return list(self._states.values())
-
-    def list(self) -> list[dict]:
-        return [state.snapshot() for state in self._states.values()]
-
-    def is_healthy(self, name: str) -> bool:
-        """Registered and not marked unhealthy."""
-        state = self._states.get(name)
-        return state is not None and state.healthy
-
-    def outstanding(self, name: str) -> int:
-        state = self._states.get(name)
-        return state.outstanding if state else 0
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._inflight)
-
-    def status(self) -> dict:
-        return {"paused": self.paused, "pause_mode": self.pause_mode,
-                "policy_version": self.policy_version, "policy": self.policy.name,
-                "in_flight": self.in_flight, "health_checks": self.health.running,
-                **self.counters}
 
     def session(self, key: str = "") -> RouterSession:
         return RouterSession(self, key)
-
-    # --- pause / resume ------------------------------------------------------------------
-    async def pause(self, mode: PauseMode = "finish", timeout: float | None = None,
-                    forward: bool | None = None) -> dict:
-        """Hold new calls; ``finish``: wait (up to ``timeout``) for those in flight;
-        ``abort``: abort them now (they are sent again after ``resume``)."""
-        if mode not in ("finish", "abort"):
-            raise ValueError(f"mode: expected 'finish' or 'abort', got {mode!r}")
-        forward = self.config.forward_pause if forward is None else forward
-        self.paused, self.pause_mode = True, mode
-        self._resumed.clear()
-        forwarded: dict[str, str] = {}
-        aborted = 0
-        if mode == "abort":
-            if forward:
-                forwarded = await self._forward_pause(mode)
-            aborted = self._inflight.abort_all()
-        followed = asyncio.gather(*(f.pause(mode, timeout) for f in self.followers))
-        drained = await self._inflight.wait_until(lambda: not self._inflight, timeout)
-        self._followers_drained = all(await followed)
-        drained = self._followers_drained and drained
-        if mode == "finish" and forward:
-            forwarded = await self._forward_pause(mode)
-        log.info("paused (%s): %d aborted, %d still in flight", mode, aborted, self.in_flight)
-        return {"paused": True, "mode": mode, "aborted": aborted, "drained": drained,
-                "in_flight": self.in_flight, "policy_version": self.policy_version,
-                "forwarded": forwarded}
-
-    async def resume(self, policy_version: int | None = None) -> dict:
-        """Let calls go again, stamped with ``policy_version`` from now on."""
-        if self._loading:
-            raise WeightsRefused("a weight load is under way: resume once it has ended")
-        if policy_version is not None:
-            self.policy_version = policy_version
-        forwarded = await self._forward_resume() if self._paused_backends else {}
-        await asyncio.gather(*(f.resume(self.policy_version) for f in self.followers))
-        self._paused_backends = []
-        self.paused, self.pause_mode = False, None
-        self._resumed.set()
-        self._notify()
-        log.info("resumed at policy version %s", self.policy_version)
-        return {"paused": False, "policy_version": self.policy_version, "forwarded": forwarded}
-
-    async def load_weights(self, update: WeightUpdate, timeout: float) -> dict[str, str]:
-        """Load ``update`` into every token-level backend (each within ``timeout``
-        seconds): the outcome by backend name. ``WeightsRefused`` (nothing loaded) unless
-        paused with nothing in flight and every such backend can take it."""
-        if not self.paused:
-            raise WeightsRefused("generation is not paused: POST /v1/llm/pause first")
-        if self.in_flight:
-            raise WeightsRefused(f"{self.in_flight} calls are still in flight: pause again "
-                                 "(mode abort, or a longer timeout) before loading weights")
-        if self._loading:
-            raise WeightsRefused("another weight load is under way")
-        if self.followers and update.kind == "lora":
-            raise WeightsRefused(LORA_WITH_FOLLOWERS)
-        if self.followers and not self._followers_drained:
-            raise WeightsRefused("a cluster node's router replica did not drain at the last "
-                                 "pause (its calls may still be sampling): pause again (mode "
-                                 "abort, or a longer timeout) before loading weights")
-        backends = targets(self._states.values(), update.kind)
-        self._loading = True
-        try:
-            outcomes = await load(backends, update, timeout)
-        finally:
-            self._loading = False
-        for name, outcome in outcomes.items():
-            if outcome != "ok" and name in self._states:
-                self._states[name].last_error = f"weights: {outcome}"
-        log.info("weights (%s) loaded: %s", update.kind, outcomes)
-        return outcomes
-
-    async def _forward_pause(self, mode: PauseMode) -> dict[str, str]:
-        """``pause(mode)`` on every ``Pausable`` backend (remembered for resume)."""
-        targets = pausable(self._states.values())
-        self._paused_backends = list(targets)
-        return await forward({name: b.pause(mode) for name, b in targets.items()},
-                             self.config.health.timeout)
-
-    async def _forward_resume(self) -> dict[str, str]:
-        """``resume()`` on the backends the pause was forwarded to."""
-        targets = pausable(self._states[n] for n in self._paused_backends if n in self._states)
-        return await forward({name: b.resume() for name, b in targets.items()},
-                             self.config.health.timeout)
 
     # --- calls -----------------------------------------------------------------------------
     async def generate(self, session: Pinned, prompt_ids: TokenIds,
@@ -479,15 +246,3 @@ class Router:
         state.record_success(seconds, concurrency)
         self.metrics.answered(state.name, seconds, result)
         return result
-
-    # --- helpers ----------------------------------------------------------------------------
-    def _state(self, name: str) -> BackendState:
-        try:
-            return self._states[name]
-        except KeyError:
-            raise KeyError(name) from None
-
-    def _notify(self) -> None:
-        # Wake every waiter, then arm a fresh event for the next wait.
-        self._changed.set()
-        self._changed = asyncio.Event()

@@ -5,15 +5,20 @@ mixes two policies), and only when every token-level backend it routes to can ta
 them (so no backend goes on sampling from the old weights under the new policy
 version); otherwise nothing is loaded and ``WeightsRefused`` says why. Each load is
 bounded, runs on every backend at once, and its outcome is reported by name.
+
+After a load, what later requests name (the adapter after a LoRA, the base model after
+full weights) is adopted, without asking the servers again, by backends that did not
+load it themselves: one added to the router later, and a cluster node's router replica
+(``base.Follower.weights_loaded``), whose backends are other objects on the same servers.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from rollserve.llm.base import LoadsWeights, WeightsKind
+from rollserve.llm.base import LLMBackend, LoadsWeights, WeightsKind
 from rollserve.llm.routing.backend_state import BackendState
 
 
@@ -34,6 +39,11 @@ class WeightUpdate:
     def __post_init__(self) -> None:
         if (self.kind == "lora") != (self.name is not None):
             raise ValueError("name: a LoRA adapter has a name, full weights have none")
+
+    @property
+    def lora(self) -> str | None:
+        """The model name later requests carry: the adapter's; None: the base model's."""
+        return self.name if self.kind == "lora" else None
 
 
 def targets(states: Iterable[BackendState], kind: WeightsKind) -> dict[str, LoadsWeights]:
@@ -80,3 +90,28 @@ async def load(backends: dict[str, LoadsWeights], update: WeightUpdate,
 
     results = await asyncio.gather(*(one(b) for b in backends.values()))
     return dict(zip(backends, results, strict=True))
+
+
+def adopter(backend: LLMBackend, lora: str | None) -> LoadsWeights | None:
+    """``backend``, to name ``lora`` (None: the base model) in later requests; None when
+    it has nothing to adopt (a message-level backend, or full weights on a backend that
+    loads none: its requests name its model as they did). ``WeightsRefused`` when it
+    would sample the base model under a policy that is an adapter."""
+    if not backend.trainable:
+        return None
+    if isinstance(backend, LoadsWeights) and (lora is None or "lora" in backend.weight_kinds):
+        return backend
+    if lora is None:
+        return None
+    raise WeightsRefused(f"{backend.name} ({backend.kind}) cannot serve the LoRA adapter "
+                         f"{lora!r} the policy is now (it would sample the base model under "
+                         "the new policy version)")
+
+
+def adopt(states: Iterable[BackendState], lora: str | None, skip: Collection[str] = ()) -> None:
+    """Every token-level backend but those in ``skip`` names ``lora`` (None: the base
+    model) in later requests; ``WeightsRefused``, with nothing changed, if one cannot."""
+    chosen = [adopter(s.backend, lora) for s in states if not s.removed and s.name not in skip]
+    for backend in chosen:
+        if backend is not None:
+            backend.adopt(lora)
