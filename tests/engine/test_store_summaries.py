@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from rollserve.contract import Failure
-from rollserve.engine import store as store_module
+from rollserve.engine import store_summaries
 from rollserve.engine.store import SQLiteStore
 from rollserve.engine.store_summaries import BACKFILL_SUMMARY, SummaryFilter
 from tests.engine.test_store import _group, _result
@@ -97,7 +97,7 @@ async def test_a_failed_migration_leaves_the_file_as_it_was_and_the_next_open_co
     _as_before_the_summary_columns(path)
 
     # The backfill fails part-way (here: on malformed JSON, after the columns were added).
-    monkeypatch.setattr(store_module, "BACKFILL_SUMMARY", BACKFILL_SUMMARY.replace(
+    monkeypatch.setattr(store_summaries, "BACKFILL_SUMMARY", BACKFILL_SUMMARY.replace(
         "json_extract(result, '$.timing.total')", "json_extract('{', '$')"))
     broken = SQLiteStore(path)
     with pytest.raises(sqlite3.OperationalError, match="malformed JSON"):
