@@ -73,6 +73,8 @@ def migrate(conn: sqlite3.Connection) -> None:
         conn.execute(_BACKFILL)
         if "data_source" not in present:  # only once: the scan reads every stored result
             conn.execute(store_summaries.BACKFILL_SUMMARY)
+        for name in store_summaries.RETIRED_INDEXES:
+            conn.execute(f"DROP INDEX IF EXISTS {name}")
         for index in store_summaries.SUMMARY_INDEXES:
             conn.execute(index)
     except BaseException:
