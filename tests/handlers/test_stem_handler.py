@@ -444,6 +444,10 @@ async def test_whole_pipeline_through_the_api(make_api):
         ("Answer: \uff21 or \u0412", None, ("A", "B")),  # full-width A, Cyrillic Ve
         # Not hedges: the other letter is in an explanation, a formula, or an article.
         ("Answer: B, because A is wrong", "B", ()),
+        ("**Answer: B** (A and C are incorrect)", "B", ()),
+        ("Answer: B; A and C are wrong", "B", ()),
+        ("Answer: A or B (both are plausible)", None, ("A", "B")),
+        ("Answer: B (or A)", None, ("B", "A")),
         ("The answer is not A but **B**", "B", ()),
         ("Option A is wrong, so **B**", "B", ()),
         ("Answer: B. A ball falls.", "B", ()),

@@ -17,8 +17,9 @@ alone: "A ball" or "I think" never give a choice.
 A choice answer whose clause names more than one choice ("A or B", "A/B", "(A) (B)",
 "**A** or **B**", "\\boxed{A} \\boxed{B}") is *ambiguous*: ``read_answer`` says so, and it
 scores 0. The clause is the answer's line (after the marker, for a marker answer), cut
-at a sentence end or an explanation word ("because", "not", "is", ...), so "B, because
-A is wrong" stays B. Full-width letters and the Cyrillic and Greek capitals that look
+at a sentence end or an explanation word ("because", "not", "is", ...), or where the
+aside holding that word opens, so "B, because A is wrong" and "B (A and C are wrong)"
+stay B. Full-width letters and the Cyrillic and Greek capitals that look
 like A-J are read as those letters, in the answer and in the hedge alike.
 
 Kept apart from ``handlers/stem/handler.py`` (like ``math.scoring``) so a scoring worker
@@ -74,6 +75,9 @@ _CLAUSE_BREAK = re.compile(
     re.IGNORECASE,
 )
 _FORMULA = re.compile(r"\s*[=<>^]")  # "F = ma": a variable, not a choice
+# Where an aside after the answer opens: "B (A and C are wrong)", "B; A is wrong". An
+# aside that explains (holds a clause break) is not part of the answer.
+_ASIDE = re.compile(r"[(\[,;:—–]|\s-\s")
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,12 @@ def _named_letters(text: str, position: int, floor: int, letters: str) -> tuple[
     first = _LETTER_TOKEN.search(text, position, line_end)
     after = first.end() if first else position
     stop = _CLAUSE_BREAK.search(text, after, line_end)
-    right = stop.start() if stop else line_end
+    right = line_end
+    if stop:
+        right = stop.start()
+        asides = list(_ASIDE.finditer(text, after, right))
+        if asides:  # the explanation starts where its aside opens
+            right = asides[-1].start()
     named: list[str] = []
     lower_counts: bool | None = None  # a bare lowercase letter counts if the first letter is one
     for match in _LETTER_TOKEN.finditer(text, left, right):
