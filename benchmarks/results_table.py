@@ -8,6 +8,8 @@ rollserve's own SQLiteStore (its indexes) and queried through ``store.summaries`
 filter; the full count is one ``SELECT COUNT(*)`` over the same condition.
 
     python -m benchmarks.results_table [--rows 50000] [--repeat 20]
+
+It writes ``results/results_table.json`` (50,000 rows) or ``results_table_<N>k.json``.
 """
 
 from __future__ import annotations
@@ -108,7 +110,9 @@ def main(rows: int, repeat: int) -> None:
               f"{r['full_count_ms']:.1f}",
               f"{r['full_count_ms'] / max(r['page_and_capped_count_ms'], 1e-3):.1f}x"]
              for name, r in data.items()]
-    report("results_table", f"results table over {rows:,} finished results ({size_mb:.0f} MB store), "
+    # 50,000 rows (the default) -> results_table.json; another size gets its own file.
+    name = "results_table" if rows == 50_000 else f"results_table_{rows // 1000}k"
+    report(name, f"results table over {rows:,} finished results ({size_mb:.0f} MB store), "
            f"median of {repeat}", ["filter", "matches", "count shown", "page + capped count ms",
                                    "full count ms", "full / page"], table,
            {"config": {"rows": rows, "repeat": repeat, "store_mb": size_mb, "fill_s": filled_s},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from rollserve.contract import (
@@ -60,11 +61,33 @@ def test_samples_count_under_their_bundled_task():
     assert [(g.task_id, g.sample_index) for g in grades] == [("stem-set/sum-1", 0), ("stem-set/sum-1", 1)]
 
 
-def test_the_printed_table():
+def printed(results: list[RolloutResult], width: int) -> tuple[str, dict[str, list[str]]]:
     out = io.StringIO()
-    print_summary(RESULTS, elapsed=2.0, console=Console(file=out, width=200))
-    lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
-             for line in out.getvalue().splitlines() if line.startswith("│")}
-    assert lines["stem"][:5] == ["stem", "4", "1", "0.667", "2/3"]
-    assert lines["math"][:5] == ["math", "2", "0", "0.000", "0/2"]
-    assert "12 tokens sampled" in out.getvalue() and "No rollout earned" not in out.getvalue()
+    print_summary(results, elapsed=2.0, console=Console(file=out, width=width))
+    text = out.getvalue()
+    rows = {line.split()[0]: line.split() for line in text.splitlines()
+            if line.split() and line.split()[0] in {r.data_source for r in results}}
+    return text, rows
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_printed_table(width):
+    text, rows = printed(RESULTS, width)
+    assert rows["stem"][:5] == ["stem", "4", "1", "0.667", "2/3"]
+    assert rows["math"][:5] == ["math", "2", "0", "0.000", "0/2"]
+    assert "12 tokens sampled" in text and "No rollout earned" not in text
+
+
+def test_the_table_reads_whole_at_80_columns():
+    slow = [result("code", "x", 0, 1.0)]
+    slow[0].timing.run, slow[0].timing.init = 1234.5, 12.5  # wide values
+    text, rows = printed(RESULTS + slow, 80)
+    lines = text.splitlines()
+    table = "\n".join(lines[:next(i for i, line in enumerate(lines) if " rollouts in " in line)])
+    assert all(len(line) <= 80 for line in table.splitlines()), table
+    assert "…" not in table  # no header or value cut short
+    header = " ".join(line for line in table.splitlines()[:4])
+    for word in ("source", "rollouts", "masked", "mean", "reward", "passed", "answered", "turns",
+                 "init", "run", "eval"):
+        assert f" {word} " in f" {header} ", table
+    assert rows["code"] == ["code", "1", "0", "1.000", "1/1", "1/1", "1.0", "12.50", "1234.50", "0.25"]

@@ -10,6 +10,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -75,11 +76,24 @@ def summarize(results: list[RolloutResult]) -> list[SourceSummary]:
     return rows
 
 
+# The table's columns: no value is ever cut; headers are whole words, two lines at most,
+# so the table fits 80 columns (78 wide for the quickstart's data sources).
+COLUMNS = ("source", "rollouts", "masked", "mean\nreward", "passed", "answered", "turns",
+           "init", "run", "eval")
+
+
 def summary_table(rows: list[SourceSummary]) -> Table:
-    table = Table(title="quickstart results by data_source (mean seconds per stage)")
-    for column in ("data_source", "rollouts", "masked", "mean reward", "passed", "answered",
-                   "turns", "init", "run", "eval"):
-        table.add_column(column, justify="left" if column == "data_source" else "right")
+    """The rows as a table that fits an 80-column terminal: no vertical rules, one space
+    of padding each side of a column, numbers never wrapped; a data source name too long
+    for what is left folds onto more lines."""
+    table = Table(title="quickstart results by data_source (mean seconds per stage)",
+                  box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), collapse_padding=True,
+                  pad_edge=False)
+    for column in COLUMNS:
+        if column == "source":
+            table.add_column(column, overflow="fold", min_width=len(column))
+        else:
+            table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
         table.add_row(row.data_source, str(row.rollouts), str(row.masked),
                       "-" if row.mean_reward is None else f"{row.mean_reward:.3f}",

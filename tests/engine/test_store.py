@@ -119,7 +119,9 @@ async def test_a_store_file_from_before_the_group_columns_gets_them_filled_in(tm
     await store.finish(_result("g1-1", "failed", reward=0.0))
     await store.close()
     conn = sqlite3.connect(path)  # back to the old schema: the three columns dropped
-    conn.execute("DROP INDEX rollouts_finished")  # (the results table's index came later)
+    # (the results table's indexes came later)
+    for index in ("rollouts_finished", "rollouts_finished_by_source", "rollouts_finished_by_status"):
+        conn.execute(f"DROP INDEX {index}")
     for column in ("usable", "reward", "masked"):
         conn.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
     conn.commit()

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from rollserve.contract import Failure
-from rollserve.engine import store as store_module
+from rollserve.engine import store_summaries
 from rollserve.engine.store import SQLiteStore
 from rollserve.engine.store_summaries import BACKFILL_SUMMARY, SummaryFilter
 from tests.engine.test_store import _group, _result
@@ -79,7 +79,7 @@ async def test_summaries_page_newest_first_and_a_store_from_before_is_filled_in(
 def _as_before_the_summary_columns(path) -> None:
     """Make the file as an older rollserve left it: no summary columns, no indexes."""
     conn = sqlite3.connect(path)
-    for index in ("rollouts_finished", "rollouts_finished_source", "rollouts_finished_status"):
+    for index in ("rollouts_finished", "rollouts_finished_by_source", "rollouts_finished_by_status"):
         conn.execute(f"DROP INDEX IF EXISTS {index}")
     for column in ("data_source", "failure_kind", "duration", "policy_version"):
         conn.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
@@ -97,7 +97,7 @@ async def test_a_failed_migration_leaves_the_file_as_it_was_and_the_next_open_co
     _as_before_the_summary_columns(path)
 
     # The backfill fails part-way (here: on malformed JSON, after the columns were added).
-    monkeypatch.setattr(store_module, "BACKFILL_SUMMARY", BACKFILL_SUMMARY.replace(
+    monkeypatch.setattr(store_summaries, "BACKFILL_SUMMARY", BACKFILL_SUMMARY.replace(
         "json_extract(result, '$.timing.total')", "json_extract('{', '$')"))
     broken = SQLiteStore(path)
     with pytest.raises(sqlite3.OperationalError, match="malformed JSON"):
@@ -120,18 +120,54 @@ async def test_a_failed_migration_leaves_the_file_as_it_was_and_the_next_open_co
         await store.close()
 
 
-async def test_a_data_source_or_status_filter_reads_its_own_index(tmp_path):
+async def test_a_data_source_or_status_filter_reads_its_own_index_and_nothing_else(tmp_path):
     store = SQLiteStore(tmp_path / "r.db")
     await store.open()
     await store.close()
     conn = sqlite3.connect(tmp_path / "r.db")
     try:
-        for where, index in ((SummaryFilter(data_source="math"), "rollouts_finished_source"),
-                             (SummaryFilter(status="failed"), "rollouts_finished_status")):
+        for where, index in (
+                (SummaryFilter(data_source="math"), "rollouts_finished_by_source"),
+                (SummaryFilter(data_source="math", masked=True), "rollouts_finished_by_source"),
+                (SummaryFilter(data_source="math", failure_kind="none"), "rollouts_finished_by_source"),
+                (SummaryFilter(status="failed"), "rollouts_finished_by_status"),
+                (SummaryFilter(status="failed", masked=False, failure_kind="agent"),
+                 "rollouts_finished_by_status")):
             clause, args = where.where()
             plan = " ".join(str(row) for row in conn.execute(
                 f"EXPLAIN QUERY PLAN SELECT COUNT(*) FROM (SELECT 1 FROM rollouts WHERE {clause}"
                 " LIMIT 10001)", args))
-            assert index in plan, plan
+            # Counted from the index alone: no row (and no stored result) is read.
+            assert f"COVERING INDEX {index} " in plan, (where, plan)
     finally:
         conn.close()
+
+
+async def test_the_indexes_an_older_rollserve_made_are_replaced_at_open(tmp_path):
+    path = tmp_path / "r.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await _fill(store)
+    await store.close()
+    conn = sqlite3.connect(path)
+    for index in ("rollouts_finished_by_source", "rollouts_finished_by_status"):
+        conn.execute(f"DROP INDEX {index}")
+    conn.execute("CREATE INDEX rollouts_finished_source ON rollouts(data_source, seq) WHERE seq IS NOT NULL")
+    conn.execute("CREATE INDEX rollouts_finished_status ON rollouts(status, seq) WHERE seq IS NOT NULL")
+    conn.commit()
+    conn.close()
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        rows, total = await store.summaries(SummaryFilter(data_source="math", masked=True), None, 10)
+        assert total == 2 and [r.id for r in rows] == ["g1-3", "g1-2"]
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        names = {name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='index' AND name LIKE 'rollouts_finished%'")}
+    finally:
+        conn.close()
+    assert names == {"rollouts_finished", "rollouts_finished_by_source", "rollouts_finished_by_status"}

@@ -11,7 +11,7 @@ import reasoning_gym
 
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, HandlerContext
-from rollserve.handlers.latex import extract_boxed, verify_math_answer
+from rollserve.handlers.latex import boxed_answers, extract_boxed, verify_math_answer
 from rollserve.handlers.math.handler import MathEnv, MathHandler
 from rollserve.handlers.math.prompts import RETRY_MESSAGE
 from rollserve.handlers.scoring import ScoringPool, score_in_pool
@@ -60,6 +60,15 @@ def test_final_answer_takes_the_last_boxed_reply():
     ]
     assert final_answer(messages, extract_boxed) == "1"
     assert final_answer(messages[:1], extract_boxed) is None
+
+
+def test_every_distinct_boxed_answer_is_read_the_last_one_last():
+    assert boxed_answers("\\boxed{3} or \\boxed{4}") == ["3", "4"]
+    assert boxed_answers("\\boxed{3} \\boxed{4} \\boxed{ 3 }") == ["4", "3"]  # spaces ignored
+    assert boxed_answers("\\boxed{} \\boxed {12}") == ["12"]
+    assert boxed_answers("no box") == []
+    text = "\\boxed{\\frac{1}{2}} so \\boxed{0.5}"
+    assert boxed_answers(text)[-1] == extract_boxed(text) == "0.5"
 
 
 # --- scoring -------------------------------------------------------------------

@@ -12,11 +12,13 @@ from rollserve.handlers.base import AgentHandler, HandlerContext, InvalidInstanc
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.handlers.scoring import ScoringPool
 from rollserve.handlers.stem.answers import (
+    Reading,
     extract_answer,
     is_numeric_answer,
     normalize_text,
     numbers_match,
     parse_number,
+    read_answer,
     score_stem_answer,
 )
 from rollserve.handlers.stem.handler import StemEnv, StemHandler, gpqa_order, prepare
@@ -267,7 +269,7 @@ async def test_env_asks_for_the_format_until_an_answer():
     assert not step.done and "Answer: X" in step.messages[0]["content"]
     assert "A, B, C, D" in step.messages[0]["content"]
     step = await env.step("Answer: B")
-    assert step.done and env.answer == "B" and env.malformed_replies == 1
+    assert step.done and env.answer == Reading("B") and env.malformed_replies == 1
 
 
 @pytest.mark.parametrize("reply, reward", [("Paris it is.\nAnswer: B", 1.0), ("Answer: C) Rome", 0.0)])
@@ -428,3 +430,35 @@ async def test_whole_pipeline_through_the_api(make_api):
         r = await client.post("/v1/rollouts", json={"tasks": [bad]})
         assert r.status_code == 422
         assert r.json()["errors"][0]["field"] == 'tasks[0].instance["Incorrect Answer 3"]'
+
+
+@pytest.mark.parametrize(
+    "reply, letter, named",
+    [
+        # Hedges: the answer's clause names more than one choice.
+        ("Answer: A or B", None, ("A", "B")),
+        ("Answer: A, B, or C", None, ("A", "B", "C")),
+        ("Answer: a or b", None, ("A", "B")),
+        ("**A** or **B**", None, ("A", "B")),
+        ("\\boxed{A or B}", None, ("A", "B")),
+        ("Answer: \uff21 or \u0412", None, ("A", "B")),  # full-width A, Cyrillic Ve
+        # Not hedges: the other letter is in an explanation, a formula, or an article.
+        ("Answer: B, because A is wrong", "B", ()),
+        ("**Answer: B** (A and C are incorrect)", "B", ()),
+        ("Answer: B; A and C are wrong", "B", ()),
+        ("Answer: A or B (both are plausible)", None, ("A", "B")),
+        ("Answer: B (or A)", None, ("B", "A")),
+        ("The answer is not A but **B**", "B", ()),
+        ("Option A is wrong, so **B**", "B", ()),
+        ("Answer: B. A ball falls.", "B", ()),
+        ("Answer: B, the speed of light c", "B", ()),
+        ("Answer: B (F = ma)", "B", ()),
+        ("Answer: \u0412", "B", ()),  # a look-alike alone reads as its letter
+        ("Answer: B\nOn second thought... Answer: D", "D", ()),  # the last answer wins
+    ],
+)
+def test_choice_hedges_are_ambiguous(reply, letter, named):
+    reading = read_answer(reply, CHOICE_SPEC)
+    assert reading is not None
+    assert (reading.answer, reading.named, reading.ambiguous) == (letter, named, bool(named))
+    assert extract_answer(reply, CHOICE_SPEC) == letter

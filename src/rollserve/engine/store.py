@@ -9,137 +9,42 @@ without duplicates or gaps. A result is kept as its ``RolloutResult`` JSON (with
 
 All SQLite work runs on one dedicated thread that owns the connection, so the
 event loop never waits on disk.
+
+The schema and the migration of older store files live in ``store_schema``, what a
+row reads back as in ``store_rows``, the results table's queries in
+``store_summaries``; this module is the store's interface and its queries.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
-
-from rollserve.contract import (
-    ROLLOUT_STATUSES,
-    TERMINAL,
-    ResultSummary,
-    RolloutResult,
-    RolloutStatus,
-)
+from rollserve.contract import TERMINAL, ResultSummary, RolloutResult
 from rollserve.engine.groups import Outcome, result_usable
 from rollserve.engine.rollout import RolloutSpec
-from rollserve.engine.store_summaries import (
-    BACKFILL_SUMMARY,
-    SUMMARY_INDEXES,
-    SummaryFilter,
-    read_summaries,
+from rollserve.engine.store_rows import (
+    COLUMNS,
+    GroupRow,
+    RolloutRow,
+    decode_result,
+    encode_result,
+    rollout_row,
+    stored_status,
 )
+from rollserve.engine.store_schema import connect
+from rollserve.engine.store_summaries import SummaryFilter, read_summaries
+
+__all__ = ["DuplicateClientKey", "GroupRow", "RolloutRow", "SQLiteStore", "Store"]
 
 T = TypeVar("T")
 
 STATUS_FLUSH_SECONDS = 0.05
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS groups (
-    id TEXT PRIMARY KEY,
-    task_id TEXT NOT NULL,
-    client_key TEXT UNIQUE,
-    request_hash TEXT NOT NULL,
-    n INTEGER NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS rollouts (
-    id TEXT PRIMARY KEY,
-    group_id TEXT NOT NULL REFERENCES groups(id),
-    spec TEXT NOT NULL,
-    status TEXT NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 1,
-    result TEXT,
-    seq INTEGER UNIQUE,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    finished_at REAL,
-    usable INTEGER,
-    reward REAL,
-    masked INTEGER,
-    data_source TEXT,
-    failure_kind TEXT,
-    duration REAL,
-    policy_version INTEGER
-);
-CREATE INDEX IF NOT EXISTS rollouts_group ON rollouts(group_id);
-CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-
-# Columns added after the first release: a store file made before them gets them at
-# open, and its finished rows are filled in from their stored results.
-_ADDED_COLUMNS = {"usable": "INTEGER", "reward": "REAL", "masked": "INTEGER",
-                  "data_source": "TEXT", "failure_kind": "TEXT", "duration": "REAL",
-                  "policy_version": "INTEGER"}
-_BACKFILL = """
-UPDATE rollouts SET
-    reward = json_extract(result, '$.reward'),
-    masked = COALESCE(json_extract(result, '$.mask'), 1),
-    usable = (status IN ('completed', 'failed') AND json_extract(result, '$.mask') = 0
-              AND json_extract(result, '$.reward') IS NOT NULL)
-WHERE result IS NOT NULL AND usable IS NULL
-"""
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Add the columns and indexes a store file made by an older rollserve lacks, and
-    fill them in, in one transaction (SQLite DDL is transactional): a crash or an error
-    part-way leaves the file as it was, and the next open does it all again (were the
-    columns committed before their backfill, old rows would keep them empty forever).
-    ``conn`` is in autocommit mode (isolation_level None): the BEGIN here is the only
-    transaction."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        present = {row[1] for row in conn.execute("PRAGMA table_info(rollouts)")}
-        for name, kind in _ADDED_COLUMNS.items():
-            if name not in present:
-                conn.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {kind}")
-        conn.execute(_BACKFILL)
-        if "data_source" not in present:  # only once: the scan reads every stored result
-            conn.execute(BACKFILL_SUMMARY)
-        for index in SUMMARY_INDEXES:
-            conn.execute(index)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-@dataclass
-class GroupRow:
-    id: str
-    task_id: str
-    client_key: str | None
-    request_hash: str
-    n: int
-    created_at: float
-
-
-@dataclass
-class RolloutRow:
-    id: str
-    group_id: str
-    spec: RolloutSpec
-    status: RolloutStatus
-    attempt: int
-    result: RolloutResult | None  # with its seq
-    seq: int | None
-    created_at: float
-    finished_at: float | None
-
 
 class Store(Protocol):
     async def open(self) -> None: ...
@@ -188,22 +93,7 @@ class SQLiteStore:
             return fn(self._conn)
 
     def _connect(self) -> None:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a committed transaction survives a process crash
-        # (SIGKILL); only an OS crash can lose the last few.
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=5000")
-        try:
-            conn.executescript(_SCHEMA)
-            _migrate(conn)
-        except BaseException:
-            conn.close()
-            raise
-        conn.isolation_level = "DEFERRED"  # back to implicit transactions for `with conn`
-        self._conn = conn
+        self._conn = connect(self.path)
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -300,7 +190,7 @@ class SQLiteStore:
                 return int(row[0])
             # Serialized here, on the store's thread: a result with a long prompt is
             # megabytes of JSON, which would otherwise stall the event loop.
-            payload = _encode(result)
+            payload = encode_result(result)
             seq = _next_seq(conn)
             conn.execute(
                 "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?,"
@@ -341,15 +231,15 @@ class SQLiteStore:
         await self.flush()
 
         def _get(conn: sqlite3.Connection) -> RolloutRow | None:
-            row = conn.execute(f"SELECT {_COLS} FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
-            return _rollout_row(row) if row else None
+            row = conn.execute(f"SELECT {COLUMNS} FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
+            return rollout_row(row) if row else None
 
         return await self._call(_get)
 
     async def group(self, group_id: str, results: bool = True
                     ) -> tuple[GroupRow, list[RolloutRow]] | None:
         """The group and its rollouts (``results``: with their results, else without)."""
-        columns = _COLS if results else _COLS.replace("result,", "NULL,")
+        columns = COLUMNS if results else COLUMNS.replace("result,", "NULL,")
 
         def _get(conn: sqlite3.Connection) -> tuple[GroupRow, list[RolloutRow]] | None:
             row = conn.execute("SELECT * FROM groups WHERE id=?", (group_id,)).fetchone()
@@ -358,7 +248,7 @@ class SQLiteStore:
             rows = conn.execute(
                 f"SELECT {columns} FROM rollouts WHERE group_id=? ORDER BY id", (group_id,)
             ).fetchall()
-            return GroupRow(*row), [_rollout_row(r) for r in rows]
+            return GroupRow(*row), [rollout_row(r) for r in rows]
 
         return await self._call(_get)
 
@@ -371,7 +261,7 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT id, status, seq, usable, reward, masked FROM rollouts WHERE group_id=?"
                 " ORDER BY id", (group_id,)).fetchall()
-            return [Outcome(id=rid, status=_status(status), seq=seq, usable=bool(usable),
+            return [Outcome(id=rid, status=stored_status(status), seq=seq, usable=bool(usable),
                             reward=reward, masked=bool(masked))
                     for rid, status, seq, usable, reward, masked in rows]
 
@@ -384,7 +274,7 @@ class SQLiteStore:
                 "SELECT seq, result FROM rollouts WHERE seq > ? ORDER BY seq LIMIT ?",
                 (after, limit),
             ).fetchall()
-            return [_decode(result, int(seq)) for seq, result in rows]
+            return [decode_result(result, int(seq)) for seq, result in rows]
 
         return await self._call(_get)
 
@@ -401,9 +291,9 @@ class SQLiteStore:
 
         def _get(conn: sqlite3.Connection) -> list[RolloutRow]:
             rows = conn.execute(
-                f"SELECT {_COLS} FROM rollouts WHERE seq IS NULL ORDER BY created_at, id"
+                f"SELECT {COLUMNS} FROM rollouts WHERE seq IS NULL ORDER BY created_at, id"
             ).fetchall()
-            return [_rollout_row(r) for r in rows]
+            return [rollout_row(r) for r in rows]
 
         return await self._call(_get)
 
@@ -421,49 +311,6 @@ class SQLiteStore:
             return _current_seq(conn)
 
         return await self._call(_get)
-
-
-_COLS = "id, group_id, spec, status, attempt, result, seq, created_at, finished_at"
-
-
-def _rollout_row(row: tuple[Any, ...]) -> RolloutRow:
-    rid, gid, spec, status, attempt, result, seq, created, finished = row
-    return RolloutRow(
-        id=rid,
-        group_id=gid,
-        spec=RolloutSpec.model_validate_json(spec),
-        status=_status(status),
-        attempt=int(attempt),
-        result=_decode(result, int(seq)) if result else None,
-        seq=seq,
-        created_at=created,
-        finished_at=finished,
-    )
-
-
-def _status(stored: str) -> RolloutStatus:
-    for status in ROLLOUT_STATUSES:
-        if stored == status:
-            return status
-    raise ValueError(f"unknown rollout status {stored!r} in the store")
-
-
-def _encode(result: RolloutResult) -> str:
-    """The result as stored: compact JSON, without ``seq``."""
-    try:
-        return result.model_dump_json(exclude={"seq"})
-    except PydanticSerializationError:  # a lone surrogate somewhere: escaped by json
-        return json.dumps(result.model_dump(mode="json", exclude={"seq"}), separators=(",", ":"))
-
-
-def _decode(text: str, seq: int) -> RolloutResult:
-    """A stored result, validated, with its cursor position."""
-    try:
-        result = RolloutResult.model_validate_json(text)
-    except ValidationError:  # pydantic's parser refuses an escaped lone surrogate; json does not
-        result = RolloutResult.model_validate(json.loads(text))
-    result.seq = seq
-    return result
 
 
 def _current_seq(conn: sqlite3.Connection) -> int:

@@ -1,6 +1,6 @@
 """The results table's side of the store: finished results as rows (``ResultSummary``),
-filtered and paged from summary columns the store writes at ``finish`` and an index
-over them, never from the stored results."""
+filtered and counted from summary columns the store writes at ``finish`` and covering
+indexes over them, never from the stored results (only a page's own rows are read)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,20 @@ UPDATE rollouts SET
     policy_version = (SELECT MAX(value) FROM json_each(result, '$.trajectory.policy_versions'))
 WHERE result IS NOT NULL AND data_source IS NULL
 """
-# The table filters and counts from these indexes alone, never reading a result: the
-# first walks every finished result in seq order; the others serve a data_source or a
-# status filter (a rare one is found without walking past all the others).
+# The table filters and counts from these indexes alone, never reading a row: each holds
+# every column a filter reads (covering). The first walks every finished result in seq
+# order; the others serve a data_source or a status filter (a rare one is found without
+# walking past all the others), whatever else the filter asks for (masked, failure kind).
 SUMMARY_INDEXES = (
     """CREATE INDEX IF NOT EXISTS rollouts_finished
     ON rollouts(seq, data_source, status, masked, failure_kind) WHERE seq IS NOT NULL""",
-    """CREATE INDEX IF NOT EXISTS rollouts_finished_source
-    ON rollouts(data_source, seq) WHERE seq IS NOT NULL""",
-    """CREATE INDEX IF NOT EXISTS rollouts_finished_status
-    ON rollouts(status, seq) WHERE seq IS NOT NULL""",
+    """CREATE INDEX IF NOT EXISTS rollouts_finished_by_source
+    ON rollouts(data_source, seq, status, masked, failure_kind) WHERE seq IS NOT NULL""",
+    """CREATE INDEX IF NOT EXISTS rollouts_finished_by_status
+    ON rollouts(status, seq, data_source, masked, failure_kind) WHERE seq IS NOT NULL""",
 )
+# Indexes an older rollserve made that the ones above replace: dropped at open.
+RETIRED_INDEXES = ("rollouts_finished_source", "rollouts_finished_status")
 # A page counts its matches up to here and no further (counting all of millions on every
 # page load would walk the whole index): the page's total is then "at least this many".
 COUNT_CAP = 10_000

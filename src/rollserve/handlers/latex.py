@@ -33,6 +33,22 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
+def boxed_answers(text: str) -> list[str]:
+    """The distinct non-blank ``\\boxed{...}`` contents in ``text`` (two that differ only
+    in spaces are one), in the order of their last occurrence, so the last is
+    ``extract_boxed``'s: several mean several final answers."""
+    answers: dict[str, str] = {}
+    start = text.find(BOXED)
+    while start != -1:
+        content = _braced_after(text, start + len(BOXED))
+        if content is not None and content.strip():
+            key = "".join(content.split())
+            answers.pop(key, None)
+            answers[key] = content.strip()
+        start = text.find(BOXED, start + len(BOXED))
+    return list(answers.values())
+
+
 def _braced_after(text: str, pos: int) -> str | None:
     """The balanced ``{...}`` group starting at ``pos`` (after spaces), without braces."""
     while pos < len(text) and text[pos] == " ":

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from rollserve.agent.base import AgentEnv, Message, Step
 from rollserve.handlers.base import HandlerDefaults
+
+AnswerT = TypeVar("AnswerT")  # what a family reads as an answer (math: the boxed text)
 
 # The shape of such an episode: an answer, maybe a retry or two.
 ANSWER_DEFAULTS = HandlerDefaults(
@@ -20,7 +23,7 @@ ANSWER_DEFAULTS = HandlerDefaults(
 )
 
 
-class AnswerEnv(AgentEnv):
+class AnswerEnv(AgentEnv, Generic[AnswerT]):
     """One question; the episode ends at the first reply in which ``extract`` finds
     an answer, and every reply without one is told ``retry_message``."""
 
@@ -30,7 +33,7 @@ class AnswerEnv(AgentEnv):
         self.system_prompt = system_prompt
         self.answer_format = answer_format  # closes the question message
         self.retry_message = retry_message
-        self.answer: str | None = None
+        self.answer: AnswerT | None = None
         self.malformed_replies = 0
 
     def initial_messages(self) -> list[Message]:
@@ -40,7 +43,7 @@ class AnswerEnv(AgentEnv):
         ]
 
     @abstractmethod
-    def extract(self, reply: str) -> str | None:
+    def extract(self, reply: str) -> AnswerT | None:
         """The final answer in ``reply``, or None when it gives none."""
 
     async def step(self, reply: str) -> Step:
@@ -52,7 +55,7 @@ class AnswerEnv(AgentEnv):
         return Step(messages=[{"role": "user", "content": self.retry_message}])
 
 
-def final_answer(messages: list[Message], extract: Callable[[str], str | None]) -> str | None:
+def final_answer(messages: list[Message], extract: Callable[[str], AnswerT | None]) -> AnswerT | None:
     """The answer ``extract`` finds in the last assistant message that has one."""
     for message in reversed(messages):
         if message.get("role") == "assistant":

@@ -20,6 +20,10 @@ chosen per instance with ``"tools": ["python"]``, or for every instance by the
 and context). The answer is the finish call's (a ``\\boxed{}`` inside it is read
 too; a reply that boxes an answer without calling a tool also ends the episode),
 scored exactly as above.
+
+Several distinct final answers (``\\boxed{3} or \\boxed{4}`` in the reply, or in the
+finish call) score only if every one of them is right: otherwise 0 with
+``{"ambiguous": true}``; more than ``MAX_ANSWERS`` are not scored at all.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from rollserve.agent.tools import FinishTool
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, Evaluation, HandlerDefaults, InvalidInstance, RolloutView
 from rollserve.handlers.episode import run_episode
-from rollserve.handlers.latex import extract_boxed, verify_math_answer
+from rollserve.handlers.latex import boxed_answers, extract_boxed, verify_math_answer
 from rollserve.handlers.math.instances import GymEntry, gym_entry, validate_dataset_form, validate_question_form
 from rollserve.handlers.math.prompts import (
     ANSWER_FORMAT,
@@ -54,6 +58,7 @@ from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools.ipython import IPythonConfig
 
 TOOLS = ("python",)  # the tools an instance may ask for
+MAX_ANSWERS = 3  # distinct final answers scored at most; more are a hedge, scored 0
 
 
 @dataclass
@@ -69,7 +74,7 @@ class MathState:
     finish_answer: str | None = None  # the python variant's answer, as finish got it
 
 
-class MathEnv(AnswerEnv):
+class MathEnv(AnswerEnv[str]):
     """The environment of one math episode: the question, then format reminders."""
 
     def __init__(self, question: str, system_prompt: str = SYSTEM_PROMPT) -> None:
@@ -85,9 +90,8 @@ class MathToolEnv(ToolEnv):
 
     async def step(self, reply: str) -> Step:
         if not self.parse(reply).has_calls:
-            boxed = extract_boxed(reply)
-            if boxed is not None:
-                self.finished, self.answer = True, boxed
+            if extract_boxed(reply) is not None:  # the reply itself is the answer:
+                self.finished, self.answer = True, reply  # every box in it is read
                 return Step(done=True, reason="finished")
         return await super().step(reply)
 
@@ -186,32 +190,44 @@ class MathHandler(AgentHandler):
         key = state.key
         python = self.uses_python(rollout.instance)
         if python:
-            answer = tool_answer(state.finish_answer)
+            answers = tool_answers(state.finish_answer)
         else:
-            answer = final_answer(rollout.trajectory.messages, extract_boxed)
+            answers = final_answer(rollout.trajectory.messages, lambda text: boxed_answers(text) or None) or []
         details: dict[str, Any] = {
-            "extracted": answer,
+            "extracted": answers[-1] if answers else None,
             "gold": state.gold,
             "method": f"reasoning-gym:{key.dataset}" if isinstance(key, GymEntry) else "math-verify",
             "turns": len(rollout.trajectory.turns),
         }
         if python:
             details["tools"] = ["python"]
-        if answer is None:
+        if len(answers) > 1:
+            details["answers"] = answers
+        if not answers:
+            return Evaluation(reward=0.0, details=details)
+        if len(answers) > MAX_ANSWERS:
+            details["ambiguous"] = True
             return Evaluation(reward=0.0, details=details)
         try:
-            if isinstance(key, GymEntry):
-                reward = await score_in_pool(self.ctx.scoring, score_reasoning_gym_answer, answer,
-                                             *key.args(), what=f"reasoning-gym {key.dataset!r} scorer")
-            else:
-                correct = await score_in_pool(self.ctx.scoring, verify_math_answer, answer, key,
-                                              what="math-verify")
-                reward = 1.0 if correct else 0.0
+            rewards = [await self._score(answer, key) for answer in answers]
         except ScoringTimeout:
             # A pathological answer (e.g. 9^{9^{9^{9}}}) is the agent's doing: score it 0.
             details["timeout"] = True
             return Evaluation(reward=0.0, details=details)
-        return Evaluation(reward=reward, details=details)
+        if len(answers) > 1 and min(rewards) < 1.0:
+            # Several final answers ("\\boxed{3} or \\boxed{4}") score only if each is right.
+            details["ambiguous"] = True
+            return Evaluation(reward=0.0, details=details)
+        return Evaluation(reward=min(rewards), details=details)
+
+    async def _score(self, answer: str, key: GymEntry | str) -> float:
+        """One answer's reward: the dataset's scorer, or math-verify against the gold."""
+        if isinstance(key, GymEntry):
+            return await score_in_pool(self.ctx.scoring, score_reasoning_gym_answer, answer,
+                                       *key.args(), what=f"reasoning-gym {key.dataset!r} scorer")
+        correct = await score_in_pool(self.ctx.scoring, verify_math_answer, answer, key,
+                                      what="math-verify")
+        return 1.0 if correct else 0.0
 
     async def cleanup(self, rollout: RolloutView) -> None:
         """Close the python variant's kernel and sandbox (the scoring pool is shared)."""
@@ -219,15 +235,25 @@ class MathHandler(AgentHandler):
 
 
 def tool_answer(answer: str | None) -> str | None:
-    """The answer given to ``finish``: the content of a ``\\boxed{}`` in it, else the
+    """The answer given to ``finish``: the content of its last ``\\boxed{}``, else the
     text itself (stripped of a surrounding $...$); None when empty."""
+    answers = tool_answers(answer)
+    return answers[-1] if answers else None
+
+
+def tool_answers(answer: str | None) -> list[str]:
+    """The distinct answers given to ``finish`` (or in a reply that ended the episode):
+    the contents of its ``\\boxed{}``, else the text itself (stripped of a surrounding
+    $...$); empty when there is none."""
     if answer is None:
-        return None
-    boxed = extract_boxed(answer)
-    text = (boxed if boxed is not None else answer).strip()
+        return []
+    boxed = boxed_answers(answer)
+    if boxed:
+        return boxed
+    text = answer.strip()
     if len(text) > 1 and text.startswith("$") and text.endswith("$"):
         text = text.strip("$").strip()
-    return text or None
+    return [text] if text else []
 
 
 class MathPythonHandler(MathHandler):

@@ -14,6 +14,14 @@ questions a bold letter closing its line (``**C**``) and a final line that is a 
 letter or "C) text". The last one that reads as an answer wins. A letter must stand
 alone: "A ball" or "I think" never give a choice.
 
+A choice answer whose clause names more than one choice ("A or B", "A/B", "(A) (B)",
+"**A** or **B**", "\\boxed{A} \\boxed{B}") is *ambiguous*: ``read_answer`` says so, and it
+scores 0. The clause is the answer's line (after the marker, for a marker answer), cut
+at a sentence end or an explanation word ("because", "not", "is", ...), or where the
+aside holding that word opens, so "B, because A is wrong" and "B (A and C are wrong)"
+stay B. Full-width letters and the Cyrillic and Greek capitals that look
+like A-J are read as those letters, in the answer and in the hedge alike.
+
 Kept apart from ``handlers/stem/handler.py`` (like ``math.scoring``) so a scoring worker
 imports only this and ``handlers.latex``.
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 from rollserve.handlers.latex import extract_boxed, unwrap_latex_text, verify_math_answer
@@ -51,6 +60,38 @@ _TRAILING_LETTER = re.compile(r"\(([A-Ja-j])\)$")  # "Paris (C)"
 _CONNECTORS = frozenset({"because", "since", "as", "which", "given", "due", "and", "or", "is", "was"})
 _FINAL_LINE_LETTER = re.compile(r"[(\[]?([A-Ja-j])(?:[)\]]?[.:]?|[)\]]\s+\S.*|\.\s+\S.*)")
 _MARKUP = " \t*_`$>#"
+
+# --- hedges ------------------------------------------------------------------------
+# Look-alikes of A-J read as those letters (after NFKC, which folds full-width "Ａ"):
+# Cyrillic А В С Е І Ј а с е і ј and Greek Α Β Ε Ι.
+_LOOKALIKES = str.maketrans("АВСЕІЈасеіјΑΒΕΙ", "ABCEIJaceijABEI")
+# Any letter standing alone, bracketed or not: "B", "(b)", "[C]", "D)".
+_LETTER_TOKEN = re.compile(r"(?<![\w'’\\])([(\[]?)([A-Za-z])([)\]]?)(?![\w'’]|\.\w)")
+# Where an answer's clause ends (or, before it, starts): a sentence end, or a word
+# that starts an explanation ("B, because A is wrong", "B, not A", "A is wrong, so B").
+_CLAUSE_BREAK = re.compile(
+    r"[.!?](?=\s|$)|\b(?:because|since|as|given|due|so|therefore|thus|hence|but|not|while|"
+    r"whereas|which|that|is|are|was|were|rather|instead|unlike|than|wait|actually)\b",
+    re.IGNORECASE,
+)
+_FORMULA = re.compile(r"\s*[=<>^]")  # "F = ma": a variable, not a choice
+# Where an aside after the answer opens: "B (A and C are wrong)", "B; A is wrong". An
+# aside that explains (holds a clause break) is not part of the answer.
+_ASIDE = re.compile(r"[(\[,;:—–]|\s-\s")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a reply answers: ``answer``, a letter or the answer text; for a choice
+    question whose final answer names several choices, ``answer`` is None and ``named``
+    holds those letters (``ambiguous``)."""
+
+    answer: str | None
+    named: tuple[str, ...] = ()
+
+    @property
+    def ambiguous(self) -> bool:
+        return len(self.named) > 1
 
 # --- numbers ---------------------------------------------------------------------
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
@@ -130,25 +171,70 @@ def _clean(candidate: str) -> str:
     return text
 
 
-def _candidates(text: str, choice: bool) -> list[tuple[int, str]]:
-    """Explicit answers in ``text`` as (position, text), in order of position."""
-    found: list[tuple[int, str]] = []
+def _candidates(text: str, choice: bool) -> list[tuple[int, str, int]]:
+    """Explicit answers in ``text`` as (position, text, start of the clause it may
+    share), in order of position: a marker's answer starts after the marker, any other
+    at the start of its line."""
+    found: list[tuple[int, str, int]] = []
     for match in _MARKER.finditer(text):
         end = text.find("\n", match.end())
-        found.append((match.start(), text[match.end(): end if end != -1 else len(text)][:_MAX_LINE]))
+        found.append((match.start(), text[match.end(): end if end != -1 else len(text)][:_MAX_LINE],
+                      match.end()))
     start = text.find("\\boxed")
     while start != -1:
         following = text.find("\\boxed", start + 1)
         end = start + _MAX_LINE if following == -1 else min(following, start + _MAX_LINE)
         boxed = extract_boxed(text[start:end])  # this box only
         if boxed is not None:
-            found.append((start, boxed))
+            found.append((start, boxed, _line_start(text, start)))
         start = following
     if choice:
-        found.extend((m.start(), m.group(1)) for m in _BOLD.finditer(text))
+        found.extend((m.start(), m.group(1), _line_start(text, m.start())) for m in _BOLD.finditer(text))
         lines = text.rstrip().rsplit("\n", 1)
-        found.append((len(text.rstrip()) - len(lines[-1]), "\n" + lines[-1][:_MAX_LINE]))
+        last_line = len(text.rstrip()) - len(lines[-1])
+        found.append((last_line, "\n" + lines[-1][:_MAX_LINE], last_line))
     return sorted(found, key=lambda item: item[0])
+
+
+def _line_start(text: str, position: int) -> int:
+    return text.rfind("\n", 0, position) + 1
+
+
+def _named_letters(text: str, position: int, floor: int, letters: str) -> tuple[str, ...]:
+    """The choice letters named in the clause of the answer at ``position`` (no
+    earlier than ``floor``, on the same line, within ``_MAX_LINE`` of it), in order."""
+    line_end = text.find("\n", position)
+    line_end = min(len(text) if line_end == -1 else line_end, position + _MAX_LINE)
+    left = max(floor, position - _MAX_LINE)
+    for match in _CLAUSE_BREAK.finditer(text, left, position):
+        left = match.end()
+    first = _LETTER_TOKEN.search(text, position, line_end)
+    after = first.end() if first else position
+    stop = _CLAUSE_BREAK.search(text, after, line_end)
+    right = line_end
+    if stop:
+        right = stop.start()
+        asides = list(_ASIDE.finditer(text, after, right))
+        if asides:  # the explanation starts where its aside opens
+            right = asides[-1].start()
+    named: list[str] = []
+    lower_counts: bool | None = None  # a bare lowercase letter counts if the first letter is one
+    for match in _LETTER_TOKEN.finditer(text, left, right):
+        bracket, char, close = match.groups()
+        bare = not (bracket or close)
+        word = re.match(r"\s+([a-z]+)", text[match.end():right])
+        if bare and char in "AaIi" and word and word.group(1) not in _CONNECTORS:
+            continue  # "A ball", "I think", "a metal"
+        if bare and (_FORMULA.match(text, match.end()) or re.search(r"[=<>^]\s*$", text[left:match.start()])):
+            continue  # "F = ma"
+        if lower_counts is None:
+            lower_counts = bare and char.islower()
+        if bare and char.islower() and not lower_counts:
+            continue  # "B, the speed of light c"
+        letter = char.upper()
+        if letter in letters and letter not in named:
+            named.append(letter)
+    return tuple(named)
 
 
 def _letter_of(candidate: str, choices: list[str]) -> str | None:
@@ -189,15 +275,34 @@ def _value_of(candidate: str, kind: str) -> str | None:
     return text
 
 
-def extract_answer(text: str, spec: dict[str, Any]) -> str | None:
+def read_answer(text: str, spec: dict[str, Any]) -> Reading | None:
     """The last explicit answer in ``text`` that reads as one for ``spec``: a letter
-    for a choice question, else the answer text. None when there is none."""
+    for a choice question (or the letters of a hedge, ``Reading.ambiguous``), else the
+    answer text. None when there is none."""
     choice = spec["kind"] == "choice"
-    for _, candidate in reversed(_candidates(text, choice)):
-        answer = _letter_of(candidate, spec["choices"]) if choice else _value_of(candidate, spec["kind"])
-        if answer is not None:
-            return answer
+    if choice:
+        text = unicodedata.normalize("NFKC", text).translate(_LOOKALIKES)
+    for position, candidate, floor in reversed(_candidates(text, choice)):
+        if not choice:
+            value = _value_of(candidate, spec["kind"])
+            if value is not None:
+                return Reading(value)
+            continue
+        letter = _letter_of(candidate, spec["choices"])
+        if letter is None:
+            continue
+        named = _named_letters(text, max(position, floor), floor,
+                               LETTERS[: len(spec["choices"])])
+        if len(set(named) | {letter}) > 1:
+            return Reading(None, tuple(dict.fromkeys((*named, letter))))
+        return Reading(letter)
     return None
+
+
+def extract_answer(text: str, spec: dict[str, Any]) -> str | None:
+    """``read_answer``'s answer: None when there is none or it is ambiguous."""
+    reading = read_answer(text, spec)
+    return reading.answer if reading else None
 
 
 # --- scoring (in a scoring worker) -------------------------------------------------

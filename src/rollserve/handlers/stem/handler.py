@@ -3,7 +3,8 @@
 The policy reasons, then ends with ``Answer: X`` (a letter) or ``Answer: <value>``;
 the usual variants are read too (``stem.answers``). A reply without an answer gets
 a user message saying how to give one, up to ``max_turns`` tries (as in ``math``).
-The reward is exact: 1.0 if right, else 0.0. Instance shapes, told apart by their
+The reward is exact: 1.0 if right, else 0.0; a final answer that names more than
+one choice ("A or B") is ambiguous and scores 0 (``stem.answers``). Instance shapes, told apart by their
 fields:
 
 - MMLU: ``{"question", "choices": [2-10 strings], "answer": 0-based index | "A".."J",
@@ -34,8 +35,9 @@ from rollserve.handlers.single_answer import ANSWER_DEFAULTS, AnswerEnv, final_a
 from rollserve.handlers.stem.answers import (
     DEFAULT_TOLERANCE,
     LETTERS,
-    extract_answer,
+    Reading,
     is_numeric_answer,
+    read_answer,
     score_stem_answer,
 )
 from rollserve.handlers.stem.prompts import SYSTEM_PROMPT, choice_format, retry_message, value_format
@@ -59,7 +61,7 @@ class StemQuestion:
     system_prompt: str
 
 
-class StemEnv(AnswerEnv):
+class StemEnv(AnswerEnv[Reading]):
     """One STEM episode: the question (with lettered choices), then format reminders."""
 
     def __init__(self, question: str, system_prompt: str, spec: dict[str, Any],
@@ -67,8 +69,9 @@ class StemEnv(AnswerEnv):
         super().__init__(question, system_prompt, answer_format, retry_message(spec))
         self.spec = spec
 
-    def extract(self, reply: str) -> str | None:
-        return extract_answer(reply, self.spec)
+    def extract(self, reply: str) -> Reading | None:
+        # A hedge ("A or B") is an answer too: it ends the episode, and scores 0.
+        return read_answer(reply, self.spec)
 
 
 # --- instance shapes ----------------------------------------------------------------
@@ -230,7 +233,8 @@ class StemHandler(AgentHandler):
     async def eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, StemQuestion)
         spec = state.spec
-        answer = final_answer(rollout.trajectory.messages, lambda text: extract_answer(text, spec))
+        reading = final_answer(rollout.trajectory.messages, lambda text: read_answer(text, spec))
+        answer = reading.answer if reading else None
         kind = spec["kind"]
         details: dict[str, Any] = {
             "extracted": answer,
@@ -247,6 +251,9 @@ class StemHandler(AgentHandler):
             details["tolerance"] = spec["tolerance"]
         if state.subject:
             details["subject"] = state.subject
+        if reading is not None and reading.ambiguous:  # a hedge: never scored
+            details["ambiguous"] = True
+            details["named"] = list(reading.named)
         if answer is None:
             return Evaluation(reward=0.0, details=details)
         try:
