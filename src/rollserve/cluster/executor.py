@@ -55,6 +55,15 @@ def _kill(actor: Any) -> None:
         pass  # already gone
 
 
+def _cancel(ref: Any) -> None:
+    """Cancel a stage call (its task on the worker; one still queued there may run
+    anyway: the worker refuses stages of an attempt it cleaned up)."""
+    try:
+        ray.cancel(ref)
+    except (RayError, ValueError, TypeError):
+        pass  # done already
+
+
 class RayExecutor:
     """Stages run in the node workers of a Ray cluster (``engine.executor``)."""
 
@@ -67,6 +76,7 @@ class RayExecutor:
         self.placement = Placement()
         self._where: dict[str, ClusterNode] = {}  # rollout id -> its node
         self._synced: set[str] = set()  # rollouts whose last stage call returned
+        self._called: set[str] = set()  # rollouts whose attempt sent its node a stage call
         self._starting: dict[str, asyncio.Task[None]] = {}  # node id -> its worker's start
         # node id -> (when its worker may be started again, the backoff after that)
         self._retry: dict[str, tuple[float, float]] = {}
@@ -90,7 +100,7 @@ class RayExecutor:
         await self.wait_started(self.config.worker_start_timeout)
         if not any(n.alive for n in self.placement.nodes.values()):
             log.warning("no node offers the %r resource yet: rollouts wait (bounded by their "
-                        "INIT timeout) until one joins", self.config.resource)
+                        "total timeout) until one joins", self.config.resource)
         self._watcher = asyncio.create_task(self._watch(), name="rollserve-ray-nodes")
 
     async def stop(self) -> None:
@@ -320,24 +330,31 @@ class RayExecutor:
         return [n.snapshot(self.placement.waiting) for n in nodes]
 
     # --- stages ---------------------------------------------------------------------
+    async def reserve(self, r: Rollout) -> None:
+        """Place the attempt on a node, once one has a free slot (``timing.queued_node``);
+        the pipeline bounds the wait by the rollout's deadline, and ``cleanup`` frees
+        the slot (a cancel while waiting takes none)."""
+        if r.id in self._where:
+            return
+        waited = time.perf_counter()
+        self._where[r.id] = await self.placement.place(r.id)
+        r.add_time("queued_node", time.perf_counter() - waited)
+
     async def run_stage(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
-        if stage == "init":
-            waited = time.perf_counter()
-            node = await self.placement.place(r.id)
-            self._where[r.id] = node
-            r.add_time("queued_node", time.perf_counter() - waited)
-        else:
-            node = self._where[r.id]
+        if r.id not in self._where:  # the pipeline reserves first; a direct caller waits here
+            await self.reserve(r)
+        node = self._where[r.id]
         if not node.alive:
             node.lost += 1
             raise NodeLost(f"node {node.name} died before {stage} (attempt {r.attempt})", node.name)
         self._synced.discard(r.id)
+        self._called.add(r.id)
         ref = node.actor.run_stage.remote(self._call(r, stage))
         node.busy[stage] += 1
         try:
             outcome: StageOutcome = await ref
         except asyncio.CancelledError:
-            ray.cancel(ref)
+            _cancel(ref)
             raise
         except RayActorError as exc:
             self._mark_dead(node, f"its worker died ({type(exc).__name__})")
@@ -386,10 +403,12 @@ class RayExecutor:
         node = self._where.pop(r.id, None)
         synced = r.id in self._synced
         self._synced.discard(r.id)
+        called = r.id in self._called
+        self._called.discard(r.id)
         if node is None:
             return
         try:
-            if node.alive:
+            if node.alive and called:  # reserved only: the worker never heard of it
                 outcome: StageOutcome | None = await asyncio.shield(self._bounded(
                     node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT))
                 if outcome is not None and not synced and node.alive:
