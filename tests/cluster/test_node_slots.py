@@ -19,8 +19,17 @@ from rollserve.cluster.executor import RayExecutor  # noqa: E402
 from rollserve.cluster.protocol import StageCall, StageOutcome  # noqa: E402
 from rollserve.engine.dataset_check import offline_context  # noqa: E402
 from rollserve.engine.pipeline import Engine, EngineConfig  # noqa: E402
+from rollserve.engine.pools import StagePool  # noqa: E402
 from rollserve.engine.store import SQLiteStore  # noqa: E402
-from tests.cluster.test_executor_control import FakeActor, executor, node  # noqa: E402
+from tests.cluster.test_executor_control import (  # noqa: E402
+    INFO,
+    FakeActor,
+    executor,
+    healthy_workers,
+    killed,  # noqa: F401 (a fixture)
+    node,
+    scan,
+)
 from tests.engine.conftest import NullRouter, OneHandlerRegistry, ScriptedHandler  # noqa: E402
 from tests.engine.test_pipeline import _results, _submit  # noqa: E402
 
@@ -149,3 +158,53 @@ async def test_a_cancelled_rollout_leaves_no_node_slot_taken(cluster_engine):
     await _results(engine, [holder], timeout=30)
     assert n.hosted == set()
     assert [c[0] for c in n.actor.calls["cleanup"]] == [holder]  # the only one it ran
+
+
+async def test_a_stage_pool_resized_lets_as_many_stages_run_as_its_new_limit():
+    pool = StagePool("init", 1)
+    running: list[int] = []
+    peak = [0]
+    release = asyncio.Event()
+
+    async def one(i: int) -> None:
+        async with pool.slot():
+            running.append(i)
+            peak[0] = max(peak[0], len(running))
+            await release.wait()
+            running.remove(i)
+
+    tasks = [asyncio.create_task(one(i)) for i in range(6)]
+    await asyncio.sleep(0.05)
+    assert len(running) == 1
+    pool.resize(4)
+    await asyncio.sleep(0.05)
+    assert len(running) == 4 and pool.snapshot().workers == 4
+    pool.resize(2)  # the four running finish; then at most two at a time
+    release.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    release.clear()
+    peak[0] = 0
+    tasks = [asyncio.create_task(one(i)) for i in range(5)]
+    await asyncio.sleep(0.05)
+    assert len(running) == 2
+    release.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert peak[0] == 2 and pool.busy == 0 and pool.waiting == 0
+
+
+@pytest.mark.usefixtures("killed")
+async def test_the_head_is_told_the_alive_nodes_slots_as_they_change(monkeypatch):
+    """The server sizes its stage pools by them (``Service._size_pools``): the head's
+    one-machine pool sizes must not cap a cluster with more slots."""
+    infos = [INFO]
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: list(infos))
+    ex = executor()
+    told: list[int] = []
+    ex.on_slots = told.append
+    healthy_workers(ex)
+    await scan(ex)
+    infos.append({**INFO, "NodeID": "cd" * 28, "NodeManagerHostname": "host-b",
+                  "Resources": {"rollserve": 60.0}})
+    await scan(ex)
+    ex._mark_dead(ex.placement.current(INFO["NodeID"]), "its raylet is gone")
+    assert told == [4, 64, 60]

@@ -89,6 +89,10 @@ class RayExecutor:
         self._added: dict[str, tuple[str, float]] = {}  # backends the head got at run time
         self._removed: set[str] = set()  # backend names the head removed at run time
         self._background: set[asyncio.Task[None]] = set()
+        # Told the alive nodes' slots, all together, whenever they change (the server
+        # sizes the head's stage pools by them).
+        self.on_slots: Callable[[int], None] | None = None
+        self._slots = 0
 
     # --- life cycle ----------------------------------------------------------------
     async def start(self) -> None:
@@ -210,6 +214,7 @@ class RayExecutor:
                            generation=generation, reaped_at_start=report.reaped_at_start,
                            draining=name in self._drained)  # a drain outlives its worker
         self.placement.add(node)
+        self._slots_changed()
         log.info("node %s (%s) joined: %d slots, worker pid %d, %d sandboxes reaped", name,
                  node_id[:12], slots, report.pid, report.reaped_at_start)
         await self.placement.changed()
@@ -248,6 +253,14 @@ class RayExecutor:
                         node.node_id[:12], why, len(node.hosted))
         node.alive = False
         node.sandboxes_open = 0
+        self._slots_changed()
+
+    def _slots_changed(self) -> None:
+        slots = sum(n.slots for n in self.placement.nodes.values() if n.alive)
+        if slots != self._slots:
+            self._slots = slots
+            if self.on_slots is not None and slots > 0:
+                self.on_slots(slots)
 
     @staticmethod
     async def _bounded(ref: Any, timeout: float) -> Any:
