@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 
+from rollserve.cluster import calls  # noqa: E402
 from rollserve.cluster import executor as executor_module  # noqa: E402
 from rollserve.cluster.executor import RayExecutor  # noqa: E402
 from rollserve.cluster.protocol import StageCall, StageOutcome  # noqa: E402
@@ -26,7 +27,6 @@ from tests.cluster.test_executor_control import (  # noqa: E402
     FakeActor,
     executor,
     healthy_workers,
-    killed,  # noqa: F401 (a fixture)
     node,
     scan,
 )
@@ -52,7 +52,7 @@ class Scripted(ScriptedHandler):
 def cancelled(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The stage calls the executor cancels (ray.cancel takes only real object refs)."""
     refs: list[Any] = []
-    monkeypatch.setattr(executor_module, "_cancel", refs.append)
+    monkeypatch.setattr(calls, "cancel", refs.append)
     return refs
 
 

@@ -35,6 +35,7 @@ class ClusterNode:
     lost: int = 0
     sandboxes_open: int = 0
     reaped_at_start: int = 0
+    unanswered: int = 0  # status polls in a row its worker did not answer
 
     @property
     def key(self) -> str:

@@ -28,6 +28,10 @@ class RayConfig(BaseModel):
     worker_start_timeout: float = Field(180.0, gt=0, description="seconds a node's worker may "
                                         "take to start (then it is tried again)")
     call_timeout: float = Field(10.0, gt=0, description="seconds for a status or cleanup call")
+    fence_after_polls: int = Field(3, ge=1, description="status polls in a row a node's worker "
+                                   "may leave unanswered (each bounded by call_timeout) before "
+                                   "the node is fenced: its worker killed, its rollouts run "
+                                   "again elsewhere")
 
 
 class WorkerSettings(BaseModel):
