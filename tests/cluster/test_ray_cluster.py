@@ -334,12 +334,16 @@ def test_pause_and_resume_reach_every_nodes_router(server):
 
 def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, fake):
     state = server.state_dir
+    asked = len(fake.calls)
     with Client(server.url) as client:
         (rid,) = client.submit([code_task(6000, nap=600)], sampling={"max_tokens": 128},
                                agent={"max_turns": 4}).groups[0].rollout_ids
         wait_for(lambda: any(records(state, n) for n in ("node0", "node1", "node2", "node3")), 60,
                  "its sandbox")
-        time.sleep(1)  # into the nap: the editor's turn (at least) is sampled
+        # Its second turn asked for: the editor's turn is sampled and recorded (a fixed
+        # sleep was not always enough on a loaded host); then into the nap.
+        wait_for(lambda: len(fake.calls) >= asked + 2, 120, "its second turn")
+        time.sleep(1)
         assert client.cancel(rid).status == "cancelled"
         result = client.rollout(rid, wait=30).result
     assert result is not None and result.status == "cancelled" and result.mask
