@@ -88,6 +88,9 @@ class NodeWatch:
             log.warning("ray.nodes() has not answered since the last look; not asking again yet")
             return
         self._listing = asyncio.ensure_future(calls.nodes())
+        # A failure after the wait below gave up is seen by no one: taken here (no
+        # "exception never retrieved"); the next look asks again.
+        self._listing.add_done_callback(lambda f: f.cancelled() or f.exception())
         infos = await asyncio.wait_for(asyncio.shield(self._listing), self.config.call_timeout)
         alive_ids = {i["NodeID"] for i in infos if i.get("Alive")}
         for node in self.placement.nodes.values():
