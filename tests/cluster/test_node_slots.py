@@ -208,3 +208,18 @@ async def test_the_head_is_told_the_alive_nodes_slots_as_they_change(monkeypatch
     await scan(ex)
     ex._mark_dead(ex.placement.current(INFO["NodeID"]), "its raylet is gone")
     assert told == [4, 64, 60]
+
+
+def test_with_ray_the_servers_stage_pools_take_the_clusters_slots(tmp_path, monkeypatch):
+    """``serve --ray``: the head's pools are sized by the alive nodes' slots as the
+    executor reports them, whatever --init-workers ... said (one machine's sizes)."""
+    from rollserve.cluster.protocol import RayConfig
+    from rollserve.server import ServerConfig, Service
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    service = Service(ServerConfig(state_dir=tmp_path, ray=RayConfig(address="auto"),
+                                   engine=EngineConfig(init_workers=8, eval_workers=4)))
+    assert service.cluster is not None and service.cluster.on_slots is not None
+    service.cluster.on_slots(96)
+    assert {s: p.workers for s, p in service.engine.pools.items()} == {
+        "init": 96, "run": 96, "eval": 96}
