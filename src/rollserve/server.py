@@ -138,8 +138,17 @@ class Service:
             self.router.followers.append(self.cluster)
         self.engine = Engine(self.store, self.handlers, self.router, config.engine, context,
                              executor=executor)
+        if self.cluster is not None:  # a node's slots bound its stages, not the head's pools
+            self.cluster.on_slots = self._size_pools
         self.rollouts = Rollouts(self.engine, config.limits)  # what the API calls
         self.gateways = Gateways(gateway)  # what the gateway's routes call
+
+    def _size_pools(self, slots: int) -> None:
+        """With --ray each stage pool is as large as the alive nodes' slots together: a
+        node's slots bound what it hosts, and a smaller pool (the one-machine defaults:
+        32 INIT, 16 EVAL) would cap the whole cluster's stages at its size."""
+        for pool in self.engine.pools.values():
+            pool.resize(slots)
 
     def _cluster(self) -> RayExecutor:
         """Stages on a Ray cluster's nodes: each node's worker is built from these settings."""

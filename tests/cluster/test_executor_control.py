@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 
+from rollserve.cluster import calls  # noqa: E402
 from rollserve.cluster import executor as executor_module  # noqa: E402
 from rollserve.cluster.executor import RayExecutor  # noqa: E402
 from rollserve.cluster.nodes import ClusterNode  # noqa: E402
@@ -73,7 +74,7 @@ def fails(exc: BaseException) -> Reply:
 def killed(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The actors the executor kills (ray.kill takes only real handles)."""
     kills: list[Any] = []
-    monkeypatch.setattr(executor_module, "_kill", kills.append)
+    monkeypatch.setattr(calls, "kill", kills.append)
     return kills
 
 

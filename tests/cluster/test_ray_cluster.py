@@ -62,8 +62,11 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
     steps = [format_tool_call("str_replace_editor", {"command": "create",
                                                      "path": "/workspace/solution.py",
                                                      "file_text": SOLUTION})]
-    if nap:
-        steps.append(format_tool_call("bash", {"command": f"sleep {nap[0]}"}))
+    if nap:  # a long nap prints as it goes (the code family ends a command silent for 30 s)
+        seconds = int(nap[0])
+        steps.append(format_tool_call("bash", {"command": f"sleep {seconds}"} if seconds <= 20 else {
+            "command": f"for i in $(seq {seconds // 5}); do sleep 5; echo z; done",
+            "timeout": min(seconds + 30, 300)}))
     steps.append(format_tool_call("submit", {}))
     return steps[min(turn, len(steps) - 1)]
 
@@ -260,8 +263,9 @@ def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(
     assert left
     with Client(server.url) as client:
         before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
-        # ...while the live nodes run sandboxes of their own (napping 30 s)...
-        nappers = client.submit([code_task(2000 + i, nap=30) for i in range(4)],
+        # ...while the live nodes run sandboxes of their own (napping 240 s: longer than
+        # node0's new worker may take to start on a loaded host; cancelled below)...
+        nappers = client.submit([code_task(2000 + i, nap=240) for i in range(4)],
                                 sampling={"max_tokens": 128}, agent={"max_turns": 4})
         live = ("node1", "node2", "node3")
         wait_for(lambda: sum(len(records(state, n)) for n in live) >= 4, 60,
@@ -361,11 +365,15 @@ NODES = ("node0", "node1", "node2", "node3", "node4")  # every node that ever jo
 
 def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, fake):
     state = server.state_dir
+    asked = len(fake.calls)
     with Client(server.url) as client:
         (rid,) = client.submit([code_task(6000, nap=600)], sampling={"max_tokens": 128},
                                agent={"max_turns": 4}).groups[0].rollout_ids
         wait_for(lambda: any(records(state, n) for n in NODES), 60, "its sandbox")
-        time.sleep(1)  # into the nap: the editor's turn (at least) is sampled
+        # Its second turn asked for: the editor's turn is sampled and recorded (a fixed
+        # sleep was not always enough on a loaded host); then into the nap.
+        wait_for(lambda: len(fake.calls) >= asked + 2, 120, "its second turn")
+        time.sleep(1)
         assert client.cancel(rid).status == "cancelled"
         result = client.rollout(rid, wait=30).result
     assert result is not None and result.status == "cancelled" and result.mask

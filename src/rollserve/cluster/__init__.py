@@ -8,6 +8,7 @@ and calls that node's ``NodeWorker`` actor, which owns the node's sandboxes (own
 records in a node-local state dir), its own router replica (LLM traffic goes from the
 node to the backends) and the rollouts it hosts between their stages.
 
-Like ``server.py`` this package composes the layers; ray is imported only by
-``executor`` (and only a server started with ``--ray`` imports it).
+Like ``server.py`` this package composes the layers; ray is imported only by the
+head's modules (``executor``, ``watch``, ``calls``), and only a server started with
+``--ray`` imports them.
 """

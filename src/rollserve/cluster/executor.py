@@ -1,27 +1,24 @@
 """The head's side of the cluster: ``RayExecutor`` runs each stage in the worker
-actor of the node its rollout was placed on, watches the cluster's nodes (a worker
-starts on each alive node that offers the ``rollserve`` resource, including nodes
-that join later) and turns a dead node into ``NodeLost`` (the engine retries the
-rollout elsewhere or masks it).
+actor of the node its rollout was placed on, and turns a lost node into ``NodeLost``
+(the engine retries the rollout elsewhere or masks it); ``NodeWatch`` (watch.py)
+finds the nodes and starts their workers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
-from rollserve.cluster.nodes import ClusterNode, Placement
-from rollserve.cluster.protocol import RayConfig, StageCall, StageOutcome, WorkerReport, WorkerSettings
-from rollserve.cluster.worker import NodeWorker
+from rollserve.cluster import calls
+from rollserve.cluster.nodes import ClusterNode
+from rollserve.cluster.protocol import RayConfig, StageCall, StageOutcome, WorkerSettings
+from rollserve.cluster.watch import NodeWatch
 from rollserve.contract import NodeStatus, Stage
 from rollserve.engine.executor import CLEANUP_TIMEOUT
 from rollserve.engine.rollout import Rollout
@@ -34,52 +31,17 @@ from rollserve.llm.routing.weights import WeightUpdate
 log = logging.getLogger(__name__)
 
 NAMESPACE = "rollserve"
-NODE_LABEL = "rollserve-node"  # a node's name, where set (else its host name)
-# A node whose worker failed to start is tried again after this, doubling per failure.
-START_BACKOFF = 1.0
-START_BACKOFF_MAX = 60.0
 
 
-def node_name(info: dict[str, Any]) -> str:
-    """A node's name: its ``rollserve-node`` label, else its host name (one raylet per
-    machine); it names the node's owner-record folder, so it must outlive a restart (and
-    is kept to letters, digits, '.', '_' and '-': a folder name, never a path)."""
-    labels = info.get("Labels") or {}
-    name = str(labels.get(NODE_LABEL) or info.get("NodeManagerHostname") or info["NodeID"])
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or str(info["NodeID"])
-
-
-def _kill(actor: Any) -> None:
-    try:
-        ray.kill(actor, no_restart=True)
-    except (RayError, ValueError):
-        pass  # already gone
-
-
-class RayExecutor:
+class RayExecutor(NodeWatch):
     """Stages run in the node workers of a Ray cluster (``engine.executor``)."""
 
     def __init__(self, config: RayConfig, settings: WorkerSettings,
                  policy_version: Callable[[], int | None] | None = None) -> None:
-        self.config = config
-        self.settings = settings
-        # The head router's current policy version, read at each call (a callable).
-        self._policy_version = policy_version
-        self.placement = Placement()
+        super().__init__(config, settings, policy_version)
         self._where: dict[str, ClusterNode] = {}  # rollout id -> its node
         self._synced: set[str] = set()  # rollouts whose last stage call returned
-        self._starting: dict[str, asyncio.Task[None]] = {}  # node id -> its worker's start
-        # node id -> (when its worker may be started again, the backoff after that)
-        self._retry: dict[str, tuple[float, float]] = {}
-        self._clashes: set[str] = set()  # nodes refused a worker: another has their name
-        self._drained: set[str] = set()  # node names drained (their next workers too)
-        self._starts = itertools.count(1)  # each start's actor has its own name
-        self._watcher: asyncio.Task[None] | None = None
-        self._worker_class: Any = ray.remote(NodeWorker)
-        self._paused: PauseMode | None = None  # the head's router is paused (its mode)
-        self._lora: str | None = None  # the LoRA adapter the head loaded last (None: base)
-        self._added: dict[str, tuple[str, float]] = {}  # backends the head got at run time
-        self._removed: set[str] = set()  # backend names the head removed at run time
+        self._called: set[str] = set()  # rollouts whose attempt sent its node a stage call
         self._background: set[asyncio.Task[None]] = set()
 
     # --- life cycle ----------------------------------------------------------------
@@ -92,7 +54,7 @@ class RayExecutor:
         await self.wait_started(self.config.worker_start_timeout)
         if not any(n.alive for n in self.placement.nodes.values()):
             log.warning("no node offers the %r resource yet: rollouts wait (bounded by their "
-                        "INIT timeout) until one joins", self.config.resource)
+                        "total timeout) until one joins", self.config.resource)
         self._watcher = asyncio.create_task(self._watch(), name="rollserve-ray-nodes")
 
     async def stop(self) -> None:
@@ -104,151 +66,9 @@ class RayExecutor:
         stops = [self._bounded(n.actor.stop.remote(), self.config.call_timeout * 3) for n in alive]
         await asyncio.gather(*stops, return_exceptions=True)
         for node in alive:
-            _kill(node.actor)
+            calls.kill(node.actor)
+        await calls.wait_killed(self.config.call_timeout)
         await asyncio.to_thread(ray.shutdown)
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.poll_s)
-            try:
-                await self._scan()
-                await self._poll_workers()
-            except Exception:
-                log.exception("watching the cluster's nodes failed; trying again")
-
-    async def _scan(self) -> None:
-        """Mark the workers of nodes gone as dead; start a worker (in the background,
-        bounded) on each alive node that offers the resource and has no live worker:
-        a node new to us, or one whose worker died while its raylet lives on."""
-        infos: list[dict[str, Any]] = await asyncio.wait_for(asyncio.to_thread(ray.nodes),
-                                                             self.config.call_timeout)
-        alive_ids = {i["NodeID"] for i in infos if i.get("Alive")}
-        for node in self.placement.nodes.values():
-            if node.alive and node.node_id not in alive_ids:
-                self._mark_dead(node, "its raylet is gone")
-        offering = [i for i in infos if i.get("Alive")
-                    and float((i.get("Resources") or {}).get(self.config.resource, 0)) >= 1]
-        by_name: dict[str, set[str]] = {}
-        for info in offering:
-            by_name.setdefault(node_name(info), set()).add(str(info["NodeID"]))
-        for info in offering:
-            node_id = str(info["NodeID"])
-            if (node_id in self._starting
-                    or time.monotonic() < self._retry.get(node_id, (0.0, 0.0))[0]):
-                continue
-            current = self.placement.current(node_id)
-            if current is not None and current.alive:
-                continue
-            if self._name_taken(info, by_name):
-                continue
-            if current is not None:
-                _kill(current.actor)  # gone or unreachable: it must not run on beside the new one
-            generation = 1 if current is None else current.generation + 1
-            self._starting[node_id] = asyncio.create_task(
-                self._start_worker(info, generation), name=f"rollserve-worker-{node_id[:12]}")
-
-    def _name_taken(self, info: dict[str, Any], by_name: dict[str, set[str]]) -> bool:
-        """Another alive node has this node's name: it gets no worker. A name is the
-        node's owner-record folder (``<state_dir>/nodes/<name>``, often on a shared file
-        system): a worker starting there would take the other node's live sandboxes
-        for a dead predecessor's and reap them."""
-        node_id, name = str(info["NodeID"]), node_name(info)
-        others = by_name.get(name, set()) - {node_id}
-        if not others:
-            self._clashes.discard(node_id)
-            return False
-        if node_id not in self._clashes:
-            self._clashes.add(node_id)
-            log.error("node %s (%s) gets no worker: node(s) %s have the same name; give each "
-                      "node its own '%s' label", name, node_id[:12],
-                      ", ".join(sorted(o[:12] for o in others)), NODE_LABEL)
-        return True
-
-    async def _start_worker(self, info: dict[str, Any], generation: int) -> None:
-        node_id, name = str(info["NodeID"]), node_name(info)
-        slots = int(float(info["Resources"][self.config.resource]))
-        settings = self.settings.model_copy(update={
-            "node": name, "removed_backends": sorted(self._removed),
-            "added_backends": list(self._added.values()),
-            "policy_version": self._current_version(), "lora": self._lora})
-        actor: Any = None
-        try:
-            actor = self._worker_class.options(
-                name=f"rollserve-worker-{node_id[:16]}-{generation}-{next(self._starts)}",
-                num_cpus=0, max_restarts=0, max_concurrency=max(1000, slots * 8),
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(settings.model_dump_json())
-            report = WorkerReport.model_validate(await self._bounded(
-                actor.start.remote(), self.config.worker_start_timeout))
-            if self._paused is not None:  # joined while the head is paused: paused too
-                await self._bounded(actor.pause.remote(self._paused, None), self.config.call_timeout)
-                if self._paused is None:  # the head resumed meanwhile: so does this node
-                    await self._bounded(actor.resume.remote(self._current_version()),
-                                        self.config.call_timeout)
-            lora = settings.lora
-            while lora != self._lora:  # weights loaded as it started: name what they name
-                lora = self._lora
-                await self._bounded(actor.weights_loaded.remote(lora, []), self.config.call_timeout)
-        except BaseException as exc:  # every failure, a cancel too: no actor is left running
-            if actor is not None:
-                _kill(actor)
-            if not isinstance(exc, Exception):
-                raise
-            backoff = self._retry.get(node_id, (0.0, START_BACKOFF))[1]
-            self._retry[node_id] = (time.monotonic() + backoff, min(START_BACKOFF_MAX, backoff * 2))
-            log.error("node %s (%s): its worker did not start (tried again in %.0f s): %s: %s",
-                      name, node_id[:12], backoff, type(exc).__name__, exc)
-            return
-        finally:
-            self._starting.pop(node_id, None)
-        self._retry.pop(node_id, None)
-        node = ClusterNode(name=name, node_id=node_id, slots=slots, actor=actor,
-                           generation=generation, reaped_at_start=report.reaped_at_start,
-                           draining=name in self._drained)  # a drain outlives its worker
-        self.placement.add(node)
-        log.info("node %s (%s) joined: %d slots, worker pid %d, %d sandboxes reaped", name,
-                 node_id[:12], slots, report.pid, report.reaped_at_start)
-        await self.placement.changed()
-
-    async def wait_started(self, timeout: float) -> None:
-        """Wait (bounded) for the workers starting now."""
-        starting = list(self._starting.values())
-        if starting:
-            await asyncio.wait(starting, timeout=timeout)
-
-    async def _poll_workers(self) -> None:
-        async def one(node: ClusterNode) -> None:
-            try:
-                report = WorkerReport.model_validate(
-                    await self._bounded(node.actor.status.remote(), self.config.call_timeout))
-                node.sandboxes_open = report.sandboxes_open
-            except RayActorError as exc:
-                self._mark_dead(node, f"its worker died ({type(exc).__name__})")
-            except (RayError, TimeoutError):
-                pass  # slow to answer: the stage calls' own deadlines bound the rest
-
-        await asyncio.gather(*(one(n) for n in self.placement.nodes.values() if n.alive))
-
-    def _current_version(self) -> int | None:
-        return self._policy_version() if self._policy_version is not None else None
-
-    def _fence(self, node: ClusterNode, why: str) -> None:
-        """A node whose worker did not answer a pause, a resume or a weight load may sample
-        on under the wrong policy: kill its worker and count it lost (its rollouts run
-        again elsewhere)."""
-        _kill(node.actor)
-        self._mark_dead(node, why)
-
-    def _mark_dead(self, node: ClusterNode, why: str) -> None:
-        if node.alive:
-            log.warning("node %s (%s) lost: %s; its %d rollouts end their attempt", node.name,
-                        node.node_id[:12], why, len(node.hosted))
-        node.alive = False
-        node.sandboxes_open = 0
-
-    @staticmethod
-    async def _bounded(ref: Any, timeout: float) -> Any:
-        return await asyncio.wait_for(ref, timeout)
 
     # --- the routers' control plane (a ``llm.routing.base.Follower`` of the head's) ---
     async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
@@ -302,11 +122,13 @@ class RayExecutor:
         """The head's router got a backend: every worker adds it (in the background,
         bounded); workers that start later are given it."""
         self._added[name] = (source, weight)
+        self._backend_changes += 1
         self._broadcast("add_backend", source, weight)
 
     async def backend_removed(self, name: str, grace: float) -> None:
         self._removed.add(name)
         self._added.pop(name, None)
+        self._backend_changes += 1
         alive = [n for n in self.placement.nodes.values() if n.alive]
         replies = await asyncio.gather(
             *(self._bounded(n.actor.remove_backend.remote(name, grace),
@@ -344,25 +166,36 @@ class RayExecutor:
         return [n.snapshot(self.placement.waiting) for n in nodes]
 
     # --- stages ---------------------------------------------------------------------
+    async def reserve(self, r: Rollout) -> None:
+        """Place the attempt on a node, once one has a free slot (``timing.queued_node``);
+        the pipeline bounds the wait by the rollout's deadline, and ``cleanup`` frees
+        the slot (a cancel while waiting takes none)."""
+        if r.id in self._where:
+            return
+        waited = time.perf_counter()
+        self._where[r.id] = await self.placement.place(r.id)
+        r.add_time("queued_node", time.perf_counter() - waited)
+
     async def run_stage(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
-        if stage == "init":
-            waited = time.perf_counter()
-            node = await self.placement.place(r.id)
-            self._where[r.id] = node
-            r.add_time("queued_node", time.perf_counter() - waited)
-        else:
-            node = self._where[r.id]
+        if r.id not in self._where:  # the pipeline reserves first; a direct caller waits here
+            await self.reserve(r)
+        node = self._where[r.id]
         if not node.alive:
             node.lost += 1
             raise NodeLost(f"node {node.name} died before {stage} (attempt {r.attempt})", node.name)
         self._synced.discard(r.id)
+        self._called.add(r.id)
         ref = node.actor.run_stage.remote(self._call(r, stage))
         node.busy[stage] += 1
         try:
             outcome: StageOutcome = await ref
         except asyncio.CancelledError:
-            ray.cancel(ref)
+            calls.cancel(ref)
             raise
+        except ActorUnavailableError as exc:  # unreachable, maybe back soon: not marked dead
+            node.lost += 1
+            raise NodeLost(f"node {node.name} was unreachable during {stage} (attempt "
+                           f"{r.attempt}): {type(exc).__name__}", node.name) from None
         except RayActorError as exc:
             self._mark_dead(node, f"its worker died ({type(exc).__name__})")
             node.lost += 1
@@ -410,10 +243,12 @@ class RayExecutor:
         node = self._where.pop(r.id, None)
         synced = r.id in self._synced
         self._synced.discard(r.id)
+        called = r.id in self._called
+        self._called.discard(r.id)
         if node is None:
             return
         try:
-            if node.alive:
+            if node.alive and called:  # reserved only: the worker never heard of it
                 outcome: StageOutcome | None = await asyncio.shield(self._bounded(
                     node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT))
                 if outcome is not None and not synced and node.alive:

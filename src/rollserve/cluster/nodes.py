@@ -1,9 +1,9 @@
 """The head's book of nodes: each node's worker, slots and what it hosts, and where
 a new rollout goes (no ray import here).
 
-A rollout is placed when its INIT starts, on the alive, not draining node with a free
-slot that is least loaded (hosted / slots; ties: the fewest placed so far), and
-stays there until its cleanup: its sandboxes and handler state live in that node's
+A rollout's attempt is placed before its INIT (``RayExecutor.reserve``), on the
+alive, not draining node with a free slot that is least loaded (hosted / slots;
+ties: the fewest placed so far), and stays there until its cleanup: its sandboxes and handler state live in that node's
 worker, so RUN and EVAL go where INIT went.
 """
 
@@ -35,6 +35,7 @@ class ClusterNode:
     lost: int = 0
     sandboxes_open: int = 0
     reaped_at_start: int = 0
+    unanswered: int = 0  # status polls in a row its worker did not answer
 
     @property
     def key(self) -> str:
@@ -79,7 +80,7 @@ class Placement:
 
     async def place(self, rollout_id: str) -> ClusterNode:
         """The node the rollout goes to, once one has a free slot (the caller bounds
-        the wait: the INIT stage's deadline)."""
+        the wait: the rollout's deadline); a cancel while waiting takes no slot."""
         async with self._changed:
             self.waiting += 1
             try:

@@ -28,6 +28,10 @@ class RayConfig(BaseModel):
     worker_start_timeout: float = Field(180.0, gt=0, description="seconds a node's worker may "
                                         "take to start (then it is tried again)")
     call_timeout: float = Field(10.0, gt=0, description="seconds for a status or cleanup call")
+    fence_after_polls: int = Field(3, ge=1, description="status polls in a row a node's worker "
+                                   "may leave unanswered (each bounded by call_timeout) before "
+                                   "the node is fenced: its worker killed, its rollouts run "
+                                   "again elsewhere")
 
 
 class WorkerSettings(BaseModel):
@@ -49,6 +53,9 @@ class WorkerSettings(BaseModel):
     sandbox_runtime: str = "bubblewrap"
     sandbox_options: dict[str, Any] = Field(default_factory=dict)
     handler_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    orphan_grace: float = Field(60.0, gt=0, description="seconds past a hosted rollout's "
+                                "deadline (no stage running) before the worker cleans it up itself")
+    janitor_s: float = Field(5.0, gt=0, description="seconds between the worker's looks for those")
 
     @property
     def node_state_dir(self) -> Path:

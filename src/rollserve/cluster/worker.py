@@ -7,6 +7,13 @@ At start it reaps what a dead predecessor on this node left (``sandbox.reaper``:
 records whose owner is dead, only in this node's folder). Every stage call is bounded
 by the deadline the head sent; cleanup ends a stage still running, then releases the
 rollout's sandboxes.
+
+A stage call can reach the worker after the cleanup of its attempt (the head cancels a
+call still queued at the actor; Ray does not promise it never runs): the worker
+remembers the attempts it cleaned up (the newest ``CLEANED_KEPT``) and refuses their
+stage calls, so no late INIT makes a sandbox nobody cleans up. A janitor cleans up,
+and logs, a hosted rollout with no stage running whose deadline passed more than
+``orphan_grace`` seconds ago (its head, or the head's cleanup call, is gone).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import OrderedDict
 
 from rollserve.agent.gateway.registry import Gateway
 from rollserve.cluster.protocol import StageCall, StageError, StageOutcome, WorkerReport, WorkerSettings
@@ -36,6 +44,8 @@ log = logging.getLogger(__name__)
 # The worker's own bound on a stage is the head's deadline plus this: the head's fires
 # first (and cancels the call); this one only ends a call the head can no longer cancel.
 DEADLINE_GRACE = 5.0
+# The attempts (rollout id, attempt) cleaned up that a worker remembers: the newest ones.
+CLEANED_KEPT = 100_000
 
 
 class NodeWorker:
@@ -49,6 +59,9 @@ class NodeWorker:
         self.reaped = 0
         self.reap_errors: list[str] = []
         self._started = False
+        self._cleaned: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._janitor: asyncio.Task[None] | None = None
+        self.orphans = 0  # rollouts the janitor cleaned up
 
     async def start(self) -> WorkerReport:
         """Reap a dead predecessor's sandboxes on this node, then build the stack."""
@@ -78,6 +91,7 @@ class NodeWorker:
         self.handlers = HandlerRegistry()
         self.executor = LocalExecutor(self.router)
         self._started = True
+        self._janitor = asyncio.create_task(self._sweep(), name="rollserve-worker-janitor")
         return self.status()
 
     def status(self) -> WorkerReport:
@@ -89,21 +103,33 @@ class NodeWorker:
     def _handler(self, data_source: str) -> AgentHandler:
         return self.handlers.create(data_source, self.context)
 
-    def _rollout(self, call: StageCall) -> Rollout | None:
+    async def _rollout(self, call: StageCall) -> Rollout | str:
+        """The attempt's rollout (INIT makes it), or why there is none to run."""
+        where = f"rollout {call.spec.id} attempt {call.attempt}"
+        if (call.spec.id, call.attempt) in self._cleaned:
+            return f"{where} was cleaned up on node {self.settings.node} before this {call.stage} call came"
         r = self.rollouts.get(call.spec.id)
-        if call.stage == "init" and (r is None or r.attempt != call.attempt):
+        if call.stage == "init" and r is not None and r.attempt < call.attempt:
+            # An earlier attempt still hosted (its cleanup call lost): it ends now.
+            log.warning("node %s: rollout %s attempt %d still hosted at attempt %d's INIT; "
+                        "cleaning it up", self.settings.node, r.id, r.attempt, call.attempt)
+            await self.cleanup(r.id, r.attempt, produced=False)
+            if (call.spec.id, call.attempt) in self._cleaned:  # meanwhile
+                return f"{where} was cleaned up on node {self.settings.node} before its INIT ran"
+            r = self.rollouts.get(call.spec.id)
+        if call.stage == "init" and r is None:
             r = Rollout(spec=call.spec, attempt=call.attempt, max_turns=call.max_turns,
                         max_context_tokens=call.max_context_tokens, timeouts=call.timeouts,
                         max_staleness=call.max_staleness, mask_stale=call.mask_stale)
             self.rollouts[r.id] = r
-        return r if r is not None and r.attempt == call.attempt else None
+        if r is None or r.attempt != call.attempt or (call.stage == "init" and r.id in self._running):
+            return f"{where} is not hosted on node {self.settings.node} (its worker restarted?)"
+        return r
 
     async def run_stage(self, call: StageCall) -> StageOutcome:
-        r = self._rollout(call)
-        if r is None:
-            return StageOutcome(error=StageError("infra", (
-                f"rollout {call.spec.id} attempt {call.attempt} is not hosted on node "
-                f"{self.settings.node} (its worker restarted?)")))
+        r = await self._rollout(call)
+        if isinstance(r, str):
+            return StageOutcome(error=StageError("infra", r))
         task = asyncio.create_task(self._stage(r, call))
         self._running[r.id] = task
         try:
@@ -142,7 +168,11 @@ class NodeWorker:
     async def cleanup(self, rollout_id: str, attempt: int, produced: bool) -> StageOutcome | None:
         """End the rollout's stage if one still runs, release what it took, forget it;
         ``produced``: return what it had produced (else, or when it is not hosted
-        here, None)."""
+        here, None). The attempt's stage calls that come later are refused."""
+        self._cleaned[(rollout_id, attempt)] = None
+        self._cleaned.move_to_end((rollout_id, attempt))
+        while len(self._cleaned) > CLEANED_KEPT:
+            self._cleaned.popitem(last=False)
         r = self.rollouts.get(rollout_id)
         if r is None or r.attempt != attempt:
             return None
@@ -151,8 +181,30 @@ class NodeWorker:
             task.cancel()
             await asyncio.wait([task], timeout=CLEANUP_TIMEOUT)
         await self.executor.cleanup(r, self._handler(r.spec.data_source))
-        del self.rollouts[rollout_id]
+        if self.rollouts.get(rollout_id) is r:
+            del self.rollouts[rollout_id]
         return self._outcome(r, None) if produced else None
+
+    async def _sweep(self) -> None:
+        """The janitor: every ``janitor_s``, clean up the hosted rollouts that no stage
+        runs for and whose deadline passed ``orphan_grace`` seconds ago."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.settings.janitor_s)
+            now = loop.time()
+            for rollout_id, r in list(self.rollouts.items()):
+                if (rollout_id in self._running or r.deadline is None
+                        or now < r.deadline + self.settings.orphan_grace):
+                    continue
+                log.warning("node %s: rollout %s attempt %d outlived its deadline by %.0f s "
+                            "with no stage running and no cleanup from the head; cleaning it up",
+                            self.settings.node, rollout_id, r.attempt, now - r.deadline)
+                try:
+                    await self.cleanup(rollout_id, r.attempt, produced=False)
+                    self.orphans += 1
+                except Exception:
+                    log.exception("node %s: cleaning up rollout %s failed", self.settings.node,
+                                  rollout_id)
 
     async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
         """Pause the node's router replica (the head forwards pauses to backends);
@@ -181,6 +233,9 @@ class NodeWorker:
 
     async def stop(self) -> None:
         """Close what is still open (the head is shutting down)."""
+        if self._janitor is not None:
+            self._janitor.cancel()
+            await asyncio.gather(self._janitor, return_exceptions=True)
         for rollout_id, r in list(self.rollouts.items()):
             await self.cleanup(rollout_id, r.attempt, produced=False)
         await self.sandboxes.aclose()

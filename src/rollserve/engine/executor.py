@@ -1,6 +1,7 @@
 """Where a rollout's stage work runs: the seam between the pipeline (this process:
 pools, deadlines, retries, the store) and a handler's work (sandboxes, the agent
-loop, scoring).
+loop, scoring). The pipeline calls ``reserve`` before each attempt's INIT, then each
+stage, then ``cleanup`` once per attempt.
 
 ``LocalExecutor`` runs a stage's handler call in this process, as rollserve always
 has; it is the default. ``rollserve.cluster.RayExecutor`` runs it in a worker actor
@@ -41,6 +42,12 @@ class Sessions(Protocol):
 class StageExecutor(Protocol):
     """Runs one stage of a rollout's handler work and releases what it took."""
 
+    async def reserve(self, r: Rollout) -> None:
+        """Before each attempt's INIT (before INIT's pool slot and its stage timeout):
+        wait for a place for the attempt to run (a cluster node's slot). The caller
+        bounds the wait (the rollout's deadline); a cancel while waiting takes nothing,
+        and what was reserved is released by ``cleanup``."""
+
     async def run_stage(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
         """Run ``stage``; on return ``r`` holds what it produced (trajectory after RUN,
         reward and evaluation after EVAL). Raises the handler's typed failures."""
@@ -61,6 +68,9 @@ class LocalExecutor:
 
     def __init__(self, router: Sessions) -> None:
         self.router = router
+
+    async def reserve(self, r: Rollout) -> None:
+        return None  # one machine: the stage pools are the only queue
 
     async def run_stage(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
         if stage == "init":

@@ -228,6 +228,9 @@ class Engine:
                 r.deadline = deadline.when()
                 while True:
                     try:
+                        # A place to run (a cluster node's slot), waited for outside
+                        # INIT's pool and timeout: only the rollout's deadline bounds it.
+                        await self.executor.reserve(r)
                         for stage in STAGES:
                             await self._run_stage(r, handler, stage)
                         r.status = "completed"

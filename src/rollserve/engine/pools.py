@@ -22,6 +22,7 @@ class StagePool:
         self.name = name
         self.workers = workers
         self._slots = asyncio.Semaphore(workers)  # asyncio semaphores wake waiters FIFO
+        self._shrunk = 0  # slots to take out of use as they come free (``resize``)
         self.waiting = 0
         self.busy = 0
         self.done = 0
@@ -34,6 +35,9 @@ class StagePool:
         self.waiting += 1
         try:
             await self._slots.acquire()
+            while self._shrunk:  # a slot the pool shrank by: out of use, wait for another
+                self._shrunk -= 1
+                await self._slots.acquire()
         finally:
             self.waiting -= 1
         started = time.perf_counter()
@@ -45,6 +49,18 @@ class StagePool:
             self.done += 1
             self.busy_seconds += time.perf_counter() - started
             self._slots.release()
+
+    def resize(self, workers: int) -> None:
+        """Change the limit (at least 1); stages running over a smaller limit finish."""
+        workers = max(1, workers)
+        grown, self.workers = workers - self.workers, workers
+        if grown < 0:
+            self._shrunk -= grown
+        for _ in range(grown):
+            if self._shrunk:
+                self._shrunk -= 1
+            else:
+                self._slots.release()
 
     def snapshot(self) -> StageStatus:
         return StageStatus(workers=self.workers, busy=self.busy, queued=self.waiting,

@@ -80,12 +80,18 @@ class BwrapProcess(HostProcess):
     sandbox_init: psutil.Process | None = None
 
     def kill_now(self) -> None:
-        if self.sandbox_init is not None and self.returncode is None:
+        self.kill_first()
+        super().kill_now()
+
+    def kill_first(self) -> None:
+        """Kill the sandbox's first process itself, not only through bwrap's group: it
+        leaves that group (--new-session), and it sets its parent-death signal only
+        after the block fd, so a bwrap that dies first leaves it alive (PPID 1)."""
+        if self.sandbox_init is not None:
             try:
                 self.sandbox_init.kill()  # psutil checks the start time first
             except psutil.Error:
                 pass
-        super().kill_now()
 
 
 class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
@@ -272,6 +278,7 @@ class BubblewrapSandbox(FolderSandbox):
             info = await asyncio.wait_for(_read_all(info_r), self.spec.start_timeout)
             pid = int(json.loads(info)["child-pid"])
             process.sandbox_init = psutil.Process(pid)
+            process.on_exit(lambda _: process.kill_first())  # bwrap gone: so is the sandbox
             if self._nproc is not None:
                 rl.apply(pid, {resource.RLIMIT_NPROC: self._nproc})
             if self.cgroup is not None:
@@ -289,6 +296,11 @@ class BubblewrapSandbox(FolderSandbox):
             else:  # what went wrong on our side (the IPC caps, the pid...), then bwrap's words
                 detail = f"{type(error).__name__}: {error}. {detail}"
             raise SandboxError(f"sandbox {self.id}: bwrap failed to start: {detail}".strip()) from error
+        except BaseException:
+            # Cancelled mid-launch: killed before the block fd closes below (its EOF
+            # would let the command start, without its limits, cgroup or record).
+            process.kill_now()
+            raise
         finally:
             os.close(info_r)
             os.close(block_w)
