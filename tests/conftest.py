@@ -17,6 +17,7 @@ from rollserve.engine.pipeline import EngineConfig
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
+from tests import early_start
 from tests.real_vllm import FIXTURES, Pending, skip_reason
 
 # --- the `slow` mark --------------------------------------------------------------------------
@@ -160,6 +161,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("#", "WARNING: the real-vLLM tests (marked 'vllm') were SKIPPED",
                                    red=True, bold=True)
         terminalreporter.write_line(f"reason: {pending.error}")
+
+
+# --- commands started when the session starts (tests/early_start.py) -------------------------
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.config.option.collectonly:
+        early_start.start_for(item.nodeid for item in session.items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    early_start.stop_all()
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
