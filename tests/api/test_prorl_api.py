@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 
 import httpx
 import pytest
@@ -382,10 +381,8 @@ def test_serve_prorl_listens_on_8006(monkeypatch, tmp_path):
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not os.environ.get("ROLLSERVE_VLLM_URL"),
-                    reason="set ROLLSERVE_VLLM_URL to a vLLM server with SmolLM2")
-async def test_replay_against_a_real_vllm(prorl_api):
-    url = os.environ["ROLLSERVE_VLLM_URL"]
+async def test_replay_against_a_real_vllm(prorl_api, vllm_url):
+    url = vllm_url
     service, client = await prorl_api()
     await initialize_prorl_server(client, f"{url}/v1")
     result = await call_prorl_process(client, INSTANCE, {"temperature": 0.0, "max_output_tokens": 16,
