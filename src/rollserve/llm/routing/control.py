@@ -26,6 +26,7 @@ model under the new policy version.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 from collections.abc import Collection
 
@@ -284,7 +285,7 @@ class RouterControl:
         log.info("weights (%s) loaded: %s", update.kind, outcomes)
         return outcomes
 
-    def _followers_told(self, telling: asyncio.Future[list[None]]) -> None:
+    def _followers_told(self, telling: asyncio.Future[builtins.list[None]]) -> None:
         """The followers' step of a load whose caller was cancelled has ended."""
         self._loading = False
         if not telling.cancelled() and telling.exception() is not None:
