@@ -248,7 +248,8 @@ async def test_a_new_worker_starts_at_the_heads_version_and_resumes_if_the_head_
         # The head resumes (at version 5) while this node's join-time pause runs.
         version[0] = 5
         resumed.append(asyncio.create_task(ex.resume(5)))
-        await asyncio.sleep(0.05)
+        for _ in range(3):  # it runs until it waits (for the control plane's lock)
+            await asyncio.sleep(0)
         return True
 
     made: list[FakeActor] = []

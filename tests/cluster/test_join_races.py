@@ -53,7 +53,8 @@ async def test_a_pause_during_a_joins_catch_up_reaches_the_joining_node(killed, 
     async def adopt(*args: Any) -> None:
         # The next step's pause, as the head router sends it, while this call runs.
         pauses.append(asyncio.create_task(ex.pause("finish", 1)))
-        await asyncio.sleep(0.05)
+        for _ in range(3):  # it runs until it waits (for the control plane's lock)
+            await asyncio.sleep(0)
 
     made: list[FakeActor] = []
     ex._worker_class = FakeWorkerClass(
