@@ -192,3 +192,48 @@ async def test_full_weights_with_no_adapter_ever_in_force_tell_no_node(killed):
     # The next full load that succeeds everywhere must reach it (it still names policy-7).
     await ex.weights_loaded(FULL, [])
     assert good.actor.calls["weights_loaded"][-1] == (None, [])
+
+
+async def test_a_join_during_the_head_routers_own_cycle_neither_deadlocks_nor_slips(
+        killed, monkeypatch):
+    """The head's router (which calls the executor while it holds its own pause and load
+    state) runs a whole update while a worker starts, and the next pause lands during
+    the join's catch-up: every call returns (bounded), the node is paused with the
+    others, and the next update's resume reaches it with its version."""
+    from rollserve.llm.routing.router import Router
+    from tests.llm.test_router_weights import FullLoader
+
+    monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
+    head = Router(policy_version=1)
+    loader = FullLoader("a")
+    loader.release.set()
+    head.add(loader)
+    ex = executor()
+    ex._policy_version = lambda: head.policy_version
+    head.followers.append(ex)
+    pauses: list[asyncio.Task[dict[str, Any]]] = []
+
+    async def start(*args: Any) -> Any:  # the trainer's step while this worker starts
+        await head.pause("finish", 1)
+        await head.load_weights(LORA, timeout=5)
+        await head.resume(2)
+        return await report()
+
+    async def adopt(*args: Any) -> None:  # the next step's pause comes meanwhile
+        pauses.append(asyncio.create_task(head.pause("finish", 1)))
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    made: list[FakeActor] = []
+    ex._worker_class = FakeWorkerClass(
+        lambda s: made.append(FakeActor(s, start=start, weights_loaded=adopt)) or made[-1])
+    await asyncio.wait_for(scan(ex), 10)
+    (actor,) = made
+    paused = await asyncio.wait_for(pauses[0], 10)
+    assert paused["drained"] is True and actor.calls["pause"] == [("finish", 1)]
+    assert await asyncio.wait_for(head.load_weights(FULL, timeout=5), 10) == {"a": "ok"}
+    await asyncio.wait_for(head.resume(3), 10)
+    assert actor.calls["weights_loaded"] == [("policy-7", []), (None, [])]
+    # Resumed at 2 in the catch-up (the head had resumed; its next pause waited for the
+    # lock), paused by that pause once placed, resumed at 3 with the others.
+    assert actor.calls["resume"] == [(2,), (3,)] and killed == []
