@@ -1,9 +1,10 @@
 """The head's watch over the cluster's nodes (``RayExecutor``'s base): a worker starts
 on each alive node that offers the ``rollserve`` resource, including nodes that join
 later, and is told the head's state as it joins (pause, policy version, the adapter
-its backends name, backends added or removed meanwhile); each worker's status is polled, and a node whose raylet
-is gone, whose worker died, or whose worker leaves ``fence_after_polls`` polls in a
-row unanswered is lost (a silent worker is killed first: fenced).
+its backends name, backends added or removed meanwhile); each worker's status is
+polled, and a node whose raylet is gone, whose worker died, or whose worker leaves
+``fence_after_polls`` polls in a row unanswered is lost (a silent worker is killed
+first: fenced).
 
 A join converges with the control plane atomically: the head's pause, resume and
 weight-load broadcasts (``RayExecutor``) and a join's catch-up take one lock
