@@ -232,3 +232,48 @@ async def test_weights_load_only_once_every_node_replica_drained_at_the_pause():
     replicas.drained = True
     await router.pause("abort")
     assert await router.load_weights(FULL, timeout=5) == {"a": "ok"}
+
+
+class SlowReplicas(Replicas):
+    """A follower whose adoption of a load ends when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__(drained=True)
+        self.release = asyncio.Event()
+        self.told: list[tuple[str | None, list[str]]] = []
+
+    async def weights_loaded(self, update: WeightUpdate, failed: list[str]) -> None:
+        await self.release.wait()
+        self.told.append((update.lora, failed))
+
+
+async def test_a_load_cancelled_while_its_followers_are_told_still_tells_them():
+    """The load is in the servers once the followers' step starts: a cancel then (the
+    trainer's request dropped) must neither leave a follower naming the old model nor
+    let a resume through before every follower was told."""
+    router = Router(policy_version=1)
+    backend = HeldLoader("a")
+    backend.release.set()
+    router.add(backend)
+    replicas = SlowReplicas()
+    router.followers.append(replicas)
+    await router.pause("finish")
+    loading = asyncio.create_task(router.load_weights(LORA, timeout=5))
+    for _ in range(200):
+        if backend.model == "policy":
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    loading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loading
+    with pytest.raises(WeightsRefused, match="under way"):
+        await router.resume(policy_version=2)
+    replicas.release.set()
+    for _ in range(200):
+        if replicas.told:
+            break
+        await asyncio.sleep(0.01)
+    assert replicas.told == [("policy", [])]
+    assert (await router.resume(policy_version=2))["policy_version"] == 2
+    assert replicas.resumed == [2]

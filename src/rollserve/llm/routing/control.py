@@ -26,6 +26,7 @@ model under the new policy version.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 from collections.abc import Collection
 
@@ -260,6 +261,7 @@ class RouterControl:
                                  "abort, or a longer timeout) before loading weights")
         backends = targets(self._states.values(), update.kind)
         self._loading = True
+        telling: asyncio.Future[list[None]] | None = None
         try:
             outcomes = await load(backends, update, timeout)
             failed = [name for name, outcome in outcomes.items() if outcome != "ok"]
@@ -269,14 +271,25 @@ class RouterControl:
                 # what its twin here names now (a failed one's twin keeps its name). Full
                 # weights keep the served model's name, so they need this only when an
                 # adapter was in force: its name gives way to the base model's again.
-                await asyncio.gather(*(f.weights_loaded(update, failed) for f in self.followers))
+                # Shielded: a cancel here leaves no follower untold (each is bounded).
+                telling = asyncio.gather(*(f.weights_loaded(update, failed) for f in self.followers))
+                await asyncio.shield(telling)
         finally:
-            self._loading = False
+            if telling is not None and not telling.done():  # cancelled while they are told:
+                telling.add_done_callback(self._followers_told)  # still under way till then
+            else:
+                self._loading = False
         for name, outcome in outcomes.items():
             if outcome != "ok" and name in self._states:
                 self._states[name].last_error = f"weights: {outcome}"
         log.info("weights (%s) loaded: %s", update.kind, outcomes)
         return outcomes
+
+    def _followers_told(self, telling: asyncio.Future[builtins.list[None]]) -> None:
+        """The followers' step of a load whose caller was cancelled has ended."""
+        self._loading = False
+        if not telling.cancelled() and telling.exception() is not None:
+            log.error("telling the followers of a weight load failed: %r", telling.exception())
 
     def adopt_weights(self, lora: str | None, skip: Collection[str] = ()) -> None:
         """Weights were loaded into this router's servers by another router (a node
