@@ -18,16 +18,13 @@ from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate
 LORA = WeightUpdate(kind="lora", name="policy", path="/ckpt")
 
 
-class HeldLoader(LLMBackend, LoadsWeights):
-    """A backend whose loads end when the test says so."""
+class Plain(LLMBackend):
+    """A token-level backend whose server takes no weights (llama.cpp, say)."""
 
-    weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"lora"})
+    kind_name = "plain"
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.release = asyncio.Event()
-        self.model: str | None = "base"
-        self.loads = 0  # loads sent to its server
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return Generation([1], [-0.5], "stop")
@@ -39,7 +36,21 @@ class HeldLoader(LLMBackend, LoadsWeights):
         pass
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": "held", "trainable": True}
+        return {"name": self.name, "kind": self.kind_name, "trainable": True}
+
+
+class HeldLoader(Plain, LoadsWeights):
+    """A backend whose loads end when the test says so."""
+
+    weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"lora"})
+
+    kind_name = "held"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.release = asyncio.Event()
+        self.model: str | None = "base"
+        self.loads = 0  # loads sent to its server
 
     async def load_lora(self, name: str, path: str) -> None:
         self.loads += 1
@@ -197,25 +208,6 @@ async def test_a_backend_added_after_a_lora_load_names_the_adapter_or_is_refused
     third = FullLoader("first")
     replica.add(third)
     assert third.model == "policy"
-
-
-class Plain(LLMBackend):
-    """A token-level backend whose server takes no weights (llama.cpp, say)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        return Generation([1], [-0.5], "stop")
-
-    async def health(self) -> bool:
-        return True
-
-    async def close(self) -> None:
-        pass
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": "plain", "trainable": True}
 
 
 async def test_weights_load_only_once_every_node_replica_drained_at_the_pause():
