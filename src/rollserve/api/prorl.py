@@ -233,7 +233,7 @@ async def add_llm_server(body: LLMServerRequest, request: Request) -> StatusRepl
         await backend.close()
     else:
         try:  # after a LoRA load, it names the adapter; refused if it cannot serve one
-            llm_router.add(backend, source=spec.model_dump_json())
+            await llm_router.add_verified(backend, source=spec.model_dump_json())
         except WeightsRefused as exc:
             await backend.close()
             raise HTTPException(400, f"Failed to add LLM server: {exc}") from exc

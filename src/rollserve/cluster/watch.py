@@ -63,7 +63,8 @@ class NodeWatch:
         self._listing: asyncio.Future[list[dict[str, Any]]] | None = None  # ray.nodes() now
         self._worker_class: Any = ray.remote(NodeWorker)
         self._paused: PauseMode | None = None  # the head's router is paused (its mode)
-        self._lora: str | None = None  # the LoRA adapter the head loaded last (None: base)
+        # The LoRA adapter the head loaded last (None: base; restored at a restart).
+        self._lora: str | None = settings.lora
         self._added: dict[str, tuple[str, float]] = {}  # backends the head got at run time
         self._removed: set[str] = set()  # backend names the head removed at run time
         self._backend_changes = 0  # how many times _added / _removed changed
