@@ -14,6 +14,7 @@ import logging
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from rollserve.api.backend_add import add_verified
 from rollserve.api.errors import FieldHTTPError, errors
 from rollserve.api.guards import StrictJSONRoute
 from rollserve.contract import (
@@ -104,7 +105,7 @@ async def add_backend(spec: RemoteBackendSpec, request: Request) -> BackendAdded
         await backend.close()
         raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
     try:  # after a LoRA load, it names the adapter; refused if it does not serve it
-        await llm_router.add_verified(backend, source=spec.spec().model_dump_json())
+        await add_verified(llm_router, backend, spec.spec().model_dump_json())
     except WeightsRefused as exc:
         await backend.close()
         raise HTTPException(409, str(exc)) from exc

@@ -20,8 +20,7 @@ given backends and told of every weight load with this router.
 After a LoRA load, ``lora`` names the adapter the policy is: a backend added later
 names it in its requests too (or is refused, if it cannot serve an adapter), and so
 does every follower's backend (``weights.adopt``), so that nothing samples the base
-model under the new policy version. ``add_verified`` first asks such a server whether
-it serves the adapter (``in_force.verify_adapter``). ``in_force()`` is what the service
+model under the new policy version. ``in_force()`` is what the service
 keeps across a restart (the adapter, the policy version, ``last_load``); a router built
 from it names the adapter from its first call.
 """
@@ -40,7 +39,7 @@ from rollserve.llm.routing.base import Follower
 from rollserve.llm.routing.call_metrics import CallMetrics
 from rollserve.llm.routing.forward import forward, pausable
 from rollserve.llm.routing.health import HealthConfig, HealthMonitor
-from rollserve.llm.routing.in_force import LastLoad, WeightsInForce, verify_adapter
+from rollserve.llm.routing.in_force import LastLoad, WeightsInForce
 from rollserve.llm.routing.inflight import InFlightCalls
 from rollserve.llm.routing.policies import Policy, make_policy
 from rollserve.llm.routing.weights import (
@@ -133,20 +132,6 @@ class RouterControl:
         if source is not None:
             for follower in self.followers:
                 follower.backend_added(backend.name, source, state.weight)
-
-    async def add_verified(self, backend: LLMBackend, weight: float | None = None,
-                           source: str | None = None) -> None:
-        """``add``, once a server that is to name the LoRA adapter in force has shown it
-        serves it (``in_force.verify_adapter``: listed in its ``/v1/models``, read within
-        the health timeout); ``WeightsRefused`` (nothing registered) if not, or if the
-        weights changed while it was asked."""
-        lora = self.lora
-        if lora is not None and adopter(backend, lora) is not None:
-            await verify_adapter(backend, lora, self.config.health.timeout)
-            if self.lora != lora:
-                raise WeightsRefused(f"the policy's weights changed while {backend.name} was "
-                                     "checked: add it again")
-        self.add(backend, weight, source)
 
     async def remove(self, name: str, close: bool = True, grace: float = 0.0) -> LLMBackend:
         """Unregister ``name`` now; sessions pinned to it pick again at their next call.
