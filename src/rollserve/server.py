@@ -121,6 +121,7 @@ class Service:
         # servers still hold them): an adapter's name and the policy version.
         self.weights_path = weights_file.weights_path(config.db_path)
         restored = weights_file.read(self.weights_path)  # WeightsFileError: no start
+        self._weights_lock = asyncio.Lock()  # one write of the record at a time
         if restored is None:
             self.router = Router(config=config.llm)
         else:
@@ -204,7 +205,9 @@ class Service:
     async def save_weights(self) -> None:
         """Keep the router's weights in force (after a load or a resume) for a restart;
         ``OSError`` if they could not be written."""
-        await asyncio.to_thread(weights_file.write, self.weights_path, self.router.in_force())
+        async with self._weights_lock:  # read under it: the last written is the latest
+            await asyncio.to_thread(weights_file.write, self.weights_path,
+                                    self.router.in_force())
 
     def sandbox_status(self) -> dict:
         return {**self.sandboxes.status(), "reaped_at_start": self.reaped}
