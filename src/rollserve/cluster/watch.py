@@ -71,8 +71,9 @@ class NodeWatch:
         self._listing: asyncio.Future[list[dict[str, Any]]] | None = None  # ray.nodes() now
         self._worker_class: Any = ray.remote(NodeWorker)
         self._paused: PauseMode | None = None  # the head's router is paused (its mode)
-        self._lora: str | None = None  # the LoRA adapter the head loaded last (None: base)
-        self._lora_failed: list[str] = []  # the backends whose load of it failed (keep their name)
+        # The LoRA adapter the head loaded last (None: base; restored at a restart).
+        self._lora: str | None = settings.lora
+        self._lora_failed: list[str] = list(settings.lora_failed)  # whose load of it failed
         # Taken by the head's pause, resume and weight-load broadcasts and by a join's
         # catch-up (never by a worker's start, never while calling the head's router).
         self._control = asyncio.Lock()
