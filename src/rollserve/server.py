@@ -128,7 +128,12 @@ class Service:
             log.info("weights in force restored from %s: %s", self.weights_path,
                      restored.model_dump_json())
             self.router = Router(config=config.llm, policy_version=restored.policy_version,
-                                 lora=restored.lora, last_load=restored.last_load)
+                                 lora=restored.lora, last_load=restored.last_load,
+                                 paused=restored.paused)
+            if restored.paused:
+                log.warning("the last weight load (%s) was not followed by a resume before this "
+                            "server stopped: generation starts paused until POST /v1/llm/resume "
+                            "names the new weights' policy version", self.weights_path)
         self.handlers = HandlerRegistry()
         # Created on first use: a host without the runtime (no bwrap) still serves math.
         self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
@@ -175,7 +180,10 @@ class Service:
             sandbox_options=config.sandbox_options, handler_options=config.handler_options,
             lora=self.router.lora)  # restored at start: workers name it from the first call
         router = self.router
-        return RayExecutor(config.ray, settings, policy_version=lambda: router.policy_version)
+        executor = RayExecutor(config.ray, settings, policy_version=lambda: router.policy_version)
+        if router.pause_mode is not None:  # restored paused: workers join paused
+            executor.start_paused(router.pause_mode)
+        return executor
 
     async def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ trainer is not training, stamped as its policy."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -90,3 +91,64 @@ async def test_the_weights_in_force_are_kept_for_a_restart_and_a_bad_record_stop
     service.weights_path.write_text('{"policy_version": "four"}')
     with pytest.raises(WeightsFileError, match="rollserve.weights.json"):
         Service(config)
+
+
+async def test_a_restart_between_a_load_and_its_resume_starts_paused(tok, tmp_path):
+    """The servers hold the new adapter, the version that names it never came: a
+    restarted head must not sample it under the old version (it starts paused, and the
+    trainer's resume names the version)."""
+    async with FakeVLLM(tok, runtime_lora=True) as fake:
+        config = ServerConfig(state_dir=tmp_path / "state", backends=[fake.url])
+        service = Service(config)
+        await service.start()
+        client = rollserve_client(service)
+        await client.resume(policy_version=3)
+        await client.pause("finish", timeout=5)
+        loaded = await client.load_weights({"kind": "lora", "name": "policy",
+                                            "path": adapter(tmp_path)}, 4)
+        assert loaded.ok
+        await client.aclose()
+        await service.stop()  # the head stops before the resume(4)
+        service = Service(config)
+        await service.start()
+        client = rollserve_client(service)
+        try:
+            status = (await client.status()).llm
+            assert (status.paused, status.policy_version, status.lora) == (True, 3, "policy")
+            resumed = await client.resume(policy_version=4)
+            assert resumed.policy_version == 4
+            assert not (await client.status()).llm.paused
+        finally:
+            await client.aclose()
+            await service.stop()
+        # ...and once resumed, a restart starts unpaused at 4.
+        service = Service(config)
+        await service.start()
+        try:
+            assert (service.router.paused, service.router.policy_version) == (False, 4)
+        finally:
+            await service.stop()
+
+
+async def test_two_adds_of_one_name_at_once_are_one_201_and_one_409(tok, tmp_path):
+    folder = adapter(tmp_path)
+    async with FakeVLLM(tok, runtime_lora=True) as first, FakeVLLM(tok, runtime_lora=True) as second:
+        service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[first.url]))
+        await service.start()
+        app = create_app(service, manage_lifecycle=False)
+        client = AsyncClient("http://rs", transport=httpx.ASGITransport(app=app))
+        try:
+            await AsyncWeightSync(client).update(LoRA("policy", folder), policy_version=2)
+            async with httpx.AsyncClient() as direct:  # the second serves it too
+                (await direct.post(f"{second.url}/v1/load_lora_adapter",
+                                   json={"lora_name": "policy", "lora_path": folder})
+                 ).raise_for_status()
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(
+                    app=app, raise_app_exceptions=False), base_url="http://rs") as http:
+                replies = await asyncio.gather(*(
+                    http.post("/v1/llm/backends", json={"url": second.url, "name": "b"})
+                    for _ in range(2)))
+            assert sorted(r.status_code for r in replies) == [201, 409], [r.text for r in replies]
+        finally:
+            await client.aclose()
+            await service.stop()

@@ -387,8 +387,11 @@ def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, 
                          for n in nodes(server.url).values()), 30, "the node to let it go")
 
 
-def test_backends_added_and_removed_at_run_time_reach_the_nodes(server):
-    second = FakeVLLM("smollm2", replies=policy, latency=0.01).start_in_thread()
+def test_backends_added_and_removed_at_run_time_reach_the_nodes(server, fake):
+    # It serves the adapter in force, as a vLLM started with --lora-modules would (one
+    # that did not is refused: tests/api/test_weights_in_force_api.py).
+    second = FakeVLLM("smollm2", replies=policy, latency=0.01, runtime_lora=True).start_in_thread()
+    second.lora_adapters.update(fake.lora_adapters)
     try:
         r = httpx.post(f"{server.url}/v1/llm/backends", json={"url": second.url, "name": "second"},
                        timeout=30)

@@ -104,3 +104,53 @@ async def test_closing_a_sandbox_whose_bwrap_died_alone_kills_its_first_process(
     assert await gone(tree), [psutil.Process(p).cmdline() for p in tree if running(p)]
     await asyncio.wait_for(box.close(), 30)
     assert list((tmp_path / "state" / "sandboxes").glob("*.json")) == []
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_cancelled_launches_leave_no_open_pipes(tmp_path, monkeypatch):
+    """A launch cancelled after bwrap reported its child: its pipes are closed too (once
+    it exits the sandbox no longer tracks it, so its close would never reach them)."""
+    box = await BubblewrapRuntime(tmp_path / "state").start(SandboxSpec())
+    read_all = bubblewrap._read_all
+    stuck = asyncio.Event()
+
+    async def slow_read(fd: int) -> bytes:
+        info = await read_all(fd)
+        stuck.set()
+        await asyncio.sleep(60)
+        return info
+
+    monkeypatch.setattr(bubblewrap, "_read_all", slow_read)
+    before = open_fds()
+    for _ in range(5):
+        stuck.clear()
+        task = asyncio.create_task(box.spawn(["bash", "-c", "sleep 100"], pty=False,
+                                             merge_stderr=False))
+        await asyncio.wait_for(stuck.wait(), 30)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await box.close()
+    assert open_fds() == before
+
+
+async def test_a_cancel_while_a_failed_launch_is_reported_never_starts_the_command(
+        tmp_path, monkeypatch):
+    """The launch fails in the block-fd window (its record, say) and is cancelled while
+    its failure is read: the command never runs (the fd's EOF would start it)."""
+    box = await BubblewrapRuntime(tmp_path / "state").start(SandboxSpec())
+
+    def failing_record(self: BubblewrapSandbox, process: Any, *pids: int) -> None:
+        raise OSError("a failure in the block-fd window")
+
+    monkeypatch.setattr(BubblewrapSandbox, "_record", failing_record)
+    task = asyncio.create_task(box.spawn(["bash", "-c", "echo ran > ran; sleep 30"], pty=False))
+    await asyncio.sleep(0.5)  # inside the failure's output read
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await asyncio.sleep(1.0)
+    ran = list(Path(box.folders.base).rglob("ran"))
+    await box.close()
+    assert ran == []

@@ -60,4 +60,7 @@ async def add_verified(router: Router, backend: LLMBackend, source: str) -> None
         if router.lora != lora:
             raise WeightsRefused(f"the policy's weights changed while {backend.name} was "
                                  "checked: add it again")
+        if router.is_registered(backend.name):  # two adds of one name, both checked at once
+            raise WeightsRefused(f"a backend named {backend.name!r} was added while this one "
+                                 "was checked; remove it first")
     router.add(backend, source=source)

@@ -85,6 +85,11 @@ class NodeWatch:
         self.on_slots: Callable[[int], None] | None = None
         self._slots = 0
 
+    def start_paused(self, mode: PauseMode) -> None:
+        """The head's router starts paused (restored so): workers join paused, until the
+        head resumes them."""
+        self._paused = mode
+
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(self.config.poll_s)

@@ -274,6 +274,7 @@ class BubblewrapSandbox(FolderSandbox):
             os.close(info_w)
             os.close(block_r)
         self._track(process)
+        started = False
         try:
             info = await asyncio.wait_for(_read_all(info_r), self.spec.start_timeout)
             pid = int(json.loads(info)["child-pid"])
@@ -288,7 +289,9 @@ class BubblewrapSandbox(FolderSandbox):
                                      self.spec.limits)
             self._record(process, pid)
             os.write(block_w, b"1")  # go
+            started = True
         except (TimeoutError, ValueError, KeyError, OSError, psutil.Error) as error:
+            process.kill_now()  # first: a cancel while its output is read must not let it go
             detail = await _failure_output(process)
             await process.kill()
             if isinstance(error, asyncio.TimeoutError):
@@ -298,10 +301,14 @@ class BubblewrapSandbox(FolderSandbox):
             raise SandboxError(f"sandbox {self.id}: bwrap failed to start: {detail}".strip()) from error
         except BaseException:
             # Cancelled mid-launch: killed before the block fd closes below (its EOF
-            # would let the command start, without its limits, cgroup or record).
+            # would let the command start, without its limits, cgroup or record), and
+            # its pipes closed (once it exits, the sandbox no longer tracks it).
             process.kill_now()
+            process.close()
             raise
         finally:
+            if not started:  # every way out before "go": nothing may start on the EOF
+                process.kill_now()
             os.close(info_r)
             os.close(block_w)
         return process

@@ -74,15 +74,17 @@ class RouterControl:
 
     def __init__(self, policy_version: int | None = None, config: RouterConfig | None = None,
                  policy: Policy | None = None, lora: str | None = None,
-                 last_load: LastLoad | None = None):
+                 last_load: LastLoad | None = None, paused: bool = False):
         """``lora``: the LoRA adapter the policy is (loaded by another router: a node
         replica's head; or by this server before a restart), which every token-level
-        backend added here names; ``last_load``: the last load that took (reported)."""
+        backend added here names; ``last_load``: the last load that took (reported);
+        ``paused``: start paused (a restart between a load and its resume: nothing samples
+        the new weights under the old version until the trainer resumes)."""
         self.config = config or RouterConfig()
         self.policy = policy or make_policy(self.config.policy)
         self.policy_version: int | None = policy_version
-        self.paused = False
-        self.pause_mode: PauseMode | None = None
+        self.paused = paused
+        self.pause_mode: PauseMode | None = "finish" if paused else None
         self.counters = {"calls": 0, "retries": 0, "aborted_by_pause": 0, "failed": 0, "moves": 0}
         self.health = HealthMonitor(self, self.config.health)
         self.metrics = CallMetrics()  # per-backend request latency and tokens (``/metrics``)
@@ -91,7 +93,8 @@ class RouterControl:
         self._paused_backends: list[str] = []
         self._changed = asyncio.Event()  # a backend became usable
         self._resumed = asyncio.Event()
-        self._resumed.set()
+        if not paused:
+            self._resumed.set()
         self._loading = False  # a weight load is under way
         self.followers: list[Follower] = []  # routers elsewhere, paused and resumed with this
         self._followers_drained = False  # the last pause drained every follower
@@ -212,7 +215,7 @@ class RouterControl:
     def in_force(self) -> WeightsInForce:
         """The weights in force, as a restarted router is to start with them."""
         return WeightsInForce(policy_version=self.policy_version, lora=self.lora,
-                              last_load=self.last_load)
+                              last_load=self.last_load, paused=self.paused)
 
     # --- pause / resume ------------------------------------------------------------------
     async def pause(self, mode: PauseMode = "finish", timeout: float | None = None,

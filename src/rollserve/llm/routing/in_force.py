@@ -39,3 +39,6 @@ class WeightsInForce(BaseModel):
     policy_version: int | None = Field(None, description="stamped on turns sampled now")
     lora: str | None = Field(None, description="the adapter requests name (None: base model)")
     last_load: LastLoad | None = None
+    paused: bool = Field(False, description="written after a load and before its resume: a "
+                         "restarted router starts paused (the new weights are in the servers, "
+                         "the version that names them comes with the trainer's resume)")
