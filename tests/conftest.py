@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import os
 import time
+from collections.abc import Generator
 from pathlib import Path
 
 import httpx
@@ -15,6 +17,8 @@ from rollserve.engine.pipeline import EngineConfig
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
+from tests import early_start
+from tests.real_vllm import FIXTURES, Pending, skip_reason
 
 # --- the `slow` mark --------------------------------------------------------------------------
 # Plain `pytest` (CI, the README's command) runs every test; `pytest -m "not slow"` is the
@@ -92,6 +96,81 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = slow_reason(item)
         if reason is not None:
             item.add_marker(pytest.mark.slow(reason=reason))
+    if config.stash[_PENDING_VLLM] is not None:
+        # The real vLLM is still starting (tests/real_vllm.py): the tests that need it
+        # go last, in their order, so the rest of the suite runs meanwhile.
+        items[:] = ([item for item in items if not needs_vllm(item)]
+                    + [item for item in items if needs_vllm(item)])
+
+
+# --- the real vLLM server (tests/real_vllm.py) --------------------------------------------------
+_PENDING_VLLM = pytest.StashKey[Pending | None]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_PENDING_VLLM] = Pending.from_env()
+
+
+def needs_vllm(item: pytest.Item) -> bool:
+    """Marked `vllm`, or asking for the server's URL."""
+    return item.get_closest_marker("vllm") is not None or (
+        isinstance(item, pytest.Function) and any(f in item.fixturenames for f in FIXTURES))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-timeout's per-test timer
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    pending = item.config.stash[_PENDING_VLLM]
+    if pending is not None and not pending.done and needs_vllm(item):
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        say = reporter.write_line if reporter is not None else print
+        say(f"\nwaiting (at most {pending.wait:g} s) for the vLLM server being started "
+            f"for this run ({pending.path})")
+        began = time.monotonic()
+        pending.wait_for_it()
+        outcome = pending.error or "up: " + ", ".join(f"{k}={v}" for k, v in pending.found.items())
+        say(f"vLLM server after {time.monotonic() - began:.0f} s of waiting: {outcome}")
+    return (yield)
+
+
+def _real_vllm(config: pytest.Config, var: str) -> str:
+    pending = config.stash[_PENDING_VLLM]
+    if pending is not None:
+        pending.wait_for_it()  # done already, unless something reordered the tests
+    reason = skip_reason(var, pending)
+    if reason is not None:
+        pytest.skip(reason)
+    return os.environ[var]
+
+
+@pytest.fixture(scope="session")
+def vllm_url(request: pytest.FixtureRequest) -> str:
+    """The real vLLM server's URL (ROLLSERVE_VLLM_URL); skips, saying why, without one."""
+    return _real_vllm(request.config, "ROLLSERVE_VLLM_URL")
+
+
+@pytest.fixture(scope="session")
+def vllm_lora_url(request: pytest.FixtureRequest) -> str:
+    """A real vLLM server with runtime LoRA loading (ROLLSERVE_VLLM_LORA_URL); skips,
+    saying why, without one."""
+    return _real_vllm(request.config, "ROLLSERVE_VLLM_LORA_URL")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    pending = terminalreporter.config.stash[_PENDING_VLLM]
+    if pending is not None and pending.error is not None:
+        terminalreporter.write_sep("#", "WARNING: the real-vLLM tests (marked 'vllm') were SKIPPED",
+                                   red=True, bold=True)
+        terminalreporter.write_line(f"reason: {pending.error}")
+
+
+# --- commands started when the session starts (tests/early_start.py) -------------------------
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.config.option.collectonly:
+        early_start.start_for(item.nodeid for item in session.items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    early_start.stop_all()
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

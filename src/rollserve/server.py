@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from rollserve.agent.gateway.registry import Gateway
 from rollserve.cluster.protocol import RayConfig, WorkerSettings
+from rollserve.engine import weights_file
 from rollserve.engine.executor import StageExecutor
 from rollserve.engine.facade import Rollouts
 from rollserve.engine.gateway import Gateways
@@ -116,7 +117,18 @@ class Service:
         self.store = SQLiteStore(config.db_path)
         self.scoring = ScoringPool(workers=config.scoring_workers,
                                    default_timeout=config.scoring_timeout)
-        self.router = Router(config=config.llm)
+        # The weights in force when this state dir's server last stopped (the inference
+        # servers still hold them): an adapter's name and the policy version.
+        self.weights_path = weights_file.weights_path(config.db_path)
+        restored = weights_file.read(self.weights_path)  # WeightsFileError: no start
+        self._weights_lock = asyncio.Lock()  # one write of the record at a time
+        if restored is None:
+            self.router = Router(config=config.llm)
+        else:
+            log.info("weights in force restored from %s: %s", self.weights_path,
+                     restored.model_dump_json())
+            self.router = Router(config=config.llm, policy_version=restored.policy_version,
+                                 lora=restored.lora, last_load=restored.last_load)
         self.handlers = HandlerRegistry()
         # Created on first use: a host without the runtime (no bwrap) still serves math.
         self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
@@ -160,7 +172,8 @@ class Service:
             node="", state_dir=config.state_dir.expanduser().resolve(), tokenizer=config.tokenizer,
             backends=config.backends, llm=config.llm, scoring_workers=config.scoring_workers,
             scoring_timeout=config.scoring_timeout, sandbox_runtime=config.sandbox_runtime,
-            sandbox_options=config.sandbox_options, handler_options=config.handler_options)
+            sandbox_options=config.sandbox_options, handler_options=config.handler_options,
+            lora=self.router.lora)  # restored at start: workers name it from the first call
         router = self.router
         return RayExecutor(config.ray, settings, policy_version=lambda: router.policy_version)
 
@@ -188,6 +201,13 @@ class Service:
         if self.cluster is not None:
             await self.cluster.start()  # workers on the nodes there are now
         await self.engine.start()
+
+    async def save_weights(self) -> None:
+        """Keep the router's weights in force (after a load or a resume) for a restart;
+        ``OSError`` if they could not be written."""
+        async with self._weights_lock:  # read under it: the last written is the latest
+            await asyncio.to_thread(weights_file.write, self.weights_path,
+                                    self.router.in_force())
 
     def sandbox_status(self) -> dict:
         return {**self.sandboxes.status(), "reaped_at_start": self.reaped}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 
 import httpx
 import pytest
@@ -382,10 +381,8 @@ def test_serve_prorl_listens_on_8006(monkeypatch, tmp_path):
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not os.environ.get("ROLLSERVE_VLLM_URL"),
-                    reason="set ROLLSERVE_VLLM_URL to a vLLM server with SmolLM2")
-async def test_replay_against_a_real_vllm(prorl_api):
-    url = os.environ["ROLLSERVE_VLLM_URL"]
+async def test_replay_against_a_real_vllm(prorl_api, vllm_url):
+    url = vllm_url
     service, client = await prorl_api()
     await initialize_prorl_server(client, f"{url}/v1")
     result = await call_prorl_process(client, INSTANCE, {"temperature": 0.0, "max_output_tokens": 16,
@@ -397,3 +394,26 @@ async def test_replay_against_a_real_vllm(prorl_api):
     async with httpx.AsyncClient(base_url=url) as vllm:  # the template side, as vLLM renders it
         r = await vllm.post("/tokenize", json={"messages": system_user, "add_generation_prompt": True})
     assert assistant["prompt_token_ids"] == r.json()["tokens"]
+
+
+async def test_add_llm_server_refuses_a_server_that_cannot_serve_the_adapter_with_a_400(
+        prorl_api, tok, tmp_path):
+    """After a LoRA sync, ProRL's /add_llm_server refuses (400, ProRL's one refusal code,
+    not the native route's 409) a server that cannot serve the adapter: it would sample
+    the base model under the new policy version. Nothing is registered."""
+    from rollserve.client.weights import AsyncWeightSync, LoRA
+    from rollserve.testing.fake_llamacpp import FakeLlamaCpp
+
+    from .test_weight_sync_api import adapter, rollserve_client
+
+    async with FakeVLLM(tok, runtime_lora=True) as fake, FakeLlamaCpp(tok) as llama:
+        service, client = await prorl_api(backends=[fake.url])
+        await client.post("/start")
+        native = rollserve_client(service)
+        await AsyncWeightSync(native).update(LoRA("policy", adapter(tmp_path)), policy_version=2)
+        await native.aclose()
+        r = await client.post("/add_llm_server", json={"address": f"llamacpp={llama.url}"})
+        assert r.status_code == 400
+        assert r.json()["detail"].startswith("Failed to add LLM server: ")
+        assert "cannot serve the LoRA adapter 'policy'" in r.json()["detail"]
+        assert [b["url"] for b in service.router.list()] == [fake.url]

@@ -242,15 +242,21 @@ async def test_a_new_worker_starts_at_the_heads_version_and_resumes_if_the_head_
     ex = executor(version)
     await ex.pause("finish", 1)  # no node yet
 
+    resumed: list[asyncio.Task[None]] = []
+
     async def paused_until_resumed(*args: Any) -> bool:
-        await ex.resume(5)  # the head resumes while this node's join-time pause runs
+        # The head resumes (at version 5) while this node's join-time pause runs.
         version[0] = 5
+        resumed.append(asyncio.create_task(ex.resume(5)))
+        for _ in range(3):  # it runs until it waits (for the control plane's lock)
+            await asyncio.sleep(0)
         return True
 
     made: list[FakeActor] = []
     ex._worker_class = FakeWorkerClass(
         lambda s: made.append(FakeActor(s, start=report, pause=paused_until_resumed)) or made[-1])
     await scan(ex)
+    await asyncio.wait_for(resumed[0], 10)
     (actor,) = made
     assert actor.settings["policy_version"] == 4
     assert actor.calls["pause"] == [("finish", None)] and actor.calls["resume"] == [(5,)]

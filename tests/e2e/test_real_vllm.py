@@ -13,7 +13,6 @@ Skipped unless ROLLSERVE_VLLM_URL points at one; scripts/vllm_cpu/start.sh start
 """
 
 import difflib
-import os
 
 import httpx
 import pytest
@@ -21,14 +20,7 @@ import pytest
 from rollserve.api.app import create_app
 from rollserve.server import ServerConfig, Service
 
-URL = os.environ.get("ROLLSERVE_VLLM_URL")
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(
-        not URL,
-        reason="set ROLLSERVE_VLLM_URL to a vLLM server with SmolLM2 (scripts/vllm_cpu/start.sh)",
-    ),
-]
+pytestmark = pytest.mark.vllm  # `api` takes `vllm_url` (tests/real_vllm.py): skips without one
 
 TASKS = [
     {"data_source": "math", "n": 2, "instance": {"question": "What is 7 * 6?", "answer": "42"}},
@@ -50,8 +42,8 @@ LOGPROB_TOLERANCE = 1e-3
 
 
 @pytest.fixture
-async def api(tmp_path):
-    service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[URL]))
+async def api(tmp_path, vllm_url):
+    service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[vllm_url]))
     await service.start()
     app = create_app(service, manage_lifecycle=False)
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
@@ -147,13 +139,13 @@ async def check_exact(vllm: httpx.AsyncClient, model: str, backend: dict, result
     return worst, compared
 
 
-async def test_rollouts_carry_exactly_what_vllm_sampled(api):
+async def test_rollouts_carry_exactly_what_vllm_sampled(api, vllm_url):
     (backend,) = (await api.get("/v1/llm/backends")).json()["backends"]
     assert backend["kind"] == "vllm"
     results = await _submit_and_collect(api)
     assert len(results) == 4
 
-    async with httpx.AsyncClient(base_url=URL, timeout=120) as vllm:
+    async with httpx.AsyncClient(base_url=vllm_url, timeout=120) as vllm:
         model = (await vllm.get("/v1/models")).json()["data"][0]["id"]
         worst, compared = 0.0, 0
         for result in results:
@@ -162,7 +154,7 @@ async def test_rollouts_carry_exactly_what_vllm_sampled(api):
     print(f"compared {compared} sampled logprobs with vLLM's prefill: max |diff| {worst:.2e}")
 
 
-async def test_a_swe_rollout_on_real_vllm_is_exact_and_scored(api):
+async def test_a_swe_rollout_on_real_vllm_is_exact_and_scored(api, vllm_url):
     """A swe-mini instance end to end on the real model: repository in bubblewrap, tool
     episode (whatever the small model does with it), candidate patch, evaluation."""
     from rollserve.datasets import SWE_MINI
@@ -181,7 +173,7 @@ async def test_a_swe_rollout_on_real_vllm_is_exact_and_scored(api):
     evaluation = result["evaluation"]
     assert evaluation["instance_id"] == row["instance_id"] and "git_patch" in evaluation
     assert result["reward"] == (1.0 if evaluation.get("resolved") else 0.0)
-    async with httpx.AsyncClient(base_url=URL, timeout=120) as vllm:
+    async with httpx.AsyncClient(base_url=vllm_url, timeout=120) as vllm:
         model = (await vllm.get("/v1/models")).json()["data"][0]["id"]
         # (The tools reach the template through its `tools`, which /tokenize is not given.)
         await check_exact(vllm, model, backend, result, against_tokenize=False)

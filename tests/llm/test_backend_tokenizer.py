@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import os
 import socket
 
 import httpx
@@ -29,7 +28,6 @@ from rollserve.testing import FakeVLLM
 
 from .test_token_fidelity import DROP_REASONING_TEMPLATE, ScriptedEnv, assert_exact_tokens
 
-VLLM_URL = os.environ.get("ROLLSERVE_VLLM_URL")
 CONVERSATION = [
     {"role": "system", "content": "You are a careful assistant."},
     {"role": "user", "content": "ls -la:\ntotal 0\ndrwxr-xr-x  2 root root  40 Jan  1 ."},
@@ -181,9 +179,8 @@ async def test_a_server_that_comes_up_later_is_probed_in_the_background(tmp_path
 
 # --- a real vLLM ------------------------------------------------------------------------------
 @pytest.mark.vllm
-@pytest.mark.skipif(not VLLM_URL, reason="set ROLLSERVE_VLLM_URL to a vLLM server with SmolLM2")
-async def test_real_vllm_tokenizer_agrees_and_runs_an_episode(tok):
-    backend = BackendTokenizer(VLLM_URL)
+async def test_real_vllm_tokenizer_agrees_and_runs_an_episode(vllm_url, tok):
+    backend = BackendTokenizer(vllm_url)
     await backend.ready()
     assert backend.eos_token_id == tok.eos_token_id and backend.renders_tools is False
     for gen in (True, False):
@@ -195,7 +192,7 @@ async def test_real_vllm_tokenizer_agrees_and_runs_an_episode(tok):
     trajectories = []
     for tokenizer in (backend, tok):
         router = Router()
-        router.add(VLLMBackend(VLLM_URL))
+        router.add(VLLMBackend(vllm_url))
         trajectory = Trajectory()
         await run_agent_loop(ScriptedEnv(2), router.session("t"), tokenizer, greedy, max_turns=2,
                              max_context_tokens=2048, trajectory=trajectory, stats=LoopStats())

@@ -18,16 +18,13 @@ from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate
 LORA = WeightUpdate(kind="lora", name="policy", path="/ckpt")
 
 
-class HeldLoader(LLMBackend, LoadsWeights):
-    """A backend whose loads end when the test says so."""
+class Plain(LLMBackend):
+    """A token-level backend whose server takes no weights (llama.cpp, say)."""
 
-    weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"lora"})
+    kind_name = "plain"
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.release = asyncio.Event()
-        self.model: str | None = "base"
-        self.loads = 0  # loads sent to its server
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return Generation([1], [-0.5], "stop")
@@ -39,7 +36,21 @@ class HeldLoader(LLMBackend, LoadsWeights):
         pass
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": "held", "trainable": True}
+        return {"name": self.name, "kind": self.kind_name, "trainable": True}
+
+
+class HeldLoader(Plain, LoadsWeights):
+    """A backend whose loads end when the test says so."""
+
+    weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"lora"})
+
+    kind_name = "held"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.release = asyncio.Event()
+        self.model: str | None = "base"
+        self.loads = 0  # loads sent to its server
 
     async def load_lora(self, name: str, path: str) -> None:
         self.loads += 1
@@ -199,25 +210,6 @@ async def test_a_backend_added_after_a_lora_load_names_the_adapter_or_is_refused
     assert third.model == "policy"
 
 
-class Plain(LLMBackend):
-    """A token-level backend whose server takes no weights (llama.cpp, say)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        return Generation([1], [-0.5], "stop")
-
-    async def health(self) -> bool:
-        return True
-
-    async def close(self) -> None:
-        pass
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": "plain", "trainable": True}
-
-
 async def test_weights_load_only_once_every_node_replica_drained_at_the_pause():
     router = Router(policy_version=1)
     backend = FullLoader("a")
@@ -232,3 +224,48 @@ async def test_weights_load_only_once_every_node_replica_drained_at_the_pause():
     replicas.drained = True
     await router.pause("abort")
     assert await router.load_weights(FULL, timeout=5) == {"a": "ok"}
+
+
+class SlowReplicas(Replicas):
+    """A follower whose adoption of a load ends when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__(drained=True)
+        self.release = asyncio.Event()
+        self.told: list[tuple[str | None, list[str]]] = []
+
+    async def weights_loaded(self, update: WeightUpdate, failed: list[str]) -> None:
+        await self.release.wait()
+        self.told.append((update.lora, failed))
+
+
+async def test_a_load_cancelled_while_its_followers_are_told_still_tells_them():
+    """The load is in the servers once the followers' step starts: a cancel then (the
+    trainer's request dropped) must neither leave a follower naming the old model nor
+    let a resume through before every follower was told."""
+    router = Router(policy_version=1)
+    backend = HeldLoader("a")
+    backend.release.set()
+    router.add(backend)
+    replicas = SlowReplicas()
+    router.followers.append(replicas)
+    await router.pause("finish")
+    loading = asyncio.create_task(router.load_weights(LORA, timeout=5))
+    for _ in range(200):
+        if backend.model == "policy":
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    loading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loading
+    with pytest.raises(WeightsRefused, match="under way"):
+        await router.resume(policy_version=2)
+    replicas.release.set()
+    for _ in range(200):
+        if replicas.told:
+            break
+        await asyncio.sleep(0.01)
+    assert replicas.told == [("policy", [])]
+    assert (await router.resume(policy_version=2))["policy_version"] == 2
+    assert replicas.resumed == [2]

@@ -5,7 +5,6 @@ run vLLM 0.32 on a CPU machine): ROLLSERVE_VLLM_URL=http://127.0.0.1:8000 pytest
 """
 
 import asyncio
-import os
 
 import aiohttp
 import pytest
@@ -18,15 +17,11 @@ from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.llm.backends.vllm import VLLMBackend
 
-URL = os.environ.get("ROLLSERVE_VLLM_URL")
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(not URL, reason="set ROLLSERVE_VLLM_URL to a vLLM server with SmolLM2"),
-]
+pytestmark = pytest.mark.vllm  # each test takes `vllm_url` (tests/real_vllm.py): skips without one
 
 
-async def test_greedy_ids_and_logprobs(chat_prompt, tok):
-    backend = VLLMBackend(URL)
+async def test_greedy_ids_and_logprobs(vllm_url, chat_prompt, tok):
+    backend = VLLMBackend(vllm_url)
     assert await backend.health()
     prompt = chat_prompt("What is the capital of France?")
     greedy = SamplingParams(temperature=0.0, max_tokens=32)
@@ -41,8 +36,8 @@ async def test_greedy_ids_and_logprobs(chat_prompt, tok):
         assert first.output_ids[-1] == tok.eos_token_id  # the eos is returned, with its logprob
 
 
-async def test_length_finish_and_seeded_sampling(chat_prompt, tok):
-    backend = VLLMBackend(URL)
+async def test_length_finish_and_seeded_sampling(vllm_url, chat_prompt, tok):
+    backend = VLLMBackend(vllm_url)
     prompt = chat_prompt("Write a long poem about the sea.")
     cut = await backend.generate(prompt, SamplingParams(temperature=0.0, max_tokens=5))
     assert cut.finish_reason == "length" and len(cut.output_ids) == 5
@@ -53,14 +48,14 @@ async def test_length_finish_and_seeded_sampling(chat_prompt, tok):
     assert a.output_ids == b.output_ids
 
 
-async def test_server_tokenizer_agrees_with_ours(tok):
+async def test_server_tokenizer_agrees_with_ours(vllm_url, tok):
     messages = [
         {"role": "user", "content": "ls -la:\ntotal 0\ndrwxr-xr-x  2 root root  40 Jan  1 00:00 ."},
         {"role": "assistant", "content": "Listed 123 files."},
         {"role": "user", "content": "Now compute 4567 * 89."},
     ]
     async with aiohttp.ClientSession() as client:
-        async with client.post(URL + "/tokenize",
+        async with client.post(vllm_url + "/tokenize",
                                json={"messages": messages, "add_generation_prompt": True}) as resp:
             served = (await resp.json())["tokens"]
     assert served == tok.encode(tok.render(messages, add_generation_prompt=True))
@@ -82,9 +77,9 @@ class TwoTurnEnv(AgentEnv):
         return Step(messages=[{"role": "user", "content": "Another one?"}])
 
 
-async def test_two_turn_episode_is_append_only(tok):
+async def test_two_turn_episode_is_append_only(vllm_url, tok):
     router = Router(policy_version=0)
-    router.add(VLLMBackend(URL, name="real"))
+    router.add(VLLMBackend(vllm_url, name="real"))
     trajectory = Trajectory()
     await run_agent_loop(
         TwoTurnEnv(), router.session(), tok, SamplingParams(temperature=0.0, max_tokens=24),
@@ -101,8 +96,8 @@ async def test_two_turn_episode_is_append_only(tok):
         position = end
 
 
-async def test_the_context_window_is_read_and_its_refusals_are_typed():
-    backend = VLLMBackend(URL)
+async def test_the_context_window_is_read_and_its_refusals_are_typed(vllm_url):
+    backend = VLLMBackend(vllm_url)
     assert await backend.health()
     window = backend.context_window()  # max_model_len from /v1/models
     assert window is not None and window > 8
@@ -112,7 +107,7 @@ async def test_the_context_window_is_read_and_its_refusals_are_typed():
     with pytest.raises(ContextWindowError, match="not sent"):
         await backend.generate([1] * window, greedy)
     await backend.close()
-    blind = VLLMBackend(URL)  # one that never read the window: the server's own refusals
+    blind = VLLMBackend(vllm_url)  # one that never read the window: the server's own refusals
     blind.window_path = None
     for length in (window, window + 1, window + 5):
         with pytest.raises(ContextWindowError) as info:
@@ -123,10 +118,10 @@ async def test_the_context_window_is_read_and_its_refusals_are_typed():
 
 # Run the server with --enable-scale-out and VLLM_SERVER_DEV_MODE=1 for the two below;
 # on a plain server the first checks the fallback and the second skips.
-async def test_tokens_only_generate_agrees_with_completions(chat_prompt):
+async def test_tokens_only_generate_agrees_with_completions(vllm_url, chat_prompt):
     prompt = chat_prompt("Count from one to five.")
     greedy = SamplingParams(temperature=0.0, max_tokens=12)
-    auto, plain = VLLMBackend(URL, endpoint="auto"), VLLMBackend(URL)
+    auto, plain = VLLMBackend(vllm_url, endpoint="auto"), VLLMBackend(vllm_url)
     via_auto = await auto.generate(prompt, greedy)
     via_completions = await plain.generate(prompt, greedy)
     await auto.close()
@@ -136,13 +131,13 @@ async def test_tokens_only_generate_agrees_with_completions(chat_prompt):
     assert via_auto.logprobs == pytest.approx(via_completions.logprobs, abs=1e-4)
 
 
-async def test_a_forwarded_abort_pause_resends_after_resume(chat_prompt):
+async def test_a_forwarded_abort_pause_resends_after_resume(vllm_url, chat_prompt):
     async with aiohttp.ClientSession() as client:
-        async with client.get(URL + "/is_paused") as resp:
+        async with client.get(vllm_url + "/is_paused") as resp:
             if resp.status != 200:
                 pytest.skip("the server is not in dev mode (VLLM_SERVER_DEV_MODE=1)")
     router = Router(policy_version=1, config=RouterConfig(forward_pause=True))
-    router.add(VLLMBackend(URL, name="real"))
+    router.add(VLLMBackend(vllm_url, name="real"))
     prompt = chat_prompt("Write a long story about a lighthouse keeper.")
     tokens = 96  # long enough (seconds on a CPU) that the pause surely lands mid-call
     call = asyncio.create_task(router.session().generate(

@@ -58,6 +58,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
 
+from rollserve.api.backend_add import add_verified
 from rollserve.api.errors import error_response, errors, model_response
 from rollserve.api.guards import StrictJSONRoute
 from rollserve.api.prorl_result import prorl_result
@@ -233,7 +234,7 @@ async def add_llm_server(body: LLMServerRequest, request: Request) -> StatusRepl
         await backend.close()
     else:
         try:  # after a LoRA load, it names the adapter; refused if it cannot serve one
-            llm_router.add(backend, source=spec.model_dump_json())
+            await add_verified(llm_router, backend, spec.model_dump_json())
         except WeightsRefused as exc:
             await backend.close()
             raise HTTPException(400, f"Failed to add LLM server: {exc}") from exc

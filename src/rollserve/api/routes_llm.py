@@ -10,8 +10,11 @@ A weight update from the trainer's side:
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from rollserve.api.backend_add import add_verified
 from rollserve.api.errors import FieldHTTPError, errors
 from rollserve.api.guards import StrictJSONRoute
 from rollserve.contract import (
@@ -34,6 +37,9 @@ from rollserve.llm.backends.factory import RemoteBackendSpec, backend_from_spec
 from rollserve.llm.base import LoadsWeights
 from rollserve.llm.routing.router import Router
 from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate
+from rollserve.server import Service
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/llm", tags=["llm"], route_class=StrictJSONRoute)
 
@@ -41,6 +47,19 @@ router = APIRouter(prefix="/v1/llm", tags=["llm"], route_class=StrictJSONRoute)
 def _router(request: Request) -> Router:
     llm_router: Router = request.app.state.service.router
     return llm_router
+
+
+async def _keep_weights(request: Request, done: str) -> None:
+    """Record the weights in force for a restart (``Service.save_weights``); 503 saying
+    what was ``done`` if they could not be written."""
+    service: Service = request.app.state.service
+    try:
+        await service.save_weights()
+    except OSError as exc:
+        log.error("%s, but the weights in force were not recorded: %s", done, exc)
+        raise HTTPException(503, f"{done}, but the weights in force could not be recorded "
+                                 f"in {service.weights_path} ({exc}): a restart would not "
+                                 "know them; fix the state dir and call this again") from exc
 
 
 def _state(llm_router: Router, name: str) -> BackendState:
@@ -71,7 +90,9 @@ async def add_backend(spec: RemoteBackendSpec, request: Request) -> BackendAdded
 
     While the policy is a LoRA adapter (``POST /v1/llm/weights``), the new server's
     requests name it: serve it there too (vLLM's ``--lora-modules NAME=PATH``). 409 for a
-    server that cannot serve an adapter, or while a weight load is under way.
+    server that cannot serve an adapter, one whose ``/v1/models`` does not list it (or
+    does not answer), or while a weight load is under way. The listing proves the name
+    only: an adapter of that name loaded from an older checkpoint passes.
 
     Embedded (in-process) backends are started from the command line only: they load
     a model file from the server's disk."""
@@ -83,8 +104,8 @@ async def add_backend(spec: RemoteBackendSpec, request: Request) -> BackendAdded
     if any(b["name"] == backend.name for b in llm_router.list()):
         await backend.close()
         raise HTTPException(409, f"a backend named {backend.name!r} exists; remove it first")
-    try:  # after a LoRA load, it names the adapter; refused if it cannot serve one
-        llm_router.add(backend, source=spec.spec().model_dump_json())
+    try:  # after a LoRA load, it names the adapter; refused if it does not serve it
+        await add_verified(llm_router, backend, spec.spec().model_dump_json())
     except WeightsRefused as exc:
         await backend.close()
         raise HTTPException(409, str(exc)) from exc
@@ -135,9 +156,11 @@ async def pause(body: PauseRequest, request: Request) -> Paused:
 async def resume(body: ResumeRequest, request: Request) -> Resumed:
     """Let LLM calls go again, stamped with ``policy_version`` from now on."""
     try:
-        return Resumed.model_validate(await _router(request).resume(body.policy_version))
+        resumed = Resumed.model_validate(await _router(request).resume(body.policy_version))
     except WeightsRefused as exc:
         raise HTTPException(409, str(exc)) from exc
+    await _keep_weights(request, f"resumed at policy version {resumed.policy_version}")
+    return resumed
 
 
 @router.post("/weights", response_model=WeightsLoaded, responses=errors(409))
@@ -157,6 +180,8 @@ async def load_weights(body: WeightsRequest, request: Request) -> WeightsLoaded:
         outcomes = await llm_router.load_weights(update, timeout=body.timeout)
     except WeightsRefused as exc:
         raise HTTPException(409, str(exc)) from exc
+    if any(o == "ok" for o in outcomes.values()):  # it took: the weights in force changed
+        await _keep_weights(request, f"{weights.kind} weights loaded ({outcomes})")
     models: dict[str, str | None] = {}
     for name in outcomes:
         backend = llm_router.get(name) if llm_router.is_registered(name) else None

@@ -73,16 +73,17 @@ class RayExecutor(NodeWatch):
     # --- the routers' control plane (a ``llm.routing.base.Follower`` of the head's) ---
     async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
         """Pause every worker's router replica (each drains its own calls when ``mode``
-        is ``finish``); a worker that started later is paused as it joins."""
-        self._paused = mode
-        alive = [n for n in self.placement.nodes.values() if n.alive]
-        # A node drains within ``wait`` (bounded even when the head's own wait is not);
-        # one that does not answer within ``wait`` and the call's bound is fenced.
-        wait = self.config.call_timeout if timeout is None else timeout
-        bound = self.config.call_timeout + wait
-        replies = await asyncio.gather(
-            *(self._bounded(n.actor.pause.remote(mode, wait), bound) for n in alive),
-            return_exceptions=True)
+        is ``finish``); a worker that joins later is paused as it joins."""
+        async with self._control:  # a join's catch-up is before this or sees the pause
+            self._paused = mode
+            alive = [n for n in self.placement.nodes.values() if n.alive]
+            # A node drains within ``wait`` (bounded even when the head's own wait is not);
+            # one that does not answer within ``wait`` and the call's bound is fenced.
+            wait = self.config.call_timeout if timeout is None else timeout
+            bound = self.config.call_timeout + wait
+            replies = await asyncio.gather(
+                *(self._bounded(n.actor.pause.remote(mode, wait), bound) for n in alive),
+                return_exceptions=True)
         drained = True
         for node, reply in zip(alive, replies, strict=True):
             if isinstance(reply, BaseException):  # fenced: a killed worker samples nothing
@@ -92,11 +93,12 @@ class RayExecutor(NodeWatch):
         return drained
 
     async def resume(self, policy_version: int | None) -> None:
-        self._paused = None
-        alive = [n for n in self.placement.nodes.values() if n.alive]
-        replies = await asyncio.gather(
-            *(self._bounded(n.actor.resume.remote(policy_version), self.config.call_timeout)
-              for n in alive), return_exceptions=True)
+        async with self._control:
+            self._paused = None
+            alive = [n for n in self.placement.nodes.values() if n.alive]
+            replies = await asyncio.gather(
+                *(self._bounded(n.actor.resume.remote(policy_version), self.config.call_timeout)
+                  for n in alive), return_exceptions=True)
         for node, reply in zip(alive, replies, strict=True):
             if isinstance(reply, BaseException):  # it may stamp an old version: fenced
                 self._fence(node, f"its worker did not resume ({type(reply).__name__}: {reply})")
@@ -104,15 +106,22 @@ class RayExecutor(NodeWatch):
     async def weights_loaded(self, update: WeightUpdate, failed: list[str]) -> None:
         """The head's router loaded ``update`` (paused): every worker's replica names what
         the head's backends name now (the adapter; the base model after full weights),
-        loading nothing again; workers that start later are given it. A worker that does
+        but the backends in ``failed`` (their load failed: they keep their name),
+        loading nothing again; workers that join later are given it. A worker that does
         not confirm in ``call_timeout`` is fenced: it might sample the old model's name
-        under the new policy version."""
-        self._lora = update.lora
-        alive = [n for n in self.placement.nodes.values() if n.alive]
-        replies = await asyncio.gather(
-            *(self._bounded(n.actor.weights_loaded.remote(update.lora, failed),
-                            self.config.call_timeout) for n in alive),
-            return_exceptions=True)
+        under the new policy version. Full weights when no adapter was in force (and no
+        backend kept an older name) change no name: nothing is sent."""
+        async with self._control:
+            unchanged = (update.lora is None and self._lora is None and not failed
+                         and not self._lora_failed)
+            self._lora, self._lora_failed = update.lora, list(failed)
+            if unchanged:
+                return
+            alive = [n for n in self.placement.nodes.values() if n.alive]
+            replies = await asyncio.gather(
+                *(self._bounded(n.actor.weights_loaded.remote(update.lora, failed),
+                                self.config.call_timeout) for n in alive),
+                return_exceptions=True)
         for node, reply in zip(alive, replies, strict=True):
             if isinstance(reply, BaseException):
                 self._fence(node, "its worker did not take the new weights' model name "
@@ -128,6 +137,8 @@ class RayExecutor(NodeWatch):
     async def backend_removed(self, name: str, grace: float) -> None:
         self._removed.add(name)
         self._added.pop(name, None)
+        if name in self._lora_failed:  # gone: one added later under its name names the adapter
+            self._lora_failed = [n for n in self._lora_failed if n != name]
         self._backend_changes += 1
         alive = [n for n in self.placement.nodes.values() if n.alive]
         replies = await asyncio.gather(

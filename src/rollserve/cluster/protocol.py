@@ -48,6 +48,8 @@ class WorkerSettings(BaseModel):
     llm: RouterConfig = Field(default_factory=RouterConfig)
     policy_version: int | None = None  # the head router's at the worker's start (then: resume)
     lora: str | None = None  # the LoRA adapter the head's policy is at the worker's start
+    # The backends whose load of it failed on the head: not made to name it here.
+    lora_failed: list[str] = Field(default_factory=list)
     scoring_workers: int = 2
     scoring_timeout: float = 10.0
     sandbox_runtime: str = "bubblewrap"

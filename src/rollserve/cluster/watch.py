@@ -1,9 +1,17 @@
 """The head's watch over the cluster's nodes (``RayExecutor``'s base): a worker starts
 on each alive node that offers the ``rollserve`` resource, including nodes that join
-later, and is told the head's state as it joins (pause, policy version, backends
-added or removed meanwhile); each worker's status is polled, and a node whose raylet
-is gone, whose worker died, or whose worker leaves ``fence_after_polls`` polls in a
-row unanswered is lost (a silent worker is killed first: fenced).
+later, and is told the head's state as it joins (pause, policy version, the adapter
+its backends name, backends added or removed meanwhile); each worker's status is
+polled, and a node whose raylet is gone, whose worker died, or whose worker leaves
+``fence_after_polls`` polls in a row unanswered is lost (a silent worker is killed
+first: fenced).
+
+A join converges with the control plane atomically: the head's pause, resume and
+weight-load broadcasts (``RayExecutor``) and a join's catch-up take one lock
+(``_control``), and the catch-up places the node before it lets go, with no await
+between its last look at the head's state and the placement, so a broadcast either
+came before the catch-up (which then applied its outcome) or reaches the node. The
+worker's own start (reaping, its stack) runs outside the lock.
 """
 
 from __future__ import annotations
@@ -63,7 +71,12 @@ class NodeWatch:
         self._listing: asyncio.Future[list[dict[str, Any]]] | None = None  # ray.nodes() now
         self._worker_class: Any = ray.remote(NodeWorker)
         self._paused: PauseMode | None = None  # the head's router is paused (its mode)
-        self._lora: str | None = None  # the LoRA adapter the head loaded last (None: base)
+        # The LoRA adapter the head loaded last (None: base; restored at a restart).
+        self._lora: str | None = settings.lora
+        self._lora_failed: list[str] = list(settings.lora_failed)  # whose load of it failed
+        # Taken by the head's pause, resume and weight-load broadcasts and by a join's
+        # catch-up (never by a worker's start, never while calling the head's router).
+        self._control = asyncio.Lock()
         self._added: dict[str, tuple[str, float]] = {}  # backends the head got at run time
         self._removed: set[str] = set()  # backend names the head removed at run time
         self._backend_changes = 0  # how many times _added / _removed changed
@@ -142,7 +155,8 @@ class NodeWatch:
         settings = self.settings.model_copy(update={
             "node": name, "removed_backends": sorted(self._removed),
             "added_backends": list(self._added.values()),
-            "policy_version": self._current_version(), "lora": self._lora})
+            "policy_version": self._current_version(), "lora": self._lora,
+            "lora_failed": list(self._lora_failed)})
         actor: Any = None
         try:
             actor = self._worker_class.options(
@@ -152,20 +166,14 @@ class NodeWatch:
             ).remote(settings.model_dump_json())
             report = WorkerReport.model_validate(await self._bounded(
                 actor.start.remote(), self.config.worker_start_timeout))
-            if self._paused is not None:  # joined while the head is paused: paused too
-                await self._bounded(actor.pause.remote(self._paused, None), self.config.call_timeout)
-                if self._paused is None:  # the head resumed meanwhile: so does this node
-                    await self._bounded(actor.resume.remote(self._current_version()),
-                                        self.config.call_timeout)
-            lora = settings.lora
-            while changes != self._backend_changes or lora != self._lora:
-                if lora != self._lora:  # weights loaded as it started: name what they name
-                    lora = self._lora
-                    await self._bounded(actor.weights_loaded.remote(lora, []),
-                                        self.config.call_timeout)
-                if changes != self._backend_changes:  # backends added or removed meanwhile
-                    changes = self._backend_changes
-                    await self._send_backends(actor)
+            async with self._control:
+                await self._catch_up(actor, settings, changes)
+                # No await since the catch-up's last look: every broadcast from here on
+                # (they wait for this lock) reaches the node.
+                node = ClusterNode(name=name, node_id=node_id, slots=slots, actor=actor,
+                                   generation=generation, reaped_at_start=report.reaped_at_start,
+                                   draining=name in self._drained)  # a drain outlives its worker
+                self.placement.add(node)
         except BaseException as exc:  # every failure, a cancel too: no actor is left running
             if actor is not None:
                 calls.kill(actor)
@@ -179,14 +187,38 @@ class NodeWatch:
         finally:
             self._starting.pop(node_id, None)
         self._retry.pop(node_id, None)
-        node = ClusterNode(name=name, node_id=node_id, slots=slots, actor=actor,
-                           generation=generation, reaped_at_start=report.reaped_at_start,
-                           draining=name in self._drained)  # a drain outlives its worker
-        self.placement.add(node)
         self._slots_changed()
         log.info("node %s (%s) joined: %d slots, worker pid %d, %d sandboxes reaped", name,
                  node_id[:12], slots, report.pid, report.reaped_at_start)
         await self.placement.changed()
+
+    async def _catch_up(self, actor: Any, settings: WorkerSettings, changes: int) -> None:
+        """Bring a started worker (``settings``: what it started from; ``changes``: the
+        backend-change count then) to the head's state now, under ``_control``: paused
+        if the head is; its backends as the head's; naming the adapter the head's
+        backends name (but for those whose load failed); resumed at the head's policy
+        version if that moved while it started. Backend changes (not under the lock)
+        are sent again until none came during the last call. Each call is bounded by
+        ``call_timeout``; a failure is the start's (the worker is killed)."""
+        paused = False
+        named = (settings.lora, list(settings.lora_failed))
+        version = settings.policy_version
+        timeout = self.config.call_timeout
+        while True:
+            if self._paused is not None and not paused:  # joins while paused: paused too
+                paused = True
+                await self._bounded(actor.pause.remote(self._paused, None), timeout)
+            elif changes != self._backend_changes:  # backends added or removed meanwhile
+                changes = self._backend_changes
+                await self._send_backends(actor)
+            elif named != (self._lora, self._lora_failed):  # weights loaded as it started
+                named = (self._lora, list(self._lora_failed))
+                await self._bounded(actor.weights_loaded.remote(*named), timeout)
+            elif self._paused is None and version != self._current_version():
+                version = self._current_version()  # resumed at a new version as it started
+                await self._bounded(actor.resume.remote(version), timeout)
+            else:
+                return
 
     async def _send_backends(self, actor: Any) -> None:
         """The head's backend changes since it started, as a new worker's settings

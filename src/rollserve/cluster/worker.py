@@ -75,14 +75,17 @@ class NodeWorker:
         self.tokenizer = load_tokenizer(s.tokenizer)
         self.scoring = ScoringPool(workers=s.scoring_workers, default_timeout=s.scoring_timeout)
         await self.scoring.astart()
-        # Its backends name the head's LoRA adapter, if any (loaded by the head).
-        self.router = Router(policy_version=s.policy_version, config=s.llm, lora=s.lora)
+        self.router = Router(policy_version=s.policy_version, config=s.llm)
+        removed = set(s.removed_backends)  # removed from the head's router since it started
         for spec in s.backends:
-            self.router.add(backend_from_spec(spec))
-        for name in s.removed_backends:  # removed from the head's router since it started
-            await self.remove_backend(name, 0.0)
+            backend = backend_from_spec(spec)
+            if backend.name not in removed:  # (one that cannot serve the adapter, say)
+                self.router.add(backend)
         for source, weight in s.added_backends:  # added to it since
             self.add_backend(source, weight)
+        if s.lora is not None:  # its backends name the head's adapter (loaded by the head),
+            # but those whose load failed there; so do backends added later
+            self.router.adopt_weights(s.lora, s.lora_failed)
         await self.router.start()
         self.sandboxes = LazyRuntime(s.sandbox_runtime, folder, s.sandbox_options)
         self.context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,

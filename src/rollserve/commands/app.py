@@ -160,11 +160,12 @@ def _check_ray() -> None:
 
 
 def _make_service(config: ServerConfig) -> Service:
+    from rollserve.engine.weights_file import WeightsFileError
     from rollserve.llm.tokens.tokenizer import TokenizerError
 
     try:
         return Service(config)
-    except TokenizerError as exc:
+    except (TokenizerError, WeightsFileError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     except ValueError as exc:  # a handler's settings (--handler-options)

@@ -117,6 +117,7 @@ async def _embedded(config: ServerConfig, console: Console) -> AsyncIterator[Asy
 
     from rollserve.api.app import create_app
     from rollserve.client import AsyncClient
+    from rollserve.engine.weights_file import WeightsFileError
     from rollserve.llm.tokens.tokenizer import TokenizerError
     from rollserve.server import Service
 
@@ -124,7 +125,7 @@ async def _embedded(config: ServerConfig, console: Console) -> AsyncIterator[Asy
         with console.status(f"starting the embedded server ({', '.join(config.backends)})…"):
             service = Service(config)
             await service.start()
-    except TokenizerError as exc:
+    except (TokenizerError, WeightsFileError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     app = create_app(service, manage_lifecycle=False)

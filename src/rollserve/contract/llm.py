@@ -40,6 +40,17 @@ class BackendState(BackendInfo):
     last_error: str | None = Field(description="its last failure, if any")
 
 
+class LastWeightLoad(BaseModel):
+    """The last weight load that took on at least one backend (kept across a restart)."""
+
+    kind: Literal["lora", "full"] = Field(description="what was loaded")
+    name: str | None = Field(description="the adapter's name (LoRA only)")
+    path: str = Field(description="the folder the servers read it from")
+    policy_version: int | None = Field(description="the version the load request named")
+    failed: list[str] = Field(description="backends that did not load it")
+    loaded_at: float = Field(description="when it ended (Unix time, seconds)")
+
+
 class RouterStatus(BaseModel):
     """The router: pause state, the policy version stamped on new turns, call counts."""
 
@@ -51,6 +62,11 @@ class RouterStatus(BaseModel):
         description="how the pause treats calls in flight (null when not paused)")
     policy_version: int | None = Field(description="stamped on turns sampled from now on")
     policy: str = Field(description="how a new trajectory picks its backend")
+    lora: str | None = Field(None, description="the LoRA adapter requests name (null: the "
+                                               "base model); kept across a restart")
+    last_load: LastWeightLoad | None = Field(
+        None, description="the last weight load that took (null: none since the state "
+                          "dir's store was made)")
     in_flight: int = Field(description="calls in flight")
     health_checks: bool = Field(description="the health probes are running")
     calls: int = Field(description="calls sent since start")

@@ -20,12 +20,15 @@ given backends and told of every weight load with this router.
 After a LoRA load, ``lora`` names the adapter the policy is: a backend added later
 names it in its requests too (or is refused, if it cannot serve an adapter), and so
 does every follower's backend (``weights.adopt``), so that nothing samples the base
-model under the new policy version.
+model under the new policy version. ``in_force()`` is what the service
+keeps across a restart (the adapter, the policy version, ``last_load``); a router built
+from it names the adapter from its first call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 from collections.abc import Collection
 
@@ -37,6 +40,7 @@ from rollserve.llm.routing.base import Follower
 from rollserve.llm.routing.call_metrics import CallMetrics
 from rollserve.llm.routing.forward import forward, pausable
 from rollserve.llm.routing.health import HealthConfig, HealthMonitor
+from rollserve.llm.routing.in_force import LastLoad, WeightsInForce
 from rollserve.llm.routing.inflight import InFlightCalls
 from rollserve.llm.routing.policies import Policy, make_policy
 from rollserve.llm.routing.weights import (
@@ -69,9 +73,11 @@ class RouterControl:
     """Backends by name and their state; pause, resume and weight loads; followers."""
 
     def __init__(self, policy_version: int | None = None, config: RouterConfig | None = None,
-                 policy: Policy | None = None, lora: str | None = None):
+                 policy: Policy | None = None, lora: str | None = None,
+                 last_load: LastLoad | None = None):
         """``lora``: the LoRA adapter the policy is (loaded by another router: a node
-        replica's head), which every token-level backend added here names."""
+        replica's head; or by this server before a restart), which every token-level
+        backend added here names; ``last_load``: the last load that took (reported)."""
         self.config = config or RouterConfig()
         self.policy = policy or make_policy(self.config.policy)
         self.policy_version: int | None = policy_version
@@ -90,6 +96,7 @@ class RouterControl:
         self.followers: list[Follower] = []  # routers elsewhere, paused and resumed with this
         self._followers_drained = False  # the last pause drained every follower
         self.lora: str | None = lora  # the adapter the policy is; None: the base model
+        self.last_load: LastLoad | None = last_load  # the last weight load that took
 
     # --- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -198,7 +205,14 @@ class RouterControl:
         return {"paused": self.paused, "pause_mode": self.pause_mode,
                 "policy_version": self.policy_version, "policy": self.policy.name,
                 "in_flight": self.in_flight, "health_checks": self.health.running,
+                "lora": self.lora,
+                "last_load": None if self.last_load is None else self.last_load.model_dump(),
                 **self.counters}
+
+    def in_force(self) -> WeightsInForce:
+        """The weights in force, as a restarted router is to start with them."""
+        return WeightsInForce(policy_version=self.policy_version, lora=self.lora,
+                              last_load=self.last_load)
 
     # --- pause / resume ------------------------------------------------------------------
     async def pause(self, mode: PauseMode = "finish", timeout: float | None = None,
@@ -260,23 +274,36 @@ class RouterControl:
                                  "abort, or a longer timeout) before loading weights")
         backends = targets(self._states.values(), update.kind)
         self._loading = True
+        telling: asyncio.Future[list[None]] | None = None
         try:
             outcomes = await load(backends, update, timeout)
             failed = [name for name, outcome in outcomes.items() if outcome != "ok"]
             if len(failed) < len(outcomes):  # loaded somewhere: the policy is these weights
                 self.lora = update.lora
+                self.last_load = LastLoad.of(update, failed)
                 # Followers' backends are other objects on the same servers: each names
                 # what its twin here names now (a failed one's twin keeps its name). Full
                 # weights keep the served model's name, so they need this only when an
                 # adapter was in force: its name gives way to the base model's again.
-                await asyncio.gather(*(f.weights_loaded(update, failed) for f in self.followers))
+                # Shielded: a cancel here leaves no follower untold (each is bounded).
+                telling = asyncio.gather(*(f.weights_loaded(update, failed) for f in self.followers))
+                await asyncio.shield(telling)
         finally:
-            self._loading = False
+            if telling is not None and not telling.done():  # cancelled while they are told:
+                telling.add_done_callback(self._followers_told)  # still under way till then
+            else:
+                self._loading = False
         for name, outcome in outcomes.items():
             if outcome != "ok" and name in self._states:
                 self._states[name].last_error = f"weights: {outcome}"
         log.info("weights (%s) loaded: %s", update.kind, outcomes)
         return outcomes
+
+    def _followers_told(self, telling: asyncio.Future[builtins.list[None]]) -> None:
+        """The followers' step of a load whose caller was cancelled has ended."""
+        self._loading = False
+        if not telling.cancelled() and telling.exception() is not None:
+            log.error("telling the followers of a weight load failed: %r", telling.exception())
 
     def adopt_weights(self, lora: str | None, skip: Collection[str] = ()) -> None:
         """Weights were loaded into this router's servers by another router (a node
