@@ -7,9 +7,10 @@ cache after each load; this test reads vLLM's own counters (``/metrics``:
 ``vllm:prefix_cache_hits_total``) to see that a prompt cached before the reload is
 computed afresh after it.
 
-Skipped unless ROLLSERVE_VLLM_LORA_URL points at a vLLM serving SmolLM2 with runtime
-LoRA loading and dev mode (``scripts/vllm_cpu/start.sh`` with ``ROLLSERVE_VLLM_LORA=1``).
-It reads server-wide counters, so nothing else should use that server meanwhile.
+Needs a vLLM serving SmolLM2 with runtime LoRA loading and dev mode (the
+``vllm_lora_url`` fixture, tests/real_vllm.py: ``ROLLSERVE_VLLM_LORA_URL``;
+``scripts/vllm_cpu/start.sh`` with ``ROLLSERVE_VLLM_LORA=1`` serves one); skips without
+one. It reads server-wide counters, so nothing else should use that server meanwhile.
 """
 
 from __future__ import annotations
@@ -21,13 +22,9 @@ import httpx
 import pytest
 
 from rollserve.client.weights import AsyncWeightSync, LoRA
-from tests.e2e.test_real_vllm_weights import URL, make_adapter, rollserve_on_vllm
+from tests.e2e.test_real_vllm_weights import make_adapter, rollserve_on_vllm
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(not URL, reason="set ROLLSERVE_VLLM_LORA_URL to a vLLM server with "
-                                       "SmolLM2 and runtime LoRA (start.sh, ROLLSERVE_VLLM_LORA=1)"),
-]
+pytestmark = pytest.mark.vllm
 NAME = "prefix-probe"  # an adapter name of this test's own
 # 3 of vLLM CPU's 128-token blocks and a bit: only full blocks are cached
 PROMPT = [(i * 37) % 4000 + 100 for i in range(400)]
@@ -60,9 +57,10 @@ async def cached_tokens(vllm: httpx.AsyncClient) -> float:
             await asyncio.sleep(0.2)
 
 
-async def test_a_lora_reload_through_rollserve_resets_the_real_prefix_cache(tmp_path):
+async def test_a_lora_reload_through_rollserve_resets_the_real_prefix_cache(
+        tmp_path, vllm_lora_url):
     folder = tmp_path / "adapter"
-    async with rollserve_on_vllm(tmp_path) as (client, vllm):
+    async with rollserve_on_vllm(tmp_path, vllm_lora_url) as (client, vllm):
         await client.resume(policy_version=1)
         sync = AsyncWeightSync(client)
         await sync.update(LoRA(NAME, make_adapter(folder, seed=1)), policy_version=2)
