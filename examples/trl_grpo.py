@@ -5,8 +5,9 @@ adapter is pushed into that vLLM before the next rollouts.
     python examples/trl_grpo.py --vllm http://127.0.0.1:8011        # starts rollserve itself
     python examples/trl_grpo.py --rollserve http://127.0.0.1:8000   # a running rollserve
 
-The vLLM server must serve SmolLM2 with runtime LoRA loading
-(``ROLLSERVE_VLLM_LORA=1 scripts/vllm_cpu/start.sh``) and read adapters from this
+The vLLM server must serve SmolLM2 with runtime LoRA loading, in dev mode (rollserve
+resets its prefix cache after each load: ``VLLM_SERVER_DEV_MODE=1``;
+``ROLLSERVE_VLLM_LORA=1 scripts/vllm_cpu/start.sh`` serves both) and read adapters from this
 machine's disk. ``--model`` is the fp32 model folder that server serves (start.sh's
 ``~/.cache/rollserve/vllm-cpu/smollm2``): the trainer and vLLM start from the same weights.
 

@@ -406,7 +406,8 @@ async def test_add_llm_server_refuses_a_server_that_cannot_serve_the_adapter_wit
 
     from .test_weight_sync_api import adapter, rollserve_client
 
-    async with FakeVLLM(tok, runtime_lora=True) as fake, FakeLlamaCpp(tok) as llama:
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake, \
+            FakeLlamaCpp(tok) as llama:
         service, client = await prorl_api(backends=[fake.url])
         await client.post("/start")
         native = rollserve_client(service)

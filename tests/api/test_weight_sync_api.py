@@ -69,7 +69,7 @@ def sampled_by(fake: FakeVLLM, turn: dict):
 
 async def test_a_lora_sync_mid_batch_reaches_vllm_and_every_later_turn_names_the_adapter(
         make_api, tok, tmp_path):
-    async with FakeVLLM(tok, latency=0.2, runtime_lora=True) as fake:
+    async with FakeVLLM(tok, latency=0.2, runtime_lora=True, dev_mode=True) as fake:
         fake.replies = policy_of(fake)
         service, _ = await make_api([fake.url])
         client = rollserve_client(service)
@@ -119,7 +119,7 @@ def adapter_path(tmp_path: Path, name: str = "adapter") -> str:
 
 async def test_a_failed_load_is_typed_leaves_generation_paused_and_the_version_unbumped(
         make_api, tok, tmp_path):
-    async with FakeVLLM(tok, runtime_lora=True) as fake:
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake:
         fake.replies = policy_of(fake)
         service, _ = await make_api([fake.url])
         client = rollserve_client(service)
@@ -214,6 +214,7 @@ async def test_full_weights_reload_in_vllm_dev_mode(make_api, tok, tmp_path):
     assert report.loaded.models == {service.router.list()[0]["name"]: "fake-model"}
     assert fake.weight_loads == [("full", str(checkpoint))]
     assert fake.pauses == ["wait", "wait"] and not fake.paused  # the engine resumed both times
+    assert fake.prefix_cache_resets == 1  # after the load that succeeded, while paused
     turn = result["trajectory"]["turns"][0]
     call = sampled_by(fake, turn)
     assert turn["policy_version"] == 2 and call.request["model"] == "fake-model"
@@ -246,7 +247,7 @@ async def test_a_server_added_after_a_lora_sync_names_the_adapter_not_the_base_m
     `--lora-modules policy=DIR` does) samples the adapter, not the base model, under the
     new version; a server that cannot serve an adapter is refused, not added."""
     path = adapter(tmp_path)
-    async with FakeVLLM(tok, runtime_lora=True) as first, \
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as first, \
             FakeVLLM(tok, runtime_lora=True) as second, FakeLlamaCpp(tok) as llama:
         first.replies = policy_of(first)
         second.replies = policy_of(second)

@@ -42,7 +42,7 @@ async def test_a_server_that_does_not_list_the_adapter_in_force_is_refused(
     ``--lora-modules``) is refused with a 409 naming it, over rollserve's API and
     ProRL's alike, and never samples; once it serves it, it is added."""
     path = adapter(tmp_path)
-    async with FakeVLLM(tok, runtime_lora=True) as first, \
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as first, \
             FakeVLLM(tok, runtime_lora=True) as bare:
         service, http = await make_api([first.url], prorl=ProRLConfig())
         client = rollserve_client(service)
@@ -70,7 +70,7 @@ async def test_the_weights_in_force_are_kept_for_a_restart_and_a_bad_record_stop
     made on the same state dir starts from them; a record that does not parse stops the
     server at start, naming the file (it would otherwise guess the base model)."""
     path = adapter(tmp_path)
-    async with FakeVLLM(tok, runtime_lora=True) as fake:
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake:
         config = ServerConfig(state_dir=tmp_path / "state", backends=[fake.url])
         for step in range(2):
             service = Service(config)

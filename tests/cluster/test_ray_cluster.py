@@ -110,8 +110,10 @@ def add_node(c: Cluster, label: str) -> Any:
 
 @pytest.fixture(scope="module")
 def fake():
-    # runtime_lora: it loads adapters and answers 404 for a model it does not serve
-    server = FakeVLLM("smollm2", replies=policy, latency=0.01, runtime_lora=True).start_in_thread()
+    # runtime_lora: it loads adapters and answers 404 for a model it does not serve;
+    # dev_mode: it resets its prefix cache after a load (else the load fails)
+    server = FakeVLLM("smollm2", replies=policy, latency=0.01, runtime_lora=True,
+                      dev_mode=True).start_in_thread()
     yield server
     server.stop()
 
@@ -337,6 +339,7 @@ def test_pause_lora_and_resume_reach_every_nodes_router(server, cluster, fake, t
             "weights": {"kind": "lora", "name": "policy-7", "path": str(adapter)}})
         assert lora.status_code == 200 and lora.json()["ok"], lora.text
         assert fake.weight_loads == [("lora:policy-7", str(adapter))]  # the head's, only
+        assert fake.prefix_cache_resets == 1  # by the head, after its load
         loaded_at = len(fake.calls)
         resumed = httpx.post(f"{server.url}/v1/llm/resume", json={"policy_version": 7}, timeout=60)
         assert resumed.json()["policy_version"] == 7

@@ -23,7 +23,8 @@ def adapter(tmp_path: Path) -> str:
 
 def test_a_restarted_server_names_the_adapter_in_force_and_its_version(
         server_factory, fake_llm_thread, tmp_path):
-    fake = fake_llm_thread(replies="The answer is \\boxed{4}.", runtime_lora=True)
+    fake = fake_llm_thread(replies="The answer is \\boxed{4}.", runtime_lora=True,
+                           dev_mode=True)
     state = tmp_path / "state"
     path = adapter(tmp_path)
     first = server_factory("--backend", fake.url, state_dir=state).start()

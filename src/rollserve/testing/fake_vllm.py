@@ -5,12 +5,15 @@ It speaks the subset of vLLM 0.32's server that rollserve uses: token-id prompts
 ``/detokenize``, ``/v1/models``, ``/health``, ``/v1/chat/completions`` (message
 level), and, when asked for, the tokens-only ``/inference/v1/generate``
 (``generate_endpoint=True``, as ``--enable-scale-out``), the dev-mode ``/pause``
-``/resume`` ``/is_paused`` and ``/collective_rpc`` (``dev_mode=True``, as
-``VLLM_SERVER_DEV_MODE=1``; its ``reload_weights`` takes a ``weights_path`` folder),
+``/resume`` ``/is_paused`` ``/collective_rpc`` and ``/reset_prefix_cache``
+(``dev_mode=True``, as ``VLLM_SERVER_DEV_MODE=1``; ``reload_weights`` takes a
+``weights_path`` folder; without dev mode they are 404s, as on vLLM),
 and runtime LoRA loading ``/v1/load_lora_adapter`` ``/v1/unload_lora_adapter``
 (``runtime_lora=True``, as ``--enable-lora`` with
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``). New weights change the logprobs
-(``weights_of(model)`` says what a request naming ``model`` samples from), and with
+(``weights_of(model)`` says what a request naming ``model`` samples from, unless a
+prefix cached before the load is reused: ``prefix_caching``, see
+``rollserve.testing.vllm_weights``), and with
 ``runtime_lora`` a request naming a model the server does not serve is a 404, as on
 vLLM (without it the double takes any model name).
 Replies are scripted and tokenized with a real chat tokenizer; every call is recorded.
@@ -83,6 +86,7 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         dev_mode: bool = False,
         report_max_model_len: bool = True,
         runtime_lora: bool = False,
+        prefix_caching: bool = True,
     ):
         super().__init__(tokenizer, replies, latency, model, capacity, max_model_len, host, port)
         self.return_token_ids_supported = return_token_ids_supported
@@ -90,7 +94,7 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         self.generate_endpoint = generate_endpoint
         self.dev_mode = dev_mode
         self.runtime_lora = runtime_lora
-        self.init_weights()
+        self.init_weights(prefix_caching)
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self._completions)
@@ -106,6 +110,7 @@ class FakeVLLM(RuntimeWeights, FakeServer):
             app.router.add_post("/resume", self._resume)
             app.router.add_get("/is_paused", self._is_paused)
             app.router.add_post("/collective_rpc", self._collective_rpc)
+            app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
         if self.runtime_lora:
             app.router.add_post("/v1/load_lora_adapter", self._load_lora)
             app.router.add_post("/v1/unload_lora_adapter", self._unload_lora)
@@ -166,9 +171,14 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         if not isinstance(checked, int):
             return checked
         max_tokens = checked
-        sampled = await self.run(call, prompt_ids, max_tokens, set(body.get("stop_token_ids") or ()),
-                                 bool(body.get("ignore_eos")), body.get("seed"),
-                                 self.weights_of(body.get("model")))
+        self.holding[id(request)] = request
+        try:
+            sampled = await self.run(call, prompt_ids, max_tokens,
+                                     set(body.get("stop_token_ids") or ()),
+                                     bool(body.get("ignore_eos")), body.get("seed"),
+                                     self.sampling_weights(body.get("model"), prompt_ids))
+        finally:
+            self.holding.pop(id(request), None)
         return web.json_response(completion_body(
             self.tok, body, self.model, prompt_ids, sampled.output_ids, sampled.logprobs,
             sampled.finish, sampled.stop_token,
@@ -195,10 +205,14 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         if not isinstance(checked, int):
             return checked
         max_tokens = checked
-        sampled = await self.run(call, prompt_ids, max_tokens,
-                                 set(params.get("stop_token_ids") or ()),
-                                 bool(params.get("ignore_eos")), params.get("seed"),
-                                 self.weights_of(body.get("model")))
+        self.holding[id(request)] = request
+        try:
+            sampled = await self.run(call, prompt_ids, max_tokens,
+                                     set(params.get("stop_token_ids") or ()),
+                                     bool(params.get("ignore_eos")), params.get("seed"),
+                                     self.sampling_weights(body.get("model"), prompt_ids))
+        finally:
+            self.holding.pop(id(request), None)
         logprobs = None
         if params.get("logprobs") is not None:
             logprobs = {"content": [
@@ -265,6 +279,8 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         if mode not in ("abort", "wait", "keep"):
             return web.json_response({"error": f"invalid mode {mode!r}"}, status=400)
         self.pause("abort" if mode == "abort" else mode)
+        if mode != "keep" and request.query.get("clear_cache", "true").lower() != "false":
+            self.clear_prefix_cache()  # vLLM 0.32's clear_cache (deprecated) defaults to true
         return web.json_response({"status": "paused"})
 
     async def _resume(self, request: web.Request) -> web.Response:

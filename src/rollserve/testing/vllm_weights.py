@@ -1,6 +1,16 @@
 """What FakeVLLM answers about new weights: vLLM's runtime LoRA loading
 (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``) and dev mode's
-``/collective_rpc`` with ``reload_weights``, in vLLM 0.32's words and shapes."""
+``/collective_rpc`` with ``reload_weights`` and ``/reset_prefix_cache``, in vLLM 0.32's
+words and shapes; and its prefix cache, which outlives a weight load.
+
+The prefix cache, as vLLM 0.32 keys it: a block of prompt tokens under a model name
+and (for an adapter) its path, never the weights themselves. The double caches the
+first ``PREFIX_BLOCK`` prompt tokens of each request; a later request with the same
+first block, model name and adapter path reuses it and samples from the weights that
+block was computed with (a simplification: on vLLM only the cached positions are
+stale). So after an in-place reload from the same path, or ``reload_weights``, the
+old weights go on sampling until the cache is reset (``/reset_prefix_cache``, or a
+``/pause`` that clears it, as vLLM 0.32's ``clear_cache`` default does)."""
 
 from __future__ import annotations
 
@@ -11,6 +21,9 @@ from aiohttp import web
 from rollserve.testing.fake_server import read_json
 from rollserve.testing.vllm_wire import error_response
 
+PREFIX_BLOCK = 16  # tokens per KV block (vLLM's default block size)
+CacheKey = tuple[str, str, tuple[int, ...]]  # (model name, adapter path, first block)
+
 
 class RuntimeWeights:
     """Weights loaded at run time, and what a request naming a model samples from."""
@@ -19,11 +32,46 @@ class RuntimeWeights:
     lora_adapters: dict[str, str]  # name -> path, as loaded
     full_weights: str | None  # the folder of the last reload_weights
     weight_loads: list[tuple[str, str]]  # ("lora:NAME" | "full", path), in order
+    prefix_caching: bool  # as vLLM's default; False: --no-enable-prefix-caching
+    prefix_cache: dict[CacheKey, str]  # a cached first block -> the weights it was computed with
+    prefix_cache_resets: int  # /reset_prefix_cache calls that emptied the cache
+    prefix_cache_refusals: int  # /reset_prefix_cache calls refused (requests running)
+    holding: dict[int, web.Request]  # requests sampling now, by id() (their KV blocks in use)
 
-    def init_weights(self) -> None:
+    def init_weights(self, prefix_caching: bool = True) -> None:
         self.lora_adapters = {}
         self.full_weights = None
         self.weight_loads = []
+        self.prefix_caching = prefix_caching
+        self.prefix_cache = {}
+        self.prefix_cache_resets = 0
+        self.prefix_cache_refusals = 0
+        self.holding = {}
+
+    def sampling_weights(self, model: str | None, prompt_ids: list[int]) -> str:
+        """What a request naming ``model`` with ``prompt_ids`` samples from: the weights
+        its first block was cached with, if cached (see the module docstring), else
+        ``weights_of(model)`` (and the block is cached now)."""
+        weights = self.weights_of(model)
+        if not self.prefix_caching or len(prompt_ids) < PREFIX_BLOCK:
+            return weights
+        name = model if isinstance(model, str) else self.model
+        key = (name, self.lora_adapters.get(name, ""), tuple(prompt_ids[:PREFIX_BLOCK]))
+        return self.prefix_cache.setdefault(key, weights)
+
+    def clear_prefix_cache(self) -> None:
+        self.prefix_cache.clear()
+
+    async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """Dev mode's ``/reset_prefix_cache``: ``{"success": true}``, or, as vLLM 0.32
+        does while running requests hold blocks, ``{"success": false}`` and nothing
+        reset. A request whose client has gone holds none (vLLM aborts it)."""
+        if any(r.transport is not None and not r.transport.is_closing() for r in self.holding.values()):
+            self.prefix_cache_refusals += 1
+            return web.json_response({"success": False})
+        self.clear_prefix_cache()
+        self.prefix_cache_resets += 1
+        return web.json_response({"success": True})
 
     def weights_of(self, model: str | None) -> str:
         """What a request naming ``model`` samples from ("" for the weights as started)."""

@@ -133,7 +133,8 @@ def backend_from_spec(spec: SpecInput) -> LLMBackend:
         if isinstance(parsed, VLLMSpec):
             return VLLMBackend(parsed.url, name=parsed.name, model=parsed.model,
                                api_key=parsed.api_key, timeout=parsed.timeout,
-                               weight=parsed.weight, endpoint=parsed.endpoint)
+                               weight=parsed.weight, endpoint=parsed.endpoint,
+                               prefix_cache=parsed.prefix_cache)
         server: type[ServerBackend] = (SGLangBackend if isinstance(parsed, SGLangSpec) else
                                        LlamaCppServerBackend if isinstance(parsed, LlamaCppSpec)
                                        else OpenAIChatBackend)

@@ -61,6 +61,10 @@ class VLLMSpec(_ServerSpec):
     kind: Literal["vllm"] = Field("vllm", description="vllm (the default when left out)")
     endpoint: Literal["completions", "generate", "auto"] = Field(
         "completions", description="/v1/completions, /inference/v1/generate, or try both")
+    prefix_cache: Literal["reset", "off"] = Field(
+        "reset", description="reset: after each weight load, reset the server's prefix cache "
+        "(POST /reset_prefix_cache: VLLM_SERVER_DEV_MODE=1), else the load fails; off: the "
+        "server was started with --no-enable-prefix-caching, so there is nothing to reset")
 
 
 class SGLangSpec(_ServerSpec):

@@ -27,10 +27,20 @@ New weights (``LoadsWeights``; the router calls these while generation is paused
 - full weights from disk (dev mode): ``POST /pause?mode=wait``, ``POST
   /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}``,
   ``POST /resume``; later requests name the base model again.
+
+After either load, while generation is paused, the server's prefix cache is reset
+(dev mode's ``POST /reset_prefix_cache``). vLLM keys a LoRA's cached KV blocks by the
+adapter's name (vLLM 0.32: name and path), not by its weights, so without the reset a
+request after an in-place reload can reuse blocks computed with the previous version
+(vLLM issue #42125), and ``reload_weights`` leaves the prefix cache as it was. A server
+that cannot reset (not in dev mode: 404) fails the load, unless the backend says its
+server caches no prefixes (``prefix_cache="off"``: started with
+``--no-enable-prefix-caching``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar, Literal
 
 from rollserve.errors import LLMError
@@ -53,6 +63,13 @@ COLLECTIVE_RPC = "/collective_rpc"
 _NO_RUNTIME_LORA = ("serve it with --enable-lora and the environment variable "
                     "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
 _NO_DEV_MODE = "serve it with the environment variable VLLM_SERVER_DEV_MODE=1"
+RESET_PREFIX_CACHE = "/reset_prefix_cache"
+PrefixCache = Literal["reset", "off"]
+_NO_RESET = ("serve it with the environment variable VLLM_SERVER_DEV_MODE=1 (rollserve then "
+             "resets its prefix cache after each load), or, if it was started with "
+             "--no-enable-prefix-caching, register it with \"prefix_cache\": \"off\"")
+RESET_TRIES = 5  # vLLM refuses a reset ({"success": false}) while blocks are still held
+RESET_BACKOFF = 0.2  # seconds before the first retry, doubled after each
 
 
 class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
@@ -61,12 +78,18 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
     kind = "vllm"
     weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"lora", "full"})
 
-    def __init__(self, url: str, *args: Any, endpoint: Endpoint = "completions", **kwargs: Any):
-        """``ServerBackend``'s arguments, plus which vLLM endpoint samples."""
+    def __init__(self, url: str, *args: Any, endpoint: Endpoint = "completions",
+                 prefix_cache: PrefixCache = "reset", **kwargs: Any):
+        """``ServerBackend``'s arguments, plus which vLLM endpoint samples and whether
+        its prefix cache is reset after a weight load (``"off"``: the server was started
+        with ``--no-enable-prefix-caching``, so there is nothing to reset)."""
         super().__init__(url, *args, **kwargs)
         if endpoint not in ("completions", "generate", "auto"):
             raise ValueError(f"endpoint: expected completions, generate or auto, got {endpoint!r}")
+        if prefix_cache not in ("reset", "off"):
+            raise ValueError(f"prefix_cache: expected reset or off, got {prefix_cache!r}")
         self.endpoint: Endpoint = endpoint
+        self.prefix_cache: PrefixCache = prefix_cache
         self.base_model: str | None = None  # the served model's own name, once a LoRA is loaded
         self.lora: str | None = None  # the adapter every request names (None: the base model)
 
@@ -96,7 +119,8 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
 
     # --- new weights (LoadsWeights) ------------------------------------------------
     async def load_lora(self, name: str, path: str) -> None:
-        """``/v1/load_lora_adapter`` in place; from now on every request names ``name``."""
+        """``/v1/load_lora_adapter`` in place, then the prefix cache reset; from now on
+        every request names ``name`` (the server serves it, even if the reset failed)."""
         base = await self._base()
         try:
             await self.http.request_text("POST", LOAD_LORA, {
@@ -108,10 +132,11 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
                                backend=self.name, retryable=False) from exc
             raise
         self.base_model, self.lora, self.model = base, name, name
+        await self.reset_prefix_cache()
 
     async def load_full(self, path: str, policy_version: int | None = None) -> None:
-        """Dev mode: pause the engine, ``reload_weights`` from ``path``, resume it; from
-        now on requests name the base model."""
+        """Dev mode: pause the engine, ``reload_weights`` from ``path``, reset the prefix
+        cache, resume it; from now on requests name the base model."""
         base = await self._base()
         try:
             await self.http.request_json("POST", "/pause", params={"mode": "wait"})
@@ -124,9 +149,40 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
         try:
             await self.http.request_text("POST", COLLECTIVE_RPC, {
                 "method": "reload_weights", "kwargs": {"weights_path": path}})
+            self.base_model, self.lora, self.model = base, None, base
+            await self.reset_prefix_cache()
         finally:
             await self.http.request_json("POST", "/resume")
-        self.base_model, self.lora, self.model = base, None, base
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop every cached KV block (``POST /reset_prefix_cache``), so none computed
+        with the weights before a load is reused after it; nothing with
+        ``prefix_cache="off"``. Retried while vLLM answers ``{"success": false}`` (blocks
+        still held), then ``LLMError``; a 404/405 (not in dev mode) is an ``LLMError``
+        naming the fixes."""
+        if self.prefix_cache == "off":
+            return
+        delay = RESET_BACKOFF
+        for attempt in range(RESET_TRIES):
+            try:
+                reply = await self.http.request_json("POST", RESET_PREFIX_CACHE)
+            except LLMError as exc:
+                if exc.status in (404, 405):
+                    raise LLMError(
+                        f"{self.name}: the weights are loaded but this vLLM server cannot "
+                        f"reset its prefix cache ({exc.message}), so later requests could "
+                        f"reuse KV blocks computed with the previous weights; {_NO_RESET}",
+                        status=exc.status, backend=self.name, retryable=False) from exc
+                raise
+            if reset_succeeded(reply):
+                return
+            if attempt + 1 < RESET_TRIES:
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise LLMError(f"{self.name}: the weights are loaded but the server refused to reset "
+                       f"its prefix cache {RESET_TRIES} times (blocks still held by running "
+                       "requests?), so later requests could reuse KV blocks computed with the "
+                       "previous weights", backend=self.name, retryable=True)
 
     def loaded_model(self) -> str | None:
         return self.model
@@ -175,6 +231,8 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
         info = super().describe()
         if self.endpoint != "completions":
             info["endpoint"] = self.endpoint
+        if self.prefix_cache != "reset":
+            info["prefix_cache"] = self.prefix_cache
         if self.lora is not None:
             info["lora"] = self.lora
             info["base_model"] = self.base_model
@@ -240,6 +298,12 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
     # --- HTTP (a seam for tests) ---------------------------------------------------
     async def _post_json(self, path: str, body: dict) -> Any:
         return await self.http.request_json("POST", path, body)
+
+
+def reset_succeeded(reply: Any) -> bool:
+    """vLLM 0.32 answers ``{"success": bool}``; older servers an empty 200 (None here:
+    a reset that always took place)."""
+    return reply is None or (isinstance(reply, dict) and reply.get("success") is True)
 
 
 def base_of(reply: Any, lora: str) -> str | None:
