@@ -97,7 +97,7 @@ async def test_a_restart_between_a_load_and_its_resume_starts_paused(tok, tmp_pa
     """The servers hold the new adapter, the version that names it never came: a
     restarted head must not sample it under the old version (it starts paused, and the
     trainer's resume names the version)."""
-    async with FakeVLLM(tok, runtime_lora=True) as fake:
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake:
         config = ServerConfig(state_dir=tmp_path / "state", backends=[fake.url])
         service = Service(config)
         await service.start()
@@ -132,7 +132,7 @@ async def test_a_restart_between_a_load_and_its_resume_starts_paused(tok, tmp_pa
 
 async def test_two_adds_of_one_name_at_once_are_one_201_and_one_409(tok, tmp_path):
     folder = adapter(tmp_path)
-    async with FakeVLLM(tok, runtime_lora=True) as first, FakeVLLM(tok, runtime_lora=True) as second:
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as first, FakeVLLM(tok, runtime_lora=True) as second:
         service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[first.url]))
         await service.start()
         app = create_app(service, manage_lifecycle=False)
