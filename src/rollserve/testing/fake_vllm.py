@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import time
 import uuid
+from typing import Any
 
 from aiohttp import web
 
@@ -44,6 +45,7 @@ from rollserve.testing.fake_server import (
     LatencyFn,
     RecordedCall,
     ReplyFn,
+    Sampled,
     fake_logprob,
     read_json,
 )
@@ -166,19 +168,9 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         prompt_ids = parse_prompt(body.get("prompt"), self.tok)
         if prompt_ids is None:
             return self._reject(call, "prompt: expected a string, a list of token ids, or [[ids]]")
-        checked = await self._admit(request, call, prompt_ids,
-                                    body.get("max_tokens") or 16)  # vLLM's default
-        if not isinstance(checked, int):
-            return checked
-        max_tokens = checked
-        self.holding[id(request)] = request
-        try:
-            sampled = await self.run(call, prompt_ids, max_tokens,
-                                     set(body.get("stop_token_ids") or ()),
-                                     bool(body.get("ignore_eos")), body.get("seed"),
-                                     self.sampling_weights(body.get("model"), prompt_ids))
-        finally:
-            self.holding.pop(id(request), None)
+        sampled = await self._sample(request, call, prompt_ids, body, body.get("model"))
+        if isinstance(sampled, web.StreamResponse):
+            return sampled
         return web.json_response(completion_body(
             self.tok, body, self.model, prompt_ids, sampled.output_ids, sampled.logprobs,
             sampled.finish, sampled.stop_token,
@@ -201,18 +193,9 @@ class FakeVLLM(RuntimeWeights, FakeServer):
             return self._reject(call, "token_ids: expected a non-empty list of token ids")
         if not isinstance(params, dict):
             return self._reject(call, "sampling_params: field required")
-        checked = await self._admit(request, call, prompt_ids, params.get("max_tokens") or 16)
-        if not isinstance(checked, int):
-            return checked
-        max_tokens = checked
-        self.holding[id(request)] = request
-        try:
-            sampled = await self.run(call, prompt_ids, max_tokens,
-                                     set(params.get("stop_token_ids") or ()),
-                                     bool(params.get("ignore_eos")), params.get("seed"),
-                                     self.sampling_weights(body.get("model"), prompt_ids))
-        finally:
-            self.holding.pop(id(request), None)
+        sampled = await self._sample(request, call, prompt_ids, params, body.get("model"))
+        if isinstance(sampled, web.StreamResponse):
+            return sampled
         logprobs = None
         if params.get("logprobs") is not None:
             logprobs = {"content": [
@@ -303,6 +286,22 @@ class FakeVLLM(RuntimeWeights, FakeServer):
     def _reject(self, call: RecordedCall, message: str) -> web.Response:
         call.status, call.finished_at = 400, time.perf_counter()
         return error_response(400, message)
+
+    async def _sample(self, request: web.Request, call: RecordedCall, prompt_ids: list[int],
+                      params: dict[str, Any], model: Any) -> Sampled | web.StreamResponse:
+        """Admit the prompt (or answer instead, see ``_admit``), then sample it with the
+        request's sampling ``params`` under the weights ``model`` names."""
+        checked = await self._admit(request, call, prompt_ids,
+                                    params.get("max_tokens") or 16)  # vLLM's default
+        if not isinstance(checked, int):
+            return checked
+        self.holding[id(request)] = request
+        try:
+            return await self.run(call, prompt_ids, checked, set(params.get("stop_token_ids") or ()),
+                                  bool(params.get("ignore_eos")), params.get("seed"),
+                                  self.sampling_weights(model, prompt_ids))
+        finally:
+            self.holding.pop(id(request), None)
 
     async def _admit(self, request: web.Request, call: RecordedCall, prompt_ids: list[int],
                      max_tokens: int, tokenized_here: bool = False) -> web.StreamResponse | int:
