@@ -10,7 +10,10 @@ the limit. Reports rollouts/s per node count, the speed-up over one node, and th
 head's CPU per rollout (the `rollserve serve` process only: the nodes' workers are
 Ray's processes).
 
-    python -m benchmarks.ray_scaling [--latency 0.5] [--per-node 96]
+    python -m benchmarks.ray_scaling [--latency 1.5] [--per-node 96]
+
+Writes results/ray_scaling.json at the default latency, results/ray_scaling_latency<ms>ms.json
+at any other.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from rollserve.contract import RolloutResult
 
 SLOTS = 16
 NODES = 3
+DEFAULT_LATENCY = 1.5  # seconds per LLM call (the README's table; others get their own file)
 
 
 def run_batch(url: str, count: int, head: psutil.Process) -> dict:
@@ -97,7 +101,8 @@ def main(latency: float, per_node: int) -> None:
     rows = [[n, r["rollouts"], round(r["seconds"], 2), round(r["rollouts_per_s"], 2),
              f"{r['rollouts_per_s'] / one:.2f}x", round(r["head_cpu_ms_per_rollout"], 1)]
             for n, r in runs.items()]
-    report("ray_scaling", f"math rollouts, 2 turns, test-double LLM at {latency * 1000:.0f} ms/call, "
+    name = "ray_scaling" if latency == DEFAULT_LATENCY else f"ray_scaling_latency{latency * 1000:.0f}ms"
+    report(name, f"math rollouts, 2 turns, test-double LLM at {latency * 1000:.0f} ms/call, "
            f"{SLOTS} slots per node", ["nodes", "rollouts", "seconds", "rollouts/s", "speed-up",
                                        "head CPU ms/rollout"], rows,
            {"config": {"latency_s": latency, "per_node": per_node, "slots_per_node": SLOTS,
@@ -108,7 +113,7 @@ def main(latency: float, per_node: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--latency", type=float, default=0.5)
+    parser.add_argument("--latency", type=float, default=DEFAULT_LATENCY)
     parser.add_argument("--per-node", type=int, default=96)
     args = parser.parse_args()
     main(args.latency, args.per_node)

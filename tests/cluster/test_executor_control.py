@@ -341,3 +341,19 @@ async def test_a_worker_that_started_while_a_load_ran_names_the_adapter(killed, 
     assert actor.settings["lora"] is None
     assert actor.calls["weights_loaded"] == [("policy-7", [])]
     assert ex.placement.current(INFO["NodeID"]) is not None and killed == []
+
+
+async def test_once_stopped_the_heads_router_stopping_after_it_reaches_no_worker(
+        killed, monkeypatch):
+    """Service.stop stops the executor (workers killed, Ray shut down) before its router,
+    whose backends are then removed: nothing may be sent to a worker any more (a call
+    after Ray's shutdown raises at once, and failed the server's shutdown)."""
+    ex = executor()
+    actor = FakeActor(stop=answer(None), remove_backend=answer(None))
+    node(ex, "a", actor)
+    monkeypatch.setattr(executor_module.ray, "shutdown", lambda: None)
+    await asyncio.wait_for(ex.stop(), 10)
+    assert killed == [actor]
+    await asyncio.wait_for(ex.backend_removed("b", 0.0), 10)
+    await asyncio.wait_for(ex.resume(3), 10)
+    assert "remove_backend" not in actor.calls and "resume" not in actor.calls

@@ -67,6 +67,9 @@ class RayExecutor(NodeWatch):
         await asyncio.gather(*stops, return_exceptions=True)
         for node in alive:
             calls.kill(node.actor)
+            # Gone for the head too: what the head's router does as it stops after this
+            # (its backends removed, say) is sent to no worker (Ray is shut down below).
+            node.alive = False
         await calls.wait_killed(self.config.call_timeout)
         await asyncio.to_thread(ray.shutdown)
 
