@@ -1,11 +1,12 @@
 """The README's cluster recipe as written, with Ray's own CLI (issue 12: "a new user can
 start a 1-head + N-worker cluster from the README"): `ray start --head --num-cpus 0` on
 this host; two worker "machines", each a network namespace with its own address and
-its own /tmp (`ip netns` and a private mount namespace: nothing of the head's Ray
-session is visible there), joined with `ray start --address HEAD:PORT --resources
-'{"rollserve": N}' --labels rollserve-node=NAME`; `rollserve serve --ray HEAD:PORT` on
-the head; the unchanged client over HTTP. Token authentication is on, as the README
-says to set it (`RAY_AUTH_MODE=token` and one `RAY_AUTH_TOKEN` on every machine).
+its own Ray session folders (`ip netns` and a private mount namespace: nothing of the
+head's Ray session is visible there; the file system is otherwise shared), joined with
+`ray start --address HEAD:PORT --resources '{"rollserve": N}' --labels
+rollserve-node=NAME`; `rollserve serve --ray HEAD:PORT` on the head; the unchanged
+client over HTTP. Token authentication is on, as the README says to set it
+(`RAY_AUTH_MODE=token` and one `RAY_AUTH_TOKEN` on every machine).
 
 Needs root (network namespaces; CI runs as root); skipped otherwise.
 """
@@ -97,9 +98,13 @@ class Machine:
                     ["ip", "route", "add", "default", "via", self.gateway]):
             _run("ip", "netns", "exec", self.ns, *cmd)
 
-    def start_ray(self, head: str, name: str, log: Path) -> subprocess.Popen[bytes]:
-        """The README's worker step, run inside this machine."""
-        join = (f"mount -t tmpfs none /tmp && exec {BIN}/ray start --address {head} "
+    def start_ray(self, head: str, name: str, log: Path, temp_dir: str) -> subprocess.Popen[bytes]:
+        """The README's worker step, run inside this machine. Ray's session folders
+        (the head's temp dir, which a joining node takes from the head, and Ray's
+        default) are this machine's own: an empty file system mounted over each (the
+        rest, the venv and the state dir included, is shared, like a shared home)."""
+        private = " && ".join(f"mkdir -p {d} && mount -t tmpfs none {d}" for d in (temp_dir, "/tmp/ray"))
+        join = (f"{private} && exec {BIN}/ray start --address {head} "
                 f"--node-ip-address {self.ip} --resources '{{\"rollserve\": {SLOTS}}}' "
                 f"--labels rollserve-node={name} --disable-usage-stats --block")
         with log.open("ab") as out:
@@ -199,6 +204,7 @@ def cli_cluster(tmp_path_factory):
     procs: list[subprocess.Popen[bytes]] = []
     fake = FakeVLLM("smollm2", replies=policy, latency=0.01, host=head_ip)
     server: ServerProcess | None = None
+    fake_started = False
     try:
         for m in machines:
             m.create()
@@ -210,9 +216,10 @@ def cli_cluster(tmp_path_factory):
         _wait_started(tmp / "head.log", procs[0], timeout=240)
         for i, m in enumerate(machines, 1):  # one after the other, each once it is up
             log = tmp / f"worker{i}.log"
-            procs.append(m.start_ray(f"{head_ip}:{port}", f"worker{i}", log))
+            procs.append(m.start_ray(f"{head_ip}:{port}", f"worker{i}", log, temp_dir))
             _wait_started(log, procs[-1], timeout=240)
         fake.start_in_thread()
+        fake_started = True
         server = ServerProcess(tmp / "state", ["--ray", f"{head_ip}:{port}",
                                                "--backend", fake.url])
         server.start(timeout=240)
@@ -227,6 +234,13 @@ def cli_cluster(tmp_path_factory):
             raise AssertionError(f"the worker machines did not join: {nodes}\n{logs}")
         yield server, machines
     finally:
+        # The environment first: the Ray token set above must not reach the tests after
+        # this one (a Ray cluster they start would require a token nobody sends).
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         try:
             if server is not None and server.proc is not None:
                 server.stop()
@@ -237,12 +251,8 @@ def cli_cluster(tmp_path_factory):
                 proc.kill()
                 proc.wait(timeout=10)
             _kill_matching(temp_dir)
-            fake.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            if fake_started:
+                fake.stop()
 
 
 @pytest.mark.timeout(900)  # a loaded 2-core host starts three Ray nodes and their workers slowly
