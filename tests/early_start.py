@@ -73,6 +73,12 @@ def started(nodeid: str) -> Started | None:
     return _started.get(nodeid)
 
 
+def pids() -> set[int]:
+    """The processes started here (running or exited and not yet reaped): the session's
+    own, not any test's (tests/sandbox/helpers.py's ``our_descendants`` leaves them out)."""
+    return {entry.proc.pid for entry in _started.values()}
+
+
 def stop_all() -> None:
     for entry in _started.values():
         entry.stop()

@@ -19,6 +19,7 @@ import pytest
 from rollserve.sandbox.config import DockerConfig, runtime_config
 from rollserve.sandbox.registry import RUNTIMES as REGISTRY
 from rollserve.sandbox.registry import AnyRuntime, new_runtime, unavailable_reason
+from tests import early_start
 
 REPO = Path(__file__).resolve().parents[2]
 NESTED = "ROLLSERVE_UNPRIVILEGED_NESTED"  # set in a module re-run as another uid
@@ -79,9 +80,11 @@ def _is_multiprocessing_helper(process: psutil.Process) -> bool:
 
 def our_descendants() -> list[psutil.Process]:
     """Every process this test process started that is still around, except
-    multiprocessing's session-long helpers."""
+    multiprocessing's session-long helpers and the commands the session started for a
+    later test (tests/early_start.py: mypy runs, or has exited unreaped, meanwhile)."""
+    session = early_start.pids()
     return [p for p in psutil.Process().children(recursive=True)
-            if not _is_multiprocessing_helper(p)]
+            if p.pid not in session and not _is_multiprocessing_helper(p)]
 
 
 def processes_with(marker: str) -> list[psutil.Process]:
