@@ -462,3 +462,24 @@ def test_choice_hedges_are_ambiguous(reply, letter, named):
     assert reading is not None
     assert (reading.answer, reading.named, reading.ambiguous) == (letter, named, bool(named))
     assert extract_answer(reply, CHOICE_SPEC) == letter
+
+
+BOTH_SPEC = {"kind": "choice", "choices": ["Paris", "London", "Both A and B", "None of A-C"],
+             "gold": "C"}
+
+
+@pytest.mark.parametrize("reply, letter, named", [
+    # The chosen option's own words name no other choice...
+    ("Answer: C) Both A and B", "C", ()),
+    ("Answer: C (Both A and B)", "C", ()),
+    ("Answer: C, both A and B", "C", ()),
+    ("Answer: C\nBoth A and B", "C", ()),
+    ("Answer: D, none of A-C", "D", ()),
+    # ...while a hedge beside them still is one.
+    ("Answer: C) Both A and B or D", None, ("C", "D")),
+    ("Answer: C or D", None, ("C", "D")),
+])
+def test_an_option_whose_text_names_letters_is_read_as_itself(reply, letter, named):
+    reading = read_answer(reply, BOTH_SPEC)
+    assert reading is not None
+    assert (reading.answer, reading.named) == (letter, named)

@@ -237,6 +237,17 @@ def _named_letters(text: str, position: int, floor: int, letters: str) -> tuple[
     return tuple(named)
 
 
+def _without_option_text(text: str, option: str) -> str:
+    """``text`` with each occurrence of ``option`` (case-insensitive; a single character
+    is not an option's words) blanked out, every other position kept."""
+    words = option.strip()
+    if len(words) < 2:
+        return text
+    pattern = re.compile(re.escape(unicodedata.normalize("NFKC", words).translate(_LOOKALIKES)),
+                         re.IGNORECASE)
+    return pattern.sub(lambda m: " " * len(m.group()), text)
+
+
 def _letter_of(candidate: str, choices: list[str]) -> str | None:
     """The choice letter ``candidate`` gives, or None. A candidate starting with a
     newline is a final line, which must be a lone letter, "C) text" or "C. text"."""
@@ -291,7 +302,9 @@ def read_answer(text: str, spec: dict[str, Any]) -> Reading | None:
         letter = _letter_of(candidate, spec["choices"])
         if letter is None:
             continue
-        named = _named_letters(text, max(position, floor), floor,
+        # The chosen option's own words ("C) Both A and B") name no other choice.
+        chosen = _without_option_text(text, str(spec["choices"][LETTERS.index(letter)]))
+        named = _named_letters(chosen, max(position, floor), floor,
                                LETTERS[: len(spec["choices"])])
         if len(set(named) | {letter}) > 1:
             return Reading(None, tuple(dict.fromkeys((*named, letter))))
