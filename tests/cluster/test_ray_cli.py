@@ -84,7 +84,9 @@ class Machine:
         pid = os.getpid()
         self.ns = f"rsx{pid}n{index}"
         self.host_if, self.ns_if = f"rsx{pid}h{index}", f"rsx{pid}p{index}"
-        subnet = f"10.{200 + pid // 250 % 50}.{pid % 250}"  # this run's own addresses
+        # This run's own addresses, in 198.18.0.0/15 (RFC 2544's benchmarking range: no
+        # host or cloud network uses it, unlike 10/8, which a CI machine may sit in).
+        subnet = f"198.{18 + pid // 250 % 2}.{pid % 250}"
         self.gateway, self.ip = f"{subnet}.{4 * index + 1}", f"{subnet}.{4 * index + 2}"
 
     def create(self) -> None:
