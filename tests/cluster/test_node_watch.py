@@ -174,3 +174,23 @@ async def test_a_look_at_the_nodes_waits_for_the_last_one_instead_of_piling_up(k
     await asyncio.wait_for(asyncio.shield(ex._listing), 10)  # type: ignore[arg-type]
     await scan(ex)
     assert len(asked) == 2 and len(made) == 1
+
+
+async def test_unavailable_stage_calls_and_cleanups_count_as_missed_answers(killed):
+    """A cleanup that finds the worker unreachable does not count the node dead (its
+    rollouts would all be lost for a blip); stage calls that keep finding it so fence it,
+    as unanswered status polls do (else its rollouts' retries keep landing there)."""
+    ex = executor()  # fence_after_polls 3
+    unavailable = fails(ActorUnavailableError("connection lost", None))
+    n = node(ex, "n", FakeActor(run_stage=unavailable, cleanup=unavailable))
+    r = rollout("r0")
+    ex._where[r.id] = n
+    ex._called.add(r.id)
+    await asyncio.wait_for(ex.cleanup(r, handler=None), 10)  # type: ignore[arg-type]
+    assert n.alive and n.unanswered == 1 and killed == []
+    for i in (1, 2):
+        r = rollout(f"r{i}")
+        ex._where[r.id] = n
+        with pytest.raises(NodeLost, match="unreachable"):
+            await ex.run_stage(r, handler=None, stage="run")  # type: ignore[arg-type]
+    assert not n.alive and killed == [n.actor]

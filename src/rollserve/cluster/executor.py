@@ -206,7 +206,8 @@ class RayExecutor(NodeWatch):
         except asyncio.CancelledError:
             calls.cancel(ref)
             raise
-        except ActorUnavailableError as exc:  # unreachable, maybe back soon: not marked dead
+        except ActorUnavailableError as exc:  # unreachable, maybe back soon: not marked dead,
+            self._unanswered(node, exc)  # but counted: a node that stays so is fenced
             node.lost += 1
             raise NodeLost(f"node {node.name} was unreachable during {stage} (attempt "
                            f"{r.attempt}): {type(exc).__name__}", node.name) from None
@@ -267,6 +268,9 @@ class RayExecutor(NodeWatch):
                     node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT))
                 if outcome is not None and not synced and node.alive:
                     self._apply(r, outcome)
+        except ActorUnavailableError as exc:  # maybe back soon: a missed answer, not a death
+            self._unanswered(node, exc)
+            log.error("cleanup of rollout %s on node %s failed: %s", r.id, node.name, exc)
         except RayActorError as exc:
             self._mark_dead(node, f"its worker died ({type(exc).__name__})")
         except (RayError, TimeoutError) as exc:
