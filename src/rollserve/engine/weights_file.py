@@ -39,7 +39,7 @@ def read(path: Path) -> WeightsInForce | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise WeightsFileError(f"{path}: cannot read the weights in force ({exc})") from exc
     try:
         return WeightsInForce.model_validate_json(text)

@@ -142,7 +142,7 @@ class HTTPClient:
             async with self.session().request(method, url, **kwargs) as resp:
                 text = await resp.text()
                 status = resp.status
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, UnicodeDecodeError) as exc:  # bytes not in its charset
             raise LLMError(
                 f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}",
                 backend=self.name,
