@@ -259,3 +259,12 @@ async def test_scorer_crash_or_dead_pool_is_infra_not_a_zero(tokenizer, ctx, new
     await handler.run(rollout)
     with pytest.raises(InfraError):
         await handler.eval(rollout)
+
+
+def test_boxes_in_a_reasoning_models_thinking_are_not_its_answers():
+    """A guess boxed while thinking is not a second final answer (it made a right
+    answer after the thinking ambiguous, scored 0); a hedge after it still is one."""
+    thought = "<think>so maybe \\boxed{3}? no, 3 + 1 = 4</think>"
+    assert boxed_answers(f"{thought} The answer is \\boxed{{4}}.") == ["4"]
+    assert boxed_answers(f"{thought} \\boxed{{3}} or \\boxed{{4}}") == ["3", "4"]
+    assert boxed_answers(thought) == []

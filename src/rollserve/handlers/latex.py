@@ -33,10 +33,15 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
+THINK_END = "</think>"
+
+
 def boxed_answers(text: str) -> list[str]:
     """The distinct non-blank ``\\boxed{...}`` contents in ``text`` (two that differ only
     in spaces are one), in the order of their last occurrence, so the last is
-    ``extract_boxed``'s: several mean several final answers."""
+    ``extract_boxed``'s: several mean several final answers. A reasoning model's
+    thinking (up to its last ``</think>``) is not its answer: boxes there are not read."""
+    text = text.rpartition(THINK_END)[2]
     answers: dict[str, str] = {}
     start = text.find(BOXED)
     while start != -1:
