@@ -6,8 +6,6 @@ trainer is not training, stamped as its policy."""
 from __future__ import annotations
 
 import asyncio
-import json
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,19 +18,7 @@ from rollserve.engine.weights_file import WeightsFileError
 from rollserve.llm.routing.in_force import WeightsInForce
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
-
-
-def adapter(tmp_path: Path, name: str = "adapter") -> str:
-    """A folder that looks like a PEFT adapter to the double (it reads adapter_config.json)."""
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
-    return str(folder)
-
-
-def rollserve_client(service: Service) -> AsyncClient:
-    app = create_app(service, manage_lifecycle=False)
-    return AsyncClient("http://rollserve", transport=httpx.ASGITransport(app=app))
+from tests.api.test_weight_sync_api import adapter, rollserve_client
 
 
 async def test_a_server_that_does_not_list_the_adapter_in_force_is_refused(
