@@ -96,6 +96,9 @@ class Engine:
             fidelity_mismatches=0, rollouts_with_mismatches=0, truncated_turns=0, stale=0,
             not_trainable=0)
         self.reserved = 0  # admitted by a submit still writing to the store
+        # Held by a submit from its client-id lookups to its insert (engine.submit): two
+        # identical submits cannot both miss the id and race to store it.
+        self.admission = asyncio.Lock()
         self.last_seq = 0  # the newest result's cursor position
         self.started_at = time.time()
         self.recovered = Recovered()  # what start() found unfinished

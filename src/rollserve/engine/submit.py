@@ -72,27 +72,57 @@ def _check_task(engine: Engine, task: TaskRequest, where: str, limits: RequestLi
                           "routes cannot reach; run the harness inside the sandbox")
 
 
+ADMIT_ATTEMPTS = 3  # a store shared with another process: its insert can win between ours
+
+
 async def submit(engine: Engine, request: SubmitRequest,
                  limits: RequestLimits | None = None) -> list[Accepted]:
     """Admit ``request`` whole (one ``Accepted`` per task, in order) or refuse it whole:
-    ``InvalidTask`` (and its kinds) naming the field, ``QueueFull`` with a retry hint."""
+    ``InvalidTask`` (and its kinds) naming the field, ``QueueFull`` with a retry hint.
+
+    A task whose client ``id`` is already stored with the same fingerprint is answered
+    as that group (``duplicate``), however many identical submits race: the key lookups
+    and the insert are one critical section (``engine.admission``), so the first
+    admits and every other finds its group."""
     limits = limits or RequestLimits()
-    accepted: list[Accepted | None] = [None] * len(request.tasks)
-    new: list[tuple[int, TaskRequest, str]] = []  # (index, task, fingerprint)
+    checked: list[tuple[int, TaskRequest, str]] = []  # (index, task, fingerprint)
     seen_keys: dict[str, int] = {}
     for index, task in enumerate(request.tasks):
         where = f"tasks[{index}]"
         _check_task(engine, task, where, limits)
-        fingerprint = request_hash(task, request)
         if task.id is not None:
             if task.id in seen_keys:
                 raise InvalidTask(f"{where}.id",
                                   f"duplicates tasks[{seen_keys[task.id]}].id in this batch")
             seen_keys[task.id] = index
+        checked.append((index, task, request_hash(task, request)))
+    attempt = 1
+    while True:
+        try:
+            async with engine.admission:
+                return await _admit(engine, request, checked)
+        except DuplicateClientKey as exc:
+            # Only a writer outside this engine gets here (the lock orders ours): look
+            # the keys up again, where the one it took now answers as a duplicate.
+            if attempt == ADMIT_ATTEMPTS:
+                raise Conflict("tasks[].id", f"id {exc} was taken by a concurrent request "
+                                             "and could not be read back") from exc
+            attempt += 1
+
+
+async def _admit(engine: Engine, request: SubmitRequest,
+                 checked: list[tuple[int, TaskRequest, str]]) -> list[Accepted]:
+    """Look up the client ids, then store and launch the new groups (under the
+    admission lock). Raises ``DuplicateClientKey`` when another writer of the store
+    took an id since the lookup."""
+    accepted: list[Accepted | None] = [None] * len(request.tasks)
+    new: list[tuple[int, TaskRequest, str]] = []
+    for index, task, fingerprint in checked:
+        if task.id is not None:
             existing = await engine.store.group_by_client_key(task.id)
             if existing is not None:
                 if existing.request_hash != fingerprint:
-                    raise Conflict(f"{where}.id",
+                    raise Conflict(f"tasks[{index}].id",
                                    f"id {task.id!r} was already used for a different task")
                 found = await engine.store.group(existing.id, results=False)
                 rollout_ids = [row.id for row in found[1]] if found else []
@@ -135,13 +165,12 @@ async def submit(engine: Engine, request: SubmitRequest,
         accepted[index] = Accepted(group_id=group_id, task_id=task_id,
                                    rollout_ids=[s.id for s in specs])
 
-    engine.reserved += wanted  # held across the store write so concurrent batches see it
-    try:
-        await engine.store.create_groups(new_groups)
-    except DuplicateClientKey as exc:  # a concurrent submit took the id first
-        raise Conflict("tasks[].id", f"id {exc} was taken by a concurrent request") from exc
-    finally:
-        engine.reserved -= wanted
+    if new_groups:
+        engine.reserved += wanted  # held across the store write: room() counts it
+        try:
+            await engine.store.create_groups(new_groups)
+        finally:
+            engine.reserved -= wanted
     for _, specs in new_groups:
         engine.launch(specs)
     return [a for a in accepted if a is not None]
