@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollserve.agent.gateway.session import GatewaySession
 from rollserve.agent.gateway.unix_socket import SOCKET_NAME
@@ -48,6 +48,7 @@ from rollserve.handlers.base import (
 from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
 from rollserve.sandbox.base import Sandbox, SandboxSpec
+from rollserve.sandbox.workspace_files import relative_parts, workspace_file_problem
 
 __all__ = ["GatewayHandler", "GatewayInstance"]
 
@@ -55,12 +56,22 @@ __all__ = ["GatewayHandler", "GatewayInstance"]
 class GatewayInstance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    answer: str = Field(min_length=1, description="the reply that earns reward 1.0")
+    answer: str = Field(min_length=1, description="the reply that earns reward 1.0 (compared "
+                        "stripped of surrounding whitespace: not blank)")
     tool_calls: Literal["hermes", "none"] = "hermes"
     command: str | None = Field(None, min_length=1, description="the harness, run in the "
                                 "rollout's sandbox with bash -c")
     files: dict[str, str] = Field(default_factory=dict, description="workspace path -> text, "
                                   "for the sandbox (with command only)")
+
+    @field_validator("answer")
+    @classmethod
+    def _not_blank(cls, answer: str) -> str:
+        # Compared stripped: a blank answer would pay an empty (or whitespace) reply.
+        if not answer.strip():
+            raise ValueError("must not be blank: the reply is compared stripped of "
+                             "whitespace, so an empty reply would earn reward 1.0")
+        return answer
 
 
 @dataclass
@@ -85,13 +96,14 @@ class GatewayHandler(AgentHandler):
         if task.files and task.command is None:
             raise InvalidInstance("instance.files", "files go into the sandbox of a command; "
                                                     "set instance.command too")
+        found = workspace_file_problem(task.files)
+        if found is not None:
+            name, problem = found
+            raise InvalidInstance(field_name(("instance", "files", name)), problem)
         for name in task.files:
-            parts = name.removeprefix("/workspace/").split("/")
-            outside = name.startswith("/") and not name.startswith("/workspace/")
-            if outside or ".." in parts or "" in parts or SOCKET_NAME in parts:
-                raise InvalidInstance(f"instance.files.{name}", "a path inside the workspace "
-                                      "(relative, or under /workspace), without '..' or empty "
-                                      f"parts, other than {SOCKET_NAME}")
+            if SOCKET_NAME in relative_parts(name):
+                raise InvalidInstance(field_name(("instance", "files", name)),
+                                      f"{SOCKET_NAME} is the gateway's socket")
 
     async def init(self, rollout: RolloutView) -> None:
         state = GatewayState(_task(rollout.instance))
