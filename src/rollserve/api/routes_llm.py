@@ -6,6 +6,8 @@ A weight update from the trainer's side:
     POST /v1/llm/weights {"weights": {"kind": "lora", "name": "policy", "path": DIR}}
                                                 # (or load them into the servers yourself)
     POST /v1/llm/resume  {"policy_version": 2}  # turns sampled from now on say 2
+                                                # (lower than in force: 409, unless
+                                                # "allow_lower_version": true)
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from rollserve.contract import (
 from rollserve.llm.backends.factory import RemoteBackendSpec, backend_from_spec
 from rollserve.llm.base import LoadsWeights
 from rollserve.llm.routing.router import Router
-from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate
+from rollserve.llm.routing.weights import LowerPolicyVersion, WeightsRefused, WeightUpdate
 from rollserve.server import Service
 
 log = logging.getLogger(__name__)
@@ -154,9 +156,16 @@ async def pause(body: PauseRequest, request: Request) -> Paused:
 
 @router.post("/resume", response_model=Resumed, responses=errors(409))
 async def resume(body: ResumeRequest, request: Request) -> Resumed:
-    """Let LLM calls go again, stamped with ``policy_version`` from now on."""
+    """Let LLM calls go again, stamped with ``policy_version`` from now on.
+
+    409 naming ``policy_version`` (generation stays paused) for a version below the one
+    in force, unless ``allow_lower_version``: turns stamped lower than turns sampled
+    before them would pass for older weights (staleness checks, off-policy corrections)."""
     try:
-        resumed = Resumed.model_validate(await _router(request).resume(body.policy_version))
+        resumed = Resumed.model_validate(await _router(request).resume(
+            body.policy_version, allow_lower=body.allow_lower_version))
+    except LowerPolicyVersion as exc:
+        raise FieldHTTPError(409, "policy_version", str(exc)) from exc
     except WeightsRefused as exc:
         raise HTTPException(409, str(exc)) from exc
     await _keep_weights(request, f"resumed at policy version {resumed.policy_version}")

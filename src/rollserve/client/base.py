@@ -99,12 +99,17 @@ class ClientBase:
     def _parse(response: httpx.Response, call: Call[T]) -> T:
         """The answer validated into the call's model, or ``RollserveError``."""
         if response.status_code >= 400:
+            fields: tuple[str, ...] = ()
             try:
                 body = response.json()
                 detail = body.get("detail", response.text) if isinstance(body, dict) else body
+                found = body.get("errors") if isinstance(body, dict) else None
+                if isinstance(found, list):
+                    fields = tuple(str(e["field"]) for e in found
+                                   if isinstance(e, dict) and "field" in e)
             except ValueError:
                 detail = response.text
-            raise RollserveError(response.status_code, detail)
+            raise RollserveError(response.status_code, detail, fields)
         try:
             return call.response.model_validate_json(response.content)
         except ValidationError:  # pydantic's parser refuses an escaped lone surrogate; json does not

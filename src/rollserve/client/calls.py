@@ -53,12 +53,14 @@ class Call(Generic[T]):
 
 
 class RollserveError(Exception):
-    """The server refused a call; ``status`` is the HTTP code, ``detail`` its reason."""
+    """The server refused a call; ``status`` is the HTTP code, ``detail`` its reason,
+    ``fields`` the request fields it names (empty when it names none)."""
 
-    def __init__(self, status: int, detail: JsonValue):
+    def __init__(self, status: int, detail: JsonValue, fields: tuple[str, ...] = ()):
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        self.fields = fields
 
 
 def _json(value: BaseModel | JSONBody) -> JSONBody:
@@ -159,9 +161,13 @@ def pause(mode: str = "finish", timeout: float | None = None,
                 read_timeout=(timeout if timeout is not None else MAX_WAIT) + 30)
 
 
-def resume(policy_version: int | None = None) -> Call[Resumed]:
-    """Let LLM calls go again, stamped with ``policy_version`` from now on."""
+def resume(policy_version: int | None = None, allow_lower_version: bool = False) -> Call[Resumed]:
+    """Let LLM calls go again, stamped with ``policy_version`` from now on. A version
+    below the one in force is refused (409, generation stays paused) unless
+    ``allow_lower_version`` (a trainer restarting from an older checkpoint)."""
     body: JSONBody = {} if policy_version is None else {"policy_version": policy_version}
+    if allow_lower_version:
+        body["allow_lower_version"] = True
     return Call("POST", "/v1/llm/resume", Resumed, json=body, read_timeout=60)
 
 

@@ -27,6 +27,11 @@ When it fails, the error says what state generation was left in:
   some servers may hold the new weights and others not, so generation is left
   **paused**, at the old version. Call ``update`` again (loads are in place), or
   remove the failing backend and ``client.resume(policy_version=k)``.
+- ``LowerPolicyVersion``: ``policy_version`` is below the version in force. Checked
+  at the pause, before anything is loaded (generation is resumed at the old version);
+  if the server refuses the final resume for it (the version in force rose meanwhile),
+  the new weights are loaded and generation is left **paused**. A trainer restarting
+  from an older checkpoint passes ``allow_lower_version=True``.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ from rollserve.client.calls import JSONBody, RollserveError
 from rollserve.client.sync import Client
 from rollserve.contract import Paused, Resumed, WeightsLoaded, WeightsRequest
 
-__all__ = ["AsyncWeightSync", "FullWeights", "LoRA", "PauseTimeout", "SyncReport", "WeightLoadFailed",
-           "WeightSync", "WeightSyncError", "WeightsRefused"]
+__all__ = ["AsyncWeightSync", "FullWeights", "LoRA", "LowerPolicyVersion", "PauseTimeout", "SyncReport",
+           "WeightLoadFailed", "WeightSync", "WeightSyncError", "WeightsRefused"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,13 @@ class WeightLoadFailed(WeightSyncError):
         self.outcomes = outcomes or {}
 
 
+class LowerPolicyVersion(WeightSyncError):
+    """``policy_version`` is below the version in force and ``allow_lower_version`` was
+    not given: turns sampled from the new weights would be stamped older than turns
+    before them. ``paused`` says whether the weights were loaded (True: generation is
+    left paused; resume at a version at least ``policy_version`` or with the override)."""
+
+
 @dataclass(frozen=True)
 class SyncReport:
     """What each step answered."""
@@ -125,6 +137,25 @@ def _unasked(exc: Exception, version: int | None) -> WeightLoadFailed:
                             f"generation is left paused at policy version {version}", version)
 
 
+def _is_lower(policy_version: int, in_force: int | None, allow_lower_version: bool) -> bool:
+    return not allow_lower_version and in_force is not None and policy_version < in_force
+
+
+def _lower_at_pause(policy_version: int, in_force: int | None) -> LowerPolicyVersion:
+    return LowerPolicyVersion(f"policy_version {policy_version} is below the version in force "
+                              f"({in_force}): nothing was loaded; generation resumed at policy "
+                              f"version {in_force} (pass allow_lower_version=True to go back)",
+                              paused=False, policy_version=in_force)
+
+
+def _resume_refused(exc: RollserveError, loaded: WeightsLoaded) -> WeightSyncError:
+    message = (f"the weights were loaded but the resume was refused: {exc.detail}; generation "
+               f"is left paused at policy version {loaded.policy_version}")
+    lower = "policy_version" in exc.fields
+    return (LowerPolicyVersion if lower else WeightSyncError)(
+        message, paused=True, policy_version=loaded.policy_version)
+
+
 def _failed(loaded: WeightsLoaded) -> WeightLoadFailed:
     failed = {name: outcome for name, outcome in loaded.outcomes.items() if outcome != "ok"}
     listed = "; ".join(f"{name}: {outcome}" for name, outcome in failed.items())
@@ -143,14 +174,19 @@ class WeightSync:
         self.pause_timeout = pause_timeout
         self.load_timeout = load_timeout
 
-    def update(self, weights: Weights, policy_version: int) -> SyncReport:
+    def update(self, weights: Weights, policy_version: int,
+               allow_lower_version: bool = False) -> SyncReport:
         """Load ``weights`` everywhere and resume at ``policy_version``; a
-        ``WeightSyncError`` says what state generation was left in."""
+        ``WeightSyncError`` says what state generation was left in. A version below
+        the one in force is ``LowerPolicyVersion`` unless ``allow_lower_version``."""
         _checked(weights, policy_version)
         paused = self.client.pause(self.mode, timeout=self.pause_timeout)
         if not paused.drained:
             self.client.resume()
             raise _pause_timeout(paused, self.pause_timeout)
+        if _is_lower(policy_version, paused.policy_version, allow_lower_version):
+            self.client.resume()
+            raise _lower_at_pause(policy_version, paused.policy_version)
         try:
             loaded = self.client.load_weights(weights.body(), policy_version, self.load_timeout)
         except RollserveError as exc:
@@ -162,7 +198,12 @@ class WeightSync:
             raise _unasked(exc, paused.policy_version) from exc
         if not loaded.ok:
             raise _failed(loaded)
-        resumed = self.client.resume(policy_version)
+        try:
+            resumed = self.client.resume(policy_version, allow_lower_version)
+        except RollserveError as exc:
+            if exc.status == 409:
+                raise _resume_refused(exc, loaded) from exc
+            raise
         return SyncReport(policy_version, paused, loaded, resumed)
 
 
@@ -176,14 +217,19 @@ class AsyncWeightSync:
         self.pause_timeout = pause_timeout
         self.load_timeout = load_timeout
 
-    async def update(self, weights: Weights, policy_version: int) -> SyncReport:
+    async def update(self, weights: Weights, policy_version: int,
+                     allow_lower_version: bool = False) -> SyncReport:
         """Load ``weights`` everywhere and resume at ``policy_version``; a
-        ``WeightSyncError`` says what state generation was left in."""
+        ``WeightSyncError`` says what state generation was left in. A version below
+        the one in force is ``LowerPolicyVersion`` unless ``allow_lower_version``."""
         _checked(weights, policy_version)
         paused = await self.client.pause(self.mode, timeout=self.pause_timeout)
         if not paused.drained:
             await self.client.resume()
             raise _pause_timeout(paused, self.pause_timeout)
+        if _is_lower(policy_version, paused.policy_version, allow_lower_version):
+            await self.client.resume()
+            raise _lower_at_pause(policy_version, paused.policy_version)
         try:
             loaded = await self.client.load_weights(weights.body(), policy_version,
                                                     self.load_timeout)
@@ -196,7 +242,12 @@ class AsyncWeightSync:
             raise _unasked(exc, paused.policy_version) from exc
         if not loaded.ok:
             raise _failed(loaded)
-        resumed = await self.client.resume(policy_version)
+        try:
+            resumed = await self.client.resume(policy_version, allow_lower_version)
+        except RollserveError as exc:
+            if exc.status == 409:
+                raise _resume_refused(exc, loaded) from exc
+            raise
         return SyncReport(policy_version, paused, loaded, resumed)
 
 

@@ -216,7 +216,7 @@ class NodeWorker:
         return bool(reply["drained"])
 
     async def resume(self, policy_version: int | None) -> None:
-        await self.router.resume(policy_version)
+        await self.router.resume(policy_version, allow_lower=True)  # the head decided
 
     async def weights_loaded(self, lora: str | None, skip: list[str]) -> None:
         """The head loaded weights into the backends' servers (while paused): from now

@@ -181,7 +181,13 @@ class ResumeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     policy_version: int | None = Field(None, ge=0, le=INT64_MAX,
-                                       description="stamped on every turn sampled from now on")
+                                       description="stamped on every turn sampled from now on; "
+                                       "below the version in force: a 409, unless "
+                                       "allow_lower_version")
+    allow_lower_version: bool = Field(
+        False, description="accept a policy_version below the one in force (a trainer "
+                           "restarting from an older checkpoint); otherwise such a resume is "
+                           "refused and generation stays paused")
 
 
 class Weights(BaseModel):

@@ -44,6 +44,7 @@ from rollserve.llm.routing.in_force import LastLoad, WeightsInForce
 from rollserve.llm.routing.inflight import InFlightCalls
 from rollserve.llm.routing.policies import Policy, make_policy
 from rollserve.llm.routing.weights import (
+    LowerPolicyVersion,
     WeightsRefused,
     WeightUpdate,
     adopt,
@@ -244,10 +245,17 @@ class RouterControl:
                 "in_flight": self.in_flight, "policy_version": self.policy_version,
                 "forwarded": forwarded}
 
-    async def resume(self, policy_version: int | None = None) -> dict:
-        """Let calls go again, stamped with ``policy_version`` from now on."""
+    async def resume(self, policy_version: int | None = None, allow_lower: bool = False) -> dict:
+        """Let calls go again, stamped with ``policy_version`` from now on.
+
+        ``LowerPolicyVersion`` (nothing changes) for a version below the one in force,
+        unless ``allow_lower``."""
         if self._loading:
             raise WeightsRefused("a weight load is under way: resume once it has ended")
+        current = self.policy_version
+        if (policy_version is not None and current is not None and policy_version < current
+                and not allow_lower):
+            raise LowerPolicyVersion(policy_version, current)
         if policy_version is not None:
             self.policy_version = policy_version
         forwarded = await self._forward_resume() if self._paused_backends else {}

@@ -27,6 +27,21 @@ class WeightsRefused(Exception):
     cannot take weights of this kind (the message names it)."""
 
 
+class LowerPolicyVersion(WeightsRefused):
+    """A resume named a policy version below the one in force, without saying it means
+    to go back (``allow_lower``): turns sampled from the newer weights would be stamped
+    older than turns sampled before them. Nothing changed: generation is still paused."""
+
+    def __init__(self, requested: int, in_force: int):
+        super().__init__(f"policy_version {requested} is below the version in force "
+                         f"({in_force}): turns sampled from now on would look older than "
+                         "those before them; resume with a version at least as high, or "
+                         "say allow_lower_version (e.g. a trainer restarting from an older "
+                         "checkpoint)")
+        self.requested = requested
+        self.in_force = in_force
+
+
 @dataclass(frozen=True)
 class WeightUpdate:
     """A LoRA adapter (``name`` and ``path``) or full weights (``path``)."""
