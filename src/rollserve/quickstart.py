@@ -187,8 +187,9 @@ async def _serve_on(sock: socket.socket, opts: QuickstartOptions, console: Conso
             console.print("stopping…")
         return code
     finally:
-        # As a signal to uvicorn would: sse-starlette hooks this to end the event
-        # streams (the dashboard's), so they close now rather than at the timeout.
+        # As a signal to uvicorn would (api.serving): long-polls and event streams (the
+        # dashboard's) end now rather than at the timeout.
+        service.begin_shutdown()
         server.handle_exit(signal.SIGTERM, None)
         try:
             await serving

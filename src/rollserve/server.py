@@ -158,7 +158,7 @@ class Service:
         if self.cluster is not None:  # a node's slots bound its stages, not the head's pools
             self.cluster.on_slots = self._size_pools
         self.rollouts = Rollouts(self.engine, config.limits)  # what the API calls
-        self.gateways = Gateways(gateway)  # what the gateway's routes call
+        self.gateways = Gateways(gateway, closing=self.engine.events.closing)  # the gateway's routes
 
     def _size_pools(self, slots: int) -> None:
         """With --ray each stage pool is as large as the alive nodes' slots together: a
@@ -219,6 +219,11 @@ class Service:
 
     def sandbox_status(self) -> dict:
         return {**self.sandboxes.status(), "reaped_at_start": self.reaped}
+
+    def begin_shutdown(self) -> None:
+        """The HTTP server is shutting down (a signal): long-polls and event streams end
+        now, answering what they have, so it need not wait for them (``stop`` follows)."""
+        self.rollouts.begin_shutdown()
 
     async def stop(self) -> None:
         await self.engine.stop()

@@ -365,13 +365,13 @@ async def test_an_episode_in_bash_block_format_reports_its_tool_calls(prorl_api,
 
 
 def test_serve_prorl_listens_on_8006(monkeypatch, tmp_path):
-    import uvicorn
     from typer.testing import CliRunner
 
+    from rollserve.api import serving
     from rollserve.cli import app
 
     seen = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app, **kw))
+    monkeypatch.setattr(serving, "serve", lambda app, service, **kw: seen.update(app=app, **kw))
     result = CliRunner().invoke(app, ["serve", "--prorl", "--state-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     paths = set(seen["app"].openapi()["paths"])

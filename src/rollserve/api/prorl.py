@@ -322,6 +322,8 @@ async def process(body: ProcessRequest, request: Request) -> Response:
         wait = compat.config.http_timeout or ((deadline or 1800.0) + 30.0)
         await rollouts.wait([rollout_id], wait)
         result = await rollouts.finished(rollout_id)
+        if result is None and rollouts.closing:  # the wait ended early: a shutdown
+            raise HTTPException(503, "the server is shutting down; the job did not finish")
         if result is None:
             rollouts.stop(rollout_id)
             raise HTTPException(504, "Processing timed out")

@@ -40,6 +40,8 @@ from rollserve.server import Service
 
 router = APIRouter(prefix="/v1", tags=["rollouts"], route_class=StrictJSONRoute)
 
+EVENTS_SEND_TIMEOUT = 30.0  # seconds one event may wait on a client that reads nothing
+
 WaitParam = Query(0.0, ge=0.0, le=MAX_WAIT, description="long-poll: seconds to wait for completion")
 
 
@@ -124,13 +126,14 @@ async def events(
                 left = None if ends is None else ends - loop.time()
                 if left is not None and left <= 0:
                     return
-                try:
-                    event = await asyncio.wait_for(queue.get(), left)
-                except TimeoutError:
+                event = await rollouts.next_event(queue, left)  # None: the end, or a shutdown
+                if event is None:
                     return
                 yield {"event": "state", "data": event.model_dump_json(exclude_unset=True)}
 
-    return EventSourceResponse(stream(), ping=15)
+    # A client that stops reading (its socket buffers full) would hold the generator, its
+    # task and its subscription forever: a send that waits longer than this ends the stream.
+    return EventSourceResponse(stream(), ping=15, send_timeout=EVENTS_SEND_TIMEOUT)
 
 
 @router.get("/status", tags=["service"], response_model=ServiceStatus)

@@ -124,8 +124,8 @@ async def status_stream(
         while ends is None or loop.time() < ends:
             yield {"event": "status", "data": service_status(service).model_dump_json()}
             wait = interval if ends is None else min(interval, ends - loop.time())
-            if wait > 0:
-                await asyncio.sleep(wait)
+            if service.rollouts.closing or (wait > 0 and await service.rollouts.until_closing(wait)):
+                return  # the service is shutting down: the stream ends now
 
     # A client that stops reading (its socket buffers full) would hold the generator and
     # its task forever: a send that waits longer than this ends the stream.

@@ -116,9 +116,8 @@ def serve(
     log_level: str = typer.Option("info"),
 ) -> None:
     """Run the rollout service (no inference backend unless --backend is given)."""
-    import uvicorn
-
     from rollserve.api.app import create_app
+    from rollserve.api.serving import serve
     from rollserve.llm.routing.policies import POLICIES
     from rollserve.llm.routing.router import RouterConfig
 
@@ -147,8 +146,10 @@ def serve(
         _check_ray()
     service = _make_service(config)
     prorl_config = ProRLConfig(timeout=prorl_timeout) if prorl else None
-    uvicorn.run(create_app(service, prorl=prorl_config), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=10)
+    # A signal ends the long-polls and event streams at once (api.serving); the graceful
+    # timeout bounds what else is open (a harness's LLM call in flight).
+    serve(create_app(service, prorl=prorl_config), service, host=host, port=port,
+          log_level=log_level, timeout_graceful_shutdown=10)
 
 
 def _check_ray() -> None:

@@ -137,7 +137,7 @@ class Rollouts:
         while True:
             found = await self._store.results_after(after, limit)
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0:
+            if found or remaining <= 0 or self.closing:
                 break
             await self._engine.events.wait_change(remaining)
         last = found[-1].seq if found else None
@@ -177,6 +177,25 @@ class Rollouts:
             yield queue
         finally:
             self._engine.events.unsubscribe(queue)
+
+    async def next_event(self, queue: asyncio.Queue[StateEvent],
+                         timeout: float | None) -> StateEvent | None:
+        """The next event of an ``events()`` queue; None at the timeout (None: no bound)
+        or once the service shuts down."""
+        return await self._engine.events.next_event(queue, timeout)
+
+    @property
+    def closing(self) -> bool:
+        """The service is shutting down: long-polls answer what they have now."""
+        return self._engine.events.closing.is_set()
+
+    async def until_closing(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the service to begin shutting down (True)."""
+        return await self._engine.events.until_closing(timeout)
+
+    def begin_shutdown(self) -> None:
+        """End the long-polls and event streams now (the service is about to stop)."""
+        self._engine.begin_shutdown()
 
     def status(self) -> EngineStatus:
         return self._engine.status()

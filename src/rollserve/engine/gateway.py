@@ -8,6 +8,8 @@ stages bound theirs (``llm.routing.deadline``).
 
 from __future__ import annotations
 
+import asyncio
+
 from rollserve.agent.gateway import anthropic_wire, wire
 from rollserve.agent.gateway.registry import Gateway
 from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply, GatewaySession
@@ -21,8 +23,9 @@ __all__ = ["GatewayRefusal", "GatewayReply", "Gateways", "anthropic_wire", "wire
 class Gateways:
     """Calls into the live gateway sessions, and what the trainer may read of them."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, closing: asyncio.Event | None = None) -> None:
         self._gateway = gateway
+        self._closing = closing if closing is not None else asyncio.Event()  # set at shutdown
 
     def _session(self, key: str) -> GatewaySession:
         session = self._gateway.get(key)
@@ -46,8 +49,18 @@ class Gateways:
 
     async def info(self, rollout_id: str, wait: float = 0.0) -> GatewayInfo:
         """The rollout's session (waiting up to ``wait`` seconds for its RUN to open
-        it); ``NotFound`` when it has none."""
-        found = await self._gateway.key_of(rollout_id, wait)
+        it, or until the service begins to shut down); ``NotFound`` when it has none."""
+        finding = asyncio.ensure_future(self._gateway.key_of(rollout_id, wait))
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait((finding, closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            finding.cancel()
+        if finding.done() and not finding.cancelled():
+            found = finding.result()
+        else:  # shutting down: what there is now
+            found = await self._gateway.key_of(rollout_id, 0.0)
         if found is None:
             raise NotFound(f"rollout {rollout_id!r} has no gateway session open (it is not a "
                            "gateway rollout, its RUN has not started, or it is over)")

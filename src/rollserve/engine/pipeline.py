@@ -112,8 +112,14 @@ class Engine:
         self._janitor = asyncio.create_task(self._purge_loop(), name="rollserve-janitor")
         return self.recovered
 
+    def begin_shutdown(self) -> None:
+        """The service is about to stop: long-polls and event streams end now, answering
+        what they have, so the HTTP server's graceful shutdown does not wait for them."""
+        self.events.close()
+
     async def stop(self) -> None:
         """Stop every rollout in flight without finishing it: a restart re-queues it."""
+        self.begin_shutdown()
         if self._janitor:
             self._janitor.cancel()
         tasks = list(self._tasks.values())
@@ -380,15 +386,19 @@ class Engine:
 
     # --- waiting and reporting ------------------------------------------------------
     async def wait_finished(self, rollout_ids: list[str], timeout: float) -> None:
-        """Wait (bounded) until none of ``rollout_ids`` is in flight any more."""
+        """Wait (bounded) until none of ``rollout_ids`` is in flight any more, or the
+        service begins to shut down (``begin_shutdown``)."""
         events = [self._finished[i] for i in rollout_ids if i in self._finished]
-        if not events or timeout <= 0:
+        if not events or timeout <= 0 or self.events.closing.is_set():
             return
         waits = [asyncio.ensure_future(e.wait()) for e in events]
+        every = asyncio.ensure_future(asyncio.wait(waits))
+        closing = asyncio.ensure_future(self.events.closing.wait())  # a shutdown ends it
         try:
-            await asyncio.wait(waits, timeout=timeout)
+            await asyncio.wait((every, closing), timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for w in waits:
+            for w in (*waits, every, closing):
                 w.cancel()
 
     def throughput(self, window: float = 60.0) -> float:

@@ -1,0 +1,85 @@
+"""``GET /v1/events`` does not hold its task for a client that reads nothing (a send
+timeout, as the status stream's), and a shutdown ends it and the long-polls at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.types import Message
+
+from rollserve.api import routes_rollouts
+from rollserve.api.app import create_app
+
+MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
+
+
+def _scope(path: str, query: bytes = b"") -> dict:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+            "query_string": query, "headers": [(b"host", b"rollserve")],
+            "client": ("127.0.0.1", 5000), "server": ("rollserve", 80)}
+
+
+async def test_a_client_that_stops_reading_the_events_does_not_hold_the_stream(make_api,
+                                                                              monkeypatch):
+    # A client whose socket buffers are full: the server's send never returns. The stream
+    # must end (its send times out) rather than hold its generator and subscription.
+    monkeypatch.setattr(routes_rollouts, "EVENTS_SEND_TIMEOUT", 0.5)
+    service, client = await make_api()
+    app = create_app(service, manage_lifecycle=False)
+    started = asyncio.Event()
+    never = asyncio.Event()
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            started.set()
+            return
+        await never.wait()  # the client reads nothing more
+
+    async def receive() -> Message:
+        await never.wait()  # and never disconnects either
+        return {"type": "http.disconnect"}
+
+    served = asyncio.create_task(app(_scope("/v1/events"), receive, send))
+    try:
+        async with asyncio.timeout(30):
+            await started.wait()
+        # An event to send: a rollout's state changes as it is admitted.
+        assert (await client.post("/v1/rollouts", json={"tasks": [MATH]})).status_code == 202
+        done, _ = await asyncio.wait({served}, timeout=30)
+        assert served in done, "the stream still waits on a client that reads nothing"
+        assert isinstance(served.exception(), TimeoutError | None)
+    finally:
+        served.cancel()
+
+
+async def test_a_shutdown_answers_the_long_polls_and_ends_the_streams(make_api):
+    service, client = await make_api()  # no backend: the rollout stays queued
+    r = await client.post("/v1/rollouts", json={"tasks": [MATH]})
+    group = r.json()["groups"][0]
+    (rollout_id,) = group["rollout_ids"]
+    subscribed = service.engine.events.subscribers
+    calls = {
+        "results": client.get("/v1/results", params={"wait": 600}),
+        "rollout": client.get(f"/v1/rollouts/{rollout_id}", params={"wait": 600}),
+        "group": client.get(f"/v1/groups/{group['group_id']}", params={"wait": 600}),
+        "events": client.get("/v1/events"),
+        "status": client.get("/v1/status/stream", params={"interval": 60}),
+    }
+    tasks = {name: asyncio.ensure_future(call) for name, call in calls.items()}
+    async with asyncio.timeout(30):  # the event stream has subscribed: the calls are in
+        while service.engine.events.subscribers == subscribed:
+            await asyncio.sleep(0.01)
+    assert not any(task.done() for task in tasks.values())
+    service.begin_shutdown()
+    done, _ = await asyncio.wait(tasks.values(), timeout=30)
+    assert len(done) == len(tasks), [n for n, t in tasks.items() if t not in done]
+    answers = {name: task.result() for name, task in tasks.items()}
+    assert all(a.status_code == 200 for a in answers.values())
+    assert answers["results"].json() == {"results": [], "next": 0}
+    assert answers["rollout"].json()["done"] is False
+    assert answers["group"].json()["done"] is False
+    assert "event: status" in answers["status"].text
+    # ...and a long-poll that comes in while the service shuts down answers at once.
+    late = await asyncio.wait_for(client.get("/v1/results", params={"wait": 600}), 30)
+    assert late.status_code == 200
