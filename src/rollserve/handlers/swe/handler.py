@@ -55,6 +55,7 @@ from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
 
+CPU_SHARE = 0.5  # a test run's CPU budget, without test_cpu_seconds: this x its timeout
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIMS = "/tmp/.rollserve-bin"  # host mode: python/pytest for the agent
 
@@ -108,6 +109,9 @@ class SWEHandler(AgentHandler):
         (a bundle or mirror under a name ``environment.source_names`` gives)."""
         task = self.task(instance)
         parse_harness(instance)
+        if task.test_timeout is not None and task.test_timeout > self.options.test_timeout:
+            raise InvalidInstance("instance.test_timeout", f"at most this server's test_timeout "
+                                  f"({self.options.test_timeout:g} s), got {task.test_timeout:g}")
         if not self._images:
             try:
                 envs.find_source(task, self.options.mirrors)
@@ -280,8 +284,9 @@ class SWEHandler(AgentHandler):
                 for name, text in recorded_results.files(token, target).items():
                     await sandbox.write_file(f"{folder}/{name}", text)
                 script = recorded_results.shell_setup(f"{WORKDIR}/{folder}") + script
-            log = await run_tests(sandbox, task, script, self.options.test_timeout, env,
-                                  self.options.stopped_tests)
+            timeout = task.test_timeout or self.options.test_timeout
+            log = await run_tests(sandbox, task, script, timeout, env, self.options.stopped_tests,
+                                  self.options.test_cpu_seconds or timeout * CPU_SHARE)
             recorded = await recorded_results.read(sandbox, token) if plugin else None
         finally:
             await close_sandboxes(rollout)
