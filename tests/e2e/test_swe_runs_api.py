@@ -3,11 +3,14 @@ policy on the toy repository:
 
 - a candidate whose tests spin in forked children is stopped by the test run's CPU
   budget: reward 0, not masked, the reason names the budget;
-- an instance's ``test_timeout`` above the server's is a 422 naming the field."""
+- an instance's ``test_timeout`` above the server's is a 422 naming the field;
+- a ``python`` option that cannot run the tests masks the rollout at INIT (it scored
+  0, unmasked, on every rollout), naming the option and its path."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -31,6 +34,7 @@ STEPS = {
         "command": "str_replace", "path": "/workspace/calc/ops.py",
         "old_str": "len(values) - 1", "new_str": "len(values)"})],
 }
+NO_PYTEST = "/usr/bin/python3"
 
 
 def policy(prompt_ids: list[int], prompt: str) -> str:
@@ -92,3 +96,14 @@ async def test_an_instance_timeout_above_the_servers_is_refused(swe_api, toy):
     assert r.status_code == 422 and "instance.test_timeout" in r.text and "60 s" in r.text
     result = await run_one(client, {**toy, "test_timeout": 30}, "fix")
     assert result["status"] == "completed" and result["reward"] == 1.0
+
+
+async def test_a_python_option_that_cannot_run_the_tests_is_masked_at_init(swe_api, toy):
+    if subprocess.run([NO_PYTEST, "-c", "import pytest"], capture_output=True).returncode == 0:
+        pytest.skip(f"{NO_PYTEST} has pytest")
+    _service, client = await swe_api(python=NO_PYTEST)
+    result = await run_one(client, toy, "fix")
+    assert result["mask"] is True and result["reward"] is None, result
+    assert result["failure"]["kind"] == "infra" and result["failure"]["stage"] == "init"
+    message = result["failure"]["message"]
+    assert f"the swe option python: {NO_PYTEST}" in message and "cannot import pytest" in message

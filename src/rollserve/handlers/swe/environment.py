@@ -66,7 +66,9 @@ class SWEOptions(BaseModel):
                                     "~/.cache/rollserve/swe-repos)")
     rootfs: Path | None = Field(None, description="host mode: a rootfs folder instead of the host root")
     python: str | None = Field(None, description="host mode: the interpreter with pytest that "
-                               "runs the tests (default: found in the sandbox)")
+                               "runs the tests (default: found in the sandbox); checked at "
+                               "server start (a path must be visible in the sandboxes) and "
+                               "run at INIT and EVAL (a failure is infra, masked)")
     empty_patch: Literal["unresolved", "run"] = Field(
         "unresolved", description="an empty candidate patch: unresolved without running "
         "tests, or run the tests anyway")
