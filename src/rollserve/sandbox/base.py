@@ -124,8 +124,9 @@ class ExecResult:
     # memory/cgroup limit, SIGXCPU at the CPU limit, SIGXFSZ at the file-size limit.
     # bwrap reports a signalled child as exit status 128+N; it is read back as N.
     signal: int | None = None
-    # The sandbox cap that killed the command ("disk", "memory"), None otherwise; the
-    # reason is also at the end of its stderr, for the agent to read.
+    # The sandbox cap that killed the command ("disk", "memory", "cpu": the command's
+    # cpu_budget), None otherwise; the reason is also at the end of its stderr, for the
+    # agent to read.
     cap: str | None = None
 
     @property
@@ -213,8 +214,12 @@ class Sandbox(abc.ABC):
         stdin: bytes | None = None,
         env: dict[str, str] | None = None,
         max_output: int = 1 << 20,
+        *,
+        cpu_budget: float | None = None,
     ) -> ExecResult:
-        """Run a one-shot command (a string runs under ``bash -c``); killed at ``timeout``."""
+        """Run a one-shot command (a string runs under ``bash -c``); killed at ``timeout``,
+        or, with ``cpu_budget``, once all its processes together have used that many CPU
+        seconds (then ``cap="cpu"``; see cpucap.py for what is counted, and where not)."""
 
     @abc.abstractmethod
     async def spawn(

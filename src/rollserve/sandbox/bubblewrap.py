@@ -330,9 +330,11 @@ class BubblewrapSandbox(FolderSandbox):
             await self.memfd.stop()
 
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
-                   env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
+                   env: dict[str, str] | None = None, max_output: int = 1 << 20, *,
+                   cpu_budget: float | None = None) -> ExecResult:
         ooms = self._oom_kills()
-        result = await super().exec(command, timeout, stdin, env, max_output)
+        result = await super().exec(command, timeout, stdin, env, max_output,
+                                    cpu_budget=cpu_budget)
         if result.cap is None and not result.ok and self._oom_kills() > ooms:
             result.cap = "memory"
             result.stderr += (f"\n[rollserve: the sandbox reached its memory cap "

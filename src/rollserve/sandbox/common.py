@@ -38,6 +38,7 @@ from rollserve.sandbox.base import (
     SandboxError,
     SandboxSpec,
 )
+from rollserve.sandbox.cpucap import CpuWatch
 from rollserve.sandbox.diskcap import MB, DiskWatch
 from rollserve.sandbox.folders import SandboxFolders
 from rollserve.sandbox.host import collect
@@ -143,18 +144,38 @@ class FolderSandbox(Sandbox):
         return await self._launch(inner, pty=pty, env=env, merge_stderr=merge_stderr)
 
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
-                   env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
-        return await self._collect(shell_argv(command), timeout, stdin, env, max_output)
+                   env: dict[str, str] | None = None, max_output: int = 1 << 20, *,
+                   cpu_budget: float | None = None) -> ExecResult:
+        return await self._collect(shell_argv(command), timeout, stdin, env, max_output,
+                                   cpu_budget)
 
     async def _collect(self, inner: list[str], timeout: float, stdin: bytes | None,
-                       env: dict[str, str] | None, max_output: int) -> ExecResult:
-        """Run ``inner`` on pipes (stderr apart) to its end or ``timeout``."""
+                       env: dict[str, str] | None, max_output: int,
+                       cpu_budget: float | None = None) -> ExecResult:
+        """Run ``inner`` on pipes (stderr apart) to its end or ``timeout`` (or, with
+        ``cpu_budget``, until its process tree has used that much CPU: cpucap.py)."""
         started = time.monotonic()
         self._check_open()
         process = await self._launch(inner, pty=False, env=env, merge_stderr=False)
-        # Launchers (bwrap, bash, setsid) exit 128+N when the command dies of signal N.
-        return await collect(process, timeout, stdin, max_output, signal_codes=True,
-                             started=started)
+        watch = None
+        if cpu_budget is not None:
+            watch = CpuWatch(process.pid, cpu_budget,
+                             lambda used: self._cpu_exceeded(process, watch, used))
+            watch.start()
+        try:
+            # Launchers (bwrap, bash, setsid) exit 128+N when the command dies of signal N.
+            return await collect(process, timeout, stdin, max_output, signal_codes=True,
+                                 started=started)
+        finally:
+            if watch is not None:
+                await watch.stop()
+
+    async def _cpu_exceeded(self, process: HostProcess, watch: CpuWatch | None,
+                            used: float) -> None:
+        """Kill a command past its CPU budget (the sandbox stays open)."""
+        if watch is not None:
+            process.kill_for_cap("cpu", watch.notice(used))
+            await process.wait(KILL_WAIT)
 
     async def close(self) -> None:
         if self._closed:

@@ -260,14 +260,17 @@ class DockerSandbox(FolderSandbox):
                                      "HOME": os.environ.get("HOME", "/")})
 
     async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
-                   env: dict[str, str] | None = None, max_output: int = 1 << 20) -> ExecResult:
+                   env: dict[str, str] | None = None, max_output: int = 1 << 20, *,
+                   cpu_budget: float | None = None) -> ExecResult:
+        # (cpu_budget: the watcher sees only the exec client here, not the container's
+        # processes; see cpucap.py)
         pid_file = f"{PID_DIR}/{uuid.uuid4().hex}"
         # Its own session (setsid), its pid in a file: what a timeout kills in there.
         inner = ["setsid", "--wait", "sh", "-c",
                  f'mkdir -p {PID_DIR} && echo $$ > {pid_file} && exec "$@"', "sh",
                  *shell_argv(command)]
-        result = await self._collect(inner, timeout, stdin, env, max_output)
-        if result.timed_out:
+        result = await self._collect(inner, timeout, stdin, env, max_output, cpu_budget)
+        if result.timed_out or result.cap == "cpu":
             kill = f'kill -KILL -- -"$(cat {pid_file})" 2>/dev/null; rm -f {pid_file}'
             await run_command(self.exec_command(["sh", "-c", kill], None, False, False), 30)
         else:

@@ -45,7 +45,7 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
         (build,) = fake_apptainer("build")
         assert build["argv"][2] == expected
         assert sandbox.image == runtime.images.folder / cache_name(expected)
-        seed, prepare, cut, snapshot = fake_apptainer("exec")
+        seed, prepare, cut, probe, snapshot = fake_apptainer("exec")
         # The seed runs without the alias (it would hide the image's /testbed) ...
         assert f"{sandbox.workspace}:/testbed" not in seed["argv"]
         assert seed["argv"][-4:] == ["cp", "-a", "/testbed/.", "/workspace/"]
@@ -60,6 +60,9 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
         refs = subprocess.run(["git", "-C", str(sandbox.workspace), "for-each-ref"],
                               capture_output=True, text=True, check=True).stdout
         assert refs == ""
+        # The tests' interpreter is tried in the image's environment (interpreter.py).
+        assert "conda activate testbed" in probe["argv"][-1]
+        assert "python -c 'import pytest'" in probe["argv"][-1]
         assert f"{sandbox.workspace}:/testbed" in snapshot["argv"]
         assert len(handler.state(rollout, SWEWork).baseline) == 40  # the workspace's tree at the start
     finally:

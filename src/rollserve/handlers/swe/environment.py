@@ -66,15 +66,23 @@ class SWEOptions(BaseModel):
                                     "~/.cache/rollserve/swe-repos)")
     rootfs: Path | None = Field(None, description="host mode: a rootfs folder instead of the host root")
     python: str | None = Field(None, description="host mode: the interpreter with pytest that "
-                               "runs the tests (default: found in the sandbox)")
+                               "runs the tests (default: found in the sandbox); checked at "
+                               "server start (a path must be visible in the sandboxes) and "
+                               "run at INIT and EVAL (a failure is infra, masked)")
     empty_patch: Literal["unresolved", "run"] = Field(
         "unresolved", description="an empty candidate patch: unresolved without running "
         "tests, or run the tests anyway")
-    test_timeout: float = Field(1800.0, gt=0, description="seconds for the test run")
+    test_timeout: float = Field(1800.0, gt=0, description="seconds for the test run, and "
+                                "the most an instance's own test_timeout may ask for")
+    test_cpu_seconds: float | None = Field(
+        None, gt=0, description="CPU seconds for a whole test run, all its processes "
+        "together (a watcher kills it past them: sandbox/cpucap.py); stopped like a run past "
+        "its timeout (stopped_tests). None: half the run's timeout")
     stopped_tests: Literal["agent", "masked"] = Field(
-        "agent", description="a test run past test_timeout, or killed by a signal, once the "
-        "tests started: the agent's failure (reward 0, not masked), or masked (timeout/infra). "
-        "A run stopped in its set-up, or whose set-up shows an environment fault, is infra")
+        "agent", description="a test run past its timeout or CPU budget, or killed by a "
+        "signal, once the tests started: the agent's failure (reward 0, not masked), or "
+        "masked (timeout/infra). A run stopped in its set-up, or whose set-up shows an "
+        "environment fault, is infra")
     canary: bool = Field(True, description="pytest runs hold one more test that must fail, "
                          "in the graded test module, named like its tests: if it is reported "
                          "passed, outcomes were rewritten and the candidate is unresolved")

@@ -8,8 +8,10 @@ mounted at ``/testbed``). Where the tests are pytest's, the canary run follows
 (see ``grade``). The script's stdout and stderr are one stream, in order, as in
 SWE-bench's harness.
 
-A test run that outlives its limit, or that a signal kills, is the patch's doing (an
-endless loop, a deadlock, a test that kills its runner): ``AgentError``, reward 0,
+A test run that outlives its limit, uses up its CPU budget (all its processes
+together: ``SWEOptions.test_cpu_seconds``), or that a signal kills, is the patch's
+doing (an endless loop, a deadlock, busy forks, a test that kills its runner):
+``AgentError``, reward 0,
 not masked (``SWEOptions.stopped_tests: "masked"`` makes it a masked timeout or
 infra failure instead). Evidence of an infrastructure fault makes it ``InfraError``
 (masked) either way: the script stopped before the tests started (the set-up, which
@@ -97,23 +99,31 @@ def _between_markers(command: str) -> list[str]:
 
 async def run_tests(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
                     env: dict[str, str] | None = None,
-                    stopped: Literal["agent", "masked"] = "agent") -> str:
-    """Run ``script`` in ``sandbox`` (the candidate patch already applied); the log."""
+                    stopped: Literal["agent", "masked"] = "agent",
+                    cpu_budget: float | None = None) -> str:
+    """Run ``script`` in ``sandbox`` (the candidate patch already applied); the log.
+    ``cpu_budget``: CPU seconds for all the run's processes together (sandbox/cpucap.py)."""
     if task.test_patch:
         await sandbox.write_file(TEST_PATCH_FILE, task.test_patch)
     result = await sandbox.exec(["bash", "-c", "exec 2>&1\n" + script], timeout=timeout,
-                                env=env, max_output=MAX_LOG_BYTES)
+                                env=env, max_output=MAX_LOG_BYTES, cpu_budget=cpu_budget)
     log = result.stdout + ("\n" + result.stderr if result.stderr else "")
     if result.timed_out or result.exit_code is None:
-        _stopped(task, result, log, timeout, stopped)
+        _stopped(task, result, log, timeout, stopped, cpu_budget)
     return log
 
 
 def _stopped(task: SWETask, result: ExecResult, log: str, timeout: float,
-             blame: Literal["agent", "masked"]) -> None:
-    """Raise the typed failure of a test run that timed out or was killed."""
-    how = (f"did not finish within {timeout:g} s" if result.timed_out
-           else f"was killed by signal {result.signal}")
+             blame: Literal["agent", "masked"], cpu_budget: float | None = None) -> None:
+    """Raise the typed failure of a test run that timed out, used up its CPU budget
+    (a hang that holds cores, like a timeout) or was killed."""
+    if result.cap == "cpu":
+        how = (f"used up its CPU budget ({cpu_budget:g} CPU seconds for all its processes "
+               f"together, test_cpu_seconds)")
+    elif result.timed_out:
+        how = f"did not finish within {timeout:g} s"
+    else:
+        how = f"was killed by signal {result.signal}"
     tail = log.strip()[-800:]
     if START not in log:
         raise InfraError(f"the test script of {task.instance_id} {how} before its tests "
@@ -123,7 +133,7 @@ def _stopped(task: SWETask, result: ExecResult, log: str, timeout: float,
         raise InfraError(f"the test environment of {task.instance_id} failed ({fault}) and "
                          f"the test run {how}: {tail}")
     if blame == "masked":
-        if result.timed_out:
+        if result.timed_out or result.cap == "cpu":
             raise TimeoutFailure(f"the tests of {task.instance_id} {how}")
         raise InfraError(f"the test run of {task.instance_id} {how}: {tail}")
     raise AgentError(f"the tests of {task.instance_id} {how} with the candidate patch "

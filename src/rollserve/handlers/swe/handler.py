@@ -12,17 +12,21 @@ EVAL starts a fresh sandbox from the same environment, applies the candidate pat
 then the test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
 ``grade``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
 unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
-patch that does not apply, or whose tests hang or are killed, is the agent's failure
-(reward 0); a test run that cannot start is not (masked).
+patch that does not apply, or whose tests hang, use up their CPU budget or are killed,
+is the agent's failure (reward 0); a test run that cannot start is not (masked): the
+interpreter and the test command's program are checked at server start, INIT and
+EVAL, before the candidate patch (see ``interpreter``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import shlex
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -43,7 +47,7 @@ from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
-from rollserve.handlers.swe import protect
+from rollserve.handlers.swe import interpreter, protect
 from rollserve.handlers.swe import results as recorded_results
 from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
 from rollserve.handlers.swe.grade import canary_file, grade_async, swebench, uses_plugin
@@ -52,9 +56,12 @@ from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
 from rollserve.handlers.swe.prompts import SYSTEM_PROMPT, task_text
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec
+from rollserve.sandbox.bwrap_view import View
+from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
 
+CPU_SHARE = 0.5  # a test run's CPU budget, without test_cpu_seconds: this x its timeout
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIMS = "/tmp/.rollserve-bin"  # host mode: python/pytest for the agent
 
@@ -101,6 +108,23 @@ class SWEHandler(AgentHandler):
         except ValidationError as error:
             known = ", ".join(envs.SWEOptions.model_fields)
             raise ValueError(f"swe handler options: {describe(error)} (known: {known})") from None
+        python = self.options.python
+        if python and self.options.environment != "image" and self.options.rootfs is None:
+            problem = interpreter.static_problem(python, *self._host_view())
+            if problem:
+                raise ValueError(f"swe handler options: python: {problem} (set 'python' to an "
+                                 "interpreter with pytest that the sandboxes see)")
+
+    def _host_view(self) -> tuple[list[str], list[str]]:
+        """(hidden, shown again): host folders a host-mode sandbox does not see, and
+        paths shown inside them anyway; only bubblewrap hides anything."""
+        config = getattr(self.ctx.sandboxes, "config", None)
+        if not isinstance(config, BubblewrapConfig):
+            return [], []
+        state_dir = getattr(self.ctx.sandboxes, "state_dir", None)
+        view = View(config, Path(state_dir).resolve() if state_dir else None, os.geteuid() == 0)
+        hidden = [*view.hidden(envs.hidden_folders(self.options)), "/tmp"]  # (/tmp: private)
+        return hidden, view.readonly_paths()
 
     # --- validation ------------------------------------------------------------------
     def validate(self, instance: dict[str, Any]) -> None:
@@ -108,6 +132,9 @@ class SWEHandler(AgentHandler):
         (a bundle or mirror under a name ``environment.source_names`` gives)."""
         task = self.task(instance)
         parse_harness(instance)
+        if task.test_timeout is not None and task.test_timeout > self.options.test_timeout:
+            raise InvalidInstance("instance.test_timeout", f"at most this server's test_timeout "
+                                  f"({self.options.test_timeout:g} s), got {task.test_timeout:g}")
         if not self._images:
             try:
                 envs.find_source(task, self.options.mirrors)
@@ -142,6 +169,8 @@ class SWEHandler(AgentHandler):
         sandbox = await self._open(rollout, task)
         if self._images and task.schema == "r2e-gym":
             await envs.hide_r2e_tests(sandbox, self.options)
+        env = None if self._images else await self._host_env(sandbox)
+        await interpreter.probe(sandbox, task, env, self._activate, self._origin, "INIT")
         # The agent's changes are measured from here (an image may hold files that
         # are untracked or changed against base_commit: they are not the agent's).
         rollout.state = SWEWork(task, sandbox, await snapshot(sandbox))
@@ -170,6 +199,20 @@ class SWEHandler(AgentHandler):
         sandbox = await open_sandbox(self.ctx, rollout, spec)
         await envs.materialise(sandbox, task, self.options, bundle)
         return sandbox
+
+    @property
+    def _activate(self) -> str | None:
+        """What test scripts run first (image mode), None in host mode."""
+        return self.options.image_activate if self._images else None
+
+    @property
+    def _origin(self) -> str:
+        """Where the tests' interpreter comes from, for messages."""
+        if self._images:
+            return "the image's environment, after the swe option image_activate"
+        if self.options.python:
+            return f"the swe option python: {self.options.python}"
+        return "the python with pytest found in the sandbox (no swe option python)"
 
     async def _host_env(self, sandbox: Sandbox) -> dict[str, str]:
         """Host mode: the environment in which ``python``, ``python3`` and ``pytest`` are
@@ -262,6 +305,10 @@ class SWEHandler(AgentHandler):
         started = time.perf_counter()
         sandbox = await self._open(rollout, task)
         try:
+            env = None if self._images else await self._host_env(sandbox)
+            # Before the patch: nothing of the candidate can change what this finds.
+            await interpreter.probe(sandbox, task, env, self._activate, self._origin,
+                                    "EVAL, before the candidate patch")
             outcome: dict[str, Any] = {"patch_applied": True, "apply_command": None}
             if patch.strip():
                 applied = await apply_patch(sandbox, patch)
@@ -270,8 +317,7 @@ class SWEHandler(AgentHandler):
                     outcome.update(resolved=False, tests_ran=False,
                                    reason="the patch does not apply", apply_log=applied.log)
                     return outcome
-            env = None if self._images else await self._host_env(sandbox)
-            script = eval_script(task, self.options.image_activate if self._images else None)
+            script = eval_script(task, self._activate)
             plugin = uses_plugin(task)
             if plugin:  # outcomes from our plugin, in a folder no patch reaches
                 token = secrets.token_hex(6)
@@ -280,8 +326,9 @@ class SWEHandler(AgentHandler):
                 for name, text in recorded_results.files(token, target).items():
                     await sandbox.write_file(f"{folder}/{name}", text)
                 script = recorded_results.shell_setup(f"{WORKDIR}/{folder}") + script
-            log = await run_tests(sandbox, task, script, self.options.test_timeout, env,
-                                  self.options.stopped_tests)
+            timeout = task.test_timeout or self.options.test_timeout
+            log = await run_tests(sandbox, task, script, timeout, env, self.options.stopped_tests,
+                                  self.options.test_cpu_seconds or timeout * CPU_SHARE)
             recorded = await recorded_results.read(sandbox, token) if plugin else None
         finally:
             await close_sandboxes(rollout)

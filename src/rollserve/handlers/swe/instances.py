@@ -14,12 +14,16 @@ from the fields present and normalised to one ``SWETask``.
 
 An explicit ``"schema": "swe-bench" | "swe-gym" | "r2e-gym"`` overrides detection.
 Rollserve's own optional fields, for any schema: ``test_cmd`` (the test command,
-else one is derived), ``log_parser`` (a swebench parser name), ``image``.
+else one is derived), ``log_parser`` (a swebench parser name), ``image``,
+``test_timeout`` (seconds for this instance's test run, at most the server's
+``test_timeout``; SWE-bench's harness has one run-wide ``--timeout`` and SWE-smith a
+``timeout`` per repository profile, none of them in the instances).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +57,7 @@ class SWETask:
     eval_type: str = "pass_and_fail"
     test_cmd: str | None = None
     expected: dict[str, str] | None = None  # R2E-Gym: test -> expected status
+    test_timeout: float | None = None  # seconds for the test run (else the server's)
 
     @property
     def test_files(self) -> list[str]:
@@ -106,6 +111,8 @@ def parse_task(instance: dict[str, Any]) -> SWETask:
             setattr(task, key, value)
     if task.log_parser is not None:
         _check_parser(task.log_parser)
+    if instance.get("test_timeout") is not None:
+        task.test_timeout = _seconds(instance, "test_timeout")
     return task
 
 
@@ -174,6 +181,15 @@ def _string(instance: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidInstance(f"instance.{key}", "must be a non-empty string")
     return value
+
+
+def _seconds(instance: dict[str, Any], key: str) -> float:
+    value = instance[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise InvalidInstance(f"instance.{key}", f"must be a number of seconds above 0, "
+                              f"got {value!r}")
+    return float(value)
 
 
 def _test_list(instance: dict[str, Any], key: str) -> list[str]:
