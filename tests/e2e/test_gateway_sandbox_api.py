@@ -4,10 +4,13 @@ scripted vLLM double as the policy."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import pytest
 
+from rollserve.agent.gateway import anthropic_wire
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import assert_exact, policy, result
@@ -202,3 +205,51 @@ async def test_the_policy_cannot_replace_the_gateway_socket_from_inside(make_api
     assert report["second"] == "reply 1 of boxed", report
     assert len(llm.calls) == 2 and len(done["trajectory"]["turns"]) == 2
     assert done["reward"] == 1.0
+
+
+ANTHROPIC_HARNESS = """
+import json, os, urllib.request
+
+body = json.dumps({"model": "p", "max_tokens": 16, "messages": [
+    {"role": "user", "content": "[script:boxed] hi"}]}).encode()
+request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", data=body,
+                                 headers={"Content-Type": "application/json",
+                                          "x-api-key": os.environ["ANTHROPIC_API_KEY"]})
+with urllib.request.urlopen(request, timeout=120) as answer:
+    print("harness got:", json.loads(answer.read())["content"][0]["text"])
+"""
+
+
+async def test_the_server_answers_while_the_socket_parses_a_body(make_api, llm, monkeypatch):
+    """The sandbox's socket parses off the event loop too: the parse is held open (on
+    whatever thread runs it) until /healthz has answered."""
+    events: list[str] = []
+    answered = threading.Event()
+    real_parse = anthropic_wire.parse_request
+
+    def held_parse(raw: bytes):
+        events.append("parse started")
+        answered.wait(60)  # (bounded: on the loop, it would block it this long)
+        events.append("parse ended")
+        return real_parse(raw)
+
+    monkeypatch.setattr(anthropic_wire, "parse_request", held_parse)
+    _, client = await make_api([llm.url])
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [{"data_source": "gateway", "instance": {
+            "answer": "reply 0 of boxed", "files": {"harness.py": ANTHROPIC_HARNESS},
+            "command": '"$ROLLSERVE_PYTHON" harness.py'}}],
+        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
+    assert r.status_code == 202, r.text
+    (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
+    for _ in range(1200):
+        if events:
+            break
+        await asyncio.sleep(0.1)
+    health = await asyncio.wait_for(client.get("/healthz"), 60)
+    events.append("healthz answered")
+    answered.set()
+    assert health.status_code == 200
+    done = await result(client, rollout_id)
+    assert events == ["parse started", "healthz answered", "parse ended"]
+    assert done["status"] == "completed" and done["reward"] == 1.0, done["evaluation"]
