@@ -252,7 +252,9 @@ async def test_two_harness_sandboxes_cannot_reach_each_others_gateway(make_api):
                 await asyncio.sleep(0.5)
             if workspace is None:
                 break
-            hosts[tag] = {"key": info["key"], "socket": str(Path(workspace) / SOCKET_NAME)}
+            # (its host path: the sandbox's server folder, next to its workspace)
+            hosts[tag] = {"key": info["key"],
+                          "socket": str(Path(workspace).parent / "server" / SOCKET_NAME)}
         results = {}
         for tag, rid in ids.items():
             view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": 600})).json()

@@ -48,7 +48,10 @@ def test_hidden_paths_are_covered_by_an_empty_read_only_folder(tmp_path):
     argv = runtime.run_command(SandboxSpec(hide=["/r2e_tests"]), "c", folders)
     assert argv[argv.index(f"{folders.base / 'empty'}:/r2e_tests:ro") - 1] == "-v"
     assert argv.index("-v", argv.index("-w")) < argv.index(DockerConfig().default_image)
-    assert ":ro" not in " ".join(runtime.run_command(SandboxSpec(), "c", folders))
+    plain = " ".join(runtime.run_command(SandboxSpec(), "c", folders))
+    # Only the server's own folder (the gateway socket's) is read-only without a hide.
+    assert f"-v {folders.server}:/.rollserve:ro" in plain
+    assert ":ro" not in plain.replace(f"{folders.server}:/.rollserve:ro", "")
 
 
 def test_exec_command_lines(tmp_path):

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from rollserve import __version__
+from rollserve.api import log_redact
 from rollserve.api.errors import SafeJSONResponse, install_error_handlers
 from rollserve.api.guards import (
     DOCS_PATHS,
@@ -37,6 +38,7 @@ def create_app(service: Service, manage_lifecycle: bool = True,
     """The app; ``prorl`` also serves ProRL Agent's routes (``api.prorl``)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log_redact.install()  # again: the server configured its logging meanwhile
         if manage_lifecycle:
             await service.start()
         try:
@@ -45,6 +47,7 @@ def create_app(service: Service, manage_lifecycle: bool = True,
             if manage_lifecycle:
                 await service.stop()
 
+    log_redact.install()  # gateway keys never reach the access log
     config = service.config
     app = FastAPI(title="rollserve", version=__version__, lifespan=lifespan,
                   default_response_class=SafeJSONResponse)

@@ -9,8 +9,12 @@ not; or ``ANTHROPIC_BASE_URL=<server>/v1/gateway/<key>`` and ``POST .../v1/messa
 ``POST /v1/gateway/<key>/end`` says it is done. Refusals are OpenAI's error shape
 (``{"error": {"message", "type", "param", "code"}}``): 400 for a bad request (``param``
 names the field) or a prompt past the context limit (``context_length_exceeded``), 401
-for an unknown key, 404 for a session that has ended, 408 at the time limit, 502 when
-the backend failed. The trainer reads a rollout's key from
+for an unknown key, 404 for a session that has ended, 408 at the time limit, 413 for a
+body past the session's bound, 429 past its calls in progress, 502 when the backend
+failed. What is checked, in order: the key (401) and the session's admission (404,
+429) before a byte of the body is read; the body's size (413, from Content-Length
+or while it is read); its parse, in a thread (400); the prompt's size from its
+rendered bytes, before it is tokenized (400 ``context_length_exceeded``). The trainer reads a rollout's key from
 ``GET /v1/rollouts/{id}/gateway`` (behind the API token like every trainer route).
 The wire itself (parsing, answers, chunks) is ``agent.gateway.wire``'s, as the engine
 re-exports it.
@@ -19,6 +23,8 @@ re-exports it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
@@ -28,10 +34,18 @@ from rollserve.api.errors import errors, model_response
 from rollserve.contract import MAX_WAIT
 from rollserve.contract.anthropic import MessagesRequest
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
-from rollserve.engine.gateway import GatewayRefusal, Gateways, anthropic_wire, wire
+from rollserve.engine.gateway import (
+    GatewayRefusal,
+    GatewayReply,
+    Gateways,
+    GatewaySession,
+    anthropic_wire,
+    wire,
+)
+
+T = TypeVar("T")
 
 PREFIX = "/v1/gateway/"  # the harness's paths: no API token (the key is the credential)
-_THREAD_PARSE_BYTES = 256 * 1024
 
 router = APIRouter(tags=["gateway"])
 
@@ -46,18 +60,36 @@ def _refused(refusal: GatewayRefusal) -> Response:
                     media_type="application/json")
 
 
-async def _parse(request: Request) -> ChatCompletionRequest:
-    raw = await request.body()
-    if len(raw) > _THREAD_PARSE_BYTES:
-        return await asyncio.to_thread(wire.parse_request, raw)
-    return wire.parse_request(raw)
+def _too_large(limit: int) -> GatewayRefusal:
+    return GatewayRefusal(413, f"the request body is larger than this session's limit of "
+                               f"{limit} bytes (from its context window: a prompt that fits "
+                               "it is smaller)", code="request_too_large")
 
 
-async def _parse_anthropic(request: Request) -> tuple[MessagesRequest, ChatCompletionRequest]:
-    raw = await request.body()
-    if len(raw) > _THREAD_PARSE_BYTES:
-        return await asyncio.to_thread(anthropic_wire.parse_request, raw)
-    return anthropic_wire.parse_request(raw)
+async def _body(request: Request, limit: int) -> bytes:
+    """The body, never more than ``limit`` bytes of it read: a 413 from its
+    Content-Length before anything is read, or as soon as it passes the limit."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _admitted(request: Request, key: str, call: Callable[[GatewaySession, bytes],
+                    Awaitable[T]]) -> T:
+    """``call(session, body)`` for the session ``key`` names, in this order: the key
+    (401) and the session's admission (429, 404 when it ended) before a byte of the
+    body is read, the body under the session's size bound (413), then ``call``."""
+    session = _gateways(request).session(key)
+    with session.admitted():
+        return await call(session, await _body(request, session.max_body_bytes))
 
 
 # The harness's routes are OpenAI's API (OpenAI documents them; their errors are
@@ -66,9 +98,14 @@ async def _parse_anthropic(request: Request) -> tuple[MessagesRequest, ChatCompl
 async def chat_completions(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Chat Completions; ``stream: true`` answers
     ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``)."""
+    async def call(session: GatewaySession, raw: bytes
+                   ) -> tuple[ChatCompletionRequest, GatewayReply]:
+        # Parsed in a thread, whatever its size: the event loop serves every rollout.
+        parsed = await asyncio.to_thread(wire.parse_request, raw)
+        return parsed, await _gateways(request).complete(session, parsed)
+
     try:
-        parsed = await _parse(request)
-        answer = await _gateways(request).complete(key, parsed)
+        parsed, answer = await _admitted(request, key, call)
     except GatewayRefusal as refusal:
         return _refused(refusal)
     if parsed.stream:
@@ -82,9 +119,12 @@ async def chat_completions(key: str, request: Request) -> Response:
 async def messages(key: str, request: Request) -> Response:
     """One model call of the harness (Anthropic Messages; ``stream: true`` answers
     Anthropic's server-sent events, ``message_start`` to ``message_stop``)."""
+    async def call(session: GatewaySession, raw: bytes) -> tuple[MessagesRequest, GatewayReply]:
+        parsed, chat = await asyncio.to_thread(anthropic_wire.parse_request, raw)
+        return parsed, await _gateways(request).complete(session, chat, anthropic_wire.CALL_IDS)
+
     try:
-        parsed, chat = await _parse_anthropic(request)
-        answer = await _gateways(request).complete(key, chat, anthropic_wire.CALL_IDS)
+        parsed, answer = await _admitted(request, key, call)
     except GatewayRefusal as refusal:
         return Response(anthropic_wire.error_body(refusal), status_code=refusal.status,
                         media_type="application/json")

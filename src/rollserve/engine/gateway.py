@@ -1,7 +1,9 @@
 """The gateway's operations, as the API calls them (``agent.gateway`` does the work).
 
 A harness's call names its session by key; an unknown key (never made, another
-server's, or of a rollout whose RUN is over) is a ``GatewayRefusal`` with status 401.
+server's, or of a rollout whose RUN is over) is a ``GatewayRefusal`` with status 401,
+found before the call's body is read (``session``); the body is then read under the
+session's admission and size bound (``agent.gateway.bounds``).
 A call's LLM requests are bounded by the session's deadline, as a rollout's own
 stages bound theirs (``llm.routing.deadline``).
 """
@@ -17,7 +19,8 @@ from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.errors import NotFound
 from rollserve.llm.routing.deadline import call_deadline
 
-__all__ = ["GatewayRefusal", "GatewayReply", "Gateways", "anthropic_wire", "wire"]
+__all__ = ["GatewayRefusal", "GatewayReply", "GatewaySession", "Gateways", "anthropic_wire",
+           "wire"]
 
 
 class Gateways:
@@ -27,7 +30,8 @@ class Gateways:
         self._gateway = gateway
         self._closing = closing if closing is not None else asyncio.Event()  # set at shutdown
 
-    def _session(self, key: str) -> GatewaySession:
+    def session(self, key: str) -> GatewaySession:
+        """The live session ``key`` names; a 401 ``GatewayRefusal`` when none has it."""
         session = self._gateway.get(key)
         if session is None:
             raise GatewayRefusal(401, "unknown gateway key: no live rollout has it (a key is "
@@ -35,17 +39,16 @@ class Gateways:
                                  type_="authentication_error", code="invalid_api_key")
         return session
 
-    async def complete(self, key: str, request: ChatCompletionRequest,
+    async def complete(self, session: GatewaySession, request: ChatCompletionRequest,
                        call_ids: str = "call_") -> GatewayReply:
-        """Answer one chat call of the session ``key`` names (tool call ids start
+        """Answer one admitted chat call of ``session`` (tool call ids start
         ``call_ids``)."""
-        session = self._session(key)
         with call_deadline(session.limits.deadline):
             return await session.complete(request, call_ids)
 
     def end(self, key: str) -> None:
         """The harness is done: the session takes no more calls and its RUN ends."""
-        self._session(key).finish("finished")
+        self.session(key).finish("finished")
 
     async def info(self, rollout_id: str, wait: float = 0.0) -> GatewayInfo:
         """The rollout's session (waiting up to ``wait`` seconds for its RUN to open

@@ -14,7 +14,11 @@
   refuses any other rollout's key) and ``ROLLSERVE_PYTHON`` the python the forwarder
   runs on. It returns when the command exits, the session ends
   (``max_turns``) or the time limit comes; the command and everything it started in
-  its process group is killed then, the socket closed. A harness that ended before
+  its process group is killed then, the socket closed. The socket is bound in the
+  sandbox's server folder (``Sandbox.server_folder``: the server's alone, read-only
+  inside, never the workspace): nothing in the sandbox (the policy's own commands
+  under the harness included) can remove it or put its own server at its path for
+  the forwarder to reach. A harness that ended before
   the policy answered any call (it crashed at start, say) fails the rollout as
   infrastructure (``InfraError``, masked): nothing the policy produced exists to
   score, and the policy cannot act before its first call.
@@ -94,13 +98,18 @@ async def run_in_sandbox(sandbox: Sandbox, session: GatewaySession, key: str, co
     ``env``), until it exits, the session ends, or the time limit (``session.wait``);
     then it is killed and the socket closed. Its output and exit status go to
     ``output``."""
-    server = SessionSocket(session, sandbox.workspace, key=key)
+    folder = sandbox.server_folder()
+    if folder is None:
+        raise InfraError(f"the {sandbox.runtime} sandbox has no folder only the server writes: "
+                         "the gateway's socket cannot be put where the harness alone reaches it")
+    host_folder, inside = folder
+    server = SessionSocket(session, host_folder, key=key)
     await server.start()
     process: SandboxProcess | None = None
     watcher: asyncio.Task[None] | None = None
     try:
         process = await sandbox.spawn(
-            [python, "-c", FORWARDER, f"/workspace/{SOCKET_NAME}", "--", "bash", "-c", command],
+            [python, "-c", FORWARDER, f"{inside}/{SOCKET_NAME}", "--", "bash", "-c", command],
             env={**env, "OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": key,
                  "ROLLSERVE_PYTHON": python})
         watcher = asyncio.create_task(_watch(process, session, output))

@@ -219,10 +219,28 @@ class Fidelity:
         }
 
 
+class PromptOverBudget(Exception):
+    """A prompt proven to take more than the builder's ``max_prompt_tokens``, found
+    before it was tokenized: ``at_least`` tokens (``tokens.bytes_bound``: the text's
+    UTF-8 bytes over the most bytes one token can stand for)."""
+
+    def __init__(self, at_least: int, text_bytes: int, token_bytes: int) -> None:
+        super().__init__(f"at least {at_least} tokens ({text_bytes} bytes of text, at most "
+                         f"{token_bytes} bytes a token)")
+        self.at_least = at_least
+        self.text_bytes = text_bytes
+        self.token_bytes = token_bytes
+
+
 class PromptBuilder(Protocol):
-    """The token prompts of one trajectory, append-only (``tokens.chat``)."""
+    """The token prompts of one trajectory, append-only (``tokens.chat``).
+
+    ``max_prompt_tokens`` (None: no bound): a builder that can prove a prompt longer
+    before tokenizing it raises ``PromptOverBudget`` instead (a local one measures the
+    rendered text; a backend's cannot, and tokenizes)."""
 
     fidelity: Fidelity
+    max_prompt_tokens: int | None
 
     async def afirst(self, messages: list[Message]) -> list[int]:
         """Ids of the opening prompt (the messages and the generation prompt)."""
@@ -263,6 +281,12 @@ class Tokenizer(Protocol):
     def renders_tools(self) -> bool:
         """Whether the chat template renders a ``tools`` argument (else the tools are
         described in the system prompt)."""
+        ...
+
+    @property
+    def max_token_bytes(self) -> int | None:
+        """The most UTF-8 bytes of text one token can stand for (``tokens.bytes_bound``);
+        None when unknown. A text of B bytes takes at least ceil(B / it) tokens."""
         ...
 
     async def ready(self) -> None:

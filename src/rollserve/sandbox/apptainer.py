@@ -38,6 +38,7 @@ from typing import Self
 from rollserve.sandbox import diskcap
 from rollserve.sandbox import limits as rl
 from rollserve.sandbox.base import (
+    SERVER_DIR,
     WORKDIR,
     BadImageReference,
     ImageRuntime,
@@ -242,6 +243,7 @@ class ApptainerSandbox(FolderSandbox):
                  "--bind", f"{self.folders.base / 'shm'}:/dev/shm"]
         for alias in self.workspace_aliases():
             args += ["--bind", f"{self.folders.workspace}:{alias}"]
+        args += ["--bind", f"{self.folders.server}:{SERVER_DIR}:ro"]
         for path in self.spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
             args += ["--bind", f"{self.folders.empty}:{path}:ro"]
         args += ["--pwd", WORKDIR,

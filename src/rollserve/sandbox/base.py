@@ -30,9 +30,11 @@ from rollserve.errors import InfraError
 from rollserve.sandbox.owner import OwnerRecord, Reaped
 
 WORKDIR = "/workspace"
+# A folder only the server writes, shown read-only inside (the gateway's socket).
+SERVER_DIR = "/.rollserve"
 # Top-level paths a workspace alias may not take.
 RESERVED = frozenset({"workspace", "tmp", "proc", "dev", "sys", "usr", "bin", "lib", "lib64",
-                      "sbin", "etc", "run", "root", "home", "var", "boot"})
+                      "sbin", "etc", "run", "root", "home", "var", "boot", SERVER_DIR[1:]})
 
 
 class SandboxError(InfraError):
@@ -232,6 +234,12 @@ class Sandbox(abc.ABC):
         terminal (job control: writing b"\\x03" interrupts the foreground job). On
         pipes, stderr is merged into stdout unless ``merge_stderr=False``; then it is
         read with ``read_stderr()``."""
+
+    def server_folder(self) -> tuple[Path, str] | None:
+        """A folder only the server writes, seen read-only inside (nothing in the sandbox
+        can add, remove or replace what is in it): its host path and its path inside;
+        None where this sandbox has none."""
+        return None
 
     async def read_file(self, path: str) -> bytes:
         """A workspace file's bytes (``path`` relative, or absolute under /workspace)."""

@@ -10,6 +10,7 @@ Each invocation:
                                             covers it, e.g. pyenv under /root)
         --dev /dev --proc /proc --ro-bind /proc/sys /proc/sys
         --bind <workspace> /workspace --bind <tmp> /tmp
+        --ro-bind <server folder> /.rollserve  (the server's alone: the gateway socket)
         --perms 1777 --size <tmpfs_mb> --tmpfs /dev/shm
         --remount-ro /dev --remount-ro /
         --chdir /workspace --clearenv --setenv ... --hostname sandbox
@@ -52,7 +53,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rollserve.sandbox.answers import answer_folders, checkouts
-from rollserve.sandbox.base import WORKDIR, SandboxLimits
+from rollserve.sandbox.base import SERVER_DIR, WORKDIR, SandboxLimits
 from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.diskcap import MB
 from rollserve.sandbox.folders import SandboxFolders
@@ -144,6 +145,7 @@ class View:
             args += ["--bind", str(folders.base / "shm"), "/dev/shm"]
         for alias in aliases:
             args += ["--bind", str(folders.workspace), alias]
+        args += ["--ro-bind", str(folders.server), SERVER_DIR]
         for path in under_tmp:
             args += ["--ro-bind", path, path]
         # Last, on top of whatever shows it (the root, or the server's Python bound back).

@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from rollserve.sandbox.base import (
+    SERVER_DIR,
     WORKDIR,
     ConfigT,
     ExecResult,
@@ -122,6 +123,11 @@ class FolderSandbox(Sandbox):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def server_folder(self) -> tuple[Path, str] | None:
+        """``folders.server``, bound read-only at ``SERVER_DIR`` by the runtimes that
+        bind folders (bubblewrap, apptainer, docker/podman)."""
+        return self.folders.server, SERVER_DIR
 
     # -- what each runtime says -------------------------------------------------------
 

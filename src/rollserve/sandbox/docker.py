@@ -30,6 +30,7 @@ from typing import Self
 
 from rollserve.sandbox import diskcap
 from rollserve.sandbox.base import (
+    SERVER_DIR,
     WORKDIR,
     BadImageReference,
     ExecResult,
@@ -134,6 +135,7 @@ class DockerRuntime(FolderRuntime[DockerConfig], ImageRuntime[DockerConfig]):
                 "-w", WORKDIR, "-e", "HOME=/tmp", "-e", "LANG=C.UTF-8"]
         for alias in spec.workspace_aliases:
             args += ["-v", f"{folders.workspace}:{alias}"]
+        args += ["-v", f"{folders.server}:{SERVER_DIR}:ro"]
         for path in spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
             args += ["-v", f"{folders.empty}:{path}:ro"]
         if self.config.rootfs_size:

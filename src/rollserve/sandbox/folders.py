@@ -1,4 +1,6 @@
-"""The host folders of one sandbox: ``<root>/<id>/workspace`` and ``<root>/<id>/tmp``.
+"""The host folders of one sandbox: ``<root>/<id>/workspace`` and ``<root>/<id>/tmp``,
+and ``<root>/<id>/server``: the server's own, shown read-only inside (``SERVER_DIR``;
+the gateway's socket lives there, where no process of the sandbox can replace it).
 
 One parent per sandbox, so closing (or reaping) removes a single tree. The default
 root is the system temp folder: world-traversable, which matters when sandboxes run
@@ -26,6 +28,7 @@ class SandboxFolders:
     base: Path
     workspace: Path
     tmp: Path
+    server: Path  # the server's only (not chowned to the sandbox's uid); mounted read-only
 
     @classmethod
     def create(cls, root: Path | None, sandbox_id: str, uid: int | None = None,
@@ -34,8 +37,10 @@ class SandboxFolders:
         root.mkdir(parents=True, exist_ok=True)
         base = root / f"rollserve-{sandbox_id}"
         base.mkdir(mode=0o700)
-        folders = cls(base, base / "workspace", base / "tmp")
+        folders = cls(base, base / "workspace", base / "tmp", base / "server")
         folders.workspace.mkdir(mode=0o755)
+        folders.server.mkdir(mode=0o755)
+        os.chmod(folders.server, 0o755)  # searchable by the sandbox's uid, writable by none
         folders.tmp.mkdir(mode=0o1777)  # like /tmp: the sticky bit, whoever runs in it
         os.chmod(folders.tmp, 0o1777)  # (mkdir's mode is cut by the umask)
         if uid is not None:

@@ -84,6 +84,10 @@ class LocalSandbox(FolderSandbox):
         super().__init__(runtime, sandbox_id, spec, folders, entry)
         self._limits = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False))
 
+    def server_folder(self) -> tuple[Path, str] | None:
+        """The host folder itself: nothing is mounted here (and nothing is isolated)."""
+        return self.folders.server, str(self.folders.server)
+
     async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
                       merge_stderr: bool) -> HostProcess:
         # HOME is the private tmp folder (caches and dotfiles stay out of the workspace).

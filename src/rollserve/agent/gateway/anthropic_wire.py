@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from rollserve.agent.gateway.anthropic import CALL_IDS, content_blocks, stop_reason, to_chat_request
 from rollserve.agent.gateway.messages import Unsupported
 from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply
+from rollserve.agent.gateway.sliced import validate_sliced
 from rollserve.contract.anthropic import (
     AnthropicError,
     AnthropicErrorBody,
@@ -69,7 +70,7 @@ def parse_request(raw: bytes) -> tuple[MessagesRequest, ChatCompletionRequest]:
     except JSONInputError as exc:
         raise _refusal(field_name(exc.loc), exc.message) from None
     try:
-        request = MessagesRequest.model_validate(value)
+        request = validate_sliced(MessagesRequest, value)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = [p for p in first["loc"]

@@ -5,7 +5,7 @@ handed to the sandbox's python with ``-c``).
 
 It listens on 127.0.0.1 at a free port of the sandbox's own network namespace (the
 sandbox has no other network), forwards each connection byte for byte to the
-gateway's unix socket (bound into the sandbox's workspace by the server), and runs
+gateway's unix socket (in the server's read-only folder /.rollserve), and runs
 the harness command with ``OPENAI_BASE_URL`` (and ``ANTHROPIC_BASE_URL``, without the
 ``/v1`` Anthropic's clients add themselves) pointing at itself. It exits with the
 command's exit status. Nothing but the one socket is reachable through it.

@@ -30,8 +30,10 @@ The session ends when the harness says so, at ``max_turns``, or at the deadline
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,6 +41,7 @@ from jinja2 import TemplateError
 
 from rollserve.agent.base import ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp
+from rollserve.agent.gateway.bounds import MAX_WAITING_CALLS, max_body_bytes
 from rollserve.agent.gateway.messages import (
     Normal,
     Reply,
@@ -55,16 +58,19 @@ from rollserve.agent.trajectory import Trajectory
 from rollserve.contract import SamplingParams
 from rollserve.contract.gateway import ChatCompletionRequest, ToolDefinition
 from rollserve.errors import InfraError, PromptTooLongError, RolloutError, context_window_error
-from rollserve.llm.base import Generation, LLMSession, Message, PromptBuilder, Tokenizer
+from rollserve.llm.base import (
+    Generation,
+    LLMSession,
+    Message,
+    PromptBuilder,
+    PromptOverBudget,
+    Tokenizer,
+)
 
-__all__ = ["FinishReason", "GatewayLimits", "GatewayRefusal", "GatewayReply", "GatewaySession",
-           "NoCallError"]
+__all__ = ["MAX_WAITING_CALLS", "FinishReason", "GatewayLimits", "GatewayRefusal",
+           "GatewayReply", "GatewaySession", "NoCallError"]
 
 FinishReason = Literal["stop", "length", "tool_calls"]
-# Calls of one session waiting for their turn (one runs at a time): past this, a 429.
-# A harness makes one call at a time; a policy flooding the gateway from its tools
-# cannot queue requests (and their bodies) without bound.
-MAX_WAITING_CALLS = 4
 
 
 class NoCallError(InfraError):
@@ -144,16 +150,33 @@ class GatewaySession:
         return self._ended.is_set()
 
     # --- the harness's side --------------------------------------------------------------
-    async def complete(self, request: ChatCompletionRequest, call_ids: str = "call_") -> GatewayReply:
-        """Answer one call (one at a time: concurrent calls of a session wait their turn);
-        every wait of the call is bounded by the deadline (then a 408). The reply's tool
-        calls get ids starting ``call_ids`` (OpenAI's ``call_``, Anthropic's ``toolu_``)."""
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        """One call's admission, taken BEFORE its body is read and held until it is
+        answered: past ``MAX_WAITING_CALLS`` calls at once, a 429 (so a session holds
+        at most that many bodies); a session that has ended, a 404."""
         self._refuse_if_ended()
         if self._waiting >= MAX_WAITING_CALLS:
             raise GatewayRefusal(429, f"{self._waiting} calls of this session are already "
-                                      "waiting for their turn; send one call at a time",
+                                      "in progress; send one call at a time",
                                  type_="rate_limit_error", code="too_many_calls")
         self._waiting += 1
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body this session reads (``bounds.max_body_bytes``)."""
+        return max_body_bytes(self._context_limit(), self.tokenizer.max_token_bytes)
+
+    async def complete(self, request: ChatCompletionRequest, call_ids: str = "call_") -> GatewayReply:
+        """Answer one admitted call (``admitted``; one at a time: concurrent calls of a
+        session wait their turn); every wait of the call is bounded by the deadline
+        (then a 408). The reply's tool calls get ids starting ``call_ids`` (OpenAI's
+        ``call_``, Anthropic's ``toolu_``)."""
+        self._refuse_if_ended()
         try:  # everything a call waits on (its turn, a usable backend, the sample)
             async with asyncio.timeout_at(self.limits.deadline) as limit, self._lock:
                 self._refuse_if_ended()
@@ -162,8 +185,6 @@ class GatewaySession:
             if limit.expired():
                 raise self._time_up() from None
             raise
-        finally:
-            self._waiting -= 1
 
     def finish(self, reason: str = "finished") -> None:
         """The harness is done (or a limit ended the episode): no more calls."""
@@ -246,9 +267,14 @@ class GatewaySession:
             template, normal, tools_key = await asyncio.to_thread(_convert, request, shown)
         except Unsupported as exc:
             raise GatewayRefusal(400, exc.message, param=exc.param) from None
+        limit = self._context_limit()
         try:
             prompt, added, extends, conversation = await self._prompt(
-                normal, template, tools_key, template_tools(shown))
+                normal, template, tools_key, template_tools(shown), limit)
+        except PromptOverBudget as over:  # proven from its bytes, never tokenized
+            raise self._context_refusal(
+                f"This model's maximum context length is {limit} tokens; the messages take "
+                f"{over}, leaving no room to sample.") from None
         except RolloutError as exc:
             raise self._fail(exc) from exc
         except (TemplateError, TypeError, ValueError, KeyError, IndexError,
@@ -258,7 +284,6 @@ class GatewaySession:
             raise GatewayRefusal(400, f"the policy's chat template cannot render these "
                                       f"messages: {type(exc).__name__}: {exc}",
                                  param="messages") from None
-        limit = self._context_limit()
         if len(prompt) >= limit:
             raise self._context_refusal(
                 f"This model's maximum context length is {limit} tokens; the messages take "
@@ -275,10 +300,11 @@ class GatewaySession:
         return GatewayReply(reply, finish, len(prompt), len(gen.output_ids))
 
     async def _prompt(self, normal: list[Normal], template: list[Message], tools_key: str,
-                      tools: list[dict[str, object]] | None
+                      tools: list[dict[str, object]] | None, limit: int
                       ) -> tuple[list[int], list[int], bool, _Conversation]:
         """The prompt, the ids it adds, whether it extends the current sequence, and the
-        conversation it makes (see the module's docstring)."""
+        conversation it makes (see the module's docstring); ``PromptOverBudget`` when
+        its rendered text proves it ``limit`` tokens or more."""
         trajectory = self.trajectory
         sequence = trajectory.input_ids[:trajectory.sampled_length]
         sampled = any(t.sequence == trajectory.sequence for t in trajectory.turns)
@@ -287,11 +313,13 @@ class GatewaySession:
             known = len(current.normal)
             if len(normal) > known and normal[:known] == current.normal:
                 new = template[len(template) - (len(normal) - known):]
+                current.builder.max_prompt_tokens = limit - 1
                 delta = await current.builder.adelta(current.template, new, sequence)
                 return (sequence + delta, delta, True,
                         _Conversation(normal, current.template + new, tools_key, current.builder))
         builder = self.tokenizer.prompt_builder(tools=tools)
         builder.fidelity = trajectory.fidelity
+        builder.max_prompt_tokens = limit - 1
         rendered = await builder.afirst(template)
         conversation = _Conversation(normal, template, tools_key, builder)
         if sampled and len(rendered) > len(sequence) and rendered[:len(sequence)] == sequence:

@@ -1,13 +1,18 @@
 """A session served on a unix socket, for a harness inside a sandbox.
 
-The socket is bound in a folder the sandbox sees (its workspace) and answers the
-gateway's model routes (OpenAI's ``/v1/chat/completions``, Anthropic's
+The socket is bound in a folder the sandbox sees read-only and only the server writes
+(``Sandbox.server_folder``, never the workspace: there any process of the sandbox
+could unlink it and bind its own server at its path), and answers the gateway's
+model routes (OpenAI's ``/v1/chat/completions``, Anthropic's
 ``/v1/messages``) for ONE session: whoever connects is that rollout's harness, so
 no key is needed and none can name another rollout. Given the session's ``key``, a
 request that carries another gateway key (``rsg-...`` as ``Authorization: Bearer`` or
 ``x-api-key``: another rollout's, leaked or guessed) is refused with a 401
 ``invalid_api_key``; other API keys are ignored. The sandbox has no network; its
-``forwarder`` turns 127.0.0.1 inside into this socket. The socket is bound through
+``forwarder`` turns 127.0.0.1 inside into this socket. Each call is admitted
+(``GatewaySession.admitted``) before its body is read, the body is read up to the
+session's bound (``bounds.max_body_bytes``, a 413 past it) and parsed in a thread.
+The socket is bound through
 ``/proc/self/fd/<folder>`` so a deep workspace path does not hit the 107-byte limit
 of a unix socket's path.
 """
@@ -23,15 +28,13 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from rollserve.agent.gateway import anthropic_wire, wire
+from rollserve.agent.gateway.bounds import MAX_BODY
 from rollserve.agent.gateway.registry import KEY_PREFIX
 from rollserve.agent.gateway.session import GatewayRefusal, GatewaySession
 
 __all__ = ["SOCKET_NAME", "SessionSocket"]
 
 SOCKET_NAME = ".rollserve-gateway.sock"
-# Bytes of one request: a harness's whole conversation fits (a 200k-token context is
-# about 1 MB of text); more is refused by aiohttp (413) before it is read.
-MAX_BODY = 8 * 1024 * 1024
 
 
 class SessionSocket:
@@ -86,11 +89,26 @@ class SessionSocket:
                                     content_type="application/json")
         return await handler(request)
 
+    async def _body(self, request: web.Request) -> bytes:
+        """The body, never more than the session's bound of it read (a 413 past it)."""
+        limit = self.session.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise _too_large(limit)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def _chat(self, request: web.Request) -> web.Response:
         try:
-            # Parsed in a thread: the event loop serves every rollout meanwhile.
-            parsed = await asyncio.to_thread(wire.parse_request, await request.read())
-            answer = await self.session.complete(parsed)
+            with self.session.admitted():  # before the body is read (429 past the bound)
+                # Parsed in a thread: the event loop serves every rollout meanwhile.
+                parsed = await asyncio.to_thread(wire.parse_request, await self._body(request))
+                answer = await self.session.complete(parsed)
         except GatewayRefusal as refusal:
             return web.Response(body=wire.error_body(refusal), status=refusal.status,
                                 content_type="application/json")
@@ -103,8 +121,10 @@ class SessionSocket:
 
     async def _messages(self, request: web.Request) -> web.Response:
         try:
-            parsed, chat = anthropic_wire.parse_request(await request.read())
-            answer = await self.session.complete(chat, anthropic_wire.CALL_IDS)
+            with self.session.admitted():
+                parsed, chat = await asyncio.to_thread(anthropic_wire.parse_request,
+                                                       await self._body(request))
+                answer = await self.session.complete(chat, anthropic_wire.CALL_IDS)
         except GatewayRefusal as refusal:
             return web.Response(body=anthropic_wire.error_body(refusal), status=refusal.status,
                                 content_type="application/json")
@@ -121,3 +141,9 @@ class SessionSocket:
                                  code="unknown_url")
         return web.Response(body=wire.error_body(refusal), status=404,
                             content_type="application/json")
+
+
+def _too_large(limit: int) -> GatewayRefusal:
+    return GatewayRefusal(413, f"the request body is larger than this session's limit of "
+                               f"{limit} bytes (from its context window)",
+                          code="request_too_large")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pydantic import ValidationError
 
 from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply
+from rollserve.agent.gateway.sliced import validate_sliced
 from rollserve.contract.gateway import (
     AssistantMessage,
     ChatCompletion,
@@ -53,7 +54,7 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
     except JSONInputError as exc:
         raise GatewayRefusal(400, exc.message, param=field_name(exc.loc)) from None
     try:
-        return ChatCompletionRequest.model_validate(value)
+        return validate_sliced(ChatCompletionRequest, value)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = field_name(first["loc"])

@@ -73,6 +73,11 @@ class BackendTokenizer:
         return self._eos
 
     @property
+    def max_token_bytes(self) -> int | None:
+        """Unknown: the vocabulary is the backend's."""
+        return None
+
+    @property
     def renders_tools(self) -> bool:
         """Whether the server's chat template renders ``tools``; known after ``ready()``."""
         if self._renders_tools is None:

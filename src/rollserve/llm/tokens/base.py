@@ -29,6 +29,11 @@ class TextTemplate(Protocol):
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str: ...
 
+    @property
+    def max_token_bytes(self) -> int | None:
+        """The most UTF-8 bytes one token stands for (``tokens.bytes_bound``)."""
+        ...
+
 
 class IdTemplate(Protocol):
     @property

@@ -33,8 +33,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from rollserve.llm.base import Fidelity, Message, ToolSchema
+from rollserve.llm.base import Fidelity, Message, PromptOverBudget, ToolSchema
 from rollserve.llm.tokens.base import IdTemplate, TextTemplate
+from rollserve.llm.tokens.bytes_bound import min_tokens
 
 __all__ = ["BackendPromptBuilder", "Fidelity", "LocalPromptBuilder", "off_loop"]
 
@@ -58,13 +59,26 @@ class LocalPromptBuilder:
         self.tok = tokenizer
         self.tools = tools
         self.fidelity = Fidelity()
+        self.max_prompt_tokens: int | None = None
 
     def _render(self, messages: list[Message], gen: bool) -> str:
         return self.tok.render(messages, add_generation_prompt=gen, tools=self.tools)
 
+    def _encode(self, text: str, before: int = 0) -> list[int]:
+        """Ids of ``text`` (to follow ``before`` ids); ``PromptOverBudget`` first when
+        its bytes alone prove the prompt past ``max_prompt_tokens``: a text that large
+        is never tokenized (a harness's megabytes would take a second and a gigabyte)."""
+        limit, per_token = self.max_prompt_tokens, self.tok.max_token_bytes
+        if limit is not None and per_token is not None and len(text) > (limit - before):
+            size = len(text.encode("utf-8"))  # (a str of n characters has n bytes or more)
+            at_least = before + min_tokens(size, per_token)
+            if at_least > limit:
+                raise PromptOverBudget(at_least, size, per_token)
+        return self.tok.encode(text)
+
     def first(self, messages: list[Message]) -> list[int]:
         """Ids of the opening prompt (system/user messages + generation prompt)."""
-        return self.tok.encode(self._render(messages, gen=True))
+        return self._encode(self._render(messages, gen=True))
 
     def assistant_content(self, output_ids: list[int], finish_reason: str) -> str:
         """The assistant message text for sampled ids (without the closing stop token)."""
@@ -88,11 +102,12 @@ class LocalPromptBuilder:
             # or "<|im_end|>\n" when the turn was cut by max_tokens), then the new
             # messages and the generation prompt.
             glue = rendered_history[len(sequence_text):]
-            return self.tok.encode(glue + rendered_full[len(rendered_history):])
+            return self._encode(glue + rendered_full[len(rendered_history):], len(sequence))
         self.fidelity.fallback_deltas += 1
-        return self._probe_delta(new, ended_with_eos=bool(sequence) and sequence[-1] == self.tok.eos_token_id)
+        return self._probe_delta(new, ended_with_eos=bool(sequence) and sequence[-1] == self.tok.eos_token_id,
+                                 before=len(sequence))
 
-    def _probe_delta(self, new: list[Message], ended_with_eos: bool) -> list[int]:
+    def _probe_delta(self, new: list[Message], ended_with_eos: bool, before: int = 0) -> list[int]:
         """Delta from a stand-in conversation, for templates that rewrite history."""
         base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
         rendered_base = self._render(base, gen=False)
@@ -101,7 +116,7 @@ class LocalPromptBuilder:
         if ended_with_eos and suffix.startswith(eos_text):
             suffix = suffix[len(eos_text):]
         rendered_full = self._render(base + new, gen=True)
-        return self.tok.encode(suffix + rendered_full[len(rendered_base):])
+        return self._encode(suffix + rendered_full[len(rendered_base):], before)
 
     def check(self, messages: list[Message], sequence: list[int]) -> Fidelity:
         """Compare the append-only sequence with a full render of the conversation.
@@ -152,6 +167,7 @@ class BackendPromptBuilder:
         self.tok = tokenizer
         self.tools = tools
         self.fidelity = Fidelity()
+        self.max_prompt_tokens: int | None = None  # (the backend tokenizes: no bound here)
 
     async def _ids(self, messages: list[Message], gen: bool) -> list[int]:
         return await self.tok.render_ids(messages, add_generation_prompt=gen, tools=self.tools)

@@ -29,6 +29,7 @@ import jinja2
 from rollserve.llm.base import Message, TokenizerError, ToolSchema
 from rollserve.llm.bundled import SMOLLM2_GGUF_NAME, smollm2_gguf_path
 from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer, is_backend_source
+from rollserve.llm.tokens.bytes_bound import max_token_bytes
 from rollserve.llm.tokens.chat import LocalPromptBuilder
 
 __all__ = ["DEFAULT_TOKENIZER", "SMOLLM2_GGUF_NAME", "ChatTokenizer", "TokenizerError",
@@ -190,6 +191,11 @@ class ChatTokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return str(self.hf.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    @cached_property
+    def max_token_bytes(self) -> int | None:
+        """The most UTF-8 bytes of text one token stands for (``tokens.bytes_bound``)."""
+        return max_token_bytes(self.hf)
 
     # --- chat template ----------------------------------------------------------
     def render(
