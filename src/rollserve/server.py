@@ -95,6 +95,9 @@ class ServerConfig(BaseModel):
         '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}')
     ray: RayConfig | None = Field(None, description="run the stages on a Ray cluster's nodes "
                                   "(rollserve.cluster; the rollserve[ray] extra); None: here")
+    public_seeds: bool = Field(False, description="seed generated instances (reasoning-gym) "
+                               "with their public seed as it is, reproducible by anyone; default: "
+                               "salted with the store's secret salt (handlers.seeds)")
 
     @field_validator("sandbox_runtime")
     @classmethod
@@ -153,6 +156,7 @@ class Service:
         executor: StageExecutor | None = self.cluster
         if self.cluster is not None:  # the nodes' router replicas pause and resume with ours
             self.router.followers.append(self.cluster)
+        self.context = context  # its seed_salt is read from the store at start
         self.engine = Engine(self.store, self.handlers, self.router, config.engine, context,
                              executor=executor)
         if self.cluster is not None:  # a node's slots bound its stages, not the head's pools
@@ -188,6 +192,8 @@ class Service:
     async def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         await self.store.open()
+        # Made once per store and kept there; never in a prompt (handlers.seeds).
+        self.context.seed_salt = None if self.config.public_seeds else await self.store.seed_salt()
         # Sandboxes a dead predecessor left (owner records under the state dir); in a
         # thread: it waits for killed processes to go.
         self.reaped = _reap_report(await asyncio.to_thread(reap, self.config.state_dir))
@@ -207,6 +213,7 @@ class Service:
         await self.router.start()  # health checks
         await self._probe_tokenizer()
         if self.cluster is not None:
+            self.cluster.settings.seed_salt = self.context.seed_salt  # the nodes seed as we do
             await self.cluster.start()  # workers on the nodes there are now
         await self.engine.start()
 
