@@ -195,9 +195,14 @@ def default_cache(folder_root: Path | None, other_uids: bool) -> Path:
     folder>/rollserve-python-<uid>``."""
     home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     cache = Path(home) / "rollserve" / "sandbox-python"
-    existing = next((p for p in (cache, *cache.parents) if p.exists()), Path("/"))
-    if not other_uids or closed_to_others(existing) is None:
+    if not other_uids:
         return cache
+    try:
+        existing = next((p for p in (cache, *cache.parents) if p.exists()), Path("/"))
+        if closed_to_others(existing) is None:
+            return cache
+    except OSError:  # (a folder on the way we may not look into)
+        pass
     return Path(folder_root or tempfile.gettempdir()) / f"rollserve-python-{os.geteuid()}"
 
 

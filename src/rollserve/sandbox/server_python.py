@@ -58,7 +58,10 @@ def site_dirs() -> tuple[Path, ...]:
     dirs: list[Path] = [venv] if venv is not None else []
     for entry in found:
         path = Path(entry).resolve()
-        if not path.is_dir() or path == Path("/"):
+        try:
+            if not path.is_dir() or path == Path("/"):
+                continue
+        except OSError:  # under a folder this uid may not look into: nothing to hide
             continue
         # Not the standard library nor a folder above it; inside it, only its
         # site-packages (lib-dynload is the standard library's own).
