@@ -56,42 +56,46 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _wanted(requirement: str) -> str | None:
-    """The distribution a requirement string names, or None when its marker (an
-    extra, another platform) leaves it out here."""
-    try:
-        from packaging.requirements import InvalidRequirement, Requirement
-    except ImportError:  # (packaging comes with the server's dependencies)
-        name = re.match(r"[A-Za-z0-9._-]+", requirement)
-        return None if name is None or ";" in requirement else name.group(0)
+def _wanted(requirement: str, extras: frozenset[str]) -> tuple[str, frozenset[str]] | None:
+    """(the distribution a requirement string names, the extras it asks of it), or
+    None when its marker (an extra not asked for, another platform) leaves it out here."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         parsed = Requirement(requirement)
     except InvalidRequirement:
         return None
-    if parsed.marker is not None and not parsed.marker.evaluate({"extra": ""}):
+    marker = parsed.marker
+    if marker is not None and not any(marker.evaluate({"extra": extra}) for extra in {"", *extras}):
         return None
-    return parsed.name
+    return parsed.name, frozenset(parsed.extras)
 
 
 def closure(names: Iterable[str]) -> tuple[list[metadata.Distribution], list[str]]:
     """The installed distributions ``names`` need (themselves and their requirements,
-    transitively), and the names not installed."""
+    transitively, with the extras a requirement asks for, e.g. ``httpx[http2]``), and
+    the names not installed."""
     found: dict[str, metadata.Distribution] = {}
+    done: set[tuple[str, frozenset[str]]] = set()
     missing: list[str] = []
-    todo = [(name, True) for name in names]
+    todo: list[tuple[str, frozenset[str], bool]] = [(name, frozenset(), True) for name in names]
     while todo:
-        name, top = todo.pop()
+        name, extras, top = todo.pop()
         key = _canonical(name)
-        if key in found:
+        if (key, extras) in done:
             continue
+        done.add((key, extras))
         try:
-            dist = metadata.distribution(name)
+            dist = found.get(key) or metadata.distribution(name)
         except metadata.PackageNotFoundError:
             if top:
                 missing.append(name)
             continue
         found[key] = dist
-        todo += [(wanted, False) for wanted in map(_wanted, dist.requires or []) if wanted]
+        for requirement in dist.requires or []:
+            wanted = _wanted(requirement, extras)
+            if wanted is not None:
+                todo.append((*wanted, False))
     return sorted(found.values(), key=lambda d: _canonical(d.metadata["Name"])), missing
 
 
