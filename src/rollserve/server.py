@@ -33,6 +33,7 @@ from rollserve.llm.tokens.tokenizer import (
 from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.reaper import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
+from rollserve.sandbox.sandbox_python import SandboxPython
 
 if TYPE_CHECKING:
     from rollserve.cluster.executor import RayExecutor
@@ -142,6 +143,7 @@ class Service:
         self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
                                      config.sandbox_options)
         self.reaped: dict | None = None  # what the start-up reaper cleaned up
+        self._sandbox_python: asyncio.Task[object] | None = None  # made at start
         self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
         gateway = Gateway()  # harness-driven rollouts' sessions (agent.gateway)
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
@@ -202,9 +204,13 @@ class Service:
         # then says from the start which limits are in force and how, and a runtime that
         # cannot run here is reported at once (the server still serves what needs none).
         try:
-            await self.sandboxes.get()
+            runtime = await self.sandboxes.get()
         except SandboxError:
             pass  # recorded in sandboxes.status()["error"] and logged
+        else:  # the sandboxes' own Python, made now rather than in the first rollout's INIT
+            python = getattr(runtime, "python", None)
+            if isinstance(python, SandboxPython) and getattr(runtime.config, "share_interpreter", False):
+                self._sandbox_python = asyncio.create_task(python.get(), name="rollserve-sandbox-python")
         # Handlers validate instances on the event loop at submit time; import the
         # heavy task libraries now, in a thread, so the first submit does not stall it.
         await asyncio.to_thread(_warm_imports)
@@ -228,6 +234,9 @@ class Service:
         return {**self.sandboxes.status(), "reaped_at_start": self.reaped}
 
     async def stop(self) -> None:
+        if self._sandbox_python is not None:
+            self._sandbox_python.cancel()  # (a build under way finishes in its thread)
+            await asyncio.gather(self._sandbox_python, return_exceptions=True)
         await self.engine.stop()
         if self.cluster is not None:
             await self.cluster.stop()
