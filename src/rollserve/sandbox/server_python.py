@@ -10,7 +10,8 @@ import them. So a sandbox sees none of:
   base interpreter (a venv's ``python`` is a link to it, and a pyenv or conda build
   keeps packages in its own site-packages), and the user site;
 - every other folder on the server's ``sys.path`` that is not its standard library
-  (``.pth`` additions, ``PYTHONPATH``, Debian's dist-packages);
+  (``.pth`` additions, ``PYTHONPATH``, Debian's dist-packages), but the script's own
+  folder or the working folder (``sys.path[0]``) unless it is one of packages;
 - the venv the server runs from, as a whole (its scripts name the server's python).
 
 The base interpreter's prefix (binary and standard library) stays visible: sandboxed
@@ -53,7 +54,11 @@ def site_dirs() -> tuple[Path, ...]:
     base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
     found = [*site.getsitepackages(), site.getusersitepackages(),
              *(sysconfig.get_paths(vars=base)[key] for key in ("purelib", "platlib")),
-             *(entry for entry in sys.path if entry)]
+             *(entry for entry in sys.path[1:] if entry)]
+    # sys.path[0] is the script's folder (or the working folder): hidden only if it is
+    # a folder of packages (a venv's bin is hidden with its venv).
+    if sys.path and sys.path[0] and {"site-packages", "dist-packages"} & set(Path(sys.path[0]).parts):
+        found.append(sys.path[0])
     venv = server_venv()
     dirs: list[Path] = [venv] if venv is not None else []
     for entry in found:
