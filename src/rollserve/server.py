@@ -33,6 +33,7 @@ from rollserve.llm.tokens.tokenizer import (
 from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.reaper import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime
+from rollserve.sandbox.sandbox_python import SandboxPython
 
 if TYPE_CHECKING:
     from rollserve.cluster.executor import RayExecutor
@@ -95,6 +96,9 @@ class ServerConfig(BaseModel):
         '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}')
     ray: RayConfig | None = Field(None, description="run the stages on a Ray cluster's nodes "
                                   "(rollserve.cluster; the rollserve[ray] extra); None: here")
+    public_seeds: bool = Field(False, description="seed generated instances (reasoning-gym) "
+                               "with their public seed as it is, reproducible by anyone; default: "
+                               "salted with the store's secret salt (handlers.seeds)")
 
     @field_validator("sandbox_runtime")
     @classmethod
@@ -139,6 +143,7 @@ class Service:
         self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
                                      config.sandbox_options)
         self.reaped: dict | None = None  # what the start-up reaper cleaned up
+        self._sandbox_python: asyncio.Task[object] | None = None  # made at start
         self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
         gateway = Gateway()  # harness-driven rollouts' sessions (agent.gateway)
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
@@ -153,6 +158,7 @@ class Service:
         executor: StageExecutor | None = self.cluster
         if self.cluster is not None:  # the nodes' router replicas pause and resume with ours
             self.router.followers.append(self.cluster)
+        self.context = context  # its seed_salt is read from the store at start
         self.engine = Engine(self.store, self.handlers, self.router, config.engine, context,
                              executor=executor)
         if self.cluster is not None:  # a node's slots bound its stages, not the head's pools
@@ -188,6 +194,8 @@ class Service:
     async def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         await self.store.open()
+        # Made once per store and kept there; never in a prompt (handlers.seeds).
+        self.context.seed_salt = None if self.config.public_seeds else await self.store.seed_salt()
         # Sandboxes a dead predecessor left (owner records under the state dir); in a
         # thread: it waits for killed processes to go.
         self.reaped = _reap_report(await asyncio.to_thread(reap, self.config.state_dir))
@@ -196,9 +204,13 @@ class Service:
         # then says from the start which limits are in force and how, and a runtime that
         # cannot run here is reported at once (the server still serves what needs none).
         try:
-            await self.sandboxes.get()
+            runtime = await self.sandboxes.get()
         except SandboxError:
             pass  # recorded in sandboxes.status()["error"] and logged
+        else:  # the sandboxes' own Python, made now rather than in the first rollout's INIT
+            python = getattr(runtime, "python", None)
+            if isinstance(python, SandboxPython) and getattr(runtime.config, "share_interpreter", False):
+                self._sandbox_python = asyncio.create_task(python.get(), name="rollserve-sandbox-python")
         # Handlers validate instances on the event loop at submit time; import the
         # heavy task libraries now, in a thread, so the first submit does not stall it.
         await asyncio.to_thread(_warm_imports)
@@ -207,6 +219,7 @@ class Service:
         await self.router.start()  # health checks
         await self._probe_tokenizer()
         if self.cluster is not None:
+            self.cluster.settings.seed_salt = self.context.seed_salt  # the nodes seed as we do
             await self.cluster.start()  # workers on the nodes there are now
         await self.engine.start()
 
@@ -226,6 +239,9 @@ class Service:
         self.rollouts.begin_shutdown()
 
     async def stop(self) -> None:
+        if self._sandbox_python is not None:
+            self._sandbox_python.cancel()  # (a build under way finishes in its thread)
+            await asyncio.gather(self._sandbox_python, return_exceptions=True)
         await self.engine.stop()
         if self.cluster is not None:
             await self.cluster.stop()

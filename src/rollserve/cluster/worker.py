@@ -90,7 +90,7 @@ class NodeWorker:
         self.sandboxes = LazyRuntime(s.sandbox_runtime, folder, s.sandbox_options)
         self.context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                       sandboxes=self.sandboxes, options=s.handler_options,
-                                      gateway=Gateway())
+                                      gateway=Gateway(), seed_salt=s.seed_salt)
         self.handlers = HandlerRegistry()
         self.executor = LocalExecutor(self.router)
         self._started = True

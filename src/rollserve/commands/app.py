@@ -113,6 +113,10 @@ def serve(
                                    "a worker starts on each node with the --ray-resource resource)"),
     ray_resource: str = typer.Option("rollserve", help="--ray: the Ray resource a node offers "
                                      "rollserve; its amount is the node's slots"),
+    public_seeds: bool = typer.Option(SERVER.public_seeds, "--public-seeds",
+                                      help="seed generated (reasoning-gym) instances with their "
+                                           "public seed as it is (default: salted with a secret "
+                                           "kept in the store, so a policy cannot regenerate them)"),
     log_level: str = typer.Option("info"),
 ) -> None:
     """Run the rollout service (no inference backend unless --backend is given)."""
@@ -141,6 +145,7 @@ def serve(
             update={"max_staleness": max_staleness, "mask_stale": mask_stale}),
         llm=RouterConfig(policy=routing, forward_pause=forward_pause),
         ray=None if ray is None else RayConfig(address=ray, resource=ray_resource),
+        public_seeds=public_seeds,
     )
     if ray is not None:
         _check_ray()

@@ -18,6 +18,7 @@ row reads back as in ``store_rows``, the results table's queries in
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable
@@ -64,6 +65,7 @@ class Store(Protocol):
     async def purge(self, finished_before: float) -> int: ...
     async def counts(self) -> dict[str, int]: ...
     async def last_seq(self) -> int: ...
+    async def seed_salt(self) -> str: ...
 
 
 class DuplicateClientKey(Exception):
@@ -309,6 +311,18 @@ class SQLiteStore:
     async def last_seq(self) -> int:
         def _get(conn: sqlite3.Connection) -> int:
             return _current_seq(conn)
+
+        return await self._call(_get)
+
+    async def seed_salt(self) -> str:
+        """This store's secret salt for generated instances' seeds (``handlers.seeds``):
+        made at the first call, kept for the store's life. INSERT OR IGNORE, then read
+        back: two servers opening one store at once agree on the first one written."""
+        def _get(conn: sqlite3.Connection) -> str:
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('seed_salt', ?)",
+                         (secrets.token_hex(32),))
+            row = conn.execute("SELECT value FROM meta WHERE key='seed_salt'").fetchone()
+            return str(row[0])
 
         return await self._call(_get)
 

@@ -92,6 +92,10 @@ class HandlerContext:
     # The server's recording gateway (``agent.gateway``): where a harness-driven
     # rollout registers its session; None where the server has none.
     gateway: Gateway | None = None
+    # The store's salt for the seeds of generated instances (``handlers.seeds``):
+    # None where the server uses the public seeds as they are (``public_seeds``).
+    # Never shown to a policy.
+    seed_salt: str | None = None
 
 
 @dataclass

@@ -6,14 +6,14 @@
   its rollout. A start still under way when the rollout is cancelled is closed as
   soon as it completes. ``close_later`` adds tools (a shell, a kernel) closed first.
 - ``find_python`` / ``python_with``: an interpreter with IPython (the python tool) or
-  another module (pytest, for SWE tests) inside a sandbox.
+  another module (pytest, for SWE tests) inside a sandbox: the sandboxes' own Python
+  where the runtime made one (``sandbox.python_prefix``), never the server's packages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import site
 import sys
 from typing import Any
 
@@ -80,8 +80,8 @@ async def close_sandboxes(rollout: RolloutView) -> None:
 
 
 # --- a python with a given module inside the sandbox ----------------------------------
-_PYTHONS: dict[tuple[str, str | None, str], tuple[str, dict[str, str]]] = {}  # found, by
-# (runtime, image, module)
+_PYTHONS: dict[tuple[str, str | None, str | None, str, str | None], tuple[str, dict[str, str]]] = {}
+# found, by (runtime, image, the runtime's sandbox python, module, the python asked for)
 
 
 async def find_python(sandbox: Sandbox, base: IPythonConfig | None = None) -> IPythonConfig:
@@ -94,25 +94,38 @@ async def find_python(sandbox: Sandbox, base: IPythonConfig | None = None) -> IP
 async def python_with(sandbox: Sandbox, module: str, first: str | None = None) -> tuple[str, dict[str, str]]:
     """(interpreter, extra environment) that imports ``module`` inside ``sandbox``.
 
-    First ``first`` (default: this server's own python, visible inside on the host
-    root; bubblewrap binds it back when a hidden folder covers it and the sandbox may
-    reach it); else a ``python3`` of the same version inside, with this server's
-    site-packages on PYTHONPATH (a root server's sandboxes cannot reach a Python
-    under /root). Found once per runtime, image and module; ``SandboxError`` if none.
+    ``first`` if given (the operator's choice). Else the sandboxes' own Python that
+    the runtime made (``sandbox.python_prefix``: bubblewrap over the host root; never
+    the server's site-packages), or, where its interpreter is out of the sandbox's
+    reach (a root server's pyenv under /root), a ``python3`` of the same version
+    inside with its site-packages on PYTHONPATH. Else (an image) the image's
+    ``python3``; on ``local`` (no isolation) this server's own. Found once per
+    runtime, image and module; ``SandboxError`` if none.
     """
-    key = (sandbox.runtime, sandbox.spec.image, module)
+    key = (sandbox.runtime, sandbox.spec.image, sandbox.python_prefix, module, first)
     if key not in _PYTHONS:
-        _PYTHONS[key] = await _probe_pythons(sandbox, first or sys.executable, module)
+        _PYTHONS[key] = await _probe_pythons(sandbox, _candidates(sandbox, module, first), module)
     return _PYTHONS[key]
 
 
-async def _probe_pythons(sandbox: Sandbox, first: str, module: str) -> tuple[str, dict[str, str]]:
-    same_version = f"import sys, {module}; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"
-    with_our_packages = {"PYTHONPATH": ":".join(site.getsitepackages())}
+def _candidates(sandbox: Sandbox, module: str, first: str | None) -> list[tuple[str, dict[str, str], str]]:
+    """(python, environment, check) to try in turn."""
+    imports = f"import {module}"
+    if first:
+        return [(first, {}, imports)]
+    prefix = sandbox.python_prefix
+    if prefix is None:
+        image: list[tuple[str, dict[str, str], str]] = [("python3", {}, imports)]
+        return [(sys.executable, {}, imports), *image] if sandbox.runtime == "local" else image
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    candidates = [(first, {}, f"import {module}"),
-                  (f"python{version}", with_our_packages, same_version),
-                  ("python3", with_our_packages, same_version)]
+    same_version = f"import sys, {module}; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"
+    packages = {"PYTHONPATH": f"{prefix}/lib/python{version}/site-packages"}
+    return [(f"{prefix}/bin/python", {}, imports),
+            (f"python{version}", packages, same_version), ("python3", packages, same_version)]
+
+
+async def _probe_pythons(sandbox: Sandbox, candidates: list[tuple[str, dict[str, str], str]],
+                         module: str) -> tuple[str, dict[str, str]]:
     tried = []
     for python, env, check in candidates:
         probe = await sandbox.exec([python, "-c", check], timeout=60, env=env)

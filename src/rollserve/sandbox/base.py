@@ -207,6 +207,10 @@ class Sandbox(abc.ABC):
     runtime: str  # the name of the runtime that started it
     workspace: Path  # the host folder seen inside as /workspace
     spec: SandboxSpec
+    # A Python the runtime made for its sandboxes, seen inside at this prefix (its
+    # bin/python, its site-packages: never the server's; sandbox_python.py); None
+    # where the runtime made none (an image brings its own).
+    python_prefix: str | None = None
 
     @abc.abstractmethod
     async def exec(

@@ -64,13 +64,13 @@ from rollserve.sandbox.folders import SandboxFolders, chown_up_to, new_sandbox_i
 from rollserve.sandbox.host import setpriv_argv
 from rollserve.sandbox.owner import OwnerEntry, OwnerRecord
 from rollserve.sandbox.process import HostProcess
+from rollserve.sandbox.sandbox_python import SandboxPython, default_cache
 
 __all__ = ["BubblewrapConfig", "BubblewrapRuntime", "BubblewrapSandbox"]
 
 log = logging.getLogger(__name__)
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 
 
 class BwrapProcess(HostProcess):
@@ -108,6 +108,10 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         self.sized_tmpfs = self.view.sized_tmpfs
         self.hidden = self.view.hidden
         self.readonly_paths = self.view.readonly_paths
+        # The sandboxes' own Python over the host root (sandbox_python.py), made at the first start.
+        self.python = SandboxPython(self.config.python_cache or default_cache(
+            self.config.root, self.as_root and self.config.root_uids is not None),
+            self.config.python_packages)
         # Why System V IPC is not capped in this runtime's sandboxes (None: it is):
         # one tiny sandbox, once per process (the server makes its runtime in a thread).
         uid = self.config.root_uids[0] if self.config.root_uids is not None else 0
@@ -185,6 +189,8 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         root = spec.image or "/"
         if not os.path.isdir(root):
             raise SandboxError(f"bubblewrap: image {root!r} is not a rootfs folder")
+        if root == "/" and self.config.share_interpreter:
+            self.view.python_prefix = await self.python.get()
         sandbox_id = new_sandbox_id(self.name)
         uid = self._pick_uid()
         try:
@@ -201,6 +207,8 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
             self.release_uid(uid)
             raise SandboxError(f"bubblewrap sandbox could not start: {error}") from error
         sandbox = BubblewrapSandbox(self, sandbox_id, spec, folders, entry, cgroup, root, uid)
+        if root == "/" and self.config.share_interpreter and self.view.python_prefix is not None:
+            sandbox.python_prefix = str(self.view.python_prefix)
         sandbox.start_caps()
         await sandbox.seed()
         return sandbox

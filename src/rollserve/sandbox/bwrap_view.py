@@ -6,8 +6,9 @@ Each invocation:
         --ro-bind-try <each top-level folder of / (or of the rootfs)> ...  (read-only)
         --size <tmpfs_mb> --tmpfs <hidden folders>  (/root, /home, /run, the state
                                             dir: empty, read-only)
-        --ro-bind <extra read-only paths>  (the server's Python when a hidden folder
-                                            covers it, e.g. pyenv under /root)
+        --ro-bind <extra read-only paths>  (the base interpreter and the sandboxes'
+                                            own Python when a hidden folder covers
+                                            them, e.g. pyenv under /root)
         --dev /dev --proc /proc --ro-bind /proc/sys /proc/sys
         --bind <workspace> /workspace --bind <tmp> /tmp
         --ro-bind <server folder> /.rollserve  (the server's alone: the gateway socket)
@@ -33,11 +34,15 @@ rootfs image.
 /run is hidden because a read-only bind does not stop connect() on host Unix sockets
 (docker.sock, D-Bus): the kernel's read-only check skips sockets.
 Hiding /root and /home also hides a Python built there (pyenv, conda), so the
-server's own interpreter is bound back read-only (``share_interpreter``), with any
+server's base interpreter (its binary and standard library) and the sandboxes' own
+Python (sandbox_python.py) are bound back read-only (``share_interpreter``), with any
 ``readonly_paths``. Not as root, though, when the path is under a folder closed to
 others (/root is mode 700): bwrap then runs as the sandbox's uid and cannot reach it;
-the path is left out with a warning (``handlers.sandboxed.find_python`` falls back
-to a python3 of the same version inside, with the server's site-packages).
+the path is left out with a warning (``handlers.sandboxed.python_with`` falls back
+to a python3 of the same version inside, with the sandboxes' own site-packages).
+The server's packages are never shown (server_python.py): its venv is hidden, and
+every site dir the view would show (the base interpreter's bound back, one on the
+host root) is covered by an empty read-only tmpfs, last.
 """
 
 from __future__ import annotations
@@ -46,9 +51,7 @@ import functools
 import logging
 import os
 import re
-import stat
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,6 +61,7 @@ from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.diskcap import MB
 from rollserve.sandbox.folders import SandboxFolders
 from rollserve.sandbox.host import find_binary, missing_binary, setpriv_argv
+from rollserve.sandbox.server_python import base_prefix, closed_to_others, server_venv, site_dirs, within
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +111,8 @@ class View:
         # bwrap 0.7+ sizes a tmpfs (--size); older ones (RHEL 9 ships 0.4) cannot.
         self.sized_tmpfs = {"--size", "--perms"} <= bwrap_options(config.bwrap)
         self._skipped_paths: set[str] = set()  # read-only paths warned about
+        # The sandboxes' own Python (sandbox_python.py), once the runtime has made it.
+        self.python_prefix: Path | None = None
 
     def args(self, root: str, folders: SandboxFolders, limits: SandboxLimits, network: bool,
              aliases: Sequence[str], hide: Sequence[str] = ()) -> list[str]:
@@ -148,9 +154,10 @@ class View:
         args += ["--ro-bind", str(folders.server), SERVER_DIR]
         for path in under_tmp:
             args += ["--ro-bind", path, path]
-        # Last, on top of whatever shows it (the root, or the server's Python bound back).
-        for answers in self.answers_shown(root, hidden, readonly):
-            args += [*size, "--tmpfs", answers, "--remount-ro", answers]
+        # Last, on top of whatever shows them (the root, or the server's Python bound
+        # back): the bundled datasets, and every folder of the server's packages.
+        for covered in self.answers_shown(root, hidden, readonly) + self.sites_shown(root, hidden, readonly):
+            args += [*size, "--tmpfs", covered, "--remount-ro", covered]
         # bwrap's own tmpfs at / (mount points) and at /dev (device nodes) are the
         # sandbox user's and unsized: read-only once everything is mounted.
         args += ["--remount-ro", "/dev", "--remount-ro", "/"]
@@ -163,14 +170,14 @@ class View:
         their gold answers) that this view would show: over the host root, those that
         no hidden folder nor the private /tmp covers, or that a read-only path brings
         back."""
-        if root != "/":
-            return []
+        return _shown(answer_folders(), root, hidden, readonly)
 
-        def within(folder: Path, folders: list[str]) -> bool:
-            return any(Path(f) == folder or Path(f) in folder.parents for f in folders)
-
-        return [str(folder) for folder in answer_folders()
-                if not within(folder, [*hidden, "/tmp"]) or within(folder, readonly)]
+    @staticmethod
+    def sites_shown(root: str, hidden: list[str], readonly: list[str]) -> list[str]:
+        """The server's site dirs and venv (``server_python.site_dirs``) that this view
+        would show: over the host root, those that no hidden folder nor the private
+        /tmp covers, or that a read-only path (the base interpreter's prefix) brings back."""
+        return _shown(site_dirs(), root, hidden, readonly)
 
     def hidden(self, extra: Sequence[str] = ()) -> list[str]:
         """Host folders to cover with an empty read-only tmpfs (outermost only: a
@@ -182,6 +189,9 @@ class View:
         # Every source checkout of rollserve: its files, git history and build
         # leftovers hold the bundled datasets' answers (answers.py).
         candidates += checkouts()
+        # The venv the server runs from (its site-packages, its scripts).
+        venv = server_venv()
+        candidates += [venv] if venv is not None else []
         folders = [p for p in candidates if p.is_dir() and not p.is_symlink()
                    and p != Path("/") and Path("/tmp") not in (p, *p.parents)]
         return [str(p) for p in folders
@@ -200,33 +210,33 @@ class View:
         if root == "/" and self.config.share_interpreter:
             # /tmp counts as hidden here: every sandbox sees its own private /tmp.
             hidden = [Path(h) for h in self.hidden()] + [Path("/tmp")]
-            for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
-                real = Path(prefix).resolve()
-                if any(h == real or h in real.parents for h in hidden):
-                    interpreter.append(real)
+            # The base interpreter (its standard library: its packages are covered, see
+            # sites_shown), and the sandboxes' own Python (sandbox_python.py).
+            made = [self.python_prefix] if self.python_prefix is not None else []
+            interpreter = [p for p in [base_prefix(), *made] if within(p, hidden)]
         usable = []
         for path in dict.fromkeys([*configured, *interpreter]):
             why = None if path.exists() else "does not exist"
             if why is None and self.as_root and self.config.root_uids is not None:
-                why = _closed_to_others(path)
+                why = closed_to_others(path)
             if why is None:
                 usable.append(str(path))
             elif str(path) not in self._skipped_paths:
                 self._skipped_paths.add(str(path))
-                # The interpreter has a fallback (find_python); a configured path has none.
+                # The interpreter has a fallback (python_with); a configured path has none.
                 log.log(logging.WARNING if path in configured else logging.INFO,
                         "bubblewrap: read-only path %s is not shown in sandboxes: %s", path, why)
         return usable
 
 
-def _closed_to_others(path: Path) -> str | None:
-    """Why a uid that is neither owner nor group could not reach ``path``, or None."""
-    for folder in [*reversed(path.parents), path]:
-        mode = folder.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            return (f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
-                    "sandboxes of a root server run as a uid of their own")
-    return None
+def _shown(folders: Sequence[Path], root: str, hidden: list[str], readonly: list[str]) -> list[str]:
+    """Of ``folders``, those a view over ``root`` would show: over the host root, those
+    that no hidden folder nor the private /tmp covers, or that a read-only path brings back."""
+    if root != "/":
+        return []
+    covering = [Path(f) for f in [*hidden, "/tmp"]]
+    return [str(folder) for folder in folders
+            if not within(folder, covering) or within(folder, [Path(p) for p in readonly])]
 
 
 INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import Field, TypeAdapter, ValidationError
 
 from rollserve.sandbox.base import RuntimeConfigBase
+from rollserve.sandbox.sandbox_python import PACKAGES
 from rollserve.validation import field_name
 
 
@@ -45,9 +46,19 @@ class BubblewrapConfig(FolderConfig):
         "under a hidden folder, or with a rootfs image)")
     share_interpreter: bool = Field(
         True,
-        description="over the host root, show this server's Python (sys.prefix, "
-        "sys.base_prefix) read-only where a hidden folder covers it, e.g. a pyenv or "
-        "conda build under /root or /home: the python and IPython tools run it")
+        description="over the host root, give sandboxes a Python of their own: a venv of "
+        "this server's base interpreter holding python_packages only (sandbox_python.py), "
+        "shown read-only with that interpreter's standard library (also where a hidden "
+        "folder covers it, e.g. a pyenv or conda build under /root or /home). The server's "
+        "site-packages are hidden either way")
+    python_packages: list[str] = Field(
+        default_factory=lambda: list(PACKAGES),
+        description="distributions copied (with what they require) from this server's "
+        "site-packages into the sandboxes' Python; those not installed here are left out")
+    python_cache: Path | None = Field(
+        None, description="where the sandboxes' Python is made (None: ~/.cache/rollserve/"
+        "sandbox-python, or, for a root server whose sandboxes cannot reach that, "
+        "<root or the temp folder>/rollserve-python-0)")
 
 
 class ApptainerConfig(FolderConfig):

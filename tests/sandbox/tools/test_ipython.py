@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import base64
 import importlib.util
-import site
-import sys
 import time
 
 import pytest
 
+from rollserve.handlers.sandboxed import find_python
+from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.tools.ipython import IPythonConfig, IPythonSession
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-async def _usable(sandbox, python: str, env: dict) -> bool:
-    probe = await sandbox.exec([python, "-c", "import IPython"], timeout=30, env=env)
-    return probe.exit_code == 0
 
 
 _FOUND: dict[str, IPythonConfig | None] = {}  # per runtime: probing costs ~0.5 s
@@ -28,27 +23,17 @@ async def ipython_config(sandbox):
     if sandbox.runtime not in _FOUND:
         _FOUND[sandbox.runtime] = await _find_python(sandbox)
     if _FOUND[sandbox.runtime] is None:
-        pytest.skip(f"no python with IPython runs inside the {sandbox.runtime} sandbox here "
-                    f"({sys.executable} is not visible inside it)")
+        pytest.skip(f"no python with IPython runs inside the {sandbox.runtime} sandbox here")
     return _FOUND[sandbox.runtime]
 
 
 async def _find_python(sandbox) -> IPythonConfig | None:
-    """This server's python where the sandbox can run it; else (bubblewrap hides
-    /root, where a pyenv interpreter lives) the host's python3 of the same version
-    with our site-packages on PYTHONPATH; else None."""
-    config = IPythonConfig(timeout=5, interrupt_grace=2)
-    if await _usable(sandbox, sys.executable, {}):
-        return config
-    env = {"PYTHONPATH": ":".join(site.getsitepackages())}
-    for python in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        same = await sandbox.exec(
-            [python, "-c", f"import sys; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"],
-            timeout=30,
-        )
-        if same.exit_code == 0 and await _usable(sandbox, python, env):
-            return config.model_copy(update={"python": python, "env": {**config.env, **env}})
-    return None
+    """The python the python tool gets in this sandbox (``find_python``: the sandboxes'
+    own Python on bubblewrap, this server's on local); None where none runs."""
+    try:
+        return await find_python(sandbox, IPythonConfig(timeout=5, interrupt_grace=2))
+    except SandboxError:
+        return None
 
 
 @pytest.fixture

@@ -143,7 +143,7 @@ class MathHandler(AgentHandler):
         key: GymEntry | str
         gold: str | None
         if "dataset" in instance:
-            entry = gym_entry(instance)
+            entry = gym_entry(instance, self.ctx.seed_salt)
             what = f"generating reasoning-gym {entry.dataset!r} entry {entry.index}"
             try:
                 task = await score_in_pool(self.ctx.scoring, generate_reasoning_gym_task,
@@ -199,6 +199,8 @@ class MathHandler(AgentHandler):
             "method": f"reasoning-gym:{key.dataset}" if isinstance(key, GymEntry) else "math-verify",
             "turns": len(rollout.trajectory.turns),
         }
+        if isinstance(key, GymEntry):  # enough to regenerate the entry (handlers.seeds)
+            details.update(key.seeding())
         if python:
             details["tools"] = ["python"]
         if len(answers) > 1:

@@ -11,6 +11,7 @@ from typing import Any
 
 from rollserve.handlers.base import InvalidInstance
 from rollserve.handlers.math.scoring import dataset_key
+from rollserve.handlers.seeds import salted_seed, seed_details
 
 # reasoning-gym datasets are virtual: entry i is generated from Random(seed + i),
 # so the size only bounds the index. 500 is reasoning-gym's own default.
@@ -22,10 +23,17 @@ class GymEntry:
     """The identity of a reasoning-gym entry: everything needed to regenerate it."""
 
     dataset: str
-    seed: int
+    seed: int  # the generator's: the public seed salted (``handlers.seeds``)
     size: int
     index: int
     config_key: str  # the dataset options, canonical JSON (``math.scoring.dataset_key``)
+    public_seed: int | None = None  # the instance's ``seed`` (None: ``seed`` is it)
+    salt: str | None = None  # the store's salt that made ``seed``, never shown to a policy
+
+    def seeding(self) -> dict[str, Any]:
+        """What a result records: the public seed, the salt, the generator's seed."""
+        public = self.seed if self.public_seed is None else self.public_seed
+        return seed_details(public, self.salt)
 
     def args(self) -> tuple[str, int, int, str, int]:
         """As the positional (name, seed, size, config_key, index) of the reasoning-gym
@@ -116,8 +124,11 @@ def _dataset_size(instance: dict[str, Any]) -> int:
     return config.get("size", max(DEFAULT_DATASET_SIZE, instance.get("index", 0) + 1))
 
 
-def gym_entry(instance: dict[str, Any]) -> GymEntry:
-    """The reasoning-gym entry a (valid) dataset-form instance names."""
+def gym_entry(instance: dict[str, Any], salt: str | None = None) -> GymEntry:
+    """The reasoning-gym entry a (valid) dataset-form instance names; with the store's
+    ``salt``, the generator's seed is the public one salted (``handlers.seeds``)."""
     config = {k: v for k, v in (instance.get("config") or {}).items() if k != "size"}
-    return GymEntry(dataset=instance["dataset"], seed=instance["seed"], size=_dataset_size(instance),
-                    index=instance.get("index", 0), config_key=dataset_key(config))
+    seed = instance["seed"]
+    return GymEntry(dataset=instance["dataset"], seed=salted_seed(seed, salt), size=_dataset_size(instance),
+                    index=instance.get("index", 0), config_key=dataset_key(config),
+                    public_seed=seed, salt=salt)

@@ -12,9 +12,10 @@ that does not come back within the grace (stuck in C code that ignores signals)
 loses the kernel: it is killed, the result says so, and the next cell starts a fresh
 one.
 
-The sandbox's python must have IPython. On ``local`` and on ``bubblewrap`` over the
-host root, the default ``python`` is this server's own interpreter (``sys.executable``,
-visible read-only inside), which has it. For an image (docker/podman, apptainer .sif,
+The sandbox's python must have IPython. On ``bubblewrap`` over the host root,
+``find_python`` picks the sandboxes' own Python (``sandbox/sandbox_python.py``: IPython
+and a few packages copied from this server's, never its site-packages), on ``local``
+this server's own interpreter. For an image (docker/podman, apptainer .sif,
 a bubblewrap rootfs) set ``python`` to an interpreter in the image that has
 ``ipython`` (and ``matplotlib`` for plots) installed.
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +40,10 @@ DRIVER_SOURCE = (Path(__file__).with_name("ipython_driver.py")).read_text(encodi
 class IPythonConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    python: str = Field(
-        default_factory=lambda: sys.executable,
-        description="the interpreter inside the sandbox (it needs ipython)",
+    python: str | None = Field(
+        None,
+        description="the interpreter inside the sandbox (it needs ipython); None: found by "
+        "handlers.sandboxed.find_python (the sandboxes' own Python), else python3",
     )
     timeout: float = Field(30.0, gt=0, description="seconds per cell, then interrupted")
     interrupt_grace: float = Field(3.0, gt=0, description="after an interrupt, wait this long")
@@ -108,7 +109,7 @@ class IPythonSession:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        argv = [self.config.python, "-u", "-c", DRIVER_SOURCE, self._tag.decode(),
+        argv = [self.config.python or "python3", "-u", "-c", DRIVER_SOURCE, self._tag.decode(),
                 str(self.config.max_output_bytes), str(self.config.max_images)]
         self.process = await self.sandbox.spawn(argv, pty=False, env=dict(self.config.env))
         self._buffer.clear()
