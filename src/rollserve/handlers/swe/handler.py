@@ -43,7 +43,7 @@ from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
-from rollserve.handlers.swe import protect
+from rollserve.handlers.swe import protect, scan
 from rollserve.handlers.swe import results as recorded_results
 from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
 from rollserve.handlers.swe.grade import canary_file, grade_async, swebench, uses_plugin
@@ -264,12 +264,19 @@ class SWEHandler(AgentHandler):
         try:
             outcome: dict[str, Any] = {"patch_applied": True, "apply_command": None}
             if patch.strip():
+                pending = await scan.prepare(sandbox, patch, self.options.machinery)
                 applied = await apply_patch(sandbox, patch)
                 outcome.update(patch_applied=applied.ok, apply_command=applied.command)
                 if not applied.ok:
                     outcome.update(resolved=False, tests_ran=False,
                                    reason="the patch does not apply", apply_log=applied.log)
                     return outcome
+                verdict = await scan.finish(sandbox, pending)
+                if verdict is not None:
+                    outcome.update(verdict.details())
+                    if verdict.fails:
+                        outcome.update(resolved=False, tests_ran=False, reason=verdict.reason)
+                        return outcome
             env = None if self._images else await self._host_env(sandbox)
             script = eval_script(task, self.options.image_activate if self._images else None)
             plugin = uses_plugin(task)
