@@ -56,13 +56,35 @@ FORGERS = {
     "generic": (FORGE, "test machinery: _pytest.reports.TestReport"),
     "frame": (FRAME, "frame or gc introspection: sys._getframe"),
     "string-built import": ("_r = __import__('_py' + 'test.reports')\n",
-                            "obfuscation: __import__ of a name built at run time"),
+                            "test machinery: _pytest.reports"),
+    "import built at run time": ("_m = __import__(bytes(reversed(b'sys')).decode())\n",
+                                 "obfuscation: __import__ of a name built at run time"),
     "import_module": ("from importlib import import_module as _im\n_m = _im('_'.join(['', 'pytest']))\n",
-                      "obfuscation: importlib.import_module of a name built at run time"),
+                      "obfuscation: importlib.import_module of a string built from pieces"),
+    "hex-built name": ("_m = __import__(bytes.fromhex('737973').decode())._getframe\n",
+                       "frame or gc introspection: sys._getframe"),
+    "reversed slice": ("_m = __import__('sys')\n_f = getattr(_m, 'emarfteg_'[::-1])\n",
+                       "frame or gc introspection: sys._getframe"),
+    "f-string and chr": ("_m = __import__(f\"{'s'}{chr(121)}s\").settrace\n",
+                         "an exit or trace hook: sys.settrace"),
+    "re-exported sys": ("import os\n_f = os.sys._getframe\n", "frame or gc introspection: sys._getframe"),
     "getattr chain": ("_r = getattr(getattr(__import__('sys'), 'modules')['_pytest.reports'], "
                       "'TestReport')\n", "test machinery: _pytest.reports.TestReport"),
-    "getattr computed": ("import sys\n_f = getattr(sys, '_get' + 'frame')\n",
+    "getattr built": ("import sys\n_f = getattr(sys, '_get' + 'frame')\n",
+                      "frame or gc introspection: sys._getframe"),
+    "getattr computed": ("import sys, os\n_f = getattr(sys, os.environ['X'])\n",
                          "obfuscation: getattr on sys with a computed name"),
+    "attribute name as a string": ("_g = getattr(object, '__subclasses__')()\n",
+                                   "obfuscation: the string '__subclasses__'"),
+    "reading sys.modules by a telling name": ("import sys\n_r = sys.modules.get('_pytest.runner')\n",
+                                              "test machinery: the string '_pytest.runner'"),
+    "pickle": ("import pickle\n_x = pickle.loads(b'cbuiltins\\nexec\\n.')\n",
+               "obfuscation: pickle.loads of a constant"),
+    "grader's files": ("import glob\n_f = glob.glob('/workspace/.git/*/*.jsonl')\n",
+                       "test machinery: the string '/workspace/.git/*/*.jsonl'"),
+    "code built": ("import types\n_f = types.FunctionType(mean.__code__, {})\n",
+                   "obfuscation: types.FunctionType called"),
+    "ctypes": ("import ctypes\n_p = ctypes.pythonapi\n", "obfuscation: ctypes"),
     "alias by assignment": ("import sys\n_s = sys\n_f = _s._getframe\n",
                             "frame or gc introspection: sys._getframe"),
     "exec of base64": ("import base64\nexec(base64.b64decode(b'aW1wb3J0IF9weXRlc3Q='))\n",
@@ -73,6 +95,12 @@ FORGERS = {
     "builtins": ("_e = __builtins__['exec']\n", "obfuscation: __builtins__"),
     "builtins import hook": ("import builtins\nbuiltins.__import__ = lambda *a: None\n",
                              "an import hook: __import__"),
+    "sys.modules surgery": ("import sys\nsys.modules['calc.ops'] = None\n",
+                            "the module table: sys.modules changed"),
+    "sys.modules popped": ("from sys import modules as _m\n_m.pop('calc', None)\n",
+                           "the module table: sys.modules changed"),
+    "sys.modules aliased": ("import os\n_m = os.sys.modules\ndel _m['calc']\n",
+                            "the module table: sys.modules changed"),
     "meta_path": ("import sys\nsys.meta_path.insert(0, object())\n", "an import hook: sys.meta_path"),
     "gc": ("import gc\n_r = [o for o in gc.get_objects() if type(o).__name__ == 'TestReport']\n",
            "frame or gc introspection: gc.get_objects"),
@@ -113,7 +141,7 @@ def test_a_forger_appended_to_a_module_is_found(name):
 
 def test_a_new_module_is_scanned_whole():
     found = machinery.added("calc/_hook.py", None, FORGE)
-    assert {f.what for f in found} >= {"the module table: sys.modules",
+    assert {f.what for f in found} >= {"test machinery: the string '_pytest.reports'",
                                        "test machinery: _pytest.reports.TestReport"}
 
 
@@ -133,8 +161,14 @@ def test_what_the_repository_already_does_is_not_a_finding_but_one_more_is():
 
 def test_a_python_file_that_does_not_parse_is_a_finding():
     found = machinery.added("calc/ops.py", BASE, BASE + "def broken(:\n")
-    assert [f.what for f in found] == ["not parseable as Python (a .py file the patch changes)"]
+    assert [f.what for f in found] == ["not parseable as Python, or nested too deep to scan"]
     assert machinery.added("calc/ops.py", BASE, None) == []  # deleted: nothing added
+
+
+def test_code_nested_past_the_recursion_limit_is_a_finding_not_a_crash():
+    deep = "x = " + "(" * 60 + "1" + ")" * 60 + "\n" + "y = " + " + ".join(["1"] * 20000) + "\n"
+    found = machinery.added("calc/ops.py", BASE, BASE + deep)
+    assert [f.what for f in found] == ["not parseable as Python, or nested too deep to scan"]
 
 
 def test_the_repositorys_own_packages_are_exempt():
@@ -147,7 +181,7 @@ def test_the_repositorys_own_packages_are_exempt():
     # ...but not obfuscation, and another project's internals are still found elsewhere.
     hidden = "_m = __import__('_py' + 'test')\n"
     assert [f.what for f in machinery.added("src/_pytest/runner.py", BASE, BASE + hidden, own)] \
-        == ["obfuscation: __import__ of a name built at run time"]
+        == ["obfuscation: __import__ of a string built from pieces"]
     assert machinery.added("astro/x.py", BASE, BASE + code, frozenset({"astro"}))
 
 
@@ -207,7 +241,8 @@ def test_the_files_a_patch_changes():
              "diff --git a/c.py b/d.py\nsimilarity index 90%\nrename from c.py\nrename to d.py\n"
              "diff --git a/e.txt b/e.txt\n--- a/e.txt\n+++ b/e.txt\n@@ -1 +1 @@\n-x\n+y\n"
              "diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n@@ -1 +1 @@\n-x\n+y\n")
-    assert machinery_scan.python_files(patch) == [(None, "a.py"), ("c.py", "d.py"), ("f.py", "f.py")]
+    assert [f[:2] for f in machinery_scan.python_files(patch)] == [
+        (None, "a.py"), ("c.py", "d.py"), ("f.py", "f.py")]
 
 
 def test_a_python_file_linked_out_of_the_workspace_is_a_finding(tmp_path):
@@ -222,3 +257,43 @@ def test_a_python_file_linked_out_of_the_workspace_is_a_finding(tmp_path):
     verdict = scan_in(repo, patch)
     assert [f.file for f in verdict.findings] == ["calc/x.py"]
     assert "cannot be read after the patch" in verdict.findings[0].what
+
+
+LEGACY = 'import sys\n\nprint "a file this interpreter cannot parse"\n\n\ndef sub(a, b):\n    return a + b\n'
+
+
+@pytest.fixture
+def legacy(tmp_path) -> Path:
+    """A repository whose module the server's Python cannot parse (as a repository
+    written for a newer Python would be)."""
+    repo = tmp_path / "legacy"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "__init__.py").write_text(LEGACY)
+    git(repo, "init", "-q")
+    return repo
+
+
+def patch_of(repo: Path, text: str) -> str:
+    """The diff that makes the module ``text`` (the file is put back)."""
+    (repo / "pkg" / "__init__.py").write_text(text)
+    diff = git(repo, "diff")
+    (repo / "pkg" / "__init__.py").write_text(LEGACY)
+    return diff
+
+
+def test_a_file_that_did_not_parse_before_is_scanned_by_its_patch_lines(legacy):
+    git(legacy, "add", "-A")
+    fix = patch_of(legacy, LEGACY.replace("return a + b", "return a - b"))
+    assert scan_in(legacy, fix).findings == []
+    forged = patch_of(legacy, LEGACY + "\n\ndef who():\n    return sys._getframe(1).f_code\n")
+    found = scan_in(legacy, forged).findings
+    assert [(f.file, f.line, f.what) for f in found] == [
+        ("pkg/__init__.py", 11, "frame or gc introspection: sys._getframe")]
+
+
+def test_an_added_line_nothing_parses_is_a_finding_where_it_names_a_watched_name(legacy):
+    git(legacy, "add", "-A")
+    forged = patch_of(legacy, LEGACY + 'print "x", sys._getframe(1)\nprint "more"\n')
+    found = scan_in(legacy, forged).findings
+    assert [(f.line, f.what) for f in found] == [
+        (8, "a line this interpreter cannot parse names _getframe")]

@@ -10,7 +10,8 @@ command) run in the sandbox behind the recording gateway instead (see ``harness`
 EVAL starts a fresh sandbox from the same environment, applies the candidate patch
 (git apply, then fuzzier) less its changes to test infrastructure (see ``protect``),
 scans what its Python changes add for reaching into test machinery (see ``scan``:
-unresolved without running the tests by default), then the test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
+unresolved without running the tests by default), then the test patch, runs the tests
+and grades the log with swebench (see ``evaluate`` and
 ``grade``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
 unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
 patch that does not apply, or whose tests hang or are killed, is the agent's failure

@@ -3,7 +3,9 @@
 The changed Python files are read twice from the fresh sandbox: before the patch is
 applied (what the environment holds: nothing the agent touched) and after (what the
 tests will import, whichever of ``patch``'s fallbacks applied it). The repository's
-own top-level packages are listed before too. ``SWEOptions.machinery``: "fail" (a
+own top-level packages are listed before too. A file this interpreter cannot parse
+before the patch either (newer syntax) is scanned by its patch lines (``fragments``).
+``SWEOptions.machinery``: "fail" (a
 finding makes the candidate unresolved without running the tests), "flag" (graded
 as usual, the findings listed), "off" (no scan).
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rollserve.handlers.swe import machinery, protect
+from rollserve.handlers.swe import fragments, machinery, protect
 from rollserve.handlers.swe.machinery import Finding
 from rollserve.sandbox.base import Sandbox, resolve_in_workspace
 
@@ -32,7 +34,7 @@ class Pending:
     """What the scan read before the patch was applied."""
 
     mode: Mode
-    files: list[tuple[str | None, str]]  # (path before or None: new, path after)
+    files: list[tuple[str | None, str, str]]  # (path before or None: new, path after, its diff)
     before: dict[str, bytes | None] = field(default_factory=dict)  # by path before
     own: frozenset[str] = frozenset()
 
@@ -59,9 +61,9 @@ class Verdict:
                 "machinery_findings": [f.as_dict() for f in self.findings]}
 
 
-def python_files(patch: str) -> list[tuple[str | None, str]]:
-    """(path before or None, path after) of each ``.py`` file the patch adds or changes
-    (renames and copies: their source before); deleted files are left out."""
+def python_files(patch: str) -> list[tuple[str | None, str, str]]:
+    """(path before or None, path after, its diff) of each ``.py`` file the patch adds or
+    changes (renames and copies: their source before); deleted files are left out."""
     files = []
     for body in _BLOCK.split(patch)[1:]:
         block = "diff --git " + body
@@ -75,7 +77,7 @@ def python_files(patch: str) -> list[tuple[str | None, str]]:
         if not after.endswith(".py"):
             continue
         new = any(line.startswith(("new file mode", "--- /dev/null")) for line in head)
-        files.append((None if new else paths[0], after))
+        files.append((None if new else paths[0], after, block))
     return files
 
 
@@ -108,7 +110,7 @@ def _own(workspace: Path) -> frozenset[str]:
 
 def read_before(workspace: Path, patch: str, mode: Mode) -> Pending:
     pending = Pending(mode, python_files(patch), own=_own(workspace))
-    for before, _after in pending.files:
+    for before, _after, _block in pending.files:
         if before is not None:
             try:
                 pending.before[before] = _read(workspace, before)
@@ -119,14 +121,17 @@ def read_before(workspace: Path, patch: str, mode: Mode) -> Pending:
 
 def scan_after(workspace: Path, pending: Pending) -> Verdict:
     findings: list[Finding] = []
-    for before, after in pending.files:
+    for before, after, block in pending.files:
         try:
             text = _read(workspace, after)
         except (OSError, ValueError) as error:
             findings.append(Finding(after, 0, f"cannot be read after the patch: {error}"))
             continue
         old = pending.before.get(before) if before is not None else None
-        findings += machinery.added(after, old, text, pending.own)
+        if old is not None and text is not None and not machinery.parses(old):
+            findings += fragments.added(after, block, text, pending.own)  # newer syntax
+        else:
+            findings += machinery.added(after, old, text, pending.own)
     return Verdict(pending.mode, findings)
 
 
