@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollserve.datasets import SWE_MINI
-from rollserve.handlers.swe import machinery
+from rollserve.handlers.swe import machinery, protect
 from rollserve.handlers.swe import scan as machinery_scan
 from tests.handlers.swe import toy_repo
 
@@ -297,3 +297,46 @@ def test_an_added_line_nothing_parses_is_a_finding_where_it_names_a_watched_name
     found = scan_in(legacy, forged).findings
     assert [(f.line, f.what) for f in found] == [
         (8, "a line this interpreter cannot parse names _getframe")]
+
+
+SMUGGLED = """diff --git a/calc/ops.py b/calc/ops.py
+--- a/calc/ops.py
++++ b/calc/ops.py
+@@ -1,2 +1,2 @@
+ def add(a, b):
+-    return a + b
++    return b + a
+--- /dev/null
++++ b/conftest.py
+@@ -0,0 +1,2 @@
++import calc
++print("a file the headers do not name")
+"""
+
+
+@pytest.mark.parametrize("apply", [["git", "apply", "-"], ["patch", "--batch", "--fuzz=5", "-p1"]])
+def test_a_file_smuggled_after_a_hunk_is_found_whichever_command_applies_it(tmp_path, apply):
+    repo = tmp_path / "repo"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "calc" / "ops.py").write_text(BASE)
+    git(repo, "init", "-q")
+    assert protect.split(SMUGGLED).protected == []  # the headers' reading misses it
+    pending = machinery_scan.read_before(repo, SMUGGLED, "fail")
+    subprocess.run(apply, cwd=repo, input=SMUGGLED, text=True, check=True, capture_output=True)
+    assert (repo / "conftest.py").exists()
+    verdict = machinery_scan.scan_after(repo, pending)
+    assert [f.file for f in verdict.findings] == ["conftest.py"] and verdict.fails
+    assert "named in none of its file headers" in verdict.findings[0].what
+
+
+def test_patchs_backup_of_a_fuzzed_file_is_not_a_finding(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "calc" / "ops.py").write_text("# moved down\n\n" + BASE)
+    git(repo, "init", "-q")
+    patch = SMUGGLED.split("--- /dev/null")[0]
+    pending = machinery_scan.read_before(repo, patch, "fail")
+    subprocess.run(["patch", "--batch", "--fuzz=5", "-p1"], cwd=repo, input=patch, text=True,
+                   check=True, capture_output=True)
+    assert (repo / "calc" / "ops.py.orig").exists()  # (the offset made patch keep one)
+    assert machinery_scan.scan_after(repo, pending).findings == []

@@ -25,6 +25,7 @@ from rollserve.sandbox.base import Sandbox, resolve_in_workspace
 
 Mode = Literal["fail", "flag", "off"]
 MAX_FILE_BYTES = 16 << 20  # a larger .py file is a finding: not scanned
+MAX_TREE_FILES = 300_000  # a larger repository's files are not compared before/after
 SHOWN = 5  # findings named in the reason
 _BLOCK = re.compile(r"^diff --git ", re.MULTILINE)
 
@@ -37,6 +38,8 @@ class Pending:
     files: list[tuple[str | None, str, str]]  # (path before or None: new, path after, its diff)
     before: dict[str, bytes | None] = field(default_factory=dict)  # by path before
     own: frozenset[str] = frozenset()
+    named: frozenset[str] = frozenset()  # every path the patch's file headers name
+    tree: dict[str, tuple[int, int, int]] | None = None  # path -> (size, mtime, inode)
 
 
 @dataclass
@@ -108,8 +111,45 @@ def _own(workspace: Path) -> frozenset[str]:
     return machinery.own_packages(names)
 
 
+def _tree(workspace: Path) -> dict[str, tuple[int, int, int]] | None:
+    """Every file under the workspace (its git folder aside): (size, mtime, inode)."""
+    root = str(workspace.resolve())
+    found: dict[str, tuple[int, int, int]] = {}
+    for folder, dirs, files in os.walk(root):
+        if folder == root:
+            dirs[:] = [d for d in dirs if d != ".git"]
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                stat = os.lstat(path)
+            except OSError:
+                continue
+            found[os.path.relpath(path, root)] = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+            if len(found) > MAX_TREE_FILES:
+                return None
+    return found
+
+
+def smuggled(workspace: Path, pending: Pending) -> list[Finding]:
+    """Files the applied patch made or changed that no file header of it names: a
+    second ``---``/``+++`` pair after a hunk is a file of its own to ``git apply`` and
+    ``patch``, unseen by a reading of the headers (a ``conftest.py`` passed that way).
+    ``patch``'s backups of named files (``.orig``, ``.rej``) are not findings."""
+    if pending.tree is None:
+        return []
+    after = _tree(workspace) or {}
+    named = pending.named | {f"{p}{suffix}" for p in pending.named for suffix in (".orig", ".rej")}
+    changed = sorted(path for path, stat in after.items() if pending.tree.get(path) != stat
+                     and path not in named and "__pycache__" not in path.split(os.sep))
+    return [Finding(path, 0, "changed by the patch, yet named in none of its file headers "
+                    "(a file passed by the checks unseen)") for path in changed]
+
+
 def read_before(workspace: Path, patch: str, mode: Mode) -> Pending:
-    pending = Pending(mode, python_files(patch), own=_own(workspace))
+    named = {path for body in _BLOCK.split(patch)[1:]
+             for path in protect.block_paths("diff --git " + body)}
+    pending = Pending(mode, python_files(patch), own=_own(workspace), named=frozenset(named),
+                      tree=_tree(workspace))
     for before, _after, _block in pending.files:
         if before is not None:
             try:
@@ -120,12 +160,16 @@ def read_before(workspace: Path, patch: str, mode: Mode) -> Pending:
 
 
 def scan_after(workspace: Path, pending: Pending) -> Verdict:
-    findings: list[Finding] = []
+    findings = smuggled(workspace, pending)
     for before, after, block in pending.files:
         try:
             text = _read(workspace, after)
         except (OSError, ValueError) as error:
             findings.append(Finding(after, 0, f"cannot be read after the patch: {error}"))
+            continue
+        if text is None:  # (git applied it elsewhere: a diff without a/ b/ prefixes)
+            findings.append(Finding(after, 0, "named by the patch, yet not there once it "
+                                    "is applied"))
             continue
         old = pending.before.get(before) if before is not None else None
         if old is not None and text is not None and not machinery.parses(old):
