@@ -1,48 +1,24 @@
 """The scan of a candidate patch's code for reaching into test machinery.
 
-The tests run in the same interpreter as the code under test, so code a patch adds
-can decide what the tests see: rewrite pytest's reports, return a value that equals
-anything when a test's frame calls it, end the run before a failure is written. A
-fix does not need to do any of this; ``added`` finds it in the Python files a patch
-adds or changes (test infrastructure already left out by ``protect.split``), with
-the ``ast`` module, counting only what the patch ADDS: every construct below is
-counted in each file before and after the patch, and a finding is a construct that
-occurs more often after (so a repository whose own code uses ``sys._getframe``, as
-SymPy, Django and astropy do, is not flagged for code the patch leaves alone):
+The tests run in the interpreter of the code under test, so code a patch adds can
+decide what they see: rewrite pytest's reports, return a value equal to anything
+when a test's frame calls it, end the run before a failure is written. A fix needs
+none of it. ``added`` counts, with the ``ast`` module, the constructs below in a
+file before and after the patch; a finding is one more frequent after, so what the
+repository already does (SymPy's ``sys._getframe``) is never one (``_RULES``,
+``ATTRIBUTES``, ``_SURGERY``, ``literals.TELLING``; README, "The machinery scan"):
+test machinery (``pytest``, ``_pytest``, ``pluggy``, ``unittest``, ``doctest``, hook
+functions, telling strings); ``sys.modules`` changed and import hooks; frame, gc and
+object-graph introspection; exit and trace hooks; and obfuscation that would hide
+those (computed or piece-built names, ``exec`` of anything but a literal, whose code
+is scanned, ``__builtins__``, star imports, code objects built, ``ctypes``).
 
-- test machinery: imports of and references to ``pytest``, ``_pytest``, ``pluggy``,
-  ``unittest``, ``doctest``, ``nose``; hook implementations (``def pytest_*``); the
-  strings ``"pytest"``/``"_pytest..."``/``"pluggy..."``, ``"PYTEST_*"`` (pytest's
-  environment: ``PYTEST_CURRENT_TEST`` tells code that a test calls it) and ``/proc/``
-  paths (the command line of the process that runs it);
-- the module table and import hooks: ``sys.modules`` changed (assigned, an item set or
-  deleted, ``pop``/``update``/``setdefault``/``clear``: reading it is what importers do),
-  ``importlib.reload``, ``sys.meta_path``, ``sys.path_hooks``, ``sys.path_importer_cache``,
-  ``importlib``'s file loaders and finders, ``importlib.abc``, ``spec_from_file_location``,
-  ``module_from_spec``, ``runpy``, ``__import__`` other than called with a literal name;
-- frame, object-graph and gc introspection: ``sys._getframe``, ``inspect.currentframe``/
-  ``stack``/``trace``/``getouterframes``, ``traceback``'s stack walkers, ``gc.get_objects``/
-  ``get_referrers``/``get_referents``, ``ctypes.pythonapi`` and the attributes
-  ``f_back``, ``f_locals``, ``f_globals``, ``tb_frame``, ``gi_frame``, ``__subclasses__``
-  (on anything);
-- exit and trace hooks: ``atexit``, ``os._exit``, ``os.abort``, ``sys.exit``/``os._exit``
-  replaced, ``sys.excepthook``, ``sys.unraisablehook``, ``sys.settrace``/``setprofile``,
-  ``threading``'s, ``sys.addaudithook``, ``sys.monitoring``, ``signal`` handlers and timers;
-- obfuscation that would hide those: ``__import__``/``importlib.import_module`` of a
-  name that is not a literal, ``getattr``/``setattr``/``delattr`` with a name that is
-  not a literal on a module above, its ``__dict__`` or ``vars()``, a name built from
-  literal pieces (``"_get" + "frame"``: folded, then checked as the name it makes),
-  ``exec``/``eval``/``compile`` of anything but a literal string (a literal is scanned
-  as code), ``__builtins__``, assignments into ``builtins``, ``from X import *`` of a
-  module above, ``marshal.loads``, ``pickle.loads`` of a constant, ``types.CodeType``/
-  ``FunctionType`` called, ``ctypes``; strings naming those attributes (``"_getframe"``).
-
-Names are resolved through imports (``import sys as s``; ``from sys import _getframe``),
-simple assignments (``m = sys``), ``getattr(m, "literal")``, ``__import__("literal")``
-and ``sys.modules["literal"]``. References into the repository's own top-level packages
-are exempt (``pytest-dev/pytest`` edits ``src/_pytest``). A ``.py`` file that does not
-parse is a finding too. What a computed string can still hide (``getattr(obj, name)``
-on an object that is not a module, ``"py" + "test"``) the other layers must catch.
+Names are resolved through imports, aliases (``m = sys``), re-exports (``os.sys``),
+``getattr(m, "x")``, ``__import__("x")``, ``sys.modules["x"]`` and strings folded from
+literal pieces (``literals.fold``). References into the repository's own top-level
+packages are exempt; in a repository that is itself test machinery only obfuscation
+counts. A file that does not parse is a finding. What a string computed at run time
+reaches on an object that is not a watched module, the other layers must catch.
 """
 
 from __future__ import annotations
