@@ -91,6 +91,12 @@ class SWEOptions(BaseModel):
         "pyproject config, tests folders, test runners, start-up hooks, packaging metadata, "
         "new root modules shadowing the stdlib or installed packages): left out of the "
         "patch that is graded, or the candidate gets 0")
+    machinery: Literal["fail", "flag", "off"] = Field(
+        "fail", description="the scan of the candidate's non-test Python changes for what "
+        "they add that reaches into test machinery (pytest/unittest internals, sys.modules, "
+        "import hooks, frame and gc introspection, exit and trace hooks, obfuscation of "
+        "those): fail (unresolved without running the tests), flag (graded as usual, the "
+        "findings listed in the evaluation), off")
     setup_timeout: float = Field(300.0, gt=0, description="seconds to materialise the repository")
     memory_mb: int = Field(4096, ge=256)
     pids: int = Field(512, ge=32)

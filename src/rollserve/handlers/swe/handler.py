@@ -9,7 +9,9 @@ With ``instance.harness`` the episode is an agent harness (mini-swe-agent, or a
 command) run in the sandbox behind the recording gateway instead (see ``harness``).
 EVAL starts a fresh sandbox from the same environment, applies the candidate patch
 (git apply, then fuzzier) less its changes to test infrastructure (see ``protect``),
-then the test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
+scans what its Python changes add for reaching into test machinery (see ``scan``:
+unresolved without running the tests by default), then the test patch, runs the tests
+and grades the log with swebench (see ``evaluate`` and
 ``grade``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
 unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
 patch that does not apply, or whose tests hang, use up their CPU budget or are killed,
@@ -47,7 +49,7 @@ from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
-from rollserve.handlers.swe import interpreter, protect
+from rollserve.handlers.swe import interpreter, protect, scan
 from rollserve.handlers.swe import results as recorded_results
 from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
 from rollserve.handlers.swe.grade import canary_file, grade_async, swebench, uses_plugin
@@ -311,12 +313,19 @@ class SWEHandler(AgentHandler):
                                     "EVAL, before the candidate patch")
             outcome: dict[str, Any] = {"patch_applied": True, "apply_command": None}
             if patch.strip():
+                pending = await scan.prepare(sandbox, patch, self.options.machinery)
                 applied = await apply_patch(sandbox, patch)
                 outcome.update(patch_applied=applied.ok, apply_command=applied.command)
                 if not applied.ok:
                     outcome.update(resolved=False, tests_ran=False,
                                    reason="the patch does not apply", apply_log=applied.log)
                     return outcome
+                verdict = await scan.finish(sandbox, pending)
+                if verdict is not None:
+                    outcome.update(verdict.details())
+                    if verdict.fails:
+                        outcome.update(resolved=False, tests_ran=False, reason=verdict.reason)
+                        return outcome
             script = eval_script(task, self._activate)
             plugin = uses_plugin(task)
             if plugin:  # outcomes from our plugin, in a folder no patch reaches
