@@ -9,8 +9,9 @@ With ``instance.harness`` the episode is an agent harness (mini-swe-agent, or a
 command) run in the sandbox behind the recording gateway instead (see ``harness``).
 EVAL starts a fresh sandbox from the same environment, applies the candidate patch
 (git apply, then fuzzier) less its changes to test infrastructure (see ``protect``),
-then the test patch, runs the tests and grades the log with swebench (see ``evaluate`` and
-``grade``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
+then the test patch, writes the canaries into the graded test file (see ``canaries``),
+runs the tests and grades them with swebench (see ``evaluate`` and ``grade``):
+reward 1 if resolved, else 0, with the per-test table. An empty patch is
 unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
 patch that does not apply, or whose tests hang or are killed, is the agent's failure
 (reward 0); a test run that cannot start is not (masked).
@@ -45,11 +46,19 @@ from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sand
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import protect
 from rollserve.handlers.swe import results as recorded_results
-from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
-from rollserve.handlers.swe.grade import canary_file, grade_async, swebench, uses_plugin
+from rollserve.handlers.swe.canaries import Placement
+from rollserve.handlers.swe.evaluate import (
+    APPLY_FAILED,
+    eval_script,
+    run_tests,
+    runner_paths,
+    script_halves,
+)
+from rollserve.handlers.swe.grade import grade_async, swebench, uses_plugin
 from rollserve.handlers.swe.harness import parse_harness, run_harness
 from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
+from rollserve.handlers.swe.planting import plant
 from rollserve.handlers.swe.prompts import SYSTEM_PROMPT, task_text
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
@@ -271,21 +280,31 @@ class SWEHandler(AgentHandler):
                                    reason="the patch does not apply", apply_log=applied.log)
                     return outcome
             env = None if self._images else await self._host_env(sandbox)
-            script = eval_script(task, self.options.image_activate if self._images else None)
+            activate = self.options.image_activate if self._images else None
+            halves = script_halves(task, activate) if self.options.canary else None
             plugin = uses_plugin(task)
+            token = secrets.token_hex(6)
+            prefix = ""
             if plugin:  # outcomes from our plugin, in a folder no patch reaches
-                token = secrets.token_hex(6)
-                folder = recorded_results.folder(token)
-                target = canary_file(task) if self.options.canary else None
-                for name, text in recorded_results.files(token, target).items():
-                    await sandbox.write_file(f"{folder}/{name}", text)
-                script = recorded_results.shell_setup(f"{WORKDIR}/{folder}") + script
-            log = await run_tests(sandbox, task, script, self.options.test_timeout, env,
-                                  self.options.stopped_tests)
+                for name, text in recorded_results.files().items():
+                    await sandbox.write_file(f"{recorded_results.folder(token)}/{name}", text)
+                prefix = recorded_results.shell_setup(f"{WORKDIR}/{recorded_results.folder(token)}")
+            placement: Placement | None = None
+            if halves is None:
+                log = await run_tests(sandbox, task, prefix + eval_script(task, activate),
+                                      self.options.test_timeout, env, self.options.stopped_tests)
+            else:  # the set-up, the canaries written in, then the tests
+                log = await run_tests(sandbox, task, halves[0], self.options.test_timeout, env,
+                                      self.options.stopped_tests)
+                if APPLY_FAILED not in log:
+                    placement = await plant(sandbox, task, self.options.canary_count)
+                    log += await run_tests(sandbox, task, prefix + halves[1],
+                                           self.options.test_timeout, env,
+                                           self.options.stopped_tests, write_test_patch=False)
             recorded = await recorded_results.read(sandbox, token) if plugin else None
         finally:
             await close_sandboxes(rollout)
-        outcome.update(await grade_async(task, log, recorded, self.options.canary))
+        outcome.update(await grade_async(task, log, recorded, placement))
         outcome["eval_seconds"] = round(time.perf_counter() - started, 3)
         outcome["log_tail"] = log[-3000:]
         return outcome
