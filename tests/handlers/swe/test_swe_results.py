@@ -1,6 +1,6 @@
 """The grader's pytest plugin (``results_plugin``) in a real pytest run, and how its
 records are read (``results``): statuses as ``-rA`` shows them, conflicts and the
-summary check."""
+summary check; the second runner's plugin (``recheck_plugin``) beside a forger."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rollserve.handlers.swe import results
+from rollserve.handlers.swe import recheck, results
+from rollserve.sandbox.base import WORKDIR
 
 TESTS = '''import pytest
 
@@ -63,7 +64,8 @@ def test_param(n):
 '''
 
 
-def run(tmp_path: Path, tests: str = "tests") -> tuple[str, results.Results]:
+def run(tmp_path: Path, tests: str = "tests", plan: recheck.Plan | None = None,
+        ) -> tuple[str, results.Results]:
     (tmp_path / tests).mkdir(exist_ok=True)
     (tmp_path / tests / "test_things.py").write_text(TESTS)
     folder = tmp_path / ".git" / "grader"
@@ -71,6 +73,11 @@ def run(tmp_path: Path, tests: str = "tests") -> tuple[str, results.Results]:
     for name, text in results.files().items():
         (folder / name).write_text(text)
     script = results.shell_setup(str(folder))
+    if plan is not None:  # the second runner's plugin too
+        (tmp_path / plan.folder).mkdir(parents=True)
+        for name, text in plan.files().items():
+            (tmp_path / plan.folder / name).write_text(text)
+        script += plan.shell_setup().replace(f"{WORKDIR}/", f"{tmp_path}/")
     script += f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider {tests}\n"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
@@ -91,6 +98,45 @@ def test_statuses_and_counts_from_a_real_run_agree_with_pytests_own(tmp_path):
     assert results.disagreement(recorded, log) is None, (log, results.counts(recorded))
     assert sorted(p.name for p in (tmp_path / ".git" / "grader").iterdir()) == [
         "results.jsonl", "rollserve_results.py"]  # no configuration to read the canaries from
+
+
+FORGE = """import sys
+if "_pytest.reports" in sys.modules:
+    from _pytest.reports import TestReport
+    made = TestReport.from_item_and_call
+
+    def forged(item, call):
+        report = made(item, call)
+        if report.outcome == "failed":
+            report.outcome, report.longrepr = "passed", None
+        return report
+
+    TestReport.from_item_and_call = staticmethod(forged)
+"""
+
+
+def test_the_second_runner_sees_the_calls_a_forger_reported_passed(tmp_path):
+    """The issue's forger rewrites every report: the first plugin records passes, the
+    second runner's plugin (each call observed) the failures; its key file is gone."""
+    (tmp_path / "forger.py").write_text(FORGE)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text("import forger  # noqa\n")
+    plan = recheck.Plan.draw()
+    log, recorded = run(tmp_path, plan=plan)
+    status, _ = results.statuses(recorded)
+    name = "tests/test_things.py::"
+    assert status[name + "test_bad"] == "PASSED" and status[name + "test_param[2]"] == "PASSED", log
+    seen = recheck.parse((tmp_path / plan.folder / "seen.jsonl").read_text(), plan.key)
+    assert seen.loaded and seen.foreign == 0
+    assert seen.raised[name + "test_bad"] and seen.raised[name + "test_param[2]"]
+    assert not seen.raised[name + "test_ok"] and not seen.raised[name + "test_param[1]"]
+    assert seen.raised.get(name + "test_setup_error", True)  # its setup failed: never a pass
+    assert not (tmp_path / plan.folder / "key").exists()
+    # Lines without the key (written by the code under test) are not counted.
+    forged = json.dumps({"event": "call", "nodeid": name + "test_bad", "raised": False,
+                         "key": "0" * 32})
+    again = recheck.parse((tmp_path / plan.folder / "seen.jsonl").read_text() + forged, plan.key)
+    assert again.raised[name + "test_bad"] and again.foreign == 1
 
 
 def test_a_phase_reported_twice_with_different_outcomes_is_a_failure():

@@ -27,7 +27,7 @@ tests and reports them per test: pytest (outcomes from our plugin), Django's
 
 What they cannot catch: a forger that tells a canary from the test it was made from
 (by meaning: which of ``f(2000) == 29`` and ``f(2000) == 30`` is right, or by knowing
-the dataset's test names).
+the dataset's test names); the second runner (``recheck``) and the scan are for those.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ R2E-Gym) the log is parsed, and the code under test writes to that log too: ther
 ``PASSED <test> - <error>`` line (a hook turned a failure into a pass and left its
 error on the report) counts as a failure. Either way the canaries (see ``canaries``:
 tests the server wrote into the graded file that must fail where the tests they copy
-pass) check the outcomes; R2E-Gym's have none.
+pass) check the outcomes; R2E-Gym's have none. The second runner (``recheck``) is the
+handler's, after this grade.
 
 Only the log before the tests start (the set-up, which no patch reaches) may show an
 environment fault (swebench's classifier: InfraError, masked); text the tests print

@@ -10,8 +10,10 @@ command) run in the sandbox behind the recording gateway instead (see ``harness`
 EVAL starts a fresh sandbox from the same environment, applies the candidate patch
 (git apply, then fuzzier) less its changes to test infrastructure (see ``protect``),
 then the test patch, writes the canaries into the graded test file (see ``canaries``),
-runs the tests and grades them with swebench (see ``evaluate`` and ``grade``):
-reward 1 if resolved, else 0, with the per-test table. An empty patch is
+runs the tests and grades them with swebench (see ``evaluate`` and ``grade``); a
+candidate graded resolved has its tests run again by a second runner in a fresh
+sandbox, which must agree (see ``recheck``): reward 1 if resolved, else 0, with the
+per-test table. An empty patch is
 unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
 patch that does not apply, or whose tests hang or are killed, is the agent's failure
 (reward 0); a test run that cannot start is not (masked).
@@ -44,7 +46,7 @@ from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
-from rollserve.handlers.swe import protect
+from rollserve.handlers.swe import protect, recheck
 from rollserve.handlers.swe import results as recorded_results
 from rollserve.handlers.swe.canaries import Placement
 from rollserve.handlers.swe.evaluate import (
@@ -281,7 +283,8 @@ class SWEHandler(AgentHandler):
                     return outcome
             env = None if self._images else await self._host_env(sandbox)
             activate = self.options.image_activate if self._images else None
-            halves = script_halves(task, activate) if self.options.canary else None
+            own = script_halves(task, activate)  # (None: the instance's own script)
+            halves = own if self.options.canary else None
             plugin = uses_plugin(task)
             token = secrets.token_hex(6)
             prefix = ""
@@ -305,9 +308,38 @@ class SWEHandler(AgentHandler):
         finally:
             await close_sandboxes(rollout)
         outcome.update(await grade_async(task, log, recorded, placement))
+        if plugin and own is not None and self.options.recheck and outcome["resolved"]:
+            second = await self._recheck(rollout, task, patch, env is not None)
+            outcome["recheck"] = second
+            if not second["agreed"]:
+                outcome.update(resolved=False, reason=second.get("reason"))
         outcome["eval_seconds"] = round(time.perf_counter() - started, 3)
         outcome["log_tail"] = log[-3000:]
         return outcome
+
+    async def _recheck(self, rollout: RolloutView, task: SWETask, patch: str,
+                       host: bool) -> dict[str, Any]:
+        """The second runner (see ``recheck``): the test files again, in a fresh sandbox
+        from pristine test files, each test's call observed."""
+        sandbox = await self._open(rollout, task)
+        try:
+            if patch.strip() and not (await apply_patch(sandbox, patch)).ok:
+                raise InfraError("the candidate patch applied once but not in the second "
+                                 "runner's sandbox")
+            env = await self._host_env(sandbox) if host else None
+            plan = recheck.Plan.draw()
+            for name, text in plan.files().items():
+                await sandbox.write_file(f"{plan.folder}/{name}", text)
+            activate = None if host else self.options.image_activate
+            log = await run_tests(sandbox, task, plan.shell_setup() + eval_script(task, activate),
+                                  self.options.test_timeout, env, self.options.stopped_tests)
+            seen = await recheck.read(sandbox, plan)
+        finally:
+            await close_sandboxes(rollout)
+        checked = await asyncio.to_thread(recheck.verdict, task, seen)
+        if not checked["agreed"]:
+            checked["log_tail"] = log[-1500:]
+        return checked
 
     async def cleanup(self, rollout: RolloutView) -> None:
         await close_sandboxes(rollout)
