@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rollserve.handlers.swe import recheck, results
 from rollserve.sandbox.base import WORKDIR
 
@@ -115,10 +117,28 @@ if "_pytest.reports" in sys.modules:
 """
 
 
-def test_the_second_runner_sees_the_calls_a_forger_reported_passed(tmp_path):
-    """The issue's forger rewrites every report: the first plugin records passes, the
-    second runner's plugin (each call observed) the failures; its key file is gone."""
-    (tmp_path / "forger.py").write_text(FORGE)
+# Makes pytest's run of each item swallow what the test function raised.
+SWALLOW_RUN = """from _pytest.python import Function
+run = Function.runtest
+
+
+def swallowed(self):
+    try:
+        run(self)
+    except Exception:
+        pass
+
+
+Function.runtest = swallowed
+"""
+
+
+@pytest.mark.parametrize("forger", [FORGE, SWALLOW_RUN], ids=["reports", "item-run"])
+def test_the_second_runner_sees_the_calls_a_forger_reported_passed(tmp_path, forger):
+    """The issue's forger rewrites every report, the other makes pytest's run of each
+    item swallow the test's error: the first plugin records passes, the second runner's
+    plugin (pytest's calls observed) the failures; its key file is gone."""
+    (tmp_path / "forger.py").write_text(forger)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "conftest.py").write_text("import forger  # noqa\n")
     plan = recheck.Plan.draw()

@@ -3,7 +3,7 @@ that the first run graded resolved are run again, in a fresh sandbox (the same
 environment, the candidate patch applied again, the test files reset and the test
 patch applied, with no canaries: pristine), by pytest with a different plugin
 (``recheck_plugin``): it notes whether each test's call raised, at
-``pytest_runtest_call``, not what pytest reports. Its module name, folder and key are
+``pytest_runtest_call`` and ``pytest_pyfunc_call``, not what pytest reports. Its module name, folder and key are
 drawn per rollout; the key is read and deleted as the plugin loads, and lines without
 it are not counted. Agreement is required: every FAIL_TO_PASS test (and PASS_TO_PASS,
 unless the instance grades failures only; the same files run, so they cost nothing
@@ -13,13 +13,14 @@ candidate disagree: it had to pass twice.
 
 What it catches: a forger that rewrites pytest's reports, report hooks, terminal
 output or our first plugin's records (the issue's ``TestReport.from_item_and_call``
-wrapper, however it tells the canaries apart), and one that forges only in the first
-run (it can tell the runs apart: the second is honest, so they disagree). What it
-cannot: a forger that makes the test calls themselves return (pytest's
-``Function.runtest`` patched, a test module's functions wrapped at import, assertions
-rewritten away): the canaries (layer A: a canary's call is swallowed too) and the
-scan of the candidate's changes (layer C) are for those, as for reading this
-plugin's key from memory. It runs only where the first run's outcomes come from our pytest plugin:
+wrapper, however it tells the canaries apart), one that makes pytest's run of an item
+swallow the test's error, and one that forges only in the first run (it can tell the
+runs apart: the second is honest, so they disagree). What it
+cannot: a forger that makes the test functions themselves return (wrapped as pytest
+gets them, ``Function._getobj`` patched, or at import; assertions rewritten away):
+the canaries (layer A: a canary's function is wrapped too) and the scan of the
+candidate's changes (layer C) are for those, as for reading this plugin's key from
+memory. It runs only where the first run's outcomes come from our pytest plugin:
 Django's ``runtests.py`` and SymPy's ``bin/test`` get the canaries and the scan, not
 this; nor do instances that bring their own ``eval_script``.
 """

@@ -3,9 +3,12 @@
 EVAL sandbox under a name and in a folder drawn per rollout, loaded with ``-p``.
 
 It reads nothing of pytest's reports, report hooks or terminal: it wraps each test's
-call (``pytest_runtest_call``, outermost) and notes whether the call raised (for
-unittest cases, whether unittest handed pytest an error), so a forger that rewrites
-reports, outcomes or summaries does not reach what it notes. Each line it writes
+call at two levels, pytest's run of the item (``pytest_runtest_call``) and, for plain
+test functions, pytest's call of the function itself (``pytest_pyfunc_call``), each
+the outermost wrapper, and notes whether either raised (for unittest cases, whether
+unittest handed pytest an error; a plain function whose call was never seen did not
+pass), so a forger that rewrites reports, outcomes or summaries, or makes the item's
+run swallow what the function raised, does not reach what it notes. Each line it writes
 carries a key that it read from a file beside it and deleted as it loaded (before any
 conftest or code under test ran): lines without it are not ours. Like the first
 run's plugin it keeps to hooks pytest has had since 3.x and imports nothing of
@@ -49,8 +52,29 @@ def _write(record: Dict[str, Any]) -> None:
 _write({"event": "loaded"})
 
 
+_FUNCTIONS: Dict[str, bool] = {}  # node id -> whether pytest's call of the function raised
+
+
+def _plain_function(item: Any) -> bool:
+    try:
+        from _pytest.unittest import TestCaseFunction
+    except ImportError:  # (every pytest since 3.x has it)
+        return False
+    return isinstance(item, pytest.Function) and not isinstance(item, TestCaseFunction)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: Any) -> Any:
+    outcome = yield
+    nodeid = pyfuncitem.nodeid
+    _FUNCTIONS[nodeid] = _FUNCTIONS.get(nodeid, False) or outcome.excinfo is not None
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_call(item: Any) -> Any:
+    _FUNCTIONS.pop(item.nodeid, None)
     outcome = yield
     raised = outcome.excinfo is not None or bool(getattr(item, "_excinfo", None))
+    if _plain_function(item):
+        raised = raised or _FUNCTIONS.pop(item.nodeid, True)
     _write({"event": "call", "nodeid": item.nodeid, "raised": raised})
