@@ -112,6 +112,10 @@ async def test_gold_resolves_and_empty_does_not_for_every_swe_mini_instance(make
         if gold["status"] != "completed" or gold["reward"] != 1.0:
             problems.append((row["instance_id"], "gold", gold["status"], gold["failure"],
                              (gold["evaluation"] or {}).get("log_tail", "")[-600:]))
+        elif gold["evaluation"]["canary"] != "failed" or not gold["evaluation"]["recheck"]["agreed"]:
+            # Every gold held its canaries (all failed) and the second runner agreed.
+            problems.append((row["instance_id"], "gold checks", gold["evaluation"]["canary"],
+                             gold["evaluation"].get("canaries"), gold["evaluation"]["recheck"]))
         if empty["status"] != "completed" or empty["reward"] != 0.0:
             problems.append((row["instance_id"], "empty", empty["status"], empty["failure"]))
         else:

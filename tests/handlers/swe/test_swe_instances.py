@@ -10,6 +10,7 @@ import pytest
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, InvalidInstance
 from rollserve.handlers.swe import SWEHandler
+from rollserve.handlers.swe.canaries import Canary, Placement
 from rollserve.handlers.swe.environment import SWEOptions, image_name, image_reference, use_images
 from rollserve.handlers.swe.evaluate import eval_script, suite_command
 from rollserve.handlers.swe.grade import END, START, grade, log_parser_name
@@ -170,9 +171,9 @@ def test_a_pass_that_carries_an_error_is_a_failure():
     assert {t["test"]: t["status"] for t in forged["tests"]}["tests/test_x.py::test_y"] == "FAILED"
 
 
-def recorded(outcomes: dict[str, str], canary: str | None = None) -> Results:
+def recorded(outcomes: dict[str, str]) -> Results:
     """What the plugin records for tests whose call phase had these outcomes."""
-    made = Results(canary=canary, sessions=1)
+    made = Results(sessions=1)
     for nodeid, outcome in outcomes.items():
         made.reports += [{"nodeid": nodeid, "when": "setup", "outcome": "passed"},
                          {"nodeid": nodeid, "when": "call", "outcome": outcome,
@@ -184,28 +185,51 @@ def recorded(outcomes: dict[str, str], canary: str | None = None) -> Results:
 def test_recorded_outcomes_are_graded_not_the_logs_lines():
     task = parse_task(SWE_GYM)
     canary = "tests/test_x.py::test_y_edge_cases"
+    placement = Placement("tests/test_x.py", [Canary("test_y_edge_cases", None,
+                                                     "tests/test_x.py::test_y", 9)])
     outcomes = {"tests/test_x.py::test_y": "passed", "tests/test_x.py::test_z": "passed",
                 canary: "failed"}
     summary = "\n======== 1 failed, 2 passed in 0.10s ========"
-    honest = grade(task, log_of([], code=1) + summary, recorded(outcomes, canary), canary=True)
+    honest = grade(task, log_of([], code=1) + summary, recorded(outcomes), placement)
     assert honest["resolved"] and honest["canary"] == "failed" and honest["results_from"] == "plugin"
+    assert honest["canaries"] == [{"test": "test_y_edge_cases", "class": None, "line": 9,
+                                   "made_from": "tests/test_x.py::test_y", "status": "failed",
+                                   "checked": True}]
     # Lines printed into the log change nothing: the records say test_y failed.
     failing = {**outcomes, "tests/test_x.py::test_y": "failed"}
     printed = grade(task, log_of(["PASSED tests/test_x.py::test_y"], code=0) +
-                    "\n======== 2 failed, 1 passed in 0.10s ========",
-                    recorded(failing, canary), canary=True)
+                    "\n======== 2 failed, 1 passed in 0.10s ========", recorded(failing), placement)
     assert not printed["resolved"] and "reason" not in printed
+    assert printed["canary"].startswith("not checked")  # its test failed: it says nothing
     # Outcomes rewritten: the canary passed too.
     forged = grade(task, log_of([], code=0) + "\n======== 3 passed in 0.10s ========",
-                   recorded({**outcomes, canary: "passed"}, canary), canary=True)
+                   recorded({**outcomes, canary: "passed"}), placement)
     assert not forged["resolved"] and forged["canary"] == "passed" and "rewritten" in forged["reason"]
+    # A canary left out of the run (deselected, or its record dropped) is no pass either.
+    dropped = grade(task, log_of([], code=0) + "\n======== 2 passed in 0.10s ========",
+                    recorded({k: v for k, v in outcomes.items() if k != canary}), placement)
+    assert not dropped["resolved"] and dropped["canary"] == "missing"
     # A summary line that does not match the records (one was printed, or rewritten).
     mismatch = grade(task, log_of([], code=0) + "\n======== 3 passed in 0.10s ========",
-                     recorded(outcomes, canary), canary=True)
+                     recorded(outcomes), placement)
     assert not mismatch["resolved"] and "disagree" in mismatch["reason"]
     # No records at all (the plugin's file removed): nothing passed.
-    gone = grade(task, log_of(["PASSED tests/test_x.py::test_y"], code=0), Results(), canary=True)
+    gone = grade(task, log_of(["PASSED tests/test_x.py::test_y"], code=0), Results(), placement)
     assert not gone["resolved"] and gone["reason"] == "the test run recorded no test outcomes"
+
+
+def test_canaries_in_a_log_parsed_run_django():
+    """Django's runner: the log is parsed; a canary method reported ok is a rewrite."""
+    task = parse_task(SWE_BENCH)
+    placement = Placement("tests/auth_tests/test_validators.py",
+                          [Canary("test_a_b", "T", "test_a (auth_tests.test_validators.T)", 5)])
+    lines = ["test_a (auth_tests.test_validators.T) ... ok"]
+    honest = grade(task, log_of(lines + ["test_a_b (auth_tests.test_validators.T) ... FAIL"],
+                                code=1), None, placement)
+    assert honest["resolved"] and honest["canary"] == "failed", honest
+    forged = grade(task, log_of(lines + ["test_a_b (auth_tests.test_validators.T) ... ok"],
+                                code=0), None, placement)
+    assert not forged["resolved"] and forged["canary"] == "passed" and "rewritten" in forged["reason"]
 
 
 def test_only_the_set_up_part_of_a_log_can_show_an_environment_fault():

@@ -1,17 +1,19 @@
 """The grader's pytest plugin (``results_plugin``) in a real pytest run, and how its
-records are read (``results``): statuses as ``-rA`` shows them, conflicts, the summary
-check and the canary."""
+records are read (``results``): statuses as ``-rA`` shows them, conflicts and the
+summary check; the second runner's plugin (``recheck_plugin``) beside a forger."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-from rollserve.handlers.swe import results
+import pytest
+
+from rollserve.handlers.swe import recheck, results
+from rollserve.sandbox.base import WORKDIR
 
 TESTS = '''import pytest
 
@@ -64,16 +66,21 @@ def test_param(n):
 '''
 
 
-def run(tmp_path: Path, canary_file: str | None, token: str = "5eed",
-        tests: str = "tests") -> tuple[str, results.Results]:
+def run(tmp_path: Path, tests: str = "tests", plan: recheck.Plan | None = None,
+        ) -> tuple[str, results.Results]:
     (tmp_path / tests).mkdir(exist_ok=True)
     (tmp_path / tests / "test_things.py").write_text(TESTS)
     folder = tmp_path / ".git" / "grader"
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in results.files(token, canary_file).items():
+    for name, text in results.files().items():
         (folder / name).write_text(text)
-    script = results.shell_setup(str(folder)) + \
-        f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider {tests}\n"
+    script = results.shell_setup(str(folder))
+    if plan is not None:  # the second runner's plugin too
+        (tmp_path / plan.folder).mkdir(parents=True)
+        for name, text in plan.files().items():
+            (tmp_path / plan.folder / name).write_text(text)
+        script += plan.shell_setup().replace(f"{WORKDIR}/", f"{tmp_path}/")
+    script += f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider {tests}\n"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=300, check=False)
@@ -81,7 +88,7 @@ def run(tmp_path: Path, canary_file: str | None, token: str = "5eed",
 
 
 def test_statuses_and_counts_from_a_real_run_agree_with_pytests_own(tmp_path):
-    log, recorded = run(tmp_path, None)
+    log, recorded = run(tmp_path)
     status, conflicts = results.statuses(recorded)
     name = "tests/test_things.py::"
     assert status == {name + "test_ok": "PASSED", name + "test_bad": "FAILED",
@@ -89,33 +96,67 @@ def test_statuses_and_counts_from_a_real_run_agree_with_pytests_own(tmp_path):
                       name + "test_skipped": "SKIPPED", name + "test_xfail": "XFAIL",
                       name + "test_xpass": "XPASS", name + "test_param[1]": "PASSED",
                       name + "test_param[2]": "FAILED"}, log
-    assert conflicts == [] and recorded.sessions == 1 and recorded.canary is None
+    assert conflicts == [] and recorded.sessions == 1 and recorded.unreadable == 0
     assert results.disagreement(recorded, log) is None, (log, results.counts(recorded))
+    assert sorted(p.name for p in (tmp_path / ".git" / "grader").iterdir()) == [
+        "results.jsonl", "rollserve_results.py"]  # no configuration to read the canaries from
 
 
-def test_the_canary_is_placed_in_a_test_file_under_a_dot_folder(tmp_path):
-    log, recorded = run(tmp_path, "./.ci/test_things.py", tests=".ci")
-    assert recorded.canary_error is None and recorded.canary is not None, log
-    assert recorded.canary.startswith(".ci/test_things.py::")
-    assert results.statuses(recorded)[0][recorded.canary] == "FAILED"
+FORGE = """import sys
+if "_pytest.reports" in sys.modules:
+    from _pytest.reports import TestReport
+    made = TestReport.from_item_and_call
+
+    def forged(item, call):
+        report = made(item, call)
+        if report.outcome == "failed":
+            report.outcome, report.longrepr = "passed", None
+        return report
+
+    TestReport.from_item_and_call = staticmethod(forged)
+"""
 
 
-def test_the_canary_sits_in_the_graded_module_named_like_its_tests_and_fails(tmp_path):
-    log, recorded = run(tmp_path, "tests/test_things.py")
-    assert recorded.canary_error is None
-    module, _, name = recorded.canary.partition("::")
-    assert module == "tests/test_things.py"
-    bases = ("test_ok", "test_bad", "test_setup_error", "test_teardown_error", "test_skipped",
-             "test_xfail", "test_xpass", "test_param")
-    assert name.startswith(bases) and not re.search(r"[0-9a-f]{12}", name)
+# Makes pytest's run of each item swallow what the test function raised.
+SWALLOW_RUN = """from _pytest.python import Function
+run = Function.runtest
+
+
+def swallowed(self):
+    try:
+        run(self)
+    except Exception:
+        pass
+
+
+Function.runtest = swallowed
+"""
+
+
+@pytest.mark.parametrize("forger", [FORGE, SWALLOW_RUN], ids=["reports", "item-run"])
+def test_the_second_runner_sees_the_calls_a_forger_reported_passed(tmp_path, forger):
+    """The issue's forger rewrites every report, the other makes pytest's run of each
+    item swallow the test's error: the first plugin records passes, the second runner's
+    plugin (pytest's calls observed) the failures; its key file is gone."""
+    (tmp_path / "forger.py").write_text(forger)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text("import forger  # noqa\n")
+    plan = recheck.Plan.draw()
+    log, recorded = run(tmp_path, plan=plan)
     status, _ = results.statuses(recorded)
-    assert status[recorded.canary] == "FAILED"
-    assert f"FAILED {recorded.canary}" in log  # pytest shows it as one of the module's tests
-    assert results.disagreement(recorded, log) is None  # and counts it
-    assert recorded.canary not in results.synthetic_log(status, recorded.canary)
-    # The same token places the same canary; another token, likely another.
-    _, again = run(tmp_path, "tests/test_things.py")
-    assert again.canary == recorded.canary
+    name = "tests/test_things.py::"
+    assert status[name + "test_bad"] == "PASSED" and status[name + "test_param[2]"] == "PASSED", log
+    seen = recheck.parse((tmp_path / plan.folder / "seen.jsonl").read_text(), plan.key)
+    assert seen.loaded and seen.foreign == 0
+    assert seen.raised[name + "test_bad"] and seen.raised[name + "test_param[2]"]
+    assert not seen.raised[name + "test_ok"] and not seen.raised[name + "test_param[1]"]
+    assert seen.raised.get(name + "test_setup_error", True)  # its setup failed: never a pass
+    assert not (tmp_path / plan.folder / "key").exists()
+    # Lines without the key (written by the code under test) are not counted.
+    forged = json.dumps({"event": "call", "nodeid": name + "test_bad", "raised": False,
+                         "key": "0" * 32})
+    again = recheck.parse((tmp_path / plan.folder / "seen.jsonl").read_text() + forged, plan.key)
+    assert again.raised[name + "test_bad"] and again.foreign == 1
 
 
 def test_a_phase_reported_twice_with_different_outcomes_is_a_failure():
@@ -132,7 +173,7 @@ def test_a_phase_reported_twice_with_different_outcomes_is_a_failure():
 
 
 def test_a_summary_line_that_disagrees_with_the_records_is_reported(tmp_path):
-    log, recorded = run(tmp_path, None)
+    log, recorded = run(tmp_path)
     forged = log + "\n============================== 9 passed in 0.01s ===============================\n"
     assert "disagree" in results.disagreement(recorded, forged)
     assert "summary line" in results.disagreement(recorded, "PASSED tests/test_things.py::test_bad\n")
@@ -147,7 +188,7 @@ def test_a_pytest_started_by_the_tests_does_not_load_the_plugin(tmp_path):
         "    assert 'rollserve_results' not in os.environ.get('PYTEST_ADDOPTS', '')\n")
     folder = tmp_path / ".git" / "grader"
     folder.mkdir(parents=True)
-    for name, text in results.files("t", None).items():
+    for name, text in results.files().items():
         (folder / name).write_text(text)
     script = results.shell_setup(str(folder)) + f"{sys.executable} -m pytest -rA -p no:cacheprovider tests\n"
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,

@@ -83,9 +83,15 @@ class SWEOptions(BaseModel):
         "signal, once the tests started: the agent's failure (reward 0, not masked), or "
         "masked (timeout/infra). A run stopped in its set-up, or whose set-up shows an "
         "environment fault, is infra")
-    canary: bool = Field(True, description="pytest runs hold one more test that must fail, "
-                         "in the graded test module, named like its tests: if it is reported "
-                         "passed, outcomes were rewritten and the candidate is unresolved")
+    canary: bool = Field(True, description="canaries: tests that must fail, made from the graded "
+                         "module's own tests (an assertion changed so it cannot hold) and "
+                         "written among them before the tests run; if one is reported passed "
+                         "while its original passed, outcomes were rewritten: unresolved")
+    canary_count: int = Field(3, ge=2, le=10, description="how many canaries per test run")
+    recheck: bool = Field(True, description="a candidate the first run grades resolved has its "
+                          "FAIL_TO_PASS tests run again in a fresh sandbox from pristine test "
+                          "files, each test's call observed (not its report); they must pass "
+                          "there too, else unresolved (pytest tasks with rollserve's own script)")
     protected_files: Literal["drop", "fail"] = Field(
         "drop", description="changes to test infrastructure (conftest.py, pytest/tox/setup.cfg/"
         "pyproject config, tests folders, test runners, start-up hooks, packaging metadata, "

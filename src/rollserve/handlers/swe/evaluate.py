@@ -4,9 +4,10 @@ The script has SWE-bench's shape: reset the files the test patch touches to
 ``base_commit``, apply the test patch, run the tests between swebench's start/end
 markers and record the test command's exit code. Instances from swebench>=5
 datasets bring their own ``eval_script`` (used as it is: the workspace is also
-mounted at ``/testbed``). Where the tests are pytest's, the canary run follows
-(see ``grade``). The script's stdout and stderr are one stream, in order, as in
-SWE-bench's harness.
+mounted at ``/testbed``). Our own script runs in two halves (``script_halves``): the
+set-up (the test patch applied, then its diff file deleted), then the tests, the
+canaries written into the graded file in between (see ``canaries``). The script's
+stdout and stderr are one stream, in order, as in SWE-bench's harness.
 
 A test run that outlives its limit, uses up its CPU budget (all its processes
 together: ``SWEOptions.test_cpu_seconds``), or that a signal kills, is the patch's
@@ -34,6 +35,7 @@ MAX_LOG_BYTES = 8 << 20
 
 # Test commands of well-known repositories whose suites are not plain pytest
 # (for datasets without their own eval_script); everything else runs pytest -rA.
+APPLY_FAILED = ">>>>> Patch Apply Failed"
 KNOWN_COMMANDS = {
     "django/django": "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 {modules}",
     "sympy/sympy": "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose {files}",
@@ -74,21 +76,36 @@ def eval_script(task: SWETask, activate: str | None) -> str:
     """The bash script that applies the test patch and runs the tests (SWE-bench's shape)."""
     if task.eval_script:
         return task.eval_script
-    lines = ["#!/bin/bash", "set -uxo pipefail"]  # (it starts in the workspace: the repository)
-    if activate:
-        lines.append(activate)
-    if task.schema == "r2e-gym":
-        lines += ["rm -rf r2e_tests", "cp -r /r2e_tests r2e_tests",
-                  *_between_markers(task.test_cmd or "bash run_tests.sh")]
+    halves = script_halves(task, activate)
+    if halves is None:  # R2E-Gym
+        lines = _head(activate) + ["rm -rf r2e_tests", "cp -r /r2e_tests r2e_tests",
+                                   *_between_markers(task.test_cmd or "bash run_tests.sh")]
         return "\n".join(lines) + "\n"
+    return halves[0] + "\n".join(_between_markers(suite_command(task))) + "\n"
+
+
+def script_halves(task: SWETask, activate: str | None) -> tuple[str, str] | None:
+    """Our script in two: the set-up (reset the test files, apply the test patch, then
+    delete its diff file: nothing on disk then tells the test patch's tests from tests
+    added after it, the canaries) and the test run; None where the instance brings its
+    own script (or is R2E-Gym's)."""
+    if task.eval_script or task.schema == "r2e-gym":
+        return None
+    lines = _head(activate)
     base = shlex.quote(task.base_commit or "HEAD")
     for path in task.test_files:  # only files that exist at base can be checked out
         quoted = shlex.quote(path)
         lines.append(f"if git cat-file -e {base}:{quoted} 2>/dev/null; then "
                      f"git checkout {base} -- {quoted}; else rm -f {quoted}; fi")
-    lines += [f"git apply --verbose {TEST_PATCH_FILE} || {{ echo '>>>>> Patch Apply Failed'; exit 1; }}",
-              *_between_markers(suite_command(task))]
-    return "\n".join(lines) + "\n"
+    lines += [f"git apply --verbose {TEST_PATCH_FILE} || {{ echo '{APPLY_FAILED}'; exit 1; }}",
+              f"rm -f {TEST_PATCH_FILE}"]
+    tests = _head(activate) + _between_markers(suite_command(task))
+    return "\n".join(lines) + "\n", "\n".join(tests) + "\n"
+
+
+def _head(activate: str | None) -> list[str]:
+    lines = ["#!/bin/bash", "set -uxo pipefail"]  # (it starts in the workspace: the repository)
+    return lines + [activate] if activate else lines
 
 
 def _between_markers(command: str) -> list[str]:
@@ -100,10 +117,12 @@ def _between_markers(command: str) -> list[str]:
 async def run_tests(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
                     env: dict[str, str] | None = None,
                     stopped: Literal["agent", "masked"] = "agent",
-                    cpu_budget: float | None = None) -> str:
+                    cpu_budget: float | None = None, *,
+                    write_test_patch: bool = True) -> str:
     """Run ``script`` in ``sandbox`` (the candidate patch already applied); the log.
-    ``cpu_budget``: CPU seconds for all the run's processes together (sandbox/cpucap.py)."""
-    if task.test_patch:
+    ``cpu_budget``: CPU seconds for all the run's processes together (sandbox/cpucap.py);
+    ``write_test_patch``: put the test patch where the script applies it from."""
+    if task.test_patch and write_test_patch:
         await sandbox.write_file(TEST_PATCH_FILE, task.test_patch)
     result = await sandbox.exec(["bash", "-c", "exec 2>&1\n" + script], timeout=timeout,
                                 env=env, max_output=MAX_LOG_BYTES, cpu_budget=cpu_budget)

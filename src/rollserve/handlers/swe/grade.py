@@ -6,12 +6,14 @@ FAIL_TO_PASS test passes and every PASS_TO_PASS test still does. R2E-Gym tasks
 compare each test's status with the instance's ``expected_output_json``.
 
 Where the tests are pytest's, the outcomes come from our plugin's records, not from
-the log (see ``results``): lines the code under test prints are not read, and the
-canary (a test that must fail, in the graded test module, in the same session) and
+the log (see ``results``): lines the code under test prints are not read, and
 pytest's own summary lines check the records. Elsewhere (Django's and SymPy's runners,
 R2E-Gym) the log is parsed, and the code under test writes to that log too: there a
 ``PASSED <test> - <error>`` line (a hook turned a failure into a pass and left its
-error on the report) counts as a failure, and no more is caught.
+error on the report) counts as a failure. Either way the canaries (see ``canaries``:
+tests the server wrote into the graded file that must fail where the tests they copy
+pass) check the outcomes; R2E-Gym's have none. The second runner (``recheck``) is the
+handler's, after this grade.
 
 Only the log before the tests start (the set-up, which no patch reaches) may show an
 environment fault (swebench's classifier: InfraError, masked); text the tests print
@@ -28,7 +30,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from rollserve.errors import InfraError
-from rollserve.handlers.swe import results
+from rollserve.handlers.swe import canaries, results
+from rollserve.handlers.swe.canaries import Placement
 from rollserve.handlers.swe.instances import SWETask
 from rollserve.handlers.swe.results import Results
 
@@ -101,16 +104,16 @@ def canary_file(task: SWETask) -> str | None:
 
 # --- grading -------------------------------------------------------------------------
 def grade(task: SWETask, log: str, recorded: Results | None = None,
-          canary: bool = False) -> dict[str, Any]:
+          placement: Placement | None = None) -> dict[str, Any]:
     """Resolved or not, and the per-test table (CPU: run in a thread), from the plugin's
     ``recorded`` outcomes where the tests are pytest's, else from the test log.
-    ``canary``: whether the run was to hold a canary."""
+    ``placement``: the canaries the run held (None: canaries off)."""
     if task.expected is not None:
         return _grade_expected(task, log)
     if recorded is not None:
-        return _grade_recorded(task, log, recorded, canary)
+        return _grade_recorded(task, log, recorded, placement)
     sb = swebench()
-    spec = _spec(task)
+    spec = swebench_spec(task)
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as handle:
         handle.write(log)
     try:
@@ -130,10 +133,27 @@ def grade(task: SWETask, log: str, recorded: Results | None = None,
         hit = _PASSED_WITH_ERROR.match(line)
         if hit and hit.group(1) in status_map:  # a pass carrying an error is a failure
             status_map[hit.group(1)] = "FAILED"
-    return _report(task, status_map)
+    outcome = _report(task, status_map)
+    problem = _check_canaries(outcome, placement, status_map)
+    if problem:
+        outcome.update(resolved=False, reason=problem)
+    return outcome
 
 
-def _spec(task: SWETask) -> Any:
+def _check_canaries(outcome: dict[str, Any], placement: Placement | None,
+                    status: dict[str, str]) -> str | None:
+    """The canaries' verdict into ``outcome``; the problem if outcomes were rewritten."""
+    if placement is None:
+        return None
+    if not placement.canaries or placement.path is None:
+        outcome["canary"] = f"not placed ({placement.note or 'no usable test'})"
+        return None
+    outcome["canary"], outcome["canaries"], problem = canaries.judge(
+        placement.canaries, placement.path, status)
+    return problem
+
+
+def swebench_spec(task: SWETask) -> Any:
     return swebench().TestSpec(
         instance_id=task.instance_id, image="", eval_script_list=[], repo=task.repo,
         version=task.version, FAIL_TO_PASS=task.fail_to_pass, PASS_TO_PASS=task.pass_to_pass,
@@ -160,7 +180,8 @@ def _report(task: SWETask, status_map: dict[str, str]) -> dict[str, Any]:
     return graded
 
 
-def _grade_recorded(task: SWETask, log: str, recorded: Results, canary: bool) -> dict[str, Any]:
+def _grade_recorded(task: SWETask, log: str, recorded: Results,
+                    placement: Placement | None) -> dict[str, Any]:
     """The grade from the plugin's records, checked against the log and the canary."""
     status, conflicts = results.statuses(recorded)
     if "Patch Apply Failed" in log:
@@ -174,7 +195,9 @@ def _grade_recorded(task: SWETask, log: str, recorded: Results, canary: bool) ->
         return {"resolved": False, "tests_ran": False, "tests": [], "f2p_passed": 0,
                 "p2p_passed": 0, "reason": "the test run recorded no test outcomes"}
     parser = swebench().parsers[log_parser_name(task)]
-    status_map = parser(results.synthetic_log(status, recorded.canary), _spec(task))
+    leave_out = (canaries.canary_keys(placement.canaries, placement.path, status)
+                 if placement is not None and placement.path else set())
+    status_map = parser(results.synthetic_log(status, leave_out), swebench_spec(task))
     outcome = _report(task, status_map)
     outcome["results_from"] = "plugin"
     problems = []
@@ -185,14 +208,9 @@ def _grade_recorded(task: SWETask, log: str, recorded: Results, canary: bool) ->
     disagreement = results.disagreement(recorded, log)
     if disagreement:
         problems.append(disagreement)
-    if canary:
-        if recorded.canary is None:
-            outcome["canary"] = f"not placed ({recorded.canary_error or 'no record'})"
-        else:
-            outcome["canary"] = status.get(recorded.canary, "MISSING").lower()
-            if outcome["canary"] != "failed":
-                problems.append(f"a test made to fail was reported {outcome['canary']}: the "
-                                "test run's outcomes were rewritten")
+    problem = _check_canaries(outcome, placement, status)
+    if problem:
+        problems.append(problem)
     if problems:
         outcome.update(resolved=False, reason="; ".join(problems))
     return outcome
@@ -215,5 +233,5 @@ def _grade_expected(task: SWETask, log: str) -> dict[str, Any]:
 
 
 async def grade_async(task: SWETask, log: str, recorded: Results | None = None,
-                      canary: bool = False) -> dict[str, Any]:
-    return await asyncio.to_thread(grade, task, log, recorded, canary)
+                      placement: Placement | None = None) -> dict[str, Any]:
+    return await asyncio.to_thread(grade, task, log, recorded, placement)

@@ -10,9 +10,11 @@ command) run in the sandbox behind the recording gateway instead (see ``harness`
 EVAL starts a fresh sandbox from the same environment, applies the candidate patch
 (git apply, then fuzzier) less its changes to test infrastructure (see ``protect``),
 scans what its Python changes add for reaching into test machinery (see ``scan``:
-unresolved without running the tests by default), then the test patch, runs the tests
-and grades the log with swebench (see ``evaluate`` and
-``grade``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
+unresolved without running the tests by default), then the test patch, writes the
+canaries into the graded test file (see ``canaries``), runs the tests and grades them
+with swebench (see ``evaluate`` and ``grade``); a candidate graded resolved has its
+tests run again by a second runner in a fresh sandbox, which must agree (see
+``recheck``): reward 1 if resolved, else 0, with the per-test table. An empty patch is
 unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
 patch that does not apply, or whose tests hang, use up their CPU budget or are killed,
 is the agent's failure (reward 0); a test run that cannot start is not (masked): the
@@ -49,13 +51,21 @@ from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
-from rollserve.handlers.swe import interpreter, protect, scan
+from rollserve.handlers.swe import interpreter, protect, recheck, scan
 from rollserve.handlers.swe import results as recorded_results
-from rollserve.handlers.swe.evaluate import eval_script, run_tests, runner_paths
-from rollserve.handlers.swe.grade import canary_file, grade_async, swebench, uses_plugin
+from rollserve.handlers.swe.canaries import Placement
+from rollserve.handlers.swe.evaluate import (
+    APPLY_FAILED,
+    eval_script,
+    run_tests,
+    runner_paths,
+    script_halves,
+)
+from rollserve.handlers.swe.grade import grade_async, swebench, uses_plugin
 from rollserve.handlers.swe.harness import parse_harness, run_harness
 from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
+from rollserve.handlers.swe.planting import plant
 from rollserve.handlers.swe.prompts import SYSTEM_PROMPT, task_text
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.bwrap_view import View
@@ -326,25 +336,71 @@ class SWEHandler(AgentHandler):
                     if verdict.fails:
                         outcome.update(resolved=False, tests_ran=False, reason=verdict.reason)
                         return outcome
-            script = eval_script(task, self._activate)
+            activate = self._activate
+            own = script_halves(task, activate)  # (None: the instance's own script)
+            halves = own if self.options.canary else None
             plugin = uses_plugin(task)
+            token = secrets.token_hex(6)
+            prefix = ""
             if plugin:  # outcomes from our plugin, in a folder no patch reaches
-                token = secrets.token_hex(6)
-                folder = recorded_results.folder(token)
-                target = canary_file(task) if self.options.canary else None
-                for name, text in recorded_results.files(token, target).items():
-                    await sandbox.write_file(f"{folder}/{name}", text)
-                script = recorded_results.shell_setup(f"{WORKDIR}/{folder}") + script
-            timeout = task.test_timeout or self.options.test_timeout
-            log = await run_tests(sandbox, task, script, timeout, env, self.options.stopped_tests,
-                                  self.options.test_cpu_seconds or timeout * CPU_SHARE)
+                for name, text in recorded_results.files().items():
+                    await sandbox.write_file(f"{recorded_results.folder(token)}/{name}", text)
+                prefix = recorded_results.shell_setup(f"{WORKDIR}/{recorded_results.folder(token)}")
+            timeout, budget = self._test_limits(task)
+            placement: Placement | None = None
+            if halves is None:
+                log = await run_tests(sandbox, task, prefix + eval_script(task, activate),
+                                      timeout, env, self.options.stopped_tests, budget)
+            else:  # the set-up, the canaries written in, then the tests
+                log = await run_tests(sandbox, task, halves[0], timeout, env,
+                                      self.options.stopped_tests, budget)
+                if APPLY_FAILED not in log:
+                    placement = await plant(sandbox, task, self.options.canary_count)
+                    log += await run_tests(sandbox, task, prefix + halves[1], timeout, env,
+                                           self.options.stopped_tests, budget,
+                                           write_test_patch=False)
             recorded = await recorded_results.read(sandbox, token) if plugin else None
         finally:
             await close_sandboxes(rollout)
-        outcome.update(await grade_async(task, log, recorded, self.options.canary))
+        outcome.update(await grade_async(task, log, recorded, placement))
+        if plugin and own is not None and self.options.recheck and outcome["resolved"]:
+            second = await self._recheck(rollout, task, patch, env is not None)
+            outcome["recheck"] = second
+            if not second["agreed"]:
+                outcome.update(resolved=False, reason=second.get("reason"))
         outcome["eval_seconds"] = round(time.perf_counter() - started, 3)
         outcome["log_tail"] = log[-3000:]
         return outcome
+
+    def _test_limits(self, task: SWETask) -> tuple[float, float]:
+        """A test run's wall timeout (the instance's own, if it gives one) and CPU budget."""
+        timeout = task.test_timeout or self.options.test_timeout
+        return timeout, self.options.test_cpu_seconds or timeout * CPU_SHARE
+
+    async def _recheck(self, rollout: RolloutView, task: SWETask, patch: str,
+                       host: bool) -> dict[str, Any]:
+        """The second runner (see ``recheck``): the test files again, in a fresh sandbox
+        from pristine test files, each test's call observed."""
+        sandbox = await self._open(rollout, task)
+        try:
+            if patch.strip() and not (await apply_patch(sandbox, patch)).ok:
+                raise InfraError("the candidate patch applied once but not in the second "
+                                 "runner's sandbox")
+            env = await self._host_env(sandbox) if host else None
+            plan = recheck.Plan.draw()
+            for name, text in plan.files().items():
+                await sandbox.write_file(f"{plan.folder}/{name}", text)
+            activate = None if host else self.options.image_activate
+            timeout, budget = self._test_limits(task)
+            log = await run_tests(sandbox, task, plan.shell_setup() + eval_script(task, activate),
+                                  timeout, env, self.options.stopped_tests, budget)
+            seen = await recheck.read(sandbox, plan)
+        finally:
+            await close_sandboxes(rollout)
+        checked = await asyncio.to_thread(recheck.verdict, task, seen)
+        if not checked["agreed"]:
+            checked["log_tail"] = log[-1500:]
+        return checked
 
     async def cleanup(self, rollout: RolloutView) -> None:
         await close_sandboxes(rollout)

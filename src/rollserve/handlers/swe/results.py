@@ -12,8 +12,8 @@ no patch reaches) and the grade comes from the JSON lines it writes to its own f
   (``longrepr``), is a failure;
 - the counts of the reports must equal the counts of pytest's own summary lines in
   the log (the last one per session), else unresolved (something rewrote one of them);
-- the canary (a test that must fail, in the graded test file's module, in the same
-  session) must be reported failed, else unresolved.
+- the canaries (tests that must fail, written into the graded test file by the server:
+  see ``canaries``) must be reported failed, else unresolved.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -40,11 +41,11 @@ def folder(token: str) -> str:
     return f".git/rollserve-grader-{token}"
 
 
-def files(token: str, canary_file: str | None) -> dict[str, str]:
-    """The plugin's files (name -> text): the module and its configuration."""
+def files() -> dict[str, str]:
+    """The plugin's files (name -> text): the module alone (it has no configuration:
+    nothing the code under test can read tells which tests are the canaries)."""
     source = resources.files("rollserve.handlers.swe").joinpath("results_plugin.py").read_text()
-    config = {"token": token, "canary_file": canary_file}
-    return {f"{MODULE}.py": source, "config.json": json.dumps(config)}
+    return {f"{MODULE}.py": source}
 
 
 def shell_setup(workspace_folder: str) -> str:
@@ -59,8 +60,6 @@ class Results:
 
     reports: list[dict[str, Any]] = field(default_factory=list)
     collected: list[dict[str, Any]] = field(default_factory=list)  # errors and skips
-    canary: str | None = None
-    canary_error: str | None = None
     sessions: int = 0
     unreadable: int = 0
 
@@ -90,10 +89,6 @@ def parse(text: str) -> Results:
             results.reports.append(record)
         elif event == "collect":
             results.collected.append(record)
-        elif event == "canary":
-            results.canary = str(record.get("nodeid"))
-        elif event == "canary_error":
-            results.canary_error = str(record.get("error"))
         elif event == "finish":
             results.sessions += 1
         else:
@@ -194,6 +189,6 @@ def disagreement(results: Results, log: str) -> str | None:
     return None
 
 
-def synthetic_log(status: dict[str, str], leave_out: str | None = None) -> str:
+def synthetic_log(status: dict[str, str], leave_out: Collection[str] = ()) -> str:
     """The ``-rA`` short summary the statuses make, for the instance's swebench parser."""
-    return "".join(f"{s} {nodeid}\n" for nodeid, s in status.items() if nodeid != leave_out)
+    return "".join(f"{s} {nodeid}\n" for nodeid, s in status.items() if nodeid not in leave_out)
