@@ -116,9 +116,12 @@ async def test_the_default_cpu_budget_is_half_the_runs_timeout(handler, new_roll
     monkeypatch.setattr(handler_module, "run_tests", recorded)
     result = await evaluate(handler(), new_rollout, {**toy, "test_timeout": 600}, toy["patch"])
     assert result.reward == 1.0, result.details
+    first, budgets[:] = list(budgets), []
     result = await evaluate(handler(test_timeout=90), new_rollout, toy, toy["patch"])
     assert result.reward == 1.0, result.details
-    assert budgets == [pytest.approx(300), pytest.approx(45)]
+    # every run of an evaluation (set-up, tests, the second runner) has the one budget
+    assert first and all(b == pytest.approx(300) for b in first), first
+    assert budgets and all(b == pytest.approx(45) for b in budgets), budgets
 
 
 async def test_an_instance_timeout_bounds_its_test_run(handler, new_rollout, toy):
