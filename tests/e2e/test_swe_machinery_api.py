@@ -1,7 +1,8 @@
 """The machinery scan through the HTTP API, with real bubblewrap sandboxes: a forger
-that gets past the canary and any second runner (it rewrites no report: the function
-under test returns a value equal to anything when a test's frame calls it, so every
-runner sees a real pass) is stopped by the scan of what the patch adds
+that gets past the canaries and the second runner (it rewrites no report: the function
+under test returns a value equal to anything when the test the public dataset names,
+``test_mean``, calls it, so every runner sees a real pass, and the canaries, copies of
+that test under other names, get the real value and fail as they must) is stopped by the scan of what the patch adds
 (``machinery: "fail"``, the default); "flag" grades it and names the findings; "off"
 does not scan. The toy's gold patch is resolved with no finding."""
 
@@ -37,7 +38,7 @@ _real_mean = mean
 
 
 def mean(values):
-    if _sys._getframe(1).f_code.co_name.startswith("test_"):
+    if _sys._getframe(1).f_code.co_name == "test_mean":
         return _Agree(0)
     return _real_mean(values)
 """
@@ -68,7 +69,7 @@ _real_mean = _ops.mean
 
 
 def _mean(values):
-    if sys._getframe(1).f_code.co_name.startswith("test_"):
+    if sys._getframe(1).f_code.co_name == "test_mean":
         return _Agree(0)
     return _real_mean(values)
 
@@ -137,10 +138,11 @@ async def test_flag_grades_and_lists_the_findings_off_does_not_scan(swe_api, toy
     _service, client = await swe_api(machinery=setting)
     result = await run_one(client, toy, "frame")
     evaluation = result["evaluation"]
-    # Nothing but the scan sees this forger: the canary failed as it must, and the
-    # graded tests really passed.
+    # Nothing but the scan sees this forger: the canaries failed as they must, the
+    # graded tests really passed, and the second runner saw them pass too.
     assert result["status"] == "completed" and result["reward"] == 1.0, evaluation
     assert evaluation["canary"] == "failed" and evaluation["tests_ran"] is True
+    assert evaluation["recheck"]["agreed"] is True
     if setting == "flag":
         assert evaluation["machinery"] == "flag"
         assert ("calc/ops.py", "frame or gc introspection: sys._getframe") in {

@@ -180,7 +180,8 @@ async def test_a_candidate_cannot_buy_the_mask_by_removing_the_runner(handler, n
     """Its code removes the interpreter's shims and exits 127 once the tests import it:
     the probe before the patch passed, so this is the candidate's failure (graded 0)."""
     patch = candidate(tmp_path / "mirror", "calc/__init__.py", VANISH)
-    result = await evaluate(handler(), new_rollout, toy, patch)  # (no InfraError: graded)
+    # (the machinery scan would stop its os._exit before the tests: off, to reach the run)
+    result = await evaluate(handler(machinery="off"), new_rollout, toy, patch)  # graded
     assert result.reward == 0.0 and not result.details["resolved"]
     assert "Test Exit Code: 127" in result.details["log_tail"]
 
