@@ -153,8 +153,8 @@ class _Reader:
             self.header(line, block)
         elif line.startswith("\\") and self.last == "line":
             self.last = "end"  # "\ No newline at end of file"
-        else:
-            block.problems.append(f"a line after a hunk that belongs to no hunk: {line[:200]!r}")
+        elif not any(p.startswith("text after a hunk") for p in block.problems):
+            block.problems.append(f"text after a hunk that belongs to no hunk: {line[:200]!r}")
 
     def counted(self, line: str, block: FileDiff) -> None:
         kind = line[:1]
