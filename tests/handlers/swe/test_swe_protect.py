@@ -10,7 +10,7 @@ import pytest
 
 from rollserve.handlers.swe.evaluate import runner_paths
 from rollserve.handlers.swe.instances import parse_task
-from rollserve.handlers.swe.protect import block_paths, is_protected, shadows, split
+from rollserve.handlers.swe.protect import is_protected, shadows, split
 
 
 @pytest.mark.parametrize("path", [
@@ -93,7 +93,7 @@ def test_text_that_is_not_a_git_diff_is_never_trusted():
     assert split("--- a/conftest.py\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+x\n").protected
     tail = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x\n+y\n"
     assert split("junk before\n" + tail).protected == ["(text before the first diff)"]
-    assert block_paths(tail) == ["calc.py"]
+    assert split(tail).protected == [] and split(tail).kept == tail
 
 
 @pytest.mark.parametrize("path", ["iniconfig.py", "packaging/__init__.py", "pluggy.py",

@@ -9,6 +9,13 @@ the tests, as SWE-bench does.
   files differ") and named in the details. Changes to test files stay in the patch;
   EVAL resets the files the test patch touches before applying it, as SWE-bench's
   eval script does.
+  git runs with no configuration of the agent's: the workspace's ``.git/config`` is
+  replaced by a minimal one first (``TRUSTED_GIT``), global and system files are
+  ignored and the diff's format is pinned on its command line, so ``diff.noprefix``
+  (``x/iniconfig.py``: ``-p1`` would write a root ``iniconfig.py``), mnemonic or custom
+  prefixes, textconv, an external diff, colour, an fsmonitor or a clean filter (code
+  of the agent's run by git) neither change the patch nor run. The patch is still the
+  agent's text: ``protect.split`` reads it strictly.
 Commands run where every sandbox command starts: the workspace, the repository.
 
 - Applied: ``git apply --verbose``, then ``git apply --verbose --reject``, then
@@ -51,18 +58,41 @@ async def snapshot(sandbox: Sandbox, timeout: float = 120.0) -> str:
     return tree
 
 
+# The workspace's git as the environment made it: only what git needs to read the
+# repository (its object format), nothing of the agent's (filters, drivers, hooks,
+# includes, prefixes). Global and system files are not read; safe.directory is given
+# on the command line, where git honours it (an image's repository has another owner).
+TRUSTED_GIT = (
+    'if [ -L .git ] || [ ! -d .git ] || [ -L .git/config ]; then '
+    'echo "the workspace\'s .git is not a plain folder" >&2; exit 3; fi; '
+    'format=$(GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null '
+    'git config --file .git/config --get extensions.objectformat 2>/dev/null); '
+    'case "$format" in sha256) version=1 ;; *) format= version=0 ;; esac; '
+    'rm -f .git/config.worktree && {{ printf "[core]\\n\\trepositoryformatversion = %s\\n'
+    '\\tbare = false\\n" "$version"; '
+    '[ -n "$format" ] && printf "[extensions]\\n\\tobjectformat = %s\\n" "$format"; '
+    'true; }} > .git/config && '
+    'export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 && '
+    'git() {{ command git -c safe.directory="*" -c core.fsmonitor=false '
+    '-c core.hooksPath=/dev/null -c core.attributesFile=/dev/null "$@"; }} && {command}')
+# The diff's format, whatever any configuration says.
+DIFF_OPTIONS = ("--no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ "
+                "--no-relative --no-renames")
+
+
 async def take_patch(sandbox: Sandbox, baseline: str, timeout: float = 120.0) -> Candidate:
     """The workspace's changes against ``baseline`` (a tree or commit)."""
     base = shlex.quote(baseline)
-    stage = await sandbox.exec(f"git add -A && git diff --cached --numstat {base}",
-                               timeout=timeout)
+    stage = await sandbox.exec(TRUSTED_GIT.format(
+        command=f"git add -A && git diff --cached {DIFF_OPTIONS} --numstat {base}"),
+        timeout=timeout)
     if not stage.ok:
         raise InfraError(f"git could not list the workspace's changes: {stage.failure()}")
     binary = [line.split("\t", 2)[2] for line in stage.stdout.splitlines()
               if line.startswith("-\t-\t")]
     excludes = " ".join(shlex.quote(f":(exclude,literal){path}") for path in binary)
     diff = await sandbox.exec(
-        f"git diff --cached --no-color --no-ext-diff {base} -- . {excludes}",
+        TRUSTED_GIT.format(command=f"git diff --cached {DIFF_OPTIONS} {base} -- . {excludes}"),
         timeout=timeout, max_output=MAX_PATCH_BYTES)
     if not diff.ok:
         raise InfraError(f"git diff failed: {diff.failure()}")

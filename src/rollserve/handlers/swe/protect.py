@@ -22,17 +22,20 @@ the test patch, never in the gold patch, and changed packaging metadata only tak
 effect after a reinstall that EVAL does not do. So every file whose path matches
 ``is_protected`` is the candidate's business no more: ``split`` separates those
 files' changes (SWEOptions.protected_files: "drop" grades the rest, "fail" gives 0).
+The patch is read line by line following its hunks' counts (``diffparse``): a file
+header after a hunk, a path without its ``a/``/``b/`` prefix (``diff.noprefix``), a
+binary patch or any line the reader cannot attribute makes its block protected too.
 """
 
 from __future__ import annotations
 
-import codecs
 import importlib.metadata
-import re
 import sys
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
+
+from rollserve.handlers.swe import diffparse
 
 # File names protected in any folder, and glob patterns for file and folder names.
 # (pytest reads pytest.ini, .pytest.ini, pytest.toml, .pytest.toml, pyproject.toml,
@@ -53,8 +56,6 @@ PYTEST_DEPENDENCIES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig
                                  "exceptiongroup", "tomli", "colorama", "pygments", "attr",
                                  "attrs", "setuptools", "pkg_resources", "_distutils_hack"})
 
-_BLOCK = re.compile(r"^diff --git ", re.MULTILINE)
-_MARKERS = ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to ")
 
 
 @lru_cache(maxsize=1)
@@ -87,8 +88,8 @@ def is_protected(path: str, runners: frozenset[str] = frozenset()) -> bool:
     ``runners``: more repository paths the test command runs. Case is ignored (a
     case-insensitive file system would load ``CONFTEST.py`` too)."""
     parts = _parts(path)
-    if not parts:
-        return True  # not a path we understand: never trusted
+    if not parts or ".." in parts or ".git" in parts:
+        return True  # not a path we understand, or git's own files: never trusted
     name = parts[-1]
     if name in NAMES or any(fnmatchcase(name, p) for p in FILE_PATTERNS) or parts[0] in ROOT_NAMES:
         return True
@@ -98,85 +99,29 @@ def is_protected(path: str, runners: frozenset[str] = frozenset()) -> bool:
                for part in parts)
 
 
-def unquote(name: str) -> str:
-    """A path as git writes it in a diff: C-quoted (``"a/t\\303\\251st.py"``) when it has
-    unusual characters; a trailing tab when it has spaces."""
-    name = name.removesuffix("\t")
-    if len(name) >= 2 and name[0] == name[-1] == '"':
-        raw = codecs.escape_decode(name[1:-1].encode("utf-8", "surrogateescape"))[0]
-        return raw.decode("utf-8", "surrogateescape")
-    return name
-
-
-def _header_paths(rest: str) -> list[str]:
-    """Both paths of a ``diff --git A B`` header: quoted ones, or ``a/X b/X``."""
-    quoted = re.findall(r'"(?:[^"\\]|\\.)*"', rest)
-    if quoted:
-        return [unquote(q) for q in quoted]
-    half = (len(rest) - 1) // 2
-    if rest[half] == " " and rest[2:half] == rest[half + 3:]:
-        return [rest[:half], rest[half + 1:]]
-    return []
-
-
-def block_paths(block: str) -> list[str]:
-    """Every path one file's diff names (both sides of a rename), without a/ b/."""
-    lines = block.split("\n")
-    found = _header_paths(lines[0].removeprefix("diff --git "))
-    for line in lines[1:]:
-        if line.startswith("@@"):
-            break  # the hunks: their lines are the file's content, not headers
-        for marker in _MARKERS:
-            if line.startswith(marker):
-                found.append(unquote(line[len(marker):]))
-    paths = []
-    for path in found:
-        if path == "/dev/null":
-            continue
-        paths.append(path[2:] if path[:2] in ("a/", "b/") else path)
-    return list(dict.fromkeys(paths))
-
-
 @dataclass
 class Split:
     kept: str  # the patch without the protected files' changes
     protected: list[str] = field(default_factory=list)  # the protected paths it changed
 
 
-def new_paths(block: str) -> list[str]:
-    """The paths one file's diff creates: a new file, a rename's or a copy's target."""
-    lines = block.split("\n")
-    new = any(line.startswith(("new file mode", "--- /dev/null")) for line in lines[1:8])
-    made = []
-    for line in lines[1:]:
-        if line.startswith("@@"):
-            break
-        if line.startswith(("rename to ", "copy to ")):
-            made.append(unquote(line.split(" to ", 1)[1]))
-        elif new and line.startswith("+++ "):
-            made.append(unquote(line[4:]))
-    if new and not made:  # (an empty new file has no ---/+++ lines: the header's path)
-        made = block_paths(block)[-1:]
-    return [p[2:] if p[:2] in ("a/", "b/") else p for p in made]
-
-
 def split(patch: str, runners: frozenset[str] = frozenset()) -> Split:
     """Separate the changes to protected files from the rest of a ``git diff``
-    (``runners``: more paths the test command runs). A part whose paths cannot be read
-    counts as protected."""
-    starts = [m.start() for m in _BLOCK.finditer(patch)]
-    if not starts:
+    (``runners``: more paths the test command runs). A file's block that the strict
+    reader (``diffparse``) cannot account for line by line counts as protected, named
+    with the reason, and so does text before the first block."""
+    preamble, blocks = diffparse.parse(patch)
+    if not blocks:
         return Split(patch) if not patch.strip() else Split("", ["(not a git diff)"])
     kept: list[str] = []
-    protected = ["(text before the first diff)"] if patch[:starts[0]].strip() else []
-    for begin, end in zip(starts, [*starts[1:], len(patch)]):
-        block = patch[begin:end]
-        paths = block_paths(block)
-        hits = [p for p in paths if is_protected(p, runners)] if paths else \
-            ["(unreadable diff header)"]
-        hits += [p for p in new_paths(block) if shadows(p) and p not in hits]
+    protected = ["(text before the first diff)"] if preamble.strip() else []
+    for block in blocks:
+        hits = [p for p in block.paths if is_protected(p, runners)]
+        hits += [p for p in block.created if shadows(p) and p not in hits]
+        hits += [f"({problem}, in the diff of {', '.join(block.paths) or '?'})"
+                 for problem in block.problems]
         if hits:
             protected += hits
         else:
-            kept.append(block)
+            kept.append(block.text)
     return Split("".join(kept), list(dict.fromkeys(protected)))
