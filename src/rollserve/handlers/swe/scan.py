@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rollserve.handlers.swe import fragments, machinery, protect
+from rollserve.handlers.swe import diffparse, fragments, machinery
 from rollserve.handlers.swe.machinery import Finding
 from rollserve.sandbox.base import Sandbox, resolve_in_workspace
 
@@ -27,7 +26,6 @@ Mode = Literal["fail", "flag", "off"]
 MAX_FILE_BYTES = 16 << 20  # a larger .py file is a finding: not scanned
 MAX_TREE_FILES = 300_000  # a larger repository's files are not compared before/after
 SHOWN = 5  # findings named in the reason
-_BLOCK = re.compile(r"^diff --git ", re.MULTILINE)
 
 
 @dataclass
@@ -68,9 +66,8 @@ def python_files(patch: str) -> list[tuple[str | None, str, str]]:
     """(path before or None, path after, its diff) of each ``.py`` file the patch adds or
     changes (renames and copies: their source before); deleted files are left out."""
     files = []
-    for body in _BLOCK.split(patch)[1:]:
-        block = "diff --git " + body
-        paths = protect.block_paths(block)
+    for parsed in diffparse.parse(patch)[1]:
+        block, paths = parsed.text, parsed.paths
         if not paths:
             continue
         head = block.split("\n@@", 1)[0].split("\n")
@@ -146,8 +143,7 @@ def smuggled(workspace: Path, pending: Pending) -> list[Finding]:
 
 
 def read_before(workspace: Path, patch: str, mode: Mode) -> Pending:
-    named = {path for body in _BLOCK.split(patch)[1:]
-             for path in protect.block_paths("diff --git " + body)}
+    named = {path for block in diffparse.parse(patch)[1] for path in block.paths}
     pending = Pending(mode, python_files(patch), own=_own(workspace), named=frozenset(named),
                       tree=_tree(workspace))
     for before, _after, _block in pending.files:
