@@ -37,6 +37,8 @@ from collections.abc import Awaitable, Callable
 
 import psutil
 
+from rollserve.sandbox.watch import Poller
+
 log = logging.getLogger(__name__)
 
 POLL = 0.5  # seconds between two readings of the tree
@@ -70,7 +72,7 @@ def tree_pids(root: int) -> list[int]:
         return []
 
 
-class CpuWatch:
+class CpuWatch(Poller):
     """Keeps the CPU time of the process tree under ``root`` (a command's host
     process) within ``budget`` seconds; past it, ``on_exceeded(used)`` kills the
     command. ``used`` is the count so far (see the module's doc)."""
@@ -84,22 +86,11 @@ class CpuWatch:
         self.readings = 0
         self.exceeded = False
         self._own: dict[tuple[int, int], float] = {}  # every process seen: its last own time
-        self._task: asyncio.Task[None] | None = None
 
     def notice(self, used: float) -> str:
         return (f"\n[rollserve: this command used {used:.1f} s of CPU time in all its "
                 f"processes together, past its CPU budget of {self.budget:g} s; it was "
                 "killed.]\n")
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     def measure(self) -> float:
         """Read the tree now; the count so far (never less than before)."""
