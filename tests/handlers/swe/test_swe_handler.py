@@ -7,31 +7,13 @@ import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.errors import AgentError, InfraError, TimeoutFailure
-from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.swe import SWEHandler
 from rollserve.handlers.swe.handler import SWECandidate, SWEWork
 from rollserve.handlers.swe.patch import Candidate
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
-from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.swe import toy_repo
 
 pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
                                 reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
-
-
-@pytest.fixture
-def toy(tmp_path):
-    return toy_repo.build(tmp_path / "mirror")
-
-
-@pytest.fixture
-def handler(tokenizer, tmp_path):
-    def make(**options) -> SWEHandler:
-        ctx = HandlerContext(tokenizer=tokenizer, scoring=None,
-                             sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"),
-                             options={"swe": {"mirrors": [str(tmp_path / "mirror")], **options}})
-        return SWEHandler(ctx)
-    return make
 
 
 async def evaluate(handler, new_rollout, instance, patch):

@@ -17,8 +17,7 @@ import sys
 import pytest
 
 from rollserve.errors import AgentError, InfraError, TimeoutFailure
-from rollserve.handlers.base import HandlerContext, InvalidInstance
-from rollserve.handlers.swe import SWEHandler
+from rollserve.handlers.base import InvalidInstance
 from rollserve.handlers.swe import handler as handler_module
 from rollserve.handlers.swe.grade import END, START
 from rollserve.handlers.swe.instances import SWETask
@@ -28,7 +27,6 @@ from rollserve.handlers.swe.interpreter import (
     shebang_words,
     static_problem,
 )
-from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.swe import toy_repo
 from tests.handlers.swe.test_swe_handler import evaluate
 
@@ -57,21 +55,6 @@ os.system("rm -f /tmp/.rollserve-bin/*")
 os._exit(127)
 """
 NO_PYTEST = "/usr/bin/python3"
-
-
-@pytest.fixture
-def toy(tmp_path):
-    return toy_repo.build(tmp_path / "mirror")
-
-
-@pytest.fixture
-def handler(tokenizer, tmp_path):
-    def make(**options) -> SWEHandler:
-        ctx = HandlerContext(tokenizer=tokenizer, scoring=None,
-                             sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"),
-                             options={"swe": {"mirrors": [str(tmp_path / "mirror")], **options}})
-        return SWEHandler(ctx)
-    return make
 
 
 def candidate(toy_dir, path: str, text: str) -> str:
