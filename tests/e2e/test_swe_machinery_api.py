@@ -16,6 +16,7 @@ from rollserve.agent.tool_calls import format_tool_call
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e import test_swe_exploits_api as exploits
+from tests.e2e.swe_fixtures import swe_service
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -74,12 +75,7 @@ def swe_api(tmp_path, llm, make_api):
     """A service whose swe handler has ``options`` (mirrors: the toy repository's), the
     scan at its default unless ``options`` say otherwise."""
 
-    async def make(**options):
-        return await make_api([llm.url], server={"handler_options": {"swe": {
-            "mirrors": [str(tmp_path / "mirrors")], "repo_cache": str(tmp_path / "cache"),
-            **options}}})
-
-    return make
+    return swe_service(make_api, llm.url, tmp_path, "mirrors")
 
 
 @pytest.mark.parametrize("mode", ["frame", "hidden"])

@@ -17,6 +17,7 @@ import pytest
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
+from tests.e2e.swe_fixtures import swe_service
 from tests.e2e.test_code_api import bwraps
 from tests.handlers.swe import toy_repo
 
@@ -51,11 +52,7 @@ async def llm():
 
 @pytest.fixture
 def swe_api(tmp_path, llm, make_api):
-    async def make(**options):
-        return await make_api([llm.url], server={"handler_options": {"swe": {
-            "mirrors": [str(tmp_path / "mirror")], "repo_cache": str(tmp_path / "cache"),
-            **options}}})
-    return make
+    return swe_service(make_api, llm.url, tmp_path, "mirror")
 
 
 @pytest.fixture

@@ -15,24 +15,11 @@ from rollserve.datasets import SWE_MINI
 from rollserve.handlers.swe import machinery
 from rollserve.handlers.swe import scan as machinery_scan
 from tests.handlers.swe import toy_repo
+from tests.handlers.swe.forgers import FORGE
 
 GOLD = Path(__file__).parent / "data" / "gold_patches.json.gz"
 BASE = "def add(a, b):\n    return a + b\n"
 
-# The issue's generic forger: pytest's reports rewritten from the package's __init__.
-FORGE = """
-import sys as _sys
-if "_pytest.reports" in _sys.modules:
-    from _pytest.reports import TestReport as _Report
-    _made = _Report.from_item_and_call
-
-    def _forged(item, call):
-        report = _made(item, call)
-        report.outcome, report.longrepr = "passed", None
-        return report
-
-    _Report.from_item_and_call = staticmethod(_forged)
-"""
 # Agrees with any expected value when a test's frame calls it (no report touched: a
 # canary and a second runner see real passes).
 FRAME = """
