@@ -1,9 +1,27 @@
-"""What the swe API tests share: a service factory whose swe handler's mirrors hold
-the toy repository."""
+"""What the swe API tests share: a scripted policy's replies, and a service factory
+whose swe handler's mirrors hold the toy repository."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
+
+from rollserve.agent.tool_calls import format_tool_call
+
+TAG = re.compile(r"\[policy:([\w.-]+)\]")
+
+
+def scripted(steps_of: Callable[[str], list[str]]) -> Callable[[list[int], str], str]:
+    """A FakeVLLM ``replies``: the prompt's ``[policy:MODE]`` tag picks the steps
+    ``steps_of(MODE)``, one a turn; past them the policy finishes."""
+
+    def policy(prompt_ids: list[int], prompt: str) -> str:
+        steps = steps_of(TAG.search(prompt).group(1))
+        turn = prompt.count("<|im_start|>assistant") - 1
+        return steps[turn] if turn < len(steps) else "Done.\n" + format_tool_call("finish", {})
+
+    return policy
 
 
 def swe_service(make_api, llm_url: str, tmp_path: Path, mirrors: str, **defaults):

@@ -8,15 +8,13 @@ does not scan. The toy's gold patch is resolved with no finding."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e import test_swe_exploits_api as exploits
-from tests.e2e.swe_fixtures import swe_service
+from tests.e2e.swe_fixtures import scripted, swe_service
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -24,7 +22,6 @@ pytestmark = pytest.mark.skipif(
 
 toy = exploits.toy  # the toy instance, its repository in a bundle (a fixture)
 run_one = exploits.run_one
-TAG = re.compile(r"\[policy:([\w.-]+)\]")
 # Agrees with any expected value when a test function calls it, else the buggy mean.
 FRAME = """
 import sys as _sys
@@ -58,10 +55,7 @@ STEPS = {
 }
 
 
-def policy(prompt_ids: list[int], prompt: str) -> str:
-    steps = STEPS[TAG.search(prompt).group(1)]
-    turn = prompt.count("<|im_start|>assistant") - 1
-    return steps[turn] if turn < len(steps) else "Done.\n" + format_tool_call("finish", {})
+policy = scripted(STEPS.__getitem__)
 
 
 @pytest.fixture

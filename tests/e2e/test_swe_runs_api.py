@@ -9,7 +9,6 @@ policy on the toy repository:
 
 from __future__ import annotations
 
-import re
 import subprocess
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
-from tests.e2e.swe_fixtures import swe_service
+from tests.e2e.swe_fixtures import scripted, swe_service
 from tests.e2e.test_code_api import bwraps
 from tests.handlers.swe import toy_repo
 
@@ -25,7 +24,6 @@ pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
     reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
 
-TAG = re.compile(r"\[policy:([\w.-]+)\]")
 SPIN = ("import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef mean(values):\n"
         "    for _ in range(3):\n        if os.fork() == 0:\n            while True:\n"
         "                pass\n    while True:\n        pass\n")
@@ -38,10 +36,7 @@ STEPS = {
 NO_PYTEST = "/usr/bin/python3"
 
 
-def policy(prompt_ids: list[int], prompt: str) -> str:
-    steps = STEPS[TAG.search(prompt).group(1)]
-    turn = prompt.count("<|im_start|>assistant") - 1
-    return steps[turn] if turn < len(steps) else "Done.\n" + format_tool_call("finish", {})
+policy = scripted(STEPS.__getitem__)
 
 
 @pytest.fixture
