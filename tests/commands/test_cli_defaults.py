@@ -74,6 +74,7 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "store": Mirror(ServerConfig, "store_path", Path("/elsewhere/rollserve.db")),
         "api_token": Mirror(ServerConfig, "api_token", "a-token"),
         "public_docs": Mirror(ServerConfig, "public_docs", True),
+        "public_seeds": Mirror(ServerConfig, "public_seeds", True),
         "routing": Mirror(RouterConfig, "policy", "round_robin"),
         "forward_pause": Mirror(RouterConfig, "forward_pause", True),
         "max_pending": Mirror(EngineConfig, "max_pending", 77),

@@ -38,6 +38,8 @@ import re
 import string
 from dataclasses import dataclass
 
+from rollserve.handlers.swe import python_ast
+
 _COMPLEMENT = {ast.Eq: "!=", ast.NotEq: "==", ast.Lt: ">=", ast.GtE: "<", ast.Gt: "<=",
                ast.LtE: ">", ast.In: "not in", ast.NotIn: "in", ast.Is: "is not",
                ast.IsNot: "is"}
@@ -244,7 +246,7 @@ def place(path: str, text: str, f2p: list[str], p2p: list[str], count: int,
     in, made from the FAIL_TO_PASS tests where it has usable ones, else the
     PASS_TO_PASS ones; None where no test in it can make one."""
     try:
-        tree = ast.parse(text)
+        tree = python_ast.parse(text)
     except (SyntaxError, ValueError):
         return None
     lines = text.encode().split(b"\n")
@@ -315,7 +317,7 @@ def _place(text: str, lines: list[bytes], tree: ast.Module,
         out[at - 1:at - 1] = block.split(b"\n")[:-1]
     new_text = b"\n".join(out).decode()
     try:
-        new_tree = ast.parse(new_text)
+        new_tree = python_ast.parse(new_text)
     except SyntaxError:
         return None
     where = {(s, n.name): n.lineno for n, s in _tests(new_tree)}

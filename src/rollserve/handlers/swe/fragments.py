@@ -15,7 +15,7 @@ import textwrap
 import tokenize
 from collections import Counter
 
-from rollserve.handlers.swe import machinery
+from rollserve.handlers.swe import machinery, python_ast
 from rollserve.handlers.swe.literals import telling
 from rollserve.handlers.swe.machinery import Finding
 
@@ -57,7 +57,7 @@ def runs(block: str, sign: str) -> list[tuple[int, list[str]]]:
 
 def _parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        python_ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

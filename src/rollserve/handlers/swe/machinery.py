@@ -27,6 +27,7 @@ import ast
 from collections import Counter
 from dataclasses import dataclass
 
+from rollserve.handlers.swe import python_ast
 from rollserve.handlers.swe.literals import Strings, fold, is_built_name
 
 MACHINERY = frozenset({"pytest", "_pytest", "pluggy", "unittest", "doctest", "nose", "nose2"})
@@ -286,7 +287,7 @@ class _Scanner(ast.NodeVisitor):
     def _literal_code(self, code: str, node: ast.AST) -> None:
         """exec/eval/compile of a literal: its code is scanned too."""
         try:
-            tree = ast.parse(code)
+            tree = python_ast.parse(code)
         except (SyntaxError, ValueError):
             return  # it raises when run: nothing hidden
         inner = _Scanner(self.own)
@@ -310,7 +311,7 @@ def _is_module_expr(node: ast.AST) -> bool:
 def constructs(source: str | bytes, own: frozenset[str] = frozenset()) -> list[tuple[str, int]] | None:
     """Every watched construct in ``source`` as (what, line); None if it does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast.parse(source)
         scanner = _Scanner(own)
         scanner.visit(tree)
         strings = Strings(own)
@@ -323,7 +324,7 @@ def constructs(source: str | bytes, own: frozenset[str] = frozenset()) -> list[t
 def parses(source: str | bytes) -> bool:
     """Whether this interpreter parses ``source``."""
     try:
-        ast.parse(source)
+        python_ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
