@@ -8,12 +8,12 @@ import sqlite3
 
 import httpx
 import pytest
-from starlette.types import Message
 
 from rollserve.api import routes_ui
 from rollserve.api.app import create_app
 from rollserve.contract import ResultSummaryPage, ServiceStatus, TokenTexts
 from rollserve.testing import FakeVLLM
+from tests.api.stuck_client import scope, serve_stuck
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -161,25 +161,7 @@ async def test_a_client_that_stops_reading_the_status_stream_does_not_hold_it(ma
     monkeypatch.setattr(routes_ui, "STATUS_SEND_TIMEOUT", 0.5)
     service, _ = await make_api(token=TOKEN)
     app = create_app(service, manage_lifecycle=False)
-    started = asyncio.Event()
-    never = asyncio.Event()
-
-    async def send(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            started.set()
-            return
-        await never.wait()  # the client reads nothing more
-
-    async def receive() -> Message:
-        await never.wait()  # and never disconnects either
-        return {"type": "http.disconnect"}
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "GET", "scheme": "http", "path": "/v1/status/stream", "raw_path":
-             b"/v1/status/stream", "root_path": "", "query_string": b"interval=0.2",
-             "headers": [(b"host", b"rollserve"), (b"authorization", f"Bearer {TOKEN}".encode())],
-             "client": ("127.0.0.1", 5000), "server": ("rollserve", 80)}
-    served = asyncio.create_task(app(scope, receive, send))
+    served, started = serve_stuck(app, scope("/v1/status/stream", b"interval=0.2", TOKEN))
     try:
         done, _ = await asyncio.wait({served}, timeout=30)
         assert started.is_set()

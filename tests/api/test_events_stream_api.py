@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from starlette.types import Message
-
 from rollserve.api import routes_rollouts
 from rollserve.api.app import create_app
+from tests.api.stuck_client import scope, serve_stuck
 
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
-
-
-def _scope(path: str, query: bytes = b"") -> dict:
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-            "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-            "query_string": query, "headers": [(b"host", b"rollserve")],
-            "client": ("127.0.0.1", 5000), "server": ("rollserve", 80)}
 
 
 async def test_a_client_that_stops_reading_the_events_does_not_hold_the_stream(make_api,
@@ -27,20 +19,7 @@ async def test_a_client_that_stops_reading_the_events_does_not_hold_the_stream(m
     monkeypatch.setattr(routes_rollouts, "EVENTS_SEND_TIMEOUT", 0.5)
     service, client = await make_api()
     app = create_app(service, manage_lifecycle=False)
-    started = asyncio.Event()
-    never = asyncio.Event()
-
-    async def send(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            started.set()
-            return
-        await never.wait()  # the client reads nothing more
-
-    async def receive() -> Message:
-        await never.wait()  # and never disconnects either
-        return {"type": "http.disconnect"}
-
-    served = asyncio.create_task(app(_scope("/v1/events"), receive, send))
+    served, started = serve_stuck(app, scope("/v1/events"))
     try:
         async with asyncio.timeout(30):
             await started.wait()
