@@ -26,17 +26,20 @@ pytestmark = pytest.mark.skipif(
 SITES = [str(p) for p in site_dirs()]
 PROBE = re.compile(r"PROBE (\{.*\})")
 
-# Inside the sandbox, on whatever python the tool runs: what each server folder of
-# packages holds, and the attack: regenerate the task from its public seed.
-EXPLOIT = f"""
-import json, os
-seen = {{}}
+# What each server folder of packages holds, seen from inside (the start of every probe).
+LOOK = f"""seen = {{}}
 for folder in {SITES!r}:
     try:
         seen[folder] = len(os.listdir(folder))
     except OSError as error:
         seen[folder] = type(error).__name__
-try:
+"""
+
+# Inside the sandbox, on whatever python the tool runs: what each server folder of
+# packages holds, and the attack: regenerate the task from its public seed.
+EXPLOIT = f"""
+import json, os
+{LOOK}try:
     import reasoning_gym
     found = reasoning_gym.create_dataset("basic_arithmetic", seed=7780, size=500)[0]["answer"]
 except ImportError as error:
@@ -116,13 +119,7 @@ async def test_the_bash_tool_sees_no_server_packages(make_api):
 
 HARNESS = f"""
 import json, os, sys, urllib.request
-seen = {{}}
-for folder in {SITES!r}:
-    try:
-        seen[folder] = len(os.listdir(folder))
-    except OSError as error:
-        seen[folder] = type(error).__name__
-try:
+{LOOK}try:
     import reasoning_gym
     found = "imported"
 except ImportError as error:
