@@ -7,7 +7,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from rollserve.agent.tool_calls import format_tool_call
+from rollserve.testing import FakeVLLM
 
 TAG = re.compile(r"\[policy:([\w.-]+)\]")
 
@@ -35,3 +38,14 @@ def swe_service(make_api, llm_url: str, tmp_path: Path, mirrors: str, **defaults
             **defaults, **options}}})
 
     return make
+
+
+def llm_fixture(policy: Callable[[list[int], str], str]):
+    """An ``llm`` fixture: the vLLM double answering with ``policy``."""
+
+    @pytest.fixture
+    async def llm():
+        async with FakeVLLM("smollm2", replies=policy, latency=0.0) as server:
+            yield server
+
+    return llm

@@ -12,9 +12,8 @@ import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
-from rollserve.testing import FakeVLLM
 from tests.e2e import test_swe_exploits_api as exploits
-from tests.e2e.swe_fixtures import scripted, swe_service
+from tests.e2e.swe_fixtures import llm_fixture, scripted, swe_service
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -72,10 +71,7 @@ STEPS = {
 policy = scripted(STEPS.__getitem__)
 
 
-@pytest.fixture
-async def llm():
-    async with FakeVLLM("smollm2", replies=policy, latency=0.0) as server:
-        yield server
+llm = llm_fixture(policy)
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import pytest
 
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
-from rollserve.testing import FakeVLLM
-from tests.e2e.swe_fixtures import scripted, swe_service
+from tests.e2e.swe_fixtures import llm_fixture, scripted, swe_service
 from tests.e2e.test_code_api import bwraps
 from tests.handlers.swe import toy_repo
 
@@ -39,10 +38,7 @@ NO_PYTEST = "/usr/bin/python3"
 policy = scripted(STEPS.__getitem__)
 
 
-@pytest.fixture
-async def llm():
-    async with FakeVLLM("smollm2", replies=policy, latency=0.0) as server:
-        yield server
+llm = llm_fixture(policy)
 
 
 @pytest.fixture
