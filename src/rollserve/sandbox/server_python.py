@@ -92,9 +92,3 @@ def closed_to_others(path: Path) -> str | None:
             return (f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
                     "sandboxes of a root server run as a uid of their own")
     return None
-
-
-def executable_version() -> str:
-    """``X.Y`` of the server's interpreter (a same-version python inside may use the
-    sandbox Python's packages)."""
-    return f"{sys.version_info[0]}.{sys.version_info[1]}"
