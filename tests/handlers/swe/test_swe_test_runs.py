@@ -87,7 +87,7 @@ async def test_tests_that_fork_busy_children_are_stopped_by_the_cpu_budget(handl
                        patch)
 
 
-async def test_the_default_cpu_budget_is_half_the_runs_timeout(handler, new_rollout, toy,
+async def test_the_default_cpu_budget_is_the_runs_timeout(handler, new_rollout, toy,
                                                                monkeypatch):
     budgets = []
     real = handler_module.run_tests
@@ -103,8 +103,8 @@ async def test_the_default_cpu_budget_is_half_the_runs_timeout(handler, new_roll
     result = await evaluate(handler(test_timeout=90), new_rollout, toy, toy["patch"])
     assert result.reward == 1.0, result.details
     # every run of an evaluation (set-up, tests, the second runner) has the one budget
-    assert first and all(b == pytest.approx(300) for b in first), first
-    assert budgets and all(b == pytest.approx(45) for b in budgets), budgets
+    assert first and all(b == pytest.approx(600) for b in first), first
+    assert budgets and all(b == pytest.approx(90) for b in budgets), budgets
 
 
 async def test_an_instance_timeout_bounds_its_test_run(handler, new_rollout, toy):

@@ -77,7 +77,7 @@ class SWEOptions(BaseModel):
     test_cpu_seconds: float | None = Field(
         None, gt=0, description="CPU seconds for a whole test run, all its processes "
         "together (a watcher kills it past them: sandbox/cpucap.py); stopped like a run past "
-        "its timeout (stopped_tests). None: half the run's timeout")
+        "its timeout (stopped_tests). None: the run's timeout (a run on one core never spends it first)")
     stopped_tests: Literal["agent", "masked"] = Field(
         "agent", description="a test run past its timeout or CPU budget, or killed by a "
         "signal, once the tests started: the agent's failure (reward 0, not masked), or "

@@ -73,7 +73,10 @@ from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
 
-CPU_SHARE = 0.5  # a test run's CPU budget, without test_cpu_seconds: this x its timeout
+# A test run's CPU budget, without test_cpu_seconds: this x its timeout. At 1, a suite
+# that runs on one core can never spend it before its wall timeout (an honest slow
+# suite is not cut short); one that keeps N cores busy is stopped at 1/N of it.
+CPU_SHARE = 1.0
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIMS = "/tmp/.rollserve-bin"  # host mode: python/pytest for the agent
 
