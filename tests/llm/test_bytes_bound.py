@@ -68,3 +68,30 @@ def test_the_builder_refuses_a_prompt_its_bytes_prove_too_long_without_encoding(
     assert over.value.at_least > 100 and encoded == []
     builder.first([{"role": "user", "content": "short"}])  # may fit: tokenized
     assert len(encoded) == 1
+
+
+def _fast(tokenizer):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+
+
+def test_tokenizers_whose_tokens_can_stand_for_unbounded_text_prove_no_bound():
+    """WordPiece's unknown token stands for a whole word, a Whitespace pre-tokenizer drops
+    every space, Unigram's unknown token a whole run: one token for 10,000 bytes each, so
+    no bytes-per-token bound holds (a prompt that fits would be refused)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from rollserve.llm.tokens.bytes_bound import max_token_bytes
+
+    wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    wordpiece.pre_tokenizer = pre_tokenizers.Whitespace()
+    assert len(wordpiece.encode("a" + " " * 10_000).ids) == 1
+    unigram = Tokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0)], unk_id=0))
+    assert len(unigram.encode("z" * 10_000).ids) == 1
+    bpe = Tokenizer(models.BPE({"a": 0, "b": 1, "ab": 2}, [("a", "b")]))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    for tokenizer in (wordpiece, unigram, bpe):
+        assert max_token_bytes(_fast(tokenizer)) is None
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace()  # keeps every byte: bounded
+    assert max_token_bytes(_fast(bpe)) is not None

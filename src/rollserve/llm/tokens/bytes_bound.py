@@ -72,6 +72,8 @@ def max_token_bytes(hf_tokenizer: Any) -> int | None:
     if backend is None:
         return None
     spec = json.loads(backend.to_str())
+    if not _keeps_every_byte(spec):
+        return None
     factor = normalizer_factor(spec.get("normalizer"))
     if factor is None:
         return None
@@ -83,6 +85,32 @@ def max_token_bytes(hf_tokenizer: Any) -> int | None:
         size = len(entry) if byte_level and entry not in added else len(entry.encode("utf-8"))
         longest = max(longest, size)
     return longest * factor if longest > 0 else None
+
+
+# Pre-tokenizers that split text without dropping any of it.
+_KEEPING = frozenset({"ByteLevel", "Metaspace", "Digits", "Punctuation", "Split",
+                      "UnicodeScripts"})
+
+
+def _keeps_every_byte(spec: dict[str, Any]) -> bool:
+    """Whether every byte of a text ends up in some token no longer than the vocabulary's
+    longest entry: a BPE model (WordPiece's and Unigram's unknown token stands for a whole
+    word or run, ``fuse_unk`` merges unknown characters into one), and pre-tokenizers that
+    drop nothing (``Whitespace``/``BertPreTokenizer`` drop spaces; ``Removed`` splits drop
+    what they match). Anything else proves no bound."""
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE" or model.get("fuse_unk"):
+        return False
+    stack = [spec.get("pre_tokenizer")]
+    while stack:
+        part = stack.pop()
+        if part is None:
+            continue
+        if part.get("type") == "Sequence":
+            stack += part.get("pretokenizers") or []
+        elif part.get("type") not in _KEEPING or part.get("behavior") in ("Removed", "removed"):
+            return False
+    return True
 
 
 def _byte_level(decoder: dict[str, Any] | None) -> bool:
