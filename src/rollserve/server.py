@@ -260,6 +260,9 @@ class Service:
         servers; until then a rollout whose tools need the template's answer is masked)."""
         try:
             await self.tokenizer.ready()  # a local tokenizer: nothing to probe
+            # The gateway's bytes-per-token bound walks the whole vocabulary (0.5 s for
+            # SmolLM2's): computed (and cached) here, off the loop, not in its first call.
+            await asyncio.to_thread(getattr, self.tokenizer, "max_token_bytes", None)
         except RolloutError as exc:  # TokenizerError and LLMError included
             log.warning("tokenizer %s not ready yet (probed again until it answers): %s",
                         self.tokenizer.name, exc)
