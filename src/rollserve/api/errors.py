@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import PydanticSerializationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rollserve.api.log_redact import redact
 from rollserve.contract.validation import field_name
 from rollserve.engine.errors import (
     BatchTooLarge,
@@ -203,7 +204,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
         found = exc.found if isinstance(exc, FieldHTTPError) else None
         if exc.status_code == 500:
-            log.warning("%s %s answered %d: %s", request.method, request.url.path,
+            log.warning("%s %s answered %d: %s", request.method, redact(request.url.path),
                         exc.status_code, exc.detail)
         headers = exc.headers
         if exc.status_code == 405:  # Starlette names one route's methods; the path has more

@@ -19,8 +19,9 @@ themselves).
 
 With ``command``, the harness runs INSIDE the rollout's sandbox (no network): INIT
 starts the sandbox with ``files`` in its workspace; RUN binds the session's unix socket
-into the workspace (``agent.gateway.unix_socket``) and runs ``bash -c <command>``
-under the ``forwarder``, which serves the socket on 127.0.0.1 inside and sets
+in the sandbox's server folder, read-only at ``/.rollserve``
+(``agent.gateway.unix_socket``) and runs ``bash -c <command>`` under the
+``forwarder``, which serves the socket on 127.0.0.1 inside and sets
 ``OPENAI_BASE_URL`` and ``ANTHROPIC_BASE_URL`` (``OPENAI_API_KEY`` and
 ``ANTHROPIC_API_KEY`` are the session's key; ``ROLLSERVE_PYTHON`` names the python
 the forwarder runs on). The episode ends when the command exits
@@ -36,7 +37,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollserve.agent.gateway.session import GatewaySession
-from rollserve.agent.gateway.unix_socket import SOCKET_NAME
 from rollserve.contract.validation import field_name
 from rollserve.handlers.base import (
     AgentHandler,
@@ -48,7 +48,7 @@ from rollserve.handlers.base import (
 from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
 from rollserve.sandbox.base import Sandbox, SandboxSpec
-from rollserve.sandbox.workspace_files import relative_parts, workspace_file_problem
+from rollserve.sandbox.workspace_files import workspace_file_problem
 
 __all__ = ["GatewayHandler", "GatewayInstance"]
 
@@ -100,10 +100,6 @@ class GatewayHandler(AgentHandler):
         if found is not None:
             name, problem = found
             raise InvalidInstance(field_name(("instance", "files", name)), problem)
-        for name in task.files:
-            if SOCKET_NAME in relative_parts(name):
-                raise InvalidInstance(field_name(("instance", "files", name)),
-                                      f"{SOCKET_NAME} is the gateway's socket")
 
     async def init(self, rollout: RolloutView) -> None:
         state = GatewayState(_task(rollout.instance))

@@ -8,7 +8,7 @@
   ``stats.context_refusals``) and its ``ended_by`` becomes the trajectory's.
 - ``run_in_sandbox``: a harness command run INSIDE a sandbox (no network) under the
   ``forwarder`` (``agent/gateway/forwarder.py``), which serves the session's unix
-  socket (bound into the sandbox's workspace) on 127.0.0.1 of the sandbox's own
+  socket (in the sandbox's server folder, mounted read-only at ``/.rollserve``) on 127.0.0.1 of the sandbox's own
   network namespace and sets ``OPENAI_BASE_URL`` and ``ANTHROPIC_BASE_URL``;
   ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY`` are the session's key (the socket
   refuses any other rollout's key) and ``ROLLSERVE_PYTHON`` the python the forwarder

@@ -12,7 +12,8 @@ OpenAI- or Anthropic-compatible API, and every call becomes an exact, token-leve
 - ``anthropic``: Anthropic Messages (system, content blocks, tools) as the session's
   chat request, and a reply as content blocks; ``anthropic_wire``: Anthropic's
   request, answer, stream events and error shape as bytes (shared the same way).
-- ``unix_socket``: one session served on a unix socket in a sandbox's workspace;
+- ``unix_socket``: one session served on a unix socket in a sandbox's server folder
+  (read-only inside, at ``/.rollserve``);
   ``forwarder``: the stdlib script run inside the sandbox that turns 127.0.0.1 there
   into that socket and runs the harness.
 """
