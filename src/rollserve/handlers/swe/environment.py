@@ -89,8 +89,9 @@ class SWEOptions(BaseModel):
                          "while its original passed, outcomes were rewritten: unresolved")
     canary_count: int = Field(3, ge=2, le=10, description="how many canaries per test run")
     recheck: bool = Field(True, description="a candidate the first run grades resolved has its "
-                          "FAIL_TO_PASS tests run again in a fresh sandbox from pristine test "
-                          "files, each test's call observed (not its report); they must pass "
+                          "graded tests (FAIL_TO_PASS and PASS_TO_PASS) run again in a fresh "
+                          "sandbox from pristine test files, each test's call observed (not "
+                          "its report); they must pass "
                           "there too, else unresolved (pytest tasks with rollserve's own script)")
     protected_files: Literal["drop", "fail"] = Field(
         "drop", description="changes to test infrastructure (conftest.py, pytest/tox/setup.cfg/"
