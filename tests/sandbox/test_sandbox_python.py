@@ -80,3 +80,25 @@ def test_site_dirs_are_covered_over_the_bound_interpreter(tmp_path, config):
         assert str(folder) in covered, folder
         if bound:
             assert args.index(str(folder)) > args.index(str(base))
+
+
+async def test_a_python_that_could_not_be_made_is_named_where_none_is_found(tmp_path):
+    """The sandboxes' Python cannot be made (a cache others may write): a sandbox still
+    starts (bash needs no Python), and whatever then looks for a python inside is told
+    why there is none, not only that the host's python3 lacks the module."""
+    from rollserve.handlers.sandboxed import python_with
+    from rollserve.sandbox.base import SandboxError, SandboxSpec
+
+    if BubblewrapRuntime.unavailable_reason() is not None:
+        pytest.skip(f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+    runtime = BubblewrapRuntime(tmp_path / "state", BubblewrapConfig(python_cache=str(cache)))
+    sandbox = await runtime.start(SandboxSpec())
+    try:
+        assert sandbox.python_prefix is None and "closed to others' writes" in sandbox.python_error
+        with pytest.raises(SandboxError, match="could not be made under .*closed to others"):
+            await python_with(sandbox, "IPython")
+    finally:
+        await sandbox.close()

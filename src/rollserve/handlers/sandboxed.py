@@ -133,5 +133,6 @@ async def _probe_pythons(sandbox: Sandbox, candidates: list[tuple[str, dict[str,
             return python, env
         why = (probe.stderr or probe.stdout).strip().splitlines()
         tried.append(f"{python}: {why[-1][:200] if why else f'exit {probe.exit_code}'}")
+    cause = f" ({sandbox.python_error})" if sandbox.python_error else ""
     raise SandboxError(f"no python with {module} runs inside the sandbox (" + "; ".join(tried)
-                       + "); set the interpreter for this image")
+                       + f"); set the interpreter for this image{cause}")

@@ -211,6 +211,9 @@ class Sandbox(abc.ABC):
     # bin/python, its site-packages: never the server's; sandbox_python.py); None
     # where the runtime made none (an image brings its own).
     python_prefix: str | None = None
+    # Why the runtime has no Python of the sandboxes' own, where it should (said in the
+    # error of whatever then finds no python inside).
+    python_error: str | None = None
 
     @abc.abstractmethod
     async def exec(

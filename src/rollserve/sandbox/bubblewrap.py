@@ -209,6 +209,8 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         sandbox = BubblewrapSandbox(self, sandbox_id, spec, folders, entry, cgroup, root, uid)
         if root == "/" and self.config.share_interpreter and self.view.python_prefix is not None:
             sandbox.python_prefix = str(self.view.python_prefix)
+        elif root == "/" and self.config.share_interpreter:
+            sandbox.python_error = self.python.error
         sandbox.start_caps()
         await sandbox.seed()
         return sandbox
