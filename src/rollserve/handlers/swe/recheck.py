@@ -59,7 +59,7 @@ class Plan:
         return {f"{self.module}.py": source, "key": self.key}
 
     def shell_setup(self) -> str:
-        return results.shell_setup(f"{WORKDIR}/{self.folder}").replace(results.MODULE, self.module)
+        return results.shell_setup(f"{WORKDIR}/{self.folder}", self.module)
 
 
 @dataclass

@@ -48,10 +48,11 @@ def files() -> dict[str, str]:
     return {f"{MODULE}.py": source}
 
 
-def shell_setup(workspace_folder: str) -> str:
-    """Shell lines that make every pytest the script starts load the plugin."""
+def shell_setup(workspace_folder: str, module: str = MODULE) -> str:
+    """Shell lines that make every pytest the script starts load the plugin ``module``
+    (ours, or the second runner's) from ``workspace_folder``."""
     return (f'export PYTHONPATH="{workspace_folder}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-            f'export PYTEST_ADDOPTS="-p {MODULE}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"\n')
+            f'export PYTEST_ADDOPTS="-p {module}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"\n')
 
 
 @dataclass
