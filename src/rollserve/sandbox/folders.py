@@ -40,7 +40,9 @@ class SandboxFolders:
         folders = cls(base, base / "workspace", base / "tmp", base / "server")
         folders.workspace.mkdir(mode=0o755)
         folders.server.mkdir(mode=0o755)
-        os.chmod(folders.server, 0o755)  # searchable by the sandbox's uid, writable by none
+        # Searchable by the sandbox's uid, owned by the server's: what keeps a sandbox from
+        # writing it is the read-only mount at /.rollserve (under `local`, nothing does).
+        os.chmod(folders.server, 0o755)
         folders.tmp.mkdir(mode=0o1777)  # like /tmp: the sticky bit, whoever runs in it
         os.chmod(folders.tmp, 0o1777)  # (mkdir's mode is cut by the umask)
         if uid is not None:
