@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from rollserve.agent.tool_calls import ToolFormat
-
-Message = dict[str, Any]  # a chat message: role, content, and maybe name, tool_calls...
+from rollserve.llm.base import Message as Message  # the chat message: the llm layer's type
 
 
 class ToolCallRecord(TypedDict):

@@ -40,6 +40,7 @@ from rollserve.llm.base import (
     Fidelity,
     Generation,
     LLMSession,
+    Message,
     SamplingParams,
     Tokenizer,
 )
@@ -149,7 +150,7 @@ def _tool_schemas(env: AgentEnv) -> list[dict[str, Any]] | None:
     return env.tool_schemas or env.tools
 
 
-def _open_episode(env: AgentEnv, trajectory: Trajectory) -> list[dict]:
+def _open_episode(env: AgentEnv, trajectory: Trajectory) -> list[Message]:
     """The episode's opening messages (also kept on ``trajectory``, with its tools)."""
     trajectory.tools = _tool_schemas(env)
     messages = list(env.initial_messages())
@@ -201,7 +202,7 @@ async def _run_chat_loop(
             break
         generation = Generation([], [], reply.finish_reason, backend=reply.backend)
         turn = trajectory.add_generation(generation, policy_version=_version(reply, llm))
-        assistant: dict = {"role": "assistant", "content": reply.content}
+        assistant: Message = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             assistant["tool_calls"] = reply.tool_calls
         messages.append(assistant)
@@ -273,7 +274,7 @@ def _recorded_calls(tool_calls: list[dict[str, Any]]) -> list[ToolCallRecord]:
     return records
 
 
-def _answer_tool_calls(new: list[dict], tool_calls: list[dict]) -> list[dict]:
+def _answer_tool_calls(new: list[Message], tool_calls: list[dict]) -> list[Message]:
     """Tool results as a chat API wants them: each with the id of the call it answers."""
     ids = iter([c.get("id") for c in tool_calls if c.get("id")])
     out = []

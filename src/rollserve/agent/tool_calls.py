@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rollserve.llm.base import Tokenizer
+from rollserve.llm.base import Message, Tokenizer
 
 # vLLM's hermes parser also accepts a final block the model never closed (cut at
 # max_tokens or a stop word right after the JSON); so do we.
@@ -340,12 +340,12 @@ def present_tools(
     return ToolPresentation(prompt, None, wrap_responses=True)
 
 
-def tool_message(content: str, name: str | None, wrap: bool) -> dict:
+def tool_message(content: str, name: str | None, wrap: bool) -> Message:
     """A tool result as a chat message. ChatML templates render role "tool" as
     ``<|im_start|>tool``; Qwen's wraps it in <tool_response> itself, others get it here."""
     if wrap:
         content = f"<tool_response>\n{content}\n</tool_response>"
-    message = {"role": "tool", "content": content}
+    message: Message = {"role": "tool", "content": content}
     if name:
         message["name"] = name
     return message

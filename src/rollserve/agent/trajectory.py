@@ -15,6 +15,7 @@ records which one it belongs to), and the result lists them in ``sequences``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,10 @@ class TokenSequence:
 
 @dataclass
 class Trajectory:
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    # The chat view (the result's ``messages``): the agent loop's own ``Message`` list,
+    # or the messages a harness sent through the gateway as it sent them (their content
+    # may be a chat API's parts). Read only: the one who set it appends to it.
+    messages: Sequence[Mapping[str, Any]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     input_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)

@@ -4,8 +4,8 @@ question, then a reminder of the format for each reply that gives no answer."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from rollserve.agent.base import AgentEnv, Message, Step
 from rollserve.handlers.base import HandlerDefaults
@@ -55,7 +55,7 @@ class AnswerEnv(AgentEnv, Generic[AnswerT]):
         return Step(messages=[{"role": "user", "content": self.retry_message}])
 
 
-def final_answer(messages: list[Message], extract: Callable[[str], AnswerT | None]) -> AnswerT | None:
+def final_answer(messages: Sequence[Mapping[str, Any]], extract: Callable[[str], AnswerT | None]) -> AnswerT | None:
     """The answer ``extract`` finds in the last assistant message that has one."""
     for message in reversed(messages):
         if message.get("role") == "assistant":

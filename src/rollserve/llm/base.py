@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, Required, TypedDict
 
 # The wire model (rollserve.contract); the llm layer samples with it.
 from rollserve.contract import SamplingParams
@@ -37,7 +37,21 @@ __all__ = ["BackendKind", "ChatReply", "Fidelity", "Generation", "LLMBackend", "
            "LoadsWeights", "Message", "PauseMode", "Pausable", "PromptBuilder", "SamplingParams",
            "Tokenizer", "TokenizerError", "ToolSchema", "WeightsKind"]
 
-Message = dict[str, Any]  # a chat message: role, content, and maybe tool_calls, name...
+
+class Message(TypedDict, total=False):
+    """A chat message as chat templates and chat APIs take it (OpenAI's format): the
+    agent loop, the environments and the gateway build them, the tokenizers render
+    them and message-level backends send them. ``content`` is text; an assistant
+    message of a chat API may carry its ``tool_calls``, and a tool result the ``name``
+    of its tool and the ``tool_call_id`` of the call it answers."""
+
+    role: Required[str]  # system | user | assistant | tool
+    content: Required[str]
+    name: str
+    tool_calls: list[dict[str, Any]]  # OpenAI's shape, as the chat API returned them
+    tool_call_id: str
+
+
 ToolSchema = dict[str, Any]  # a tool as chat templates and APIs take it ({"type": "function", ...})
 PauseMode = Literal["finish", "abort"]
 BackendKind = Literal["tokens", "messages"]  # what a backend takes: token ids, or messages

@@ -109,7 +109,7 @@ class LocalPromptBuilder:
 
     def _probe_delta(self, new: list[Message], ended_with_eos: bool, before: int = 0) -> list[int]:
         """Delta from a stand-in conversation, for templates that rewrite history."""
-        base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
+        base: list[Message] = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
         rendered_base = self._render(base, gen=False)
         suffix = rendered_base[rendered_base.index(_PROBE) + len(_PROBE):]
         eos_text = self.tok.decode([self.tok.eos_token_id])
@@ -204,7 +204,7 @@ class BackendPromptBuilder:
 
     async def _probe_delta(self, new: list[Message], ended_with_eos: bool) -> list[int]:
         """Delta from a stand-in conversation, for templates that rewrite history."""
-        base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
+        base: list[Message] = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
         rendered_base = await self.tok.decode(await self._ids(base, gen=False))
         suffix = rendered_base[rendered_base.index(_PROBE) + len(_PROBE):]
         eos_text = await self.tok.decode([self.tok.eos_token_id])
