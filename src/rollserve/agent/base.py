@@ -16,10 +16,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from rollserve.agent.tool_calls import ToolFormat
 from rollserve.llm.base import Message as Message  # the chat message: the llm layer's type
+
+# Why an episode ended (the trajectory's ``ended_by``): the environment's reason
+# (``Step.reason``: it finished, or a reply called no tool), the last turn, no room
+# left in the context, or the agent's time limit while its tools ran. The result
+# contract keeps ``ended_by`` a plain string, so a client accepts a reason added here.
+EndedBy = Literal["finished", "no_tool_call", "max_turns", "context_exhausted", "time_limit"]
 
 
 class ToolCallRecord(TypedDict):
@@ -36,7 +42,7 @@ class Step:
 
     messages: list[Message] = field(default_factory=list)  # new user/tool messages
     done: bool = False
-    reason: str = "finished"
+    reason: EndedBy = "finished"
     tool_calls: list[ToolCallRecord] = field(default_factory=list)  # the calls read in the reply
 
 

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from rollserve.errors import DeadlineFailure
 
@@ -89,7 +89,7 @@ class EpisodeClock:
                 raise TimeUp() from None
             raise
 
-    def end(self, trajectory: Trajectory) -> str:
+    def end(self, trajectory: Trajectory) -> Literal["time_limit"]:
         """At the limit: ``"time_limit"`` when the agent's tools took the time (the
         episode is scored); else raise ``DeadlineFailure`` (masked)."""
         elapsed = time.perf_counter() - self.started

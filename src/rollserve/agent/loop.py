@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rollserve.agent.base import AgentEnv, Step, ToolCallRecord
+from rollserve.agent.base import AgentEnv, EndedBy, Step, ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp, stop_env
 from rollserve.agent.tool_calls import ToolFormat, format_tool_call
 from rollserve.agent.trajectory import Trajectory
@@ -80,7 +80,7 @@ async def run_agent_loop(
     limit = _context_limit(llm, max_context_tokens)
     if len(trajectory.input_ids) >= limit:
         raise _prompt_too_long(len(trajectory.input_ids), limit, max_context_tokens)
-    ended_by = "max_turns"
+    ended_by: EndedBy = "max_turns"
     for turn_index in range(max_turns):
         limit = _context_limit(llm, max_context_tokens)
         budget = limit - len(trajectory.input_ids)
@@ -158,7 +158,7 @@ def _open_episode(env: AgentEnv, trajectory: Trajectory) -> list[Message]:
     return messages
 
 
-def _episode_end(step: Step, turn_index: int, max_turns: int) -> str | None:
+def _episode_end(step: Step, turn_index: int, max_turns: int) -> EndedBy | None:
     """Why the episode ends after ``step`` (the env's reason, or "max_turns" after the
     last turn), or None when it goes on."""
     if step.done:
@@ -187,7 +187,7 @@ async def _run_chat_loop(
     trajectory.trainable = False
     trajectory.fidelity = Fidelity(append_only=False)
     messages = _open_episode(env, trajectory)
-    ended_by = "max_turns"
+    ended_by: EndedBy = "max_turns"
     for turn_index in range(max_turns):
         if clock.expired():
             ended_by = clock.end(trajectory)
@@ -287,7 +287,7 @@ def _answer_tool_calls(new: list[Message], tool_calls: list[dict]) -> list[Messa
     return out
 
 
-def _context_exhausted(error: Exception, trajectory: Trajectory, opening: str) -> str:
+def _context_exhausted(error: Exception, trajectory: Trajectory, opening: str) -> EndedBy:
     """How an episode ends when its LLM call failed with ``error``: ``context_exhausted``
     (scored) when the backend refused for its context window after the policy sampled a
     turn (the backend's window, not ours, was the limit); ``PromptTooLongError`` (masked)

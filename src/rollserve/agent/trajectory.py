@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollserve import contract
-from rollserve.agent.base import ToolCallRecord
+from rollserve.agent.base import EndedBy, ToolCallRecord
 from rollserve.llm.base import Generation
 from rollserve.llm.tokens.chat import Fidelity
 
@@ -60,7 +60,7 @@ class Trajectory:
     logprobs: list[float] = field(default_factory=list)
     fidelity: Fidelity = field(default_factory=Fidelity)
     trainable: bool = True
-    ended_by: str | None = None  # finished | max_turns | context_exhausted | time_limit | ...
+    ended_by: EndedBy | None = None  # None: the episode never ended (it failed)
     tools: list[dict[str, Any]] | None = None  # the tools the agent was offered (ChatCompletion shape)
     closed: list[TokenSequence] = field(default_factory=list)  # earlier sequences
     _pending_prompt: list[int] = field(default_factory=list)

@@ -142,10 +142,13 @@ class Trajectory(BaseModel):
         description="the distinct policy versions that sampled the turns, ascending")
     trainable: bool = Field(
         description="false on a message-level backend: no token ids, nothing to train on")
+    # A string, not a Literal: a newer server may end episodes for a new reason, and a
+    # client that validates results with an older copy of this model must still read
+    # them. The server's own values are ``rollserve.agent.base.EndedBy``.
     ended_by: str | None = Field(
-        description="finished | no_tool_call | max_turns | context_exhausted | another "
-                    "reason the environment gave; null when the agent loop never ended "
-                    "(a failure)")
+        description="finished | no_tool_call | max_turns | context_exhausted | time_limit "
+                    "(a client accepts a reason it does not know: later versions may add "
+                    "some); null when the agent loop never ended (a failure)")
     tools: list[JSONObject] | None = Field(
         description="the tools the agent was offered (ChatCompletion format)")
 

@@ -39,7 +39,7 @@ from typing import Literal
 
 from jinja2 import TemplateError
 
-from rollserve.agent.base import ToolCallRecord
+from rollserve.agent.base import EndedBy, ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp
 from rollserve.agent.gateway.bounds import MAX_WAITING_CALLS, max_body_bytes
 from rollserve.agent.gateway.messages import (
@@ -137,7 +137,7 @@ class GatewaySession:
         self.calls = 0  # calls answered with a sample
         self.context_refusals = 0
         self.last_text: str | None = None  # the last reply's text (sampled ids, decoded)
-        self.ended_by: str | None = None
+        self.ended_by: EndedBy | None = None
         self.failure: RolloutError | None = None
         self._ended = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -186,7 +186,7 @@ class GatewaySession:
                 raise self._time_up() from None
             raise
 
-    def finish(self, reason: str = "finished") -> None:
+    def finish(self, reason: EndedBy = "finished") -> None:
         """The harness is done (or a limit ended the episode): no more calls."""
         if not self.ended:
             self.ended_by = reason
