@@ -119,8 +119,11 @@ class RolloutView(Protocol):
     def id(self) -> str: ...
 
     @property
-    def instance(self) -> dict[str, Any]:
-        """The task instance, as submitted (validated by the handler at submission)."""
+    def instance(self) -> Mapping[str, Any]:
+        """The task instance, as submitted (validated by the handler at submission):
+        read-only, as the engine stores and replays it. A family with a typed model of
+        its instance reads it through that (swe's ``SWETask``, the gateway's
+        ``GatewayInstance``, stem's ``StemQuestion``)."""
         ...
 
     @property
@@ -183,10 +186,10 @@ class AgentHandler(ABC):
         self.ctx = ctx
 
     @abstractmethod
-    def validate(self, instance: dict[str, Any]) -> None:
+    def validate(self, instance: Mapping[str, Any]) -> None:
         """Raise InvalidInstance naming the field if ``instance`` cannot run."""
 
-    def outside_harness(self, instance: dict[str, Any]) -> str | None:
+    def outside_harness(self, instance: Mapping[str, Any]) -> str | None:
         """The instance's field that, unset, leaves its harness outside the sandbox,
         calling this server's ``/v1/gateway`` routes (a cluster node's gateway sessions
         are not reachable there); None: the rollout can run on any node."""
@@ -208,7 +211,7 @@ class AgentHandler(ABC):
     async def cleanup(self, rollout: RolloutView) -> None:
         """Release everything ``init``/``run`` took; always called, even on cancel."""
 
-    def images(self, instance: dict[str, Any]) -> list[str]:
+    def images(self, instance: Mapping[str, Any]) -> list[str]:
         """The environment images (apptainer / docker references) ``instance`` runs
         in, for ``rollserve images pull``; none by default."""
         return []

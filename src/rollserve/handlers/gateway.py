@@ -31,6 +31,7 @@ command and everything it started is killed then, and the sandbox closes at clea
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -88,10 +89,10 @@ class GatewayHandler(AgentHandler):
     defaults = HandlerDefaults(max_turns=30, max_context_tokens=8192, init_timeout=10.0,
                                run_timeout=600.0, eval_timeout=10.0, total_timeout=900.0)
 
-    def outside_harness(self, instance: dict[str, Any]) -> str | None:
+    def outside_harness(self, instance: Mapping[str, Any]) -> str | None:
         return "instance.command" if _task(instance).command is None else None
 
-    def validate(self, instance: dict[str, Any]) -> None:
+    def validate(self, instance: Mapping[str, Any]) -> None:
         task = _task(instance)
         if task.files and task.command is None:
             raise InvalidInstance("instance.files", "files go into the sandbox of a command; "
@@ -144,7 +145,7 @@ class GatewayHandler(AgentHandler):
         await close_sandboxes(rollout)
 
 
-def _task(instance: dict[str, Any]) -> GatewayInstance:
+def _task(instance: Mapping[str, Any]) -> GatewayInstance:
     try:
         return GatewayInstance.model_validate(instance)
     except ValidationError as exc:

@@ -37,6 +37,7 @@ import keyword
 import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -162,7 +163,7 @@ class CodeHandler(AgentHandler):
             raise ValueError(f"code handler options: {describe(error)} (known: {known})") from None
 
     # --- validation --------------------------------------------------------------
-    def validate(self, instance: dict[str, Any]) -> None:
+    def validate(self, instance: Mapping[str, Any]) -> None:
         if not isinstance(instance, dict):
             raise InvalidInstance("instance", "must be an object")
         problem = instance.get("problem")
@@ -200,7 +201,7 @@ class CodeHandler(AgentHandler):
         else:
             _validate_asserts(instance["asserts"], entry_point)
 
-    def plan(self, instance: dict[str, Any]) -> HiddenTests:
+    def plan(self, instance: Mapping[str, Any]) -> HiddenTests:
         """The hidden tests of a (valid) instance, ready to run."""
         time_limit = float(instance.get("time_limit", DEFAULT_TIME_LIMIT))
         memory_limit_mb = int(instance.get("memory_limit_mb", DEFAULT_MEMORY_MB))
@@ -303,7 +304,7 @@ async def _read_solution(sandbox: Sandbox, path: str) -> tuple[str | None, str |
 
 
 # --- validation helpers ----------------------------------------------------------------
-def _check_number(instance: dict[str, Any], key: str, low: float, high: float,
+def _check_number(instance: Mapping[str, Any], key: str, low: float, high: float,
                   integer: bool = False) -> None:
     if key not in instance:
         return

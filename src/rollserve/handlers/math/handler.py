@@ -29,6 +29,7 @@ finish call) score only if every one of them is right: otherwise 0 with
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,10 +109,10 @@ class MathHandler(AgentHandler):
     kernel = IPythonConfig(timeout=30.0)
     always_python = False  # math_python: every instance gets the python tool
 
-    def uses_python(self, instance: dict[str, Any]) -> bool:
+    def uses_python(self, instance: Mapping[str, Any]) -> bool:
         return self.always_python or "python" in (instance.get("tools") or [])
 
-    def validate(self, instance: dict[str, Any]) -> None:
+    def validate(self, instance: Mapping[str, Any]) -> None:
         if not isinstance(instance, dict):
             raise InvalidInstance("instance", "must be an object")
         if "dataset" in instance and "question" in instance:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def validate_question_form(instance: dict[str, Any]) -> None:
+def validate_question_form(instance: Mapping[str, Any]) -> None:
     question = instance.get("question")
     if question is None:
         raise InvalidInstance("instance.question", "required (or give 'dataset' for reasoning-gym)")
@@ -66,7 +67,7 @@ def validate_question_form(instance: dict[str, Any]) -> None:
         raise InvalidInstance("instance.answer", "must not be empty")
 
 
-def validate_dataset_form(instance: dict[str, Any]) -> None:
+def validate_dataset_form(instance: Mapping[str, Any]) -> None:
     name = instance["dataset"]
     datasets = _reasoning_gym_datasets()
     if not isinstance(name, str):
@@ -119,12 +120,12 @@ def validate_dataset_form(instance: dict[str, Any]) -> None:
         raise InvalidInstance("instance.config", f"rejected by {name!r}: {exc or type(exc).__name__}") from None
 
 
-def _dataset_size(instance: dict[str, Any]) -> int:
+def _dataset_size(instance: Mapping[str, Any]) -> int:
     config = instance.get("config") or {}
     return config.get("size", max(DEFAULT_DATASET_SIZE, instance.get("index", 0) + 1))
 
 
-def gym_entry(instance: dict[str, Any], salt: str | None = None) -> GymEntry:
+def gym_entry(instance: Mapping[str, Any], salt: str | None = None) -> GymEntry:
     """The reasoning-gym entry a (valid) dataset-form instance names; with the store's
     ``salt``, the generator's seed is the public one salted (``handlers.seeds``)."""
     config = {k: v for k, v in (instance.get("config") or {}).items() if k != "size"}

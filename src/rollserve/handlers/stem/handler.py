@@ -25,6 +25,7 @@ Every shape takes ``instructions`` (replaces the answer-format sentence) and
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +76,7 @@ class StemEnv(AnswerEnv[Reading]):
 
 
 # --- instance shapes ----------------------------------------------------------------
-def instance_shape(instance: dict[str, Any]) -> str:
+def instance_shape(instance: Mapping[str, Any]) -> str:
     """``"gpqa"``, ``"mmlu"`` or ``"short"``; InvalidInstance naming what is missing."""
     gpqa = [name for name in GPQA_FIELDS if name in instance]
     if gpqa and "question" in instance:
@@ -89,7 +90,7 @@ def instance_shape(instance: dict[str, Any]) -> str:
     return "short"
 
 
-def _text(instance: dict[str, Any], name: str, field: str | None = None) -> str:
+def _text(instance: Mapping[str, Any], name: str, field: str | None = None) -> str:
     field = field or f"instance.{name}"
     if name not in instance:
         raise InvalidInstance(field, "required")
@@ -99,7 +100,7 @@ def _text(instance: dict[str, Any], name: str, field: str | None = None) -> str:
     return value.strip()
 
 
-def _optional_text(instance: dict[str, Any], name: str, field: str | None = None) -> str | None:
+def _optional_text(instance: Mapping[str, Any], name: str, field: str | None = None) -> str | None:
     return _text(instance, name, field) if instance.get(name) is not None else None
 
 
@@ -107,7 +108,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _mmlu(instance: dict[str, Any]) -> tuple[list[str], int]:
+def _mmlu(instance: Mapping[str, Any]) -> tuple[list[str], int]:
     choices = instance["choices"]
     if not isinstance(choices, list) or not 2 <= len(choices) <= len(LETTERS):
         raise InvalidInstance("instance.choices", f"must be a list of 2 to {len(LETTERS)} strings")
@@ -135,7 +136,7 @@ def gpqa_order(question: str, answers: list[str], seed: int | None = None) -> li
     return sorted(range(len(answers)), key=key)
 
 
-def _gpqa(instance: dict[str, Any]) -> tuple[list[str], int]:
+def _gpqa(instance: Mapping[str, Any]) -> tuple[list[str], int]:
     for name in GPQA_FIELDS:
         _text(instance, name, f'instance["{name}"]')
     seed = instance.get("shuffle_seed")
@@ -146,7 +147,7 @@ def _gpqa(instance: dict[str, Any]) -> tuple[list[str], int]:
     return [answers[i] for i in order], order.index(0)
 
 
-def _short(instance: dict[str, Any]) -> dict[str, Any]:
+def _short(instance: Mapping[str, Any]) -> dict[str, Any]:
     if "answer" not in instance:
         raise InvalidInstance("instance.answer", "required: the gold answer (a string or a number)")
     answer = instance["answer"]
@@ -172,7 +173,7 @@ def _short(instance: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def prepare(instance: dict[str, Any]) -> StemQuestion:
+def prepare(instance: Mapping[str, Any]) -> StemQuestion:
     """Validate ``instance`` and build what an episode needs: the prompt text, the
     answer spec (see ``stem.answers``), and details for the evaluation."""
     if not isinstance(instance, dict):
@@ -217,7 +218,7 @@ class StemHandler(AgentHandler):
     name = "stem"
     defaults = ANSWER_DEFAULTS  # the same shape of episode as math's: answer, maybe a retry
 
-    def validate(self, instance: dict[str, Any]) -> None:
+    def validate(self, instance: Mapping[str, Any]) -> None:
         prepare(instance)
 
     async def init(self, rollout: RolloutView) -> None:

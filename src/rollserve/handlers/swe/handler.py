@@ -29,6 +29,7 @@ import os
 import secrets
 import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,7 @@ class SWEHandler(AgentHandler):
         return hidden, view.readonly_paths()
 
     # --- validation ------------------------------------------------------------------
-    def validate(self, instance: dict[str, Any]) -> None:
+    def validate(self, instance: Mapping[str, Any]) -> None:
         """The instance must parse and, in host mode, its repository must be found
         (a bundle or mirror under a name ``environment.source_names`` gives)."""
         task = self.task(instance)
@@ -156,7 +157,7 @@ class SWEHandler(AgentHandler):
             except InfraError as error:
                 raise InvalidInstance("instance.repo", error.message) from None
 
-    def task(self, instance: dict[str, Any]) -> SWETask:
+    def task(self, instance: Mapping[str, Any]) -> SWETask:
         """The instance as a task this server can run; InvalidInstance naming the field."""
         task = parse_task(instance)
         if not self._images and task.schema == "r2e-gym":
@@ -166,7 +167,7 @@ class SWEHandler(AgentHandler):
             raise InvalidInstance("instance.base_commit", "required without an image runtime")
         return task
 
-    def images(self, instance: dict[str, Any]) -> list[str]:
+    def images(self, instance: Mapping[str, Any]) -> list[str]:
         """The environment image the instance runs in (for ``rollserve images pull``)."""
         return [envs.image_reference(parse_task(instance), self.options, self._runtime_name)]
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -76,7 +77,7 @@ class HarnessSpec(BaseModel):
         return self
 
 
-def parse_harness(instance: dict[str, Any]) -> HarnessSpec | None:
+def parse_harness(instance: Mapping[str, Any]) -> HarnessSpec | None:
     """``instance.harness`` (None without one); InvalidInstance naming the field."""
     raw = instance.get("harness")
     if raw is None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,7 @@ def patch_files(diff: str) -> list[str]:
     return list(seen)
 
 
-def detect_schema(instance: dict[str, Any]) -> str:
+def detect_schema(instance: Mapping[str, Any]) -> str:
     """Which schema ``instance`` is in; InvalidInstance naming what is missing."""
     if not isinstance(instance, dict):
         raise InvalidInstance("instance", "must be an object")
@@ -98,7 +99,7 @@ def detect_schema(instance: dict[str, Any]) -> str:
         "(or set 'schema')")
 
 
-def parse_task(instance: dict[str, Any]) -> SWETask:
+def parse_task(instance: Mapping[str, Any]) -> SWETask:
     """The instance as a ``SWETask``; InvalidInstance naming the first bad field."""
     schema = detect_schema(instance)
     if schema == "r2e-gym":
@@ -116,7 +117,7 @@ def parse_task(instance: dict[str, Any]) -> SWETask:
     return task
 
 
-def _swe_bench(instance: dict[str, Any], schema: str) -> SWETask:
+def _swe_bench(instance: Mapping[str, Any], schema: str) -> SWETask:
     for key in SWE_BENCH_REQUIRED:
         if key not in instance:
             raise InvalidInstance(f"instance.{key}", f"required for a {schema} instance")
@@ -145,7 +146,7 @@ def _swe_bench(instance: dict[str, Any], schema: str) -> SWETask:
         eval_type=eval_type)
 
 
-def _r2e(instance: dict[str, Any]) -> SWETask:
+def _r2e(instance: Mapping[str, Any]) -> SWETask:
     for key in R2E_REQUIRED:
         if key not in instance:
             raise InvalidInstance(f"instance.{key}", "required for an R2E-Gym instance")
@@ -176,14 +177,14 @@ def _r2e(instance: dict[str, Any]) -> SWETask:
                    log_parser="parse_log_pytest")
 
 
-def _string(instance: dict[str, Any], key: str) -> str:
+def _string(instance: Mapping[str, Any], key: str) -> str:
     value = instance.get(key)
     if not isinstance(value, str) or not value.strip():
         raise InvalidInstance(f"instance.{key}", "must be a non-empty string")
     return value
 
 
-def _seconds(instance: dict[str, Any], key: str) -> float:
+def _seconds(instance: Mapping[str, Any], key: str) -> float:
     value = instance[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value <= 0:
@@ -192,7 +193,7 @@ def _seconds(instance: dict[str, Any], key: str) -> float:
     return float(value)
 
 
-def _test_list(instance: dict[str, Any], key: str) -> list[str]:
+def _test_list(instance: Mapping[str, Any], key: str) -> list[str]:
     raw = instance[key]
     if isinstance(raw, str):
         try:
