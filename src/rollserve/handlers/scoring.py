@@ -36,7 +36,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pebble import ProcessExpired, ProcessPool
 
@@ -66,7 +66,32 @@ class ScoringUnavailable(InfraError):
     """The scoring pool cannot run tasks (not started, closed, broken, worker died)."""
 
 
-def _init_worker(server_pid: int) -> None:
+def drop_keepalive(server: object) -> Literal["closed", "none", "unknown"]:
+    """Close this process's copy of the fork server's keep-alive pipe (the write end
+    CPython hands every process the fork server forks; see ``_init_worker``).
+
+    CPython keeps it on a private attribute of its fork server singleton
+    (``multiprocessing.forkserver._forkserver._forkserver_alive_fd``) and no public
+    API reaches it, so it is read here only, guarded. "closed": it was closed (and
+    cleared, so multiprocessing does not close it again); "none": there is none to
+    close (a "spawn" worker); "unknown": ``server`` has no such attribute (another
+    Python's layout), and nothing is changed. Never call it in the server itself:
+    its own copy is what keeps the fork server alive.
+    """
+    if server is None or not hasattr(server, "_forkserver_alive_fd"):
+        return "unknown"
+    keepalive_fd = server._forkserver_alive_fd
+    if not isinstance(keepalive_fd, int):
+        return "none"
+    try:
+        os.close(keepalive_fd)
+    except OSError:
+        pass
+    server._forkserver_alive_fd = None
+    return "closed"
+
+
+def _init_worker(server_pid: int, context: str = "forkserver") -> None:
     """Runs first in every worker: make sure it cannot outlive the server.
 
     A forkserver worker's parent is the fork server, which exits when the last
@@ -78,14 +103,11 @@ def _init_worker(server_pid: int) -> None:
     """
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
-    keepalive_fd = getattr(server, "_forkserver_alive_fd", None)
-    if server is not None and keepalive_fd is not None:  # None under "spawn"
-        try:
-            os.close(keepalive_fd)
-        except OSError:
-            pass
-        server._forkserver_alive_fd = None
+    dropped = drop_keepalive(getattr(forkserver, "_forkserver", None))
+    if context == "forkserver" and dropped != "closed":
+        log.warning("scoring worker: this Python's multiprocessing keeps no fork server "
+                    "keep-alive pipe where CPython 3.11 did; a SIGKILLed server may leave "
+                    "its fork server and workers behind")
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -158,7 +180,7 @@ class ScoringPool:
         pool = ProcessPool(
             max_workers=self.workers,
             initializer=_init_worker,
-            initargs=(os.getpid(),),
+            initargs=(os.getpid(), self.context),
             context=mp_context,
         )
         pool.active  # noqa: B018 - pebble starts its workers lazily; start them now
