@@ -48,9 +48,11 @@ from rollserve.integrations.verl_rows import (
     run_one,
     task_from_row,
     to_verl,
+    verl_servers,
 )
 
 try:
+    import verl
     from omegaconf import DictConfig, ListConfig, OmegaConf
     from verl.experimental.agent_loop.agent_loop import (
         AgentLoopBase,
@@ -96,15 +98,6 @@ class RollserveAgentLoop(AgentLoopBase):
         eos = self.tokenizer.eos_token_id
         self.filler_id = int(eos if eos is not None else self.tokenizer.pad_token_id or 0)
 
-    async def _verl_servers(self) -> list[str]:
-        """The addresses of verl's inference servers, from the load balancer that verl's
-        ``LLMServerClient`` holds (verl 0.9.1: ``_load_balancer``, a Ray actor)."""
-        balancer = getattr(self.server_manager, "_load_balancer", None)
-        if balancer is None:
-            raise ValueError("backends: verl: this verl's server manager has no load balancer "
-                             "to read its servers from; register them in rollserve instead")
-        return [str(address) for address in await balancer.get_all_servers.remote()]
-
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Run the row's task on rollserve; its tokens, mask, logprobs and reward."""
         task = task_from_row(kwargs.get("data_source"), kwargs.get("extra_info"))
@@ -112,8 +105,9 @@ class RollserveAgentLoop(AgentLoopBase):
         sampling = batch_sampling(self.settings, sampling_params)
         async with AsyncClient(self.settings.url) as client:
             if self.settings.backends == "verl":
-                await register_servers(client, await self._verl_servers(),
-                                       str(self.rollout_config.name))
+                servers = await verl_servers(self.server_manager,
+                                             str(getattr(verl, "__version__", "(unknown)")))
+                await register_servers(client, servers, str(self.rollout_config.name))
             attempts = await run_one(client, task, sampling, self.settings)
         out = to_verl(attempts, self.prompt_length, self.response_length, self.filler_id)
         return AgentLoopOutput(

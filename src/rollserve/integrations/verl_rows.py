@@ -37,7 +37,7 @@ from rollserve.contract import AgentLimits, RolloutResult, SamplingParams, TaskR
 from rollserve.integrations.tensors import info, to_sample
 
 __all__ = ["LoopSettings", "VerlOutput", "VerlTaskError", "register_servers", "run_one",
-           "task_from_row", "to_verl", "verl_row"]
+           "task_from_row", "to_verl", "verl_row", "verl_servers"]
 
 TASK_KEY = "rollserve"  # extra_info[TASK_KEY]: the task
 TASK_FIELDS = ("instance", "sampling", "agent", "timeouts", "metadata")
@@ -152,6 +152,27 @@ def fit_limits(task: TaskRequest, settings: LoopSettings, budget: int) -> TaskRe
 
 # verl's rollout engines that rollserve has a backend kind for.
 SERVER_KINDS = {"vllm": "vllm", "sglang": "sglang"}
+
+
+async def verl_servers(server_manager: object, verl_version: str) -> list[str]:
+    """The addresses (``host:port``) of verl's inference servers, from the load balancer
+    that the agent loop's ``server_manager`` (verl's ``LLMServerClient``) holds.
+
+    verl 0.9.1 gives an agent loop no public way to list them: the balancer (a Ray
+    actor whose ``get_all_servers`` is public) sits on the client's private
+    ``_load_balancer``, and the public ``LLMServerManager.get_addresses`` is not
+    reachable from a loop. So it is read here only, guarded: a verl that keeps it
+    elsewhere is a ValueError naming that verl's version, not an AttributeError.
+    """
+    balancer = getattr(server_manager, "_load_balancer", None)
+    listing = getattr(getattr(balancer, "get_all_servers", None), "remote", None)
+    if not callable(listing):
+        raise ValueError(
+            f"backends: verl: verl {verl_version}'s {type(server_manager).__name__} has no "
+            "load balancer to list its servers from (rollserve reads "
+            "LLMServerClient._load_balancer.get_all_servers, as verl 0.9.1 has it); "
+            "register the servers in rollserve and use backends: registered")
+    return [str(address) for address in await listing()]
 
 
 async def register_servers(client: AsyncClient, addresses: Sequence[str], engine: str) -> list[str]:
