@@ -30,6 +30,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
+from rollserve.api.base import service_of
 from rollserve.api.errors import errors, model_response
 from rollserve.contract import MAX_WAIT
 from rollserve.contract.anthropic import MessagesRequest
@@ -52,8 +53,7 @@ router = APIRouter(tags=["gateway"])
 
 
 def _gateways(request: Request) -> Gateways:
-    gateways: Gateways = request.app.state.service.gateways
-    return gateways
+    return service_of(request).gateways
 
 
 def _refused(refusal: GatewayRefusal, body: bytes | None = None) -> Response:
