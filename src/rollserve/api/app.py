@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from rollserve import __version__
 from rollserve.api import log_redact
+from rollserve.api.base import ApiService
 from rollserve.api.errors import SafeJSONResponse, install_error_handlers
 from rollserve.api.guards import (
     DOCS_PATHS,
@@ -30,10 +31,9 @@ from rollserve.api.routes_ui import UI_PATH, UI_PREFIX
 from rollserve.api.routes_ui import pages as ui_pages
 from rollserve.api.routes_ui import router as ui_router
 from rollserve.contract import Health
-from rollserve.server import Service
 
 
-def create_app(service: Service, manage_lifecycle: bool = True,
+def create_app(service: ApiService, manage_lifecycle: bool = True,
                prorl: ProRLConfig | None = None) -> FastAPI:
     """The app; ``prorl`` also serves ProRL Agent's routes (``api.prorl``)."""
     @asynccontextmanager

@@ -110,17 +110,22 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+_UNPARSED = object()  # (a body may be JSON's null: None cannot say "not parsed yet")
+
+
 class StrictJSONRequest(Request):
     """A request whose ``json()`` is ``parse_json``'s, then checked against the route's
     body model in strict mode: the types the schema publishes, no coercion ("1" is
-    not a number, 0 is not false)."""
+    not a number, 0 is not false). The value is parsed once and kept in an attribute
+    of this class's own (Starlette's cache of ``json()`` is private to it)."""
 
     def __init__(self, scope: Scope, receive: Receive, body_type: TypeAdapter[Any] | None):
         super().__init__(scope, receive)
         self._body_type = body_type
+        self._strict_json: Any = _UNPARSED
 
     async def json(self) -> Any:
-        if not hasattr(self, "_json"):
+        if self._strict_json is _UNPARSED:
             raw = await self.body()
             try:
                 if len(raw) > _THREAD_PARSE_BYTES:
@@ -134,8 +139,8 @@ class StrictJSONRequest(Request):
                     self._body_type.validate_python(value, strict=True)
                 except ValidationError as exc:
                     raise FieldHTTPError.invalid(exc) from None
-            self._json = value
-        return self._json
+            self._strict_json = value
+        return self._strict_json
 
 
 class StrictJSONRoute(APIRoute):

@@ -10,14 +10,14 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from rollserve.api.base import ApiService
 from rollserve.contract import BackendState, NodeStatus, RouterStatus
-from rollserve.server import Service
 
 router = APIRouter(tags=["service"])
 
 
 class ServiceCollector:
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: ApiService) -> None:
         self.service = service
 
     def collect(self) -> Iterator[Metric]:
@@ -149,7 +149,7 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def metrics_registry(service: Service) -> CollectorRegistry:
+def metrics_registry(service: ApiService) -> CollectorRegistry:
     """The registry ``/metrics`` reads (``create_app`` makes one per app)."""
     registry = CollectorRegistry()
     registry.register(ServiceCollector(service))

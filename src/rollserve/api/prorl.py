@@ -59,6 +59,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
 
 from rollserve.api.backend_add import add_verified
+from rollserve.api.base import service_of
 from rollserve.api.errors import error_response, errors, model_response
 from rollserve.api.guards import StrictJSONRoute
 from rollserve.api.prorl_result import prorl_result
@@ -141,13 +142,11 @@ def _compat(request: Request) -> ProRLCompat:
 
 
 def _rollouts(request: Request) -> Rollouts:
-    rollouts: Rollouts = request.app.state.service.rollouts
-    return rollouts
+    return service_of(request).rollouts
 
 
 def _router(request: Request) -> Router:
-    llm_router: Router = request.app.state.service.router
-    return llm_router
+    return service_of(request).router
 
 
 def _backends(llm_router: Router) -> list[BackendState]:

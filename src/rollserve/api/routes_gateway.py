@@ -30,11 +30,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
+from rollserve.api.base import service_of
 from rollserve.api.errors import errors, model_response
 from rollserve.contract import MAX_WAIT
 from rollserve.contract.anthropic import MessagesRequest
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.gateway import (
+    BodyTooLarge,
     GatewayRefusal,
     GatewayReply,
     Gateways,
@@ -51,19 +53,20 @@ router = APIRouter(tags=["gateway"])
 
 
 def _gateways(request: Request) -> Gateways:
-    gateways: Gateways = request.app.state.service.gateways
-    return gateways
+    return service_of(request).gateways
 
 
-def _refused(refusal: GatewayRefusal) -> Response:
-    return Response(wire.error_body(refusal), status_code=refusal.status,
-                    media_type="application/json")
+def _refused(refusal: GatewayRefusal, body: bytes | None = None) -> Response:
+    """``refusal`` with the status the wire's one table gives its kind (``wire.ERRORS``,
+    as the sandbox's socket answers it); ``body`` (OpenAI's shape unless given)."""
+    return Response(wire.error_body(refusal) if body is None else body,
+                    status_code=wire.status(refusal), media_type="application/json")
 
 
-def _too_large(limit: int) -> GatewayRefusal:
-    return GatewayRefusal(413, f"the request body is larger than this session's limit of "
-                               f"{limit} bytes (from its context window: a prompt that fits "
-                               "it is smaller)", code="request_too_large")
+def _too_large(limit: int) -> BodyTooLarge:
+    return BodyTooLarge(f"the request body is larger than this session's limit of "
+                        f"{limit} bytes (from its context window: a prompt that fits "
+                        "it is smaller)")
 
 
 async def _body(request: Request, limit: int) -> bytes:
@@ -126,8 +129,7 @@ async def messages(key: str, request: Request) -> Response:
     try:
         parsed, answer = await _admitted(request, key, call)
     except GatewayRefusal as refusal:
-        return Response(anthropic_wire.error_body(refusal), status_code=refusal.status,
-                        media_type="application/json")
+        return _refused(refusal, anthropic_wire.error_body(refusal))
     if parsed.stream:
         return StreamingResponse(iter(list(anthropic_wire.events(answer, parsed.model))),
                                  media_type="text/event-stream",

@@ -17,6 +17,7 @@ import logging
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from rollserve.api.backend_add import add_verified
+from rollserve.api.base import service_of
 from rollserve.api.errors import FieldHTTPError, errors
 from rollserve.api.guards import StrictJSONRoute
 from rollserve.contract import (
@@ -39,7 +40,6 @@ from rollserve.llm.backends.factory import RemoteBackendSpec, backend_from_spec
 from rollserve.llm.base import LoadsWeights
 from rollserve.llm.routing.router import Router
 from rollserve.llm.routing.weights import LowerPolicyVersion, WeightsRefused, WeightUpdate
-from rollserve.server import Service
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,13 @@ router = APIRouter(prefix="/v1/llm", tags=["llm"], route_class=StrictJSONRoute)
 
 
 def _router(request: Request) -> Router:
-    llm_router: Router = request.app.state.service.router
-    return llm_router
+    return service_of(request).router
 
 
 async def _keep_weights(request: Request, done: str) -> None:
-    """Record the weights in force for a restart (``Service.save_weights``); 503 saying
+    """Record the weights in force for a restart (``ApiService.save_weights``); 503 saying
     what was ``done`` if they could not be written."""
-    service: Service = request.app.state.service
+    service = service_of(request)
     try:
         await service.save_weights()
     except OSError as exc:

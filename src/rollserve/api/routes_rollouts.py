@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from sse_starlette.sse import EventSourceResponse
 
+from rollserve.api.base import ApiService, service_of
 from rollserve.api.errors import errors, model_response
 from rollserve.api.guards import StrictJSONRoute
 from rollserve.contract import (
@@ -36,7 +37,6 @@ from rollserve.contract import (
 )
 from rollserve.contract.validation import INT64_MAX
 from rollserve.engine.facade import Rollouts
-from rollserve.server import Service
 
 router = APIRouter(prefix="/v1", tags=["rollouts"], route_class=StrictJSONRoute)
 
@@ -45,13 +45,10 @@ EVENTS_SEND_TIMEOUT = 30.0  # seconds one event may wait on a client that reads 
 WaitParam = Query(0.0, ge=0.0, le=MAX_WAIT, description="long-poll: seconds to wait for completion")
 
 
-def _service(request: Request) -> Service:
-    service: Service = request.app.state.service
-    return service
 
 
 def _rollouts(request: Request) -> Rollouts:
-    return _service(request).rollouts
+    return service_of(request).rollouts
 
 
 SUBMIT_ERRORS = errors(400, 409, 429)
@@ -139,10 +136,10 @@ async def events(
 @router.get("/status", tags=["service"], response_model=ServiceStatus)
 async def status(request: Request) -> ServiceStatus:
     """Queues and busy workers per stage, counts, throughput, backends, sandboxes."""
-    return service_status(_service(request))
+    return service_status(service_of(request))
 
 
-def service_status(service: Service) -> ServiceStatus:
+def service_status(service: ApiService) -> ServiceStatus:
     """What ``GET /v1/status`` answers (the dashboard's stream sends it too)."""
     return ServiceStatus(
         **dict(service.rollouts.status()),

@@ -24,6 +24,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sse_starlette.sse import EventSourceResponse
 
+from rollserve.api.base import service_of
 from rollserve.api.errors import error_response, errors, model_response
 from rollserve.api.routes_rollouts import service_status
 from rollserve.contract import (
@@ -36,7 +37,6 @@ from rollserve.contract.validation import INT64_MAX
 from rollserve.engine.store_summaries import SummaryFilter
 from rollserve.errors import InfraError
 from rollserve.llm.tokens.pieces import token_texts
-from rollserve.server import Service
 
 UI_PATH = "/ui"
 UI_PREFIX = "/ui/"  # public: static files only
@@ -95,11 +95,6 @@ def _file(name: str) -> Response:
     return Response(body, media_type=media, headers=_HEADERS)
 
 
-def _service(request: Request) -> Service:
-    service: Service = request.app.state.service
-    return service
-
-
 STATUS_EVENT_SCHEMA = {"type": "object", "required": ["event", "data"], "properties": {
     "event": {"type": "string", "enum": ["status"]},
     "data": {"type": "string", "description": "a ServiceStatus as JSON"}}}
@@ -116,7 +111,7 @@ async def status_stream(
                                                "(default: never)"),
 ) -> EventSourceResponse:
     """Server-sent events: ``GET /v1/status`` every ``interval`` seconds, the first at once."""
-    service = _service(request)
+    service = service_of(request)
     loop = asyncio.get_running_loop()
     ends = None if duration is None else loop.time() + duration
 
@@ -148,7 +143,7 @@ async def result_summaries(
     """Finished results as table rows, newest first, filtered server-side."""
     where = SummaryFilter(data_source=data_source, status=status, masked=masked,
                           failure_kind=failure_kind)
-    page = await _service(request).rollouts.summaries(where, before, limit)
+    page = await service_of(request).rollouts.summaries(where, before, limit)
     return await model_response(page)
 
 
@@ -158,7 +153,7 @@ async def result_summaries(
 async def rollout_tokens(rollout_id: str, request: Request) -> TokenTexts:
     """The text of each distinct token id in the rollout's sequences (404 until it has
     a result)."""
-    service = _service(request)
+    service = service_of(request)
     view = await service.rollouts.rollout(rollout_id)
     if view.result is None:
         raise HTTPException(404, f"rollout {rollout_id!r} has no result yet")

@@ -3,7 +3,7 @@
 At SIGTERM or SIGINT uvicorn stops accepting connections and waits up to its graceful
 timeout for the open ones to finish; a long-poll (``?wait=``) or an event stream would
 hold it that long and then be cancelled mid-response (an ASGI traceback in the log).
-``Server`` tells the service at the signal (``Service.begin_shutdown``): long-polls
+``Server`` tells the service at the signal (``ApiService.begin_shutdown``): long-polls
 answer what they have and streams end at once, so the shutdown goes on without them.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from uvicorn.main import STARTUP_FAILURE
 
-from rollserve.server import Service
+from rollserve.api.base import ApiService
 
 __all__ = ["Server", "serve"]
 
@@ -26,7 +26,7 @@ __all__ = ["Server", "serve"]
 class Server(uvicorn.Server):
     """uvicorn's server; a shutdown signal also begins the service's shutdown."""
 
-    def __init__(self, config: uvicorn.Config, service: Service) -> None:
+    def __init__(self, config: uvicorn.Config, service: ApiService) -> None:
         super().__init__(config)
         self.service = service
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -44,7 +44,7 @@ class Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: Any, service: Service, **config: Any) -> None:
+def serve(app: Any, service: ApiService, **config: Any) -> None:
     """Run ``app`` until a signal stops it, as ``uvicorn.run(app, **config)`` does."""
     server = Server(uvicorn.Config(app, **config), service)
     try:

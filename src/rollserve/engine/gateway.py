@@ -1,7 +1,8 @@
 """The gateway's operations, as the API calls them (``agent.gateway`` does the work).
 
 A harness's call names its session by key; an unknown key (never made, another
-server's, or of a rollout whose RUN is over) is a ``GatewayRefusal`` with status 401,
+server's, or of a rollout whose RUN is over) is ``UnknownKey`` (a typed refusal:
+the API answers it, ``agent.gateway.wire.ERRORS``),
 found before the call's body is read (``session``); the body is then read under the
 session's admission and size bound (``agent.gateway.bounds``).
 A call's LLM requests are bounded by the session's deadline, as a rollout's own
@@ -13,14 +14,15 @@ from __future__ import annotations
 import asyncio
 
 from rollserve.agent.gateway import anthropic_wire, wire
+from rollserve.agent.gateway.base import BodyTooLarge, GatewayRefusal, UnknownKey
 from rollserve.agent.gateway.registry import Gateway
-from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply, GatewaySession
+from rollserve.agent.gateway.session import GatewayReply, GatewaySession
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.errors import NotFound
 from rollserve.llm.routing.deadline import call_deadline
 
-__all__ = ["GatewayRefusal", "GatewayReply", "GatewaySession", "Gateways", "anthropic_wire",
-           "wire"]
+__all__ = ["BodyTooLarge", "GatewayRefusal", "GatewayReply", "GatewaySession", "Gateways",
+           "UnknownKey", "anthropic_wire", "wire"]
 
 
 class Gateways:
@@ -31,12 +33,11 @@ class Gateways:
         self._closing = closing if closing is not None else asyncio.Event()  # set at shutdown
 
     def session(self, key: str) -> GatewaySession:
-        """The live session ``key`` names; a 401 ``GatewayRefusal`` when none has it."""
+        """The live session ``key`` names; ``UnknownKey`` when none has it."""
         session = self._gateway.get(key)
         if session is None:
-            raise GatewayRefusal(401, "unknown gateway key: no live rollout has it (a key is "
-                                      "valid only while its rollout runs)",
-                                 type_="authentication_error", code="invalid_api_key")
+            raise UnknownKey("unknown gateway key: no live rollout has it (a key is "
+                             "valid only while its rollout runs)")
         return session
 
     async def complete(self, session: GatewaySession, request: ChatCompletionRequest,

@@ -2,7 +2,7 @@
 
 Shared by the server's route (``api.routes_gateway``) and a sandboxed harness's socket
 (``agent.gateway.unix_socket``), as ``wire`` is for OpenAI's. Refusals keep the
-session's status and take Anthropic's error types: 400 ``invalid_request_error`` (the
+status ``wire.ERRORS`` gives their kind and take Anthropic's error types: 400 ``invalid_request_error`` (the
 message starts with the field at fault; a prompt past the context limit is
 ``prompt is too long: ...``, the words Anthropic's clients look for), 401
 ``authentication_error``, 404 ``not_found_error``, 408 ``timeout_error``, 502
@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from pydantic import ValidationError
 
 from rollserve.agent.gateway.anthropic import CALL_IDS, content_blocks, stop_reason, to_chat_request
+from rollserve.agent.gateway.base import BadRequest, ContextLengthExceeded, GatewayRefusal
 from rollserve.agent.gateway.messages import Unsupported
-from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply
+from rollserve.agent.gateway.session import GatewayReply
 from rollserve.agent.gateway.sliced import validate_sliced
+from rollserve.agent.gateway.wire import status
 from rollserve.contract.anthropic import (
     AnthropicError,
     AnthropicErrorBody,
@@ -50,20 +52,20 @@ def _json(value: object) -> bytes:
 def error_body(refusal: GatewayRefusal) -> bytes:
     """``refusal`` in Anthropic's error shape."""
     message = refusal.message
-    if refusal.code == "context_length_exceeded":
+    if isinstance(refusal, ContextLengthExceeded):
         message = f"prompt is too long: {message}"
-    kind = ERROR_TYPES.get(refusal.status, "api_error")
+    kind = ERROR_TYPES.get(status(refusal), "api_error")
     return _json(AnthropicErrorBody(error=AnthropicError(type=kind, message=message))
                  .model_dump(mode="json"))
 
 
-def _refusal(param: str, message: str) -> GatewayRefusal:
-    return GatewayRefusal(400, f"{param}: {message}", param=param)
+def _refusal(param: str, message: str) -> BadRequest:
+    return BadRequest(f"{param}: {message}", param=param)
 
 
 def parse_request(raw: bytes) -> tuple[MessagesRequest, ChatCompletionRequest]:
     """The request in ``raw`` and the chat request the session renders; a
-    ``GatewayRefusal`` (400, the message starting with the field) when it is not JSON
+    ``BadRequest`` (the message starting with the field) when it is not JSON
     rollserve can hold, not a Messages request, or holds what cannot be rendered."""
     try:
         value = parse_json(raw)

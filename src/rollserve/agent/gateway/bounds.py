@@ -10,7 +10,7 @@ its own), so each step is bounded before it is taken:
   bytes on a byte of text (``\\u001f``); ``BODY_SLACK`` covers the fields that are not
   rendered (model, sampling, ids). Never more than ``MAX_BODY`` (8 MiB, which holds a
   200k-token conversation several times over); ``MAX_BODY`` itself where ``N`` is
-  unknown (a backend's tokenizer). A larger body is refused (413) before it is read.
+  unknown (a backend's tokenizer). A larger body is refused (``BodyTooLarge``) before it is read.
 - the prompt: rendered, then refused as past the context window before it is
   tokenized when its bytes prove it (``PromptOverBudget``); only a prompt that may
   fit is tokenized.
@@ -26,7 +26,7 @@ MAX_BODY = 8 * 1024 * 1024
 JSON_BYTES_PER_BYTE = 6
 BODY_SLACK = 256 * 1024
 # A harness makes one call at a time; a policy flooding the gateway from its tools
-# cannot queue requests (and their bodies) without bound: past this, a 429.
+# cannot queue requests (and their bodies) without bound: past this, ``TooManyCalls``.
 MAX_WAITING_CALLS = 4
 
 

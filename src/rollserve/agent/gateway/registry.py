@@ -3,7 +3,7 @@
 A key is a fresh secret (``secrets.token_urlsafe``: 192 bits) made when a rollout's
 RUN opens its session and forgotten when the session closes, so it names exactly one
 live rollout: a key of another rollout, an ended one or a made-up one finds nothing
-here (the harness is answered 401).
+here (the harness is refused: ``UnknownKey``).
 """
 
 from __future__ import annotations

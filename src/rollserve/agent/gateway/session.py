@@ -20,8 +20,8 @@ is never trained on as the policy's.
 The call goes through the rollout's ``LLMSession`` (the router: pause, policy
 versions, sticky backend, deadlines) with the trainer's sampling parameters; the
 harness may only lower ``max_tokens``. What a call is refused is a
-``GatewayRefusal`` (for the harness, an error in its wire's shape: OpenAI's or
-Anthropic's); a backend failure also fails the rollout (``failure``: infra, masked).
+typed ``GatewayRefusal`` (``agent.gateway.base``; for the harness, an error in its
+wire's shape: OpenAI's or Anthropic's); a backend failure also fails the rollout (``failure``: infra, masked).
 The session ends when the harness says so, at ``max_turns``, or at the deadline
 (``agent.clock``: ``time_limit`` when the harness took the time, a masked
 ``DeadlineFailure`` when the backend did).
@@ -41,6 +41,15 @@ from jinja2 import TemplateError
 
 from rollserve.agent.base import EndedBy, ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp
+from rollserve.agent.gateway.base import (
+    BackendFailed,
+    BadRequest,
+    ContextLengthExceeded,
+    GatewayRefusal,
+    SessionEnded,
+    TimeLimit,
+    TooManyCalls,
+)
 from rollserve.agent.gateway.bounds import MAX_WAITING_CALLS, max_body_bytes
 from rollserve.agent.gateway.messages import (
     Normal,
@@ -75,19 +84,6 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 
 class NoCallError(InfraError):
     """The session ended before the harness made a model call: nothing was sampled."""
-
-
-class GatewayRefusal(Exception):
-    """A call the gateway answers with an error: ``status`` and OpenAI's error fields."""
-
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.code = code
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -153,13 +149,13 @@ class GatewaySession:
     @contextlib.contextmanager
     def admitted(self) -> Iterator[None]:
         """One call's admission, taken BEFORE its body is read and held until it is
-        answered: past ``MAX_WAITING_CALLS`` calls at once, a 429 (so a session holds
-        at most that many bodies); a session that has ended, a 404."""
+        answered: past ``MAX_WAITING_CALLS`` calls at once, ``TooManyCalls`` (so a
+        session holds at most that many bodies); a session that has ended,
+        ``SessionEnded``."""
         self._refuse_if_ended()
         if self._waiting >= MAX_WAITING_CALLS:
-            raise GatewayRefusal(429, f"{self._waiting} calls of this session are already "
-                                      "in progress; send one call at a time",
-                                 type_="rate_limit_error", code="too_many_calls")
+            raise TooManyCalls(f"{self._waiting} calls of this session are already "
+                               "in progress; send one call at a time")
         self._waiting += 1
         try:
             yield
@@ -174,7 +170,7 @@ class GatewaySession:
     async def complete(self, request: ChatCompletionRequest, call_ids: str = "call_") -> GatewayReply:
         """Answer one admitted call (``admitted``; one at a time: concurrent calls of a
         session wait their turn); every wait of the call is bounded by the deadline
-        (then a 408). The reply's tool calls get ids starting ``call_ids`` (OpenAI's
+        (then ``TimeLimit``). The reply's tool calls get ids starting ``call_ids`` (OpenAI's
         ``call_``, Anthropic's ``toolu_``)."""
         self._refuse_if_ended()
         try:  # everything a call waits on (its turn, a usable backend, the sample)
@@ -222,9 +218,8 @@ class GatewaySession:
     # --- internals -----------------------------------------------------------------------
     def _refuse_if_ended(self) -> None:
         if self.ended:
-            raise GatewayRefusal(404, f"the session of rollout {self.rollout_id} has ended "
-                                      f"({self.ended_by or 'failed'}); it takes no more calls",
-                                 code="session_ended")
+            raise SessionEnded(f"the session of rollout {self.rollout_id} has ended "
+                               f"({self.ended_by or 'failed'}); it takes no more calls")
 
     def _expire(self) -> None:
         """The deadline came: the episode ends, charged as ``agent.clock`` decides."""
@@ -238,21 +233,19 @@ class GatewaySession:
             self.failure = exc
             self._ended.set()
 
-    def _time_up(self) -> GatewayRefusal:
+    def _time_up(self) -> TimeLimit:
         self._expire()
-        return GatewayRefusal(408, "the rollout's time limit passed", type_="timeout",
-                              code="time_limit")
+        return TimeLimit("the rollout's time limit passed")
 
-    def _fail(self, error: RolloutError) -> GatewayRefusal:
+    def _fail(self, error: RolloutError) -> BackendFailed:
         self.failure = error
         self._ended.set()
-        return GatewayRefusal(502, f"the inference backend failed: {error.message}",
-                              type_="server_error", code="backend_error")
+        return BackendFailed(f"the inference backend failed: {error.message}")
 
-    def _context_refusal(self, message: str) -> GatewayRefusal:
+    def _context_refusal(self, message: str) -> ContextLengthExceeded:
         self.context_refusals += 1
         self._refused_last = True
-        return GatewayRefusal(400, message, code="context_length_exceeded", param="messages")
+        return ContextLengthExceeded(message)
 
     async def _complete(self, request: ChatCompletionRequest, call_ids: str) -> GatewayReply:
         try:
@@ -266,7 +259,7 @@ class GatewaySession:
         try:  # in a thread: a large conversation must not stall the event loop
             template, normal, tools_key = await asyncio.to_thread(_convert, request, shown)
         except Unsupported as exc:
-            raise GatewayRefusal(400, exc.message, param=exc.param) from None
+            raise BadRequest(exc.message, param=exc.param) from None
         limit = self._context_limit()
         try:
             prompt, added, extends, conversation = await self._prompt(
@@ -281,9 +274,9 @@ class GatewaySession:
                 RecursionError) as exc:
             # The chat template refused these messages (roles out of order, a field it
             # cannot render...): the harness's request, not the server, is at fault.
-            raise GatewayRefusal(400, f"the policy's chat template cannot render these "
-                                      f"messages: {type(exc).__name__}: {exc}",
-                                 param="messages") from None
+            raise BadRequest(f"the policy's chat template cannot render these "
+                             f"messages: {type(exc).__name__}: {exc}",
+                             param="messages") from None
         if len(prompt) >= limit:
             raise self._context_refusal(
                 f"This model's maximum context length is {limit} tokens; the messages take "

@@ -28,9 +28,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from rollserve.agent.gateway import anthropic_wire, wire
+from rollserve.agent.gateway.base import BodyTooLarge, GatewayRefusal, UnknownKey, UnknownRoute
 from rollserve.agent.gateway.bounds import MAX_BODY
 from rollserve.agent.gateway.registry import KEY_PREFIX
-from rollserve.agent.gateway.session import GatewayRefusal, GatewaySession
+from rollserve.agent.gateway.session import GatewaySession
 
 __all__ = ["SOCKET_NAME", "SessionSocket"]
 
@@ -83,10 +84,7 @@ class SessionSocket:
         bearer = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         for sent in (bearer, request.headers.get("x-api-key", "").strip()):
             if self.key is not None and sent.startswith(KEY_PREFIX) and sent != self.key:
-                refusal = GatewayRefusal(401, "this gateway key is not this sandbox's session's",
-                                         type_="authentication_error", code="invalid_api_key")
-                return web.Response(body=wire.error_body(refusal), status=401,
-                                    content_type="application/json")
+                return _refused(UnknownKey("this gateway key is not this sandbox's session's"))
         return await handler(request)
 
     async def _body(self, request: web.Request) -> bytes:
@@ -110,8 +108,7 @@ class SessionSocket:
                 parsed = await asyncio.to_thread(wire.parse_request, await self._body(request))
                 answer = await self.session.complete(parsed)
         except GatewayRefusal as refusal:
-            return web.Response(body=wire.error_body(refusal), status=refusal.status,
-                                content_type="application/json")
+            return _refused(refusal)
         if parsed.stream:
             return web.Response(body=b"".join(wire.stream_chunks(answer, parsed)),
                                 content_type="text/event-stream",
@@ -126,8 +123,7 @@ class SessionSocket:
                                                        await self._body(request))
                 answer = await self.session.complete(chat, anthropic_wire.CALL_IDS)
         except GatewayRefusal as refusal:
-            return web.Response(body=anthropic_wire.error_body(refusal), status=refusal.status,
-                                content_type="application/json")
+            return _refused(refusal, anthropic_wire.error_body(refusal))
         if parsed.stream:
             return web.Response(body=b"".join(anthropic_wire.events(answer, parsed.model)),
                                 content_type="text/event-stream",
@@ -136,14 +132,17 @@ class SessionSocket:
         return web.Response(body=body, content_type="application/json")
 
     async def _unknown(self, request: web.Request) -> web.Response:
-        refusal = GatewayRefusal(404, f"no route {request.method} {request.path}: the gateway "
-                                      "answers POST /v1/chat/completions and POST /v1/messages",
-                                 code="unknown_url")
-        return web.Response(body=wire.error_body(refusal), status=404,
-                            content_type="application/json")
+        return _refused(UnknownRoute(f"no route {request.method} {request.path}: the gateway "
+                                     "answers POST /v1/chat/completions and POST /v1/messages"))
 
 
-def _too_large(limit: int) -> GatewayRefusal:
-    return GatewayRefusal(413, f"the request body is larger than this session's limit of "
-                               f"{limit} bytes (from its context window)",
-                          code="request_too_large")
+def _refused(refusal: GatewayRefusal, body: bytes | None = None) -> web.Response:
+    """``refusal`` with the status ``wire.ERRORS`` gives it; ``body`` (OpenAI's shape
+    unless given)."""
+    return web.Response(body=wire.error_body(refusal) if body is None else body,
+                        status=wire.status(refusal), content_type="application/json")
+
+
+def _too_large(limit: int) -> BodyTooLarge:
+    return BodyTooLarge(f"the request body is larger than this session's limit of "
+                        f"{limit} bytes (from its context window)")

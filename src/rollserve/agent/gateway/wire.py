@@ -1,7 +1,10 @@
 """OpenAI's wire for the gateway: a request body in, an answer's bytes out.
 
 Shared by the server's routes (``api.routes_gateway``) and a sandboxed harness's
-socket (``agent.gateway.socket``), so both speak exactly the same protocol.
+socket (``agent.gateway.unix_socket``), so both speak exactly the same protocol. That
+includes how a refusal is answered: ``ERRORS`` is the one table of each kind of
+``GatewayRefusal``'s HTTP status and OpenAI error type, for both servers (the
+session logic raises the kinds and knows no status).
 """
 
 from __future__ import annotations
@@ -13,7 +16,18 @@ from collections.abc import Iterator
 
 from pydantic import ValidationError
 
-from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply
+from rollserve.agent.gateway.base import (
+    BackendFailed,
+    BadRequest,
+    BodyTooLarge,
+    GatewayRefusal,
+    SessionEnded,
+    TimeLimit,
+    TooManyCalls,
+    UnknownKey,
+    UnknownRoute,
+)
+from rollserve.agent.gateway.session import GatewayReply
 from rollserve.agent.gateway.sliced import validate_sliced
 from rollserve.contract.gateway import (
     AssistantMessage,
@@ -31,7 +45,20 @@ from rollserve.contract.gateway import (
 )
 from rollserve.contract.validation import JSONInputError, field_name, parse_json
 
-__all__ = ["completion", "error_body", "parse_request", "stream_chunks"]
+__all__ = ["ERRORS", "completion", "error_body", "parse_request", "status", "stream_chunks"]
+
+# Each kind of refusal as both servers answer it: HTTP status, OpenAI's error type.
+# The most specific class listed wins (``ContextLengthExceeded`` is a ``BadRequest``).
+ERRORS: dict[type[GatewayRefusal], tuple[int, str]] = {
+    BadRequest: (400, "invalid_request_error"),
+    UnknownKey: (401, "authentication_error"),
+    SessionEnded: (404, "invalid_request_error"),
+    UnknownRoute: (404, "invalid_request_error"),
+    TimeLimit: (408, "timeout"),
+    BodyTooLarge: (413, "invalid_request_error"),
+    TooManyCalls: (429, "rate_limit_error"),
+    BackendFailed: (502, "server_error"),
+}
 
 
 def _json(value: object) -> bytes:
@@ -39,26 +66,38 @@ def _json(value: object) -> bytes:
                       separators=(",", ":")).encode("utf-8")
 
 
+def _answer(refusal: GatewayRefusal) -> tuple[int, str]:
+    for kind in type(refusal).__mro__:
+        if kind in ERRORS:
+            return ERRORS[kind]
+    raise TypeError(f"no HTTP answer for {type(refusal).__name__}: add it to wire.ERRORS")
+
+
+def status(refusal: GatewayRefusal) -> int:
+    """The HTTP status ``refusal`` is answered with (``ERRORS``)."""
+    return _answer(refusal)[0]
+
+
 def error_body(refusal: GatewayRefusal) -> bytes:
     """``refusal`` in OpenAI's error shape."""
-    body = GatewayErrorBody(error=GatewayError(message=refusal.message, type=refusal.type,
+    body = GatewayErrorBody(error=GatewayError(message=refusal.message, type=_answer(refusal)[1],
                                                param=refusal.param, code=refusal.code))
     return _json(body.model_dump(mode="json"))
 
 
 def parse_request(raw: bytes) -> ChatCompletionRequest:
-    """The request in ``raw``; a ``GatewayRefusal`` (400, ``param`` naming the field)
-    when it is not JSON rollserve can hold or not a chat request."""
+    """The request in ``raw``; ``BadRequest`` (``param`` naming the field) when it is
+    not JSON rollserve can hold or not a chat request."""
     try:
         value = parse_json(raw)
     except JSONInputError as exc:
-        raise GatewayRefusal(400, exc.message, param=field_name(exc.loc)) from None
+        raise BadRequest(exc.message, param=field_name(exc.loc)) from None
     try:
         return validate_sliced(ChatCompletionRequest, value)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = field_name(first["loc"])
-        raise GatewayRefusal(400, f"{param}: {first['msg']}", param=param) from None
+        raise BadRequest(f"{param}: {first['msg']}", param=param) from None
 
 
 def _usage(answer: GatewayReply) -> Usage:
