@@ -35,7 +35,7 @@ from rollserve.contract import (
 from rollserve.contract.validation import INT64_MAX
 from rollserve.engine.store_summaries import SummaryFilter
 from rollserve.errors import InfraError
-from rollserve.llm.tokens.pieces import token_texts
+from rollserve.llm.tokens import token_texts
 from rollserve.server import Service
 
 UI_PATH = "/ui"

@@ -13,7 +13,7 @@ from rollserve.api.prorl import ProRLConfig
 from rollserve.client.run_dataset import RunOptions
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.engine.requests import MIB, RequestLimits
-from rollserve.llm.routing.router import RouterConfig
+from rollserve.llm.routing import RouterConfig
 from rollserve.quickstart import QuickstartOptions
 from rollserve.server import ServerConfig
 

@@ -118,7 +118,7 @@ async def _embedded(config: ServerConfig, console: Console) -> AsyncIterator[Asy
     from rollserve.api.app import create_app
     from rollserve.client import AsyncClient
     from rollserve.engine.weights_file import WeightsFileError
-    from rollserve.llm.tokens.tokenizer import TokenizerError
+    from rollserve.llm.tokens import TokenizerError
     from rollserve.server import Service
 
     try:

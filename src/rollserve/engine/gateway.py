@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 
-from rollserve.agent.gateway import anthropic_wire, wire
-from rollserve.agent.gateway.registry import Gateway
-from rollserve.agent.gateway.session import GatewayRefusal, GatewayReply, GatewaySession
+from rollserve.agent.gateway import Gateway, GatewayRefusal, GatewayReply, GatewaySession, anthropic_wire, wire
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.errors import NotFound
-from rollserve.llm.routing.deadline import call_deadline
+from rollserve.llm.routing import call_deadline
 
 __all__ = ["GatewayRefusal", "GatewayReply", "GatewaySession", "Gateways", "anthropic_wire",
            "wire"]

@@ -17,3 +17,41 @@ OpenAI- or Anthropic-compatible API, and every call becomes an exact, token-leve
   ``forwarder``: the stdlib script run inside the sandbox that turns 127.0.0.1 there
   into that socket and runs the harness.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rollserve.agent.gateway.registry import Gateway
+    from rollserve.agent.gateway.session import (
+        GatewayLimits,
+        GatewayRefusal,
+        GatewayReply,
+        GatewaySession,
+        NoCallError,
+    )
+    from rollserve.agent.gateway.unix_socket import SOCKET_NAME, SessionSocket
+
+_HOMES: dict[str, str] = {
+    "Gateway": "rollserve.agent.gateway.registry",
+    **dict.fromkeys(("GatewayLimits", "GatewayRefusal", "GatewayReply", "GatewaySession", "NoCallError"),
+                    "rollserve.agent.gateway.session"),
+    **dict.fromkeys(("SOCKET_NAME", "SessionSocket"), "rollserve.agent.gateway.unix_socket"),
+}
+__all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
+    "Gateway", "GatewayLimits", "GatewayRefusal", "GatewayReply", "GatewaySession", "NoCallError",
+    "SOCKET_NAME", "SessionSocket",
+]
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name from its home module the first time it is asked for (so
+    importing one module of this package does not import the others)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = vars(importlib.import_module(home))[name]
+    globals()[name] = value
+    return value
