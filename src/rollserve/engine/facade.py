@@ -35,7 +35,7 @@ from rollserve.engine.errors import NotFound, UnknownDataSource
 from rollserve.engine.groups import Outcome, judge
 from rollserve.engine.pipeline import Engine
 from rollserve.engine.requests import RequestLimits
-from rollserve.engine.store_summaries import COUNT_CAP, SummaryFilter
+from rollserve.engine.store import COUNT_CAP, SummaryFilter
 from rollserve.engine.submit import submit
 from rollserve.handlers import UnknownDataSource as UnknownHandler
 
