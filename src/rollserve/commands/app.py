@@ -200,7 +200,7 @@ def quickstart(
 ) -> None:
     """Start rollserve on the embedded defaults, run bundled easy, math and code tasks, show
     the results per data_source."""
-    from rollserve.quickstart import QuickstartOptions, run_quickstart
+    from rollserve.commands.quickstart import QuickstartOptions, run_quickstart
 
     if easy_tasks + tasks + code_tasks == 0:
         raise typer.BadParameter("nothing to run: give --easy-tasks, --tasks or --code-tasks above 0",

@@ -140,7 +140,7 @@ async def _embedded(config: ServerConfig, console: Console) -> AsyncIterator[Asy
 def _valid_rows(rows: list[DatasetRow], server: _ServerFacts, skip_invalid: bool, console: Console,
                 out: Console) -> list[DatasetRow] | None:
     """The rows to run, or None (after saying why) if invalid rows forbid starting."""
-    from rollserve.engine.dataset_check import DatasetChecker, offline_context
+    from rollserve.commands.dataset_check import DatasetChecker, offline_context
 
     context = offline_context(runtime=server.runtime or SERVER.sandbox_runtime,
                               options=server.handler_options)
