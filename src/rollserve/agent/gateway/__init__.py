@@ -16,6 +16,31 @@ OpenAI- or Anthropic-compatible API, and every call becomes an exact, token-leve
   (read-only inside, at ``/.rollserve``);
   ``forwarder``: the stdlib script run inside the sandbox that turns 127.0.0.1 there
   into that socket and runs the harness.
+
+Where the gateway's pieces live, one in each layer (the routes call the engine's
+``Gateways``, which calls this package; the handlers call this package):
+
+- ``contract/gateway.py`` (and ``contract/anthropic.py``): the models of the wire, the
+  OpenAI (Anthropic) request, response, chunk and error shapes, and ``GatewayInfo``
+  (what a trainer is told of a rollout's key).
+- ``api/routes_gateway.py``: the HTTP routes (``/v1/gateway/<key>/v1/chat/completions``,
+  ``.../v1/messages``, ``.../end``): the key checked before the body is read, the
+  body capped and parsed, the answer or its SSE chunks written, refusals in the
+  wire's error shape.
+- ``engine/gateway.py``: ``Gateways``, the engine's side: a key to its live session,
+  each call's LLM requests bounded by the rollout's deadline.
+- ``agent/gateway/`` (this package): the token logic above, shared by the routes
+  and the in-sandbox socket.
+- ``handlers/gateway.py``: the ``gateway`` task family (a rollout driven by a harness
+  through this session), with ``handlers/harness.py`` (open a rollout's session, run a
+  harness command in its sandbox) that the swe family's ``harness`` option uses too.
+
+The server makes one ``Gateway`` (``registry``) in ``server.py`` and lends it to the
+handlers in ``HandlerContext.gateway`` and to the routes through ``Gateways``. The
+other layers import this package's face (``Gateway``, ``GatewaySession``,
+``GatewayLimits``, ``GatewayRefusal``, ``GatewayReply``, ``NoCallError``,
+``SessionSocket``, ``SOCKET_NAME``: each imported from its module on first use) and
+the ``wire`` and ``anthropic_wire`` modules.
 """
 
 from __future__ import annotations
