@@ -156,6 +156,15 @@ def test_client_and_integrations_need_no_server():
     assert table["contract"] == table["datasets"] == set()
 
 
+def test_contract_and_errors_are_neutral_on_the_server_side():
+    table = parse_table(DOC.read_text())
+    not_server_side = {"client", "integrations", "contract", "errors.py", "datasets", "validation.py",
+                       "cli.py", "__main__.py", "__init__.py"}  # the client side, the neutral, the entry
+    missing = {part: {"contract.*", "errors"} - entries for part, entries in table.items()
+               if part not in not_server_side and not {"contract.*", "errors"} <= entries}
+    assert missing == {}
+
+
 def test_every_public_face_name_resolves():
     """A face re-exports names lazily; each one it lists must still be where it says."""
     for name, path in modules().items():
