@@ -53,7 +53,7 @@ def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value: object = vars(importlib.import_module(home))[name]
+    value: object = getattr(importlib.import_module(home), name)  # a home may be a face itself
     globals()[name] = value
     return value
 
