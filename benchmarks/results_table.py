@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import median, report
-from rollserve.engine.store import SQLiteStore
-from rollserve.engine.store_summaries import SummaryFilter
+from rollserve.engine.store import SQLiteStore, SummaryFilter
 
 SOURCES = [("math", 0.6), ("code", 0.25), ("stem", 0.149), ("swe", 0.001)]
 OUTCOMES = [("completed", None, 0.8), ("failed", "infra", 0.08), ("timed_out", "timeout", 0.07),

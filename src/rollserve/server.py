@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from rollserve.agent.gateway.registry import Gateway
+from rollserve.agent.gateway import Gateway
 from rollserve.cluster.protocol import RayConfig, WorkerSettings
 from rollserve.engine import weights_file
 from rollserve.engine.executor import StageExecutor
@@ -21,15 +21,11 @@ from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.requests import RequestLimits
 from rollserve.engine.store import SQLiteStore
 from rollserve.errors import RolloutError
+from rollserve.handlers import HandlerRegistry, ScoringPool, UnknownDataSource
 from rollserve.handlers.base import HandlerContext
-from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
-from rollserve.handlers.scoring import ScoringPool
-from rollserve.llm.backends.factory import backend_from_spec
-from rollserve.llm.routing.router import Router, RouterConfig
-from rollserve.llm.tokens.tokenizer import (
-    DEFAULT_TOKENIZER,
-    load_tokenizer,
-)
+from rollserve.llm.backends import backend_from_spec
+from rollserve.llm.routing import Router, RouterConfig
+from rollserve.llm.tokens import DEFAULT_TOKENIZER, load_tokenizer
 from rollserve.sandbox.base import SandboxError
 from rollserve.sandbox.reaper import reap
 from rollserve.sandbox.registry import RUNTIMES, LazyRuntime

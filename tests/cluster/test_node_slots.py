@@ -18,7 +18,7 @@ from rollserve.cluster import calls  # noqa: E402
 from rollserve.cluster import executor as executor_module  # noqa: E402
 from rollserve.cluster.executor import RayExecutor  # noqa: E402
 from rollserve.cluster.protocol import StageCall, StageOutcome  # noqa: E402
-from rollserve.engine.dataset_check import offline_context  # noqa: E402
+from rollserve.commands.dataset_check import offline_context  # noqa: E402
 from rollserve.engine.pipeline import Engine, EngineConfig  # noqa: E402
 from rollserve.engine.pools import StagePool  # noqa: E402
 from rollserve.engine.store import SQLiteStore  # noqa: E402

@@ -25,11 +25,11 @@ from typer.core import TyperCommand, TyperGroup
 import rollserve
 from rollserve.api.prorl import ProRLConfig
 from rollserve.client.run_dataset import RunOptions
+from rollserve.commands.quickstart import QuickstartOptions
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.engine.requests import MIB, RequestLimits
 from rollserve.llm.routing.router import RouterConfig
 from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
-from rollserve.quickstart import QuickstartOptions
 from rollserve.server import ServerConfig
 from tests.source_ast import parse_source
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rollserve.cli import app
-from rollserve.engine import dataset_check
+from rollserve.commands import dataset_check
 from tests.dataset_helpers import registry_with_images
 from tests.sandbox.image_fakes import FAKE_APPTAINER, install
 

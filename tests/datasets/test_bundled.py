@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from rollserve.commands.dataset_check import DatasetChecker, offline_context
 from rollserve.datasets import BUNDLED, SWE_MINI, SWE_MINI_BUNDLES, bundled_rows, bundled_set, read_dataset
-from rollserve.engine.dataset_check import DatasetChecker, offline_context
 
 
 @pytest.mark.parametrize("name", sorted(BUNDLED))

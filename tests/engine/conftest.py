@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from rollserve.engine.dataset_check import offline_context
+from rollserve.commands.dataset_check import offline_context
 from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.store import SQLiteStore
 from rollserve.errors import AgentError, InfraError, NodeLost

@@ -6,9 +6,9 @@ import sqlite3
 import pytest
 
 from rollserve.contract import Failure
-from rollserve.engine import store_summaries
 from rollserve.engine.store import SQLiteStore
-from rollserve.engine.store_summaries import BACKFILL_SUMMARY, SummaryFilter
+from rollserve.engine.store import summaries as store_summaries
+from rollserve.engine.store.summaries import BACKFILL_SUMMARY, SummaryFilter
 from tests.engine.test_store import _group, _result
 
 

@@ -8,14 +8,13 @@ every module is imported too, so a module the graph misses cannot hide."""
 
 from __future__ import annotations
 
-import ast
 import importlib
 from pathlib import Path
 
 import pytest
 
 import rollserve.llm
-from tests.source_ast import parse_source
+from tests.source_ast import import_statements
 
 LLM = Path(rollserve.llm.__file__).parent
 PACKAGE = "rollserve.llm"
@@ -46,21 +45,11 @@ def modules() -> dict[str, Path]:
 
 def imported(name: str, path: Path, known: set[str]) -> set[str]:
     """Every rollserve module ``path`` imports (``from pkg import module`` counts as the
-    module when it is one)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    module when it is one, and as ``pkg`` too: importing it runs ``pkg``'s ``__init__``)."""
     found: set[str] = set()
-    for node in ast.walk(parse_source(path)):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names
-                      if f"{base}.{alias.name}" in known}
-    return {m for m in found if m == "rollserve" or m.startswith("rollserve.")}
+    for statement in import_statements(name, path, known):
+        found |= {statement.base} | statement.modules
+    return found
 
 
 def graph() -> dict[str, set[str]]:

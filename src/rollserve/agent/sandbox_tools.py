@@ -12,10 +12,18 @@ from typing import Any, Literal
 
 from rollserve.agent.tools import Tool, ToolError, function_schema
 from rollserve.sandbox.base import Sandbox
-from rollserve.sandbox.tools.bash import BashBusy, BashConfig, BashResult, BashSession
-from rollserve.sandbox.tools.editor import EditorConfig, EditorError, FileEditor
-from rollserve.sandbox.tools.ipython import IPythonConfig, IPythonSession
-from rollserve.sandbox.tools.keys import is_key_sequence
+from rollserve.sandbox.tools import (
+    BashBusy,
+    BashConfig,
+    BashResult,
+    BashSession,
+    EditorConfig,
+    EditorError,
+    FileEditor,
+    IPythonConfig,
+    IPythonSession,
+    is_key_sequence,
+)
 
 
 class BashTool(Tool):

@@ -31,7 +31,7 @@ from rollserve.agent.tool_calls import (
 )
 from rollserve.agent.tools import ToolOutcome, call_tool
 from rollserve.llm.base import Tokenizer
-from rollserve.sandbox.tools.text import truncate_middle
+from rollserve.sandbox.tools import truncate_middle
 
 NUDGE = (
     "Your reply did not call a tool. Call one of the tools with a <tool_call> block, "

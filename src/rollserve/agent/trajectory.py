@@ -21,8 +21,7 @@ from typing import Any
 
 from rollserve import contract
 from rollserve.agent.base import EndedBy, ToolCallRecord
-from rollserve.llm.base import Generation
-from rollserve.llm.tokens.chat import Fidelity
+from rollserve.llm.base import Fidelity, Generation
 
 
 @dataclass

@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from rollserve.errors import LLMError
-from rollserve.llm.backends.server_backend import ServerBackend
+from rollserve.llm.backends import ServerBackend
 from rollserve.llm.base import LLMBackend
-from rollserve.llm.routing.router import Router
-from rollserve.llm.routing.weights import WeightsRefused, adopter
+from rollserve.llm.routing import Router, WeightsRefused, adopter
 
 
 def _model_ids(reply: Any) -> set[str]:

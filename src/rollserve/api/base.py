@@ -19,9 +19,8 @@ from starlette.requests import HTTPConnection
 from rollserve.engine.facade import Rollouts
 from rollserve.engine.gateway import Gateways
 from rollserve.engine.requests import RequestLimits
-from rollserve.llm.routing.router import Router
-from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from rollserve.llm.routing import Router
+from rollserve.llm.tokens import BackendTokenizer, ChatTokenizer
 
 __all__ = ["ApiConfig", "ApiService", "EngineStats", "MetricSource", "service_of"]
 

@@ -84,9 +84,8 @@ from rollserve.contract.prorl import (
 from rollserve.contract.validation import describe
 from rollserve.engine.errors import InvalidTask, UnknownDataSource
 from rollserve.engine.facade import Rollouts
-from rollserve.llm.backends.factory import ServerSpec, VLLMSpec, backend_from_spec, remote_spec
-from rollserve.llm.routing.router import Router
-from rollserve.llm.routing.weights import WeightsRefused
+from rollserve.llm.backends import ServerSpec, VLLMSpec, backend_from_spec, remote_spec
+from rollserve.llm.routing import Router, WeightsRefused
 
 log = logging.getLogger(__name__)
 

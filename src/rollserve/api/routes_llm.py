@@ -36,10 +36,9 @@ from rollserve.contract import (
     WeightsLoaded,
     WeightsRequest,
 )
-from rollserve.llm.backends.factory import RemoteBackendSpec, backend_from_spec
+from rollserve.llm.backends import RemoteBackendSpec, backend_from_spec
 from rollserve.llm.base import LoadsWeights
-from rollserve.llm.routing.router import Router
-from rollserve.llm.routing.weights import LowerPolicyVersion, WeightsRefused, WeightUpdate
+from rollserve.llm.routing import LowerPolicyVersion, Router, WeightsRefused, WeightUpdate
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from rollserve.contract import (
     TokenTexts,
 )
 from rollserve.contract.validation import INT64_MAX
-from rollserve.engine.store_summaries import SummaryFilter
+from rollserve.engine.store import SummaryFilter
 from rollserve.errors import InfraError
-from rollserve.llm.tokens.pieces import token_texts
+from rollserve.llm.tokens import token_texts
 
 UI_PATH = "/ui"
 UI_PREFIX = "/ui/"  # public: static files only

@@ -25,8 +25,7 @@ from rollserve.engine.rollout import Rollout
 from rollserve.errors import InfraError, NodeLost
 from rollserve.handlers.base import AgentHandler
 from rollserve.llm.base import PauseMode
-from rollserve.llm.routing.deadline import current_deadline
-from rollserve.llm.routing.weights import WeightUpdate
+from rollserve.llm.routing import WeightUpdate, current_deadline
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from rollserve.agent.trajectory import Trajectory
+from rollserve.agent import Trajectory
 from rollserve.contract import Stage, Timeouts
 from rollserve.engine.rollout import RolloutSpec
 from rollserve.errors import AgentError, DeadlineFailure, InfraError, RolloutError, TimeoutFailure
-from rollserve.llm.routing.router import RouterConfig
+from rollserve.llm.routing import RouterConfig
 
 ErrorKind = Literal["infra", "agent", "timeout", "deadline", "bug"]
 

@@ -23,19 +23,17 @@ import logging
 import os
 from collections import OrderedDict
 
-from rollserve.agent.gateway.registry import Gateway
+from rollserve.agent.gateway import Gateway
 from rollserve.cluster.protocol import StageCall, StageError, StageOutcome, WorkerReport, WorkerSettings
 from rollserve.engine.executor import CLEANUP_TIMEOUT, LocalExecutor
 from rollserve.engine.rollout import Rollout
 from rollserve.errors import RolloutError
+from rollserve.handlers import HandlerRegistry, ScoringPool
 from rollserve.handlers.base import AgentHandler, HandlerContext
-from rollserve.handlers.registry import HandlerRegistry
-from rollserve.handlers.scoring import ScoringPool
-from rollserve.llm.backends.factory import backend_from_spec
+from rollserve.llm.backends import backend_from_spec
 from rollserve.llm.base import PauseMode
-from rollserve.llm.routing.deadline import call_deadline
-from rollserve.llm.routing.router import Router
-from rollserve.llm.tokens.tokenizer import load_tokenizer
+from rollserve.llm.routing import Router, call_deadline
+from rollserve.llm.tokens import load_tokenizer
 from rollserve.sandbox.reaper import reap
 from rollserve.sandbox.registry import LazyRuntime
 

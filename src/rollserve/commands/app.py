@@ -38,7 +38,7 @@ from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.engine.requests import MIB, RequestLimits
-from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
+from rollserve.llm.tokens import DEFAULT_TOKENIZER
 from rollserve.server import ServerConfig, Service
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -122,8 +122,7 @@ def serve(
     """Run the rollout service (no inference backend unless --backend is given)."""
     from rollserve.api.app import create_app
     from rollserve.api.serving import serve
-    from rollserve.llm.routing.policies import POLICIES
-    from rollserve.llm.routing.router import RouterConfig
+    from rollserve.llm.routing import POLICIES, RouterConfig
 
     if routing not in POLICIES:
         raise typer.BadParameter(f"must be one of {', '.join(POLICIES)}", param_hint="--routing")
@@ -167,7 +166,7 @@ def _check_ray() -> None:
 
 def _make_service(config: ServerConfig) -> Service:
     from rollserve.engine.weights_file import WeightsFileError
-    from rollserve.llm.tokens.tokenizer import TokenizerError
+    from rollserve.llm.tokens import TokenizerError
 
     try:
         return Service(config)
@@ -201,7 +200,7 @@ def quickstart(
 ) -> None:
     """Start rollserve on the embedded defaults, run bundled easy, math and code tasks, show
     the results per data_source."""
-    from rollserve.quickstart import QuickstartOptions, run_quickstart
+    from rollserve.commands.quickstart import QuickstartOptions, run_quickstart
 
     if easy_tasks + tasks + code_tasks == 0:
         raise typer.BadParameter("nothing to run: give --easy-tasks, --tasks or --code-tasks above 0",

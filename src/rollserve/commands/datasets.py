@@ -17,7 +17,7 @@ from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.datasets import BUNDLED, DatasetError, DatasetRow, read_dataset
 
 if TYPE_CHECKING:  # imported where used: the engine side is slow to import for a CLI
-    from rollserve.engine.dataset_check import RowCheck
+    from rollserve.commands.dataset_check import RowCheck
 
 app = typer.Typer(no_args_is_help=True, help="Check dataset files before running them.")
 
@@ -90,7 +90,7 @@ def validate(
         None, help='handlers\' options as JSON, {"handler": {...}}, as the server gets them'),
 ) -> None:
     """Check each row of FILE as the API would at submission (no server needed)."""
-    from rollserve.engine.dataset_check import DatasetChecker, offline_context
+    from rollserve.commands.dataset_check import DatasetChecker, offline_context
 
     if rows not in ("all", "errors", "auto"):
         raise typer.BadParameter("must be all, errors or auto", param_hint="--rows")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from rollserve.api.prorl import ProRLConfig
 from rollserve.client.run_dataset import RunOptions
+from rollserve.commands.quickstart import QuickstartOptions
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.engine.requests import MIB, RequestLimits
-from rollserve.llm.routing.router import RouterConfig
-from rollserve.quickstart import QuickstartOptions
+from rollserve.llm.routing import RouterConfig
 from rollserve.server import ServerConfig
 
 SERVER = ServerConfig()  # (its state_dir reads $ROLLSERVE_STATE_DIR, as `serve` always did)

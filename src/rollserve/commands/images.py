@@ -40,7 +40,7 @@ def pull(
         None, help='handlers\' options as JSON, {"handler": {...}}, as the server gets them'),
 ) -> None:
     """Fetch the images FILE's rows need (each handler's images(instance)), once each."""
-    from rollserve.engine.dataset_check import DatasetChecker, images_needed, offline_context
+    from rollserve.commands.dataset_check import DatasetChecker, images_needed, offline_context
     from rollserve.sandbox.images import BadImageReference, PullResult, RuntimeMissing, make_puller, pull_images
     from rollserve.sandbox.registry import RUNTIMES, image_runtimes
     from rollserve.server import default_state_dir

@@ -24,7 +24,7 @@ def parse_json_option(value: str | None, name: str) -> dict[str, Any]:
 
 
 def check_backends(specs: list[str]) -> None:
-    from rollserve.llm.backends.factory import parse_backend_spec
+    from rollserve.llm.backends import parse_backend_spec
 
     for spec in specs:
         try:

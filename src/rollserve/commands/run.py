@@ -118,7 +118,7 @@ async def _embedded(config: ServerConfig, console: Console) -> AsyncIterator[Asy
     from rollserve.api.app import create_app
     from rollserve.client import AsyncClient
     from rollserve.engine.weights_file import WeightsFileError
-    from rollserve.llm.tokens.tokenizer import TokenizerError
+    from rollserve.llm.tokens import TokenizerError
     from rollserve.server import Service
 
     try:
@@ -140,7 +140,7 @@ async def _embedded(config: ServerConfig, console: Console) -> AsyncIterator[Asy
 def _valid_rows(rows: list[DatasetRow], server: _ServerFacts, skip_invalid: bool, console: Console,
                 out: Console) -> list[DatasetRow] | None:
     """The rows to run, or None (after saying why) if invalid rows forbid starting."""
-    from rollserve.engine.dataset_check import DatasetChecker, offline_context
+    from rollserve.commands.dataset_check import DatasetChecker, offline_context
 
     context = offline_context(runtime=server.runtime or SERVER.sandbox_runtime,
                               options=server.handler_options)

@@ -4,6 +4,20 @@ rollserve (``bundled``).
 Neutral: pure Python (pyarrow only for parquet), importing nothing of the server, so
 the client (``rollserve run`` against a remote server, a trainer) uses it as the
 server's commands do.
+
+Where datasets are handled (this package reads them; the rest use it):
+
+- ``rollserve/data/``: the bundled task files (JSONL) and swe-mini's git bundles,
+  found through ``bundled``.
+- ``commands/datasets.py``, ``commands/images.py``, ``commands/run.py``: the
+  ``rollserve datasets | images | run`` commands (typer wiring and output).
+- ``commands/dataset_check.py``: a dataset's rows checked offline as the API checks a
+  submission, with the server's handlers (so it is on the server side, with the
+  commands).
+- ``client/run_dataset.py``: running a whole dataset through a server, resumable
+  (``rollserve run``; client side, so it needs no server install).
+- ``handlers/<family>/instances.py`` (``math``, ``swe``): what one row's ``instance``
+  means to its task family (its validation and normal form).
 """
 
 from rollserve.datasets.bundled import (

@@ -7,7 +7,7 @@ either a task as ``POST /v1/rollouts`` takes it (``{"data_source", "instance",
 when a data source is given, a bare instance (e.g. one SWE-bench record per row).
 
 This module only reads and reshapes; checking rows against handlers is
-``rollserve.engine.dataset_check``. Like the whole ``rollserve.datasets`` package it
+``rollserve.commands.dataset_check``. Like the whole ``rollserve.datasets`` package it
 imports nothing of the server side, so a trainer can use it with the client alone.
 pyarrow is imported only for parquet.
 """

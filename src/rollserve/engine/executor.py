@@ -16,10 +16,10 @@ import asyncio
 import logging
 from typing import Protocol
 
-from rollserve.agent.loop import LLMSession
 from rollserve.contract import NodeStatus, Stage
 from rollserve.engine.rollout import Rollout
 from rollserve.handlers.base import AgentHandler
+from rollserve.llm.base import LLMSession
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from rollserve.engine.errors import NotFound, UnknownDataSource
 from rollserve.engine.groups import Outcome, judge
 from rollserve.engine.pipeline import Engine
 from rollserve.engine.requests import RequestLimits
-from rollserve.engine.store_summaries import COUNT_CAP, SummaryFilter
+from rollserve.engine.store import COUNT_CAP, SummaryFilter
 from rollserve.engine.submit import submit
-from rollserve.handlers import registry
+from rollserve.handlers import UnknownDataSource as UnknownHandler
 
 CANCEL_WAIT = 30.0  # seconds a cancel waits for the rollout's cleanup and result
 
@@ -67,7 +67,7 @@ class Rollouts:
         """Raise ``UnknownDataSource`` unless a handler serves ``name``."""
         try:
             self._engine.handler(name)
-        except registry.UnknownDataSource as exc:
+        except UnknownHandler as exc:
             raise UnknownDataSource("data_source", exc.message) from exc
 
     # --- reading --------------------------------------------------------------------------

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import asyncio
 
-from rollserve.agent.gateway import anthropic_wire, wire
+from rollserve.agent.gateway import Gateway, GatewayReply, GatewaySession, anthropic_wire, wire
 from rollserve.agent.gateway.base import BodyTooLarge, GatewayRefusal, UnknownKey
-from rollserve.agent.gateway.registry import Gateway
-from rollserve.agent.gateway.session import GatewayReply, GatewaySession
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.errors import NotFound
-from rollserve.llm.routing.deadline import call_deadline
+from rollserve.llm.routing import call_deadline
 
 __all__ = ["BodyTooLarge", "GatewayRefusal", "GatewayReply", "GatewaySession", "Gateways",
            "UnknownKey", "anthropic_wire", "wire"]

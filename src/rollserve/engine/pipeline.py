@@ -36,9 +36,9 @@ from rollserve.engine.rollout import Rollout, RolloutSpec, default_run_margin
 from rollserve.engine.stage_metrics import StageLatency
 from rollserve.engine.store import Store
 from rollserve.errors import DeadlineFailure, NodeLost, RolloutError
+from rollserve.handlers import HandlerRegistry
 from rollserve.handlers.base import AgentHandler, HandlerContext
-from rollserve.handlers.registry import HandlerRegistry
-from rollserve.llm.routing.deadline import call_deadline
+from rollserve.llm.routing import call_deadline
 
 log = logging.getLogger(__name__)
 

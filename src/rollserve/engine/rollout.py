@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
-from rollserve.agent.trajectory import Trajectory
+from rollserve.agent import Trajectory
 from rollserve.contract import (
     STAGES,
     TERMINAL,

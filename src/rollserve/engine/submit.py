@@ -23,7 +23,7 @@ from rollserve.engine.pipeline import Engine
 from rollserve.engine.requests import RequestLimits, json_size, merged, request_hash
 from rollserve.engine.rollout import RolloutSpec
 from rollserve.engine.store import DuplicateClientKey, GroupRow
-from rollserve.handlers import registry
+from rollserve.handlers import UnknownDataSource as UnknownHandler
 from rollserve.handlers.base import InvalidInstance
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def _check_task(engine: Engine, task: TaskRequest, where: str, limits: RequestLi
     """The task's data source exists, its instance fits the size limit and its handler."""
     try:
         handler = engine.handler(task.data_source)
-    except registry.UnknownDataSource as exc:
+    except UnknownHandler as exc:
         raise UnknownDataSource(f"{where}.data_source", exc.message) from exc
     for name, value in (("instance", task.instance), ("metadata", task.metadata)):
         size = json_size(value)

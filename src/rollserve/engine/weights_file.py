@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rollserve.llm.routing.in_force import WeightsInForce
+from rollserve.llm.routing import WeightsInForce
 
 
 class WeightsFileError(Exception):

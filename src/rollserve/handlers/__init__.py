@@ -16,6 +16,8 @@ import ``handlers.latex`` and ``handlers.math.scoring`` without the agent stack)
 - sandboxes: ``open_sandbox``, ``close_later``, ``close_sandboxes``, ``find_python``,
   ``python_with``;
 - scoring off the event loop: ``ScoringPool``, ``ScoringTimeout``, ``score_in_pool``;
+- the registry (for the server and commands that build it): ``HandlerRegistry``,
+  ``UnknownDataSource``;
 - failures: ``InfraError`` (masked), ``AgentError`` (the agent's: reward 0).
 """
 
@@ -31,17 +33,17 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("close_later", "close_sandboxes", "find_python", "open_sandbox", "python_with"),
                     "rollserve.handlers.sandboxed"),
     **dict.fromkeys(("ScoringPool", "ScoringTimeout", "score_in_pool"), "rollserve.handlers.scoring"),
+    **dict.fromkeys(("HandlerRegistry", "UnknownDataSource"), "rollserve.handlers.registry"),
     **dict.fromkeys(("AgentEnv", "FinishingTool", "Step", "Tool"), "rollserve.agent.base"),
-    **dict.fromkeys(("FinishTool", "ToolError", "function_schema"), "rollserve.agent.tools"),
-    **dict.fromkeys(("ToolEnv", "ToolEnvConfig"), "rollserve.agent.tool_env"),
-    **dict.fromkeys(("BashTool", "EditorTool", "PythonTool"), "rollserve.agent.sandbox_tools"),
+    **dict.fromkeys(("BashTool", "EditorTool", "FinishTool", "PythonTool", "ToolEnv", "ToolEnvConfig",
+                     "ToolError", "function_schema"), "rollserve.agent"),
     **dict.fromkeys(("AgentError", "InfraError"), "rollserve.errors"),
 }
 __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
     "AgentEnv", "AgentError", "AgentHandler", "BashTool", "EditorTool", "Evaluation", "FinishTool",
-    "FinishingTool", "HandlerContext", "HandlerDefaults", "InfraError", "InvalidInstance",
+    "FinishingTool", "HandlerContext", "HandlerDefaults", "HandlerRegistry", "InfraError", "InvalidInstance",
     "PythonTool", "RolloutResources", "RolloutView", "ScoringPool", "ScoringTimeout", "Step", "Tool",
-    "ToolEnv", "ToolEnvConfig", "ToolError", "close_later", "close_sandboxes", "find_python",
+    "ToolEnv", "ToolEnvConfig", "ToolError", "UnknownDataSource", "close_later", "close_sandboxes", "find_python",
     "function_schema", "open_sandbox", "python_with", "run_episode", "score_in_pool",
 ]
 
@@ -51,16 +53,23 @@ def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value: object = vars(importlib.import_module(home))[name]
+    value: object = getattr(importlib.import_module(home), name)  # a home may be a face itself
     globals()[name] = value
     return value
 
 
 if TYPE_CHECKING:
+    from rollserve.agent import (
+        BashTool,
+        EditorTool,
+        FinishTool,
+        PythonTool,
+        ToolEnv,
+        ToolEnvConfig,
+        ToolError,
+        function_schema,
+    )
     from rollserve.agent.base import AgentEnv, FinishingTool, Step, Tool
-    from rollserve.agent.sandbox_tools import BashTool, EditorTool, PythonTool
-    from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
-    from rollserve.agent.tools import FinishTool, ToolError, function_schema
     from rollserve.errors import AgentError, InfraError
     from rollserve.handlers.base import (
         AgentHandler,
@@ -72,5 +81,6 @@ if TYPE_CHECKING:
         RolloutView,
     )
     from rollserve.handlers.episode import run_episode
+    from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
     from rollserve.handlers.sandboxed import close_later, close_sandboxes, find_python, open_sandbox, python_with
     from rollserve.handlers.scoring import ScoringPool, ScoringTimeout, score_in_pool

@@ -22,13 +22,12 @@ from pydantic import BaseModel
 from rollserve.errors import InfraError
 
 if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
+    from rollserve.agent import Trajectory
     from rollserve.agent.base import Tool
-    from rollserve.agent.gateway.registry import Gateway
-    from rollserve.agent.loop import LLMSession
-    from rollserve.agent.trajectory import Trajectory
+    from rollserve.agent.gateway import Gateway
     from rollserve.contract import SamplingParams
     from rollserve.handlers.scoring import ScoringPool
-    from rollserve.llm.base import Tokenizer
+    from rollserve.llm.base import LLMSession, Tokenizer
     from rollserve.sandbox.base import Sandbox, SandboxSpec
 
 StateT = TypeVar("StateT")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+from rollserve.agent import LoopStats, run_agent_loop
 from rollserve.agent.base import AgentEnv
-from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
 

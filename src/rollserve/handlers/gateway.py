@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rollserve.agent.gateway.session import GatewaySession
+from rollserve.agent.gateway import GatewaySession
 from rollserve.contract.validation import field_name
 from rollserve.handlers.base import (
     AgentHandler,
@@ -48,8 +48,8 @@ from rollserve.handlers.base import (
 )
 from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
+from rollserve.sandbox import workspace_file_problem
 from rollserve.sandbox.base import Sandbox, SandboxSpec
-from rollserve.sandbox.workspace_files import workspace_file_problem
 
 __all__ = ["GatewayHandler", "GatewayInstance"]
 

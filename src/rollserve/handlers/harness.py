@@ -32,8 +32,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollserve.agent.gateway.session import GatewayLimits, GatewaySession, NoCallError
-from rollserve.agent.gateway.unix_socket import SOCKET_NAME, SessionSocket
+from rollserve.agent.gateway import SOCKET_NAME, GatewayLimits, GatewaySession, NoCallError, SessionSocket
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
 from rollserve.sandbox.base import Sandbox, SandboxProcess

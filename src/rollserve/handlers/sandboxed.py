@@ -20,7 +20,7 @@ from typing import Any
 from rollserve.agent.base import Tool
 from rollserve.handlers.base import HandlerContext, RolloutView
 from rollserve.sandbox.base import Sandbox, SandboxError, SandboxSpec
-from rollserve.sandbox.tools.ipython import IPythonConfig
+from rollserve.sandbox.tools import IPythonConfig
 
 log = logging.getLogger(__name__)
 

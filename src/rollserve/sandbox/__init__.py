@@ -2,7 +2,17 @@
 
 ``registry.get_runtime(name, state_dir)`` picks a runtime; base.py holds the contract
 (Runtime, Sandbox, SandboxProcess, SandboxSpec), config.py the runtimes' configs.
+
+The public face: the contract (imported here), and, imported on first use, what the
+handlers take from the rest: ``BubblewrapConfig`` (config), ``View`` (bwrap_view: what
+a bubblewrap sandbox sees of the host) and ``workspace_file_problem`` (workspace_files).
+The tools that act inside a sandbox have their own face, ``sandbox.tools``.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from rollserve.sandbox.base import (
                                     WORKDIR,
@@ -18,6 +28,27 @@ from rollserve.sandbox.base import (
                                     resolve_in_workspace,
 )
 
-__all__ = ["WORKDIR", "ExecResult", "ImageRuntime", "Runtime", "Sandbox", "SandboxError",
-           "SandboxLimits", "SandboxProcess", "SandboxSpec", "SandboxStarter",
-           "resolve_in_workspace"]
+if TYPE_CHECKING:
+    from rollserve.sandbox.bwrap_view import View
+    from rollserve.sandbox.config import BubblewrapConfig
+    from rollserve.sandbox.workspace_files import workspace_file_problem
+
+_HOMES: dict[str, str] = {
+    "BubblewrapConfig": "rollserve.sandbox.config",
+    "View": "rollserve.sandbox.bwrap_view",
+    "workspace_file_problem": "rollserve.sandbox.workspace_files",
+}
+
+__all__ = ["WORKDIR", "BubblewrapConfig", "ExecResult", "ImageRuntime", "Runtime", "Sandbox", "SandboxError",
+           "SandboxLimits", "SandboxProcess", "SandboxSpec", "SandboxStarter", "View",
+           "resolve_in_workspace", "workspace_file_problem"]
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name from its home module the first time it is asked for."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = vars(importlib.import_module(home))[name]
+    globals()[name] = value
+    return value

@@ -22,7 +22,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER, ChatTokenizer
+from rollserve.llm.tokens import DEFAULT_TOKENIZER, ChatTokenizer
 from rollserve.testing.load_meter import LoadMeter
 
 ReplyFn = Callable[[list[int], str], "str | Awaitable[str]"]

@@ -39,7 +39,7 @@ from typing import Any
 
 from aiohttp import web
 
-from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER, ChatTokenizer
+from rollserve.llm.tokens import DEFAULT_TOKENIZER, ChatTokenizer
 from rollserve.testing.fake_server import (
     FakeServer,
     LatencyFn,

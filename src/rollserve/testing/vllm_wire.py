@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
+from rollserve.llm.tokens import ChatTokenizer
 
 
 def parse_prompt(prompt: Any, tok: ChatTokenizer) -> list[int] | None:

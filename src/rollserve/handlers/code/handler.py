@@ -43,9 +43,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollserve.agent.sandbox_tools import BashTool, EditorTool
-from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
-from rollserve.agent.tools import FinishingTool, ToolError, function_schema
+from rollserve.agent import BashTool, EditorTool, ToolEnv, ToolEnvConfig, ToolError, function_schema
+from rollserve.agent.base import FinishingTool
 from rollserve.handlers.base import (
     AgentHandler,
     Evaluation,
@@ -59,7 +58,7 @@ from rollserve.handlers.code.prompts import SYSTEM_PROMPT, task_text
 from rollserve.handlers.episode import run_episode
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec, resolve_in_workspace
-from rollserve.sandbox.tools.bash import BashConfig
+from rollserve.sandbox.tools import BashConfig
 from rollserve.validation import describe
 
 DEFAULT_SOLUTION = "solution.py"

@@ -33,10 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rollserve.agent import FinishTool, PythonTool, ToolEnv, ToolEnvConfig
 from rollserve.agent.base import Step
-from rollserve.agent.sandbox_tools import PythonTool
-from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
-from rollserve.agent.tools import FinishTool
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, Evaluation, HandlerDefaults, InvalidInstance, RolloutView
 from rollserve.handlers.episode import run_episode
@@ -56,7 +54,7 @@ from rollserve.handlers.sandboxed import close_later, close_sandboxes, find_pyth
 from rollserve.handlers.scoring import ScoringTimeout, score_in_pool
 from rollserve.handlers.single_answer import ANSWER_DEFAULTS, AnswerEnv, final_answer
 from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
-from rollserve.sandbox.tools.ipython import IPythonConfig
+from rollserve.sandbox.tools import IPythonConfig
 
 TOOLS = ("python",)  # the tools an instance may ask for
 MAX_ANSWERS = 3  # distinct final answers scored at most; more are a hedge, scored 0

@@ -36,9 +36,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rollserve.agent.sandbox_tools import BashTool, EditorTool
-from rollserve.agent.tool_env import ToolEnv, ToolEnvConfig
-from rollserve.agent.tools import FinishTool
+from rollserve.agent import BashTool, EditorTool, FinishTool, ToolEnv, ToolEnvConfig
 from rollserve.errors import InfraError
 from rollserve.handlers.base import (
     AgentHandler,
@@ -68,10 +66,9 @@ from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
 from rollserve.handlers.swe.planting import plant
 from rollserve.handlers.swe.prompts import SYSTEM_PROMPT, task_text
+from rollserve.sandbox import BubblewrapConfig, View
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxLimits, SandboxSpec
-from rollserve.sandbox.bwrap_view import View
-from rollserve.sandbox.config import BubblewrapConfig
-from rollserve.sandbox.tools.bash import DEFAULT_ENV, BashConfig
+from rollserve.sandbox.tools import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
 
 # A test run's CPU budget, without test_cpu_seconds: this x its timeout. At 1, a suite

@@ -38,10 +38,10 @@ from rich.progress import (
 )
 
 from rollserve.client import AsyncClient
+from rollserve.commands.quickstart_summary import print_summary
 from rollserve.contract import RolloutResult, SamplingParams, TaskRequest
 from rollserve.datasets import bundled_set
-from rollserve.llm.tokens.tokenizer import TokenizerError
-from rollserve.quickstart_summary import print_summary
+from rollserve.llm.tokens import TokenizerError
 from rollserve.sandbox.base import SandboxError
 from rollserve.server import ServerConfig, Service
 

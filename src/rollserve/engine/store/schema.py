@@ -1,13 +1,13 @@
 """The store's schema, and the migration of a store file made by an older rollserve:
 the tables, the columns added since the first release and their backfill, and the
-summary indexes (``store_summaries``), all at open, in one transaction."""
+summary indexes (``summaries``), all at open, in one transaction."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-from rollserve.engine import store_summaries
+from rollserve.engine.store import summaries
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS groups (
@@ -72,10 +72,10 @@ def migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {kind}")
         conn.execute(_BACKFILL)
         if "data_source" not in present:  # only once: the scan reads every stored result
-            conn.execute(store_summaries.BACKFILL_SUMMARY)
-        for name in store_summaries.RETIRED_INDEXES:
+            conn.execute(summaries.BACKFILL_SUMMARY)
+        for name in summaries.RETIRED_INDEXES:
             conn.execute(f"DROP INDEX IF EXISTS {name}")
-        for index in store_summaries.SUMMARY_INDEXES:
+        for index in summaries.SUMMARY_INDEXES:
             conn.execute(index)
     except BaseException:
         conn.execute("ROLLBACK")

@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from rollserve.contract import TaskRequest
 from rollserve.datasets import DatasetRow
+from rollserve.handlers import HandlerRegistry, UnknownDataSource
 from rollserve.handlers.base import AgentHandler, HandlerContext, InvalidInstance
-from rollserve.handlers.registry import HandlerRegistry, UnknownDataSource
-from rollserve.llm.tokens.tokenizer import DEFAULT_TOKENIZER
+from rollserve.llm.tokens import DEFAULT_TOKENIZER
 from rollserve.validation import describe
 
 if TYPE_CHECKING:
-    from rollserve.llm.tokens.tokenizer import ChatTokenizer
+    from rollserve.llm.tokens import ChatTokenizer
 
 
 @dataclass
@@ -61,11 +61,11 @@ def offline_context(runtime: str = "bubblewrap", tokenizer: str = DEFAULT_TOKENI
                     state_dir: Path | None = None,
                     options: dict[str, dict[str, Any]] | None = None) -> HandlerContext:
     """A HandlerContext for validating instances and listing images without a server."""
-    from rollserve.handlers.scoring import ScoringPool  # builds nothing until first score
+    from rollserve.handlers import ScoringPool
     from rollserve.sandbox.registry import LazyRuntime  # creates nothing until first start
 
     def load() -> Any:
-        from rollserve.llm.tokens.tokenizer import load_tokenizer
+        from rollserve.llm.tokens import load_tokenizer
 
         return load_tokenizer(tokenizer)
 

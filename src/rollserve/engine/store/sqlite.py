@@ -10,9 +10,9 @@ without duplicates or gaps. A result is kept as its ``RolloutResult`` JSON (with
 All SQLite work runs on one dedicated thread that owns the connection, so the
 event loop never waits on disk.
 
-The schema and the migration of older store files live in ``store_schema``, what a
-row reads back as in ``store_rows``, the results table's queries in
-``store_summaries``; this module is the store's interface and its queries.
+The schema and the migration of older store files live in ``store.schema``, what a
+row reads back as in ``store.rows``, the results table's queries in
+``store.summaries``; this module is the store's interface and its queries.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Protocol, TypeVar
 from rollserve.contract import TERMINAL, ResultSummary, RolloutResult
 from rollserve.engine.groups import Outcome, result_usable
 from rollserve.engine.rollout import RolloutSpec
-from rollserve.engine.store_rows import (
+from rollserve.engine.store.rows import (
     COLUMNS,
     GroupRow,
     RolloutRow,
@@ -38,8 +38,8 @@ from rollserve.engine.store_rows import (
     rollout_row,
     stored_status,
 )
-from rollserve.engine.store_schema import connect
-from rollserve.engine.store_summaries import SummaryFilter, read_summaries
+from rollserve.engine.store.schema import connect
+from rollserve.engine.store.summaries import SummaryFilter, read_summaries
 
 __all__ = ["DuplicateClientKey", "GroupRow", "RolloutRow", "SQLiteStore", "Store"]
 
@@ -284,7 +284,7 @@ class SQLiteStore:
                         ) -> tuple[list[ResultSummary], int]:
         """Up to ``limit`` finished results matching ``where``, newest first, with a seq
         below ``before`` (None: from the newest); and how many match in all, counted up
-        to ``COUNT_CAP + 1`` (store_summaries). Read from the summary columns, never the
+        to ``COUNT_CAP + 1`` (store.summaries). Read from the summary columns, never the
         stored results."""
         return await self._call(lambda conn: read_summaries(conn, where, before, limit))
 

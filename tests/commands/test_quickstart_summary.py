@@ -9,6 +9,7 @@ import io
 import pytest
 from rich.console import Console
 
+from rollserve.commands.quickstart_summary import graded, print_summary, summarize
 from rollserve.contract import (
     Fidelity,
     RolloutResult,
@@ -18,7 +19,6 @@ from rollserve.contract import (
     Trajectory,
     Turn,
 )
-from rollserve.quickstart_summary import graded, print_summary, summarize
 
 
 def result(source: str, task: str, sample: int, reward: float | None, mask: bool = False,

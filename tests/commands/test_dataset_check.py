@@ -3,8 +3,8 @@ and the images a dataset needs."""
 
 from __future__ import annotations
 
+from rollserve.commands.dataset_check import DatasetChecker, images_needed, offline_context
 from rollserve.datasets import DatasetRow
-from rollserve.engine.dataset_check import DatasetChecker, images_needed, offline_context
 from rollserve.handlers.registry import HandlerRegistry
 from tests.dataset_helpers import ImageHandler, registry_with_images
 
