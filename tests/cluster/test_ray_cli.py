@@ -190,6 +190,15 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
     return "The sum is \\boxed{4}."
 
 
+def _restore_env(saved: dict[str, str | None]) -> None:
+    """Put the environment variables back as ``saved`` (None: unset)."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="module")
 def cli_cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("raycli")
@@ -238,11 +247,7 @@ def cli_cluster(tmp_path_factory):
     finally:
         # The environment first: the Ray token set above must not reach the tests after
         # this one (a Ray cluster they start would require a token nobody sends).
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _restore_env(saved)
         try:
             if server is not None and server.proc is not None:
                 server.stop()

@@ -210,6 +210,34 @@ chat("[iso:%s] done" % me)
 ISO = re.compile(r"\[iso:(\w)\] (\w+)(?: (\d+))?")
 
 
+async def _marked_workspace(client, service, rid: str, tag: str) -> str | None:
+    """The workspace the harness of rollout ``rid`` marks (``.git/iso-<tag>``) when it
+    starts, or None if the rollout ended first (the assertions after say why)."""
+    for _ in range(480):
+        if (await client.get(f"/v1/rollouts/{rid}")).json()["done"]:
+            return None
+        marked = [s.workspace for s in service.sandboxes.open_sandboxes()
+                  if (Path(s.workspace) / ".git" / f"iso-{tag}").exists()]
+        if marked:
+            return marked[0]
+        await asyncio.sleep(0.5)
+    return None
+
+
+def _assert_isolated(done: dict) -> None:
+    """The harness ran to the end, and each of its probes of the other sandbox's
+    gateway (port, socket, key, key in the path) was refused."""
+    evaluation = done["evaluation"]
+    assert done["status"] == "completed", (done["failure"], evaluation)
+    assert evaluation["harness_exit_code"] == 0, evaluation["harness_log_tail"]
+    (line,) = [x for x in evaluation["harness_log_tail"].splitlines() if x.startswith("PROBES ")]
+    probes = json.loads(line.removeprefix("PROBES "))
+    assert probes["other_port"] in ("refused", "own port"), probes
+    assert probes["other_socket"] == "absent", probes
+    assert probes["other_key"] == [401, "invalid_api_key"], probes
+    assert probes["other_key_in_path"] == [404, "unknown_url"], probes
+
+
 @pytest.mark.slow
 async def test_two_harness_sandboxes_cannot_reach_each_others_gateway(make_api):
     ports: dict[str, int] = {}
@@ -240,16 +268,7 @@ async def test_two_harness_sandboxes_cannot_reach_each_others_gateway(make_api):
         ids = {g["task_id"]: g["rollout_ids"][0] for g in r.json()["groups"]}
         for tag, rid in ids.items():
             info = (await client.get(f"/v1/rollouts/{rid}/gateway", params={"wait": 300})).json()
-            workspace = None
-            for _ in range(480):  # the harness marks its workspace when it starts
-                if (await client.get(f"/v1/rollouts/{rid}")).json()["done"]:
-                    break  # (it ended first: the assertions below say why)
-                marked = [s.workspace for s in service.sandboxes.open_sandboxes()
-                          if (Path(s.workspace) / ".git" / f"iso-{tag}").exists()]
-                if marked:
-                    workspace = marked[0]
-                    break
-                await asyncio.sleep(0.5)
+            workspace = await _marked_workspace(client, service, rid, tag)
             if workspace is None:
                 break
             # (its host path: the sandbox's server folder, next to its workspace)
@@ -261,15 +280,7 @@ async def test_two_harness_sandboxes_cannot_reach_each_others_gateway(make_api):
             assert view["done"], view
             results[tag] = view["result"]
     for done in results.values():
-        evaluation = done["evaluation"]
-        assert done["status"] == "completed", (done["failure"], evaluation)
-        assert evaluation["harness_exit_code"] == 0, evaluation["harness_log_tail"]
-        (line,) = [x for x in evaluation["harness_log_tail"].splitlines() if x.startswith("PROBES ")]
-        probes = json.loads(line.removeprefix("PROBES "))
-        assert probes["other_port"] in ("refused", "own port"), probes
-        assert probes["other_socket"] == "absent", probes
-        assert probes["other_key"] == [401, "invalid_api_key"], probes
-        assert probes["other_key_in_path"] == [404, "unknown_url"], probes
+        _assert_isolated(done)
     assert stolen == []  # no call with a stolen key reached the policy
     assert service.sandboxes.open_sandboxes() == []
 

@@ -33,7 +33,7 @@ from typing import Any
 from rollserve.agent.base import AgentEnv, EndedBy, Step, ToolCallRecord
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp, stop_env
 from rollserve.agent.tool_calls import ToolFormat, format_tool_call
-from rollserve.agent.trajectory import Trajectory
+from rollserve.agent.trajectory import Trajectory, Turn
 from rollserve.errors import PromptTooLongError, context_window_error
 from rollserve.llm.base import (
     ChatReply,
@@ -78,8 +78,7 @@ async def run_agent_loop(
     messages = _open_episode(env, trajectory)
     trajectory.add_prompt(await builder.afirst(messages))
     limit = _context_limit(llm, max_context_tokens)
-    if len(trajectory.input_ids) >= limit:
-        raise _prompt_too_long(len(trajectory.input_ids), limit, max_context_tokens)
+    _check_opening(len(trajectory.input_ids), limit, max_context_tokens)
     ended_by: EndedBy = "max_turns"
     for turn_index in range(max_turns):
         limit = _context_limit(llm, max_context_tokens)
@@ -90,29 +89,17 @@ async def run_agent_loop(
         if clock.expired():
             ended_by = clock.end(trajectory)
             break
-        turn_sampling = sampling
-        if sampling.max_tokens > budget:
-            turn_sampling = sampling.model_copy(update={"max_tokens": budget})
-        try:
-            gen = await clock.llm(llm.generate(list(trajectory.input_ids), turn_sampling))
-        except TimeUp:
-            ended_by = clock.end(trajectory)
-            break
-        except Exception as error:
-            ended_by = _context_exhausted(error, trajectory, "prompt does")
+        gen = await _generate(llm, trajectory, _within(sampling, budget), clock)
+        if isinstance(gen, str):
+            ended_by = gen
             break
         turn = trajectory.add_generation(gen, policy_version=_version(gen, llm))
         reply = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
         messages.append({"role": "assistant", "content": reply})
 
-        try:
-            step = await clock.step(env.step(reply))
-        except TimeUp:
-            turn.tool_calls = env.calls_in(reply)
-            try:  # decided before the stop: stopping the tools is nobody's time
-                ended_by = clock.end(trajectory)
-            finally:
-                await stop_env(env)
+        step = await _step(env, reply, clock, trajectory, turn, [])
+        if isinstance(step, str):
+            ended_by = step
             break
         turn.tool_calls = list(step.tool_calls)
         if (reason := _episode_end(step, turn_index, max_turns)) is not None:
@@ -138,10 +125,14 @@ def _context_limit(llm: LLMSession, max_context_tokens: int) -> int:
     return max_context_tokens if known is None else min(max_context_tokens, known)
 
 
-def _prompt_too_long(length: int, limit: int, max_context_tokens: int) -> PromptTooLongError:
+def _check_opening(length: int, limit: int, max_context_tokens: int) -> None:
+    """Raise ``PromptTooLongError`` when the opening prompt (``length`` tokens) leaves no
+    room to sample under ``limit``."""
+    if length < limit:
+        return
     where = (f"max_context_tokens is {max_context_tokens}" if limit == max_context_tokens
              else f"the backend's context window is {limit} tokens")
-    return PromptTooLongError(f"the opening prompt is {length} tokens and {where}: no room to "
+    raise PromptTooLongError(f"the opening prompt is {length} tokens and {where}: no room to "
                               "sample, so nothing can be scored")
 
 
@@ -156,6 +147,40 @@ def _open_episode(env: AgentEnv, trajectory: Trajectory) -> list[Message]:
     messages = list(env.initial_messages())
     trajectory.messages = messages
     return messages
+
+
+def _within(sampling: SamplingParams, budget: int) -> SamplingParams:
+    """``sampling``, its ``max_tokens`` cut to the ``budget`` left in the context."""
+    if sampling.max_tokens > budget:
+        return sampling.model_copy(update={"max_tokens": budget})
+    return sampling
+
+
+async def _generate(llm: LLMSession, trajectory: Trajectory, sampling: SamplingParams,
+                    clock: EpisodeClock) -> Generation | EndedBy:
+    """The next turn sampled on the trajectory's tokens, or why the episode ends
+    instead (the time is up; the backend's context window is full)."""
+    try:
+        return await clock.llm(llm.generate(list(trajectory.input_ids), sampling))
+    except TimeUp:
+        return clock.end(trajectory)
+    except Exception as error:
+        return _context_exhausted(error, trajectory, "prompt does")
+
+
+async def _step(env: AgentEnv, reply: str, clock: EpisodeClock, trajectory: Trajectory, turn: Turn,
+                recorded: list[ToolCallRecord]) -> Step | EndedBy:
+    """The env's step on ``reply``, or, when the time runs out during it, why the episode
+    ends: ``turn`` then records the ``recorded`` calls (a chat API's), else those the env
+    reads in ``reply``, and the env's tools are stopped."""
+    try:
+        return await clock.step(env.step(reply))
+    except TimeUp:
+        turn.tool_calls = recorded or env.calls_in(reply)
+        try:  # decided before the stop: stopping the tools is nobody's time
+            return clock.end(trajectory)
+        finally:
+            await stop_env(env)
 
 
 def _episode_end(step: Step, turn_index: int, max_turns: int) -> EndedBy | None:
@@ -208,17 +233,13 @@ async def _run_chat_loop(
         messages.append(assistant)
 
         text = reply.content + _tool_calls_as_text(reply.tool_calls, env.tool_format)
-        try:
-            step = await clock.step(env.step(text))
-        except TimeUp:
-            turn.tool_calls = _recorded_calls(reply.tool_calls) or env.calls_in(text)
-            try:  # decided before the stop: stopping the tools is nobody's time
-                ended_by = clock.end(trajectory)
-            finally:
-                await stop_env(env)
-            break
         # The API's own calls (with their ids), else those the env read in the text.
-        turn.tool_calls = _recorded_calls(reply.tool_calls) or list(step.tool_calls)
+        recorded = _recorded_calls(reply.tool_calls)
+        step = await _step(env, text, clock, trajectory, turn, recorded)
+        if isinstance(step, str):
+            ended_by = step
+            break
+        turn.tool_calls = recorded or list(step.tool_calls)
         if (reason := _episode_end(step, turn_index, max_turns)) is not None:
             ended_by = reason
             break

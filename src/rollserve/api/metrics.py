@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from rollserve.api.base import ApiService
-from rollserve.contract import BackendState, NodeStatus, RouterStatus
+from rollserve.contract import BackendState, EngineStatus, NodeStatus, RouterStatus
 
 router = APIRouter(tags=["service"])
 
@@ -29,19 +29,30 @@ class ServiceCollector:
         yield finished
         yield GaugeMetricFamily("rollserve_rollouts_in_flight", "rollouts admitted, not finished",
                                 value=status.in_flight)
-        gauges = {key: GaugeMetricFamily(f"rollserve_stage_{key}", f"{key} per stage", labels=["stage"])
-                  for key in ("workers", "busy", "queued")}
-        busy_seconds = CounterMetricFamily("rollserve_stage_busy_seconds", "slot-seconds used per stage",
-                                           labels=["stage"])
-        for stage, snap in status.stages.items():
-            gauges["workers"].add_metric([stage], snap.workers)
-            gauges["busy"].add_metric([stage], snap.busy)
-            gauges["queued"].add_metric([stage], snap.queued)
-            busy_seconds.add_metric([stage], snap.busy_seconds)
-        yield from gauges.values()
-        yield busy_seconds
+        yield from _stage_metrics(status)
         if status.nodes is not None:  # rollserve serve --ray
             yield from _node_metrics(status.nodes)
+        yield from self._llm()
+        trajectories = CounterMetricFamily("rollserve_trajectories", "over finished rollouts",
+                                           labels=["what"])
+        for what, count in status.trajectories.model_dump().items():
+            trajectories.add_metric([what], count)
+        yield trajectories
+        yield from _group_metrics(status)
+        masked = CounterMetricFamily(
+            "rollserve_rollouts_masked", "finished rollouts masked (not to train on), by why: "
+            "an infra or timeout failure, or stale turns; and the stage it ended in",
+            labels=["kind", "stage"])
+        for (kind, where), count in sorted(self.service.engine.masked.items()):
+            masked.add_metric([kind, where], count)
+        yield masked
+        yield from self._sandboxes()
+        # Histograms the engine and the router observe as they go (the only bookkeeping).
+        yield from self.service.engine.latency.collect()
+        yield from self.service.router.metrics.collect()
+
+    def _llm(self) -> Iterator[Metric]:
+        """The router's backends (outstanding, healthy), pause, policy version and calls."""
         outstanding = GaugeMetricFamily("rollserve_llm_outstanding", "LLM requests in flight",
                                         labels=["backend"])
         healthy = GaugeMetricFamily("rollserve_llm_healthy", "1 if the backend takes new requests",
@@ -63,39 +74,6 @@ class ServiceCollector:
                             ("moves", llm.moves)):
             calls.add_metric([kind], count)
         yield calls
-        trajectories = CounterMetricFamily("rollserve_trajectories", "over finished rollouts",
-                                           labels=["what"])
-        for what, count in status.trajectories.model_dump().items():
-            trajectories.add_metric([what], count)
-        yield trajectories
-        g = status.groups
-        samples = CounterMetricFamily(
-            "rollserve_group_samples", "rollouts of groups: started, usable, used (the first n "
-            "of each settled group), cancelled (extras stopped by over-sampling's early stop)",
-            labels=["what"])
-        for what, count in (("started", g.samples_started), ("usable", g.samples_usable),
-                            ("used", g.samples_used), ("cancelled", g.samples_cancelled)):
-            samples.add_metric([what], count)
-        yield samples
-        groups = CounterMetricFamily(
-            "rollserve_groups", "settled groups: all, usable, too few usable, filtered "
-            "(zero variance)", labels=["what"])
-        for what, count in (("settled", g.groups_settled), ("usable", g.groups_usable),
-                            ("too_few_usable", g.groups_too_few_usable),
-                            ("filtered", g.groups_filtered)):
-            groups.add_metric([what], count)
-        yield groups
-        masked = CounterMetricFamily(
-            "rollserve_rollouts_masked", "finished rollouts masked (not to train on), by why: "
-            "an infra or timeout failure, or stale turns; and the stage it ended in",
-            labels=["kind", "stage"])
-        for (kind, where), count in sorted(self.service.engine.masked.items()):
-            masked.add_metric([kind, where], count)
-        yield masked
-        yield from self._sandboxes()
-        # Histograms the engine and the router observe as they go (the only bookkeeping).
-        yield from self.service.engine.latency.collect()
-        yield from self.service.router.metrics.collect()
 
     def _sandboxes(self) -> Iterator[Metric]:
         sandboxes = self.service.sandbox_status()
@@ -107,6 +85,42 @@ class ServiceCollector:
         yield GaugeMetricFamily("rollserve_sandboxes_reaped_at_start", "sandboxes a previous "
                                 "server left, removed when this one started",
                                 value=reaped.get("sandboxes", 0))
+
+
+def _stage_metrics(status: EngineStatus) -> Iterator[Metric]:
+    """Each stage pool's workers, busy and queued slots, and slot-seconds used."""
+    gauges = {key: GaugeMetricFamily(f"rollserve_stage_{key}", f"{key} per stage", labels=["stage"])
+              for key in ("workers", "busy", "queued")}
+    busy_seconds = CounterMetricFamily("rollserve_stage_busy_seconds", "slot-seconds used per stage",
+                                       labels=["stage"])
+    for stage, snap in status.stages.items():
+        gauges["workers"].add_metric([stage], snap.workers)
+        gauges["busy"].add_metric([stage], snap.busy)
+        gauges["queued"].add_metric([stage], snap.queued)
+        busy_seconds.add_metric([stage], snap.busy_seconds)
+    yield from gauges.values()
+    yield busy_seconds
+
+
+def _group_metrics(status: EngineStatus) -> Iterator[Metric]:
+    """Rollouts of groups (started, usable, used, cancelled) and settled groups by verdict."""
+    g = status.groups
+    samples = CounterMetricFamily(
+        "rollserve_group_samples", "rollouts of groups: started, usable, used (the first n "
+        "of each settled group), cancelled (extras stopped by over-sampling's early stop)",
+        labels=["what"])
+    for what, count in (("started", g.samples_started), ("usable", g.samples_usable),
+                        ("used", g.samples_used), ("cancelled", g.samples_cancelled)):
+        samples.add_metric([what], count)
+    yield samples
+    groups = CounterMetricFamily(
+        "rollserve_groups", "settled groups: all, usable, too few usable, filtered "
+        "(zero variance)", labels=["what"])
+    for what, count in (("settled", g.groups_settled), ("usable", g.groups_usable),
+                        ("too_few_usable", g.groups_too_few_usable),
+                        ("filtered", g.groups_filtered)):
+        groups.add_metric([what], count)
+    yield groups
 
 
 def _node_metrics(nodes: list[NodeStatus]) -> Iterator[Metric]:

@@ -68,6 +68,7 @@ from rollserve.contract import (
     BackendInfo,
     BackendState,
     JSONObject,
+    RolloutResult,
     SamplingParams,
     SubmitRequest,
     TaskRequest,
@@ -277,14 +278,8 @@ def sampling_from_params(params: JSONObject) -> tuple[SamplingParams, AgentLimit
         raise ValueError(f"sampling_params.{field}: {first.get('msg', 'invalid')}") from exc
 
 
-@router.post("/process", response_model=ProRLResult,
-             responses={**errors(400, 429, 503, 504), 409: STOPPED_RESPONSE})
-async def process(body: ProcessRequest, request: Request) -> Response:
-    compat = _compat(request)
-    rollouts = _rollouts(request)
-    _require_running(compat)
-    if not _router(request).list():
-        raise HTTPException(503, NO_LLM_SERVER)
+def _task(body: ProcessRequest, job_id: str, compat: ProRLCompat, rollouts: Rollouts) -> TaskRequest:
+    """The task a /process body asks for: a 400 names what in it is invalid."""
     instance = body.instance
     data_source = instance.get("data_source") or compat.config.default_data_source
     if not isinstance(data_source, str):
@@ -298,13 +293,45 @@ async def process(body: ProcessRequest, request: Request) -> Response:
         sampling, agent = sampling_from_params(body.sampling_params)
     except ValueError as exc:
         raise HTTPException(400, f"Invalid sampling_params: {exc}") from exc
-    job_id = body.job_id or str(uuid.uuid4())
     try:
-        task = TaskRequest(data_source=data_source, instance=instance, sampling=sampling,
+        return TaskRequest(data_source=data_source, instance=instance, sampling=sampling,
                            agent=agent, timeouts=Timeouts(total=compat.config.timeout),
                            metadata={"prorl_job_id": job_id})
     except ValidationError as exc:
         raise HTTPException(400, f"Invalid instance data: {describe(exc)}") from exc
+
+
+async def _wait_result(rollout_id: str, compat: ProRLCompat, rollouts: Rollouts) -> RolloutResult:
+    """The rollout's result, waited for up to its deadline (plus a margin) or the
+    configured HTTP timeout: a 503 when a shutdown ends the wait, a 504 (the rollout
+    stopped) when the time runs out, a 409 when /stop cancelled it."""
+    deadline = rollouts.total_timeout(rollout_id)
+    if deadline is None:
+        deadline = compat.config.timeout
+    wait = compat.config.http_timeout or ((deadline or 1800.0) + 30.0)
+    await rollouts.wait([rollout_id], wait)
+    result = await rollouts.finished(rollout_id)
+    if result is None and rollouts.closing:  # the wait ended early: a shutdown
+        raise HTTPException(503, "the server is shutting down; the job did not finish")
+    if result is None:
+        rollouts.stop(rollout_id)
+        raise HTTPException(504, "Processing timed out")
+    if rollout_id in compat.stopped and result.status == "cancelled":
+        raise HTTPException(409, STOPPED)
+    return result
+
+
+@router.post("/process", response_model=ProRLResult,
+             responses={**errors(400, 429, 503, 504), 409: STOPPED_RESPONSE})
+async def process(body: ProcessRequest, request: Request) -> Response:
+    compat = _compat(request)
+    rollouts = _rollouts(request)
+    _require_running(compat)
+    if not _router(request).list():
+        raise HTTPException(503, NO_LLM_SERVER)
+    instance = body.instance
+    job_id = body.job_id or str(uuid.uuid4())
+    task = _task(body, job_id, compat, rollouts)
     try:
         (accepted,) = await rollouts.submit(SubmitRequest(tasks=[task]))
     except InvalidTask as exc:  # QueueFull goes on: a 429, as everywhere
@@ -314,19 +341,7 @@ async def process(body: ProcessRequest, request: Request) -> Response:
     compat.track(job_id, rollout_id)
     compat.waiting += 1
     try:
-        deadline = rollouts.total_timeout(rollout_id)
-        if deadline is None:
-            deadline = compat.config.timeout
-        wait = compat.config.http_timeout or ((deadline or 1800.0) + 30.0)
-        await rollouts.wait([rollout_id], wait)
-        result = await rollouts.finished(rollout_id)
-        if result is None and rollouts.closing:  # the wait ended early: a shutdown
-            raise HTTPException(503, "the server is shutting down; the job did not finish")
-        if result is None:
-            rollouts.stop(rollout_id)
-            raise HTTPException(504, "Processing timed out")
-        if rollout_id in compat.stopped and result.status == "cancelled":
-            raise HTTPException(409, STOPPED)
+        result = await _wait_result(rollout_id, compat, rollouts)
         # Rendered without unset fields: messages carry only the keys ProRL's do.
         # Mapped on a worker thread: each assistant message carries its whole prompt's ids.
         answer = await asyncio.to_thread(prorl_result, result, instance, job_id)

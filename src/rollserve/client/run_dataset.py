@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from rollserve.client.aio import AsyncClient
 from rollserve.client.calls import RollserveError
 from rollserve.client.evaluation import EvaluationReport, Graded, evaluate
-from rollserve.contract import RolloutResult
+from rollserve.contract import RolloutResult, SubmitResponse
 from rollserve.datasets import DatasetRow, client_id
 
 TRANSPORT_RETRIES = 5
@@ -136,6 +136,26 @@ def _line(result: RolloutResult) -> str:
     return json.dumps(result.model_dump(mode="json", exclude={"seq"}))
 
 
+def _trim_torn_tail(output: Path) -> bytes:
+    """The whole lines of ``output``: a last line a crash cut short is cut from the file
+    (its rollout is fetched again); a whole last line without its newline gets one."""
+    data = output.read_bytes()
+    complete, _, tail = data.rpartition(b"\n")
+    if not tail.strip():
+        return complete
+    try:
+        json.loads(tail)
+        complete = data  # a whole last line without its newline: kept
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass  # torn: dropped (its rollout is fetched again)
+    with output.open("r+b") as fh:
+        fh.truncate(len(complete))
+        if complete:
+            fh.seek(len(complete))
+            fh.write(b"\n")
+    return complete
+
+
 class DatasetRun:
     def __init__(self, client: AsyncClient, items: list[RunItem], output: Path,
                  options: RunOptions | None = None, resume: bool = False,
@@ -164,37 +184,29 @@ class DatasetRun:
         """On resume: note the samples already written; drop a last line a crash cut short."""
         if not self.output.exists():
             return
-        data = self.output.read_bytes()
-        complete, _, tail = data.rpartition(b"\n")
-        if tail.strip():
-            try:
-                json.loads(tail)
-                complete = data  # a whole last line without its newline: kept
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                pass  # torn: dropped (its rollout is fetched again)
-            with self.output.open("r+b") as fh:
-                fh.truncate(len(complete))
-                if complete:
-                    fh.seek(len(complete))
-                    fh.write(b"\n")
-        for line in complete.splitlines():
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if not isinstance(record, dict):
-                continue
-            try:
-                result = RolloutResult.model_validate(record)
-            except ValidationError:  # not a result of rollserve's
-                self.foreign += 1
-                continue
-            item = self.items.get(result.task_id)
-            if item is None:
-                self.foreign += 1
-            elif (item.id, result.sample_index) not in self._have:
-                self._have.add((item.id, result.sample_index))
-                self.outcomes.append(Graded.of(result))
+        for line in _trim_torn_tail(self.output).splitlines():
+            self._note_written(line)
+
+    def _note_written(self, line: bytes) -> None:
+        """A line of the output on resume: a result of one of this run's rows is a sample
+        already had; a result of no row, or a record that is no result, is foreign."""
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return
+        if not isinstance(record, dict):
+            return
+        try:
+            result = RolloutResult.model_validate(record)
+        except ValidationError:  # not a result of rollserve's
+            self.foreign += 1
+            return
+        item = self.items.get(result.task_id)
+        if item is None:
+            self.foreign += 1
+        elif (item.id, result.sample_index) not in self._have:
+            self._have.add((item.id, result.sample_index))
+            self.outcomes.append(Graded.of(result))
 
     def _record(self, result: RolloutResult) -> None:
         item = self.items.get(result.task_id)
@@ -262,39 +274,55 @@ class DatasetRun:
                     timeouts=self.options.timeouts)
             except RollserveError as exc:
                 if exc.status == 429:  # still full after the client's own retries
-                    if len(batch) > 1:  # other trainers hold the room: smaller batches fit sooner
-                        half = len(batch) // 2
-                        await self._submit_batch(batch[:half])
-                        batch = batch[half:]
-                    else:
-                        await asyncio.sleep(5.0)
+                    batch = await self._when_full(batch)
                     continue
                 named = {int(i) for i in _TASK_INDEX.findall(str(exc.detail)) if int(i) < len(batch)}
                 if not named and exc.status == 409 and conflicts < 3:  # a concurrent submit
                     conflicts += 1
                     await asyncio.sleep(1.0)
                     continue
-                if not named and exc.status >= 500:
-                    raise RunAborted(f"the server failed a submit: {exc}") from None
-                for index in sorted(named) or range(len(batch)):
-                    self._reject(batch[index], str(exc.detail))
-                batch = [item for i, item in enumerate(batch) if named and i not in named]
+                batch = self._refused(batch, named, exc)
                 continue
-            reused = []
-            for item, group in zip(batch, accepted.groups):
-                item.submitted = True
-                self._in_flight += item.remaining
-                self.progress.submitted += item.remaining
-                if group.duplicate:
-                    reused.append(group.group_id)
-            self.progress.reused_groups += len(reused)
-            self.on_change(self.progress)
-            for group_id in reused:  # results that finished before this run's cursor
-                view = await self._call(self.client.group, group_id, wait=0.0, results=True)
-                for member in view.rollouts:
-                    if member.result is not None:
-                        self._record(member.result)
+            await self._accepted(batch, accepted)
             return
+
+    async def _when_full(self, batch: list[RunItem]) -> list[RunItem]:
+        """The server is full: other trainers hold the room, so smaller batches fit sooner.
+        Submits the first half of ``batch`` and returns the rest to submit (a single task
+        is returned after a pause)."""
+        if len(batch) > 1:
+            half = len(batch) // 2
+            await self._submit_batch(batch[:half])
+            return batch[half:]
+        await asyncio.sleep(5.0)
+        return batch
+
+    def _refused(self, batch: list[RunItem], named: set[int], exc: RollserveError) -> list[RunItem]:
+        """Reject the tasks the refusal names (all of ``batch`` when it names none) and
+        return the others to submit again; a server error naming none aborts the run."""
+        if not named and exc.status >= 500:
+            raise RunAborted(f"the server failed a submit: {exc}") from None
+        for index in sorted(named) or range(len(batch)):
+            self._reject(batch[index], str(exc.detail))
+        return [item for i, item in enumerate(batch) if named and i not in named]
+
+    async def _accepted(self, batch: list[RunItem], accepted: SubmitResponse) -> None:
+        """Count ``batch`` in flight; record the results groups the server already had
+        (``duplicate``: an earlier run submitted them) finished before this run's cursor."""
+        reused = []
+        for item, group in zip(batch, accepted.groups):
+            item.submitted = True
+            self._in_flight += item.remaining
+            self.progress.submitted += item.remaining
+            if group.duplicate:
+                reused.append(group.group_id)
+        self.progress.reused_groups += len(reused)
+        self.on_change(self.progress)
+        for group_id in reused:  # results that finished before this run's cursor
+            view = await self._call(self.client.group, group_id, wait=0.0, results=True)
+            for member in view.rollouts:
+                if member.result is not None:
+                    self._record(member.result)
 
     async def _submit_all(self, todo: list[RunItem]) -> None:
         queue = deque(todo)

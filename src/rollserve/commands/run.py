@@ -48,7 +48,7 @@ from rollserve.validation import describe
 
 if TYPE_CHECKING:
     from rollserve.client import AsyncClient
-    from rollserve.client.run_dataset import RunProgress
+    from rollserve.client.run_dataset import RunItem, RunOptions, RunProgress, RunReport
     from rollserve.datasets import DatasetRow
 
 
@@ -160,7 +160,7 @@ def _valid_rows(rows: list[DatasetRow], server: _ServerFacts, skip_invalid: bool
 
 async def _run(rows: list[DatasetRow], file: Path, opts: _RunArgs, client_factory: ClientFactory,
                remote: bool, console: Console, out: Console) -> int:
-    from rollserve.client.run_dataset import DatasetRun, RunAborted, RunOptions, plan
+    from rollserve.client.run_dataset import RunOptions, plan
     from rollserve.datasets import dataset_name
 
     valid = None
@@ -182,24 +182,41 @@ async def _run(rows: list[DatasetRow], file: Path, opts: _RunArgs, client_factor
         except ValueError as exc:
             console.print(f"[red]error:[/red] {escape(str(exc))}")
             return 2
-        columns = (TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[info]}"), TimeElapsedColumn())
-        with Progress(*columns, console=console) as bar:
-            task = bar.add_task("run", total=None, info="")
+        report = await _run_with_progress(client, items, options, opts, console)
+    if report is None:
+        return 1
+    return _print_report(report, opts, console, out)
 
-            def on_change(p: RunProgress) -> None:
-                mean = "-" if p.mean_reward is None else f"{p.mean_reward:.3f}"
-                bar.update(task, total=p.total, completed=p.finished,
-                           info=f"submitted {p.submitted} · failed {p.failed} · mean reward {mean}")
 
-            run = DatasetRun(client, items, opts.output, options, resume=opts.resume,
-                             on_change=on_change)
-            try:
-                report = await run.run()
-            except RunAborted as exc:
-                console.print(f"[red]error:[/red] {escape(str(exc))}; what finished is in "
-                              f"{escape(str(opts.output))} (rerun with --resume to go on)")
-                return 1
+async def _run_with_progress(client: AsyncClient, items: list[RunItem], options: RunOptions, opts: _RunArgs,
+                             console: Console) -> RunReport | None:
+    """The run's report, a progress bar on ``console`` as it goes; None (printed why)
+    when the run stopped."""
+    from rollserve.client.run_dataset import DatasetRun, RunAborted
+
+    columns = (TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("run", total=None, info="")
+
+        def on_change(p: RunProgress) -> None:
+            mean = "-" if p.mean_reward is None else f"{p.mean_reward:.3f}"
+            bar.update(task, total=p.total, completed=p.finished,
+                       info=f"submitted {p.submitted} · failed {p.failed} · mean reward {mean}")
+
+        run = DatasetRun(client, items, opts.output, options, resume=opts.resume,
+                         on_change=on_change)
+        try:
+            return await run.run()
+        except RunAborted as exc:
+            console.print(f"[red]error:[/red] {escape(str(exc))}; what finished is in "
+                          f"{escape(str(opts.output))} (rerun with --resume to go on)")
+            return None
+
+
+def _print_report(report: RunReport, opts: _RunArgs, console: Console, out: Console) -> int:
+    """What the run did (resumed, reused, foreign lines), its evaluation and reports, the
+    rejected rows; the exit code: 1 if the server rejected some rows, else 0."""
     progress = report.progress
     if progress.skipped_rows:
         console.print(f"resumed: {progress.skipped_rows} of {progress.rows} rows were already "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -95,26 +95,36 @@ def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH, loc: Location = ()) 
     stack: list[tuple[Any, Location]] = [(value, loc)]
     while stack:
         item, where = stack.pop()
-        if isinstance(item, str):
-            _check_text(item, where)
-        elif isinstance(item, bool) or item is None:
-            continue
-        elif isinstance(item, int):
-            if not INT64_MIN <= item <= INT64_MAX:
-                raise JSONInputError(where, "integer out of range (64-bit signed); send larger "
-                                            "numbers as strings")
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise JSONInputError(where, "number out of range (must be finite)")
-        elif isinstance(item, (dict, list)):
+        if isinstance(item, (dict, list)):
             if len(where) - len(loc) >= max_depth:
                 raise JSONInputError(where, f"nested deeper than {max_depth} levels")
-            if isinstance(item, dict):
-                for key, child in item.items():
-                    _check_text(key, where + (key,), key=True)
-                    stack.append((child, where + (key,)))
-            else:
-                stack.extend((child, where + (i,)) for i, child in enumerate(item))
+            stack.extend(_children(item, where))
+        else:
+            _check_scalar(item, where)
+
+
+def _children(item: dict[Any, Any] | list[Any], where: Location) -> Iterator[tuple[Any, Location]]:
+    """The values of a JSON object (its keys checked as text) or array, with where they are."""
+    if isinstance(item, list):
+        yield from ((child, where + (i,)) for i, child in enumerate(item))
+        return
+    for key, child in item.items():
+        _check_text(key, where + (key,), key=True)
+        yield child, where + (key,)
+
+
+def _check_scalar(item: Any, where: Location) -> None:
+    """A string must be valid Unicode, an integer fit in 64 bits, a number be finite."""
+    if isinstance(item, str):
+        _check_text(item, where)
+    elif isinstance(item, bool) or item is None:
+        return
+    elif isinstance(item, int):
+        if not INT64_MIN <= item <= INT64_MAX:
+            raise JSONInputError(where, "integer out of range (64-bit signed); send larger "
+                                        "numbers as strings")
+    elif isinstance(item, float) and not math.isfinite(item):
+        raise JSONInputError(where, "number out of range (must be finite)")
 
 
 def _check_text(text: str, where: Location, key: bool = False) -> None:

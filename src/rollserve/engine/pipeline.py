@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from typing import Literal
-
-from pydantic import BaseModel, Field
+from collections import Counter, deque
+from dataclasses import dataclass
 
 from rollserve.contract import (
     STAGES,
@@ -25,17 +23,19 @@ from rollserve.contract import (
     RolloutStatus,
     Stage,
     TerminalStatus,
-    Timeouts,
     TrajectoryCounters,
 )
+from rollserve.engine import recovery
+from rollserve.engine.config import EngineConfig, new_rollout
 from rollserve.engine.events import EventBus
 from rollserve.engine.executor import CLEANUP_TIMEOUT, LocalExecutor, Sessions, StageExecutor
-from rollserve.engine.groups import EARLY_STOP_MESSAGE, GroupTracker, needs_no_rerun, result_usable
+from rollserve.engine.groups import EARLY_STOP_MESSAGE, GroupTracker, result_usable
+from rollserve.engine.outcome import StageTimeout, Where, end_with_error, mask_kind, stage_limit, tally
 from rollserve.engine.pools import StagePool
-from rollserve.engine.rollout import Rollout, RolloutSpec, default_run_margin
+from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.engine.stage_metrics import StageLatency
 from rollserve.engine.store import Store
-from rollserve.errors import DeadlineFailure, NodeLost, RolloutError
+from rollserve.errors import NodeLost, RolloutError
 from rollserve.handlers import HandlerRegistry
 from rollserve.handlers.base import AgentHandler, HandlerContext
 from rollserve.llm.routing import call_deadline
@@ -45,17 +45,11 @@ log = logging.getLogger(__name__)
 __all__ = ["CLEANUP_TIMEOUT", "Engine", "EngineConfig", "Sessions"]
 
 
-class EngineConfig(BaseModel):
-    init_workers: int = Field(32, ge=1)
-    run_workers: int = Field(256, ge=1)
-    eval_workers: int = Field(16, ge=1)
-    max_pending: int = Field(10_000, ge=1, description="rollouts admitted and not yet finished")
-    on_restart: str = Field("requeue", pattern="^(requeue|interrupt)$")
-    max_attempts: int = Field(3, ge=1, description="runs of one rollout across restarts")
-    retention_s: float = Field(7 * 86_400, gt=0)
-    max_staleness: int | None = Field(
-        None, ge=0, description="flag a rollout whose turns span more policy versions than this")
-    mask_stale: bool = Field(False, description="mask (do not train on) flagged stale rollouts")
+@dataclass
+class _Progress:
+    """Where a rollout in flight stands, as its failure would name it."""
+
+    stage: Where = "queue"
 
 
 class Engine:
@@ -128,43 +122,26 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _recover(self) -> Recovered:
-        requeued = interrupted = cancelled = 0
+        counts: Counter[recovery.Verdict] = Counter()
         for row in await self.store.unfinished():
-            attempt = row.attempt + 1
-            if await needs_no_rerun(self.store, row.spec):
-                # An extra whose group had its n usable samples when the server stopped:
-                # ended as the early stop would have, never run again.
-                rollout = self._new_rollout(row.spec, row.attempt)
-                rollout.failure = Failure(stage=_stage_of(row.status), kind="infra",
-                                          message=EARLY_STOP_MESSAGE)
-                rollout.status = "cancelled"
-                await self._record_result(rollout)
+            verdict = await recovery.verdict(self.store, row, self.config)
+            counts[verdict] += 1
+            if verdict == "requeued":
+                await self.store.set_status(row.id, "queued", attempt=row.attempt + 1)
+                self._launch(self._new_rollout(row.spec, row.attempt + 1), admitted=False)
+                continue
+            rollout = self._new_rollout(row.spec, row.attempt)
+            rollout.status, rollout.failure = recovery.ending(verdict, row, self.config)
+            await self._record_result(rollout)
+            if verdict == "cancelled":
                 self.groups.early_stopped()
-                cancelled += 1
-            elif self.config.on_restart == "requeue" and attempt <= self.config.max_attempts:
-                await self.store.set_status(row.id, "queued", attempt=attempt)
-                self._launch(self._new_rollout(row.spec, attempt), admitted=False)
-                requeued += 1
-            else:
-                rollout = self._new_rollout(row.spec, row.attempt)
-                why = (
-                    f"gave up after {row.attempt} attempts"
-                    if self.config.on_restart == "requeue"
-                    else "the rollout was not re-run (on_restart=interrupt)"
-                )
-                rollout.failure = Failure(
-                    stage=_stage_of(row.status),
-                    kind="infra",
-                    message=f"server stopped while the rollout was {row.status}; {why}",
-                )
-                rollout.status = "interrupted"
-                await self._record_result(rollout)
-                interrupted += 1
-        if requeued or interrupted or cancelled:
+        recovered = Recovered(requeued=counts["requeued"], interrupted=counts["interrupted"],
+                              cancelled=counts["cancelled"])
+        if counts:
             log.warning("recovered %d unfinished rollouts: %d re-queued, %d interrupted, %d "
                         "cancelled (extras of groups that had their n usable samples)",
-                        requeued + interrupted + cancelled, requeued, interrupted, cancelled)
-        return Recovered(requeued=requeued, interrupted=interrupted, cancelled=cancelled)
+                        counts.total(), recovered.requeued, recovered.interrupted, recovered.cancelled)
+        return recovered
 
     # --- admission ------------------------------------------------------------------
     @property
@@ -183,25 +160,7 @@ class Engine:
         return self.handlers.create(data_source, self.context)
 
     def _new_rollout(self, spec: RolloutSpec, attempt: int) -> Rollout:
-        handler = self.handler(spec.data_source)
-        d = handler.defaults
-        t = spec.timeouts
-        run = t.run or d.run_timeout
-        return Rollout(
-            spec=spec,
-            attempt=attempt,
-            max_staleness=self.config.max_staleness,
-            mask_stale=self.config.mask_stale,
-            max_turns=spec.agent.max_turns or d.max_turns,
-            max_context_tokens=spec.agent.max_context_tokens or d.max_context_tokens,
-            timeouts=Timeouts(
-                init=t.init or d.init_timeout,
-                run=run,
-                eval=t.eval or d.eval_timeout,
-                total=t.total or d.total_timeout,
-                run_margin=t.run_margin or default_run_margin(run),
-            ),
-        )
+        return new_rollout(spec, attempt, self.handler(spec.data_source).defaults, self.config)
 
     def launch(self, specs: list[RolloutSpec]) -> None:
         """Start rollouts already written to the store (the caller checked room())."""
@@ -231,50 +190,19 @@ class Engine:
     async def _drive(self, r: Rollout) -> None:
         handler = self.handler(r.spec.data_source)
         started = time.perf_counter()
-        stage: Stage | Literal["queue"] = "queue"
+        at = _Progress()
         try:
             async with asyncio.timeout(r.timeouts.total) as deadline:
                 r.deadline = deadline.when()
-                while True:
-                    try:
-                        # A place to run (a cluster node's slot), waited for outside
-                        # INIT's pool and timeout: only the rollout's deadline bounds it.
-                        await self.executor.reserve(r)
-                        for stage in STAGES:
-                            await self._run_stage(r, handler, stage)
-                        r.status = "completed"
-                    except NodeLost as exc:
-                        if r.attempt < self.config.max_attempts:
-                            await self._retry(r, handler, exc)
-                            stage = "queue"
-                            continue  # a new attempt, from INIT, on another node
-                        r.status = "failed"
-                        r.failure = Failure(stage=stage, kind="infra", message=(
-                            f"{exc.message}; gave up after {r.attempt} attempts"))
-                    except RolloutError as exc:
-                        # The RUN deadline, come while the backend had the time: as a timeout.
-                        r.status = "timed_out" if isinstance(exc, DeadlineFailure) else "failed"
-                        r.failure = Failure(stage=stage, kind=exc.kind, message=exc.message)
-                        if exc.kind == "agent":
-                            r.reward = 0.0
-                    except _StageTimeout as exc:
-                        r.status = "timed_out"
-                        r.failure = Failure(stage=stage, kind="timeout", message=str(exc))
-                    except (asyncio.CancelledError, TimeoutError):
-                        raise
-                    except Exception as exc:  # a handler bug is still an infra failure, typed
-                        log.exception("rollout %s failed in %s", r.id, stage)
-                        r.status = "failed"
-                        r.failure = Failure(stage=stage, kind="infra",
-                                            message=f"{type(exc).__name__}: {exc}")
-                    break
+                while await self._attempt(r, handler, at):
+                    at.stage = "queue"  # a new attempt, from INIT, on another node
         except TimeoutError:
             if not deadline.expired():
                 raise
             r.status = "timed_out"
             r.failure = Failure(
-                stage=stage, kind="timeout",
-                message=f"rollout deadline of {r.timeouts.total:g}s passed in {stage}")
+                stage=at.stage, kind="timeout",
+                message=f"rollout deadline of {r.timeouts.total:g}s passed in {at.stage}")
         except asyncio.CancelledError:
             if r.id not in self._cancel_requested:
                 # Server shutting down: leave the rollout unfinished in the store so
@@ -283,7 +211,7 @@ class Engine:
                 self._forget(r)
                 raise
             r.status = "cancelled"
-            r.failure = Failure(stage=stage, kind="infra", message=self._cancel_requested[r.id])
+            r.failure = Failure(stage=at.stage, kind="infra", message=self._cancel_requested[r.id])
         r.add_time("total", time.perf_counter() - started)
         await self._cleanup(r, handler)
         try:
@@ -294,6 +222,30 @@ class Engine:
         finally:
             self._forget(r)  # never leave it counted as in flight
 
+    async def _attempt(self, r: Rollout, handler: AgentHandler, at: _Progress) -> bool:
+        """Run the stages once; True when a lost node calls for another attempt. An error
+        ends the rollout (``outcome.end_with_error``); a timeout or cancellation propagates."""
+        try:
+            # A place to run (a cluster node's slot), waited for outside INIT's pool and
+            # timeout: only the rollout's deadline bounds it.
+            await self.executor.reserve(r)
+            for stage in STAGES:
+                at.stage = stage
+                await self._run_stage(r, handler, stage)
+            r.status = "completed"
+        except NodeLost as exc:
+            if r.attempt < self.config.max_attempts:
+                await self._retry(r, handler, exc)
+                return True
+            end_with_error(r, at.stage, exc)
+        except (asyncio.CancelledError, TimeoutError):
+            raise
+        except Exception as exc:
+            if not isinstance(exc, RolloutError | StageTimeout):  # a handler bug: an infra failure, typed
+                log.exception("rollout %s failed in %s", r.id, at.stage)
+            end_with_error(r, at.stage, exc)
+        return False
+
     async def _run_stage(self, r: Rollout, handler: AgentHandler, stage: Stage) -> None:
         async with self.pools[stage].slot() as queued:
             r.add_time("queued", queued)
@@ -302,7 +254,7 @@ class Engine:
             r.status = stage
             self.events.publish(r.id, r.spec.group_id, stage)
             await self.store.set_status(r.id, stage)
-            limit = _limit(r.timeouts, stage)
+            limit = stage_limit(r.timeouts, stage)
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(limit) as stage_deadline:
@@ -314,7 +266,7 @@ class Engine:
                         await self._stage_body(r, handler, stage)
             except TimeoutError:
                 if stage_deadline.expired():
-                    raise _StageTimeout(f"{stage} stage exceeded its timeout of {limit:g}s") from None
+                    raise StageTimeout(f"{stage} stage exceeded its timeout of {limit:g}s") from None
                 raise
             finally:
                 ran = time.perf_counter() - started
@@ -348,16 +300,9 @@ class Engine:
         self.last_seq = max(self.last_seq, seq)
         self.counters[result.status] = self.counters.get(result.status, 0) + 1
         if result.mask:
-            key = _mask_kind(r)
+            key = mask_kind(r)
             self.masked[key] = self.masked.get(key, 0) + 1
-        traj, tc = r.trajectory, self.trajectory_counters
-        tc.fidelity_mismatches += traj.fidelity.mismatches
-        tc.rollouts_with_mismatches += traj.fidelity.mismatches > 0
-        tc.truncated_turns += traj.truncated_turns
-        tc.stale += r.stale
-        tc.not_trainable += not traj.trainable
-        tc.prompt_tokens += result.stats.prompt_tokens
-        tc.output_tokens += result.stats.output_tokens
+        tally(self.trajectory_counters, r, result)
         self._completions.append(time.monotonic())
         self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask,
                             final=True)
@@ -437,27 +382,3 @@ class Engine:
             except Exception:
                 log.exception("retention purge failed")
             await asyncio.sleep(min(3600.0, self.config.retention_s / 10))
-
-
-class _StageTimeout(Exception):
-    pass
-
-
-def _mask_kind(r: Rollout) -> tuple[str, str]:
-    """Why a masked rollout is masked, and where: ``("infra" | "timeout", stage)``, or
-    ``("stale", "run")`` for turns of too many policy versions."""
-    if r.failure is not None and r.failure.kind in ("infra", "timeout"):
-        return r.failure.kind, r.failure.stage
-    return "stale", "run"
-
-
-def _limit(timeouts: Timeouts, stage: Stage) -> float | None:
-    return {"init": timeouts.init, "run": timeouts.run, "eval": timeouts.eval}[stage]
-
-
-def _stage_of(status: str) -> Stage | Literal["queue"]:
-    """Where a rollout stored as ``status`` stood: a stage, else still queued."""
-    for stage in STAGES:
-        if status == stage:
-            return stage
-    return "queue"

@@ -101,6 +101,21 @@ def bwrap_options(binary: str) -> frozenset[str]:
     return frozenset(re.findall(r"^\s+(--[a-z0-9-]+)", done.stdout + done.stderr, re.MULTILINE))
 
 
+def _resolver_bind() -> list[str]:
+    """/run is hidden, but DNS may live there (systemd-resolved's stub file): where
+    /etc/resolv.conf links to, bound read-only (if it is there)."""
+    resolv = os.path.realpath("/etc/resolv.conf")
+    return ["--ro-bind-try", resolv, resolv] if resolv != "/etc/resolv.conf" else []
+
+
+def _shm(size: list[str], folders: SandboxFolders) -> list[str]:
+    """/dev/shm: a sized, world-writable tmpfs where bwrap sizes one, else the sandbox's
+    own folder bound there."""
+    if size:
+        return ["--perms", "1777", *size, "--tmpfs", "/dev/shm"]
+    return ["--bind", str(folders.base / "shm"), "/dev/shm"]
+
+
 class View:
     """The mounts of a runtime's sandboxes: ``args()`` for one sandbox."""
 
@@ -137,18 +152,12 @@ class View:
         for folder in hidden:
             args += ["--remount-ro", folder]
         if network and root == "/":
-            # /run is hidden, but DNS may live there (systemd-resolved's stub file).
-            resolv = os.path.realpath("/etc/resolv.conf")
-            if resolv != "/etc/resolv.conf":
-                args += ["--ro-bind-try", resolv, resolv]
+            args += _resolver_bind()
         # /proc/sys read-only: the IPC namespace's caps (shmcap.py) belong to the
         # sandbox's uid, who could otherwise set them back.
         args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
                  "--bind", str(folders.workspace), WORKDIR, "--bind", str(folders.tmp), "/tmp"]
-        if size:
-            args += ["--perms", "1777", *size, "--tmpfs", "/dev/shm"]
-        else:
-            args += ["--bind", str(folders.base / "shm"), "/dev/shm"]
+        args += _shm(size, folders)
         for alias in aliases:
             args += ["--bind", str(folders.workspace), alias]
         args += ["--ro-bind", str(folders.server), SERVER_DIR]

@@ -174,14 +174,7 @@ class CodeHandler(AgentHandler):
         language = instance.get("language", "python")
         if language != "python":
             raise InvalidInstance("instance.language", f"only 'python' is supported, got {language!r}")
-        solution_file = instance.get("solution_file", DEFAULT_SOLUTION)
-        if not isinstance(solution_file, str) or not _FILE_NAME.match(solution_file) \
-                or keyword.iskeyword(solution_file[:-3]) or solution_file.startswith("_rollserve"):
-            raise InvalidInstance("instance.solution_file",
-                                  "must be a Python file name in the workspace, e.g. solution.py")
-        if solution_file[:-3] in sys.stdlib_module_names:  # it would stand in for that module
-            raise InvalidInstance("instance.solution_file", f"{solution_file} has the name of a "
-                                  "standard library module, which the tests' runner imports")
+        _check_solution_file(instance.get("solution_file", DEFAULT_SOLUTION))
         if "starter_code" in instance and not isinstance(instance["starter_code"], str):
             raise InvalidInstance("instance.starter_code", "must be a string")
         entry_point = instance.get("entry_point")
@@ -189,12 +182,7 @@ class CodeHandler(AgentHandler):
             raise InvalidInstance("instance.entry_point", "must be a Python identifier (a function name)")
         _check_number(instance, "time_limit", 0.1, 60.0)
         _check_number(instance, "memory_limit_mb", 64, 16384, integer=True)
-        mode = instance.get("reward", "all")
-        if mode not in REWARD_MODES:
-            raise InvalidInstance("instance.reward", f"must be 'all' or 'fraction', got {mode!r}")
-        unsafe = instance.get("unsafe_checks", "fail")
-        if unsafe not in UNSAFE_CHECKS:
-            raise InvalidInstance("instance.unsafe_checks", f"must be 'fail' or 'exclude', got {unsafe!r}")
+        _check_choices(instance)
         if "tests" in instance:
             _validate_cases(instance["tests"])
         else:
@@ -303,6 +291,28 @@ async def _read_solution(sandbox: Sandbox, path: str) -> tuple[str | None, str |
 
 
 # --- validation helpers ----------------------------------------------------------------
+def _check_solution_file(solution_file: Any) -> None:
+    """A Python file name in the workspace, not ours (``_rollserve*``), a keyword or the
+    name of a standard library module (it would stand in for that module)."""
+    if not isinstance(solution_file, str) or not _FILE_NAME.match(solution_file) \
+            or keyword.iskeyword(solution_file[:-3]) or solution_file.startswith("_rollserve"):
+        raise InvalidInstance("instance.solution_file",
+                              "must be a Python file name in the workspace, e.g. solution.py")
+    if solution_file[:-3] in sys.stdlib_module_names:  # it would stand in for that module
+        raise InvalidInstance("instance.solution_file", f"{solution_file} has the name of a "
+                              "standard library module, which the tests' runner imports")
+
+
+def _check_choices(instance: Mapping[str, Any]) -> None:
+    """``reward`` and ``unsafe_checks``, when given, are among their choices."""
+    mode = instance.get("reward", "all")
+    if mode not in REWARD_MODES:
+        raise InvalidInstance("instance.reward", f"must be 'all' or 'fraction', got {mode!r}")
+    unsafe = instance.get("unsafe_checks", "fail")
+    if unsafe not in UNSAFE_CHECKS:
+        raise InvalidInstance("instance.unsafe_checks", f"must be 'fail' or 'exclude', got {unsafe!r}")
+
+
 def _check_number(instance: Mapping[str, Any], key: str, low: float, high: float,
                   integer: bool = False) -> None:
     if key not in instance:

@@ -37,25 +37,34 @@ def setup_names(setup: str, module: str | None = None) -> frozenset[str]:
     ``from <module> import *`` of the solution's module, which binds the solution's)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(setup)):
-        if imports_all_of(node, module):
-            continue
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name == "*":
-                    names.add(STAR)
-                elif not (isinstance(node, ast.Import) and alias.name == "math" and alias.asname is None):
-                    names.add(alias.asname or alias.name.split(".")[0])
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            names.add(node.name)
+        if not imports_all_of(node, module):
+            names.update(_bound_by(node))
     return frozenset(names)
+
+
+def _bound_by(node: ast.AST) -> list[str]:
+    """The names one node binds (``STAR`` for a ``*`` import; ``import math`` binds none)."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return [node.id]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return _imported(node)
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+        return [node.name]
+    return []
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    names = []
+    for alias in node.names:
+        if alias.name == "*":
+            names.append(STAR)
+        elif not (isinstance(node, ast.Import) and alias.name == "math" and alias.asname is None):
+            names.append(alias.asname or alias.name.split(".")[0])
+    return names
 
 
 def references(info: list[ProbeInfo], bound: frozenset[str],

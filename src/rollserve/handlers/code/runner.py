@@ -33,7 +33,7 @@ the report can only claim values for the probes, which is what computing them do
 """
 
 
-def _main():
+def _main():  # noqa: C901 - one closure over the builtins taken before the solution loads; reviewed line by line
     import json
     import os
     import sys
@@ -70,7 +70,7 @@ def _main():
         except base_exception:
             return "?"
 
-    def encode(value, parts, size, depth):
+    def encode(value, parts, size, depth):  # noqa: C901 - one branch per plain type, as the encoding lists them
         """Append the encoding of ``value`` to ``parts``; return the size so far."""
         if depth > max_depth:
             raise NotPlain("nested more than %d deep" % max_depth)

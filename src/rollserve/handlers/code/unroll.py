@@ -30,17 +30,8 @@ def unroll(node: ast.Call, free: set[str] | frozenset[str]) -> list[tuple[list[a
     comp = node.args[0]
     if not isinstance(comp, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
         return None
-    loops: list[tuple[ast.expr, list[Any]]] = []
-    targets: set[str] = set()
-    for generator in comp.generators:
-        values = _iterable(generator.iter, free)
-        if values is None or generator.is_async or not _names(generator.target, targets):
-            return None
-        loops.append((generator.target, values))
-    if any(_rebinds(sub, targets) for sub in (comp.elt, *(i for g in comp.generators for i in g.ifs))):
-        return None
-    # A later loop's iterable or an earlier loop's condition using a variable: not here.
-    if any(_uses(g.iter, targets) for g in comp.generators):
+    loops = _loops(comp, free)
+    if loops is None:
         return None
     # Each item is parsed afresh from the text (faster than copying the tree).
     ifs = [ast.unparse(c) for g in comp.generators for c in g.ifs]
@@ -56,6 +47,26 @@ def unroll(node: ast.Call, free: set[str] | frozenset[str]) -> list[tuple[list[a
         if len(items) > MAX_ITEMS:
             return None
     return items
+
+
+def _loops(comp: ast.GeneratorExp | ast.ListComp | ast.SetComp,
+           free: set[str] | frozenset[str]) -> list[tuple[ast.expr, list[Any]]] | None:
+    """Each loop's target and the values it takes, or None when a loop cannot be unrolled
+    here: its iterable unknown on the server, async, a target that is not plain names,
+    a loop variable rebound in the comprehension, or used by a later loop's iterable."""
+    loops: list[tuple[ast.expr, list[Any]]] = []
+    targets: set[str] = set()
+    for generator in comp.generators:
+        values = _iterable(generator.iter, free)
+        if values is None or generator.is_async or not _names(generator.target, targets):
+            return None
+        loops.append((generator.target, values))
+    if any(_rebinds(sub, targets) for sub in (comp.elt, *(i for g in comp.generators for i in g.ifs))):
+        return None
+    # A later loop's iterable or an earlier loop's condition using a variable: not here.
+    if any(_uses(g.iter, targets) for g in comp.generators):
+        return None
+    return loops
 
 
 def _iterable(node: ast.expr, free: set[str] | frozenset[str]) -> list[Any] | None:

@@ -100,14 +100,19 @@ def decode(node: Any, depth: int = 0) -> Any:
         items = [decode(item, depth + 1) for item in body]
         return _COLLECTIONS[name](hashable(items) if name != "tuple" else items)
     if name == "dict" and type(body) is list:
-        pairs = []
-        for pair in body:
-            if type(pair) is not list or len(pair) != 2:
-                raise ValueError("a dict item is not a [key, value] pair")
-            pairs.append((decode(pair[0], depth + 1), decode(pair[1], depth + 1)))
-        hashable([key for key, _ in pairs])
-        return dict(pairs)
+        return _decode_dict(body, depth)
     raise ValueError(f"malformed {name!r} value")
+
+
+def _decode_dict(body: list[Any], depth: int) -> dict[Any, Any]:
+    """A dict encoded as its ``[key, value]`` pairs (keys checked: ``hashable``)."""
+    pairs = []
+    for pair in body:
+        if type(pair) is not list or len(pair) != 2:
+            raise ValueError("a dict item is not a [key, value] pair")
+        pairs.append((decode(pair[0], depth + 1), decode(pair[1], depth + 1)))
+    hashable([key for key, _ in pairs])
+    return dict(pairs)
 
 
 def hashable(items: list[Any]) -> list[Any]:

@@ -70,17 +70,7 @@ def validate_question_form(instance: Mapping[str, Any]) -> None:
 def validate_dataset_form(instance: Mapping[str, Any]) -> None:
     name = instance["dataset"]
     datasets = _reasoning_gym_datasets()
-    if not isinstance(name, str):
-        raise InvalidInstance("instance.dataset", "must be a string (a reasoning-gym dataset name)")
-    if name not in datasets:
-        known = sorted(datasets)
-        close = difflib.get_close_matches(name, known, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise InvalidInstance(
-            "instance.dataset",
-            f"unknown reasoning-gym dataset {name!r} (known: {', '.join(known[:8])}, "
-            f"... {len(known)} in all){hint}",
-        )
+    _check_dataset_name(name, datasets)
     if "seed" not in instance:
         raise InvalidInstance("instance.seed", "required for a reasoning-gym instance")
     if not _is_int(instance["seed"]):
@@ -89,22 +79,8 @@ def validate_dataset_form(instance: Mapping[str, Any]) -> None:
     if not _is_int(index) or index < 0:
         raise InvalidInstance("instance.index", "must be an integer >= 0")
     config = instance.get("config", {})
-    if not isinstance(config, dict):
-        raise InvalidInstance("instance.config", "must be an object of dataset options")
-    if "seed" in config:
-        raise InvalidInstance("instance.config.seed", "give the seed as instance.seed")
-    try:
-        json.dumps(config)
-    except (TypeError, ValueError):
-        raise InvalidInstance("instance.config", "must be JSON-serialisable") from None
     config_cls = datasets[name][1]
-    fields = [f.name for f in dataclasses.fields(config_cls) if f.name != "seed"]
-    for key in config:
-        if key not in fields:
-            raise InvalidInstance(
-                f"instance.config.{key}",
-                f"unknown option for dataset {name!r} (known: {', '.join(fields)})",
-            )
+    _check_config_keys(name, config, config_cls)
     size = _dataset_size(instance)
     if not _is_int(size) or size < 1:
         raise InvalidInstance("instance.config.size", "must be an integer >= 1")
@@ -118,6 +94,40 @@ def validate_dataset_form(instance: Mapping[str, Any]) -> None:
             checked.validate()
     except Exception as exc:  # AssertionError, ValueError, TypeError from a dataclass
         raise InvalidInstance("instance.config", f"rejected by {name!r}: {exc or type(exc).__name__}") from None
+
+
+def _check_dataset_name(name: Any, datasets: dict[str, tuple[type, type]]) -> None:
+    """A reasoning-gym dataset's name; an unknown one is refused with the closest names."""
+    if not isinstance(name, str):
+        raise InvalidInstance("instance.dataset", "must be a string (a reasoning-gym dataset name)")
+    if name not in datasets:
+        known = sorted(datasets)
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise InvalidInstance(
+            "instance.dataset",
+            f"unknown reasoning-gym dataset {name!r} (known: {', '.join(known[:8])}, "
+            f"... {len(known)} in all){hint}",
+        )
+
+
+def _check_config_keys(name: str, config: Any, config_cls: type) -> None:
+    """``config``: a JSON object of the dataset's options (its seed is ``instance.seed``)."""
+    if not isinstance(config, dict):
+        raise InvalidInstance("instance.config", "must be an object of dataset options")
+    if "seed" in config:
+        raise InvalidInstance("instance.config.seed", "give the seed as instance.seed")
+    try:
+        json.dumps(config)
+    except (TypeError, ValueError):
+        raise InvalidInstance("instance.config", "must be JSON-serialisable") from None
+    fields = [f.name for f in dataclasses.fields(config_cls) if f.name != "seed"]
+    for key in config:
+        if key not in fields:
+            raise InvalidInstance(
+                f"instance.config.{key}",
+                f"unknown option for dataset {name!r} (known: {', '.join(fields)})",
+            )
 
 
 def _dataset_size(instance: Mapping[str, Any]) -> int:

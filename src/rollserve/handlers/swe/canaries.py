@@ -36,6 +36,7 @@ import ast
 import random
 import re
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rollserve.handlers.swe import python_ast
@@ -153,43 +154,56 @@ def _span(node: ast.AST) -> tuple[int, int, int, int]:
 
 def _mutations(statement: ast.stmt, lines: list[bytes], rng: random.Random) -> tuple[list[Splice], list[Splice]]:
     """(literal changes, other changes) that make ``statement`` fail where it held."""
+    if isinstance(statement, ast.Assert):
+        return _assert_mutations(statement.test, lines, rng)
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        return _unittest_mutations(statement.value, rng)
+    return [], []
+
+
+def _changed_literals(nodes: Sequence[ast.expr], rng: random.Random) -> list[Splice]:
+    """Each constant of ``nodes`` changed to another value of its type, where one can be."""
+    literal: list[Splice] = []
+    for node in nodes:
+        if isinstance(node, ast.Constant):
+            new = _new_constant(node.value, rng)
+            if new is not None:
+                literal.append((*_span(node), new))
+    return literal
+
+
+def _assert_mutations(test: ast.expr, lines: list[bytes], rng: random.Random) -> tuple[list[Splice], list[Splice]]:
+    """An ``assert``'s: its compared constants changed, its operator complemented, a
+    ``not`` dropped or added."""
     literal: list[Splice] = []
     other: list[Splice] = []
-    if isinstance(statement, ast.Assert):
-        test = statement.test
-        if isinstance(test, ast.Compare) and len(test.ops) == 1:
-            op = type(test.ops[0])
-            if op is ast.Eq:
-                for side in (test.left, test.comparators[0]):
-                    if isinstance(side, ast.Constant):
-                        new = _new_constant(side.value, rng)
-                        if new is not None:
-                            literal.append((*_span(side), new))
-            gap = _op_splice(test, lines)
-            if gap is not None and op in _COMPLEMENT:
-                other.append((*gap, _COMPLEMENT[op]))
-        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and \
-                isinstance(test.operand, _SIMPLE) and test.operand.lineno == test.lineno:
-            line, col = test.lineno, test.col_offset
-            other.append((line, col, test.operand.lineno, test.operand.col_offset, ""))
-        elif isinstance(test, _SIMPLE) and not isinstance(test, ast.Compare):
-            line, col = test.lineno, test.col_offset
-            other.append((line, col, line, col, "not "))
-    elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-        call = statement.value
-        func = call.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
-                func.value.id == "self" and func.attr in _UNITTEST_SWAP and func.end_lineno:
-            if func.attr == "assertEqual":
-                for arg in call.args[:2]:
-                    if isinstance(arg, ast.Constant):
-                        new = _new_constant(arg.value, rng)
-                        if new is not None:
-                            literal.append((*_span(arg), new))
-            end = func.end_col_offset or 0
-            other.append((func.end_lineno, end - len(func.attr), func.end_lineno, end,
-                          _UNITTEST_SWAP[func.attr]))
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op = type(test.ops[0])
+        if op is ast.Eq:
+            literal = _changed_literals((test.left, test.comparators[0]), rng)
+        gap = _op_splice(test, lines)
+        if gap is not None and op in _COMPLEMENT:
+            other.append((*gap, _COMPLEMENT[op]))
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and \
+            isinstance(test.operand, _SIMPLE) and test.operand.lineno == test.lineno:
+        line, col = test.lineno, test.col_offset
+        other.append((line, col, test.operand.lineno, test.operand.col_offset, ""))
+    elif isinstance(test, _SIMPLE) and not isinstance(test, ast.Compare):
+        line, col = test.lineno, test.col_offset
+        other.append((line, col, line, col, "not "))
     return literal, other
+
+
+def _unittest_mutations(call: ast.Call, rng: random.Random) -> tuple[list[Splice], list[Splice]]:
+    """A ``self.assertX(...)`` call's: ``assertEqual``'s constants changed, the method
+    swapped for its opposite."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and
+            func.value.id == "self" and func.attr in _UNITTEST_SWAP and func.end_lineno):
+        return [], []
+    literal = _changed_literals(call.args[:2], rng) if func.attr == "assertEqual" else []
+    end = func.end_col_offset or 0
+    return literal, [(func.end_lineno, end - len(func.attr), func.end_lineno, end, _UNITTEST_SWAP[func.attr])]
 
 
 def _op_splice(test: ast.Compare, lines: list[bytes]) -> tuple[int, int, int, int] | None:
@@ -286,32 +300,51 @@ def _place(text: str, lines: list[bytes], tree: ast.Module,
     used: set[tuple[int, Splice]] = set()
     for i in range(count):
         test, options = usable[i % len(usable)]
-        options = [o for o in options if o[1]] or options  # a changed literal reads best
-        splice = None
-        for _ in range(20):
-            statement, literal, other = rng.choice(options)
-            fresh = _mutations(statement, lines, rng)[0] if literal else []
-            pick = rng.choice(fresh or other)
-            if (id(test.node), pick) not in used:
-                splice = pick
-                break
+        splice = _pick_splice(test, options, lines, used, rng)
         if splice is None:
             continue
         used.add((id(test.node), splice))
-        node = test.node
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        body = _apply(lines[first - 1:node.end_lineno], first, [splice])
         name = _name(test, taken, words, rng)
         taken.add(name)
-        body[node.lineno - first] = re.sub(rb"def\s+" + node.name.encode() + rb"\b",
-                                           b"def " + name.encode(), body[node.lineno - first], count=1)
-        siblings = [n for n, s in defs if s == test.scope]
-        anchor = rng.choice(siblings)
-        at = _above_comments(lines, min([anchor.lineno, *(d.lineno for d in anchor.decorator_list)]))
-        gap = b"\n\n" if test.scope is None else b"\n"
-        made.append((at, b"\n".join(body) + b"\n" + gap, Canary(name, test.scope, test.name, 0)))
+        made.append(_canary(test, splice, name, lines, defs, rng))
     if len(made) < min(2, count):
         return None
+    return _inserted(lines, made)
+
+
+def _pick_splice(test: _Test, options: list[tuple[ast.stmt, list[Splice], list[Splice]]], lines: list[bytes],
+                 used: set[tuple[int, Splice]], rng: random.Random) -> Splice | None:
+    """A change to one of ``test``'s statements not ``used`` on it yet (a changed literal
+    where it has one: it reads best), or None after 20 tries."""
+    options = [o for o in options if o[1]] or options  # a changed literal reads best
+    for _ in range(20):
+        statement, literal, other = rng.choice(options)
+        fresh = _mutations(statement, lines, rng)[0] if literal else []
+        pick = rng.choice(fresh or other)
+        if (id(test.node), pick) not in used:
+            return pick
+    return None
+
+
+def _canary(test: _Test, splice: Splice, name: str, lines: list[bytes],
+            defs: list[tuple[ast.FunctionDef, str | None]], rng: random.Random) -> tuple[int, bytes, Canary]:
+    """``test`` with ``splice`` applied, renamed ``name``: (the line to insert it above,
+    next to a sibling test; its text; the canary)."""
+    node = test.node
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    body = _apply(lines[first - 1:node.end_lineno], first, [splice])
+    body[node.lineno - first] = re.sub(rb"def\s+" + node.name.encode() + rb"\b",
+                                       b"def " + name.encode(), body[node.lineno - first], count=1)
+    siblings = [n for n, s in defs if s == test.scope]
+    anchor = rng.choice(siblings)
+    at = _above_comments(lines, min([anchor.lineno, *(d.lineno for d in anchor.decorator_list)]))
+    gap = b"\n\n" if test.scope is None else b"\n"
+    return at, b"\n".join(body) + b"\n" + gap, Canary(name, test.scope, test.name, 0)
+
+
+def _inserted(lines: list[bytes], made: list[tuple[int, bytes, Canary]]) -> Placed | None:
+    """The file with the ``made`` canaries inserted, each with the line it landed on;
+    None when the result does not parse or a canary cannot be found in it."""
     out = list(lines)
     for at, block, _ in sorted(made, key=lambda m: m[0], reverse=True):
         out[at - 1:at - 1] = block.split(b"\n")[:-1]

@@ -323,20 +323,8 @@ class SWEHandler(AgentHandler):
             await interpreter.probe(sandbox, task, env, self._activate, self._origin,
                                     "EVAL, before the candidate patch")
             outcome: dict[str, Any] = {"patch_applied": True, "apply_command": None}
-            if patch.strip():
-                pending = await scan.prepare(sandbox, patch, self.options.machinery)
-                applied = await apply_patch(sandbox, patch)
-                outcome.update(patch_applied=applied.ok, apply_command=applied.command)
-                if not applied.ok:
-                    outcome.update(resolved=False, tests_ran=False,
-                                   reason="the patch does not apply", apply_log=applied.log)
-                    return outcome
-                verdict = await scan.finish(sandbox, pending)
-                if verdict is not None:
-                    outcome.update(verdict.details())
-                    if verdict.fails:
-                        outcome.update(resolved=False, tests_ran=False, reason=verdict.reason)
-                        return outcome
+            if patch.strip() and not await scan.apply_scanned(sandbox, patch, self.options.machinery, outcome):
+                return outcome
             activate = self._activate
             own = script_halves(task, activate)  # (None: the instance's own script)
             halves = own if self.options.canary else None

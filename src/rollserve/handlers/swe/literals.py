@@ -106,19 +106,25 @@ def _call(node: ast.Call, depth: int) -> str | None:
     base = fold(func.value, depth)
     if base is None:
         return None
-    if func.attr == "join" and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple)):
-        parts = [fold(e, depth) for e in node.args[0].elts]
+    return _method_call(base, func.attr, node.args, depth)
+
+
+def _method_call(base: str, method: str, args: list[ast.expr], depth: int) -> str | None:
+    """``<base>.<method>(<args>)`` of a string the fold knows: ``join`` of a literal list,
+    or one of ``_METHODS`` (``encode``/``decode`` keep the text as it is)."""
+    if method == "join" and len(args) == 1 and isinstance(args[0], (ast.List, ast.Tuple)):
+        parts = [fold(e, depth) for e in args[0].elts]
         return base.join(p for p in parts if p is not None) if None not in parts else None
-    if func.attr in _METHODS:
-        args = [fold(a, depth) for a in node.args]
-        if None in args or func.attr in ("decode", "encode"):
-            return base if None not in args else None
-        try:
-            result = getattr(base, func.attr)(*args)
-        except (TypeError, ValueError):
-            return None
-        return result if isinstance(result, str) else None
-    return None
+    if method not in _METHODS:
+        return None
+    values = [fold(a, depth) for a in args]
+    if None in values or method in ("decode", "encode"):
+        return base if None not in values else None
+    try:
+        result = getattr(base, method)(*values)
+    except (TypeError, ValueError):
+        return None
+    return result if isinstance(result, str) else None
 
 
 def telling(value: str) -> bool:

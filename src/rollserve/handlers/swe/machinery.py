@@ -99,15 +99,7 @@ class _Scanner(ast.NodeVisitor):
 
     def _name(self, name: str, node: ast.AST, imported: bool = True, store: bool = False) -> None:
         """Check a resolved dotted name (``imported``: its root is a module)."""
-        if name.startswith("builtins."):
-            if store:
-                self._add("obfuscation", f"assignment to {name}", node)
-            name = name[len("builtins."):]
-        parts = name.split(".")
-        for i, part in enumerate(parts[1:], 1):  # os.sys.modules is sys.modules
-            if imported and part in _WATCHED and part != parts[i - 1] and not name.startswith("."):
-                name, parts = ".".join(parts[i:]), parts[i:]
-                break
+        name, parts = self._unaliased(name, node, imported, store)
         for part in parts[1:]:
             if part in ATTRIBUTES:
                 self._add("frame or gc introspection", f".{part}", node)
@@ -121,6 +113,24 @@ class _Scanner(ast.NodeVisitor):
             self._add("an exit or trace hook", f"{name} replaced", node)
         if store and name == "sys.modules":
             self._add("the module table", "sys.modules changed", node)
+        self._prefixed(parts, node)
+
+    def _unaliased(self, name: str, node: ast.AST, imported: bool, store: bool) -> tuple[str, list[str]]:
+        """The name as what it reaches, and its parts: ``builtins.x`` as ``x`` (an
+        assignment to it noted), a module reached through another (``os.sys.modules``)
+        as itself (``sys.modules``)."""
+        if name.startswith("builtins."):
+            if store:
+                self._add("obfuscation", f"assignment to {name}", node)
+            name = name[len("builtins."):]
+        parts = name.split(".")
+        for i, part in enumerate(parts[1:], 1):  # os.sys.modules is sys.modules
+            if imported and part in _WATCHED and part != parts[i - 1] and not name.startswith("."):
+                return ".".join(parts[i:]), parts[i:]
+        return name, parts
+
+    def _prefixed(self, parts: list[str], node: ast.AST) -> None:
+        """The longest watched prefix of the dotted name (``_PREFIXES``), if any."""
         for end in range(len(parts), 0, -1):
             prefix = ".".join(parts[:end])
             if prefix in _PREFIXES:
@@ -249,6 +259,18 @@ class _Scanner(ast.NodeVisitor):
     def _call(self, node: ast.Call) -> None:
         func = self.resolve(node.func)
         name = func[0].removeprefix("builtins.") if func else None
+        self._built_call(name, func, node)
+        self._computed_call(name, func, node)
+        if name and name.startswith("sys.modules.") and name.rsplit(".", 1)[1] in _SURGERY:
+            self._add("the module table", "sys.modules changed", node)
+        if not (isinstance(node.func, ast.Name) and node.func.id == "__import__"):
+            self.visit(node.func)  # (a literal __import__ is the name it imports)
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            self.visit(arg)
+
+    def _built_call(self, name: str | None, func: tuple[str, bool] | None, node: ast.Call) -> None:
+        """A call that runs, imports or reaches a name built from string pieces; a code or
+        function builder called; ``pickle.loads`` of a constant."""
         first = node.args[0] if node.args else None
         names = node.args[1] if name in _ATTR_CALLS and len(node.args) >= 2 else first
         if name in _EXECUTORS | _IMPORTERS | _ATTR_CALLS and names is not None \
@@ -258,6 +280,11 @@ class _Scanner(ast.NodeVisitor):
             self._add("obfuscation", f"{name} called", node)
         if name in ("pickle.loads", "_pickle.loads") and fold(first) is not None:
             self._add("obfuscation", "pickle.loads of a constant", node)
+
+    def _computed_call(self, name: str | None, func: tuple[str, bool] | None, node: ast.Call) -> None:
+        """exec/eval of code, an import, a get/set/delattr or ``vars`` of a watched module,
+        whose argument is computed at run time (literal code is scanned as code)."""
+        first = node.args[0] if node.args else None
         if name in _EXECUTORS and (func is None or not func[1] or func[0].startswith("builtins.")):
             code = fold(first) if first is not None else None
             if isinstance(code, str):
@@ -277,12 +304,6 @@ class _Scanner(ast.NodeVisitor):
                 self._name(f"{target[0]}.{fold(node.args[1])}", node, True, store=True)
         elif name == "vars" and first is not None and self._watched(first):
             self._add("obfuscation", f"the namespace of {self._watched(first)}", node)
-        if name and name.startswith("sys.modules.") and name.rsplit(".", 1)[1] in _SURGERY:
-            self._add("the module table", "sys.modules changed", node)
-        if not (isinstance(node.func, ast.Name) and node.func.id == "__import__"):
-            self.visit(node.func)  # (a literal __import__ is the name it imports)
-        for arg in [*node.args, *(k.value for k in node.keywords)]:
-            self.visit(arg)
 
     def _literal_code(self, code: str, node: ast.AST) -> None:
         """exec/eval/compile of a literal: its code is scanned too."""

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from rollserve.handlers.swe import diffparse, fragments, machinery
 from rollserve.handlers.swe.machinery import Finding
+from rollserve.handlers.swe.patch import apply_patch
 from rollserve.sandbox.base import Sandbox, resolve_in_workspace
 
 Mode = Literal["fail", "flag", "off"]
@@ -188,3 +189,22 @@ async def finish(sandbox: Sandbox, pending: Pending | None) -> Verdict | None:
     if pending is None:
         return None
     return await asyncio.to_thread(scan_after, sandbox.workspace, pending)
+
+
+async def apply_scanned(sandbox: Sandbox, patch: str, mode: Mode, outcome: dict[str, Any]) -> bool:
+    """Apply a candidate's patch, scanned before and after: False (``outcome`` says why,
+    the tests not to run) when it does not apply or the scan fails it."""
+    pending = await prepare(sandbox, patch, mode)
+    applied = await apply_patch(sandbox, patch)
+    outcome.update(patch_applied=applied.ok, apply_command=applied.command)
+    if not applied.ok:
+        outcome.update(resolved=False, tests_ran=False,
+                       reason="the patch does not apply", apply_log=applied.log)
+        return False
+    verdict = await finish(sandbox, pending)
+    if verdict is not None:
+        outcome.update(verdict.details())
+        if verdict.fails:
+            outcome.update(resolved=False, tests_ran=False, reason=verdict.reason)
+            return False
+    return True

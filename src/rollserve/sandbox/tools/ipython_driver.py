@@ -65,21 +65,9 @@ def main():
     tag = sys.argv[1]
     max_output = int(sys.argv[2])
     max_images = int(sys.argv[3]) if len(sys.argv) > 3 else 8
-
-    # IPython and matplotlib keep state under $HOME, which an image may point at the
-    # workspace (the runtimes set it to the private /tmp): keep it in the sandbox's
-    # private temp folder so the agent's files (and a task's git diff) stay clean. No
-    # history database either.
-    state = os.path.join(tempfile.gettempdir(), "rollserve-ipython")
-    os.environ.setdefault("IPYTHONDIR", os.path.join(state, "ipython"))
-    os.environ.setdefault("MPLCONFIGDIR", os.path.join(state, "matplotlib"))
-    os.makedirs(os.environ["IPYTHONDIR"], exist_ok=True)
-
+    _private_state()
     # Imported before stderr is redirected: a missing IPython is reported to the host.
-    from IPython.core.displayhook import DisplayHook
-    from IPython.core.displaypub import DisplayPublisher
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
+    ipython = _import_ipython()
 
     # Private protocol channel first, then point the standard fds elsewhere.
     proto_in = os.fdopen(os.dup(0), "rb")
@@ -104,6 +92,72 @@ def main():
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     captured = {"result": None, "display": [], "error": None}
+    shell = _shell(ipython, captured)
+    requests = queue.Queue()
+    running = {"id": None}
+    threading.Thread(target=_reader, args=(proto_in, requests, running), daemon=True).start()
+    os.ftruncate(out_fd, 0)  # start-up noise (warnings) is nobody's cell output
+    os.ftruncate(err_fd, 0)
+    send({"ready": True, "python": sys.version.split()[0], "pid": os.getpid()})
+
+    while True:
+        try:
+            request = requests.get()
+        except KeyboardInterrupt:  # an interrupt that arrived just after its cell ended
+            continue
+        if request is None:
+            return
+        captured.update(result=None, display=[], error=None, error_name=None)
+        ok, count, interrupted = _run_cell(shell, request, running)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            stdout, out_dropped = _read_capped(out_fd, max_output)
+            stderr, err_dropped = _read_capped(err_fd, max_output)
+            result, images, texts = _displayed(captured)
+            send({
+                "id": request.get("id"),
+                "count": count,
+                "ok": ok and captured["error"] is None,
+                "stdout": stdout,
+                "stderr": stderr,
+                "dropped": out_dropped + err_dropped,
+                "result": result,
+                "display": texts,
+                "images": images[:max_images],
+                "images_dropped": max(0, len(images) - max_images),
+                "error": captured["error"] or ("KeyboardInterrupt" if interrupted else None),
+                "error_name": captured["error_name"] or ("KeyboardInterrupt" if interrupted else None),
+            })
+        except KeyboardInterrupt:
+            continue
+
+
+def _private_state():
+    """IPython and matplotlib keep state under $HOME, which an image may point at the
+    workspace (the runtimes set it to the private /tmp): keep it in the sandbox's
+    private temp folder so the agent's files (and a task's git diff) stay clean. No
+    history database either."""
+    state = os.path.join(tempfile.gettempdir(), "rollserve-ipython")
+    os.environ.setdefault("IPYTHONDIR", os.path.join(state, "ipython"))
+    os.environ.setdefault("MPLCONFIGDIR", os.path.join(state, "matplotlib"))
+    os.makedirs(os.environ["IPYTHONDIR"], exist_ok=True)
+
+
+def _import_ipython():
+    """IPython's display hook, display publisher and shell classes, and traitlets' Config."""
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    return DisplayHook, DisplayPublisher, InteractiveShell, Config
+
+
+def _shell(ipython, captured):
+    """An IPython shell (no history) whose results, displays and tracebacks go to
+    ``captured`` instead of being printed."""
+    DisplayHook, DisplayPublisher, InteractiveShell, Config = ipython
 
     class Hook(DisplayHook):
         def write_output_prompt(self):
@@ -132,78 +186,52 @@ def main():
 
     config = Config()
     config.HistoryManager.enabled = False
-    shell = Shell.instance(config=config, colors="nocolor")
+    return Shell.instance(config=config, colors="nocolor")
 
-    requests = queue.Queue()
-    running = {"id": None}
 
-    def reader():
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        for line in proto_in:
-            try:
-                request = json.loads(line)
-            except ValueError:
-                continue
-            if request.get("op") == "interrupt":
-                if running["id"] is not None and running["id"] == request.get("id"):
-                    os.kill(os.getpid(), signal.SIGINT)
-            else:
-                requests.put(request)
-        requests.put(None)  # stdin closed: the host is gone
-
-    threading.Thread(target=reader, daemon=True).start()
-    os.ftruncate(out_fd, 0)  # start-up noise (warnings) is nobody's cell output
-    os.ftruncate(err_fd, 0)
-    send({"ready": True, "python": sys.version.split()[0], "pid": os.getpid()})
-
-    while True:
+def _reader(proto_in, requests, running):
+    """The reader thread: runs go to ``requests``; an interrupt of the running cell is a
+    SIGINT to this process (the main thread gets it: this thread blocks it)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    for line in proto_in:
         try:
-            request = requests.get()
-        except KeyboardInterrupt:  # an interrupt that arrived just after its cell ended
+            request = json.loads(line)
+        except ValueError:
             continue
-        if request is None:
-            return
-        captured.update(result=None, display=[], error=None, error_name=None)
-        running["id"] = request.get("id")
-        interrupted = False
-        try:
-            outcome = shell.run_cell(request.get("code", ""), store_history=True)
-            count = shell.execution_count - 1
-        except KeyboardInterrupt:  # landed outside the user's code (in IPython itself)
-            interrupted = True
-            count = shell.execution_count
-        finally:
-            running["id"] = None
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            stdout, out_dropped = _read_capped(out_fd, max_output)
-            stderr, err_dropped = _read_capped(err_fd, max_output)
-            result, images, texts = None, [], []
-            if captured["result"] is not None:
-                result = captured["result"].get("text/plain")
-                images += _pngs(captured["result"])
-            for data in captured["display"]:
-                found = _pngs(data)
-                images += found
-                if not found and "text/plain" in data:
-                    texts.append(data["text/plain"])
-            send({
-                "id": request.get("id"),
-                "count": count,
-                "ok": not interrupted and captured["error"] is None and outcome.success,
-                "stdout": stdout,
-                "stderr": stderr,
-                "dropped": out_dropped + err_dropped,
-                "result": result,
-                "display": texts,
-                "images": images[:max_images],
-                "images_dropped": max(0, len(images) - max_images),
-                "error": captured["error"] or ("KeyboardInterrupt" if interrupted else None),
-                "error_name": captured["error_name"] or ("KeyboardInterrupt" if interrupted else None),
-            })
-        except KeyboardInterrupt:
-            continue
+        if request.get("op") == "interrupt":
+            if running["id"] is not None and running["id"] == request.get("id"):
+                os.kill(os.getpid(), signal.SIGINT)
+        else:
+            requests.put(request)
+    requests.put(None)  # stdin closed: the host is gone
+
+
+def _run_cell(shell, request, running):
+    """(whether the cell ran to success, its execution count, whether an interrupt
+    landed outside the user's code, in IPython itself)."""
+    running["id"] = request.get("id")
+    try:
+        outcome = shell.run_cell(request.get("code", ""), store_history=True)
+        return outcome.success, shell.execution_count - 1, False
+    except KeyboardInterrupt:  # landed outside the user's code (in IPython itself)
+        return False, shell.execution_count, True
+    finally:
+        running["id"] = None
+
+
+def _displayed(captured):
+    """(the cell's result as text, the images of it and of its displays, the displays'
+    texts where they have no image)."""
+    result, images, texts = None, [], []
+    if captured["result"] is not None:
+        result = captured["result"].get("text/plain")
+        images += _pngs(captured["result"])
+    for data in captured["display"]:
+        found = _pngs(data)
+        images += found
+        if not found and "text/plain" in data:
+            texts.append(data["text/plain"])
+    return result, images, texts
 
 
 def _pngs(data):

@@ -44,58 +44,76 @@ async def read_until(
     the first of ``limits``. ``waits_for_input`` gets the output so far (this wait's
     last few KB) each time the command has been silent for ``limits.input_wait``."""
     loop = asyncio.get_running_loop()
-    recent = bytearray()  # the last few KB since this wait began
-    last_output = checked = loop.time()
-    confirm_at: float | None = None  # the input check said yes: end then, unless output comes
-
-    def next_limit() -> tuple[float | None, Outcome | Literal["check"]]:
-        due: list[tuple[float, Outcome | Literal["check"]]] = []
-        if limits.deadline is not None:
-            due.append((limits.deadline, "timeout"))
-        if limits.idle:
-            due.append((last_output + limits.idle, "idle"))
-        if confirm_at is not None:
-            due.append((confirm_at, "input"))
-        elif limits.input_wait:
-            due.append((max(last_output, checked) + limits.input_wait, "check"))
-        return min(due) if due else (None, "timeout")
-
-    def text() -> str:
-        return clean_terminal_text(recent.decode("utf-8", "replace"))
-
+    reading = _Reading(scanner, seq, sink, limits, loop)
     # Bytes read by an earlier wait (output of a background job, a stale prompt).
     if scanner.pending:
-        found = scanner.scan(seq, sink, recent)
+        found = scanner.scan(seq, sink, reading.recent)
         if found is not None:
             return "done", found
     while True:
-        when, why = next_limit()
+        when, why = reading.next_limit()
         try:
             async with asyncio.timeout_at(when) as timer:
                 while True:
-                    chunk = await process.read(READ_CHUNK)
-                    if not chunk:
-                        scanner.commit(sink, recent)
-                        return "eof", None
-                    scanner.pending += chunk
-                    found = scanner.scan(seq, sink, recent)
-                    if found is not None:
-                        return "done", found
-                    if limits.expect is not None and limits.expect.search(text()):
-                        return "expect", None
-                    if limits.flood_bytes is not None and sink.total > limits.flood_bytes:
-                        return "flood", None
-                    last_output, confirm_at = loop.time(), None
-                    when, why = next_limit()
+                    ended = reading.take(await process.read(READ_CHUNK))
+                    if ended is not None:
+                        return ended
+                    when, why = reading.next_limit()
                     timer.reschedule(when)
         except TimeoutError:
             pass
         if why != "check":
-            scanner.commit(sink, recent)  # a marker cut short now never completes
+            scanner.commit(sink, reading.recent)  # a marker cut short now never completes
             return why, None
-        checked = loop.time()
-        if waits_for_input is not None and await waits_for_input(text()):
-            confirm_at = loop.time() + INPUT_CONFIRM
+        reading.checked = loop.time()
+        if waits_for_input is not None and await waits_for_input(reading.text()):
+            reading.confirm_at = loop.time() + INPUT_CONFIRM
+
+
+class _Reading:
+    """One wait's state: the output since it began, when output last came, when the
+    input check last ran and when its "yes" ends the wait unless output comes first."""
+
+    def __init__(self, scanner: MarkerScanner, seq: int, sink: HeadTail, limits: Limits,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.scanner, self.seq, self.sink, self.limits, self.loop = scanner, seq, sink, limits, loop
+        self.recent = bytearray()  # the last few KB since this wait began
+        self.last_output = self.checked = loop.time()
+        self.confirm_at: float | None = None  # the input check said yes: end then, unless output comes
+
+    def next_limit(self) -> tuple[float | None, Outcome | Literal["check"]]:
+        """The earliest limit: when it comes, and the outcome (or the input check) it is."""
+        limits = self.limits
+        due: list[tuple[float, Outcome | Literal["check"]]] = []
+        if limits.deadline is not None:
+            due.append((limits.deadline, "timeout"))
+        if limits.idle:
+            due.append((self.last_output + limits.idle, "idle"))
+        if self.confirm_at is not None:
+            due.append((self.confirm_at, "input"))
+        elif limits.input_wait:
+            due.append((max(self.last_output, self.checked) + limits.input_wait, "check"))
+        return min(due) if due else (None, "timeout")
+
+    def text(self) -> str:
+        return clean_terminal_text(self.recent.decode("utf-8", "replace"))
+
+    def take(self, chunk: bytes) -> tuple[Outcome, int | None] | None:
+        """A chunk read (empty: EOF): how it ends the wait, or None to read on (output
+        came: the idle clock restarts, an input check's "yes" is void)."""
+        if not chunk:
+            self.scanner.commit(self.sink, self.recent)
+            return "eof", None
+        self.scanner.pending += chunk
+        found = self.scanner.scan(self.seq, self.sink, self.recent)
+        if found is not None:
+            return "done", found
+        if self.limits.expect is not None and self.limits.expect.search(self.text()):
+            return "expect", None
+        if self.limits.flood_bytes is not None and self.sink.total > self.limits.flood_bytes:
+            return "flood", None
+        self.last_output, self.confirm_at = self.loop.time(), None
+        return None
 
 
 async def marker_arrives(process: SandboxProcess, scanner: MarkerScanner, seq: int,
