@@ -53,3 +53,12 @@ async def eventually(predicate: Callable[[], Any | Awaitable[Any]], timeout: flo
         if time.monotonic() >= deadline:
             raise _timed_out(timeout, what, predicate)
         await asyncio.sleep(interval)  # sleep-ok: the poll interval of a bounded wait
+
+
+async def settle(turns: int = 20) -> None:
+    """Let every task that can run without I/O or a timer run on as far as it can (``turns``
+    passes of the event loop). For a check that something did NOT happen (a call stays
+    held), where the code under test involves no I/O: a positive condition to wait on
+    is better where there is one."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
