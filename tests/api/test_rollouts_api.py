@@ -150,10 +150,12 @@ async def test_prometheus_metrics(make_api, fake_llm):
 
 
 async def test_the_event_stream_can_end_by_itself(make_api):
-    _, client = await make_api()
+    service, client = await make_api()
+    subscribed = service.engine.events.subscribers
 
-    async def submit_soon():
-        await asyncio.sleep(0.3)
+    async def submit_soon():  # once the stream is listening: it sees the state change
+        await eventually(lambda: service.engine.events.subscribers != subscribed,
+                         what="the event stream to subscribe")
         return await client.post("/v1/rollouts", json={"tasks": [MATH]})
 
     started = time.monotonic()
