@@ -7,11 +7,12 @@ from rollserve.agent.base import AgentEnv, Step
 from rollserve.agent.loop import LoopStats, _answer_tool_calls, _tool_calls_as_text, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.engine.rollout import Rollout, RolloutSpec
-from rollserve.llm.base import SamplingParams
 from rollserve.llm.backends.openai_chat import OpenAIChatBackend
-from rollserve.llm.routing.router import Router
 from rollserve.llm.backends.vllm import VLLMBackend
+from rollserve.llm.base import SamplingParams
+from rollserve.llm.routing.router import Router
 from rollserve.testing.fake_vllm import FakeVLLM
+from tests.waiting import eventually
 
 
 class Chatty(AgentEnv):
@@ -81,8 +82,7 @@ async def test_each_turn_is_stamped_with_the_version_that_sampled_it(tok):
         router = Router(policy_version=1)
         router.add(VLLMBackend(server.url))
         task = asyncio.create_task(run(router.session(), tok, Chatty(), max_turns=3))
-        while not server.calls:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: server.calls, what="the first LLM call")
         pausing = asyncio.create_task(router.pause("finish"))
         release.set()
         await pausing

@@ -8,6 +8,7 @@ import asyncio
 from rollserve.api import routes_rollouts
 from rollserve.api.app import create_app
 from tests.api.stuck_client import scope, serve_stuck
+from tests.waiting import eventually
 
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 
@@ -47,9 +48,8 @@ async def test_a_shutdown_answers_the_long_polls_and_ends_the_streams(make_api):
         "gateway": client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 600}),
     }
     tasks = {name: asyncio.ensure_future(call) for name, call in calls.items()}
-    async with asyncio.timeout(30):  # the event stream has subscribed: the calls are in
-        while service.engine.events.subscribers == subscribed:
-            await asyncio.sleep(0.01)
+    await eventually(lambda: service.engine.events.subscribers != subscribed, timeout=30,
+                     what="the event stream to subscribe (then the calls are in)")
     assert not any(task.done() for task in tasks.values())
     service.begin_shutdown()
     done, _ = await asyncio.wait(tasks.values(), timeout=30)

@@ -1,7 +1,8 @@
 """Infrastructure failures come back typed and masked; cancels stop LLM calls in flight."""
 
-import asyncio
 import time
+
+from tests.waiting import eventually
 
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 
@@ -28,10 +29,7 @@ async def test_cancel_aborts_a_hanging_llm_call(make_api, fake_llm):
     _, client = await make_api([fake_llm.url])
     fake_llm.fail_next(1, mode="hang")
     rid = await _one(client, {"tasks": [MATH]})
-    deadline = time.monotonic() + 10
-    while not fake_llm.calls:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
+    await eventually(lambda: fake_llm.calls, what="the LLM call that hangs")
     started = time.perf_counter()
     r = await client.delete(f"/v1/rollouts/{rid}")
     assert r.json()["status"] == "cancelled"

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from rollserve.testing import FakeVLLM
+from tests.waiting import eventually
 
 QUESTIONS = [("What is 2 + 2?", "4"), ("What is 3 + 5?", "8"), ("What is 1 + 6?", "7"),
              ("What is 9 - 4?", "5")]
@@ -55,8 +56,8 @@ async def test_pause_update_weights_resume_mid_batch(make_api, tok, mode):
         assert (await client.post("/v1/llm/resume", json={"policy_version": 1})).json() == {
             "paused": False, "policy_version": 1, "forwarded": {}}
         ids = await submit(client)
-        while len(fake.calls) < 20:  # mid-batch: every rollout started, most on turn 2
-            await asyncio.sleep(0.01)
+        # mid-batch: every rollout started, most on turn 2
+        await eventually(lambda: len(fake.calls) >= 20, what="20 LLM calls")
         r = await client.post("/v1/llm/pause", json={"mode": mode})
         report = r.json()
         assert r.status_code == 200 and report["paused"] and report["drained"]
@@ -64,7 +65,8 @@ async def test_pause_update_weights_resume_mid_batch(make_api, tok, mode):
         if mode == "abort":
             assert report["aborted"] > 0
         served = len(fake.calls)
-        await asyncio.sleep(0.3)
+        # sleep-ok below: a window in which nothing may happen; it cannot make the check pass
+        await asyncio.sleep(0.3)  # sleep-ok: observation window for calls sent while paused
         late = fake.calls[served:]  # nothing new is sent while paused; in abort mode a
         # request aborted on its way may still reach the server (its answer is dropped)
         assert not late if mode == "finish" else len(late) <= report["aborted"]
@@ -96,8 +98,7 @@ async def test_stale_rollouts_are_flagged_and_masked_by_setting(make_api, tok):
         _, client = await make_api([fake.url], max_staleness=0, mask_stale=True)
         await client.post("/v1/llm/resume", json={"policy_version": 1})
         ids = await submit(client)
-        while len(fake.calls) < 20:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(fake.calls) >= 20, what="20 LLM calls")
         await client.post("/v1/llm/pause", json={"mode": "finish"})
         weights["version"] = 2
         await client.post("/v1/llm/resume", json={"policy_version": 2})
@@ -119,8 +120,7 @@ async def test_killing_one_of_three_backends_mid_batch(make_api, tok):
             FakeVLLM(tok, replies=replies, latency=0.1) as victim:
         service, client = await make_api([a.url, b.url, victim.url])
         ids = await submit(client, timeouts={"total": 20})
-        while len(victim.calls) < 6:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(victim.calls) >= 6, what="6 calls on the victim")
         await victim.kill()  # mid-batch: calls in flight on it get no answer
         results = await results_of(client, ids)
         listing = (await client.get("/v1/llm/backends")).json()["backends"]

@@ -81,7 +81,7 @@ async def test_a_server_that_cannot_reset_its_prefix_cache_fails_the_load_and_st
         error = failed.value
         status = await client.list_backends()
         accepted = await client.submit([{**TASK, "n": 1}], **SETTINGS)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # sleep-ok: observation window for calls sent while paused
         calls = list(fake.calls)
         group = await client.group(accepted.groups[0].group_id)
         await client.aclose()

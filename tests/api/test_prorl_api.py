@@ -27,6 +27,7 @@ from rollserve.contract.prorl import ProRLResult
 from rollserve.handlers.base import AgentHandler, Evaluation, HandlerDefaults
 from rollserve.handlers.episode import run_episode
 from rollserve.testing import FakeVLLM
+from tests.waiting import eventually
 
 from ..agent.test_tool_formats import FakeBash
 
@@ -175,11 +176,8 @@ async def test_a_job_past_its_wait_is_504_and_cancelled(prorl_api, tok):
         r = await client.post("/process", json={"instance": INSTANCE, "sampling_params": SAMPLING,
                                                 "job_id": "slow"})
         assert r.status_code == 504 and r.json() == {"detail": "Processing timed out"}
-        for _ in range(200):
-            if service.rollouts.status().in_flight == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert service.rollouts.status().in_flight == 0  # cancelled, not left running
+        await eventually(lambda: service.rollouts.status().in_flight == 0,
+                         what="the timed-out job's rollout to be cancelled, not left running")
 
 
 async def test_a_timed_out_rollout_answers_critical_error_timeout(prorl_api, tok):
@@ -199,8 +197,7 @@ async def test_cancel_status_and_stop(prorl_api, tok):
         body = {"instance": INSTANCE, "sampling_params": SAMPLING, "job_id": "group-1"}
         # NeMo Gym uses the instance id as job_id: a GRPO group shares one.
         group = [asyncio.create_task(client.post("/process", json=body)) for _ in range(2)]
-        while len(fake.calls) < 2:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(fake.calls) >= 2, what="both jobs' LLM calls")
         status = (await client.get("/status")).json()
         assert status["status"] == "running" and status["pending_jobs"] == 2
         assert status["active_run"] == 2 and status["total"] >= 2
@@ -214,8 +211,7 @@ async def test_cancel_status_and_stop(prorl_api, tok):
             assert "cancelled" in result["error"] and result["job_id"] == "group-1"
 
         stopped = asyncio.create_task(client.post("/process", json={**body, "job_id": "j2"}))
-        while len(fake.calls) < 3:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(fake.calls) >= 3, what="the third job's LLM call")
         assert (await client.post("/stop")).json() == {"status": "Server stopped successfully"}
         answer = await stopped
         # Never a 500 (ProRL's own server answers one here): a 409, the documented shape.

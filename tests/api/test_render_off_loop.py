@@ -33,7 +33,7 @@ async def test_the_api_answers_while_a_huge_prompt_renders(make_api, loop_gaps):
             if view["done"]:
                 break
             assert time.monotonic() < deadline, "the rollout did not end"
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep-ok: the pace of a bounded poll that times /healthz
         # On the loop, rendering and tokenizing 4 MB blocked it for 4.8 s (a loaded 2-core
         # machine); off it, the longest wait there was 0.03 s.
         assert max(loop_gaps) < 1.5, max(loop_gaps)

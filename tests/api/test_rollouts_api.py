@@ -1,6 +1,8 @@
 import asyncio
 import time
 
+from tests.waiting import eventually
+
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 
 
@@ -51,9 +53,12 @@ async def test_rollouts_wait_for_a_backend_registered_later(make_api, fake_llm):
     _, client = await make_api()
     r = await client.post("/v1/rollouts", json={"tasks": [{**MATH, "n": 2}]})
     group_id = r.json()["groups"][0]["group_id"]
-    await asyncio.sleep(0.3)
-    status = (await client.get("/v1/status")).json()
-    assert status["stages"]["run"]["busy"] == 2 and status["backends"] == []
+
+    async def waiting_in_run():
+        status = (await client.get("/v1/status")).json()
+        return status["stages"]["run"]["busy"] == 2 and status["backends"] == []
+
+    await eventually(waiting_in_run, what="both rollouts waiting in RUN with no backend")
     r = await client.post("/v1/llm/backends", json={"url": fake_llm.url, "name": "fake"})
     assert r.status_code == 201, r.text
     view = (await client.get(f"/v1/groups/{group_id}", params={"wait": 30})).json()
@@ -78,7 +83,11 @@ async def test_cancel_a_rollout_and_a_group(make_api):
     _, client = await make_api()  # no backend: everything waits in RUN
     r = await client.post("/v1/rollouts", json={"tasks": [{**MATH, "n": 3}, MATH]})
     g1, g2 = r.json()["groups"]
-    await asyncio.sleep(0.1)
+
+    async def in_run():
+        return (await client.get("/v1/status")).json()["stages"]["run"]["busy"] == 4
+
+    await eventually(in_run, what="the four rollouts waiting in RUN")
     r = await client.delete(f"/v1/rollouts/{g2['rollout_ids'][0]}")
     assert r.json() == {"id": g2["rollout_ids"][0], "cancelled": True, "status": "cancelled"}
     r = await client.delete(f"/v1/groups/{g1['group_id']}")
@@ -141,10 +150,12 @@ async def test_prometheus_metrics(make_api, fake_llm):
 
 
 async def test_the_event_stream_can_end_by_itself(make_api):
-    _, client = await make_api()
+    service, client = await make_api()
+    subscribed = service.engine.events.subscribers
 
-    async def submit_soon():
-        await asyncio.sleep(0.3)
+    async def submit_soon():  # once the stream is listening: it sees the state change
+        await eventually(lambda: service.engine.events.subscribers != subscribed,
+                         what="the event stream to subscribe")
         return await client.post("/v1/rollouts", json={"tasks": [MATH]})
 
     started = time.monotonic()

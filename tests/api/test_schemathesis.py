@@ -15,7 +15,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from rollserve.api.prorl import ProRLConfig
 from rollserve.engine.pipeline import EngineConfig
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
+from tests.waiting import wait_until
 
 TOKEN = "schemathesis-token"
 # Per operation and phase (the coverage phase adds its own boundary cases). To fuzz
@@ -84,10 +84,11 @@ def serving(app, backend: str, token: str | None) -> Iterator[str]:
                                            lifespan="on"))
     thread = threading.Thread(target=server.run, name="schemathesis-server", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
+    def started() -> bool:
+        assert thread.is_alive(), "the server's thread ended"
+        return server.started
+
+    wait_until(started, 120, "the server to start", interval=0.05)
     url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:

@@ -28,6 +28,7 @@ from rollserve.testing import FakeVLLM
 from rollserve.testing.fake_llamacpp import FakeLlamaCpp
 from rollserve.testing.fake_server import fake_logprobs
 from rollserve.testing.fake_sglang import FakeSGLang
+from tests.waiting import eventually
 
 TASK = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 SETTINGS = {"sampling": {"max_tokens": 32}, "agent": {"max_turns": 2}}
@@ -78,9 +79,8 @@ async def test_a_lora_sync_mid_batch_reaches_vllm_and_every_later_turn_names_the
         assert all(r["reward"] == 0.0 for r in before)
         fake.latency = 300.0  # the first calls of the batch stay in flight until aborted...
         submitted = await client.submit([{**TASK, "n": 6}], **SETTINGS)
-        async with asyncio.timeout(30):
-            while not any(c.status is None for c in fake.calls):  # calls in flight
-                await asyncio.sleep(0.01)
+        await eventually(lambda: any(c.status is None for c in fake.calls), timeout=30,
+                         what="calls in flight")
         fake.latency = 0.2  # ...and those sent after the resume answer as before
         sync = AsyncWeightSync(client, mode="abort")
         report = await sync.update(LoRA("policy", adapter(tmp_path)), policy_version=2)
@@ -134,7 +134,7 @@ async def test_a_failed_load_is_typed_leaves_generation_paused_and_the_version_u
         assert status.router.paused and status.router.policy_version == 1
         # a rollout submitted now waits: nothing samples while the weights are unsure
         accepted = await client.submit([{**TASK, "n": 1}], **SETTINGS)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # sleep-ok: observation window for calls sent while paused
         assert not fake.calls
         report = await sync.update(LoRA("policy", adapter(tmp_path)), policy_version=2)
         view = await client.wait_group(accepted.groups[0].group_id, timeout=60)

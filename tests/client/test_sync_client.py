@@ -17,6 +17,7 @@ from rollserve.contract import (
     ServiceStatus,
     TaskRequest,
 )
+from tests.waiting import eventually
 
 MATH = {"question": "What is 2 + 2?", "answer": "4"}
 
@@ -51,9 +52,7 @@ async def test_the_sync_client_answers_contract_models(make_api, fake_llm):
                                            host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())
     try:
-        async with asyncio.timeout(30):
-            while not server.started:
-                await asyncio.sleep(0.05)
+        await eventually(lambda: server.started, timeout=30, what="the server to start")
         view, streamed, status, missing = await asyncio.wait_for(
             asyncio.to_thread(_trainer, f"http://127.0.0.1:{port}"), 120)
     finally:

@@ -28,6 +28,7 @@ from rollserve.contract import Timeouts  # noqa: E402
 from rollserve.engine.rollout import Rollout, RolloutSpec  # noqa: E402
 from rollserve.errors import NodeLost  # noqa: E402
 from rollserve.llm.routing.weights import WeightUpdate  # noqa: E402
+from tests.waiting import eventually
 
 Reply = Callable[..., Coroutine[Any, Any, Any]]
 
@@ -140,7 +141,7 @@ async def test_a_stage_that_returns_from_a_node_fenced_meanwhile_is_not_used(kil
     r = rollout("r1")
     ex._where[r.id] = n
     running = asyncio.create_task(ex.run_stage(r, handler=None, stage="eval"))  # type: ignore[arg-type]
-    await asyncio.sleep(0.05)
+    await eventually(lambda: n.actor.calls.get("run_stage"), what="the stage to reach the node")
     await asyncio.wait_for(ex.pause("finish", 0.1), 10)
     released.set()
     with pytest.raises(NodeLost):
@@ -228,7 +229,7 @@ async def test_a_worker_whose_start_is_cancelled_is_killed(killed, monkeypatch):
     ex._worker_class = FakeWorkerClass(
         lambda s: made.append(FakeActor(s, start=answer(None, delay=30))) or made[-1])
     await ex._scan()
-    await asyncio.sleep(0.05)
+    await eventually(lambda: made and made[0].calls.get("start"), what="the worker's start")
     for task in list(ex._starting.values()):
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

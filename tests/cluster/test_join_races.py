@@ -29,6 +29,7 @@ from tests.cluster.test_executor_control import (  # noqa: E402
     report,
     scan,
 )
+from tests.waiting import eventually
 
 FULL = WeightUpdate(kind="full", path="/ckpt-full")
 
@@ -132,7 +133,7 @@ async def test_a_slow_worker_start_does_not_hold_the_control_plane(killed, monke
     ex._worker_class = FakeWorkerClass(
         lambda s: made.append(FakeActor(s, start=slow_start)) or made[-1])
     await ex._scan()
-    await asyncio.sleep(0.05)
+    await eventually(lambda: made and made[0].calls.get("start"), what="the worker's start")
     assert await asyncio.wait_for(ex.pause("finish", 1), 5) is True
     released.set()
     await ex.wait_started(10)

@@ -32,11 +32,12 @@ from tests.cluster.test_executor_control import (  # noqa: E402
 )
 from tests.engine.conftest import NullRouter, OneHandlerRegistry, ScriptedHandler  # noqa: E402
 from tests.engine.test_pipeline import _results, _submit  # noqa: E402
+from tests.waiting import eventually
 
 
 async def stage(call: StageCall) -> StageOutcome:
     """A node's worker running the scripted family's stage: it sleeps as told."""
-    await asyncio.sleep(call.spec.instance.get(f"{call.stage}_sleep", 0))
+    await asyncio.sleep(call.spec.instance.get(f"{call.stage}_sleep", 0))  # sleep-ok: a double's work
     return StageOutcome(reward=1.0 if call.stage == "eval" else None,
                         evaluation={"ok": True} if call.stage == "eval" else None)
 
@@ -118,7 +119,7 @@ async def test_each_new_attempt_after_a_lost_node_waits_for_a_slot_again(cluster
     first = node(ex, "first", FakeActor(run_stage=dies))
     engine = await cluster_engine(ex, max_attempts=2)
     (rid,) = await _submit(engine, {})
-    await asyncio.sleep(0.3)
+    await eventually(lambda: not first.alive, what="the first node to die under RUN")
     second = node(ex, "second", FakeActor(run_stage=stage))
     await ex.placement.changed()
     (result,) = await _results(engine, [rid], timeout=30)
@@ -145,9 +146,10 @@ async def test_a_cancelled_rollout_leaves_no_node_slot_taken(cluster_engine):
     engine = await cluster_engine(ex, init_workers=1)
     holder, reserved, waiting = await _submit(engine, {"hold": True}, {}, {})
     await asyncio.wait_for(busy.wait(), 10)
-    await asyncio.sleep(0.1)
     # holder: in INIT (pool's one slot); reserved: has the node's other slot, waits for
     # INIT's pool; waiting: no node slot free.
+    await eventually(lambda: len(n.hosted) == 2 and ex.placement.waiting == 1
+                     and engine.pools["init"].waiting == 1, what="the three rollouts placed")
     assert len(n.hosted) == 2 and ex.placement.waiting == 1
     assert engine.pools["init"].waiting == 1
     assert engine.cancel(waiting) and engine.cancel(reserved)
@@ -174,18 +176,18 @@ async def test_a_stage_pool_resized_lets_as_many_stages_run_as_its_new_limit():
             running.remove(i)
 
     tasks = [asyncio.create_task(one(i)) for i in range(6)]
-    await asyncio.sleep(0.05)
+    await eventually(lambda: pool.waiting == 5, what="five waiting for the one slot")
     assert len(running) == 1
     pool.resize(4)
-    await asyncio.sleep(0.05)
-    assert len(running) == 4 and pool.snapshot().workers == 4
+    await eventually(lambda: len(running) == 4, what="four running")
+    assert pool.waiting == 2 and pool.snapshot().workers == 4
     pool.resize(2)  # the four running finish; then at most two at a time
     release.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 10)
     release.clear()
     peak[0] = 0
     tasks = [asyncio.create_task(one(i)) for i in range(5)]
-    await asyncio.sleep(0.05)
+    await eventually(lambda: pool.waiting == 3, what="three waiting for the two slots")
     assert len(running) == 2
     release.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 10)

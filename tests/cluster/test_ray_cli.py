@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from rollserve.contract import SamplingParams, TaskRequest
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.conftest import ServerProcess
+from tests.waiting import wait_until
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 
@@ -154,15 +154,15 @@ def _kill_matching(text: str) -> None:
 
 def _wait_started(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
     """Until `ray start` says its node is up (as a user waits for the command to return)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def started() -> bool:
         if "Ray runtime started" in log.read_text(errors="replace"):
-            return
+            return True
         if proc.poll() is not None:
             raise RuntimeError(f"`ray start` exited with {proc.returncode}: "
                                f"{log.read_text(errors='replace')[-2000:]}")
-        time.sleep(0.3)
-    raise RuntimeError(f"`ray start` did not start its node in {timeout:g}s")
+        return False
+
+    wait_until(started, timeout, "`ray start` to start its node", interval=0.3)
 
 
 # An agent harness run inside the rollout's sandbox on a worker machine (the `gateway`
@@ -234,15 +234,15 @@ def cli_cluster(tmp_path_factory):
         server = ServerProcess(tmp / "state", ["--ray", f"{head_ip}:{port}",
                                                "--backend", fake.url])
         server.start(timeout=240)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
+        def joined() -> bool:
             nodes = httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"] or []
-            if sum(n["alive"] for n in nodes) == len(machines):
-                break
-            time.sleep(0.5)
-        else:
+            return sum(n["alive"] for n in nodes) == len(machines)
+
+        try:
+            wait_until(joined, 180, "the worker machines to join", interval=0.5)
+        except AssertionError as error:
             logs = "\n".join(p.read_text()[-1500:] for p in (*sorted(tmp.glob("*.log")), server.log))
-            raise AssertionError(f"the worker machines did not join: {nodes}\n{logs}")
+            raise AssertionError(f"{error}\n{logs}") from None
         yield server, machines
     finally:
         # The environment first: the Ray token set above must not reach the tests after
@@ -297,10 +297,8 @@ def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
     assert sum(n["placed"] for n in nodes.values()) == 32
     # Nothing stays open on the machines once the batch is over (bounded wait: the head
     # polls the workers' sandbox counts every second).
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        nodes = {n["name"]: n for n in httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"]}
-        if all(n["hosted"] == 0 and n["sandboxes_open"] == 0 for n in nodes.values()):
-            break
-        time.sleep(0.5)
-    assert all(n["hosted"] == 0 and n["sandboxes_open"] == 0 for n in nodes.values()), nodes
+    def closed() -> bool:
+        nodes = httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"]
+        return all(n["hosted"] == 0 and n["sandboxes_open"] == 0 for n in nodes)
+
+    wait_until(closed, 30, "nothing hosted or open on the machines", interval=0.5)

@@ -34,6 +34,7 @@ from rollserve.contract import RolloutResult
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.conftest import ServerProcess, calls_by_prompt, check_tokens
+from tests.waiting import wait_until
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -137,13 +138,7 @@ def nodes(url: str) -> dict[str, dict[str, Any]]:
 
 
 def wait_for(check, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    return wait_until(check, timeout, what, interval=0.2)
 
 
 def records(state: Path, node: str) -> set[str]:
@@ -332,7 +327,8 @@ def test_pause_lora_and_resume_reach_every_nodes_router(server, cluster, fake, t
         client.submit([math_task(3000 + i) for i in range(8)], sampling={"max_tokens": 128})
         wait_for(lambda: sum(n["busy"]["run"] for n in nodes(server.url).values()) == 8, 60,
                  "every rollout in RUN, on the nodes")
-        time.sleep(2)  # held: their first LLM call waits for the resume
+        # held: their first LLM call waits for the resume
+        time.sleep(2)  # sleep-ok: observation window for results made while paused
         assert client.results(after=before, wait=0).results == []
         assert fake.weight_loads == []
         lora = httpx.post(f"{server.url}/v1/llm/weights", timeout=60, json={
@@ -376,7 +372,9 @@ def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, 
         # Its second turn asked for: the editor's turn is sampled and recorded (a fixed
         # sleep was not always enough on a loaded host); then into the nap.
         wait_for(lambda: len(fake.calls) >= asked + 2, 120, "its second turn")
-        time.sleep(1)
+        # Then (most likely) into the nap, where the cancel is meant to find it; what is
+        # checked below holds wherever the cancel finds the agent.
+        time.sleep(1)  # sleep-ok: lets the agent reach its nap; no check depends on it
         assert client.cancel(rid).status == "cancelled"
         result = client.rollout(rid, wait=30).result
     assert result is not None and result.status == "cancelled" and result.mask

@@ -17,6 +17,7 @@ from rollserve.cluster.worker import NodeWorker
 from rollserve.contract import Stage, Timeouts
 from rollserve.engine.rollout import RolloutSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
                                 reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
@@ -75,10 +76,8 @@ async def test_an_earlier_attempt_still_hosted_is_cleaned_up_at_the_next_attempt
 async def test_a_rollout_the_head_forgot_is_cleaned_up_by_the_janitor_after_its_deadline(worker):
     assert (await worker.run_stage(call("r1", "init", left=0.2))).error is None
     assert len(worker.sandboxes.open_sandboxes()) == 1 and records(worker)
-    for _ in range(200):  # deadline 0.2 s + grace 0.5 s, looked at every 0.1 s
-        if not worker.rollouts:
-            break
-        await asyncio.sleep(0.05)
+    # deadline 0.2 s + grace 0.5 s, looked at every 0.1 s
+    await eventually(lambda: not worker.rollouts, what="the janitor to clean up r1")
     assert worker.rollouts == {} and worker.orphans == 1
     assert worker.sandboxes.open_sandboxes() == [] and records(worker) == []
     late = await worker.run_stage(call("r1", "run"))  # the head's call, much too late
@@ -87,6 +86,9 @@ async def test_a_rollout_the_head_forgot_is_cleaned_up_by_the_janitor_after_its_
 
 async def test_a_hosted_rollout_within_its_deadline_is_left_alone(worker):
     assert (await worker.run_stage(call("r1", "init", left=60))).error is None
-    await asyncio.sleep(1.0)
-    assert "r1" in worker.rollouts and worker.orphans == 0
+    # A forgotten one beside it: once the janitor has cleaned that up, it has looked at
+    # r1 past the time it would have, were r1 forgotten too.
+    assert (await worker.run_stage(call("r2", "init", left=0.2))).error is None
+    await eventually(lambda: "r2" not in worker.rollouts, what="the janitor to clean up r2")
+    assert "r1" in worker.rollouts and worker.orphans == 1
     assert len(worker.sandboxes.open_sandboxes()) == 1

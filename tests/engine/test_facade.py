@@ -3,8 +3,6 @@ refusals, bounded waits; no HTTP anywhere (the API maps the errors: tests/api)."
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from rollserve.contract import GroupView, RolloutView, RunRequest, SubmitRequest
@@ -17,6 +15,7 @@ from rollserve.engine.errors import (
     UnknownDataSource,
 )
 from rollserve.engine.facade import Rollouts
+from tests.waiting import eventually
 
 
 def _batch(*instances: dict, n: int = 1, **settings) -> SubmitRequest:
@@ -92,8 +91,7 @@ async def test_cancel_waits_for_the_result_and_events_are_typed(rollouts, handle
     async with ops.events() as events:
         (accepted,) = await ops.submit(_batch({"run_sleep": 60}, n=2))
         first, second = accepted.rollout_ids
-        while second not in handler.started["run"]:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: second in handler.started["run"], what="the second in RUN")
         assert ops.total_timeout(first) == 20  # the handler's default, resolved
         cancelled = await ops.cancel(first)
         assert cancelled.cancelled and cancelled.status == "cancelled"

@@ -1,4 +1,3 @@
-import asyncio
 import time
 
 import pytest
@@ -6,6 +5,7 @@ import pytest
 from rollserve.contract import SubmitRequest
 from rollserve.engine.errors import Conflict, InvalidTask, QueueFull, UnknownDataSource
 from rollserve.engine.submit import submit
+from tests.waiting import eventually
 
 
 async def _submit(engine, *instances, n=1, **batch):
@@ -82,8 +82,7 @@ async def test_stage_timeout_and_total_deadline_are_typed(make_engine):
 async def test_cancel_stops_work_in_flight_and_runs_cleanup(make_engine, handler):
     engine = await make_engine()
     (rid,) = await _submit(engine, {"run_sleep": 60})
-    while rid not in handler.started["run"]:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: rid in handler.started["run"], what="the rollout in RUN")
     started = time.perf_counter()
     assert engine.cancel(rid) is True
     (result,) = await _results(engine, [rid])
@@ -135,8 +134,7 @@ async def test_restart_requeues_or_interrupts_unfinished_rollouts(make_engine, t
     done = await _submit(first, {})
     await _results(first, done)
     ids = await _submit(first, {"run_sleep": 0.5}, n=3)
-    while len(handler.started["run"]) < 1 + 3:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: len(handler.started["run"]) >= 1 + 3, what="the three in RUN")
     await first.stop()  # as if the server died: nothing is finished
     await first.store.close()
 

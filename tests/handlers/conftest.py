@@ -48,6 +48,7 @@ class ScriptedLLM(TokenLevelSession):
         self.replies = list(replies)
         self.prompts: list[list[int]] = []
         self.block_after = block_after
+        self.blocked = False  # a call is waiting forever (``block_after``)
 
     @property
     def policy_version(self) -> int | None:
@@ -55,6 +56,7 @@ class ScriptedLLM(TokenLevelSession):
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if self.block_after is not None and len(self.prompts) >= self.block_after:
+            self.blocked = True
             await asyncio.Event().wait()
         self.prompts.append(list(prompt_ids))
         await asyncio.sleep(0)

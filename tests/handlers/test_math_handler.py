@@ -16,6 +16,7 @@ from rollserve.handlers.math.handler import MathEnv, MathHandler
 from rollserve.handlers.math.prompts import RETRY_MESSAGE
 from rollserve.handlers.scoring import ScoringPool, score_in_pool
 from rollserve.handlers.single_answer import final_answer
+from tests.waiting import eventually
 
 QUESTION = {"question": "What is 7 + 5?", "answer": "12"}
 
@@ -165,13 +166,13 @@ async def test_run_without_llm_session_is_infra(ctx, new_rollout):
 
 
 async def test_cancelled_run_keeps_the_sampled_tokens(ctx, new_rollout, scripted):
-    rollout = new_rollout(QUESTION, llm=scripted(["no idea"], block_after=1))
+    llm = scripted(["no idea"], block_after=1)
+    rollout = new_rollout(QUESTION, llm=llm)
     handler = MathHandler(ctx)
     await handler.init(rollout)
     task = asyncio.create_task(handler.run(rollout))
-    while not rollout.trajectory.turns:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
+    await eventually(lambda: llm.blocked, what="the second LLM call, which never answers")
+    assert len(rollout.trajectory.turns) == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -9,24 +9,30 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from rollserve.errors import AgentError, InfraError
 from rollserve.handlers.scoring import ScoringPool, ScoringTimeout, ScoringUnavailable
+from tests.waiting import eventually, wait_until
 
 
 async def _wait_gone(pid: int, within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return True
-        await asyncio.sleep(0.05)
-    return False
+
+    return await eventually(gone, within, f"process {pid} to be gone", interval=0.05)
+
+
+def _mark_then_sleep(marker: str, seconds: float) -> None:
+    """A scoring function that says when a worker has picked it up, then hangs."""
+    Path(marker).touch()
+    time.sleep(seconds)  # sleep-ok: the hanging task under test
 
 
 def _is_alive(proc: psutil.Process) -> bool:
@@ -80,11 +86,12 @@ async def test_timeout_kills_the_worker_and_the_pool_keeps_working():
         assert await pool.score(os.getpid) != first_worker
 
 
-async def test_cancelling_the_caller_stops_the_running_task():
+async def test_cancelling_the_caller_stops_the_running_task(tmp_path):
     async with ScoringPool(workers=1, default_timeout=60) as pool:
         worker = await pool.score(os.getpid)
-        task = asyncio.create_task(pool.score(time.sleep, 3600))
-        await asyncio.sleep(0.5)  # let a worker pick it up
+        marker = tmp_path / "picked"
+        task = asyncio.create_task(pool.score(_mark_then_sleep, str(marker), 3600))
+        await eventually(marker.exists, what="a worker to pick the task up")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -108,14 +115,15 @@ async def test_function_errors_are_reraised_as_is():
 
 
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
-async def test_close_leaves_no_worker_process(context):
+async def test_close_leaves_no_worker_process(context, tmp_path):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     pool = ScoringPool(workers=2, default_timeout=30, context=context)
     await pool.astart()
     workers = {await pool.score(os.getpid) for _ in range(4)}
     assert workers and not workers & before
-    hanging = asyncio.create_task(pool.score(time.sleep, 3600))
-    await asyncio.sleep(0.3)
+    marker = tmp_path / "picked"
+    hanging = asyncio.create_task(pool.score(_mark_then_sleep, str(marker), 3600))
+    await eventually(marker.exists, what="a worker to pick the task up")
     await pool.aclose()
     # The caller of a task the close interrupted is not left waiting.
     with pytest.raises(ScoringUnavailable):
@@ -169,9 +177,5 @@ def test_no_process_outlives_a_killed_server(tmp_path):
     finally:
         server.kill()
         server.wait()
-    deadline = time.monotonic() + 10
-    alive = descendants
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _is_alive(p)]
-        time.sleep(0.1)
-    assert alive == []
+    wait_until(lambda: not [p for p in descendants if _is_alive(p)], 10,
+               "the killed server's descendants to be gone", interval=0.1)

@@ -28,7 +28,7 @@ async def reply(prompt_ids: list[int], text: str) -> str:
     if "four" not in text:
         return "I think it is four."
     if "1 + 2" in text:
-        await asyncio.sleep(120)
+        await asyncio.sleep(120)  # sleep-ok: a double's reply that never comes in time
     return f"So the answer is \\boxed{{{next(ANSWERS)}}}."
 
 

@@ -7,7 +7,6 @@ points at one serving SmolLM2 (the ``vllm``-marked tests)."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import socket
 
@@ -25,6 +24,7 @@ from rollserve.llm.tokens.tokenizer import ChatTokenizer, TokenizerError, load_t
 from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
+from tests.waiting import eventually
 
 from .test_token_fidelity import DROP_REASONING_TEMPLATE, ScriptedEnv, assert_exact_tokens
 
@@ -162,16 +162,16 @@ async def test_a_server_that_comes_up_later_is_probed_in_the_background(tmp_path
         service.tokenizer.renders_tools
     try:
         async with FakeVLLM(tok, port=port):
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30  # first re-probe after 0.5 s, then 1, 2, 4...
-            while True:
+            def probed() -> bool:
                 try:
-                    renders_tools = service.tokenizer.renders_tools
-                    break
+                    renders = service.tokenizer.renders_tools
                 except TokenizerError:  # not probed again yet
-                    assert loop.time() < deadline, "the tokenizer was not probed again in time"
-                    await asyncio.sleep(0.05)
-            assert renders_tools is False  # SmolLM2's template ignores tools
+                    return False
+                return renders is not None
+
+            # first re-probe after 0.5 s, then 1, 2, 4...
+            await eventually(probed, timeout=30, what="the tokenizer to be probed again")
+            assert service.tokenizer.renders_tools is False  # SmolLM2's template ignores tools
             assert service.tokenizer.eos_token_id == tok.eos_token_id
     finally:
         await service.stop()

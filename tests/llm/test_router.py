@@ -10,6 +10,7 @@ from rollserve.llm.routing.deadline import call_deadline
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
+from tests.waiting import settle
 
 SAMPLING = SamplingParams(max_tokens=4)
 
@@ -106,7 +107,7 @@ async def test_waits_for_a_backend_added_later():
     router = Router()
     session = router.session()
     task = asyncio.create_task(session.generate([1], SAMPLING))
-    await asyncio.sleep(0.05)
+    await settle()  # (no I/O: a call that failed for want of a backend would be done)
     assert not task.done()  # waiting on an event, not failing
     router.add(StubBackend("late"))
     gen = await asyncio.wait_for(task, 1)

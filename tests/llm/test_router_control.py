@@ -2,21 +2,32 @@
 pause/resume around a weight update (finish or abort what is in flight)."""
 
 import asyncio
+import time
 
 import pytest
 
 from rollserve.errors import LLMError
+from rollserve.llm.backends.sglang import SGLangBackend
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import ChatReply, Generation, LLMBackend, SamplingParams
 from rollserve.llm.routing.health import HealthConfig
 from rollserve.llm.routing.router import Router, RouterConfig
-from rollserve.llm.backends.sglang import SGLangBackend
-from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing.fake_sglang import FakeSGLang
 from rollserve.testing.fake_vllm import FakeVLLM
+from tests.waiting import eventually
 
 SAMPLING = SamplingParams(max_tokens=4)
 FAST_HEALTH = RouterConfig(health=HealthConfig(interval=0.05, backoff_base=0.02, backoff_max=0.1),
                            retry_backoff=0.01)
+# asyncio runs a timer up to its clock's resolution early: the one slack a lower bound on
+# the time between probes needs.
+CLOCK = time.get_clock_info("monotonic").resolution
+
+
+def backoff(failures: int) -> float:
+    """The least wait after ``failures`` failed probes in a row (health.py's backoff)."""
+    config = FAST_HEALTH.health
+    return min(config.backoff_max, config.backoff_base * 2 ** (failures - 1))
 
 
 class Backend(LLMBackend):
@@ -30,6 +41,8 @@ class Backend(LLMBackend):
         self.up = True
         self.calls = 0
         self.probes = 0
+        self.probed_at: list[float] = []  # the loop's clock at each health probe
+        self.failed_at: list[float] = []  # ... at each probe that found it down
         self.closed = False
 
     async def generate(self, prompt_ids, sampling):
@@ -42,6 +55,9 @@ class Backend(LLMBackend):
 
     async def health(self):
         self.probes += 1
+        self.probed_at.append(asyncio.get_running_loop().time())
+        if not self.up:
+            self.failed_at.append(self.probed_at[-1])
         return self.up
 
     async def close(self):
@@ -49,13 +65,6 @@ class Backend(LLMBackend):
 
     def describe(self):
         return {"name": self.name, "kind": "stub", "trainable": True}
-
-
-async def until(predicate, timeout=2.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 # --- health ------------------------------------------------------------------------
@@ -73,14 +82,18 @@ async def test_a_failing_backend_is_drained_and_comes_back():
         # The call fails over at once; the failed backend is probed and marked unhealthy.
         gen = await session.generate([1], SAMPLING)
         assert gen.backend == other.name and session.backend == other.name
-        await until(lambda: not router.is_healthy(pinned.name))
+        await eventually(lambda: not router.is_healthy(pinned.name))
         for i in range(4):  # no new trajectory goes there while it is down
             assert (await router.session(f"n{i}").generate([1], SAMPLING)).backend == other.name
-        probes = pinned.probes
-        await asyncio.sleep(0.25)
-        assert 2 <= pinned.probes - probes <= 8  # backing off: 20, 40, 80, 100 ms...
+        # Backing off: after its k-th failed probe in a row, the next comes no sooner than
+        # min(backoff_max, backoff_base * 2^(k-1)): 20, 40, 80, then 100 ms. (The first or
+        # second failed probe may be the one the failed call asked for at once.)
+        await eventually(lambda: len(pinned.failed_at) >= 5, what="five failed probes")
+        times = pinned.failed_at
+        for k in range(2, 5):
+            assert times[k] - times[k - 1] >= backoff(k) - CLOCK, (k, times)
         pinned.up = True
-        await until(lambda: router.is_healthy(pinned.name))
+        await eventually(lambda: router.is_healthy(pinned.name))
         assert {s["name"]: s["healthy"] for s in router.list()} == {"a": True, "b": True}
     finally:
         await router.stop()
@@ -92,10 +105,12 @@ async def test_health_checks_run_on_a_schedule():
     a = Backend("a")
     router.add(a)
     await router.start()
-    await asyncio.sleep(0.22)
+    await eventually(lambda: a.probes >= 4, what="four health probes")
     await router.stop()
-    assert 3 <= a.probes <= 7  # at start, then every 50 ms
     assert not router.health.running
+    # At start, then (while healthy) no sooner than every ``interval``.
+    gaps = [later - earlier for earlier, later in zip(a.probed_at, a.probed_at[1:])]
+    assert all(gap >= FAST_HEALTH.health.interval - CLOCK for gap in gaps), gaps
 
 
 # --- drain, undrain, remove ------------------------------------------------------------
@@ -131,8 +146,8 @@ async def test_remove_gives_in_flight_calls_a_grace_period():
     await asyncio.sleep(0)
     router.add(b)
     removing = asyncio.create_task(router.remove("a", grace=5))
-    await asyncio.sleep(0.02)
-    assert not removing.done() and not a.closed and [s["name"] for s in router.list()] == ["b"]
+    await eventually(lambda: [s["name"] for s in router.list()] == ["b"])
+    assert not removing.done() and not a.closed  # waiting for the call the gate holds
     gate.set()
     await asyncio.wait_for(removing, 1)
     assert a.closed and (await call).backend == "a"
@@ -146,16 +161,17 @@ async def test_pause_finish_lets_in_flight_complete_and_holds_new_calls():
     before = asyncio.create_task(router.session("old").generate([1], SAMPLING))
     await asyncio.sleep(0)
     pausing = asyncio.create_task(router.pause("finish"))
-    await asyncio.sleep(0.01)
-    assert not pausing.done() and router.paused  # waits for the call in flight
+    await eventually(lambda: router.paused)
+    assert not pausing.done()  # waits for the call in flight (the gate holds it)
     after = asyncio.create_task(router.session("new").generate([1], SAMPLING))
     gate.set()
     report = await asyncio.wait_for(pausing, 1)
     assert report == {"paused": True, "mode": "finish", "aborted": 0, "drained": True,
                       "in_flight": 0, "policy_version": 1, "forwarded": {}}
     assert (await before).policy_version == 1
-    await asyncio.sleep(0.02)
-    assert not after.done()  # held while paused
+    # Held while paused: it has not run (it would have version 1), and when it does after
+    # the resume, it runs at the new version.
+    assert not after.done()
     await router.resume(policy_version=2)
     assert (await asyncio.wait_for(after, 1)).policy_version == 2
     assert router.status()["paused"] is False

@@ -14,6 +14,7 @@ import pytest
 from rollserve.llm.base import Generation, LLMBackend, LoadsWeights, SamplingParams, WeightsKind
 from rollserve.llm.routing.router import Router
 from rollserve.llm.routing.weights import WeightsRefused, WeightUpdate
+from tests.waiting import eventually
 
 LORA = WeightUpdate(kind="lora", name="policy", path="/ckpt")
 
@@ -75,7 +76,7 @@ async def test_a_load_runs_only_while_paused_and_alone_and_holds_off_a_resume():
         await router.load_weights(LORA, timeout=5)
     await router.pause("finish")
     loading = asyncio.create_task(router.load_weights(LORA, timeout=5))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: backend.loads == 1, what="the load to reach the server")
     with pytest.raises(WeightsRefused, match="under way"):
         await router.load_weights(LORA, timeout=5)
     with pytest.raises(WeightsRefused, match="under way"):
@@ -191,7 +192,7 @@ async def test_a_backend_added_after_a_lora_load_names_the_adapter_or_is_refused
     router.add(first)
     await router.pause("finish")
     loading = asyncio.create_task(router.load_weights(LORA, timeout=5))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: first.loads == 1, what="the load to reach the server")
     with pytest.raises(WeightsRefused, match="under way"):
         router.add(FullLoader("meanwhile"))
     first.release.set()
@@ -233,8 +234,10 @@ class SlowReplicas(Replicas):
         super().__init__(drained=True)
         self.release = asyncio.Event()
         self.told: list[tuple[str | None, list[str]]] = []
+        self.telling = False  # weights_loaded has been called
 
     async def weights_loaded(self, update: WeightUpdate, failed: list[str]) -> None:
+        self.telling = True
         await self.release.wait()
         self.told.append((update.lora, failed))
 
@@ -251,21 +254,15 @@ async def test_a_load_cancelled_while_its_followers_are_told_still_tells_them():
     router.followers.append(replicas)
     await router.pause("finish")
     loading = asyncio.create_task(router.load_weights(LORA, timeout=5))
-    for _ in range(200):
-        if backend.model == "policy":
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
+    await eventually(lambda: backend.model == "policy" and replicas.telling,
+                     what="the load in the server and its followers being told")
     loading.cancel()
     with pytest.raises(asyncio.CancelledError):
         await loading
     with pytest.raises(WeightsRefused, match="under way"):
         await router.resume(policy_version=2)
     replicas.release.set()
-    for _ in range(200):
-        if replicas.told:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: replicas.told, what="the followers to be told")
     assert replicas.told == [("policy", [])]
     assert (await router.resume(policy_version=2))["policy_version"] == 2
     assert replicas.resumed == [2]

@@ -15,6 +15,7 @@ from rollserve.errors import LLMError
 from rollserve.llm.backends import vllm
 from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
+from tests.waiting import eventually
 
 
 def adapter(tmp_path: Path) -> str:
@@ -32,9 +33,8 @@ async def running(server: FakeVLLM, tok_ids: list[int]) -> asyncio.Task[httpx.Re
                 "model": server.model, "prompt": tok_ids, "max_tokens": 2})
 
     task = asyncio.create_task(post())
-    async with asyncio.timeout(30):
-        while not any(c.started_at is not None and c.status is None for c in server.calls):
-            await asyncio.sleep(0.01)
+    await eventually(lambda: any(c.started_at is not None and c.status is None
+                                 for c in server.calls), timeout=30, what="the request to run")
     return task
 
 

@@ -16,6 +16,7 @@ from rollserve.errors import ContextWindowError
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.llm.backends.vllm import VLLMBackend
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm  # each test takes `vllm_url` (tests/real_vllm.py): skips without one
 
@@ -142,11 +143,8 @@ async def test_a_forwarded_abort_pause_resends_after_resume(vllm_url, chat_promp
     tokens = 96  # long enough (seconds on a CPU) that the pause surely lands mid-call
     call = asyncio.create_task(router.session().generate(
         prompt, SamplingParams(temperature=0.0, max_tokens=tokens, stop_token_ids=[])))
-    for _ in range(200):  # until the request is at the server, then a few tokens in
-        if router.outstanding("real"):
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.3)
+    await eventually(lambda: router.outstanding("real"), timeout=30,
+                     what="the request to be at the server")
     assert not call.done()
     report = await router.pause("abort")
     assert report["forwarded"] == {"real": "ok"} and report["in_flight"] == 0

@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
@@ -20,6 +18,7 @@ from rollserve.sandbox.config import DockerConfig, runtime_config
 from rollserve.sandbox.registry import RUNTIMES as REGISTRY
 from rollserve.sandbox.registry import AnyRuntime, new_runtime, unavailable_reason
 from tests import early_start
+from tests.waiting import eventually, wait_until  # noqa: F401 (the sandbox tests import them here)
 
 REPO = Path(__file__).resolve().parents[2]
 NESTED = "ROLLSERVE_UNPRIVILEGED_NESTED"  # set in a module re-run as another uid
@@ -97,27 +96,6 @@ def processes_with(marker: str) -> list[psutil.Process]:
         except psutil.Error:
             pass
     return found
-
-
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-async def eventually(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
-    """``wait_until`` that lets the event loop run meanwhile (it reaps the processes
-    the sandbox killed: until then they are zombies of this test process)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(interval)
-    return predicate()
-
 
 
 def rerun_unprivileged(test_file: str, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from rollserve.testing.fake_llamacpp import FakeLlamaCpp
 from rollserve.testing.fake_server import fake_logprob
 from rollserve.testing.fake_sglang import FakeSGLang
 from rollserve.testing.fake_vllm import FakeVLLM
+from tests.waiting import eventually
 
 
 async def post(url: str, path: str, body: dict) -> tuple[int, dict]:
@@ -119,12 +120,12 @@ async def test_a_paused_server_holds_new_calls_and_aborts_running_ones(tok, chat
         body = {"input_ids": chat_prompt(), "sampling_params": {"max_new_tokens": 5},
                 "return_logprob": True}
         running = asyncio.create_task(post(server.url, "/generate", body))
-        while not server.calls or server.calls[0].started_at is None:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: server.calls and server.calls[0].started_at is not None,
+                         what="the first call running")
         await post(server.url, "/pause_generation", {"mode": mode})
         held = asyncio.create_task(post(server.url, "/generate", body))
-        await asyncio.sleep(0.1)
-        assert not held.done()
+        await eventually(lambda: len(server.calls) == 2, what="the second call at the server")
+        assert not held.done()  # held: it ends only after /continue_generation, below
         if mode == "abort":
             _, first = await asyncio.wait_for(running, 2)
             assert first["meta_info"]["finish_reason"]["type"] == "abort"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from rollserve.testing.scripted_policy import ScriptError, chat_turns, load_reply_script
+from tests.waiting import wait_until
 
 POLICY = '''
 from rollserve.testing.scripted_policy import chat_turns
@@ -66,16 +66,14 @@ async def test_fake_llm_script_drives_rollouts_per_task(tmp_path, make_api):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
+        def healthy() -> bool:
             assert proc.poll() is None, proc.stdout.read().decode()
             try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
+                return httpx.get(url + "/health", timeout=1).status_code == 200
             except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "fake-llm did not start"
-            time.sleep(0.1)
+                return False
+
+        wait_until(healthy, 60, "fake-llm to start", interval=0.1)
         _, client = await make_api([url])
         r = await client.post("/v1/rollouts:run", json={"task": {
             "data_source": "math", "n": 2,
