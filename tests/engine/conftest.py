@@ -9,6 +9,7 @@ from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.store import SQLiteStore
 from rollserve.errors import AgentError, InfraError, NodeLost
 from rollserve.handlers.base import Evaluation, HandlerDefaults, InvalidInstance
+from rollserve.handlers.scoring import ScoringTimeout
 from rollserve.handlers.registry import UnknownDataSource
 
 
@@ -30,7 +31,8 @@ class ScriptedHandler:
         spec = rollout.instance
         await asyncio.sleep(spec.get(f"{stage}_sleep", 0))
         if spec.get("fail") == stage:
-            error = AgentError if spec.get("fail_kind") == "agent" else InfraError
+            kinds = {"agent": AgentError, "scoring_timeout": ScoringTimeout}
+            error = kinds.get(spec.get("fail_kind", ""), InfraError)
             raise error(f"scripted failure in {stage}")
         if spec.get("crash") == stage:
             raise RuntimeError("handler bug")

@@ -52,6 +52,10 @@ async def test_a_slow_eval_does_not_hold_a_run_slot(make_engine):
         ({"fail": "eval"}, "failed", "infra", "eval", True, None),
         ({"fail": "run", "fail_kind": "agent"}, "failed", "agent", "run", False, 0.0),
         ({"crash": "run"}, "failed", "infra", "run", True, None),
+        # A scoring worker killed past its timeout (the plugin API's ScoringTimeout, an
+        # AgentError that is also a TimeoutError): the agent's failure, scored, not a
+        # timeout of the rollout propagating out of the pipeline.
+        ({"fail": "eval", "fail_kind": "scoring_timeout"}, "failed", "agent", "eval", False, 0.0),
     ],
 )
 async def test_failures_are_typed_and_infra_is_masked(make_engine, handler, instance, status,

@@ -238,11 +238,12 @@ class Engine:
                 await self._retry(r, handler, exc)
                 return True
             end_with_error(r, at.stage, exc)
+        except (RolloutError, StageTimeout) as exc:  # before TimeoutError: ScoringTimeout is both
+            end_with_error(r, at.stage, exc)
         except (asyncio.CancelledError, TimeoutError):
             raise
-        except Exception as exc:
-            if not isinstance(exc, RolloutError | StageTimeout):  # a handler bug: an infra failure, typed
-                log.exception("rollout %s failed in %s", r.id, at.stage)
+        except Exception as exc:  # a handler bug: an infra failure, typed
+            log.exception("rollout %s failed in %s", r.id, at.stage)
             end_with_error(r, at.stage, exc)
         return False
 
