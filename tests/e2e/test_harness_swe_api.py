@@ -22,6 +22,7 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import assert_exact
 from tests.e2e.test_swe_api import BY_ID, INSTANCES, TAG, tagged
+from tests.waiting import eventually
 
 
 def mini_version() -> str:
@@ -240,16 +241,16 @@ async def test_two_harness_sandboxes_cannot_reach_each_others_gateway(make_api):
         ids = {g["task_id"]: g["rollout_ids"][0] for g in r.json()["groups"]}
         for tag, rid in ids.items():
             info = (await client.get(f"/v1/rollouts/{rid}/gateway", params={"wait": 300})).json()
-            workspace = None
-            for _ in range(480):  # the harness marks its workspace when it starts
+            async def started(rid: str = rid, tag: str = tag) -> list[str | None]:
+                """The harness marks its workspace when it starts; [None]: it ended first
+                (the assertions below say why)."""
                 if (await client.get(f"/v1/rollouts/{rid}")).json()["done"]:
-                    break  # (it ended first: the assertions below say why)
-                marked = [s.workspace for s in service.sandboxes.open_sandboxes()
-                          if (Path(s.workspace) / ".git" / f"iso-{tag}").exists()]
-                if marked:
-                    workspace = marked[0]
-                    break
-                await asyncio.sleep(0.5)
+                    return [None]
+                return [s.workspace for s in service.sandboxes.open_sandboxes()
+                        if (Path(s.workspace) / ".git" / f"iso-{tag}").exists()][:1]
+
+            (workspace,) = await eventually(started, timeout=240, interval=0.5,
+                                            what=f"the {tag} harness to mark its workspace")
             if workspace is None:
                 break
             # (its host path: the sandbox's server folder, next to its workspace)
