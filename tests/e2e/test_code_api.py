@@ -7,8 +7,6 @@ a tool call."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import psutil
@@ -17,6 +15,7 @@ import pytest
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -166,10 +165,8 @@ async def test_no_sandbox_outlives_a_cancelled_or_timed_out_rollout(make_api, po
     records = Path(service.config.state_dir) / "sandboxes"
     (cancelled,) = await submit(client, task("sleeper"))
     (timed_out,) = await submit(client, task("sleeper"), timeouts={"run": 3.0})
-    deadline = time.monotonic() + 20
-    while len(sleepers()) < 2:  # both agents are in the middle of `sleep 987.65`
-        assert time.monotonic() < deadline, "the sleeps never started"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: len(sleepers()) >= 2, timeout=20,
+                     what="both agents in the middle of `sleep 987.65`")
     assert len(list(records.glob("*.json"))) == 2 and len(bwraps()) >= 2
 
     r = await client.delete(f"/v1/rollouts/{cancelled}")

@@ -1,10 +1,9 @@
 """SIGKILL the server mid-batch, restart it on the same store: nothing lost or doubled."""
 
-import time
-
 import pytest
 
 from rollserve.client import Client
+from tests.waiting import wait_until
 
 TASKS = [
     {"data_source": "math", "n": 4, "instance": {"question": f"What is {a} + {a}?", "answer": str(2 * a)}}
@@ -20,10 +19,12 @@ def test_sigkill_mid_batch_then_restart(server_factory, fake_llm_thread, tmp_pat
                            "--on-restart", policy, state_dir=state).start()
     with Client(first.url) as client:
         ids = [rid for g in client.submit(TASKS).groups for rid in g.rollout_ids]
-        deadline = time.monotonic() + 60
-        while len(before := client.results(after=0, limit=100).results) < 4:
-            assert time.monotonic() < deadline, "no results before the kill"
-            time.sleep(0.05)
+
+        def four_results() -> list | None:
+            found = client.results(after=0, limit=100).results
+            return found if len(found) >= 4 else None
+
+        before = wait_until(four_results, 60, "4 results before the kill")
         first.kill()
     seen = {r.id: r for r in before}
     assert len(seen) < len(ids), "the kill came too late to test recovery"

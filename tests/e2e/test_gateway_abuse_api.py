@@ -5,12 +5,15 @@ refuses, a harness that ends without a call, a late system message, NaN argument
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 import pytest
 
-from rollserve.agent.gateway.session import MAX_WAITING_CALLS
+from rollserve.agent.gateway.session import MAX_WAITING_CALLS, GatewaySession
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import BASH, end, harness_for, policy, result, submit
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -35,24 +38,35 @@ async def test_a_harness_that_ends_without_a_call_is_masked_not_scored(make_api,
     assert llm.calls == []
 
 
-async def test_a_flood_of_concurrent_calls_is_refused_past_the_queue(make_api):
+async def test_a_flood_of_concurrent_calls_is_refused_past_the_queue(make_api, monkeypatch):
     gate = asyncio.Event()
 
     async def slow(prompt_ids: list[int], prompt: str) -> str:
         await gate.wait()
         return "ok"
 
+    admitted: list[GatewaySession] = []  # calls the session has admitted, not yet answered
+    admit = GatewaySession.admitted
+
+    @contextlib.contextmanager
+    def counted(self: GatewaySession) -> Iterator[None]:
+        with admit(self):
+            admitted.append(self)
+            try:
+                yield
+            finally:
+                admitted.remove(self)
+
+    monkeypatch.setattr(GatewaySession, "admitted", counted)
     async with FakeVLLM("smollm2", replies=slow, latency=0.0) as server:
         _, client = await make_api([server.url])
         (rollout_id,) = await submit(client)
         key, _ = await harness_for(client, rollout_id)
         body = {"model": "p", "messages": [{"role": "user", "content": "hi"}]}
         calls = [asyncio.create_task(chat(client, key, body)) for _ in range(MAX_WAITING_CALLS)]
-        for _ in range(200):  # until they all are in the session (one at the backend)
-            if server.calls:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.2)
+        # until they all are in the session (one at the backend)
+        await eventually(lambda: len(admitted) == MAX_WAITING_CALLS and server.calls,
+                         what=f"{MAX_WAITING_CALLS} calls admitted, one at the backend")
         refused = await asyncio.wait_for(chat(client, key, body), 30)
         assert refused.status_code == 429, refused.text
         assert refused.json()["error"]["code"] == "too_many_calls"

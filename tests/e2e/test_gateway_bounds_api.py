@@ -21,6 +21,7 @@ from rollserve.agent.gateway import wire
 from rollserve.agent.gateway.bounds import BODY_SLACK, JSON_BYTES_PER_BYTE, MAX_WAITING_CALLS
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import end, harness_for, policy, result, submit
+from tests.waiting import eventually
 
 BOUND = 60  # seconds any one step may take on a loaded machine
 
@@ -120,10 +121,8 @@ async def test_calls_are_admitted_before_their_bodies_are_read(make_api, llm):
     calls = [asyncio.create_task(client.post(path, content=body)) for body in held]
     extra = Stalled(b'{"model": "p", "messages": [')
     try:
-        for _ in range(BOUND * 10):  # until every held call is in (its body being read)
-            if all(body.started for body in held):
-                break
-            await asyncio.sleep(0.1)
+        await eventually(lambda: all(body.started for body in held), timeout=BOUND,
+                         what="every held call in (its body being read)")
         refused = await post_stalled(client, path, extra)
         # The 5th call is refused while the others' bodies are still unread: a
         # session never holds more than MAX_WAITING_CALLS bodies.
@@ -198,10 +197,7 @@ async def test_the_server_answers_while_a_body_is_parsed(make_api, llm, monkeypa
     if route == "messages":
         body["max_tokens"] = 16
     call = asyncio.create_task(client.post(f"/v1/gateway/{key}/v1/{route}", json=body))
-    for _ in range(BOUND * 10):
-        if events:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: events, timeout=BOUND, what="the parse to start")
     health = await asyncio.wait_for(client.get("/healthz"), BOUND)
     events.append("healthz answered")
     answered.set()

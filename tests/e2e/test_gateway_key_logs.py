@@ -5,19 +5,14 @@ its access log on, a real gateway session, its calls; then the captured log."""
 from __future__ import annotations
 
 import re
-import time
 
 import httpx
 
+from tests.waiting import wait_until
+
 
 def _wait_for(condition, bound: float, what: str):
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {bound}s: {what}")
+    return wait_until(condition, bound, what, interval=0.1)
 
 
 def test_a_gateway_key_never_reaches_the_access_log(server_factory, fake_llm_thread):

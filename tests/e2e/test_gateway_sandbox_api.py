@@ -14,6 +14,7 @@ from rollserve.agent.gateway import anthropic_wire
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import assert_exact, policy, result
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -242,10 +243,7 @@ async def test_the_server_answers_while_the_socket_parses_a_body(make_api, llm, 
         "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
-    for _ in range(1200):
-        if events:
-            break
-        await asyncio.sleep(0.1)
+    await eventually(lambda: events, timeout=120, what="the harness's call to be parsed")
     health = await asyncio.wait_for(client.get("/healthz"), 60)
     events.append("healthz answered")
     answered.set()

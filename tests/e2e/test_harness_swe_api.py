@@ -22,6 +22,7 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import assert_exact
 from tests.e2e.test_swe_api import BY_ID, INSTANCES, TAG, tagged
+from tests.waiting import eventually
 
 
 def mini_version() -> str:
@@ -213,15 +214,15 @@ ISO = re.compile(r"\[iso:(\w)\] (\w+)(?: (\d+))?")
 async def _marked_workspace(client, service, rid: str, tag: str) -> str | None:
     """The workspace the harness of rollout ``rid`` marks (``.git/iso-<tag>``) when it
     starts, or None if the rollout ended first (the assertions after say why)."""
-    for _ in range(480):
+    async def started() -> list[str | None]:
         if (await client.get(f"/v1/rollouts/{rid}")).json()["done"]:
-            return None
-        marked = [s.workspace for s in service.sandboxes.open_sandboxes()
-                  if (Path(s.workspace) / ".git" / f"iso-{tag}").exists()]
-        if marked:
-            return marked[0]
-        await asyncio.sleep(0.5)
-    return None
+            return [None]
+        return [s.workspace for s in service.sandboxes.open_sandboxes()
+                if (Path(s.workspace) / ".git" / f"iso-{tag}").exists()][:1]
+
+    (workspace,) = await eventually(started, timeout=240, interval=0.5,
+                                    what=f"the {tag} harness to mark its workspace")
+    return workspace
 
 
 def _assert_isolated(done: dict) -> None:

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from tests.waiting import wait_until
 
 from .conftest import free_port
 
@@ -173,16 +174,14 @@ def test_sigterm_mid_batch_stops_cleanly_leaving_no_sandbox(tmp_path, quickstart
     q = quickstart("--backend", llm.url, "--easy-tasks", "0", "--tasks", "0", "--code-tasks", "1",
                    "--n", "1")
     base = f"http://127.0.0.1:{q.port}"
-    deadline = time.monotonic() + 240
-    while True:  # until the rollout is in RUN with its sandbox open
-        assert q.proc.poll() is None and time.monotonic() < deadline, q.text[-3000:]
+    def sandbox_open() -> bool:
+        assert q.proc.poll() is None, q.text[-3000:]
         try:
-            status = httpx.get(f"{base}/v1/status", timeout=5).json()
-            if status["sandboxes"]["open"] >= 1:
-                break
+            return httpx.get(f"{base}/v1/status", timeout=5).json()["sandboxes"]["open"] >= 1
         except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+            return False
+
+    wait_until(sandbox_open, 240, "the rollout in RUN with its sandbox open", interval=0.2)
     children = q.descendants()  # the scoring pool's workers, and the sandbox's if any
     records = q.state_dir / "sandboxes"  # an owner record per sandbox not yet removed
     assert list(records.iterdir())

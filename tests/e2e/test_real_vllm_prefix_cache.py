@@ -15,7 +15,6 @@ one. It reads server-wide counters, so nothing else should use that server meanw
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import httpx
@@ -23,6 +22,7 @@ import pytest
 
 from rollserve.client.weights import AsyncWeightSync, LoRA
 from tests.e2e.test_real_vllm_weights import make_adapter, rollserve_on_vllm
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
 NAME = "prefix-probe"  # an adapter name of this test's own
@@ -49,12 +49,13 @@ async def cached_tokens(vllm: httpx.AsyncClient) -> float:
     reply = await vllm.post("/v1/completions", json={
         "model": NAME, "prompt": PROMPT, "max_tokens": 1, "temperature": 0.0})
     assert reply.status_code == 200, reply.text
-    async with asyncio.timeout(60):
-        while True:
-            now_queries, now_hits = await counters(vllm)
-            if now_queries - queries >= len(PROMPT):
-                return now_hits - hits
-            await asyncio.sleep(0.2)
+    async def counted() -> tuple[float] | None:
+        now_queries, now_hits = await counters(vllm)
+        return (now_hits - hits,) if now_queries - queries >= len(PROMPT) else None
+
+    (cached,) = await eventually(counted, timeout=60, what="the engine to count the prompt",
+                                 interval=0.2)
+    return cached
 
 
 async def test_a_lora_reload_through_rollserve_resets_the_real_prefix_cache(

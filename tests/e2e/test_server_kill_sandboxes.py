@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.client import Client
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -50,12 +50,7 @@ def alive(pid: int, started: float) -> bool:
 
 
 def wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
+    return bool(wait_until(predicate, timeout, interval=0.1))
 
 
 def test_sigkill_with_50_live_sandboxes_then_restart(server_factory, fake_llm_thread, tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_code_api import bwraps
 from tests.sandbox.helpers import processes_with
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
@@ -190,10 +190,8 @@ async def test_no_sandbox_or_test_run_outlives_a_cancelled_or_timed_out_rollout(
          "timeouts": {"eval": 3.0}}]})
     assert r.status_code == 202, r.text
     cancelled, timed_out = [rid for g in r.json()["groups"] for rid in g["rollout_ids"]]
-    deadline = time.monotonic() + 30
-    while not processes_with("987.65"):  # the agent is in the middle of `sleep 987.65`
-        assert time.monotonic() < deadline, "the agent's sleep never started"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: processes_with("987.65"), timeout=30,
+                     what="the agent in the middle of `sleep 987.65`")
     await client.delete(f"/v1/rollouts/{cancelled}")
     results = {}
     for rid in (cancelled, timed_out):

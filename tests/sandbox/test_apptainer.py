@@ -16,6 +16,7 @@ import pytest
 
 from rollserve.sandbox.apptainer import ApptainerConfig, ApptainerRuntime, cache_name
 from rollserve.sandbox.base import SandboxError, SandboxLimits, SandboxSpec
+from tests.waiting import eventually
 
 # Records each call (argv, start and end time) in calls.jsonl next to it; `build` sleeps a little
 # and writes the .sif; `exec` runs the command on the host in the --home workspace, with
@@ -108,10 +109,8 @@ async def test_exec_command_line(fake_apptainer, tmp_path):
         assert argv[-6:] == [str(box.image), "env", "HOME=/tmp", "bash", "-c", "cat x.txt"]
         assert call["env"]["APPTAINERENV_A"] == "1,2"  # commas survive (unlike --env)
         shell = await box.spawn(["bash"], pty=True)
-        for _ in range(200):  # the stand-in logs once it runs
-            if len(fake_apptainer("exec")) == 2:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: len(fake_apptainer("exec")) == 2,
+                         what="the stand-in to log the shell's exec")
         assert fake_apptainer("exec")[-1]["argv"][-6:] == ["env", "HOME=/tmp", "setsid", "--ctty",
                                                            "--wait", "bash"]
         await shell.kill()

@@ -23,6 +23,8 @@ import pytest
 from rollserve.sandbox import bubblewrap
 from rollserve.sandbox.base import SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime, BubblewrapSandbox
+from tests.sandbox.helpers import processes_with
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
                                 reason="no bwrap")
@@ -38,11 +40,8 @@ def running(pid: int) -> bool:
 
 
 async def gone(pids: list[int], timeout: float = 10.0) -> bool:
-    for _ in range(int(timeout / 0.05)):
-        if not any(running(p) for p in pids):
-            return True
-        await asyncio.sleep(0.05)
-    return False
+    return await eventually(lambda: not any(running(p) for p in pids), timeout,
+                            f"processes {pids} to be gone", interval=0.05)
 
 
 def descendants(pid: int) -> list[int]:
@@ -145,12 +144,21 @@ async def test_a_cancel_while_a_failed_launch_is_reported_never_starts_the_comma
     def failing_record(self: BubblewrapSandbox, process: Any, *pids: int) -> None:
         raise OSError("a failure in the block-fd window")
 
+    failure_output = bubblewrap._failure_output
+    reading = asyncio.Event()
+
+    async def read_failure(process: Any) -> str:
+        reading.set()
+        return await failure_output(process)
+
     monkeypatch.setattr(BubblewrapSandbox, "_record", failing_record)
+    monkeypatch.setattr(bubblewrap, "_failure_output", read_failure)
     task = asyncio.create_task(box.spawn(["bash", "-c", "echo ran > ran; sleep 30"], pty=False))
-    await asyncio.sleep(0.5)  # inside the failure's output read
-    task.cancel()
+    await asyncio.wait_for(reading.wait(), 30)
+    task.cancel()  # inside the failure's output read
     await asyncio.gather(task, return_exceptions=True)
-    await asyncio.sleep(1.0)
+    # Once no process of the launch is left, the command can no longer run.
+    await eventually(lambda: not processes_with("echo ran > ran"), what="the launch's processes to end")
     ran = list(Path(box.folders.base).rglob("ran"))
     await box.close()
     assert ran == []

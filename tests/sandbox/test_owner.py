@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -17,7 +16,7 @@ import pytest
 
 from rollserve.sandbox.owner import OwnerBook, ProcessRef, is_alive, process_ref
 from rollserve.sandbox.reaper import reap
-from tests.sandbox.helpers import RUNTIMES, TEST_OPTIONS, cannot_run
+from tests.sandbox.helpers import RUNTIMES, TEST_OPTIONS, cannot_run, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,10 +72,9 @@ def test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays(tmp_pa
 
         assert sorted(report.reaped) == sorted(dead_info["ids"])
         assert report.kept == live_info["ids"]
-        deadline = time.monotonic() + 5
-        while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in dead_tree):
-            assert time.monotonic() < deadline, "processes of the dead owner's sandboxes remain"
-            time.sleep(0.05)
+        wait_until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                                   for p in dead_tree),
+                   5, "the processes of the dead owner's sandboxes to end", interval=0.05)
         assert not any(is_alive(ref) for ref in dead_refs)
         assert not sandbox_processes(dead_info["folders"])
         assert not any(Path(f).exists() for f in dead_info["folders"])

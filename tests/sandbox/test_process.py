@@ -117,18 +117,16 @@ async def test_signal_foreground_reaches_the_foreground_job_not_the_shell():
     shell = HostProcess.start(["setsid", "--ctty", "--wait", "bash", "--norc", "-i"], pty=True,
                               new_session=False)
     try:
-        await shell.write(b"stty -echo; echo ready\n")
+        await shell.write(b"stty -echo; echo rea''dy\n")  # (its echo is not "ready")
         seen = b""
         while b"ready" not in seen:
             seen += await asyncio.wait_for(shell.read(), 5)
         assert shell.signal_foreground(signal.SIGKILL) is False  # only the shell: left alone
-        await shell.write(b"sleep 30; echo after=$?\n")
-        for _ in range(100):  # until sleep is the terminal's foreground job
-            await asyncio.sleep(0.02)
-            if shell.signal_foreground(signal.SIGKILL):
-                break
-        else:
-            raise AssertionError("no foreground job was ever signalled")
+        await shell.write(b"sleep 31.5; echo after=$?\n")
+        # Once `sleep` runs, its job has the terminal (the child takes it before its exec;
+        # a kill while bash still sets the job up can leave bash without it)
+        await eventually(lambda: processes_with("sleep 31.5") and shell.signal_foreground(signal.SIGKILL),
+                         what="sleep to be the terminal's foreground job (and signalled)")
         seen = b""
         while b"after=137" not in seen:
             seen += await asyncio.wait_for(shell.read(), 5)

@@ -11,7 +11,14 @@ import psutil
 import pytest
 
 from rollserve.sandbox.base import SandboxError, SandboxLimits, SandboxSpec
-from tests.sandbox.helpers import RUNTIMES, eventually, make_runtime, our_descendants, wait_until
+from tests.sandbox.helpers import (
+    RUNTIMES,
+    eventually,
+    make_runtime,
+    our_descendants,
+    processes_with,
+    wait_until,
+)
 
 
 @pytest.fixture(params=RUNTIMES)
@@ -105,8 +112,11 @@ async def test_pty_shell_interrupt_and_state(sandbox):
 
     await until(b"READY$ ")
     await shell.write(b"cd task && export N=5\n")
-    await shell.write(b"sleep 30\n")
-    await asyncio.sleep(0.3)
+    # The job says it has started once it is the terminal's foreground job (job control
+    # hands it the terminal before its exec); a C-c before that would go to bash, which
+    # drops it. (The PTY echoes the line: 'sta""rted' is not "started".)
+    await shell.write(b"bash -c 'echo sta\"\"rted; exec sleep 30'\n")
+    await until(b"started")
     await shell.write(b"\x03")  # SIGINT to the foreground job through the PTY
     await shell.write(b"echo rc=$? n=$N dir=${PWD##*/} tty=$(tty)\n")
     await until(b"rc=130 n=5 dir=task tty=/dev/")
@@ -133,7 +143,7 @@ async def test_close_kills_every_process_and_removes_folders(runtime, tmp_path):
 
 async def test_cancelled_exec_leaves_nothing_running(sandbox):
     task = asyncio.ensure_future(sandbox.exec("sleep 60", 30))
-    await asyncio.sleep(0.3)
+    await eventually(lambda: processes_with("sleep 60"), what="the exec's `sleep 60`")
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert await eventually(lambda: not [p for p in our_descendants() if p.name() == "sleep"])
