@@ -135,13 +135,15 @@ def test_client_and_integrations_need_no_server():
     assert table["contract"] == table["datasets"] == set()
 
 
-def test_contract_and_errors_are_neutral_on_the_server_side():
+def test_contract_errors_and_faces_are_neutral_on_the_server_side():
     table = parse_table(DOC.read_text())
-    not_server_side = {"client", "integrations", "contract", "errors.py", "datasets", "validation.py",
+    neutral = {"contract.*", "errors", "faces"}
+    not_server_side = {"client", "integrations", "contract", "errors.py", "faces.py", "datasets", "validation.py",
                        "cli.py", "__main__.py", "__init__.py"}  # the client side, the neutral, the entry
-    missing = {part: {"contract.*", "errors"} - entries for part, entries in table.items()
-               if part not in not_server_side and not {"contract.*", "errors"} <= entries}
+    missing = {part: neutral - entries for part, entries in table.items()
+               if part not in not_server_side and not neutral <= entries}
     assert missing == {}
+    assert table["errors.py"] == table["faces.py"] == set()
 
 
 def faces() -> list[str]:
