@@ -7,20 +7,27 @@ module`` counted as the module), and one the table does not allow fails naming i
 ``file:line`` and the row. The table itself must name only modules that exist and give
 every part of ``src/`` a row, so the document cannot rot. (llm's insides have their own
 arrows and cycle check: ``tests/llm/test_layering.py``; both read imports through
-``tests.source_ast.import_statements``.)"""
+``tests.source_ast.import_statements``.)
+
+A lazy face (a package's ``__init__.py`` with ``_HOMES``, see ``rollserve/faces.py``)
+imports its names at run time from the module strings in ``_HOMES``: those count as its
+imports here, and its three lists (``TYPE_CHECKING`` imports, ``_HOMES``, ``__all__``)
+must agree."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import rollserve
-from tests.source_ast import import_statements
+from tests.source_ast import ImportStatement, import_statements, parse_source
 
 SRC = Path(rollserve.__file__).parent
 ROOT = SRC.parent.parent
@@ -91,7 +98,8 @@ def violations(table: dict[str, set[str]], found: dict[str, Path], src: Path = S
     for name, path in sorted(found.items()):
         part = part_of(name, src)
         entries = table.get(part, set())
-        for statement in import_statements(name, path, known):
+        face = read_face(path)
+        for statement in import_statements(name, path, known) + (face.imports if face else []):
             for target in sorted(targets(statement)):
                 if part_of(target, src) == part or allows(entries, target):
                     continue
@@ -135,28 +143,115 @@ def test_client_and_integrations_need_no_server():
     assert table["contract"] == table["datasets"] == set()
 
 
-def test_contract_and_errors_are_neutral_on_the_server_side():
+def test_contract_errors_and_faces_are_neutral_on_the_server_side():
     table = parse_table(DOC.read_text())
-    not_server_side = {"client", "integrations", "contract", "errors.py", "datasets", "validation.py",
+    neutral = {"contract.*", "errors", "faces"}
+    not_server_side = {"client", "integrations", "contract", "errors.py", "faces.py", "datasets", "validation.py",
                        "cli.py", "__main__.py", "__init__.py"}  # the client side, the neutral, the entry
-    missing = {part: {"contract.*", "errors"} - entries for part, entries in table.items()
-               if part not in not_server_side and not {"contract.*", "errors"} <= entries}
+    missing = {part: neutral - entries for part, entries in table.items()
+               if part not in not_server_side and not neutral <= entries}
     assert missing == {}
+    assert table["errors.py"] == table["faces.py"] == set()
 
 
-def faces() -> list[str]:
-    return [name for name, path in modules().items()
-            if path.name == "__init__.py" and "_HOMES" in path.read_text()]
+# --- the lazy faces ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Face:
+    """What a lazy face's ``__init__.py`` says, read with ``ast``: ``homes`` its ``_HOMES``;
+    ``public`` its ``__all__``; ``typed`` each name imported under ``TYPE_CHECKING`` and the
+    module it comes from; ``eager`` the names it imports at run time (outside that block);
+    ``imports`` its ``_HOMES`` values as import statements (each at the line it is written)."""
+
+    homes: dict[str, str]
+    public: list[str]
+    typed: dict[str, str]
+    eager: set[str]
+    imports: list[ImportStatement]
 
 
-@pytest.mark.parametrize("face", faces())
+def is_type_checking(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imported_names(nodes: list[ast.stmt]) -> dict[str, str]:
+    """``from X import a, b as c`` (absolute, top level of ``nodes``): {"a": "X", "c": "X"}."""
+    return {alias.asname or alias.name: node.module for node in nodes
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level for alias in node.names}
+
+
+def read_face(path: Path) -> Face | None:
+    """The face in ``path``, or None when it assigns no ``_HOMES`` at its top level."""
+    tree = parse_source(path)
+    assigned = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            assigned[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            assigned[node.target.id] = node.value
+    if "_HOMES" not in assigned:
+        return None
+    value = assigned["_HOMES"]
+    # a dict display, with ``**dict.fromkeys((names...), home)`` for names sharing a home
+    homes = eval(compile(ast.Expression(value), str(path), "eval"), {"__builtins__": {}, "dict": dict})
+    lines = {}
+    for node in ast.walk(value):
+        if isinstance(node, ast.Constant) and node.value in homes.values():
+            lines.setdefault(node.value, node.lineno)
+    imports = [ImportStatement(lines.get(home, value.lineno), home, frozenset(), True)
+               for home in sorted(set(homes.values()))]
+    public = ast.literal_eval(assigned["__all__"]) if "__all__" in assigned else []
+    typed = imported_names([n for node in tree.body if is_type_checking(node) for n in node.body])
+    eager = set(imported_names(tree.body))
+    return Face(homes, public, typed, eager, imports)
+
+
+def face_problems(name: str, face: Face) -> list[str]:
+    """``_HOMES`` must name exactly the public names the face does not import eagerly,
+    each with the module its ``TYPE_CHECKING`` block imports it from."""
+    problems = []
+    lazy = set(face.public) - face.eager
+    problems += [f"{name}: {n!r} is in __all__ and imported neither eagerly nor in _HOMES"
+                 for n in sorted(lazy - set(face.homes))]
+    problems += [f"{name}: {n!r} is in _HOMES but not in __all__ (or also imported eagerly)"
+                 for n in sorted(set(face.homes) - lazy)]
+    for n in sorted(set(face.homes) | set(face.typed)):
+        if face.homes.get(n) != face.typed.get(n):
+            problems.append(f"{name}: {n!r} is imported from {face.typed.get(n)} under TYPE_CHECKING "
+                            f"but _HOMES says {face.homes.get(n)}")
+    return problems
+
+
+def faces(src: Path = SRC) -> dict[str, Face]:
+    return {name: face for name, path in modules(src).items()
+            if path.name == "__init__.py" and (face := read_face(path)) is not None}
+
+
+def test_there_are_faces_and_each_one_s_three_lists_agree():
+    found = faces()
+    assert {"rollserve.agent", "rollserve.handlers", "rollserve.sandbox", "rollserve.testing"} <= set(found)
+    problems = [p for name, face in found.items() for p in face_problems(name, face)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("face", sorted(faces()))
 def test_every_public_face_name_resolves(face):
-    """A face re-exports names lazily; each one it lists must still be where it says,
-    asked for in a fresh interpreter (no other face has run first and filled a cache)."""
+    """A face re-exports names lazily; each one it lists must still be where it says
+    (the very object of its home module), listed by ``dir``, asked for in a fresh
+    interpreter (no other face has run first and filled a cache); a name it does not
+    list is an AttributeError."""
     code = ("import importlib\n"
             f"face = importlib.import_module({face!r})\n"
+            "assert set(face.__all__) <= set(dir(face)), set(face.__all__) - set(dir(face))\n"
             "for name in face.__all__:\n"
-            "    getattr(face, name)\n")
+            "    value = getattr(face, name)\n"
+            "    if name in face._HOMES:\n"
+            "        assert value is getattr(importlib.import_module(face._HOMES[name]), name), name\n"
+            "try:\n"
+            "    face.no_such_name\n"
+            "except AttributeError as e:\n"
+            "    assert 'has no attribute' in str(e) and face.__name__ in str(e), e\n"
+            "else:\n"
+            "    raise AssertionError('a name the face does not list resolved')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
     assert done.returncode == 0, done.stderr
@@ -220,3 +315,44 @@ def test_the_table_is_read_from_its_section():
     assert parse_table(text) == {"api": {"engine.base", "contract.*"}, "contract": set()}
     with pytest.raises(AssertionError, match="two rows"):
         parse_table(text.replace("| `contract` |", "| `api` |"))
+
+
+FACE = ('from typing import TYPE_CHECKING\n'
+        'from rollserve.low.base import e\n'
+        'if TYPE_CHECKING:\n'
+        '    from rollserve.low.base import a\n'
+        '    from rollserve.high.other import b\n'
+        '_HOMES: dict[str, str] = {\n'
+        '    "a": "rollserve.low.base",\n'
+        '    **dict.fromkeys(("b",), "rollserve.high.other"),\n'
+        '}\n'
+        '__all__ = ["a", "b", "e"]\n')
+
+
+def test_a_face_s_homes_count_as_its_imports(tmp_path):
+    face = FACE.replace('"a": "rollserve.low.base"', '"a": "rollserve.low.inner"')
+    src = fake_src(tmp_path, {"high/__init__.py": face, "high/other.py": ""})
+    table = {"__init__.py": set(), "low": set(), "high": {"low.base"}}
+    wrong = violations(table, modules(src), src)
+    assert len(wrong) == 1, wrong
+    assert "rollserve/high/__init__.py:7: rollserve.high imports rollserve.low.inner" in wrong[0]
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (("", ""), None),
+    (('__all__ = ["a", "b", "e"]', '__all__ = ["a", "b"]'), None),  # an eager name need not be public
+    (('__all__ = ["a", "b", "e"]', '__all__ = ["a", "e"]'),
+     "'b' is in _HOMES but not in __all__ (or also imported eagerly)"),
+    (('__all__ = ["a", "b", "e"]', '__all__ = ["a", "b", "c", "e"]'),
+     "'c' is in __all__ and imported neither eagerly nor in _HOMES"),
+    (('"a": "rollserve.low.base"', '"a": "rollserve.low"'),
+     "'a' is imported from rollserve.low.base under TYPE_CHECKING but _HOMES says rollserve.low"),
+    (("    from rollserve.high.other import b\n", ""),
+     "'b' is imported from None under TYPE_CHECKING but _HOMES says rollserve.high.other"),
+])
+def test_a_face_whose_lists_drift_apart_is_named(tmp_path, change, problem):
+    src = fake_src(tmp_path, {"high/__init__.py": FACE.replace(*change), "high/other.py": ""})
+    found = faces(src)
+    assert set(found) == {"rollserve.high"}
+    problems = face_problems("rollserve.high", found["rollserve.high"])
+    assert problems == ([] if problem is None else [f"rollserve.high: {problem}"]), problems

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from rollserve.agent.gateway import Gateway
 from rollserve.cluster.protocol import RayConfig, WorkerSettings
+from rollserve.contract import SandboxStatus
 from rollserve.engine import weights_file
 from rollserve.engine.executor import StageExecutor
 from rollserve.engine.facade import Rollouts
@@ -226,8 +227,8 @@ class Service:
             await asyncio.to_thread(weights_file.write, self.weights_path,
                                     self.router.in_force())
 
-    def sandbox_status(self) -> dict:
-        return {**self.sandboxes.status(), "reaped_at_start": self.reaped}
+    def sandbox_status(self) -> SandboxStatus:
+        return SandboxStatus.model_validate({**self.sandboxes.status(), "reaped_at_start": self.reaped})
 
     def begin_shutdown(self) -> None:
         """The HTTP server is shutting down (a signal): long-polls and event streams end

@@ -224,11 +224,14 @@ def test_runs_in_a_thread_for_sync_code(tok, chat_prompt):
 
 
 def test_command_line_entry_serves():
+    """Run as ``python -m``, with runpy's double-import warning an error: the package
+    ``rollserve.testing`` must not import the module it runs (its face is lazy)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(port),
+        [sys.executable, "-W", "error:'rollserve.testing.fake_vllm' found in sys.modules:RuntimeWarning",
+         "-m", "rollserve.testing.fake_vllm", "--port", str(port),
          "--reply", "hello", "--latency", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ},
     )

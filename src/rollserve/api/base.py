@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from prometheus_client.core import Metric
 from starlette.requests import HTTPConnection
 
+from rollserve.contract import SandboxStatus
 from rollserve.engine.facade import Rollouts
 from rollserve.engine.gateway import Gateways
 from rollserve.engine.requests import RequestLimits
@@ -106,8 +107,8 @@ class ApiService(Protocol):
         """Record the weights in force; ``OSError`` when they could not be written."""
         ...
 
-    def sandbox_status(self) -> dict[str, Any]:
-        """The sandbox runtime's status as JSON (``contract.SandboxStatus`` reads it)."""
+    def sandbox_status(self) -> SandboxStatus:
+        """The sandbox runtime's status (and what the start-up reaper cleaned up)."""
         ...
 
     def begin_shutdown(self) -> None:

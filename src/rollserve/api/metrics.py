@@ -78,13 +78,13 @@ class ServiceCollector:
     def _sandboxes(self) -> Iterator[Metric]:
         sandboxes = self.service.sandbox_status()
         yield GaugeMetricFamily("rollserve_sandboxes_open", "sandboxes open now",
-                                value=sandboxes["open"])
+                                value=sandboxes.open)
         yield CounterMetricFamily("rollserve_sandboxes_started", "sandboxes started since start",
-                                  value=sandboxes["started"])
-        reaped = sandboxes["reaped_at_start"] or {}
+                                  value=sandboxes.started)
+        reaped = sandboxes.reaped_at_start
         yield GaugeMetricFamily("rollserve_sandboxes_reaped_at_start", "sandboxes a previous "
                                 "server left, removed when this one started",
-                                value=reaped.get("sandboxes", 0))
+                                value=reaped.sandboxes if reaped is not None else 0)
 
 
 def _stage_metrics(status: EngineStatus) -> Iterator[Metric]:

@@ -30,7 +30,6 @@ from rollserve.contract import (
     RouterStatus,
     RunRequest,
     RunResponse,
-    SandboxStatus,
     ServiceStatus,
     SubmitRequest,
     SubmitResponse,
@@ -145,7 +144,7 @@ def service_status(service: ApiService) -> ServiceStatus:
         **dict(service.rollouts.status()),
         backends=[BackendState.model_validate(b) for b in service.router.list()],
         llm=RouterStatus.model_validate(service.router.status()),
-        sandboxes=SandboxStatus.model_validate(service.sandbox_status()),
+        sandboxes=service.sandbox_status(),
     )
 
 

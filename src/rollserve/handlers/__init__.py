@@ -23,8 +23,9 @@ import ``handlers.latex`` and ``handlers.math.scoring`` without the agent stack)
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from rollserve.faces import lazy_names
 
 _HOMES: dict[str, str] = {
     **dict.fromkeys(("AgentHandler", "Evaluation", "HandlerContext", "HandlerDefaults",
@@ -48,14 +49,8 @@ __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Import a plugin-API name from its home module the first time it is asked for."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value: object = getattr(importlib.import_module(home), name)  # a home may be a face itself
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from the type checker: a misspelled import is an error
+    __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
 
 
 if TYPE_CHECKING:

@@ -11,21 +11,21 @@ The tools that act inside a sandbox have their own face, ``sandbox.tools``.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from rollserve.faces import lazy_names
 from rollserve.sandbox.base import (
-                                    WORKDIR,
-                                    ExecResult,
-                                    ImageRuntime,
-                                    Runtime,
-                                    Sandbox,
-                                    SandboxError,
-                                    SandboxLimits,
-                                    SandboxProcess,
-                                    SandboxSpec,
-                                    SandboxStarter,
-                                    resolve_in_workspace,
+    WORKDIR,
+    ExecResult,
+    ImageRuntime,
+    Runtime,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxProcess,
+    SandboxSpec,
+    SandboxStarter,
+    resolve_in_workspace,
 )
 
 if TYPE_CHECKING:
@@ -44,11 +44,5 @@ __all__ = ["WORKDIR", "BubblewrapConfig", "ExecResult", "ImageRuntime", "Runtime
            "resolve_in_workspace", "workspace_file_problem"]
 
 
-def __getattr__(name: str) -> object:
-    """Import a public name from its home module the first time it is asked for."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value: object = vars(importlib.import_module(home))[name]
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from the type checker: a misspelled import is an error
+    __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())

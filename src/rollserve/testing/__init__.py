@@ -1,6 +1,10 @@
 """Test doubles for users and for rollserve's own tests (no GPU, no model)."""
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rollserve.faces import lazy_names
 
 if TYPE_CHECKING:
     from rollserve.testing.fake_llamacpp import FakeLlamaCpp
@@ -8,21 +12,16 @@ if TYPE_CHECKING:
     from rollserve.testing.fake_sglang import FakeSGLang
     from rollserve.testing.fake_vllm import FakeVLLM
 
-_WHERE = {
-    "FakeVLLM": "fake_vllm",
-    "FakeSGLang": "fake_sglang",
-    "FakeLlamaCpp": "fake_llamacpp",
-    "RecordedCall": "fake_server",
-    "fake_logprob": "fake_server",
+# Imported on first use, so `python -m rollserve.testing.fake_vllm` runs the module
+# once (an eager import here makes runpy warn about a double import).
+_HOMES: dict[str, str] = {
+    "FakeLlamaCpp": "rollserve.testing.fake_llamacpp",
+    **dict.fromkeys(("RecordedCall", "fake_logprob"), "rollserve.testing.fake_server"),
+    "FakeSGLang": "rollserve.testing.fake_sglang",
+    "FakeVLLM": "rollserve.testing.fake_vllm",
 }
 __all__ = ["FakeLlamaCpp", "FakeSGLang", "FakeVLLM", "RecordedCall", "fake_logprob"]
 
 
-def __getattr__(name: str) -> Any:
-    # Imported on first use, so `python -m rollserve.testing.fake_vllm` runs the
-    # module once (an eager import here makes runpy warn about a double import).
-    if name in _WHERE:
-        import importlib
-
-        return getattr(importlib.import_module(f"rollserve.testing.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'rollserve.testing' has no attribute {name!r}")
+if not TYPE_CHECKING:  # hidden from the type checker: a misspelled import is an error
+    __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())

@@ -3,8 +3,9 @@ pipes, and a file editor on the workspace. Each works on any runtime."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from rollserve.faces import lazy_names
 
 if TYPE_CHECKING:
     from rollserve.sandbox.tools.bash import (
@@ -35,12 +36,5 @@ __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Import a public name from its home module the first time it is asked for (so
-    importing one module of this package does not import the others)."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value: object = vars(importlib.import_module(home))[name]
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from the type checker: a misspelled import is an error
+    __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
