@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 
 from rollserve.agent.tool_calls import (
     format_tool_call,
@@ -15,7 +14,9 @@ from rollserve.agent.tool_calls import (
 from rollserve.agent.tools import FinishTool
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
-BASH_SCHEMA = {"name": "bash", "description": "run", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+BASH_SCHEMA = {"name": "bash", "description": "run",
+               "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                              "required": ["command"]}}
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -115,4 +116,5 @@ def test_chatml_renders_a_tool_message_as_its_own_role(tok):
     message = tool_message("file.txt", "bash", wrap=True)
     rendered = tok.render([{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}, message],
                           add_generation_prompt=True)
-    assert "<|im_start|>tool\n<tool_response>\nfile.txt\n</tool_response><|im_end|>\n<|im_start|>assistant\n" in rendered
+    assert ("<|im_start|>tool\n<tool_response>\nfile.txt\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n") in rendered

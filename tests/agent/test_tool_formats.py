@@ -20,9 +20,9 @@ from rollserve.agent.tool_calls import (
 from rollserve.agent.tool_env import NUDGES, ToolEnv, ToolEnvConfig
 from rollserve.agent.tools import FinishTool, Tool, function_schema
 from rollserve.agent.trajectory import Trajectory
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router
-from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
 from .test_tool_calls import BASH_SCHEMA, qwen_like
@@ -142,7 +142,8 @@ async def test_tool_env_json_episode_and_errors():
     env = ToolEnv([Echo(), FinishTool()], "task", config=ToolEnvConfig(tool_format="json"))
     assert JSON_CALL_FORMAT in env.initial_messages()[0]["content"]
     assert [t["function"]["name"] for t in env.tool_schemas] == ["echo", "finish"]
-    step = await env.step('[{"name": "echo", "arguments": {"text": "one"}}, {"name": "echo", "arguments": {"text": "two"}}]')
+    step = await env.step('[{"name": "echo", "arguments": {"text": "one"}}, '
+                          '{"name": "echo", "arguments": {"text": "two"}}]')
     assert [m["content"] for m in step.messages] == ["one", "two"] and not step.done
     step = await env.step('{"name": "echo", "arguments": {"text": "x"}')  # malformed
     assert "invalid JSON" in step.messages[0]["content"] and env.stats.parse_errors == 1

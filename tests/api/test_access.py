@@ -29,7 +29,7 @@ async def guarded(make_api):
 async def test_any_bearer_header_is_a_401_not_an_error(guarded, caplog):
     client = await guarded()
     caplog.set_level(logging.DEBUG)
-    for value in ["Bearer tök".encode("utf-8"), "Bearer ü".encode("latin-1"), b"Bearer \xff\xfe",
+    for value in ["Bearer tök".encode(), "Bearer ü".encode("latin-1"), b"Bearer \xff\xfe",
                   b"Bearer", b"Basic czNjcmV0", b"bearer  wrong ", b""]:
         r = await client.get("/v1/status", headers=[(b"authorization", value)])
         assert r.status_code == 401, (value, r.status_code, r.text)

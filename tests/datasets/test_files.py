@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from rollserve.datasets import (DatasetError, client_id, dataset_name, read_dataset)
+from rollserve.datasets import DatasetError, client_id, dataset_name, read_dataset
 
 MATH = {"question": "What is 2 + 2?", "answer": "4"}
 

@@ -9,8 +9,8 @@ from rollserve.engine.pipeline import Engine, EngineConfig
 from rollserve.engine.store import SQLiteStore
 from rollserve.errors import AgentError, InfraError, NodeLost
 from rollserve.handlers.base import Evaluation, HandlerDefaults, InvalidInstance
-from rollserve.handlers.scoring import ScoringTimeout
 from rollserve.handlers.registry import UnknownDataSource
+from rollserve.handlers.scoring import ScoringTimeout
 
 
 class ScriptedHandler:

@@ -8,10 +8,10 @@ LLMError with the HTTP status, the backend's name and whether a retry may help.
 import pytest
 
 from rollserve.errors import ContextWindowError, LLMError
-from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.llm.backends.llamacpp_server import LlamaCppServerBackend
 from rollserve.llm.backends.sglang import SGLangBackend
 from rollserve.llm.backends.vllm import VLLMBackend
+from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.testing.fake_llamacpp import FakeLlamaCpp
 from rollserve.testing.fake_sglang import FakeSGLang
 from rollserve.testing.fake_vllm import FakeVLLM

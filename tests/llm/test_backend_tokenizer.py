@@ -16,12 +16,12 @@ import pytest
 from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.api.app import create_app
-from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
-from rollserve.llm.base import SamplingParams
-from rollserve.llm.tokens.chat import BackendPromptBuilder, LocalPromptBuilder
-from rollserve.llm.routing.router import Router
-from rollserve.llm.tokens.tokenizer import ChatTokenizer, TokenizerError, load_tokenizer
 from rollserve.llm.backends.vllm import VLLMBackend
+from rollserve.llm.base import SamplingParams
+from rollserve.llm.routing.router import Router
+from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer
+from rollserve.llm.tokens.chat import BackendPromptBuilder, LocalPromptBuilder
+from rollserve.llm.tokens.tokenizer import ChatTokenizer, TokenizerError, load_tokenizer
 from rollserve.server import ServerConfig, Service
 from rollserve.testing import FakeVLLM
 from tests.waiting import eventually
@@ -159,7 +159,7 @@ async def test_a_server_that_comes_up_later_is_probed_in_the_background(tmp_path
     service = Service(ServerConfig(state_dir=tmp_path, tokenizer=f"vllm:http://127.0.0.1:{port}"))
     await service.start()  # not ready: a tool presentation now is a typed (masked) failure
     with pytest.raises(TokenizerError, match="await ready"):
-        service.tokenizer.renders_tools
+        _ = service.tokenizer.renders_tools
     try:
         async with FakeVLLM(tok, port=port):
             def probed() -> bool:

@@ -5,10 +5,10 @@ import asyncio
 import pytest
 
 from rollserve.errors import LLMError
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import Generation, LLMBackend, SamplingParams
 from rollserve.llm.routing.deadline import call_deadline
 from rollserve.llm.routing.router import Router, RouterConfig
-from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 from tests.waiting import settle
 

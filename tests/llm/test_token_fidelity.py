@@ -7,11 +7,11 @@ import copy
 from rollserve.agent.base import AgentEnv, Step
 from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
-from rollserve.llm.base import SamplingParams
-from rollserve.llm.tokens.chat import LocalPromptBuilder
-from rollserve.llm.routing.router import Router
-from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.llm.backends.vllm import VLLMBackend
+from rollserve.llm.base import SamplingParams
+from rollserve.llm.routing.router import Router
+from rollserve.llm.tokens.chat import LocalPromptBuilder
+from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.testing import FakeVLLM
 
 

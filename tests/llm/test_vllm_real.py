@@ -13,9 +13,9 @@ from rollserve.agent.base import AgentEnv, Step
 from rollserve.agent.loop import LoopStats, run_agent_loop
 from rollserve.agent.trajectory import Trajectory
 from rollserve.errors import ContextWindowError
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router, RouterConfig
-from rollserve.llm.backends.vllm import VLLMBackend
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm  # each test takes `vllm_url` (tests/real_vllm.py): skips without one

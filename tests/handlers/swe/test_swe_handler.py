@@ -147,7 +147,8 @@ async def test_a_mirror_becomes_a_bundle_without_later_commits(handler, new_roll
     mirror_root = tmp_path / "mirrors"
     work = tmp_path / "work"
     toy_repo._git(tmp_path, "clone", "-q", "-b", "main", str(tmp_path / "mirror" / "toy__calc-1.bundle"), str(work))
-    (work / "calc" / "ops.py").write_text((work / "calc" / "ops.py").read_text().replace(toy_repo.BUGGY, toy_repo.FIXED))
+    ops = work / "calc" / "ops.py"
+    ops.write_text(ops.read_text().replace(toy_repo.BUGGY, toy_repo.FIXED))
     toy_repo._git(work, "commit", "-qam", "the fix, later")
     toy_repo._git(tmp_path, "clone", "-q", "--bare", str(work), str(mirror_root / "toy__calc.git"))
     instance = {**toy, "instance_id": "toy__calc-2"}  # no bundle of its own: the mirror serves
