@@ -1,6 +1,7 @@
 """The grader's pytest plugin (``results_plugin``) in a real pytest run, and how its
 records are read (``results``): statuses as ``-rA`` shows them, conflicts and the
-summary check; the second runner's plugin (``recheck_plugin``) beside a forger."""
+summary check; the second runner's plugin (``recheck_plugin``) beside a forger, and its
+records, read from descriptor 3 of the test script as the handler reads them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from rollserve.handlers.swe import recheck, results
+from rollserve.handlers.swe.evaluate import RECORDS_FD
+from rollserve.handlers.swe.instances import SWETask
 from rollserve.sandbox.base import WORKDIR
 
 TESTS = '''import pytest
@@ -67,7 +70,9 @@ def test_param(n):
 
 
 def run(tmp_path: Path, tests: str = "tests", plan: recheck.Plan | None = None,
-        ) -> tuple[str, results.Results]:
+        ) -> tuple[str, results.Results, str]:
+    """The log, the first plugin's records and what reached descriptor 3 (the second
+    runner's records), as the handler's test script runs them."""
     (tmp_path / tests).mkdir(exist_ok=True)
     (tmp_path / tests / "test_things.py").write_text(TESTS)
     folder = tmp_path / ".git" / "grader"
@@ -82,13 +87,13 @@ def run(tmp_path: Path, tests: str = "tests", plan: recheck.Plan | None = None,
         script += plan.shell_setup().replace(f"{WORKDIR}/", f"{tmp_path}/")
     script += f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider {tests}\n"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
-    return done.stdout + done.stderr, results.parse((folder / "results.jsonl").read_text())
+    done = subprocess.run(["bash", "-c", f"exec {RECORDS_FD}>&2 2>&1\n" + script], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    return done.stdout, results.parse((folder / "results.jsonl").read_text()), done.stderr
 
 
 def test_statuses_and_counts_from_a_real_run_agree_with_pytests_own(tmp_path):
-    log, recorded = run(tmp_path)
+    log, recorded, _ = run(tmp_path)
     status, conflicts = results.statuses(recorded)
     name = "tests/test_things.py::"
     assert status == {name + "test_ok": "PASSED", name + "test_bad": "FAILED",
@@ -142,21 +147,48 @@ def test_the_second_runner_sees_the_calls_a_forger_reported_passed(tmp_path, for
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "conftest.py").write_text("import forger  # noqa\n")
     plan = recheck.Plan.draw()
-    log, recorded = run(tmp_path, plan=plan)
+    log, recorded, records = run(tmp_path, plan=plan)
     status, _ = results.statuses(recorded)
     name = "tests/test_things.py::"
     assert status[name + "test_bad"] == "PASSED" and status[name + "test_param[2]"] == "PASSED", log
-    seen = recheck.parse((tmp_path / plan.folder / "seen.jsonl").read_text(), plan.key)
-    assert seen.loaded and seen.foreign == 0
+    seen = recheck.parse(records, plan.key)
+    assert seen.loaded and seen.foreign == 0 and seen.out_of_order == 0, records
     assert seen.raised[name + "test_bad"] and seen.raised[name + "test_param[2]"]
     assert not seen.raised[name + "test_ok"] and not seen.raised[name + "test_param[1]"]
     assert seen.raised.get(name + "test_setup_error", True)  # its setup failed: never a pass
-    assert not (tmp_path / plan.folder / "key").exists()
+    # Nothing is left beside the plugin (the key file is gone, no records file), and
+    # no line holds the key.
+    assert os.listdir(tmp_path / plan.folder) == [f"{plan.module}.py"]
+    assert plan.key not in records and plan.key not in log
     # Lines without the key (written by the code under test) are not counted.
     forged = json.dumps({"event": "call", "nodeid": name + "test_bad", "raised": False,
-                         "key": "0" * 32})
-    again = recheck.parse((tmp_path / plan.folder / "seen.jsonl").read_text() + forged, plan.key)
-    assert again.raised[name + "test_bad"] and again.foreign == 1
+                         "key": plan.key, "n": 99})
+    again = recheck.parse(records + forged + "\n" + "0" * 64 + " " + forged, plan.key)
+    assert again.raised[name + "test_bad"] and again.foreign == 2 and again.out_of_order == 0
+
+
+def test_second_runner_records_taken_or_replayed_make_it_disagree():
+    """A keyed line taken out of the pipe (one test's raising call) leaves a gap in the
+    numbering; one written twice, or out of order, breaks it too."""
+    key = "k" * 32
+    task = SWETask(schema="swe-bench", instance_id="a__b-1", repo="a/b", problem_statement="p",
+                   fail_to_pass=["t.py::ok"], log_parser="parse_log_pytest")
+
+    def line(n: int, **record: object) -> str:
+        body = json.dumps({"n": n, **record}, sort_keys=True)
+        return recheck.sign(body, key) + " " + body + "\n"
+
+    loaded = line(0, event="loaded")
+    bad = line(1, event="call", nodeid="t.py::bad", raised=True)
+    ok = line(2, event="call", nodeid="t.py::ok", raised=False)
+    again = line(1, event="call", nodeid="t.py::bad", raised=False)
+    assert recheck.parse(loaded + bad + ok, key).out_of_order == 0
+    for text in (loaded + ok, loaded + bad + ok + again, loaded + ok + bad):
+        seen = recheck.parse(text, key)
+        assert seen.out_of_order >= 1, text
+        checked = recheck.verdict(task, seen)
+        assert checked["agreed"] is False and "out of order" in checked["reason"]
+    assert recheck.parse(loaded + bad + ok, "x" * 32).foreign == 3  # another key: none ours
 
 
 def test_a_phase_reported_twice_with_different_outcomes_is_a_failure():
@@ -173,7 +205,7 @@ def test_a_phase_reported_twice_with_different_outcomes_is_a_failure():
 
 
 def test_a_summary_line_that_disagrees_with_the_records_is_reported(tmp_path):
-    log, recorded = run(tmp_path)
+    log, recorded, _ = run(tmp_path)
     forged = log + "\n============================== 9 passed in 0.01s ===============================\n"
     assert "disagree" in results.disagreement(recorded, forged)
     assert "summary line" in results.disagreement(recorded, "PASSED tests/test_things.py::test_bad\n")

@@ -22,6 +22,7 @@ no patch reaches, hung or died), or that set-up's output shows an environment fa
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Literal
 
@@ -32,6 +33,8 @@ from rollserve.sandbox.base import ExecResult, Sandbox
 
 TEST_PATCH_FILE = ".git/rollserve-test.diff"  # in the sandbox's repository
 MAX_LOG_BYTES = 8 << 20
+RECORDS_FD = 3  # run_tests_recorded: the descriptor a plugin writes its records to
+_RECORD = re.compile(r"^[0-9a-f]{64} \{")  # a record line on it (``<hmac> <json>``)
 
 # Test commands of well-known repositories whose suites are not plain pytest
 # (for datasets without their own eval_script); everything else runs pytest -rA.
@@ -122,14 +125,40 @@ async def run_tests(sandbox: Sandbox, task: SWETask, script: str, timeout: float
     """Run ``script`` in ``sandbox`` (the candidate patch already applied); the log.
     ``cpu_budget``: CPU seconds for all the run's processes together (sandbox/cpucap.py);
     ``write_test_patch``: put the test patch where the script applies it from."""
+    log, _ = await _run(sandbox, task, script, timeout, env, stopped, cpu_budget,
+                        write_test_patch, records=False)
+    return log
+
+
+async def run_tests_recorded(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
+                             env: dict[str, str] | None = None,
+                             stopped: Literal["agent", "masked"] = "agent",
+                             cpu_budget: float | None = None) -> tuple[str, str]:
+    """As ``run_tests``, with descriptor ``RECORDS_FD`` of the script open on the
+    server's own pipe (the command's stderr; the script's stdout and stderr are the
+    log): the log, and what was written to that descriptor (a plugin's records). No
+    path names it, nothing in the sandbox reads back what reached it."""
+    return await _run(sandbox, task, script, timeout, env, stopped, cpu_budget, True,
+                      records=True)
+
+
+async def _run(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
+               env: dict[str, str] | None, stopped: Literal["agent", "masked"],
+               cpu_budget: float | None, write_test_patch: bool, *,
+               records: bool) -> tuple[str, str]:
     if task.test_patch and write_test_patch:
         await sandbox.write_file(TEST_PATCH_FILE, task.test_patch)
-    result = await sandbox.exec(["bash", "-c", "exec 2>&1\n" + script], timeout=timeout,
+    head = f"exec {RECORDS_FD}>&2 2>&1\n" if records else "exec 2>&1\n"
+    result = await sandbox.exec(["bash", "-c", head + script], timeout=timeout,
                                 env=env, max_output=MAX_LOG_BYTES, cpu_budget=cpu_budget)
-    log = result.stdout + ("\n" + result.stderr if result.stderr else "")
+    written = result.stderr if records else ""
+    # (the runtime's own words, a cap's notice, join the log either way)
+    other = "".join(line for line in result.stderr.splitlines(keepends=True)
+                    if not (records and _RECORD.match(line)))
+    log = result.stdout + ("\n" + other if other else "")
     if result.timed_out or result.exit_code is None:
         _stopped(task, result, log, timeout, stopped, cpu_budget)
-    return log
+    return log, written
 
 
 def _stopped(task: SWETask, result: ExecResult, log: str, timeout: float,

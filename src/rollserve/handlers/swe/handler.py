@@ -57,6 +57,7 @@ from rollserve.handlers.swe.evaluate import (
     APPLY_FAILED,
     eval_script,
     run_tests,
+    run_tests_recorded,
     runner_paths,
     script_halves,
 )
@@ -381,11 +382,12 @@ class SWEHandler(AgentHandler):
                 await sandbox.write_file(f"{plan.folder}/{name}", text)
             activate = None if host else self.options.image_activate
             timeout, budget = self._test_limits(task)
-            log = await run_tests(sandbox, task, plan.shell_setup() + eval_script(task, activate),
-                                  timeout, env, self.options.stopped_tests, budget)
-            seen = await recheck.read(sandbox, plan)
+            log, records = await run_tests_recorded(
+                sandbox, task, plan.shell_setup() + eval_script(task, activate), timeout, env,
+                self.options.stopped_tests, budget)
         finally:
             await close_sandboxes(rollout)
+        seen = await asyncio.to_thread(recheck.parse, records, plan.key)
         checked = await asyncio.to_thread(recheck.verdict, task, seen)
         if not checked["agreed"]:
             checked["log_tail"] = log[-1500:]
