@@ -90,13 +90,16 @@ async def test_tests_that_fork_busy_children_are_stopped_by_the_cpu_budget(handl
 async def test_the_default_cpu_budget_is_the_runs_timeout(handler, new_rollout, toy,
                                                                monkeypatch):
     budgets = []
-    real = handler_module.run_tests
 
-    async def recorded(*args, **kwargs):
-        budgets.append(args[6])  # (sandbox, task, script, timeout, env, stopped, cpu_budget)
-        return await real(*args, **kwargs)
+    def recording(real):
+        async def recorded(*args, **kwargs):
+            budgets.append(args[6])  # (sandbox, task, script, timeout, env, stopped, cpu_budget)
+            return await real(*args, **kwargs)
+        return recorded
 
-    monkeypatch.setattr(handler_module, "run_tests", recorded)
+    monkeypatch.setattr(handler_module, "run_tests", recording(handler_module.run_tests))
+    seconds = recording(handler_module.run_tests_recorded)  # the second runner's
+    monkeypatch.setattr(handler_module, "run_tests_recorded", seconds)
     result = await evaluate(handler(), new_rollout, {**toy, "test_timeout": 600}, toy["patch"])
     assert result.reward == 1.0, result.details
     first, budgets[:] = list(budgets), []
