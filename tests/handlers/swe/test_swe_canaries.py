@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from rollserve.handlers.swe import canaries, results
+from rollserve.handlers.swe.evaluate import RECORDS_FD
 
 CODE = "def double(x):\n    return 2 * x\n\n\ndef is_even(n):\n    return n % 2 == 0\n"
 TESTS = '''import unittest
@@ -66,10 +67,10 @@ def pytest_run(root: Path) -> tuple[str, dict[str, str]]:
     script = results.shell_setup(str(folder)) + \
         f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider tests\n"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    done = subprocess.run(["bash", "-c", script], cwd=root, capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
-    status, _ = results.statuses(results.parse((folder / "results.jsonl").read_text()))
-    return done.stdout + done.stderr, status
+    done = subprocess.run(["bash", "-c", f"exec {RECORDS_FD}>&2 2>&1\n" + script], cwd=root,
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    status, _ = results.statuses(results.parse(done.stderr))  # (the plugin's records)
+    return done.stdout, status
 
 
 def test_canaries_are_real_tests_named_like_their_neighbours_that_fail_where_theirs_pass(tmp_path):

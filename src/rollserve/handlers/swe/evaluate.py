@@ -34,7 +34,9 @@ from rollserve.sandbox.base import ExecResult, Sandbox
 TEST_PATCH_FILE = ".git/rollserve-test.diff"  # in the sandbox's repository
 MAX_LOG_BYTES = 8 << 20
 RECORDS_FD = 3  # run_tests_recorded: the descriptor a plugin writes its records to
-_RECORD = re.compile(r"^[0-9a-f]{64} \{")  # a record line on it (``<hmac> <json>``)
+RECORDS_MAX_BYTES = 32 << 20  # records past this were not written by a plugin alone
+# A record line on it: the first run's ``<json>``, the second's ``<hmac> <json>``.
+_RECORD = re.compile(r"^(?:[0-9a-f]{64} )?\{")
 
 # Test commands of well-known repositories whose suites are not plain pytest
 # (for datasets without their own eval_script); everything else runs pytest -rA.
@@ -133,13 +135,14 @@ async def run_tests(sandbox: Sandbox, task: SWETask, script: str, timeout: float
 async def run_tests_recorded(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
                              env: dict[str, str] | None = None,
                              stopped: Literal["agent", "masked"] = "agent",
-                             cpu_budget: float | None = None) -> tuple[str, str]:
+                             cpu_budget: float | None = None, *,
+                             write_test_patch: bool = True) -> tuple[str, str]:
     """As ``run_tests``, with descriptor ``RECORDS_FD`` of the script open on the
     server's own pipe (the command's stderr; the script's stdout and stderr are the
     log): the log, and what was written to that descriptor (a plugin's records). No
     path names it, nothing in the sandbox reads back what reached it."""
-    return await _run(sandbox, task, script, timeout, env, stopped, cpu_budget, True,
-                      records=True)
+    return await _run(sandbox, task, script, timeout, env, stopped, cpu_budget,
+                      write_test_patch, records=True)
 
 
 async def _run(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
@@ -149,12 +152,13 @@ async def _run(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
     if task.test_patch and write_test_patch:
         await sandbox.write_file(TEST_PATCH_FILE, task.test_patch)
     head = f"exec {RECORDS_FD}>&2 2>&1\n" if records else "exec 2>&1\n"
-    result = await sandbox.exec(["bash", "-c", head + script], timeout=timeout,
-                                env=env, max_output=MAX_LOG_BYTES, cpu_budget=cpu_budget)
-    written = result.stderr if records else ""
-    # (the runtime's own words, a cap's notice, join the log either way)
-    other = "".join(line for line in result.stderr.splitlines(keepends=True)
-                    if not (records and _RECORD.match(line)))
+    result = await sandbox.exec(["bash", "-c", head + script], timeout=timeout, env=env,
+                                max_output=RECORDS_MAX_BYTES if records else MAX_LOG_BYTES,
+                                cpu_budget=cpu_budget)
+    lines = result.stderr.splitlines(keepends=True)
+    written = "".join(line for line in lines if records and _RECORD.match(line))
+    # (the runtime's own words, a cap's notice, join the log)
+    other = "".join(line for line in lines if not (records and _RECORD.match(line)))
     log = result.stdout + ("\n" + other if other else "")
     if result.timed_out or result.exit_code is None:
         _stopped(task, result, log, timeout, stopped, cpu_budget)

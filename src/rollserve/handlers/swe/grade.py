@@ -204,7 +204,7 @@ def _grade_recorded(task: SWETask, log: str, recorded: Results,
     if conflicts:
         outcome["conflicting_reports"] = conflicts[:20]
     if recorded.unreadable:
-        problems.append(f"{recorded.unreadable} line(s) of the results file are not ours")
+        problems.append(f"{recorded.unreadable} line(s) of the recorded results are not ours")
     disagreement = results.disagreement(recorded, log)
     if disagreement:
         problems.append(disagreement)

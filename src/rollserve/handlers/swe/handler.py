@@ -338,18 +338,19 @@ class SWEHandler(AgentHandler):
                 prefix = recorded_results.shell_setup(f"{WORKDIR}/{recorded_results.folder(token)}")
             timeout, budget = self._test_limits(task)
             placement: Placement | None = None
+            records = ""  # (the plugin's, from the server's pipe: see run_tests_recorded)
             if halves is None:
-                log = await run_tests(sandbox, task, prefix + eval_script(task, activate),
-                                      timeout, env, self.options.stopped_tests, budget)
+                log, records = await self._run_suite(sandbox, task, prefix + eval_script(
+                    task, activate), env, plugin)
             else:  # the set-up, the canaries written in, then the tests
                 log = await run_tests(sandbox, task, halves[0], timeout, env,
                                       self.options.stopped_tests, budget)
                 if APPLY_FAILED not in log:
                     placement = await plant(sandbox, task, self.options.canary_count)
-                    log += await run_tests(sandbox, task, prefix + halves[1], timeout, env,
-                                           self.options.stopped_tests, budget,
-                                           write_test_patch=False)
-            recorded = await recorded_results.read(sandbox, token) if plugin else None
+                    more, records = await self._run_suite(sandbox, task, prefix + halves[1], env,
+                                                          plugin, write_test_patch=False)
+                    log += more
+            recorded = recorded_results.parse(records) if plugin else None
         finally:
             await close_sandboxes(rollout)
         outcome.update(await grade_async(task, log, recorded, placement))
@@ -361,6 +362,19 @@ class SWEHandler(AgentHandler):
         outcome["eval_seconds"] = round(time.perf_counter() - started, 3)
         outcome["log_tail"] = log[-3000:]
         return outcome
+
+    async def _run_suite(self, sandbox: Sandbox, task: SWETask, script: str,
+                         env: dict[str, str] | None, plugin: bool, *,
+                         write_test_patch: bool = True) -> tuple[str, str]:
+        """The test run's log and, where our plugin records the outcomes, its records."""
+        timeout, budget = self._test_limits(task)
+        if plugin:
+            return await run_tests_recorded(sandbox, task, script, timeout, env,
+                                            self.options.stopped_tests, budget,
+                                            write_test_patch=write_test_patch)
+        log = await run_tests(sandbox, task, script, timeout, env, self.options.stopped_tests,
+                              budget, write_test_patch=write_test_patch)
+        return log, ""
 
     def _test_limits(self, task: SWETask) -> tuple[float, float]:
         """A test run's wall timeout (the instance's own, if it gives one) and CPU budget."""

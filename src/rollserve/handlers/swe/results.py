@@ -3,7 +3,8 @@
 The code under test prints to the same stream as pytest, so any ``PASSED
 tests/...::test_x`` line in the log may be its own. Where the tests are pytest's, the
 EVAL script loads our plugin (``-p rollserve_results``, from a folder in ``.git`` that
-no patch reaches) and the grade comes from the JSON lines it writes to its own file:
+no patch reaches) and the grade comes from the JSON lines it writes to descriptor 3 of
+the test script, the server's own pipe (``evaluate.run_tests_recorded``), not a file:
 
 - each test's status is made from its setup/call/teardown reports as pytest's ``-rA``
   summary would show it, then read by the instance's swebench parser (so test names
@@ -26,18 +27,15 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from rollserve.sandbox.base import WORKDIR, Sandbox
-
 MODULE = "rollserve_results"
-MAX_BYTES = 32 << 20  # a results file past this was not written by the plugin alone
 COUNTED = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 _SUMMARY = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+) in [\d.]+ ?s", re.MULTILINE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def folder(token: str) -> str:
-    """Where the plugin and its results are, relative to the workspace (inside ``.git``:
-    a patch cannot add or change files there; code the tests run still can, at run time)."""
+    """Where the plugin is, relative to the workspace (inside ``.git``: a patch cannot
+    add or change files there; code the tests run still can, at run time)."""
     return f".git/rollserve-grader-{token}"
 
 
@@ -63,18 +61,6 @@ class Results:
     collected: list[dict[str, Any]] = field(default_factory=list)  # errors and skips
     sessions: int = 0
     unreadable: int = 0
-
-
-async def read(sandbox: Sandbox, token: str) -> Results:
-    """The plugin's records from the sandbox (at most ``MAX_BYTES``: a bigger file, or
-    none, is reported in ``unreadable``/``sessions``, never read whole)."""
-    path = f"{WORKDIR}/{folder(token)}/results.jsonl"
-    done = await sandbox.exec(["head", "-c", str(MAX_BYTES + 1), path], timeout=120,
-                              max_output=MAX_BYTES + 1)
-    data = done.stdout if done.ok else ""
-    if done.truncated or len(data) > MAX_BYTES:
-        return Results(unreadable=1)
-    return parse(data)
 
 
 def parse(text: str) -> Results:

@@ -4,12 +4,15 @@ EVAL sandbox, loaded with ``-p rollserve_results``).
 
 It imports nothing of rollserve and keeps to hooks and attributes that pytest has had
 since 3.x, as SWE-bench's images run old pytest versions. It writes one JSON line per
-event to ``results.jsonl`` beside it, through a descriptor opened when pytest loads it
+event to descriptor 3, which the test script opened on the server's own pipe (the
+command's stderr) before anything ran, through a copy it makes when pytest loads it
 (before any conftest or code under test): every test phase's report (setup, call,
-teardown), collection errors and skips, and each session's end.
-Lines the code under test prints reach the log, never this file. (Code under test runs
-in this process with the same uid: code written to find this file, or to patch pytest
-itself, can still rewrite what is recorded. The README says what is and is not caught.)
+teardown), collection errors and skips, and each session's end. Lines the code under
+test prints reach the log, never this pipe, and there is no file to rewrite. (Code under
+test runs in this process with the same uid: lines it writes to the descriptor itself are
+read too (a report contradicting the plugin's is a failure), and code that patches pytest
+or this plugin can still change what is recorded. The README says what is and is not
+caught.)
 
 It has no configuration and knows nothing of the canaries: the server writes them
 into the graded test file as source (see ``canaries``) and alone knows which they are.
@@ -19,8 +22,13 @@ import json
 import os
 from typing import Any, Dict  # noqa: UP035 (old Pythons in SWE-bench images)
 
+RECORDS_FD = 3  # opened by the test script on the server's pipe (see ``evaluate``)
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_OUT = os.open(os.path.join(_HERE, "results.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+try:
+    _OUT = os.dup(RECORDS_FD)  # (not inherited by what the tests start)
+except OSError:  # none here (an xdist worker: the controller records): nothing to write to
+    _OUT = -1
+_WRITE, _DUMPS = os.write, json.dumps  # (as they are now, before any code under test)
 
 # Only this process: a pytest the tests start themselves does not load the plugin.
 _ADDOPTS = os.environ.get("PYTEST_ADDOPTS", "").replace("-p rollserve_results", "").strip()
@@ -36,7 +44,8 @@ _STATE = {"worker": False}
 
 
 def _write(record: Dict[str, Any]) -> None:
-    os.write(_OUT, (json.dumps(record) + "\n").encode())
+    if _OUT >= 0:
+        _WRITE(_OUT, (_DUMPS(record) + "\n").encode())
 
 
 def pytest_configure(config: Any) -> None:
