@@ -21,6 +21,7 @@ class ScriptedHandler:
         self.lost: dict[str, int] = {}  # rollout id -> attempts its node died under
         self.cleaned: list[str] = []
         self.started: dict[str, list[str]] = {"init": [], "run": [], "eval": []}
+        self.events: list[tuple[str, str, str]] = []  # (start|end, stage, rollout id), in order
 
     def validate(self, instance):
         if "reward" in instance and not isinstance(instance["reward"], (int, float)):
@@ -28,8 +29,10 @@ class ScriptedHandler:
 
     async def _stage(self, rollout, stage):
         self.started[stage].append(rollout.id)
+        self.events.append(("start", stage, rollout.id))
         spec = rollout.instance
         await asyncio.sleep(spec.get(f"{stage}_sleep", 0))
+        self.events.append(("end", stage, rollout.id))
         if spec.get("fail") == stage:
             kinds = {"agent": AgentError, "scoring_timeout": ScoringTimeout}
             error = kinds.get(spec.get("fail_kind", ""), InfraError)
