@@ -143,6 +143,15 @@ def test_client_and_integrations_need_no_server():
     assert table["contract"] == table["datasets"] == set()
 
 
+def test_the_routes_depend_on_their_protocol_not_the_composition_root():
+    """api reaches the service through ``api.base.ApiService``: its row allows nothing of
+    ``server`` (that ``server.Service`` satisfies the protocol is mypy's to prove, where
+    the commands hand a ``Service`` to ``create_app`` and ``serve``), and nothing of the
+    composition (commands, cluster)."""
+    table = parse_table(DOC.read_text())
+    assert not {e for e in table["api"] if e.split(".")[0] in {"server", "commands", "cluster"}}
+
+
 def test_contract_errors_and_faces_are_neutral_on_the_server_side():
     table = parse_table(DOC.read_text())
     neutral = {"contract.*", "errors", "faces"}
