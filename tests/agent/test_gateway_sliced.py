@@ -9,7 +9,7 @@ import json
 import pytest
 
 from rollserve.agent.gateway import anthropic_wire, wire
-from rollserve.agent.gateway.session import GatewayRefusal
+from rollserve.agent.gateway.base import GatewayRefusal
 from rollserve.agent.gateway.sliced import SLICE
 
 

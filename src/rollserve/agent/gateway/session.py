@@ -45,7 +45,6 @@ from rollserve.agent.gateway.base import (
     BackendFailed,
     BadRequest,
     ContextLengthExceeded,
-    GatewayRefusal,
     SessionEnded,
     TimeLimit,
     TooManyCalls,
@@ -76,8 +75,8 @@ from rollserve.llm.base import (
     Tokenizer,
 )
 
-__all__ = ["MAX_WAITING_CALLS", "FinishReason", "GatewayLimits", "GatewayRefusal",
-           "GatewayReply", "GatewaySession", "NoCallError"]
+__all__ = ["MAX_WAITING_CALLS", "FinishReason", "GatewayLimits", "GatewayReply", "GatewaySession",
+           "NoCallError"]
 
 FinishReason = Literal["stop", "length", "tool_calls"]
 
