@@ -184,3 +184,50 @@ def test_a_record_of_an_unknown_runtime_still_loses_its_processes_and_folders(tm
     finally:
         victim.kill()
         victim.wait()
+
+
+@pytest.mark.parametrize("runtime", ["bubblewrap", "local"])
+def test_the_record_is_written_before_the_folder_and_a_failed_start_leaves_neither(
+        tmp_path, runtime, monkeypatch):
+    """A server killed while a sandbox is being made leaves a record its next server
+    reaps, never an unowned folder: the owner record names the folder before it exists
+    (and the reaper takes a folder that was never made); a start that fails after the
+    folder was made removes it and its record."""
+    import asyncio
+
+    from rollserve.sandbox.base import SandboxError, SandboxSpec
+    from rollserve.sandbox.config import runtime_config
+    from rollserve.sandbox.folders import SandboxFolders
+    from rollserve.sandbox.registry import get_runtime
+
+    if reason := cannot_run(runtime):
+        pytest.skip(reason)
+    state, boxes = tmp_path / "state", tmp_path / "boxes"
+    rt = get_runtime(runtime, state, runtime_config(
+        runtime, {**TEST_OPTIONS.get(runtime, {}), "root": str(boxes),
+                  **({"share_interpreter": False} if runtime == "bubblewrap" else {})}))
+    seen: list[list[str]] = []
+    made: list[Path] = []
+    create = SandboxFolders.create
+
+    def create_then_fail(cls, root, sandbox_id, *args):
+        records = [json.loads(p.read_text()) for p in (state / "sandboxes").glob("*.json")]
+        seen.append([f for r in records for f in r["folders"]])
+        folders = create(root, sandbox_id, *args)
+        made.append(folders.base)
+        raise OSError("disk full (the test's)")
+
+    monkeypatch.setattr(SandboxFolders, "create", classmethod(create_then_fail))
+    with pytest.raises(SandboxError, match="disk full"):
+        asyncio.run(rt.start(SandboxSpec()))
+    assert len(made) == 1 and seen == [[str(made[0])]]  # recorded before it existed
+    assert not made[0].exists()  # removed by the failed start
+    assert not list((state / "sandboxes").glob("*.json"))  # and its record with it
+    # A record whose folder was never made (the kill came between them) reaps cleanly.
+    book = OwnerBook(state)
+    entry = book.open("bubb-never-made", runtime, [boxes / "rollserve-bubb-never-made"])
+    entry.record.owner = ProcessRef(pid=2**22 + 1, started=0.0)  # a dead owner
+    entry.save()
+    report = reap(state)
+    assert report.reaped == ["bubb-never-made"] and not report.errors, report
+    assert not list((state / "sandboxes").glob("*.json"))

@@ -193,6 +193,18 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
             self.view.python_prefix = await self.python.get()
         sandbox_id = new_sandbox_id(self.name)
         uid = self._pick_uid()
+        # The owner record first, naming the folder and cgroup about to be made: a server
+        # killed from here on leaves a record the next one reaps (the reaper takes a
+        # folder or cgroup that was never made), never an unowned folder.
+        base = SandboxFolders.base_path(self.config.root, sandbox_id)
+        name = f"rollserve-{sandbox_id}"
+        planned = self.cgroup_parent / name if self.cgroup_parent is not None else None
+        try:
+            entry = self.book.open(sandbox_id, self.name, [base],
+                                   cgroup=str(planned) if planned else None)
+        except OSError as error:
+            self.release_uid(uid)
+            raise SandboxError(f"bubblewrap sandbox could not start: {error}") from error
         try:
             folders = SandboxFolders.create(self.config.root, sandbox_id, uid, uid)
             folders.write_files(spec, uid, uid)
@@ -200,11 +212,11 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
                 folders.make_shm(uid)
             cgroup = None
             if self.cgroup_parent is not None:
-                cgroup = cgroups.create(self.cgroup_parent, f"rollserve-{sandbox_id}", spec.limits)
-            entry = self.book.open(sandbox_id, self.name, [folders.base],
-                                   cgroup=str(cgroup) if cgroup else None)
+                cgroup = cgroups.create(self.cgroup_parent, name, spec.limits)
         except (OSError, ValueError) as error:
             self.release_uid(uid)
+            self.reap(entry.record)
+            entry.delete()
             raise SandboxError(f"bubblewrap sandbox could not start: {error}") from error
         sandbox = BubblewrapSandbox(self, sandbox_id, spec, folders, entry, cgroup, root, uid)
         if root == "/" and self.config.share_interpreter and self.view.python_prefix is not None:

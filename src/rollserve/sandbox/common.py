@@ -77,14 +77,22 @@ class FolderRuntime(Runtime[ConfigT]):
         """A new sandbox's folders (with the spec's files, and the empty folder its
         ``hide`` paths are covered with) and its owner record (with
         the container the runtime will make, if any); a failure is a SandboxError."""
+        # The record first, naming what is about to be made: a server killed from here
+        # on leaves a record the next one reaps (the reaper takes a missing folder).
+        base = SandboxFolders.base_path(root, sandbox_id)
+        try:
+            entry = self.book.open(sandbox_id, self.name, [base], container=container,
+                                   engine=engine, engine_args=engine_args)
+        except OSError as error:
+            raise SandboxError(f"{self.name} sandbox could not start: {error}") from error
         try:
             folders = SandboxFolders.create(root, sandbox_id)
             folders.write_files(spec)
             if spec.hide:
                 folders.make_empty()
-            entry = self.book.open(sandbox_id, self.name, [folders.base], container=container,
-                                   engine=engine, engine_args=engine_args)
         except (OSError, ValueError) as error:
+            remove_tree(base)
+            entry.delete()
             raise SandboxError(f"{self.name} sandbox could not start: {error}") from error
         return folders, entry
 

@@ -30,12 +30,19 @@ class SandboxFolders:
     tmp: Path
     server: Path  # the server's only (not chowned to the sandbox's uid); mounted read-only
 
+    @staticmethod
+    def base_path(root: Path | None, sandbox_id: str) -> Path:
+        """Where ``create`` puts the sandbox's base folder (known before it exists, so
+        its owner record can name it first: a server killed while it is being made
+        leaves a record the next one reaps, never an unowned folder)."""
+        root = Path(root) if root is not None else Path(tempfile.gettempdir())
+        return root / f"rollserve-{sandbox_id}"
+
     @classmethod
     def create(cls, root: Path | None, sandbox_id: str, uid: int | None = None,
                gid: int | None = None) -> SandboxFolders:
-        root = Path(root) if root is not None else Path(tempfile.gettempdir())
-        root.mkdir(parents=True, exist_ok=True)
-        base = root / f"rollserve-{sandbox_id}"
+        base = cls.base_path(root, sandbox_id)
+        base.parent.mkdir(parents=True, exist_ok=True)
         base.mkdir(mode=0o700)
         folders = cls(base, base / "workspace", base / "tmp", base / "server")
         folders.workspace.mkdir(mode=0o755)
