@@ -212,7 +212,7 @@ async def test_bad_requests_are_400s_naming_the_field(make_api, llm):
     assert refused.value.body["param"] == "previous_response_id"
     # The models list answers only a live key.
     listed = await harness.models.list()
-    assert [m.id for m in listed.data] == ["policy"]
+    assert [m.id for m in listed.data] == ["rollserve-policy"]
     for bad in ("rsg-made-up", key[:-1]):
         for method, path in (("POST", "responses"), ("GET", "models")):
             r = await client.request(method, f"/v1/gateway/{bad}/v1/{path}", json={"input": "x"})

@@ -43,7 +43,7 @@ from rollserve.contract.validation import JSONInputError, field_name, parse_json
 
 __all__ = ["CALL_IDS", "MODEL", "events", "models", "parse_request", "response"]
 
-MODEL = "policy"  # the name ``/models`` lists (a call may name any model: the policy answers)
+MODEL = "rollserve-policy"  # the name ``/models`` lists (a call may name any model: the policy answers)
 # What pydantic puts in an error's location for a union's member: not a field.
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "none"})
 _UNION_GENERICS = ("list[", "dict[")
