@@ -196,6 +196,14 @@ async def test_bad_requests_are_400s_naming_the_field(make_api, llm):
         ({"input": [user, {"type": "function_call", "name": "bash", "arguments": "{}"}]},
          "input[1].call_id"),
         ({"input": [user, {"type": "function_call_output", "output": "x"}]}, "input[1].call_id"),
+        ({"input": [{"role": "user", "content": 5}]}, "input[0].content"),
+        ({"input": [{"role": "user", "content": [{"type": "input_text", "text": 3}]}]},
+         "input[0].content[0].text"),
+        # Past one validation slice: the bad item is named at its index all the same.
+        ({"input": [user] * 200 + [{"type": "function_call", "call_id": "c", "name": "bash",
+                                    "arguments": {"command": "ls"}}]}, "input[200].arguments"),
+        ({"input": [user] * 300 + [{"role": "user", "content": [{"type": "input_file"}]}]},
+         "input[300].content[0]"),
         ({"input": [user], "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": [user], "temperature": 7}, "temperature"),
     ]

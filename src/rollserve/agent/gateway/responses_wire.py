@@ -58,6 +58,19 @@ def _refusal(param: str, message: str) -> BadRequest:
     return BadRequest(f"{param}: {message}", param=param)
 
 
+def _at_fault(exc: ValidationError) -> tuple[str, str]:
+    """The field at fault and why: of the first error's field, the deepest error (``input``
+    is a string or a list of items: a bad item's field is named, not the string the
+    input is not)."""
+    errors = exc.errors()
+    field = errors[0]["loc"][:1]
+    locs = [([p for p in e["loc"] if not (isinstance(p, str) and (
+        p in _UNION_TAGS or p.startswith(_UNION_GENERICS)))], e["msg"])
+        for e in errors if e["loc"][:1] == field]
+    loc, message = max(locs, key=lambda found: len(found[0]))
+    return field_name(loc), message
+
+
 def parse_request(raw: bytes) -> tuple[ResponsesRequest, ChatCompletionRequest]:
     """The request in ``raw`` and the chat request the session renders; a
     ``BadRequest`` (``param`` naming the field) when it is not JSON rollserve can
@@ -69,10 +82,8 @@ def parse_request(raw: bytes) -> tuple[ResponsesRequest, ChatCompletionRequest]:
     try:
         request = validate_sliced(ResponsesRequest, value, "input")
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = [p for p in first["loc"]
-               if not (isinstance(p, str) and (p in _UNION_TAGS or p.startswith(_UNION_GENERICS)))]
-        raise _refusal(field_name(loc), first["msg"]) from None
+        param, message = _at_fault(exc)
+        raise _refusal(param, message) from None
     try:
         return request, to_chat_request(request)
     except Unsupported as exc:
