@@ -6,16 +6,20 @@ through its own shell tool (``exec_command`` function calls in the Responses for
 reads the command's output back in the next prompt, and finishes. Codex is found by
 ``tests.harness_install`` (skips when it is not installed).
 
-Codex runs here outside any sandbox (the preset's runner puts it in one: that is the
-presets' tests), against the server on a TCP port, as ``OPENAI_BASE_URL`` points it.
+Codex runs outside any sandbox against the server on a TCP port, as ``OPENAI_BASE_URL``
+points it; and as a ``gateway`` rollout's command inside the rollout's sandbox, through
+the forwarder and the session's socket (where the install folder is readable by the
+sandbox's uid; the preset runner binds it in: that is the presets' tests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
+import shlex
 import socket
 import tomllib
 from collections.abc import AsyncIterator
@@ -25,6 +29,7 @@ import pytest
 import uvicorn
 
 from rollserve.agent.tool_calls import format_tool_call
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import TAG, assert_exact, assert_turns_exact, end, result
 from tests.harness_install import harness_bin
@@ -159,3 +164,58 @@ async def test_real_codex_runs_a_shell_command_through_the_gateway_token_exact(
     first_prompt = llm.tok.decode(llm.calls[0].prompt_ids)
     assert '"exec_command"' in first_prompt and "[script:codex]" in first_prompt
     assert done["stats"]["gateway_calls"] == 3
+
+
+# Inside the rollout's bubblewrap sandbox (no network but the forwarder to the session's
+# socket, the sandbox's memory cap): the preset's files written under a private HOME, as
+# the preset runner writes them (${VAR} from the run's environment), then its command.
+IN_SANDBOX = r'''
+import json, os, re, sys
+home = os.environ["HOME"]
+for path, text in json.loads(sys.argv[1]).items():
+    full = os.path.join(home, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w") as out:
+        out.write(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ[m.group(1)], text))
+'''
+
+
+def closed_folder(path: Path) -> Path | None:
+    """The first folder above ``path`` that other users cannot enter (the sandbox runs
+    as a uid of its own), or None."""
+    return next((folder for folder in reversed(path.parents)
+                 if not folder.stat().st_mode & 0o001), None)
+
+
+@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
+                    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+async def test_real_codex_in_the_rollouts_sandbox_through_its_socket(make_api, llm):
+    codex = harness_bin("codex")
+    if (closed := closed_folder(codex)) is not None:
+        pytest.skip(f"{closed} is closed to the sandbox's uid: install codex under a folder "
+                    "others can read (ROLLSERVE_HARNESS_DIR)")
+    service, client = await make_api([llm.url])
+    preset = tomllib.loads(PRESET.read_text())
+    exports = {**preset["env"], "HOME": "/tmp/.codex-home", "ROLLSERVE_MODEL": "rollserve-policy",
+               "ROLLSERVE_TASK_FILE": "/tmp/.codex-home/task.md"}
+    command = "\n".join([
+        *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
+        f"export PATH={shlex.quote(str(codex.parent))}:\"$PATH\"",
+        'mkdir -p "$HOME" && echo "Write 6*7 to answer.txt. [script:codex]" > "$ROLLSERVE_TASK_FILE"',
+        f'"$ROLLSERVE_PYTHON" -c {shlex.quote(IN_SANDBOX)} '
+        f'{shlex.quote(json.dumps(preset["files"]))} || exit 97',
+        preset["run"]["command"].strip().removeprefix("exec "),
+        "echo codex exit $?; cat answer.txt"])
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [{"data_source": "gateway", "instance": {"answer": "42", "command": command}}],
+        "sampling": {"max_tokens": 256}, "agent": {"max_turns": 8}})
+    assert r.status_code == 202, r.text
+    (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
+    done = await result(client, rollout_id)
+    log = done["evaluation"]["harness_log_tail"]
+    assert "codex exit 0\nrollserve-42" in log, log
+    assert done["status"] == "completed" and done["reward"] == 1.0 and not done["mask"], done
+    trajectory = done["trajectory"]
+    assert len(llm.calls) == 3 and trajectory["sequence_count"] == 1
+    assert_exact(trajectory["tokens"], llm.calls)
+    assert_turns_exact(trajectory, llm.calls)
