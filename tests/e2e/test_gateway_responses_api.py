@@ -41,6 +41,8 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
     if script == "tools":
         return [f"Let me compute.\n{call('bash', {'command': 'echo 6*7'})}",
                 call("bash", {"command": "echo done"}), "42"][min(turn, 2)]
+    if script == "two" and turn == 0:
+        return call("bash", {"command": "echo a"}) + "\n" + call("bash", {"command": "echo b"})
     return f"reply {turn} of {script}"
 
 
@@ -126,10 +128,12 @@ async def test_string_input_reasoning_items_and_a_cut_reply(make_api, llm):
     first = await harness.responses.create(model="p", input="hello [script:plain]")
     assert first.output_text == "reply 0 of plain"
     history = [{"role": "user", "content": "hello [script:plain]"},
-               {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+               {"type": "reasoning", "id": "rs_1", "encrypted_content": "INJECTED-1",
+                "summary": [{"type": "summary_text", "text": "INJECTED-2"}]},
                *echoed(first.output), {"role": "user", "content": "more"}]
     second = await harness.responses.create(model="p", input=history, max_output_tokens=100_000)
     assert second.output_text == "reply 1 of plain" and max_tokens(llm.calls[1]) == 64
+    assert "INJECTED" not in llm.tok.decode(llm.calls[1].prompt_ids)  # nothing of it rendered
     cut = await harness.responses.create(model="p", input="[script:cut]", max_output_tokens=2)
     assert cut.status == "incomplete" and cut.incomplete_details is not None
     assert cut.incomplete_details.reason == "max_output_tokens"
@@ -142,6 +146,29 @@ async def test_string_input_reasoning_items_and_a_cut_reply(make_api, llm):
     trajectory = (await result(client, rollout_id))["trajectory"]
     assert trajectory["sequence_count"] == 3 and len(llm.calls) == 4
     assert_exact(trajectory["sequences"][0], llm.calls[:2])  # the reasoning item: no new sequence
+
+
+async def test_parallel_function_calls_come_back_as_one_assistant_turn(make_api, llm):
+    """Two calls in one reply are two function_call items; sent back with their outputs
+    they are the one assistant turn the policy sampled: the next call extends it."""
+    service, client = await make_api([llm.url])
+    (rollout_id,) = await submit(client, answer="reply 1 of two")
+    key, harness = await harness_for(client, rollout_id)
+    history: list[dict] = [{"role": "user", "content": "[script:two] go"}]
+    first = await harness.responses.create(model="p", input=history, tools=[BASH])
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert [json.loads(c.arguments)["command"] for c in calls] == ["echo a", "echo b"]
+    assert len(first.output) == 2 and len({c.call_id for c in calls}) == 2
+    history += [*echoed(first.output), *({"type": "function_call_output", "call_id": c.call_id,
+                                          "output": c.call_id[-4:]} for c in calls)]
+    second = await harness.responses.create(model="p", input=history, tools=[BASH])
+    assert second.output_text == "reply 1 of two"
+    await end(client, key)
+    done = await result(client, rollout_id)
+    trajectory = done["trajectory"]
+    assert trajectory["sequence_count"] == 1 and done["reward"] == 1.0
+    assert_exact(trajectory["tokens"], llm.calls)
+    assert [c["id"] for c in trajectory["turns"][0]["tool_calls"]] == [c.call_id for c in calls]
 
 
 async def test_a_function_call_the_harness_edited_is_prompt_not_sample(make_api, llm):
