@@ -62,8 +62,9 @@ async def test_responses_function_call_round_trip_streamed_and_not_is_token_exac
     (rollout_id,) = await submit(client)
     key, harness = await harness_for(client, rollout_id)
     instructions = "You are a calculator. [script:tools]"
-    history: list[dict] = [{"role": "user", "content": [{"type": "input_text",
-                                                          "text": "What is 6*7?"}]}]
+    history: list[dict] = [{"role": "developer", "content": "Be brief."},
+                           {"role": "user", "content": [{"type": "input_text",
+                                                         "text": "What is 6*7?"}]}]
     first = await harness.responses.create(model="policy", instructions=instructions,
                                            input=history, tools=[BASH])
     assert first.status == "completed" and first.object == "response"
@@ -112,6 +113,9 @@ async def test_responses_function_call_round_trip_streamed_and_not_is_token_exac
     assert trajectory["fidelity"]["fallback_deltas"] == 0  # the deltas were the template's own
     last_prompt = llm.tok.decode(llm.calls[2].prompt_ids)
     assert "You are a calculator." in last_prompt and "done" in last_prompt
+    # The instructions and the developer item are one system message (one system prompt).
+    assert last_prompt.count("<|im_start|>system") == 1
+    assert "[script:tools]\n\nBe brief." in last_prompt
     # The key died with its rollout: a 401 in OpenAI's error shape.
     with pytest.raises(openai.AuthenticationError) as refused:
         await harness.responses.create(model="p", input="again")

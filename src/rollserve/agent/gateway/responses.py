@@ -4,7 +4,9 @@ A ``ResponsesRequest`` becomes the chat request the session renders (the same pa
 recording and append-only reuse as a Chat Completions call):
 
 - ``instructions`` is a first ``system`` message; ``input`` as a string is one
-  ``user`` message;
+  ``user`` message; the leading system messages (``instructions``, then ``system``
+  and ``developer`` items: Codex sends two) are joined into one with a blank line,
+  as templates that take one system prompt need (Qwen3.6's refuses a second);
 - a ``message`` item (``type`` may be left out) keeps its role (``developer`` is
   ``system``); its text parts (``input_text``, ``output_text``, ``text``) are joined
   with a blank line;
@@ -134,6 +136,18 @@ def _tool(tool: ResponsesTool, where: str) -> ToolDefinition:
         name=tool.name, description=tool.description, parameters=tool.parameters))
 
 
+def _one_system(messages: list[GatewayMessage]) -> list[GatewayMessage]:
+    """The leading system messages (``instructions``, then ``system``/``developer``
+    items) as one: templates that take one system prompt refuse a second one."""
+    lead = 0
+    while lead < len(messages) and messages[lead].role == "system":
+        lead += 1
+    if lead < 2:
+        return messages
+    text = SEPARATOR.join(m.content for m in messages[:lead] if isinstance(m.content, str))
+    return [GatewayMessage(role="system", content=text), *messages[lead:]]
+
+
 def to_chat_request(request: ResponsesRequest) -> ChatCompletionRequest:
     """``request`` as the session's chat request (see the module's docstring);
     ``Unsupported`` names what cannot be rendered."""
@@ -149,6 +163,7 @@ def to_chat_request(request: ResponsesRequest) -> ChatCompletionRequest:
         messages.extend(_items(request.input))
     if not messages:
         raise Unsupported("input", "there is nothing to answer: the input has no message")
+    messages = _one_system(messages)
     tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
     return ChatCompletionRequest(model=request.model, messages=messages, tools=tools or None,
                                  stream=request.stream, max_tokens=request.max_output_tokens)
