@@ -1,11 +1,13 @@
-"""The recording gateway's routes: OpenAI Chat Completions and Anthropic Messages for
-an unmodified harness.
+"""The recording gateway's routes: OpenAI Chat Completions, OpenAI Responses and
+Anthropic Messages for an unmodified harness.
 
 A harness sets ``OPENAI_BASE_URL=<server>/v1/gateway/<key>/v1`` (any API key: the key
 in the path is what names the session, and these paths need no ``--api-token``) and
 calls ``POST .../chat/completions`` as it would call OpenAI, with ``stream`` true or
 not; or ``ANTHROPIC_BASE_URL=<server>/v1/gateway/<key>`` and ``POST .../v1/messages``
 (Anthropic's shapes, events and error shape: ``agent.gateway.anthropic_wire``);
+``POST .../responses`` (OpenAI Responses: ``agent.gateway.responses_wire``) and
+``GET .../models``;
 ``POST /v1/gateway/<key>/end`` says it is done. Refusals are OpenAI's error shape
 (``{"error": {"message", "type", "param", "code"}}``): 400 for a bad request (``param``
 names the field) or a prompt past the context limit (``context_length_exceeded``), 401
@@ -35,6 +37,7 @@ from rollserve.api.errors import errors, model_response
 from rollserve.contract import MAX_WAIT
 from rollserve.contract.anthropic import MessagesRequest
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
+from rollserve.contract.responses import ResponsesRequest
 from rollserve.engine.gateway import (
     BodyTooLarge,
     GatewayRefusal,
@@ -42,6 +45,7 @@ from rollserve.engine.gateway import (
     Gateways,
     GatewaySession,
     anthropic_wire,
+    responses_wire,
     wire,
 )
 
@@ -135,6 +139,35 @@ async def messages(key: str, request: Request) -> Response:
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     return await model_response(anthropic_wire.message(answer, parsed.model))
+
+
+@router.post("/v1/gateway/{key}/v1/responses", include_in_schema=False)
+async def responses(key: str, request: Request) -> Response:
+    """One model call of the harness (OpenAI Responses; ``stream: true`` answers the
+    Responses server-sent events, ``response.created`` to ``response.completed``)."""
+    async def call(session: GatewaySession, raw: bytes) -> tuple[ResponsesRequest, GatewayReply]:
+        parsed, chat = await asyncio.to_thread(responses_wire.parse_request, raw)
+        return parsed, await _gateways(request).complete(session, chat, responses_wire.CALL_IDS)
+
+    try:
+        parsed, answer = await _admitted(request, key, call)
+    except GatewayRefusal as refusal:
+        return _refused(refusal)
+    if parsed.stream:
+        return StreamingResponse(iter(list(responses_wire.events(answer, parsed))),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    return await model_response(responses_wire.response(answer, parsed))
+
+
+@router.get("/v1/gateway/{key}/v1/models", include_in_schema=False)
+async def models(key: str, request: Request) -> Response:
+    """The model the gateway lists (a call may name any: the policy answers it)."""
+    try:
+        _gateways(request).session(key)
+    except GatewayRefusal as refusal:
+        return _refused(refusal)
+    return await model_response(responses_wire.models())
 
 
 class Ended(BaseModel):

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import asyncio
 
-from rollserve.agent.gateway import Gateway, GatewayReply, GatewaySession, anthropic_wire, wire
+from rollserve.agent.gateway import (
+    Gateway,
+    GatewayReply,
+    GatewaySession,
+    anthropic_wire,
+    responses_wire,
+    wire,
+)
 from rollserve.agent.gateway.base import BodyTooLarge, GatewayRefusal, UnknownKey
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.errors import NotFound
 from rollserve.llm.routing import call_deadline
 
 __all__ = ["BodyTooLarge", "GatewayRefusal", "GatewayReply", "GatewaySession", "Gateways",
-           "UnknownKey", "anthropic_wire", "wire"]
+           "UnknownKey", "anthropic_wire", "responses_wire", "wire"]
 
 
 class Gateways:

@@ -15,6 +15,10 @@ OpenAI- or Anthropic-compatible API, and every call becomes an exact, token-leve
 - ``anthropic``: Anthropic Messages (system, content blocks, tools) as the session's
   chat request, and a reply as content blocks; ``anthropic_wire``: Anthropic's
   request, answer, stream events and error shape as bytes (shared the same way).
+- ``responses``: OpenAI Responses input items (messages, function calls and their
+  outputs) as the session's chat request, and a reply as output items;
+  ``responses_wire``: the Responses request, answer, stream events and ``/models``
+  as bytes (shared the same way).
 - ``unix_socket``: one session served on a unix socket in a sandbox's server folder
   (read-only inside, at ``/.rollserve``);
   ``forwarder``: the stdlib script run inside the sandbox that turns 127.0.0.1 there
@@ -43,7 +47,7 @@ handlers in ``HandlerContext.gateway`` and to the routes through ``Gateways``. T
 other layers import this package's face (``Gateway``, ``GatewaySession``,
 ``GatewayLimits``, ``GatewayRefusal``, ``GatewayReply``, ``NoCallError``,
 ``SessionSocket``, ``SOCKET_NAME``: each imported from its module on first use) and
-the ``wire`` and ``anthropic_wire`` modules.
+the ``wire``, ``anthropic_wire`` and ``responses_wire`` modules.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The socket is bound in a folder the sandbox sees read-only and only the server writes
 (``Sandbox.server_folder``, never the workspace: there any process of the sandbox
 could unlink it and bind its own server at its path), and answers the gateway's
-model routes (OpenAI's ``/v1/chat/completions``, Anthropic's
-``/v1/messages``) for ONE session: whoever connects is that rollout's harness, so
+model routes (OpenAI's ``/v1/chat/completions``, ``/v1/responses`` and
+``/v1/models``, Anthropic's ``/v1/messages``) for ONE session: whoever connects is that rollout's harness, so
 no key is needed and none can name another rollout. Given the session's ``key``, a
 request that carries another gateway key (``rsg-...`` as ``Authorization: Bearer`` or
 ``x-api-key``: another rollout's, leaked or guessed) is refused with a 401
@@ -27,7 +27,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from rollserve.agent.gateway import anthropic_wire, wire
+from rollserve.agent.gateway import anthropic_wire, responses_wire, wire
 from rollserve.agent.gateway.base import BodyTooLarge, GatewayRefusal, UnknownKey, UnknownRoute
 from rollserve.agent.gateway.bounds import MAX_BODY
 from rollserve.agent.gateway.registry import KEY_PREFIX
@@ -53,6 +53,8 @@ class SessionSocket:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._own_key_only])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_get("/v1/models", self._models)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -131,9 +133,29 @@ class SessionSocket:
         body = anthropic_wire.message(answer, parsed.model).model_dump_json().encode("utf-8")
         return web.Response(body=body, content_type="application/json")
 
+    async def _responses(self, request: web.Request) -> web.Response:
+        try:
+            with self.session.admitted():
+                parsed, chat = await asyncio.to_thread(responses_wire.parse_request,
+                                                       await self._body(request))
+                answer = await self.session.complete(chat, responses_wire.CALL_IDS)
+        except GatewayRefusal as refusal:
+            return _refused(refusal)
+        if parsed.stream:
+            return web.Response(body=b"".join(responses_wire.events(answer, parsed)),
+                                content_type="text/event-stream",
+                                headers={"Cache-Control": "no-cache"})
+        body = responses_wire.response(answer, parsed).model_dump_json().encode("utf-8")
+        return web.Response(body=body, content_type="application/json")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.Response(body=responses_wire.models().model_dump_json().encode("utf-8"),
+                            content_type="application/json")
+
     async def _unknown(self, request: web.Request) -> web.Response:
         return _refused(UnknownRoute(f"no route {request.method} {request.path}: the gateway "
-                                     "answers POST /v1/chat/completions and POST /v1/messages"))
+                                     "answers POST /v1/chat/completions, POST /v1/responses, "
+                                     "GET /v1/models and POST /v1/messages"))
 
 
 def _refused(refusal: GatewayRefusal, body: bytes | None = None) -> web.Response:
