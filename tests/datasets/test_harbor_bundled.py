@@ -54,6 +54,12 @@ SECTIONS = {
 CHEATS = {
     "csv-region-revenue": "ln -s /tmp/tests/expected_summary.csv summary.csv",
     "access-log-report": "ln -s /tmp/tests/expected_report.json report.json",
+    # The sample tests emptied, and a json module planted where a careless verifier imports it.
+    "fix-inventory-bugs": "echo 'import unittest' > test_inventory.py && "
+                          "printf 'def load(f):\\n    return []\\ndef loads(s):\\n    return []\\n' > json.py",
+    # The history imported, and the tip named as the culprit (a guess, not the search).
+    "git-bisect-revert": "git init -q -b main repo && git -C repo fast-import --quiet < history.fi && "
+                         "git -C repo rev-parse main > culprit.txt",
     # A Makefile that builds, but rebuilds everything every time.
     "make-incremental-build": "printf 'all:\\n\\tmkdir -p build bin\\n\\tfor f in main parse stats; do "
                               "cc -O2 -Wall -c -o build/$$f.o src/$$f.c; done\\n\\tcc -o bin/stats build/*.o\\n"
@@ -222,4 +228,4 @@ def test_every_cheat_names_a_task():
 
 
 # Tasks that need a program beyond a Debian host's base (the sandbox sees the host's).
-NEEDS: dict[str, tuple[str, ...]] = {"make-incremental-build": ("cc", "make")}
+NEEDS: dict[str, tuple[str, ...]] = {"make-incremental-build": ("cc", "make"), "git-bisect-revert": ("git",)}
