@@ -60,6 +60,15 @@ CHEATS = {
     # The history imported, and the tip named as the culprit (a guess, not the search).
     "git-bisect-revert": "git init -q -b main repo && git -C repo fast-import --quiet < history.fi && "
                          "git -C repo rev-parse main > culprit.txt",
+    # A script that deletes the oldest .log files but also the links and ignores usage.
+    "prune-logs-script": "printf '#!/bin/bash\\nls -tr \"$1\"/*.log | head -n -\"$2\" | while read f; do "
+                         "rm -f \"$f\"; basename \"$f\"; done\\n' > prune.sh && chmod +x prune.sh",
+    # Every user rolled up, the inactive ones too, team names as they stand.
+    "json-team-rollup": "jq '[.users[] | select(.team != null)] | group_by(.team) | map({key: .[0].team, value: "
+                        "{members: (map(.username) | sort), count: length, average_age: 0, skills: []}}) "
+                        "| from_entries' users.json > by_team.json",
+    # Everything made executable, the links right, nothing deleted; and a copy for a hard link.
+    "release-links-perms": "chmod -R 755 releases && ln -s releases/v10 current && cp releases/v10/config.ini .",
     # A Makefile that builds, but rebuilds everything every time.
     "make-incremental-build": "printf 'all:\\n\\tmkdir -p build bin\\n\\tfor f in main parse stats; do "
                               "cc -O2 -Wall -c -o build/$$f.o src/$$f.c; done\\n\\tcc -o bin/stats build/*.o\\n"
@@ -228,4 +237,5 @@ def test_every_cheat_names_a_task():
 
 
 # Tasks that need a program beyond a Debian host's base (the sandbox sees the host's).
-NEEDS: dict[str, tuple[str, ...]] = {"make-incremental-build": ("cc", "make"), "git-bisect-revert": ("git",)}
+NEEDS: dict[str, tuple[str, ...]] = {"make-incremental-build": ("cc", "make"), "git-bisect-revert": ("git",),
+                                     "json-team-rollup": ("jq",)}
