@@ -69,6 +69,11 @@ CHEATS = {
                         "| from_entries' users.json > by_team.json",
     # Everything made executable, the links right, nothing deleted; and a copy for a hard link.
     "release-links-perms": "chmod -R 755 releases && ln -s releases/v10 current && cp releases/v10/config.ini .",
+    # Copied, not moved, and the duplicates kept.
+    "sort-inbox-files": "mkdir -p sorted/other && find inbox -type f -exec cp {} sorted/other/ \\;",
+    # The blunt rename: everywhere, the recorded output and the changelog too.
+    "docs-rename-product": "find docs -name '*.md' -exec sed -i "
+                           "'s/Acme Widget/Rollout Widget/g; s/acme-widget/rollout/g' {} +",
     # A Makefile that builds, but rebuilds everything every time.
     "make-incremental-build": "printf 'all:\\n\\tmkdir -p build bin\\n\\tfor f in main parse stats; do "
                               "cc -O2 -Wall -c -o build/$$f.o src/$$f.c; done\\n\\tcc -o bin/stats build/*.o\\n"

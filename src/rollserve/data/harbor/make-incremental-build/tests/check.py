@@ -62,7 +62,8 @@ def rebuilt_after_touching(root, source):
     return {path for path in before if after.get(path) != before[path]} | (set(after) - set(before))
 
 
-def check(root):
+def build_and_run(root):
+    """The first build: separate objects, and a program that answers right."""
     if not os.path.isfile("Makefile") or os.path.islink("Makefile"):
         raise AssertionError("no Makefile (a regular file) in the working directory")
     shutil.copy("Makefile", os.path.join(root, "Makefile"))
@@ -73,14 +74,18 @@ def check(root):
             head = f.read(18)
         if head[:4] != b"\x7fELF" or int.from_bytes(head[16:18], "little") != 1:
             raise AssertionError(f"build/{name}.o is not a relocatable object")
-    program = os.path.join(root, "bin", "stats")
     rng = random.Random()
     for numbers in ([], [rng.randint(-500, 500) for _ in range(rng.randint(1, 40))],
                     [rng.randint(0, 10**6) for _ in range(rng.randint(100, 300))]):
         text = " ".join(map(str, numbers)) + "\n"
-        done = subprocess.run([program], input=text, capture_output=True, text=True, timeout=30, env=ENV)
+        done = subprocess.run([os.path.join(root, "bin", "stats")], input=text, capture_output=True,
+                              text=True, timeout=30, env=ENV)
         if done.stdout != expected_output(numbers):
             raise AssertionError(f"bin/stats printed {done.stdout!r} for {len(numbers)} numbers")
+
+
+def rebuilds(root):
+    """Nothing rebuilt needlessly; exactly the dependants of a change rebuilt; clean."""
     before = mtimes(root)
     make(root)
     if mtimes(root) != before:
@@ -97,13 +102,14 @@ def check(root):
     if os.path.exists(os.path.join(root, "build")) or os.path.exists(os.path.join(root, "bin")):
         raise AssertionError("make clean left build/ or bin/")
     make(root)
-    if not os.access(program, os.X_OK):
+    if not os.access(os.path.join(root, "bin", "stats"), os.X_OK):
         raise AssertionError("make after make clean did not build bin/stats")
 
 
 root = tempfile.mkdtemp(prefix="verify-make-")
 try:
-    check(root)
+    build_and_run(root)
+    rebuilds(root)
 except (AssertionError, OSError, subprocess.SubprocessError) as error:
     print(f"FAIL: {error}")
     sys.exit(1)
