@@ -64,9 +64,13 @@ CHEATS = {
     "prune-logs-script": "printf '#!/bin/bash\\nls -tr \"$1\"/*.log | head -n -\"$2\" | while read f; do "
                          "rm -f \"$f\"; basename \"$f\"; done\\n' > prune.sh && chmod +x prune.sh",
     # Every user rolled up, the inactive ones too, team names as they stand.
-    "json-team-rollup": "jq '[.users[] | select(.team != null)] | group_by(.team) | map({key: .[0].team, value: "
-                        "{members: (map(.username) | sort), count: length, average_age: 0, skills: []}}) "
-                        "| from_entries' users.json > by_team.json",
+    "json-team-rollup": "python3 -c 'import json; users = json.load(open(\"users.json\"))[\"users\"]; "
+                        "teams = {t: [u for u in users if u.get(\"team\") == t] "
+                        "for t in {u.get(\"team\") for u in users} if t}; "
+                        "json.dump({t: {\"members\": sorted(m[\"username\"] for m in ms), \"count\": len(ms), "
+                        "\"average_age\": round(sum(m[\"age\"] for m in ms) / len(ms), 1), "
+                        "\"skills\": sorted({k for m in ms for k in m[\"skills\"]})} for t, ms in teams.items()}, "
+                        "open(\"by_team.json\", \"w\"))'",
     # Everything made executable, the links right, nothing deleted; and a copy for a hard link.
     "release-links-perms": "chmod -R 755 releases && ln -s releases/v10 current && cp releases/v10/config.ini .",
     # Copied, not moved, and the duplicates kept.
@@ -242,5 +246,4 @@ def test_every_cheat_names_a_task():
 
 
 # Tasks that need a program beyond a Debian host's base (the sandbox sees the host's).
-NEEDS: dict[str, tuple[str, ...]] = {"make-incremental-build": ("cc", "make"), "git-bisect-revert": ("git",),
-                                     "json-team-rollup": ("jq",)}
+NEEDS: dict[str, tuple[str, ...]] = {"make-incremental-build": ("cc", "make"), "git-bisect-revert": ("git",)}
