@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import rollserve
-from rollserve.sandbox.base import Sandbox, SandboxSpec
+from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 
 HARBOR = Path(rollserve.__file__).resolve().parent / "data" / "harbor"
@@ -133,7 +133,11 @@ async def verify(box: Sandbox, name: str) -> dict[str, float]:
 
 
 async def start(runtime: BubblewrapRuntime, name: str) -> Sandbox:
-    spec = SandboxSpec(files=environment_files(name), workspace_aliases=[WORKDIR, "/logs"])
+    """A sandbox as the family makes one for the task: its files, its workdir, its
+    memory and storage from task.toml."""
+    env = tomllib.loads((task_dir(name) / "task.toml").read_text())["environment"]
+    limits = SandboxLimits(memory_mb=env["memory_mb"], disk_mb=env["storage_mb"])
+    spec = SandboxSpec(files=environment_files(name), workspace_aliases=[WORKDIR, "/logs"], limits=limits)
     return await runtime.start(spec)
 
 
