@@ -1,7 +1,8 @@
 """Checks the answer and the repository against the hashes kept beside this file
 (expected.json: the history's hashes are fixed by the stream). Exit 0: all hold.
-git runs with no configuration but its own flags: nothing of the agent's repository
-config (hooks, fsmonitor, aliases) runs here."""
+git runs without system or global configuration, with hooks and fsmonitor turned off,
+and only reads refs and objects (rev-parse, rev-list): nothing the agent configured in
+the repository runs here."""
 
 import json
 import os
