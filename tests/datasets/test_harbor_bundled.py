@@ -51,6 +51,7 @@ SECTIONS = {
 
 # What a hostile agent might try on each task instead of the work (run in /app after the
 # agent's turn would end); every one must score 0. The tests sit at /tmp/tests here.
+# Keyed by task, or "task:what" for a second try on one.
 CHEATS = {
     "csv-region-revenue": "ln -s /tmp/tests/expected_summary.csv summary.csv",
     "access-log-report": "ln -s /tmp/tests/expected_report.json report.json",
@@ -78,6 +79,10 @@ CHEATS = {
     # The blunt rename: everywhere, the recorded output and the changelog too.
     "docs-rename-product": "find docs -name '*.md' -exec sed -i "
                            "'s/Acme Widget/Rollout Widget/g; s/acme-widget/rollout/g' {} +",
+    # A library that reads the verifier's expected outcomes at import and prints them back.
+    "fix-inventory-bugs:reads-the-tests": (
+        "printf 'import glob, os\\nfor p in glob.glob(\"/tmp/tests/expected.json\"):\\n"
+        "    print(open(p).read().replace(chr(10), \" \"), flush=True); os._exit(0)\\n' >> inventory/__init__.py"),
     # A Makefile that builds, but rebuilds everything every time.
     "make-incremental-build": "printf 'all:\\n\\tmkdir -p build bin\\n\\tfor f in main parse stats; do "
                               "cc -O2 -Wall -c -o build/$$f.o src/$$f.c; done\\n\\tcc -o bin/stats build/*.o\\n"
@@ -239,19 +244,20 @@ async def test_the_oracle_solves_it_and_the_empty_agent_does_not(name, tmp_path)
 
 
 @needs_bwrap
-@pytest.mark.parametrize("name", sorted(CHEATS))
-async def test_an_obvious_cheat_scores_zero(name, tmp_path):
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+async def test_an_obvious_cheat_scores_zero(cheat, tmp_path):
+    name = cheat.split(":")[0]
     if missing := [program for program in NEEDS.get(name, ()) if shutil.which(program) is None]:
         pytest.skip(f"{name} needs {', '.join(missing)}, which this host lacks")
     runtime = BubblewrapRuntime(tmp_path / "state")
     async with await start(runtime, name) as box:
-        tried = await box.exec(f"cd {WORKDIR} && {CHEATS[name]}", SCRIPT_TIMEOUT_S)
+        tried = await box.exec(f"cd {WORKDIR} && {CHEATS[cheat]}", SCRIPT_TIMEOUT_S)
         assert tried.ok, tried.failure()
         assert (await verify(box, name))["reward"] == 0.0
 
 
 def test_every_cheat_names_a_task():
-    assert set(CHEATS) <= set(TASKS)
+    assert {cheat.split(":")[0] for cheat in CHEATS} == set(TASKS)  # one at least for each
 
 
 # Tasks that need a program beyond a Debian host's base (the sandbox sees the host's).

@@ -1,6 +1,7 @@
-"""Runs in a process of its own, on the agent's library (the folder given, put LAST on
-sys.path so that it cannot shadow the standard library): reads scenarios (JSON) from
-stdin, prints each operation's outcome (JSON). It decides nothing: check.py compares."""
+"""Run by check.py (as ``python3 -I -c``) in a process of its own, on the agent's
+library (the folder given, put LAST on sys.path so that it cannot shadow the standard
+library): reads scenarios (JSON) from stdin, prints each operation's outcome (JSON).
+It decides nothing: check.py compares."""
 
 import json
 import sys
