@@ -157,7 +157,8 @@ def test_the_layout_is_complete(name):
     for required in ("instruction.md", "task.toml", "environment/Dockerfile", "solution/solve.sh",
                      "tests/test.sh"):
         assert (task / required).is_file(), f"{name}: no {required}"
-    assert len((task / "instruction.md").read_text().split()) >= 30  # a real task text
+    instruction = (task / "instruction.md").read_text()
+    assert len(instruction.split()) >= 30 and f"{WORKDIR}/" in instruction  # a real task text, at the workdir
     assert set(p.name for p in task.iterdir()) == {"instruction.md", "task.toml", "environment",
                                                    "solution", "tests"}
     for path in task.rglob("*"):
