@@ -10,8 +10,8 @@ the empty agent, and a hostile agent's obvious tries, score 0.
 Here /logs is one more alias of the workspace (so /logs/verifier is the workspace's
 ``verifier`` folder), and tests/ and solution/ go to the sandbox's private /tmp: the
 bundled scripts find their own files beside themselves, never at a fixed /tests or
-/solution, and no check reads the top level of the workdir. (The family itself gives
-them their Harbor paths; its own tests run these tasks through the HTTP API.)
+/solution, and no check reads the top level of the workdir. (The family gives them
+their Harbor paths; ``rollserve datasets oracle`` runs them through it.)
 """
 
 from __future__ import annotations
@@ -116,13 +116,14 @@ async def copy_in(box: Sandbox, folder: Path, target: str) -> None:
     assert done.ok, done.failure()
 
 
-async def verify(box: Sandbox, name: str) -> dict[str, float]:
-    """Harbor's verification: stale rewards removed, tests/ copied in, test.sh run from
-    the workdir, the reward read (reward.json first, else reward.txt)."""
+async def verify(box: Sandbox, name: str, clear: bool = True) -> dict[str, float]:
+    """Harbor's verification: stale rewards removed (unless ``clear`` is False: then
+    test.sh alone must see to them), tests/ copied in, test.sh run from the workdir, the
+    reward read (reward.json first, else reward.txt)."""
     verifier = box.workspace / "verifier"
-    if verifier.is_symlink() or verifier.is_file():
+    if clear and (verifier.is_symlink() or verifier.is_file()):
         verifier.unlink()
-    for stale in ("reward.txt", "reward.json"):
+    for stale in ("reward.txt", "reward.json") if clear else ():
         (verifier / stale).unlink(missing_ok=True)
     await copy_in(box, task_dir(name) / "tests", "/tmp/tests")
     done = await box.exec(f"cd {WORKDIR} && /tmp/tests/test.sh > /tmp/test-stdout.txt 2>&1",
@@ -236,11 +237,12 @@ async def test_the_oracle_solves_it_and_the_empty_agent_does_not(name, tmp_path)
         rewards = await verify(box, name)
         assert all(value == 1.0 for value in rewards.values()), rewards
     async with await start(runtime, name) as box:
-        # The empty agent, which also planted rewards where the verifier writes them.
+        # The empty agent, which also planted rewards where the verifier writes them; left
+        # there, so that test.sh's own removal is what stands between them and the reward.
         planted = await box.exec("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && "
                                  "echo '{\"reward\": 1.0}' > /logs/verifier/reward.json", SCRIPT_TIMEOUT_S)
         assert planted.ok, planted.failure()
-        rewards = await verify(box, name)
+        rewards = await verify(box, name, clear=False)
         assert rewards["reward"] == 0.0, rewards
 
 
