@@ -5,6 +5,7 @@ server's packages, and a command line that says which extra to install."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tomllib
@@ -101,3 +102,22 @@ def test_client_only_install_commands_name_the_server_extra(client_venv: Path, c
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "pip install 'rollserve[server]'" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_the_install_ships_the_bundled_harbor_tasks(client_venv: Path) -> None:
+    """Every file of the bundled Harbor task folders is package data (and their scripts
+    stay executable): ``rollserve/data/harbor`` installed is the source's, file for file."""
+    source = ROOT / "src" / "rollserve" / "data" / "harbor"
+    if not source.is_dir():
+        pytest.skip("no bundled Harbor tasks in this checkout")
+    where = subprocess.run([str(client_venv / "bin" / "python"), "-c",
+                            "import pathlib, rollserve; print(pathlib.Path(rollserve.__file__).parent)"],
+                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=client_venv, check=True)
+    installed = Path(where.stdout.strip()) / "data" / "harbor"
+
+    def files(root: Path) -> set[str]:
+        return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+    assert files(installed) == files(source)
+    scripts = [*installed.glob("*/solution/solve.sh"), *installed.glob("*/tests/test.sh")]
+    assert scripts and all(os.access(script, os.X_OK) for script in scripts)
