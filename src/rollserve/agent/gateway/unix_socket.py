@@ -4,7 +4,7 @@ The socket is bound in a folder the sandbox sees read-only and only the server w
 (``Sandbox.server_folder``, never the workspace: there any process of the sandbox
 could unlink it and bind its own server at its path), and answers the gateway's
 model routes (OpenAI's ``/v1/chat/completions``, Anthropic's
-``/v1/messages``) for ONE session: whoever connects is that rollout's harness, so
+``/v1/messages`` and ``/v1/messages/count_tokens``) for ONE session: whoever connects is that rollout's harness, so
 no key is needed and none can name another rollout. Given the session's ``key``, a
 request that carries another gateway key (``rsg-...`` as ``Authorization: Bearer`` or
 ``x-api-key``: another rollout's, leaked or guessed) is refused with a 401
@@ -53,6 +53,7 @@ class SessionSocket:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._own_key_only])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -131,9 +132,21 @@ class SessionSocket:
         body = anthropic_wire.message(answer, parsed.model).model_dump_json().encode("utf-8")
         return web.Response(body=body, content_type="application/json")
 
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        try:
+            with self.session.admitted():
+                _, chat = await asyncio.to_thread(anthropic_wire.parse_count_request,
+                                                  await self._body(request))
+                tokens = await self.session.count_tokens(chat)
+        except GatewayRefusal as refusal:
+            return _refused(refusal, anthropic_wire.error_body(refusal))
+        return web.Response(body=anthropic_wire.count_body(tokens),
+                            content_type="application/json")
+
     async def _unknown(self, request: web.Request) -> web.Response:
         return _refused(UnknownRoute(f"no route {request.method} {request.path}: the gateway "
-                                     "answers POST /v1/chat/completions and POST /v1/messages"))
+                                     "answers POST /v1/chat/completions, POST /v1/messages "
+                                     "and POST /v1/messages/count_tokens"))
 
 
 def _refused(refusal: GatewayRefusal, body: bytes | None = None) -> web.Response:
