@@ -321,9 +321,10 @@ class GatewaySession:
                          shown: ToolPresentation | None, template: list[Message]) -> GatewayReply:
         """An auxiliary call: rendered whole, sampled, recorded in ``Trajectory.auxiliary``."""
         if len(self.trajectory.auxiliary) >= self.limits.max_turns:
-            raise BadRequest(f"this session has answered {len(self.trajectory.auxiliary)} "
+            raise BadRequest(f"model: this session has answered {len(self.trajectory.auxiliary)} "
                              f"auxiliary calls (model {request.model!r} is not the main loop's "
-                             f"{self.limits.calls.main_model!r}): no more", param="model")
+                             f"{self.limits.calls.main_model!r}), its max_turns: no more",
+                             param="model")
         builder, prompt = await self._whole(template, shown)
         gen = await self._generate(prompt, request, self._context_limit(), main=False)
         text = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
