@@ -7,11 +7,13 @@ never in the main loop's, never graded."""
 
 from __future__ import annotations
 
+import anthropic
 import httpx
+import httpx2
 import pytest
 
 from rollserve.testing import FakeVLLM
-from tests.e2e.test_gateway_anthropic_api import BASH, call, harness_for  # noqa: F401 (fixture)
+from tests.e2e.test_gateway_anthropic_api import BASH, call
 from tests.e2e.test_gateway_api import TAG, assert_exact, end, result
 
 MAIN = "rollserve-policy"
@@ -34,6 +36,27 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
 async def llm():
     async with FakeVLLM("smollm2", replies=policy, latency=0.0) as server:
         yield server
+
+
+@pytest.fixture
+async def harness_for():
+    """``harness_for(client, rollout_id)``: the key, and the official client pointed at
+    the rollout's gateway as ``ANTHROPIC_BASE_URL`` points Claude Code (closed after)."""
+    opened: list[anthropic.AsyncAnthropic] = []
+
+    async def make(client: httpx.AsyncClient, rollout_id: str) -> tuple[str, anthropic.AsyncAnthropic]:
+        r = await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})
+        assert r.status_code == 200, r.text
+        key = r.json()["key"]
+        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=client._transport.app),
+                                  timeout=30)
+        opened.append(anthropic.AsyncAnthropic(base_url=f"http://rollserve/v1/gateway/{key}",
+                                               api_key=key, http_client=http, max_retries=0))
+        return key, opened[-1]
+
+    yield make
+    for harness in opened:
+        await harness.close()
 
 
 async def submit(client: httpx.AsyncClient, answer: str, calls: dict | None = CALLS,
