@@ -39,15 +39,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
-from jinja2 import TemplateError
-
-from rollserve.agent.base import EndedBy, ToolCallRecord
+from rollserve.agent.base import EndedBy
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp
 from rollserve.agent.gateway.base import (
     BackendFailed,
@@ -67,13 +63,23 @@ from rollserve.agent.gateway.messages import (
     presentation,
     reply_message,
     template_tools,
-    to_template,
+)
+from rollserve.agent.gateway.prompts import (
+    TEMPLATE_ERRORS,
+    FinishReason,
+    convert,
+    finish_reason,
+    record_call,
+    standalone_turn,
+    too_long,
+    unrenderable,
+    whole,
 )
 from rollserve.agent.tool_calls import ToolPresentation
-from rollserve.agent.trajectory import AuxiliaryTurn, Trajectory, Turn
+from rollserve.agent.trajectory import AuxiliaryTurn, Trajectory
 from rollserve.contract import SamplingParams
 from rollserve.contract.calls import GatewayCalls
-from rollserve.contract.gateway import ChatCompletionRequest, ToolDefinition
+from rollserve.contract.gateway import ChatCompletionRequest
 from rollserve.errors import InfraError, PromptTooLongError, RolloutError, context_window_error
 from rollserve.llm.base import (
     Generation,
@@ -86,8 +92,6 @@ from rollserve.llm.base import (
 
 __all__ = ["MAX_WAITING_CALLS", "FinishReason", "GatewayLimits", "GatewayReply", "GatewaySession",
            "NoCallError"]
-
-FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class NoCallError(InfraError):
@@ -292,30 +296,18 @@ class GatewaySession:
         except RolloutError as exc:
             raise self._fail(exc) from exc
         try:  # in a thread: a large conversation must not stall the event loop
-            template, normal, tools_key = await asyncio.to_thread(_convert, request, shown)
+            template, normal, tools_key = await asyncio.to_thread(convert, request, shown)
         except Unsupported as exc:
             raise BadRequest(exc.message, param=exc.param) from None
         return shown, template, normal, tools_key
 
     async def _whole(self, template: list[Message], shown: ToolPresentation | None
                      ) -> tuple[PromptBuilder, list[int]]:
-        """A fresh builder and its full render of ``template`` (an auxiliary call's
-        prompt, a count); refused past the context limit."""
-        limit = self._context_limit()
-        builder = self.tokenizer.prompt_builder(tools=template_tools(shown))
-        builder.max_prompt_tokens = limit - 1
+        """A fresh builder and its full render of ``template`` (``prompts.whole``)."""
         try:
-            prompt = await builder.afirst(template)
-        except PromptOverBudget as over:
-            raise ContextLengthExceeded(_too_long(limit, str(over))) from None
+            return await whole(self.tokenizer, template, shown, self._context_limit())
         except RolloutError as exc:
             raise self._fail(exc) from exc
-        except (TemplateError, TypeError, ValueError, KeyError, IndexError,
-                RecursionError) as exc:
-            raise _unrenderable(exc) from None
-        if len(prompt) >= limit:
-            raise ContextLengthExceeded(_too_long(limit, f"{len(prompt)} tokens"))
-        return builder, prompt
 
     async def _auxiliary(self, request: ChatCompletionRequest, purpose: str, call_ids: str,
                          shown: ToolPresentation | None, template: list[Message]) -> GatewayReply:
@@ -331,13 +323,9 @@ class GatewaySession:
         reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools), call_ids)
         self._refuse_if_ended()
         version = gen.policy_version if gen.policy_version is not None else self.llm.policy_version
-        turn = Turn(prompt_ids_delta=list(prompt), output_ids=list(gen.output_ids),
-                    logprobs=list(gen.logprobs), finish_reason=gen.finish_reason,
-                    backend=gen.backend, policy_version=version,
-                    tool_calls=[_record_call(c.function.name, c.function.arguments, c.id)
-                                for c in reply.tool_calls])
-        self.trajectory.auxiliary.append(AuxiliaryTurn(purpose, request.model, turn))
-        return GatewayReply(reply, _finish(reply, gen), len(prompt), len(gen.output_ids))
+        self.trajectory.auxiliary.append(AuxiliaryTurn(
+            purpose, request.model, standalone_turn(prompt, gen, version, reply)))
+        return GatewayReply(reply, finish_reason(reply, gen), len(prompt), len(gen.output_ids))
 
     async def _complete(self, request: ChatCompletionRequest, call_ids: str) -> GatewayReply:
         shown, template, normal, tools_key = await self._converted(request)
@@ -349,14 +337,13 @@ class GatewaySession:
             prompt, added, extends, conversation = await self._prompt(
                 normal, template, tools_key, template_tools(shown), limit)
         except PromptOverBudget as over:  # proven from its bytes, never tokenized
-            raise self._context_refusal(_too_long(limit, str(over))) from None
+            raise self._context_refusal(too_long(limit, str(over))) from None
         except RolloutError as exc:
             raise self._fail(exc) from exc
-        except (TemplateError, TypeError, ValueError, KeyError, IndexError,
-                RecursionError) as exc:
-            raise _unrenderable(exc) from None
+        except TEMPLATE_ERRORS as exc:
+            raise unrenderable(exc) from None
         if len(prompt) >= limit:
-            raise self._context_refusal(_too_long(limit, f"{len(prompt)} tokens"))
+            raise self._context_refusal(too_long(limit, f"{len(prompt)} tokens"))
         gen = await self._generate(prompt, request, limit)
         text = await conversation.builder.aassistant_content(gen.output_ids, gen.finish_reason)
         reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools), call_ids)
@@ -364,7 +351,7 @@ class GatewaySession:
         self._record(gen, added, extends, conversation, text, reply, request)
         if len(self.trajectory.turns) >= self.limits.max_turns:
             self.finish("max_turns")
-        return GatewayReply(reply, _finish(reply, gen), len(prompt), len(gen.output_ids))
+        return GatewayReply(reply, finish_reason(reply, gen), len(prompt), len(gen.output_ids))
 
     async def _prompt(self, normal: list[Normal], template: list[Message], tools_key: str,
                       tools: list[dict[str, object]] | None, limit: int
@@ -426,7 +413,7 @@ class GatewaySession:
         trajectory.add_prompt(added)
         version = gen.policy_version if gen.policy_version is not None else self.llm.policy_version
         turn = trajectory.add_generation(gen, policy_version=version)
-        turn.tool_calls = [_record_call(c.function.name, c.function.arguments, c.id)
+        turn.tool_calls = [record_call(c.function.name, c.function.arguments, c.id)
                            for c in reply.tool_calls]
         echoed = reply_message(reply)
         self._conversation = _Conversation(
@@ -441,38 +428,3 @@ class GatewaySession:
             echoed.model_dump(exclude_none=True, mode="json")]
         trajectory.tools = ([t.model_dump(exclude_none=True) for t in request.tools]
                             if request.tools else None)
-
-
-def _finish(reply: Reply, gen: Generation) -> FinishReason:
-    return ("tool_calls" if reply.tool_calls else
-            "length" if gen.finish_reason == "length" else "stop")
-
-
-def _too_long(limit: int, size: str) -> str:
-    return (f"This model's maximum context length is {limit} tokens; the messages take "
-            f"{size}, leaving no room to sample.")
-
-
-def _unrenderable(exc: BaseException) -> BadRequest:
-    # The chat template refused these messages (roles out of order, a field it cannot
-    # render...): the harness's request, not the server, is at fault.
-    return BadRequest(f"the policy's chat template cannot render these messages: "
-                      f"{type(exc).__name__}: {exc}", param="messages")
-
-
-def _convert(request: ChatCompletionRequest, shown: ToolPresentation | None
-             ) -> tuple[list[Message], list[Normal], str]:
-    """The request's messages for the template, as compared, and its tools' key."""
-    template = to_template(request.messages, shown)
-    normal = [normalized(m, i) for i, m in enumerate(request.messages)]
-    return template, normal, _tools_key(request.tools)
-
-
-def _tools_key(tools: list[ToolDefinition] | None) -> str:
-    return json.dumps([t.model_dump(exclude_none=True) for t in tools or []], sort_keys=True)
-
-
-def _record_call(name: str, arguments: str, call_id: str) -> ToolCallRecord:
-    decoded = json.loads(arguments)
-    return {"name": name, "arguments": decoded if isinstance(decoded, dict) else arguments,
-            "id": call_id}
