@@ -7,14 +7,18 @@ never in the main loop's, never graded."""
 
 from __future__ import annotations
 
+import shlex
+
 import anthropic
 import httpx
 import httpx2
 import pytest
 
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_anthropic_api import BASH, call
 from tests.e2e.test_gateway_api import TAG, assert_exact, end, result
+from tests.e2e.test_gateway_api import harness_for as openai_harness_for
 
 MAIN = "rollserve-policy"
 SMALL = "rollserve-small-fast"
@@ -225,3 +229,72 @@ async def test_calls_in_an_instance_are_checked_at_submit(make_api, llm):
             "answer": "x", "calls": calls}}]})
         assert r.status_code == 422, r.text
         assert field in r.text, (field, r.text)
+
+
+async def test_the_openai_wire_keeps_auxiliary_calls_apart_too(make_api, llm):
+    """The accounting is the session's, whatever the wire: OpenAI Chat Completions."""
+    service, client = await make_api([llm.url])
+    rollout_id = await submit(client, answer="reply 1 of chat")
+    key, harness = await openai_harness_for(client, rollout_id)
+    history: list[dict] = [{"role": "user", "content": "[script:chat]"}]
+    first = await harness.chat.completions.create(model=MAIN, messages=history)
+    aux = await harness.chat.completions.create(model=SMALL, messages=[
+        {"role": "system", "content": TITLE}, {"role": "user", "content": "[script:chat]"}])
+    assert aux.choices[0].message.content == '{"title": "Compute six times seven"}'
+    history += [{"role": "assistant", "content": first.choices[0].message.content},
+                {"role": "user", "content": "again"}]
+    await harness.chat.completions.create(model=MAIN, messages=history)
+    await end(client, key)
+    done = await result(client, rollout_id)
+    assert done["reward"] == 1.0 and done["trajectory"]["sequence_count"] == 1
+    assert_exact(done["trajectory"]["tokens"], [llm.calls[0], llm.calls[2]])
+    (recorded,) = done["trajectory"]["auxiliary"]
+    assert (recorded["purpose"], recorded["model"]) == ("small_fast_model", SMALL)
+    assert recorded["tokens"]["input_ids"] == llm.calls[1].prompt_ids + llm.calls[1].output_ids
+
+
+# A harness (standard library only) in the rollout's sandbox: count_tokens, a main-loop
+# call and a small-fast-model call through the socket, as Claude Code would make them.
+SANDBOXED = """
+import json, os, sys, urllib.request
+
+MAIN, SMALL, TITLE = sys.argv[1:]
+
+def post(path, body):
+    request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + path,
+                                     data=json.dumps(body).encode(), headers={
+        "content-type": "application/json", "x-api-key": os.environ["ANTHROPIC_API_KEY"]})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.loads(answer.read())
+
+messages = [{"role": "user", "content": "[script:boxed]"}]
+counted = post("/v1/messages/count_tokens", {"model": MAIN, "messages": messages})
+main = post("/v1/messages?beta=true", {"model": MAIN, "max_tokens": 32, "messages": messages})
+title = post("/v1/messages", {"model": SMALL, "max_tokens": 32, "system": TITLE,
+                              "messages": messages})
+print("harness got:", counted["input_tokens"], main["usage"]["input_tokens"],
+      main["content"][0]["text"], "|", title["content"][0]["text"])
+"""
+
+
+@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
+                    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+async def test_a_sandboxed_harness_counts_tokens_and_makes_auxiliary_calls_through_the_socket(
+        make_api, llm):
+    service, client = await make_api([llm.url])
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [{"data_source": "gateway", "instance": {
+            "answer": "reply 0 of boxed", "files": {"harness.py": SANDBOXED}, "calls": CALLS,
+            "command": shlex.join(["harness.py", MAIN, SMALL, TITLE]).join(
+                ['"$ROLLSERVE_PYTHON" ', ""])}}],
+        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
+    assert r.status_code == 202, r.text
+    done = await result(client, r.json()["groups"][0]["rollout_ids"][0])
+    evaluation = done["evaluation"]
+    assert evaluation["harness_exit_code"] == 0, evaluation["harness_log_tail"]
+    prompt = len(llm.calls[0].prompt_ids)
+    assert (f"harness got: {prompt} {prompt} reply 0 of boxed | "
+            '{"title": "Compute six times seven"}') in evaluation["harness_log_tail"]
+    assert done["reward"] == 1.0 and not done["mask"] and len(llm.calls) == 2
+    assert_exact(done["trajectory"]["tokens"], llm.calls[:1])
+    assert [a["model"] for a in done["trajectory"]["auxiliary"]] == [SMALL]
