@@ -22,5 +22,5 @@ def harness_bin(preset: str, executable: str) -> Path:
     path = harness_root() / preset / "node_modules" / ".bin" / executable
     if not os.access(path, os.X_OK):
         pytest.skip(f"{preset} is not installed at {path} (rollserve harness install {preset}, "
-                    "or ROLLSERVE_HARNESS_DIR=<the folder holding {preset}/node_modules>)")
+                    f"or ROLLSERVE_HARNESS_DIR=<the folder holding {preset}/node_modules>)")
     return path
