@@ -180,7 +180,7 @@ async def test_bad_requests_are_400s_naming_the_field_in_anthropics_shape(make_a
         ({"messages": [user]}, "max_tokens"),
         ({"max_tokens": 0, "messages": [user]}, "max_tokens"),
         ({"max_tokens": 8, "messages": []}, "messages"),
-        ({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"max_tokens": 8, "messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
         ({"max_tokens": 8, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
         ({"max_tokens": 8, "messages": [{"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "data": ""}}]}]}, "messages[0].content[0]"),

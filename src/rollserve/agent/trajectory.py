@@ -11,6 +11,10 @@ was never sampled (the episode failed or was cut before it) is left out of both.
 A harness behind the gateway may rewrite its history; ``start_sequence`` then closes
 the sequence so far and opens a new one (each append-only within itself; each turn
 records which one it belongs to), and the result lists them in ``sequences``.
+
+A harness's auxiliary calls (``contract.calls.GatewayCalls``) are kept apart in
+``auxiliary``, each a turn in a sequence of its own: never in ``turns`` or the
+sequences above.
 """
 
 from __future__ import annotations
@@ -39,6 +43,16 @@ class Turn:
 
 
 @dataclass
+class AuxiliaryTurn:
+    """An auxiliary call: its purpose, the model asked, and the call as a turn whose
+    ``prompt_ids_delta`` is its whole prompt (a sequence of its own)."""
+
+    purpose: str
+    model: str
+    turn: Turn
+
+
+@dataclass
 class TokenSequence:
     """A closed sequence of a multi-sequence trajectory."""
 
@@ -62,6 +76,7 @@ class Trajectory:
     ended_by: EndedBy | None = None  # None: the episode never ended (it failed)
     tools: list[dict[str, Any]] | None = None  # the tools the agent was offered (ChatCompletion shape)
     closed: list[TokenSequence] = field(default_factory=list)  # earlier sequences
+    auxiliary: list[AuxiliaryTurn] = field(default_factory=list)  # never in turns or sequences
     _pending_prompt: list[int] = field(default_factory=list)
 
     @property
@@ -140,19 +155,7 @@ class Trajectory:
             current, sequences = sequences[0], []
         return contract.Trajectory(
             messages=[contract.ChatMessage.model_validate(m) for m in self.messages],
-            turns=[
-                contract.Turn(
-                    prompt_ids_delta=t.prompt_ids_delta,
-                    output_ids=t.output_ids,
-                    logprobs=t.logprobs,
-                    finish_reason=t.finish_reason,
-                    backend=t.backend,
-                    policy_version=t.policy_version,
-                    tool_calls=[contract.ToolCall.model_validate(c) for c in t.tool_calls],
-                    sequence=t.sequence,
-                )
-                for t in self.turns
-            ],
+            turns=[_wire_turn(t) for t in self.turns],
             tokens=contract.Tokens(input_ids=[], loss_mask=[], logprobs=[]) if sequences else current,
             sequence_count=max(1, len(sequences)),
             sequences=sequences,
@@ -161,4 +164,28 @@ class Trajectory:
             trainable=self.trainable,
             ended_by=self.ended_by,
             tools=self.tools,
+            auxiliary=[_wire_auxiliary(a) for a in self.auxiliary],
         )
+
+
+def _wire_turn(t: Turn) -> contract.Turn:
+    return contract.Turn(
+        prompt_ids_delta=t.prompt_ids_delta,
+        output_ids=t.output_ids,
+        logprobs=t.logprobs,
+        finish_reason=t.finish_reason,
+        backend=t.backend,
+        policy_version=t.policy_version,
+        tool_calls=[contract.ToolCall.model_validate(c) for c in t.tool_calls],
+        sequence=t.sequence,
+    )
+
+
+def _wire_auxiliary(call: AuxiliaryTurn) -> contract.AuxiliaryCall:
+    turn = call.turn
+    prompt, output = turn.prompt_ids_delta, turn.output_ids
+    return contract.AuxiliaryCall(
+        purpose=call.purpose, model=call.model, turn=_wire_turn(turn),
+        tokens=contract.Tokens(input_ids=prompt + output,
+                               loss_mask=[0] * len(prompt) + [1] * len(output),
+                               logprobs=[0.0] * len(prompt) + turn.logprobs))

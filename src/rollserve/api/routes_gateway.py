@@ -5,7 +5,8 @@ A harness sets ``OPENAI_BASE_URL=<server>/v1/gateway/<key>/v1`` (any API key: th
 in the path is what names the session, and these paths need no ``--api-token``) and
 calls ``POST .../chat/completions`` as it would call OpenAI, with ``stream`` true or
 not; or ``ANTHROPIC_BASE_URL=<server>/v1/gateway/<key>`` and ``POST .../v1/messages``
-(Anthropic's shapes, events and error shape: ``agent.gateway.anthropic_wire``);
+(Anthropic's shapes, events and error shape: ``agent.gateway.anthropic_wire``) and
+``POST .../v1/messages/count_tokens`` (the policy tokenizer's exact count);
 ``POST .../responses`` (OpenAI Responses: ``agent.gateway.responses_wire``) and
 ``GET .../models``;
 ``POST /v1/gateway/<key>/end`` says it is done. Refusals are OpenAI's error shape
@@ -168,6 +169,21 @@ async def models(key: str, request: Request) -> Response:
     except GatewayRefusal as refusal:
         return _refused(refusal)
     return await model_response(responses_wire.models())
+
+
+@router.post("/v1/gateway/{key}/v1/messages/count_tokens", include_in_schema=False)
+async def count_tokens(key: str, request: Request) -> Response:
+    """Anthropic's token count of a Messages request: its whole render with the policy's
+    chat template, counted by its tokenizer (nothing sampled, nothing recorded)."""
+    async def call(session: GatewaySession, raw: bytes) -> int:
+        _, chat = await asyncio.to_thread(anthropic_wire.parse_count_request, raw)
+        return await _gateways(request).count_tokens(session, chat)
+
+    try:
+        tokens = await _admitted(request, key, call)
+    except GatewayRefusal as refusal:
+        return _refused(refusal, anthropic_wire.error_body(refusal))
+    return Response(anthropic_wire.count_body(tokens), media_type="application/json")
 
 
 class Ended(BaseModel):

@@ -8,7 +8,9 @@ package imports nothing else of rollserve: a trainer can use it with the client 
 - ``requests``: what a trainer sends (``SubmitRequest``, ``TaskRequest``,
   ``SamplingParams``, ``AgentLimits``, ``Timeouts``, ...).
 - ``result``: a finished rollout (``RolloutResult``, ``Trajectory``, ``Turn``,
-  ``Tokens``, ``Failure``, ...).
+  ``Tokens``, ``AuxiliaryCall``, ``Failure``, ...).
+- ``calls``: how a gateway session tells a harness's main-loop calls from its
+  auxiliary ones (``GatewayCalls``).
 - ``views``: what the rollout routes answer (``RolloutView``, ``GroupView``,
   ``ResultsPage``, ``ServiceStatus``, ...); ``llm``: the inference routes'.
 - ``dashboard``: what the dashboard's data routes answer (``ResultSummaryPage``,
@@ -18,6 +20,7 @@ package imports nothing else of rollserve: a trainer can use it with the client 
   user writes them (``tasks[0].instance.question``).
 """
 
+from rollserve.contract.calls import GatewayCalls
 from rollserve.contract.dashboard import (
     FailureFilter,
     ResultSummary,
@@ -56,6 +59,7 @@ from rollserve.contract.result import (
     ROLLOUT_STATUSES,
     STAGES,
     TERMINAL,
+    AuxiliaryCall,
     ChatMessage,
     Failure,
     FailureKind,
@@ -100,10 +104,11 @@ from rollserve.contract.views import (
 
 __all__ = [
     "MAX_WAIT", "ROLLOUT_STATUSES", "STAGES", "TERMINAL", "Accepted", "AgentLimits",
+    "AuxiliaryCall",
     "BackendAdded", "BackendDrained", "BackendInfo", "BackendList", "BackendRemoved",
     "BackendState", "BackendUndrained", "CancelResponse", "ChatMessage", "EngineStatus",
     "Failure", "FailureFilter", "FailureKind", "FailureStage", "Fidelity", "GroupCancelResponse",
-    "GroupCounters", "GroupCounts", "GroupMember", "GroupReason", "GroupView", "Health",
+    "GatewayCalls", "GroupCounters", "GroupCounts", "GroupMember", "GroupReason", "GroupView", "Health",
     "JSONObject", "LastWeightLoad", "NodeStatus", "NodesChanged", "PauseRequest", "Paused", "ReapSummary",
     "Recovered", "ResultSummary", "ResultSummaryPage", "ResultsPage", "ResumeRequest",
     "Resumed", "RolloutResult", "RolloutStatus", "RolloutView",

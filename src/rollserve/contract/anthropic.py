@@ -14,6 +14,21 @@ cannot render is refused by ``agent.gateway.anthropic`` naming it exactly
 (``temperature``, ``top_p``, ``top_k``, ``stop_sequences``) are checked for their type
 and not acted on: the policy samples with the trainer's sampling parameters;
 ``max_tokens`` (required, as Anthropic requires it) can only lower the trainer's.
+
+What Claude Code sends is taken (found by running it: docs/harnesses.md): a ``system``
+message in ``messages`` (its ``mid-conversation-system`` beta: rendered as a system
+message where it stands), ``thinking`` (``enabled`` / ``adaptive`` / ``disabled``:
+accepted and not acted on; the policy thinks as its template and sampling let it,
+and a reply never has thinking blocks), ``context_management`` edits that clear
+thinking (there is none to clear), ``output_config`` (``effort``; ``format``, the
+schema Claude Code's title call asks for: nothing holds the policy to it, it samples
+freely), ``metadata``, ``tool_choice`` ``auto``, ``cache_control`` on any block
+(ignored). What cannot be honoured is refused naming the field: thinking blocks,
+images and documents, server tools, assistant prefill, ``tool_choice`` other than
+``auto``, other ``context_management`` edits (they rewrite the history on the
+server), ``mcp_servers`` and ``container``.
+``CountTokensRequest`` is the same request without ``max_tokens``
+(``POST /v1/messages/count_tokens``).
 """
 
 from __future__ import annotations
@@ -48,7 +63,7 @@ class AnthropicMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]  # system: mid-conversation (a beta)
     content: str | list[Block]
 
 
@@ -64,13 +79,56 @@ class AnthropicTool(BaseModel):
     type: str | None = None
 
 
-class MessagesRequest(BaseModel):
-    """What a harness posts to ``/v1/messages``."""
+class ThinkingConfig(BaseModel):
+    """``thinking``: accepted, not acted on (the policy samples as the trainer says)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = Field(None, ge=0)
+
+
+class ToolChoice(BaseModel):
+    """``tool_choice``: only ``auto`` can be honoured (nothing forces the policy)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class ContextEdit(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+
+class ContextManagement(BaseModel):
+    """``context_management``: only edits that clear thinking blocks (none are ever
+    sent back: a reply has none) are taken."""
+
+    model_config = ConfigDict(extra="allow")
+
+    edits: list[ContextEdit] = Field(default_factory=list)
+
+
+class OutputConfig(BaseModel):
+    """``output_config``: taken, not acted on (nothing holds the policy to a ``format``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    effort: str | None = None
+    format: JSONObject | None = None
+
+
+class CountTokensRequest(BaseModel):
+    """What a harness posts to ``/v1/messages/count_tokens``: a Messages request
+    without ``max_tokens``."""
 
     model_config = ConfigDict(extra="allow")
 
     model: str = ""
-    max_tokens: int = Field(ge=1, description="required; can only lower the trainer's max_tokens")
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[Block] | None = None
     tools: list[AnthropicTool] | None = None
@@ -79,6 +137,17 @@ class MessagesRequest(BaseModel):
     temperature: float | None = Field(None, ge=0.0, le=1.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
+    thinking: ThinkingConfig | None = None
+    tool_choice: ToolChoice | None = None
+    metadata: JSONObject | None = None
+    context_management: ContextManagement | None = None
+    output_config: OutputConfig | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    """What a harness posts to ``/v1/messages``."""
+
+    max_tokens: int = Field(ge=1, description="required; can only lower the trainer's max_tokens")
 
 
 class TextOut(BaseModel):

@@ -14,6 +14,13 @@ out as ``tokens`` is (the turns whose ``sequence`` is its index, end to end), an
 ``tokens`` itself is empty, so a trainer that reads only ``tokens`` never trains on
 tokens glued together from different contexts.
 
+A harness may also make auxiliary model calls (a title, a "small fast model", a
+sub-agent on another model: ``contract.calls.GatewayCalls`` says which calls are
+auxiliary). Each is in ``auxiliary``, one ``AuxiliaryCall`` per call with its own
+sequence and its ``purpose`` and ``model`` asked, never in ``turns``, ``tokens`` or
+``sequences``: the reward judges the main loop, so a trainer trains on
+``tokens``/``sequences`` and leaves ``auxiliary`` out unless it decides otherwise.
+
 ``mask: true`` means do not train on it: an infrastructure failure, a timeout, an
 interruption, or (when the server masks them) turns sampled by policy versions too
 far apart. The agent's own failures are not masked: they are scored (reward 0).
@@ -96,6 +103,27 @@ class Tokens(BaseModel):
         return self
 
 
+class AuxiliaryCall(BaseModel):
+    """One auxiliary model call of a harness (not its agent's main loop), in a sequence
+    of its own: its whole prompt (``turn.prompt_ids_delta``), then what the policy sampled."""
+
+    purpose: str = Field(description="why the harness called: the purpose its preset (or "
+                                     "instance.calls) gives the model asked, else 'auxiliary'")
+    model: str = Field(description="the model name the call asked for")
+    turn: Turn = Field(description="the call as a turn (sequence 0 of its own)")
+    tokens: Tokens = Field(
+        description="the call's prompt then its sampled ids: loss_mask 1 exactly on the "
+                    "sampled ids. Not part of the episode the reward judges: train on it "
+                    "only by choice")
+
+    @model_validator(mode="after")
+    def _tokens_are_the_turn(self) -> AuxiliaryCall:
+        if self.tokens.input_ids != self.turn.prompt_ids_delta + self.turn.output_ids:
+            raise ValueError("an auxiliary call's tokens must be its turn's prompt then its "
+                             "output ids")
+        return self
+
+
 class Fidelity(BaseModel):
     """Whether the token sequence is exactly what the chat template renders."""
 
@@ -151,6 +179,11 @@ class Trajectory(BaseModel):
                     "some); null when the agent loop never ended (a failure)")
     tools: list[JSONObject] | None = Field(
         description="the tools the agent was offered (ChatCompletion format)")
+    auxiliary: list[AuxiliaryCall] = Field(
+        default_factory=list,
+        description="a harness's auxiliary model calls (titles, a small fast model...), in "
+                    "order, each in its own sequence with its purpose and the model asked; "
+                    "not in turns, tokens or sequences, and not judged by the reward")
 
     @model_validator(mode="after")
     def _sequences_agree(self) -> Trajectory:

@@ -52,6 +52,10 @@ class Gateways:
         with call_deadline(session.limits.deadline):
             return await session.complete(request, call_ids)
 
+    async def count_tokens(self, session: GatewaySession, request: ChatCompletionRequest) -> int:
+        """The policy tokenizer's count of ``request`` rendered whole (nothing sampled)."""
+        return await session.count_tokens(request)
+
     def end(self, key: str) -> None:
         """The harness is done: the session takes no more calls and its RUN ends."""
         self.session(key).finish("finished")

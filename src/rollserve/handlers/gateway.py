@@ -15,7 +15,10 @@ Instance: ``{"answer": "<the reply that earns reward 1>", "tool_calls": "hermes"
 "none", "command": ..., "files": {...}}``; ``tool_calls`` ``hermes`` (default) answers
 the policy's ``<tool_call>`` blocks as OpenAI ``tool_calls`` when the harness offers
 tools, ``none`` leaves every reply as text (for harnesses that parse actions
-themselves).
+themselves). ``calls`` (``contract.calls.GatewayCalls``: ``{"main_model": ...,
+"auxiliary": {model: purpose}}``) tells the harness's main-loop calls from its
+auxiliary ones (recorded apart, in ``trajectory.auxiliary``); unset, every call is the
+main loop's.
 
 With ``command``, the harness runs INSIDE the rollout's sandbox (no network): INIT
 starts the sandbox with ``files`` in its workspace; RUN binds the session's unix socket
@@ -38,6 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollserve.agent.gateway import GatewaySession
+from rollserve.contract.calls import GatewayCalls
 from rollserve.contract.validation import field_name
 from rollserve.handlers.base import (
     AgentHandler,
@@ -64,6 +68,8 @@ class GatewayInstance(BaseModel):
                                 "rollout's sandbox with bash -c")
     files: dict[str, str] = Field(default_factory=dict, description="workspace path -> text, "
                                   "for the sandbox (with command only)")
+    calls: GatewayCalls | None = Field(None, description="which calls are the harness's main "
+                                       "loop (by the model asked) and which auxiliary")
 
     @field_validator("answer")
     @classmethod
@@ -113,7 +119,8 @@ class GatewayHandler(AgentHandler):
     async def run(self, rollout: RolloutView) -> None:
         state = self.state(rollout, GatewayState)
         parse = state.task.tool_calls == "hermes"
-        async with gateway_session(self.ctx, rollout, parse_tool_calls=parse) as (session, key):
+        async with gateway_session(self.ctx, rollout, parse_tool_calls=parse,
+                                   calls=state.task.calls) as (session, key):
             state.session = session
             try:
                 if state.sandbox is not None:

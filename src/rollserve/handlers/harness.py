@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollserve.agent.gateway import SOCKET_NAME, GatewayLimits, GatewaySession, NoCallError, SessionSocket
+from rollserve.contract.calls import GatewayCalls
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
 from rollserve.sandbox.base import Sandbox, SandboxProcess
@@ -64,10 +65,13 @@ class HarnessOutput:
 
 
 @contextlib.asynccontextmanager
-async def gateway_session(ctx: HandlerContext, rollout: RolloutView, *,
-                          parse_tool_calls: bool) -> AsyncIterator[tuple[GatewaySession, str]]:
+async def gateway_session(ctx: HandlerContext, rollout: RolloutView, *, parse_tool_calls: bool,
+                          calls: GatewayCalls | None = None
+                          ) -> AsyncIterator[tuple[GatewaySession, str]]:
     """(the rollout's gateway session, its key), open in the server's gateway for the
-    block; ``InfraError`` where the server has no gateway or the rollout no LLM."""
+    block; ``InfraError`` where the server has no gateway or the rollout no LLM.
+    ``calls`` tells the harness's main-loop calls from its auxiliary ones (None: every
+    call is the main loop's)."""
     gateway = ctx.gateway
     if gateway is None:
         raise InfraError("this server has no gateway: a harness cannot run")
@@ -77,7 +81,7 @@ async def gateway_session(ctx: HandlerContext, rollout: RolloutView, *,
         sampling=rollout.sampling, max_turns=rollout.max_turns,
         max_context_tokens=rollout.max_context_tokens,
         deadline=rollout.agent_deadline(asyncio.get_running_loop().time()),
-        parse_tool_calls=parse_tool_calls)
+        parse_tool_calls=parse_tool_calls, calls=calls or GatewayCalls())
     session = GatewaySession(rollout.id, rollout.llm, ctx.tokenizer, rollout.trajectory, limits)
     key = gateway.open(session)
     try:
@@ -88,6 +92,7 @@ async def gateway_session(ctx: HandlerContext, rollout: RolloutView, *,
         rollout.add_time("llm", session.stats.llm_seconds)
         rollout.add_time("harness", session.stats.env_seconds)
         rollout.add_stats({"gateway_calls": session.calls,
+                           "auxiliary_calls": len(rollout.trajectory.auxiliary),
                            "context_refusals": session.context_refusals})
 
 

@@ -5,7 +5,10 @@ OpenAI- or Anthropic-compatible API, and every call becomes an exact, token-leve
   the text a reply becomes (content and tool calls) for the harness.
 - ``session``: one rollout's session: append-only prompts, the call through the
   rollout's ``LLMSession`` (router: pause, versions, deadlines, sticky backend), the
-  recorded turns, and new sequences when the harness rewrites its history.
+  recorded turns, and new sequences when the harness rewrites its history; auxiliary
+  calls (another model than the main loop's) recorded apart; token counts.
+- ``prompts``: what the session makes of one call apart from its state (conversion,
+  a whole render under the context limit, a standalone turn).
 - ``registry``: the live sessions by key.
 - ``base``: the typed refusals (``GatewayRefusal`` and its kinds: unknown key, session
   ended, too many calls, time limit, backend failed, bad request...); no status in them:
@@ -31,7 +34,7 @@ Where the gateway's pieces live, one in each layer (the routes call the engine's
   OpenAI (Anthropic) request, response, chunk and error shapes, and ``GatewayInfo``
   (what a trainer is told of a rollout's key).
 - ``api/routes_gateway.py``: the HTTP routes (``/v1/gateway/<key>/v1/chat/completions``,
-  ``.../v1/messages``, ``.../end``): the key checked before the body is read, the
+  ``.../v1/messages``, ``.../v1/messages/count_tokens``, ``.../end``): the key checked before the body is read, the
   body capped and parsed, the answer or its SSE chunks written, refusals in the
   wire's error shape.
 - ``engine/gateway.py``: ``Gateways``, the engine's side: a key to its live session,

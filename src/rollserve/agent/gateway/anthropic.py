@@ -3,17 +3,26 @@
 A ``MessagesRequest`` becomes the chat request the session renders (the same path,
 recording and append-only reuse as an OpenAI call):
 
-- ``system`` (a string, or text blocks) is a first ``system`` message;
+- ``system`` (a string, or text blocks) is a first ``system`` message, and a
+  ``system`` message of ``messages`` (Claude Code's mid-conversation system beta) a
+  ``system`` message where it stands;
 - a ``user`` message's ``tool_result`` blocks are ``tool`` messages answering their
   ``tool_use_id``, its text blocks a ``user`` message, in the order they come;
 - an ``assistant`` message's text blocks are its content and its ``tool_use`` blocks
   its tool calls (the template writes them after the text, in the policy's format);
 - ``tools`` (``name``, ``description``, ``input_schema``) are function tools.
 
-Text blocks of one message are joined with a blank line. Blocks rollserve cannot
-render (images, documents, thinking, server tools) are refused naming the block, and
-so is a last message from the assistant (Anthropic's prefill: the policy's reply is
-sampled whole, as a new turn, so a continuation cannot be honoured).
+Text blocks of one message are joined with a blank line; ``cache_control`` is
+ignored. Blocks rollserve cannot render (images, documents, thinking, server tools)
+are refused naming the block, and so is a last message from the assistant
+(Anthropic's prefill: the policy's reply is sampled whole, as a new turn, so a
+continuation cannot be honoured). Settings that cannot be honoured are refused naming
+the field (``refuse_settings``): ``tool_choice`` other than ``auto``,
+``context_management`` edits other than clearing thinking, ``mcp_servers``,
+``container``; ``thinking``, ``metadata`` and ``output_config`` (``effort``, and
+``format``: a schema the reply is asked to follow, as OpenAI's ``response_format`` is
+on the other wire: nothing holds the policy to it, it samples freely) are taken and
+not acted on.
 A reply is a text block (the content, when there is any) and one ``tool_use`` block
 per parsed tool call (ids ``toolu_...``, ``input`` the arguments' object); its
 ``stop_reason`` is ``tool_use``, ``max_tokens`` (the sample was cut) or ``end_turn``.
@@ -29,6 +38,7 @@ from rollserve.contract.anthropic import (
     AnthropicMessage,
     AnthropicTool,
     Block,
+    CountTokensRequest,
     MessagesRequest,
     StopReason,
     TextOut,
@@ -43,7 +53,7 @@ from rollserve.contract.gateway import (
     ToolDefinition,
 )
 
-__all__ = ["CALL_IDS", "content_blocks", "stop_reason", "to_chat_request"]
+__all__ = ["CALL_IDS", "content_blocks", "refuse_settings", "stop_reason", "to_chat_request"]
 
 CALL_IDS = "toolu_"  # the prefix of the tool_use ids a reply gets
 SEPARATOR = "\n\n"  # between the text blocks of one message
@@ -123,6 +133,9 @@ def _assistant(message: AnthropicMessage, where: str) -> GatewayMessage:
             texts.append(text)
         elif block.type == "tool_use":
             calls.append(_tool_call(block, at))
+        elif block.type in ("thinking", "redacted_thinking"):
+            raise Unsupported(at, f"{block.type} blocks are not taken: the gateway's replies "
+                                  "never carry them (a policy's reasoning is in its text)")
         else:
             raise Unsupported(at, "an assistant message's blocks may be text or tool_use, not "
                                   f"{block.type!r}")
@@ -140,9 +153,36 @@ def _tool(tool: AnthropicTool, where: str) -> ToolDefinition:
         name=tool.name, description=tool.description, parameters=tool.input_schema))
 
 
-def to_chat_request(request: MessagesRequest) -> ChatCompletionRequest:
+# Context edits a harness may ask for that change nothing here: replies carry no
+# thinking blocks, so there are none to clear.
+_NO_OP_EDITS = "clear_thinking_"
+_REFUSED_EXTRAS = {
+    "mcp_servers": "MCP servers run by the API are not available: the harness's own tools are",
+    "container": "code-execution containers are not available: the harness's own tools are",
+}
+
+
+def refuse_settings(request: CountTokensRequest) -> None:
+    """``Unsupported`` naming the first setting of ``request`` the gateway cannot honour."""
+    choice = request.tool_choice
+    if choice is not None and choice.type != "auto":
+        raise Unsupported("tool_choice.type", f"only 'auto' can be honoured, not {choice.type!r}: "
+                          "nothing forces the policy to call (or not call) a tool")
+    if request.context_management is not None:
+        for index, edit in enumerate(request.context_management.edits):
+            if not edit.type.startswith(_NO_OP_EDITS):
+                raise Unsupported(f"context_management.edits[{index}].type",
+                                  f"{edit.type!r} would rewrite the history on the server; only "
+                                  "clearing thinking (a no-op here) is taken")
+    for field, why in _REFUSED_EXTRAS.items():
+        if (request.model_extra or {}).get(field) is not None:
+            raise Unsupported(field, why)
+
+
+def to_chat_request(request: CountTokensRequest) -> ChatCompletionRequest:
     """``request`` as the session's chat request (see the module's docstring);
-    ``Unsupported`` names what cannot be rendered."""
+    ``Unsupported`` names what cannot be rendered or honoured."""
+    refuse_settings(request)
     messages: list[GatewayMessage] = []
     if request.system is not None:
         messages.append(GatewayMessage(role="system", content=_texts(request.system, "system")))
@@ -150,6 +190,9 @@ def to_chat_request(request: MessagesRequest) -> ChatCompletionRequest:
         where = f"messages[{index}]"
         if message.role == "user":
             messages.extend(_user(message, where))
+        elif message.role == "system":
+            messages.append(GatewayMessage(role="system",
+                                           content=_texts(message.content, f"{where}.content")))
         else:
             messages.append(_assistant(message, where))
     last = len(request.messages) - 1
@@ -158,8 +201,9 @@ def to_chat_request(request: MessagesRequest) -> ChatCompletionRequest:
                           "prefilling the assistant's reply is not supported (the policy's "
                           "reply is sampled whole, as a new turn)")
     tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
+    max_tokens = request.max_tokens if isinstance(request, MessagesRequest) else None
     return ChatCompletionRequest(model=request.model, messages=messages, tools=tools or None,
-                                 stream=request.stream, max_tokens=request.max_tokens)
+                                 stream=request.stream, max_tokens=max_tokens)
 
 
 def content_blocks(reply: Reply) -> list[TextOut | ToolUseOut]:

@@ -6,7 +6,9 @@ status ``wire.ERRORS`` gives their kind and take Anthropic's error types: 400 ``
 message starts with the field at fault; a prompt past the context limit is
 ``prompt is too long: ...``, the words Anthropic's clients look for), 401
 ``authentication_error``, 404 ``not_found_error``, 408 ``timeout_error``, 502
-``api_error``.
+``api_error``. ``POST /v1/messages/count_tokens`` (``parse_count_request``,
+``count_body``) answers ``{"input_tokens": N}``: the policy tokenizer's exact count of
+the request rendered whole by its chat template, tools included.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -27,6 +30,7 @@ from rollserve.contract.anthropic import (
     AnthropicError,
     AnthropicErrorBody,
     AnthropicUsage,
+    CountTokensRequest,
     MessagesRequest,
     MessagesResponse,
     TextOut,
@@ -35,7 +39,10 @@ from rollserve.contract.anthropic import (
 from rollserve.contract.gateway import ChatCompletionRequest
 from rollserve.contract.validation import JSONInputError, field_name, parse_json
 
-__all__ = ["CALL_IDS", "error_body", "events", "message", "parse_request"]
+__all__ = ["CALL_IDS", "count_body", "error_body", "events", "message", "parse_count_request",
+           "parse_request"]
+
+R = TypeVar("R", bound=CountTokensRequest)
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                404: "not_found_error", 408: "timeout_error"}
@@ -67,12 +74,26 @@ def parse_request(raw: bytes) -> tuple[MessagesRequest, ChatCompletionRequest]:
     """The request in ``raw`` and the chat request the session renders; a
     ``BadRequest`` (the message starting with the field) when it is not JSON
     rollserve can hold, not a Messages request, or holds what cannot be rendered."""
+    return _parse(MessagesRequest, raw)
+
+
+def parse_count_request(raw: bytes) -> tuple[CountTokensRequest, ChatCompletionRequest]:
+    """As ``parse_request``, for ``/v1/messages/count_tokens`` (no ``max_tokens``)."""
+    return _parse(CountTokensRequest, raw)
+
+
+def count_body(tokens: int) -> bytes:
+    """The answer of ``/v1/messages/count_tokens``."""
+    return _json({"input_tokens": tokens})
+
+
+def _parse(kind: type[R], raw: bytes) -> tuple[R, ChatCompletionRequest]:
     try:
         value = parse_json(raw)
     except JSONInputError as exc:
         raise _refusal(field_name(exc.loc), exc.message) from None
     try:
-        request = validate_sliced(MessagesRequest, value)
+        request = validate_sliced(kind, value)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = [p for p in first["loc"]

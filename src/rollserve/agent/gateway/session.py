@@ -25,21 +25,25 @@ wire's shape: OpenAI's or Anthropic's); a backend failure also fails the rollout
 The session ends when the harness says so, at ``max_turns``, or at the deadline
 (``agent.clock``: ``time_limit`` when the harness took the time, a masked
 ``DeadlineFailure`` when the backend did).
+
+Auxiliary calls (``GatewayLimits.calls``: a call asking for another model than the
+main loop's, ``contract.calls.GatewayCalls``) are answered the same way but rendered
+whole and recorded apart (``Trajectory.auxiliary``, each its own sequence, with its
+purpose and the model asked): they never extend, break or end the main loop's
+sequences, never count toward ``max_turns`` (at most ``max_turns`` of them are
+answered), and never become the reply the episode is graded on (``last_text``).
+``count_tokens`` renders a request whole and counts its ids, sampling nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
-from jinja2 import TemplateError
-
-from rollserve.agent.base import EndedBy, ToolCallRecord
+from rollserve.agent.base import EndedBy
 from rollserve.agent.clock import EpisodeClock, LoopStats, TimeUp
 from rollserve.agent.gateway.base import (
     BackendFailed,
@@ -59,12 +63,23 @@ from rollserve.agent.gateway.messages import (
     presentation,
     reply_message,
     template_tools,
-    to_template,
+)
+from rollserve.agent.gateway.prompts import (
+    TEMPLATE_ERRORS,
+    FinishReason,
+    convert,
+    finish_reason,
+    record_call,
+    standalone_turn,
+    too_long,
+    unrenderable,
+    whole,
 )
 from rollserve.agent.tool_calls import ToolPresentation
-from rollserve.agent.trajectory import Trajectory
+from rollserve.agent.trajectory import AuxiliaryTurn, Trajectory
 from rollserve.contract import SamplingParams
-from rollserve.contract.gateway import ChatCompletionRequest, ToolDefinition
+from rollserve.contract.calls import GatewayCalls
+from rollserve.contract.gateway import ChatCompletionRequest
 from rollserve.errors import InfraError, PromptTooLongError, RolloutError, context_window_error
 from rollserve.llm.base import (
     Generation,
@@ -77,8 +92,6 @@ from rollserve.llm.base import (
 
 __all__ = ["MAX_WAITING_CALLS", "FinishReason", "GatewayLimits", "GatewayReply", "GatewaySession",
            "NoCallError"]
-
-FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class NoCallError(InfraError):
@@ -94,6 +107,7 @@ class GatewayLimits:
     max_context_tokens: int
     deadline: float | None  # event-loop time at which the episode ends itself
     parse_tool_calls: bool = True  # Hermes blocks become tool_calls (with tools offered)
+    calls: GatewayCalls = GatewayCalls()  # which calls are the main loop's, which auxiliary
 
 
 @dataclass(frozen=True)
@@ -207,7 +221,8 @@ class GatewaySession:
                                    "context limit: nothing was sampled to score")
                 if self.context_refusals else
                 NoCallError(f"the session ended ({self.ended_by}) before the harness made a "
-                            "model call: nothing was sampled to score"))
+                            "model call of its main loop: nothing was sampled to score"
+                            + self._auxiliary_only()))
         # The harness's time: everything the backend did not take.
         self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started
                                      - self.stats.llm_seconds)
@@ -215,6 +230,14 @@ class GatewaySession:
             raise self.failure
 
     # --- internals -----------------------------------------------------------------------
+    def _auxiliary_only(self) -> str:
+        count = len(self.trajectory.auxiliary)
+        if not count:
+            return ""
+        asked = sorted({a.model for a in self.trajectory.auxiliary})
+        return (f" ({count} auxiliary calls asked for {', '.join(map(repr, asked))}, none for "
+                f"the main model {self.limits.calls.main_model!r})")
+
     def _refuse_if_ended(self) -> None:
         if self.ended:
             raise SessionEnded(f"the session of rollout {self.rollout_id} has ended "
@@ -246,7 +269,24 @@ class GatewaySession:
         self._refused_last = True
         return ContextLengthExceeded(message)
 
-    async def _complete(self, request: ChatCompletionRequest, call_ids: str) -> GatewayReply:
+    async def count_tokens(self, request: ChatCompletionRequest) -> int:
+        """How many tokens ``request``'s whole render takes with the policy's template
+        and tokenizer (its tools included): nothing is sampled or recorded. Refused as a
+        call is (ended, deadline, bad messages, past the context limit from its bytes)."""
+        self._refuse_if_ended()
+        try:
+            async with asyncio.timeout_at(self.limits.deadline) as limit:
+                shown, template, _normal, _key = await self._converted(request)
+                return len((await self._whole(template, shown))[1])
+        except TimeoutError:
+            if limit.expired():
+                raise self._time_up() from None
+            raise
+
+    async def _converted(self, request: ChatCompletionRequest
+                         ) -> tuple[ToolPresentation | None, list[Message], list[Normal], str]:
+        """The tools as the template shows them, the messages for the template, as
+        compared, and the tools' key."""
         try:
             if await self.llm.message_level():
                 raise InfraError("the gateway samples token ids; the rollout's backend is "
@@ -256,40 +296,62 @@ class GatewaySession:
         except RolloutError as exc:
             raise self._fail(exc) from exc
         try:  # in a thread: a large conversation must not stall the event loop
-            template, normal, tools_key = await asyncio.to_thread(_convert, request, shown)
+            template, normal, tools_key = await asyncio.to_thread(convert, request, shown)
         except Unsupported as exc:
             raise BadRequest(exc.message, param=exc.param) from None
+        return shown, template, normal, tools_key
+
+    async def _whole(self, template: list[Message], shown: ToolPresentation | None
+                     ) -> tuple[PromptBuilder, list[int]]:
+        """A fresh builder and its full render of ``template`` (``prompts.whole``)."""
+        try:
+            return await whole(self.tokenizer, template, shown, self._context_limit())
+        except RolloutError as exc:
+            raise self._fail(exc) from exc
+
+    async def _auxiliary(self, request: ChatCompletionRequest, purpose: str, call_ids: str,
+                         shown: ToolPresentation | None, template: list[Message]) -> GatewayReply:
+        """An auxiliary call: rendered whole, sampled, recorded in ``Trajectory.auxiliary``."""
+        if len(self.trajectory.auxiliary) >= self.limits.max_turns:
+            raise BadRequest(f"model: this session has answered {len(self.trajectory.auxiliary)} "
+                             f"auxiliary calls (model {request.model!r} is not the main loop's "
+                             f"{self.limits.calls.main_model!r}), its max_turns: no more",
+                             param="model")
+        builder, prompt = await self._whole(template, shown)
+        gen = await self._generate(prompt, request, self._context_limit(), main=False)
+        text = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
+        reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools), call_ids)
+        self._refuse_if_ended()
+        version = gen.policy_version if gen.policy_version is not None else self.llm.policy_version
+        self.trajectory.auxiliary.append(AuxiliaryTurn(
+            purpose, request.model, standalone_turn(prompt, gen, version, reply)))
+        return GatewayReply(reply, finish_reason(reply, gen), len(prompt), len(gen.output_ids))
+
+    async def _complete(self, request: ChatCompletionRequest, call_ids: str) -> GatewayReply:
+        shown, template, normal, tools_key = await self._converted(request)
+        purpose = self.limits.calls.purpose_of(request.model)
+        if purpose is not None:
+            return await self._auxiliary(request, purpose, call_ids, shown, template)
         limit = self._context_limit()
         try:
             prompt, added, extends, conversation = await self._prompt(
                 normal, template, tools_key, template_tools(shown), limit)
         except PromptOverBudget as over:  # proven from its bytes, never tokenized
-            raise self._context_refusal(
-                f"This model's maximum context length is {limit} tokens; the messages take "
-                f"{over}, leaving no room to sample.") from None
+            raise self._context_refusal(too_long(limit, str(over))) from None
         except RolloutError as exc:
             raise self._fail(exc) from exc
-        except (TemplateError, TypeError, ValueError, KeyError, IndexError,
-                RecursionError) as exc:
-            # The chat template refused these messages (roles out of order, a field it
-            # cannot render...): the harness's request, not the server, is at fault.
-            raise BadRequest(f"the policy's chat template cannot render these "
-                             f"messages: {type(exc).__name__}: {exc}",
-                             param="messages") from None
+        except TEMPLATE_ERRORS as exc:
+            raise unrenderable(exc) from None
         if len(prompt) >= limit:
-            raise self._context_refusal(
-                f"This model's maximum context length is {limit} tokens; the messages take "
-                f"{len(prompt)} tokens, leaving no room to sample.")
+            raise self._context_refusal(too_long(limit, f"{len(prompt)} tokens"))
         gen = await self._generate(prompt, request, limit)
         text = await conversation.builder.aassistant_content(gen.output_ids, gen.finish_reason)
         reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools), call_ids)
         self._refuse_if_ended()  # the deadline came meanwhile: nothing is recorded
         self._record(gen, added, extends, conversation, text, reply, request)
-        finish: FinishReason = ("tool_calls" if reply.tool_calls else
-                                "length" if gen.finish_reason == "length" else "stop")
         if len(self.trajectory.turns) >= self.limits.max_turns:
             self.finish("max_turns")
-        return GatewayReply(reply, finish, len(prompt), len(gen.output_ids))
+        return GatewayReply(reply, finish_reason(reply, gen), len(prompt), len(gen.output_ids))
 
     async def _prompt(self, normal: list[Normal], template: list[Message], tools_key: str,
                       tools: list[dict[str, object]] | None, limit: int
@@ -324,7 +386,7 @@ class GatewaySession:
         return limit if known is None else min(limit, known)
 
     async def _generate(self, prompt: list[int], request: ChatCompletionRequest,
-                        limit: int) -> Generation:
+                        limit: int, main: bool = True) -> Generation:
         sampling = self.limits.sampling
         wanted = [n for n in (sampling.max_tokens, request.max_tokens,
                               request.max_completion_tokens, limit - len(prompt)) if n is not None]
@@ -336,6 +398,8 @@ class GatewaySession:
             raise self._time_up() from None
         except RolloutError as exc:
             if (overflow := context_window_error(exc)) is not None:
+                if not main:  # an auxiliary call's refusal says nothing of the main loop
+                    raise ContextLengthExceeded(overflow.message) from exc
                 raise self._context_refusal(overflow.message) from exc
             raise self._fail(exc) from exc
 
@@ -349,7 +413,7 @@ class GatewaySession:
         trajectory.add_prompt(added)
         version = gen.policy_version if gen.policy_version is not None else self.llm.policy_version
         turn = trajectory.add_generation(gen, policy_version=version)
-        turn.tool_calls = [_record_call(c.function.name, c.function.arguments, c.id)
+        turn.tool_calls = [record_call(c.function.name, c.function.arguments, c.id)
                            for c in reply.tool_calls]
         echoed = reply_message(reply)
         self._conversation = _Conversation(
@@ -364,21 +428,3 @@ class GatewaySession:
             echoed.model_dump(exclude_none=True, mode="json")]
         trajectory.tools = ([t.model_dump(exclude_none=True) for t in request.tools]
                             if request.tools else None)
-
-
-def _convert(request: ChatCompletionRequest, shown: ToolPresentation | None
-             ) -> tuple[list[Message], list[Normal], str]:
-    """The request's messages for the template, as compared, and its tools' key."""
-    template = to_template(request.messages, shown)
-    normal = [normalized(m, i) for i, m in enumerate(request.messages)]
-    return template, normal, _tools_key(request.tools)
-
-
-def _tools_key(tools: list[ToolDefinition] | None) -> str:
-    return json.dumps([t.model_dump(exclude_none=True) for t in tools or []], sort_keys=True)
-
-
-def _record_call(name: str, arguments: str, call_id: str) -> ToolCallRecord:
-    decoded = json.loads(arguments)
-    return {"name": name, "arguments": decoded if isinstance(decoded, dict) else arguments,
-            "id": call_id}

@@ -4,7 +4,8 @@ The socket is bound in a folder the sandbox sees read-only and only the server w
 (``Sandbox.server_folder``, never the workspace: there any process of the sandbox
 could unlink it and bind its own server at its path), and answers the gateway's
 model routes (OpenAI's ``/v1/chat/completions``, ``/v1/responses`` and
-``/v1/models``, Anthropic's ``/v1/messages``) for ONE session: whoever connects is that rollout's harness, so
+``/v1/models``, Anthropic's ``/v1/messages`` and ``/v1/messages/count_tokens``) for ONE
+session: whoever connects is that rollout's harness, so
 no key is needed and none can name another rollout. Given the session's ``key``, a
 request that carries another gateway key (``rsg-...`` as ``Authorization: Bearer`` or
 ``x-api-key``: another rollout's, leaked or guessed) is refused with a 401
@@ -55,6 +56,7 @@ class SessionSocket:
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -152,10 +154,22 @@ class SessionSocket:
         return web.Response(body=responses_wire.models().model_dump_json().encode("utf-8"),
                             content_type="application/json")
 
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        try:
+            with self.session.admitted():
+                _, chat = await asyncio.to_thread(anthropic_wire.parse_count_request,
+                                                  await self._body(request))
+                tokens = await self.session.count_tokens(chat)
+        except GatewayRefusal as refusal:
+            return _refused(refusal, anthropic_wire.error_body(refusal))
+        return web.Response(body=anthropic_wire.count_body(tokens),
+                            content_type="application/json")
+
     async def _unknown(self, request: web.Request) -> web.Response:
         return _refused(UnknownRoute(f"no route {request.method} {request.path}: the gateway "
                                      "answers POST /v1/chat/completions, POST /v1/responses, "
-                                     "GET /v1/models and POST /v1/messages"))
+                                     "GET /v1/models, POST /v1/messages and "
+                                     "POST /v1/messages/count_tokens"))
 
 
 def _refused(refusal: GatewayRefusal, body: bytes | None = None) -> web.Response:
