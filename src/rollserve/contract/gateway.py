@@ -4,9 +4,14 @@ A harness whose ``OPENAI_BASE_URL`` is ``<server>/v1/gateway/<key>/v1`` posts
 ``ChatCompletionRequest`` to ``/chat/completions`` and gets a ``ChatCompletion`` (or,
 with ``stream: true``, ``ChatCompletionChunk`` server-sent events), in OpenAI's
 shapes. Fields a harness sends that rollserve does not act on (``temperature``,
-``top_p``, ``stop``...) are accepted and ignored: the policy samples with the
-trainer's sampling parameters, so its logprobs are the ones the trainer expects.
-A refusal is a ``GatewayErrorBody``, OpenAI's error shape.
+``top_p``, ``stop``, ``store``, ``parallel_tool_calls``...) are accepted and ignored:
+the policy samples with the trainer's sampling parameters, so its logprobs are the
+ones the trainer expects. Two fields would constrain WHAT is sampled, which the
+gateway cannot do without changing the policy's distribution, so any value but the
+unconstrained one is refused (400 naming the field) rather than silently not honoured:
+``tool_choice`` (``auto``, or ``none`` with no tools: never ``required``, ``none``
+with tools, or a named function) and ``response_format`` (``text`` only: no JSON mode
+or schema). A refusal is a ``GatewayErrorBody``, OpenAI's error shape.
 
 ``GatewayInfo`` is what the trainer's API says about a rollout's gateway session.
 """
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from rollserve.contract.requests import JSONObject
 
@@ -90,6 +95,27 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     n: Literal[1] = 1
+    tool_choice: str | JSONObject | None = Field(
+        None, description="auto (or none when no tools are offered): the policy chooses")
+    response_format: JSONObject | None = Field(None, description='{"type": "text"} only')
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _unconstrained_choice(cls, choice: str | JSONObject | None,
+                              info: ValidationInfo) -> str | JSONObject | None:
+        if choice is None or choice == "auto" or (choice == "none" and not info.data.get("tools")):
+            return choice
+        raise ValueError(f"{choice!r} is not served: the policy samples unconstrained and its "
+                         "tool calls are parsed from its text, so only 'auto' (or 'none' "
+                         "without tools) can be honoured")
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_format(cls, value: JSONObject | None) -> JSONObject | None:
+        if value is None or value.get("type") == "text":
+            return value
+        raise ValueError(f"{value.get('type')!r} is not served: only 'text' (the gateway "
+                         "cannot constrain what the policy samples to JSON or a schema)")
 
 
 class AssistantMessage(BaseModel):
