@@ -37,6 +37,9 @@ REFUSED = [
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
      "response_format"),
+    # Pi's default for a model marked "reasoning" (its preset marks none)
+    ({"reasoning_effort": "medium", "messages": [{"role": "developer", "content": "x"}, *USER]},
+     "reasoning_effort"),
 ]
 
 

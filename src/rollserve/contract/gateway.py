@@ -6,12 +6,14 @@ with ``stream: true``, ``ChatCompletionChunk`` server-sent events), in OpenAI's
 shapes. Fields a harness sends that rollserve does not act on (``temperature``,
 ``top_p``, ``stop``, ``store``, ``parallel_tool_calls``...) are accepted and ignored:
 the policy samples with the trainer's sampling parameters, so its logprobs are the
-ones the trainer expects. Two fields would constrain WHAT is sampled, which the
-gateway cannot do without changing the policy's distribution, so any value but the
+ones the trainer expects. Three fields would change WHAT is sampled, which the
+gateway cannot honour without changing the policy's distribution, so any value but the
 unconstrained one is refused (400 naming the field) rather than silently not honoured:
 ``tool_choice`` (``auto``, or ``none`` with no tools: never ``required``, ``none``
-with tools, or a named function) and ``response_format`` (``text`` only: no JSON mode
-or schema). A refusal is a ``GatewayErrorBody``, OpenAI's error shape.
+with tools, or a named function), ``response_format`` (``text`` only: no JSON mode
+or schema) and ``reasoning_effort`` (absent: how the policy reasons is its chat
+template's and the trainer's choice). A refusal is a ``GatewayErrorBody``, OpenAI's
+error shape.
 
 ``GatewayInfo`` is what the trainer's API says about a rollout's gateway session.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
 from rollserve.contract.requests import JSONObject
 
@@ -98,6 +100,7 @@ class ChatCompletionRequest(BaseModel):
     tool_choice: str | JSONObject | None = Field(
         None, description="auto (or none when no tools are offered): the policy chooses")
     response_format: JSONObject | None = Field(None, description='{"type": "text"} only')
+    reasoning_effort: JsonValue = Field(None, description="not served: absent or null only")
 
     @field_validator("tool_choice")
     @classmethod
@@ -116,6 +119,14 @@ class ChatCompletionRequest(BaseModel):
             return value
         raise ValueError(f"{value.get('type')!r} is not served: only 'text' (the gateway "
                          "cannot constrain what the policy samples to JSON or a schema)")
+
+    @field_validator("reasoning_effort")
+    @classmethod
+    def _no_effort(cls, value: JsonValue) -> None:
+        if value is None:
+            return None
+        raise ValueError(f"{value!r} is not served: how the policy reasons is its chat "
+                         "template's and the trainer's sampling's; send no reasoning_effort")
 
 
 class AssistantMessage(BaseModel):
