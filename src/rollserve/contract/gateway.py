@@ -4,9 +4,16 @@ A harness whose ``OPENAI_BASE_URL`` is ``<server>/v1/gateway/<key>/v1`` posts
 ``ChatCompletionRequest`` to ``/chat/completions`` and gets a ``ChatCompletion`` (or,
 with ``stream: true``, ``ChatCompletionChunk`` server-sent events), in OpenAI's
 shapes. Fields a harness sends that rollserve does not act on (``temperature``,
-``top_p``, ``stop``...) are accepted and ignored: the policy samples with the
-trainer's sampling parameters, so its logprobs are the ones the trainer expects.
-A refusal is a ``GatewayErrorBody``, OpenAI's error shape.
+``top_p``, ``stop``, ``store``, ``parallel_tool_calls``...) are accepted and ignored:
+the policy samples with the trainer's sampling parameters, so its logprobs are the
+ones the trainer expects. Three fields would change WHAT is sampled, which the
+gateway cannot honour without changing the policy's distribution, so any value but the
+unconstrained one is refused (400 naming the field) rather than silently not honoured:
+``tool_choice`` (``auto``, or ``none`` with no tools: never ``required``, ``none``
+with tools, or a named function), ``response_format`` (``text`` only: no JSON mode
+or schema) and ``reasoning_effort`` (absent: how the policy reasons is its chat
+template's and the trainer's choice). A refusal is a ``GatewayErrorBody``, OpenAI's
+error shape.
 
 ``GatewayInfo`` is what the trainer's API says about a rollout's gateway session.
 """
@@ -15,7 +22,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
 from rollserve.contract.requests import JSONObject
 
@@ -90,6 +97,36 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     n: Literal[1] = 1
+    tool_choice: str | JSONObject | None = Field(
+        None, description="auto (or none when no tools are offered): the policy chooses")
+    response_format: JSONObject | None = Field(None, description='{"type": "text"} only')
+    reasoning_effort: JsonValue = Field(None, description="not served: absent or null only")
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _unconstrained_choice(cls, choice: str | JSONObject | None,
+                              info: ValidationInfo) -> str | JSONObject | None:
+        if choice is None or choice == "auto" or (choice == "none" and not info.data.get("tools")):
+            return choice
+        raise ValueError(f"{choice!r} is not served: the policy samples unconstrained and its "
+                         "tool calls are parsed from its text, so only 'auto' (or 'none' "
+                         "without tools) can be honoured")
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_format(cls, value: JSONObject | None) -> JSONObject | None:
+        if value is None or value.get("type") == "text":
+            return value
+        raise ValueError(f"{value.get('type')!r} is not served: only 'text' (the gateway "
+                         "cannot constrain what the policy samples to JSON or a schema)")
+
+    @field_validator("reasoning_effort")
+    @classmethod
+    def _no_effort(cls, value: JsonValue) -> None:
+        if value is None:
+            return None
+        raise ValueError(f"{value!r} is not served: how the policy reasons is its chat "
+                         "template's and the trainer's sampling's; send no reasoning_effort")
 
 
 class AssistantMessage(BaseModel):
