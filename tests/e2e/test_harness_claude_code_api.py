@@ -23,7 +23,7 @@ import uvicorn
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.api.app import create_app
 from rollserve.testing import FakeVLLM
-from tests.e2e.harness_install import harness_bin
+from tests.harness_install import harness_bin
 from tests.e2e.test_gateway_api import assert_exact, result
 from tests.waiting import eventually
 
