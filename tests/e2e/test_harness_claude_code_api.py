@@ -4,7 +4,7 @@ with a scripted policy that uses Claude Code's own tools (Bash, Write, Edit as
 Hermes tool calls the gateway turns into tool_use blocks): the files it makes are
 real, every sampled token in the result is what the backend double logged, and the
 small fast model's calls are recorded apart as auxiliary. Skips where Claude Code is
-not installed (``tests/e2e/harness_install.py``)."""
+not installed (``tests/harness_install.py``)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import uvicorn
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.api.app import create_app
 from rollserve.testing import FakeVLLM
-from tests.harness_install import harness_bin
 from tests.e2e.test_gateway_api import assert_exact, result
+from tests.harness_install import harness_bin
 from tests.waiting import eventually
 
 PRESET = Path(__file__).parents[2] / "src/rollserve/agent/harnesses/presets/claude-code.toml"
