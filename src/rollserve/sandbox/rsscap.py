@@ -1,0 +1,172 @@
+"""The resident-memory cap: what a sandbox's processes hold in RAM together stays near
+``SandboxLimits.memory_mb``; past it, every process of the sandbox is killed
+(``cap="memory"``). Used instead of ``RLIMIT_AS`` where a spec asks for it
+(``memory_mode="resident"``: the harness runs) and no cgroup bounds the sandbox.
+
+Why: ``RLIMIT_AS`` bounds the address space each process *reserves*, and JavaScript
+runtimes reserve far more than they use (V8 reserves gigabytes for each WebAssembly
+memory and its pointer cage, Bun's JavaScriptCore its Gigacage): under a 2 GiB
+``RLIMIT_AS`` Claude Code (Bun) dies with "Illegal instruction" and Qwen Code (Node)
+with "WebAssembly.instantiate(): Out of memory" while using a few hundred MB. This
+cap counts what is resident, for the sandbox as a whole (RLIMIT_AS was per process:
+N processes could hold N x the cap).
+
+What it counts, each ``poll`` seconds (``FolderConfig.resident_poll``), in one pass
+over the sandbox's processes:
+
+- the sum of their resident set sizes (``/proc/PID/statm``: counters, ~25 µs a
+  process). RSS counts a page shared by several processes (a forked parent's
+  copy-on-write pages, shared libraries, a shared mapping) once per process, so the
+  sum can only over-count; while it is under the cap nothing more is read;
+- over the cap, their proportional set sizes instead (``Pss`` of
+  ``/proc/PID/smaps_rollup``): each resident page divided among the processes that
+  map it, so a page the sandbox's processes share counts once, and the sum is what
+  the sandbox holds. PSS walks the page tables (~11 ms per resident GB here), hence
+  only past the cap. Not ``Private_*``: memory shared between two of the sandbox's
+  processes (``MAP_SHARED`` after a fork) is private to neither, and would not count
+  at all. A process whose ``smaps_rollup`` cannot be read counts its RSS.
+
+Where the processes are found: the runtime's host processes (bwrap, whose PID
+namespace's first process reaps every orphan of the sandbox, so nothing leaves the
+tree) and their descendants, through ``/proc/PID/task/TID/children`` (no scan of the
+host's /proc). Memory the sandbox holds outside its processes' mappings is capped
+elsewhere: memfd files (shmcap.py), /dev/shm (a tmpfs of ``tmpfs_mb``), files (the
+disk cap).
+
+Overshoot: between two readings the sandbox can allocate for ``poll`` seconds, and a
+reading plus the kill take a little more: past the cap by at most about the
+allocation rate x (``poll`` + one reading + the kill). Measured here
+(``benchmarks/rss_overshoot.py``) in the README's "Sandbox limits".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+from rollserve.sandbox.watch import MB, CapWatch
+
+log = logging.getLogger(__name__)
+
+POLL = 0.1  # seconds between two readings (the default of FolderConfig.resident_poll)
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+MECHANISM = ("resident memory of all the sandbox's processes together (memory_mode "
+             "'resident'): a watcher in the server sums their RSS from /proc every {poll:g} s "
+             "(their PSS, shared pages once, when that sum passes the cap); past memory_mb "
+             "every process of the sandbox is killed; overshoot about the allocation rate x "
+             "({poll:g} s + one reading)")
+
+
+def mechanism(poll: float) -> str:
+    """How the resident cap is enforced, for ``Runtime.caps()``."""
+    return MECHANISM.format(poll=poll)
+
+
+def tree_pids(roots: Iterable[int]) -> list[int]:
+    """``roots`` and all their descendants now (host pids), from each thread's
+    ``children`` file; processes gone meanwhile are left out."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # gone
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as children:
+                    stack += (int(child) for child in children.read().split())
+            except (OSError, ValueError):
+                continue
+    return sorted(seen)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` (``/proc/PID/statm``), 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def pss_bytes(pid: int) -> int | None:
+    """Proportional set size of ``pid`` (``Pss`` of smaps_rollup); None where it
+    cannot be read (gone, or not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def resident_usage(roots: Iterable[int], limit: int) -> tuple[int, str]:
+    """(bytes, how) that the process trees under ``roots`` hold: the sum of their RSS
+    (``how`` = "rss") while that is within ``limit``, else of their PSS ("pss"; RSS
+    for a process whose PSS cannot be read)."""
+    pids = tree_pids(roots)
+    sizes = {pid: rss_bytes(pid) for pid in pids}
+    total = sum(sizes.values())
+    if total <= limit:
+        return total, "rss"
+    pss = 0
+    for pid, rss in sizes.items():
+        proportional = pss_bytes(pid)
+        pss += rss if proportional is None else proportional
+    return pss, "pss"
+
+
+class ResidentWatch(CapWatch):
+    """Keeps the resident memory of one sandbox's processes under ``limit`` bytes
+    together: every ``poll`` seconds it reads the trees under ``roots()`` (the
+    runtime's host processes) and, past the limit, ``on_exceeded(used)`` kills them."""
+
+    def __init__(self, limit: int, roots: Callable[[], Iterable[int]],
+                 on_exceeded: Callable[[int], Awaitable[None]], poll: float = POLL) -> None:
+        super().__init__(limit, roots, on_exceeded)
+        self.poll = poll
+        self.used = 0  # at the last reading
+        self.how = "rss"  # what the last reading summed: "rss" or "pss"
+        self.readings = 0
+        self.reading_seconds = 0.0  # how long the last reading took (in its thread)
+        self.kills = 0
+        self.killed_at = 0  # the usage that made the last kill
+
+    def notice(self, used: int) -> str:
+        return (f"\n[rollserve: this sandbox reached its memory cap: its processes hold "
+                f"{used / MB:.1f} MB resident together, the cap is {self.limit / MB:.0f} MB for "
+                "the whole sandbox; every process in the sandbox was killed.]\n")
+
+    async def check(self) -> int:
+        """Measure now and enforce the cap; the usage in bytes."""
+        started = time.monotonic()
+        self.used, self.how = await asyncio.to_thread(resident_usage, list(self._pids()),
+                                                      self.limit)
+        self.reading_seconds = time.monotonic() - started
+        self.readings += 1
+        if self.used > self.limit:
+            self.kills += 1
+            self.killed_at = self.used
+            log.warning("sandbox processes hold %d MB resident (%s), past the memory cap of "
+                        "%d MB: killing them", self.used // MB, self.how, self.limit // MB)
+            await self._on_exceeded(self.used)
+        return self.used
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll)
+            try:
+                await self.check()
+            except Exception:  # never let one bad reading end the watching
+                log.exception("resident memory cap check failed")
