@@ -47,7 +47,7 @@ from rollserve.handlers.base import (
     RolloutView,
 )
 from rollserve.handlers.episode import run_episode
-from rollserve.handlers.harness import HarnessOutput
+from rollserve.handlers.harness import HarnessOutput, harness_limits
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import interpreter, protect, recheck, scan
@@ -193,6 +193,8 @@ class SWEHandler(AgentHandler):
         """A sandbox with the task's environment and its repository at base_commit."""
         limits = SandboxLimits(memory_mb=self.options.memory_mb, pids=self.options.pids,
                                cpu_seconds=3600)
+        if parse_harness(rollout.instance) is not None:  # (memory: resident, per sandbox)
+            limits = harness_limits(limits)
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PIP_NO_INPUT": "1",
                "GIT_PAGER": "cat", "PAGER": "cat"}
         if self._images:
