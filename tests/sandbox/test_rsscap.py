@@ -93,7 +93,7 @@ def runtime(request, tmp_path):
 
 
 async def test_one_process_past_the_cap_is_killed_near_it(runtime):
-    assert "resident memory of all the sandbox's processes" in runtime.caps()["memory_mb"]
+    assert "resident memory of all the sandbox's processes" in runtime.caps()["memory_mode"]
     async with await runtime.start(SandboxSpec(limits=resident(128))) as box:
         result = await box.exec(["python3", "-c", HOG], 60)
         assert result.cap == "memory" and not result.ok, result

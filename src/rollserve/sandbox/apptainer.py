@@ -157,11 +157,11 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
             memory, pids = ("apptainer --memory (cgroup), swap included",
                             "apptainer --pids-limit (cgroup)")
         else:
-            memory = (f"{rl.MEMORY_PER_PROCESS} (cgroup_limits is off); specs with "
-                      f"memory_mode 'resident' (harness runs), instead: "
-                      f"{rsscap.mechanism(self.config.resident_poll)}")
+            memory = f"{rl.MEMORY_PER_PROCESS} (cgroup_limits is off)"
             pids = "NOT enforced (cgroup_limits is off)"
-        return {"memory_mb": memory, "pids": pids, **rl.PER_PROCESS,
+        mode = rsscap.mode_caps(self.config.resident_poll, "apptainer --memory (cgroup)"
+                                if self.config.cgroup_limits else None)
+        return {"memory_mb": memory, "memory_mode": mode, "pids": pids, **rl.PER_PROCESS,
                 "disk_mb": diskcap.MECHANISM + "; writes to the image's own folders go to "
                 "--writable-tmpfs, sized by apptainer.conf's 'sessiondir max size'",
                 "tmpfs_mb": "/dev/shm: a host folder under the disk cap"}

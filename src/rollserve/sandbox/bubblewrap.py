@@ -149,8 +149,6 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         else:
             memory += f"; System V shared memory: NOT capped ({ipc})"
         if cgroup is None:
-            memory += (f"; specs with memory_mode 'resident' (harness runs), instead of "
-                       f"RLIMIT_AS: {rsscap.mechanism(self.config.resident_poll)}")
             memory += f"; {shmcap.MEMFD_MECHANISM}"
             if not self.as_root:
                 memory += f" ({shmcap.MEMFD_NOT_ROOT})"
@@ -160,7 +158,9 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         else:
             shm = ("/dev/shm: a host folder under the disk cap (this bwrap has no --size); "
                    "bwrap's tmpfs at / and /dev read-only")
-        return {"memory_mb": memory, "pids": pids, **rl.PER_PROCESS,
+        mode = rsscap.mode_caps(self.config.resident_poll,
+                                None if cgroup is None else f"the cgroup (under {cgroup})")
+        return {"memory_mb": memory, "memory_mode": mode, "pids": pids, **rl.PER_PROCESS,
                 "disk_mb": diskcap.MECHANISM, "tmpfs_mb": shm}
 
     @classmethod

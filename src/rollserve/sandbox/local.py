@@ -61,9 +61,10 @@ class LocalRuntime(FolderRuntime[LocalConfig]):
         return None
 
     def caps(self) -> dict[str, str]:
-        return {"memory_mb": (f"{rl.MEMORY_PER_PROCESS}; specs with memory_mode 'resident' "
-                              f"(harness runs), instead: {rsscap.mechanism(self.config.resident_poll)} "
-                              "(processes that leave the command's tree are not seen)"),
+        return {"memory_mb": rl.MEMORY_PER_PROCESS,
+                "memory_mode": rsscap.mode_caps(
+                    self.config.resident_poll, weaker=" (processes that leave the command's "
+                    "tree, e.g. a daemon's double fork, are not seen: no PID namespace)"),
                 "pids": "NOT enforced (local runtime)",
                 **rl.PER_PROCESS, "disk_mb": diskcap.MECHANISM,
                 "tmpfs_mb": "NOT enforced (local runtime: the host's /dev/shm)"}

@@ -66,6 +66,16 @@ def mechanism(poll: float) -> str:
     return MECHANISM.format(poll=poll)
 
 
+def mode_caps(poll: float, bound: str | None = None, weaker: str = "") -> str:
+    """What ``memory_mode`` does on a runtime (its ``caps()`` entry): nothing where
+    ``bound`` (a cgroup) bounds the sandbox's memory, else either cap; ``weaker``:
+    where the runtime's resident cap sees less."""
+    if bound is not None:
+        return f"no effect: {bound} bounds the sandbox's memory in either mode"
+    return ("'address-space' (the default): RLIMIT_AS per process at memory_mb; 'resident' "
+            f"(harness runs): no RLIMIT_AS, {mechanism(poll)}{weaker}")
+
+
 def tree_pids(roots: Iterable[int]) -> list[int]:
     """``roots`` and all their descendants now (host pids), from each thread's
     ``children`` file; processes gone meanwhile are left out."""
