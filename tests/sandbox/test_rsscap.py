@@ -69,6 +69,17 @@ for i in range(4):
 print("forked", flush=True)
 time.sleep(60)
 """
+# Page tables without resident pages: 1 TB reserved, one byte read every 2 MB (the
+# shared zero page: no RSS; a 4 KB page table each: 2 GB of them in all).
+PAGE_TABLES = r"""
+import mmap
+size = 1 << 40
+m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000)  # NORESERVE
+total = 0
+for offset in range(0, size, 2 << 20):
+    total += m[offset]
+print("fin" "ished")
+"""
 # Reserves 4 GB of address space (a WebAssembly memory's guard region, a 3 GB
 # ArrayBuffer nobody writes) and touches a few MB.
 NODE_RESERVES = ("const m = new WebAssembly.Memory({initial: 1, maximum: 65536}); "
@@ -139,6 +150,17 @@ async def test_pages_shared_after_a_fork_count_once_and_copies_each(tmp_path):
         await process.kill()
         copied = await box.exec(["python3", "-c", SHARED, "write"], 60)
         assert copied.cap == "memory" and watch.killed_at > 256 * MB, copied
+
+
+@needs_bwrap
+async def test_page_tables_count(tmp_path):
+    """RLIMIT_AS bounded page tables with the address space; without it they count."""
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    check_resident(runtime)
+    async with await runtime.start(SandboxSpec(limits=resident(128))) as box:
+        result = await box.exec(["python3", "-c", PAGE_TABLES], 120)
+        assert result.cap == "memory" and "finished" not in result.stdout, result
+        assert 128 * MB < box.resident.killed_at < 1024 * MB
 
 
 @needs_bwrap

@@ -14,17 +14,21 @@ N processes could hold N x the cap).
 What it counts, each ``poll`` seconds (``FolderConfig.resident_poll``), in one pass
 over the sandbox's processes:
 
-- the sum of their resident set sizes (``/proc/PID/statm``: counters, ~25 µs a
-  process). RSS counts a page shared by several processes (a forked parent's
-  copy-on-write pages, shared libraries, a shared mapping) once per process, so the
-  sum can only over-count; while it is under the cap nothing more is read;
+- the sum of their resident set sizes plus their page tables (``VmRSS`` and ``VmPTE``
+  of ``/proc/PID/status``: counters, tens of µs a process). Page tables count because
+  RLIMIT_AS no longer bounds them: reading one byte every 2 MB of a huge reservation
+  maps the shared zero page (no RSS) but a 4 KB page table each, 2 GB of kernel
+  memory per TB reserved. RSS counts a page shared by several processes (a forked
+  parent's copy-on-write pages, shared libraries, a shared mapping) once per
+  process, so the sum can only over-count; while it is under the cap nothing more is
+  read;
 - over the cap, their proportional set sizes instead (``Pss`` of
-  ``/proc/PID/smaps_rollup``): each resident page divided among the processes that
-  map it, so a page the sandbox's processes share counts once, and the sum is what
-  the sandbox holds. PSS walks the page tables (~11 ms per resident GB here), hence
-  only past the cap. Not ``Private_*``: memory shared between two of the sandbox's
-  processes (``MAP_SHARED`` after a fork) is private to neither, and would not count
-  at all. A process whose ``smaps_rollup`` cannot be read counts its RSS.
+  ``/proc/PID/smaps_rollup``, plus page tables): each resident page divided among the
+  processes that map it, so a page the sandbox's processes share counts once, and the
+  sum is what the sandbox holds. PSS walks the page tables (~11 ms per resident GB
+  here), hence only past the cap. Not ``Private_*``: memory shared between two of the
+  sandbox's processes (``MAP_SHARED`` after a fork) is private to neither, and would
+  not count at all. A process whose ``smaps_rollup`` cannot be read counts its RSS.
 
 Where the processes are found: the runtime's host processes (bwrap, whose PID
 namespace's first process reaps every orphan of the sandbox, so nothing leaves the
@@ -52,10 +56,10 @@ from rollserve.sandbox.watch import MB, CapWatch
 log = logging.getLogger(__name__)
 
 POLL = 0.1  # seconds between two readings (the default of FolderConfig.resident_poll)
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 MECHANISM = ("resident memory of all the sandbox's processes together (memory_mode "
-             "'resident'): a watcher in the server sums their RSS from /proc every {poll:g} s "
+             "'resident'): a watcher in the server sums their RSS and page tables from /proc "
+             "every {poll:g} s "
              "(their PSS, shared pages once, when that sum passes the cap); past memory_mb "
              "every process of the sandbox is killed; overshoot about the allocation rate x "
              "({poll:g} s + one reading)")
@@ -99,12 +103,24 @@ def tree_pids(roots: Iterable[int]) -> list[int]:
     return sorted(seen)
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident set size of ``pid`` (``/proc/PID/statm``), 0 once it is gone."""
+def rss_bytes(pid: int) -> tuple[int, int]:
+    """(resident set size, page tables) of ``pid`` in bytes (``VmRSS``, ``VmPTE`` of
+    ``/proc/PID/status``); (0, 0) once it is gone (a zombie has neither)."""
     try:
-        with open(f"/proc/{pid}/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * PAGE
-    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/status", "rb") as status:
+            text = status.read()
+    except OSError:
+        return 0, 0
+    return _kb_field(text, b"\nVmRSS:"), _kb_field(text, b"\nVmPTE:")
+
+
+def _kb_field(text: bytes, name: bytes) -> int:
+    start = text.find(name)
+    if start < 0:
+        return 0
+    try:
+        return int(text[start + len(name):text.index(b"kB", start)]) * 1024
+    except ValueError:
         return 0
 
 
@@ -124,16 +140,16 @@ def pss_bytes(pid: int) -> int | None:
 def resident_usage(roots: Iterable[int], limit: int) -> tuple[int, str]:
     """(bytes, how) that the process trees under ``roots`` hold: the sum of their RSS
     (``how`` = "rss") while that is within ``limit``, else of their PSS ("pss"; RSS
-    for a process whose PSS cannot be read)."""
+    for a process whose PSS cannot be read); page tables included either way."""
     pids = tree_pids(roots)
     sizes = {pid: rss_bytes(pid) for pid in pids}
-    total = sum(sizes.values())
+    total = sum(rss + tables for rss, tables in sizes.values())
     if total <= limit:
         return total, "rss"
     pss = 0
-    for pid, rss in sizes.items():
+    for pid, (rss, tables) in sizes.items():
         proportional = pss_bytes(pid)
-        pss += rss if proportional is None else proportional
+        pss += (rss if proportional is None else proportional) + tables
     return pss, "pss"
 
 
