@@ -33,9 +33,17 @@ over the sandbox's processes:
 Where the processes are found: the runtime's host processes (bwrap, whose PID
 namespace's first process reaps every orphan of the sandbox, so nothing leaves the
 tree) and their descendants, through ``/proc/PID/task/TID/children`` (no scan of the
-host's /proc). Memory the sandbox holds outside its processes' mappings is capped
-elsewhere: memfd files (shmcap.py), /dev/shm (a tmpfs of ``tmpfs_mb``), files (the
-disk cap).
+host's /proc). The kernel builds a ``children`` file one entry at a time, so a child
+that exits while it is read can hide a sibling from that one reading (the next one sees
+it). Memory the sandbox holds outside its processes' mappings is capped elsewhere, each
+on its own: memfd files (shmcap.py: under ``memory_mb`` too, so an unmapped memfd and
+resident memory may together reach twice it), /dev/shm (a tmpfs of ``tmpfs_mb``),
+files (the disk cap). Kernel memory besides page tables (pipes, sockets, thread
+stacks) is not counted, as RLIMIT_AS did not count it either.
+
+Found by running the real programs here in a bubblewrap sandbox at 2048 MB: under
+RLIMIT_AS ``claude -p`` (Claude Code 2.1.197, Bun 1.4) dies of SIGILL (Bun's crash
+report) while ``claude --version`` runs; with the resident cap both run.
 
 Overshoot: between two readings the sandbox can allocate for ``poll`` seconds, and a
 reading plus the kill take a little more: past the cap by at most about the
