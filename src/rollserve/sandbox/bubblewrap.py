@@ -332,7 +332,9 @@ class BubblewrapSandbox(FolderSandbox):
         return process
 
     def start_caps(self, resident_poll: float | None = None) -> None:
-        super().start_caps(self._owner.config.resident_poll if self.resident_cap else None)
+        if resident_poll is None and self.resident_cap:
+            resident_poll = self._owner.config.resident_poll
+        super().start_caps(resident_poll)
         if self.cgroup is None:  # (with one, the cgroup is charged for memfd files too)
             self.memfd = shmcap.MemfdWatch(self.spec.limits.memory_mb * shmcap.MB,
                                            self.host_pids, self._memfd_exceeded)
