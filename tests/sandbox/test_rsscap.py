@@ -211,6 +211,9 @@ def test_the_tree_walk_finds_every_descendant_and_nothing_else():
         assert rsscap.tree_pids([tree.pid]) == sorted([tree.pid, *expected])
         assert rsscap.resident_usage([tree.pid], 1 << 40)[1] == "rss"
         assert rsscap.resident_usage([tree.pid], 0)[1] == "pss"
+        # No time for PSS: every process counts its RSS (an upper bound).
+        rss, how = rsscap.resident_usage([tree.pid], 0, budget=-1)
+        assert how == "pss+rss" and rss >= rsscap.resident_usage([tree.pid], 1 << 40)[0] // 2
         assert rsscap.tree_pids([2 ** 22 + 1]) == [2 ** 22 + 1]  # (gone: no children)
     finally:
         for child in psutil.Process(tree.pid).children(recursive=True):

@@ -29,6 +29,10 @@ over the sandbox's processes:
   here), hence only past the cap. Not ``Private_*``: memory shared between two of the
   sandbox's processes (``MAP_SHARED`` after a fork) is private to neither, and would
   not count at all. A process whose ``smaps_rollup`` cannot be read counts its RSS.
+  The largest are read first, the pass stops once the sum is past the cap, and it
+  spends at most ``PSS_BUDGET`` seconds: the processes left count their RSS (an upper
+  bound). So 256 processes sharing a parent's 2 GB copy-on-write (a 5 s walk here)
+  cannot stretch the time between two readings, only be counted high.
 
 Where the processes are found: the runtime's host processes (bwrap, whose PID
 namespace's first process reaps every orphan of the sandbox, so nothing leaves the
@@ -64,6 +68,7 @@ from rollserve.sandbox.watch import MB, CapWatch
 log = logging.getLogger(__name__)
 
 POLL = 0.1  # seconds between two readings (the default of FolderConfig.resident_poll)
+PSS_BUDGET = 1.0  # seconds a reading may spend on PSS; the processes left count their RSS
 
 MECHANISM = ("resident memory of all the sandbox's processes together (memory_mode "
              "'resident'): a watcher in the server sums their RSS and page tables from /proc "
@@ -111,15 +116,15 @@ def tree_pids(roots: Iterable[int]) -> list[int]:
     return sorted(seen)
 
 
-def rss_bytes(pid: int) -> tuple[int, int]:
-    """(resident set size, page tables) of ``pid`` in bytes (``VmRSS``, ``VmPTE`` of
-    ``/proc/PID/status``); (0, 0) once it is gone (a zombie has neither)."""
+def rss_bytes(pid: int) -> tuple[int, int, int]:
+    """(pid, resident set size, page tables) of ``pid``, in bytes (``VmRSS``, ``VmPTE``
+    of ``/proc/PID/status``); 0 and 0 once it is gone (a zombie has neither)."""
     try:
         with open(f"/proc/{pid}/status", "rb") as status:
             text = status.read()
     except OSError:
-        return 0, 0
-    return _kb_field(text, b"\nVmRSS:"), _kb_field(text, b"\nVmPTE:")
+        return pid, 0, 0
+    return pid, _kb_field(text, b"\nVmRSS:"), _kb_field(text, b"\nVmPTE:")
 
 
 def _kb_field(text: bytes, name: bytes) -> int:
@@ -145,19 +150,26 @@ def pss_bytes(pid: int) -> int | None:
     return None
 
 
-def resident_usage(roots: Iterable[int], limit: int) -> tuple[int, str]:
+def resident_usage(roots: Iterable[int], limit: int,
+                   budget: float = PSS_BUDGET) -> tuple[int, str]:
     """(bytes, how) that the process trees under ``roots`` hold: the sum of their RSS
     (``how`` = "rss") while that is within ``limit``, else of their PSS ("pss"; RSS
-    for a process whose PSS cannot be read); page tables included either way."""
-    pids = tree_pids(roots)
-    sizes = {pid: rss_bytes(pid) for pid in pids}
-    total = sum(rss + tables for rss, tables in sizes.values())
+    for a process whose PSS cannot be read), largest first, stopping once past
+    ``limit`` (the rest can only add); page tables included either way. Processes not
+    read within ``budget`` seconds count their RSS ("pss+rss")."""
+    sizes = sorted((rss_bytes(pid) for pid in tree_pids(roots)), key=lambda s: -s[0])
+    total = sum(rss + tables for _, rss, tables in sizes)
     if total <= limit:
         return total, "rss"
+    deadline = time.monotonic() + budget
     pss = 0
-    for pid, (rss, tables) in sizes.items():
+    for index, (pid, rss, tables) in enumerate(sizes):
+        if time.monotonic() > deadline:
+            return pss + sum(r + t for _, r, t in sizes[index:]), "pss+rss"
         proportional = pss_bytes(pid)
         pss += (rss if proportional is None else proportional) + tables
+        if pss > limit:
+            break
     return pss, "pss"
 
 
