@@ -50,10 +50,15 @@ from rollserve.handlers.base import (
     InvalidInstance,
     RolloutView,
 )
-from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
+from rollserve.handlers.harness import (
+    HarnessOutput,
+    gateway_session,
+    harness_limits,
+    run_in_sandbox,
+)
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
 from rollserve.sandbox import workspace_file_problem
-from rollserve.sandbox.base import Sandbox, SandboxSpec
+from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
 
 __all__ = ["GatewayHandler", "GatewayInstance"]
 
@@ -94,6 +99,9 @@ class GatewayHandler(AgentHandler):
     name = "gateway"
     defaults = HandlerDefaults(max_turns=30, max_context_tokens=8192, init_timeout=10.0,
                                run_timeout=600.0, eval_timeout=10.0, total_timeout=900.0)
+    # The sandbox of a command: memory capped resident, for the whole sandbox
+    # (handlers/harness.py), not per process as address space.
+    sandbox_limits: SandboxLimits = harness_limits()
 
     def outside_harness(self, instance: Mapping[str, Any]) -> str | None:
         return "instance.command" if _task(instance).command is None else None
@@ -113,7 +121,8 @@ class GatewayHandler(AgentHandler):
         rollout.state = state
         if state.task.command is not None:
             state.sandbox = await open_sandbox(self.ctx, rollout,
-                                               SandboxSpec(files=state.task.files, network=False))
+                                               SandboxSpec(files=state.task.files, network=False,
+                                                           limits=self.sandbox_limits))
             state.python = await python_with(state.sandbox, "asyncio")
 
     async def run(self, rollout: RolloutView) -> None:

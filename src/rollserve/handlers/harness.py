@@ -22,6 +22,16 @@
   the policy answered any call (it crashed at start, say) fails the rollout as
   infrastructure (``InfraError``, masked): nothing the policy produced exists to
   score, and the policy cannot act before its first call.
+
+  Memory: a harness sandbox's limits are ``harness_limits`` (``memory_mode``
+  "resident"): where no cgroup bounds it, the sandbox's processes together are held
+  under ``memory_mb`` of resident memory (``sandbox/rsscap.py``), not each under an
+  address-space limit that JavaScript runtimes (Node, Bun) break on at start. Past
+  the cap every process of the sandbox is killed, the harness with them; that ends
+  the rollout as the agent's failure (``AgentError``, scored 0) once the policy has
+  answered a call (what it ran filled the memory, as a test run past its CPU budget
+  is its failure), and as infrastructure (masked) before that (the harness alone
+  does not fit its cap: a configuration problem, as any harness that ends first).
 """
 
 from __future__ import annotations
@@ -34,15 +44,22 @@ from pathlib import Path
 
 from rollserve.agent.gateway import SOCKET_NAME, GatewayLimits, GatewaySession, NoCallError, SessionSocket
 from rollserve.contract.calls import GatewayCalls
-from rollserve.errors import InfraError
+from rollserve.errors import AgentError, InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
-from rollserve.sandbox.base import Sandbox, SandboxProcess
+from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxProcess
 
-__all__ = ["FORWARDER", "LOG_TAIL", "HarnessOutput", "gateway_session", "run_in_sandbox"]
+__all__ = ["FORWARDER", "LOG_TAIL", "HarnessOutput", "gateway_session", "harness_limits",
+           "run_in_sandbox"]
 
 FORWARDER = (Path(__file__).parents[1] / "agent" / "gateway" / "forwarder.py").read_text()
 LOG_TAIL = 4000  # characters of the harness's output kept for the evaluation
 NO_CALL_TAIL = 1500  # characters of it in the failure of a harness that never called
+
+
+def harness_limits(limits: SandboxLimits | None = None) -> SandboxLimits:
+    """``limits`` (default: the defaults) for the sandbox a harness runs in: its memory
+    capped as resident memory for the whole sandbox (see the module's doc)."""
+    return (limits or SandboxLimits()).model_copy(update={"memory_mode": "resident"})
 
 
 @dataclass
@@ -51,6 +68,7 @@ class HarnessOutput:
     ran) and the tail of its output (stdout and stderr together)."""
 
     exit_code: int | None = None
+    cap: str | None = None  # the sandbox cap that killed it ("memory", "disk"), if one did
     chunks: list[str] = field(default_factory=list)
     kept: int = 0  # characters in chunks
 
@@ -127,10 +145,17 @@ async def run_in_sandbox(sandbox: Sandbox, session: GatewaySession, key: str, co
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         await server.close()
+    output.cap = process.cap if process is not None else None
+    memory = (f"memory limit: the sandbox's processes together passed its memory cap "
+              f"({sandbox.spec.limits.memory_mb} MB) and were all killed, the harness with "
+              "them" if output.cap == "memory" else None)
     if session.calls == 0:  # (a policy's action needs a call first: it cannot buy this mask)
-        raise InfraError(f"the harness ended (exit code {output.exit_code}) before the policy "
-                         "answered any call: nothing was sampled to score; its output ends: "
-                         + output.tail()[-NO_CALL_TAIL:])
+        why = f"{memory} " if memory else ""
+        raise InfraError(f"{why}the harness ended (exit code {output.exit_code}) before the "
+                         "policy answered any call: nothing was sampled to score; its output "
+                         "ends: " + output.tail()[-NO_CALL_TAIL:])
+    if memory:  # (after the policy's calls: what it ran did it, as a test run's CPU budget)
+        raise AgentError(f"{memory}; the harness's output ends: {output.tail()[-NO_CALL_TAIL:]}")
 
 
 async def _watch(process: SandboxProcess, session: GatewaySession, output: HarnessOutput) -> None:

@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Self
 
-from rollserve.sandbox import diskcap
+from rollserve.sandbox import diskcap, rsscap
 from rollserve.sandbox import limits as rl
 from rollserve.sandbox.base import (
     SERVER_DIR,
@@ -159,7 +159,9 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
         else:
             memory = f"{rl.MEMORY_PER_PROCESS} (cgroup_limits is off)"
             pids = "NOT enforced (cgroup_limits is off)"
-        return {"memory_mb": memory, "pids": pids, **rl.PER_PROCESS,
+        mode = rsscap.mode_caps(self.config.resident_poll, "apptainer --memory (cgroup)"
+                                if self.config.cgroup_limits else None)
+        return {"memory_mb": memory, "memory_mode": mode, "pids": pids, **rl.PER_PROCESS,
                 "disk_mb": diskcap.MECHANISM + "; writes to the image's own folders go to "
                 "--writable-tmpfs, sized by apptainer.conf's 'sessiondir max size'",
                 "tmpfs_mb": "/dev/shm: a host folder under the disk cap"}
@@ -177,7 +179,7 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
         folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
         folders.make_shm()
         sandbox = ApptainerSandbox(self, sandbox_id, spec, folders, entry, image)
-        sandbox.start_caps()
+        sandbox.start_caps(self.config.resident_poll if sandbox.resident_cap else None)
         await sandbox.seed()
         return sandbox
 
@@ -224,6 +226,7 @@ class ApptainerSandbox(FolderSandbox):
         self._owner = owner
         self._prefix = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False,
                                                   address_space=not owner.config.cgroup_limits))
+        self.resident_cap = rl.resident_cap(spec.limits, bounded=owner.config.cgroup_limits)
 
     def command(self, inner: list[str]) -> list[str]:
         """The host argv that runs ``inner`` in this sandbox (without env and limits)."""

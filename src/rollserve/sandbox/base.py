@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Generic, Protocol, Self, TypeVar, get_args
+from typing import ClassVar, Generic, Literal, Protocol, Self, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -45,7 +45,14 @@ class SandboxLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     memory_mb: int = Field(2048, ge=16, description="cgroup memory per sandbox where a cgroup "
-                           "is available, else address space per process")
+                           "is available, else (memory_mode) address space per process or "
+                           "resident memory per sandbox")
+    memory_mode: Literal["address-space", "resident"] = Field(
+        "address-space", description="where no cgroup bounds the sandbox: 'address-space' "
+        "caps each process's address space at memory_mb (RLIMIT_AS: an allocation past it "
+        "fails); 'resident' caps what all the sandbox's processes hold in RAM together (a "
+        "watcher kills them all past it: rsscap.py), for programs that reserve far more "
+        "than they use (Node, Bun: the agent harnesses)")
     pids: int = Field(256, ge=8, description="processes (RLIMIT_NPROC where no cgroup)")
     file_size_mb: int = Field(512, ge=1, description="largest file a process may write")
     cpu_seconds: int = Field(600, ge=1, description="CPU time per process")
@@ -150,6 +157,7 @@ class SandboxProcess(abc.ABC):
     """A process running inside a sandbox, with pipes or a PTY to talk to it."""
 
     pid: int  # host pid of the process (or of the runtime's launcher) for signalling
+    cap: str | None = None  # the sandbox cap that killed it ("disk", "memory"), else None
 
     @abc.abstractmethod
     async def write(self, data: bytes) -> None:

@@ -32,6 +32,10 @@ Limits (see limits.py for what each rlimit means). RLIMIT_NPROC is counted per
   that fails after the cgroup's OOM killer struck has ``cap="memory"``.
 - the workspace and /tmp together are held under ``disk_mb`` by the disk cap's
   watcher (diskcap.py); /dev/shm is a tmpfs of ``tmpfs_mb`` (bwrap_view.py).
+- a spec with ``memory_mode="resident"`` (the harness runs) and no cgroup: no
+  RLIMIT_AS; a watcher holds the resident memory of all the sandbox's processes
+  together under ``memory_mb`` (rsscap.py), killing every one of them past it
+  (``cap="memory"``).
 - shared memory that RLIMIT_AS does not see (shmcap.py): in the block-fd window, a
   root server caps System V IPC in the command's own IPC namespace; without a
   cgroup, a watcher holds the sandbox's memfd files under ``memory_mb``.
@@ -49,7 +53,7 @@ from pathlib import Path
 
 import psutil
 
-from rollserve.sandbox import cgroups, diskcap, shmcap
+from rollserve.sandbox import cgroups, diskcap, rsscap, shmcap
 from rollserve.sandbox import limits as rl
 from rollserve.sandbox.base import (
     ExecResult,
@@ -154,7 +158,9 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         else:
             shm = ("/dev/shm: a host folder under the disk cap (this bwrap has no --size); "
                    "bwrap's tmpfs at / and /dev read-only")
-        return {"memory_mb": memory, "pids": pids, **rl.PER_PROCESS,
+        mode = rsscap.mode_caps(self.config.resident_poll,
+                                None if cgroup is None else f"the cgroup (under {cgroup})")
+        return {"memory_mb": memory, "memory_mode": mode, "pids": pids, **rl.PER_PROCESS,
                 "disk_mb": diskcap.MECHANISM, "tmpfs_mb": shm}
 
     @classmethod
@@ -239,7 +245,9 @@ class BubblewrapSandbox(FolderSandbox):
         self.cgroup = cgroup
         self._owner = owner
         # With a cgroup, memory is bounded per sandbox there; RLIMIT_AS would only
-        # break programs that reserve more address space than they use.
+        # break programs that reserve more address space than they use. So would it
+        # for a spec with memory_mode "resident" (rlimits leaves it out): rsscap.py.
+        self.resident_cap = rl.resident_cap(spec.limits, bounded=cgroup is not None)
         values = rl.rlimits(spec.limits, nproc=True, address_space=cgroup is None)
         nproc: int | None = values.pop(resource.RLIMIT_NPROC)
         if owner.as_root and uid is None:
@@ -335,8 +343,10 @@ class BubblewrapSandbox(FolderSandbox):
             os.close(block_w)
         return process
 
-    def start_caps(self) -> None:
-        super().start_caps()
+    def start_caps(self, resident_poll: float | None = None) -> None:
+        if resident_poll is None and self.resident_cap:
+            resident_poll = self._owner.config.resident_poll
+        super().start_caps(resident_poll)
         if self.cgroup is None:  # (with one, the cgroup is charged for memfd files too)
             self.memfd = shmcap.MemfdWatch(self.spec.limits.memory_mb * shmcap.MB,
                                            self.host_pids, self._memfd_exceeded)

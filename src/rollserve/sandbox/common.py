@@ -52,6 +52,7 @@ from rollserve.sandbox.owner import (
     remove_tree,
 )
 from rollserve.sandbox.process import KILL_WAIT, HostProcess
+from rollserve.sandbox.rsscap import ResidentWatch
 
 # A command on a PTY runs under this (see the module's doc); written here only.
 CTTY = ("setsid", "--ctty", "--wait")
@@ -127,6 +128,7 @@ class FolderSandbox(Sandbox):
         self._closed = False
         self._seeding = False  # while True, commands see no workspace aliases
         self.disk: DiskWatch | None = None  # the disk cap's watcher, once started
+        self.resident: ResidentWatch | None = None  # the resident memory cap's (rsscap.py)
 
     @property
     def closed(self) -> bool:
@@ -247,16 +249,23 @@ class FolderSandbox(Sandbox):
 
     # -- caps and seeding ---------------------------------------------------------------
 
-    def start_caps(self) -> None:
+    def start_caps(self, resident_poll: float | None = None) -> None:
         """Start watching the disk cap (workspace and tmp together: the sandbox's
-        folder); the runtime calls it once the sandbox exists, before seeding it."""
+        folder) and, with ``resident_poll`` (where the runtime caps this sandbox's
+        resident memory: rsscap.py), the memory cap every that many seconds; the
+        runtime calls it once the sandbox exists, before seeding it."""
         self.disk = DiskWatch(self.folders.base, self.spec.limits.disk_mb * MB,
                               self.host_pids, self._disk_exceeded)
         self.disk.start()
+        if resident_poll is not None:
+            self.resident = ResidentWatch(self.spec.limits.memory_mb * MB, self.root_pids,
+                                          self._resident_exceeded, resident_poll)
+            self.resident.start()
 
     async def _stop_caps(self) -> None:
-        if self.disk is not None:
-            await self.disk.stop()
+        for watch in (self.disk, self.resident):
+            if watch is not None:
+                await watch.stop()
 
     def host_pids(self) -> list[int]:
         """Host pids of the sandbox's live processes and everything they started."""
@@ -268,6 +277,14 @@ class FolderSandbox(Sandbox):
             except psutil.Error:
                 continue
         return pids
+
+    def root_pids(self) -> list[int]:
+        """Host pids of the sandbox's live processes (the runtime's launchers)."""
+        return [process.pid for process in list(self._processes)]
+
+    async def _resident_exceeded(self, used: int) -> None:
+        if self.resident is not None:
+            await self.kill_for_cap("memory", self.resident.notice(used))
 
     async def _disk_exceeded(self, used: int) -> None:
         if self.disk is not None:

@@ -28,7 +28,18 @@ class FolderConfig(RuntimeConfigBase):
                               "system temp folder)")
 
 
-class BubblewrapConfig(FolderConfig):
+class ResidentFolderConfig(FolderConfig):
+    """A folder runtime whose commands are the server's descendants: the resident
+    memory cap can watch them (rsscap.py)."""
+
+    resident_poll: float = Field(
+        0.1, gt=0, le=10, description="seconds between two readings of a sandbox's resident "
+        "memory, for specs with memory_mode 'resident' and no cgroup (rsscap.py): a sandbox "
+        "gets past memory_mb by about its allocation rate x this (bubblewrap, apptainer, "
+        "local)")
+
+
+class BubblewrapConfig(ResidentFolderConfig):
     runtime: Literal["bubblewrap"] = "bubblewrap"
     bwrap: str = Field("bwrap", description="the bwrap binary (a name on PATH, or a path)")
     root_uids: tuple[int, int] | None = Field(
@@ -61,7 +72,7 @@ class BubblewrapConfig(FolderConfig):
         "<root or the temp folder>/rollserve-python-0)")
 
 
-class ApptainerConfig(FolderConfig):
+class ApptainerConfig(ResidentFolderConfig):
     runtime: Literal["apptainer", "singularity"] = Field(
         "apptainer", description="the binary to run: this one, else the other if only it "
         "is on PATH")
@@ -91,7 +102,7 @@ class DockerConfig(FolderConfig):
     extra_run_args: list[str] = Field(default_factory=list)
 
 
-class LocalConfig(FolderConfig):
+class LocalConfig(ResidentFolderConfig):
     runtime: Literal["local"] = "local"
 
 

@@ -97,6 +97,8 @@ class DockerRuntime(FolderRuntime[DockerConfig], ImageRuntime[DockerConfig]):
                                     "; the container's own filesystem is NOT capped "
                                     "(rootfs_size is off)")
         return {"memory_mb": "--memory for the whole container, swap off (cgroup)",
+                "memory_mode": "no effect: --memory (cgroup) bounds the container's memory "
+                "in either mode",
                 "pids": "--pids-limit for the whole container (cgroup)",
                 "file_size_mb": "--ulimit fsize: per file", "open_files": "--ulimit nofile",
                 "cpu_seconds": "--ulimit cpu: per process",

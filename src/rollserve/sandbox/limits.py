@@ -3,8 +3,10 @@
 rlimits are per process, set on the first process of a sandbox and inherited:
 
 - RLIMIT_AS (memory_mb): address space *per process*, not per sandbox. It also
-  breaks programs that reserve much more than they use (Go, JVMs); where a cgroup
-  v2 memory controller is available it is used instead (see cgroups.py).
+  breaks programs that reserve much more than they use (Go, JVMs, Node, Bun); where a
+  cgroup v2 memory controller is available it is used instead (see cgroups.py), and
+  a spec with ``memory_mode="resident"`` gets the resident memory cap for the whole
+  sandbox instead (rsscap.py).
 - RLIMIT_NPROC (pids): counted per (user namespace, uid). The kernel exempts real
   uid 0 from it entirely, so as root it does nothing; for a plain user outside a
   user namespace it counts *every* process of that user on the host (so it is
@@ -24,15 +26,23 @@ from rollserve.sandbox.base import SandboxLimits
 MB = 1 << 20
 
 
+def resident_cap(limits: SandboxLimits, *, bounded: bool) -> bool:
+    """Whether a sandbox with ``limits`` gets the resident memory cap (rsscap.py)
+    instead of RLIMIT_AS: it asks for it, and nothing else (``bounded``: a cgroup)
+    bounds its memory as a whole."""
+    return limits.memory_mode == "resident" and not bounded
+
+
 def rlimits(limits: SandboxLimits, *, nproc: bool, address_space: bool = True) -> dict[int, int]:
-    """The rlimits (soft = hard) for ``limits``: RLIMIT_* -> value."""
+    """The rlimits (soft = hard) for ``limits``: RLIMIT_* -> value; RLIMIT_AS only
+    with ``address_space`` and a spec whose ``memory_mode`` is "address-space"."""
     values = {
         resource.RLIMIT_FSIZE: limits.file_size_mb * MB,
         resource.RLIMIT_CPU: limits.cpu_seconds,
         resource.RLIMIT_NOFILE: limits.open_files,
         resource.RLIMIT_CORE: 0,
     }
-    if address_space:
+    if address_space and limits.memory_mode == "address-space":
         values[resource.RLIMIT_AS] = limits.memory_mb * MB
     if nproc:
         values[resource.RLIMIT_NPROC] = limits.pids

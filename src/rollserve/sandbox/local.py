@@ -18,7 +18,7 @@ import logging
 import os
 from pathlib import Path
 
-from rollserve.sandbox import diskcap
+from rollserve.sandbox import diskcap, rsscap
 from rollserve.sandbox import limits as rl
 from rollserve.sandbox.base import SandboxError, SandboxSpec
 from rollserve.sandbox.common import FolderRuntime, FolderSandbox
@@ -61,7 +61,11 @@ class LocalRuntime(FolderRuntime[LocalConfig]):
         return None
 
     def caps(self) -> dict[str, str]:
-        return {"memory_mb": rl.MEMORY_PER_PROCESS, "pids": "NOT enforced (local runtime)",
+        return {"memory_mb": rl.MEMORY_PER_PROCESS,
+                "memory_mode": rsscap.mode_caps(
+                    self.config.resident_poll, weaker=" (processes that leave the command's "
+                    "tree, e.g. a daemon's double fork, are not seen: no PID namespace)"),
+                "pids": "NOT enforced (local runtime)",
                 **rl.PER_PROCESS, "disk_mb": diskcap.MECHANISM,
                 "tmpfs_mb": "NOT enforced (local runtime: the host's /dev/shm)"}
 
@@ -74,7 +78,8 @@ class LocalRuntime(FolderRuntime[LocalConfig]):
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
         sandbox = LocalSandbox(self.name, sandbox_id, spec, folders, entry)
-        sandbox.start_caps()
+        sandbox.start_caps(self.config.resident_poll
+                           if rl.resident_cap(spec.limits, bounded=False) else None)
         return sandbox
 
 

@@ -47,7 +47,7 @@ from rollserve.handlers.base import (
     RolloutView,
 )
 from rollserve.handlers.episode import run_episode
-from rollserve.handlers.harness import HarnessOutput
+from rollserve.handlers.harness import HarnessOutput, harness_limits
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import interpreter, protect, recheck, scan
@@ -180,7 +180,10 @@ class SWEHandler(AgentHandler):
     # --- the stages ---------------------------------------------------------------------
     async def init(self, rollout: RolloutView) -> None:
         task = self.task(rollout.instance)
-        sandbox = await self._open(rollout, task)
+        # A harness's sandbox caps memory resident (Node, Bun); EVAL's keep RLIMIT_AS,
+        # so a task is graded alike whoever acted.
+        sandbox = await self._open(rollout, task,
+                                   harness=parse_harness(rollout.instance) is not None)
         if self._images and task.schema == "r2e-gym":
             await envs.hide_r2e_tests(sandbox, self.options)
         env = None if self._images else await self._host_env(sandbox)
@@ -189,10 +192,13 @@ class SWEHandler(AgentHandler):
         # are untracked or changed against base_commit: they are not the agent's).
         rollout.state = SWEWork(task, sandbox, await snapshot(sandbox))
 
-    async def _open(self, rollout: RolloutView, task: SWETask) -> Sandbox:
-        """A sandbox with the task's environment and its repository at base_commit."""
+    async def _open(self, rollout: RolloutView, task: SWETask, harness: bool = False) -> Sandbox:
+        """A sandbox with the task's environment and its repository at base_commit
+        (``harness``: with a harness's limits, memory resident for the whole sandbox)."""
         limits = SandboxLimits(memory_mb=self.options.memory_mb, pids=self.options.pids,
                                cpu_seconds=3600)
+        if harness:
+            limits = harness_limits(limits)
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PIP_NO_INPUT": "1",
                "GIT_PAGER": "cat", "PAGER": "cat"}
         if self._images:

@@ -1,0 +1,218 @@
+"""The resident-memory cap: what a sandbox's processes hold in RAM together stays near
+``SandboxLimits.memory_mb``; past it, every process of the sandbox is killed
+(``cap="memory"``). Used instead of ``RLIMIT_AS`` where a spec asks for it
+(``memory_mode="resident"``: the harness runs) and no cgroup bounds the sandbox.
+
+Why: ``RLIMIT_AS`` bounds the address space each process *reserves*, and JavaScript
+runtimes reserve far more than they use (V8 reserves gigabytes for each WebAssembly
+memory and its pointer cage, Bun's JavaScriptCore its Gigacage): under a 2 GiB
+``RLIMIT_AS`` Claude Code (Bun) dies with "Illegal instruction" and Qwen Code (Node)
+with "WebAssembly.instantiate(): Out of memory" while using a few hundred MB. This
+cap counts what is resident, for the sandbox as a whole (RLIMIT_AS was per process:
+N processes could hold N x the cap).
+
+What it counts, each ``poll`` seconds (``FolderConfig.resident_poll``), in one pass
+over the sandbox's processes:
+
+- the sum of their resident set sizes plus their page tables (``VmRSS`` and ``VmPTE``
+  of ``/proc/PID/status``: counters, tens of µs a process). Page tables count because
+  RLIMIT_AS no longer bounds them: reading one byte every 2 MB of a huge reservation
+  maps the shared zero page (no RSS) but a 4 KB page table each, 2 GB of kernel
+  memory per TB reserved. RSS counts a page shared by several processes (a forked
+  parent's copy-on-write pages, shared libraries, a shared mapping) once per
+  process, so the sum can only over-count; while it is under the cap nothing more is
+  read;
+- over the cap, their proportional set sizes instead (``Pss`` of
+  ``/proc/PID/smaps_rollup``, plus page tables): each resident page divided among the
+  processes that map it, so a page the sandbox's processes share counts once, and the
+  sum is what the sandbox holds. PSS walks the page tables (~11 ms per resident GB
+  here), hence only past the cap. Not ``Private_*``: memory shared between two of the
+  sandbox's processes (``MAP_SHARED`` after a fork) is private to neither, and would
+  not count at all. A process whose ``smaps_rollup`` cannot be read counts its RSS.
+  The largest are read first, the pass stops once the sum is past the cap, and it
+  spends at most ``PSS_BUDGET`` seconds: the processes left count their RSS (an upper
+  bound). So 256 processes sharing a parent's 2 GB copy-on-write (a 5 s walk here)
+  cannot stretch the time between two readings, only be counted high.
+
+Where the processes are found: the runtime's host processes (bwrap, whose PID
+namespace's first process reaps every orphan of the sandbox, so nothing leaves the
+tree) and their descendants, through ``/proc/PID/task/TID/children`` (no scan of the
+host's /proc). The kernel builds a ``children`` file one entry at a time, so a child
+that exits while it is read can hide a sibling from that one reading (the next one sees
+it). Memory the sandbox holds outside its processes' mappings is capped elsewhere, each
+on its own: memfd files (shmcap.py: under ``memory_mb`` too, so an unmapped memfd and
+resident memory may together reach twice it), /dev/shm (a tmpfs of ``tmpfs_mb``),
+files (the disk cap). Kernel memory besides page tables (pipes, sockets, thread
+stacks) is not counted, as RLIMIT_AS did not count it either.
+
+Found by running the real programs here in a bubblewrap sandbox at 2048 MB: under
+RLIMIT_AS ``claude -p`` (Claude Code 2.1.197, Bun 1.4) dies of SIGILL (Bun's crash
+report) while ``claude --version`` runs; with the resident cap both run.
+
+Overshoot: between two readings the sandbox can allocate for ``poll`` seconds, and a
+reading plus the kill take a little more: past the cap by at most about the
+allocation rate x (``poll`` + one reading + the kill). Measured here
+(``benchmarks/rss_overshoot.py``) in the README's "Sandbox limits".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+from rollserve.sandbox.watch import MB, CapWatch
+
+log = logging.getLogger(__name__)
+
+POLL = 0.1  # seconds between two readings (the default of FolderConfig.resident_poll)
+PSS_BUDGET = 1.0  # seconds a reading may spend on PSS; the processes left count their RSS
+
+MECHANISM = ("resident memory of all the sandbox's processes together (memory_mode "
+             "'resident'): a watcher in the server sums their RSS and page tables from /proc "
+             "every {poll:g} s "
+             "(their PSS, shared pages once, when that sum passes the cap); past memory_mb "
+             "every process of the sandbox is killed; overshoot about the allocation rate x "
+             "({poll:g} s + one reading)")
+
+
+def mechanism(poll: float) -> str:
+    """How the resident cap is enforced, for ``Runtime.caps()``."""
+    return MECHANISM.format(poll=poll)
+
+
+def mode_caps(poll: float, bound: str | None = None, weaker: str = "") -> str:
+    """What ``memory_mode`` does on a runtime (its ``caps()`` entry): nothing where
+    ``bound`` (a cgroup) bounds the sandbox's memory, else either cap; ``weaker``:
+    where the runtime's resident cap sees less."""
+    if bound is not None:
+        return f"no effect: {bound} bounds the sandbox's memory in either mode"
+    return ("'address-space' (the default): RLIMIT_AS per process at memory_mb; 'resident' "
+            f"(harness runs): no RLIMIT_AS, {mechanism(poll)}{weaker}")
+
+
+def tree_pids(roots: Iterable[int]) -> list[int]:
+    """``roots`` and all their descendants now (host pids), from each thread's
+    ``children`` file; processes gone meanwhile are left out."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # gone
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as children:
+                    stack += (int(child) for child in children.read().split())
+            except (OSError, ValueError):
+                continue
+    return sorted(seen)
+
+
+def rss_bytes(pid: int) -> tuple[int, int, int]:
+    """(pid, resident set size, page tables) of ``pid``, in bytes (``VmRSS``, ``VmPTE``
+    of ``/proc/PID/status``); 0 and 0 once it is gone (a zombie has neither)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            text = status.read()
+    except OSError:
+        return pid, 0, 0
+    return pid, _kb_field(text, b"\nVmRSS:"), _kb_field(text, b"\nVmPTE:")
+
+
+def _kb_field(text: bytes, name: bytes) -> int:
+    start = text.find(name)
+    if start < 0:
+        return 0
+    try:
+        return int(text[start + len(name):text.index(b"kB", start)]) * 1024
+    except ValueError:
+        return 0
+
+
+def pss_bytes(pid: int) -> int | None:
+    """Proportional set size of ``pid`` (``Pss`` of smaps_rollup); None where it
+    cannot be read (gone, or not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def resident_usage(roots: Iterable[int], limit: int,
+                   budget: float = PSS_BUDGET) -> tuple[int, str]:
+    """(bytes, how) that the process trees under ``roots`` hold: the sum of their RSS
+    (``how`` = "rss") while that is within ``limit``, else of their PSS ("pss"; RSS
+    for a process whose PSS cannot be read), largest first, stopping once past
+    ``limit`` (the rest can only add); page tables included either way. Processes not
+    read within ``budget`` seconds count their RSS ("pss+rss")."""
+    sizes = sorted((rss_bytes(pid) for pid in tree_pids(roots)), key=lambda s: -s[0])
+    total = sum(rss + tables for _, rss, tables in sizes)
+    if total <= limit:
+        return total, "rss"
+    deadline = time.monotonic() + budget
+    pss = 0
+    for index, (pid, rss, tables) in enumerate(sizes):
+        if time.monotonic() > deadline:
+            return pss + sum(r + t for _, r, t in sizes[index:]), "pss+rss"
+        proportional = pss_bytes(pid)
+        pss += (rss if proportional is None else proportional) + tables
+        if pss > limit:
+            break
+    return pss, "pss"
+
+
+class ResidentWatch(CapWatch):
+    """Keeps the resident memory of one sandbox's processes under ``limit`` bytes
+    together: every ``poll`` seconds it reads the trees under ``roots()`` (the
+    runtime's host processes) and, past the limit, ``on_exceeded(used)`` kills them."""
+
+    def __init__(self, limit: int, roots: Callable[[], Iterable[int]],
+                 on_exceeded: Callable[[int], Awaitable[None]], poll: float = POLL) -> None:
+        super().__init__(limit, roots, on_exceeded)
+        self.poll = poll
+        self.used = 0  # at the last reading
+        self.how = "rss"  # what the last reading summed: "rss" or "pss"
+        self.readings = 0
+        self.reading_seconds = 0.0  # how long the last reading took (in its thread)
+        self.kills = 0
+        self.killed_at = 0  # the usage that made the last kill
+
+    def notice(self, used: int) -> str:
+        return (f"\n[rollserve: this sandbox reached its memory cap: its processes hold "
+                f"{used / MB:.1f} MB resident together, the cap is {self.limit / MB:.0f} MB for "
+                "the whole sandbox; every process in the sandbox was killed.]\n")
+
+    async def check(self) -> int:
+        """Measure now and enforce the cap; the usage in bytes."""
+        started = time.monotonic()
+        self.used, self.how = await asyncio.to_thread(resident_usage, list(self._pids()),
+                                                      self.limit)
+        self.reading_seconds = time.monotonic() - started
+        self.readings += 1
+        if self.used > self.limit:
+            self.kills += 1
+            self.killed_at = self.used
+            log.warning("sandbox processes hold %d MB resident (%s), past the memory cap of "
+                        "%d MB: killing them", self.used // MB, self.how, self.limit // MB)
+            await self._on_exceeded(self.used)
+        return self.used
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll)
+            try:
+                await self.check()
+            except Exception:  # never let one bad reading end the watching
+                log.exception("resident memory cap check failed")

@@ -1,0 +1,239 @@
+"""The resident memory cap (``memory_mode="resident"``, sandbox/rsscap.py), tried the
+way a runaway or hostile agent would: one process allocating past the cap, many
+processes each under it but together over it, memory shared after a fork (counted
+once) then written (counted for each copy); and what it is for: a Node process that
+reserves gigabytes of address space but touches little runs under it, where it fails
+under RLIMIT_AS. Real sandboxes, caps of a few hundred MB."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from rollserve.sandbox import rsscap
+from rollserve.sandbox.base import SandboxLimits, SandboxSpec
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from rollserve.sandbox.diskcap import MB
+from tests.sandbox.helpers import NESTED, RUNTIMES, eventually, make_runtime, rerun_unprivileged
+
+needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
+                                 reason=f"{BubblewrapRuntime.unavailable_reason()}")
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+
+# 16 MB touched every 50 ms, up to 1 GB (64 chunks, 3.2 s): unstopped it ends "finished".
+HOG = r"""
+import time
+held = []
+for i in range(64):
+    held.append(bytes([i % 250 + 1]) * (16 << 20))
+    print("held_mb", 16 * (i + 1), flush=True)
+    time.sleep(0.05)
+time.sleep(30)
+print("fin" "ished")
+"""
+# 8 processes of 48 MB each (each under the cap, and under RLIMIT_AS), all held at
+# once: 384 MB together; then they end, or (argv "hold") hold on for 30 s.
+SPREAD = r"""
+import os, sys, time
+held_r, held_w = os.pipe()
+go_r, go_w = os.pipe()
+for i in range(8):
+    if os.fork() == 0:
+        mine = bytes([i + 1]) * (48 << 20)
+        os.write(held_w, b"1")
+        os.read(go_r, 1)
+        os._exit(0)
+got = b""
+while len(got) < 8:
+    got += os.read(held_r, 8)
+print("all held", flush=True)
+if sys.argv[1] == "hold":
+    time.sleep(30)
+os.close(go_w)
+print("fin" "ished")
+"""
+# 96 MB touched in a parent, then 4 children that share it (copy-on-write): RSS
+# counts it 5 times (~500 MB), the sandbox holds it once. With "write" each child
+# makes its own copy: 96 MB more each.
+SHARED = r"""
+import os, sys, time
+data = b"s" * (96 << 20)
+for i in range(4):
+    if os.fork() == 0:
+        if sys.argv[1] == "write":
+            mine = bytearray(data)
+        time.sleep(60)
+        os._exit(0)
+print("forked", flush=True)
+time.sleep(60)
+"""
+# Page tables without resident pages: 1 TB reserved, one byte read every 2 MB (the
+# shared zero page: no RSS; a 4 KB page table each: 2 GB of them in all).
+PAGE_TABLES = r"""
+import mmap
+size = 1 << 40
+m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000)  # NORESERVE
+total = 0
+for offset in range(0, size, 2 << 20):
+    total += m[offset]
+print("fin" "ished")
+"""
+# Reserves 4 GB of address space (a WebAssembly memory's guard region, a 3 GB
+# ArrayBuffer nobody writes) and touches a few MB.
+NODE_RESERVES = ("const m = new WebAssembly.Memory({initial: 1, maximum: 65536}); "
+                 "const b = new ArrayBuffer(3 * 2 ** 30); "
+                 "console.log('reserved', m.buffer.byteLength, b.byteLength)")
+
+
+def resident(memory_mb: int) -> SandboxLimits:
+    return SandboxLimits(memory_mb=memory_mb, pids=64, memory_mode="resident")
+
+
+def check_resident(runtime) -> None:
+    if getattr(runtime, "cgroup_parent", None) is not None:
+        pytest.skip("a cgroup bounds this sandbox's memory (memory.max), not the watcher")
+
+
+@pytest.fixture(params=[name for name in RUNTIMES if name in ("bubblewrap", "local")])
+def runtime(request, tmp_path):
+    made = make_runtime(request.param, tmp_path / "state")
+    check_resident(made)
+    return made
+
+
+async def test_one_process_past_the_cap_is_killed_near_it(runtime):
+    assert "resident memory of all the sandbox's processes" in runtime.caps()["memory_mode"]
+    async with await runtime.start(SandboxSpec(limits=resident(128))) as box:
+        result = await box.exec(["python3", "-c", HOG], 60)
+        assert result.cap == "memory" and not result.ok, result
+        assert "finished" not in result.stdout
+        assert "reached its memory cap" in result.stderr and "resident" in result.stderr
+        held = [int(line.split()[1]) for line in result.stdout.split("\n") if line]
+        # Stopped near the cap (16 MB every 50 ms: ~32 MB a poll, plus the interpreter's
+        # own), not at 1 GB.
+        assert held[-1] < 400, held
+        assert 128 * MB < box.resident.killed_at < 400 * MB
+        # The sandbox stays usable: only what ran was killed.
+        assert (await box.exec("echo still usable", 10)).stdout == "still usable\n"
+
+
+@needs_bwrap
+async def test_many_processes_each_under_the_cap_are_caught_together(tmp_path):
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    check_resident(runtime)
+    # Address space per process (the default): each of the 8 is under 256 MB, so all run.
+    spec = SandboxSpec(limits=SandboxLimits(memory_mb=256, pids=64))
+    async with await runtime.start(spec) as box:
+        assert box.resident is None
+        result = await box.exec(["python3", "-c", SPREAD, "end"], 60)
+        assert result.ok and result.stdout == "all held\nfinished\n", result
+    # Resident for the sandbox: 384 MB together is past 256 MB.
+    async with await runtime.start(SandboxSpec(limits=resident(256))) as box:
+        result = await box.exec(["python3", "-c", SPREAD, "hold"], 60)
+        assert result.cap == "memory" and "finished" not in result.stdout, result
+        assert box.resident.killed_at > 256 * MB
+
+
+@needs_bwrap
+async def test_pages_shared_after_a_fork_count_once_and_copies_each(tmp_path):
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    check_resident(runtime)
+    async with await runtime.start(SandboxSpec(limits=resident(256))) as box:
+        process = await box.spawn(["python3", "-c", SHARED, "share"])
+        watch = box.resident
+        # Their RSS together is past the cap (~500 MB); what they hold (PSS) is not.
+        await eventually(lambda: watch.how == "pss" and watch.used > 96 * MB, timeout=60,
+                         what="a reading of the shared pages past the RSS cap")
+        assert watch.kills == 0 and process.returncode is None and watch.used < 256 * MB
+        await process.kill()
+        copied = await box.exec(["python3", "-c", SHARED, "write"], 60)
+        assert copied.cap == "memory" and watch.killed_at > 256 * MB, copied
+
+
+@needs_bwrap
+async def test_page_tables_count(tmp_path):
+    """RLIMIT_AS bounded page tables with the address space; without it they count."""
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    check_resident(runtime)
+    async with await runtime.start(SandboxSpec(limits=resident(128))) as box:
+        result = await box.exec(["python3", "-c", PAGE_TABLES], 120)
+        assert result.cap == "memory" and "finished" not in result.stdout, result
+        assert 128 * MB < box.resident.killed_at < 1024 * MB
+
+
+@needs_bwrap
+@needs_node
+async def test_node_reserving_address_space_runs_under_the_resident_cap(tmp_path):
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    check_resident(runtime)
+    command = ["node", "-e", NODE_RESERVES]
+    async with await runtime.start(SandboxSpec(limits=SandboxLimits(memory_mb=2048))) as box:
+        refused = await box.exec(command, 60)  # RLIMIT_AS 2 GB: the reservation fails
+        assert not refused.ok and "could not allocate memory" in refused.stderr, refused
+    async with await runtime.start(SandboxSpec(limits=resident(2048))) as box:
+        ran = await box.exec(command, 60)
+        assert ran.ok and ran.stdout == "reserved 65536 3221225472\n", ran
+        assert box.resident.kills == 0
+
+
+@needs_bwrap
+@needs_node
+async def test_a_node_process_allocating_past_the_cap_is_killed(tmp_path):
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    check_resident(runtime)
+    # 16 MB written every 50 ms, kept: unstopped, 1 GB and "finished".
+    hog = ("const held = []; let i = 0; const t = setInterval(() => { "
+           "held.push(Buffer.alloc(16 << 20, i + 1)); i += 1; "
+           "if (i === 64) { clearInterval(t); console.log('fin' + 'ished'); } }, 50);")
+    async with await runtime.start(SandboxSpec(limits=resident(192))) as box:
+        result = await box.exec(["node", "-e", hog], 60)
+        assert result.cap == "memory" and "finished" not in result.stdout, result
+        assert 192 * MB < box.resident.killed_at < 500 * MB
+
+
+def test_the_tree_walk_finds_every_descendant_and_nothing_else():
+    """``tree_pids`` from a thread's children files equals psutil's full /proc scan."""
+    import subprocess
+
+    import psutil
+
+    tree = subprocess.Popen(["python3", "-c",
+                             "import subprocess, sys, threading\n"
+                             "kids = [subprocess.Popen(['sleep', '30']) for _ in range(3)]\n"
+                             "t = threading.Thread(target=lambda: subprocess.run(['sleep', '30']))\n"
+                             "t.start(); print('up', flush=True); t.join()"],
+                            stdout=subprocess.PIPE)
+    try:
+        assert tree.stdout is not None and tree.stdout.readline() == b"up\n"
+        expected = wait_for_children(tree.pid, 4)
+        assert rsscap.tree_pids([tree.pid]) == sorted([tree.pid, *expected])
+        assert rsscap.resident_usage([tree.pid], 1 << 40)[1] == "rss"
+        assert rsscap.resident_usage([tree.pid], 0)[1] == "pss"
+        # No time for PSS: every process counts its RSS (an upper bound).
+        rss, how = rsscap.resident_usage([tree.pid], 0, budget=-1)
+        assert how == "pss+rss" and rss >= rsscap.resident_usage([tree.pid], 1 << 40)[0] // 2
+        assert rsscap.tree_pids([2 ** 22 + 1]) == [2 ** 22 + 1]  # (gone: no children)
+    finally:
+        for child in psutil.Process(tree.pid).children(recursive=True):
+            child.kill()
+        tree.kill()
+        tree.wait()
+
+
+def wait_for_children(pid: int, count: int) -> list[int]:
+    import psutil
+
+    from tests.waiting import wait_until
+
+    return wait_until(lambda: [c.pid for c in psutil.Process(pid).children(recursive=True)]
+                      if len(psutil.Process(pid).children(recursive=True)) >= count else None,
+                      timeout=30, what=f"{count} children")
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="already unprivileged: this run is that case")
+@pytest.mark.skipif(os.environ.get(NESTED) == "1", reason="nested run")
+def test_resident_cap_as_an_unprivileged_user(tmp_path):
+    rerun_unprivileged(__file__, tmp_path)
