@@ -80,6 +80,7 @@ class FolderRuntime(Runtime[ConfigT]):
         try:
             folders = SandboxFolders.create(root, sandbox_id)
             folders.write_files(spec)
+            folders.make_own(spec.folders)
             if spec.hide:
                 folders.make_empty()
             entry = self.book.open(sandbox_id, self.name, [folders.base], container=container,

@@ -1,0 +1,103 @@
+"""The harbor family through the HTTP API (bubblewrap, the scripted vLLM double as the
+policy): the oracle solves the test tasks (reward 1), the empty agent scores 0, a
+scripted policy solves one with the bash tool; reward.json's components reach the
+result; a task asking for the network runs without it, saying so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollserve.agent.tool_calls import format_tool_call
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from rollserve.testing import FakeVLLM
+
+pytestmark = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+
+DATA = Path(__file__).parent / "data"
+
+
+def options(root: Path, **more) -> dict:
+    return {"handler_options": {"harbor": {"root": str(root), **more}}}
+
+
+def scripted(turns: list[tuple[str, dict]]):
+    """A policy that makes ``turns``' tool calls in order, then finishes."""
+    def reply(prompt_ids: list[int], prompt: str) -> str:
+        turn = prompt.count("<|im_start|>assistant") - 1
+        name, args = turns[turn] if turn < len(turns) else ("finish", {})
+        return format_tool_call(name, args)
+    return reply
+
+
+async def submit(client, instance: dict, max_turns: int = 6):
+    return await client.post("/v1/rollouts", json={
+        "tasks": [{"data_source": "harbor", "instance": instance}],
+        "sampling": {"max_tokens": 256}, "agent": {"max_turns": max_turns}})
+
+
+async def run_one(client, instance: dict, max_turns: int = 6) -> dict:
+    r = await submit(client, instance, max_turns)
+    assert r.status_code == 202, r.text
+    (rid,) = [i for group in r.json()["groups"] for i in group["rollout_ids"]]
+    view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": 120})).json()
+    assert view["done"], view
+    return view["result"]
+
+
+def tool_texts(result: dict) -> list[str]:
+    return [m["content"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
+            for m in result["trajectory"]["messages"] if m["role"] == "tool"]
+
+
+async def test_oracle_solves_and_the_empty_agent_scores_zero(make_api):
+    service, client = await make_api([], server=options(DATA, operator_modes=True))
+    for task in ("count-words", "fix-sum"):
+        oracle = await run_one(client, {"task": task, "agent": "oracle"})
+        assert oracle["status"] == "completed", oracle["failure"]
+        assert oracle["reward"] == 1.0, oracle["evaluation"]
+        assert oracle["evaluation"]["oracle_exit_code"] == 0
+        empty = await run_one(client, {"task": task, "agent": "none"})
+        assert empty["status"] == "completed" and not empty["mask"], empty["failure"]
+        assert empty["reward"] == 0.0, empty["evaluation"]
+    # reward.json: the scalar is its "reward", every component is in the result.
+    assert oracle["reward_components"] == {"reward": 1.0, "cases_passed": 3.0}
+    assert empty["reward_components"] == {"reward": 0.0, "cases_passed": 0.0}
+
+
+async def test_a_policy_solves_a_task_with_the_bash_tool(make_api):
+    turns = [("bash", {"command": "pwd; echo $TASK_GREETING; ls -A /tests | wc -l; test -e /solution || echo none"}),
+             ("bash", {"command": "wc -w < input/text.txt > count.txt"})]
+    async with FakeVLLM("smollm2", replies=scripted(turns), latency=0.01) as policy:
+        service, client = await make_api([policy.url], server=options(DATA))
+        result = await run_one(client, {"task": "count-words"})
+    assert result["status"] == "completed" and not result["mask"], result["failure"]
+    assert result["reward"] == 1.0, result["evaluation"]
+    assert result["reward_components"] is None  # reward.txt: a number, no components
+    first = tool_texts(result)[0]
+    # The workdir and env of task.toml; /tests empty and /solution absent while it ran.
+    assert first.split("\n")[:4] == ["/app", "hello", "0", "none"], first
+    assert result["evaluation"]["finished"] is True
+
+
+async def test_a_task_asking_for_the_network_runs_without_it_or_is_refused(make_api, tmp_path):
+    root = tmp_path / "tasks"
+    _copy(DATA / "fix-sum", root / "online")
+    toml = root / "online" / "task.toml"
+    toml.write_text(toml.read_text().replace('network_mode = "no-network"', ""))
+    service, client = await make_api([], server=options(root, operator_modes=True))
+    result = await run_one(client, {"task": "online", "agent": "oracle"})
+    assert result["reward"] == 1.0, result["evaluation"]
+    assert result["evaluation"]["network"].startswith("none: the task asks for the network")
+    service, client = await make_api([], server=options(root, network="refuse"))
+    r = await submit(client, {"task": "online"})
+    assert r.status_code == 422 and "environment.network_mode" in r.text, r.text
+
+
+def _copy(source: Path, target: Path) -> None:
+    import shutil
+
+    shutil.copytree(source, target)
