@@ -1,4 +1,5 @@
-"""``rollserve datasets validate FILE``: check every row against its handler, offline; ``rollserve datasets oracle DIR``: run Harbor tasks with their oracle."""
+"""``rollserve datasets validate FILE``: check every row against its handler, offline;
+``rollserve datasets oracle DIR``: run Harbor tasks with their oracle and the empty agent."""
 
 from __future__ import annotations
 
