@@ -101,3 +101,36 @@ def _copy(source: Path, target: Path) -> None:
     import shutil
 
     shutil.copytree(source, target)
+
+
+# A harness (preset "command", standard library only): it asks the policy for one shell
+# command through the gateway, with the task's text, and runs it in the workdir.
+HARNESS = r"""
+import json, os, subprocess, urllib.request
+task = open(os.environ["ROLLSERVE_PROBLEM_FILE"]).read()
+body = json.dumps({"model": "p", "messages": [{"role": "user", "content": task}]}).encode()
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
+    headers={"Content-Type": "application/json", "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+with urllib.request.urlopen(request, timeout=60) as answer:
+    command = json.loads(answer.read())["choices"][0]["message"]["content"]
+print(os.getcwd(), subprocess.run(command, shell=True).returncode)
+"""
+
+
+async def test_a_harness_preset_solves_a_task(make_api):
+    import shlex
+
+    def reply(prompt_ids, prompt: str) -> str:
+        assert "Count the words in /app/input/text.txt" in prompt
+        return "wc -w < input/text.txt > count.txt"
+
+    async with FakeVLLM("smollm2", replies=reply, latency=0.01) as policy:
+        service, client = await make_api([policy.url], server=options(DATA))
+        result = await run_one(client, {"task": "count-words", "harness": {
+            "preset": "command", "tool_calls": "none",
+            "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(HARNESS)}'}})
+    assert result["status"] == "completed" and not result["mask"], result["failure"]
+    assert result["reward"] == 1.0, result["evaluation"]
+    assert result["evaluation"]["harness_exit_code"] == 0
+    assert result["evaluation"]["harness_log_tail"].strip() == "/app 0"
+    assert result["stats"]["gateway_calls"] == 1
