@@ -49,6 +49,7 @@ from rollserve.validation import describe
 SYSTEM_PROMPT = ("You are an expert at the Linux command line. Solve the task in the terminal "
                  "with the bash tool; call finish when it is done. Nobody will answer questions.")
 ORACLE_LOG = "/logs/agent/oracle.txt"
+EVAL_MARGIN = 30.0  # seconds kept after the tests for reading the reward and closing
 
 
 @dataclass
@@ -195,6 +196,9 @@ class HarborHandler(AgentHandler):
     async def eval(self, rollout: RolloutView) -> Evaluation:
         work = self.state(rollout, HarborWork)
         timeout = min(work.task.config.verifier.timeout_sec, self.options.max_verifier_seconds)
+        if rollout.deadline is not None:  # a hang is scored before the rollout's deadline masks it
+            left = rollout.deadline - asyncio.get_running_loop().time() - EVAL_MARGIN
+            timeout = max(1.0, min(timeout, left))
         verdict = await verify(work.sandbox, work.task, work.workdir, work.env, timeout,
                                shared_pids=envs.uses_images(self.runtime))
         details = {"task": work.task.name, "agent": work.mode, **work.details, **verdict.details}
