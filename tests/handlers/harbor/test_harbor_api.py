@@ -134,3 +134,25 @@ async def test_a_harness_preset_solves_a_task(make_api):
     assert result["evaluation"]["harness_exit_code"] == 0
     assert result["evaluation"]["harness_log_tail"].strip() == "/app 0"
     assert result["stats"]["gateway_calls"] == 1
+
+
+async def test_the_agent_timeout_and_the_healthcheck_of_task_toml(make_api, tmp_path):
+    root = tmp_path / "tasks"
+    _copy(DATA / "count-words", root / "short")
+    toml = root / "short" / "task.toml"
+    toml.write_text(toml.read_text().replace("timeout_sec = 120.0", "timeout_sec = 2.0", 1))
+    _copy(DATA / "count-words", root / "sick")
+    toml = root / "sick" / "task.toml"
+    toml.write_text(toml.read_text().replace('command = "test -f', 'command = "test -f /nothing && test -f'))
+    slow = [("bash", {"command": "sleep 0.5; echo $SECONDS"})] * 40
+    async with FakeVLLM("smollm2", replies=scripted(slow), latency=0.01) as policy:
+        service, client = await make_api([policy.url], server=options(root, operator_modes=True))
+        result = await run_one(client, {"task": "short"}, max_turns=40)
+        # [agent].timeout_sec ends the episode (scored, the agent's time), not max_turns
+        assert result["status"] == "completed" and not result["mask"], result["failure"]
+        assert result["trajectory"]["ended_by"] == "time_limit"
+        assert result["stats"]["turns"] < 40 and result["reward"] == 0.0
+        sick = await run_one(client, {"task": "sick", "agent": "none"})
+    # A task whose environment never gets healthy: INIT fails, masked (not the agent's).
+    assert sick["status"] == "failed" and sick["mask"], sick
+    assert sick["failure"]["stage"] == "init" and "healthcheck failed 3 times" in sick["failure"]["message"]
