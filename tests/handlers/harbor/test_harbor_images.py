@@ -89,3 +89,18 @@ def test_apptainer_refuses_a_dockerfile_alone(tmp_path):
     assert "apptainer builds no Dockerfile" in str(refused.value)
     bubblewrap, _ = handler("bubblewrap", DATA)
     bubblewrap.validate({"task": "count-words"})  # a Dockerfile that only lays files out
+
+
+def test_bubblewrap_runs_the_images_the_operator_declares_the_host_stands_in_for(tmp_path):
+    root = tmp_path / "tasks"
+    shutil.copytree(DATA / "count-words", root / "t")
+    toml = root / "t" / "task.toml"
+    toml.write_text(toml.read_text().replace("cpus = 1", 'cpus = 1\ndocker_image = "python:3.12"'))
+    refusing, _ = handler("bubblewrap", root)
+    with pytest.raises(InvalidInstance, match="environment.docker_image"):
+        refusing.validate({"task": "t"})
+    starter = Recorder("bubblewrap")
+    declared = HarborHandler(HandlerContext(
+        tokenizer=None, scoring=None, sandboxes=starter,  # type: ignore[arg-type]
+        options={"harbor": {"root": str(root), "host_images": ["python:3.12"]}}))
+    declared.validate({"task": "t"})

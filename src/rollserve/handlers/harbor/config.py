@@ -137,9 +137,11 @@ class TaskConfig(_Section):
         return version
 
 
-def refusals(config: TaskConfig, *, images: bool, cpus: int) -> tuple[str, str] | None:
+def refusals(config: TaskConfig, *, images: bool, cpus: int,
+             host_images: tuple[str, ...] = ()) -> tuple[str, str] | None:
     """The first field of ``config`` this server cannot honour: (field, why); None if none.
-    ``images``: the runtime in force runs images (docker/podman/apptainer)."""
+    ``images``: the runtime in force runs images (docker/podman/apptainer);
+    ``host_images``: images the operator declares the host's system stands in for."""
     for check in (_unsupported, _phases, _env_values):
         found = check(config)
         if found is not None:
@@ -147,9 +149,10 @@ def refusals(config: TaskConfig, *, images: bool, cpus: int) -> tuple[str, str] 
     env = config.environment
     if env.cpus is not None and env.cpus > cpus:
         return "environment.cpus", f"{env.cpus:g} asked, this server has {cpus}"
-    if not images and env.docker_image is not None:
+    if not images and env.docker_image is not None and env.docker_image not in host_images:
         return ("environment.docker_image", "an image needs an image runtime (docker, podman, "
-                "apptainer); this server runs tasks on the host's system (bubblewrap)")
+                "apptainer); this server runs tasks on the host's system (bubblewrap), which "
+                "stands in only for the images of its harbor option host_images")
     return None
 
 

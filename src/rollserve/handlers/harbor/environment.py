@@ -1,6 +1,7 @@
 """A Harbor task's environment in the runtime in force.
 
-- bubblewrap (the host's system): the task declares no image (``docker_image`` unset)
+- bubblewrap (the host's system): the task declares no image (``docker_image`` unset,
+  or one the operator declares the host stands in for: the option ``host_images``)
   and its Dockerfile, if any, only lays files out (``dockerfile``: ``RUN`` and the rest
   refused at submit). Its files go into the workspace, mounted at the task's workdir
   (the Dockerfile's last ``WORKDIR`` or ``environment.workdir``: a top-level folder such

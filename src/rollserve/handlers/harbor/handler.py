@@ -114,7 +114,8 @@ class HarborHandler(AgentHandler):
     def _check(self, task: HarborTask, spec: HarborInstance) -> None:
         runtime = self.runtime
         images = envs.uses_images(runtime)
-        found = refusals(task.config, images=images, cpus=os.cpu_count() or 1)
+        found = refusals(task.config, images=images, cpus=os.cpu_count() or 1,
+                         host_images=tuple(self.options.host_images))
         if found is not None:
             raise TaskProblem(f"task.toml: {found[0]}", found[1])
         env, options = task.config.environment, self.options

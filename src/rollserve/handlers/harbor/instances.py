@@ -37,6 +37,9 @@ class HarborOptions(BaseModel):
     network: Literal["offline", "refuse"] = Field(
         "offline", description="tasks that ask for the network (Harbor's default, public): "
         "run them without it, saying so in the evaluation, or refuse them at submit")
+    host_images: list[str] = Field(default_factory=list, description="on bubblewrap: images "
+                                   "(environment.docker_image) the host's system stands in for, "
+                                   "declared by the operator; other images are refused")
     operator_modes: bool = Field(False, description="allow instance.agent 'oracle' and 'none' "
                                  "(the oracle check's server only: never a trainer's)")
     max_memory_mb: int = Field(8192, ge=64, description="the most environment.memory_mb honoured")
