@@ -71,6 +71,10 @@ CASES = {
                               "RUN apt-get install -y jq\n"), "line 3: RUN is not supported"),
     "copy-outside": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
                             "COPY input /etc/input\n"), "outside the workdir"),
+    "copy-escape": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
+                           "COPY ../tests/expected.txt /app/x\n"), "COPY ../tests/expected.txt: outside"),
+    "copy-missing": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
+                            "COPY nothing.txt /app/x\n"), "COPY nothing.txt: no such file"),
     "memory": (_toml("", ("memory_mb = 1024", "memory_mb = 999999")), "environment.memory_mb"),
 }
 

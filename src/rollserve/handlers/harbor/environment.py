@@ -61,7 +61,9 @@ def check_runtime(task: HarborTask, runtime: str | None) -> None:
     if uses_images(runtime) and (env.docker_image or task.dockerfile):
         workdir = env.workdir
     else:
-        workdir = task.host_plan().workdir
+        plan = task.host_plan()
+        workdir = plan.workdir
+        layout_files(task.folder / "environment", plan.copies, workdir or WORKDIR)  # (sources)
     check_workdir(workdir)
 
 
