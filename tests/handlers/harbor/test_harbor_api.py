@@ -156,3 +156,30 @@ async def test_the_agent_timeout_and_the_healthcheck_of_task_toml(make_api, tmp_
     # A task whose environment never gets healthy: INIT fails, masked (not the agent's).
     assert sick["status"] == "failed" and sick["mask"], sick
     assert sick["failure"]["stage"] == "init" and "healthcheck failed 3 times" in sick["failure"]["message"]
+
+
+def _mini_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("mini-swe-agent")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+@pytest.mark.skipif(not _mini_version().startswith("2.4."),
+                    reason=f"the preset is for mini-swe-agent 2.4.x, not {_mini_version() or 'none'}")
+async def test_mini_swe_agent_solves_a_task_in_its_workdir(make_api):
+    steps = ["wc -w < input/text.txt > count.txt", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
+
+    def reply(prompt_ids, prompt: str) -> str:
+        turn = min(prompt.count("<|im_start|>assistant") - 1, len(steps) - 1)
+        return f"THOUGHT: step {turn}.\n\n" + format_tool_call("bash", {"command": steps[turn]})
+
+    async with FakeVLLM("smollm2", replies=reply, latency=0.01) as policy:
+        service, client = await make_api([policy.url], server=options(DATA))
+        result = await run_one(client, {"task": "count-words",
+                                        "harness": {"preset": "mini-swe-agent"}}, max_turns=5)
+    assert result["status"] == "completed" and not result["mask"], result["failure"]
+    assert result["reward"] == 1.0, result["evaluation"]
+    assert result["stats"]["gateway_calls"] == 2

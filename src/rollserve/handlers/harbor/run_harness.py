@@ -17,7 +17,7 @@ from rollserve.handlers.swe.harness import MINI_ENV, HarnessSpec, mini_settings
 from rollserve.sandbox.base import Sandbox
 
 PROBLEM = "/tmp/.rollserve-task.md"
-SETTINGS = "/tmp/.rollserve-mini-swe-agent.json"
+SETTINGS = "/tmp/.rollserve-mini-swe-agent.yaml"  # JSON, which YAML reads
 TRAJECTORY = "/tmp/.rollserve-mini-swe-agent.traj.json"
 
 
@@ -34,7 +34,7 @@ async def run_task_harness(ctx: HandlerContext, rollout: Any, sandbox: Sandbox, 
     await _write(sandbox, PROBLEM, instruction)
     run_env = {**env, "ROLLSERVE_PROBLEM_FILE": PROBLEM}
     if spec.preset == "mini-swe-agent":
-        settings = mini_settings(cast(Any, _Task(instruction)), spec, view.max_turns, images=True)
+        settings = mini_settings(cast(Any, _Task(instruction)), spec, view.max_turns, images=False)
         settings["environment"]["cwd"] = workdir
         settings["agent"]["output_path"] = TRAJECTORY
         await _write(sandbox, SETTINGS, json.dumps(settings))
