@@ -66,6 +66,10 @@ async def test_oracle_solves_and_the_empty_agent_scores_zero(make_api):
     # reward.json: the scalar is its "reward", every component is in the result.
     assert oracle["reward_components"] == {"reward": 1.0, "cases_passed": 3.0}
     assert empty["reward_components"] == {"reward": 0.0, "cases_passed": 0.0}
+    # ... and as the store keeps them (the results cursor reads the stored results)
+    stored = (await client.get("/v1/results", params={"limit": 100})).json()["results"]
+    by_id = {r["id"]: r["reward_components"] for r in stored}
+    assert by_id[oracle["id"]] == {"reward": 1.0, "cases_passed": 3.0}
 
 
 async def test_a_policy_solves_a_task_with_the_bash_tool(make_api):
