@@ -116,6 +116,8 @@ async def test_malformed_and_unsupported_tasks_are_4xx_naming_the_problem(make_a
         message = await refusal(escaping)
         assert "out of the server's harbor root" in message or "archive" in message, message
     assert "dataset folder" in await refusal(".")
+    assert "not a usable path" in await refusal("a\u0000b")
+    assert "not a usable path" in await refusal("x" * 4000)
     # the same task, archived, is admitted; so is the folder itself
     for good in ("archived.tar.gz", "archived"):
         r = await client.post("/v1/rollouts", json={"tasks": [

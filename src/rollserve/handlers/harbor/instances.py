@@ -65,6 +65,15 @@ class HarborInstance(BaseModel):
 def resolve_task(root: Path, name: str) -> Path:
     """The task folder ``name`` names under ``root`` (an archive unpacked); InvalidInstance
     naming instance.task when it leads out of the root or is no task."""
+    try:
+        return _resolve(root, name)
+    except (OSError, ValueError) as error:  # a NUL byte, a name too long, a loop...
+        if isinstance(error, InvalidInstance):
+            raise
+        raise InvalidInstance("instance.task", f"not a usable path: {error}") from None
+
+
+def _resolve(root: Path, name: str) -> Path:
     base = root.resolve()
     candidate = Path(name)
     path = (candidate if candidate.is_absolute() else base / candidate).resolve()
