@@ -34,7 +34,7 @@ def test_builtins_are_registered_once_from_the_table():
     """The built-ins come from one table in code, named as their classes say, and the
     installed metadata declares none of them (they were registered twice before)."""
     table = builtin_handlers()
-    assert set(table) == {"math", "math_python", "code", "stem", "swe", "gateway"}
+    assert set(table) == {"math", "math_python", "code", "stem", "swe", "gateway", "harbor"}
     assert all(cls.name == name and issubclass(cls, AgentHandler) for name, cls in table.items())
     declared = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
     assert not declared & set(table), declared

@@ -1,4 +1,5 @@
-"""``rollserve datasets validate FILE``: check every row against its handler, offline."""
+"""``rollserve datasets validate FILE``: check every row against its handler, offline;
+``rollserve datasets oracle DIR``: run Harbor tasks with their oracle and the empty agent."""
 
 from __future__ import annotations
 
@@ -125,3 +126,48 @@ def validate(
             out.print(f"stopped after {report['invalid']} invalid rows (--max-errors); "
                       f"{unchecked} rows not checked")
     raise typer.Exit(1 if report["invalid"] else 0)
+
+
+ORACLE_HELP = ("Run every Harbor task in DIR (a task folder, or a folder of them) with its "
+               "oracle (solution/solve.sh) and with the empty agent, through a server in this "
+               "process, as a rollout runs: a task passes when the oracle scores 1 and the "
+               "empty agent 0. Exit code 0 if every task passes, 1 if any fails.")
+
+
+@app.command(help=ORACLE_HELP)
+def oracle(
+    folder: Path = typer.Argument(..., exists=True, file_okay=False, help="a Harbor task "
+                                  "folder, or a folder of them"),
+    json_output: bool = typer.Option(False, "--json", help="print the report as JSON (stdout)"),
+    sandbox_runtime: str = typer.Option("bubblewrap", help="where the tasks run"),
+    sandbox_options: str | None = typer.Option(None, help="the runtime's options as JSON"),
+    handler_options: str | None = typer.Option(
+        None, help='handlers\' options as JSON, {"harbor": {...}}, as the server gets them'),
+) -> None:
+    import asyncio
+
+    from rollserve.commands.harbor_oracle import check_tasks
+    from rollserve.commands.options import sandbox_options as parse_sandbox_options
+
+    check_runtime(sandbox_runtime)
+    checks = asyncio.run(check_tasks(folder, sandbox_runtime, parse_handler_options(handler_options),
+                                     parse_sandbox_options(sandbox_runtime, sandbox_options)))
+    failed = [c for c in checks if not c.ok]
+    if json_output:
+        typer.echo(json.dumps({"tasks": [{"task": c.task, "ok": c.ok, "oracle_reward": c.oracle,
+                                          "empty_agent_reward": c.empty, "problem": c.problem}
+                                         for c in checks],
+                               "summary": {"ok": len(checks) - len(failed), "failed": len(failed)}},
+                              indent=1))
+    else:
+        table = Table(title=f"oracle check: {folder}")
+        for column in ("task", "oracle", "empty agent", "result"):
+            table.add_column(column, overflow="fold")
+        for c in checks:
+            verdict = "[green]OK[/green]" if c.ok else f"[red]{escape(c.problem or '')}[/red]"
+            table.add_row(escape(c.task), str(c.oracle), str(c.empty), verdict)
+        out = Console()
+        out.print(table)
+        colour = "red" if failed else "green"
+        out.print(f"[{colour}]{len(checks) - len(failed)} ok, {len(failed)} failed[/{colour}]")
+    raise typer.Exit(1 if failed else 0)

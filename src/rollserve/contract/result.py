@@ -259,6 +259,9 @@ class RolloutResult(BaseModel):
                     "scored (an infra failure, a timeout...)")
     evaluation: JSONObject | None = Field(
         description="the handler's details of the score (extracted answer, tests run...)")
+    reward_components: dict[str, float] | None = Field(
+        None, description="named parts of the reward where the handler scores several (a "
+        "Harbor task's reward.json); null where it gives only the scalar reward")
     failure: Failure | None = Field(description="null when the rollout completed")
     mask: bool = Field(description="true: do not train on this (see mask_reason)")
     mask_reason: str | None = Field(description="why it is masked")

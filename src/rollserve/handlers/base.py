@@ -48,6 +48,9 @@ class HandlerDefaults(BaseModel):
 class Evaluation:
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
+    # Named parts of the reward (a Harbor task's reward.json), when the handler scores
+    # several; the result's ``reward_components``. ``reward`` is still the one scalar.
+    components: dict[str, float] | None = None
 
 
 class InvalidInstance(ValueError):

@@ -59,12 +59,14 @@ def builtin_handlers() -> dict[str, type[AgentHandler]]:
     (imported when a registry is built, not when this module is)."""
     from rollserve.handlers.code.handler import CodeHandler
     from rollserve.handlers.gateway import GatewayHandler
+    from rollserve.handlers.harbor.handler import HarborHandler
     from rollserve.handlers.math.handler import MathHandler, MathPythonHandler
     from rollserve.handlers.stem.handler import StemHandler
     from rollserve.handlers.swe.handler import SWEHandler
 
     return {"math": MathHandler, "math_python": MathPythonHandler, "code": CodeHandler,
-            "stem": StemHandler, "swe": SWEHandler, "gateway": GatewayHandler}
+            "stem": StemHandler, "swe": SWEHandler, "gateway": GatewayHandler,
+            "harbor": HarborHandler}
 
 
 def handler_problem(obj: object) -> str | None:

@@ -246,6 +246,8 @@ class ApptainerSandbox(FolderSandbox):
                  "--bind", f"{self.folders.base / 'shm'}:/dev/shm"]
         for alias in self.workspace_aliases():
             args += ["--bind", f"{self.folders.workspace}:{alias}"]
+        for path in self.spec.folders:
+            args += ["--bind", f"{self.folders.own(path)}:{path}"]
         args += ["--bind", f"{self.folders.server}:{SERVER_DIR}:ro"]
         for path in self.spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
             args += ["--bind", f"{self.folders.empty}:{path}:ro"]

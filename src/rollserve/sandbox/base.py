@@ -87,6 +87,11 @@ class SandboxSpec(BaseModel):
         None, description="a folder of the image (or of the root) whose contents fill the "
         "workspace when the sandbox starts, before the aliases hide it, e.g. '/testbed' "
         "(apptainer, bubblewrap, docker/podman)")
+    folders: list[str] = Field(
+        default_factory=list,
+        description="more top-level paths, each a writable folder of the sandbox's own (empty "
+        "at start, not the workspace, not shown in it), e.g. Harbor's /tests and /logs "
+        "(apptainer, bubblewrap, docker/podman)")
     hide: list[str] = Field(
         default_factory=list,
         description="folders this sandbox must not see, each covered by an empty read-only "
@@ -95,7 +100,7 @@ class SandboxSpec(BaseModel):
         "/r2e_tests); the local runtime cannot hide anything. E.g. the swe handler's "
         "mirrors (their history goes past the task's commit) and its bundled answers")
 
-    @field_validator("workspace_aliases")
+    @field_validator("workspace_aliases", "folders")
     @classmethod
     def _top_level_paths(cls, aliases: list[str]) -> list[str]:
         for alias in aliases:

@@ -214,6 +214,7 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         try:
             folders = SandboxFolders.create(self.config.root, sandbox_id, uid, uid)
             folders.write_files(spec, uid, uid)
+            folders.make_own(spec.folders)
             if not self.sized_tmpfs:
                 folders.make_shm(uid)
             cgroup = None
@@ -268,7 +269,8 @@ class BubblewrapSandbox(FolderSandbox):
     def _mounts(self) -> list[str]:
         """bwrap and its arguments up to the environment (bwrap_view.py)."""
         return self._owner.view.args(self._root, self.folders, self.spec.limits,
-                                     self.spec.network, self.workspace_aliases(), self.spec.hide)
+                                     self.spec.network, self.workspace_aliases(), self.spec.hide,
+                                     self.spec.folders)
 
     def _env_args(self, env: dict[str, str] | None, pty: bool) -> list[str]:
         # HOME is the private /tmp, not the workspace: caches (pip, IPython, matplotlib)

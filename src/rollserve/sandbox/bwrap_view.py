@@ -130,7 +130,8 @@ class View:
         self.python_prefix: Path | None = None
 
     def args(self, root: str, folders: SandboxFolders, limits: SandboxLimits, network: bool,
-             aliases: Sequence[str], hide: Sequence[str] = ()) -> list[str]:
+             aliases: Sequence[str], hide: Sequence[str] = (),
+             own: Sequence[str] = ()) -> list[str]:
         """bwrap's arguments up to the environment (see the module's doc); ``hide``:
         more host folders to cover (the spec's)."""
         args = [self.config.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
@@ -158,8 +159,7 @@ class View:
         args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
                  "--bind", str(folders.workspace), WORKDIR, "--bind", str(folders.tmp), "/tmp"]
         args += _shm(size, folders)
-        for alias in aliases:
-            args += ["--bind", str(folders.workspace), alias]
+        args += _binds(folders, aliases, own)
         args += ["--ro-bind", str(folders.server), SERVER_DIR]
         for path in under_tmp:
             args += ["--ro-bind", path, path]
@@ -270,3 +270,14 @@ def bwrap_unavailable_reason(binary: str, root_uid: int | None = None) -> str | 
         return (f"bubblewrap: a test sandbox failed ({done.stderr.strip()[-300:]}); "
                 "are unprivileged user namespaces enabled?")
     return None
+
+
+def _binds(folders: SandboxFolders, aliases: Sequence[str], own: Sequence[str]) -> list[str]:
+    """The workspace at its aliases, and the spec's folders (the sandbox's own, beside
+    the workspace) at theirs."""
+    args: list[str] = []
+    for alias in aliases:
+        args += ["--bind", str(folders.workspace), alias]
+    for path in own:
+        args += ["--bind", str(folders.own(path)), path]
+    return args

@@ -89,6 +89,7 @@ class FolderRuntime(Runtime[ConfigT]):
         try:
             folders = SandboxFolders.create(root, sandbox_id)
             folders.write_files(spec)
+            folders.make_own(spec.folders)
             if spec.hide:
                 folders.make_empty()
         except (OSError, ValueError) as error:

@@ -137,6 +137,8 @@ class DockerRuntime(FolderRuntime[DockerConfig], ImageRuntime[DockerConfig]):
                 "-w", WORKDIR, "-e", "HOME=/tmp", "-e", "LANG=C.UTF-8"]
         for alias in spec.workspace_aliases:
             args += ["-v", f"{folders.workspace}:{alias}"]
+        for path in spec.folders:
+            args += ["-v", f"{folders.own(path)}:{path}"]
         args += ["-v", f"{folders.server}:{SERVER_DIR}:ro"]
         for path in spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
             args += ["-v", f"{folders.empty}:{path}:ro"]

@@ -57,6 +57,17 @@ class SandboxFolders:
                 os.chown(path, uid, gid if gid is not None else -1)
         return folders
 
+    def own(self, path: str) -> Path:
+        """The host folder of a spec's ``folders`` path (``/tests`` -> ``<base>/own/tests``)."""
+        return self.base / "own" / path.strip("/")
+
+    def make_own(self, paths: list[str]) -> None:
+        """Create the spec's ``folders`` (mode 1777, like /tmp: whatever uid runs inside)."""
+        for path in paths:
+            folder = self.own(path)
+            folder.mkdir(parents=True)
+            os.chmod(folder, 0o1777)
+
     def make_shm(self, uid: int | None = None) -> Path:
         """``<base>/shm``: a host folder to show at /dev/shm where a runtime cannot give
         a sized tmpfs there; being in the base folder, it counts against the disk cap."""

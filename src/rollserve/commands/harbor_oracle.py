@@ -1,0 +1,107 @@
+"""``rollserve datasets oracle DIR``: trust a folder of Harbor tasks before training on it.
+
+A server in this process (the harbor family with the operator's modes on, its root
+DIR, no network, no model) runs every task twice through the same API, handler and
+verifier as a training rollout: once with the oracle (``solution/solve.sh`` in place of
+the agent, the solution copied to ``/solution`` for it alone) and once with the empty
+agent (nothing runs). A task passes when the oracle's reward is 1 and the empty
+agent's is 0; a task refused at submit, masked, or scored otherwise fails, with why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MODES = ("oracle", "none")
+WAIT = 60.0  # seconds per long-poll
+
+
+@dataclass
+class TaskCheck:
+    task: str
+    oracle: float | None = None
+    empty: float | None = None
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def task_folders(folder: Path) -> list[Path]:
+    """``folder`` itself if it is a task, else its sub-folders (hidden ones aside)."""
+    if (folder / "task.toml").is_file():
+        return [folder]
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+async def check_tasks(folder: Path, runtime: str, handler_options: dict[str, dict[str, Any]],
+                      sandbox_options: dict[str, Any]) -> list[TaskCheck]:
+    import httpx
+
+    from rollserve.api.app import create_app
+    from rollserve.server import ServerConfig, Service
+
+    folder = folder.resolve()
+    tasks = task_folders(folder)
+    root = folder if tasks != [folder] else folder.parent
+    harbor = {**handler_options.get("harbor", {}), "root": str(root), "operator_modes": True}
+    with tempfile.TemporaryDirectory(prefix="rollserve-oracle-") as state:
+        config = ServerConfig(state_dir=Path(state), sandbox_runtime=runtime,
+                              sandbox_options=sandbox_options,
+                              handler_options={**handler_options, "harbor": harbor})
+        service = Service(config)
+        await service.start()
+        app = create_app(service, manage_lifecycle=False)
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                   base_url="http://rollserve", timeout=WAIT + 30)
+        try:
+            return list(await asyncio.gather(*(_check(client, t.relative_to(root).as_posix())
+                                               for t in tasks)))
+        finally:
+            await client.aclose()
+            await service.stop()
+
+
+async def _check(client: Any, task: str) -> TaskCheck:
+    check = TaskCheck(task)
+    results: dict[str, dict[str, Any]] = {}
+    for mode in MODES:
+        r = await client.post("/v1/rollouts", json={"tasks": [
+            {"data_source": "harbor", "instance": {"task": task, "agent": mode}}]})
+        if r.status_code != 202:
+            errors = r.json().get("errors") or [{"message": r.text}]
+            check.problem = f"refused: {errors[0].get('message')}"
+            return check
+        (rid,) = r.json()["groups"][0]["rollout_ids"]
+        results[mode] = await _wait(client, rid)
+    oracle, empty = results["oracle"], results["none"]
+    check.oracle, check.empty = oracle.get("reward"), empty.get("reward")
+    check.problem = _problem(oracle, empty)
+    return check
+
+
+async def _wait(client: Any, rid: str) -> dict[str, Any]:
+    while True:  # each poll is bounded; the rollout's own total timeout bounds the loop
+        view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": WAIT})).json()
+        if view.get("done"):
+            return dict(view["result"])
+
+
+def _problem(oracle: dict[str, Any], empty: dict[str, Any]) -> str | None:
+    for who, result in (("oracle", oracle), ("empty agent", empty)):
+        if result["status"] != "completed" or result["mask"]:
+            failure = result.get("failure") or {}
+            return f"{who}: {result['status']}: {failure.get('message') or result.get('mask_reason')}"
+    details = oracle.get("evaluation") or {}
+    if oracle["reward"] is None or oracle["reward"] < 1.0:
+        why = details.get("reason") or details.get("test_output_tail", "")[-300:]
+        return (f"the oracle scores {oracle['reward']} (solve.sh exit code "
+                f"{details.get('oracle_exit_code')}): {why}")
+    if empty["reward"] is None or empty["reward"] != 0.0:
+        return f"the empty agent scores {empty['reward']}: the tests pass without any work"
+    return None

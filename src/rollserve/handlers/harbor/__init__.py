@@ -1,0 +1,1 @@
+"""The ``harbor`` task family: Harbor-format task folders (see ``handler``)."""

@@ -1,0 +1,11 @@
+import sys
+
+
+def total(numbers):
+    result = 0
+    for n in numbers[1:]:
+        result += n
+    return result
+
+
+print(total([int(a) for a in sys.argv[1:]]))

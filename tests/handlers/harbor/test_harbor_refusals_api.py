@@ -1,0 +1,126 @@
+"""Task folders this server cannot run are refused at submit through the HTTP API (422),
+naming the problem: malformed folders, paths out of the root, task.toml fields that
+cannot be honoured here, Dockerfiles that need an image on bubblewrap."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.handlers.harbor.test_harbor_api import DATA, options
+
+BASE = DATA / "count-words"
+
+
+def _toml(extra: str, replace: tuple[str, str] | None = None):
+    def change(folder: Path) -> None:
+        path = folder / "task.toml"
+        text = path.read_text()
+        if replace:
+            text = text.replace(*replace)
+        path.write_text(text + "\n" + extra)
+    return change
+
+
+def _remove(name: str):
+    return lambda folder: os.remove(folder / name)
+
+
+def _write(name: str, text: str):
+    def change(folder: Path) -> None:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return change
+
+
+def _symlink(folder: Path) -> None:
+    (folder / "environment" / "input" / "leak.txt").symlink_to("/etc/passwd")
+
+
+CASES = {
+    "missing-test": (_remove("tests/test.sh"), "tests/test.sh: missing"),
+    "missing-instruction": (_remove("instruction.md"), "instruction.md: missing"),
+    "bad-toml": (_write("task.toml", "schema_version = \n"), "task.toml: not valid TOML"),
+    "unknown-version": (_toml("", ('schema_version = "1.4"', 'schema_version = "9.9"')),
+                        "unknown schema_version '9.9'"),
+    "unknown-field": (_toml("[environment2]\nx = 1\n"), "environment2"),
+    "symlink": (_symlink, "environment/input/leak.txt: a symlink"),
+    "steps": (_write("steps/one/instruction.md", "x"), "steps: multi-step"),
+    "mcp": (_toml("[[environment.mcp_servers]]\nname = \"x\"\nurl = \"http://x\"\n"),
+            "environment.mcp_servers"),
+    "gpus": (_toml("", ("cpus = 1", "cpus = 1\ngpus = 1")), "environment.gpus"),
+    "windows": (_toml("", ("cpus = 1", "cpus = 1\nos = \"Windows\"")), "environment.os"),
+    "separate-verifier": (_toml("", ("[verifier]", "[verifier]\nenvironment_mode = \"separate\"")),
+                          "verifier.environment_mode"),
+    "artifacts": (_toml("", ('source = "rollserve tests"', 'source = "x"\nartifacts = ["/app"]')),
+                  "artifacts"),
+    "allowlist": (_toml("", ('network_mode = "no-network"',
+                             'network_mode = "allowlist"\nallowed_hosts = ["pypi.org"]')),
+                  "environment.allowed_hosts"),
+    "user": (_toml("", ("[agent]", "[agent]\nuser = \"root\"")), "agent.user"),
+    "host-env": (_toml("", ('EXPECTED_FILE = "/tests/expected.txt"', 'TOKEN = "${HOME}"')),
+                 "verifier.env.TOKEN"),
+    "image-on-bubblewrap": (_toml("", ("cpus = 1", "cpus = 1\ndocker_image = \"ubuntu:24.04\"")),
+                            "environment.docker_image"),
+    "dockerfile-run": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
+                              "RUN apt-get install -y jq\n"), "line 3: RUN is not supported"),
+    "copy-outside": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
+                            "COPY input /etc/input\n"), "outside the workdir"),
+    "copy-escape": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
+                           "COPY ../tests/expected.txt /app/x\n"), "COPY ../tests/expected.txt: outside"),
+    "copy-missing": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
+                            "COPY nothing.txt /app/x\n"), "COPY nothing.txt: no such file"),
+    "memory": (_toml("", ("memory_mb = 1024", "memory_mb = 999999")), "environment.memory_mb"),
+}
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    root = tmp_path / "tasks"
+    for name, (change, _) in CASES.items():
+        shutil.copytree(BASE, root / name)
+        change(root / name)
+    shutil.copytree(BASE, root / "archived")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(root / "archived", arcname="archived")
+    (root / "archived.tar.gz").write_bytes(buffer.getvalue())
+    with tarfile.open(root / "escape.tar", mode="w") as tar:
+        info = tarfile.TarInfo("task/../../x")
+        tar.addfile(info, io.BytesIO(b""))
+    shutil.copytree(BASE, tmp_path / "outside")
+    (root / "linked").symlink_to(tmp_path / "outside")
+    return root
+
+
+async def test_malformed_and_unsupported_tasks_are_4xx_naming_the_problem(make_api, root):
+    service, client = await make_api([], server=options(root))
+
+    async def refusal(task: str) -> str:
+        r = await client.post("/v1/rollouts", json={"tasks": [
+            {"data_source": "harbor", "instance": {"task": task}}]})
+        assert r.status_code == 422, (task, r.text)
+        error = r.json()["errors"][0]
+        assert error["field"].endswith("instance.task"), (task, error)
+        return error["message"]
+
+    for name, (_, expected) in CASES.items():
+        message = await refusal(name)
+        assert expected in message, (name, message)
+    for escaping in ("../outside", "linked", str(root.parent / "outside"), "escape.tar"):
+        message = await refusal(escaping)
+        assert "out of the server's harbor root" in message or "archive" in message, message
+    assert "dataset folder" in await refusal(".")
+    assert "not a usable path" in await refusal("a\u0000b")
+    assert "not a usable path" in await refusal("x" * 4000)
+    # the same task, archived, is admitted; so is the folder itself
+    for good in ("archived.tar.gz", "archived"):
+        r = await client.post("/v1/rollouts", json={"tasks": [
+            {"data_source": "harbor", "instance": {"task": good}}]})
+        assert r.status_code == 202, (good, r.text)
+        await client.delete(f"/v1/groups/{r.json()['groups'][0]['group_id']}")
