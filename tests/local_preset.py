@@ -1,6 +1,6 @@
 """A harness preset of our own, for testing the preset framework for real: a tiny npm
 package (``rollserve-test-harness``, its ``bin`` a Node script that calls the gateway
-over Chat Completions) packed here, put in a private npm cache, and a committed-style
+over Chat Completions) packed here, put in a private npm cache (npm prefers it to the registry), and a committed-style
 lockfile that names it by its integrity, so ``rollserve harness install rs-test``
 runs ``npm ci`` offline, as an operator's own preset would.
 
@@ -112,7 +112,7 @@ def make_local_preset(root: Path, work: Path, node: str = ">=18") -> dict[str, s
         {"name": PACKAGE, "version": "1.0.0", "bin": {"rs-harness": "bin/harness.js"}}))
     (package / "bin" / "harness.js").write_text(HARNESS_JS)
     os.chmod(package / "bin" / "harness.js", 0o755)
-    env = {**os.environ, "npm_config_cache": str(work / "npm-cache"), "npm_config_offline": "true",
+    env = {**os.environ, "npm_config_cache": str(work / "npm-cache"), "npm_config_prefer_offline": "true",
            "npm_config_update_notifier": "false"}
     subprocess.run(["npm", "pack", "--pack-destination", str(work)], cwd=package, env=env,
                    check=True, capture_output=True, timeout=120)

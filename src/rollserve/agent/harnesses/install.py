@@ -206,7 +206,8 @@ def install(preset: Preset, root: Path, *, with_node: bool = False, npm: str = "
                 raise InstallError(f"no Node major of {NODE_MAJORS} fits {package.node}")
             log(f"Node {major} from the npm registry ({NODE_PACKAGE}@{major}; this machine's "
                 f"node: {system or 'none'}, the preset needs {package.node})")
-            (staging / "node").mkdir()
+            (staging / "node").mkdir()  # its own project, else npm works on the one above
+            (staging / "node" / "package.json").write_text('{"name": "rollserve-node", "private": true}\n')
             _npm(npm, ["install", "--no-audit", "--no-fund", "--no-save", "--no-package-lock",
                        f"{NODE_PACKAGE}@{major}"], staging / "node", timeout)
         _swap(staging, target)
