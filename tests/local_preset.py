@@ -53,11 +53,11 @@ function post(url, body) {
 async function main() {
   const messages = [{role: "user", content: task}];
   for (let turn = 0; turn < Number(process.env.ROLLSERVE_MAX_TURNS); turn++) {
-    const started = Date.now();
+    const started = performance.now();
     const r = await post(config.base_url + "/chat/completions", {model: config.model, messages});
     if (r.status !== 200) { console.log("HTTP " + r.status + " " + r.text); process.exit(2); }
     const text = JSON.parse(r.text).choices[0].message.content || "";
-    console.log("GOT " + JSON.stringify({text, ms: Date.now() - started}));
+    console.log("GOT " + JSON.stringify({text, ms: performance.now() - started}));
     messages.push({role: "assistant", content: text});
     if (text.includes(config.stop)) return;
     messages.push({role: "user", content: "go on"});
