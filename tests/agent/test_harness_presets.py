@@ -169,3 +169,11 @@ def test_an_install_root_closed_to_others_is_named_for_a_root_server():
         assert reach_problem(base / "root" / "codex") is None
     finally:
         shutil.rmtree(base)
+
+
+def test_the_tests_helper_finds_harnesses_where_the_server_would(tmp_path, monkeypatch):
+    from tests.installed_harnesses import harness_problem, harness_root
+    monkeypatch.setenv("ROLLSERVE_HARNESS_DIR", str(tmp_path))
+    assert harness_root() == tmp_path.resolve()
+    assert harness_problem("command") is None
+    assert "no preset 'nope'" in (harness_problem("nope") or "")
