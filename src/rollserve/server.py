@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, field_validator
 
 from rollserve.agent.gateway import Gateway
+from rollserve.agent.harnesses.install import install_root
 from rollserve.cluster.protocol import RayConfig, WorkerSettings
 from rollserve.contract import SandboxStatus
 from rollserve.engine import weights_file
@@ -93,6 +94,9 @@ class ServerConfig(BaseModel):
         '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}')
     ray: RayConfig | None = Field(None, description="run the stages on a Ray cluster's nodes "
                                   "(rollserve.cluster; the rollserve[ray] extra); None: here")
+    harness_dir: Path | None = Field(None, description="the harness presets' install root "
+                                     "(`rollserve harness install`); None: $ROLLSERVE_HARNESS_DIR, "
+                                     "else ~/.cache/rollserve/harnesses")
     public_seeds: bool = Field(False, description="seed generated instances (reasoning-gym) "
                                "with their public seed as it is, reproducible by anyone; default: "
                                "salted with the store's secret salt (handlers.seeds)")
@@ -145,7 +149,7 @@ class Service:
         gateway = Gateway()  # harness-driven rollouts' sessions (agent.gateway)
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                  sandboxes=self.sandboxes, options=config.handler_options,
-                                 gateway=gateway)
+                                 gateway=gateway, harness_dir=str(install_root(config.harness_dir)))
         for name in config.handler_options:  # bad settings fail now, not at the first rollout
             try:
                 self.handlers.create(name, context)
@@ -181,6 +185,7 @@ class Service:
             backends=config.backends, llm=config.llm, scoring_workers=config.scoring_workers,
             scoring_timeout=config.scoring_timeout, sandbox_runtime=config.sandbox_runtime,
             sandbox_options=config.sandbox_options, handler_options=config.handler_options,
+            harness_dir=str(install_root(config.harness_dir)),
             lora=self.router.lora)  # restored at start: workers name it from the first call
         router = self.router
         executor = RayExecutor(config.ray, settings, policy_version=lambda: router.policy_version)

@@ -55,6 +55,7 @@ class WorkerSettings(BaseModel):
     sandbox_runtime: str = "bubblewrap"
     sandbox_options: dict[str, Any] = Field(default_factory=dict)
     handler_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    harness_dir: str | None = None  # the head's harness install root (the same path on every node)
     seed_salt: str | None = None  # the head store's salt for generated instances' seeds
     orphan_grace: float = Field(60.0, gt=0, description="seconds past a hosted rollout's "
                                 "deadline (no stage running) before the worker cleans it up itself")

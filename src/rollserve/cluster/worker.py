@@ -88,7 +88,8 @@ class NodeWorker:
         self.sandboxes = LazyRuntime(s.sandbox_runtime, folder, s.sandbox_options)
         self.context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                       sandboxes=self.sandboxes, options=s.handler_options,
-                                      gateway=Gateway(), seed_salt=s.seed_salt)
+                                      gateway=Gateway(), seed_salt=s.seed_salt,
+                                      harness_dir=s.harness_dir)
         self.handlers = HandlerRegistry()
         self.executor = LocalExecutor(self.router)
         self._started = True

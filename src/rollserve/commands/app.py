@@ -18,6 +18,7 @@ from rollserve.api.prorl import DEFAULT_PORT as PRORL_PORT
 from rollserve.api.prorl import ProRLConfig
 from rollserve.cluster.protocol import RayConfig
 from rollserve.commands import datasets as datasets_cmd
+from rollserve.commands import harness as harness_cmd
 from rollserve.commands import images as images_cmd
 from rollserve.commands import report as report_cmd
 from rollserve.commands import run as run_cmd
@@ -117,6 +118,9 @@ def serve(
                                       help="seed generated (reasoning-gym) instances with their "
                                            "public seed as it is (default: salted with a secret "
                                            "kept in the store, so a policy cannot regenerate them)"),
+    harness_dir: Path | None = typer.Option(
+        None, envvar="ROLLSERVE_HARNESS_DIR", help="where `rollserve harness install` put the "
+        "harness presets (default ~/.cache/rollserve/harnesses); shipped to --ray workers"),
     log_level: str = typer.Option("info"),
 ) -> None:
     """Run the rollout service (no inference backend unless --backend is given)."""
@@ -144,7 +148,7 @@ def serve(
             update={"max_staleness": max_staleness, "mask_stale": mask_stale}),
         llm=RouterConfig(policy=routing, forward_pause=forward_pause),
         ray=None if ray is None else RayConfig(address=ray, resource=ray_resource),
-        public_seeds=public_seeds,
+        public_seeds=public_seeds, harness_dir=harness_dir,
     )
     if ray is not None:
         _check_ray()
@@ -243,6 +247,7 @@ def fake_llm(
 # Dataset tooling (rollserve.commands): validate rows, pull their images, run them.
 app.add_typer(datasets_cmd.app, name="datasets")
 app.add_typer(images_cmd.app, name="images")
+app.add_typer(harness_cmd.app, name="harness")
 app.command("run", help=run_cmd.HELP)(run_cmd.run)
 app.command("report")(report_cmd.report)
 app.command("status")(status_cmd.status)

@@ -98,6 +98,10 @@ class HandlerContext:
     # None where the server uses the public seeds as they are (``public_seeds``).
     # Never shown to a policy.
     seed_salt: str | None = None
+    # Where harness presets are installed (``rollserve harness install``; the server's
+    # ``--harness-dir``): None is ``agent.harnesses.install.install_root()``'s default
+    # (``$ROLLSERVE_HARNESS_DIR``, else ``~/.cache/rollserve/harnesses``).
+    harness_dir: str | None = None
 
 
 @dataclass

@@ -56,6 +56,7 @@ from rollserve.handlers.harness import (
     harness_limits,
     run_in_sandbox,
 )
+from rollserve.handlers.presets import HarnessSpec, harness_binds, parse_harness, run_preset
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
 from rollserve.sandbox import workspace_file_problem
 from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
@@ -72,9 +73,14 @@ class GatewayInstance(BaseModel):
     command: str | None = Field(None, min_length=1, description="the harness, run in the "
                                 "rollout's sandbox with bash -c")
     files: dict[str, str] = Field(default_factory=dict, description="workspace path -> text, "
-                                  "for the sandbox (with command only)")
+                                  "for the sandbox (with command or harness only)")
     calls: GatewayCalls | None = Field(None, description="which calls are the harness's main "
                                        "loop (by the model asked) and which auxiliary")
+    harness: Any = Field(None, description="a harness preset run in the "
+                                           "rollout's sandbox, e.g. {\"preset\": \"codex\"} "
+                                           "(handlers.presets), instead of command")
+    task: str = Field("", max_length=30_000, description="the task's text, for a harness "
+                      "(in $ROLLSERVE_TASK_FILE)")
 
     @field_validator("answer")
     @classmethod
@@ -92,6 +98,10 @@ class GatewayState:
     session: GatewaySession | None = None
     sandbox: Sandbox | None = None
     python: tuple[str, dict[str, str]] | None = None  # the forwarder's python, its env
+    harness: HarnessSpec | None = None  # instance.harness, checked
+
+    def attach(self, session: GatewaySession) -> None:
+        self.session = session
     output: HarnessOutput = field(default_factory=HarnessOutput)  # the command's
 
 
@@ -104,13 +114,19 @@ class GatewayHandler(AgentHandler):
     sandbox_limits: SandboxLimits = harness_limits()
 
     def outside_harness(self, instance: Mapping[str, Any]) -> str | None:
-        return "instance.command" if _task(instance).command is None else None
+        task = _task(instance)
+        return "instance.command" if task.command is None and task.harness is None else None
 
     def validate(self, instance: Mapping[str, Any]) -> None:
         task = _task(instance)
-        if task.files and task.command is None:
+        if task.command is not None and task.harness is not None:
+            raise InvalidInstance("instance.harness", "give command or harness, not both "
+                                  "(a command is the preset 'command')")
+        if task.files and task.command is None and task.harness is None:
             raise InvalidInstance("instance.files", "files go into the sandbox of a command; "
                                                     "set instance.command too")
+        if task.harness is not None:
+            parse_harness(self.ctx, task.harness)
         found = workspace_file_problem(task.files)
         if found is not None:
             name, problem = found
@@ -119,14 +135,21 @@ class GatewayHandler(AgentHandler):
     async def init(self, rollout: RolloutView) -> None:
         state = GatewayState(_task(rollout.instance))
         rollout.state = state
-        if state.task.command is not None:
-            state.sandbox = await open_sandbox(self.ctx, rollout,
-                                               SandboxSpec(files=state.task.files, network=False,
-                                                           limits=self.sandbox_limits))
+        if state.task.harness is not None:
+            state.harness = parse_harness(self.ctx, state.task.harness)
+        if state.task.command is not None or state.harness is not None:
+            spec = SandboxSpec(files=state.task.files, network=False, limits=self.sandbox_limits,
+                               readonly_binds=harness_binds(state.harness))
+            state.sandbox = await open_sandbox(self.ctx, rollout, spec)
             state.python = await python_with(state.sandbox, "asyncio")
 
     async def run(self, rollout: RolloutView) -> None:
         state = self.state(rollout, GatewayState)
+        if state.harness is not None:
+            assert state.sandbox is not None
+            state.output = await run_preset(self.ctx, rollout, state.sandbox, state.harness, {},
+                                            task=state.task.task, on_session=state.attach)
+            return
         parse = state.task.tool_calls == "hermes"
         async with gateway_session(self.ctx, rollout, parse_tool_calls=parse,
                                    calls=state.task.calls) as (session, key):
@@ -149,7 +172,7 @@ class GatewayHandler(AgentHandler):
         got = None if text is None else text.strip()
         reward = 1.0 if got is not None and got == state.task.answer.strip() else 0.0
         details: dict[str, Any] = {"reply": got, "expected": state.task.answer}
-        if state.task.command is not None:
+        if state.task.command is not None or state.harness is not None:
             details["harness_exit_code"] = state.output.exit_code
             details["harness_log_tail"] = state.output.tail()
         return Evaluation(reward, details)

@@ -249,6 +249,8 @@ class ApptainerSandbox(FolderSandbox):
         for path in self.spec.folders:
             args += ["--bind", f"{self.folders.own(path)}:{path}"]
         args += ["--bind", f"{self.folders.server}:{SERVER_DIR}:ro"]
+        for inside, host in self.spec.readonly_binds.items():
+            args += ["--bind", f"{host}:{inside}:ro"]
         for path in self.spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
             args += ["--bind", f"{self.folders.empty}:{path}:ro"]
         args += ["--pwd", WORKDIR,

@@ -100,6 +100,24 @@ class SandboxSpec(BaseModel):
         "/r2e_tests); the local runtime cannot hide anything. E.g. the swe handler's "
         "mirrors (their history goes past the task's commit) and its bundled answers")
 
+    readonly_binds: dict[str, str] = Field(
+        default_factory=dict,
+        description="inside path -> host folder, shown read-only inside (a harness's install "
+        "folder); the inside path is a new top-level folder, e.g. /.rollserve-harness "
+        "(apptainer, bubblewrap, docker/podman; the local runtime only where both are the same)")
+
+    @field_validator("readonly_binds")
+    @classmethod
+    def _bind_paths(cls, binds: dict[str, str]) -> dict[str, str]:
+        for inside, host in binds.items():
+            name = inside.strip("/")
+            if not inside.startswith("/") or not name or "/" in name or name in RESERVED:
+                raise ValueError(f"{inside!r}: a read-only bind goes at a new top-level path, "
+                                 f"not one of /{', /'.join(sorted(RESERVED))}")
+            if not host.startswith("/") or ".." in host.split("/"):
+                raise ValueError(f"{host!r}: the host folder must be an absolute path without '..'")
+        return binds
+
     @field_validator("workspace_aliases", "folders")
     @classmethod
     def _top_level_paths(cls, aliases: list[str]) -> list[str]:

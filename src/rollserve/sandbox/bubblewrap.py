@@ -270,7 +270,7 @@ class BubblewrapSandbox(FolderSandbox):
         """bwrap and its arguments up to the environment (bwrap_view.py)."""
         return self._owner.view.args(self._root, self.folders, self.spec.limits,
                                      self.spec.network, self.workspace_aliases(), self.spec.hide,
-                                     self.spec.folders)
+                                     self.spec.folders, self.spec.readonly_binds)
 
     def _env_args(self, env: dict[str, str] | None, pty: bool) -> list[str]:
         # HOME is the private /tmp, not the workspace: caches (pip, IPython, matplotlib)

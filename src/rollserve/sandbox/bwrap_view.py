@@ -12,6 +12,7 @@ Each invocation:
         --dev /dev --proc /proc --ro-bind /proc/sys /proc/sys
         --bind <workspace> /workspace --bind <tmp> /tmp
         --ro-bind <server folder> /.rollserve  (the server's alone: the gateway socket)
+        --ro-bind <host folder> <inside>      (the spec's readonly_binds: a harness's install)
         --perms 1777 --size <tmpfs_mb> --tmpfs /dev/shm
         --remount-ro /dev --remount-ro /
         --chdir /workspace --clearenv --setenv ... --hostname sandbox
@@ -131,9 +132,10 @@ class View:
 
     def args(self, root: str, folders: SandboxFolders, limits: SandboxLimits, network: bool,
              aliases: Sequence[str], hide: Sequence[str] = (),
-             own: Sequence[str] = ()) -> list[str]:
+             own: Sequence[str] = (), binds: dict[str, str] | None = None) -> list[str]:
         """bwrap's arguments up to the environment (see the module's doc); ``hide``:
-        more host folders to cover (the spec's)."""
+        more host folders to cover (the spec's); ``binds``: inside -> host folder,
+        read-only (the spec's ``readonly_binds``)."""
         args = [self.config.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
         if network:
             args.append("--share-net")
@@ -161,8 +163,9 @@ class View:
         args += _shm(size, folders)
         args += _binds(folders, aliases, own)
         args += ["--ro-bind", str(folders.server), SERVER_DIR]
-        for path in under_tmp:
-            args += ["--ro-bind", path, path]
+        binds = {**(binds or {}), **{path: path for path in under_tmp}}
+        for inside, host in binds.items():
+            args += ["--ro-bind", host, inside]
         # Last, on top of whatever shows them (the root, or the server's Python bound
         # back): the bundled datasets, and every folder of the server's packages.
         for covered in self.answers_shown(root, hidden, readonly) + self.sites_shown(root, hidden, readonly):

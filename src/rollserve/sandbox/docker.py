@@ -140,6 +140,8 @@ class DockerRuntime(FolderRuntime[DockerConfig], ImageRuntime[DockerConfig]):
         for path in spec.folders:
             args += ["-v", f"{folders.own(path)}:{path}"]
         args += ["-v", f"{folders.server}:{SERVER_DIR}:ro"]
+        for inside, host in spec.readonly_binds.items():
+            args += ["-v", f"{host}:{inside}:ro"]
         for path in spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
             args += ["-v", f"{folders.empty}:{path}:ro"]
         if self.config.rootfs_size:

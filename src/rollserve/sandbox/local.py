@@ -72,9 +72,11 @@ class LocalRuntime(FolderRuntime[LocalConfig]):
     async def start(self, spec: SandboxSpec) -> LocalSandbox:
         if spec.image is not None:
             log.warning("local runtime ignores image %r: commands run on the host", spec.image)
-        if spec.workspace_aliases or spec.workspace_seed or spec.folders:
-            raise SandboxError("local runtime: workspace_aliases, workspace_seed and folders need a "
-                               "mount namespace; use bubblewrap (or apptainer)")
+        if (spec.workspace_aliases or spec.workspace_seed or spec.folders
+                or spec.readonly_binds):
+            raise SandboxError("local runtime: workspace_aliases, workspace_seed, folders and "
+                               "readonly_binds need a mount namespace; use bubblewrap (or "
+                               "apptainer)")
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
         sandbox = LocalSandbox(self.name, sandbox_id, spec, folders, entry)

@@ -48,6 +48,7 @@ from rollserve.handlers.base import (
 )
 from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harness import HarnessOutput, harness_limits
+from rollserve.handlers.presets import harness_binds
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import interpreter, protect, recheck, scan
@@ -62,7 +63,7 @@ from rollserve.handlers.swe.evaluate import (
     script_halves,
 )
 from rollserve.handlers.swe.grade import grade_async, swebench, uses_plugin
-from rollserve.handlers.swe.harness import parse_harness, run_harness
+from rollserve.handlers.swe.harness import HarnessSpec, instance_harness, run_harness
 from rollserve.handlers.swe.instances import SWETask, parse_task
 from rollserve.handlers.swe.patch import Candidate, apply_patch, snapshot, take_patch
 from rollserve.handlers.swe.planting import plant
@@ -145,7 +146,7 @@ class SWEHandler(AgentHandler):
         """The instance must parse and, in host mode, its repository must be found
         (a bundle or mirror under a name ``environment.source_names`` gives)."""
         task = self.task(instance)
-        parse_harness(instance)
+        instance_harness(self.ctx, instance)
         if task.test_timeout is not None and task.test_timeout > self.options.test_timeout:
             raise InvalidInstance("instance.test_timeout", f"at most this server's test_timeout "
                                   f"({self.options.test_timeout:g} s), got {task.test_timeout:g}")
@@ -183,7 +184,7 @@ class SWEHandler(AgentHandler):
         # A harness's sandbox caps memory resident (Node, Bun); EVAL's keep RLIMIT_AS,
         # so a task is graded alike whoever acted.
         sandbox = await self._open(rollout, task,
-                                   harness=parse_harness(rollout.instance) is not None)
+                                   harness=instance_harness(self.ctx, rollout.instance))
         if self._images and task.schema == "r2e-gym":
             await envs.hide_r2e_tests(sandbox, self.options)
         env = None if self._images else await self._host_env(sandbox)
@@ -192,20 +193,23 @@ class SWEHandler(AgentHandler):
         # are untracked or changed against base_commit: they are not the agent's).
         rollout.state = SWEWork(task, sandbox, await snapshot(sandbox))
 
-    async def _open(self, rollout: RolloutView, task: SWETask, harness: bool = False) -> Sandbox:
+    async def _open(self, rollout: RolloutView, task: SWETask,
+                    harness: HarnessSpec | None = None) -> Sandbox:
         """A sandbox with the task's environment and its repository at base_commit
-        (``harness``: with a harness's limits, memory resident for the whole sandbox)."""
+        (``harness``: the agent's, for that harness: its install folder shown read-only,
+        memory capped resident for the whole sandbox)."""
         limits = SandboxLimits(memory_mb=self.options.memory_mb, pids=self.options.pids,
                                cpu_seconds=3600)
-        if harness:
+        if harness is not None:
             limits = harness_limits(limits)
+        binds = harness_binds(harness)
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PIP_NO_INPUT": "1",
                "GIT_PAGER": "cat", "PAGER": "cat"}
         if self._images:
             spec = SandboxSpec(image=envs.image_reference(task, self.options, self._runtime_name),
                                limits=limits, env=env, workspace_seed=self.options.image_repo_dir,
                                workspace_aliases=[self.options.image_repo_dir],
-                               start_timeout=self.options.setup_timeout)
+                               readonly_binds=binds, start_timeout=self.options.setup_timeout)
             sandbox = await open_sandbox(self.ctx, rollout, spec)
             await envs.prepare_image_repo(sandbox, self.options)
             return sandbox
@@ -215,7 +219,7 @@ class SWEHandler(AgentHandler):
         bundle = await envs.bundle_for(task, self.options)  # (its cache exists before the sandbox)
         rootfs = self.options.rootfs  # (a rootfs shows none of the host's folders)
         spec = SandboxSpec(image=str(rootfs) if rootfs else None, limits=limits, env=env,
-                           hide=[] if rootfs else envs.hidden_folders(self.options))
+                           readonly_binds=binds, hide=[] if rootfs else envs.hidden_folders(self.options))
         sandbox = await open_sandbox(self.ctx, rollout, spec)
         await envs.materialise(sandbox, task, self.options, bundle)
         return sandbox
@@ -253,11 +257,11 @@ class SWEHandler(AgentHandler):
         work = self.state(rollout, SWEWork)
         task, sandbox = work.task, work.sandbox
         agent_env = {} if self._images else await self._host_env(sandbox)
-        harness = parse_harness(rollout.instance)
+        harness = instance_harness(self.ctx, rollout.instance)
         output: HarnessOutput | None = None
         if harness is not None:
             output = await run_harness(self.ctx, rollout, sandbox, task, harness, agent_env,
-                                       self._images)
+                                       sandbox.spec.image if self._images else None)
             finished = output.exit_code == 0
         else:
             finished = await self._tool_episode(rollout, work, agent_env)

@@ -1,0 +1,172 @@
+"""The ``harness`` option of harness-driven handlers (the ``swe`` family's
+``instance.harness``, the ``gateway`` family's ``instance.harness``): a preset
+(``agent.harnesses``: one TOML file each) and its per-instance options, checked at
+submit, then run in the rollout's sandbox behind the gateway (``handlers.harness``).
+
+Instance field::
+
+    "harness": {"preset": "codex"}
+    "harness": {"preset": "mini-swe-agent", "config": ["swebench.yaml"]}
+    "harness": {"preset": "command", "command": "<bash -c command>"}
+
+Besides ``preset``: ``command`` (for a preset without one, such as ``command``),
+``tool_calls`` (``hermes`` | ``none``; default the preset's) and the preset's own
+``[options]``. At submit (``parse_harness``) the preset must exist and be installed
+on this server, with a Node that fits: else a 422 naming ``instance.harness.preset``
+and what to install (``rollserve harness install codex``), never a masked rollout
+later. ``binds``: the install folder, bound read-only into the sandbox at
+``runner.INSTALL_INSIDE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from rollserve.agent.gateway import GatewaySession
+from rollserve.agent.harnesses.base import Preset, PresetFileError
+from rollserve.agent.harnesses.install import (
+    available,
+    bundled_node,
+    install_root,
+    installed_problem,
+    reach_problem,
+)
+from rollserve.agent.harnesses.runner import INSTALL_INSIDE, harness_env, harness_script
+from rollserve.contract.validation import field_name
+from rollserve.handlers.base import HandlerContext, InvalidInstance, RolloutView
+from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
+from rollserve.handlers.sandboxed import python_with
+from rollserve.sandbox.base import WORKDIR, Sandbox
+
+__all__ = ["HarnessSpec", "harness_binds", "parse_harness", "run_preset"]
+
+
+@dataclass(frozen=True)
+class HarnessSpec:
+    """``instance.harness``, checked: the preset, the command to run, its options."""
+
+    preset: Preset
+    command: str
+    tool_calls: Literal["hermes", "none"]
+    options: dict[str, str | list[str]]
+    folder: Path | None  # the install folder (npm presets)
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str
+    command: str | None = Field(None, min_length=1, description="the harness, run with bash -c "
+                                "in the workdir (for a preset without a command of its own)")
+
+
+_MODELS: dict[str, type[BaseModel]] = {}  # by the preset's JSON
+
+
+def _model(preset: Preset) -> type[BaseModel]:
+    """The pydantic model of ``instance.harness`` for ``preset``."""
+    key = preset.model_dump_json()
+    if key not in _MODELS:
+        _MODELS[key] = _make_model(preset)
+    return _MODELS[key]
+
+
+def _make_model(preset: Preset) -> type[BaseModel]:
+    fields: dict[str, Any] = {"tool_calls": (Literal["hermes", "none"], preset.tool_calls)}
+    for key, option in preset.options.items():
+        required = option.default is None
+        if option.type == "list":
+            fields[key] = (list[str], Field(... if required else list(option.default or []),
+                                            min_length=option.min_items, description=option.description))
+        else:
+            fields[key] = (str, Field(... if required else option.default, pattern=option.pattern,
+                                      description=option.description))
+    return create_model(f"Harness_{preset.name.replace('-', '_')}", __base__=_Base, **fields)
+
+
+def _root(ctx: HandlerContext) -> Path:
+    return install_root(ctx.harness_dir)
+
+
+def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness") -> HarnessSpec:
+    """``raw`` (the instance's ``harness``) checked against its preset and this
+    server's installs; ``InvalidInstance`` naming the field and what to do."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInstance(at, 'an object naming its preset, e.g. {"preset": "codex"}')
+    root = _root(ctx)
+    try:
+        known = available(root)
+    except PresetFileError as error:  # the server's file, said as it is
+        raise InvalidInstance(f"{at}.preset", str(error)) from None
+    name = raw.get("preset")
+    if not isinstance(name, str) or name not in known:
+        raise InvalidInstance(f"{at}.preset", f"one of {', '.join(sorted(known))} (presets in "
+                              f"{root / 'presets'} count too), got {name!r}")
+    preset = known[name]
+    try:
+        parsed = _model(preset).model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InvalidInstance(field_name((*at.split("."), *first["loc"])), first["msg"]) from None
+    values = parsed.model_dump()
+    command = values.pop("command")
+    if preset.takes_command and command is None:
+        raise InvalidInstance(at, f"preset {name!r} needs a command")
+    if not preset.takes_command and command is not None:
+        raise InvalidInstance(at, f"preset {name!r} builds its own command; leave command out")
+    problem = installed_problem(preset, root)
+    folder = root / name if preset.package.kind == "npm" else None
+    if problem is None and folder is not None and _bubblewrap(ctx):
+        problem = reach_problem(folder)
+    if problem is not None:
+        raise InvalidInstance(f"{at}.preset", problem)
+    tool_calls = values.pop("tool_calls")
+    values.pop("preset")
+    return HarnessSpec(preset, command if command is not None else preset.run.command or "",
+                       tool_calls, values, folder)
+
+
+def _bubblewrap(ctx: HandlerContext) -> bool:
+    return ctx.sandboxes is not None and ctx.sandboxes.name == "bubblewrap"
+
+
+def harness_binds(spec: HarnessSpec | None) -> dict[str, str]:
+    """The sandbox's read-only binds for ``spec``'s harness (its install folder)."""
+    if spec is None or spec.folder is None:
+        return {}
+    return {INSTALL_INSIDE: str(spec.folder)}
+
+
+async def run_preset(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox, spec: HarnessSpec,
+                     env: Mapping[str, str], *, task: str | None = None,
+                     task_file: str | None = None,
+                     on_session: Callable[[GatewaySession], None] | None = None) -> HarnessOutput:
+    """``spec``'s harness in ``sandbox`` behind the rollout's gateway session, until it
+    exits, ``max_turns`` or the time limit; its output. ``env``: the agent's own
+    environment (host mode's python shims...); the task is ``task`` (its text) or
+    already in ``task_file``; ``on_session`` is told the session once it is open."""
+    package = spec.preset.package
+    python, extra = await python_with(sandbox, package.module if package.kind == "python"
+                                      and package.module else "asyncio")
+    files = {"task_file": task_file} if task_file is not None else {}
+    run_env = harness_env(spec.preset, workdir=WORKDIR, max_turns=rollout.max_turns,
+                          options=spec.options, task=task, **files)
+    script = harness_script(spec.preset, spec.command, installed=spec.folder is not None,
+                            bundled_node=spec.folder is not None and bundled_node(spec.folder) is not None)
+    output = HarnessOutput()
+    async with gateway_session(ctx, rollout, parse_tool_calls=spec.tool_calls == "hermes") \
+            as (session, key):
+        if on_session is not None:
+            on_session(session)
+        try:
+            await run_in_sandbox(sandbox, session, key, script, python,
+                                 {**extra, **env, **run_env}, output)
+        finally:
+            if output.exit_code is not None:
+                rollout.add_stats({"harness_exit_code": output.exit_code})
+    return output
