@@ -36,7 +36,13 @@ from rollserve.agent.harnesses.install import (
     installed_problem,
     reach_problem,
 )
-from rollserve.agent.harnesses.runner import INSTALL_INSIDE, harness_env, harness_script
+from rollserve.agent.harnesses.runner import (
+    INSTALL_INSIDE,
+    POLICY_MODEL,
+    harness_env,
+    harness_script,
+)
+from rollserve.contract.calls import GatewayCalls
 from rollserve.contract.validation import field_name
 from rollserve.handlers.base import HandlerContext, InvalidInstance, RolloutView
 from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
@@ -144,23 +150,26 @@ def harness_binds(spec: HarnessSpec | None) -> dict[str, str]:
 
 async def run_preset(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox, spec: HarnessSpec,
                      env: Mapping[str, str], *, task: str | None = None,
-                     task_file: str | None = None,
+                     task_file: str | None = None, workdir: str = WORKDIR,
                      on_session: Callable[[GatewaySession], None] | None = None) -> HarnessOutput:
     """``spec``'s harness in ``sandbox`` behind the rollout's gateway session, until it
     exits, ``max_turns`` or the time limit; its output. ``env``: the agent's own
     environment (host mode's python shims...); the task is ``task`` (its text) or
-    already in ``task_file``; ``on_session`` is told the session once it is open."""
+    already in ``task_file``; it runs in ``workdir``; ``on_session`` is told the session once it is open."""
     package = spec.preset.package
     python, extra = await python_with(sandbox, package.module if package.kind == "python"
                                       and package.module else "asyncio")
     files = {"task_file": task_file} if task_file is not None else {}
-    run_env = harness_env(spec.preset, workdir=WORKDIR, max_turns=rollout.max_turns,
+    run_env = harness_env(spec.preset, workdir=workdir, max_turns=rollout.max_turns,
                           options=spec.options, task=task, **files)
     script = harness_script(spec.preset, spec.command, installed=spec.folder is not None,
                             bundled_node=spec.folder is not None and bundled_node(spec.folder) is not None)
     output = HarnessOutput()
-    async with gateway_session(ctx, rollout, parse_tool_calls=spec.tool_calls == "hermes") \
-            as (session, key):
+    declared = spec.preset.calls
+    calls = None if declared is None else GatewayCalls(main_model=POLICY_MODEL,
+                                                       auxiliary=dict(declared.auxiliary))
+    async with gateway_session(ctx, rollout, parse_tool_calls=spec.tool_calls == "hermes",
+                               calls=calls) as (session, key):
         if on_session is not None:
             on_session(session)
         try:

@@ -111,7 +111,7 @@ def _copy(source: Path, target: Path) -> None:
 # command through the gateway, with the task's text, and runs it in the workdir.
 HARNESS = r"""
 import json, os, subprocess, urllib.request
-task = open(os.environ["ROLLSERVE_PROBLEM_FILE"]).read()
+task = open(os.environ["ROLLSERVE_TASK_FILE"]).read()
 body = json.dumps({"model": "p", "messages": [{"role": "user", "content": task}]}).encode()
 request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
     headers={"Content-Type": "application/json", "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})

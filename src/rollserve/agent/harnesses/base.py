@@ -85,6 +85,27 @@ class Run(_Strict):
                                 "None: the instance's own ``command``")
 
 
+class Calls(_Strict):
+    """``[calls]``: the harness's auxiliary calls (titles, a small fast model,
+    compaction...), told apart from its main loop by the model name they ask for. With
+    this table the runner opens the session with ``contract.calls.GatewayCalls``
+    (``main_model`` the name the harness's main loop asks for, ``$ROLLSERVE_MODEL``):
+    a call asking for another model is recorded apart, in ``trajectory.auxiliary``,
+    its purpose this table's (else ``auxiliary``). Without it every call is the main
+    loop's."""
+
+    auxiliary: dict[str, str] = Field(default_factory=dict, description="model name the "
+                                      "harness asks for -> purpose (lower_snake_case)")
+
+    @field_validator("auxiliary")
+    @classmethod
+    def _purposes(cls, auxiliary: dict[str, str]) -> dict[str, str]:
+        for model, purpose in auxiliary.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", purpose):
+                raise ValueError(f"{model!r}: purpose {purpose!r} is not lower_snake_case")
+        return auxiliary
+
+
 class Option(_Strict):
     """A per-instance setting (``instance.harness.<key>``), exposed as
     ``$ROLLSERVE_OPT_<KEY>``."""
@@ -115,6 +136,7 @@ class Preset(_Strict):
     files: dict[str, str] = Field(default_factory=dict, description="path under $HOME -> text; "
                                   "${VAR} expands from the run's environment")
     options: dict[str, Option] = Field(default_factory=dict)
+    calls: Calls | None = Field(None, description="[calls]: its auxiliary calls (see Calls)")
 
     @field_validator("env")
     @classmethod

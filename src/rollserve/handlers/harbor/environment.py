@@ -31,6 +31,8 @@ from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
 from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, tar_of
 from rollserve.handlers.harbor.instances import cache_folder
+from rollserve.handlers.harness import harness_limits
+from rollserve.handlers.presets import HarnessSpec, harness_binds
 from rollserve.handlers.sandboxed import open_sandbox
 from rollserve.sandbox.base import RESERVED, WORKDIR, Sandbox, SandboxLimits, SandboxSpec
 
@@ -78,7 +80,8 @@ def check_workdir(workdir: str | None) -> None:
 
 
 async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: HarborTask, *,
-                           oracle: bool, hidden: list[Path]) -> Layout:
+                           oracle: bool, hidden: list[Path],
+                           harness: HarnessSpec | None = None) -> Layout:
     runtime = ctx.sandboxes.name if ctx.sandboxes is not None else None
     config = task.config.environment
     image, seed = None, None
@@ -98,13 +101,15 @@ async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: Harb
     env = {"PATH": PATH, **plan_env, **config.env}
     limits = SandboxLimits(memory_mb=config.memory_mb or 2048, disk_mb=config.storage_mb or 4096,
                            pids=512, cpu_seconds=3600)
+    if harness is not None:  # memory resident for the whole sandbox; its install shown
+        limits = harness_limits(limits)
     spec = SandboxSpec(
         image=image, env=env, network=False, limits=limits,
         workspace_aliases=[] if workdir == WORKDIR else [workdir], workspace_seed=seed,
         folders=["/tests", "/logs", *(["/solution"] if oracle else [])],
         hide=[str(p.resolve()) for p in [*hidden, cache_folder()]
               if not p.resolve().is_relative_to("/tmp")],
-        start_timeout=config.build_timeout_sec)
+        readonly_binds=harness_binds(harness), start_timeout=config.build_timeout_sec)
     sandbox = await open_sandbox(ctx, rollout, spec)
     if copies:
         files = await asyncio.to_thread(tar_of, copies)

@@ -37,11 +37,10 @@ from rollserve.handlers.harbor.bounded import Bounded
 from rollserve.handlers.harbor.config import refusals
 from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, load_task, tar_of
 from rollserve.handlers.harbor.instances import HarborInstance, HarborOptions, resolve_task
-from rollserve.handlers.harbor.run_harness import run_task_harness
 from rollserve.handlers.harbor.verifier import verify
 from rollserve.handlers.harness import HarnessOutput
+from rollserve.handlers.presets import HarnessSpec, parse_harness, run_preset
 from rollserve.handlers.sandboxed import close_later, close_sandboxes
-from rollserve.handlers.swe.harness import parse_harness
 from rollserve.sandbox.base import Sandbox
 from rollserve.sandbox.tools import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
@@ -63,6 +62,7 @@ class HarborWork:
     env: dict[str, str]
     offline: bool  # the task asked for the network and runs without it
     details: dict[str, Any] = field(default_factory=dict)
+    harness_spec: HarnessSpec | None = None  # instance.harness, checked
     harness: HarnessOutput | None = None
 
 
@@ -91,7 +91,8 @@ class HarborHandler(AgentHandler):
 
     def task(self, instance: Mapping[str, Any]) -> tuple[HarborInstance, HarborTask]:
         """The instance and its task, as this server can run them; InvalidInstance naming
-        the field (``instance.task`` with the file or task.toml field at fault) otherwise."""
+        the field (``instance.task`` with the file or task.toml field at fault, or
+        ``instance.harness``: a preset not installed here...) otherwise."""
         try:
             spec = HarborInstance.model_validate(instance)
         except ValidationError as exc:
@@ -102,7 +103,8 @@ class HarborHandler(AgentHandler):
                                   "(rollserve datasets oracle), not available on this server")
         if spec.harness is not None and spec.agent != "tools":
             raise InvalidInstance("instance.harness", "only with agent 'tools'")
-        parse_harness(instance)
+        if spec.harness is not None:
+            parse_harness(self.ctx, spec.harness)
         folder = resolve_task(self.options.root, spec.task)
         try:
             task = load_task(folder)
@@ -143,10 +145,11 @@ class HarborHandler(AgentHandler):
     async def init(self, rollout: RolloutView) -> None:
         spec, task = await asyncio.to_thread(self.task, rollout.instance)
         hidden = [self.options.root]
+        harness = parse_harness(self.ctx, spec.harness) if spec.harness is not None else None
         layout = await envs.open_environment(self.ctx, rollout, task, oracle=spec.agent == "oracle",
-                                             hidden=hidden)
+                                             hidden=hidden, harness=harness)
         work = HarborWork(task, spec.agent, layout.sandbox, layout.workdir, layout.env,
-                          offline=task.config.environment.public)
+                          offline=task.config.environment.public, harness_spec=harness)
         if work.offline:
             work.details["network"] = ("none: the task asks for the network "
                                        f"({task.config.environment.network_mode}); it ran without")
@@ -159,10 +162,10 @@ class HarborHandler(AgentHandler):
         if work.mode == "oracle":
             await self._oracle(work, bounded)
         elif work.mode == "tools":
-            harness = parse_harness(rollout.instance)
-            if harness is not None:
-                work.harness = await run_task_harness(self.ctx, bounded, work.sandbox, harness,
-                                                      work.task.instruction, work.workdir, work.env)
+            if work.harness_spec is not None:  # the task's text outside the workdir
+                work.harness = await run_preset(self.ctx, cast(RolloutView, bounded), work.sandbox,
+                                                work.harness_spec, work.env,
+                                                task=work.task.instruction, workdir=work.workdir)
             else:
                 await self._tool_episode(bounded, work)
         # Nothing of the agent may run on into EVAL: its shells end here.
