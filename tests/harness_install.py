@@ -1,10 +1,18 @@
-"""Where tests find a real harness CLI (installed by ``rollserve harness install NAME``,
-or by hand with ``npm install --prefix <root>/<name> <package>``).
+"""The one way tests find a real harness CLI (Codex, Claude Code, ...): installed by
+``rollserve harness install NAME`` (or by hand with ``npm install --prefix <root>/<name>
+<package>``) under the install root, checked as the server checks it at submit.
 
 The install root is ``$ROLLSERVE_HARNESS_DIR``, else ``~/.cache/rollserve/harnesses``
 (the server's default); a harness ``name``'s executable ``bin`` is
-``<root>/<name>/node_modules/.bin/<bin>``. A test that needs one skips, saying where it
-looked, when it is not there.
+``<root>/<name>/node_modules/.bin/<bin>``::
+
+    pytestmark = needs_harness("codex")          # a test running it through a server
+    ...
+    service, client = await make_api([llm.url], server={"harness_dir": harness_root()})
+
+    codex = harness_bin("codex")                 # a test running the executable itself
+
+A test that needs one it cannot find is skipped, saying where it looked and what to install.
 """
 
 from __future__ import annotations
@@ -14,12 +22,14 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["harness_bin", "harness_root"]
+from rollserve.agent.harnesses.install import available, install_root, installed_problem
+
+__all__ = ["harness_bin", "harness_problem", "harness_root", "needs_harness"]
 
 
 def harness_root() -> Path:
-    return Path(os.environ.get("ROLLSERVE_HARNESS_DIR") or "~/.cache/rollserve/harnesses"
-                ).expanduser()
+    """The install root the tests (and the servers they start) use (absolute)."""
+    return install_root()
 
 
 def harness_bin(name: str, bin_name: str | None = None) -> Path:
@@ -30,3 +40,18 @@ def harness_bin(name: str, bin_name: str | None = None) -> Path:
         pytest.skip(f"{name} is not installed at {path} (rollserve harness install {name}, "
                     "or set ROLLSERVE_HARNESS_DIR to the install root)")
     return path
+
+
+def harness_problem(name: str) -> str | None:
+    """Why the preset ``name`` cannot run here (with what to install), or None."""
+    root = harness_root()
+    found = available(root)
+    if name not in found:
+        return f"no preset {name!r} in this rollserve"
+    return installed_problem(found[name], root)
+
+
+def needs_harness(name: str) -> pytest.MarkDecorator:
+    """Skip unless ``name`` is installed and its Node fits (as the server checks at submit)."""
+    problem = harness_problem(name)
+    return pytest.mark.skipif(problem is not None, reason=f"harness {name}: {problem}")

@@ -172,7 +172,7 @@ def test_an_install_root_closed_to_others_is_named_for_a_root_server():
 
 
 def test_the_tests_helper_finds_harnesses_where_the_server_would(tmp_path, monkeypatch):
-    from tests.installed_harnesses import harness_problem, harness_root
+    from tests.harness_install import harness_problem, harness_root
     monkeypatch.setenv("ROLLSERVE_HARNESS_DIR", str(tmp_path))
     assert harness_root() == tmp_path.resolve()
     assert harness_problem("command") is None
