@@ -57,7 +57,8 @@ CLEAR = ("chmod -R u+rwX /tests /logs 2>/dev/null; find /tests /logs -mindepth 1
          "-not -path /logs/home | head -1)\"")
 # The verifier's run, in the sandbox (bash; after test.sh, builtins only until every
 # process it left is dead): test.sh run as a child, so that its exit status is known
-# (killed by a signal: over 128); then every process of the sandbox but this script, its
+# (killed by a signal: over 128) and test.sh's inode and ctime (GNU find; else stat's
+# seconds) before and after; then every process of the sandbox but this script, its
 # ancestors and zombies is counted and SIGKILLed (until none is left), and only then
 # are the tests' digests and the reward files reported, each line behind a nonce read
 # from stdin (a process of the agent's that wrote into this script's stdout cannot
@@ -67,7 +68,8 @@ ancestors=" 1 $$ "; p=$$
 while [ "$p" -gt 1 ] 2>/dev/null; do
   read -r stat < /proc/$p/stat || break; set -- ${stat##*) }; p=$2; ancestors="$ancestors$p "
 done
-script=$(find /tests/test.sh -printf '%i %C@')
+stamp() { find /tests/test.sh -printf '%i %C@' 2>/dev/null || stat -c '%i %Z' /tests/test.sh 2>/dev/null; }
+script=$(stamp)
 /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1 < /dev/null
 status=$?
 survivors=0
@@ -86,7 +88,7 @@ done
 say() { echo "$nonce $*"; }
 say STATUS $status; say SURVIVORS $survivors
 if [ -n "$left" ]; then say UNKILLED; fi
-[ "$(find /tests/test.sh -printf '%i %C@' 2>/dev/null)" = "$script" ] || say SCRIPT changed
+[ "$(stamp)" = "$script" ] || say SCRIPT changed
 (cd /tests && find . -type f -exec sha256sum {} + 2>/dev/null) | while read -r line; do say SUM "$line"; done
 v=/logs/verifier
 if [ -L $v ] || [ ! -d $v ]; then say BAD $v is a link or no folder; fi
@@ -94,7 +96,7 @@ for f in reward.json reward.txt; do
   if [ -L $v/$f ]; then say BAD $v/$f is a link
   elif [ -e $v/$f ] && [ ! -f $v/$f ]; then say BAD $v/$f is no regular file
   elif [ -f $v/$f ] && [ ! -w $v/$f ]; then say BAD $v/$f was made read-only
-  elif [ -f $v/$f ]; then say FILE $f "$(head -c 65536 $v/$f | base64 -w0)"
+  elif [ -f $v/$f ]; then say FILE $f "$(head -c 65536 $v/$f | base64 | tr -d '\n')"
   fi
 done
 say END"""
