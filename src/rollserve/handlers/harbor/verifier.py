@@ -2,7 +2,7 @@
 nothing of the agent runs any more: ``tests/`` copied to ``/tests`` only now,
 ``tests/test.sh`` run (from the workdir, with ``[verifier]``'s env, bounded by its
 ``timeout_sec``), the reward read from ``/logs/verifier/reward.json`` (named
-components) or, without it, ``reward.txt`` (a number).
+components) or ``reward.txt`` (a number); both: the lower reward.
 
 Integrity: every process the agent left is killed first (``kill -KILL -1`` in the
 sandbox's own PID namespace where commands share one; on bubblewrap each command has
