@@ -26,10 +26,11 @@ test.sh's write fails); otherwise the reward is 0 and the evaluation says why. W
 both reward.json and reward.txt the lower reward counts. Left open: code of the
 agent's that writes the very file test.sh writes and then makes test.sh end early
 without a signal (a ``set -e`` script whose next step fails) is not told apart.
-Nor is code that debugs test.sh itself: the sandboxes filter no system calls, so a
-process test.sh runs (same uid) can ptrace it or write its /proc/PID/mem (checked on
-bubblewrap) and make it write any reward; closing that needs the runtime to deny
-ptrace to the verifier's processes (seccomp) and /proc/PID/mem (a non-dumpable test.sh).
+Nor is code that takes control of test.sh's process, which it may as the same uid:
+ptrace it or write its /proc/PID/mem (both checked allowed on bubblewrap: the sandboxes
+filter no system calls), or lower its open-files limit with prlimit so that its own
+write fails without a signal after the code wrote the reward. Closing that needs the
+runtime to run test.sh with credentials its children do not share.
 
 The scalar reward from ``reward.json`` (Harbor never reduces it): its ``reward`` key
 if present, else its only component; with several components and no ``reward`` key the
