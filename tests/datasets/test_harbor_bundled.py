@@ -1,40 +1,43 @@
 """The bundled Harbor-format tasks (``rollserve/data/harbor``): each folder is a complete
-task (Harbor's layout, a ``task.toml`` with the fields we rely on, no network), and
-each one runs for real in a bubblewrap sandbox through the sandbox API, the way the
-``harbor`` family runs it: the files beside the Dockerfile laid into the workspace,
-the workspace at the task's workdir (/app), ``solution/`` copied in and ``solve.sh``
-run (the oracle), then ``tests/`` copied in and ``test.sh`` run, and the reward read
-from ``/logs/verifier`` (reward.json first, as Harbor reads it). The oracle scores 1;
-the empty agent, and a hostile agent's obvious tries, score 0.
+task (Harbor's layout, a ``task.toml`` with the fields we rely on, no network), checked
+here cheaply on its files, and run for real through the ``harbor`` family on bubblewrap:
+``rollserve datasets oracle``'s check (the oracle scores 1, the empty agent 0, each task
+through the HTTP API of a server in process), and, through one server for the module
+with a scripted policy, every obvious cheat a hostile agent might try with the bash tool
+(each scores 0), one task solved with the bash tool and one through a harness preset
+(each scores 1).
 
-Here /logs is one more alias of the workspace (so /logs/verifier is the workspace's
-``verifier`` folder), and tests/ and solution/ go to the sandbox's private /tmp: the
-bundled scripts find their own files beside themselves, never at a fixed /tests or
-/solution, and no check reads the top level of the workdir. (The family gives them
-their Harbor paths; ``rollserve datasets oracle`` runs them through it.)
+The cheats include the tests' own holes: three tasks run the agent's code while they
+verify (the Makefile, the prune script, the inventory library), code that could write
+a reward file itself and then kill test.sh, make test.sh's own write fail, rewrite
+test.sh while it runs, or leave a process rewriting the reward after it.
 """
 
 from __future__ import annotations
 
-import io
-import json
+import asyncio
 import re
+import shlex
 import shutil
-import tarfile
 import tomllib
 from pathlib import Path
 
+import httpx
 import pytest
+import pytest_asyncio
 
 import rollserve
-from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
+from rollserve.agent.tool_calls import format_tool_call
+from rollserve.commands.harbor_oracle import check_tasks
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from rollserve.testing import FakeVLLM
+from tests.handlers.harbor.test_harbor_api import HARNESS
 
 HARBOR = Path(rollserve.__file__).resolve().parent / "data" / "harbor"
 TASKS = sorted(p.name for p in HARBOR.iterdir() if p.is_dir()) if HARBOR.is_dir() else []
 WORKDIR = "/app"
 SCHEMA_VERSION = "1.4"  # Harbor 0.26's TaskConfig
-SCRIPT_TIMEOUT_S = 60.0  # each solve.sh / test.sh takes a second or two; bound for a loaded host
+WAIT = 240.0  # seconds for a rollout (each takes a few; bound for a loaded host)
 
 needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
                                  reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
@@ -49,12 +52,24 @@ SECTIONS = {
                     "build_timeout_sec"},
 }
 
-# What a hostile agent might try on each task instead of the work (run in /app after the
-# agent's turn would end); every one must score 0. The tests sit at /tmp/tests here.
-# Keyed by task, or "task:what" for a second try on one.
+# Tasks that need a program beyond a Debian host's base (the sandbox sees the host's).
+NEEDS: dict[str, tuple[str, ...]] = {"make-incremental-build": ("cc", "make"), "git-bisect-revert": ("git",)}
+
+
+def missing(task: str) -> list[str]:
+    return [program for program in NEEDS.get(task, ()) if shutil.which(program) is None]
+
+
+def makefile(recipe: str) -> str:
+    """A bash command writing a Makefile whose ``all`` runs ``recipe`` (at verification)."""
+    return f"printf 'all:\\n\\t%s\\n' {shlex.quote(recipe)} > Makefile"
+
+
+# What a hostile agent might try on each task instead of the work, one bash command in
+# /app; every one must score 0. Keyed by task, or "task:what" for another try on one.
 CHEATS = {
-    "csv-region-revenue": "ln -s /tmp/tests/expected_summary.csv summary.csv",
-    "access-log-report": "ln -s /tmp/tests/expected_report.json report.json",
+    "csv-region-revenue": "ln -s /tests/expected_summary.csv summary.csv",
+    "access-log-report": "ln -s /tests/expected_report.json report.json",
     # The sample tests emptied, and a json module planted where a careless verifier imports it.
     "fix-inventory-bugs": "echo 'import unittest' > test_inventory.py && "
                           "printf 'def load(f):\\n    return []\\ndef loads(s):\\n    return []\\n' > json.py",
@@ -81,70 +96,79 @@ CHEATS = {
                            "'s/Acme Widget/Rollout Widget/g; s/acme-widget/rollout/g' {} +",
     # A library that reads the verifier's expected outcomes at import and prints them back.
     "fix-inventory-bugs:reads-the-tests": (
-        "printf 'import glob, os\\nfor p in glob.glob(\"/tmp/tests/expected.json\"):\\n"
+        "printf 'import glob, os\\nfor p in glob.glob(\"/tests/expected.json\"):\\n"
         "    print(open(p).read().replace(chr(10), \" \"), flush=True); os._exit(0)\\n' >> inventory/__init__.py"),
     # A Makefile that builds, but rebuilds everything every time.
     "make-incremental-build": "printf 'all:\\n\\tmkdir -p build bin\\n\\tfor f in main parse stats; do "
                               "cc -O2 -Wall -c -o build/$$f.o src/$$f.c; done\\n\\tcc -o bin/stats build/*.o\\n"
                               "clean:\\n\\trm -rf build bin\\n' > Makefile && make",
+    # --- the agent's code, run by the tests, against the verifier itself ---
+    # The reward written, then test.sh killed before it writes its own.
+    "make-incremental-build:kills-the-verifier": makefile(
+        "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; pkill -KILL -x test.sh; true"),
+    # reward.json written beside the reward.txt test.sh writes (read first, were it alone).
+    "make-incremental-build:forges-reward-json": makefile(
+        "echo '{\"reward\": 1}' > /logs/verifier/reward.json; true"),
+    # A line appended to the running test.sh (bash reads on from the file), which writes
+    # the reward after test.sh's own write and then cuts test.sh back to its size.
+    "make-incremental-build:rewrites-test-sh": makefile(
+        "s=$$(stat -c %s /tests/test.sh); grep -q forged /tests/test.sh || printf "
+        "'echo 1 > /logs/verifier/reward.txt; truncate -s %s /tests/test.sh; exit 0 \\043forged\\n' "
+        "$$s >> /tests/test.sh; true"),
+    # test.sh's own write made to fail (reward.txt a folder), a reward.json there instead.
+    "prune-logs-script:blocks-the-reward": (
+        "printf '#!/bin/bash\\nv=/logs/verifier; rm -f $v/reward.txt; mkdir -p $v/reward.txt; "
+        "echo 1 > $v/reward.json\\n' > prune.sh && chmod +x prune.sh"),
+    # The reward written and made read-only (test.sh's write fails where it is not root).
+    "prune-logs-script:read-only-reward": (
+        "printf '#!/bin/bash\\nv=/logs/verifier; echo 1 > $v/reward.txt; chmod 444 $v/reward.txt\\n'"
+        " > prune.sh && chmod +x prune.sh"),
+    # A daemon forked at import, out of the tests' session, rewriting the reward in a loop.
+    "fix-inventory-bugs:daemon-rewrites": (
+        "printf 'import os\\nif os.fork() == 0:\\n    os.setsid()\\n"
+        "    fd = os.open(\"/dev/null\", os.O_RDWR)\\n    [os.dup2(fd, i) for i in (0, 1, 2)]\\n"
+        "    while True:\\n        try:\\n"
+        "            with open(\"/logs/verifier/reward.txt\", \"w\") as f: f.write(\"1\\\\n\")\\n"
+        "        except OSError: pass\\n' >> inventory/__init__.py"),
 }
+# What the evaluation must say for the tries against the verifier.
+WHY = {"make-incremental-build:kills-the-verifier": "test.sh was killed by signal 9",
+       "make-incremental-build:forges-reward-json": "reward.json and reward.txt disagree",
+       "make-incremental-build:rewrites-test-sh": "test.sh was written to",
+       "prune-logs-script:blocks-the-reward": "/logs/verifier/reward.txt is no regular file",
+       "prune-logs-script:read-only-reward": "/logs/verifier/reward.txt was made read-only",
+       "fix-inventory-bugs:daemon-rewrites": "still ran when test.sh ended"}
+
+# A policy solving a task with the bash tool, and the command a harness runs for another.
+SOLVE_CSV = """python3 - <<'PY'
+import csv
+from decimal import Decimal
+totals = {}
+for row in csv.DictReader(open("sales.csv", newline="")):
+    if row["status"] == "completed":
+        o, u, r = totals.get(row["region"], (0, 0, Decimal(0)))
+        totals[row["region"]] = (o + 1, u + int(row["units"]), r + int(row["units"]) * Decimal(row["unit_price"]))
+with open("summary.csv", "w") as out:
+    out.write("region,orders,units,revenue\\n")
+    for region, (o, u, r) in sorted(totals.items(), key=lambda kv: (-kv[1][2], kv[0])):
+        out.write(f"{region},{o},{u},{r:.2f}\\n")
+PY"""
+SOLVE_JSON = """python3 - <<'PY'
+import json
+teams = {}
+for user in json.load(open("users.json"))["users"]:
+    if user["active"] and user.get("team") is not None:
+        teams.setdefault(user["team"].strip().lower(), []).append(user)
+json.dump({team: {"members": sorted(m["username"] for m in ms), "count": len(ms),
+                  "average_age": round(sum(m["age"] for m in ms) / len(ms), 1),
+                  "skills": sorted({s for m in ms for s in m["skills"]})}
+           for team, ms in sorted(teams.items())}, open("by_team.json", "w"))
+PY"""
+SOLVED = {"bash:csv-region-revenue": SOLVE_CSV}
 
 
 def task_dir(name: str) -> Path:
     return HARBOR / name
-
-
-def environment_files(name: str) -> dict[str, str]:
-    """What the workspace holds at the start: every file of environment/ but the Dockerfile."""
-    env = task_dir(name) / "environment"
-    return {str(path.relative_to(env)): path.read_text() for path in sorted(env.rglob("*"))
-            if path.is_file() and path.relative_to(env) != Path("Dockerfile")}
-
-
-def tar_of(folder: Path) -> bytes:
-    """``folder``'s files as a tar (modes kept), to unpack inside a sandbox."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path in sorted(folder.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
-    return buffer.getvalue()
-
-
-async def copy_in(box: Sandbox, folder: Path, target: str) -> None:
-    done = await box.exec(f"mkdir -p {target} && tar -x -C {target}", SCRIPT_TIMEOUT_S,
-                          stdin=tar_of(folder))
-    assert done.ok, done.failure()
-
-
-async def verify(box: Sandbox, name: str, clear: bool = True) -> dict[str, float]:
-    """Harbor's verification: stale rewards removed (unless ``clear`` is False: then
-    test.sh alone must see to them), tests/ copied in, test.sh run from the workdir, the
-    reward read (reward.json first, else reward.txt)."""
-    verifier = box.workspace / "verifier"
-    if clear and (verifier.is_symlink() or verifier.is_file()):
-        verifier.unlink()
-    for stale in ("reward.txt", "reward.json") if clear else ():
-        (verifier / stale).unlink(missing_ok=True)
-    await copy_in(box, task_dir(name) / "tests", "/tmp/tests")
-    done = await box.exec(f"cd {WORKDIR} && /tmp/tests/test.sh > /tmp/test-stdout.txt 2>&1",
-                          SCRIPT_TIMEOUT_S)
-    log = await box.exec("cat /tmp/test-stdout.txt", SCRIPT_TIMEOUT_S)
-    assert not done.timed_out, log.stdout[-2000:]
-    if (verifier / "reward.json").is_file():
-        rewards = json.loads((verifier / "reward.json").read_text())
-        assert isinstance(rewards, dict) and "reward" in rewards, rewards
-        return {key: float(value) for key, value in rewards.items()}
-    assert (verifier / "reward.txt").is_file(), f"no reward written:\n{log.stdout[-2000:]}"
-    return {"reward": float((verifier / "reward.txt").read_text())}
-
-
-async def start(runtime: BubblewrapRuntime, name: str) -> Sandbox:
-    """A sandbox as the family makes one for the task: its files, its workdir, its
-    memory and storage from task.toml."""
-    env = tomllib.loads((task_dir(name) / "task.toml").read_text())["environment"]
-    limits = SandboxLimits(memory_mb=env["memory_mb"], disk_mb=env["storage_mb"])
-    spec = SandboxSpec(files=environment_files(name), workspace_aliases=[WORKDIR, "/logs"], limits=limits)
-    return await runtime.start(spec)
 
 
 def test_there_are_at_least_eight_tasks():
@@ -224,44 +248,127 @@ def test_the_dockerfile_builds_the_same_workspace(name):
     assert copies == expected
 
 
-@needs_bwrap
-@pytest.mark.parametrize("name", TASKS)
-async def test_the_oracle_solves_it_and_the_empty_agent_does_not(name, tmp_path):
-    if missing := [program for program in NEEDS.get(name, ()) if shutil.which(program) is None]:
-        pytest.skip(f"{name} needs {', '.join(missing)}, which this host lacks")
-    runtime = BubblewrapRuntime(tmp_path / "state")
-    async with await start(runtime, name) as box:
-        await copy_in(box, task_dir(name) / "solution", "/tmp/solution")
-        solved = await box.exec(f"cd {WORKDIR} && /tmp/solution/solve.sh", SCRIPT_TIMEOUT_S)
-        assert solved.ok, solved.failure()
-        rewards = await verify(box, name)
-        assert all(value == 1.0 for value in rewards.values()), rewards
-    async with await start(runtime, name) as box:
-        # The empty agent, which also planted rewards where the verifier writes them; left
-        # there, so that test.sh's own removal is what stands between them and the reward.
-        planted = await box.exec("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && "
-                                 "echo '{\"reward\": 1.0}' > /logs/verifier/reward.json", SCRIPT_TIMEOUT_S)
-        assert planted.ok, planted.failure()
-        rewards = await verify(box, name, clear=False)
-        assert rewards["reward"] == 0.0, rewards
-
-
-@needs_bwrap
-@pytest.mark.parametrize("cheat", sorted(CHEATS))
-async def test_an_obvious_cheat_scores_zero(cheat, tmp_path):
-    name = cheat.split(":")[0]
-    if missing := [program for program in NEEDS.get(name, ()) if shutil.which(program) is None]:
-        pytest.skip(f"{name} needs {', '.join(missing)}, which this host lacks")
-    runtime = BubblewrapRuntime(tmp_path / "state")
-    async with await start(runtime, name) as box:
-        tried = await box.exec(f"cd {WORKDIR} && {CHEATS[cheat]}", SCRIPT_TIMEOUT_S)
-        assert tried.ok, tried.failure()
-        assert (await verify(box, name))["reward"] == 0.0
 
 
 def test_every_cheat_names_a_task():
     assert {cheat.split(":")[0] for cheat in CHEATS} == set(TASKS)  # one at least for each
+    assert set(WHY) <= set(CHEATS)
 
 
-# Tasks that need a program beyond a Debian host's base (the sandbox sees the host's).
-NEEDS: dict[str, tuple[str, ...]] = {"make-incremental-build": ("cc", "make"), "git-bisect-revert": ("git",)}
+# --- the tasks through the family ---------------------------------------------------------
+@needs_bwrap
+async def test_the_oracle_solves_each_task_and_the_empty_agent_none():
+    """``rollserve datasets oracle``'s check (every task at once, through the API)."""
+    checks = {check.task: check for check in await check_tasks(HARBOR, "bubblewrap", {}, {})}
+    assert set(checks) == set(TASKS)
+    for task, check in checks.items():
+        if missing(task):
+            continue  # (fails for want of the program: the check names it)
+        assert check.ok, (task, check.problem)
+        assert check.oracle == 1.0 and check.empty == 0.0, check
+
+
+class Policy:
+    """One scripted policy for the module's rollouts: a tool rollout's first turn runs
+    the next command planned for its task (found by the instruction's title), then it
+    finishes; a harness's single request gets the command planned for it."""
+
+    def __init__(self, plans: dict[str, str], harness: dict[str, str]) -> None:
+        self.titles = {(HARBOR / t / "instruction.md").read_text().splitlines()[0]: t for t in TASKS}
+        self.queues: dict[str, list[str]] = {}
+        for label, command in plans.items():
+            # a no-op naming the plan, so that each result is found again
+            self.queues.setdefault(label.split(":")[1], []).append(f": plan={label}; {command}")
+        self.harness = harness
+
+    def reply(self, prompt_ids: list[int], prompt: str) -> str:
+        task = next(t for title, t in self.titles.items() if title in prompt)
+        if "with the bash tool" not in prompt:  # the harness: plain text, a command
+            return self.harness[task]
+        if prompt.count("<|im_start|>assistant") > 1:
+            return format_tool_call("finish", {})
+        return format_tool_call("bash", {"command": self.queues[task].pop(0)})
+
+
+async def _rollout(client: httpx.AsyncClient, instance: dict) -> dict:
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [{"data_source": "harbor", "instance": instance}],
+        "sampling": {"max_tokens": 1024}, "agent": {"max_turns": 3}})
+    assert r.status_code == 202, r.text
+    (rid,) = r.json()["groups"][0]["rollout_ids"]
+    view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": WAIT})).json()
+    assert view["done"], view
+    return dict(view["result"])
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def results(tmp_path_factory) -> dict[str, dict]:
+    """Every rollout of the module at once, on one server: label -> result."""
+    from rollserve.api.app import create_app
+    from rollserve.server import ServerConfig, Service
+
+    plans = {f"cheat:{name}": command for name, command in CHEATS.items()
+             if not missing(name.split(":")[0])}
+    plans.update(SOLVED)
+    policy = Policy(plans, {"json-team-rollup": SOLVE_JSON})
+    async with FakeVLLM("smollm2", replies=policy.reply, latency=0.01) as llm:
+        service = Service(ServerConfig(state_dir=tmp_path_factory.mktemp("state"), backends=[llm.url],
+                                       handler_options={"harbor": {"root": str(HARBOR)}}))
+        await service.start()
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False)),
+                                   base_url="http://rollserve", timeout=WAIT + 30)
+        try:
+            harness = {"preset": "command", "tool_calls": "none",
+                       "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(HARNESS)}'}
+            labels = [*plans, "harness:json-team-rollup"]
+            instances = [{"task": label.split(":")[1]} for label in plans]
+            instances.append({"task": "json-team-rollup", "harness": harness})
+            done = await asyncio.gather(*(_rollout(client, instance) for instance in instances))
+        finally:
+            await client.aclose()
+            await service.stop()
+    by_plan = {_plan(result): result for result in done}
+    return {label: by_plan.get(label, result) for label, result in zip(labels, done, strict=True)}
+
+
+def _plan(result: dict) -> str | None:
+    """The plan a tool rollout ran (the no-op its first command starts with)."""
+    for message in result["trajectory"]["messages"]:
+        found = re.search(r": plan=([\w:.-]+);", message["content"]) if message["role"] == "assistant" else None
+        if found:
+            return found.group(1)
+    return None
+
+
+@needs_bwrap
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+async def test_an_obvious_cheat_scores_zero(cheat, results):
+    if lacking := missing(cheat.split(":")[0]):
+        pytest.skip(f"{cheat} needs {', '.join(lacking)}, which this host lacks")
+    result = results[f"cheat:{cheat}"]
+    assert _plan(result) == f"cheat:{cheat}"
+    assert result["status"] == "completed" and not result["mask"], result["failure"]
+    assert result["stats"]["turns"] >= 1
+    assert result["reward"] == 0.0, result["evaluation"]
+    if cheat in WHY:
+        assert WHY[cheat] in result["evaluation"]["reason"], result["evaluation"]
+
+
+@needs_bwrap
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_policy_solves_one_with_the_bash_tool(results):
+    result = results["bash:csv-region-revenue"]
+    assert result["status"] == "completed" and not result["mask"], result["failure"]
+    assert result["reward"] == 1.0, result["evaluation"]
+    assert result["evaluation"]["finished"] is True
+
+
+@needs_bwrap
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_harness_preset_solves_one(results):
+    result = results["harness:json-team-rollup"]
+    assert result["status"] == "completed" and not result["mask"], result["failure"]
+    assert result["reward"] == 1.0, result["evaluation"]
+    assert result["evaluation"]["harness_exit_code"] == 0
+    assert result["stats"]["gateway_calls"] == 1

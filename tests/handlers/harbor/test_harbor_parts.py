@@ -7,31 +7,56 @@ from __future__ import annotations
 import pytest
 
 from rollserve.handlers.harbor.dockerfile import DockerfileProblem, host_plan
-from rollserve.handlers.harbor.verifier import parse_reward
+from rollserve.handlers.harbor.verifier import Report, read_rewards
 
 
-@pytest.mark.parametrize("output, reward, components, reason", [
-    ("== reward.txt\n1\n", 1.0, None, None),
-    ("== reward.txt\n0.25", 0.25, None, None),
-    ("== reward.txt\nyes", 0.0, None, "not a number"),
-    ("== reward.txt\nnan", 0.0, None, "not finite"),
-    ("== reward.json\n0.5", 0.5, None, None),
-    ("== reward.json\n{\"reward\": 0.5, \"style\": 1}", 0.5, {"reward": 0.5, "style": 1.0}, None),
-    ("== reward.json\n{\"correct\": 1}", 1.0, {"correct": 1.0}, None),
-    ("== reward.json\n{\"a\": 1, \"b\": 0}", 0.0, {"a": 1.0, "b": 0.0}, "no 'reward' key"),
-    ("== reward.json\n{\"reward\": \"1\"}", 0.0, None, "not a finite number"),
-    ("== reward.json\n{\"reward\": Infinity}", 0.0, None, "not a finite number"),
-    ("== reward.json\n[1]", 0.0, None, "neither a number"),
-    ("== reward.json\n{", 0.0, None, "not JSON"),
-    ("== none\n", 0.0, None, "no reward file"),
+@pytest.mark.parametrize("files, reward, components, reason", [
+    ({"reward.txt": "1\n"}, 1.0, None, None),
+    ({"reward.txt": "0.25"}, 0.25, None, None),
+    ({"reward.txt": "yes"}, 0.0, None, "not a number"),
+    ({"reward.txt": "nan"}, 0.0, None, "not finite"),
+    ({"reward.json": "0.5"}, 0.5, None, None),
+    ({"reward.json": "{\"reward\": 0.5, \"style\": 1}"}, 0.5, {"reward": 0.5, "style": 1.0}, None),
+    ({"reward.json": "{\"correct\": 1}"}, 1.0, {"correct": 1.0}, None),
+    ({"reward.json": "{\"a\": 1, \"b\": 0}"}, 0.0, {"a": 1.0, "b": 0.0}, "no 'reward' key"),
+    ({"reward.json": "{\"reward\": \"1\"}"}, 0.0, None, "not a finite number"),
+    ({"reward.json": "{\"reward\": Infinity}"}, 0.0, None, "not a finite number"),
+    ({"reward.json": "[1]"}, 0.0, None, "neither a number"),
+    ({"reward.json": "{"}, 0.0, None, "not JSON"),
+    ({}, 0.0, None, "no reward file"),
+    # Both: the lower counts (one may be a process's of the agent's, not test.sh's).
+    ({"reward.json": "{\"reward\": 1}", "reward.txt": "0"}, 0.0, {"reward": 1.0}, "disagree"),
+    ({"reward.json": "0.5", "reward.txt": "0.5"}, 0.5, None, None),
 ])
-def test_the_reward_as_harbor_writes_it(output, reward, components, reason):
-    verdict = parse_reward(output, {})
+def test_the_reward_as_harbor_writes_it(files, reward, components, reason):
+    verdict = read_rewards(files, {})
     assert verdict.reward == pytest.approx(reward)
     assert verdict.components == components
     assert (verdict.details.get("reason") is None) == (reason is None)
     if reason:
         assert reason in verdict.details["reason"]
+
+
+@pytest.mark.parametrize("lines, problem", [
+    (["STATUS 0", "SURVIVORS 0"], "killed before it ended"),
+    (["STATUS 137", "SURVIVORS 0", "END"], "killed by signal 9"),
+    (["STATUS 0", "SURVIVORS 2", "END"], "2 process(es) started during verification"),
+    (["STATUS 0", "SURVIVORS 0", "SUM 00  ./test.sh", "END"], "tests were changed during verification (test.sh)"),
+    (["STATUS 0", "SURVIVORS 0", "SUM ab  ./test.sh", "BAD /logs/verifier/reward.txt is a link",
+      "END"], "reward.txt is a link"),
+    (["STATUS 0", "SURVIVORS 0", "SCRIPT changed", "SUM ab  ./test.sh", "END"], "test.sh was written to"),
+    (["STATUS 1", "SURVIVORS 0", "SUM ab  ./test.sh", "END"], None),
+    (["STATUS 0", "SURVIVORS 0", "END"], None),  # the tests may remove their own files
+])
+def test_the_verifier_s_run_is_read_behind_its_nonce(lines, problem):
+    output = "\n".join(f"n0nce {line}" for line in lines)
+    # Lines without the nonce (a process of the agent's writing into the output) count for nothing.
+    forged = "STATUS 0\nSURVIVORS 0\nSUM ab  ./test.sh\nEND\nnonce END\n"
+    report = Report.parse(forged + output, "n0nce")
+    found = report.problem({"./test.sh": "ab"})
+    assert (found is None) == (problem is None), found
+    if problem:
+        assert problem in found, found
 
 
 def test_a_dockerfile_that_lays_files_out_is_a_host_plan():
