@@ -246,6 +246,7 @@ class RayExecutor(NodeWatch):
         if outcome.trajectory is not None:
             r.trajectory = outcome.trajectory
         r.reward, r.evaluation = outcome.reward, outcome.evaluation
+        r.reward_components = outcome.reward_components
         r.stats = dict(outcome.stats)
         for key, seconds in outcome.timing.items():
             r.timing[key] = seconds  # the handler's own keys; the head keeps its stage times

@@ -119,6 +119,7 @@ class StageOutcome:
     trajectory: Trajectory | None = None
     reward: float | None = None
     evaluation: dict[str, Any] | None = None
+    reward_components: dict[str, float] | None = None
     timing: dict[str, float] = field(default_factory=dict)  # the handler's keys (llm, tools...)
     stats: dict[str, int] = field(default_factory=dict)
 

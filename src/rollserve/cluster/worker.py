@@ -164,7 +164,8 @@ class NodeWorker:
     @staticmethod
     def _outcome(r: Rollout, error: StageError | None) -> StageOutcome:
         return StageOutcome(error=error, trajectory=r.trajectory, reward=r.reward,
-                            evaluation=r.evaluation, timing=dict(r.timing), stats=dict(r.stats))
+                            evaluation=r.evaluation, reward_components=r.reward_components,
+                            timing=dict(r.timing), stats=dict(r.stats))
 
     async def cleanup(self, rollout_id: str, attempt: int, produced: bool) -> StageOutcome | None:
         """End the rollout's stage if one still runs, release what it took, forget it;

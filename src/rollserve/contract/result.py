@@ -226,6 +226,10 @@ class RolloutResult(BaseModel):
                     "scored (an infra failure, a timeout...)")
     evaluation: JSONObject | None = Field(
         description="the handler's details of the score (extracted answer, tests run...)")
+    reward_components: dict[str, float] | None = Field(
+        None, description="named parts of the score beside the scalar reward (correctness, "
+                          "format, tests passed, judge...), for per-objective normalisation; "
+                          "null when the handler gave none (or nothing was scored)")
     failure: Failure | None = Field(description="null when the rollout completed")
     mask: bool = Field(description="true: do not train on this (see mask_reason)")
     mask_reason: str | None = Field(description="why it is masked")

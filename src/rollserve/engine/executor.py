@@ -82,6 +82,8 @@ class LocalExecutor:
             evaluation = await handler.eval(r)
             r.reward = float(evaluation.reward)
             r.evaluation = evaluation.details
+            r.reward_components = ({k: float(v) for k, v in evaluation.components.items()}
+                                   or None)
 
     async def cleanup(self, r: Rollout, handler: AgentHandler) -> None:
         """Release what the handler took; bounded, and shielded from cancellation."""

@@ -70,6 +70,7 @@ class Rollout:
     trajectory: Trajectory = field(default_factory=Trajectory)
     reward: float | None = None
     evaluation: dict[str, Any] | None = None
+    reward_components: dict[str, float] | None = None
     failure: Failure | None = None
     timing: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
@@ -143,6 +144,7 @@ class Rollout:
         self.trajectory = Trajectory()
         self.reward = None
         self.evaluation = None
+        self.reward_components = None
         self.failure = None
         self.stats = {}
         self.llm = None
@@ -172,6 +174,7 @@ class Rollout:
             status=status,
             reward=self.reward,
             evaluation=_plain_json(self.evaluation),
+            reward_components=self.reward_components if self.reward is not None else None,
             failure=self.failure,
             mask=self.mask,
             mask_reason=self.mask_reason,
@@ -201,6 +204,7 @@ class Rollout:
         except ValidationError as exc:
             stage = self.failure.stage if self.failure is not None else "eval"
             self.status, self.reward, self.evaluation, self.stats = "failed", None, None, {}
+            self.reward_components = None
             self.failure = Failure(stage=stage, kind="infra",
                                    message="the handler's result does not fit the contract: "
                                            + describe(exc)[:MAX_FAILURE_CHARS])

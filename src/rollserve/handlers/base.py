@@ -46,8 +46,13 @@ class HandlerDefaults(BaseModel):
 
 @dataclass
 class Evaluation:
+    """A handler's score: the scalar ``reward``, its ``details`` (JSON) and named
+    ``components`` (the result's ``reward_components``: correctness, format, tests
+    passed, judge...; empty when the handler has none)."""
+
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
+    components: dict[str, float] = field(default_factory=dict)
 
 
 class InvalidInstance(ValueError):
