@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 from rollserve.agent.gateway import Gateway
 from rollserve.cluster.protocol import RayConfig, WorkerSettings
 from rollserve.contract import SandboxStatus
+from rollserve.contract.judge import Rubric
 from rollserve.engine import weights_file
 from rollserve.engine.executor import StageExecutor
 from rollserve.engine.facade import Rollouts
@@ -24,7 +25,8 @@ from rollserve.engine.store import SQLiteStore
 from rollserve.errors import RolloutError
 from rollserve.handlers import HandlerRegistry, ScoringPool, UnknownDataSource
 from rollserve.handlers.base import HandlerContext
-from rollserve.llm.backends import backend_from_spec
+from rollserve.llm.backends import backend_from_spec, parse_backend_spec
+from rollserve.llm.judges import Judge, Judges, parse_judge_spec
 from rollserve.llm.routing import Router, RouterConfig
 from rollserve.llm.tokens import DEFAULT_TOKENIZER, load_tokenizer
 from rollserve.sandbox.base import SandboxError
@@ -93,9 +95,23 @@ class ServerConfig(BaseModel):
         '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}')
     ray: RayConfig | None = Field(None, description="run the stages on a Ray cluster's nodes "
                                   "(rollserve.cluster; the rollserve[ray] extra); None: here")
+    judges: list[str | dict[str, Any]] = Field(
+        default_factory=list, description="judges called at EVAL, never the policy "
+        "(llm.judges: NAME=URL, NAME=embedded, or a JSON object; docs/judges.md)")
+    rubrics: dict[str, Rubric] = Field(
+        default_factory=dict, description="named rubrics a task's judge may name "
+        "(contract.judge.Rubric), beside the built-in 'default'")
     public_seeds: bool = Field(False, description="seed generated instances (reasoning-gym) "
                                "with their public seed as it is, reproducible by anyone; default: "
                                "salted with the store's secret salt (handlers.seeds)")
+
+    @field_validator("judges")
+    @classmethod
+    def _judges(cls, specs: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        names = [parse_judge_spec(spec).name for spec in specs]  # ValueError naming the field
+        if len(set(names)) != len(names):
+            raise ValueError(f"two judges share a name: {names}")
+        return specs
 
     @field_validator("sandbox_runtime")
     @classmethod
@@ -143,9 +159,10 @@ class Service:
         self._sandbox_python: asyncio.Task[object] | None = None  # made at start
         self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
         gateway = Gateway()  # harness-driven rollouts' sessions (agent.gateway)
+        self.judges = Judges([self._judge(spec) for spec in config.judges])
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                  sandboxes=self.sandboxes, options=config.handler_options,
-                                 gateway=gateway)
+                                 gateway=gateway, judges=self.judges, rubrics=config.rubrics)
         for name in config.handler_options:  # bad settings fail now, not at the first rollout
             try:
                 self.handlers.create(name, context)
@@ -235,6 +252,14 @@ class Service:
         now, answering what they have, so it need not wait for them (``stop`` follows)."""
         self.rollouts.begin_shutdown()
 
+    def _judge(self, spec: str | dict[str, Any]) -> Judge:
+        """A judge from its spec: a backend of its own, never the router's."""
+        config = parse_judge_spec(spec)
+        backend = parse_backend_spec(config.backend)
+        if backend.name is None:
+            backend = backend.model_copy(update={"name": f"judge:{config.name}"})
+        return Judge(config, backend_from_spec(backend), self.tokenizer)
+
     async def stop(self) -> None:
         if self._sandbox_python is not None:
             self._sandbox_python.cancel()  # (a build under way finishes in its thread)
@@ -244,6 +269,7 @@ class Service:
             await self.cluster.stop()
         await self.sandboxes.aclose()  # any a rollout's cleanup did not get to
         await self.router.stop()  # health checks off; every backend closed
+        await self.judges.close()
         await self.scoring.aclose()
         await self.store.close()
         if self._tokenizer_probe is not None:

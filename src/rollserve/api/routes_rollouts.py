@@ -35,6 +35,7 @@ from rollserve.contract import (
     SubmitResponse,
 )
 from rollserve.contract.validation import INT64_MAX
+from rollserve.contract.views import JudgeState
 from rollserve.engine.facade import Rollouts
 
 router = APIRouter(prefix="/v1", tags=["rollouts"], route_class=StrictJSONRoute)
@@ -145,6 +146,7 @@ def service_status(service: ApiService) -> ServiceStatus:
         backends=[BackendState.model_validate(b) for b in service.router.list()],
         llm=RouterStatus.model_validate(service.router.status()),
         sandboxes=service.sandbox_status(),
+        judges=[JudgeState.model_validate(j) for j in service.judges.describe()],
     )
 
 

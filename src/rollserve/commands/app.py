@@ -33,7 +33,7 @@ from rollserve.commands.defaults import (
     ROUTER,
     SERVER,
 )
-from rollserve.commands.options import check_backends
+from rollserve.commands.options import check_backends, check_judges, parse_rubrics
 from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
@@ -65,6 +65,12 @@ def serve(
     backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
                                       help="inference backend: a vLLM URL, 'embedded', or KIND=URL "
                                            "(vllm, sglang, llamacpp, openai_chat); repeatable"),
+    judge: list[str] = typer.Option([], "--judge", help="a judge called at EVAL, never the "
+                                    "policy: NAME=URL (an OpenAI-compatible chat API), "
+                                    "NAME=embedded, NAME=KIND=URL, or a JSON object with "
+                                    "concurrency, timeout, retries...; repeatable (docs/judges.md)"),
+    rubric: list[str] = typer.Option([], "--rubric", help="a named rubric tasks' judge may ask "
+                                     "for: NAME=JSON (or NAME=@file.json); repeatable"),
     routing: str = typer.Option(ROUTER.policy, help="routing policy: least_load | "
                                 "least_outstanding | prorl_cumulative | round_robin | hash_sticky"),
     forward_pause: bool = typer.Option(ROUTER.forward_pause, help="forward pause/resume to "
@@ -131,6 +137,8 @@ def serve(
     if on_restart not in ("requeue", "interrupt"):
         raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
     check_backends(backend)
+    check_judges(judge)
+    rubrics = parse_rubrics(rubric)
     port = port if port is not None else (PRORL_PORT if prorl else SERVER.port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServerConfig(
@@ -144,7 +152,7 @@ def serve(
             update={"max_staleness": max_staleness, "mask_stale": mask_stale}),
         llm=RouterConfig(policy=routing, forward_pause=forward_pause),
         ray=None if ray is None else RayConfig(address=ray, resource=ray_resource),
-        public_seeds=public_seeds,
+        public_seeds=public_seeds, judges=list(judge), rubrics=rubrics,
     )
     if ray is not None:
         _check_ray()

@@ -79,7 +79,7 @@ class LocalExecutor:
             r.llm = self.router.session(r.id)
             await handler.run(r)
         else:
-            evaluation = await handler.eval(r)
+            evaluation = await handler.evaluate(r)
             r.reward = float(evaluation.reward)
             r.evaluation = evaluation.details
             r.reward_components = ({k: float(v) for k, v in evaluation.components.items()}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_chec
 
 from pydantic import BaseModel
 
+from rollserve.contract.judge import JudgeRequest, Rubric
 from rollserve.errors import InfraError
 
 if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
     from rollserve.agent.base import Tool
     from rollserve.agent.gateway import Gateway
     from rollserve.contract import SamplingParams
+    from rollserve.handlers.judging import JudgePool
     from rollserve.handlers.scoring import ScoringPool
     from rollserve.llm.base import LLMSession, Tokenizer
     from rollserve.sandbox.base import Sandbox, SandboxSpec
@@ -100,6 +102,38 @@ class HandlerContext:
     # None where the server uses the public seeds as they are (``public_seeds``).
     # Never shown to a policy.
     seed_salt: str | None = None
+    # The server's judges (``llm.judges.Judges``: ``--judge``), called at EVAL for a
+    # task that asks for a judge reward; None where the server has none.
+    judges: JudgePool | None = None
+    # Named rubrics (``--rubric NAME=JSON``) beside the built-in ``default``.
+    rubrics: dict[str, Rubric] = field(default_factory=dict)
+
+    def rubric(self, request: JudgeRequest) -> Rubric:
+        """The rubric ``request`` names (or holds); KeyError when the server has none
+        of that name."""
+        if isinstance(request.rubric, Rubric):
+            return request.rubric
+        if request.rubric in self.rubrics:
+            return self.rubrics[request.rubric]
+        if request.rubric == "default":
+            return Rubric()
+        raise KeyError(request.rubric)
+
+    def judge_problem(self, request: JudgeRequest) -> tuple[str, str] | None:
+        """Why this server cannot give ``request``'s judge reward: (field, message)."""
+        try:
+            rubric = self.rubric(request)
+        except KeyError:
+            known = ", ".join(sorted({"default", *self.rubrics}))
+            return "rubric", f"no rubric named {request.rubric!r} here (known: {known})"
+        names = self.judges.names() if self.judges is not None else []
+        if not names:
+            return "rubric", "this server has no judge (rollserve serve --judge NAME=URL)"
+        unknown = [n for n in rubric.judges if n not in names]
+        if unknown:
+            return "rubric.judges", (f"no judge named {unknown[0]!r} here (known: "
+                                     f"{', '.join(names)})")
+        return None
 
 
 @dataclass
@@ -133,6 +167,12 @@ class RolloutView(Protocol):
     @property
     def metadata(self) -> dict[str, Any]:
         """The client's metadata for the task, returned with the result."""
+        ...
+
+    @property
+    def judge(self) -> JudgeRequest | None:
+        """The judge reward the task asks for on top of its family's outcome (None:
+        the outcome alone); ``AgentHandler.evaluate`` applies it."""
         ...
 
     @property
@@ -210,6 +250,17 @@ class AgentHandler(ABC):
     @abstractmethod
     async def eval(self, rollout: RolloutView) -> Evaluation:
         """Score the episode."""
+
+    async def evaluate(self, rollout: RolloutView) -> Evaluation:
+        """What the engine calls at EVAL: ``eval`` (the family's outcome), then the
+        task's judge reward when it asks for one (``handlers.judging``)."""
+        evaluation = await self.eval(rollout)
+        if rollout.judge is None:
+            return evaluation
+        from rollserve.handlers.judging import judged  # (only where a task asks)
+
+        return await judged(self.ctx, evaluation, rollout.trajectory.messages,
+                            rollout.instance, rollout.judge)
 
     @abstractmethod
     async def cleanup(self, rollout: RolloutView) -> None:
