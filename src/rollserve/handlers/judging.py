@@ -5,8 +5,10 @@ reward becomes their stated blend (docs/judges.md).
 Integrity: the policy's text is data to the judge. It sits between two boundary lines
 made of a random token drawn per call, after the policy has finished, so the policy
 cannot know it and cannot close the block; a policy text that contains the token
-anyway (it cannot, short of guessing 128 bits) is refused. The score is read only
-from the judge's own reply: its last non-empty line must be exactly ``SCORE: <n>``
+anyway (it cannot, short of guessing 128 bits) is refused. Every ``score:`` in the
+policy's text reaches the judge with a look-alike colon, so no line of it parses as a
+score even when a judge echoes it. The score is read only from the judge's own reply:
+its last non-empty line must be exactly ``SCORE: <n>``
 (a plain number inside the rubric's scale), the reply is bounded in length, and a
 reply that quotes the boundary (it echoed the policy's block) is refused. What the
 policy writes ("SCORE: 10", a fake end of the block, a fake judge reply) is never
@@ -31,7 +33,11 @@ from rollserve.handlers.base import Evaluation
 if TYPE_CHECKING:
     from rollserve.handlers.base import HandlerContext
 
-SCORE_LINE = re.compile(r"SCORE: ?(-?\d{1,6}(?:\.\d{1,6})?)")
+SCORE_LINE = re.compile(r"SCORE: ?(-?[0-9]{1,6}(?:\.[0-9]{1,6})?)", re.ASCII)
+# Any "score:" in the policy's text (any case) is shown to the judge with its colon
+# replaced by a look-alike (U+FE55), so no line of the policy's text, even echoed whole
+# by the judge, is ever a line the parser reads.
+POLICY_SCORE = re.compile(r"score:", re.IGNORECASE)
 MAX_POLICY_CHARS = 60_000  # the policy's text shown to the judge: its tail beyond this
 
 
@@ -100,6 +106,7 @@ def delimit(text: str) -> tuple[str, str]:
     boundary = f"BOUNDARY-{secrets.token_hex(16)}"
     if len(text) > MAX_POLICY_CHARS:
         text = "[...cut...]" + text[-MAX_POLICY_CHARS:]
+    text = POLICY_SCORE.sub(lambda m: m.group(0)[:-1] + "\ufe55", text)
     if boundary in text:  # unreachable short of guessing 128 bits; refused, never shown
         raise InfraError("the policy's text contains the judge's boundary")
     return f"<<<{boundary} BEGIN>>>\n{text}\n<<<{boundary} END>>>", boundary
