@@ -33,3 +33,15 @@ def test_judge_spec_forms():
     assert full.concurrency == 2 and full.backend == "openai_chat=http://h:1"
     with pytest.raises(ValueError, match="judge.concurrency"):
         parse_judge_spec('{"name": "g", "backend": "http://h:1", "concurrency": 0}')
+
+
+def test_rescore_command_needs_ids_and_says_when_the_server_is_away(tmp_path):
+    result = CliRunner().invoke(app, ["rescore", "--server", "http://127.0.0.1:9"])
+    assert result.exit_code == 2 and "--id" in result.output
+    bad = tmp_path / "r.jsonl"
+    bad.write_text("not a result\n")
+    result = CliRunner().invoke(app, ["rescore", "--results", str(bad)])
+    assert result.exit_code == 2 and "--results" in result.output
+    result = CliRunner().invoke(app, ["rescore", "--id", "a,b", "--rubric", "x",
+                                      "--server", "http://127.0.0.1:9", "--timeout", "5"])
+    assert result.exit_code == 1 and "127.0.0.1:9" in result.output

@@ -34,6 +34,7 @@ from rollserve.contract import (
     SubmitRequest,
     SubmitResponse,
 )
+from rollserve.contract.judge import RescoreRequest, RescoreResponse
 from rollserve.contract.validation import INT64_MAX
 from rollserve.contract.views import JudgeState
 from rollserve.engine.facade import Rollouts
@@ -101,6 +102,14 @@ async def get_results(
 ) -> Response:
     """Finished results in completion order; pass the returned ``next`` as ``after``."""
     return await model_response(await _rollouts(request).results(after, limit, wait))
+
+
+@router.post("/results/rescore", response_model=RescoreResponse, responses=errors(404, 422))
+async def rescore_results(body: RescoreRequest, request: Request) -> Response:
+    """EVAL again on stored results with another evaluator (a new rubric, the family's
+    grader as the server has it now), without sampling: new results beside the old
+    ones (new ids, in the results cursor; ``rescored_from`` and ``scoring`` say so)."""
+    return await model_response(await _rollouts(request).rescore(body))
 
 
 @router.get("/events", response_class=EventSourceResponse, responses={

@@ -20,6 +20,7 @@ from rollserve.cluster.protocol import RayConfig
 from rollserve.commands import datasets as datasets_cmd
 from rollserve.commands import images as images_cmd
 from rollserve.commands import report as report_cmd
+from rollserve.commands import rescore as rescore_cmd
 from rollserve.commands import run as run_cmd
 from rollserve.commands import status as status_cmd
 from rollserve.commands.defaults import (
@@ -254,4 +255,5 @@ app.add_typer(images_cmd.app, name="images")
 app.command("run", help=run_cmd.HELP)(run_cmd.run)
 app.command("report")(report_cmd.report)
 app.command("status")(status_cmd.status)
+app.command("rescore")(rescore_cmd.rescore)
 

@@ -89,3 +89,33 @@ class JudgeRequest(BaseModel):
                     "when it has one as text or a number)")
     reference_from_instance: bool = Field(
         True, description="use the instance's 'answer' as the reference when none is given")
+
+
+class RescoreRequest(BaseModel):
+    """``POST /v1/results/rescore``: EVAL again on stored results, nothing sampled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    result_ids: list[str] = Field(..., min_length=1, max_length=1000,
+                                  description="the stored results (rollout ids) to score again")
+    judge: JudgeRequest | None = Field(
+        None, description="the judge reward to give them (a new rubric); null: the family's "
+                          "own grader alone (as this server has it now)")
+
+
+class Rescored(BaseModel):
+    """One new result of a re-scoring."""
+
+    rescored_from: str = Field(description="the stored result it re-scores")
+    id: str = Field(description="the new result's id (GET /v1/rollouts/{id})")
+    group_id: str = Field(description="its group: one per re-scored group")
+    seq: int = Field(description="its position in the results cursor")
+    reward: float | None = Field(description="its reward; null when masked")
+    mask: bool = Field(description="true when the new EVAL failed (a judge that gave no score)")
+
+
+class RescoreResponse(BaseModel):
+    """What ``POST /v1/results/rescore`` answers, in the request's order."""
+
+    scoring: str = Field(description="'outcome' or 'judge:<rubric>'")
+    results: list[Rescored] = Field(description="the new results, beside the old ones")

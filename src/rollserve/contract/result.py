@@ -243,3 +243,9 @@ class RolloutResult(BaseModel):
     seq: int | None = Field(
         None, description="its position in the results cursor (GET /v1/results?after=); "
                           "null until the result is stored")
+    scoring: str | None = Field(
+        None, description="how it was scored: null for the family's own EVAL as it ran; "
+                          "'outcome' or 'judge:<rubric>' for a re-scored result")
+    rescored_from: str | None = Field(
+        None, description="the stored result this one re-scores (POST /v1/results/rescore): "
+                          "same trajectory, a new evaluation; null for a sampled rollout")

@@ -224,3 +224,6 @@ def _plain_json(details: dict[str, Any] | None) -> dict[str, JsonValue] | None:
         return None
     plain: dict[str, JsonValue] = json.loads(json.dumps(details, default=repr))
     return plain
+
+
+plain_json = _plain_json  # (re-scoring writes evaluations as the pipeline does)

@@ -266,6 +266,13 @@ class AgentHandler(ABC):
     async def cleanup(self, rollout: RolloutView) -> None:
         """Release everything ``init``/``run`` took; always called, even on cancel."""
 
+    def rescore_problem(self, instance: Mapping[str, Any]) -> str | None:
+        """Why a stored result of ``instance`` cannot be scored again from what the
+        result keeps (its messages) by ``init`` then ``evaluate`` (None: it can). By
+        default a family cannot: its EVAL needs what only its run had."""
+        return (f"the {self.name} family's EVAL needs what only its run had (a sandbox, a "
+                "harness's session, files written): it cannot be re-scored from a stored result")
+
     def images(self, instance: Mapping[str, Any]) -> list[str]:
         """The environment images (apptainer / docker references) ``instance`` runs
         in, for ``rollserve images pull``; none by default."""

@@ -132,6 +132,12 @@ class MathHandler(AgentHandler):
         else:
             validate_question_form(instance)
 
+    def rescore_problem(self, instance: Mapping[str, Any]) -> str | None:
+        if self.uses_python(instance):
+            return (f"{self.name} with the python tool: its answer is the finish call's, which "
+                    "only the run kept; it cannot be re-scored from a stored result")
+        return None  # EVAL reads the boxed answer from the messages alone
+
     async def init(self, rollout: RolloutView) -> None:
         """Materialise the question and gold answer (``MathState``)."""
         instance = rollout.instance

@@ -221,6 +221,9 @@ class StemHandler(AgentHandler):
     def validate(self, instance: Mapping[str, Any]) -> None:
         prepare(instance)
 
+    def rescore_problem(self, instance: Mapping[str, Any]) -> str | None:
+        return None  # EVAL reads the final answer from the messages alone
+
     async def init(self, rollout: RolloutView) -> None:
         """Validate again (a replay may skip the API's check) and keep the prompt and
         the answer spec (``StemQuestion``)."""
