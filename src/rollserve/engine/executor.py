@@ -18,7 +18,7 @@ from typing import Protocol
 
 from rollserve.contract import NodeStatus, Stage
 from rollserve.engine.rollout import Rollout
-from rollserve.handlers.base import AgentHandler
+from rollserve.handlers.base import AgentHandler, evaluate
 from rollserve.llm.base import LLMSession
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class LocalExecutor:
             r.llm = self.router.session(r.id)
             await handler.run(r)
         else:
-            evaluation = await handler.evaluate(r)
+            evaluation = await evaluate(handler, r)
             r.reward = float(evaluation.reward)
             r.evaluation = evaluation.details
             r.reward_components = ({k: float(v) for k, v in evaluation.components.items()}

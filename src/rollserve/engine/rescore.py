@@ -22,7 +22,7 @@ from rollserve.engine.pipeline import Engine
 from rollserve.engine.rollout import RolloutSpec, plain_json
 from rollserve.engine.store import GroupRow, RolloutRow
 from rollserve.errors import InfraError
-from rollserve.handlers.base import AgentHandler
+from rollserve.handlers.base import AgentHandler, evaluate
 
 MAX_CONCURRENT = 8
 
@@ -44,7 +44,9 @@ async def _stored(engine: Engine, request: RescoreRequest) -> list[RolloutRow]:
         if row.result is None:
             raise InvalidTask(where, f"rollout {rid!r} has no result yet ({row.status})")
         handler = engine.handler(row.spec.data_source)
-        problem = handler.rescore_problem(row.spec.instance)
+        says = getattr(handler, "rescore_problem", None)  # (a duck-typed plugin has none)
+        problem = (says(row.spec.instance) if says is not None else
+                   "its handler does not say it can be re-scored (AgentHandler.rescore_problem)")
         if problem is not None:
             raise InvalidTask(where, f"{row.spec.data_source}: {problem}")
         if row.result.trajectory.sequence_count > 1 or not row.result.trajectory.messages:
@@ -110,7 +112,7 @@ async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
                                  "scoring": scoring, "rescored_from": old.id}
     try:
         await asyncio.wait_for(handler.init(rollout), rollout.timeouts.init)
-        evaluation = await asyncio.wait_for(handler.evaluate(rollout), rollout.timeouts.eval)
+        evaluation = await asyncio.wait_for(evaluate(handler, rollout), rollout.timeouts.eval)
     except (InfraError, TimeoutError) as exc:
         message = str(exc) or f"EVAL ran past {rollout.timeouts.eval:g} s"
         update.update(reward=None, evaluation=None, reward_components=None, mask=True,

@@ -252,15 +252,8 @@ class AgentHandler(ABC):
         """Score the episode."""
 
     async def evaluate(self, rollout: RolloutView) -> Evaluation:
-        """What the engine calls at EVAL: ``eval`` (the family's outcome), then the
-        task's judge reward when it asks for one (``handlers.judging``)."""
-        evaluation = await self.eval(rollout)
-        if rollout.judge is None:
-            return evaluation
-        from rollserve.handlers.judging import judged  # (only where a task asks)
-
-        return await judged(self.ctx, evaluation, rollout.trajectory.messages,
-                            rollout.instance, rollout.judge)
+        """``evaluate(self, rollout)``: the family's ``eval``, then the judge reward."""
+        return await evaluate(self, rollout)
 
     @abstractmethod
     async def cleanup(self, rollout: RolloutView) -> None:
@@ -288,3 +281,16 @@ class AgentHandler(ABC):
         found = "nothing" if state is None else f"a {type(state).__name__}"
         raise InfraError(f"{self.name} handler: rollout {rollout.id} has no {kind.__name__} "
                          f"(found {found}): its stages ran out of order, e.g. RUN before INIT")
+
+
+async def evaluate(handler: AgentHandler, rollout: RolloutView) -> Evaluation:
+    """What the engine calls at EVAL: the handler's ``eval`` (the family's outcome), then
+    the task's judge reward when it asks for one (``handlers.judging``)."""
+    evaluation = await handler.eval(rollout)
+    judge = getattr(rollout, "judge", None)  # (a view from before judges has none)
+    if judge is None:
+        return evaluation
+    from rollserve.handlers.judging import judged  # (only where a task asks)
+
+    return await judged(handler.ctx, evaluation, rollout.trajectory.messages,
+                        rollout.instance, judge)
