@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 from rollserve.agent.gateway import Gateway
 from rollserve.cluster.protocol import RayConfig, WorkerSettings
 from rollserve.contract import SandboxStatus
-from rollserve.contract.judge import Rubric
+from rollserve.contract.judge import JudgeRequest, Rubric
 from rollserve.engine import weights_file
 from rollserve.engine.executor import StageExecutor
 from rollserve.engine.facade import Rollouts
@@ -101,6 +101,9 @@ class ServerConfig(BaseModel):
     rubrics: dict[str, Rubric] = Field(
         default_factory=dict, description="named rubrics a task's judge may name "
         "(contract.judge.Rubric), beside the built-in 'default'")
+    default_judge: str | None = Field(
+        None, description="a rubric every task is judged by when neither it nor its batch "
+        "names one ('default' or a --rubric name); None: the family's outcome alone")
     public_seeds: bool = Field(False, description="seed generated instances (reasoning-gym) "
                                "with their public seed as it is, reproducible by anyone; default: "
                                "salted with the store's secret salt (handlers.seeds)")
@@ -162,7 +165,13 @@ class Service:
         self.judges = Judges([self._judge(spec) for spec in config.judges])
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                  sandboxes=self.sandboxes, options=config.handler_options,
-                                 gateway=gateway, judges=self.judges, rubrics=config.rubrics)
+                                 gateway=gateway, judges=self.judges, rubrics=config.rubrics,
+                                 default_judge=None if config.default_judge is None else
+                                 JudgeRequest(rubric=config.default_judge))
+        if context.default_judge is not None:  # a bad default fails now, not at each submit
+            problem = context.judge_problem(context.default_judge)
+            if problem is not None:
+                raise ValueError(f"default_judge: {problem[0]}: {problem[1]}")
         for name in config.handler_options:  # bad settings fail now, not at the first rollout
             try:
                 self.handlers.create(name, context)

@@ -45,3 +45,10 @@ def test_rescore_command_needs_ids_and_says_when_the_server_is_away(tmp_path):
     result = CliRunner().invoke(app, ["rescore", "--id", "a,b", "--rubric", "x",
                                       "--server", "http://127.0.0.1:9", "--timeout", "5"])
     assert result.exit_code == 1 and "127.0.0.1:9" in result.output
+
+
+def test_a_default_judge_needs_a_judge_and_a_known_rubric():
+    result = CliRunner().invoke(app, ["serve", "--default-judge", "default"])
+    assert result.exit_code == 2 and "--default-judge" in result.output
+    result = CliRunner().invoke(app, ["serve", "--judge", "a=http://h:1", "--default-judge", "x"])
+    assert result.exit_code == 2 and "--default-judge" in result.output

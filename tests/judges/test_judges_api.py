@@ -161,3 +161,16 @@ async def test_no_judge_on_the_server_is_a_4xx(make_api, tok):
                                                     "judge": {"rubric": "default"}})
         assert r.status_code in (400, 422), r.text
         assert "judge.rubric" in r.text and "no judge" in r.text
+
+
+async def test_a_server_default_judge_applies_where_a_task_names_none(make_api, tok):
+    async with (FakeVLLM(tok, replies=policy) as pol,
+                FakeVLLM(tok, replies="ok\nSCORE: 6") as ja, FakeVLLM(tok, replies="SCORE: 1") as jb):
+        _, client = await make_api([pol.url], server={
+            "judges": [f"a={ja.url}", f"b={jb.url}"], "default_judge": "bee",
+            "rubrics": {"bee": {"judges": ["b"]}, "ay": {"judges": ["a"]}}})
+        ids = await submit(client, [math_task("right"), math_task("right", {"rubric": "ay"})])
+        by_default, own = await results(client, ids)
+    assert by_default["reward"] == pytest.approx(0.1)
+    assert by_default["evaluation"]["judge"]["rubric"] == "bee"
+    assert own["reward"] == pytest.approx(0.6)  # the task's own rubric wins

@@ -72,6 +72,8 @@ def serve(
                                     "concurrency, timeout, retries...; repeatable (docs/judges.md)"),
     rubric: list[str] = typer.Option([], "--rubric", help="a named rubric tasks' judge may ask "
                                      "for: NAME=JSON (or NAME=@file.json); repeatable"),
+    default_judge: str | None = typer.Option(None, help="a rubric ('default' or a --rubric "
+                                             "name) every task without its own judge gets"),
     routing: str = typer.Option(ROUTER.policy, help="routing policy: least_load | "
                                 "least_outstanding | prorl_cumulative | round_robin | hash_sticky"),
     forward_pause: bool = typer.Option(ROUTER.forward_pause, help="forward pause/resume to "
@@ -140,6 +142,9 @@ def serve(
     check_backends(backend)
     check_judges(judge)
     rubrics = parse_rubrics(rubric)
+    if default_judge is not None and (not judge or default_judge not in {"default", *rubrics}):
+        raise typer.BadParameter("needs a --judge and a rubric: 'default' or a --rubric name",
+                                 param_hint="--default-judge")
     port = port if port is not None else (PRORL_PORT if prorl else SERVER.port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServerConfig(
@@ -154,6 +159,7 @@ def serve(
         llm=RouterConfig(policy=routing, forward_pause=forward_pause),
         ray=None if ray is None else RayConfig(address=ray, resource=ray_resource),
         public_seeds=public_seeds, judges=list(judge), rubrics=rubrics,
+        default_judge=default_judge,
     )
     if ray is not None:
         _check_ray()

@@ -106,6 +106,8 @@ async def submit(engine: Engine, request: SubmitRequest,
         _check_task(engine, task, where, limits)
         _check_judge(engine, task.judge or request.judge,
                      f"{where}.judge" if task.judge is not None else "judge")
+        if task.judge is None and request.judge is None:  # the server's own: checked at start
+            _check_judge(engine, engine.context.default_judge, "judge")
         if task.id is not None:
             if task.id in seen_keys:
                 raise InvalidTask(f"{where}.id",
@@ -171,7 +173,7 @@ async def _admit(engine: Engine, request: SubmitRequest,
                 agent=merged(request.agent, task.agent),
                 timeouts=merged(request.timeouts, task.timeouts),
                 metadata=task.metadata,
-                judge=task.judge or request.judge,
+                judge=task.judge or request.judge or engine.context.default_judge,
                 group_n=task.n,
                 oversample=task.oversample,
                 filter_zero_variance=task.filter_zero_variance,

@@ -107,6 +107,9 @@ class HandlerContext:
     judges: JudgePool | None = None
     # Named rubrics (``--rubric NAME=JSON``) beside the built-in ``default``.
     rubrics: dict[str, Rubric] = field(default_factory=dict)
+    # The judge reward a task gets when neither it nor its batch asks for one
+    # (``--default-judge RUBRIC``); None: the family's outcome alone.
+    default_judge: JudgeRequest | None = None
 
     def rubric(self, request: JudgeRequest) -> Rubric:
         """The rubric ``request`` names (or holds); KeyError when the server has none
