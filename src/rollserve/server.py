@@ -15,6 +15,7 @@ from rollserve.agent.gateway import Gateway
 from rollserve.agent.harnesses.install import install_root
 from rollserve.cluster.protocol import RayConfig, WorkerSettings
 from rollserve.contract import SandboxStatus
+from rollserve.contract.judge import JudgeRequest, Rubric
 from rollserve.engine import weights_file
 from rollserve.engine.executor import StageExecutor
 from rollserve.engine.facade import Rollouts
@@ -25,7 +26,8 @@ from rollserve.engine.store import SQLiteStore
 from rollserve.errors import RolloutError
 from rollserve.handlers import HandlerRegistry, ScoringPool, UnknownDataSource
 from rollserve.handlers.base import HandlerContext
-from rollserve.llm.backends import backend_from_spec
+from rollserve.llm.backends import backend_from_spec, parse_backend_spec
+from rollserve.llm.judges import Judge, Judges, parse_judge_spec
 from rollserve.llm.routing import Router, RouterConfig
 from rollserve.llm.tokens import DEFAULT_TOKENIZER, load_tokenizer
 from rollserve.sandbox.base import SandboxError
@@ -97,9 +99,26 @@ class ServerConfig(BaseModel):
     harness_dir: Path | None = Field(None, description="the harness presets' install root "
                                      "(`rollserve harness install`); None: $ROLLSERVE_HARNESS_DIR, "
                                      "else ~/.cache/rollserve/harnesses")
+    judges: list[str | dict[str, Any]] = Field(
+        default_factory=list, description="judges called at EVAL, never the policy "
+        "(llm.judges: NAME=URL, NAME=embedded, or a JSON object; docs/judges.md)")
+    rubrics: dict[str, Rubric] = Field(
+        default_factory=dict, description="named rubrics a task's judge may name "
+        "(contract.judge.Rubric), beside the built-in 'default'")
+    default_judge: str | None = Field(
+        None, description="a rubric every task is judged by when neither it nor its batch "
+        "names one ('default' or a --rubric name); None: the family's outcome alone")
     public_seeds: bool = Field(False, description="seed generated instances (reasoning-gym) "
                                "with their public seed as it is, reproducible by anyone; default: "
                                "salted with the store's secret salt (handlers.seeds)")
+
+    @field_validator("judges")
+    @classmethod
+    def _judges(cls, specs: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        names = [parse_judge_spec(spec).name for spec in specs]  # ValueError naming the field
+        if len(set(names)) != len(names):
+            raise ValueError(f"two judges share a name: {names}")
+        return specs
 
     @field_validator("sandbox_runtime")
     @classmethod
@@ -147,9 +166,17 @@ class Service:
         self._sandbox_python: asyncio.Task[object] | None = None  # made at start
         self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
         gateway = Gateway()  # harness-driven rollouts' sessions (agent.gateway)
+        self.judges = Judges([self._judge(spec) for spec in config.judges])
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                  sandboxes=self.sandboxes, options=config.handler_options,
-                                 gateway=gateway, harness_dir=str(install_root(config.harness_dir)))
+                                 gateway=gateway, harness_dir=str(install_root(config.harness_dir)),
+                                 judges=self.judges, rubrics=config.rubrics,
+                                 default_judge=None if config.default_judge is None else
+                                 JudgeRequest(rubric=config.default_judge))
+        if context.default_judge is not None:  # a bad default fails now, not at each submit
+            problem = context.judge_problem(context.default_judge)
+            if problem is not None:
+                raise ValueError(f"default_judge: {problem[0]}: {problem[1]}")
         for name in config.handler_options:  # bad settings fail now, not at the first rollout
             try:
                 self.handlers.create(name, context)
@@ -240,6 +267,14 @@ class Service:
         now, answering what they have, so it need not wait for them (``stop`` follows)."""
         self.rollouts.begin_shutdown()
 
+    def _judge(self, spec: str | dict[str, Any]) -> Judge:
+        """A judge from its spec: a backend of its own, never the router's."""
+        config = parse_judge_spec(spec)
+        backend = parse_backend_spec(config.backend)
+        if backend.name is None:
+            backend = backend.model_copy(update={"name": f"judge:{config.name}"})
+        return Judge(config, backend_from_spec(backend), self.tokenizer)
+
     async def stop(self) -> None:
         if self._sandbox_python is not None:
             self._sandbox_python.cancel()  # (a build under way finishes in its thread)
@@ -249,6 +284,7 @@ class Service:
             await self.cluster.stop()
         await self.sandboxes.aclose()  # any a rollout's cleanup did not get to
         await self.router.stop()  # health checks off; every backend closed
+        await self.judges.close()
         await self.scoring.aclose()
         await self.store.close()
         if self._tokenizer_probe is not None:

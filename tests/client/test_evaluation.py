@@ -139,3 +139,25 @@ def test_report_command_writes_json_and_offline_html(tmp_path):
     assert out.exit_code == 2 and "no rollserve results" in out.output
     out = CliRunner().invoke(app, ["report", str(results), "--k", "0"])
     assert out.exit_code == 2 and "--k" in out.output
+
+
+def test_report_shows_reward_components(tmp_path):
+    from rollserve.cli import app
+
+    results = tmp_path / "out.jsonl"
+    lines = []
+    for i, (reward, fmt) in enumerate([(1.0, 1.0), (0.0, 1.0), (0.0, 0.0)]):
+        r = _result("t1", i, reward)
+        lines.append(r.model_copy(update={"reward_components": {"correctness": reward,
+                                                                 "format": fmt}}))
+    lines.append(_result("t2", 0, None, status="failed"))  # masked: not counted
+    results.write_text("".join(r.model_dump_json() + "\n" for r in lines))
+    out = CliRunner(env={"COLUMNS": "200"}).invoke(
+        app, ["report", str(results), "--json", str(tmp_path / "r.json"),
+              "--html", str(tmp_path / "r.html")])
+    assert out.exit_code == 0, out.output
+    assert "reward components" in out.output and "format" in out.output
+    (math_,) = json.loads((tmp_path / "r.json").read_text())["sources"]
+    assert math_["components"]["format"]["mean"] == pytest.approx(2 / 3)
+    assert math_["components"]["correctness"]["values"] == [1.0, 0.0, 0.0]
+    assert "reward component" in (tmp_path / "r.html").read_text()

@@ -142,6 +142,9 @@ async def test_asserts_pass_fail_and_fraction(handler, new_rollout):
     all_mode = await evaluate(handler, new_rollout, ASSERTS,
                               "def square(n):\n    return abs(n) * 2 if n in (2, 0) else n\n")
     assert all_mode.reward == 0.0
+    # the fraction of tests passed is a component whatever the reward mode
+    assert good.components == {"tests_passed": 1.0}
+    assert half.components == all_mode.components == {"tests_passed": 0.5}
 
 
 @needs_bwrap
@@ -167,6 +170,7 @@ async def test_missing_or_empty_solution_scores_zero_without_a_sandbox(handler, 
     rollout.state = CodeSolution("solution.py", problem="/workspace/solution.py was never written")
     evaluation = await handler.eval(rollout)
     assert evaluation.reward == 0.0 and "never written" in evaluation.details["error"]
+    assert evaluation.components == {"tests_passed": 0.0}
     assert handler.ctx.sandboxes.started == 0
 
 

@@ -49,6 +49,8 @@ def test_oversampling_stops_early_and_trains_the_used_samples(server_factory,
         # the rows are the group's used samples, in sample order
         assert output["rollserve_id"] == [m.id for m in view.rollouts if m.used]
         assert sorted(output["rollserve_reward"]) == [0.0, 1.0]
+        comps = output["rollserve_reward_components"]
+        assert [c["correctness"] for c in comps] == output["rollserve_reward"]
         assert output["rollserve_masked"] == [False, False]
         assert all(sum(mask) > 0 for mask in output["env_mask"])
         cancelled = [m for m in view.rollouts if m.status == "cancelled"]

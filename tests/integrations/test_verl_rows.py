@@ -17,6 +17,7 @@ from rollserve.contract import (
     Trajectory,
     Turn,
 )
+from rollserve.integrations.tensors import to_sample
 from rollserve.integrations.verl_rows import (
     Attempts,
     LoopSettings,
@@ -104,6 +105,17 @@ def _result(mask: bool = False, reward: float | None = 1.0) -> RolloutResult:
                          timing=Timing(run=2.0, eval=0.5, total=3.0, llm=1.5, tools=0.25),
                          stats=Stats(turns=2, prompt_tokens=5, output_tokens=3, truncated_turns=0),
                          attempt=1, metadata={})
+
+
+def test_a_results_reward_components_pass_through_to_verl_and_trl_rows():
+    result = _result().model_copy(update={"reward_components": {"correctness": 1.0,
+                                                                 "format": 0.5}})
+    out = to_verl(Attempts(result, 1, ["g"]), prompt_length=8, response_length=8, filler_id=2)
+    assert out.info["reward_components"] == {"correctness": 1.0, "format": 0.5}
+    sample = to_sample(result, filler_id=2)
+    assert sample.reward_components == {"correctness": 1.0, "format": 0.5}
+    masked = _result(mask=True, reward=None).model_copy(update={"reward_components": {"x": 1.0}})
+    assert to_sample(masked, filler_id=2).reward_components is None  # nothing to train on
 
 
 def test_a_result_as_verls_fields():

@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "rollserve.llm.backends": LEAVES,
     "rollserve.llm.tokens": LEAVES | {"rollserve.llm.backends.http"},
     "rollserve.llm.routing": {"rollserve.llm.base"},
+    "rollserve.llm.judges": {"rollserve.llm.base"},  # judges: backends of their own, no router
 }
 # What llm may import of the rest of rollserve: the neutral modules, nothing above it.
 OUTSIDE = {"rollserve.errors", "rollserve.contract", "rollserve.faces"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client.core import Metric
 from starlette.requests import HTTPConnection
@@ -47,6 +47,14 @@ class ApiConfig(Protocol):
 
 class MetricSource(Protocol):
     """Prometheus metrics kept as they happen (histograms), read when scraped."""
+
+    def collect(self) -> Iterator[Metric]: ...
+
+
+class JudgeSource(Protocol):
+    """The server's judges (``llm.judges.Judges``): their state and metrics."""
+
+    def describe(self) -> list[dict[str, Any]]: ...
 
     def collect(self) -> Iterator[Metric]: ...
 
@@ -88,6 +96,11 @@ class ApiService(Protocol):
 
     @property
     def engine(self) -> EngineStats: ...
+
+    @property
+    def judges(self) -> JudgeSource:
+        """The judges called at EVAL (outside the router)."""
+        ...
 
     @property
     def tokenizer(self) -> ChatTokenizer | BackendTokenizer:

@@ -50,6 +50,7 @@ class ServiceCollector:
         # Histograms the engine and the router observe as they go (the only bookkeeping).
         yield from self.service.engine.latency.collect()
         yield from self.service.router.metrics.collect()
+        yield from self.service.judges.collect()
 
     def _llm(self) -> Iterator[Metric]:
         """The router's backends (outstanding, healthy), pause, policy version and calls."""

@@ -34,7 +34,9 @@ from rollserve.contract import (
     SubmitRequest,
     SubmitResponse,
 )
+from rollserve.contract.judge import RescoreRequest, RescoreResponse
 from rollserve.contract.validation import INT64_MAX
+from rollserve.contract.views import JudgeState
 from rollserve.engine.facade import Rollouts
 
 router = APIRouter(prefix="/v1", tags=["rollouts"], route_class=StrictJSONRoute)
@@ -102,6 +104,14 @@ async def get_results(
     return await model_response(await _rollouts(request).results(after, limit, wait))
 
 
+@router.post("/results/rescore", response_model=RescoreResponse, responses=errors(404, 422))
+async def rescore_results(body: RescoreRequest, request: Request) -> Response:
+    """EVAL again on stored results with another evaluator (a new rubric, the family's
+    grader as the server has it now), without sampling: new results beside the old
+    ones (new ids, in the results cursor; ``rescored_from`` and ``scoring`` say so)."""
+    return await model_response(await _rollouts(request).rescore(body))
+
+
 @router.get("/events", response_class=EventSourceResponse, responses={
     200: {"description": "a stream of `state` events, each a StateEvent as JSON",
           "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
@@ -145,6 +155,7 @@ def service_status(service: ApiService) -> ServiceStatus:
         backends=[BackendState.model_validate(b) for b in service.router.list()],
         llm=RouterStatus.model_validate(service.router.status()),
         sandboxes=service.sandbox_status(),
+        judges=[JudgeState.model_validate(j) for j in service.judges.describe()],
     )
 
 

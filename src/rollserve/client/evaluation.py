@@ -91,6 +91,7 @@ class Graded:
     reports_answer: bool  # the evaluation has an ``extracted`` key (comparable answers)
     turns: int
     seconds: float
+    components: dict[str, float] | None = None  # the result's reward_components
 
     @classmethod
     def of(cls, result: RolloutResult) -> Graded:
@@ -100,7 +101,8 @@ class Graded:
         return cls(result.data_source, result.task_id, result.sample_index, result.status,
                    result.mask, result.mask_reason, result.reward,
                    result.failure.kind if result.failure else None, answer,
-                   "extracted" in evaluation, result.stats.turns, result.timing.total)
+                   "extracted" in evaluation, result.stats.turns, result.timing.total,
+                   None if result.reward_components is None else dict(result.reward_components))
 
     @property
     def scored(self) -> bool:
@@ -143,6 +145,9 @@ class SourceReport(BaseModel):
     turns: Distribution
     seconds: Distribution = Field(description="each rollout's total seconds")
     rewards: list[float] = Field(description="every scored reward, for plots")
+    components: dict[str, Distribution] = Field(
+        default_factory=dict, description="each reward component (reward_components) over "
+                                          "the scored samples that carry it")
 
 
 class EvaluationReport(BaseModel):
@@ -214,7 +219,18 @@ def _source(name: str, graded: Sequence[Graded], ks: Sequence[int],
         mask_reasons=dict(sorted(Counter(g.mask_reason or "unspecified"
                                          for g in graded if g.mask).items())),
         turns=_distribution([float(g.turns) for g in graded]),
-        seconds=_distribution([g.seconds for g in graded]), rewards=rewards)
+        seconds=_distribution([g.seconds for g in graded]), rewards=rewards,
+        components=_components(graded))
+
+
+def _components(graded: Sequence[Graded]) -> dict[str, Distribution]:
+    """Each named component over the scored samples that carry it."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for g in graded:
+        if g.scored and g.components:
+            for name, value in g.components.items():
+                values[name].append(float(value))
+    return {name: _distribution(found) for name, found in sorted(values.items())}
 
 
 def evaluate(results: Iterable[RolloutResult | Graded], ks: Sequence[int] | None = None,

@@ -21,6 +21,7 @@ from rollserve.commands import datasets as datasets_cmd
 from rollserve.commands import harness as harness_cmd
 from rollserve.commands import images as images_cmd
 from rollserve.commands import report as report_cmd
+from rollserve.commands import rescore as rescore_cmd
 from rollserve.commands import run as run_cmd
 from rollserve.commands import status as status_cmd
 from rollserve.commands.defaults import (
@@ -34,7 +35,7 @@ from rollserve.commands.defaults import (
     ROUTER,
     SERVER,
 )
-from rollserve.commands.options import check_backends
+from rollserve.commands.options import check_backends, check_judges, parse_rubrics
 from rollserve.commands.options import handler_options as parse_handler_options
 from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.engine.pipeline import EngineConfig
@@ -66,6 +67,14 @@ def serve(
     backend: list[str] = typer.Option(list(SERVER.backends), "--backend", "-b",
                                       help="inference backend: a vLLM URL, 'embedded', or KIND=URL "
                                            "(vllm, sglang, llamacpp, openai_chat); repeatable"),
+    judge: list[str] = typer.Option([], "--judge", help="a judge called at EVAL, never the "
+                                    "policy: NAME=URL (an OpenAI-compatible chat API), "
+                                    "NAME=embedded, NAME=KIND=URL, or a JSON object with "
+                                    "concurrency, timeout, retries...; repeatable (docs/judges.md)"),
+    rubric: list[str] = typer.Option([], "--rubric", help="a named rubric tasks' judge may ask "
+                                     "for: NAME=JSON (or NAME=@file.json); repeatable"),
+    default_judge: str | None = typer.Option(None, help="a rubric ('default' or a --rubric "
+                                             "name) every task without its own judge gets"),
     routing: str = typer.Option(ROUTER.policy, help="routing policy: least_load | "
                                 "least_outstanding | prorl_cumulative | round_robin | hash_sticky"),
     forward_pause: bool = typer.Option(ROUTER.forward_pause, help="forward pause/resume to "
@@ -135,6 +144,11 @@ def serve(
     if on_restart not in ("requeue", "interrupt"):
         raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
     check_backends(backend)
+    check_judges(judge)
+    rubrics = parse_rubrics(rubric)
+    if default_judge is not None and (not judge or default_judge not in {"default", *rubrics}):
+        raise typer.BadParameter("needs a --judge and a rubric: 'default' or a --rubric name",
+                                 param_hint="--default-judge")
     port = port if port is not None else (PRORL_PORT if prorl else SERVER.port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServerConfig(
@@ -148,7 +162,8 @@ def serve(
             update={"max_staleness": max_staleness, "mask_stale": mask_stale}),
         llm=RouterConfig(policy=routing, forward_pause=forward_pause),
         ray=None if ray is None else RayConfig(address=ray, resource=ray_resource),
-        public_seeds=public_seeds, harness_dir=harness_dir,
+        public_seeds=public_seeds, harness_dir=harness_dir, judges=list(judge), rubrics=rubrics,
+        default_judge=default_judge,
     )
     if ray is not None:
         _check_ray()
@@ -251,4 +266,5 @@ app.add_typer(harness_cmd.app, name="harness")
 app.command("run", help=run_cmd.HELP)(run_cmd.run)
 app.command("report")(report_cmd.report)
 app.command("status")(status_cmd.status)
+app.command("rescore")(rescore_cmd.rescore)
 

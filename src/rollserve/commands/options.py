@@ -8,6 +8,9 @@ import json
 from typing import Any
 
 import typer
+from pydantic import ValidationError
+
+from rollserve.contract.judge import Rubric
 
 
 def parse_json_option(value: str | None, name: str) -> dict[str, Any]:
@@ -63,3 +66,37 @@ def handler_options(value: str | None) -> dict[str, dict[str, Any]]:
         raise typer.BadParameter('must be a JSON object of objects, e.g. {"swe": {"empty_patch": "run"}}',
                                  param_hint="--handler-options")
     return options
+
+
+def check_judges(specs: list[str]) -> None:
+    """Each ``--judge`` describes a judge with a backend (a clear error naming it)."""
+    from rollserve.llm.backends import parse_backend_spec
+    from rollserve.llm.judges import parse_judge_spec
+
+    names: set[str] = set()
+    for spec in specs:
+        try:
+            config = parse_judge_spec(spec)
+            parse_backend_spec(config.backend)
+        except ValueError as exc:  # (a BackendSpecError is one)
+            raise typer.BadParameter(f"{spec!r}: {exc}", param_hint="--judge") from exc
+        if config.name in names:
+            raise typer.BadParameter(f"two judges named {config.name!r}", param_hint="--judge")
+        names.add(config.name)
+
+
+def parse_rubrics(specs: list[str]) -> dict[str, Rubric]:
+    """``--rubric NAME=JSON`` (or ``NAME=@file.json``) as named rubrics."""
+    from pathlib import Path
+
+    rubrics: dict[str, Rubric] = {}
+    for spec in specs:
+        name, sep, body = spec.partition("=")
+        if not sep or not name or not body:
+            raise typer.BadParameter(f"{spec!r}: expected NAME=JSON", param_hint="--rubric")
+        try:
+            text = Path(body[1:]).read_text(encoding="utf-8") if body.startswith("@") else body
+            rubrics[name] = Rubric.model_validate_json(text)
+        except (OSError, ValidationError) as exc:
+            raise typer.BadParameter(f"{name}: {exc}", param_hint="--rubric") from exc
+    return rubrics

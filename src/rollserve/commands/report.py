@@ -78,6 +78,22 @@ def failures_table(report: EvaluationReport) -> Table | None:
     return table
 
 
+def components_table(report: EvaluationReport) -> Table | None:
+    """Each reward component's mean (and median) per data_source, or None without any."""
+    rows = [(source.data_source, name, dist) for source in report.sources
+            for name, dist in source.components.items()]
+    if not rows:
+        return None
+    table = Table(title="reward components (scored samples)")
+    for column in ("data_source", "component", "samples", "mean", "p50"):
+        table.add_column(column, justify="left" if column in ("data_source", "component")
+                         else "right")
+    for name, component, dist in rows:
+        table.add_row(escape(name), escape(component), str(len(dist.values)),
+                      _number(dist.mean), _number(dist.p50))
+    return table
+
+
 def write_reports(report: EvaluationReport, json_path: Path | None,
                   html_path: Path | None, title: str) -> list[Path]:
     """Write the JSON and/or HTML report; returns the paths written."""
@@ -149,8 +165,8 @@ def report(
                       "are not rollserve results: left out")
     evaluation = evaluate(graded, ks=parse_ks(k), threshold=threshold)
     out.print(summary_table(evaluation))
-    failures = failures_table(evaluation)
-    if failures is not None:
-        out.print(failures)
+    for table in (failures_table(evaluation), components_table(evaluation)):
+        if table is not None:
+            out.print(table)
     for path in write_reports(evaluation, json_out, html_out, title=results.name):
         console.print(f"wrote [bold]{escape(str(path))}[/bold]")

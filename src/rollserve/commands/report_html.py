@@ -76,6 +76,10 @@ most samples extracted is right. The interval is Student's t (95%) over tasks' m
 <h2>{{ s.data_source }}</h2>
 <p>statuses: {{ counts(s.statuses) }}{% if s.failures %}; failures: {{ counts(s.failures) }}
 {%- endif %}{% if s.mask_reasons %}; masked: {{ counts(s.mask_reasons) }}{% endif %}</p>
+{% if s.components %}<table><tr><th>reward component</th><th>samples</th><th>mean</th>
+<th>p50</th></tr>{% for name, d in s.components.items() %}<tr><td>{{ name }}</td>
+<td>{{ d.values|length }}</td><td>{{ fmt(d.mean) }}</td><td>{{ fmt(d.p50) }}</td></tr>
+{% endfor %}</table>{% endif %}
 <div class="plots">{{ plots[s.data_source] }}</div>
 {% endfor %}
 </body></html>

@@ -37,6 +37,7 @@ from rollserve.commands.options import sandbox_options as parse_sandbox_options
 from rollserve.commands.report import (
     K_HELP,
     THRESHOLD_HELP,
+    components_table,
     failures_table,
     parse_ks,
     summary_table,
@@ -230,9 +231,9 @@ def _print_report(report: RunReport, opts: _RunArgs, console: Console, out: Cons
                       f"{escape(str(opts.output))} are not rows of this run (other settings or data)")
     evaluation = report.evaluation(ks=opts.ks, threshold=opts.threshold)
     out.print(summary_table(evaluation, report.rejected_by_data_source()))
-    failures = failures_table(evaluation)
-    if failures is not None:
-        out.print(failures)
+    for table in (failures_table(evaluation), components_table(evaluation)):
+        if table is not None:
+            out.print(table)
     json_path = opts.report or opts.output.with_suffix(".report.json")
     for path in write_reports(evaluation, json_path, opts.html, title=opts.output.name):
         console.print(f"wrote the evaluation report to [bold]{escape(str(path))}[/bold]")

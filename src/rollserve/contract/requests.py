@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
 )
 
+from rollserve.contract.judge import JudgeRequest
 from rollserve.contract.validation import INT64_MAX, JSONInputError, check_json
 
 JSONObject = dict[str, JsonValue]
@@ -113,6 +114,9 @@ class TaskRequest(BaseModel):
     timeouts: Timeouts | None = Field(None, description="on top of the batch's")
     metadata: StorableObject = Field(default_factory=dict,
                                      description="returned as is in every result")
+    judge: JudgeRequest | None = Field(
+        None, description="a judge reward by a rubric, on top of the family's outcome "
+                          "(docs/judges.md); the batch's when unset")
 
     @field_validator("filter_zero_variance")
     @classmethod
@@ -136,6 +140,8 @@ class SubmitRequest(BaseModel):
                                description="for every task (a task's own fields win)")
     timeouts: Timeouts = Field(default_factory=Timeouts,
                                description="for every task (a task's own fields win)")
+    judge: JudgeRequest | None = Field(
+        None, description="a judge reward for every task without its own (docs/judges.md)")
 
 
 MAX_WAIT = 600.0  # seconds: the longest long-poll

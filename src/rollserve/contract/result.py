@@ -260,8 +260,10 @@ class RolloutResult(BaseModel):
     evaluation: JSONObject | None = Field(
         description="the handler's details of the score (extracted answer, tests run...)")
     reward_components: dict[str, float] | None = Field(
-        None, description="named parts of the reward where the handler scores several (a "
-        "Harbor task's reward.json); null where it gives only the scalar reward")
+        None, description="named parts of the score beside the scalar reward (correctness, "
+                          "format, tests passed, a Harbor task's reward.json, judge...), for "
+                          "per-objective normalisation; null when the handler gave none (or "
+                          "nothing was scored)")
     failure: Failure | None = Field(description="null when the rollout completed")
     mask: bool = Field(description="true: do not train on this (see mask_reason)")
     mask_reason: str | None = Field(description="why it is masked")
@@ -275,3 +277,9 @@ class RolloutResult(BaseModel):
     seq: int | None = Field(
         None, description="its position in the results cursor (GET /v1/results?after=); "
                           "null until the result is stored")
+    scoring: str | None = Field(
+        None, description="how it was scored: null for the family's own EVAL as it ran; "
+                          "'outcome' or 'judge:<rubric>' for a re-scored result")
+    rescored_from: str | None = Field(
+        None, description="the stored result this one re-scores (POST /v1/results/rescore): "
+                          "same trajectory, a new evaluation; null for a sampled rollout")

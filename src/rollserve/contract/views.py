@@ -273,8 +273,25 @@ class SandboxStatus(BaseModel):
         description="what the start-up reaper cleaned up (null before it ran)")
 
 
+class JudgeState(BaseModel):
+    """A judge (``rollserve serve --judge``): called at EVAL, never for the policy."""
+
+    name: str = Field(description="the judge's name (a rubric's judges name it)")
+    backend: JSONObject = Field(description="its backend, as the backend describes itself")
+    concurrency: int = Field(description="calls in flight at most (later ones queue)")
+    in_flight: int = Field(description="its calls in flight now")
+    timeout: float = Field(description="seconds per try")
+    retries: int = Field(description="more tries after a retryable failure")
+    healthy: bool | None = Field(description="its last call answered; null before any")
+    calls: dict[str, int] = Field(description="tries by outcome: ok, failed, timeout")
+    last_error: str | None = Field(description="its last failure, if any")
+
+
 class ServiceStatus(EngineStatus):
     """``GET /v1/status``."""
+
+    judges: list[JudgeState] = Field(
+        default_factory=list, description="the judges (docs/judges.md), outside the router")
 
     backends: list[BackendState] = Field(
         description="every inference backend, as the router sees it")

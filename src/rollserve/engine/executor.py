@@ -18,7 +18,7 @@ from typing import Protocol
 
 from rollserve.contract import NodeStatus, Stage
 from rollserve.engine.rollout import Rollout
-from rollserve.handlers.base import AgentHandler
+from rollserve.handlers.base import AgentHandler, evaluate
 from rollserve.llm.base import LLMSession
 
 log = logging.getLogger(__name__)
@@ -79,11 +79,11 @@ class LocalExecutor:
             r.llm = self.router.session(r.id)
             await handler.run(r)
         else:
-            evaluation = await handler.eval(r)
+            evaluation = await evaluate(handler, r)
             r.reward = float(evaluation.reward)
             r.evaluation = evaluation.details
-            r.reward_components = (None if evaluation.components is None
-                                   else {k: float(v) for k, v in evaluation.components.items()})
+            r.reward_components = ({k: float(v) for k, v in evaluation.components.items()}
+                                   or None)
 
     async def cleanup(self, r: Rollout, handler: AgentHandler) -> None:
         """Release what the handler took; bounded, and shielded from cancellation."""

@@ -31,10 +31,12 @@ from rollserve.contract import (
     StateEvent,
     SubmitRequest,
 )
+from rollserve.contract.judge import RescoreRequest, RescoreResponse
 from rollserve.engine.errors import NotFound, UnknownDataSource
 from rollserve.engine.groups import Outcome, judge
 from rollserve.engine.pipeline import Engine
 from rollserve.engine.requests import RequestLimits
+from rollserve.engine.rescore import rescore
 from rollserve.engine.store import COUNT_CAP, SummaryFilter
 from rollserve.engine.submit import submit
 from rollserve.handlers import UnknownDataSource as UnknownHandler
@@ -55,6 +57,11 @@ class Rollouts:
         """Admit the whole batch or refuse it whole (``InvalidTask`` and its kinds,
         ``QueueFull``)."""
         return await submit(self._engine, request, self.limits)
+
+    async def rescore(self, request: RescoreRequest) -> RescoreResponse:
+        """EVAL again on stored results (``engine.rescore``); ``NotFound`` for one past
+        retention, ``InvalidTask`` naming the field for one that cannot be."""
+        return await rescore(self._engine, request)
 
     async def run(self, request: RunRequest) -> RunResponse:
         """Submit one task and wait (up to ``request.wait``) for its results."""

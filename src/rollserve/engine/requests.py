@@ -39,7 +39,7 @@ def json_size(value: JsonValue) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
-_LATER_FIELDS = ("oversample", "filter_zero_variance")
+_LATER_FIELDS = ("oversample", "filter_zero_variance", "judge")
 
 
 def request_hash(task: TaskRequest, batch: SubmitRequest) -> str:
@@ -54,4 +54,7 @@ def request_hash(task: TaskRequest, batch: SubmitRequest) -> str:
         "agent": merged(batch.agent, task.agent).model_dump(mode="json"),
         "timeouts": merged(batch.timeouts, task.timeouts).model_dump(mode="json"),
     }
+    judge = task.judge or batch.judge
+    if judge is not None:  # left out when unset: fingerprints from before judges stay
+        body["judge"] = judge.model_dump(mode="json")
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

@@ -22,6 +22,7 @@ from rollserve.contract import (
     TerminalStatus,
     Timeouts,
 )
+from rollserve.contract.judge import JudgeRequest
 from rollserve.contract.validation import describe
 from rollserve.handlers.base import RolloutResources
 
@@ -55,6 +56,7 @@ class RolloutSpec(BaseModel):
     group_n: int | None = None  # usable samples the group wants
     oversample: int = 0  # extras started beyond group_n: cancelled once group_n are usable
     filter_zero_variance: bool = False
+    judge: JudgeRequest | None = None  # a judge reward on top of the family's outcome
 
 
 @dataclass
@@ -96,6 +98,10 @@ class Rollout:
     @property
     def metadata(self) -> dict[str, Any]:
         return self.spec.metadata
+
+    @property
+    def judge(self) -> JudgeRequest | None:
+        return self.spec.judge
 
     @property
     def sampling(self) -> SamplingParams:
@@ -174,7 +180,7 @@ class Rollout:
             status=status,
             reward=self.reward,
             evaluation=_plain_json(self.evaluation),
-            reward_components=self.reward_components,
+            reward_components=self.reward_components if self.reward is not None else None,
             failure=self.failure,
             mask=self.mask,
             mask_reason=self.mask_reason,
@@ -218,3 +224,6 @@ def _plain_json(details: dict[str, Any] | None) -> dict[str, JsonValue] | None:
         return None
     plain: dict[str, JsonValue] = json.loads(json.dumps(details, default=repr))
     return plain
+
+
+plain_json = _plain_json  # (re-scoring writes evaluations as the pipeline does)

@@ -12,6 +12,7 @@ import time
 import uuid
 
 from rollserve.contract import Accepted, SamplingParams, SubmitRequest, TaskRequest
+from rollserve.contract.judge import JudgeRequest
 from rollserve.engine.errors import (
     BatchTooLarge,
     Conflict,
@@ -72,6 +73,19 @@ def _check_task(engine: Engine, task: TaskRequest, where: str, limits: RequestLi
                           "routes cannot reach; run the harness inside the sandbox")
 
 
+def _check_judge(engine: Engine, judge: JudgeRequest | None, where: str) -> None:
+    """A judge reward the server can give: its rubric is known, its judges are."""
+    if judge is None:
+        return
+    if engine.executor.nodes() is not None:
+        raise InvalidTask(where, "judge rewards are not available with --ray (a cluster node "
+                          "has no judges): run the judge on a single-machine server")
+    problem = engine.context.judge_problem(judge)
+    if problem is not None:
+        field, message = problem
+        raise InvalidTask(f"{where}.{field}", message)
+
+
 ADMIT_ATTEMPTS = 3  # a store shared with another process: its insert can win between ours
 
 
@@ -90,6 +104,10 @@ async def submit(engine: Engine, request: SubmitRequest,
     for index, task in enumerate(request.tasks):
         where = f"tasks[{index}]"
         _check_task(engine, task, where, limits)
+        _check_judge(engine, task.judge or request.judge,
+                     f"{where}.judge" if task.judge is not None else "judge")
+        if task.judge is None and request.judge is None:  # the server's own: checked at start
+            _check_judge(engine, engine.context.default_judge, "judge")
         if task.id is not None:
             if task.id in seen_keys:
                 raise InvalidTask(f"{where}.id",
@@ -155,6 +173,7 @@ async def _admit(engine: Engine, request: SubmitRequest,
                 agent=merged(request.agent, task.agent),
                 timeouts=merged(request.timeouts, task.timeouts),
                 metadata=task.metadata,
+                judge=task.judge or request.judge or engine.context.default_judge,
                 group_n=task.n,
                 oversample=task.oversample,
                 filter_zero_variance=task.filter_zero_variance,

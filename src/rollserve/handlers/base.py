@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_chec
 
 from pydantic import BaseModel
 
+from rollserve.contract.judge import JudgeRequest, Rubric
 from rollserve.errors import InfraError
 
 if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
     from rollserve.agent.base import Tool
     from rollserve.agent.gateway import Gateway
     from rollserve.contract import SamplingParams
+    from rollserve.handlers.judging import JudgePool
     from rollserve.handlers.scoring import ScoringPool
     from rollserve.llm.base import LLMSession, Tokenizer
     from rollserve.sandbox.base import Sandbox, SandboxSpec
@@ -46,11 +48,13 @@ class HandlerDefaults(BaseModel):
 
 @dataclass
 class Evaluation:
+    """A handler's score: the scalar ``reward``, its ``details`` (JSON) and named
+    ``components`` (the result's ``reward_components``: correctness, format, tests
+    passed, judge...; empty when the handler has none)."""
+
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
-    # Named parts of the reward (a Harbor task's reward.json), when the handler scores
-    # several; the result's ``reward_components``. ``reward`` is still the one scalar.
-    components: dict[str, float] | None = None
+    components: dict[str, float] = field(default_factory=dict)
 
 
 class InvalidInstance(ValueError):
@@ -102,6 +106,41 @@ class HandlerContext:
     # ``--harness-dir``): None is ``agent.harnesses.install.install_root()``'s default
     # (``$ROLLSERVE_HARNESS_DIR``, else ``~/.cache/rollserve/harnesses``).
     harness_dir: str | None = None
+    # The server's judges (``llm.judges.Judges``: ``--judge``), called at EVAL for a
+    # task that asks for a judge reward; None where the server has none.
+    judges: JudgePool | None = None
+    # Named rubrics (``--rubric NAME=JSON``) beside the built-in ``default``.
+    rubrics: dict[str, Rubric] = field(default_factory=dict)
+    # The judge reward a task gets when neither it nor its batch asks for one
+    # (``--default-judge RUBRIC``); None: the family's outcome alone.
+    default_judge: JudgeRequest | None = None
+
+    def rubric(self, request: JudgeRequest) -> Rubric:
+        """The rubric ``request`` names (or holds); KeyError when the server has none
+        of that name."""
+        if isinstance(request.rubric, Rubric):
+            return request.rubric
+        if request.rubric in self.rubrics:
+            return self.rubrics[request.rubric]
+        if request.rubric == "default":
+            return Rubric()
+        raise KeyError(request.rubric)
+
+    def judge_problem(self, request: JudgeRequest) -> tuple[str, str] | None:
+        """Why this server cannot give ``request``'s judge reward: (field, message)."""
+        try:
+            rubric = self.rubric(request)
+        except KeyError:
+            known = ", ".join(sorted({"default", *self.rubrics}))
+            return "rubric", f"no rubric named {request.rubric!r} here (known: {known})"
+        names = self.judges.names() if self.judges is not None else []
+        if not names:
+            return "rubric", "this server has no judge (rollserve serve --judge NAME=URL)"
+        unknown = [n for n in rubric.judges if n not in names]
+        if unknown:
+            return "rubric.judges", (f"no judge named {unknown[0]!r} here (known: "
+                                     f"{', '.join(names)})")
+        return None
 
 
 @dataclass
@@ -135,6 +174,12 @@ class RolloutView(Protocol):
     @property
     def metadata(self) -> dict[str, Any]:
         """The client's metadata for the task, returned with the result."""
+        ...
+
+    @property
+    def judge(self) -> JudgeRequest | None:
+        """The judge reward the task asks for on top of its family's outcome (None:
+        the outcome alone); ``AgentHandler.evaluate`` applies it."""
         ...
 
     @property
@@ -213,9 +258,20 @@ class AgentHandler(ABC):
     async def eval(self, rollout: RolloutView) -> Evaluation:
         """Score the episode."""
 
+    async def evaluate(self, rollout: RolloutView) -> Evaluation:
+        """``evaluate(self, rollout)``: the family's ``eval``, then the judge reward."""
+        return await evaluate(self, rollout)
+
     @abstractmethod
     async def cleanup(self, rollout: RolloutView) -> None:
         """Release everything ``init``/``run`` took; always called, even on cancel."""
+
+    def rescore_problem(self, instance: Mapping[str, Any]) -> str | None:
+        """Why a stored result of ``instance`` cannot be scored again from what the
+        result keeps (its messages) by ``init`` then ``evaluate`` (None: it can). By
+        default a family cannot: its EVAL needs what only its run had."""
+        return (f"the {self.name} family's EVAL needs what only its run had (a sandbox, a "
+                "harness's session, files written): it cannot be re-scored from a stored result")
 
     def images(self, instance: Mapping[str, Any]) -> list[str]:
         """The environment images (apptainer / docker references) ``instance`` runs
@@ -232,3 +288,16 @@ class AgentHandler(ABC):
         found = "nothing" if state is None else f"a {type(state).__name__}"
         raise InfraError(f"{self.name} handler: rollout {rollout.id} has no {kind.__name__} "
                          f"(found {found}): its stages ran out of order, e.g. RUN before INIT")
+
+
+async def evaluate(handler: AgentHandler, rollout: RolloutView) -> Evaluation:
+    """What the engine calls at EVAL: the handler's ``eval`` (the family's outcome), then
+    the task's judge reward when it asks for one (``handlers.judging``)."""
+    evaluation = await handler.eval(rollout)
+    judge = getattr(rollout, "judge", None)  # (a view from before judges has none)
+    if judge is None:
+        return evaluation
+    from rollserve.handlers.judging import judged  # (only where a task asks)
+
+    return await judged(handler.ctx, evaluation, rollout.trajectory.messages,
+                        rollout.instance, judge)

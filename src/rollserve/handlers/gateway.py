@@ -175,7 +175,7 @@ class GatewayHandler(AgentHandler):
         if state.task.command is not None or state.harness is not None:
             details["harness_exit_code"] = state.output.exit_code
             details["harness_log_tail"] = state.output.tail()
-        return Evaluation(reward, details)
+        return Evaluation(reward, details, components={"match": reward})
 
     async def cleanup(self, rollout: RolloutView) -> None:
         state = rollout.state

@@ -57,6 +57,8 @@ class Sample:
     result_id: str
     group_id: str
     info: dict[str, JsonValue]
+    # the result's named reward components (None when masked or when it has none)
+    reward_components: dict[str, float] | None = None
 
 
 def trainable(result: RolloutResult) -> bool:
@@ -72,7 +74,9 @@ def info(result: RolloutResult) -> dict[str, JsonValue]:
             "status": result.status, "mask": result.mask, "mask_reason": result.mask_reason,
             "ended_by": result.trajectory.ended_by, "stale": result.stale,
             "policy_versions": list(result.trajectory.policy_versions),
-            "turns": result.stats.turns, "metadata": result.metadata}
+            "turns": result.stats.turns, "metadata": result.metadata,
+            "reward_components": (None if result.reward_components is None
+                                  else dict(result.reward_components))}
 
 
 def to_sample(result: RolloutResult, filler_id: int) -> Sample:
@@ -96,4 +100,6 @@ def to_sample(result: RolloutResult, filler_id: int) -> Sample:
         completion_ids, logprobs, env_mask = [filler_id], [0.0], [0]
     return Sample(prompt_ids=prompt_ids, completion_ids=completion_ids, logprobs=logprobs,
                   env_mask=env_mask, reward=result.reward if ok else None, masked=not ok,
-                  result_id=result.id, group_id=result.group_id, info=info(result))
+                  result_id=result.id, group_id=result.group_id, info=info(result),
+                  reward_components=(dict(result.reward_components)
+                                     if ok and result.reward_components is not None else None))

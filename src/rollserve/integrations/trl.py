@@ -57,7 +57,8 @@ TASK_COLUMNS = ("data_source", "instance", "sampling", "agent", "timeouts", "met
                 "oversample", "filter_zero_variance")
 
 RolloutOutput = dict[str, list[list[int]] | list[list[float]] | list[float | None]
-                     | list[bool] | list[str] | list[dict[str, JsonValue]]]
+                     | list[bool] | list[str] | list[dict[str, JsonValue]]
+                     | list[dict[str, float] | None]]
 
 
 class TaskPromptError(ValueError):
@@ -208,7 +209,8 @@ def rollout_func(server: str | Client, *, sampling: SamplingParams | None = None
     trainer's EOS). ``on_batch``: called with each batch's ``BatchCounts`` (also in the
     function's ``last_counts``). Returns ``prompt_ids``, ``completion_ids``,
     ``logprobs``, ``env_mask`` and, per completion, ``rollserve_reward`` (None when
-    masked), ``rollserve_masked``, ``rollserve_id``, ``rollserve_group_id`` and
+    masked), ``rollserve_reward_components`` (the result's named components: correctness,
+    format, judge...; None when masked), ``rollserve_masked``, ``rollserve_id``, ``rollserve_group_id`` and
     ``rollserve_info`` (status, mask reason, policy versions, the task's metadata,
     ``used``, and ``group``: its verdict and counts).
     """
@@ -229,6 +231,7 @@ def _output(samples: Sequence[Sample]) -> RolloutOutput:
             "logprobs": [s.logprobs for s in samples],
             "env_mask": [s.env_mask for s in samples],
             "rollserve_reward": [s.reward for s in samples],
+            "rollserve_reward_components": [s.reward_components for s in samples],
             "rollserve_masked": [s.masked for s in samples],
             "rollserve_id": [s.result_id for s in samples],
             "rollserve_group_id": [s.group_id for s in samples],

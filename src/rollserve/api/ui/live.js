@@ -19,6 +19,8 @@ const Live = {
       h("div", { class: "charts" }, Live.charts.rollouts.node, Live.charts.tokens.node),
       h("h2", {}, "Stages"), h("div", { id: "live-stages" }),
       h("h2", {}, "Inference backends"), h("div", { id: "live-router" }), h("div", { id: "live-backends" }),
+      h("div", { id: "live-judges-box", hidden: true }, h("h2", {}, "Judges (EVAL, outside the policy's pool)"),
+        h("div", { id: "live-judges" })),
       h("div", { id: "live-nodes-box", hidden: true }, h("h2", {}, "Nodes"), h("div", { id: "live-nodes" })),
       h("div", { class: "columns" },
         h("div", {}, h("h2", {}, "Sandboxes"), h("div", { id: "live-sandboxes" })),
@@ -56,6 +58,7 @@ const Live = {
     Live.cards(status, finished);
     Live.stages(status, rates.stages);
     Live.backends(status);
+    Live.judges(status);
     Live.nodes(status);
     Live.sandboxes(status.sandboxes);
     Live.keyValues("live-trajectories", status.trajectories);
@@ -105,6 +108,22 @@ const Live = {
     document.getElementById("live-backends").replaceChildren(table(
       ["backend", "kind", "health", "in flight", "sessions", "calls", "failures", "latency / request",
        "model", "last error"], rows));
+  },
+
+  // The judges (`judges` in /v1/status: JudgeState; empty without --judge).
+  judges(status) {
+    const judges = Array.isArray(status.judges) ? status.judges : [];
+    document.getElementById("live-judges-box").hidden = judges.length === 0;
+    if (!judges.length) return;
+    const health = (j) => (j.healthy === null ? "unused" : (j.healthy ? "healthy" : "down"));
+    const rows = judges.map((j) =>
+      h("tr", { dataset: { judge: j.name } }, h("td", {}, j.name), h("td", {}, String(j.backend.kind || "")),
+        h("td", { class: j.healthy === false ? "bad" : "ok" }, health(j)),
+        h("td", { class: "num" }, `${fmt(j.in_flight)} / ${fmt(j.concurrency)}`),
+        h("td", { class: "num" }, fmt(j.calls.ok || 0)), h("td", { class: "num" }, fmt(j.calls.failed || 0)),
+        h("td", { class: "num" }, fmt(j.calls.timeout || 0)), h("td", { class: "error" }, j.last_error || "")));
+    document.getElementById("live-judges").replaceChildren(table(
+      ["judge", "kind", "health", "in flight / limit", "ok", "failed", "timed out", "last error"], rows));
   },
 
   // Per-node rows in the Ray mode (`nodes` in /v1/status: NodeStatus; null on one machine).

@@ -246,11 +246,13 @@ class CodeHandler(AgentHandler):
         if solution.text is None:
             details.update(passed=0, total=plan.total, all_passed=False, tests=[],
                            error=solution.problem or "no solution")
-            return Evaluation(reward=0.0, details=details)
+            return Evaluation(reward=0.0, details=details, components={"tests_passed": 0.0})
         reward, outcome = await self.run_hidden_tests(rollout, plan, solution.solution_file,
                                                       solution.text, mode)
         details.update(outcome)
-        return Evaluation(reward=reward, details=details)
+        total = int(outcome.get("total") or 0)
+        passed = float(outcome.get("passed") or 0) / total if total > 0 else 0.0
+        return Evaluation(reward=reward, details=details, components={"tests_passed": passed})
 
     async def run_hidden_tests(self, rollout: RolloutView, plan: HiddenTests, solution_file: str,
                                solution: str, mode: str) -> tuple[float, dict[str, Any]]:

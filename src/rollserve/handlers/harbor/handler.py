@@ -210,7 +210,7 @@ class HarborHandler(AgentHandler):
             details.update(harness_exit_code=work.harness.exit_code,
                            harness_log_tail=work.harness.tail())
         await close_sandboxes(rollout)
-        return Evaluation(verdict.reward, details, verdict.components)
+        return Evaluation(verdict.reward, details, verdict.components or {})
 
     async def cleanup(self, rollout: RolloutView) -> None:
         await close_sandboxes(rollout)

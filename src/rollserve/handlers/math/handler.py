@@ -132,6 +132,12 @@ class MathHandler(AgentHandler):
         else:
             validate_question_form(instance)
 
+    def rescore_problem(self, instance: Mapping[str, Any]) -> str | None:
+        if self.uses_python(instance):
+            return (f"{self.name} with the python tool: its answer is the finish call's, which "
+                    "only the run kept; it cannot be re-scored from a stored result")
+        return None  # EVAL reads the boxed answer from the messages alone
+
     async def init(self, rollout: RolloutView) -> None:
         """Materialise the question and gold answer (``MathState``)."""
         instance = rollout.instance
@@ -185,6 +191,15 @@ class MathHandler(AgentHandler):
         await close_sandboxes(rollout)  # done with it: free it before EVAL
 
     async def eval(self, rollout: RolloutView) -> Evaluation:
+        """The outcome reward, with its components: ``correctness`` (the reward) and
+        ``format`` (1.0 when one final answer could be read, boxed or given to finish)."""
+        evaluation = await self._eval(rollout)
+        details = evaluation.details
+        read = details.get("extracted") is not None and not details.get("ambiguous")
+        evaluation.components = {"correctness": evaluation.reward, "format": 1.0 if read else 0.0}
+        return evaluation
+
+    async def _eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, MathState)
         key = state.key
         python = self.uses_python(rollout.instance)

@@ -221,6 +221,9 @@ class StemHandler(AgentHandler):
     def validate(self, instance: Mapping[str, Any]) -> None:
         prepare(instance)
 
+    def rescore_problem(self, instance: Mapping[str, Any]) -> str | None:
+        return None  # EVAL reads the final answer from the messages alone
+
     async def init(self, rollout: RolloutView) -> None:
         """Validate again (a replay may skip the API's check) and keep the prompt and
         the answer spec (``StemQuestion``)."""
@@ -232,6 +235,15 @@ class StemHandler(AgentHandler):
         await run_episode(self.ctx, rollout, env)
 
     async def eval(self, rollout: RolloutView) -> Evaluation:
+        """The outcome reward, with its components: ``correctness`` (the reward) and
+        ``format`` (1.0 when one answer could be read in the asked format)."""
+        evaluation = await self._eval(rollout)
+        details = evaluation.details
+        read = details.get("extracted") is not None and not details.get("ambiguous")
+        evaluation.components = {"correctness": evaluation.reward, "format": 1.0 if read else 0.0}
+        return evaluation
+
+    async def _eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, StemQuestion)
         spec = state.spec
         reading = final_answer(rollout.trajectory.messages, lambda text: read_answer(text, spec))

@@ -293,6 +293,16 @@ class SWEHandler(AgentHandler):
         return finish.finished
 
     async def eval(self, rollout: RolloutView) -> Evaluation:
+        """The outcome reward, with its components: ``resolved`` (the reward) and
+        ``tests`` (the fraction of graded tests that passed; 0 when none ran)."""
+        evaluation = await self._eval(rollout)
+        tests = evaluation.details.get("tests") or []
+        ok = sum(1 for t in tests if isinstance(t, dict) and t.get("ok") is True)
+        evaluation.components = {"resolved": evaluation.reward,
+                                 "tests": ok / len(tests) if tests else 0.0}
+        return evaluation
+
+    async def _eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, SWECandidate)
         task, candidate = state.task, state.candidate
         details: dict[str, Any] = {

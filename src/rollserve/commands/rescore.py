@@ -1,0 +1,91 @@
+"""``rollserve rescore``: EVAL again on a running server's stored results with another
+evaluator (a new rubric, the family's grader as the server has it now), without
+sampling (``POST /v1/results/rescore``); prints and optionally writes the new results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rollserve.contract import RolloutResult
+from rollserve.contract.judge import JudgeRequest, RescoreRequest, RescoreResponse
+
+console = Console()
+
+
+def _ids(ids: list[str], results: Path | None) -> list[str]:
+    found = [i for part in ids for i in part.split(",") if i.strip()]
+    if results is not None:
+        for line in results.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                try:
+                    found.append(str(json.loads(line)["id"]))
+                except (ValueError, KeyError, TypeError):
+                    raise typer.BadParameter(f"not a result line: {line[:80]!r}",
+                                             param_hint="--results") from None
+    if not found:
+        raise typer.BadParameter("give result ids (--id) or a results file (--results)",
+                                 param_hint="--id")
+    return found
+
+
+def _judge(rubric: str | None, judge: str | None) -> JudgeRequest | None:
+    if judge is not None:
+        try:
+            return JudgeRequest.model_validate_json(judge)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--judge") from None
+    return None if rubric is None else JudgeRequest(rubric=rubric)
+
+
+def rescore(
+    server: str = typer.Option("http://127.0.0.1:8000", help="the rollserve server's URL"),
+    ids: list[str] = typer.Option([], "--id", help="a stored result's id (comma-separated "
+                                  "or repeated)"),
+    results: Path | None = typer.Option(None, exists=True, dir_okay=False,
+                                        help="a JSONL of results (rollserve run's output): "
+                                             "every result in it"),
+    rubric: str | None = typer.Option(None, help="the server's rubric to judge by (none: the "
+                                      "family's own grader alone)"),
+    judge: str | None = typer.Option(None, help="a judge request as JSON (an inline rubric, "
+                                     "a reference), instead of --rubric"),
+    out: Path | None = typer.Option(None, help="write the new results here (JSONL)"),
+    api_token: str | None = typer.Option(None, envvar="ROLLSERVE_API_TOKEN"),
+    timeout: float = typer.Option(600.0, min=1.0, help="seconds to wait for the server"),
+) -> None:
+    """Score stored results again without sampling; the new ones are stored beside them."""
+    body = RescoreRequest(result_ids=_ids(ids, results), judge=_judge(rubric, judge))
+    base = server.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
+    with httpx.Client(base_url=base, headers=headers, timeout=timeout) as http:
+        try:
+            reply = http.post("/v1/results/rescore", content=body.model_dump_json(),
+                              headers={"Content-Type": "application/json"})
+        except httpx.HTTPError as exc:
+            Console(stderr=True).print(f"[red]error:[/red] {escape(server)}: {exc}")
+            raise typer.Exit(1) from None
+        if reply.status_code != 200:
+            Console(stderr=True).print(f"[red]refused ({reply.status_code}):[/red] "
+                                       f"{escape(reply.text[:2000])}")
+            raise typer.Exit(1)
+        answer = RescoreResponse.model_validate(reply.json())
+        table = Table(title=f"re-scored ({answer.scoring})")
+        for column in ("from", "new id", "reward", "masked"):
+            table.add_column(column)
+        for r in answer.results:
+            table.add_row(escape(r.rescored_from), escape(r.id),
+                          "-" if r.reward is None else f"{r.reward:.4g}", str(r.mask))
+        console.print(table)
+        if out is not None:
+            lines = []
+            for r in answer.results:
+                view = http.get(f"/v1/rollouts/{r.id}").json()
+                lines.append(RolloutResult.model_validate(view["result"]).model_dump_json())
+            out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            console.print(f"wrote [bold]{escape(str(out))}[/bold]")

@@ -1,0 +1,130 @@
+"""Re-scoring: EVAL again on stored results with another evaluator configuration (a
+new rubric, a fixed grader), without sampling. Each stored result is read with its
+stored spec; its family's ``init`` then ``evaluate`` run on a rollout that holds the
+stored messages (the family must say it can: ``AgentHandler.rescore_problem``); the
+new result is written beside the old one, as a new rollout of a new group (one per
+re-scored group), with a new id and its own place in the results cursor. The old
+result is left as it was. Nothing reaches the policy's backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from rollserve.agent import Trajectory
+from rollserve.contract import Failure, RolloutResult
+from rollserve.contract.judge import JudgeRequest, Rescored, RescoreRequest, RescoreResponse
+from rollserve.engine.config import new_rollout
+from rollserve.engine.errors import InvalidTask, NotFound
+from rollserve.engine.pipeline import Engine
+from rollserve.engine.rollout import RolloutSpec, plain_json
+from rollserve.engine.store import GroupRow, RolloutRow
+from rollserve.errors import InfraError
+from rollserve.handlers.base import AgentHandler, evaluate
+
+MAX_CONCURRENT = 8
+
+
+def scoring_name(judge: JudgeRequest | None) -> str:
+    if judge is None:
+        return "outcome"
+    return f"judge:{judge.rubric if isinstance(judge.rubric, str) else 'inline'}"
+
+
+async def _stored(engine: Engine, request: RescoreRequest) -> list[RolloutRow]:
+    rows = []
+    for index, rid in enumerate(request.result_ids):
+        row = await engine.store.rollout(rid)
+        where = f"result_ids[{index}]"
+        if row is None:
+            raise NotFound(f"{where}: no stored result {rid!r} (unknown, or past the store's "
+                           "retention: --retention-hours)")
+        if row.result is None:
+            raise InvalidTask(where, f"rollout {rid!r} has no result yet ({row.status})")
+        handler = engine.handler(row.spec.data_source)
+        says = getattr(handler, "rescore_problem", None)  # (a duck-typed plugin has none)
+        problem = (says(row.spec.instance) if says is not None else
+                   "its handler does not say it can be re-scored (AgentHandler.rescore_problem)")
+        if problem is not None:
+            raise InvalidTask(where, f"{row.spec.data_source}: {problem}")
+        if row.result.trajectory.sequence_count > 1 or not row.result.trajectory.messages:
+            raise InvalidTask(where, f"result {rid!r} keeps no single conversation to score")
+        rows.append(row)
+    return rows
+
+
+async def rescore(engine: Engine, request: RescoreRequest) -> RescoreResponse:
+    """Score the stored results again (all of them checked first: a 4xx names the
+    first that cannot be, and nothing is written); the new results, in order."""
+    if request.judge is not None:
+        problem = engine.context.judge_problem(request.judge)
+        if problem is not None:
+            raise InvalidTask(f"judge.{problem[0]}", problem[1])
+    rows = await _stored(engine, request)
+    scoring = scoring_name(request.judge)
+    groups: dict[str, str] = {}  # old group -> new group
+    for row in rows:
+        groups.setdefault(row.group_id, f"{row.group_id}-rs-{uuid.uuid4().hex[:8]}")
+    slots = asyncio.Semaphore(MAX_CONCURRENT)
+
+    async def one(row: RolloutRow, index: int) -> RolloutResult:
+        async with slots:
+            return await _one(engine, row, groups[row.group_id], index, request.judge, scoring)
+
+    results = await asyncio.gather(*(one(row, i) for i, row in enumerate(rows)))
+    now = time.time()
+    new_groups: dict[str, tuple[GroupRow, list[RolloutSpec]]] = {}
+    for row, result in zip(rows, results, strict=True):
+        spec = row.spec.model_copy(update={
+            "id": result.id, "group_id": result.group_id, "judge": request.judge,
+            "oversample": 0, "filter_zero_variance": False})
+        group = new_groups.setdefault(result.group_id, (GroupRow(
+            result.group_id, row.spec.task_id, None, f"rescore:{row.group_id}", 0, now), []))
+        group[1].append(spec)
+    for group_row, specs in new_groups.values():
+        group_row.n = len(specs)
+        for spec in specs:
+            spec.group_n = len(specs)
+    await engine.store.create_groups(list(new_groups.values()))
+    out = []
+    for row, result in zip(rows, results, strict=True):
+        seq = await engine.store.finish(result)
+        out.append(Rescored(rescored_from=row.id, id=result.id, group_id=result.group_id,
+                            seq=seq, reward=result.reward, mask=result.mask))
+    return RescoreResponse(scoring=scoring, results=out)
+
+
+async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
+               judge: JudgeRequest | None, scoring: str) -> RolloutResult:
+    """One stored result scored again: its family's init, then evaluate, bounded."""
+    assert row.result is not None
+    old = row.result
+    handler: AgentHandler = engine.handler(row.spec.data_source)
+    spec = row.spec.model_copy(update={"judge": judge, "id": f"{group_id}-{index}",
+                                       "group_id": group_id})
+    rollout = new_rollout(spec, 1, handler.defaults, engine.config)
+    rollout.trajectory = Trajectory(messages=[m.model_dump(mode="json", exclude_none=True)
+                                              for m in old.trajectory.messages])
+    began = time.monotonic()
+    update: dict[str, object] = {"id": spec.id, "group_id": group_id, "seq": None,
+                                 "scoring": scoring, "rescored_from": old.id}
+    try:
+        await asyncio.wait_for(handler.init(rollout), rollout.timeouts.init)
+        evaluation = await asyncio.wait_for(evaluate(handler, rollout), rollout.timeouts.eval)
+    except (InfraError, TimeoutError) as exc:
+        message = str(exc) or f"EVAL ran past {rollout.timeouts.eval:g} s"
+        update.update(reward=None, evaluation=None, reward_components=None, mask=True,
+                      status="failed", mask_reason=f"infra failure in eval: {message}"[:600],
+                      failure=Failure(stage="eval", kind="infra", message=message[:500]))
+    else:
+        update.update(reward=float(evaluation.reward),
+                      evaluation=plain_json(evaluation.details),
+                      reward_components={k: float(v) for k, v in evaluation.components.items()}
+                      or None, mask=old.mask, mask_reason=old.mask_reason)
+    finally:
+        await asyncio.shield(handler.cleanup(rollout))
+    timing = old.timing.model_copy(update={"eval": round(time.monotonic() - began, 6)})
+    update["timing"] = timing
+    return old.model_copy(update=update)

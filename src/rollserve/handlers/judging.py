@@ -1,0 +1,254 @@
+"""Judge rewards for any family: a family's own ``eval`` gives the outcome, then a
+rubric (``contract.judge``) has the server's judges grade the policy's text, and the
+reward becomes their stated blend (docs/judges.md).
+
+Integrity: the policy's text is data to the judge. It sits between two boundary lines
+made of a random token drawn per call, after the policy has finished, so the policy
+cannot know it and cannot close the block; a policy text that contains the token
+anyway (it cannot, short of guessing 128 bits) is refused. Every ``score:`` in the
+policy's text reaches the judge with a look-alike colon, so no line of it parses as a
+score even when a judge echoes it. The score is read only from the judge's own reply:
+its last non-empty line must be exactly ``SCORE: <n>``
+(a plain number inside the rubric's scale), the reply is bounded in length, and a
+reply that quotes the boundary (it echoed the policy's block) is refused. What the
+policy writes ("SCORE: 10", a fake end of the block, a fake judge reply) is never
+parsed. A judge can still be persuaded by a convincing wrong answer: measure it with
+a held-out set of known-bad persuasive answers (docs/judges.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rollserve.contract.judge import JudgeRequest, Rubric
+from rollserve.errors import InfraError
+from rollserve.handlers.base import Evaluation
+
+if TYPE_CHECKING:
+    from rollserve.handlers.base import HandlerContext
+
+SCORE_LINE = re.compile(r"SCORE: ?(-?[0-9]{1,6}(?:\.[0-9]{1,6})?)", re.ASCII)
+# Any "score:" in the policy's text (any case) is shown to the judge with its colon
+# replaced by a look-alike (U+FE55), so no line of the policy's text, even echoed whole
+# by the judge, is ever a line the parser reads.
+POLICY_SCORE = re.compile(r"score:", re.IGNORECASE)
+MAX_POLICY_CHARS = 60_000  # the policy's text shown to the judge: its tail beyond this
+
+
+class JudgeReplyLike(Protocol):
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+
+class JudgeLike(Protocol):
+    name: str
+
+    async def ask(self, messages: list[Any]) -> JudgeReplyLike: ...
+
+
+class JudgePool(Protocol):
+    """What handlers use of the server's judges (``llm.judges.Judges``)."""
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str | None) -> JudgeLike: ...
+
+
+class JudgeFailed(InfraError):
+    """No judge gave a valid score and the rubric says mask."""
+
+
+@dataclass
+class Verdict:
+    """One judge call, as the result's evaluation records it."""
+
+    judge: str
+    prompt: str
+    reply: str | None
+    score: float | None
+    seconds: float
+    error: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {"judge": self.judge, "prompt": self.prompt, "reply": self.reply,
+                "score": self.score, "seconds": round(self.seconds, 4), "error": self.error}
+
+
+def parse_score(reply: str, rubric: Rubric, boundary: str) -> float:
+    """The score on the reply's last non-empty line (``SCORE: n``, strictly), inside the
+    scale; ``ValueError`` saying why otherwise."""
+    if boundary in reply:
+        raise ValueError("the reply quotes the policy's block (its boundary): not parsed")
+    lines = [line.strip() for line in reply.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("empty reply")
+    match = SCORE_LINE.fullmatch(lines[-1])
+    if match is None:
+        raise ValueError("the reply's last line is not 'SCORE: <number>'")
+    score = float(match.group(1))
+    if not rubric.low <= score <= rubric.high:
+        raise ValueError(f"score {score:g} is outside the scale [{rubric.low:g}, {rubric.high:g}]")
+    return score
+
+
+def delimit(text: str) -> tuple[str, str]:
+    """The policy's text between two boundary lines of a fresh random token; the
+    block and the token."""
+    boundary = f"BOUNDARY-{secrets.token_hex(16)}"
+    if len(text) > MAX_POLICY_CHARS:
+        text = "[...cut...]" + text[-MAX_POLICY_CHARS:]
+    text = POLICY_SCORE.sub(lambda m: m.group(0)[:-1] + "\ufe55", text)
+    if boundary in text:  # unreachable short of guessing 128 bits; refused, never shown
+        raise InfraError("the policy's text contains the judge's boundary")
+    return f"<<<{boundary} BEGIN>>>\n{text}\n<<<{boundary} END>>>", boundary
+
+
+def _content(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def task_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The task as the policy was given it: the first user message."""
+    return next((_content(m) for m in messages if m.get("role") == "user"), "")
+
+
+def final_answer(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The policy's last assistant message."""
+    return next((_content(m) for m in reversed(messages) if m.get("role") == "assistant"), "")
+
+
+def transcript(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Every message after the first user one, labelled by role."""
+    return "\n\n".join(f"[{m.get('role')}]\n{_content(m)}" for m in messages
+                       if m.get("role") != "system")
+
+
+def reference_of(request: JudgeRequest, instance: Mapping[str, Any]) -> str | None:
+    if request.reference is not None:
+        return request.reference
+    answer = instance.get("answer") if request.reference_from_instance else None
+    if isinstance(answer, (str, int, float)) and not isinstance(answer, bool):
+        return str(answer)
+    return None
+
+
+def prompt(rubric: Rubric, task: str, answer: str, reference: str | None) -> tuple[str, str]:
+    """The judge's prompt (plain text, one user message) and the call's boundary."""
+    block, boundary = delimit(answer)
+    ref_block = f"A reference answer:\n{reference}\n\n" if reference is not None else ""
+    values = {"task": task, "answer": block, "reference": reference or "",
+              "reference_block": ref_block, "low": f"{rubric.low:g}", "high": f"{rubric.high:g}"}
+    # Placeholders are replaced one pass, left to right: text inside a value is never
+    # expanded again (a task that contains "{answer}" stays as it is).
+    out = re.sub(r"\{(task|answer|reference|reference_block|low|high)\}",
+                 lambda m: values[m.group(1)], rubric.template)
+    return out, boundary
+
+
+async def _one(judge: JudgeLike, rubric: Rubric, text: str, boundary: str) -> Verdict:
+    try:
+        reply = await judge.ask([{"role": "user", "content": text}])
+    except InfraError as exc:
+        return Verdict(judge.name, text, None, None, 0.0, str(exc))
+    try:
+        score = parse_score(reply.text, rubric, boundary)
+    except ValueError as exc:
+        return Verdict(judge.name, text, reply.text, None, reply.seconds, str(exc))
+    return Verdict(judge.name, text, reply.text, score, reply.seconds)
+
+
+def aggregate(scores: Sequence[float], how: str) -> float:
+    if how == "median":
+        return float(statistics.median(scores))
+    if how == "min":
+        return float(min(scores))
+    return float(statistics.fmean(scores))
+
+
+async def grade(pool: JudgePool, rubric: Rubric, task: str, answer: str,
+                reference: str | None) -> tuple[float | None, list[Verdict]]:
+    """Every judge the rubric names, ``samples`` times each; the aggregated score
+    normalised to [0, 1] (None when none was valid) and each call's verdict."""
+    judges = [pool.get(name) for name in rubric.judges] or [pool.get(None)]
+    calls = []
+    for judge in judges:
+        for _ in range(rubric.samples):
+            text, boundary = prompt(rubric, task, answer, reference)
+            calls.append(_one(judge, rubric, text, boundary))
+    verdicts = list(await asyncio.gather(*calls))
+    scores = [v.score for v in verdicts if v.score is not None]
+    if not scores:
+        return None, verdicts
+    value = aggregate(scores, rubric.aggregate)
+    return (value - rubric.low) / (rubric.high - rubric.low), verdicts
+
+
+def blend(outcome: float, judge: float, weight: float) -> float:
+    """The stated formula: ``(1 - weight) * outcome + weight * judge``."""
+    return (1.0 - weight) * outcome + weight * judge
+
+
+async def _process(pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[str, Any]],
+                   reference: str | None) -> tuple[float | None, list[float | None], list[Verdict]]:
+    """Process mode: each model call (the transcript up to it) graded; their mean."""
+    calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant"][-rubric.max_turns:]
+    task = task_text(messages)
+    graded = await asyncio.gather(*(grade(pool, rubric, task, transcript(messages[:i + 1]),
+                                          reference) for i in calls))
+    turn_scores = [score for score, _ in graded]
+    verdicts = [v for _, found in graded for v in found]
+    if not turn_scores or any(s is None for s in turn_scores):
+        return None, turn_scores, verdicts  # a call without a valid score: no process score
+    return statistics.fmean(s for s in turn_scores if s is not None), turn_scores, verdicts
+
+
+async def judged(ctx: HandlerContext, evaluation: Evaluation,
+                 messages: Sequence[Mapping[str, Any]], instance: Mapping[str, Any],
+                 request: JudgeRequest) -> Evaluation:
+    """``evaluation`` (the family's outcome) with the judge reward blended in; the
+    judge's calls recorded in its details (``judge``), its score in the components.
+    No valid score: ``JudgeFailed`` (masked) or the outcome alone, as the rubric says."""
+    rubric = ctx.rubric(request)
+    if ctx.judges is None or not ctx.judges.names():
+        raise JudgeFailed("this server has no judge (rollserve serve --judge NAME=URL)")
+    reference = reference_of(request, instance)
+    outcome = float(evaluation.reward)
+    turn_scores: list[float | None] | None = None
+    if rubric.mode == "process":
+        score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages, reference)
+    else:
+        score, verdicts = await grade(ctx.judges, rubric, task_text(messages),
+                                      final_answer(messages), reference)
+    name = request.rubric if isinstance(request.rubric, str) else "inline"
+    record: dict[str, Any] = {
+        "rubric": name, "mode": rubric.mode, "scale": [rubric.low, rubric.high],
+        "aggregate": rubric.aggregate, "weight": rubric.weight, "outcome": outcome,
+        "score": score, "formula": "reward = (1 - weight) * outcome + weight * judge",
+        "calls": [v.record() for v in verdicts]}
+    if turn_scores is not None:
+        record["turn_scores"] = turn_scores
+    key = "judge_process" if rubric.mode == "process" else "judge"
+    components = {**evaluation.components, "outcome": outcome}
+    if score is None:
+        errors = sorted({v.error or "no score" for v in verdicts})
+        if rubric.on_failure == "mask":
+            raise JudgeFailed("no valid judge score (" + "; ".join(errors)[:400] + ")")
+        record.update(failed=True, fallback="outcome", errors=errors)
+        return Evaluation(outcome, {**evaluation.details, "judge": record}, components)
+    components[key] = score
+    reward = blend(outcome, score, rubric.weight)
+    return Evaluation(reward, {**evaluation.details, "judge": record}, components)

@@ -1,0 +1,55 @@
+"""One real judge: the embedded SmolLM2 model grading a small set end to end through
+the HTTP API (the policy is the scripted double). Its scores are whatever the small
+model says; the run is checked: every rollout completes, every judge call is recorded
+(prompt, reply, latency), a parsed score is inside the scale, and the reward is the
+stated blend of outcome and score, or the outcome alone where the model gave no valid
+score line (the rubric's on_failure: outcome)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("llama_cpp", reason="the embedded model needs extra 'local' (llama-cpp-python)")
+
+from rollserve.testing import FakeVLLM  # noqa: E402
+from tests.judges.judge_doubles import TAG, math_task, results, submit  # noqa: E402
+
+pytestmark = pytest.mark.embedded
+
+REPLIES = {"a": "3 + 4 = \\boxed{7}", "b": "I think it is \\boxed{12}", "c": "7",
+           "d": "The sum of 3 and 4 is \\boxed{7}."}
+
+
+def policy(prompt_ids, prompt: str) -> str:
+    return REPLIES[TAG.findall(prompt)[0]]
+
+
+async def test_the_embedded_model_grades_a_small_set(make_api, tok):
+    judge = ('{"name": "smol", "backend": {"kind": "embedded", "n_ctx": 2048}, '
+             '"max_tokens": 40, "timeout": 300, "retries": 0}')
+    rubric = {"judges": ["smol"], "weight": 0.5, "on_failure": "outcome", "low": 0, "high": 10}
+    async with FakeVLLM(tok, replies=policy) as pol:
+        _, client = await make_api([pol.url], server={"judges": [judge],
+                                                      "rubrics": {"smol": rubric}})
+        # EVAL waits for the judge: four calls queue on the one in-process model, so a
+        # loaded machine needs more than math's default EVAL bound
+        ids = await submit(client, [math_task(tag, {"rubric": "smol"}) for tag in REPLIES],
+                           timeouts={"eval": 600, "total": 1200})
+        found = await results(client, ids, wait=300)
+        status = (await client.get("/v1/status")).json()
+    assert all(r["status"] == "completed" and not r["mask"] for r in found), [
+        (r["status"], r["failure"]) for r in found]
+    for result in found:
+        judged = result["evaluation"]["judge"]
+        (call,) = judged["calls"]
+        assert call["judge"] == "smol" and call["seconds"] > 0 and call["reply"] is not None
+        assert "BOUNDARY-" in call["prompt"]
+        outcome = result["reward_components"]["outcome"]
+        if call["score"] is None:  # the small model wrote no valid score line
+            assert judged["failed"] is True and result["reward"] == outcome
+        else:
+            assert 0 <= call["score"] <= 10
+            assert result["reward"] == pytest.approx(0.5 * outcome + 0.5 * call["score"] / 10)
+    (smol,) = status["judges"]
+    assert smol["calls"]["ok"] == len(REPLIES) and smol["backend"]["kind"] == "embedded"
+    assert all(c.route != "/v1/chat/completions" for c in pol.calls)  # the policy: no judge call
