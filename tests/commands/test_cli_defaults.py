@@ -75,6 +75,8 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "api_token": Mirror(ServerConfig, "api_token", "a-token"),
         "public_docs": Mirror(ServerConfig, "public_docs", True),
         "public_seeds": Mirror(ServerConfig, "public_seeds", True),
+        "harness_dir": Mirror(ServerConfig, "harness_dir", Path("/elsewhere/harnesses")),
+        "default_judge": Mirror(ServerConfig, "default_judge", "default"),
         "routing": Mirror(RouterConfig, "policy", "round_robin"),
         "forward_pause": Mirror(RouterConfig, "forward_pause", True),
         "max_pending": Mirror(EngineConfig, "max_pending", 77),

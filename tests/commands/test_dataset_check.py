@@ -29,7 +29,7 @@ def test_rows_are_checked_like_a_submission():
     errors = [c.error for c in checks]
     assert checks[0].ok and errors[0] is None
     assert errors[1].startswith("instance.question: required")
-    assert errors[2].startswith("data_source: unknown data_source 'nope' (known: code, gateway, math")
+    assert errors[2].startswith("data_source: unknown data_source 'nope' (known: code, gateway, harbor, math")
     assert errors[3] == ("n: Input should be greater than or equal to 1; "
                          "colour: Extra inputs are not permitted")
     assert errors[4].startswith("sampling.temperature: Input should be greater than or equal to 0")

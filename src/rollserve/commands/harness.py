@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rollserve.agent.harnesses.base import PresetFileError
+from rollserve.agent.harnesses.base import Preset, PresetFileError
 from rollserve.agent.harnesses.install import (
     InstallError,
     available,
@@ -36,16 +36,21 @@ DIR_HELP = ("the install root (default: $ROLLSERVE_HARNESS_DIR, else "
             "~/.cache/rollserve/harnesses); the server's --harness-dir")
 
 
+def _presets(console: Console, root: Path) -> dict[str, Preset]:
+    """The presets known at ``root``; a bad preset file ends the command (exit 2)."""
+    try:
+        return available(root)
+    except PresetFileError as error:
+        console.print(f"[red]{escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+
+
 @app.command("list")
 def list_presets(directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP)) -> None:
     """Every preset, its package, and whether it can run here (else what to install)."""
     console = Console()
     root = install_root(directory)
-    try:
-        found = available(root)
-    except PresetFileError as error:
-        console.print(f"[red]{escape(str(error))}[/red]")
-        raise typer.Exit(2) from None
+    found = _presets(console, root)
     table = Table("preset", "wire", "package", "here")
     for name, preset in sorted(found.items()):
         package = preset.package
@@ -68,11 +73,7 @@ def install_preset(
     """Install NAME's program at the exact versions of its committed lockfile."""
     console = Console()
     root = install_root(directory)
-    try:
-        found = available(root)
-    except PresetFileError as error:
-        console.print(f"[red]{escape(str(error))}[/red]")
-        raise typer.Exit(2) from None
+    found = _presets(console, root)
     if name not in found:
         console.print(f"[red]no preset {escape(name)!r}; known: {', '.join(sorted(found))}[/red]")
         raise typer.Exit(2)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from rollserve.agent.base import AgentEnv, Message, Step
-from rollserve.handlers.base import HandlerDefaults
+from rollserve.handlers.base import Evaluation, HandlerDefaults
 
 AnswerT = TypeVar("AnswerT")  # what a family reads as an answer (math: the boxed text)
 
@@ -63,3 +63,13 @@ def final_answer(messages: Sequence[Mapping[str, Any]], extract: Callable[[str],
             if answer is not None:
                 return answer
     return None
+
+
+def with_answer_components(evaluation: Evaluation) -> Evaluation:
+    """``evaluation`` with the components of a single-answer family (the result's
+    ``reward_components``): ``correctness`` (the reward) and ``format`` (1.0 when one
+    final answer could be read: ``details.extracted`` set, not ``ambiguous``)."""
+    details = evaluation.details
+    read = details.get("extracted") is not None and not details.get("ambiguous")
+    evaluation.components = {"correctness": evaluation.reward, "format": 1.0 if read else 0.0}
+    return evaluation

@@ -52,7 +52,12 @@ from rollserve.handlers.math.prompts import (
 from rollserve.handlers.math.scoring import generate_reasoning_gym_task, score_reasoning_gym_answer
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, find_python, open_sandbox
 from rollserve.handlers.scoring import ScoringTimeout, score_in_pool
-from rollserve.handlers.single_answer import ANSWER_DEFAULTS, AnswerEnv, final_answer
+from rollserve.handlers.single_answer import (
+    ANSWER_DEFAULTS,
+    AnswerEnv,
+    final_answer,
+    with_answer_components,
+)
 from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
 from rollserve.sandbox.tools import IPythonConfig
 
@@ -193,11 +198,7 @@ class MathHandler(AgentHandler):
     async def eval(self, rollout: RolloutView) -> Evaluation:
         """The outcome reward, with its components: ``correctness`` (the reward) and
         ``format`` (1.0 when one final answer could be read, boxed or given to finish)."""
-        evaluation = await self._eval(rollout)
-        details = evaluation.details
-        read = details.get("extracted") is not None and not details.get("ambiguous")
-        evaluation.components = {"correctness": evaluation.reward, "format": 1.0 if read else 0.0}
-        return evaluation
+        return with_answer_components(await self._eval(rollout))
 
     async def _eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, MathState)

@@ -32,7 +32,12 @@ from typing import Any
 from rollserve.handlers.base import AgentHandler, Evaluation, InvalidInstance, RolloutView
 from rollserve.handlers.episode import run_episode
 from rollserve.handlers.scoring import ScoringTimeout, score_in_pool
-from rollserve.handlers.single_answer import ANSWER_DEFAULTS, AnswerEnv, final_answer
+from rollserve.handlers.single_answer import (
+    ANSWER_DEFAULTS,
+    AnswerEnv,
+    final_answer,
+    with_answer_components,
+)
 from rollserve.handlers.stem.answers import (
     DEFAULT_TOLERANCE,
     LETTERS,
@@ -237,11 +242,7 @@ class StemHandler(AgentHandler):
     async def eval(self, rollout: RolloutView) -> Evaluation:
         """The outcome reward, with its components: ``correctness`` (the reward) and
         ``format`` (1.0 when one answer could be read in the asked format)."""
-        evaluation = await self._eval(rollout)
-        details = evaluation.details
-        read = details.get("extracted") is not None and not details.get("ambiguous")
-        evaluation.components = {"correctness": evaluation.reward, "format": 1.0 if read else 0.0}
-        return evaluation
+        return with_answer_components(await self._eval(rollout))
 
     async def _eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, StemQuestion)
