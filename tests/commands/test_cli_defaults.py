@@ -75,8 +75,6 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "api_token": Mirror(ServerConfig, "api_token", "a-token"),
         "public_docs": Mirror(ServerConfig, "public_docs", True),
         "public_seeds": Mirror(ServerConfig, "public_seeds", True),
-        "harness_dir": Mirror(ServerConfig, "harness_dir", Path("/elsewhere/harnesses")),
-        "default_judge": Mirror(ServerConfig, "default_judge", "default"),
         "routing": Mirror(RouterConfig, "policy", "round_robin"),
         "forward_pause": Mirror(RouterConfig, "forward_pause", True),
         "max_pending": Mirror(EngineConfig, "max_pending", 77),
@@ -121,6 +119,9 @@ NOT_MIRRORED: dict[tuple[str, str], str] = {
     ("serve", "port"): "None: ServerConfig's port, or ProRL's with --prorl (the help says both)",
     ("serve", "sandbox_options"): "JSON text, parsed into the field",
     ("serve", "handler_options"): "JSON text, parsed into the field",
+    ("serve", "harness_dir"): "None: $ROLLSERVE_HARNESS_DIR, else the default root, resolved "
+                              "once by agent.harnesses.install.install_root",
+    ("serve", "default_judge"): "None: no rubric applies to a task that names none",
     ("serve", "ray"): "the cluster's address: with --ray-resource it makes the field's RayConfig",
     ("run", "sandbox_options"): "JSON text, parsed into the field",
     ("run", "handler_options"): "JSON text, parsed into the field",
