@@ -59,6 +59,9 @@ def test_the_bundled_presets_load_and_every_npm_one_has_a_lockfile():
     (("\"a/b.json\"", "\"../escape\""), "files"),
     (("summary", "sumary"), "sumary"),
     (("[package]", "[package"), "(syntax)"),
+    (("[files]", "[prompt]\nfirst_tokens = 0\n[files]"), "prompt.first_tokens"),
+    (("[files]", "[prompt]\nfirst_tokens = 900\nmeasured = { a = 800 }\n[files]"), "prompt"),
+    (("[files]", "[prompt]\nfirst_tokens = 9\ntokens = 9\n[files]"), "prompt.tokens"),
 ])
 def test_a_bad_preset_file_names_the_file_and_the_key(tmp_path, change, key):
     path = write(tmp_path, "p", GOOD.format(name="p").replace(*change))

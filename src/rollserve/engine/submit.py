@@ -25,7 +25,7 @@ from rollserve.engine.requests import RequestLimits, json_size, merged, request_
 from rollserve.engine.rollout import RolloutSpec
 from rollserve.engine.store import DuplicateClientKey, GroupRow
 from rollserve.handlers import UnknownDataSource as UnknownHandler
-from rollserve.handlers.base import InvalidInstance
+from rollserve.handlers.base import AgentHandler, InvalidInstance
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,53 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:16]}"
 
 
-def _check_task(engine: Engine, task: TaskRequest, where: str, limits: RequestLimits) -> None:
-    """The task's data source exists, its instance fits the size limit and its handler."""
+# Room a rollout's window must leave beyond a harness's measured first prompt: the
+# task's own text (the measure used a one-line task) and the first reply.
+FIRST_PROMPT_MARGIN = 256
+
+
+def _backend_window(engine: Engine) -> int | None:
+    """The smallest context window among the router's usable token-level backends, where
+    any reports one (a server's is read at its health checks; None before)."""
+    session = engine.router.session("rollserve-submit-window")
+    if session is None:
+        return None
+    try:
+        return session.context_window()
+    finally:
+        session.close()
+
+
+def _check_window(engine: Engine, handler: AgentHandler, task: TaskRequest, request: SubmitRequest,
+                  where: str) -> None:
+    """A rollout whose context window cannot hold its harness's first prompt (the
+    preset's measured size, ``AgentHandler.first_prompt``) and a margin is refused now,
+    naming both numbers, not failed at its first call."""
+    first = handler.first_prompt(task.instance)
+    if first is None:
+        return
+    asked = merged(request.agent, task.agent).max_context_tokens
+    limit = asked or handler.defaults.max_context_tokens
+    window = _backend_window(engine)
+    room, said = limit, (f"this rollout's max_context_tokens is {limit:,}" if asked else
+                         f"this rollout's max_context_tokens is the {handler.name} family's "
+                         f"default, {limit:,}")
+    if window is not None and window < limit:
+        room, said = window, f"the policy's context window is {window:,} (the backend's)"
+    if first.tokens + FIRST_PROMPT_MARGIN <= room:
+        return
+    counted = f" ({first.measured})" if first.measured else ""
+    raise InvalidTask(f"{where}.{first.field}", f"{first.what} is ~{first.tokens:,} tokens"
+                      f"{counted}; {said}: it needs at least {first.tokens + FIRST_PROMPT_MARGIN:,} "
+                      f"(the prompt and {FIRST_PROMPT_MARGIN} for the task and a reply). Raise "
+                      "agent.max_context_tokens (and the backend's window) or pick a harness "
+                      "with a smaller prompt")
+
+
+def _check_task(engine: Engine, task: TaskRequest, request: SubmitRequest, where: str,
+                limits: RequestLimits) -> None:
+    """The task's data source exists, its instance fits the size limit, its handler and
+    the rollout's context window."""
     try:
         handler = engine.handler(task.data_source)
     except UnknownHandler as exc:
@@ -66,6 +111,7 @@ def _check_task(engine: Engine, task: TaskRequest, where: str, limits: RequestLi
         raise InvalidTask(f"{where}.instance",
                           f"the {task.data_source} handler cannot read this instance "
                           f"({type(exc).__name__}: {exc})") from exc
+    _check_window(engine, handler, task, request, where)
     outside = None if engine.executor.nodes() is None else handler.outside_harness(task.instance)
     if outside is not None:
         raise InvalidTask(f"{where}.{outside}", "required with --ray: a rollout runs on a "
@@ -103,7 +149,7 @@ async def submit(engine: Engine, request: SubmitRequest,
     seen_keys: dict[str, int] = {}
     for index, task in enumerate(request.tasks):
         where = f"tasks[{index}]"
-        _check_task(engine, task, where, limits)
+        _check_task(engine, task, request, where, limits)
         _check_judge(engine, task.judge or request.judge,
                      f"{where}.judge" if task.judge is not None else "judge")
         if task.judge is None and request.judge is None:  # the server's own: checked at start

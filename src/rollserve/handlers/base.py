@@ -57,6 +57,18 @@ class Evaluation:
     components: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class FirstPrompt:
+    """The least an instance's first model call takes (a harness's system prompt and
+    tools, as its preset measured them): the engine refuses at submit a rollout whose
+    context window cannot hold it (``AgentHandler.first_prompt``)."""
+
+    field: str  # the instance's field that chose it, e.g. instance.harness.preset
+    tokens: int
+    what: str  # who sends it, for the refusal: "codex's first prompt"
+    measured: str = ""  # how it was counted (tokenizers), for the refusal
+
+
 class InvalidInstance(ValueError):
     """A task instance does not fit its handler; ``field`` names the culprit."""
 
@@ -244,6 +256,13 @@ class AgentHandler(ABC):
         """The instance's field that, unset, leaves its harness outside the sandbox,
         calling this server's ``/v1/gateway`` routes (a cluster node's gateway sessions
         are not reachable there); None: the rollout can run on any node."""
+        return None
+
+    def first_prompt(self, instance: Mapping[str, Any]) -> FirstPrompt | None:
+        """The least ``instance``'s first prompt takes, where the handler knows it in
+        advance (a harness preset's ``[prompt]``), for the engine's check at submit
+        against the rollout's context window; None: not known. Called after
+        ``validate``."""
         return None
 
     @abstractmethod

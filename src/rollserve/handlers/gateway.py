@@ -46,6 +46,7 @@ from rollserve.contract.validation import field_name
 from rollserve.handlers.base import (
     AgentHandler,
     Evaluation,
+    FirstPrompt,
     HandlerDefaults,
     InvalidInstance,
     RolloutView,
@@ -56,7 +57,13 @@ from rollserve.handlers.harness import (
     harness_limits,
     run_in_sandbox,
 )
-from rollserve.handlers.presets import HarnessSpec, harness_binds, parse_harness, run_preset
+from rollserve.handlers.presets import (
+    HarnessSpec,
+    harness_binds,
+    harness_first_prompt,
+    parse_harness,
+    run_preset,
+)
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
 from rollserve.sandbox import workspace_file_problem
 from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxSpec
@@ -131,6 +138,9 @@ class GatewayHandler(AgentHandler):
         if found is not None:
             name, problem = found
             raise InvalidInstance(field_name(("instance", "files", name)), problem)
+
+    def first_prompt(self, instance: Mapping[str, Any]) -> FirstPrompt | None:
+        return harness_first_prompt(self.ctx, instance.get("harness"))
 
     async def init(self, rollout: RolloutView) -> None:
         state = GatewayState(_task(rollout.instance))

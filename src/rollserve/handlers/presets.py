@@ -44,12 +44,12 @@ from rollserve.agent.harnesses.runner import (
 )
 from rollserve.contract.calls import GatewayCalls
 from rollserve.contract.validation import field_name
-from rollserve.handlers.base import HandlerContext, InvalidInstance, RolloutView
+from rollserve.handlers.base import FirstPrompt, HandlerContext, InvalidInstance, RolloutView
 from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
 from rollserve.handlers.sandboxed import python_with
 from rollserve.sandbox.base import WORKDIR, Sandbox
 
-__all__ = ["HarnessSpec", "harness_binds", "parse_harness", "run_preset"]
+__all__ = ["HarnessSpec", "harness_binds", "harness_first_prompt", "parse_harness", "run_preset"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,21 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
     values.pop("preset")
     return HarnessSpec(preset, command if command is not None else preset.run.command or "",
                        tool_calls, values, folder)
+
+
+def harness_first_prompt(ctx: HandlerContext, raw: object,
+                         at: str = "instance.harness") -> FirstPrompt | None:
+    """The first prompt's size ``raw``'s preset declares (``[prompt]``), if it does;
+    ``raw`` is the instance's ``harness``, already checked by ``parse_harness``."""
+    if not isinstance(raw, Mapping):
+        return None
+    preset = available(_root(ctx)).get(str(raw.get("preset")))
+    if preset is None or preset.prompt is None:
+        return None
+    size = preset.prompt
+    measured = ", ".join(f"{tokens:,} with {name}" for name, tokens in size.measured.items())
+    return FirstPrompt(f"{at}.preset", size.first_tokens, f"{preset.name}'s first prompt",
+                       measured)
 
 
 def _bubblewrap(ctx: HandlerContext) -> bool:

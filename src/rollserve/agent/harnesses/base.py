@@ -13,7 +13,9 @@ Beyond the agreed keys (name, summary, wire, tool_calls, [package], [run], [env]
 may pass in ``instance.harness`` (mini-swe-agent's ``config``, say), each exposed to
 the command as ``$ROLLSERVE_OPT_<KEY>`` (a list as shell words); and
 ``[package] module`` / ``pip`` for python presets (the module the sandbox's python
-must import; what to pip install when it cannot).
+must import; what to pip install when it cannot); ``[calls]`` (its auxiliary calls);
+``[prompt]`` (its first prompt's size in tokens, checked against a rollout's window
+at submit).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rollserve.agent.harnesses.semver import check_range
 
-__all__ = ["PRESETS_DIR", "Option", "Package", "Preset", "PresetFileError", "Run",
+__all__ = ["PRESETS_DIR", "Option", "Package", "Preset", "PresetFileError", "PromptSize", "Run",
            "load_preset", "presets"]
 
 PRESETS_DIR = Path(__file__).parent / "presets"
@@ -85,6 +87,29 @@ class Run(_Strict):
                                 "None: the instance's own ``command``")
 
 
+class PromptSize(_Strict):
+    """``[prompt]``: how many tokens the harness's first request takes (its system
+    prompt, tool schemas and a one-line task, rendered by the policy's chat template),
+    measured by running it (``scripts/harness_first_prompt.py``). At submit a rollout
+    whose context window cannot hold ``first_tokens`` and a margin is refused (a 422
+    naming ``instance.harness.preset`` and both numbers) instead of failing at its
+    first call."""
+
+    first_tokens: int = Field(ge=1, description="the count submit checks: the fewest of "
+                              "``measured`` (a window refused is too small for any of them)")
+    measured: dict[str, int] = Field(default_factory=dict, description="tokenizer (name, "
+                                     "version) -> the count with it")
+    harness_version: str | None = Field(None, description="the harness's version measured")
+
+    @model_validator(mode="after")
+    def _fewest(self) -> PromptSize:
+        if self.measured and self.first_tokens > min(self.measured.values()):
+            raise ValueError(f"first_tokens {self.first_tokens} is more than the fewest "
+                             f"measured ({min(self.measured.values())}): a window that holds "
+                             "that tokenizer's count would be refused")
+        return self
+
+
 class Calls(_Strict):
     """``[calls]``: the harness's auxiliary calls (titles, a small fast model,
     compaction...), told apart from its main loop by the model name they ask for. With
@@ -137,6 +162,8 @@ class Preset(_Strict):
                                   "${VAR} expands from the run's environment")
     options: dict[str, Option] = Field(default_factory=dict)
     calls: Calls | None = Field(None, description="[calls]: its auxiliary calls (see Calls)")
+    prompt: PromptSize | None = Field(None, description="[prompt]: its first prompt's size "
+                                      "(see PromptSize)")
 
     @field_validator("env")
     @classmethod

@@ -26,6 +26,7 @@ from rollserve.contract.validation import field_name
 from rollserve.handlers.base import (
     AgentHandler,
     Evaluation,
+    FirstPrompt,
     HandlerContext,
     HandlerDefaults,
     InvalidInstance,
@@ -39,7 +40,7 @@ from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, load_task,
 from rollserve.handlers.harbor.instances import HarborInstance, HarborOptions, resolve_task
 from rollserve.handlers.harbor.verifier import verify
 from rollserve.handlers.harness import HarnessOutput
-from rollserve.handlers.presets import HarnessSpec, parse_harness, run_preset
+from rollserve.handlers.presets import HarnessSpec, harness_first_prompt, parse_harness, run_preset
 from rollserve.handlers.sandboxed import close_later, close_sandboxes
 from rollserve.sandbox.base import Sandbox
 from rollserve.sandbox.tools import DEFAULT_ENV, BashConfig
@@ -136,6 +137,9 @@ class HarborHandler(AgentHandler):
         if spec.agent == "oracle" and not task.has_solution:
             raise TaskProblem("solution/solve.sh", "missing (the oracle runs it)")
         envs.check_runtime(task, runtime)
+
+    def first_prompt(self, instance: Mapping[str, Any]) -> FirstPrompt | None:
+        return harness_first_prompt(self.ctx, instance.get("harness"))
 
     def images(self, instance: Mapping[str, Any]) -> list[str]:
         image = self.task(instance)[1].config.environment.docker_image

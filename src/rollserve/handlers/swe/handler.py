@@ -41,6 +41,7 @@ from rollserve.errors import InfraError
 from rollserve.handlers.base import (
     AgentHandler,
     Evaluation,
+    FirstPrompt,
     HandlerContext,
     HandlerDefaults,
     InvalidInstance,
@@ -48,7 +49,7 @@ from rollserve.handlers.base import (
 )
 from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harness import HarnessOutput, harness_limits
-from rollserve.handlers.presets import harness_binds
+from rollserve.handlers.presets import harness_binds, harness_first_prompt
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import interpreter, protect, recheck, scan
@@ -165,6 +166,9 @@ class SWEHandler(AgentHandler):
         if not self._images and not task.base_commit:
             raise InvalidInstance("instance.base_commit", "required without an image runtime")
         return task
+
+    def first_prompt(self, instance: Mapping[str, Any]) -> FirstPrompt | None:
+        return harness_first_prompt(self.ctx, instance.get("harness"))
 
     def images(self, instance: Mapping[str, Any]) -> list[str]:
         """The environment image the instance runs in (for ``rollserve images pull``)."""

@@ -132,6 +132,10 @@ class EmbeddedBackend(LLMBackend):
         finally:
             self.outstanding -= 1
 
+    def context_window(self) -> int:
+        """``n_ctx``: the model's context as loaded (prompt and sample together)."""
+        return self.n_ctx
+
     async def health(self) -> bool:
         return self._load_error is None
 
