@@ -65,7 +65,10 @@ def _check_window(engine: Engine, handler: AgentHandler, task: TaskRequest, requ
     """A rollout whose context window cannot hold its harness's first prompt (the
     preset's measured size, ``AgentHandler.first_prompt``) and a margin is refused now,
     naming both numbers, not failed at its first call."""
-    first = handler.first_prompt(task.instance)
+    # (a handler that does not derive from AgentHandler, a plugin's or a test's, has no
+    # harness to measure)
+    measure = getattr(handler, "first_prompt", None)
+    first = measure(task.instance) if measure is not None else None
     if first is None:
         return
     asked = merged(request.agent, task.agent).max_context_tokens
