@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import socket
+import tempfile
 import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -194,6 +195,11 @@ async def test_real_codex_in_the_rollouts_sandbox_through_its_socket(make_api, l
     if (closed := closed_folder(codex)) is not None:
         pytest.skip(f"{closed} is closed to the sandbox's uid: install codex under a folder "
                     "others can read (ROLLSERVE_HARNESS_DIR)")
+    if codex.resolve().is_relative_to(tempfile.gettempdir()):
+        # (this test runs the host's path as it is; the preset runner, which binds the
+        # install folder in, runs codex from anywhere: test_real_harnesses_swe_api.py)
+        pytest.skip(f"{codex} is under the temp folder, which a sandbox sees as its own "
+                    "/tmp: install codex elsewhere (ROLLSERVE_HARNESS_DIR)")
     service, client = await make_api([llm.url])
     preset = tomllib.loads(PRESET.read_text())
     exports = {**preset["env"], "HOME": "/tmp/.codex-home", "ROLLSERVE_MODEL": "rollserve-policy",
@@ -212,6 +218,7 @@ async def test_real_codex_in_the_rollouts_sandbox_through_its_socket(make_api, l
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     done = await result(client, rollout_id)
+    assert done["evaluation"] is not None, (done["failure"], done["mask_reason"])
     log = done["evaluation"]["harness_log_tail"]
     assert "codex exit 0\nrollserve-42" in log, log
     assert done["status"] == "completed" and done["reward"] == 1.0 and not done["mask"], done
