@@ -14,6 +14,7 @@ import httpx
 import httpx2
 import pytest
 
+from rollserve.agent.gateway.bounds import COUNTS_PER_TURN
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_anthropic_api import BASH, call
@@ -108,10 +109,6 @@ async def test_claude_codes_requests_are_taken_and_auxiliary_calls_kept_apart(ma
         extra_body={"output_config": {"format": {"type": "json_schema", "schema": {
             "type": "object", "properties": {"title": {"type": "string"}}}}}})
     assert title.content[0].text == '{"title": "Compute six times seven"}'
-    # A call asking for a model the preset does not name: auxiliary, purpose "auxiliary".
-    other = await harness.messages.create(model="some-other-model", max_tokens=64,
-                                          messages=[{"role": "user", "content": "42 [script:x]"}])
-    assert other.content[0].text == "reply 0 of x"  # what earns the reward: never graded here
     messages += [{"role": "assistant", "content": [b.model_dump() for b in first.content]},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
                                                "content": "42", "is_error": False,
@@ -124,17 +121,17 @@ async def test_claude_codes_requests_are_taken_and_auxiliary_calls_kept_apart(ma
     done = await result(client, rollout_id)
     assert done["status"] == "completed" and done["reward"] == 1.0 and not done["mask"]
     trajectory = done["trajectory"]
-    main = [llm.calls[0], llm.calls[3]]
+    main = [llm.calls[0], llm.calls[2]]
     # The main loop's sequence is append-only across the auxiliary calls between.
     assert trajectory["sequence_count"] == 1 and len(trajectory["turns"]) == 2
     assert_exact(trajectory["tokens"], main)
-    assert [a["purpose"] for a in trajectory["auxiliary"]] == ["small_fast_model", "auxiliary"]
-    assert [a["model"] for a in trajectory["auxiliary"]] == [SMALL, "some-other-model"]
-    for aux, recorded in zip(trajectory["auxiliary"], llm.calls[1:3], strict=True):
+    assert [a["purpose"] for a in trajectory["auxiliary"]] == ["small_fast_model"]
+    assert [a["model"] for a in trajectory["auxiliary"]] == [SMALL]
+    for aux, recorded in zip(trajectory["auxiliary"], llm.calls[1:2], strict=True):
         assert aux["tokens"]["input_ids"] == recorded.prompt_ids + recorded.output_ids
         assert aux["tokens"]["loss_mask"] == [0] * len(recorded.prompt_ids) + [1] * len(recorded.output_ids)
         assert aux["turn"]["logprobs"] == recorded.logprobs
-    assert done["stats"]["auxiliary_calls"] == 2 and done["stats"]["gateway_calls"] == 2
+    assert done["stats"]["auxiliary_calls"] == 1 and done["stats"]["gateway_calls"] == 2
     # The mid-conversation system message is rendered where it stands.
     assert "Available agent types: none." in llm.tok.decode(llm.calls[0].prompt_ids)
 
@@ -160,6 +157,26 @@ async def test_an_auxiliary_reply_earns_nothing_and_auxiliary_calls_alone_are_ma
     assert len(done["trajectory"]["auxiliary"]) == 2 and done["trajectory"]["turns"] == []
 
 
+async def test_a_model_the_table_does_not_name_is_the_main_loops(make_api, llm, harness_for):
+    """What is left out of the main loop is the server's choice, never the agent's: a
+    policy whose commands reach the gateway and ask for a model of their own name get
+    main-loop calls (counted against max_turns, in the trained tokens), not untrained
+    auxiliary ones."""
+    service, client = await make_api([llm.url])
+    rollout_id = await submit(client, answer="reply 1 of x", max_turns=2)
+    key, harness = await harness_for(client, rollout_id)
+    for model in ("some-other-model", ""):
+        await harness.messages.create(model=model, max_tokens=64,
+                                      messages=[{"role": "user", "content": "[script:x]"}])
+    r = await client.post(f"/v1/gateway/{key}/v1/messages", json={
+        "model": "yet-another", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code in (401, 404), r.text  # max_turns main-loop calls: the session ended
+    done = await result(client, rollout_id)
+    assert done["trajectory"]["auxiliary"] == [] and len(done["trajectory"]["turns"]) == 2
+    assert done["stats"]["gateway_calls"] == 2 and done["stats"]["auxiliary_calls"] == 0
+    assert not done["mask"] and done["reward"] is not None  # scored, on the main loop
+
+
 async def test_count_tokens_is_the_policy_tokenizers_exact_count(make_api, llm, harness_for):
     service, client = await make_api([llm.url])
     rollout_id = await submit(client, answer="reply 0 of count")
@@ -179,6 +196,21 @@ async def test_count_tokens_is_the_policy_tokenizers_exact_count(make_api, llm, 
     r = await client.post(f"/v1/gateway/{key}/v1/messages/count_tokens",
                           json={"messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+
+
+async def test_count_tokens_is_bounded_per_session(make_api, llm, harness_for):
+    """Each count renders and tokenizes a whole request on the server: an agent's
+    commands looping on it get 400s past COUNTS_PER_TURN per turn of max_turns."""
+    service, client = await make_api([llm.url])
+    rollout_id = await submit(client, answer="reply 0 of count", max_turns=2)
+    key, harness = await harness_for(client, rollout_id)
+    request = {"model": MAIN, "messages": [{"role": "user", "content": "Count me."}]}
+    for _ in range(COUNTS_PER_TURN * 2):
+        await harness.messages.count_tokens(**request)
+    r = await client.post(f"/v1/gateway/{key}/v1/messages/count_tokens", json=request)
+    assert r.status_code == 400 and "counted tokens" in r.json()["error"]["message"], r.text
+    assert len(llm.calls) == 0  # nothing sampled
+    await end(client, key)
 
 
 async def test_what_cannot_be_honoured_is_refused_naming_the_field(make_api, llm, harness_for):

@@ -7,9 +7,12 @@ main loop's calls are the episode the reward judges. ``GatewayCalls`` says how a
 gateway session tells them apart, by the model name a call asks for:
 
 - ``main_model`` unset: every call is the main loop's (a harness that calls one model);
-- ``main_model`` set: a call asking for it is the main loop's; a call asking for
-  another model is auxiliary, its ``purpose`` the one ``auxiliary`` names for that
-  model, else ``"auxiliary"``.
+- ``main_model`` set: a call asking for a model ``auxiliary`` names is auxiliary, its
+  ``purpose`` the table's; every other call (the main model, or any model the table
+  does not name) is the main loop's. The table is the server's (a preset's, or the
+  trainer's ``instance.calls``), so what is left out of the main loop is never the
+  agent's choice: a policy whose commands reach the gateway and ask for a model of
+  their own get main-loop calls, counted against ``max_turns`` and trained on.
 
 Each auxiliary call is recorded in a sequence of its own (``Trajectory.auxiliary``),
 never in the main loop's append-only sequences, so it neither breaks them nor is
@@ -23,9 +26,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["AUXILIARY", "GatewayCalls"]
+__all__ = ["GatewayCalls"]
 
-AUXILIARY = "auxiliary"  # the purpose of an auxiliary call whose model ``auxiliary`` does not name
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$"
 _PURPOSE = r"^[a-z][a-z0-9_]{0,63}$"
 
@@ -41,13 +43,14 @@ class GatewayCalls(BaseModel):
     auxiliary: dict[str, str] = Field(
         default_factory=dict, description="model name -> purpose (lower_snake_case) of the "
         "auxiliary calls asking for it (e.g. the name a preset gives the harness's small "
-        "fast model -> small_fast_model); other models' calls get purpose 'auxiliary'")
+        "fast model -> small_fast_model); a call asking for a model not named here is the "
+        "main loop's")
 
     def purpose_of(self, model: str) -> str | None:
         """None for a main-loop call asking for ``model``, else the auxiliary purpose."""
-        if self.main_model is None or model == self.main_model:
+        if self.main_model is None:
             return None
-        return self.auxiliary.get(model, AUXILIARY)
+        return self.auxiliary.get(model)
 
     @model_validator(mode="after")
     def _auxiliary_models(self) -> GatewayCalls:

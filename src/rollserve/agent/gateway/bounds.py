@@ -16,11 +16,14 @@ its own), so each step is bounded before it is taken:
   fit is tokenized.
 - ``MAX_WAITING_CALLS``: calls of one session admitted at once (reading, parsing, or
   waiting for their turn): so one session holds at most that many bodies.
+- ``COUNTS_PER_TURN``: Anthropic's ``count_tokens`` (a whole render and tokenize,
+  nothing sampled) answered per turn of the session's ``max_turns``; past it, a 400.
 """
 
 from __future__ import annotations
 
-__all__ = ["BODY_SLACK", "JSON_BYTES_PER_BYTE", "MAX_BODY", "MAX_WAITING_CALLS", "max_body_bytes"]
+__all__ = ["BODY_SLACK", "COUNTS_PER_TURN", "JSON_BYTES_PER_BYTE", "MAX_BODY", "MAX_WAITING_CALLS",
+           "max_body_bytes"]
 
 MAX_BODY = 8 * 1024 * 1024
 JSON_BYTES_PER_BYTE = 6
@@ -28,6 +31,7 @@ BODY_SLACK = 256 * 1024
 # A harness makes one call at a time; a policy flooding the gateway from its tools
 # cannot queue requests (and their bodies) without bound: past this, ``TooManyCalls``.
 MAX_WAITING_CALLS = 4
+COUNTS_PER_TURN = 4
 
 
 def max_body_bytes(context_tokens: int, token_bytes: int | None) -> int:

@@ -53,7 +53,7 @@ from rollserve.agent.gateway.base import (
     TimeLimit,
     TooManyCalls,
 )
-from rollserve.agent.gateway.bounds import MAX_WAITING_CALLS, max_body_bytes
+from rollserve.agent.gateway.bounds import COUNTS_PER_TURN, MAX_WAITING_CALLS, max_body_bytes
 from rollserve.agent.gateway.messages import (
     Normal,
     Reply,
@@ -145,6 +145,7 @@ class GatewaySession:
         self.clock = EpisodeClock(limits.deadline, self.stats)
         self.calls = 0  # calls answered with a sample
         self.context_refusals = 0
+        self.token_counts = 0  # count_tokens calls answered (COUNTS_PER_TURN per turn at most)
         self.last_text: str | None = None  # the last reply's text (sampled ids, decoded)
         self.ended_by: EndedBy | None = None
         self.failure: RolloutError | None = None
@@ -274,6 +275,13 @@ class GatewaySession:
         and tokenizer (its tools included): nothing is sampled or recorded. Refused as a
         call is (ended, deadline, bad messages, past the context limit from its bytes)."""
         self._refuse_if_ended()
+        # Bounded like the calls themselves: each count renders and tokenizes a whole
+        # request on the server, so an agent's commands must not loop on it.
+        most = COUNTS_PER_TURN * self.limits.max_turns
+        if self.token_counts >= most:
+            raise BadRequest(f"this session has counted tokens {self.token_counts} times, "
+                             f"{COUNTS_PER_TURN} per turn of its max_turns: no more", param=None)
+        self.token_counts += 1
         try:
             async with asyncio.timeout_at(self.limits.deadline) as limit:
                 shown, template, _normal, _key = await self._converted(request)
