@@ -97,7 +97,8 @@ async def run_preset(api: httpx.AsyncClient, policy: Policy, server: psutil.Proc
             "tasks": [{"data_source": "gateway", "instance": {
                 "answer": "unused", "task": f"Run {run}: print a line with the shell.",
                 "harness": {"preset": name}}}],
-            "sampling": {"max_tokens": MAX_TOKENS}, "agent": {"max_turns": 4}})
+            "sampling": {"max_tokens": MAX_TOKENS},
+            "agent": {"max_turns": 4, "max_context_tokens": 32768}})
         r.raise_for_status()
         rid = r.json()["groups"][0]["rollout_ids"][0]
         result = (await api.get(f"/v1/rollouts/{rid}", params={"wait": 300})).json()["result"]
