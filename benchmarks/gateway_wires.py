@@ -181,7 +181,8 @@ async def run_wire(api_url: str, llm_url: str, server: psutil.Process, wire: str
             "gateway_ms": _p(flat_through, 1000), "direct_ms": _p(flat_direct, 1000),
             "added_paired_ms": _p(paired), "added_at_gateway_ms": _p(at_gateway),
             "server_cpu_ms_per_call": 1000 * (after.user + after.system - cpu.user - cpu.system) / n,
-            "mean_prompt_tokens": sum(len(p) for s in prompts for p in s) / n}
+            "mean_prompt_tokens": sum(len(p) for s in prompts for p in s) / n,
+            "_per_call": {"paired": paired, "at_gateway": at_gateway}}
 
 
 def _p(values: list[float], scale: float = 1.0) -> dict:

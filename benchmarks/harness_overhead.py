@@ -174,6 +174,8 @@ def main(args: argparse.Namespace) -> None:
     load.append(psutil.getloadavg()[0])
     wires = measure_wires(args.latency, root, [(1, args.solo_calls), (args.sessions, args.calls)])
     load.append(psutil.getloadavg()[0])
+    for d in wires:
+        d.pop("_per_call")
     gateway_columns = ["wire", "sessions", "calls", "load avg", "direct p50 / p99 ms",
                        "gateway p50 / p99 ms", "added, paired (p50 / p99) ms",
                        "added, at the gateway (p50 / p99) ms", "server CPU ms/call"]
