@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from rollserve.agent.gateway import anthropic_wire, wire
+from rollserve.agent.gateway import anthropic_wire
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import assert_exact, policy, result
@@ -222,10 +222,8 @@ with urllib.request.urlopen(request, timeout=120) as answer:
 
 
 async def test_the_server_answers_while_the_socket_parses_a_body(make_api, llm, monkeypatch):
-    """The sandbox's socket parses a large body off the event loop too: the parse is
-    held open (on whatever thread runs it) until /healthz has answered. (Every body
-    counts as large here: ``wire.INLINE_BYTES`` set to 0; a small one is parsed on the
-    loop, tests/agent/test_gateway_sliced.py.)"""
+    """The sandbox's socket parses off the event loop too: the parse is held open (on
+    whatever thread runs it) until /healthz has answered."""
     events: list[str] = []
     answered = threading.Event()
     real_parse = anthropic_wire.parse_request
@@ -237,7 +235,6 @@ async def test_the_server_answers_while_the_socket_parses_a_body(make_api, llm, 
         return real_parse(raw)
 
     monkeypatch.setattr(anthropic_wire, "parse_request", held_parse)
-    monkeypatch.setattr(wire, "INLINE_BYTES", 0)
     _, client = await make_api([llm.url])
     r = await client.post("/v1/rollouts", json={
         "tasks": [{"data_source": "gateway", "instance": {

@@ -25,6 +25,7 @@ re-exports it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -33,7 +34,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
 from rollserve.api.base import service_of
-from rollserve.api.errors import errors, model_response, render_model
+from rollserve.api.errors import errors, model_response
 from rollserve.contract import MAX_WAIT
 from rollserve.contract.anthropic import MessagesRequest
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
@@ -73,13 +74,6 @@ def _too_large(limit: int) -> BodyTooLarge:
                         "it is smaller)")
 
 
-def _answer(model: BaseModel) -> Response:
-    """A model call's answer, rendered here on the event loop as the stream's events are
-    (and as the sandbox's socket answers): it holds the reply's text and tool calls,
-    never token ids, and a worker thread's round trip costs more than its render."""
-    return Response(render_model(model), media_type="application/json")
-
-
 async def _body(request: Request, limit: int) -> bytes:
     """The body, never more than ``limit`` bytes of it read: a 413 from its
     Content-Length before anything is read, or as soon as it passes the limit."""
@@ -114,8 +108,8 @@ async def chat_completions(key: str, request: Request) -> Response:
     ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``)."""
     async def call(session: GatewaySession, raw: bytes
                    ) -> tuple[ChatCompletionRequest, GatewayReply]:
-        # A large body is parsed in a thread: the event loop serves every rollout.
-        parsed = await wire.parse_off_loop(wire.parse_request, raw)
+        # Parsed in a thread, whatever its size: the event loop serves every rollout.
+        parsed = await asyncio.to_thread(wire.parse_request, raw)
         return parsed, await _gateways(request).complete(session, parsed)
 
     try:
@@ -126,7 +120,7 @@ async def chat_completions(key: str, request: Request) -> Response:
         return StreamingResponse(iter(list(wire.stream_chunks(answer, parsed))),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    return _answer(wire.completion(answer, parsed.model))
+    return await model_response(wire.completion(answer, parsed.model))
 
 
 @router.post("/v1/gateway/{key}/v1/messages", include_in_schema=False)
@@ -134,7 +128,7 @@ async def messages(key: str, request: Request) -> Response:
     """One model call of the harness (Anthropic Messages; ``stream: true`` answers
     Anthropic's server-sent events, ``message_start`` to ``message_stop``)."""
     async def call(session: GatewaySession, raw: bytes) -> tuple[MessagesRequest, GatewayReply]:
-        parsed, chat = await wire.parse_off_loop(anthropic_wire.parse_request, raw)
+        parsed, chat = await asyncio.to_thread(anthropic_wire.parse_request, raw)
         return parsed, await _gateways(request).complete(session, chat, anthropic_wire.CALL_IDS)
 
     try:
@@ -145,7 +139,7 @@ async def messages(key: str, request: Request) -> Response:
         return StreamingResponse(iter(list(anthropic_wire.events(answer, parsed.model))),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    return _answer(anthropic_wire.message(answer, parsed.model))
+    return await model_response(anthropic_wire.message(answer, parsed.model))
 
 
 @router.post("/v1/gateway/{key}/v1/responses", include_in_schema=False)
@@ -153,7 +147,7 @@ async def responses(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Responses; ``stream: true`` answers the
     Responses server-sent events, ``response.created`` to ``response.completed``)."""
     async def call(session: GatewaySession, raw: bytes) -> tuple[ResponsesRequest, GatewayReply]:
-        parsed, chat = await wire.parse_off_loop(responses_wire.parse_request, raw)
+        parsed, chat = await asyncio.to_thread(responses_wire.parse_request, raw)
         return parsed, await _gateways(request).complete(session, chat, responses_wire.CALL_IDS)
 
     try:
@@ -164,7 +158,7 @@ async def responses(key: str, request: Request) -> Response:
         return StreamingResponse(iter(list(responses_wire.events(answer, parsed))),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    return _answer(responses_wire.response(answer, parsed))
+    return await model_response(responses_wire.response(answer, parsed))
 
 
 @router.get("/v1/gateway/{key}/v1/models", include_in_schema=False)
@@ -182,7 +176,7 @@ async def count_tokens(key: str, request: Request) -> Response:
     """Anthropic's token count of a Messages request: its whole render with the policy's
     chat template, counted by its tokenizer (nothing sampled, nothing recorded)."""
     async def call(session: GatewaySession, raw: bytes) -> int:
-        _, chat = await wire.parse_off_loop(anthropic_wire.parse_count_request, raw)
+        _, chat = await asyncio.to_thread(anthropic_wire.parse_count_request, raw)
         return await _gateways(request).count_tokens(session, chat)
 
     try:

@@ -20,6 +20,7 @@ of a unix socket's path.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from pathlib import Path
@@ -107,8 +108,8 @@ class SessionSocket:
     async def _chat(self, request: web.Request) -> web.Response:
         try:
             with self.session.admitted():  # before the body is read (429 past the bound)
-                # A large body is parsed in a thread: the event loop serves every rollout.
-                parsed = await wire.parse_off_loop(wire.parse_request, await self._body(request))
+                # Parsed in a thread: the event loop serves every rollout meanwhile.
+                parsed = await asyncio.to_thread(wire.parse_request, await self._body(request))
                 answer = await self.session.complete(parsed)
         except GatewayRefusal as refusal:
             return _refused(refusal)
@@ -122,7 +123,7 @@ class SessionSocket:
     async def _messages(self, request: web.Request) -> web.Response:
         try:
             with self.session.admitted():
-                parsed, chat = await wire.parse_off_loop(anthropic_wire.parse_request,
+                parsed, chat = await asyncio.to_thread(anthropic_wire.parse_request,
                                                        await self._body(request))
                 answer = await self.session.complete(chat, anthropic_wire.CALL_IDS)
         except GatewayRefusal as refusal:
@@ -137,7 +138,7 @@ class SessionSocket:
     async def _responses(self, request: web.Request) -> web.Response:
         try:
             with self.session.admitted():
-                parsed, chat = await wire.parse_off_loop(responses_wire.parse_request,
+                parsed, chat = await asyncio.to_thread(responses_wire.parse_request,
                                                        await self._body(request))
                 answer = await self.session.complete(chat, responses_wire.CALL_IDS)
         except GatewayRefusal as refusal:
@@ -156,7 +157,7 @@ class SessionSocket:
     async def _count_tokens(self, request: web.Request) -> web.Response:
         try:
             with self.session.admitted():
-                _, chat = await wire.parse_off_loop(anthropic_wire.parse_count_request,
+                _, chat = await asyncio.to_thread(anthropic_wire.parse_count_request,
                                                   await self._body(request))
                 tokens = await self.session.count_tokens(chat)
         except GatewayRefusal as refusal:

@@ -5,22 +5,14 @@ socket (``agent.gateway.unix_socket``), so both speak exactly the same protocol.
 includes how a refusal is answered: ``ERRORS`` is the one table of each kind of
 ``GatewayRefusal``'s HTTP status and OpenAI error type, for both servers (the
 session logic raises the kinds and knows no status).
-
-``parse_off_loop`` is how both servers run a wire's parser: on the event loop for a
-body of at most ``INLINE_BYTES``, which parses in a small fraction of a millisecond,
-less than a worker thread's round trip (about 0.4 ms measured on a loaded 2-core
-machine: most of what the gateway added to a small call), and the thread frees
-nothing then (the parse holds the GIL); on a worker thread for a larger body.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 from pydantic import ValidationError
 
@@ -53,11 +45,7 @@ from rollserve.contract.gateway import (
 )
 from rollserve.contract.validation import JSONInputError, field_name, parse_json
 
-__all__ = ["ERRORS", "INLINE_BYTES", "completion", "error_body", "parse_off_loop", "parse_request",
-           "status", "stream_chunks"]
-
-INLINE_BYTES = 16 * 1024
-T = TypeVar("T")
+__all__ = ["ERRORS", "completion", "error_body", "parse_request", "status", "stream_chunks"]
 
 # Each kind of refusal as both servers answer it: HTTP status, OpenAI's error type.
 # The most specific class listed wins (``ContextLengthExceeded`` is a ``BadRequest``).
@@ -95,14 +83,6 @@ def error_body(refusal: GatewayRefusal) -> bytes:
     body = GatewayErrorBody(error=GatewayError(message=refusal.message, type=_answer(refusal)[1],
                                                param=refusal.param, code=refusal.code))
     return _json(body.model_dump(mode="json"))
-
-
-async def parse_off_loop(parse: Callable[[bytes], T], raw: bytes) -> T:
-    """``parse(raw)``: on the event loop for a body of at most ``INLINE_BYTES``, on a
-    worker thread for a larger one (the same result, the same errors)."""
-    if len(raw) <= INLINE_BYTES:
-        return parse(raw)
-    return await asyncio.to_thread(parse, raw)
 
 
 def parse_request(raw: bytes) -> ChatCompletionRequest:
