@@ -307,7 +307,14 @@ class AgentHandler(ABC):
 async def evaluate(handler: AgentHandler, rollout: RolloutView) -> Evaluation:
     """What the engine calls at EVAL: the handler's ``eval`` (the family's outcome), then
     the task's judge reward when it asks for one (``handlers.judging``)."""
-    evaluation = await handler.eval(rollout)
+    return await judge_evaluation(handler, rollout, await handler.eval(rollout))
+
+
+async def judge_evaluation(handler: AgentHandler, rollout: RolloutView,
+                           evaluation: Evaluation) -> Evaluation:
+    """``evaluation`` (the family's outcome) with the task's judge reward when it asks
+    for one (``handlers.judging``), by ``handler.ctx``'s judges: apart from ``evaluate``
+    for a cluster's head, which judges what a node's EVAL gave (the nodes have none)."""
     judge = getattr(rollout, "judge", None)  # (a view from before judges has none)
     if judge is None:
         return evaluation
