@@ -120,10 +120,21 @@ def fake():
 
 
 @pytest.fixture(scope="module")
-def server(cluster, fake, tmp_path_factory):
+def judge():
+    """The judge double (its own server, never the policy's): one fixed verdict."""
+    server = FakeVLLM("smollm2", replies="Correct and clear.\nSCORE: 8",
+                      latency=0.0).start_in_thread()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(cluster, fake, judge, tmp_path_factory):
     os.environ["HF_HUB_OFFLINE"] = "1"
     process = ServerProcess(tmp_path_factory.mktemp("head") / "state",
                             ["--ray", cluster.address, "--backend", fake.url,
+                             "--judge", f"j={judge.url}",
+                             "--rubric", 'half={"judges": ["j"], "weight": 0.5}',
                              "--init-workers", "24", "--eval-workers", "12"])
     process.start(timeout=240)
     yield process
@@ -223,6 +234,37 @@ def server_factory_local(fake, tmp_path_factory):
     process.start()
     yield process
     process.stop()
+
+
+def test_judge_rewards_on_the_head_after_each_nodes_eval(server, fake, judge):
+    """A node runs the family's EVAL, the head (where the judges are) judges what it
+    gave, within the EVAL bound: the blended reward, the judge's call in the result's
+    evaluation, judge traffic to the judge only (the nodes have no judge)."""
+    policy_calls, judge_calls = len(fake.calls), len(judge.calls)
+    with Client(server.url) as client:
+        accepted = client.submit([{**math_task(i), "judge": {"rubric": "half"}}
+                                  for i in range(500, 506)],
+                                 sampling={"max_tokens": 128}, agent={"max_turns": 2})
+        ids = {rid for g in accepted.groups for rid in g.rollout_ids}
+        found: dict[str, RolloutResult] = {}
+        cursor, deadline = 0, time.monotonic() + 120
+        while len(found) < 6:
+            assert time.monotonic() < deadline, f"{len(found)} of 6 judged results in 120 s"
+            page = client.results(after=cursor, limit=500, wait=5)
+            found.update({r.id: r for r in page.results if r.id in ids})
+            cursor = page.next
+        results = list(found.values())
+    for r in results:
+        assert r.status == "completed" and not r.mask, (r.id, r.failure)
+        # 0.5 x the outcome (1) + 0.5 x the judge's 8 on 0..10
+        assert r.reward == pytest.approx(0.9), (r.id, r.evaluation)
+        assert r.reward_components["judge"] == pytest.approx(0.8)
+        verdict = r.evaluation["judge"]
+        assert verdict["rubric"] == "half" and "SCORE: 8" in str(verdict)
+    assert len(judge.calls) - judge_calls == 6  # one judge call per rollout, from the head
+    assert len(fake.calls) - policy_calls == 6  # the policy: one turn each, nothing else
+    asked = [str(c.request["messages"]) for c in judge.calls[judge_calls:]]
+    assert all("The sum is" in text for text in asked)
 
 
 def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(server, cluster):

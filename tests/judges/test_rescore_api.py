@@ -82,8 +82,12 @@ async def test_rescore_a_stored_batch_with_a_second_rubric(make_api, tok):
         # families whose EVAL needs what only their run had say so, naming themselves
         for family, instance in (("gateway", {"answer": "hi"}),
                                  ("code", {"prompt": "p", "tests": []}),
-                                 ("swe", {}),
                                  ("math", {"question": "q", "answer": "1", "tools": ["python"]})):
             problem = service.engine.handler(family).rescore_problem(instance)
             assert problem is not None and family in problem, (family, problem)
         assert service.engine.handler("stem").rescore_problem({}) is None
+        # swe scores its stored patch again (tests/e2e/test_swe_rescore_api.py), not a
+        # result whose EVAL never ended
+        swe = service.engine.handler("swe")
+        assert swe.rescore_problem({}) is None
+        assert "no evaluation" in swe.rescore_result_problem(None)

@@ -23,7 +23,7 @@ from rollserve.contract import NodeStatus, Stage
 from rollserve.engine.executor import CLEANUP_TIMEOUT
 from rollserve.engine.rollout import Rollout
 from rollserve.errors import InfraError, NodeLost
-from rollserve.handlers.base import AgentHandler
+from rollserve.handlers.base import AgentHandler, Evaluation, judge_evaluation
 from rollserve.llm.base import PauseMode
 from rollserve.llm.routing import WeightUpdate, current_deadline
 
@@ -229,12 +229,28 @@ class RayExecutor(NodeWatch):
         self._apply(r, outcome)
         if outcome.error is not None:
             outcome.error.raise_again()
+        if stage == "eval" and r.judge is not None:
+            await self._judge(r, handler)
+
+    @staticmethod
+    async def _judge(r: Rollout, handler: AgentHandler) -> None:
+        """The task's judge reward, here on the head, where the judges are, on what the
+        node's EVAL gave (the node's call carries no judge: ``_call``); within the EVAL
+        stage's bound, as on one machine. A judge failure raises as it does there."""
+        evaluation = await judge_evaluation(handler, r, Evaluation(
+            reward=r.reward if r.reward is not None else 0.0, details=dict(r.evaluation or {}),
+            components=dict(r.reward_components or {})))
+        r.reward = float(evaluation.reward)
+        r.evaluation = evaluation.details
+        r.reward_components = ({k: float(v) for k, v in evaluation.components.items()}
+                               or None)
 
     def _call(self, r: Rollout, stage: Stage) -> StageCall:
         now = asyncio.get_running_loop().time()
         calls_end = current_deadline()
-        return StageCall(
-            spec=r.spec, attempt=r.attempt, stage=stage, max_turns=r.max_turns,
+        return StageCall(  # (no judge: the head judges, see ``_judge``)
+            spec=r.spec.model_copy(update={"judge": None}) if r.spec.judge else r.spec,
+            attempt=r.attempt, stage=stage, max_turns=r.max_turns,
             max_context_tokens=r.max_context_tokens, timeouts=r.timeouts,
             max_staleness=r.max_staleness, mask_stale=r.mask_stale,
             rollout_left=None if r.deadline is None else r.deadline - now,

@@ -1,7 +1,9 @@
 """Re-scoring: EVAL again on stored results with another evaluator configuration (a
 new rubric, a fixed grader), without sampling. Each stored result is read with its
-stored spec; its family's ``init`` then ``evaluate`` run on a rollout that holds the
-stored messages (the family must say it can: ``AgentHandler.rescore_problem``); the
+stored spec; its family's ``restore`` (by default ``init``) then ``evaluate`` run on a
+rollout that holds the stored messages and, for a family that scores what its evaluation
+kept (swe: the candidate patch), that evaluation (the family must say it can:
+``AgentHandler.rescore_problem``, ``rescore_result_problem``); the
 new result is written beside the old one, as a new rollout of a new group (one per
 re-scored group), with a new id and its own place in the results cursor. The old
 result is left as it was. Nothing reaches the policy's backends.
@@ -49,7 +51,13 @@ async def _stored(engine: Engine, request: RescoreRequest) -> list[RolloutRow]:
                    "its handler does not say it can be re-scored (AgentHandler.rescore_problem)")
         if problem is not None:
             raise InvalidTask(where, f"{row.spec.data_source}: {problem}")
-        if row.result.trajectory.sequence_count > 1 or not row.result.trajectory.messages:
+        stored = getattr(handler, "rescore_result_problem", None)
+        problem = stored(row.result.evaluation) if stored is not None else None
+        if problem is not None:
+            raise InvalidTask(where, f"result {rid!r} ({row.spec.data_source}): {problem}")
+        messages = getattr(handler, "rescores_from_messages", True) or request.judge is not None
+        if messages and (row.result.trajectory.sequence_count > 1
+                         or not row.result.trajectory.messages):
             raise InvalidTask(where, f"result {rid!r} keeps no single conversation to score")
         rows.append(row)
     return rows
@@ -111,7 +119,9 @@ async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
     update: dict[str, object] = {"id": spec.id, "group_id": group_id, "seq": None,
                                  "scoring": scoring, "rescored_from": old.id}
     try:
-        await asyncio.wait_for(handler.init(rollout), rollout.timeouts.init)
+        restore = getattr(handler, "restore", None)  # (a duck-typed plugin: its init)
+        await asyncio.wait_for(restore(rollout, old.evaluation) if restore is not None
+                               else handler.init(rollout), rollout.timeouts.init)
         evaluation = await asyncio.wait_for(evaluate(handler, rollout), rollout.timeouts.eval)
     except (InfraError, TimeoutError) as exc:
         message = str(exc) or f"EVAL ran past {rollout.timeouts.eval:g} s"

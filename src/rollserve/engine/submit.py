@@ -126,9 +126,6 @@ def _check_judge(engine: Engine, judge: JudgeRequest | None, where: str) -> None
     """A judge reward the server can give: its rubric is known, its judges are."""
     if judge is None:
         return
-    if engine.executor.nodes() is not None:
-        raise InvalidTask(where, "judge rewards are not available with --ray (a cluster node "
-                          "has no judges): run the judge on a single-machine server")
     problem = engine.context.judge_problem(judge)
     if problem is not None:
         field, message = problem

@@ -292,6 +292,20 @@ class AgentHandler(ABC):
         return (f"the {self.name} family's EVAL needs what only its run had (a sandbox, a "
                 "harness's session, files written): it cannot be re-scored from a stored result")
 
+    #: Whether re-scoring reads the stored messages (one conversation): a family that
+    #: scores from what its evaluation kept (swe: the candidate patch) says False.
+    rescores_from_messages = True
+
+    def rescore_result_problem(self, evaluation: Mapping[str, Any] | None) -> str | None:
+        """Why the stored result whose evaluation is ``evaluation`` (None: its EVAL never
+        ended, e.g. an infra failure, masked) lacks what ``restore`` needs (None: fine)."""
+        return None
+
+    async def restore(self, rollout: RolloutView, evaluation: Mapping[str, Any] | None) -> None:
+        """Set up ``rollout`` (its stored messages already on its trajectory) for EVAL
+        again from a stored result; by default ``init``, as EVAL reads the messages."""
+        await self.init(rollout)
+
     def images(self, instance: Mapping[str, Any]) -> list[str]:
         """The environment images (apptainer / docker references) ``instance`` runs
         in, for ``rollserve images pull``; none by default."""
@@ -312,7 +326,14 @@ class AgentHandler(ABC):
 async def evaluate(handler: AgentHandler, rollout: RolloutView) -> Evaluation:
     """What the engine calls at EVAL: the handler's ``eval`` (the family's outcome), then
     the task's judge reward when it asks for one (``handlers.judging``)."""
-    evaluation = await handler.eval(rollout)
+    return await judge_evaluation(handler, rollout, await handler.eval(rollout))
+
+
+async def judge_evaluation(handler: AgentHandler, rollout: RolloutView,
+                           evaluation: Evaluation) -> Evaluation:
+    """``evaluation`` (the family's outcome) with the task's judge reward when it asks
+    for one (``handlers.judging``), by ``handler.ctx``'s judges: apart from ``evaluate``
+    for a cluster's head, which judges what a node's EVAL gave (the nodes have none)."""
     judge = getattr(rollout, "judge", None)  # (a view from before judges has none)
     if judge is None:
         return evaluation

@@ -19,7 +19,8 @@ unresolved without running tests (``empty_patch: "run"`` to run them anyway). A
 patch that does not apply, or whose tests hang, use up their CPU budget or are killed,
 is the agent's failure (reward 0); a test run that cannot start is not (masked): the
 interpreter and the test command's program are checked at server start, INIT and
-EVAL, before the candidate patch (see ``interpreter``).
+EVAL, before the candidate patch (see ``interpreter``). A stored result is scored again
+(re-scoring) by the same EVAL on the patch its evaluation kept (see ``stored``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from rollserve.handlers.harness import HarnessOutput, harness_limits
 from rollserve.handlers.presets import harness_binds, harness_first_prompt
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
-from rollserve.handlers.swe import interpreter, protect, recheck, scan
+from rollserve.handlers.swe import interpreter, protect, recheck, scan, stored
 from rollserve.handlers.swe import results as recorded_results
 from rollserve.handlers.swe.canaries import Placement
 from rollserve.handlers.swe.evaluate import (
@@ -313,6 +314,7 @@ class SWEHandler(AgentHandler):
             "schema": task.schema, "instance_id": task.instance_id,
             "finished": state.finished,
             "git_patch": candidate.patch, "patch_bytes": len(candidate.patch.encode()),
+            "patch_too_big": candidate.too_big,
             "binary_files_left_out": candidate.binary_files,
         }
         if state.harness is not None:
@@ -430,6 +432,23 @@ class SWEHandler(AgentHandler):
         if not checked["agreed"]:
             checked["log_tail"] = log[-1500:]
         return checked
+
+    # --- re-scoring from the stored patch (see ``stored``) -------------------------------
+    rescores_from_messages = False
+
+    def rescore_problem(self, instance: Mapping[str, Any]) -> str | None:
+        return None
+
+    def rescore_result_problem(self, evaluation: Mapping[str, Any] | None) -> str | None:
+        return stored.problem(evaluation)
+
+    async def restore(self, rollout: RolloutView, evaluation: Mapping[str, Any] | None) -> None:
+        """The stored candidate, for EVAL again (no sandbox until EVAL's own)."""
+        problem = stored.problem(evaluation)
+        if problem is not None or evaluation is None:
+            raise InfraError(f"swe re-scoring of {rollout.id}: {problem}")
+        candidate, finished, harness = stored.candidate(evaluation)
+        rollout.state = SWECandidate(self.task(rollout.instance), candidate, finished, harness)
 
     async def cleanup(self, rollout: RolloutView) -> None:
         await close_sandboxes(rollout)
