@@ -171,8 +171,8 @@ async def test_files_the_environment_left_are_not_the_agents(handler, new_rollou
     swe = handler()
     opened = swe._open
 
-    async def open_like_an_image(rollout, task):
-        sandbox = await opened(rollout, task)
+    async def open_like_an_image(rollout, task, harness=None):
+        sandbox = await opened(rollout, task, harness)
         await sandbox.exec("mkdir -p build && echo artefact > build/lib.txt && "
                            "echo '# set by the image' >> calc/__init__.py", timeout=10)
         return sandbox
