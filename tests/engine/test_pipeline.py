@@ -190,3 +190,16 @@ async def test_what_a_handler_leaves_is_made_to_fit_the_contract_or_failed_as_in
     assert bad_result.failure.kind == "infra" and "stats.steps" in bad_result.failure.message
     assert bad_result.evaluation is None and "steps" not in bad_result.stats.model_extra
     assert engine.counters == {"completed": 1, "failed": 1}
+
+
+async def test_a_rollout_cancelled_before_it_begins_ends_cancelled(make_engine, handler):
+    """A cancel that comes before the rollout's task first runs (submit, then cancel,
+    with no step of the event loop between: a client's DELETE right after its POST)
+    ends it cancelled and frees its slot, not queued for ever."""
+    engine = await make_engine()
+    (rid,) = await _submit(engine, {"run_sleep": 60})
+    assert engine.cancel(rid) is True  # its task has not taken a step yet
+    (result,) = await _results(engine, [rid])
+    assert result.status == "cancelled" and result.failure.kind == "infra"
+    assert rid not in handler.started["init"]  # no stage began
+    assert engine.pending == 0 and engine.room() > 0

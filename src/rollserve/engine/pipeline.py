@@ -79,6 +79,9 @@ class Engine:
         self.live: dict[str, Rollout] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel_requested: dict[str, str] = {}  # rollout id -> why, as its failure says
+        # Rollouts whose drive has begun: a task cancelled before its first step never
+        # runs its body (nor its except clauses), so one not begun is told by a flag.
+        self._begun: set[str] = set()
         self.groups = GroupTracker()
         self._finished: dict[str, asyncio.Event] = {}
         self._completions: deque[float] = deque(maxlen=100_000)  # finish times
@@ -183,17 +186,22 @@ class Engine:
         if task is None or task.done() or live is None or live.status in TERMINAL:
             return False
         self._cancel_requested.setdefault(rollout_id, why)
-        task.cancel()
+        if rollout_id in self._begun:
+            task.cancel()
+        # else: its drive, at its first step, finds the request and ends it cancelled
         return True
 
     # --- the pipeline ---------------------------------------------------------------
     async def _drive(self, r: Rollout) -> None:
+        self._begun.add(r.id)
         handler = self.handler(r.spec.data_source)
         started = time.perf_counter()
         at = _Progress()
         try:
             async with asyncio.timeout(r.timeouts.total) as deadline:
                 r.deadline = deadline.when()
+                if r.id in self._cancel_requested:  # cancelled before it began
+                    raise asyncio.CancelledError
                 while await self._attempt(r, handler, at):
                     at.stage = "queue"  # a new attempt, from INIT, on another node
         except TimeoutError:
@@ -328,6 +336,7 @@ class Engine:
         if event is not None:
             event.set()  # wake waiters even when no result could be stored
         self._cancel_requested.pop(r.id, None)
+        self._begun.discard(r.id)
         self.groups.ended(r.spec)
 
     # --- waiting and reporting ------------------------------------------------------
