@@ -91,3 +91,22 @@ async def test_rescore_a_stored_batch_with_a_second_rubric(make_api, tok):
         swe = service.engine.handler("swe")
         assert swe.rescore_problem({}) is None
         assert "no evaluation" in swe.rescore_result_problem(None)
+
+
+async def test_only_a_completed_result_is_scored_again(make_api, tok):
+    """A result its EVAL never scored (cancelled here; an agent failure's 0 or an
+    infrastructure failure's mask alike) stands as it is: a 422 naming it, nothing
+    written, nothing sampled."""
+    async with FakeVLLM(tok, replies=policy, latency=600.0) as pol:
+        service, client = await make_api([pol.url])
+        (rid,) = await submit(client, [math_task("right")])
+        r = await client.delete(f"/v1/rollouts/{rid}")  # its call to the policy takes 10 min
+        assert r.status_code == 200, r.text
+        (done,) = await results(client, [rid])
+        assert done["status"] == "cancelled"
+        last = (await client.get("/v1/results", params={"after": 0})).json()["next"]
+        r = await client.post("/v1/results/rescore", json={"result_ids": [rid]})
+        assert r.status_code == 422 and "result_ids[0]" in r.text and "cancelled" in r.text
+        page = (await client.get("/v1/results", params={"after": last})).json()
+        assert page["results"] == []
+

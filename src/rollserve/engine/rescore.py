@@ -12,6 +12,7 @@ result is left as it was. Nothing reaches the policy's backends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
@@ -20,7 +21,7 @@ from rollserve.contract import Failure, RolloutResult
 from rollserve.contract.judge import JudgeRequest, Rescored, RescoreRequest, RescoreResponse
 from rollserve.engine.config import new_rollout
 from rollserve.engine.errors import InvalidTask, NotFound
-from rollserve.engine.pipeline import Engine
+from rollserve.engine.pipeline import CLEANUP_TIMEOUT, Engine
 from rollserve.engine.rollout import RolloutSpec, plain_json
 from rollserve.engine.store import GroupRow, RolloutRow
 from rollserve.errors import InfraError
@@ -45,7 +46,15 @@ async def _stored(engine: Engine, request: RescoreRequest) -> list[RolloutRow]:
                            "retention: --retention-hours)")
         if row.result is None:
             raise InvalidTask(where, f"rollout {rid!r} has no result yet ({row.status})")
-        handler = engine.handler(row.spec.data_source)
+        if row.result.status != "completed":  # its EVAL did not score it: as it stands
+            raise InvalidTask(where, f"result {rid!r} is {row.result.status}, not completed: "
+                              "only what its EVAL scored can be scored again (an agent "
+                              "failure's 0 and an infrastructure failure's mask stand)")
+        try:
+            handler = engine.handler(row.spec.data_source)
+        except KeyError:  # (the registry's UnknownDataSource)
+            raise InvalidTask(where, f"result {rid!r}: this server has no "
+                              f"{row.spec.data_source!r} family to score it") from None
         says = getattr(handler, "rescore_problem", None)  # (a duck-typed plugin has none)
         problem = (says(row.spec.instance) if says is not None else
                    "its handler does not say it can be re-scored (AgentHandler.rescore_problem)")
@@ -123,8 +132,11 @@ async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
         await asyncio.wait_for(restore(rollout, old.evaluation) if restore is not None
                                else handler.init(rollout), rollout.timeouts.init)
         evaluation = await asyncio.wait_for(evaluate(handler, rollout), rollout.timeouts.eval)
-    except (InfraError, TimeoutError) as exc:
-        message = str(exc) or f"EVAL ran past {rollout.timeouts.eval:g} s"
+    except Exception as exc:  # an infrastructure failure (or any other): masked, never scored
+        if isinstance(exc, TimeoutError):
+            message = str(exc) or f"EVAL ran past {rollout.timeouts.eval:g} s"
+        else:
+            message = str(exc) if isinstance(exc, InfraError) else f"{type(exc).__name__}: {exc}"
         update.update(reward=None, evaluation=None, reward_components=None, mask=True,
                       status="failed", mask_reason=f"infra failure in eval: {message}"[:600],
                       failure=Failure(stage="eval", kind="infra", message=message[:500]))
@@ -133,8 +145,9 @@ async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
                       evaluation=plain_json(evaluation.details),
                       reward_components={k: float(v) for k, v in evaluation.components.items()}
                       or None, mask=old.mask, mask_reason=old.mask_reason)
-    finally:
-        await asyncio.shield(handler.cleanup(rollout))
+    finally:  # bounded, as the pipeline's cleanup is
+        with contextlib.suppress(Exception):
+            await asyncio.shield(asyncio.wait_for(handler.cleanup(rollout), CLEANUP_TIMEOUT))
     timing = old.timing.model_copy(update={"eval": round(time.monotonic() - began, 6)})
     update["timing"] = timing
     return old.model_copy(update=update)
