@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,8 +83,12 @@ def image_workdir(task: HarborTask) -> str:
     return workdir or WORKDIR
 
 
+SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
 def check_workdir(workdir: str | None, where: str = "task.toml: environment.workdir") -> None:
-    """TaskProblem naming ``where`` unless ``workdir`` is a top-level folder."""
+    """TaskProblem naming ``where`` unless ``workdir`` is a top-level folder whose name
+    is of ``[A-Za-z0-9._-]`` (it reaches shells, mounts and ``cd``)."""
     if workdir is None or workdir == WORKDIR:
         return
     name = workdir.strip("/")
@@ -91,7 +96,9 @@ def check_workdir(workdir: str | None, where: str = "task.toml: environment.work
             or name in ("tests", "logs", "solution", ".", ".."):
         raise TaskProblem(where, f"{workdir}: the workdir must be a top-level folder such as "
                           "/app (the sandbox's workspace is mounted there)")
-
+    if not SAFE_NAME.fullmatch(name):
+        raise TaskProblem(where, f"{workdir!r}: the workdir's name may only have letters, "
+                          "digits, '.', '_' and '-'")
 
 
 async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: HarborTask, *,
