@@ -26,6 +26,9 @@ from rollserve.handlers.harbor.verifier import Report, read_rewards
     ({}, 0.0, None, "no reward file"),
     # Both: the lower counts (one may be a process's of the agent's, not test.sh's).
     ({"reward.json": "{\"reward\": 1}", "reward.txt": "0"}, 0.0, {"reward": 1.0}, "disagree"),
+    ({"reward.json": "{\"reward\": 1, \"outcome\": 1}"}, 0.0, None, "'outcome' is a component"),
+    ({"reward.json": "{\"judge\": 1}"}, 0.0, None, "'judge' is a component name"),
+    ({"reward.json": "{\"reward\": 1, \"judge_process\": 0.5}"}, 0.0, None, "rename it"),
     ({"reward.json": "0.5", "reward.txt": "0.5"}, 0.5, None, None),
 ])
 def test_the_reward_as_harbor_writes_it(files, reward, components, reason):
