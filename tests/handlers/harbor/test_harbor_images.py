@@ -174,3 +174,16 @@ def test_a_dockerfile_workdir_the_sandbox_cannot_mount_is_refused_naming_it(tmp_
     harbor, _ = handler("docker", root)
     with pytest.raises(InvalidInstance, match="environment/Dockerfile: WORKDIR"):
         harbor.validate({"task": "t"})
+
+
+async def test_the_sandbox_hides_the_bundled_tasks_whatever_the_root(tmp_path):
+    """The family asks the runtime to hide the package's bundled tasks (their tests and
+    solutions) besides the operator's root, on every runtime."""
+    from rollserve.handlers.harbor.instances import BUNDLED
+    for runtime in ("bubblewrap", "docker"):
+        harbor, starter = handler(runtime, DATA)
+        with pytest.raises(SandboxError):
+            await harbor.init(View({"task": "fix-sum"}))  # type: ignore[arg-type]
+        (spec,) = starter.specs
+        assert str(BUNDLED.resolve()) in spec.hide and str(DATA.resolve()) in spec.hide
+        assert len(spec.hide) == len(set(spec.hide))

@@ -16,7 +16,7 @@
   the task's Dockerfile, else ``/workspace`` (a bare ``docker_image``'s own is not read).
 
 Always: no network, ``/tests`` and ``/logs`` (``/solution`` for the oracle) folders of
-the sandbox's own, the server's task root hidden, ``environment.env`` (after the
+the sandbox's own, the server's task root and the bundled tasks hidden, ``environment.env`` (after the
 Dockerfile's ``ENV``), ``memory_mb`` and ``storage_mb`` as the sandbox's caps.
 """
 
@@ -34,7 +34,7 @@ from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
 from rollserve.handlers.harbor.dockerfile import last_workdir
 from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, tar_of
-from rollserve.handlers.harbor.instances import cache_folder
+from rollserve.handlers.harbor.instances import BUNDLED, cache_folder
 from rollserve.handlers.harness import harness_limits
 from rollserve.handlers.presets import HarnessSpec, harness_binds
 from rollserve.handlers.sandboxed import open_sandbox
@@ -129,8 +129,7 @@ async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: Harb
         image=image, env=env, network=False, limits=limits,
         workspace_aliases=[] if workdir == WORKDIR else [workdir], workspace_seed=seed,
         folders=["/tests", "/logs", *(["/solution"] if oracle else [])],
-        hide=[str(p.resolve()) for p in [*hidden, cache_folder()]
-              if not p.resolve().is_relative_to("/tmp")],
+        hide=hidden_folders([*hidden, cache_folder(), BUNDLED]),
         readonly_binds=harness_binds(harness), start_timeout=config.build_timeout_sec)
     sandbox = await open_sandbox(ctx, rollout, spec)
     if copies:
@@ -143,6 +142,18 @@ async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: Harb
     if not made.ok:
         raise InfraError(f"could not make /logs: {made.failure()}")
     return Layout(sandbox, workdir, env)
+
+
+def hidden_folders(paths: list[Path]) -> list[str]:
+    """``paths`` resolved, once each, less those under /tmp (a sandbox's /tmp is its own).
+    The bundled tasks (the package's data) are always among them: their tests and
+    solutions stay the server's when the operator's root is elsewhere."""
+    out: list[str] = []
+    for path in paths:
+        resolved = path.resolve()
+        if not resolved.is_relative_to("/tmp") and str(resolved) not in out:
+            out.append(str(resolved))
+    return out
 
 
 def layout_files(context: Path, copies: list[tuple[str, str]], workdir: str) -> list[tuple[Path, str]]:
