@@ -14,7 +14,8 @@ Besides ``preset``: ``command`` (for a preset without one, such as ``command``),
 ``[options]``. At submit (``parse_harness``) the preset must exist and be installed
 on this server, with a Node that fits: else a 422 naming ``instance.harness.preset``
 and what to install (``rollserve harness install codex``), never a masked rollout
-later. ``binds``: the install folder, bound read-only into the sandbox at
+later; on an image runtime (docker, podman, apptainer) an npm preset also needs its
+Node in the install folder (``--with-node``). ``binds``: the install folder, bound read-only into the sandbox at
 ``runner.INSTALL_INSIDE``.
 """
 
@@ -129,6 +130,8 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
     folder = root / name if preset.package.kind == "npm" else None
     if problem is None and folder is not None and _bubblewrap(ctx):
         problem = reach_problem(folder)
+    if problem is None and folder is not None:
+        problem = _image_node_problem(ctx, name, folder)
     if problem is not None:
         raise InvalidInstance(f"{at}.preset", problem)
     tool_calls = values.pop("tool_calls")
@@ -150,6 +153,20 @@ def harness_first_prompt(ctx: HandlerContext, raw: object,
     measured = ", ".join(f"{tokens:,} with {name}" for name, tokens in size.measured.items())
     return FirstPrompt(f"{at}.preset", size.first_tokens, f"{preset.name}'s first prompt",
                        measured)
+
+
+IMAGE_RUNTIMES = ("docker", "podman", "apptainer", "singularity")
+
+
+def _image_node_problem(ctx: HandlerContext, name: str, folder: Path) -> str | None:
+    """On an image runtime the sandbox sees the install folder, not the host's node,
+    and an image need not have one: an npm preset needs its Node bundled there."""
+    runtime = ctx.sandboxes.name if ctx.sandboxes is not None else None
+    if runtime not in IMAGE_RUNTIMES or bundled_node(folder) is not None:
+        return None
+    return (f"on the {runtime} runtime the {name} harness runs on the Node in its install "
+            f"folder ({folder} has none; the image's and this machine's are not used): run "
+            f"`rollserve harness install {name} --with-node`")
 
 
 def _bubblewrap(ctx: HandlerContext) -> bool:

@@ -187,3 +187,18 @@ async def test_mini_swe_agent_solves_a_task_in_its_workdir(make_api):
     assert result["status"] == "completed" and not result["mask"], result["failure"]
     assert result["reward"] == 1.0, result["evaluation"]
     assert result["stats"]["gateway_calls"] == 2
+
+
+async def test_reward_json_keys_a_judge_writes_score_zero_with_the_reason(make_api, tmp_path):
+    """reward.json's ``outcome``/``judge`` would be overwritten by a judge rubric's
+    components: the verifier refuses them (0, scored, the reason said), never silently."""
+    root = tmp_path / "tasks"
+    _copy(DATA / "count-words", root / "clash")
+    (root / "clash" / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        "echo '{\"reward\": 1, \"outcome\": 1}' > /logs/verifier/reward.json\n")
+    service, client = await make_api([], server=options(root, operator_modes=True))
+    result = await run_one(client, {"task": "clash", "agent": "none"})
+    assert result["status"] == "completed" and not result["mask"], result["failure"]
+    assert result["reward"] == 0.0
+    assert "'outcome' is a component name" in result["evaluation"]["reason"]

@@ -26,6 +26,9 @@ from rollserve.handlers.harbor.verifier import Report, read_rewards
     ({}, 0.0, None, "no reward file"),
     # Both: the lower counts (one may be a process's of the agent's, not test.sh's).
     ({"reward.json": "{\"reward\": 1}", "reward.txt": "0"}, 0.0, {"reward": 1.0}, "disagree"),
+    ({"reward.json": "{\"reward\": 1, \"outcome\": 1}"}, 0.0, None, "'outcome' is a component"),
+    ({"reward.json": "{\"judge\": 1}"}, 0.0, None, "'judge' is a component name"),
+    ({"reward.json": "{\"reward\": 1, \"judge_process\": 0.5}"}, 0.0, None, "rename it"),
     ({"reward.json": "0.5", "reward.txt": "0.5"}, 0.5, None, None),
 ])
 def test_the_reward_as_harbor_writes_it(files, reward, components, reason):
@@ -83,3 +86,51 @@ def test_what_needs_an_image_is_refused_naming_the_line(text, problem):
     with pytest.raises(DockerfileProblem) as refused:
         host_plan(text, None)
     assert problem in str(refused.value)
+
+
+class _Shell:
+    """A sandbox that records each command and fails the ones ``failing`` names."""
+
+    def __init__(self, failing: str = "") -> None:
+        self.failing, self.commands = failing, []
+
+    async def exec(self, command, timeout, stdin=None, env=None):
+        from rollserve.sandbox.base import ExecResult
+        self.commands.append(command)
+        if self.failing and self.failing in command:
+            return ExecResult(exit_code=2, stdout="", stderr="tar: /solution: No space left")
+        return ExecResult(exit_code=0, stdout="", stderr="")
+
+
+class _Rollout:
+    def agent_deadline(self, now):
+        return None
+
+
+async def _oracle(sandbox: _Shell, workdir: str) -> dict:
+    from rollserve.handlers.harbor.bounded import Bounded
+    from rollserve.handlers.harbor.folder import load_task
+    from rollserve.handlers.harbor.handler import HarborWork
+    from tests.handlers.harbor.test_harbor_api import DATA
+    from tests.handlers.harbor.test_harbor_images import handler
+    harbor, _ = handler("bubblewrap", DATA)
+    work = HarborWork(load_task(DATA / "count-words"), "oracle", sandbox,  # type: ignore[arg-type]
+                      workdir, {}, offline=False)
+    await harbor._oracle(work, Bounded(_Rollout(), None))  # type: ignore[arg-type]
+    return work.details
+
+
+async def test_a_failed_copy_of_the_solution_is_the_server_s_failure_not_the_oracle_s():
+    from rollserve.errors import InfraError
+    sandbox = _Shell(failing="-C /solution")
+    with pytest.raises(InfraError, match="could not copy solution/"):
+        await _oracle(sandbox, "/app")
+    assert not any("solve.sh" in command for command in sandbox.commands)  # never run
+
+
+async def test_the_oracle_s_workdir_reaches_its_shell_quoted():
+    sandbox = _Shell()
+    details = await _oracle(sandbox, "/app; touch /tmp/owned")
+    (ran,) = [command for command in sandbox.commands if "solve.sh" in command]
+    assert ran.startswith("cd '/app; touch /tmp/owned' && bash /solution/solve.sh")
+    assert details["oracle_exit_code"] == 0

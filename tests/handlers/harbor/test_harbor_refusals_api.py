@@ -76,6 +76,10 @@ CASES = {
     "copy-missing": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
                             "COPY nothing.txt /app/x\n"), "COPY nothing.txt: no such file"),
     "memory": (_toml("", ("memory_mb = 1024", "memory_mb = 999999")), "environment.memory_mb"),
+    "workdir-shell": (_toml("", ('workdir = "/app"', 'workdir = "/app;touch x"')),
+                      "task.toml: environment.workdir"),
+    "workdir-space": (_toml("", ('workdir = "/app"', 'workdir = "/my app"')),
+                      "task.toml: environment.workdir"),
 }
 
 

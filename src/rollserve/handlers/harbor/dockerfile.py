@@ -55,6 +55,17 @@ def instructions(text: str) -> list[tuple[int, str, str]]:
     return out
 
 
+def last_workdir(text: str) -> str | None:
+    """The Dockerfile's last ``WORKDIR`` (relative ones joined to the one before), as an
+    image built from it starts in; None where it sets none. Nothing else is read."""
+    current, found = "/", None
+    for _, keyword, args in instructions(text):
+        if keyword == "WORKDIR":
+            current = posixpath.normpath(posixpath.join(current, args.strip('"')))
+            found = current
+    return found
+
+
 def host_plan(text: str, workdir: str | None) -> HostPlan:
     """The plan for the host's system; DockerfileProblem naming the line otherwise.
     ``workdir``: task.toml's ``environment.workdir``, which wins over ``WORKDIR``."""

@@ -12,9 +12,11 @@
   from the image's workdir and mounted there.
 - apptainer: ``docker_image`` (as ``docker://``); a Dockerfile alone is refused (apptainer
   builds no Dockerfile).
+- On image runtimes the workdir is ``environment.workdir``, else the last ``WORKDIR`` of
+  the task's Dockerfile, else ``/workspace`` (a bare ``docker_image``'s own is not read).
 
 Always: no network, ``/tests`` and ``/logs`` (``/solution`` for the oracle) folders of
-the sandbox's own, the server's task root hidden, ``environment.env`` (after the
+the sandbox's own, the server's task root and the bundled tasks hidden, ``environment.env`` (after the
 Dockerfile's ``ENV``), ``memory_mb`` and ``storage_mb`` as the sandbox's caps.
 """
 
@@ -23,14 +25,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from rollserve.errors import InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
+from rollserve.handlers.harbor.dockerfile import last_workdir
 from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, tar_of
-from rollserve.handlers.harbor.instances import cache_folder
+from rollserve.handlers.harbor.instances import BUNDLED, cache_folder
 from rollserve.handlers.harness import harness_limits
 from rollserve.handlers.presets import HarnessSpec, harness_binds
 from rollserve.handlers.sandboxed import open_sandbox
@@ -60,23 +64,41 @@ def check_runtime(task: HarborTask, runtime: str | None) -> None:
     if runtime in ("apptainer", "singularity") and env.docker_image is None and task.dockerfile:
         raise TaskProblem("environment/Dockerfile", "apptainer builds no Dockerfile: give "
                           "environment.docker_image (a built image) or use docker/podman")
+    check_workdir(env.workdir)
     if uses_images(runtime) and (env.docker_image or task.dockerfile):
-        workdir = env.workdir
+        check_workdir(image_workdir(task), "environment/Dockerfile: WORKDIR")
     else:
         plan = task.host_plan()
-        workdir = plan.workdir
-        layout_files(task.folder / "environment", plan.copies, workdir or WORKDIR)  # (sources)
-    check_workdir(workdir)
+        check_workdir(plan.workdir, "environment/Dockerfile: WORKDIR")
+        layout_files(task.folder / "environment", plan.copies, plan.workdir or WORKDIR)  # (sources)
 
 
-def check_workdir(workdir: str | None) -> None:
+def image_workdir(task: HarborTask) -> str:
+    """The workdir on an image runtime: ``environment.workdir``, else the last ``WORKDIR``
+    of the task's own Dockerfile (Terminal-Bench's ``WORKDIR /app``), else ``/workspace``
+    (a bare ``docker_image``: its own WORKDIR is not read)."""
+    workdir = task.config.environment.workdir
+    if workdir is None and task.dockerfile is not None:
+        workdir = last_workdir(task.dockerfile)
+    return workdir or WORKDIR
+
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_workdir(workdir: str | None, where: str = "task.toml: environment.workdir") -> None:
+    """TaskProblem naming ``where`` unless ``workdir`` is a top-level folder whose name
+    is of ``[A-Za-z0-9._-]`` (it reaches shells, mounts and ``cd``)."""
     if workdir is None or workdir == WORKDIR:
         return
     name = workdir.strip("/")
     if not workdir.startswith("/") or "/" in name or not name or name in RESERVED \
-            or name in ("tests", "logs", "solution"):
-        raise TaskProblem("task.toml: environment.workdir", f"{workdir}: the workdir must be a "
-                          "top-level folder such as /app (the sandbox's workspace is mounted there)")
+            or name in ("tests", "logs", "solution", ".", ".."):
+        raise TaskProblem(where, f"{workdir}: the workdir must be a top-level folder such as "
+                          "/app (the sandbox's workspace is mounted there)")
+    if not SAFE_NAME.fullmatch(name):
+        raise TaskProblem(where, f"{workdir!r}: the workdir's name may only have letters, "
+                          "digits, '.', '_' and '-'")
 
 
 async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: HarborTask, *,
@@ -89,7 +111,7 @@ async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: Harb
         image = config.docker_image or await build_image(runtime or "docker", task)
         if runtime in ("apptainer", "singularity") and "://" not in image:
             image = f"docker://{image}"
-        workdir = config.workdir or WORKDIR
+        workdir = image_workdir(task)
         seed = None if workdir == WORKDIR else workdir
         plan_env: dict[str, str] = {}
         copies: list[tuple[Path, str]] = []
@@ -107,8 +129,7 @@ async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: Harb
         image=image, env=env, network=False, limits=limits,
         workspace_aliases=[] if workdir == WORKDIR else [workdir], workspace_seed=seed,
         folders=["/tests", "/logs", *(["/solution"] if oracle else [])],
-        hide=[str(p.resolve()) for p in [*hidden, cache_folder()]
-              if not p.resolve().is_relative_to("/tmp")],
+        hide=hidden_folders([*hidden, cache_folder(), BUNDLED]),
         readonly_binds=harness_binds(harness), start_timeout=config.build_timeout_sec)
     sandbox = await open_sandbox(ctx, rollout, spec)
     if copies:
@@ -121,6 +142,18 @@ async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: Harb
     if not made.ok:
         raise InfraError(f"could not make /logs: {made.failure()}")
     return Layout(sandbox, workdir, env)
+
+
+def hidden_folders(paths: list[Path]) -> list[str]:
+    """``paths`` resolved, once each, less those under /tmp (a sandbox's /tmp is its own).
+    The bundled tasks (the package's data) are always among them: their tests and
+    solutions stay the server's when the operator's root is elsewhere."""
+    out: list[str] = []
+    for path in paths:
+        resolved = path.resolve()
+        if not resolved.is_relative_to("/tmp") and str(resolved) not in out:
+            out.append(str(resolved))
+    return out
 
 
 def layout_files(context: Path, copies: list[tuple[str, str]], workdir: str) -> list[tuple[Path, str]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from rollserve.agent import BashTool, FinishTool, ToolEnv, ToolEnvConfig
 from rollserve.contract.validation import field_name
+from rollserve.errors import InfraError
 from rollserve.handlers.base import (
     AgentHandler,
     Evaluation,
@@ -191,12 +193,14 @@ class HarborHandler(AgentHandler):
     async def _oracle(self, work: HarborWork, rollout: Bounded) -> None:
         """solution/solve.sh in place of the agent, as Harbor's oracle runs it."""
         solution = await asyncio.to_thread(tar_of, [(work.task.folder / "solution", ".")])
-        await work.sandbox.exec("tar -x --no-same-owner -C /solution -f -", timeout=120,
-                                stdin=solution)
+        copied = await work.sandbox.exec("tar -x --no-same-owner -C /solution -f -",
+                                         timeout=120, stdin=solution)
+        if not copied.ok:  # the server's failure, not the oracle's: masked, never scored
+            raise InfraError(f"could not copy solution/ into the sandbox: {copied.failure()}")
         timeout = rollout.seconds_left(self.defaults.run_timeout)
         ran = await work.sandbox.exec(
-            f"cd {work.workdir} && bash /solution/solve.sh > {ORACLE_LOG} 2>&1", timeout=timeout,
-            env={**work.env, **work.task.config.solution.env})
+            f"cd {shlex.quote(work.workdir)} && bash /solution/solve.sh > {ORACLE_LOG} 2>&1",
+            timeout=timeout, env={**work.env, **work.task.config.solution.env})
         log = await work.sandbox.exec(f"tail -c 2000 {ORACLE_LOG}", timeout=30)
         work.details.update(oracle_exit_code=ran.exit_code, oracle_timed_out=ran.timed_out,
                             oracle_output_tail=log.stdout)

@@ -35,7 +35,9 @@ runtime to run test.sh with credentials its children do not share.
 The scalar reward from ``reward.json`` (Harbor never reduces it): its ``reward`` key
 if present, else its only component; with several components and no ``reward`` key the
 reward is 0 and the evaluation says why (a mean would weigh parts the task never said
-were comparable). The components go to the result's ``reward_components``.
+were comparable). The components go to the result's ``reward_components``; the names
+rollserve's judge writes there (``outcome``, ``judge``, ``judge_process``) are refused
+in ``reward.json`` (reward 0, the evaluation says why) rather than silently overwritten.
 """
 
 from __future__ import annotations
@@ -262,6 +264,10 @@ def _from_json(text: str, details: dict[str, Any]) -> Verdict:
     if bad:
         return _zero(details, f"reward.json: {bad[0]!r} is not a finite number")
     components = {str(key): float(value) for key, value in data.items()}
+    taken = sorted(RESERVED_COMPONENTS & components.keys())
+    if taken:
+        return _zero(details, f"reward.json: {taken[0]!r} is a component name rollserve's judge "
+                     f"writes ({', '.join(sorted(RESERVED_COMPONENTS))}): rename it in test.sh")
     if "reward" in components:
         return Verdict(components["reward"], components, details)
     if len(components) == 1:
@@ -269,6 +275,9 @@ def _from_json(text: str, details: dict[str, Any]) -> Verdict:
     details["reason"] = ("reward.json has several components and no 'reward' key: the scalar "
                          "reward is 0 (name the one to train on 'reward')")
     return Verdict(0.0, components, details)
+
+
+RESERVED_COMPONENTS = frozenset({"outcome", "judge", "judge_process"})
 
 
 def _number(value: Any) -> bool:
