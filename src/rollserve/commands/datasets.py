@@ -15,15 +15,17 @@ from rich.table import Table
 
 from rollserve.commands.options import check_runtime
 from rollserve.commands.options import handler_options as parse_handler_options
-from rollserve.datasets import BUNDLED, DatasetError, DatasetRow, read_dataset
+from rollserve.datasets import BUNDLED, DatasetError, DatasetRow, harbor_root, read_dataset
 
 if TYPE_CHECKING:  # imported where used: the engine side is slow to import for a CLI
     from rollserve.commands.dataset_check import RowCheck
 
 app = typer.Typer(no_args_is_help=True, help="Check dataset files before running them.")
 
-FILE_HELP = ("a JSONL (.jsonl, .jsonl.gz) or parquet file, one task per row; or a bundled set: "
-             + ", ".join(BUNDLED))
+FILE_HELP = ("a JSONL (.jsonl, .jsonl.gz) or parquet file, one task per row; a folder of Harbor "
+             "tasks (one row per task folder, or the one task a folder with task.toml is: the "
+             "harbor family's root is set to it unless --handler-options set one); or a bundled "
+             "set: " + ", ".join(BUNDLED))
 DATA_SOURCE_HELP = ("every row is a bare instance of this data source (e.g. a SWE-bench dump); "
                     "without it each row is a task {data_source, instance, n?, ...}")
 AUTO_ROWS = 200  # up to this many rows the table lists every row; past it, the invalid ones
@@ -35,6 +37,14 @@ def bundled(file: Path, data_source: str | None) -> tuple[Path, str | None]:
     if bundled_set is None or file.exists():
         return file, data_source
     return bundled_set.path, data_source or bundled_set.data_source
+
+
+def with_harbor_root(file: Path, options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``options`` with the harbor family's root set to a Harbor dataset folder's root,
+    when ``file`` is a folder and the options name no root of their own."""
+    if not file.is_dir() or "root" in options.get("harbor", {}):
+        return options
+    return {**options, "harbor": {**options.get("harbor", {}), "root": str(harbor_root(file))}}
 
 
 def read_rows(file: Path, data_source: str | None, console: Console) -> list[DatasetRow]:
@@ -73,7 +83,8 @@ def summary(checks: list[RowCheck]) -> dict[str, Any]:
 
 
 VALIDATE_HELP = ("Check each row of FILE as the API would at submission (no server needed).\n\n"
-                 "Row numbers are JSONL line numbers (parquet: row numbers, from 1). Exit code 0 "
+                 "Row numbers are JSONL line numbers (parquet: row numbers, from 1; a folder of "
+                 "Harbor tasks: its task folders in name order, from 1). Exit code 0 "
                  "if every row is valid, 1 if any is not, 2 if the file cannot be read.")
 
 
@@ -96,7 +107,7 @@ def validate(
     if rows not in ("all", "errors", "auto"):
         raise typer.BadParameter("must be all, errors or auto", param_hint="--rows")
     check_runtime(sandbox_runtime)
-    options = parse_handler_options(handler_options)
+    options = with_harbor_root(file, parse_handler_options(handler_options))
     out = Console()
     dataset = read_rows(file, data_source, Console(stderr=True))
     checker = DatasetChecker(context=offline_context(runtime=sandbox_runtime, options=options))

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollserve.datasets import harbor_root, task_folders
+
 MODES = ("oracle", "none")
 WAIT = 60.0  # seconds per long-poll
 
@@ -32,13 +34,6 @@ class TaskCheck:
         return self.problem is None
 
 
-def task_folders(folder: Path) -> list[Path]:
-    """``folder`` itself if it is a task, else its sub-folders (hidden ones aside)."""
-    if (folder / "task.toml").is_file():
-        return [folder]
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
 async def check_tasks(folder: Path, runtime: str, handler_options: dict[str, dict[str, Any]],
                       sandbox_options: dict[str, Any]) -> list[TaskCheck]:
     import httpx
@@ -48,7 +43,7 @@ async def check_tasks(folder: Path, runtime: str, handler_options: dict[str, dic
 
     folder = folder.resolve()
     tasks = task_folders(folder)
-    root = folder if tasks != [folder] else folder.parent
+    root = harbor_root(folder)
     harbor = {**handler_options.get("harbor", {}), "root": str(root), "operator_modes": True}
     with tempfile.TemporaryDirectory(prefix="rollserve-oracle-") as state:
         config = ServerConfig(state_dir=Path(state), sandbox_runtime=runtime,

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, read_rows
+from rollserve.commands.datasets import DATA_SOURCE_HELP, FILE_HELP, read_rows, with_harbor_root
 from rollserve.commands.options import handler_options as parse_handler_options
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def pull(
     if runtime not in image_runtimes():
         raise typer.BadParameter(f"must be one of {', '.join(image_runtimes())}",
                                  param_hint="--runtime")
-    options = parse_handler_options(handler_options)
+    options = with_harbor_root(file, parse_handler_options(handler_options))
     puller = _puller(runtime, image_cache or default_state_dir() / "images", concurrency, timeout, err)
     needed, errors, valid = _images_needed(file, data_source, runtime, options, err)
     references, failures = _references(puller, needed)

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from rollserve.commands.datasets import (
     FILE_HELP,
     checks_table,
     read_rows,
+    with_harbor_root,
 )
 from rollserve.commands.defaults import ENGINE, RUN, SERVER
 from rollserve.commands.options import check_backends, parse_json_option
@@ -172,6 +173,8 @@ async def _run(rows: list[DatasetRow], file: Path, opts: _RunArgs, client_factor
             return 2
     async with client_factory() as (client, server):
         if valid is None:  # checked knowing the remote server's handlers and runtime
+            if file.is_dir():  # Harbor tasks: checked here in FILE, run there in the server's root
+                server = replace(server, handler_options=with_harbor_root(file, {}))
             valid = _valid_rows(rows, server, opts.skip_invalid, console, out)
             if valid is None:
                 return 2
@@ -245,6 +248,12 @@ def _print_report(report: RunReport, opts: _RunArgs, console: Console, out: Cons
 
 
 HELP = ("Run every row of FILE and write each rollout's result to OUTPUT (JSONL).\n\n"
+        "FILE may be a folder of Harbor tasks: its rows name each task by its folder's name "
+        "(relative to FILE; a task folder itself: to its parent). The embedded server's harbor "
+        "root is that folder unless --handler-options set one; with --server, that server's "
+        "harbor root must hold the same tasks under the same names (`rollserve serve "
+        "--handler-options '{\"harbor\": {\"root\": DIR}}'`): the rows are checked here "
+        "against FILE.\n\n"
         "Rows are submitted under ids derived from the file, row and settings, so running again "
         "against the same server reuses what it already did. Exit code 0 when every row has its "
         "results, 1 if the server refused some rows or the run stopped, 2 on a usage error or "
@@ -327,7 +336,7 @@ def run(
         skip_invalid=skip_invalid, output=output, resume=resume,
         runtime=sandbox_runtime, run_name=run_name,
         report=report, html=html, ks=parse_ks(k), threshold=pass_threshold,
-        handler_options=parse_handler_options(handler_options),
+        handler_options=with_harbor_root(file, parse_handler_options(handler_options)),
     )
     _checked(AgentLimits, opts.agent or {}, "--max-turns")
     temp_dir: Path | None = None

@@ -7,6 +7,9 @@ server's commands do.
 
 Where datasets are handled (this package reads them; the rest use it):
 
+- ``harbor``: a folder of Harbor tasks as a dataset (one row per task folder),
+  read by ``files`` as a dataset file is; ``rollserve datasets oracle`` lists its
+  tasks with it.
 - ``rollserve/data/``: the bundled task files (JSONL) and swe-mini's git bundles,
   found through ``bundled``.
 - ``commands/datasets.py``, ``commands/images.py``, ``commands/run.py``: the
@@ -39,9 +42,11 @@ from rollserve.datasets.files import (
     read_dataset,
     read_records,
 )
+from rollserve.datasets.harbor import harbor_records, harbor_root, task_folders
 
 __all__ = [
     "BUNDLED", "DATA_DIR", "LABEL_KEYS", "PARQUET_SUFFIXES", "SWE_MINI", "SWE_MINI_BUNDLES",
     "BundledSet", "DatasetError", "DatasetRow", "bundled_rows", "bundled_set", "client_id",
-    "dataset_name", "read_dataset", "read_records",
+    "dataset_name", "harbor_records", "harbor_root", "read_dataset", "read_records",
+    "task_folders",
 ]

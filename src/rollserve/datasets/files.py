@@ -1,4 +1,5 @@
-"""Dataset files: rows of a JSONL (or .jsonl.gz) or parquet file, as API tasks.
+"""Dataset files: rows of a JSONL (or .jsonl.gz) or parquet file, or of a folder of
+Harbor tasks (``harbor``: one row per task folder), as API tasks.
 
 Shared by ``rollserve datasets validate``, ``images pull`` and ``run``. A row is
 either a task as ``POST /v1/rollouts`` takes it (``{"data_source", "instance",
@@ -24,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rollserve.datasets.harbor import harbor_records
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 # Keys a dataset uses to name its rows (the first one present is shown in reports).
@@ -65,8 +68,15 @@ def read_dataset(path: Path | str, data_source: str | None = None) -> list[Datas
 
 
 def read_records(path: Path | str) -> Iterator[tuple[int, Any]]:
-    """(row number, decoded row) for each row of a JSONL or parquet file."""
+    """(row number, decoded row) for each row of a JSONL or parquet file, or each task
+    of a folder of Harbor tasks (numbered from 1 in name order)."""
     path = Path(path)
+    if path.is_dir():
+        try:
+            yield from enumerate(harbor_records(path), start=1)
+        except (ValueError, OSError) as exc:
+            raise DatasetError(str(exc)) from None
+        return
     if not path.is_file():
         raise DatasetError(f"{path}: no such file")
     if path.suffix.lower() in PARQUET_SUFFIXES:
@@ -180,8 +190,9 @@ def client_id(dataset: str, number: int, task: dict[str, Any],
 
 
 def dataset_name(path: Path | str) -> str:
-    """The name a dataset file's ids start with: its file name without suffixes."""
-    name = Path(path).name
+    """The name a dataset file's ids start with: its file name without suffixes (a
+    folder's: its name)."""
+    name = Path(path).resolve().name if Path(path).is_dir() else Path(path).name
     for suffix in (".gz", ".jsonl", ".json", *PARQUET_SUFFIXES):
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]

@@ -6,7 +6,8 @@ the root, or an absolute path under it), or an archive of one (``.tar``, ``.tar.
 ``.tgz``: its one top folder, or its root, is the task), unpacked once into a private
 cache. A path that leads out of the root (``..``, a symlink) is refused, naming
 ``instance.task``. A dataset folder (a folder of task folders) is not one task: the
-runner expands it (``rollserve datasets oracle DIR``, ``harbor_rows``).
+runner expands it into one row per task (``rollserve.datasets.harbor``: ``rollserve run
+DIR``, ``datasets validate DIR``, ``datasets oracle DIR``).
 """
 
 from __future__ import annotations
