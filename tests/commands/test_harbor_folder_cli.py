@@ -1,10 +1,12 @@
-"""A folder of Harbor tasks as a dataset: ``rollserve datasets validate DIR`` and
-``rollserve run DIR`` (embedded server, its harbor root set to DIR) on a few bundled
-tasks copied aside, with a policy that only finishes (the empty agent: reward 0)."""
+"""A folder of Harbor tasks as a dataset: ``rollserve datasets validate DIR``,
+``rollserve images pull DIR`` and ``rollserve run DIR`` (embedded server, its harbor
+root set to DIR) on a few bundled tasks copied aside under new names, ``run`` with a
+policy that only finishes (the empty agent: reward 0)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from rollserve.cli import app
 from rollserve.datasets import DatasetError, read_dataset
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
+from tests.sandbox.image_fakes import FAKE_APPTAINER, install
 
 HARBOR = Path(rollserve.__file__).parent / "data" / "harbor"
 BUNDLED_TASKS = ("csv-region-revenue", "json-team-rollup", "sort-inbox-files")
@@ -92,3 +95,15 @@ def test_run_a_folder_end_to_end_with_an_agent_that_only_finishes(tasks, tmp_pat
         assert r["reward"] == 0.0 and r["task_id"].startswith("my-tasks/"), r
         assert r["evaluation"]["finished"] is True, r
     assert "│ harbor" in result.output
+
+
+def test_images_pull_fetches_the_folder_tasks_images(tasks, tmp_path, monkeypatch):
+    fake = install(tmp_path, monkeypatch, "apptainer", FAKE_APPTAINER)
+    toml = tasks / TASKS[0] / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]\n",
+                                             '[environment]\ndocker_image = "python:3.12-slim"\n'))
+    cache = tmp_path / "sif"
+    result = runner.invoke(app, ["images", "pull", str(tasks), "--image-cache", str(cache)],
+                           env={"COLUMNS": "250", "PATH": os.environ["PATH"]})
+    assert result.exit_code == 0, result.output
+    assert [c["argv"][2] for c in fake.calls("build")] == ["docker://python:3.12-slim"]
