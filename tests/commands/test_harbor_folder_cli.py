@@ -50,6 +50,8 @@ def test_a_folder_reads_as_one_row_per_task(tasks):
     assert [r.label for r in rows] == list(TASKS)
     (one,) = read_dataset(tasks / TASKS[0])  # a task folder: itself, named in its parent
     assert one.instance == {"task": TASKS[0]}
+    with pytest.raises(DatasetError, match="leave out the data source"):
+        read_dataset(tasks, data_source="math")
 
 
 def test_a_folder_without_a_task_is_a_clear_error(tmp_path):

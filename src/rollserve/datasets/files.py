@@ -61,6 +61,9 @@ def read_dataset(path: Path | str, data_source: str | None = None) -> list[Datas
     Raises ``DatasetError`` for a file that cannot be read; a row that is readable
     but not a task comes back with ``error`` set.
     """
+    if data_source is not None and Path(path).is_dir():
+        raise DatasetError(f"{path}: a folder of Harbor tasks: its rows are harbor tasks, not bare "
+                           f"instances of {data_source!r} (leave out the data source)")
     rows = [_to_row(number, record, data_source) for number, record in read_records(path)]
     if not rows:
         raise DatasetError(f"{path}: no rows")
