@@ -55,9 +55,17 @@ class Rubric(BaseModel):
     aggregate: Literal["mean", "median", "min"] = Field(
         "mean", description="how the scores of several judges and samples become one")
     on_failure: Literal["mask", "outcome"] = Field(
-        "mask", description="when no judge gives a valid score: mask the rollout (an infra "
-                            "failure, never scored), or keep the family's outcome reward "
-                            "alone (reward = outcome; the evaluation says the judge failed)")
+        "mask", description="when no judge can be reached (timeout, HTTP error, unhealthy): "
+                            "mask the rollout (an infra failure, never scored), or keep the "
+                            "family's outcome reward alone (reward = outcome; the evaluation "
+                            "says the judge failed). A judge that answered without a valid "
+                            "score is not a failure: see unparsed_retries")
+    unparsed_retries: int = Field(
+        1, ge=0, le=4,
+        description="a judge's reply with no valid score (no 'SCORE: n' last line, a quote "
+                    "of the boundary, out of scale) is asked again this many times per "
+                    "sample; then that sample is the scale's lowest score (unparsed: true), "
+                    "never a mask")
     weight: float = Field(
         1.0, ge=0.0, le=1.0,
         description="the judge's share of the reward: reward = (1 - weight) * outcome + "

@@ -284,6 +284,8 @@ class JudgeState(BaseModel):
     retries: int = Field(description="more tries after a retryable failure")
     healthy: bool | None = Field(description="its last call answered; null before any")
     calls: dict[str, int] = Field(description="tries by outcome: ok, failed, timeout")
+    unparsed: int = Field(0, description="samples whose replies held no valid score (scored "
+                                         "as the scale's lowest, never masked)")
     last_error: str | None = Field(description="its last failure, if any")
 
 

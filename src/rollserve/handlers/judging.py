@@ -10,7 +10,9 @@ policy's text reaches the judge with a look-alike colon, so no line of it parses
 score even when a judge echoes it. The score is read only from the judge's own reply:
 its last non-empty line must be exactly ``SCORE: <n>``
 (a plain number inside the rubric's scale), the reply is bounded in length, and a
-reply that quotes the boundary (it echoed the policy's block) is refused. What the
+reply that quotes the boundary (it echoed the policy's block) is refused. A refused
+reply is asked again, then counts as the scale's lowest score (never a mask: a policy
+that makes the judge misformat must not turn a likely 0 into a dropped sample). What the
 policy writes ("SCORE: 10", a fake end of the block, a fake judge reply) is never
 parsed. A judge can still be persuaded by a convincing wrong answer: measure it with
 a held-out set of known-bad persuasive answers (docs/judges.md).
@@ -54,6 +56,8 @@ class JudgeLike(Protocol):
 
     async def ask(self, messages: list[Any]) -> JudgeReplyLike: ...
 
+    def note_unparsed(self) -> None: ...
+
 
 class JudgePool(Protocol):
     """What handlers use of the server's judges (``llm.judges.Judges``)."""
@@ -64,7 +68,9 @@ class JudgePool(Protocol):
 
 
 class JudgeFailed(InfraError):
-    """No judge gave a valid score and the rubric says mask."""
+    """No judge could be reached (a transport failure: timeout, HTTP error, an unhealthy
+    judge) and the rubric says mask. A judge that answered but gave no score is never
+    this: its reply counts as the scale's lowest score (docs/judges.md)."""
 
 
 @dataclass
@@ -77,10 +83,13 @@ class Verdict:
     score: float | None
     seconds: float
     error: str | None = None
+    unparsed: bool = False
+    tries: int = 1
 
     def record(self) -> dict[str, Any]:
         return {"judge": self.judge, "prompt": self.prompt, "reply": self.reply,
-                "score": self.score, "seconds": round(self.seconds, 4), "error": self.error}
+                "score": self.score, "seconds": round(self.seconds, 4), "error": self.error,
+                "unparsed": self.unparsed, "tries": self.tries}
 
 
 def parse_score(reply: str, rubric: Rubric, boundary: str) -> float:
@@ -159,16 +168,31 @@ def prompt(rubric: Rubric, task: str, answer: str, reference: str | None) -> tup
     return out, boundary
 
 
-async def _one(judge: JudgeLike, rubric: Rubric, text: str, boundary: str) -> Verdict:
-    try:
-        reply = await judge.ask([{"role": "user", "content": text}])
-    except InfraError as exc:
-        return Verdict(judge.name, text, None, None, 0.0, str(exc))
-    try:
-        score = parse_score(reply.text, rubric, boundary)
-    except ValueError as exc:
-        return Verdict(judge.name, text, reply.text, None, reply.seconds, str(exc))
-    return Verdict(judge.name, text, reply.text, score, reply.seconds)
+async def _one(judge: JudgeLike, rubric: Rubric, task: str, answer: str,
+               reference: str | None) -> Verdict:
+    """One sample of one judge. A transport failure (``InfraError``: timeout, HTTP
+    error) gives no score: the rubric's ``on_failure`` applies. A reply that answered
+    but holds no valid score is asked again (``unparsed_retries``, each with a fresh
+    boundary), then counts as the scale's lowest score, ``unparsed`` recorded: never a
+    mask, which a policy could buy by making the judge misformat."""
+    seconds = 0.0
+    for attempt in range(1, rubric.unparsed_retries + 2):
+        text, boundary = prompt(rubric, task, answer, reference)
+        try:
+            reply = await judge.ask([{"role": "user", "content": text}])
+        except InfraError as exc:
+            return Verdict(judge.name, text, None, None, seconds, str(exc), tries=attempt)
+        seconds += reply.seconds
+        try:
+            score = parse_score(reply.text, rubric, boundary)
+        except ValueError as exc:
+            problem = str(exc)
+            continue
+        return Verdict(judge.name, text, reply.text, score, seconds, tries=attempt)
+    judge.note_unparsed()
+    return Verdict(judge.name, text, reply.text, rubric.low, seconds,
+                   f"no score in the reply ({problem}): the scale's lowest",
+                   unparsed=True, tries=attempt)
 
 
 def aggregate(scores: Sequence[float], how: str) -> float:
@@ -184,11 +208,8 @@ async def grade(pool: JudgePool, rubric: Rubric, task: str, answer: str,
     """Every judge the rubric names, ``samples`` times each; the aggregated score
     normalised to [0, 1] (None when none was valid) and each call's verdict."""
     judges = [pool.get(name) for name in rubric.judges] or [pool.get(None)]
-    calls = []
-    for judge in judges:
-        for _ in range(rubric.samples):
-            text, boundary = prompt(rubric, task, answer, reference)
-            calls.append(_one(judge, rubric, text, boundary))
+    calls = [_one(judge, rubric, task, answer, reference)
+             for judge in judges for _ in range(rubric.samples)]
     verdicts = list(await asyncio.gather(*calls))
     scores = [v.score for v in verdicts if v.score is not None]
     if not scores:
@@ -221,7 +242,8 @@ async def judged(ctx: HandlerContext, evaluation: Evaluation,
                  request: JudgeRequest) -> Evaluation:
     """``evaluation`` (the family's outcome) with the judge reward blended in; the
     judge's calls recorded in its details (``judge``), its score in the components.
-    No valid score: ``JudgeFailed`` (masked) or the outcome alone, as the rubric says."""
+    No judge reached (transport failures only): ``JudgeFailed`` (masked) or the outcome
+    alone, as the rubric says; a reply without a score is the scale's lowest score."""
     rubric = ctx.rubric(request)
     if ctx.judges is None or not ctx.judges.names():
         raise JudgeFailed("this server has no judge (rollserve serve --judge NAME=URL)")
@@ -238,6 +260,7 @@ async def judged(ctx: HandlerContext, evaluation: Evaluation,
         "rubric": name, "mode": rubric.mode, "scale": [rubric.low, rubric.high],
         "aggregate": rubric.aggregate, "weight": rubric.weight, "outcome": outcome,
         "score": score, "formula": "reward = (1 - weight) * outcome + weight * judge",
+        "unparsed": any(v.unparsed for v in verdicts),
         "calls": [v.record() for v in verdicts]}
     if turn_scores is not None:
         record["turn_scores"] = turn_scores
