@@ -39,7 +39,9 @@ class Rubric(BaseModel):
 
     template: str = Field(
         DEFAULT_TEMPLATE, min_length=1, max_length=20_000,
-        description="the judge's prompt; fields: {task} (the first user message), {answer} "
+        description="the judge's prompt; fields: {task} (the task from the stored instance "
+                    "where the family has one, else the first user message inside its own "
+                    "delimited, neutralised TASK block: a harness or the policy wrote it), {answer} "
                     "(the policy's text, delimited by a per-call boundary the policy never "
                     "sees), {reference_block} / {reference} (the reference, when there is "
                     "one), {low}, {high}. {answer} must appear")

@@ -109,16 +109,33 @@ def parse_score(reply: str, rubric: Rubric, boundary: str) -> float:
     return score
 
 
-def delimit(text: str) -> tuple[str, str]:
-    """The policy's text between two boundary lines of a fresh random token; the
-    block and the token."""
-    boundary = f"BOUNDARY-{secrets.token_hex(16)}"
+def new_boundary() -> str:
+    return f"BOUNDARY-{secrets.token_hex(16)}"
+
+
+def delimit(text: str, boundary: str | None = None, label: str = "") -> tuple[str, str]:
+    """The policy's text between two boundary lines of a fresh random token (or the
+    call's ``boundary``; ``label`` names the block: ``TASK``); the block and the token.
+    Every ``score:`` in it is neutralised."""
+    boundary = boundary or new_boundary()
     if len(text) > MAX_POLICY_CHARS:
         text = "[...cut...]" + text[-MAX_POLICY_CHARS:]
     text = POLICY_SCORE.sub(lambda m: m.group(0)[:-1] + "\ufe55", text)
     if boundary in text:  # unreachable short of guessing 128 bits; refused, never shown
         raise InfraError("the policy's text contains the judge's boundary")
-    return f"<<<{boundary} BEGIN>>>\n{text}\n<<<{boundary} END>>>", boundary
+    tag = f"{boundary} {label} " if label else f"{boundary} "
+    return f"<<<{tag}BEGIN>>>\n{text}\n<<<{tag}END>>>", boundary
+
+
+@dataclass(frozen=True)
+class TaskText:
+    """The task shown to the judge: ``trusted`` when it comes from the stored instance
+    (the family's ``judge_task``); else it is the first user message, which a harness
+    (after a compaction, the policy's own summary) wrote: policy-influenced, so it is
+    delimited and neutralised like the answer."""
+
+    text: str
+    trusted: bool
 
 
 def _content(message: Mapping[str, Any]) -> str:
@@ -155,11 +172,13 @@ def reference_of(request: JudgeRequest, instance: Mapping[str, Any]) -> str | No
     return None
 
 
-def prompt(rubric: Rubric, task: str, answer: str, reference: str | None) -> tuple[str, str]:
+def prompt(rubric: Rubric, task: TaskText, answer: str,
+           reference: str | None) -> tuple[str, str]:
     """The judge's prompt (plain text, one user message) and the call's boundary."""
     block, boundary = delimit(answer)
+    shown = task.text if task.trusted else delimit(task.text, boundary, "TASK")[0]
     ref_block = f"A reference answer:\n{reference}\n\n" if reference is not None else ""
-    values = {"task": task, "answer": block, "reference": reference or "",
+    values = {"task": shown, "answer": block, "reference": reference or "",
               "reference_block": ref_block, "low": f"{rubric.low:g}", "high": f"{rubric.high:g}"}
     # Placeholders are replaced one pass, left to right: text inside a value is never
     # expanded again (a task that contains "{answer}" stays as it is).
@@ -168,7 +187,7 @@ def prompt(rubric: Rubric, task: str, answer: str, reference: str | None) -> tup
     return out, boundary
 
 
-async def _one(judge: JudgeLike, rubric: Rubric, task: str, answer: str,
+async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str,
                reference: str | None) -> Verdict:
     """One sample of one judge. A transport failure (``InfraError``: timeout, HTTP
     error) gives no score: the rubric's ``on_failure`` applies. A reply that answered
@@ -203,7 +222,7 @@ def aggregate(scores: Sequence[float], how: str) -> float:
     return float(statistics.fmean(scores))
 
 
-async def grade(pool: JudgePool, rubric: Rubric, task: str, answer: str,
+async def grade(pool: JudgePool, rubric: Rubric, task: TaskText, answer: str,
                 reference: str | None) -> tuple[float | None, list[Verdict]]:
     """Every judge the rubric names, ``samples`` times each; the aggregated score
     normalised to [0, 1] (None when none was valid) and each call's verdict."""
@@ -224,10 +243,10 @@ def blend(outcome: float, judge: float, weight: float) -> float:
 
 
 async def _process(pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[str, Any]],
-                   reference: str | None) -> tuple[float | None, list[float | None], list[Verdict]]:
+                   task: TaskText, reference: str | None
+                   ) -> tuple[float | None, list[float | None], list[Verdict]]:
     """Process mode: each model call (the transcript up to it) graded; their mean."""
     calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant"][-rubric.max_turns:]
-    task = task_text(messages)
     graded = await asyncio.gather(*(grade(pool, rubric, task, transcript(messages[:i + 1]),
                                           reference) for i in calls))
     turn_scores = [score for score, _ in graded]
@@ -239,26 +258,31 @@ async def _process(pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[s
 
 async def judged(ctx: HandlerContext, evaluation: Evaluation,
                  messages: Sequence[Mapping[str, Any]], instance: Mapping[str, Any],
-                 request: JudgeRequest) -> Evaluation:
+                 request: JudgeRequest, task: str | None = None) -> Evaluation:
     """``evaluation`` (the family's outcome) with the judge reward blended in; the
     judge's calls recorded in its details (``judge``), its score in the components.
+    ``task``: the task's text from the stored instance (the family's ``judge_task``);
+    None: the first user message, shown delimited as policy-influenced text.
     No judge reached (transport failures only): ``JudgeFailed`` (masked) or the outcome
     alone, as the rubric says; a reply without a score is the scale's lowest score."""
     rubric = ctx.rubric(request)
     if ctx.judges is None or not ctx.judges.names():
         raise JudgeFailed("this server has no judge (rollserve serve --judge NAME=URL)")
     reference = reference_of(request, instance)
+    shown = TaskText(task, True) if task else TaskText(task_text(messages), False)
     outcome = float(evaluation.reward)
     turn_scores: list[float | None] | None = None
     if rubric.mode == "process":
-        score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages, reference)
+        score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages, shown,
+                                                      reference)
     else:
-        score, verdicts = await grade(ctx.judges, rubric, task_text(messages),
-                                      final_answer(messages), reference)
+        score, verdicts = await grade(ctx.judges, rubric, shown, final_answer(messages),
+                                      reference)
     name = request.rubric if isinstance(request.rubric, str) else "inline"
     record: dict[str, Any] = {
         "rubric": name, "mode": rubric.mode, "scale": [rubric.low, rubric.high],
         "aggregate": rubric.aggregate, "weight": rubric.weight, "outcome": outcome,
+        "task_from": "instance" if shown.trusted else "first user message (delimited)",
         "score": score, "formula": "reward = (1 - weight) * outcome + weight * judge",
         "unparsed": any(v.unparsed for v in verdicts),
         "calls": [v.record() for v in verdicts]}
