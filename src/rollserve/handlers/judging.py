@@ -21,6 +21,7 @@ a held-out set of known-bad persuasive answers (docs/judges.md).
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets
 import statistics
@@ -138,7 +139,29 @@ class TaskText:
     trusted: bool
 
 
-def _content(message: Mapping[str, Any]) -> str:
+FINISH_TOOLS = ("finish", "submit")  # a call that ends the episode with its answer
+
+
+def _calls(message: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The message's tool calls (OpenAI's shape, or a flat name/arguments), as (name,
+    arguments) with JSON-string arguments decoded where they are JSON."""
+    out: list[tuple[str, Any]] = []
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, Mapping):
+            continue
+        inner = call.get("function")
+        fn: Mapping[str, Any] = inner if isinstance(inner, Mapping) else call
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        out.append((str(fn.get("name", "")), args))
+    return out
+
+
+def _text(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -147,14 +170,36 @@ def _content(message: Mapping[str, Any]) -> str:
     return ""
 
 
+def _content(message: Mapping[str, Any]) -> str:
+    """The message's text and its tool calls (name and arguments), as the judge sees
+    them (inside the delimited block)."""
+    shown = [_text(message)] if _text(message).strip() else []
+    for name, args in _calls(message):
+        rendered = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        shown.append(f"[tool call] {name} {rendered}")
+    return "\n".join(shown)
+
+
 def task_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """The task as the policy was given it: the first user message."""
     return next((_content(m) for m in messages if m.get("role") == "user"), "")
 
 
 def final_answer(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The policy's last assistant message."""
-    return next((_content(m) for m in reversed(messages) if m.get("role") == "assistant"), "")
+    """The policy's final answer: the finish tool's answer where its last turn called
+    one, else its last non-empty assistant message (text and tool calls)."""
+    for message in reversed(messages):
+        if message.get("role") != "assistant":
+            continue
+        for name, args in reversed(_calls(message)):
+            if name in FINISH_TOOLS and isinstance(args, Mapping) and args.get("answer") is not None:
+                text = _text(message).strip()
+                answer = str(args["answer"])
+                return f"{text}\n{answer}" if text else answer
+        shown = _content(message)
+        if shown.strip():
+            return shown
+    return ""
 
 
 def transcript(messages: Sequence[Mapping[str, Any]]) -> str:
