@@ -121,8 +121,10 @@ class ResultsPage(BaseModel):
     """A page of the results cursor, in completion order."""
 
     results: list[RolloutResult] = Field(description="each with its seq")
-    next: int = Field(description="pass it as ``after`` for the next page (the last seq here, "
-                                  "or ``after`` itself when the page is empty)")
+    next: int = Field(description="pass it as ``after`` for the next page (the last seq read, "
+                                  "or ``after`` itself when none was; results the ``rescored`` "
+                                  "filter left out are read past, so a page may be empty and "
+                                  "still move it)")
 
 
 class CancelResponse(BaseModel):
