@@ -2,8 +2,8 @@
 the HTTP API (the policy is the scripted double). Its scores are whatever the small
 model says; the run is checked: every rollout completes, every judge call is recorded
 (prompt, reply, latency), a parsed score is inside the scale, and the reward is the
-stated blend of outcome and score, or the outcome alone where the model gave no valid
-score line (the rubric's on_failure: outcome)."""
+stated blend of outcome and score (the scale's lowest, unparsed, where the model gave
+no valid score line)."""
 
 from __future__ import annotations
 
@@ -45,11 +45,10 @@ async def test_the_embedded_model_grades_a_small_set(make_api, tok):
         assert call["judge"] == "smol" and call["seconds"] > 0 and call["reply"] is not None
         assert "BOUNDARY-" in call["prompt"]
         outcome = result["reward_components"]["outcome"]
-        if call["score"] is None:  # the small model wrote no valid score line
-            assert judged["failed"] is True and result["reward"] == outcome
-        else:
-            assert 0 <= call["score"] <= 10
-            assert result["reward"] == pytest.approx(0.5 * outcome + 0.5 * call["score"] / 10)
+        # a reply without a valid score line (a small model often writes none) counts
+        # as the scale's lowest, unparsed: true; never a mask, never the outcome alone
+        assert 0 <= call["score"] <= 10 and (not call["unparsed"] or call["score"] == 0)
+        assert result["reward"] == pytest.approx(0.5 * outcome + 0.5 * call["score"] / 10)
     (smol,) = status["judges"]
-    assert smol["calls"]["ok"] == len(REPLIES) and smol["backend"]["kind"] == "embedded"
+    assert smol["calls"]["ok"] == len(REPLIES) + smol["unparsed"] and smol["backend"]["kind"] == "embedded"
     assert all(c.route != "/v1/chat/completions" for c in pol.calls)  # the policy: no judge call

@@ -49,13 +49,17 @@ async def doubles(tok):
 async def test_judge_rewards_parsed_scaled_aggregated_and_isolated(make_api, doubles):
     pol, ja, jb, bad, hang = doubles
     hanging = json.dumps({"name": "hang", "backend": hang.url, "timeout": 1, "retries": 1})
+    # nothing listens on port 9 (discard): every call is a transport failure
+    down = json.dumps({"name": "down", "backend": "http://127.0.0.1:9", "timeout": 5,
+                       "retries": 0})
     _, client = await make_api([pol.url], server={
-        "judges": [f"a={ja.url}/v1", f"b=openai_chat={jb.url}", f"bad={bad.url}", hanging],
+        "judges": [f"a={ja.url}/v1", f"b=openai_chat={jb.url}", f"bad={bad.url}", hanging, down],
         "rubrics": {"both-min": {"judges": ["a", "b"], "aggregate": "min"},
                     "both-mean": {"judges": ["a", "b"], "samples": 2},
                     "half": {"judges": ["a"], "weight": 0.5},
                     "process": {"judges": ["a"], "mode": "process", "weight": 0.5},
                     "bad-mask": {"judges": ["bad"]},
+                    "down-mask": {"judges": ["down"]},
                     "bad-outcome": {"judges": ["bad"], "on_failure": "outcome"},
                     "hang": {"judges": ["hang"], "on_failure": "outcome"}}})
     tasks = [math_task("right", {"rubric": "default"}),  # the first judge (a), weight 1
@@ -66,10 +70,11 @@ async def test_judge_rewards_parsed_scaled_aggregated_and_isolated(make_api, dou
              math_task("right", {"rubric": "bad-mask"}),
              math_task("wrong", {"rubric": "bad-outcome"}),
              math_task("right", {"rubric": "hang"}),
-             math_task("right")]  # no judge: the outcome alone
+             math_task("right"),  # no judge: the outcome alone
+             math_task("right", {"rubric": "down-mask"})]
     ids = await submit(client, tasks, agent={"max_turns": 3})
-    (default, half, both_min, both_mean, process, masked, fallback, hung,
-     plain) = await results(client, ids)
+    (default, half, both_min, both_mean, process, unparsed, fallback, hung,
+     plain, masked) = await results(client, ids)
 
     assert default["reward"] == pytest.approx(0.8)  # 8 on 0..10, weight 1
     comps = default["reward_components"]
@@ -88,12 +93,19 @@ async def test_judge_rewards_parsed_scaled_aggregated_and_isolated(make_api, dou
     assert judged["turn_scores"] == [pytest.approx(0.3), pytest.approx(0.8)]
     assert process["reward"] == pytest.approx(0.5 * 1.0 + 0.5 * 0.55)
     assert process["reward_components"]["judge_process"] == pytest.approx(0.55)
-    # failure: masked (infra, never scored) or the outcome alone, as the rubric says
+    # a judge unreachable: masked (infra, never scored), as the rubric says
     assert masked["mask"] and masked["reward"] is None and masked["failure"]["kind"] == "infra"
     assert "judge" in masked["failure"]["message"]
+    # a judge that answered without a score: asked again, then the scale's lowest
+    # score, whatever on_failure says (never a mask, never the outcome alone)
+    assert unparsed["mask"] is False and unparsed["reward"] == 0.0
+    (call,) = unparsed["evaluation"]["judge"]["calls"]
+    assert call["unparsed"] is True and call["score"] == 0 and call["tries"] == 2
+    assert unparsed["evaluation"]["judge"]["unparsed"] is True
+    assert unparsed["reward_components"]["judge"] == 0.0
     assert fallback["mask"] is False and fallback["reward"] == 0.0
-    assert fallback["evaluation"]["judge"]["failed"] is True
-    assert "judge" not in fallback["reward_components"]
+    assert fallback["evaluation"]["judge"]["unparsed"] is True
+    assert fallback["reward_components"]["judge"] == 0.0
     # a hanging judge is bounded by its timeout (each try), then falls back
     assert hung["reward"] == 1.0 and hung["evaluation"]["judge"]["failed"] is True
     assert any("no reply in 1 s" in e for e in hung["evaluation"]["judge"]["errors"])
@@ -115,7 +127,8 @@ async def test_judge_rewards_parsed_scaled_aggregated_and_isolated(make_api, dou
     # the judges' state and metrics
     status = (await client.get("/v1/status")).json()
     by_name = {j["name"]: j for j in status["judges"]}
-    assert set(by_name) == {"a", "b", "bad", "hang"}
+    assert set(by_name) == {"a", "b", "bad", "hang", "down"}
+    assert by_name["bad"]["unparsed"] == 2 and by_name["a"]["unparsed"] == 0
     assert by_name["a"]["calls"]["ok"] >= 7 and by_name["hang"]["calls"]["timeout"] == 2
     assert by_name["hang"]["healthy"] is False
     metrics = (await client.get("/metrics")).text

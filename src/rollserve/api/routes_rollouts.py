@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -99,9 +100,12 @@ async def get_results(
     after: int = Query(0, ge=0, le=INT64_MAX, description="cursor: the last seq you have"),
     limit: int = Query(100, ge=1, le=10_000),
     wait: float = WaitParam,
+    rescored: Literal["any", "true", "false"] = Query(
+        "any", description="any: every result; false: leave out re-scored results (those "
+                           "with rescored_from: the same tokens scored again); true: only them"),
 ) -> Response:
     """Finished results in completion order; pass the returned ``next`` as ``after``."""
-    return await model_response(await _rollouts(request).results(after, limit, wait))
+    return await model_response(await _rollouts(request).results(after, limit, wait, rescored))
 
 
 @router.post("/results/rescore", response_model=RescoreResponse, responses=errors(404, 422))

@@ -48,11 +48,14 @@ class AsyncClient(AsyncSender, ClientBase):
                 return view
 
     async def stream_results(self, after: int = 0, limit: int = 100, wait: float = 30.0,
-                             until: int | None = None) -> AsyncIterator[RolloutResult]:
-        """Yield finished results in completion order, forever or until ``until`` seen."""
+                             until: int | None = None,
+                             rescored: bool | None = False) -> AsyncIterator[RolloutResult]:
+        """Yield finished results in completion order, forever or until ``until`` seen.
+        Re-scored results (``rescored_from`` set: the same samples scored again) are
+        left out unless ``rescored`` is True (only them) or None (every result)."""
         seen = 0
         while until is None or seen < until:
-            page = await self.results(after=after, limit=limit, wait=wait)
+            page = await self.results(after=after, limit=limit, wait=wait, rescored=rescored)
             for result in page.results:
                 yield result
                 seen += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, JsonValue
 
@@ -110,10 +110,14 @@ def group(group_id: str, wait: float = 0.0, results: bool = True) -> Call[GroupV
                 params={"wait": wait, "results": str(results).lower()}, read_timeout=wait + 30)
 
 
-def results(after: int = 0, limit: int = 100, wait: float = 0.0) -> Call[ResultsPage]:
-    """Results after cursor position ``after``, in completion order."""
-    return Call("GET", "/v1/results", ResultsPage,
-                params={"after": after, "limit": limit, "wait": wait}, read_timeout=wait + 30)
+def results(after: int = 0, limit: int = 100, wait: float = 0.0,
+            rescored: bool | None = None) -> Call[ResultsPage]:
+    """Results after cursor position ``after``, in completion order; ``rescored``:
+    None every result, False none re-scored (``rescored_from`` set), True only those."""
+    params: dict[str, Any] = {"after": after, "limit": limit, "wait": wait}
+    if rescored is not None:
+        params["rescored"] = str(rescored).lower()
+    return Call("GET", "/v1/results", ResultsPage, params=params, read_timeout=wait + 30)
 
 
 def cancel(rollout_id: str) -> Call[CancelResponse]:

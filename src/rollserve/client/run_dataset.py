@@ -251,8 +251,9 @@ class DatasetRun:
 
     async def _read_results(self, cursor: int) -> None:
         while True:
+            # a re-scored result is the same sample scored again: never a new sample
             page = await self._call(self.client.results, after=cursor, limit=500,
-                                    wait=self.options.poll_wait)
+                                    wait=self.options.poll_wait, rescored=False)
             for result in page.results:
                 self._record(result)
             cursor = page.next

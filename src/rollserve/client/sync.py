@@ -44,14 +44,17 @@ class Client(SyncSender, ClientBase):
                 return view
 
     def stream_results(self, after: int = 0, limit: int = 100, wait: float = 30.0,
-                       until: int | None = None) -> Iterator[RolloutResult]:
+                       until: int | None = None,
+                       rescored: bool | None = False) -> Iterator[RolloutResult]:
         """Yield finished results in completion order, forever or until ``until`` seen.
+        Re-scored results (``rescored_from`` set: the same samples scored again) are
+        left out unless ``rescored`` is True (only them) or None (every result).
 
         Each result has ``seq``: persist the last one to resume after a crash.
         """
         seen = 0
         while until is None or seen < until:
-            page = self.results(after=after, limit=limit, wait=wait)
+            page = self.results(after=after, limit=limit, wait=wait, rescored=rescored)
             for result in page.results:
                 yield result
                 seen += 1

@@ -236,7 +236,7 @@ async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console)
         bars = {name: progress.add_task(name, total=total) for name in ("init", "run", "eval", "done")}
         cursor = 0
         while len(results) < total:
-            page = await client.results(after=cursor, limit=1000, wait=0.25)
+            page = await client.results(after=cursor, limit=1000, wait=0.25, rescored=False)
             results.extend(page.results)
             cursor = page.next
             status = await client.status()

@@ -39,7 +39,9 @@ class Rubric(BaseModel):
 
     template: str = Field(
         DEFAULT_TEMPLATE, min_length=1, max_length=20_000,
-        description="the judge's prompt; fields: {task} (the first user message), {answer} "
+        description="the judge's prompt; fields: {task} (the task from the stored instance "
+                    "where the family has one, else the first user message inside its own "
+                    "delimited, neutralised TASK block: a harness or the policy wrote it), {answer} "
                     "(the policy's text, delimited by a per-call boundary the policy never "
                     "sees), {reference_block} / {reference} (the reference, when there is "
                     "one), {low}, {high}. {answer} must appear")
@@ -55,9 +57,17 @@ class Rubric(BaseModel):
     aggregate: Literal["mean", "median", "min"] = Field(
         "mean", description="how the scores of several judges and samples become one")
     on_failure: Literal["mask", "outcome"] = Field(
-        "mask", description="when no judge gives a valid score: mask the rollout (an infra "
-                            "failure, never scored), or keep the family's outcome reward "
-                            "alone (reward = outcome; the evaluation says the judge failed)")
+        "mask", description="when no judge can be reached (timeout, HTTP error, unhealthy): "
+                            "mask the rollout (an infra failure, never scored), or keep the "
+                            "family's outcome reward alone (reward = outcome; the evaluation "
+                            "says the judge failed). A judge that answered without a valid "
+                            "score is not a failure: see unparsed_retries")
+    unparsed_retries: int = Field(
+        1, ge=0, le=4,
+        description="a judge's reply with no valid score (no 'SCORE: n' last line, a quote "
+                    "of the boundary, out of scale) is asked again this many times per "
+                    "sample; then that sample is the scale's lowest score (unparsed: true), "
+                    "never a mask")
     weight: float = Field(
         1.0, ge=0.0, le=1.0,
         description="the judge's share of the reward: reward = (1 - weight) * outcome + "

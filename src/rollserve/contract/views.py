@@ -121,8 +121,10 @@ class ResultsPage(BaseModel):
     """A page of the results cursor, in completion order."""
 
     results: list[RolloutResult] = Field(description="each with its seq")
-    next: int = Field(description="pass it as ``after`` for the next page (the last seq here, "
-                                  "or ``after`` itself when the page is empty)")
+    next: int = Field(description="pass it as ``after`` for the next page (the last seq read, "
+                                  "or ``after`` itself when none was; results the ``rescored`` "
+                                  "filter left out are read past, so a page may be empty and "
+                                  "still move it)")
 
 
 class CancelResponse(BaseModel):
@@ -284,6 +286,8 @@ class JudgeState(BaseModel):
     retries: int = Field(description="more tries after a retryable failure")
     healthy: bool | None = Field(description="its last call answered; null before any")
     calls: dict[str, int] = Field(description="tries by outcome: ok, failed, timeout")
+    unparsed: int = Field(0, description="samples whose replies held no valid score (scored "
+                                         "as the scale's lowest, never masked)")
     last_error: str | None = Field(description="its last failure, if any")
 
 

@@ -137,18 +137,26 @@ class Rollouts:
                          reasons=verdict.reasons, counts=verdict.counts, status_counts=counts,
                          rollouts=members)
 
-    async def results(self, after: int = 0, limit: int = 100, wait: float = 0.0) -> ResultsPage:
+    async def results(self, after: int = 0, limit: int = 100, wait: float = 0.0,
+                      rescored: str = "any") -> ResultsPage:
         """Up to ``limit`` results after cursor position ``after``, in completion order;
-        ``wait``: seconds to wait for one when there are none yet."""
+        ``wait``: seconds to wait for one when there are none yet. ``rescored``: ``any``,
+        ``false`` (no re-scored result: those with ``rescored_from``) or ``true`` (only
+        those); the cursor moves past the ones left out."""
         deadline = time.monotonic() + wait
+        cursor = after
         while True:
-            found = await self._store.results_after(after, limit)
+            found = await self._store.results_after(cursor, limit)
+            if found:
+                cursor = found[-1].seq if found[-1].seq is not None else cursor
+            kept = [r for r in found
+                    if rescored == "any" or (r.rescored_from is not None) == (rescored == "true")]
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0 or self.closing:
+            if kept or remaining <= 0 or self.closing:
                 break
-            await self._engine.events.wait_change(remaining)
-        last = found[-1].seq if found else None
-        return ResultsPage(results=found, next=after if last is None else last)
+            if not found:
+                await self._engine.events.wait_change(remaining)
+        return ResultsPage(results=kept, next=cursor)
 
     async def summaries(self, where: SummaryFilter, before: int | None = None,
                         limit: int = 50) -> ResultSummaryPage:

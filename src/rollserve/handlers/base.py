@@ -306,6 +306,12 @@ class AgentHandler(ABC):
         again from a stored result; by default ``init``, as EVAL reads the messages."""
         await self.init(rollout)
 
+    def judge_task(self, instance: Mapping[str, Any]) -> str | None:
+        """The task's text a judge is shown, from the stored instance (the trainer's,
+        never the policy's); None where the family has none: the judge is then shown the
+        first user message as policy-influenced text, delimited like the answer."""
+        return None
+
     def images(self, instance: Mapping[str, Any]) -> list[str]:
         """The environment images (apptainer / docker references) ``instance`` runs
         in, for ``rollserve images pull``; none by default."""
@@ -339,5 +345,9 @@ async def judge_evaluation(handler: AgentHandler, rollout: RolloutView,
         return evaluation
     from rollserve.handlers.judging import judged  # (only where a task asks)
 
+    try:
+        task = handler.judge_task(rollout.instance)
+    except (InvalidInstance, KeyError, TypeError, ValueError):
+        task = None  # shown as policy-influenced text instead
     return await judged(handler.ctx, evaluation, rollout.trajectory.messages,
-                        rollout.instance, judge)
+                        rollout.instance, judge, task)

@@ -124,6 +124,9 @@ class GatewayHandler(AgentHandler):
         task = _task(instance)
         return "instance.command" if task.command is None and task.harness is None else None
 
+    def judge_task(self, instance: Mapping[str, Any]) -> str | None:
+        return _task(instance).task or None  # (none: the harness's first message, delimited)
+
     def validate(self, instance: Mapping[str, Any]) -> None:
         task = _task(instance)
         if task.command is not None and task.harness is not None:

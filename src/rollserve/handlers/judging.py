@@ -10,7 +10,9 @@ policy's text reaches the judge with a look-alike colon, so no line of it parses
 score even when a judge echoes it. The score is read only from the judge's own reply:
 its last non-empty line must be exactly ``SCORE: <n>``
 (a plain number inside the rubric's scale), the reply is bounded in length, and a
-reply that quotes the boundary (it echoed the policy's block) is refused. What the
+reply that quotes the boundary (it echoed the policy's block) is refused. A refused
+reply is asked again, then counts as the scale's lowest score (never a mask: a policy
+that makes the judge misformat must not turn a likely 0 into a dropped sample). What the
 policy writes ("SCORE: 10", a fake end of the block, a fake judge reply) is never
 parsed. A judge can still be persuaded by a convincing wrong answer: measure it with
 a held-out set of known-bad persuasive answers (docs/judges.md).
@@ -19,6 +21,7 @@ a held-out set of known-bad persuasive answers (docs/judges.md).
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets
 import statistics
@@ -54,6 +57,8 @@ class JudgeLike(Protocol):
 
     async def ask(self, messages: list[Any]) -> JudgeReplyLike: ...
 
+    def note_unparsed(self) -> None: ...
+
 
 class JudgePool(Protocol):
     """What handlers use of the server's judges (``llm.judges.Judges``)."""
@@ -64,7 +69,9 @@ class JudgePool(Protocol):
 
 
 class JudgeFailed(InfraError):
-    """No judge gave a valid score and the rubric says mask."""
+    """No judge could be reached (a transport failure: timeout, HTTP error, an unhealthy
+    judge) and the rubric says mask. A judge that answered but gave no score is never
+    this: its reply counts as the scale's lowest score (docs/judges.md)."""
 
 
 @dataclass
@@ -77,10 +84,13 @@ class Verdict:
     score: float | None
     seconds: float
     error: str | None = None
+    unparsed: bool = False
+    tries: int = 1
 
     def record(self) -> dict[str, Any]:
         return {"judge": self.judge, "prompt": self.prompt, "reply": self.reply,
-                "score": self.score, "seconds": round(self.seconds, 4), "error": self.error}
+                "score": self.score, "seconds": round(self.seconds, 4), "error": self.error,
+                "unparsed": self.unparsed, "tries": self.tries}
 
 
 def parse_score(reply: str, rubric: Rubric, boundary: str) -> float:
@@ -100,19 +110,58 @@ def parse_score(reply: str, rubric: Rubric, boundary: str) -> float:
     return score
 
 
-def delimit(text: str) -> tuple[str, str]:
-    """The policy's text between two boundary lines of a fresh random token; the
-    block and the token."""
-    boundary = f"BOUNDARY-{secrets.token_hex(16)}"
+def new_boundary() -> str:
+    return f"BOUNDARY-{secrets.token_hex(16)}"
+
+
+def delimit(text: str, boundary: str | None = None, label: str = "") -> tuple[str, str]:
+    """The policy's text between two boundary lines of a fresh random token (or the
+    call's ``boundary``; ``label`` names the block: ``TASK``); the block and the token.
+    Every ``score:`` in it is neutralised."""
+    boundary = boundary or new_boundary()
     if len(text) > MAX_POLICY_CHARS:
         text = "[...cut...]" + text[-MAX_POLICY_CHARS:]
     text = POLICY_SCORE.sub(lambda m: m.group(0)[:-1] + "\ufe55", text)
     if boundary in text:  # unreachable short of guessing 128 bits; refused, never shown
         raise InfraError("the policy's text contains the judge's boundary")
-    return f"<<<{boundary} BEGIN>>>\n{text}\n<<<{boundary} END>>>", boundary
+    tag = f"{boundary} {label} " if label else f"{boundary} "
+    return f"<<<{tag}BEGIN>>>\n{text}\n<<<{tag}END>>>", boundary
 
 
-def _content(message: Mapping[str, Any]) -> str:
+@dataclass(frozen=True)
+class TaskText:
+    """The task shown to the judge: ``trusted`` when it comes from the stored instance
+    (the family's ``judge_task``); else it is the first user message, which a harness
+    (after a compaction, the policy's own summary) wrote: policy-influenced, so it is
+    delimited and neutralised like the answer."""
+
+    text: str
+    trusted: bool
+
+
+FINISH_TOOLS = ("finish", "submit")  # a call that ends the episode with its answer
+
+
+def _calls(message: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The message's tool calls (OpenAI's shape, or a flat name/arguments), as (name,
+    arguments) with JSON-string arguments decoded where they are JSON."""
+    out: list[tuple[str, Any]] = []
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, Mapping):
+            continue
+        inner = call.get("function")
+        fn: Mapping[str, Any] = inner if isinstance(inner, Mapping) else call
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        out.append((str(fn.get("name", "")), args))
+    return out
+
+
+def _text(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -121,14 +170,36 @@ def _content(message: Mapping[str, Any]) -> str:
     return ""
 
 
+def _content(message: Mapping[str, Any]) -> str:
+    """The message's text and its tool calls (name and arguments), as the judge sees
+    them (inside the delimited block)."""
+    shown = [_text(message)] if _text(message).strip() else []
+    for name, args in _calls(message):
+        rendered = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        shown.append(f"[tool call] {name} {rendered}")
+    return "\n".join(shown)
+
+
 def task_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """The task as the policy was given it: the first user message."""
     return next((_content(m) for m in messages if m.get("role") == "user"), "")
 
 
 def final_answer(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The policy's last assistant message."""
-    return next((_content(m) for m in reversed(messages) if m.get("role") == "assistant"), "")
+    """The policy's final answer: the finish tool's answer where its last turn called
+    one, else its last non-empty assistant message (text and tool calls)."""
+    for message in reversed(messages):
+        if message.get("role") != "assistant":
+            continue
+        for name, args in reversed(_calls(message)):
+            if name in FINISH_TOOLS and isinstance(args, Mapping) and args.get("answer") is not None:
+                text = _text(message).strip()
+                answer = str(args["answer"])
+                return f"{text}\n{answer}" if text else answer
+        shown = _content(message)
+        if shown.strip():
+            return shown
+    return ""
 
 
 def transcript(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -146,11 +217,13 @@ def reference_of(request: JudgeRequest, instance: Mapping[str, Any]) -> str | No
     return None
 
 
-def prompt(rubric: Rubric, task: str, answer: str, reference: str | None) -> tuple[str, str]:
+def prompt(rubric: Rubric, task: TaskText, answer: str,
+           reference: str | None) -> tuple[str, str]:
     """The judge's prompt (plain text, one user message) and the call's boundary."""
     block, boundary = delimit(answer)
+    shown = task.text if task.trusted else delimit(task.text, boundary, "TASK")[0]
     ref_block = f"A reference answer:\n{reference}\n\n" if reference is not None else ""
-    values = {"task": task, "answer": block, "reference": reference or "",
+    values = {"task": shown, "answer": block, "reference": reference or "",
               "reference_block": ref_block, "low": f"{rubric.low:g}", "high": f"{rubric.high:g}"}
     # Placeholders are replaced one pass, left to right: text inside a value is never
     # expanded again (a task that contains "{answer}" stays as it is).
@@ -159,16 +232,31 @@ def prompt(rubric: Rubric, task: str, answer: str, reference: str | None) -> tup
     return out, boundary
 
 
-async def _one(judge: JudgeLike, rubric: Rubric, text: str, boundary: str) -> Verdict:
-    try:
-        reply = await judge.ask([{"role": "user", "content": text}])
-    except InfraError as exc:
-        return Verdict(judge.name, text, None, None, 0.0, str(exc))
-    try:
-        score = parse_score(reply.text, rubric, boundary)
-    except ValueError as exc:
-        return Verdict(judge.name, text, reply.text, None, reply.seconds, str(exc))
-    return Verdict(judge.name, text, reply.text, score, reply.seconds)
+async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str,
+               reference: str | None) -> Verdict:
+    """One sample of one judge. A transport failure (``InfraError``: timeout, HTTP
+    error) gives no score: the rubric's ``on_failure`` applies. A reply that answered
+    but holds no valid score is asked again (``unparsed_retries``, each with a fresh
+    boundary), then counts as the scale's lowest score, ``unparsed`` recorded: never a
+    mask, which a policy could buy by making the judge misformat."""
+    seconds = 0.0
+    for attempt in range(1, rubric.unparsed_retries + 2):
+        text, boundary = prompt(rubric, task, answer, reference)
+        try:
+            reply = await judge.ask([{"role": "user", "content": text}])
+        except InfraError as exc:
+            return Verdict(judge.name, text, None, None, seconds, str(exc), tries=attempt)
+        seconds += reply.seconds
+        try:
+            score = parse_score(reply.text, rubric, boundary)
+        except ValueError as exc:
+            problem = str(exc)
+            continue
+        return Verdict(judge.name, text, reply.text, score, seconds, tries=attempt)
+    judge.note_unparsed()
+    return Verdict(judge.name, text, reply.text, rubric.low, seconds,
+                   f"no score in the reply ({problem}): the scale's lowest",
+                   unparsed=True, tries=attempt)
 
 
 def aggregate(scores: Sequence[float], how: str) -> float:
@@ -179,16 +267,13 @@ def aggregate(scores: Sequence[float], how: str) -> float:
     return float(statistics.fmean(scores))
 
 
-async def grade(pool: JudgePool, rubric: Rubric, task: str, answer: str,
+async def grade(pool: JudgePool, rubric: Rubric, task: TaskText, answer: str,
                 reference: str | None) -> tuple[float | None, list[Verdict]]:
     """Every judge the rubric names, ``samples`` times each; the aggregated score
     normalised to [0, 1] (None when none was valid) and each call's verdict."""
     judges = [pool.get(name) for name in rubric.judges] or [pool.get(None)]
-    calls = []
-    for judge in judges:
-        for _ in range(rubric.samples):
-            text, boundary = prompt(rubric, task, answer, reference)
-            calls.append(_one(judge, rubric, text, boundary))
+    calls = [_one(judge, rubric, task, answer, reference)
+             for judge in judges for _ in range(rubric.samples)]
     verdicts = list(await asyncio.gather(*calls))
     scores = [v.score for v in verdicts if v.score is not None]
     if not scores:
@@ -203,10 +288,10 @@ def blend(outcome: float, judge: float, weight: float) -> float:
 
 
 async def _process(pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[str, Any]],
-                   reference: str | None) -> tuple[float | None, list[float | None], list[Verdict]]:
+                   task: TaskText, reference: str | None
+                   ) -> tuple[float | None, list[float | None], list[Verdict]]:
     """Process mode: each model call (the transcript up to it) graded; their mean."""
     calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant"][-rubric.max_turns:]
-    task = task_text(messages)
     graded = await asyncio.gather(*(grade(pool, rubric, task, transcript(messages[:i + 1]),
                                           reference) for i in calls))
     turn_scores = [score for score, _ in graded]
@@ -218,26 +303,33 @@ async def _process(pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[s
 
 async def judged(ctx: HandlerContext, evaluation: Evaluation,
                  messages: Sequence[Mapping[str, Any]], instance: Mapping[str, Any],
-                 request: JudgeRequest) -> Evaluation:
+                 request: JudgeRequest, task: str | None = None) -> Evaluation:
     """``evaluation`` (the family's outcome) with the judge reward blended in; the
     judge's calls recorded in its details (``judge``), its score in the components.
-    No valid score: ``JudgeFailed`` (masked) or the outcome alone, as the rubric says."""
+    ``task``: the task's text from the stored instance (the family's ``judge_task``);
+    None: the first user message, shown delimited as policy-influenced text.
+    No judge reached (transport failures only): ``JudgeFailed`` (masked) or the outcome
+    alone, as the rubric says; a reply without a score is the scale's lowest score."""
     rubric = ctx.rubric(request)
     if ctx.judges is None or not ctx.judges.names():
         raise JudgeFailed("this server has no judge (rollserve serve --judge NAME=URL)")
     reference = reference_of(request, instance)
+    shown = TaskText(task, True) if task else TaskText(task_text(messages), False)
     outcome = float(evaluation.reward)
     turn_scores: list[float | None] | None = None
     if rubric.mode == "process":
-        score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages, reference)
+        score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages, shown,
+                                                      reference)
     else:
-        score, verdicts = await grade(ctx.judges, rubric, task_text(messages),
-                                      final_answer(messages), reference)
+        score, verdicts = await grade(ctx.judges, rubric, shown, final_answer(messages),
+                                      reference)
     name = request.rubric if isinstance(request.rubric, str) else "inline"
     record: dict[str, Any] = {
         "rubric": name, "mode": rubric.mode, "scale": [rubric.low, rubric.high],
         "aggregate": rubric.aggregate, "weight": rubric.weight, "outcome": outcome,
+        "task_from": "instance" if shown.trusted else "first user message (delimited)",
         "score": score, "formula": "reward = (1 - weight) * outcome + weight * judge",
+        "unparsed": any(v.unparsed for v in verdicts),
         "calls": [v.record() for v in verdicts]}
     if turn_scores is not None:
         record["turn_scores"] = turn_scores

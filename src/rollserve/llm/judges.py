@@ -107,6 +107,7 @@ class Judge:
         self.calls: dict[str, int] = {"ok": 0, "failed": 0, "timeout": 0}
         self.healthy: bool | None = None  # None until the first call
         self.last_error: str | None = None
+        self.unparsed = 0  # replies that held no valid score (counted by the handler)
         self._latency = [0] * len(BUCKETS)
         self._latency_sum = 0.0
 
@@ -157,6 +158,9 @@ class Judge:
         generation = await self.backend.generate(ids, sampling)
         return await builder.aassistant_content(generation.output_ids, generation.finish_reason)
 
+    def note_unparsed(self) -> None:
+        self.unparsed += 1
+
     def _observe(self, outcome: str, seconds: float) -> None:
         self.calls[outcome] += 1
         self.healthy = outcome == "ok"
@@ -169,7 +173,7 @@ class Judge:
         return {"name": self.name, "backend": self.backend.describe(),
                 "concurrency": self.config.concurrency, "in_flight": self.in_flight,
                 "timeout": self.config.timeout, "retries": self.config.retries,
-                "healthy": self.healthy, "calls": dict(self.calls),
+                "healthy": self.healthy, "calls": dict(self.calls), "unparsed": self.unparsed,
                 "last_error": self.last_error}
 
 
@@ -205,6 +209,9 @@ class Judges:
         """Calls by outcome, in flight, health and latency, per judge."""
         calls = CounterMetricFamily("rollserve_judge_calls", "judge calls by outcome (ok, "
                                     "failed, timeout; each try counts)", labels=["judge", "outcome"])
+        unparsed = CounterMetricFamily("rollserve_judge_unparsed", "judge samples whose "
+                                       "replies held no valid score (scored as the scale's "
+                                       "lowest)", labels=["judge"])
         flight = GaugeMetricFamily("rollserve_judge_in_flight", "judge calls in flight",
                                    labels=["judge"])
         healthy = GaugeMetricFamily("rollserve_judge_healthy", "1 if the judge's last call "
@@ -215,9 +222,10 @@ class Judges:
         for judge in self._by_name.values():
             for outcome, count in judge.calls.items():
                 calls.add_metric([judge.name, outcome], count)
+            unparsed.add_metric([judge.name], judge.unparsed)
             flight.add_metric([judge.name], judge.in_flight)
             healthy.add_metric([judge.name], 1.0 if judge.healthy is not False else 0.0)
             buckets = [(str(b) if b != float("inf") else "+Inf", c)
                        for b, c in zip(BUCKETS, judge._latency, strict=True)]
             latency.add_metric([judge.name], buckets, judge._latency_sum)
-        yield from (calls, flight, healthy, latency)
+        yield from (calls, unparsed, flight, healthy, latency)

@@ -89,6 +89,9 @@ class HarborHandler(AgentHandler):
         return self.ctx.sandboxes.name if self.ctx.sandboxes is not None else None
 
     # --- validation ---------------------------------------------------------------------
+    def judge_task(self, instance: Mapping[str, Any]) -> str | None:
+        return self.task(instance)[1].instruction or None
+
     def validate(self, instance: Mapping[str, Any]) -> None:
         self.task(instance)
 

@@ -115,6 +115,10 @@ class MathHandler(AgentHandler):
     def uses_python(self, instance: Mapping[str, Any]) -> bool:
         return self.always_python or "python" in (instance.get("tools") or [])
 
+    def judge_task(self, instance: Mapping[str, Any]) -> str | None:
+        question = instance.get("question")  # (a reasoning-gym instance has none here)
+        return question if isinstance(question, str) and question.strip() else None
+
     def validate(self, instance: Mapping[str, Any]) -> None:
         if not isinstance(instance, dict):
             raise InvalidInstance("instance", "must be an object")

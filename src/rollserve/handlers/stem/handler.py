@@ -223,6 +223,9 @@ class StemHandler(AgentHandler):
     name = "stem"
     defaults = ANSWER_DEFAULTS  # the same shape of episode as math's: answer, maybe a retry
 
+    def judge_task(self, instance: Mapping[str, Any]) -> str | None:
+        return prepare(instance).question
+
     def validate(self, instance: Mapping[str, Any]) -> None:
         prepare(instance)
 

@@ -144,6 +144,9 @@ class SWEHandler(AgentHandler):
         return hidden, view.readonly_paths()
 
     # --- validation ------------------------------------------------------------------
+    def judge_task(self, instance: Mapping[str, Any]) -> str | None:
+        return parse_task(instance).problem_statement or None
+
     def validate(self, instance: Mapping[str, Any]) -> None:
         """The instance must parse and, in host mode, its repository must be found
         (a bundle or mirror under a name ``environment.source_names`` gives)."""
