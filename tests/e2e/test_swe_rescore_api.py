@@ -71,7 +71,7 @@ async def test_swe_results_rescored_from_their_stored_patch(make_api, llm):  # n
     # refused, naming the result, and nothing written
     r = await client.post("/v1/results/rescore", json={"result_ids": [gold, masked]})
     assert r.status_code == 422, r.text
-    assert "result_ids[1]" in r.text and masked in r.text and "no evaluation" in r.text
+    assert "result_ids[1]" in r.text and masked in r.text and "not completed" in r.text
     assert (await client.get("/v1/results", params={"after": page["next"]})).json()[
         "results"] == []
 
