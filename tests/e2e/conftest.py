@@ -8,7 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
+import httpx2
 import pytest
 
 from rollserve.contract import RolloutResult
@@ -129,3 +131,27 @@ def calls_by_prompt(fake: FakeVLLM) -> dict[tuple[int, ...], list[tuple[list[int
     for call in fake.calls:
         calls.setdefault(tuple(call.prompt_ids), []).append((call.output_ids, call.logprobs))
     return calls
+
+
+@pytest.fixture
+async def anthropic_for():
+    """``anthropic_for(client, rollout_id)``: the rollout's key, and the official client
+    pointed at its gateway the way ``ANTHROPIC_BASE_URL=<server>/v1/gateway/<key>``
+    points it (over the same in-process app; the API key is anything, as a harness
+    would set it). The clients are closed after the test."""
+    opened: list[anthropic.AsyncAnthropic] = []
+
+    async def make(client: httpx.AsyncClient, rollout_id: str) -> tuple[str, anthropic.AsyncAnthropic]:
+        r = await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})
+        assert r.status_code == 200, r.text
+        key = r.json()["key"]
+        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=client._transport.app),
+                                  timeout=30)
+        harness = anthropic.AsyncAnthropic(base_url=f"http://rollserve/v1/gateway/{key}",
+                                           api_key="anything", http_client=http, max_retries=0)
+        opened.append(harness)
+        return key, harness
+
+    yield make
+    for harness in opened:
+        await harness.close()

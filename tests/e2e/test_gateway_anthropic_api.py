@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 
 import anthropic
-import httpx
-import httpx2
 import pytest
 
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM, RecordedCall
-from tests.e2e.test_gateway_api import TAG, assert_exact, assert_turns_exact, end, result, submit
+from tests.e2e.test_gateway_api import TAG, assert_exact, assert_tool_round_trip, end, result, submit
 from tests.e2e.test_gateway_sandbox_api import run_sandboxed
 
 BASH = {"name": "bash", "description": "run a command",
@@ -53,34 +51,10 @@ async def llm():
         yield server
 
 
-@pytest.fixture
-async def harness_for():
-    """``harness_for(client, rollout_id)``: the rollout's key, and the official client
-    pointed at its gateway the way ``ANTHROPIC_BASE_URL=<server>/v1/gateway/<key>``
-    points it (over the same in-process app; the API key is anything, as a harness
-    would set it). The clients are closed after the test."""
-    opened: list[anthropic.AsyncAnthropic] = []
-
-    async def make(client: httpx.AsyncClient, rollout_id: str) -> tuple[str, anthropic.AsyncAnthropic]:
-        r = await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})
-        assert r.status_code == 200, r.text
-        key = r.json()["key"]
-        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=client._transport.app),
-                                  timeout=30)
-        harness = anthropic.AsyncAnthropic(base_url=f"http://rollserve/v1/gateway/{key}",
-                                           api_key="anything", http_client=http, max_retries=0)
-        opened.append(harness)
-        return key, harness
-
-    yield make
-    for harness in opened:
-        await harness.close()
-
-
-async def test_anthropic_client_tool_use_round_trip_streamed_and_not_is_token_exact(make_api, llm, harness_for):
+async def test_anthropic_client_tool_use_round_trip_streamed_and_not_is_token_exact(make_api, llm, anthropic_for):
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client)
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     system = "You are a calculator. [script:tools]"
     messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "What is 6*7?"}]}]
     first = await harness.messages.create(model="policy", max_tokens=1024, system=system,
@@ -121,15 +95,7 @@ async def test_anthropic_client_tool_use_round_trip_streamed_and_not_is_token_ex
     assert message_delta.usage.output_tokens == len(llm.calls[2].output_ids)
     await end(client, key)
 
-    done = await result(client, rollout_id)
-    assert done["status"] == "completed" and done["reward"] == 1.0 and not done["mask"]
-    trajectory = done["trajectory"]
-    assert trajectory["sequence_count"] == 1 and len(llm.calls) == 3  # append-only throughout
-    assert_exact(trajectory["tokens"], llm.calls)
-    turns = assert_turns_exact(trajectory, llm.calls)
-    assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"},
-                                       "id": use.id}]
-    assert trajectory["fidelity"]["fallback_deltas"] == 0  # the deltas were the template's own
+    assert_tool_round_trip(await result(client, rollout_id), llm.calls, use.id)
     # The policy saw the tool results and the system prompt, rendered by its template.
     last_prompt = llm.tok.decode(llm.calls[2].prompt_ids)
     assert "You are a calculator." in last_prompt and "done" in last_prompt
@@ -140,10 +106,10 @@ async def test_anthropic_client_tool_use_round_trip_streamed_and_not_is_token_ex
     assert refused.value.body["error"]["type"] == "authentication_error"
 
 
-async def test_malformed_tool_call_is_answered_as_text(make_api, llm, harness_for):
+async def test_malformed_tool_call_is_answered_as_text(make_api, llm, anthropic_for):
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client, answer="x")
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     reply = await harness.messages.create(
         model="policy", max_tokens=256, tools=[BASH],
         messages=[{"role": "user", "content": "Run something. [script:malformed]"}])
@@ -156,10 +122,10 @@ async def test_malformed_tool_call_is_answered_as_text(make_api, llm, harness_fo
     assert done["trajectory"]["tokens"]["input_ids"] == llm.calls[0].prompt_ids + llm.calls[0].output_ids
 
 
-async def test_max_tokens_only_lowers_and_a_cut_reply_stops_at_max_tokens(make_api, llm, harness_for):
+async def test_max_tokens_only_lowers_and_a_cut_reply_stops_at_max_tokens(make_api, llm, anthropic_for):
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client, answer="x")
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     reply = await harness.messages.create(model="p", max_tokens=2,
                                           messages=[{"role": "user", "content": "[script:cut]"}])
     assert reply.stop_reason == "max_tokens" and reply.usage.output_tokens == 2
@@ -170,10 +136,10 @@ async def test_max_tokens_only_lowers_and_a_cut_reply_stops_at_max_tokens(make_a
     await end(client, key)
 
 
-async def test_bad_requests_are_400s_naming_the_field_in_anthropics_shape(make_api, llm, harness_for):
+async def test_bad_requests_are_400s_naming_the_field_in_anthropics_shape(make_api, llm, anthropic_for):
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client, answer="none")
-    key, _ = await harness_for(client, rollout_id)
+    key, _ = await anthropic_for(client, rollout_id)
     url = f"/v1/gateway/{key}/v1/messages"
     user = {"role": "user", "content": "x"}
     cases = [
@@ -224,13 +190,13 @@ async def test_bad_requests_are_400s_naming_the_field_in_anthropics_shape(make_a
     assert done["trajectory"]["turns"] == [] and len(llm.calls) == 0
 
 
-async def test_a_prompt_past_the_context_limit_is_refused_as_anthropic_does(make_api, llm, harness_for):
+async def test_a_prompt_past_the_context_limit_is_refused_as_anthropic_does(make_api, llm, anthropic_for):
     service, client = await make_api([llm.url])
     r = await client.post("/v1/rollouts", json={
         "tasks": [{"data_source": "gateway", "instance": {"answer": "none"}}],
         "sampling": {"max_tokens": 16}, "agent": {"max_context_tokens": 256}})
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     with pytest.raises(anthropic.BadRequestError) as refused:
         await harness.messages.create(model="p", max_tokens=16, messages=[
             {"role": "user", "content": "[script:ctx] " + "word " * 400}])
@@ -239,14 +205,14 @@ async def test_a_prompt_past_the_context_limit_is_refused_as_anthropic_does(make
     await end(client, key)
 
 
-async def test_an_assistant_turn_the_harness_rewrote_is_never_trained_on(make_api, llm, harness_for):
+async def test_an_assistant_turn_the_harness_rewrote_is_never_trained_on(make_api, llm, anthropic_for):
     """A cheating harness rewrites the content of the policy's assistant turn (and makes
     one up) before sending the history back: those tokens are prompt (loss_mask 0) in
     a new sequence; only what the backend sampled is ever marked 1, and the reward is
     the policy's own last reply."""
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client, answer="The answer is 42.")
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     history: list[dict] = [{"role": "user", "content": "hello [script:cheat]"}]
     reply = await harness.messages.create(model="p", max_tokens=64, messages=history)
     forged = "The answer is 42. I solved it perfectly."
@@ -272,12 +238,12 @@ async def test_an_assistant_turn_the_harness_rewrote_is_never_trained_on(make_ap
     assert done["reward"] == 0.0  # the reply the policy sampled, not what the harness wrote
 
 
-async def test_a_tool_call_the_harness_edited_is_prompt_not_sample(make_api, llm, harness_for):
+async def test_a_tool_call_the_harness_edited_is_prompt_not_sample(make_api, llm, anthropic_for):
     """The harness sends back the policy's tool_use with other input (the call it wishes
     the policy had made): the edited call is prompt in a new sequence, never sample."""
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client, answer="none")
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     history: list[dict] = [{"role": "user", "content": "[script:tools] compute"}]
     first = await harness.messages.create(model="p", max_tokens=64, messages=history, tools=[BASH])
     blocks = [b.model_dump() for b in first.content]

@@ -78,6 +78,21 @@ def assert_turns_exact(trajectory: dict, calls: list) -> list[dict]:
     return turns
 
 
+def assert_tool_round_trip(done: dict, calls: list, call_id: str) -> str:
+    """A harness's bash call answered and the final reply: completed with reward 1, one
+    append-only sequence token-exact against the backend's three calls, the tool call
+    recorded with its id, the deltas the template's own; the last prompt, decoded."""
+    assert done["status"] == "completed" and done["reward"] == 1.0 and not done["mask"]
+    trajectory = done["trajectory"]
+    assert trajectory["sequence_count"] == 1 and len(calls) == 3  # append-only throughout
+    assert_exact(trajectory["tokens"], calls)
+    turns = assert_turns_exact(trajectory, calls)
+    assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"},
+                                       "id": call_id}]
+    assert trajectory["fidelity"]["fallback_deltas"] == 0  # the deltas were the template's own
+    return calls[2].prompt_ids
+
+
 def assert_exact(sequence: dict, calls: list) -> None:
     """``sequence`` is exactly the last call's prompt and sample, each earlier call's
     prompt+sample a prefix of the next one's prompt, and loss_mask 1 exactly on the

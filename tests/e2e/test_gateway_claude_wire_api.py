@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-import anthropic
 import httpx
-import httpx2
 import pytest
 
 from rollserve.agent.gateway.bounds import COUNTS_PER_TURN
@@ -43,27 +41,6 @@ async def llm():
         yield server
 
 
-@pytest.fixture
-async def harness_for():
-    """``harness_for(client, rollout_id)``: the key, and the official client pointed at
-    the rollout's gateway as ``ANTHROPIC_BASE_URL`` points Claude Code (closed after)."""
-    opened: list[anthropic.AsyncAnthropic] = []
-
-    async def make(client: httpx.AsyncClient, rollout_id: str) -> tuple[str, anthropic.AsyncAnthropic]:
-        r = await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})
-        assert r.status_code == 200, r.text
-        key = r.json()["key"]
-        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=client._transport.app),
-                                  timeout=30)
-        opened.append(anthropic.AsyncAnthropic(base_url=f"http://rollserve/v1/gateway/{key}",
-                                               api_key=key, http_client=http, max_retries=0))
-        return key, opened[-1]
-
-    yield make
-    for harness in opened:
-        await harness.close()
-
-
 async def submit(client: httpx.AsyncClient, answer: str, calls: dict | None = CALLS,
                  max_turns: int = 8) -> str:
     instance: dict = {"answer": answer}
@@ -91,10 +68,10 @@ def claude_like(messages: list[dict]) -> dict:
     )
 
 
-async def test_claude_codes_requests_are_taken_and_auxiliary_calls_kept_apart(make_api, llm, harness_for):
+async def test_claude_codes_requests_are_taken_and_auxiliary_calls_kept_apart(make_api, llm, anthropic_for):
     service, client = await make_api([llm.url])
     rollout_id = await submit(client, answer="42")
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     messages: list[dict] = [
         {"role": "user", "content": [{"type": "text", "text": "What is 6*7? [script:tools]",
                                       "cache_control": {"type": "ephemeral"}}]},
@@ -136,13 +113,13 @@ async def test_claude_codes_requests_are_taken_and_auxiliary_calls_kept_apart(ma
     assert "Available agent types: none." in llm.tok.decode(llm.calls[0].prompt_ids)
 
 
-async def test_an_auxiliary_reply_earns_nothing_and_auxiliary_calls_alone_are_masked(make_api, llm, harness_for):
+async def test_an_auxiliary_reply_earns_nothing_and_auxiliary_calls_alone_are_masked(make_api, llm, anthropic_for):
     """A harness (or a policy reaching the gateway through its tools) whose only calls
     ask for another model: no main-loop turn, so nothing is scored (masked), even when
     an auxiliary reply is the answer; auxiliary calls past max_turns are refused."""
     service, client = await make_api([llm.url])
     rollout_id = await submit(client, answer="reply 0 of x", max_turns=2)
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     for _ in range(2):
         reply = await harness.messages.create(model=SMALL, max_tokens=64,
                                               messages=[{"role": "user", "content": "[script:x]"}])
@@ -157,14 +134,14 @@ async def test_an_auxiliary_reply_earns_nothing_and_auxiliary_calls_alone_are_ma
     assert len(done["trajectory"]["auxiliary"]) == 2 and done["trajectory"]["turns"] == []
 
 
-async def test_a_model_the_table_does_not_name_is_the_main_loops(make_api, llm, harness_for):
+async def test_a_model_the_table_does_not_name_is_the_main_loops(make_api, llm, anthropic_for):
     """What is left out of the main loop is the server's choice, never the agent's: a
     policy whose commands reach the gateway and ask for a model of their own name get
     main-loop calls (counted against max_turns, in the trained tokens), not untrained
     auxiliary ones."""
     service, client = await make_api([llm.url])
     rollout_id = await submit(client, answer="reply 1 of x", max_turns=2)
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     for model in ("some-other-model", ""):
         await harness.messages.create(model=model, max_tokens=64,
                                       messages=[{"role": "user", "content": "[script:x]"}])
@@ -177,10 +154,10 @@ async def test_a_model_the_table_does_not_name_is_the_main_loops(make_api, llm, 
     assert not done["mask"] and done["reward"] is not None  # scored, on the main loop
 
 
-async def test_count_tokens_is_the_policy_tokenizers_exact_count(make_api, llm, harness_for):
+async def test_count_tokens_is_the_policy_tokenizers_exact_count(make_api, llm, anthropic_for):
     service, client = await make_api([llm.url])
     rollout_id = await submit(client, answer="reply 0 of count")
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     request = {"model": MAIN, "system": "Be brief.", "tools": [BASH],
                "messages": [{"role": "user", "content": "Count me. [script:count]"}]}
     counted = await harness.messages.count_tokens(**request)
@@ -198,12 +175,12 @@ async def test_count_tokens_is_the_policy_tokenizers_exact_count(make_api, llm, 
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
 
 
-async def test_count_tokens_is_bounded_per_session(make_api, llm, harness_for):
+async def test_count_tokens_is_bounded_per_session(make_api, llm, anthropic_for):
     """Each count renders and tokenizes a whole request on the server: an agent's
     commands looping on it get 400s past COUNTS_PER_TURN per turn of max_turns."""
     service, client = await make_api([llm.url])
     rollout_id = await submit(client, answer="reply 0 of count", max_turns=2)
-    key, harness = await harness_for(client, rollout_id)
+    key, harness = await anthropic_for(client, rollout_id)
     request = {"model": MAIN, "messages": [{"role": "user", "content": "Count me."}]}
     for _ in range(COUNTS_PER_TURN * 2):
         await harness.messages.count_tokens(**request)
@@ -213,10 +190,10 @@ async def test_count_tokens_is_bounded_per_session(make_api, llm, harness_for):
     await end(client, key)
 
 
-async def test_what_cannot_be_honoured_is_refused_naming_the_field(make_api, llm, harness_for):
+async def test_what_cannot_be_honoured_is_refused_naming_the_field(make_api, llm, anthropic_for):
     service, client = await make_api([llm.url])
     rollout_id = await submit(client, answer="none", calls=None)
-    key, _ = await harness_for(client, rollout_id)
+    key, _ = await anthropic_for(client, rollout_id)
     user = {"role": "user", "content": "x"}
     cases = [
         ({"thinking": {"type": "sometimes"}}, "thinking.type"),

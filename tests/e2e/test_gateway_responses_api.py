@@ -16,7 +16,7 @@ from tests.e2e.test_gateway_anthropic_api import call, max_tokens
 from tests.e2e.test_gateway_api import (
     TAG,
     assert_exact,
-    assert_turns_exact,
+    assert_tool_round_trip,
     end,
     harness_for,
     result,
@@ -102,15 +102,7 @@ async def test_responses_function_call_round_trip_streamed_and_not_is_token_exac
     assert events[-1].response.usage.input_tokens == len(llm.calls[2].prompt_ids)
     await end(client, key)
 
-    done = await result(client, rollout_id)
-    assert done["status"] == "completed" and done["reward"] == 1.0 and not done["mask"]
-    trajectory = done["trajectory"]
-    assert trajectory["sequence_count"] == 1 and len(llm.calls) == 3  # append-only throughout
-    assert_exact(trajectory["tokens"], llm.calls)
-    turns = assert_turns_exact(trajectory, llm.calls)
-    assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"},
-                                       "id": fc.call_id}]
-    assert trajectory["fidelity"]["fallback_deltas"] == 0  # the deltas were the template's own
+    assert_tool_round_trip(await result(client, rollout_id), llm.calls, fc.call_id)
     last_prompt = llm.tok.decode(llm.calls[2].prompt_ids)
     assert "You are a calculator." in last_prompt and "done" in last_prompt
     # The instructions and the developer item are one system message (one system prompt).
