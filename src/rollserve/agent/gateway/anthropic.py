@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 
-from rollserve.agent.gateway.messages import Reply, Unsupported
+from rollserve.agent.gateway.messages import TEXT_SEPARATOR, Reply, Unsupported, joined_texts
 from rollserve.agent.gateway.session import FinishReason
 from rollserve.contract.anthropic import (
     AnthropicMessage,
@@ -56,24 +56,13 @@ from rollserve.contract.gateway import (
 __all__ = ["CALL_IDS", "content_blocks", "refuse_settings", "stop_reason", "to_chat_request"]
 
 CALL_IDS = "toolu_"  # the prefix of the tool_use ids a reply gets
-SEPARATOR = "\n\n"  # between the text blocks of one message
 STOP_REASONS: dict[FinishReason, StopReason] = {
     "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
 def _texts(blocks: str | list[Block] | None, where: str) -> str:
     """The text of ``blocks`` (a string, or text blocks only)."""
-    if blocks is None:
-        return ""
-    if isinstance(blocks, str):
-        return blocks
-    texts: list[str] = []
-    for index, block in enumerate(blocks):
-        if (text := _text(block, f"{where}[{index}]")) is None:
-            raise Unsupported(f"{where}[{index}]", f"only text blocks are supported here, not "
-                                                   f"{block.type!r}")
-        texts.append(text)
-    return SEPARATOR.join(texts)
+    return joined_texts(blocks, where, _text, "only text blocks are supported here, not ")
 
 
 def _tool_call(block: Block, where: str) -> ChatToolCall:
@@ -110,7 +99,7 @@ def _user(message: AnthropicMessage, where: str) -> list[GatewayMessage]:
                 raise Unsupported(f"{at}.tool_use_id", "a tool_result block needs the id of the "
                                                        "tool_use it answers")
             if texts:
-                out.append(GatewayMessage(role="user", content=SEPARATOR.join(texts)))
+                out.append(GatewayMessage(role="user", content=TEXT_SEPARATOR.join(texts)))
                 texts = []
             out.append(GatewayMessage(role="tool", tool_call_id=block.tool_use_id,
                                       content=_texts(block.content, f"{at}.content")))
@@ -118,7 +107,7 @@ def _user(message: AnthropicMessage, where: str) -> list[GatewayMessage]:
             raise Unsupported(at, "a user message's blocks may be text or tool_result, not "
                                   f"{block.type!r}")
     if texts or not out:
-        out.append(GatewayMessage(role="user", content=SEPARATOR.join(texts)))
+        out.append(GatewayMessage(role="user", content=TEXT_SEPARATOR.join(texts)))
     return out
 
 
@@ -139,7 +128,7 @@ def _assistant(message: AnthropicMessage, where: str) -> GatewayMessage:
         else:
             raise Unsupported(at, "an assistant message's blocks may be text or tool_use, not "
                                   f"{block.type!r}")
-    return GatewayMessage(role="assistant", content=SEPARATOR.join(texts) if texts else None,
+    return GatewayMessage(role="assistant", content=TEXT_SEPARATOR.join(texts) if texts else None,
                           tool_calls=calls or None)
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rollserve.agent.tool_calls import (
     MalformedCall,
@@ -36,7 +38,8 @@ from rollserve.contract.gateway import (
 )
 from rollserve.llm.base import Message, Tokenizer, ToolSchema
 
-__all__ = ["Reply", "Unsupported", "normalized", "parse_reply", "presentation", "to_template"]
+__all__ = ["TEXT_SEPARATOR", "Reply", "Unsupported", "joined_texts", "normalized", "parse_reply", "presentation",
+           "to_template"]
 
 Normal = tuple[str, str, str | None, str | None, tuple[tuple[str, str, str], ...]]
 
@@ -48,6 +51,30 @@ class Unsupported(ValueError):
         super().__init__(f"{param}: {message}")
         self.param = param
         self.message = message
+
+
+PartT = TypeVar("PartT")
+# Between the text parts (blocks) of one message, on the Responses and Anthropic wires.
+TEXT_SEPARATOR = "\n\n"
+
+
+def joined_texts(content: str | Sequence[PartT] | None, where: str,
+                 text: Callable[[PartT, str], str | None], refusal: str) -> str:
+    """The text of a message's ``content`` on the Responses and Anthropic wires: its
+    string, or its text parts (``text(part, where)``: the part's text, None for a part
+    of another type) joined with a blank line; another part is ``Unsupported`` at
+    ``where[i]``, ``refusal`` then its type."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    for index, part in enumerate(content):
+        found = text(part, f"{where}[{index}]")
+        if found is None:
+            raise Unsupported(f"{where}[{index}]", f"{refusal}{getattr(part, 'type', None)!r}")
+        texts.append(found)
+    return TEXT_SEPARATOR.join(texts)
 
 
 def text_of(message: GatewayMessage, index: int) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import secrets
 from typing import Literal
 
-from rollserve.agent.gateway.messages import Reply, Unsupported
+from rollserve.agent.gateway.messages import TEXT_SEPARATOR, Reply, Unsupported, joined_texts
 from rollserve.contract.gateway import (
     ChatCompletionRequest,
     ChatToolCall,
@@ -55,27 +55,23 @@ from rollserve.contract.responses import (
 __all__ = ["CALL_IDS", "output_items", "to_chat_request"]
 
 CALL_IDS = "call_"  # the prefix of a reply's call_ids
-SEPARATOR = "\n\n"  # between the text parts of one message
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 Role = Literal["system", "user", "assistant"]
 ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user",
                           "assistant": "assistant"}
 
 
+def _text(part: InputPart, where: str) -> str | None:
+    """A text part's text (None: another type)."""
+    if part.type not in TEXT_PARTS:
+        return None
+    if part.text is None:
+        raise Unsupported(f"{where}.text", "a text part needs its text")
+    return part.text
+
+
 def _texts(content: str | list[InputPart] | None, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    texts: list[str] = []
-    for index, part in enumerate(content):
-        if part.type not in TEXT_PARTS:
-            raise Unsupported(f"{where}[{index}]", f"only text parts are supported, not "
-                                                   f"{part.type!r}")
-        if part.text is None:
-            raise Unsupported(f"{where}[{index}].text", "a text part needs its text")
-        texts.append(part.text)
-    return SEPARATOR.join(texts)
+    return joined_texts(content, where, _text, "only text parts are supported, not ")
 
 
 def _required(item: InputItem, where: str, *fields: str) -> None:
@@ -144,7 +140,7 @@ def _one_system(messages: list[GatewayMessage]) -> list[GatewayMessage]:
         lead += 1
     if lead < 2:
         return messages
-    text = SEPARATOR.join(m.content for m in messages[:lead] if isinstance(m.content, str))
+    text = TEXT_SEPARATOR.join(m.content for m in messages[:lead] if isinstance(m.content, str))
     return [GatewayMessage(role="system", content=text), *messages[lead:]]
 
 
