@@ -12,7 +12,9 @@ The install root is ``$ROLLSERVE_HARNESS_DIR``, else ``~/.cache/rollserve/harnes
 
     codex = harness_bin("codex")                 # a test running the executable itself
 
-A test that needs one it cannot find is skipped, saying where it looked and what to install.
+A test that needs one it cannot find is skipped, saying where it looked and what to install;
+with ``ROLLSERVE_REQUIRE_HARNESSES=1`` (CI sets it once ``rollserve harness install``
+installed them all) it fails instead, so a harness that went missing is never a quiet skip.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from rollserve.agent.harnesses.install import available, install_root, installed
 
 __all__ = ["harness_bin", "harness_problem", "harness_root", "needs_harness"]
 
+REQUIRED = os.environ.get("ROLLSERVE_REQUIRE_HARNESSES") == "1"
+
+
+def _missing(reason: str) -> None:
+    """Skip (or, where the harnesses are required, fail) for a harness not found."""
+    if REQUIRED:
+        pytest.fail(f"{reason} (ROLLSERVE_REQUIRE_HARNESSES=1: every harness must be installed)",
+                    pytrace=False)
+    pytest.skip(reason)
+
 
 def harness_root() -> Path:
     """The install root the tests (and the servers they start) use (absolute)."""
@@ -37,8 +49,8 @@ def harness_bin(name: str, bin_name: str | None = None) -> Path:
     skips the calling test when it is not installed."""
     path = harness_root() / name / "node_modules" / ".bin" / (bin_name or name)
     if not os.access(path, os.X_OK):
-        pytest.skip(f"{name} is not installed at {path} (rollserve harness install {name}, "
-                    "or set ROLLSERVE_HARNESS_DIR to the install root)")
+        _missing(f"{name} is not installed at {path} (rollserve harness install {name}, "
+                 "or set ROLLSERVE_HARNESS_DIR to the install root)")
     return path
 
 
@@ -52,6 +64,9 @@ def harness_problem(name: str) -> str | None:
 
 
 def needs_harness(name: str) -> pytest.MarkDecorator:
-    """Skip unless ``name`` is installed and its Node fits (as the server checks at submit)."""
+    """Skip unless ``name`` is installed and its Node fits (as the server checks at submit);
+    where the harnesses are required, the module fails to load instead."""
     problem = harness_problem(name)
+    if problem is not None and REQUIRED:
+        _missing(f"harness {name}: {problem}")
     return pytest.mark.skipif(problem is not None, reason=f"harness {name}: {problem}")
