@@ -166,10 +166,12 @@ class Service:
         self._sandbox_python: asyncio.Task[object] | None = None  # made at start
         self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
         gateway = Gateway()  # harness-driven rollouts' sessions (agent.gateway)
+        # The harness presets' install root, resolved once: for the handlers and the Ray workers.
+        self.harness_dir = str(install_root(config.harness_dir))
         self.judges = Judges([self._judge(spec) for spec in config.judges])
         context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
                                  sandboxes=self.sandboxes, options=config.handler_options,
-                                 gateway=gateway, harness_dir=str(install_root(config.harness_dir)),
+                                 gateway=gateway, harness_dir=self.harness_dir,
                                  judges=self.judges, rubrics=config.rubrics,
                                  default_judge=None if config.default_judge is None else
                                  JudgeRequest(rubric=config.default_judge))
@@ -212,7 +214,7 @@ class Service:
             backends=config.backends, llm=config.llm, scoring_workers=config.scoring_workers,
             scoring_timeout=config.scoring_timeout, sandbox_runtime=config.sandbox_runtime,
             sandbox_options=config.sandbox_options, handler_options=config.handler_options,
-            harness_dir=str(install_root(config.harness_dir)),
+            harness_dir=self.harness_dir,
             lora=self.router.lora)  # restored at start: workers name it from the first call
         router = self.router
         executor = RayExecutor(config.ray, settings, policy_version=lambda: router.policy_version)

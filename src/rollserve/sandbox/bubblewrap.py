@@ -222,7 +222,7 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
                 cgroup = cgroups.create(self.cgroup_parent, name, spec.limits)
         except (OSError, ValueError) as error:
             self.release_uid(uid)
-            self.reap(entry.record)
+            await asyncio.to_thread(self.reap, entry.record)  # (blocking: folders, a cgroup)
             entry.delete()
             raise SandboxError(f"bubblewrap sandbox could not start: {error}") from error
         sandbox = BubblewrapSandbox(self, sandbox_id, spec, folders, entry, cgroup, root, uid)
