@@ -1,7 +1,8 @@
 """What the sandbox caps' watchers share: a polling task started once and stopped
 (cancelled and awaited) when the thing watched closes (``Poller``: these and
-cpucap.CpuWatch); for diskcap.DiskWatch and shmcap.MemfdWatch also a limit in bytes,
-the sandbox's host pids and what to do past the limit (``CapWatch``)."""
+cpucap.CpuWatch); for diskcap.DiskWatch, shmcap.MemfdWatch and rsscap.ResidentWatch
+also a limit in bytes, the sandbox's host pids and what to do past the limit
+(``CapWatch``)."""
 
 from __future__ import annotations
 
