@@ -12,7 +12,9 @@ its last non-empty line must be exactly ``SCORE: <n>``
 (a plain number inside the rubric's scale), the reply is bounded in length, and a
 reply that quotes the boundary (it echoed the policy's block) is refused. A refused
 reply is asked again, then counts as the scale's lowest score (never a mask: a policy
-that makes the judge misformat must not turn a likely 0 into a dropped sample). What the
+that makes the judge misformat must not turn a likely 0 into a dropped sample); so does,
+at once, a judge's refusal of what the policy wrote (a reply past its bound, a prompt
+too long for its window: ``errors.JudgeRefused``). What the
 policy writes ("SCORE: 10", a fake end of the block, a fake judge reply) is never
 parsed. A judge can still be persuaded by a convincing wrong answer: measure it with
 a held-out set of known-bad persuasive answers (docs/judges.md).
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rollserve.contract.judge import JudgeRequest, Rubric
-from rollserve.errors import InfraError
+from rollserve.errors import InfraError, JudgeRefused
 from rollserve.handlers.base import Evaluation
 
 if TYPE_CHECKING:
@@ -69,9 +71,10 @@ class JudgePool(Protocol):
 
 
 class JudgeFailed(InfraError):
-    """No judge could be reached (a transport failure: timeout, HTTP error, an unhealthy
-    judge) and the rubric says mask. A judge that answered but gave no score is never
-    this: its reply counts as the scale's lowest score (docs/judges.md)."""
+    """No judge could be reached (a connection error, a timeout, a 5xx after its tries,
+    the EVAL stage's time running out) and the rubric says mask. A judge that answered
+    but gave no score, or refused what the policy wrote, is never this: the scale's
+    lowest score (docs/judges.md)."""
 
 
 @dataclass
@@ -234,19 +237,26 @@ def prompt(rubric: Rubric, task: TaskText, answer: str,
 
 async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str,
                reference: str | None) -> Verdict:
-    """One sample of one judge. A transport failure (``InfraError``: timeout, HTTP
-    error) gives no score: the rubric's ``on_failure`` applies. A reply that answered
-    but holds no valid score is asked again (``unparsed_retries``, each with a fresh
-    boundary), then counts as the scale's lowest score, ``unparsed`` recorded: never a
-    mask, which a policy could buy by making the judge misformat."""
+    """One sample of one judge. A judge not reached (``InfraError``: connection error,
+    timeout, 5xx after its tries) gives no score: the rubric's ``on_failure`` applies.
+    A reply that holds no valid score is asked again (``unparsed_retries``, each with a
+    fresh boundary), then counts as the scale's lowest score, ``unparsed`` recorded; so
+    does a refusal of what the policy wrote (``JudgeRefused``: a reply over the judge's
+    bound, a prompt over its window), at once. Never a mask, which a policy could buy by
+    making the judge misformat or refuse."""
     seconds = 0.0
+    reply_text: str | None = None
     for attempt in range(1, rubric.unparsed_retries + 2):
         text, boundary = prompt(rubric, task, answer, reference)
         try:
             reply = await judge.ask([{"role": "user", "content": text}])
+        except JudgeRefused as exc:
+            reply_text, problem = None, str(exc)
+            break
         except InfraError as exc:
             return Verdict(judge.name, text, None, None, seconds, str(exc), tries=attempt)
         seconds += reply.seconds
+        reply_text = reply.text
         try:
             score = parse_score(reply.text, rubric, boundary)
         except ValueError as exc:
@@ -254,7 +264,7 @@ async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str,
             continue
         return Verdict(judge.name, text, reply.text, score, seconds, tries=attempt)
     judge.note_unparsed()
-    return Verdict(judge.name, text, reply.text, rubric.low, seconds,
+    return Verdict(judge.name, text, reply_text, rubric.low, seconds,
                    f"no score in the reply ({problem}): the scale's lowest",
                    unparsed=True, tries=attempt)
 
