@@ -27,13 +27,15 @@ import json
 import re
 import secrets
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rollserve.contract.judge import JudgeRequest, Rubric
 from rollserve.errors import InfraError, JudgeRefused
 from rollserve.handlers.base import Evaluation
+from rollserve.llm.routing import current_deadline
 
 if TYPE_CHECKING:
     from rollserve.handlers.base import HandlerContext
@@ -311,6 +313,38 @@ async def _process(pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[s
     return statistics.fmean(s for s in turn_scores if s is not None), turn_scores, verdicts
 
 
+class JudgeTimedOut(InfraError):
+    """The judges ran past the EVAL stage's time (less ``STAGE_MARGIN``)."""
+
+
+STAGE_MARGIN = 2.0  # seconds of the EVAL stage's time kept for what follows the judges
+
+
+@asynccontextmanager
+async def _within_the_stage() -> AsyncIterator[None]:
+    """Bound the judges' calls (their queue, timeouts, tries and unparsed retries) by
+    the deadline the engine set for the stage's calls, less a margin (half what is
+    left, when that is less): running out is ``JudgeTimedOut``, a judge not reached,
+    so the rubric's ``on_failure`` applies before the stage itself times out (which
+    would mask the rollout whatever the rubric says). Unbounded where no deadline is
+    set (an offline check)."""
+    when = current_deadline()
+    if when is None:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    left = when - loop.time()
+    budget = max(0.0, left - min(STAGE_MARGIN, left / 2))
+    try:
+        async with asyncio.timeout_at(loop.time() + budget) as bound:
+            yield
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        raise JudgeTimedOut(f"the judges timed out: no score within the EVAL stage's time "
+                            f"({budget:.1f} s left to them)") from None
+
+
 async def judged(ctx: HandlerContext, evaluation: Evaluation,
                  messages: Sequence[Mapping[str, Any]], instance: Mapping[str, Any],
                  request: JudgeRequest, task: str | None = None) -> Evaluation:
@@ -327,12 +361,17 @@ async def judged(ctx: HandlerContext, evaluation: Evaluation,
     shown = TaskText(task, True) if task else TaskText(task_text(messages), False)
     outcome = float(evaluation.reward)
     turn_scores: list[float | None] | None = None
-    if rubric.mode == "process":
-        score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages, shown,
-                                                      reference)
-    else:
-        score, verdicts = await grade(ctx.judges, rubric, shown, final_answer(messages),
-                                      reference)
+    late: str | None = None
+    try:
+        async with _within_the_stage():
+            if rubric.mode == "process":
+                score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages,
+                                                              shown, reference)
+            else:
+                score, verdicts = await grade(ctx.judges, rubric, shown,
+                                              final_answer(messages), reference)
+    except JudgeTimedOut as exc:
+        score, verdicts, late = None, [], exc.message
     name = request.rubric if isinstance(request.rubric, str) else "inline"
     record: dict[str, Any] = {
         "rubric": name, "mode": rubric.mode, "scale": [rubric.low, rubric.high],
@@ -346,7 +385,7 @@ async def judged(ctx: HandlerContext, evaluation: Evaluation,
     key = "judge_process" if rubric.mode == "process" else "judge"
     components = {**evaluation.components, "outcome": outcome}
     if score is None:
-        errors = sorted({v.error or "no score" for v in verdicts})
+        errors = sorted({v.error or "no score" for v in verdicts} | ({late} if late else set()))
         if rubric.on_failure == "mask":
             raise JudgeFailed("no valid judge score (" + "; ".join(errors)[:400] + ")")
         record.update(failed=True, fallback="outcome", errors=errors)
