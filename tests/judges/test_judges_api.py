@@ -162,16 +162,26 @@ async def test_a_hanging_judge_with_default_limits_falls_back_as_the_rubric_says
 
 
 async def test_a_paused_policy_does_not_pause_the_judges(make_api, doubles):
-    """The policy's pause never reaches a judge: a rollout paused mid-batch is judged
-    once resumed, and the judge's health is its own."""
+    """The policy's pause never reaches a judge: while the policy is paused a judge
+    still grades (a re-score with it, which samples nothing), and the judge's health
+    is its own."""
     pol, ja, *_ = doubles
     _, client = await make_api([pol.url], server={"judges": [f"a={ja.url}"]})
     ids = await submit(client, [math_task("right", {"rubric": "default"})])
     (first,) = await results(client, ids)
     assert first["reward"] == pytest.approx(0.8)
+    graded, sampled = len(ja.calls), len(pol.calls)
     assert (await client.post("/v1/llm/pause", json={"mode": "abort"})).status_code == 200
     status = (await client.get("/v1/status")).json()
     assert status["llm"]["paused"] is True
+    r = await client.post("/v1/results/rescore",
+                          json={"result_ids": ids, "judge": {"rubric": "default"}})
+    assert r.status_code == 200, r.text
+    (again,) = r.json()["results"]
+    assert again["reward"] == pytest.approx(0.8) and again["mask"] is False
+    assert len(ja.calls) == graded + 1 and len(pol.calls) == sampled
+    status = (await client.get("/v1/status")).json()
+    assert status["llm"]["paused"] is True  # still paused: the judge answered anyway
     assert [j["healthy"] for j in status["judges"]] == [True]
     await client.post("/v1/llm/resume", json={})
 
