@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -89,6 +89,16 @@ def parse_judge_spec(spec: str | dict[str, Any]) -> JudgeConfig:
     if isinstance(config.backend, str) and config.backend.startswith(("http://", "https://")):
         config.backend = f"openai_chat={config.backend}"
     return config
+
+
+def check_unique(names: Iterable[str]) -> None:
+    """``ValueError`` naming the first judge name given twice (the one rule the
+    server's config, ``--judge`` and ``Judges`` share)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"two judges named {name!r}")
+        seen.add(name)
 
 
 @dataclass(frozen=True)
@@ -192,11 +202,8 @@ class Judges:
     """The server's judges, by name (the first is the default)."""
 
     def __init__(self, judges: list[Judge] | None = None) -> None:
-        self._by_name: dict[str, Judge] = {}
-        for judge in judges or []:
-            if judge.name in self._by_name:
-                raise ValueError(f"judge: two judges named {judge.name!r}")
-            self._by_name[judge.name] = judge
+        check_unique(judge.name for judge in judges or [])
+        self._by_name: dict[str, Judge] = {judge.name: judge for judge in judges or []}
 
     def names(self) -> list[str]:
         return list(self._by_name)
