@@ -208,7 +208,8 @@ def final_answer(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def transcript(messages: Sequence[Mapping[str, Any]]) -> str:
-    """Every message after the first user one, labelled by role."""
+    """Every message but the system ones (the first user message, the task, included),
+    each labelled by its role."""
     return "\n\n".join(f"[{m.get('role')}]\n{_content(m)}" for m in messages
                        if m.get("role") != "system")
 
