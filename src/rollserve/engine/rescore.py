@@ -25,8 +25,9 @@ from rollserve.engine.pipeline import CLEANUP_TIMEOUT, Engine
 from rollserve.engine.rollout import RolloutSpec, plain_json
 from rollserve.engine.store import GroupRow, RolloutRow
 from rollserve.errors import InfraError
-from rollserve.llm.routing import call_deadline
 from rollserve.handlers.base import AgentHandler, evaluate
+from rollserve.llm.routing import call_deadline
+
 
 def scoring_name(judge: JudgeRequest | None) -> str:
     if judge is None:

@@ -24,6 +24,7 @@ refuses it with a ``MultiSequenceError`` naming the result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from pydantic import JsonValue
 
@@ -75,7 +76,7 @@ def info(result: RolloutResult) -> dict[str, JsonValue]:
             "ended_by": result.trajectory.ended_by, "stale": result.stale,
             "policy_versions": list(result.trajectory.policy_versions),
             "turns": result.stats.turns, "metadata": result.metadata,
-            "reward_components": reward_components(result)}
+            "reward_components": cast("JsonValue", reward_components(result))}
 
 
 def reward_components(result: RolloutResult) -> dict[str, float] | None:
