@@ -54,6 +54,13 @@ class AgentError(RolloutError):
     kind: FailureKind = "agent"
 
 
+class JudgeRefused(AgentError):
+    """A judge refused what it was asked to grade for what the policy wrote: its reply
+    ran past the judge's bound, or the judge's server refused the request's content (a
+    400, 413 or 422: the prompt, which holds the policy's text, too long for its window).
+    The policy's doing: the judge's score is the scale's lowest (unparsed), never a mask."""
+
+
 class TimeoutFailure(RolloutError):
     """A bounded wait inside a stage ran out (a test run past its limit): masked."""
 

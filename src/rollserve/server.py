@@ -27,7 +27,7 @@ from rollserve.errors import RolloutError
 from rollserve.handlers import HandlerRegistry, ScoringPool, UnknownDataSource
 from rollserve.handlers.base import HandlerContext
 from rollserve.llm.backends import backend_from_spec, parse_backend_spec
-from rollserve.llm.judges import Judge, Judges, parse_judge_spec
+from rollserve.llm.judges import Judge, Judges, check_unique, parse_judge_spec
 from rollserve.llm.routing import Router, RouterConfig
 from rollserve.llm.tokens import DEFAULT_TOKENIZER, load_tokenizer
 from rollserve.sandbox.base import SandboxError
@@ -115,9 +115,7 @@ class ServerConfig(BaseModel):
     @field_validator("judges")
     @classmethod
     def _judges(cls, specs: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
-        names = [parse_judge_spec(spec).name for spec in specs]  # ValueError naming the field
-        if len(set(names)) != len(names):
-            raise ValueError(f"two judges share a name: {names}")
+        check_unique(parse_judge_spec(spec).name for spec in specs)  # ValueError naming it
         return specs
 
     @field_validator("sandbox_runtime")

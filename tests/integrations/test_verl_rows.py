@@ -116,6 +116,10 @@ def test_a_results_reward_components_pass_through_to_verl_and_trl_rows():
     assert sample.reward_components == {"correctness": 1.0, "format": 0.5}
     masked = _result(mask=True, reward=None).model_copy(update={"reward_components": {"x": 1.0}})
     assert to_sample(masked, filler_id=2).reward_components is None  # nothing to train on
+    # one rule: the info a trainer logs carries them where the sample does, None when masked
+    assert to_sample(masked, filler_id=2).info["reward_components"] is None
+    assert to_verl(Attempts(masked, 1, ["g"]), prompt_length=8, response_length=8,
+                   filler_id=2).info["reward_components"] is None
 
 
 def test_a_result_as_verls_fields():

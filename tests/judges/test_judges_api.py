@@ -136,17 +136,52 @@ async def test_judge_rewards_parsed_scaled_aggregated_and_isolated(make_api, dou
     assert 'rollserve_judge_latency_seconds_count{judge="a"}' in metrics
 
 
+async def test_a_hanging_judge_with_default_limits_falls_back_as_the_rubric_says(make_api,
+                                                                                  doubles):
+    """A judge that never answers, with its default timeout (60 s a try, two tries)
+    and math's default EVAL limit (30 s): the judges are bounded by the EVAL stage's
+    time, so on_failure "outcome" gives the outcome reward, unmasked, the evaluation
+    saying the judges timed out (never a masked EVAL timeout that hides the judge);
+    on_failure "mask" masks it as a judge failure."""
+    pol, *_, hang = doubles
+    _, client = await make_api([pol.url], server={
+        "judges": [f"hang={hang.url}"],
+        "rubrics": {"fallback": {"judges": ["hang"], "on_failure": "outcome"},
+                    "masking": {"judges": ["hang"]}}})
+    ids = await submit(client, [math_task("right", {"rubric": "fallback"}),
+                                math_task("right", {"rubric": "masking"})])
+    fallback, masked = await results(client, ids)
+    assert fallback["status"] == "completed" and fallback["mask"] is False, fallback["failure"]
+    assert fallback["reward"] == 1.0 and fallback["failure"] is None
+    judged = fallback["evaluation"]["judge"]
+    assert judged["failed"] is True and judged["fallback"] == "outcome"
+    assert any("judges timed out" in e for e in judged["errors"]), judged["errors"]
+    assert masked["mask"] is True and masked["reward"] is None
+    assert masked["failure"]["stage"] == "eval" and masked["failure"]["kind"] == "infra"
+    assert "judges timed out" in masked["failure"]["message"], masked["failure"]
+
+
 async def test_a_paused_policy_does_not_pause_the_judges(make_api, doubles):
-    """The policy's pause never reaches a judge: a rollout paused mid-batch is judged
-    once resumed, and the judge's health is its own."""
+    """The policy's pause never reaches a judge: while the policy is paused a judge
+    still grades (a re-score with it, which samples nothing), and the judge's health
+    is its own."""
     pol, ja, *_ = doubles
     _, client = await make_api([pol.url], server={"judges": [f"a={ja.url}"]})
     ids = await submit(client, [math_task("right", {"rubric": "default"})])
     (first,) = await results(client, ids)
     assert first["reward"] == pytest.approx(0.8)
+    graded, sampled = len(ja.calls), len(pol.calls)
     assert (await client.post("/v1/llm/pause", json={"mode": "abort"})).status_code == 200
     status = (await client.get("/v1/status")).json()
     assert status["llm"]["paused"] is True
+    r = await client.post("/v1/results/rescore",
+                          json={"result_ids": ids, "judge": {"rubric": "default"}})
+    assert r.status_code == 200, r.text
+    (again,) = r.json()["results"]
+    assert again["reward"] == pytest.approx(0.8) and again["mask"] is False
+    assert len(ja.calls) == graded + 1 and len(pol.calls) == sampled
+    status = (await client.get("/v1/status")).json()
+    assert status["llm"]["paused"] is True  # still paused: the judge answered anyway
     assert [j["healthy"] for j in status["judges"]] == [True]
     await client.post("/v1/llm/resume", json={})
 

@@ -110,3 +110,35 @@ async def test_only_a_completed_result_is_scored_again(make_api, tok):
         page = (await client.get("/v1/results", params={"after": last})).json()
         assert page["results"] == []
 
+
+
+def most_at_once(calls) -> int:
+    """The most of ``calls`` in flight together (from their recorded start and end)."""
+    edges = sorted([(c.received_at, 1) for c in calls] + [(c.finished_at, -1) for c in calls])
+    peak = now = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+async def test_rescores_take_the_engines_init_and_eval_slots(make_api, tok):
+    """Re-scores run through the engine's stage pools: with --eval-workers 1, a batch of
+    re-scores whose judge takes a while has one judge call in flight at a time (each
+    re-score's EVAL holds the pool's one slot), and the INIT and EVAL pools count them."""
+    async with (FakeVLLM(tok, replies=policy) as pol,
+                FakeVLLM(tok, replies="Fine.\nSCORE: 8", latency=0.3) as judge):
+        _, client = await make_api([pol.url], eval_workers=1, server={
+            "judges": [f'{{"name": "j", "backend": "{judge.url}", "concurrency": 8}}']})
+        ids = await submit(client, [math_task("right"), math_task("wrong"),
+                                    math_task("right"), math_task("wrong")])
+        await results(client, ids)
+        before = (await client.get("/v1/status")).json()["stages"]
+        r = await client.post("/v1/results/rescore",
+                              json={"result_ids": ids, "judge": {"rubric": "default"}})
+        assert r.status_code == 200, r.text
+        after = (await client.get("/v1/status")).json()["stages"]
+    assert [n["reward"] for n in r.json()["results"]] == [pytest.approx(0.8)] * 4
+    assert len(judge.calls) == 4 and most_at_once(judge.calls) == 1
+    assert after["eval"]["done"] - before["eval"]["done"] == 4
+    assert after["init"]["done"] - before["init"]["done"] == 4

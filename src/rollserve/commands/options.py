@@ -71,18 +71,20 @@ def handler_options(value: str | None) -> dict[str, dict[str, Any]]:
 def check_judges(specs: list[str]) -> None:
     """Each ``--judge`` describes a judge with a backend (a clear error naming it)."""
     from rollserve.llm.backends import parse_backend_spec
-    from rollserve.llm.judges import parse_judge_spec
+    from rollserve.llm.judges import check_unique, parse_judge_spec
 
-    names: set[str] = set()
+    names: list[str] = []
     for spec in specs:
         try:
             config = parse_judge_spec(spec)
             parse_backend_spec(config.backend)
         except ValueError as exc:  # (a BackendSpecError is one)
             raise typer.BadParameter(f"{spec!r}: {exc}", param_hint="--judge") from exc
-        if config.name in names:
-            raise typer.BadParameter(f"two judges named {config.name!r}", param_hint="--judge")
-        names.add(config.name)
+        names.append(config.name)
+    try:
+        check_unique(names)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--judge") from None
 
 
 def parse_rubrics(specs: list[str]) -> dict[str, Rubric]:

@@ -57,11 +57,15 @@ class Rubric(BaseModel):
     aggregate: Literal["mean", "median", "min"] = Field(
         "mean", description="how the scores of several judges and samples become one")
     on_failure: Literal["mask", "outcome"] = Field(
-        "mask", description="when no judge can be reached (timeout, HTTP error, unhealthy): "
+        "mask", description="when no judge can be reached (connection error, timeout, 5xx "
+                            "after its tries, a judge configured wrong, the EVAL stage's "
+                            "time running out): "
                             "mask the rollout (an infra failure, never scored), or keep the "
                             "family's outcome reward alone (reward = outcome; the evaluation "
                             "says the judge failed). A judge that answered without a valid "
-                            "score is not a failure: see unparsed_retries")
+                            "score, or refused what the policy wrote (a reply too long, a "
+                            "prompt too long for its window), is not a failure: the "
+                            "scale's lowest (see unparsed_retries)")
     unparsed_retries: int = Field(
         1, ge=0, le=4,
         description="a judge's reply with no valid score (no 'SCORE: n' last line, a quote "

@@ -17,7 +17,7 @@ import time
 import uuid
 
 from rollserve.agent import Trajectory
-from rollserve.contract import Failure, RolloutResult
+from rollserve.contract import Failure, FailureStage, RolloutResult
 from rollserve.contract.judge import JudgeRequest, Rescored, RescoreRequest, RescoreResponse
 from rollserve.engine.config import new_rollout
 from rollserve.engine.errors import InvalidTask, NotFound
@@ -26,8 +26,7 @@ from rollserve.engine.rollout import RolloutSpec, plain_json
 from rollserve.engine.store import GroupRow, RolloutRow
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, evaluate
-
-MAX_CONCURRENT = 8
+from rollserve.llm.routing import call_deadline
 
 
 def scoring_name(judge: JudgeRequest | None) -> str:
@@ -84,13 +83,8 @@ async def rescore(engine: Engine, request: RescoreRequest) -> RescoreResponse:
     groups: dict[str, str] = {}  # old group -> new group
     for row in rows:
         groups.setdefault(row.group_id, f"{row.group_id}-rs-{uuid.uuid4().hex[:8]}")
-    slots = asyncio.Semaphore(MAX_CONCURRENT)
-
-    async def one(row: RolloutRow, index: int) -> RolloutResult:
-        async with slots:
-            return await _one(engine, row, groups[row.group_id], index, request.judge, scoring)
-
-    results = await asyncio.gather(*(one(row, i) for i, row in enumerate(rows)))
+    results = await asyncio.gather(*(_one(engine, row, groups[row.group_id], i, request.judge,
+                                          scoring) for i, row in enumerate(rows)))
     now = time.time()
     new_groups: dict[str, tuple[GroupRow, list[RolloutSpec]]] = {}
     for row, result in zip(rows, results, strict=True):
@@ -115,7 +109,9 @@ async def rescore(engine: Engine, request: RescoreRequest) -> RescoreResponse:
 
 async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
                judge: JudgeRequest | None, scoring: str) -> RolloutResult:
-    """One stored result scored again: its family's init, then evaluate, bounded."""
+    """One stored result scored again: its family's init (restore), then evaluate, each
+    bounded by its stage's limit and holding a slot of the engine's pool for that stage
+    (``--init-workers``, ``--eval-workers``) while it runs, as a rollout's stage does."""
     assert row.result is not None
     old = row.result
     handler: AgentHandler = engine.handler(row.spec.data_source)
@@ -127,19 +123,25 @@ async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
     began = time.monotonic()
     update: dict[str, object] = {"id": spec.id, "group_id": group_id, "seq": None,
                                  "scoring": scoring, "rescored_from": old.id}
+    stage: FailureStage = "init"
     try:
         restore = getattr(handler, "restore", None)  # (a duck-typed plugin: its init)
-        await asyncio.wait_for(restore(rollout, old.evaluation) if restore is not None
-                               else handler.init(rollout), rollout.timeouts.init)
-        evaluation = await asyncio.wait_for(evaluate(handler, rollout), rollout.timeouts.eval)
+        async with engine.pools["init"].slot():
+            await asyncio.wait_for(restore(rollout, old.evaluation) if restore is not None
+                                   else handler.init(rollout), rollout.timeouts.init)
+        stage = "eval"
+        async with engine.pools["eval"].slot(), asyncio.timeout(rollout.timeouts.eval) as limit:
+            with call_deadline(limit.when()):  # the judges' calls end within the stage
+                evaluation = await evaluate(handler, rollout)
     except Exception as exc:  # an infrastructure failure (or any other): masked, never scored
         if isinstance(exc, TimeoutError):
-            message = str(exc) or f"EVAL ran past {rollout.timeouts.eval:g} s"
+            limit_s = rollout.timeouts.init if stage == "init" else rollout.timeouts.eval
+            message = str(exc) or f"{stage.upper()} ran past {limit_s:g} s"
         else:
             message = str(exc) if isinstance(exc, InfraError) else f"{type(exc).__name__}: {exc}"
         update.update(reward=None, evaluation=None, reward_components=None, mask=True,
-                      status="failed", mask_reason=f"infra failure in eval: {message}"[:600],
-                      failure=Failure(stage="eval", kind="infra", message=message[:500]))
+                      status="failed", mask_reason=f"infra failure in {stage}: {message}"[:600],
+                      failure=Failure(stage=stage, kind="infra", message=message[:500]))
     else:
         update.update(reward=float(evaluation.reward),
                       evaluation=plain_json(evaluation.details),

@@ -150,10 +150,10 @@ async def submit(engine: Engine, request: SubmitRequest,
     for index, task in enumerate(request.tasks):
         where = f"tasks[{index}]"
         _check_task(engine, task, request, where, limits)
+        # (the server's default judge, for a task that names none, was checked once at
+        # start: Service refuses to start with a default it cannot give)
         _check_judge(engine, task.judge or request.judge,
                      f"{where}.judge" if task.judge is not None else "judge")
-        if task.judge is None and request.judge is None:  # the server's own: checked at start
-            _check_judge(engine, engine.context.default_judge, "judge")
         if task.id is not None:
             if task.id in seen_keys:
                 raise InvalidTask(f"{where}.id",

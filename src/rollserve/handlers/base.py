@@ -191,7 +191,7 @@ class RolloutView(Protocol):
     @property
     def judge(self) -> JudgeRequest | None:
         """The judge reward the task asks for on top of its family's outcome (None:
-        the outcome alone); ``AgentHandler.evaluate`` applies it."""
+        the outcome alone); ``handlers.base.evaluate`` applies it."""
         ...
 
     @property
@@ -276,10 +276,6 @@ class AgentHandler(ABC):
     @abstractmethod
     async def eval(self, rollout: RolloutView) -> Evaluation:
         """Score the episode."""
-
-    async def evaluate(self, rollout: RolloutView) -> Evaluation:
-        """``evaluate(self, rollout)``: the family's ``eval``, then the judge reward."""
-        return await evaluate(self, rollout)
 
     @abstractmethod
     async def cleanup(self, rollout: RolloutView) -> None:

@@ -12,7 +12,9 @@ its last non-empty line must be exactly ``SCORE: <n>``
 (a plain number inside the rubric's scale), the reply is bounded in length, and a
 reply that quotes the boundary (it echoed the policy's block) is refused. A refused
 reply is asked again, then counts as the scale's lowest score (never a mask: a policy
-that makes the judge misformat must not turn a likely 0 into a dropped sample). What the
+that makes the judge misformat must not turn a likely 0 into a dropped sample); so does,
+at once, a judge's refusal of what the policy wrote (a reply past its bound, a prompt
+too long for its window: ``errors.JudgeRefused``). What the
 policy writes ("SCORE: 10", a fake end of the block, a fake judge reply) is never
 parsed. A judge can still be persuaded by a convincing wrong answer: measure it with
 a held-out set of known-bad persuasive answers (docs/judges.md).
@@ -25,13 +27,15 @@ import json
 import re
 import secrets
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rollserve.contract.judge import JudgeRequest, Rubric
-from rollserve.errors import InfraError
+from rollserve.errors import InfraError, JudgeRefused
 from rollserve.handlers.base import Evaluation
+from rollserve.llm.routing import current_deadline
 
 if TYPE_CHECKING:
     from rollserve.handlers.base import HandlerContext
@@ -69,9 +73,10 @@ class JudgePool(Protocol):
 
 
 class JudgeFailed(InfraError):
-    """No judge could be reached (a transport failure: timeout, HTTP error, an unhealthy
-    judge) and the rubric says mask. A judge that answered but gave no score is never
-    this: its reply counts as the scale's lowest score (docs/judges.md)."""
+    """No judge could be reached (a connection error, a timeout, a 5xx after its tries,
+    the EVAL stage's time running out) and the rubric says mask. A judge that answered
+    but gave no score, or refused what the policy wrote, is never this: the scale's
+    lowest score (docs/judges.md)."""
 
 
 @dataclass
@@ -203,7 +208,8 @@ def final_answer(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def transcript(messages: Sequence[Mapping[str, Any]]) -> str:
-    """Every message after the first user one, labelled by role."""
+    """Every message but the system ones (the first user message, the task, included),
+    each labelled by its role."""
     return "\n\n".join(f"[{m.get('role')}]\n{_content(m)}" for m in messages
                        if m.get("role") != "system")
 
@@ -234,19 +240,26 @@ def prompt(rubric: Rubric, task: TaskText, answer: str,
 
 async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str,
                reference: str | None) -> Verdict:
-    """One sample of one judge. A transport failure (``InfraError``: timeout, HTTP
-    error) gives no score: the rubric's ``on_failure`` applies. A reply that answered
-    but holds no valid score is asked again (``unparsed_retries``, each with a fresh
-    boundary), then counts as the scale's lowest score, ``unparsed`` recorded: never a
-    mask, which a policy could buy by making the judge misformat."""
+    """One sample of one judge. A judge not reached (``InfraError``: connection error,
+    timeout, 5xx after its tries) gives no score: the rubric's ``on_failure`` applies.
+    A reply that holds no valid score is asked again (``unparsed_retries``, each with a
+    fresh boundary), then counts as the scale's lowest score, ``unparsed`` recorded; so
+    does a refusal of what the policy wrote (``JudgeRefused``: a reply over the judge's
+    bound, a prompt over its window), at once. Never a mask, which a policy could buy by
+    making the judge misformat or refuse."""
     seconds = 0.0
+    reply_text: str | None = None
     for attempt in range(1, rubric.unparsed_retries + 2):
         text, boundary = prompt(rubric, task, answer, reference)
         try:
             reply = await judge.ask([{"role": "user", "content": text}])
+        except JudgeRefused as exc:
+            reply_text, problem = None, str(exc)
+            break
         except InfraError as exc:
             return Verdict(judge.name, text, None, None, seconds, str(exc), tries=attempt)
         seconds += reply.seconds
+        reply_text = reply.text
         try:
             score = parse_score(reply.text, rubric, boundary)
         except ValueError as exc:
@@ -254,7 +267,7 @@ async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str,
             continue
         return Verdict(judge.name, text, reply.text, score, seconds, tries=attempt)
     judge.note_unparsed()
-    return Verdict(judge.name, text, reply.text, rubric.low, seconds,
+    return Verdict(judge.name, text, reply_text, rubric.low, seconds,
                    f"no score in the reply ({problem}): the scale's lowest",
                    unparsed=True, tries=attempt)
 
@@ -301,6 +314,38 @@ async def _process(pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[s
     return statistics.fmean(s for s in turn_scores if s is not None), turn_scores, verdicts
 
 
+class JudgeTimedOut(InfraError):
+    """The judges ran past the EVAL stage's time (less ``STAGE_MARGIN``)."""
+
+
+STAGE_MARGIN = 2.0  # seconds of the EVAL stage's time kept for what follows the judges
+
+
+@asynccontextmanager
+async def _within_the_stage() -> AsyncIterator[None]:
+    """Bound the judges' calls (their queue, timeouts, tries and unparsed retries) by
+    the deadline the engine set for the stage's calls, less a margin (half what is
+    left, when that is less): running out is ``JudgeTimedOut``, a judge not reached,
+    so the rubric's ``on_failure`` applies before the stage itself times out (which
+    would mask the rollout whatever the rubric says). Unbounded where no deadline is
+    set (an offline check)."""
+    when = current_deadline()
+    if when is None:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    left = when - loop.time()
+    budget = max(0.0, left - min(STAGE_MARGIN, left / 2))
+    try:
+        async with asyncio.timeout_at(loop.time() + budget) as bound:
+            yield
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        raise JudgeTimedOut(f"the judges timed out: no score within the EVAL stage's time "
+                            f"({budget:.1f} s left to them)") from None
+
+
 async def judged(ctx: HandlerContext, evaluation: Evaluation,
                  messages: Sequence[Mapping[str, Any]], instance: Mapping[str, Any],
                  request: JudgeRequest, task: str | None = None) -> Evaluation:
@@ -317,12 +362,17 @@ async def judged(ctx: HandlerContext, evaluation: Evaluation,
     shown = TaskText(task, True) if task else TaskText(task_text(messages), False)
     outcome = float(evaluation.reward)
     turn_scores: list[float | None] | None = None
-    if rubric.mode == "process":
-        score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages, shown,
-                                                      reference)
-    else:
-        score, verdicts = await grade(ctx.judges, rubric, shown, final_answer(messages),
-                                      reference)
+    late: str | None = None
+    try:
+        async with _within_the_stage():
+            if rubric.mode == "process":
+                score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages,
+                                                              shown, reference)
+            else:
+                score, verdicts = await grade(ctx.judges, rubric, shown,
+                                              final_answer(messages), reference)
+    except JudgeTimedOut as exc:
+        score, verdicts, late = None, [], exc.message
     name = request.rubric if isinstance(request.rubric, str) else "inline"
     record: dict[str, Any] = {
         "rubric": name, "mode": rubric.mode, "scale": [rubric.low, rubric.high],
@@ -336,7 +386,7 @@ async def judged(ctx: HandlerContext, evaluation: Evaluation,
     key = "judge_process" if rubric.mode == "process" else "judge"
     components = {**evaluation.components, "outcome": outcome}
     if score is None:
-        errors = sorted({v.error or "no score" for v in verdicts})
+        errors = sorted({v.error or "no score" for v in verdicts} | ({late} if late else set()))
         if rubric.on_failure == "mask":
             raise JudgeFailed("no valid judge score (" + "; ".join(errors)[:400] + ")")
         record.update(failed=True, fallback="outcome", errors=errors)

@@ -24,6 +24,7 @@ refuses it with a ``MultiSequenceError`` naming the result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from pydantic import JsonValue
 
@@ -75,8 +76,15 @@ def info(result: RolloutResult) -> dict[str, JsonValue]:
             "ended_by": result.trajectory.ended_by, "stale": result.stale,
             "policy_versions": list(result.trajectory.policy_versions),
             "turns": result.stats.turns, "metadata": result.metadata,
-            "reward_components": (None if result.reward_components is None
-                                  else dict(result.reward_components))}
+            "reward_components": cast("JsonValue", reward_components(result))}
+
+
+def reward_components(result: RolloutResult) -> dict[str, float] | None:
+    """The result's named reward components where it enters the loss (``trainable``),
+    None otherwise, as its reward is: one rule for a sample and its info."""
+    if not trainable(result) or result.reward_components is None:
+        return None
+    return dict(result.reward_components)
 
 
 def to_sample(result: RolloutResult, filler_id: int) -> Sample:
@@ -101,5 +109,4 @@ def to_sample(result: RolloutResult, filler_id: int) -> Sample:
     return Sample(prompt_ids=prompt_ids, completion_ids=completion_ids, logprobs=logprobs,
                   env_mask=env_mask, reward=result.reward if ok else None, masked=not ok,
                   result_id=result.id, group_id=result.group_id, info=info(result),
-                  reward_components=(dict(result.reward_components)
-                                     if ok and result.reward_components is not None else None))
+                  reward_components=reward_components(result))

@@ -22,15 +22,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollserve.contract import SamplingParams
-from rollserve.errors import InfraError
+from rollserve.errors import InfraError, JudgeRefused
 from rollserve.llm.base import LLMBackend, LLMError, Message, Tokenizer
 
 JUDGE_NAME = r"^[A-Za-z0-9._:@+-]+$"
@@ -38,7 +38,12 @@ BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, float("
 
 
 class JudgeError(InfraError):
-    """A judge gave no reply in time (or refused): the caller masks or falls back."""
+    """A judge could not be reached (connection error, timeout, 5xx or 429 after its
+    tries, or a 401, 403 or 404: a judge configured wrong): the rubric's ``on_failure``
+    applies. A refusal of what the policy wrote is ``errors.JudgeRefused`` instead."""
+
+
+REFUSED_STATUS = (400, 413, 422)  # the judge's server refused the request's content
 
 
 class JudgeConfig(BaseModel):
@@ -86,12 +91,20 @@ def parse_judge_spec(spec: str | dict[str, Any]) -> JudgeConfig:
     return config
 
 
+def check_unique(names: Iterable[str]) -> None:
+    """``ValueError`` naming the first judge name given twice (the one rule the
+    server's config, ``--judge`` and ``Judges`` share)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"two judges named {name!r}")
+        seen.add(name)
+
+
 @dataclass(frozen=True)
 class JudgeReply:
     text: str
     seconds: float
-    tries: int
-    judge: str
 
 
 class Judge:
@@ -104,7 +117,7 @@ class Judge:
         self.tokenizer = tokenizer
         self._slots = asyncio.Semaphore(config.concurrency)
         self.in_flight = 0
-        self.calls: dict[str, int] = {"ok": 0, "failed": 0, "timeout": 0}
+        self.calls: dict[str, int] = {"ok": 0, "failed": 0, "timeout": 0, "refused": 0}
         self.healthy: bool | None = None  # None until the first call
         self.last_error: str | None = None
         self.unparsed = 0  # replies that held no valid score (counted by the handler)
@@ -112,7 +125,8 @@ class Judge:
         self._latency_sum = 0.0
 
     async def ask(self, messages: list[Message]) -> JudgeReply:
-        """The judge's reply to ``messages``; ``JudgeError`` after its tries run out."""
+        """The judge's reply to ``messages``; ``JudgeError`` after its tries run out,
+        ``JudgeRefused`` (never tried again) when it refused what the policy wrote."""
         began = time.monotonic()
         async with self._slots:
             self.in_flight += 1
@@ -124,26 +138,33 @@ class Judge:
     async def _tries(self, messages: list[Message], began: float) -> JudgeReply:
         config = self.config
         problem = "no try"
-        for attempt in range(1, config.retries + 2):
+        for _ in range(config.retries + 1):
             outcome = "failed"
             try:
                 text = await asyncio.wait_for(self._call(messages), config.timeout)
             except TimeoutError:
                 outcome, problem, retry = "timeout", f"no reply in {config.timeout:g} s", True
             except LLMError as exc:
+                if exc.status in REFUSED_STATUS:
+                    self._refused(began, f"the judge's server refused the prompt ({exc})")
                 problem, retry = str(exc), exc.retryable
             else:
                 if len(text) > config.max_reply_chars:
-                    problem, retry = (f"reply of {len(text)} characters is over "
-                                      f"max_reply_chars ({config.max_reply_chars})"), False
-                else:
-                    self._observe("ok", time.monotonic() - began)
-                    return JudgeReply(text, time.monotonic() - began, attempt, self.name)
+                    self._refused(began, f"reply of {len(text)} characters is over "
+                                         f"max_reply_chars ({config.max_reply_chars})")
+                self._observe("ok", time.monotonic() - began)
+                return JudgeReply(text, time.monotonic() - began)
             self._observe(outcome, time.monotonic() - began)
             self.last_error = problem
             if not retry:
                 break
         raise JudgeError(f"judge {self.name}: {problem}")
+
+    def _refused(self, began: float, problem: str) -> NoReturn:
+        """The judge answered, refusing what the policy wrote: not a failure of the
+        judge (it stays healthy), and not tried again."""
+        self._observe("refused", time.monotonic() - began)
+        raise JudgeRefused(f"judge {self.name}: {problem}")
 
     async def _call(self, messages: list[Message]) -> str:
         sampling = SamplingParams(max_tokens=self.config.max_tokens,
@@ -163,7 +184,7 @@ class Judge:
 
     def _observe(self, outcome: str, seconds: float) -> None:
         self.calls[outcome] += 1
-        self.healthy = outcome == "ok"
+        self.healthy = outcome in ("ok", "refused")
         for i, bound in enumerate(BUCKETS):
             if seconds <= bound:
                 self._latency[i] += 1
@@ -181,11 +202,8 @@ class Judges:
     """The server's judges, by name (the first is the default)."""
 
     def __init__(self, judges: list[Judge] | None = None) -> None:
-        self._by_name: dict[str, Judge] = {}
-        for judge in judges or []:
-            if judge.name in self._by_name:
-                raise ValueError(f"judge: two judges named {judge.name!r}")
-            self._by_name[judge.name] = judge
+        check_unique(judge.name for judge in judges or [])
+        self._by_name: dict[str, Judge] = {judge.name: judge for judge in judges or []}
 
     def names(self) -> list[str]:
         return list(self._by_name)
@@ -208,7 +226,7 @@ class Judges:
     def collect(self) -> Iterator[Metric]:
         """Calls by outcome, in flight, health and latency, per judge."""
         calls = CounterMetricFamily("rollserve_judge_calls", "judge calls by outcome (ok, "
-                                    "failed, timeout; each try counts)", labels=["judge", "outcome"])
+                                    "failed, timeout, refused; each try counts)", labels=["judge", "outcome"])
         unparsed = CounterMetricFamily("rollserve_judge_unparsed", "judge samples whose "
                                        "replies held no valid score (scored as the scale's "
                                        "lowest)", labels=["judge"])

@@ -448,8 +448,9 @@ class SWEHandler(AgentHandler):
     async def restore(self, rollout: RolloutView, evaluation: Mapping[str, Any] | None) -> None:
         """The stored candidate, for EVAL again (no sandbox until EVAL's own)."""
         problem = stored.problem(evaluation)
-        if problem is not None or evaluation is None:
+        if problem is not None:
             raise InfraError(f"swe re-scoring of {rollout.id}: {problem}")
+        assert evaluation is not None  # (problem() found its patch)
         candidate, finished, harness = stored.candidate(evaluation)
         rollout.state = SWECandidate(self.task(rollout.instance), candidate, finished, harness)
 

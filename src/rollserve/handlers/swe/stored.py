@@ -5,10 +5,10 @@ it: at most ``MAX_PATCH_BYTES``, 4 MiB; a patch over that was cut, flagged
 ``patch_too_big`` and scored 0, as it is again), with ``finished`` and, for a harness
 run, the harness's exit code and log tail. Re-scoring runs the same EVAL on that patch
 (a fresh sandbox, the protected files, the machinery scan, the canaries, the second
-runner) with the server's swe options as they are now. A result that ended without an
-evaluation (an infra failure or a timeout, masked; the patch's own failure in EVAL,
-such as tests that hung with it applied, reward 0: the engine keeps no details of a
-failed stage) or whose evaluation holds no patch has nothing to score again.
+runner) with the server's swe options as they are now. Only a completed result is
+scored again (re-scoring refuses any other before asking the family: an infra failure
+or a timeout, masked, or the patch's own failure in EVAL, reward 0, keeps no
+evaluation); one whose evaluation holds no patch has nothing to score again.
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ from rollserve.handlers.swe.patch import MAX_PATCH_BYTES, Candidate
 
 
 def problem(evaluation: Mapping[str, Any] | None) -> str | None:
-    """Why ``evaluation`` (a stored swe result's) cannot be scored again (None: it can)."""
-    if evaluation is None:
-        return ("it has no evaluation (its rollout ended without one: an infra failure or "
-                "a timeout, masked; or the patch's failure in EVAL, e.g. tests that hung with "
-                "it applied, reward 0), so no candidate patch kept to score again")
-    if not isinstance(evaluation.get("git_patch"), str):
-        return "its evaluation keeps no candidate patch (git_patch) to score again"
+    """Why ``evaluation`` (a stored completed swe result's) cannot be scored again
+    (None: it can)."""
+    if not isinstance((evaluation or {}).get("git_patch"), str):
+        return "it keeps no evaluation with a candidate patch (git_patch) to score again"
     return None
 
 
