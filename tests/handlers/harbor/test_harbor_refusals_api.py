@@ -76,6 +76,10 @@ CASES = {
     "copy-missing": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
                             "COPY nothing.txt /app/x\n"), "COPY nothing.txt: no such file"),
     "memory": (_toml("", ("memory_mb = 1024", "memory_mb = 999999")), "environment.memory_mb"),
+    # Harbor's older size strings: one no integer holds is the field's 422, not a server error
+    "memory-overflow": (_toml("", ("memory_mb = 1024", 'memory = "1e400G"')),
+                        "task.toml: environment"),
+    "memory-inf": (_toml("", ("memory_mb = 1024", 'memory = "infG"')), "finite number"),
     "workdir-shell": (_toml("", ('workdir = "/app"', 'workdir = "/app;touch x"')),
                       "task.toml: environment.workdir"),
     "workdir-space": (_toml("", ('workdir = "/app"', 'workdir = "/my app"')),
