@@ -43,7 +43,7 @@ from rollserve.handlers.harbor.instances import HarborInstance, HarborOptions, r
 from rollserve.handlers.harbor.verifier import verify
 from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.presets import HarnessSpec, harness_first_prompt, parse_harness, run_preset
-from rollserve.handlers.sandboxed import close_later, close_sandboxes
+from rollserve.handlers.sandboxed import close_later, close_sandboxes, close_tools
 from rollserve.sandbox.base import Sandbox
 from rollserve.sandbox.tools import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
@@ -177,8 +177,9 @@ class HarborHandler(AgentHandler):
                                                 task=work.task.instruction, workdir=work.workdir)
             else:
                 await self._tool_episode(bounded, work)
-        # Nothing of the agent may run on into EVAL: its shells end here.
-        await _end_tools(rollout)
+        # Nothing of the agent may run on into EVAL: its shells end here (on bubblewrap
+        # every process they started dies with them); the sandbox stays open for EVAL.
+        await close_tools(rollout)
 
     async def _tool_episode(self, rollout: Bounded, work: HarborWork) -> None:
         config = self.bash.model_copy(update={"cwd": work.workdir,
@@ -225,11 +226,3 @@ class HarborHandler(AgentHandler):
 
     async def cleanup(self, rollout: RolloutView) -> None:
         await close_sandboxes(rollout)
-
-
-async def _end_tools(rollout: RolloutView) -> None:
-    """Close the rollout's tools (its shells: on bubblewrap every process they started
-    dies with them), leaving its sandbox open for EVAL."""
-    tools, rollout.resources.closers = rollout.resources.closers, []
-    for tool in tools:
-        await tool.close()
