@@ -44,6 +44,7 @@ from rollserve.handlers.harbor.verifier import verify
 from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.presets import HarnessSpec, harness_first_prompt, parse_harness, run_preset
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, close_tools
+from rollserve.llm.routing import current_deadline
 from rollserve.sandbox.base import Sandbox
 from rollserve.sandbox.tools import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
@@ -51,7 +52,8 @@ from rollserve.validation import describe
 SYSTEM_PROMPT = ("You are an expert at the Linux command line. Solve the task in the terminal "
                  "with the bash tool; call finish when it is done. Nobody will answer questions.")
 ORACLE_LOG = "/logs/agent/oracle.txt"
-EVAL_MARGIN = 30.0  # seconds kept after the tests for reading the reward and closing
+EVAL_MARGIN = 30.0  # seconds kept after the tests for reading the reward and closing (at
+# most half of what EVAL has left when the verifier starts)
 
 
 @dataclass
@@ -211,11 +213,12 @@ class HarborHandler(AgentHandler):
 
     async def eval(self, rollout: RolloutView) -> Evaluation:
         work = self.state(rollout, HarborWork)
-        timeout = min(work.task.config.verifier.timeout_sec, self.options.max_verifier_seconds)
-        if rollout.deadline is not None:  # a hang is scored before the rollout's deadline masks it
-            left = rollout.deadline - asyncio.get_running_loop().time() - EVAL_MARGIN
-            timeout = max(1.0, min(timeout, left))
-        verdict = await verify(work.sandbox, work.task, work.workdir, work.env, timeout,
+        # A hang is scored before the EVAL stage's limit (timeouts.eval) or the rollout's
+        # deadline masks it: the engine bounds the stage's calls by the earlier of the two.
+        ends = [w for w in (rollout.deadline, current_deadline()) if w is not None]
+        verdict = await verify(work.sandbox, work.task, work.workdir, work.env,
+                               work.task.config.verifier.timeout_sec,
+                               end=min(ends) if ends else None, margin=EVAL_MARGIN,
                                shared_pids=envs.uses_images(self.runtime))
         details = {"task": work.task.name, "agent": work.mode, **work.details, **verdict.details}
         if work.harness is not None:

@@ -119,8 +119,11 @@ class Verdict:
 
 
 async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str, str],
-                 timeout: float, *, shared_pids: bool) -> Verdict:
-    """Run the task's tests in ``sandbox`` and read the reward (see the module's doc)."""
+                 timeout: float, *, end: float | None = None, margin: float = 30.0,
+                 shared_pids: bool) -> Verdict:
+    """Run the task's tests in ``sandbox`` and read the reward (see the module's doc).
+    The tests run at most ``timeout`` seconds, and end ``margin`` seconds (at most half
+    the time left) before ``end`` (loop time: EVAL's limit) so that a hang is scored."""
     if shared_pids:
         await sandbox.exec(KILL_ALL, timeout=30)
     cleared = await sandbox.exec(CLEAR, timeout=60)
@@ -135,6 +138,7 @@ async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str
     digests = await asyncio.to_thread(test_digests, task)
     command = f"cd {shlex.quote(workdir)} || exit 97\n{RUN}"
     nonce = secrets.token_hex(16)
+    timeout = capped(timeout, end, margin)
     ran = await sandbox.exec(command, timeout=timeout, env={**env, **task.config.verifier.env,
                                                             **CLEAN_ENV},
                              cpu_budget=timeout, stdin=f"{nonce}\n".encode())
@@ -151,6 +155,15 @@ async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str
     if problem is not None:
         return _zero(details, problem)
     return read_rewards(report.files, details)
+
+
+def capped(timeout: float, end: float | None, margin: float) -> float:
+    """``timeout``, shortened to end ``margin`` seconds (at most half the time left)
+    before ``end`` (loop time; None: no end); at least 0.5 s."""
+    if end is None:
+        return timeout
+    left = end - asyncio.get_running_loop().time()
+    return max(0.5, min(timeout, left - min(margin, left / 2)))
 
 
 def test_digests(task: HarborTask) -> dict[str, str]:
