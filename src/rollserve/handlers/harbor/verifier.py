@@ -145,7 +145,7 @@ async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str
     if not cleared.ok:
         return Verdict(0.0, details={"reason": "/tests or /logs could not be emptied of what the "
                                      "agent left there", "verifier_ran": False})
-    tests = tar_of([(task.folder / "tests", ".")])
+    tests = await asyncio.to_thread(tar_of, [(task.folder / "tests", ".")])
     copied = await sandbox.exec("tar -x --no-same-owner -C /tests -f - && chmod +x /tests/test.sh",
                                 timeout=120, stdin=tests)
     if not copied.ok:
