@@ -4,6 +4,7 @@ cannot be honoured here, Dockerfiles that need an image on bubblewrap."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rollserve.handlers.harbor import instances
 from tests.handlers.harbor.test_harbor_api import DATA, options
 
 BASE = DATA / "count-words"
@@ -132,3 +134,18 @@ async def test_malformed_and_unsupported_tasks_are_4xx_naming_the_problem(make_a
             {"data_source": "harbor", "instance": {"task": good}}]})
         assert r.status_code == 202, (good, r.text)
         await client.delete(f"/v1/groups/{r.json()['groups'][0]['group_id']}")
+
+
+async def test_an_archive_is_unpacked_once_by_content_across_restarts(make_api, root):
+    """The unpacked copy is named by the archive's content: a server started again finds
+    it (one copy per content in the cache, never one per start)."""
+    digest = hashlib.sha256((root / "archived.tar.gz").read_bytes()).hexdigest()[:32]
+    for _ in range(2):  # two servers, one after the other: a restart
+        instances._UNPACKED.clear()  # (what a new process remembers)
+        _, client = await make_api([], server=options(root))
+        r = await client.post("/v1/rollouts", json={"tasks": [
+            {"data_source": "harbor", "instance": {"task": "archived.tar.gz"}}]})
+        assert r.status_code == 202, r.text
+        await client.delete(f"/v1/groups/{r.json()['groups'][0]['group_id']}")
+    copies = sorted(p.name for p in instances.cache_folder().iterdir() if p.name.startswith(digest))
+    assert copies == [digest], copies
