@@ -11,8 +11,10 @@ import shutil
 import tarfile
 from pathlib import Path
 
+import httpx
 import pytest
 
+from rollserve.handlers.harbor import folder as task_folder
 from rollserve.handlers.harbor import instances
 from tests.handlers.harbor.test_harbor_api import DATA, options
 
@@ -149,3 +151,26 @@ async def test_an_archive_is_unpacked_once_by_content_across_restarts(make_api, 
         await client.delete(f"/v1/groups/{r.json()['groups'][0]['group_id']}")
     copies = sorted(p.name for p in instances.cache_folder().iterdir() if p.name.startswith(digest))
     assert copies == [digest], copies
+
+
+async def test_a_task_is_loaded_once_and_again_when_it_changes(make_api, root, monkeypatch):
+    """Submit checks a task on the event loop: a task seen before, unchanged, is not
+    walked again (a few stats); a change to its task.toml is seen at the next submit."""
+    loads = []
+    real = task_folder.load_task
+    monkeypatch.setattr(task_folder, "load_task", lambda path: loads.append(path) or real(path))
+    _, client = await make_api([], server=options(root))
+
+    async def post() -> httpx.Response:
+        return await client.post("/v1/rollouts", json={"tasks": [
+            {"data_source": "harbor", "instance": {"task": "archived"}}]})
+
+    for _ in range(3):
+        r = await post()
+        assert r.status_code == 202, r.text
+        await client.delete(f"/v1/groups/{r.json()['groups'][0]['group_id']}")
+    assert len(loads) == 1, loads
+    _toml("", ("memory_mb = 1024", "memory_mb = 999999"))(root / "archived")
+    r = await post()
+    assert r.status_code == 422 and "environment.memory_mb" in r.text, r.text
+    assert len(loads) == 2, loads

@@ -38,7 +38,7 @@ from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harbor import environment as envs
 from rollserve.handlers.harbor.bounded import Bounded
 from rollserve.handlers.harbor.config import refusals
-from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, load_task, tar_of
+from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, load_task_cached, tar_of
 from rollserve.handlers.harbor.instances import HarborInstance, HarborOptions, resolve_task
 from rollserve.handlers.harbor.verifier import verify
 from rollserve.handlers.harness import HarnessOutput
@@ -115,7 +115,7 @@ class HarborHandler(AgentHandler):
             parse_harness(self.ctx, spec.harness)
         folder = resolve_task(self.options.root, spec.task)
         try:
-            task = load_task(folder)
+            task = load_task_cached(folder)  # (submit calls this on the event loop)
             self._check(task, spec)
         except TaskProblem as problem:
             raise InvalidInstance("instance.task", f"{spec.task}: {problem}") from None
