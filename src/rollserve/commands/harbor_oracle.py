@@ -20,6 +20,12 @@ from rollserve.datasets import harbor_root, task_folders
 
 MODES = ("oracle", "none")
 WAIT = 60.0  # seconds per long-poll
+WAIT_BOUND = 7200.0  # seconds one rollout may take: over the harbor family's 5400 s total
+
+
+class OracleWaitError(Exception):
+    """A rollout the check could not see end: the API answered otherwise than with its
+    view, or it was not done within the bound."""
 
 
 @dataclass
@@ -73,18 +79,31 @@ async def _check(client: Any, task: str) -> TaskCheck:
             check.problem = f"refused: {errors[0].get('message')}"
             return check
         (rid,) = r.json()["groups"][0]["rollout_ids"]
-        results[mode] = await _wait(client, rid)
+        try:
+            results[mode] = await _wait(client, rid)
+        except OracleWaitError as error:
+            check.problem = f"{mode}: {error}"
+            return check
     oracle, empty = results["oracle"], results["none"]
     check.oracle, check.empty = oracle.get("reward"), empty.get("reward")
     check.problem = _problem(oracle, empty)
     return check
 
 
-async def _wait(client: Any, rid: str) -> dict[str, Any]:
-    while True:  # each poll is bounded; the rollout's own total timeout bounds the loop
-        view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": WAIT})).json()
+async def _wait(client: Any, rid: str, bound: float = WAIT_BOUND) -> dict[str, Any]:
+    """The rollout's result once done; ``OracleWaitError`` on an answer other than its
+    view (not found, an error), or when it is not done within ``bound`` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + bound
+    while (left := end - loop.time()) > 0:  # each poll bounded, and the whole wait
+        r = await client.get(f"/v1/rollouts/{rid}", params={"wait": min(WAIT, left)})
+        if r.status_code != 200:
+            raise OracleWaitError(f"rollout {rid}: the server answered {r.status_code}: "
+                                  f"{r.text[:300]}")
+        view = r.json()
         if view.get("done"):
             return dict(view["result"])
+    raise OracleWaitError(f"rollout {rid} was not done within {bound:g}s")
 
 
 def _problem(oracle: dict[str, Any], empty: dict[str, Any]) -> str | None:

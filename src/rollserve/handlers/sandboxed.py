@@ -4,7 +4,8 @@
   ``resources``, so ``close_sandboxes`` (called from the handler's ``cleanup``, which
   the engine always runs, even on cancel and timeout) closes it: no sandbox outlives
   its rollout. A start still under way when the rollout is cancelled is closed as
-  soon as it completes. ``close_later`` adds tools (a shell, a kernel) closed first.
+  soon as it completes. ``close_later`` adds tools (a shell, a kernel) closed first;
+  ``close_tools`` closes those alone (a sandbox kept for a later stage).
 - ``find_python`` / ``python_with``: an interpreter with IPython (the python tool) or
   another module (pytest, for SWE tests) inside a sandbox: the sandboxes' own Python
   where the runtime made one (``sandbox.python_prefix``), never the server's packages.
@@ -62,16 +63,24 @@ def close_later(rollout: RolloutView, *tools: Tool) -> None:
     rollout.resources.closers.extend(tools)
 
 
-async def close_sandboxes(rollout: RolloutView) -> None:
-    """Close the rollout's tools, then its sandboxes (which kills every process in
-    them); idempotent, and never raises (problems are logged)."""
+async def close_tools(rollout: RolloutView) -> None:
+    """Close the rollout's tools (``close_later``), leaving its sandboxes open;
+    idempotent, and never raises (problems are logged: closing the sandbox kills
+    what a tool left)."""
     resources = rollout.resources
     tools, resources.closers = resources.closers, []
     for tool in tools:
         try:
             await tool.close()
-        except Exception as error:  # the sandbox close below kills it anyway
+        except Exception as error:
             log.debug("closing a tool of rollout %s: %s", rollout.id, error)
+
+
+async def close_sandboxes(rollout: RolloutView) -> None:
+    """Close the rollout's tools, then its sandboxes (which kills every process in
+    them); idempotent, and never raises (problems are logged)."""
+    await close_tools(rollout)
+    resources = rollout.resources
     sandboxes, resources.sandboxes = resources.sandboxes, []
     results = await asyncio.gather(*(s.close() for s in sandboxes), return_exceptions=True)
     for sandbox, result in zip(sandboxes, results):

@@ -104,7 +104,7 @@ class SandboxSpec(BaseModel):
         default_factory=dict,
         description="inside path -> host folder, shown read-only inside (a harness's install "
         "folder); the inside path is a new top-level folder, e.g. /.rollserve-harness "
-        "(apptainer, bubblewrap, docker/podman; the local runtime only where both are the same)")
+        "(apptainer, bubblewrap, docker/podman; the local runtime refuses any)")
 
     @field_validator("readonly_binds")
     @classmethod

@@ -4,14 +4,18 @@ cannot be honoured here, Dockerfiles that need an image on bubblewrap."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
 import tarfile
 from pathlib import Path
 
+import httpx
 import pytest
 
+from rollserve.handlers.harbor import folder as task_folder
+from rollserve.handlers.harbor import instances
 from tests.handlers.harbor.test_harbor_api import DATA, options
 
 BASE = DATA / "count-words"
@@ -76,6 +80,10 @@ CASES = {
     "copy-missing": (_write("environment/Dockerfile", "FROM ubuntu\nWORKDIR /app\n"
                             "COPY nothing.txt /app/x\n"), "COPY nothing.txt: no such file"),
     "memory": (_toml("", ("memory_mb = 1024", "memory_mb = 999999")), "environment.memory_mb"),
+    # Harbor's older size strings: one no integer holds is the field's 422, not a server error
+    "memory-overflow": (_toml("", ("memory_mb = 1024", 'memory = "1e400G"')),
+                        "task.toml: environment"),
+    "memory-inf": (_toml("", ("memory_mb = 1024", 'memory = "infG"')), "finite number"),
     "workdir-shell": (_toml("", ('workdir = "/app"', 'workdir = "/app;touch x"')),
                       "task.toml: environment.workdir"),
     "workdir-space": (_toml("", ('workdir = "/app"', 'workdir = "/my app"')),
@@ -128,3 +136,41 @@ async def test_malformed_and_unsupported_tasks_are_4xx_naming_the_problem(make_a
             {"data_source": "harbor", "instance": {"task": good}}]})
         assert r.status_code == 202, (good, r.text)
         await client.delete(f"/v1/groups/{r.json()['groups'][0]['group_id']}")
+
+
+async def test_an_archive_is_unpacked_once_by_content_across_restarts(make_api, root):
+    """The unpacked copy is named by the archive's content: a server started again finds
+    it (one copy per content in the cache, never one per start)."""
+    digest = hashlib.sha256((root / "archived.tar.gz").read_bytes()).hexdigest()[:32]
+    for _ in range(2):  # two servers, one after the other: a restart
+        instances._UNPACKED.clear()  # (what a new process remembers)
+        _, client = await make_api([], server=options(root))
+        r = await client.post("/v1/rollouts", json={"tasks": [
+            {"data_source": "harbor", "instance": {"task": "archived.tar.gz"}}]})
+        assert r.status_code == 202, r.text
+        await client.delete(f"/v1/groups/{r.json()['groups'][0]['group_id']}")
+    copies = sorted(p.name for p in instances.cache_folder().iterdir() if p.name.startswith(digest))
+    assert copies == [digest], copies
+
+
+async def test_a_task_is_loaded_once_and_again_when_it_changes(make_api, root, monkeypatch):
+    """Submit checks a task on the event loop: a task seen before, unchanged, is not
+    walked again (a few stats); a change to its task.toml is seen at the next submit."""
+    loads = []
+    real = task_folder.load_task
+    monkeypatch.setattr(task_folder, "load_task", lambda path: loads.append(path) or real(path))
+    _, client = await make_api([], server=options(root))
+
+    async def post() -> httpx.Response:
+        return await client.post("/v1/rollouts", json={"tasks": [
+            {"data_source": "harbor", "instance": {"task": "archived"}}]})
+
+    for _ in range(3):
+        r = await post()
+        assert r.status_code == 202, r.text
+        await client.delete(f"/v1/groups/{r.json()['groups'][0]['group_id']}")
+    assert len(loads) == 1, loads
+    _toml("", ("memory_mb = 1024", "memory_mb = 999999"))(root / "archived")
+    r = await post()
+    assert r.status_code == 422 and "environment.memory_mb" in r.text, r.text
+    assert len(loads) == 2, loads

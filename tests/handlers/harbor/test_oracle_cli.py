@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rollserve.cli import app
+from rollserve.commands.harbor_oracle import OracleWaitError, _wait
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from tests.handlers.harbor.test_harbor_api import DATA
 
@@ -41,3 +42,13 @@ def test_the_oracle_check_names_each_failing_task_and_why(tmp_path):
     assert json.loads(result.output)["summary"] == {"ok": 1, "failed": 3}
     alone = CliRunner().invoke(app, ["datasets", "oracle", str(root / "good")])
     assert alone.exit_code == 0, alone.output
+
+
+async def test_the_oracle_wait_stops_on_an_answer_other_than_the_rollout_and_is_bounded(make_api):
+    """A rollout the server does not know (404) ends the wait at once with the answer, not
+    in a tight loop over a body without ``done``; and the wait as a whole is bounded."""
+    _, client = await make_api([])
+    with pytest.raises(OracleWaitError, match="r-unknown: the server answered 404"):
+        await _wait(client, "r-unknown")
+    with pytest.raises(OracleWaitError, match="not done within 0s"):
+        await _wait(client, "r-unknown", bound=0)

@@ -105,7 +105,11 @@ def _megabytes(size: Any) -> Any:
     scale = {"G": 1024, "M": 1, "K": 1 / 1024}.get(text[-1:])
     if scale is None:
         raise ValueError(f"size {size!r}: expected e.g. '2G' or '512M'")
-    return int(float(text[:-1]) * scale)
+    try:
+        return int(float(text[:-1]) * scale)
+    except (ValueError, OverflowError):  # "xG"; "1e400G", "infG": no integer
+        raise ValueError(f"size {size!r}: expected a finite number of megabytes, e.g. '2G' or "
+                         "'512M'") from None
 
 
 class TaskConfig(_Section):

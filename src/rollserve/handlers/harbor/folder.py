@@ -16,6 +16,7 @@ import io
 import os
 import stat
 import tarfile
+import threading
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,41 @@ class HarborTask:
             return host_plan(self.dockerfile, self.config.environment.workdir)
         except DockerfileProblem as error:
             raise TaskProblem(DOCKERFILE, str(error).removeprefix(DOCKERFILE + " ")) from None
+
+
+_LOADED: dict[Path, tuple[tuple[tuple[int, int, int] | None, ...], HarborTask]] = {}
+_LOADED_LOCK = threading.Lock()
+MAX_LOADED = 4096
+# What load_task reads or lists, by stat: a change to one of them loads the task again.
+WATCHED = (".", "task.toml", "instruction.md", "environment", DOCKERFILE, "tests", "tests/test.sh",
+           "solution", "solution/solve.sh", "steps", "trajectory.json", *COMPOSE)
+
+
+def load_task_cached(folder: Path) -> HarborTask:
+    """``load_task``, remembered by the folder and the stat (mtime, size, inode) of what
+    it reads: a submit of a task already seen costs a few ``stat`` calls, not a walk of
+    its files. (A change deeper in ``environment/``, ``tests/`` or ``solution/`` than
+    these is not seen until one of them changes: ``tar_of`` packs plain files only
+    whatever the walk saw.)"""
+    key = tuple(_stat_key(folder / name) for name in WATCHED)
+    with _LOADED_LOCK:
+        known = _LOADED.get(folder)
+    if known is not None and known[0] == key:
+        return known[1]
+    task = load_task(folder)
+    with _LOADED_LOCK:
+        if len(_LOADED) >= MAX_LOADED:
+            _LOADED.clear()
+        _LOADED[folder] = (key, task)
+    return task
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size, info.st_ino
 
 
 def load_task(folder: Path) -> HarborTask:

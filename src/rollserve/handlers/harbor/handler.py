@@ -38,12 +38,13 @@ from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harbor import environment as envs
 from rollserve.handlers.harbor.bounded import Bounded
 from rollserve.handlers.harbor.config import refusals
-from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, load_task, tar_of
+from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, load_task_cached, tar_of
 from rollserve.handlers.harbor.instances import HarborInstance, HarborOptions, resolve_task
 from rollserve.handlers.harbor.verifier import verify
 from rollserve.handlers.harness import HarnessOutput
 from rollserve.handlers.presets import HarnessSpec, harness_first_prompt, parse_harness, run_preset
-from rollserve.handlers.sandboxed import close_later, close_sandboxes
+from rollserve.handlers.sandboxed import close_later, close_sandboxes, close_tools
+from rollserve.llm.routing import current_deadline
 from rollserve.sandbox.base import Sandbox
 from rollserve.sandbox.tools import DEFAULT_ENV, BashConfig
 from rollserve.validation import describe
@@ -51,7 +52,8 @@ from rollserve.validation import describe
 SYSTEM_PROMPT = ("You are an expert at the Linux command line. Solve the task in the terminal "
                  "with the bash tool; call finish when it is done. Nobody will answer questions.")
 ORACLE_LOG = "/logs/agent/oracle.txt"
-EVAL_MARGIN = 30.0  # seconds kept after the tests for reading the reward and closing
+EVAL_MARGIN = 30.0  # seconds kept after the tests for reading the reward and closing (at
+# most half of what EVAL has left when the verifier starts)
 
 
 @dataclass
@@ -113,7 +115,7 @@ class HarborHandler(AgentHandler):
             parse_harness(self.ctx, spec.harness)
         folder = resolve_task(self.options.root, spec.task)
         try:
-            task = load_task(folder)
+            task = load_task_cached(folder)  # (submit calls this on the event loop)
             self._check(task, spec)
         except TaskProblem as problem:
             raise InvalidInstance("instance.task", f"{spec.task}: {problem}") from None
@@ -177,8 +179,9 @@ class HarborHandler(AgentHandler):
                                                 task=work.task.instruction, workdir=work.workdir)
             else:
                 await self._tool_episode(bounded, work)
-        # Nothing of the agent may run on into EVAL: its shells end here.
-        await _end_tools(rollout)
+        # Nothing of the agent may run on into EVAL: its shells end here (on bubblewrap
+        # every process they started dies with them); the sandbox stays open for EVAL.
+        await close_tools(rollout)
 
     async def _tool_episode(self, rollout: Bounded, work: HarborWork) -> None:
         config = self.bash.model_copy(update={"cwd": work.workdir,
@@ -210,11 +213,12 @@ class HarborHandler(AgentHandler):
 
     async def eval(self, rollout: RolloutView) -> Evaluation:
         work = self.state(rollout, HarborWork)
-        timeout = min(work.task.config.verifier.timeout_sec, self.options.max_verifier_seconds)
-        if rollout.deadline is not None:  # a hang is scored before the rollout's deadline masks it
-            left = rollout.deadline - asyncio.get_running_loop().time() - EVAL_MARGIN
-            timeout = max(1.0, min(timeout, left))
-        verdict = await verify(work.sandbox, work.task, work.workdir, work.env, timeout,
+        # A hang is scored before the EVAL stage's limit (timeouts.eval) or the rollout's
+        # deadline masks it: the engine bounds the stage's calls by the earlier of the two.
+        ends = [w for w in (rollout.deadline, current_deadline()) if w is not None]
+        verdict = await verify(work.sandbox, work.task, work.workdir, work.env,
+                               work.task.config.verifier.timeout_sec,
+                               end=min(ends) if ends else None, margin=EVAL_MARGIN,
                                shared_pids=envs.uses_images(self.runtime))
         details = {"task": work.task.name, "agent": work.mode, **work.details, **verdict.details}
         if work.harness is not None:
@@ -225,11 +229,3 @@ class HarborHandler(AgentHandler):
 
     async def cleanup(self, rollout: RolloutView) -> None:
         await close_sandboxes(rollout)
-
-
-async def _end_tools(rollout: RolloutView) -> None:
-    """Close the rollout's tools (its shells: on bubblewrap every process they started
-    dies with them), leaving its sandbox open for EVAL."""
-    tools, rollout.resources.closers = rollout.resources.closers, []
-    for tool in tools:
-        await tool.close()

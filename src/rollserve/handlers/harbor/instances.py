@@ -4,7 +4,8 @@ An instance names a task folder on the server, inside the server's ``root`` (the
 handler option; default: the bundled tasks): ``{"task": "hello-world"}`` (relative to
 the root, or an absolute path under it), or an archive of one (``.tar``, ``.tar.gz``,
 ``.tgz``: its one top folder, or its root, is the task), unpacked once into a private
-cache. A path that leads out of the root (``..``, a symlink) is refused, naming
+cache, a folder named by the archive's content (the same after a restart: reused, never
+a new copy per start). A path that leads out of the root (``..``, a symlink) is refused, naming
 ``instance.task``. A dataset folder (a folder of task folders) is not one task: the
 runner expands it into one row per task (``rollserve.datasets.harbor``: ``rollserve run
 DIR``, ``datasets validate DIR``, ``datasets oracle DIR``).
@@ -13,6 +14,9 @@ DIR``, ``datasets validate DIR``, ``datasets oracle DIR``).
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import stat
 import tarfile
 import tempfile
 import threading
@@ -91,23 +95,29 @@ def _resolve(root: Path, name: str) -> Path:
     return path
 
 
-_UNPACKED: dict[str, Path] = {}
+_UNPACKED: dict[tuple[str, int, int, int], Path] = {}  # by (path, mtime, size, inode)
 _LOCK = threading.Lock()
 _CACHE = Path(tempfile.gettempdir()) / "rollserve-harbor-archives"
+MAX_REMEMBERED = 4096
 
 
 def unpack(archive: Path) -> Path:
     """The task folder in ``archive``, unpacked once (by content) into a private cache:
     plain files and folders only (tarfile's ``data`` filter: no links, devices, absolute
-    paths or paths out of the folder)."""
-    if archive.stat().st_size > MAX_ARCHIVE:
+    paths or paths out of the folder). An archive seen before, unchanged (its path,
+    mtime, size and inode), is neither read nor hashed again."""
+    info = archive.stat()
+    if info.st_size > MAX_ARCHIVE:
         raise InvalidInstance("instance.task", f"archive over {MAX_ARCHIVE >> 20} MiB")
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:32]
+    key = (str(archive), info.st_mtime_ns, info.st_size, info.st_ino)
     with _LOCK:
-        folder = _UNPACKED.get(digest)
+        folder = _UNPACKED.get(key)
         if folder is None or not folder.is_dir():
+            digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:32]
             folder = _extract(archive, digest)
-            _UNPACKED[digest] = folder
+            if len(_UNPACKED) >= MAX_REMEMBERED:
+                _UNPACKED.clear()
+            _UNPACKED[key] = folder
     children = [c for c in folder.iterdir()]
     if not (folder / "task.toml").exists() and len(children) == 1 and children[0].is_dir():
         return children[0]
@@ -115,8 +125,18 @@ def unpack(archive: Path) -> Path:
 
 
 def _extract(archive: Path, digest: str) -> Path:
+    """The folder named by the archive's digest in the cache, the same across restarts
+    (so the cache holds one copy per archive content, never one per start); unpacked into
+    a temporary sibling and renamed into place, so a folder by that name is whole."""
     _CACHE.mkdir(mode=0o700, exist_ok=True)
-    target = Path(tempfile.mkdtemp(prefix=f"{digest}-", dir=_CACHE))
+    cache = _CACHE.lstat()  # its names are known: a cache another user can write is refused
+    if not stat.S_ISDIR(cache.st_mode) or cache.st_uid != os.getuid() or cache.st_mode & 0o077:
+        raise InvalidInstance("instance.task", f"the server's archive cache {_CACHE} is not a "
+                              "folder private to it; the operator must remove it")
+    final = _CACHE / digest
+    if final.is_dir():
+        return final
+    target = Path(tempfile.mkdtemp(prefix=f"{digest}.part-", dir=_CACHE))
     try:
         with tarfile.open(archive) as tar:
             members = tar.getmembers()
@@ -127,9 +147,14 @@ def _extract(archive: Path, digest: str) -> Path:
             if sum(m.size for m in members) > 4 * MAX_ARCHIVE:
                 raise InvalidInstance("instance.task", "archive unpacks too large")
             tar.extractall(target, filter="data")
+        target.rename(final)
     except (tarfile.TarError, OSError) as error:
+        if final.is_dir():  # another server on this host unpacked the same archive first
+            return final
         raise InvalidInstance("instance.task", f"cannot unpack the archive: {error}") from None
-    return target
+    finally:
+        shutil.rmtree(target, ignore_errors=True)  # (gone once renamed)
+    return final
 
 
 def cache_folder() -> Path:

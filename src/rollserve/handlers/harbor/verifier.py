@@ -4,9 +4,9 @@ nothing of the agent runs any more: ``tests/`` copied to ``/tests`` only now,
 ``timeout_sec``), the reward read from ``/logs/verifier/reward.json`` (named
 components) or ``reward.txt`` (a number); both: the lower reward.
 
-Integrity: every process the agent left is killed first (``kill -KILL -1`` in the
-sandbox's own PID namespace where commands share one; on bubblewrap each command has
-its own, gone with it); ``/tests`` and ``/logs`` are emptied before the tests go in (a
+Integrity: every process the agent's shells left is killed first (``kill -KILL -1`` in
+the sandbox's own PID namespace where commands share one; on bubblewrap each command
+has its own, gone with it); ``/tests`` and ``/logs`` are emptied before the tests go in (a
 reward or a test file the agent planted is never read); the test script runs with a
 clean environment (the default PATH of read-only system folders, a fresh HOME, no
 Python user site, no BASH_ENV), so a tool or module the agent planted in its HOME or
@@ -18,11 +18,17 @@ The tests may run the agent's code (its Makefile, its script, its library), whic
 with the verifier's rights and could write a reward file itself. So the reward files
 are read only when test.sh exited on its own (not killed by a signal, its wrapper not
 killed either), when no process it started still ran as it ended (each is killed; one
-could have rewritten the reward after test.sh's write), when test.sh itself was not
+could have rewritten the reward after test.sh's write; a process whose main thread
+exited while another runs shows as a zombie in /proc and counts as running), when
+test.sh itself was not
 written to, replaced or removed while it ran (its inode and ctime, which no write can
 hide), when no file of the tests still there was changed, and when each reward file is
 a regular, writable file (not a link, a folder, or one made read-only so that
-test.sh's write fails); otherwise the reward is 0 and the evaluation says why. With
+test.sh's write fails); otherwise the reward is 0 and the evaluation says why. The
+reward files and the tests' digests are read by a second command once the verifier's
+has ended: on bubblewrap its PID namespace, and every thread in it, is gone by then;
+where commands share one, ``kill -KILL -1`` runs first (a process the scan could not
+see, started again by none, is dead; the scan's count is what scores it 0). With
 both reward.json and reward.txt the lower reward counts. Left open: code of the
 agent's that writes the very file test.sh writes and then makes test.sh end early
 without a signal (a ``set -e`` script whose next step fails) is not told apart.
@@ -66,10 +72,10 @@ CLEAR = ("chmod -R u+rwX /tests /logs 2>/dev/null; find /tests /logs -mindepth 1
 # process it left is dead): test.sh run as a child, so that its exit status is known
 # (killed by a signal: over 128) and test.sh's inode and ctime (GNU find; else stat's
 # seconds) before and after; then every process of the sandbox but this script, its
-# ancestors and zombies is counted and SIGKILLed (until none is left), and only then
-# are the tests' digests and the reward files reported, each line behind a nonce read
-# from stdin (a process of the agent's that wrote into this script's stdout cannot
-# forge a line).
+# ancestors and zombies (a zombie leader with threads still running is no zombie: the
+# KILL of its pid ends them all) is counted and SIGKILLed (until none is left). Each
+# line is behind a nonce read from stdin (a process of the agent's that wrote into this
+# script's stdout cannot forge a line); STATUS is its last line.
 RUN = r"""read -r nonce
 ancestors=" 1 $$ "; p=$$
 while [ "$p" -gt 1 ] 2>/dev/null; do
@@ -86,16 +92,25 @@ for ((round = 0; round < 100; round++)); do
     q=${d#/proc/}
     case "$ancestors" in *" $q "*) continue ;; esac
     read -r stat < "$d/stat" 2>/dev/null || continue
-    set -- ${stat##*) }; [ "$1" = Z ] || [ "$1" = X ] || left="$left $q"
+    set -- ${stat##*) }
+    if [ "$1" = Z ] || [ "$1" = X ]; then  # a zombie, unless its leader alone exited
+      threads=("$d"/task/*); [ "${#threads[@]}" -gt 1 ] || continue
+    fi
+    left="$left $q"
   done
   [ -z "$left" ] && break
   set -- $left; [ "$round" = 0 ] && survivors=$#
   kill -KILL $left 2>/dev/null
 done
 say() { echo "$nonce $*"; }
-say STATUS $status; say SURVIVORS $survivors
+say SURVIVORS $survivors
 if [ -n "$left" ]; then say UNKILLED; fi
 [ "$(stamp)" = "$script" ] || say SCRIPT changed
+say STATUS $status"""
+# Read once the verifier's command has ended (on bubblewrap: its PID namespace, every
+# thread in it, gone with it): the tests' digests and the reward files.
+READ = r"""read -r nonce
+say() { echo "$nonce $*"; }
 (cd /tests && find . -type f -exec sha256sum {} + 2>/dev/null) | while read -r line; do say SUM "$line"; done
 v=/logs/verifier
 if [ -L $v ] || [ ! -d $v ]; then say BAD $v is a link or no folder; fi
@@ -119,15 +134,18 @@ class Verdict:
 
 
 async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str, str],
-                 timeout: float, *, shared_pids: bool) -> Verdict:
-    """Run the task's tests in ``sandbox`` and read the reward (see the module's doc)."""
+                 timeout: float, *, end: float | None = None, margin: float = 30.0,
+                 shared_pids: bool) -> Verdict:
+    """Run the task's tests in ``sandbox`` and read the reward (see the module's doc).
+    The tests run at most ``timeout`` seconds, and end ``margin`` seconds (at most half
+    the time left) before ``end`` (loop time: EVAL's limit) so that a hang is scored."""
     if shared_pids:
         await sandbox.exec(KILL_ALL, timeout=30)
     cleared = await sandbox.exec(CLEAR, timeout=60)
     if not cleared.ok:
         return Verdict(0.0, details={"reason": "/tests or /logs could not be emptied of what the "
                                      "agent left there", "verifier_ran": False})
-    tests = tar_of([(task.folder / "tests", ".")])
+    tests = await asyncio.to_thread(tar_of, [(task.folder / "tests", ".")])
     copied = await sandbox.exec("tar -x --no-same-owner -C /tests -f - && chmod +x /tests/test.sh",
                                 timeout=120, stdin=tests)
     if not copied.ok:
@@ -135,6 +153,7 @@ async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str
     digests = await asyncio.to_thread(test_digests, task)
     command = f"cd {shlex.quote(workdir)} || exit 97\n{RUN}"
     nonce = secrets.token_hex(16)
+    timeout = capped(timeout, end, margin)
     ran = await sandbox.exec(command, timeout=timeout, env={**env, **task.config.verifier.env,
                                                             **CLEAN_ENV},
                              cpu_budget=timeout, stdin=f"{nonce}\n".encode())
@@ -145,12 +164,28 @@ async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str
         why = "timed out" if ran.timed_out else f"was stopped by the sandbox's {ran.cap} cap"
         details["reason"] = f"the verifier {why} (charged to the agent)"
         return Verdict(0.0, details=details)
-    report = Report.parse(ran.stdout, nonce)
+    if shared_pids:  # whatever the scan missed dies before the files are read
+        await sandbox.exec(KILL_ALL, timeout=30)
+    read = await sandbox.exec(READ, timeout=60, stdin=f"{nonce}\n".encode())
+    if not read.ok:
+        raise InfraError(f"could not read the verifier's results: {read.failure()}")
+    report = Report.parse(f"{ran.stdout}\n{read.stdout}", nonce)
+    if "END" not in report.flags:
+        raise InfraError("the verifier's results were not read whole")
     details["verifier_exit_code"] = report.status
     problem = report.problem(digests)
     if problem is not None:
         return _zero(details, problem)
     return read_rewards(report.files, details)
+
+
+def capped(timeout: float, end: float | None, margin: float) -> float:
+    """``timeout``, shortened to end ``margin`` seconds (at most half the time left)
+    before ``end`` (loop time; None: no end); at least 0.5 s."""
+    if end is None:
+        return timeout
+    left = end - asyncio.get_running_loop().time()
+    return max(0.5, min(timeout, left - min(margin, left / 2)))
 
 
 def test_digests(task: HarborTask) -> dict[str, str]:
@@ -198,7 +233,7 @@ class Report:
 
     def problem(self, digests: dict[str, str]) -> str | None:
         """Why the reward files are not read (the reward is 0), or None."""
-        if "END" not in self.flags or self.status is None:
+        if "END" not in self.flags or self.status is None:  # (STATUS: the run's last line)
             return ("the verifier was killed before it ended (by a process test.sh ran): "
                     "the reward files are not read")
         if self.status > 128:
