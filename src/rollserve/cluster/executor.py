@@ -237,13 +237,9 @@ class RayExecutor(NodeWatch):
         """The task's judge reward, here on the head, where the judges are, on what the
         node's EVAL gave (the node's call carries no judge: ``_call``); within the EVAL
         stage's bound, as on one machine. A judge failure raises as it does there."""
-        evaluation = await judge_evaluation(handler, r, Evaluation(
+        r.scored(await judge_evaluation(handler, r, Evaluation(
             reward=r.reward if r.reward is not None else 0.0, details=dict(r.evaluation or {}),
-            components=dict(r.reward_components or {})))
-        r.reward = float(evaluation.reward)
-        r.evaluation = evaluation.details
-        r.reward_components = ({k: float(v) for k, v in evaluation.components.items()}
-                               or None)
+            components=dict(r.reward_components or {}))))
 
     def _call(self, r: Rollout, stage: Stage) -> StageCall:
         now = asyncio.get_running_loop().time()

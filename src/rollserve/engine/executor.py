@@ -79,11 +79,7 @@ class LocalExecutor:
             r.llm = self.router.session(r.id)
             await handler.run(r)
         else:
-            evaluation = await evaluate(handler, r)
-            r.reward = float(evaluation.reward)
-            r.evaluation = evaluation.details
-            r.reward_components = ({k: float(v) for k, v in evaluation.components.items()}
-                                   or None)
+            r.scored(await evaluate(handler, r))
 
     async def cleanup(self, r: Rollout, handler: AgentHandler) -> None:
         """Release what the handler took; bounded, and shielded from cancellation."""

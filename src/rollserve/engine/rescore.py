@@ -145,8 +145,8 @@ async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
     else:
         update.update(reward=float(evaluation.reward),
                       evaluation=plain_json(evaluation.details),
-                      reward_components={k: float(v) for k, v in evaluation.components.items()}
-                      or None, mask=old.mask, mask_reason=old.mask_reason)
+                      reward_components=evaluation.reward_components(), mask=old.mask,
+                      mask_reason=old.mask_reason)
     finally:  # bounded, as the pipeline's cleanup is
         with contextlib.suppress(Exception):
             await asyncio.shield(asyncio.wait_for(handler.cleanup(rollout), CLEANUP_TIMEOUT))

@@ -24,7 +24,7 @@ from rollserve.contract import (
 )
 from rollserve.contract.judge import JudgeRequest
 from rollserve.contract.validation import describe
-from rollserve.handlers.base import RolloutResources
+from rollserve.handlers.base import Evaluation, RolloutResources
 
 MAX_FAILURE_CHARS = 1000  # of a validation error quoted in a failure message
 
@@ -142,6 +142,12 @@ class Rollout:
         if self.deadline is not None and self.deadline <= self.run_deadline and t.eval:
             reserve += t.eval
         return self.run_deadline - min(reserve, max(0.0, self.run_deadline - now) / 2)
+
+    def scored(self, evaluation: Evaluation) -> None:
+        """EVAL's score on the rollout: its reward, details and named components."""
+        self.reward = float(evaluation.reward)
+        self.evaluation = evaluation.details
+        self.reward_components = evaluation.reward_components()
 
     def new_attempt(self) -> None:
         """Start the rollout over as its next attempt: what the last one produced (its

@@ -56,6 +56,10 @@ class Evaluation:
     details: dict[str, Any] = field(default_factory=dict)
     components: dict[str, float] = field(default_factory=dict)
 
+    def reward_components(self) -> dict[str, float] | None:
+        """``components`` as a result carries them: floats, None when there are none."""
+        return {name: float(value) for name, value in self.components.items()} or None
+
 
 @dataclass(frozen=True)
 class FirstPrompt:
