@@ -237,3 +237,23 @@ def wait_for_children(pid: int, count: int) -> list[int]:
 @pytest.mark.skipif(os.environ.get(NESTED) == "1", reason="nested run")
 def test_resident_cap_as_an_unprivileged_user(tmp_path):
     rerun_unprivileged(__file__, tmp_path)
+
+
+def test_past_the_rss_limit_the_largest_processes_are_read_first(monkeypatch):
+    """Past the limit PSS is read largest first (by RSS + page tables), so the
+    reading stops early and a budget spent still counted the big ones by PSS."""
+    sizes = {1: (1, 300 * MB, 0), 2: (2, 10 * MB, 0), 3: (3, 20 * MB, 1 * MB),
+             4: (4, 5 * MB, 0)}
+    read = []
+    monkeypatch.setattr(rsscap, "tree_pids", lambda roots: list(sizes))
+    monkeypatch.setattr(rsscap, "rss_bytes", lambda pid: sizes[pid])
+
+    def pss(pid):
+        read.append(pid)
+        return sizes[pid][1]
+    monkeypatch.setattr(rsscap, "pss_bytes", pss)
+    used, how = rsscap.resident_usage([0], 250 * MB)
+    assert how == "pss" and used > 250 * MB and read == [1]
+    read.clear()
+    used, how = rsscap.resident_usage([0], 330 * MB, budget=60.0)
+    assert how == "pss" and read == [1, 3, 2] and used == 331 * MB

@@ -157,7 +157,7 @@ def resident_usage(roots: Iterable[int], limit: int,
     for a process whose PSS cannot be read), largest first, stopping once past
     ``limit`` (the rest can only add); page tables included either way. Processes not
     read within ``budget`` seconds count their RSS ("pss+rss")."""
-    sizes = sorted((rss_bytes(pid) for pid in tree_pids(roots)), key=lambda s: -s[0])
+    sizes = sorted((rss_bytes(pid) for pid in tree_pids(roots)), key=lambda s: -(s[1] + s[2]))
     total = sum(rss + tables for _, rss, tables in sizes)
     if total <= limit:
         return total, "rss"
