@@ -115,9 +115,10 @@ class Calls(_Strict):
     compaction...), told apart from its main loop by the model name they ask for. With
     this table the runner opens the session with ``contract.calls.GatewayCalls``
     (``main_model`` the name the harness's main loop asks for, ``$ROLLSERVE_MODEL``):
-    a call asking for another model is recorded apart, in ``trajectory.auxiliary``,
-    its purpose this table's (else ``auxiliary``). Without it every call is the main
-    loop's."""
+    a call asking for a model this table names is recorded apart, in
+    ``trajectory.auxiliary``, with this table's purpose; a call asking for any other
+    model is the main loop's (so what leaves the main loop is never the agent's
+    choice). Without the table every call is the main loop's."""
 
     auxiliary: dict[str, str] = Field(default_factory=dict, description="model name the "
                                       "harness asks for -> purpose (lower_snake_case)")
