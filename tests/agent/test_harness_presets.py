@@ -62,6 +62,12 @@ def test_the_bundled_presets_load_and_every_npm_one_has_a_lockfile():
     (("[files]", "[prompt]\nfirst_tokens = 0\n[files]"), "prompt.first_tokens"),
     (("[files]", "[prompt]\nfirst_tokens = 900\nmeasured = { a = 800 }\n[files]"), "prompt"),
     (("[files]", "[prompt]\nfirst_tokens = 9\ntokens = 9\n[files]"), "prompt.tokens"),
+    # [calls] is checked as the gateway session will take it (contract.calls.GatewayCalls).
+    (("[files]", "[calls]\nauxiliary = { small = \"Titles\" }\n[files]"), "calls.auxiliary"),
+    (("[files]", "[calls]\nauxiliary = { \"rollserve-policy\" = \"titles\" }\n[files]"),
+     "calls.auxiliary"),
+    (("[files]", "[calls]\nauxiliary = { \"bad name\" = \"titles\" }\n[files]"),
+     "calls.auxiliary"),
 ])
 def test_a_bad_preset_file_names_the_file_and_the_key(tmp_path, change, key):
     path = write(tmp_path, "p", GOOD.format(name="p").replace(*change))

@@ -39,11 +39,9 @@ from rollserve.agent.harnesses.install import (
 )
 from rollserve.agent.harnesses.runner import (
     INSTALL_INSIDE,
-    POLICY_MODEL,
     harness_env,
     harness_script,
 )
-from rollserve.contract.calls import GatewayCalls
 from rollserve.contract.validation import field_name
 from rollserve.handlers.base import FirstPrompt, HandlerContext, InvalidInstance, RolloutView
 from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
@@ -198,8 +196,7 @@ async def run_preset(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox
                             bundled_node=spec.folder is not None and bundled_node(spec.folder) is not None)
     output = HarnessOutput()
     declared = spec.preset.calls
-    calls = None if declared is None else GatewayCalls(main_model=POLICY_MODEL,
-                                                       auxiliary=dict(declared.auxiliary))
+    calls = None if declared is None else declared.gateway_calls()
     async with gateway_session(ctx, rollout, parse_tool_calls=spec.tool_calls == "hermes",
                                calls=calls) as (session, key):
         if on_session is not None:

@@ -28,7 +28,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rollserve.agent.gateway.base import POLICY_MODEL
 from rollserve.agent.harnesses.semver import check_range
+from rollserve.contract.calls import GatewayCalls
 
 __all__ = ["PRESETS_DIR", "Option", "Package", "Preset", "PresetFileError", "PromptSize", "Run",
            "load_preset", "presets"]
@@ -125,11 +127,17 @@ class Calls(_Strict):
 
     @field_validator("auxiliary")
     @classmethod
-    def _purposes(cls, auxiliary: dict[str, str]) -> dict[str, str]:
-        for model, purpose in auxiliary.items():
-            if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", purpose):
-                raise ValueError(f"{model!r}: purpose {purpose!r} is not lower_snake_case")
+    def _as_the_gateway_takes_it(cls, auxiliary: dict[str, str]) -> dict[str, str]:
+        # The session the runner opens, built here: its checks are the only ones.
+        try:
+            GatewayCalls(main_model=POLICY_MODEL, auxiliary=auxiliary)
+        except ValidationError as error:
+            raise ValueError(error.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return auxiliary
+
+    def gateway_calls(self) -> GatewayCalls:
+        """The session's ``GatewayCalls``: the main loop asks for ``POLICY_MODEL``."""
+        return GatewayCalls(main_model=POLICY_MODEL, auxiliary=dict(self.auxiliary))
 
 
 class Option(_Strict):

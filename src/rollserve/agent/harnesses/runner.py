@@ -19,6 +19,7 @@ import json
 import shlex
 from collections.abc import Mapping
 
+from rollserve.agent.gateway.base import POLICY_MODEL
 from rollserve.agent.harnesses.base import Preset
 
 __all__ = ["HOME_INSIDE", "INSTALL_INSIDE", "POLICY_MODEL", "TASK_FILE", "harness_env",
@@ -27,7 +28,6 @@ __all__ = ["HOME_INSIDE", "INSTALL_INSIDE", "POLICY_MODEL", "TASK_FILE", "harnes
 INSTALL_INSIDE = "/.rollserve-harness"  # the install folder, bound read-only
 HOME_INSIDE = "/tmp/.rollserve-home"  # the harness's HOME (the sandbox's private /tmp)
 TASK_FILE = f"{HOME_INSIDE}/.rollserve-task.md"
-POLICY_MODEL = "rollserve-policy"  # the model name a harness asks for (the gateway serves any)
 
 PROLOGUE = r"""
 import json, os, re, sys
