@@ -145,10 +145,21 @@ def test_the_prologue_fails_naming_a_variable_that_is_not_set(tmp_path):
     assert done.returncode != 0 and "c.json: ${ROLLSERVE_NOWHERE} is not set" in done.stderr
 
 
-def test_the_prologue_writes_the_task_text_as_it_is(tmp_path):
-    task_file = tmp_path / "task.md"
-    done = run_prologue(tmp_path, {}, ROLLSERVE_TASK_TEXT="fix ${HOME} $1", ROLLSERVE_TASK_FILE=str(task_file))
-    assert done.returncode == 0 and task_file.read_text() == "fix ${HOME} $1"
+def test_the_task_text_is_never_in_the_environment_and_an_argv_task_is_declared(tmp_path):
+    """The task reaches the harness in a file (written through the sandbox's stdin),
+    never an environment variable (Linux refuses one over 128 KiB); a command that
+    passes it as an argument must say so (``task_in_argv``: refused at submit past
+    ``TASK_ARGV_MAX``), which the bundled ones that do declare."""
+    preset = load_preset(write(tmp_path, "p", GOOD.format(name="p")))
+    env = harness_env(preset, workdir="/workspace", max_turns=7, options={})
+    assert not any(key.startswith("ROLLSERVE_TASK_TEXT") for key in env)
+    argv = GOOD.format(name="q").replace('command = "exec x"',
+                                         "command = 'x \"$(cat \"$ROLLSERVE_TASK_FILE\")\"'")
+    with pytest.raises(PresetFileError, match="task_in_argv"):
+        load_preset(write(tmp_path, "q", argv))
+    assert load_preset(write(tmp_path, "q", argv.replace("[run]", "[run]\ntask_in_argv = true", 1))).run.task_in_argv
+    bundled = presets()
+    assert {name for name, p in bundled.items() if p.run.task_in_argv} == {"claude-code", "mini-swe-agent"}
 
 
 def test_the_runner_sets_home_path_and_the_workdir_before_the_command(tmp_path):

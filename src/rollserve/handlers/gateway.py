@@ -63,6 +63,7 @@ from rollserve.handlers.presets import (
     harness_first_prompt,
     parse_harness,
     run_preset,
+    task_size_problem,
 )
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
 from rollserve.sandbox import workspace_file_problem
@@ -136,7 +137,9 @@ class GatewayHandler(AgentHandler):
             raise InvalidInstance("instance.files", "files go into the sandbox of a command; "
                                                     "set instance.command too")
         if task.harness is not None:
-            parse_harness(self.ctx, task.harness)
+            problem = task_size_problem(parse_harness(self.ctx, task.harness), task.task)
+            if problem is not None:
+                raise InvalidInstance("instance.task", problem)
         found = workspace_file_problem(task.files)
         if found is not None:
             name, problem = found

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from rollserve.agent.gateway import GatewaySession
-from rollserve.agent.harnesses.base import Preset, PresetFileError
+from rollserve.agent.harnesses.base import TASK_ARGV_MAX, Preset, PresetFileError
 from rollserve.agent.harnesses.install import (
     available,
     bundled_node,
@@ -38,7 +38,9 @@ from rollserve.agent.harnesses.install import (
     reach_problem,
 )
 from rollserve.agent.harnesses.runner import (
+    HOME_INSIDE,
     INSTALL_INSIDE,
+    TASK_FILE,
     harness_env,
     harness_script,
 )
@@ -46,9 +48,10 @@ from rollserve.contract.validation import field_name
 from rollserve.handlers.base import FirstPrompt, HandlerContext, InvalidInstance, RolloutView
 from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
 from rollserve.handlers.sandboxed import python_with
-from rollserve.sandbox.base import WORKDIR, Sandbox
+from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxError
 
-__all__ = ["HarnessSpec", "harness_binds", "harness_first_prompt", "parse_harness", "run_preset"]
+__all__ = ["HarnessSpec", "harness_binds", "harness_first_prompt", "parse_harness", "run_preset",
+           "task_size_problem"]
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,29 @@ def harness_binds(spec: HarnessSpec | None) -> dict[str, str]:
     return {INSTALL_INSIDE: str(spec.folder)}
 
 
+def task_size_problem(spec: HarnessSpec | None, text: str) -> str | None:
+    """Why ``text`` cannot be ``spec``'s task (its preset passes the task as one
+    argument, ``[run] task_in_argv``, and Linux refuses one over 128 KiB), if so."""
+    if spec is None or not spec.preset.run.task_in_argv:
+        return None
+    size = len(text.encode("utf-8"))
+    if size <= TASK_ARGV_MAX:
+        return None
+    return (f"{size:,} bytes: the {spec.preset.name} harness takes the task as one command-line "
+            f"argument, at most {TASK_ARGV_MAX:,} bytes (a preset reading it from "
+            "$ROLLSERVE_TASK_FILE has no such limit)")
+
+
+async def _write_task(sandbox: Sandbox, task: str) -> None:
+    """The task's text into ``TASK_FILE`` (in the sandbox's private /tmp, outside the
+    workdir), through stdin: no argument or environment variable holds it."""
+    wrote = await sandbox.exec(f"mkdir -p {HOME_INSIDE} && cat > {TASK_FILE}", timeout=60,
+                               stdin=task.encode("utf-8"))
+    if not wrote.ok:
+        raise SandboxError(f"could not write the harness's task file {TASK_FILE}: "
+                           f"{wrote.failure()}")
+
+
 async def run_preset(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox, spec: HarnessSpec,
                      env: Mapping[str, str], *, task: str | None = None,
                      task_file: str | None = None, workdir: str = WORKDIR,
@@ -189,9 +215,11 @@ async def run_preset(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox
     package = spec.preset.package
     python, extra = await python_with(sandbox, package.module if package.kind == "python"
                                       and package.module else "asyncio")
+    if task is not None:
+        await _write_task(sandbox, task)
     files = {"task_file": task_file} if task_file is not None else {}
     run_env = harness_env(spec.preset, workdir=workdir, max_turns=rollout.max_turns,
-                          options=spec.options, task=task, **files)
+                          options=spec.options, **files)
     script = harness_script(spec.preset, spec.command, installed=spec.folder is not None,
                             bundled_node=spec.folder is not None and bundled_node(spec.folder) is not None)
     output = HarnessOutput()

@@ -32,7 +32,7 @@ from rollserve.agent.gateway.base import POLICY_MODEL
 from rollserve.agent.harnesses.semver import check_range
 from rollserve.contract.calls import GatewayCalls
 
-__all__ = ["PRESETS_DIR", "Option", "Package", "Preset", "PresetFileError", "PromptSize", "Run",
+__all__ = ["PRESETS_DIR", "TASK_ARGV_MAX", "Option", "Package", "Preset", "PresetFileError", "PromptSize", "Run",
            "load_preset", "presets"]
 
 PRESETS_DIR = Path(__file__).parent / "presets"
@@ -84,9 +84,16 @@ class Package(_Strict):
         return self
 
 
+TASK_ARGV_MAX = 100 << 10  # bytes of task text a preset with task_in_argv takes
+
+
 class Run(_Strict):
     command: str | None = Field(None, min_length=1, description="bash, run in the workdir; "
                                 "None: the instance's own ``command``")
+    task_in_argv: bool = Field(False, description="the command passes the task's text as "
+                               "one argument (``-p \"$(cat \"$ROLLSERVE_TASK_FILE\")\"``): "
+                               "Linux refuses an argument over 128 KiB, so a task over "
+                               "TASK_ARGV_MAX bytes is refused at submit")
 
 
 class PromptSize(_Strict):
@@ -201,6 +208,15 @@ class Preset(_Strict):
                 raise ValueError(f"{key!r}: an option is a lower-case name, not preset, "
                                  "command or tool_calls")
         return options
+
+    @model_validator(mode="after")
+    def _argv_declared(self) -> Preset:
+        if self.run.command is not None and '$(cat "$ROLLSERVE_TASK_FILE")' in self.run.command \
+                and not self.run.task_in_argv:
+            raise ValueError("run: the command passes the task file's text as an argument: "
+                             "declare task_in_argv = true (a task over TASK_ARGV_MAX bytes "
+                             "is then refused at submit)")
+        return self
 
     @property
     def takes_command(self) -> bool:
