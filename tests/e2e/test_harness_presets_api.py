@@ -211,3 +211,21 @@ async def test_the_swe_family_runs_an_npm_preset_in_the_repository(make_api, ins
     assert report["cwd"] == "/workspace" and report["onPath"][0] == f"{INSTALL_INSIDE}/node_modules/.bin"
     assert done["trajectory"]["messages"][0]["content"] == row["problem_statement"]
     assert service.sandboxes.open_sandboxes() == []
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"calls": {"main_model": "m", "auxiliary": {"t": "titles"}}}, "instance.calls"),
+    ({"tool_calls": "none"}, "instance.tool_calls"),
+    ({"tool_calls": "hermes"}, "instance.tool_calls"),
+])
+async def test_calls_or_tool_calls_beside_a_harness_is_a_422_not_ignored(make_api, llm, extra, field):
+    """With a preset, its [calls] and instance.harness.tool_calls decide: the instance's
+    own calls / tool_calls would be silently ignored, so they are refused."""
+    service, client = await make_api([llm.url])
+    task = gateway_task({"preset": "command", "command": "true"})
+    task["instance"].update(extra)
+    r = await client.post("/v1/rollouts", json={"tasks": [task]})
+    assert r.status_code == 422, r.text
+    error = r.json()["errors"][0]
+    assert error["field"] == f"tasks[0].{field}" and "harness" in error["message"], error
+    assert llm.calls == [] and service.sandboxes.open_sandboxes() == []
