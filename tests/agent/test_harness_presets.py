@@ -197,3 +197,26 @@ def test_the_tests_helper_finds_harnesses_where_the_server_would(tmp_path, monke
     assert harness_root() == tmp_path.resolve()
     assert harness_problem("command") is None
     assert "no preset 'nope'" in (harness_problem("nope") or "")
+
+
+def test_harness_list_shows_each_presets_summary(tmp_path):
+    from typer.testing import CliRunner
+
+    from rollserve.commands.app import app
+
+    done = CliRunner().invoke(app, ["harness", "list", "--dir", str(tmp_path)],
+                              env={"COLUMNS": "400"})
+    assert done.exit_code == 0, done.output
+    for preset in presets().values():
+        assert preset.summary in done.output, (preset.name, done.output)
+
+
+def test_the_instance_harness_models_are_bounded_as_preset_files_change(tmp_path):
+    """A model per preset version, the latest kept: editing a file does not grow it."""
+    from rollserve.handlers import presets as handler_presets
+
+    path = write(tmp_path, "p", GOOD.format(name="p"))
+    for step in range(200):
+        path.write_text(GOOD.format(name="p").replace("a test", f"a test, edit {step}"))
+        handler_presets._model(load_preset(path))
+    assert handler_presets._model_of.cache_info().currsize <= 64

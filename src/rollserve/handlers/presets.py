@@ -21,6 +21,7 @@ Node in the install folder (``--with-node``). ``binds``: the install folder, bou
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,18 +74,15 @@ class _Base(BaseModel):
                                 "in the workdir (for a preset without a command of its own)")
 
 
-_MODELS: dict[str, type[BaseModel]] = {}  # by the preset's JSON
-
-
 def _model(preset: Preset) -> type[BaseModel]:
-    """The pydantic model of ``instance.harness`` for ``preset``."""
-    key = preset.model_dump_json()
-    if key not in _MODELS:
-        _MODELS[key] = _make_model(preset)
-    return _MODELS[key]
+    """The pydantic model of ``instance.harness`` for ``preset`` (the latest few kept:
+    an edited preset file is a new key, an old one falls out)."""
+    return _model_of(preset.model_dump_json())
 
 
-def _make_model(preset: Preset) -> type[BaseModel]:
+@functools.lru_cache(maxsize=64)
+def _model_of(preset_json: str) -> type[BaseModel]:
+    preset = Preset.model_validate_json(preset_json)
     fields: dict[str, Any] = {"tool_calls": (Literal["hermes", "none"], preset.tool_calls)}
     for key, option in preset.options.items():
         required = option.default is None
@@ -152,6 +150,8 @@ def harness_first_prompt(ctx: HandlerContext, raw: object,
         return None
     size = preset.prompt
     measured = ", ".join(f"{tokens:,} with {name}" for name, tokens in size.measured.items())
+    if size.harness_version is not None:
+        measured = f"{preset.name} {size.harness_version}" + (f": {measured}" if measured else "")
     return FirstPrompt(f"{at}.preset", size.first_tokens, f"{preset.name}'s first prompt",
                        measured)
 
