@@ -229,3 +229,28 @@ async def test_calls_or_tool_calls_beside_a_harness_is_a_422_not_ignored(make_ap
     error = r.json()["errors"][0]
     assert error["field"] == f"tasks[0].{field}" and "harness" in error["message"], error
     assert llm.calls == [] and service.sandboxes.open_sandboxes() == []
+
+
+async def test_a_batch_naming_one_preset_checks_its_install_once(make_api, llm, installed_root,
+                                                                monkeypatch):
+    """A submit of many tasks naming one installed preset looks at its install (files,
+    Node) once, not once per task, on the event loop."""
+    from rollserve.handlers import presets as handler_presets
+
+    checked = []
+    real = handler_presets.installed_problem
+
+    def counting(preset, root):
+        checked.append(preset.name)
+        return real(preset, root)
+    monkeypatch.setattr(handler_presets, "installed_problem", counting)
+    monkeypatch.setattr(handler_presets, "CHECK_SECONDS", 3600.0)  # (a loaded machine)
+    handler_presets._ready.clear()
+    _, client = await make_api([llm.url], server={"harness_dir": installed_root})
+    tasks = [gateway_task({"preset": NAME, "stop": "reply 1"}) for _ in range(20)]
+    r = await client.post("/v1/rollouts", json={"tasks": tasks, "sampling": {"max_tokens": 32},
+                                                "agent": {"max_turns": 6}})
+    assert r.status_code == 202, r.text
+    assert checked == [NAME], checked
+    for group in r.json()["groups"]:
+        assert (await client.delete(f"/v1/groups/{group['group_id']}")).status_code == 200

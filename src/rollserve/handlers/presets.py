@@ -22,6 +22,7 @@ Node in the install folder (``--with-node``). ``binds``: the install folder, bou
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,13 @@ def _root(ctx: HandlerContext) -> Path:
     return install_root(ctx.harness_dir)
 
 
+# A preset found installed is taken as installed for this long: a submit's tasks
+# naming one preset check its install (files, Node, folder modes) once, not each.
+# A problem found is never kept (the next submit looks again, after an install).
+CHECK_SECONDS = 2.0
+_ready: dict[tuple[str, str, str], float] = {}  # (root, preset JSON, runtime) -> when found
+
+
 def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness") -> HarnessSpec:
     """``raw`` (the instance's ``harness``) checked against its preset and this
     server's installs; ``InvalidInstance`` naming the field and what to do."""
@@ -125,18 +133,35 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
         raise InvalidInstance(at, f"preset {name!r} needs a command")
     if not preset.takes_command and command is not None:
         raise InvalidInstance(at, f"preset {name!r} builds its own command; leave command out")
-    problem = installed_problem(preset, root)
     folder = root / name if preset.package.kind == "npm" else None
-    if problem is None and folder is not None and _bubblewrap(ctx):
-        problem = reach_problem(folder)
-    if problem is None and folder is not None:
-        problem = _image_node_problem(ctx, name, folder)
+    problem = _install_problem(ctx, preset, root, folder)
     if problem is not None:
         raise InvalidInstance(f"{at}.preset", problem)
     tool_calls = values.pop("tool_calls")
     values.pop("preset")
     return HarnessSpec(preset, command if command is not None else preset.run.command or "",
                        tool_calls, values, folder)
+
+
+def _install_problem(ctx: HandlerContext, preset: Preset, root: Path,
+                     folder: Path | None) -> str | None:
+    """Why ``preset`` cannot run here (``installed_problem``, the folder's modes, an
+    image runtime's Node); a success is kept ``CHECK_SECONDS``."""
+    runtime = ctx.sandboxes.name if ctx.sandboxes is not None else ""
+    key = (str(root), preset.model_dump_json(), runtime)
+    now = time.monotonic()
+    if now - _ready.get(key, -CHECK_SECONDS - 1) <= CHECK_SECONDS:
+        return None
+    problem = installed_problem(preset, root)
+    if problem is None and folder is not None and _bubblewrap(ctx):
+        problem = reach_problem(folder)
+    if problem is None and folder is not None:
+        problem = _image_node_problem(ctx, preset.name, folder)
+    if problem is None:
+        if len(_ready) > 256:
+            _ready.clear()
+        _ready[key] = now
+    return problem
 
 
 def harness_first_prompt(ctx: HandlerContext, raw: object,
