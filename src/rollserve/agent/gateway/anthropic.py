@@ -22,9 +22,10 @@ the field: ``tool_choice`` by the Chat wire's one validator (``contract.gateway`
 tools, is served); ``refuse_settings``:
 ``context_management`` edits other than clearing thinking, ``mcp_servers``,
 ``container``; ``thinking``, ``metadata`` and ``output_config`` (``effort``, and
-``format``: a schema the reply is asked to follow, as OpenAI's ``response_format`` is
-on the other wire: nothing holds the policy to it, it samples freely) are taken and
-not acted on.
+``format``: a schema the reply is asked to follow; nothing holds the policy to it,
+it samples freely) are taken and not acted on: Claude Code sends both on its calls
+(``format`` on its title call, an auxiliary one), so refusing them, as the OpenAI
+wires refuse ``response_format`` and ``reasoning_effort``, would fail every run.
 A reply is a text block (the content, when there is any) and one ``tool_use`` block
 per parsed tool call (ids ``toolu_...``, ``input`` the arguments' object); its
 ``stop_reason`` is ``tool_use``, ``max_tokens`` (the sample was cut) or ``end_turn``.
