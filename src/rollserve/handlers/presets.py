@@ -133,7 +133,9 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
         raise InvalidInstance(at, f"preset {name!r} needs a command")
     if not preset.takes_command and command is not None:
         raise InvalidInstance(at, f"preset {name!r} builds its own command; leave command out")
-    folder = root / name if preset.package.kind == "npm" else None
+    # The version installed now (the link resolved): a rollout keeps it, a later
+    # install swapping the link does not change what its sandbox binds.
+    folder = (root / name).resolve() if preset.package.kind == "npm" else None
     problem = _install_problem(ctx, preset, root, folder)
     if problem is not None:
         raise InvalidInstance(f"{at}.preset", problem)
