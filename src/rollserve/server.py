@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, field_validator
 
 from rollserve.agent.gateway import Gateway
-from rollserve.agent.harnesses.install import install_root
+from rollserve.agent.harnesses.install import install_root, system_node_version
 from rollserve.cluster.protocol import RayConfig, WorkerSettings
 from rollserve.contract import SandboxStatus
 from rollserve.contract.judge import JudgeRequest, Rubric
@@ -56,6 +56,9 @@ def _warm_imports() -> None:
             importlib.import_module(module)
         except ImportError:
             log.warning("could not import %s; its tasks will fail validation", module)
+    # The host's `node --version` (up to 20 s, then cached), which an npm harness
+    # preset's check at submit reads: asked here, off the event loop.
+    system_node_version()
 
 
 def _reap_report(report) -> dict:
@@ -241,7 +244,8 @@ class Service:
             if isinstance(python, SandboxPython) and getattr(runtime.config, "share_interpreter", False):
                 self._sandbox_python = asyncio.create_task(python.get(), name="rollserve-sandbox-python")
         # Handlers validate instances on the event loop at submit time; import the
-        # heavy task libraries now, in a thread, so the first submit does not stall it.
+        # heavy task libraries (and probe node) now, in a thread, so the first submit
+        # does not stall it.
         await asyncio.to_thread(_warm_imports)
         for spec in self.config.backends:
             self.router.add(backend_from_spec(spec))

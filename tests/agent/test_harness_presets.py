@@ -62,6 +62,12 @@ def test_the_bundled_presets_load_and_every_npm_one_has_a_lockfile():
     (("[files]", "[prompt]\nfirst_tokens = 0\n[files]"), "prompt.first_tokens"),
     (("[files]", "[prompt]\nfirst_tokens = 900\nmeasured = { a = 800 }\n[files]"), "prompt"),
     (("[files]", "[prompt]\nfirst_tokens = 9\ntokens = 9\n[files]"), "prompt.tokens"),
+    # [calls] is checked as the gateway session will take it (contract.calls.GatewayCalls).
+    (("[files]", "[calls]\nauxiliary = { small = \"Titles\" }\n[files]"), "calls.auxiliary"),
+    (("[files]", "[calls]\nauxiliary = { \"rollserve-policy\" = \"titles\" }\n[files]"),
+     "calls.auxiliary"),
+    (("[files]", "[calls]\nauxiliary = { \"bad name\" = \"titles\" }\n[files]"),
+     "calls.auxiliary"),
 ])
 def test_a_bad_preset_file_names_the_file_and_the_key(tmp_path, change, key):
     path = write(tmp_path, "p", GOOD.format(name="p").replace(*change))
@@ -139,10 +145,21 @@ def test_the_prologue_fails_naming_a_variable_that_is_not_set(tmp_path):
     assert done.returncode != 0 and "c.json: ${ROLLSERVE_NOWHERE} is not set" in done.stderr
 
 
-def test_the_prologue_writes_the_task_text_as_it_is(tmp_path):
-    task_file = tmp_path / "task.md"
-    done = run_prologue(tmp_path, {}, ROLLSERVE_TASK_TEXT="fix ${HOME} $1", ROLLSERVE_TASK_FILE=str(task_file))
-    assert done.returncode == 0 and task_file.read_text() == "fix ${HOME} $1"
+def test_the_task_text_is_never_in_the_environment_and_an_argv_task_is_declared(tmp_path):
+    """The task reaches the harness in a file (written through the sandbox's stdin),
+    never an environment variable (Linux refuses one over 128 KiB); a command that
+    passes it as an argument must say so (``task_in_argv``: refused at submit past
+    ``TASK_ARGV_MAX``), which the bundled ones that do declare."""
+    preset = load_preset(write(tmp_path, "p", GOOD.format(name="p")))
+    env = harness_env(preset, workdir="/workspace", max_turns=7, options={})
+    assert not any(key.startswith("ROLLSERVE_TASK_TEXT") for key in env)
+    argv = GOOD.format(name="q").replace('command = "exec x"',
+                                         "command = 'x \"$(cat \"$ROLLSERVE_TASK_FILE\")\"'")
+    with pytest.raises(PresetFileError, match="task_in_argv"):
+        load_preset(write(tmp_path, "q", argv))
+    assert load_preset(write(tmp_path, "q", argv.replace("[run]", "[run]\ntask_in_argv = true", 1))).run.task_in_argv
+    bundled = presets()
+    assert {name for name, p in bundled.items() if p.run.task_in_argv} == {"claude-code", "mini-swe-agent"}
 
 
 def test_the_runner_sets_home_path_and_the_workdir_before_the_command(tmp_path):
@@ -180,3 +197,26 @@ def test_the_tests_helper_finds_harnesses_where_the_server_would(tmp_path, monke
     assert harness_root() == tmp_path.resolve()
     assert harness_problem("command") is None
     assert "no preset 'nope'" in (harness_problem("nope") or "")
+
+
+def test_harness_list_shows_each_presets_summary(tmp_path):
+    from typer.testing import CliRunner
+
+    from rollserve.commands.app import app
+
+    done = CliRunner().invoke(app, ["harness", "list", "--dir", str(tmp_path)],
+                              env={"COLUMNS": "400"})
+    assert done.exit_code == 0, done.output
+    for preset in presets().values():
+        assert preset.summary in done.output, (preset.name, done.output)
+
+
+def test_the_instance_harness_models_are_bounded_as_preset_files_change(tmp_path):
+    """A model per preset version, the latest kept: editing a file does not grow it."""
+    from rollserve.handlers import presets as handler_presets
+
+    path = write(tmp_path, "p", GOOD.format(name="p"))
+    for step in range(200):
+        path.write_text(GOOD.format(name="p").replace("a test", f"a test, edit {step}"))
+        handler_presets._model(load_preset(path))
+    assert handler_presets._model_of.cache_info().currsize <= 64

@@ -199,6 +199,8 @@ async def test_what_cannot_be_honoured_is_refused_naming_the_field(make_api, llm
         ({"thinking": {"type": "sometimes"}}, "thinking.type"),
         ({"tool_choice": {"type": "any"}, "tools": [BASH]}, "tool_choice.type"),
         ({"tool_choice": {"type": "tool", "name": "bash"}, "tools": [BASH]}, "tool_choice.type"),
+        # One validator for every wire: "none" while tools are offered constrains the sample.
+        ({"tool_choice": {"type": "none"}, "tools": [BASH]}, "tool_choice.type"),
         ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
          "context_management.edits[0].type"),
         ({"mcp_servers": [{"type": "url", "url": "https://example.com", "name": "x"}]}, "mcp_servers"),

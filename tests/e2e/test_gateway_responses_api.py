@@ -289,3 +289,38 @@ async def test_a_sandboxed_harness_speaks_responses_through_the_socket(make_api,
     trajectory = done["trajectory"]
     assert trajectory["sequence_count"] == 1 and len(llm.calls) == 2
     assert_exact(trajectory["tokens"], llm.calls)
+
+
+async def test_sampling_constraints_are_refused_by_the_chat_wires_validator(make_api, llm):
+    """tool_choice, text.format and reasoning.effort go into the chat request, so the
+    Chat wire's one validator decides: what would constrain the policy's sample is a 400
+    naming the Responses field (never accepted and echoed back as honoured); what Codex
+    sends (auto, a text format, reasoning without an effort) is served."""
+    service, client = await make_api([llm.url])
+    (rollout_id,) = await submit(client, answer="none", max_turns=20)
+    key, _ = await harness_for(client, rollout_id)
+    url = f"/v1/gateway/{key}/v1/responses"
+    user = {"role": "user", "content": "[script:plain] x"}
+    refused = [
+        ({"tool_choice": "required", "tools": [BASH]}, "tool_choice"),
+        ({"tool_choice": "none", "tools": [BASH]}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "name": "bash"}, "tools": [BASH]}, "tool_choice"),
+        ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text.format"),
+        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"reasoning": {"effort": "high"}}, "reasoning.effort"),
+    ]
+    for fields, param in refused:
+        r = await client.post(url, json={"input": [user], **fields})
+        assert r.status_code == 400, (fields, r.text)
+        error = r.json()["error"]
+        assert error["param"] == param and "not served" in error["message"], (fields, error)
+    assert llm.calls == []
+    served = [{"tool_choice": "auto", "tools": [BASH]}, {"tool_choice": "none"},
+              {"text": {"format": {"type": "text"}, "verbosity": "low"}},
+              {"reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"]}]
+    for fields in served:
+        r = await client.post(url, json={"input": [user], **fields})
+        assert r.status_code == 200, (fields, r.text)
+        assert r.json()["tool_choice"] == fields.get("tool_choice", "auto")
+    assert len(llm.calls) == len(served)
+    await end(client, key)

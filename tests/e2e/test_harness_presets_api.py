@@ -211,3 +211,91 @@ async def test_the_swe_family_runs_an_npm_preset_in_the_repository(make_api, ins
     assert report["cwd"] == "/workspace" and report["onPath"][0] == f"{INSTALL_INSIDE}/node_modules/.bin"
     assert done["trajectory"]["messages"][0]["content"] == row["problem_statement"]
     assert service.sandboxes.open_sandboxes() == []
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"calls": {"main_model": "m", "auxiliary": {"t": "titles"}}}, "instance.calls"),
+    ({"tool_calls": "none"}, "instance.tool_calls"),
+    ({"tool_calls": "hermes"}, "instance.tool_calls"),
+])
+async def test_calls_or_tool_calls_beside_a_harness_is_a_422_not_ignored(make_api, llm, extra, field):
+    """With a preset, its [calls] and instance.harness.tool_calls decide: the instance's
+    own calls / tool_calls would be silently ignored, so they are refused."""
+    service, client = await make_api([llm.url])
+    task = gateway_task({"preset": "command", "command": "true"})
+    task["instance"].update(extra)
+    r = await client.post("/v1/rollouts", json={"tasks": [task]})
+    assert r.status_code == 422, r.text
+    error = r.json()["errors"][0]
+    assert error["field"] == f"tasks[0].{field}" and "harness" in error["message"], error
+    assert llm.calls == [] and service.sandboxes.open_sandboxes() == []
+
+
+async def test_a_batch_naming_one_preset_checks_its_install_once(make_api, llm, installed_root,
+                                                                monkeypatch):
+    """A submit of many tasks naming one installed preset looks at its install (files,
+    Node) once, not once per task, on the event loop."""
+    from rollserve.handlers import presets as handler_presets
+
+    checked = []
+    real = handler_presets.installed_problem
+
+    def counting(preset, root):
+        checked.append(preset.name)
+        return real(preset, root)
+    monkeypatch.setattr(handler_presets, "installed_problem", counting)
+    monkeypatch.setattr(handler_presets, "CHECK_SECONDS", 3600.0)  # (a loaded machine)
+    handler_presets._ready.clear()
+    _, client = await make_api([llm.url], server={"harness_dir": installed_root})
+    tasks = [gateway_task({"preset": NAME, "stop": "reply 1"}) for _ in range(20)]
+    r = await client.post("/v1/rollouts", json={"tasks": tasks, "sampling": {"max_tokens": 32},
+                                                "agent": {"max_turns": 6}})
+    assert r.status_code == 202, r.text
+    assert checked == [NAME], checked
+    for group in r.json()["groups"]:
+        assert (await client.delete(f"/v1/groups/{group['group_id']}")).status_code == 200
+
+
+async def test_a_reinstall_swaps_a_link_and_keeps_the_version_in_use(make_api, llm, harness_root,
+                                                                     tmp_path):
+    """Reinstalling never removes files under a running sandbox nor leaves a moment
+    when the harness is not there: each install is a version folder of its own, the
+    preset's path a symlink swapped in one os.replace; the current and the previous
+    version are kept, older ones removed."""
+    import threading
+
+    env = make_local_preset(harness_root, tmp_path)
+    install(harness_root, env)
+    link = harness_root / NAME
+    first = link.resolve()
+    assert link.is_symlink() and first != link and (first / "node_modules" / ".bin" / "rs-harness").exists()
+    # A rollout admitted now binds the version it was admitted with.
+    service, client = await make_api([llm.url], server={"harness_dir": harness_root})
+    r = await client.post("/v1/rollouts", json={
+        "tasks": [gateway_task({"preset": NAME, "stop": "reply 1"})],
+        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 6}})
+    assert r.status_code == 202, r.text
+    # Reinstall while watching the path: it exists at every look.
+    gone = []
+    done = threading.Event()
+
+    def reinstall():
+        try:
+            install(harness_root, env)
+        finally:
+            done.set()
+    worker = threading.Thread(target=reinstall)
+    worker.start()
+    while not done.is_set():
+        if not (link / "node_modules" / ".bin" / "rs-harness").exists():
+            gone.append("missing")
+    worker.join(600)
+    assert gone == []
+    second = link.resolve()
+    assert second != first and (first / "node_modules" / ".bin" / "rs-harness").exists()
+    finished = await result(client, r.json()["groups"][0]["rollout_ids"][0])
+    assert finished["status"] == "completed" and finished["reward"] == 1.0, finished["failure"]
+    install(harness_root, env)
+    third = link.resolve()
+    assert not first.exists() and second.exists() and third.exists()
+    assert sorted(p.name for p in third.parent.iterdir()) == sorted([second.name, third.name])

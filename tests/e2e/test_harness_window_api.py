@@ -31,6 +31,7 @@ kind = "none"
 command = "exit 0"
 
 [prompt]
+harness_version = "1.2.3"
 first_tokens = 3000
 measured = { "SmolLM2-135M-Instruct" = 3100, "Qwen3" = 3000 }
 """
@@ -69,6 +70,7 @@ async def test_a_first_prompt_past_max_context_tokens_is_a_422_with_the_numbers(
         message = error["message"]
         assert "wordy's first prompt is ~3,000 tokens" in message, message
         assert "3,100 with SmolLM2-135M-Instruct" in message
+        assert "(wordy 1.2.3: " in message, message  # the version measured
         assert f"max_context_tokens is {3000 + FIRST_PROMPT_MARGIN - 1:,}" in message
         # Refused whole: nothing of the batch was stored or sent.
         assert service.engine.pending == 0

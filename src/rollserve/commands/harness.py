@@ -51,12 +51,12 @@ def list_presets(directory: Path | None = typer.Option(None, "--dir", help=DIR_H
     console = Console()
     root = install_root(directory)
     found = _presets(console, root)
-    table = Table("preset", "wire", "package", "here")
+    table = Table("preset", "summary", "wire", "package", "here")
     for name, preset in sorted(found.items()):
         package = preset.package
         what = f"{package.kind} {package.name or '-'} {package.versions if package.name else ''}"
         problem = installed_problem(preset, root)
-        table.add_row(name, preset.wire, what.strip(), "ready" if problem is None else problem)
+        table.add_row(name, preset.summary, preset.wire, what.strip(), "ready" if problem is None else problem)
     console.print(table)
     console.print(f"install root: {root}")
 

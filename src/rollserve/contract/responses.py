@@ -9,11 +9,16 @@ An input item is read loosely here (``type`` and the fields of the item types
 rollserve renders: ``message``, ``function_call``, ``function_call_output``,
 ``reasoning``) so that one rollserve cannot render is refused by
 ``agent.gateway.responses`` naming it exactly (``input[3].type``), not by a union's
-error. Settings that do not change what is sampled or recorded (``reasoning``,
-``include``, ``store``, ``tool_choice``, ``parallel_tool_calls``, ``text``,
-``metadata``, ``prompt_cache_key``...) are accepted and ignored, as the Chat wire
-ignores ``temperature``: the policy samples with the trainer's sampling parameters;
-``max_output_tokens`` can only lower the trainer's ``max_tokens``.
+error. Settings that would change what is sampled are decided by the Chat wire's one
+validator (``contract.gateway``), the request mapped into a chat request first:
+``tool_choice`` (``auto``, or ``none`` without tools), ``text.format`` (as
+``response_format``: ``text`` only) and ``reasoning.effort`` (as ``reasoning_effort``:
+none); any other value is a 400 naming the Responses field. Settings that do not
+change what is sampled or recorded (``reasoning.summary``, ``include``, ``store``,
+``parallel_tool_calls``, ``text.verbosity``, ``metadata``, ``prompt_cache_key``...)
+are accepted and ignored, as the Chat wire ignores ``temperature``: the policy samples
+with the trainer's sampling parameters; ``max_output_tokens`` can only lower the
+trainer's ``max_tokens``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ tools, ``none`` leaves every reply as text (for harnesses that parse actions
 themselves). ``calls`` (``contract.calls.GatewayCalls``: ``{"main_model": ...,
 "auxiliary": {model: purpose}}``) tells the harness's main-loop calls from its
 auxiliary ones (recorded apart, in ``trajectory.auxiliary``); unset, every call is the
-main loop's.
+main loop's. With ``harness`` the preset says both (its ``[calls]``, and
+``instance.harness.tool_calls``): ``calls`` or ``tool_calls`` beside it is a 422.
 
 With ``command``, the harness runs INSIDE the rollout's sandbox (no network): INIT
 starts the sandbox with ``files`` in its workspace; RUN binds the session's unix socket
@@ -63,6 +64,7 @@ from rollserve.handlers.presets import (
     harness_first_prompt,
     parse_harness,
     run_preset,
+    task_size_problem,
 )
 from rollserve.handlers.sandboxed import close_sandboxes, open_sandbox, python_with
 from rollserve.sandbox import workspace_file_problem
@@ -135,8 +137,15 @@ class GatewayHandler(AgentHandler):
         if task.files and task.command is None and task.harness is None:
             raise InvalidInstance("instance.files", "files go into the sandbox of a command; "
                                                     "set instance.command too")
+        for key in ("calls", "tool_calls"):
+            if task.harness is not None and key in task.model_fields_set:
+                raise InvalidInstance(f"instance.{key}", "not with harness: the preset says "
+                                      "its calls ([calls]) and instance.harness.tool_calls "
+                                      "its tool-call format")
         if task.harness is not None:
-            parse_harness(self.ctx, task.harness)
+            problem = task_size_problem(parse_harness(self.ctx, task.harness), task.task)
+            if problem is not None:
+                raise InvalidInstance("instance.task", problem)
         found = workspace_file_problem(task.files)
         if found is not None:
             name, problem = found
@@ -154,7 +163,8 @@ class GatewayHandler(AgentHandler):
             spec = SandboxSpec(files=state.task.files, network=False, limits=self.sandbox_limits,
                                readonly_binds=harness_binds(state.harness))
             state.sandbox = await open_sandbox(self.ctx, rollout, spec)
-            state.python = await python_with(state.sandbox, "asyncio")
+            if state.harness is None:  # (a preset's run finds its own python)
+                state.python = await python_with(state.sandbox, "asyncio")
 
     async def run(self, rollout: RolloutView) -> None:
         state = self.state(rollout, GatewayState)

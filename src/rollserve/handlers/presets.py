@@ -21,6 +21,8 @@ Node in the install folder (``--with-node``). ``binds``: the install folder, bou
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from rollserve.agent.gateway import GatewaySession
-from rollserve.agent.harnesses.base import Preset, PresetFileError
+from rollserve.agent.harnesses.base import TASK_ARGV_MAX, Preset, PresetFileError
 from rollserve.agent.harnesses.install import (
     available,
     bundled_node,
@@ -38,19 +40,20 @@ from rollserve.agent.harnesses.install import (
     reach_problem,
 )
 from rollserve.agent.harnesses.runner import (
+    HOME_INSIDE,
     INSTALL_INSIDE,
-    POLICY_MODEL,
+    TASK_FILE,
     harness_env,
     harness_script,
 )
-from rollserve.contract.calls import GatewayCalls
 from rollserve.contract.validation import field_name
 from rollserve.handlers.base import FirstPrompt, HandlerContext, InvalidInstance, RolloutView
 from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sandbox
 from rollserve.handlers.sandboxed import python_with
-from rollserve.sandbox.base import WORKDIR, Sandbox
+from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxError
 
-__all__ = ["HarnessSpec", "harness_binds", "harness_first_prompt", "parse_harness", "run_preset"]
+__all__ = ["HarnessSpec", "harness_binds", "harness_first_prompt", "parse_harness", "run_preset",
+           "task_size_problem"]
 
 
 @dataclass(frozen=True)
@@ -72,18 +75,15 @@ class _Base(BaseModel):
                                 "in the workdir (for a preset without a command of its own)")
 
 
-_MODELS: dict[str, type[BaseModel]] = {}  # by the preset's JSON
-
-
 def _model(preset: Preset) -> type[BaseModel]:
-    """The pydantic model of ``instance.harness`` for ``preset``."""
-    key = preset.model_dump_json()
-    if key not in _MODELS:
-        _MODELS[key] = _make_model(preset)
-    return _MODELS[key]
+    """The pydantic model of ``instance.harness`` for ``preset`` (the latest few kept:
+    an edited preset file is a new key, an old one falls out)."""
+    return _model_of(preset.model_dump_json())
 
 
-def _make_model(preset: Preset) -> type[BaseModel]:
+@functools.lru_cache(maxsize=64)
+def _model_of(preset_json: str) -> type[BaseModel]:
+    preset = Preset.model_validate_json(preset_json)
     fields: dict[str, Any] = {"tool_calls": (Literal["hermes", "none"], preset.tool_calls)}
     for key, option in preset.options.items():
         required = option.default is None
@@ -98,6 +98,13 @@ def _make_model(preset: Preset) -> type[BaseModel]:
 
 def _root(ctx: HandlerContext) -> Path:
     return install_root(ctx.harness_dir)
+
+
+# A preset found installed is taken as installed for this long: a submit's tasks
+# naming one preset check its install (files, Node, folder modes) once, not each.
+# A problem found is never kept (the next submit looks again, after an install).
+CHECK_SECONDS = 2.0
+_ready: dict[tuple[str, str, str], float] = {}  # (root, preset JSON, runtime) -> when found
 
 
 def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness") -> HarnessSpec:
@@ -126,18 +133,37 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
         raise InvalidInstance(at, f"preset {name!r} needs a command")
     if not preset.takes_command and command is not None:
         raise InvalidInstance(at, f"preset {name!r} builds its own command; leave command out")
-    problem = installed_problem(preset, root)
-    folder = root / name if preset.package.kind == "npm" else None
-    if problem is None and folder is not None and _bubblewrap(ctx):
-        problem = reach_problem(folder)
-    if problem is None and folder is not None:
-        problem = _image_node_problem(ctx, name, folder)
+    # The version installed now (the link resolved): a rollout keeps it, a later
+    # install swapping the link does not change what its sandbox binds.
+    folder = (root / name).resolve() if preset.package.kind == "npm" else None
+    problem = _install_problem(ctx, preset, root, folder)
     if problem is not None:
         raise InvalidInstance(f"{at}.preset", problem)
     tool_calls = values.pop("tool_calls")
     values.pop("preset")
     return HarnessSpec(preset, command if command is not None else preset.run.command or "",
                        tool_calls, values, folder)
+
+
+def _install_problem(ctx: HandlerContext, preset: Preset, root: Path,
+                     folder: Path | None) -> str | None:
+    """Why ``preset`` cannot run here (``installed_problem``, the folder's modes, an
+    image runtime's Node); a success is kept ``CHECK_SECONDS``."""
+    runtime = ctx.sandboxes.name if ctx.sandboxes is not None else ""
+    key = (str(root), preset.model_dump_json(), runtime)
+    now = time.monotonic()
+    if now - _ready.get(key, -CHECK_SECONDS - 1) <= CHECK_SECONDS:
+        return None
+    problem = installed_problem(preset, root)
+    if problem is None and folder is not None and _bubblewrap(ctx):
+        problem = reach_problem(folder)
+    if problem is None and folder is not None:
+        problem = _image_node_problem(ctx, preset.name, folder)
+    if problem is None:
+        if len(_ready) > 256:
+            _ready.clear()
+        _ready[key] = now
+    return problem
 
 
 def harness_first_prompt(ctx: HandlerContext, raw: object,
@@ -151,6 +177,8 @@ def harness_first_prompt(ctx: HandlerContext, raw: object,
         return None
     size = preset.prompt
     measured = ", ".join(f"{tokens:,} with {name}" for name, tokens in size.measured.items())
+    if size.harness_version is not None:
+        measured = f"{preset.name} {size.harness_version}" + (f": {measured}" if measured else "")
     return FirstPrompt(f"{at}.preset", size.first_tokens, f"{preset.name}'s first prompt",
                        measured)
 
@@ -180,6 +208,29 @@ def harness_binds(spec: HarnessSpec | None) -> dict[str, str]:
     return {INSTALL_INSIDE: str(spec.folder)}
 
 
+def task_size_problem(spec: HarnessSpec | None, text: str) -> str | None:
+    """Why ``text`` cannot be ``spec``'s task (its preset passes the task as one
+    argument, ``[run] task_in_argv``, and Linux refuses one over 128 KiB), if so."""
+    if spec is None or not spec.preset.run.task_in_argv:
+        return None
+    size = len(text.encode("utf-8"))
+    if size <= TASK_ARGV_MAX:
+        return None
+    return (f"{size:,} bytes: the {spec.preset.name} harness takes the task as one command-line "
+            f"argument, at most {TASK_ARGV_MAX:,} bytes (a preset reading it from "
+            "$ROLLSERVE_TASK_FILE has no such limit)")
+
+
+async def _write_task(sandbox: Sandbox, task: str) -> None:
+    """The task's text into ``TASK_FILE`` (in the sandbox's private /tmp, outside the
+    workdir), through stdin: no argument or environment variable holds it."""
+    wrote = await sandbox.exec(f"mkdir -p {HOME_INSIDE} && cat > {TASK_FILE}", timeout=60,
+                               stdin=task.encode("utf-8"))
+    if not wrote.ok:
+        raise SandboxError(f"could not write the harness's task file {TASK_FILE}: "
+                           f"{wrote.failure()}")
+
+
 async def run_preset(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox, spec: HarnessSpec,
                      env: Mapping[str, str], *, task: str | None = None,
                      task_file: str | None = None, workdir: str = WORKDIR,
@@ -191,15 +242,16 @@ async def run_preset(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox
     package = spec.preset.package
     python, extra = await python_with(sandbox, package.module if package.kind == "python"
                                       and package.module else "asyncio")
+    if task is not None:
+        await _write_task(sandbox, task)
     files = {"task_file": task_file} if task_file is not None else {}
     run_env = harness_env(spec.preset, workdir=workdir, max_turns=rollout.max_turns,
-                          options=spec.options, task=task, **files)
+                          options=spec.options, **files)
     script = harness_script(spec.preset, spec.command, installed=spec.folder is not None,
                             bundled_node=spec.folder is not None and bundled_node(spec.folder) is not None)
     output = HarnessOutput()
     declared = spec.preset.calls
-    calls = None if declared is None else GatewayCalls(main_model=POLICY_MODEL,
-                                                       auxiliary=dict(declared.auxiliary))
+    calls = None if declared is None else declared.gateway_calls()
     async with gateway_session(ctx, rollout, parse_tool_calls=spec.tool_calls == "hermes",
                                calls=calls) as (session, key):
         if on_session is not None:

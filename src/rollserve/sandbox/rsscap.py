@@ -157,7 +157,7 @@ def resident_usage(roots: Iterable[int], limit: int,
     for a process whose PSS cannot be read), largest first, stopping once past
     ``limit`` (the rest can only add); page tables included either way. Processes not
     read within ``budget`` seconds count their RSS ("pss+rss")."""
-    sizes = sorted((rss_bytes(pid) for pid in tree_pids(roots)), key=lambda s: -s[0])
+    sizes = sorted((rss_bytes(pid) for pid in tree_pids(roots)), key=lambda s: -(s[1] + s[2]))
     total = sum(rss + tables for _, rss, tables in sizes)
     if total <= limit:
         return total, "rss"
@@ -186,6 +186,11 @@ class ResidentWatch(CapWatch):
         self.how = "rss"  # what the last reading summed: "rss" or "pss"
         self.readings = 0
         self.reading_seconds = 0.0  # how long the last reading took (in its thread)
+        # Between the starts of the last two readings (poll, the reading, the loop's lag):
+        # with reading_seconds and kill_seconds, what the overshoot scales with.
+        self.gap_seconds = 0.0
+        self.kill_seconds = 0.0  # how long the last kill took
+        self._last_start: float | None = None
         self.kills = 0
         self.killed_at = 0  # the usage that made the last kill
 
@@ -197,6 +202,9 @@ class ResidentWatch(CapWatch):
     async def check(self) -> int:
         """Measure now and enforce the cap; the usage in bytes."""
         started = time.monotonic()
+        if self._last_start is not None:
+            self.gap_seconds = started - self._last_start
+        self._last_start = started
         self.used, self.how = await asyncio.to_thread(resident_usage, list(self._pids()),
                                                       self.limit)
         self.reading_seconds = time.monotonic() - started
@@ -206,7 +214,9 @@ class ResidentWatch(CapWatch):
             self.killed_at = self.used
             log.warning("sandbox processes hold %d MB resident (%s), past the memory cap of "
                         "%d MB: killing them", self.used // MB, self.how, self.limit // MB)
+            killing = time.monotonic()
             await self._on_exceeded(self.used)
+            self.kill_seconds = time.monotonic() - killing
         return self.used
 
     async def _run(self) -> None:

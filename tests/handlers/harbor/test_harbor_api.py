@@ -202,3 +202,81 @@ async def test_reward_json_keys_a_judge_writes_score_zero_with_the_reason(make_a
     assert result["status"] == "completed" and not result["mask"], result["failure"]
     assert result["reward"] == 0.0
     assert "'outcome' is a component name" in result["evaluation"]["reason"]
+
+
+# Reads the task file, asks the policy (with the task's first line only) for a command,
+# runs it, and prints the task's size in bytes.
+LONG_TASK_HARNESS = r"""
+import json, os, subprocess, urllib.request
+task = open(os.environ["ROLLSERVE_TASK_FILE"], "rb").read()
+first = task.decode().splitlines()[0]
+body = json.dumps({"model": "p", "messages": [{"role": "user", "content": first}]}).encode()
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
+    headers={"Content-Type": "application/json", "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+with urllib.request.urlopen(request, timeout=60) as answer:
+    command = json.loads(answer.read())["choices"][0]["message"]["content"]
+print("task_bytes", len(task), subprocess.run(command, shell=True).returncode)
+"""
+FILLER = "Context, not needed for the task: " + "lorem ipsum " * 8 + "\n"
+
+
+def _long_task(root: Path, size: int) -> int:
+    """count-words under ``root``/long with its instruction.md padded to ``size`` bytes."""
+    _copy(DATA / "count-words", root / "long")
+    instruction = root / "long" / "instruction.md"
+    text = instruction.read_text()
+    text += FILLER * ((size - len(text.encode())) // len(FILLER))
+    instruction.write_text(text)
+    return len(text.encode())
+
+
+async def test_an_instruction_over_128_kib_reaches_the_harness_whole(make_api, tmp_path):
+    """Linux refuses an argument or environment variable over 128 KiB: the task's text
+    reaches the harness in a file, never through either, so a 200 KiB instruction runs."""
+    import shlex
+
+    size = _long_task(tmp_path / "tasks", 200 << 10)
+    assert size > 128 << 10
+
+    def reply(prompt_ids, prompt: str) -> str:
+        return "wc -w < input/text.txt > count.txt"
+
+    async with FakeVLLM("smollm2", replies=reply, latency=0.01) as policy:
+        service, client = await make_api([policy.url], server=options(tmp_path / "tasks"))
+        result = await run_one(client, {"task": "long", "harness": {
+            "preset": "command", "tool_calls": "none",
+            "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(LONG_TASK_HARNESS)}'}})
+    assert result["status"] == "completed" and not result["mask"], result["failure"]
+    assert result["evaluation"]["harness_log_tail"].strip() == f"task_bytes {size} 0"
+    assert result["reward"] == 1.0, result["evaluation"]
+
+
+ARGV_PRESET = '''name = "argv-task"
+summary = "passes the task as one argument"
+wire = "openai-chat"
+[package]
+kind = "none"
+[run]
+task_in_argv = true
+command = 'exec printf %s "$(cat "$ROLLSERVE_TASK_FILE")"'
+'''
+
+
+async def test_a_preset_taking_the_task_as_an_argument_refuses_a_long_one_at_submit(make_api, tmp_path):
+    """A preset that passes the task as one argument (``[run] task_in_argv``) cannot take
+    one over 100 KiB: a 422 at submit naming the field, never a masked start."""
+    _long_task(tmp_path / "tasks", 130 << 10)
+    _copy(DATA / "count-words", tmp_path / "tasks" / "short")
+    harnesses = tmp_path / "harnesses"
+    (harnesses / "presets").mkdir(parents=True)
+    (harnesses / "presets" / "argv-task.toml").write_text(ARGV_PRESET)
+    service, client = await make_api([], server={**options(tmp_path / "tasks"),
+                                                 "harness_dir": harnesses})
+    r = await submit(client, {"task": "long", "harness": {"preset": "argv-task"}})
+    assert r.status_code == 422, r.text
+    error = r.json()["errors"][0]
+    assert error["field"] == "tasks[0].instance.task", error
+    assert "instruction.md" in error["message"] and "102,400 bytes" in error["message"], error
+    assert service.sandboxes.open_sandboxes() == []
+    r = await submit(client, {"task": "short", "harness": {"preset": "argv-task"}})
+    assert r.status_code == 202, r.text

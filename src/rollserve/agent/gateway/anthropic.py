@@ -17,12 +17,15 @@ ignored. Blocks rollserve cannot render (images, documents, thinking, server too
 are refused naming the block, and so is a last message from the assistant
 (Anthropic's prefill: the policy's reply is sampled whole, as a new turn, so a
 continuation cannot be honoured). Settings that cannot be honoured are refused naming
-the field (``refuse_settings``): ``tool_choice`` other than ``auto``,
+the field: ``tool_choice`` by the Chat wire's one validator (``contract.gateway``: its
+``any`` is ``required``, ``tool`` a named function; ``auto``, or ``none`` without
+tools, is served); ``refuse_settings``:
 ``context_management`` edits other than clearing thinking, ``mcp_servers``,
 ``container``; ``thinking``, ``metadata`` and ``output_config`` (``effort``, and
-``format``: a schema the reply is asked to follow, as OpenAI's ``response_format`` is
-on the other wire: nothing holds the policy to it, it samples freely) are taken and
-not acted on.
+``format``: a schema the reply is asked to follow; nothing holds the policy to it,
+it samples freely) are taken and not acted on: Claude Code sends both on its calls
+(``format`` on its title call, an auxiliary one), so refusing them, as the OpenAI
+wires refuse ``response_format`` and ``reasoning_effort``, would fail every run.
 A reply is a text block (the content, when there is any) and one ``tool_use`` block
 per parsed tool call (ids ``toolu_...``, ``input`` the arguments' object); its
 ``stop_reason`` is ``tool_use``, ``max_tokens`` (the sample was cut) or ``end_turn``.
@@ -32,7 +35,13 @@ from __future__ import annotations
 
 import json
 
-from rollserve.agent.gateway.messages import TEXT_SEPARATOR, Reply, Unsupported, joined_texts
+from rollserve.agent.gateway.messages import (
+    TEXT_SEPARATOR,
+    Reply,
+    Unsupported,
+    chat_request,
+    joined_texts,
+)
 from rollserve.agent.gateway.session import FinishReason
 from rollserve.contract.anthropic import (
     AnthropicMessage,
@@ -153,10 +162,6 @@ _REFUSED_EXTRAS = {
 
 def refuse_settings(request: CountTokensRequest) -> None:
     """``Unsupported`` naming the first setting of ``request`` the gateway cannot honour."""
-    choice = request.tool_choice
-    if choice is not None and choice.type != "auto":
-        raise Unsupported("tool_choice.type", f"only 'auto' can be honoured, not {choice.type!r}: "
-                          "nothing forces the policy to call (or not call) a tool")
     if request.context_management is not None:
         for index, edit in enumerate(request.context_management.edits):
             if not edit.type.startswith(_NO_OP_EDITS):
@@ -191,8 +196,23 @@ def to_chat_request(request: CountTokensRequest) -> ChatCompletionRequest:
                           "reply is sampled whole, as a new turn)")
     tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
     max_tokens = request.max_tokens if isinstance(request, MessagesRequest) else None
-    return ChatCompletionRequest(model=request.model, messages=messages, tools=tools or None,
-                                 stream=request.stream, max_tokens=max_tokens)
+    return chat_request({"tool_choice": "tool_choice.type"}, model=request.model,
+                        messages=messages, tools=tools or None, stream=request.stream,
+                        max_tokens=max_tokens, tool_choice=_tool_choice(request))
+
+
+def _tool_choice(request: CountTokensRequest) -> str | dict[str, object] | None:
+    """Anthropic's ``tool_choice`` as the chat request's, for its one validator to decide
+    (``auto`` and ``none`` without tools are served; ``any`` is ``required``, ``tool``
+    a named function: refused)."""
+    choice = request.tool_choice
+    if choice is None:
+        return None
+    if choice.type == "any":
+        return "required"
+    if choice.type == "tool":
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.type
 
 
 def content_blocks(reply: Reply) -> list[TextOut | ToolUseOut]:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from pydantic import ValidationError
+
 from rollserve.agent.tool_calls import (
     MalformedCall,
     ToolPresentation,
@@ -31,6 +33,7 @@ from rollserve.agent.tool_calls import (
     tool_message,
 )
 from rollserve.contract.gateway import (
+    ChatCompletionRequest,
     ChatToolCall,
     FunctionCall,
     GatewayMessage,
@@ -38,8 +41,8 @@ from rollserve.contract.gateway import (
 )
 from rollserve.llm.base import Message, Tokenizer, ToolSchema
 
-__all__ = ["TEXT_SEPARATOR", "Reply", "Unsupported", "joined_texts", "normalized", "parse_reply", "presentation",
-           "to_template"]
+__all__ = ["TEXT_SEPARATOR", "Reply", "Unsupported", "chat_request", "joined_texts", "normalized",
+           "parse_reply", "presentation", "to_template"]
 
 Normal = tuple[str, str, str | None, str | None, tuple[tuple[str, str, str], ...]]
 
@@ -51,6 +54,20 @@ class Unsupported(ValueError):
         super().__init__(f"{param}: {message}")
         self.param = param
         self.message = message
+
+
+def chat_request(params: dict[str, str], **fields: object) -> ChatCompletionRequest:
+    """The chat request another wire's request becomes, checked by the one validator
+    of ``contract.gateway`` (what changes what is sampled: ``tool_choice``,
+    ``response_format``, ``reasoning_effort``); its refusal is ``Unsupported`` naming
+    the wire's own field (``params``: chat field -> that wire's name)."""
+    try:
+        return ChatCompletionRequest.model_validate(fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else "(request)"
+        message = error["msg"].removeprefix("Value error, ")
+        raise Unsupported(params.get(field, field), message) from None
 
 
 PartT = TypeVar("PartT")

@@ -24,6 +24,13 @@ text (images, files), OpenAI's built-in or custom tools, and ``previous_response
 (the gateway stores no responses: the harness sends its whole input, as Codex does
 with ``store: false``).
 
+Settings that would change what is sampled are mapped into the chat request and
+decided by the Chat wire's one validator (``contract.gateway``): ``tool_choice``
+(``auto``, or ``none`` without tools), ``text.format`` (as ``response_format``:
+``text`` only) and ``reasoning.effort`` (as ``reasoning_effort``: none); anything
+else is a 400 naming the Responses field (``tool_choice``, ``text.format``,
+``reasoning.effort``), never accepted and echoed back as if honoured.
+
 A reply is a ``message`` item (its text; always, when it has no tool calls) and one
 ``function_call`` item per parsed call (``call_id`` ``call_...``, item id ``fc_...``).
 """
@@ -33,7 +40,13 @@ from __future__ import annotations
 import secrets
 from typing import Literal
 
-from rollserve.agent.gateway.messages import TEXT_SEPARATOR, Reply, Unsupported, joined_texts
+from rollserve.agent.gateway.messages import (
+    TEXT_SEPARATOR,
+    Reply,
+    Unsupported,
+    chat_request,
+    joined_texts,
+)
 from rollserve.contract.gateway import (
     ChatCompletionRequest,
     ChatToolCall,
@@ -161,8 +174,19 @@ def to_chat_request(request: ResponsesRequest) -> ChatCompletionRequest:
         raise Unsupported("input", "there is nothing to answer: the input has no message")
     messages = _one_system(messages)
     tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
-    return ChatCompletionRequest(model=request.model, messages=messages, tools=tools or None,
-                                 stream=request.stream, max_tokens=request.max_output_tokens)
+    extra = request.model_extra or {}
+    text, reasoning = extra.get("text"), extra.get("reasoning")
+    return chat_request(_CHAT_PARAMS, model=request.model, messages=messages,
+                        tools=tools or None, stream=request.stream,
+                        max_tokens=request.max_output_tokens, tool_choice=request.tool_choice,
+                        response_format=text.get("format") if isinstance(text, dict) else None,
+                        reasoning_effort=reasoning.get("effort") if isinstance(reasoning, dict)
+                        else None)
+
+
+# The chat request's fields that come from a Responses field of another name.
+_CHAT_PARAMS = {"response_format": "text.format", "reasoning_effort": "reasoning.effort",
+                "max_tokens": "max_output_tokens"}
 
 
 def output_items(reply: Reply) -> list[OutputMessage | FunctionCallItem]:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from pydantic import ValidationError
 
-from rollserve.agent.gateway.base import BadRequest
+from rollserve.agent.gateway.base import POLICY_MODEL, BadRequest
 from rollserve.agent.gateway.messages import Unsupported
 from rollserve.agent.gateway.responses import CALL_IDS, output_items, to_chat_request
 from rollserve.agent.gateway.session import GatewayReply
@@ -41,9 +41,8 @@ from rollserve.contract.responses import (
 )
 from rollserve.contract.validation import JSONInputError, field_name, parse_json
 
-__all__ = ["CALL_IDS", "MODEL", "events", "models", "parse_request", "response"]
+__all__ = ["CALL_IDS", "events", "models", "parse_request", "response"]
 
-MODEL = "rollserve-policy"  # the name ``/models`` lists (a call may name any model: the policy answers)
 # What pydantic puts in an error's location for a union's member: not a field.
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "none"})
 _UNION_GENERICS = ("list[", "dict[")
@@ -155,4 +154,4 @@ def events(answer: GatewayReply, request: ResponsesRequest) -> Iterator[bytes]:
 
 def models() -> ModelList:
     """``GET /models``: the one model name the gateway lists."""
-    return ModelList(data=[ModelEntry(id=MODEL)])
+    return ModelList(data=[ModelEntry(id=POLICY_MODEL)])

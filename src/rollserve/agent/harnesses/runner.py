@@ -4,8 +4,7 @@ handlers to run inside the rollout's sandbox under the gateway's forwarder
 ``ANTHROPIC_BASE_URL`` at run time, inside, and the session's keys).
 
 The script first runs ``PROLOGUE`` on ``$ROLLSERVE_PYTHON`` (the forwarder's python):
-it makes ``$HOME`` (private to the rollout: in the sandbox's own /tmp), writes the
-task's text to ``$ROLLSERVE_TASK_FILE`` when it came in the environment, and the
+it makes ``$HOME`` (private to the rollout: in the sandbox's own /tmp) and writes the
 preset's ``[files]`` under ``$HOME``, each ``${VAR}`` replaced by that variable of the run's
 environment (so the forwarder's port, known only inside, reaches a config file); a
 ``${VAR}`` that is not set fails the run before the harness starts. Then PATH gets
@@ -19,6 +18,7 @@ import json
 import shlex
 from collections.abc import Mapping
 
+from rollserve.agent.gateway.base import POLICY_MODEL
 from rollserve.agent.harnesses.base import Preset
 
 __all__ = ["HOME_INSIDE", "INSTALL_INSIDE", "POLICY_MODEL", "TASK_FILE", "harness_env",
@@ -27,15 +27,10 @@ __all__ = ["HOME_INSIDE", "INSTALL_INSIDE", "POLICY_MODEL", "TASK_FILE", "harnes
 INSTALL_INSIDE = "/.rollserve-harness"  # the install folder, bound read-only
 HOME_INSIDE = "/tmp/.rollserve-home"  # the harness's HOME (the sandbox's private /tmp)
 TASK_FILE = f"{HOME_INSIDE}/.rollserve-task.md"
-POLICY_MODEL = "rollserve-policy"  # the model name a harness asks for (the gateway serves any)
 
 PROLOGUE = r"""
 import json, os, re, sys
 home = os.environ["HOME"]
-task = os.environ.pop("ROLLSERVE_TASK_TEXT", None)
-if task is not None:
-    with open(os.environ["ROLLSERVE_TASK_FILE"], "w", encoding="utf-8") as out:
-        out.write(task)
 files = json.loads(os.environ.pop("ROLLSERVE_HOME_FILES", "{}"))
 for path, text in files.items():
     def value(match, path=path):
@@ -57,14 +52,12 @@ def option_env(options: Mapping[str, str | list[str]]) -> dict[str, str]:
 
 
 def harness_env(preset: Preset, *, workdir: str, max_turns: int,
-                options: Mapping[str, str | list[str]], task: str | None = None,
-                task_file: str = TASK_FILE, model: str = POLICY_MODEL) -> dict[str, str]:
+                options: Mapping[str, str | list[str]], task_file: str = TASK_FILE,
+                model: str = POLICY_MODEL) -> dict[str, str]:
     """The environment the harness runs in, beyond the sandbox's and the forwarder's.
-    ``task``: the task's text, written to ``task_file`` by the prologue (else the
-    caller wrote ``task_file``)."""
-    text = {} if task is None else {"ROLLSERVE_TASK_TEXT": task}
-    return {**text,
-        **preset.env, **option_env(options),
+    The task's text is in ``task_file``, written by the caller before the run (never
+    in the environment or an argument: Linux refuses one over 128 KiB)."""
+    return {**preset.env, **option_env(options),
         "HOME": HOME_INSIDE, "ROLLSERVE_TASK_FILE": task_file, "ROLLSERVE_MODEL": model,
         "ROLLSERVE_MAX_TURNS": str(max_turns), "ROLLSERVE_WORKDIR": workdir,
         "ROLLSERVE_HOME_FILES": json.dumps(preset.files),
@@ -82,7 +75,7 @@ def harness_script(preset: Preset, command: str, *, installed: bool, bundled_nod
         f"export HOME={HOME_INSIDE}",
         'mkdir -p "$HOME" || exit 97',
         f'"$ROLLSERVE_PYTHON" -c {shlex.quote(PROLOGUE)} || exit 97',
-        "unset ROLLSERVE_HOME_FILES ROLLSERVE_TASK_TEXT",
+        "unset ROLLSERVE_HOME_FILES",
     ]
     if path:
         lines.append(f'export PATH={shlex.quote(":".join(path))}:"$PATH"')

@@ -42,7 +42,13 @@ from rollserve.handlers.harbor.folder import HarborTask, TaskProblem, load_task_
 from rollserve.handlers.harbor.instances import HarborInstance, HarborOptions, resolve_task
 from rollserve.handlers.harbor.verifier import verify
 from rollserve.handlers.harness import HarnessOutput
-from rollserve.handlers.presets import HarnessSpec, harness_first_prompt, parse_harness, run_preset
+from rollserve.handlers.presets import (
+    HarnessSpec,
+    harness_first_prompt,
+    parse_harness,
+    run_preset,
+    task_size_problem,
+)
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, close_tools
 from rollserve.llm.routing import current_deadline
 from rollserve.sandbox.base import Sandbox
@@ -111,12 +117,14 @@ class HarborHandler(AgentHandler):
                                   "(rollserve datasets oracle), not available on this server")
         if spec.harness is not None and spec.agent != "tools":
             raise InvalidInstance("instance.harness", "only with agent 'tools'")
-        if spec.harness is not None:
-            parse_harness(self.ctx, spec.harness)
+        harness = parse_harness(self.ctx, spec.harness) if spec.harness is not None else None
         folder = resolve_task(self.options.root, spec.task)
         try:
             task = load_task_cached(folder)  # (submit calls this on the event loop)
             self._check(task, spec)
+            too_long = task_size_problem(harness, task.instruction)
+            if too_long is not None:
+                raise TaskProblem("instruction.md", too_long)
         except TaskProblem as problem:
             raise InvalidInstance("instance.task", f"{spec.task}: {problem}") from None
         return spec, task

@@ -50,7 +50,7 @@ from rollserve.handlers.base import (
 )
 from rollserve.handlers.episode import run_episode
 from rollserve.handlers.harness import HarnessOutput, harness_limits
-from rollserve.handlers.presets import harness_binds, harness_first_prompt
+from rollserve.handlers.presets import harness_binds, harness_first_prompt, task_size_problem
 from rollserve.handlers.sandboxed import close_later, close_sandboxes, open_sandbox, python_with
 from rollserve.handlers.swe import environment as envs
 from rollserve.handlers.swe import interpreter, protect, recheck, scan, stored
@@ -151,7 +151,9 @@ class SWEHandler(AgentHandler):
         """The instance must parse and, in host mode, its repository must be found
         (a bundle or mirror under a name ``environment.source_names`` gives)."""
         task = self.task(instance)
-        instance_harness(self.ctx, instance)
+        too_long = task_size_problem(instance_harness(self.ctx, instance), task.problem_statement)
+        if too_long is not None:
+            raise InvalidInstance("instance.problem_statement", too_long)
         if task.test_timeout is not None and task.test_timeout > self.options.test_timeout:
             raise InvalidInstance("instance.test_timeout", f"at most this server's test_timeout "
                                   f"({self.options.test_timeout:g} s), got {task.test_timeout:g}")
