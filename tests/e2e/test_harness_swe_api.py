@@ -192,11 +192,11 @@ def unix(path):
 
 
 chat("[iso:%s] port %d" % (me, own))
-for _ in range(240):
+for _ in range(280):  # (up to ~280 s: longer than the test's 240 s wait for each mark)
     reply = chat("[iso:%s] where" % me)
     if reply.startswith("{"):
         break
-    time.sleep(0.5)
+    time.sleep(1.0)
 other = json.loads(reply)
 probes = {
     "other_port": tcp(other["port"]),
