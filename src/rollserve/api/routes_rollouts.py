@@ -108,7 +108,8 @@ async def get_results(
     return await model_response(await _rollouts(request).results(after, limit, wait, rescored))
 
 
-@router.post("/results/rescore", response_model=RescoreResponse, responses=errors(404, 422))
+@router.post("/results/rescore", response_model=RescoreResponse,
+             responses=errors(404, 409, 422))
 async def rescore_results(body: RescoreRequest, request: Request) -> Response:
     """EVAL again on stored results with another evaluator (a new rubric, the family's
     grader as the server has it now), without sampling: new results beside the old
