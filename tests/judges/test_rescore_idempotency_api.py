@@ -166,3 +166,25 @@ async def test_the_cli_and_the_client_retry_on_their_key_without_a_second_run(ma
         await asyncio.wait_for(serving, 30)
     assert len(judge.calls) == 2  # each re-scored once, whatever the retries
     assert ids[0] in done.output
+
+
+async def test_the_key_may_come_as_an_idempotency_key_header(make_api, doubles):
+    _, judge = doubles
+    _, client, ids = await stored(make_api, doubles)
+    body = {"result_ids": ids}
+    first = await client.post("/v1/results/rescore", json=body, headers={"Idempotency-Key": "h1"})
+    assert first.status_code == 200, first.text
+    for again in ((body, {"Idempotency-Key": "h1"}), ({**body, "idempotency_key": "h1"}, {}),
+                  ({**body, "idempotency_key": "h1"}, {"Idempotency-Key": "h1"})):
+        r = await client.post("/v1/results/rescore", json=again[0], headers=again[1])
+        assert r.status_code == 200 and r.json() == first.json(), r.text
+    assert len(await rescored_in_cursor(client)) == 2
+    for bad_body, header in (({**body, "idempotency_key": "h2"}, "h1"), (body, "a b")):
+        r = await client.post("/v1/results/rescore", json=bad_body,
+                              headers={"Idempotency-Key": header})
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"][0]["field"] == "idempotency_key", r.json()
+    r = await client.post("/v1/results/rescore", json={"result_ids": ids[:1]},
+                          headers={"Idempotency-Key": "h1"})
+    assert r.status_code == 409 and r.json()["errors"][0]["field"] == "idempotency_key"
+    assert len(judge.calls) == 0  # (no judge asked: the family's own grader)
