@@ -283,6 +283,7 @@ class Service:
         if self._sandbox_python is not None:
             self._sandbox_python.cancel()  # (a build under way finishes in its thread)
             await asyncio.gather(self._sandbox_python, return_exceptions=True)
+        await self.rollouts.aclose()  # (keyed re-scorings still running)
         await self.engine.stop()
         if self.cluster is not None:
             await self.cluster.stop()

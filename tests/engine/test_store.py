@@ -136,3 +136,24 @@ async def test_a_store_file_from_before_the_group_columns_gets_them_filled_in(tm
         assert not outcomes["g1-2"].usable and outcomes["g1-2"].seq is None
     finally:
         await store.close()
+
+
+async def test_a_rescore_answer_is_kept_by_key_across_reopening_and_purged_with_retention(tmp_path):
+    path = tmp_path / "r.db"
+    s = SQLiteStore(path)
+    await s.open()
+    assert await s.rescore_answer("k") is None
+    await s.keep_rescore_answer("k", "h1", '{"scoring": "outcome", "results": []}')
+    await s.close()
+    s = SQLiteStore(path)
+    await s.open()
+    try:
+        assert await s.rescore_answer("k") == ("h1", '{"scoring": "outcome", "results": []}')
+        salt = await s.seed_salt()  # (the other meta rows are not a rescore's)
+        await s.purge(time.time() - 60)  # kept within the retention
+        assert await s.rescore_answer("k") is not None
+        await s.purge(time.time() + 1)
+        assert await s.rescore_answer("k") is None
+        assert await s.seed_salt() == salt
+    finally:
+        await s.close()

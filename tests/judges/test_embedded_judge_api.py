@@ -57,3 +57,23 @@ async def test_the_embedded_model_grades_a_small_set(make_api, tok):
     assert smol["unparsed"] == sum(call["unparsed"] for call in calls)
     assert smol["backend"]["kind"] == "embedded"
     assert all(c.route != "/v1/chat/completions" for c in pol.calls)  # the policy: no judge call
+
+
+async def test_an_answer_over_the_embedded_judges_window_scores_lowest_not_masked(make_api, tok):
+    """The in-process judge refuses a prompt over its context (not evaluated), as a
+    server's window does: the policy's doing, so the scale's lowest, never the mask
+    of a judge not reached (on_failure "mask")."""
+    judge = ('{"name": "smol", "backend": {"kind": "embedded", "n_ctx": 1024}, '
+             '"max_tokens": 8, "timeout": 300, "retries": 2}')
+    rubric = {"judges": ["smol"], "weight": 0.5, "on_failure": "mask"}
+    long = "\\boxed{7}\n" + "padding " * 3000
+    async with FakeVLLM(tok, replies=long) as pol:
+        _, client = await make_api([pol.url], server={"judges": [judge],
+                                                      "rubrics": {"smol": rubric}})
+        (found,) = await results(client, await submit(
+            client, [math_task("a", {"rubric": "smol"})], sampling={"max_tokens": 8000},
+            timeouts={"eval": 600, "total": 1200}), wait=300)
+    assert found["status"] == "completed" and not found["mask"], found["failure"]
+    (call,) = found["evaluation"]["judge"]["calls"]
+    assert call["unparsed"] is True and "refused the prompt" in call["error"], call
+    assert found["reward"] == pytest.approx(0.5)  # outcome 1, the judge's lowest 0

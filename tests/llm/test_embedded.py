@@ -214,9 +214,11 @@ def test_gguf_tokenizer_agrees_with_chat_tokenizer(tok):
 
 
 async def test_errors_are_typed(backend):
-    from rollserve.errors import LLMError
+    from rollserve.errors import ContextWindowError, LLMError
 
-    with pytest.raises(LLMError, match="context"):
+    # over n_ctx: refused unsent, as a server's window refuses it (the loop's
+    # context_exhausted, a judge's refusal)
+    with pytest.raises(ContextWindowError, match="context"):
         await backend.generate([1] * 2000, GREEDY)
     with pytest.raises(LLMError, match="outside"):
         await backend.generate([10**6], GREEDY)

@@ -37,6 +37,7 @@ from rollserve.engine.errors import (
     InvalidTask,
     NotFound,
     QueueFull,
+    StillRunning,
     UnknownDataSource,
 )
 
@@ -56,7 +57,8 @@ class ErrorBody(BaseModel):
 
     detail: str = Field(description="what is wrong, in one line")
     errors: list[FieldError] | None = Field(None, description="each field at fault")
-    retry_after: float | None = Field(None, description="429: seconds before a retry may fit")
+    retry_after: float | None = Field(None, description="429: seconds before a retry may fit; "
+                                      "409 of a re-scoring still running: before asking again")
 
 
 _DESCRIPTIONS = {
@@ -218,9 +220,9 @@ def install_error_handlers(app: FastAPI) -> None:
 def engine_error_response(exc: EngineError) -> Response:
     """The answer to one of the engine's refusals."""
     found = None if exc.field is None else [{"field": exc.field, "message": exc.message}]
-    if isinstance(exc, QueueFull):
+    if isinstance(exc, QueueFull | StillRunning):
         return SafeJSONResponse(_body(str(exc), found, retry_after=exc.retry_after),
-                                status_code=429,
+                                status_code=status_of(type(exc)),
                                 headers={"Retry-After": str(max(1, round(exc.retry_after)))})
     return SafeJSONResponse(_body(str(exc), found), status_code=status_of(type(exc)))
 

@@ -12,12 +12,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
+from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from rollserve.api.base import ApiService, service_of
-from rollserve.api.errors import errors, model_response
+from rollserve.api.errors import FieldHTTPError, errors, model_response
 from rollserve.api.guards import StrictJSONRoute
 from rollserve.contract import (
     MAX_WAIT,
@@ -108,11 +109,26 @@ async def get_results(
     return await model_response(await _rollouts(request).results(after, limit, wait, rescored))
 
 
-@router.post("/results/rescore", response_model=RescoreResponse, responses=errors(404, 422))
-async def rescore_results(body: RescoreRequest, request: Request) -> Response:
+@router.post("/results/rescore", response_model=RescoreResponse,
+             responses=errors(404, 409, 422))
+async def rescore_results(body: RescoreRequest, request: Request,
+                          idempotency_key: str | None = Header(
+                              None, alias="Idempotency-Key",
+                              description="the body's idempotency_key, as a header (the same "
+                                          "key in both, or one of them)")) -> Response:
     """EVAL again on stored results with another evaluator (a new rubric, the family's
     grader as the server has it now), without sampling: new results beside the old
-    ones (new ids, in the results cursor; ``rescored_from`` and ``scoring`` say so)."""
+    ones (new ids, in the results cursor; ``rescored_from`` and ``scoring`` say so).
+    Under an ``idempotency_key`` (the body's or the header's) it runs once."""
+    if idempotency_key is not None:
+        if body.idempotency_key not in (None, idempotency_key):
+            raise FieldHTTPError(422, "idempotency_key", "differs from the Idempotency-Key "
+                                 "header: give one key, in either place")
+        try:
+            body = RescoreRequest.model_validate(
+                {**body.model_dump(exclude_unset=True), "idempotency_key": idempotency_key})
+        except ValidationError as exc:
+            raise FieldHTTPError.invalid(exc) from None
     return await model_response(await _rollouts(request).rescore(body))
 
 

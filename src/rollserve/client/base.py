@@ -78,6 +78,7 @@ class ClientBase:
     rollout = Endpoint(calls.rollout)
     group = Endpoint(calls.group)
     results = Endpoint(calls.results)
+    rescore = Endpoint(calls.rescore)
     cancel = Endpoint(calls.cancel)
     cancel_group = Endpoint(calls.cancel_group)
     status = Endpoint(calls.status)
@@ -118,8 +119,12 @@ class ClientBase:
     @staticmethod
     def _retry_delay(response: httpx.Response, attempt: int) -> float | None:
         """Seconds to wait before retrying a 429 (the server refused the whole batch,
-        so a retry cannot duplicate work), or None to give up."""
-        if response.status_code != 429 or attempt >= MAX_429_RETRIES:
+        so a retry cannot duplicate work) or a 409 with Retry-After (a re-scoring under
+        the call's idempotency key still runs: the retry gets its answer), or None to
+        give up."""
+        retried = response.status_code == 429 or (response.status_code == 409
+                                                  and "retry-after" in response.headers)
+        if not retried or attempt >= MAX_429_RETRIES:
             return None
         try:
             hinted = float(str(response.headers.get("retry-after", "1")))

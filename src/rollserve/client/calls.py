@@ -37,6 +37,7 @@ from rollserve.contract import (
     Timeouts,
     WeightsLoaded,
 )
+from rollserve.contract.judge import JudgeRequest, RescoreResponse
 
 T = TypeVar("T", bound=BaseModel)
 JSONBody = dict[str, JsonValue]
@@ -118,6 +119,21 @@ def results(after: int = 0, limit: int = 100, wait: float = 0.0,
     if rescored is not None:
         params["rescored"] = str(rescored).lower()
     return Call("GET", "/v1/results", ResultsPage, params=params, read_timeout=wait + 30)
+
+
+def rescore(result_ids: Sequence[str], judge: JudgeRequest | JSONBody | None = None,
+            idempotency_key: str | None = None) -> Call[RescoreResponse]:
+    """Score stored results again, nothing sampled (``judge``: a new rubric; None: the
+    family's own grader). With ``idempotency_key`` a retry (after a timeout, a dropped
+    connection) gets the first request's answer instead of re-scoring again; a 409
+    saying it still runs is retried by the client."""
+    body: JSONBody = {"result_ids": list(result_ids)}
+    if judge is not None:
+        body["judge"] = _json(judge)
+    if idempotency_key is not None:
+        body["idempotency_key"] = idempotency_key
+    return Call("POST", "/v1/results/rescore", RescoreResponse, json=body,
+                read_timeout=MAX_WAIT + 30)
 
 
 def cancel(rollout_id: str) -> Call[CancelResponse]:

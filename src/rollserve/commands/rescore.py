@@ -1,10 +1,16 @@
 """``rollserve rescore``: EVAL again on a running server's stored results with another
 evaluator (a new rubric, the family's grader as the server has it now), without
-sampling (``POST /v1/results/rescore``); prints and optionally writes the new results."""
+sampling (``POST /v1/results/rescore``); prints and optionally writes the new results.
+
+It sends an idempotency key (``--idempotency-key``, else a new one), so its own retries
+(a dropped connection, the server's "still running" 409) within
+``--timeout`` get the first request's answer, never a second re-scoring."""
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -44,6 +50,36 @@ def _judge(rubric: str | None, judge: str | None) -> JudgeRequest | None:
     return None if rubric is None else JudgeRequest(rubric=rubric)
 
 
+RETRY_PAUSE = 2.0  # seconds between tries after a dropped connection
+
+
+def _post(http: httpx.Client, body: RescoreRequest, timeout: float) -> httpx.Response:
+    """The server's answer to ``body``, sent again (its key makes that safe) after a
+    transport failure or a 409 saying the re-scoring still runs, until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            reply = http.post("/v1/results/rescore", content=body.model_dump_json(),
+                              headers={"Content-Type": "application/json"},
+                              timeout=httpx.Timeout(min(30.0, max(left, 1.0)),
+                                                    read=max(left, 1.0)))
+        except httpx.TransportError as exc:
+            if deadline - time.monotonic() <= RETRY_PAUSE:
+                raise
+            said = escape(str(exc) or type(exc).__name__)
+            Console(stderr=True).print(f"[yellow]retrying[/yellow] the same request ({said})")
+            time.sleep(RETRY_PAUSE)
+            continue
+        hint = reply.headers.get("retry-after") if reply.status_code == 409 else None
+        if hint is None:
+            return reply
+        pause = float(hint) if hint.isdigit() else RETRY_PAUSE
+        if deadline - time.monotonic() <= pause:
+            return reply
+        time.sleep(pause)
+
+
 def rescore(
     server: str = typer.Option("http://127.0.0.1:8000", help="the rollserve server's URL"),
     ids: list[str] = typer.Option([], "--id", help="a stored result's id (comma-separated "
@@ -57,16 +93,23 @@ def rescore(
                                      "a reference), instead of --rubric"),
     out: Path | None = typer.Option(None, help="write the new results here (JSONL)"),
     api_token: str | None = typer.Option(None, envvar="ROLLSERVE_API_TOKEN"),
-    timeout: float = typer.Option(600.0, min=1.0, help="seconds to wait for the server"),
+    timeout: float = typer.Option(600.0, min=1.0, help="seconds to wait for the answer, "
+                                  "retries included"),
+    idempotency_key: str | None = typer.Option(
+        None, help="the request's key (default: a new one): the same command again with "
+        "it gets the first run's answer"),
 ) -> None:
     """Score stored results again without sampling; the new ones are stored beside them."""
-    body = RescoreRequest(result_ids=_ids(ids, results), judge=_judge(rubric, judge))
+    try:
+        body = RescoreRequest(result_ids=_ids(ids, results), judge=_judge(rubric, judge),
+                              idempotency_key=idempotency_key or f"cli-{uuid.uuid4().hex}")
+    except ValueError as exc:  # (a key the server would refuse)
+        raise typer.BadParameter(str(exc), param_hint="--idempotency-key") from None
     base = server.rstrip("/")
     headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
     with httpx.Client(base_url=base, headers=headers, timeout=timeout) as http:
         try:
-            reply = http.post("/v1/results/rescore", content=body.model_dump_json(),
-                              headers={"Content-Type": "application/json"})
+            reply = _post(http, body, timeout)
         except httpx.HTTPError as exc:
             Console(stderr=True).print(f"[red]error:[/red] {escape(server)}: {exc}")
             raise typer.Exit(1) from None

@@ -115,6 +115,12 @@ class RescoreRequest(BaseModel):
     judge: JudgeRequest | None = Field(
         None, description="the judge reward to give them (a new rubric); null: the family's "
                           "own grader alone (as this server has it now)")
+    idempotency_key: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+=-]+$",
+        description="client-chosen: the same request sent again with this key (a retry after "
+                    "a timeout) gets the first one's answer, never a second re-scoring; while "
+                    "the first still runs, the retry waits for it (bounded, then a 409 with "
+                    "retry_after); another request under a known key is a 409")
 
 
 class Rescored(BaseModel):

@@ -36,6 +36,16 @@ class Conflict(InvalidTask):
     """A client-chosen id is taken by a different task."""
 
 
+class StillRunning(Conflict):
+    """A re-scoring under this idempotency key is still running: its answer is not
+    there yet; the same request again after ``retry_after`` seconds gets it."""
+
+    def __init__(self, key: str, retry_after: float):
+        super().__init__("idempotency_key", f"the re-scoring under key {key!r} is still "
+                         "running; send the same request again to get its answer")
+        self.retry_after = retry_after
+
+
 class BatchTooLarge(InvalidTask):
     """The batch needs more rollout slots than the engine ever admits at once."""
 

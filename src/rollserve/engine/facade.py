@@ -36,7 +36,7 @@ from rollserve.engine.errors import NotFound, UnknownDataSource
 from rollserve.engine.groups import Outcome, judge
 from rollserve.engine.pipeline import Engine
 from rollserve.engine.requests import RequestLimits
-from rollserve.engine.rescore import rescore
+from rollserve.engine.rescore import Rescores
 from rollserve.engine.store import COUNT_CAP, SummaryFilter
 from rollserve.engine.submit import submit
 from rollserve.handlers import UnknownDataSource as UnknownHandler
@@ -51,6 +51,7 @@ class Rollouts:
         self._engine = engine
         self._store = engine.store
         self.limits = limits or RequestLimits()
+        self.rescores = Rescores(engine)
 
     # --- admission --------------------------------------------------------------------
     async def submit(self, request: SubmitRequest) -> list[Accepted]:
@@ -60,8 +61,13 @@ class Rollouts:
 
     async def rescore(self, request: RescoreRequest) -> RescoreResponse:
         """EVAL again on stored results (``engine.rescore``); ``NotFound`` for one past
-        retention, ``InvalidTask`` naming the field for one that cannot be."""
-        return await rescore(self._engine, request)
+        retention, ``InvalidTask`` naming the field for one that cannot be; under an
+        ``idempotency_key``, once (``Conflict``, ``StillRunning``: ``Rescores``)."""
+        return await self.rescores.rescore(request)
+
+    async def aclose(self) -> None:
+        """Cancel what runs apart from any request (the keyed re-scorings)."""
+        await self.rescores.aclose()
 
     async def run(self, request: RunRequest) -> RunResponse:
         """Submit one task and wait (up to ``request.wait``) for its results."""

@@ -10,6 +10,7 @@ from typing import TypeVar
 from pydantic import BaseModel, Field, JsonValue
 
 from rollserve.contract import SubmitRequest, TaskRequest
+from rollserve.contract.judge import RescoreRequest
 
 MIB = 1 << 20
 
@@ -57,4 +58,11 @@ def request_hash(task: TaskRequest, batch: SubmitRequest) -> str:
     judge = task.judge or batch.judge
     if judge is not None:  # left out when unset: fingerprints from before judges stay
         body["judge"] = judge.model_dump(mode="json")
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def rescore_hash(request: RescoreRequest) -> str:
+    """Fingerprint of what a re-scoring asks for (its key left out), to tell a retry
+    under its ``idempotency_key`` from another request reusing the key."""
+    body = request.model_dump(mode="json", exclude={"idempotency_key"})
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

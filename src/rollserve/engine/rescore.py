@@ -7,26 +7,104 @@ kept (swe: the candidate patch), that evaluation (the family must say it can:
 new result is written beside the old one, as a new rollout of a new group (one per
 re-scored group), with a new id and its own place in the results cursor. The old
 result is left as it was. Nothing reaches the policy's backends.
+
+``Rescores`` makes a re-scoring under an ``idempotency_key`` safe to retry: it runs
+once, as a task of its own (a client that gave up waiting does not end it), its
+answer kept in the store under the key; the same request again joins the run or gets
+the kept answer, a different one under the key is a ``Conflict``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 
 from rollserve.agent import Trajectory
-from rollserve.contract import Failure, FailureStage, RolloutResult
+from rollserve.contract import MAX_WAIT, Failure, FailureStage, RolloutResult
 from rollserve.contract.judge import JudgeRequest, Rescored, RescoreRequest, RescoreResponse
 from rollserve.engine.config import new_rollout
-from rollserve.engine.errors import InvalidTask, NotFound
+from rollserve.engine.errors import Conflict, InvalidTask, NotFound, StillRunning
 from rollserve.engine.pipeline import CLEANUP_TIMEOUT, Engine
+from rollserve.engine.requests import rescore_hash
 from rollserve.engine.rollout import RolloutSpec, plain_json
 from rollserve.engine.store import GroupRow, RolloutRow
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, evaluate
 from rollserve.llm.routing import call_deadline
+
+
+class Rescores:
+    """The engine's re-scorings, each under an ``idempotency_key`` run once: a request
+    waits up to ``wait`` seconds for its run's answer (then ``StillRunning``: the run
+    goes on, the same request later gets its answer)."""
+
+    def __init__(self, engine: Engine, wait: float = MAX_WAIT) -> None:
+        self._engine = engine
+        self.wait = wait
+        self._running: dict[str, tuple[str, asyncio.Task[RescoreResponse]]] = {}
+        self._waiting: dict[str, int] = {}
+
+    def running(self) -> list[str]:
+        """The keys whose re-scoring runs now."""
+        return list(self._running)
+
+    def waiting(self, key: str) -> int:
+        """How many requests wait for the re-scoring under ``key`` now."""
+        return self._waiting.get(key, 0)
+
+    async def rescore(self, request: RescoreRequest) -> RescoreResponse:
+        key = request.idempotency_key
+        if key is None:
+            return await rescore(self._engine, request)
+        fingerprint = rescore_hash(request)
+        running = self._running.get(key)
+        if running is None:  # (no await between the look-up and the entry: one run per key)
+            task = asyncio.create_task(self._run(key, fingerprint, request),
+                                       name=f"rollserve-rescore-{key[:40]}")
+            running = self._running[key] = (fingerprint, task)
+            task.add_done_callback(functools.partial(self._done, key))
+        if running[0] != fingerprint:
+            raise _reused(key)
+        self._waiting[key] = self.waiting(key) + 1
+        try:
+            return await asyncio.wait_for(asyncio.shield(running[1]), self.wait)
+        except TimeoutError:
+            raise StillRunning(key, retry_after=min(self.wait, 30.0)) from None
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+
+    def _done(self, key: str, task: asyncio.Task[RescoreResponse]) -> None:
+        self._running.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # (retrieved: its waiters may all have given up)
+
+    async def _run(self, key: str, fingerprint: str, request: RescoreRequest) -> RescoreResponse:
+        kept = await self._engine.store.rescore_answer(key)
+        if kept is not None:
+            if kept[0] != fingerprint:
+                raise _reused(key)
+            return RescoreResponse.model_validate_json(kept[1])
+        answer = await rescore(self._engine, request)
+        await self._engine.store.keep_rescore_answer(key, fingerprint, answer.model_dump_json())
+        return answer
+
+    async def aclose(self) -> None:
+        """Cancel the runs still going (the server stops), waiting for them bounded."""
+        tasks = [task for _, task in self._running.values()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLEANUP_TIMEOUT)
+
+
+def _reused(key: str) -> Conflict:
+    return Conflict("idempotency_key", f"key {key!r} was already used for a different "
+                                       "re-scoring (other result_ids or judge)")
 
 
 def scoring_name(judge: JudgeRequest | None) -> str:

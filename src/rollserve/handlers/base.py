@@ -91,6 +91,12 @@ class SandboxStarter(Protocol):
         """The runtime's name (bubblewrap, apptainer, docker...)."""
         ...
 
+    @property
+    def own_paths(self) -> bool:
+        """Whether its sandboxes see paths of their own: /workspace, a private /tmp,
+        read-only binds (False: the local runtime, on the host's paths)."""
+        ...
+
     async def start(self, spec: SandboxSpec) -> Sandbox: ...
 
 

@@ -16,7 +16,9 @@ on this server, with a Node that fits: else a 422 naming ``instance.harness.pres
 and what to install (``rollserve harness install codex``), never a masked rollout
 later; on an image runtime (docker, podman, apptainer) an npm preset also needs its
 Node in the install folder (``--with-node``). ``binds``: the install folder, bound read-only into the sandbox at
-``runner.INSTALL_INSIDE``.
+``runner.INSTALL_INSIDE``. A runtime without paths of its own (``local``: no
+/workspace, no private /tmp, no binds) runs no preset: a 422 naming
+``instance.harness`` (``runtime_problem``).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from rollserve.handlers.sandboxed import python_with
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxError
 
 __all__ = ["HarnessSpec", "harness_binds", "harness_first_prompt", "parse_harness", "run_preset",
-           "task_size_problem"]
+           "runtime_problem", "task_size_problem"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,9 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
     server's installs; ``InvalidInstance`` naming the field and what to do."""
     if not isinstance(raw, Mapping):
         raise InvalidInstance(at, 'an object naming its preset, e.g. {"preset": "codex"}')
+    problem = runtime_problem(ctx)
+    if problem is not None:
+        raise InvalidInstance(at, problem)
     root = _root(ctx)
     try:
         known = available(root)
@@ -143,6 +148,20 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
     values.pop("preset")
     return HarnessSpec(preset, command if command is not None else preset.run.command or "",
                        tool_calls, values, folder)
+
+
+def runtime_problem(ctx: HandlerContext) -> str | None:
+    """Why no preset can run on this server's sandbox runtime, if so: every preset
+    runs in the workdir /workspace with its HOME and task file in the sandbox's
+    private /tmp (npm presets: from the install folder bound read-only), which a
+    runtime without paths of its own (local: commands on the host's paths) lacks."""
+    if ctx.sandboxes is None or ctx.sandboxes.own_paths:
+        return None
+    return (f"the {ctx.sandboxes.name} runtime runs commands on this machine's own paths, and "
+            f"a harness preset needs a sandbox with paths of its own: the workdir {WORKDIR}, "
+            f"its HOME and task file in a private /tmp ({HOME_INSIDE}), an npm preset's "
+            f"install folder bound read-only at {INSTALL_INSIDE}; serve with "
+            "--sandbox-runtime bubblewrap (or apptainer, docker, podman)")
 
 
 def _install_problem(ctx: HandlerContext, preset: Preset, root: Path,

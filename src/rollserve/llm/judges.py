@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollserve.contract import SamplingParams
-from rollserve.errors import InfraError, JudgeRefused
+from rollserve.errors import InfraError, JudgeRefused, context_window_error
 from rollserve.llm.base import LLMBackend, LLMError, Message, Tokenizer
 
 JUDGE_NAME = r"^[A-Za-z0-9._:@+-]+$"
@@ -145,7 +145,8 @@ class Judge:
             except TimeoutError:
                 outcome, problem, retry = "timeout", f"no reply in {config.timeout:g} s", True
             except LLMError as exc:
-                if exc.status in REFUSED_STATUS:
+                if exc.status in REFUSED_STATUS or context_window_error(exc) is not None:
+                    # (a token-level judge's window: the prompt refused unsent, as a server would)
                     self._refused(began, f"the judge's server refused the prompt ({exc})")
                 problem, retry = str(exc), exc.retryable
             else:

@@ -337,6 +337,11 @@ class Runtime(abc.ABC, Generic[ConfigT]):
 
     name: str  # the name it runs as (apptainer: the binary found, apptainer or singularity)
     config_model: ClassVar[type[RuntimeConfigBase]]
+    # Its sandboxes see paths of their own: the workspace at /workspace, a private /tmp,
+    # and what a spec adds (readonly_binds, workspace_aliases, workspace_seed, folders).
+    # False (the local runtime): commands see the host's own paths, and a spec asking
+    # for any of those is refused (``paths_problem``).
+    own_paths: ClassVar[bool] = True
     config: ConfigT
     state_dir: Path | None  # where its sandboxes' owner records go (None: nowhere)
 
@@ -407,7 +412,21 @@ class SandboxStarter(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def own_paths(self) -> bool: ...
+
     async def start(self, spec: SandboxSpec) -> Sandbox: ...
+
+
+def paths_problem(runtime: str, spec: SandboxSpec) -> str | None:
+    """Why a runtime without paths of its own (``Runtime.own_paths`` False) cannot
+    start ``spec``, if it asks for a path only a mount namespace gives."""
+    asked = [name for name in ("workspace_aliases", "workspace_seed", "folders", "readonly_binds")
+             if getattr(spec, name)]
+    if not asked:
+        return None
+    return (f"{runtime} runtime: {', '.join(asked)} need a mount namespace (paths of the "
+            "sandbox's own); use bubblewrap (or apptainer, docker, podman)")
 
 
 def resolve_in_workspace(workspace: Path, path: str) -> Path:

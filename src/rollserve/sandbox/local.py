@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rollserve.sandbox import diskcap, rsscap
 from rollserve.sandbox import limits as rl
-from rollserve.sandbox.base import SandboxError, SandboxSpec
+from rollserve.sandbox.base import SandboxError, SandboxSpec, paths_problem
 from rollserve.sandbox.common import FolderRuntime, FolderSandbox
 from rollserve.sandbox.config import LocalConfig
 from rollserve.sandbox.folders import SandboxFolders, new_sandbox_id
@@ -47,6 +47,7 @@ def base_env(home: str, tmp: str, spec: SandboxSpec, extra: dict[str, str] | Non
 class LocalRuntime(FolderRuntime[LocalConfig]):
     name = "local"
     config_model = LocalConfig
+    own_paths = False  # (commands see the host's paths: no /workspace, no private /tmp)
 
     def __init__(self, state_dir: Path | str | None = None,
                  config: LocalConfig | None = None) -> None:
@@ -72,11 +73,9 @@ class LocalRuntime(FolderRuntime[LocalConfig]):
     async def start(self, spec: SandboxSpec) -> LocalSandbox:
         if spec.image is not None:
             log.warning("local runtime ignores image %r: commands run on the host", spec.image)
-        if (spec.workspace_aliases or spec.workspace_seed or spec.folders
-                or spec.readonly_binds):
-            raise SandboxError("local runtime: workspace_aliases, workspace_seed, folders and "
-                               "readonly_binds need a mount namespace; use bubblewrap (or "
-                               "apptainer)")
+        problem = paths_problem(self.name, spec)
+        if problem is not None:
+            raise SandboxError(problem)
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
         sandbox = LocalSandbox(self.name, sandbox_id, spec, folders, entry)

@@ -117,6 +117,12 @@ class LazyRuntime:
         self._open: weakref.WeakSet[Sandbox] = weakref.WeakSet()
 
     @property
+    def own_paths(self) -> bool:
+        """Whether its sandboxes see paths of their own (``Runtime.own_paths``), known
+        before the runtime is made."""
+        return RUNTIMES[self.name].own_paths
+
+    @property
     def runtime(self) -> AnyRuntime | None:
         """The runtime, once created (None before the first sandbox, or if it failed)."""
         return self._runtime

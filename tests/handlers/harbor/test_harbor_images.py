@@ -27,6 +27,8 @@ from tests.handlers.harbor.test_harbor_api import DATA
 class Recorder:
     """A runtime that keeps the spec it is asked for and starts nothing."""
 
+    own_paths = True  # (an image or bubblewrap runtime's: SandboxStarter)
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.specs: list[SandboxSpec] = []

@@ -18,6 +18,7 @@ row reads back as in ``store.rows``, the results table's queries in
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import sqlite3
 import time
@@ -66,6 +67,8 @@ class Store(Protocol):
     async def counts(self) -> dict[str, int]: ...
     async def last_seq(self) -> int: ...
     async def seed_salt(self) -> str: ...
+    async def rescore_answer(self, key: str) -> tuple[str, str] | None: ...
+    async def keep_rescore_answer(self, key: str, fingerprint: str, answer: str) -> None: ...
 
 
 class DuplicateClientKey(Exception):
@@ -217,6 +220,8 @@ class SQLiteStore:
                 "DELETE FROM groups WHERE NOT EXISTS"
                 " (SELECT 1 FROM rollouts r WHERE r.group_id = groups.id)"
             )
+            conn.execute("DELETE FROM meta WHERE key LIKE ? AND json_extract(value, '$.at') < ?",
+                         (f"{_RESCORE}%", finished_before))
             return cur.rowcount
 
         return await self._call(_purge)
@@ -325,6 +330,32 @@ class SQLiteStore:
             return str(row[0])
 
         return await self._call(_get)
+
+    # --- re-scorings' answers, by idempotency key ---------------------------------------
+    async def rescore_answer(self, key: str) -> tuple[str, str] | None:
+        """The fingerprint and answer (JSON) of the re-scoring done under ``key``, if any."""
+        def _get(conn: sqlite3.Connection) -> tuple[str, str] | None:
+            row = conn.execute("SELECT value FROM meta WHERE key=?", (_RESCORE + key,)).fetchone()
+            if row is None:
+                return None
+            kept = json.loads(row[0])
+            return str(kept["hash"]), str(kept["answer"])
+
+        return await self._call(_get)
+
+    async def keep_rescore_answer(self, key: str, fingerprint: str, answer: str) -> None:
+        """Keep the answer of the re-scoring done under ``key`` (purged with the results,
+        after the retention)."""
+        value = json.dumps({"hash": fingerprint, "answer": answer, "at": time.time()})
+
+        def _put(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                         (_RESCORE + key, value))
+
+        await self._call(_put)
+
+
+_RESCORE = "rescore:"  # the meta keys of re-scorings' answers
 
 
 def _current_seq(conn: sqlite3.Connection) -> int:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rollserve.errors import InfraError, LLMError
+from rollserve.errors import ContextWindowError, InfraError, LLMError
 from rollserve.llm.backends.embedded_probe import ProbeResult, probe_batch_invariance
 from rollserve.llm.base import Generation, LLMBackend, SamplingParams, TokenizerError
 
@@ -227,11 +227,10 @@ class EmbeddedBackend(LLMBackend):
         with self._model_lock:
             llm = self._load()
             n_ctx = llm.n_ctx()
-            if len(prompt_ids) >= n_ctx:
-                raise LLMError(
+            if len(prompt_ids) >= n_ctx:  # (not sent: as a server's window refuses it)
+                raise ContextWindowError(
                     f"{self.name}: prompt of {len(prompt_ids)} tokens does not fit the "
-                    f"context of {n_ctx} tokens"
-                )
+                    f"context of {n_ctx} tokens", backend=self.name)
             vocab = llm.n_vocab()
             if max(prompt_ids) >= vocab or min(prompt_ids) < 0:
                 raise LLMError(f"{self.name}: prompt holds token ids outside 0..{vocab - 1}")
