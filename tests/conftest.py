@@ -26,7 +26,8 @@ from tests.real_vllm import FIXTURES, Pending, skip_reason
 # file carries it: whole-service processes, the embedded model, a real vLLM, killed and
 # restarted processes, suites re-run as another user, generated-input and SWE-repository runs.
 SLOW_DIRS = {"tests/e2e/": "a whole `rollserve serve` process driven over HTTP",
-             "tests/cluster/": "a Ray cluster of four raylets and a `rollserve serve --ray` process"}
+             "tests/cluster/": "a Ray cluster of four raylets and a `rollserve serve --ray` process",
+             "tests/docs/": "the docs site built by mkdocs, and the docs' snippets run"}
 SLOW_MARKS = {"embedded": "the embedded model", "vllm": "a real vLLM server"}
 SLOW_FIXTURES = {"server_factory": "starts `rollserve serve` processes"}
 SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
