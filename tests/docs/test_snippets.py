@@ -1,0 +1,113 @@
+"""Every ``bash``/``python`` block in README.md and docs/*.md is run by a test or says
+why not (tests/docs/snippets.py has the marks). The blocks marked ``runs`` run here:
+Python against one live ``rollserve serve`` (a scripted fake vLLM behind it) shared by
+the module, ``rollserve serve`` commands started, waited for on /healthz (bounded) and
+stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rollserve.testing import FakeVLLM
+from tests.docs.snippets import MIN_REASON, ROOT, Snippet, all_snippets, snippets_of
+from tests.e2e.conftest import ServerProcess
+
+SNIPPETS = all_snippets()
+PYTHON_RUNS = [s for s in SNIPPETS if s.kind()[0] == "runs"]
+SERVERS = [s for s in SNIPPETS if s.kind()[0] == "server"]
+PYTHON = ("python", "py", "python3")
+DOCS_URL = "http://127.0.0.1:8000"  # the server the docs' snippets talk to
+START_TIMEOUT = 180.0  # seconds for a `rollserve serve` to answer /healthz on a loaded host
+
+
+def _problems(snippet: Snippet) -> list[str]:
+    kind, detail = snippet.kind()
+    found = []
+    if kind == "unmarked":
+        found.append(detail)
+    elif kind == "not run" and len(detail) < MIN_REASON:
+        found.append(f"the reason is too short to say why: {detail!r}")
+    elif kind == "run":
+        test = ROOT / detail
+        if not test.is_file():
+            found.append(f"{detail} does not exist")
+        elif Path(snippet.page).name not in test.read_text():
+            found.append(f"{detail} never names {Path(snippet.page).name}: it cannot read this block")
+    elif kind == "runs" and snippet.language not in PYTHON:
+        found.append("only python blocks are run here; mark a shell block `runs: server` or `not run: why`")
+    elif kind == "server" and shlex.split(snippet.code, comments=True)[:2] != ["rollserve", "serve"]:
+        found.append("`runs: server` is for one `rollserve serve` command")
+    for path in re.findall(r"\b(?:tests|examples|scripts|benchmarks)/[\w/.-]*\w", detail):
+        if not (ROOT / path).exists():
+            found.append(f"its mark names {path}, which does not exist")
+    return [f"{snippet.id}: {p}" for p in found]
+
+
+def test_every_snippet_is_run_or_says_why() -> None:
+    problems = [p for s in SNIPPETS for p in _problems(s)]
+    assert not problems, "\n".join(problems)
+    assert PYTHON_RUNS and SERVERS  # the runners below have blocks to run
+
+
+def test_an_unmarked_block_and_a_reason_that_says_nothing_are_caught() -> None:
+    page = ("text\n\n```bash\nls\n```\n\n<!-- not run: no -->\n```python\n1\n```\n"
+            "<!-- runs -->\n```python\nprint(1)\n```\n```json\n{}\n```\n"
+            "<!-- run: tests/nowhere.py -->\n```sh\nls\n```\n")
+    snippets = snippets_of(page, "docs/p.md")
+    assert [s.kind()[0] for s in snippets] == ["unmarked", "not run", "runs", "run"]
+    assert [bool(_problems(s)) for s in snippets] == [True, True, False, True]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One `rollserve serve` for every Python snippet, its policy a scripted fake vLLM
+    that answers every math question right."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HUB_OFFLINE", "1")
+        env.setenv("TOKENIZERS_PARALLELISM", "false")
+        env.delenv("ROLLSERVE_API_TOKEN", raising=False)
+        fake = FakeVLLM("smollm2", replies=lambda ids, text: "It is \\boxed{42}.").start_in_thread()
+        server = ServerProcess(tmp_path_factory.mktemp("docs-server"), ["--backend", fake.url])
+        try:
+            yield server.start(timeout=START_TIMEOUT)
+        finally:
+            server.stop()
+            fake.stop()
+
+
+@pytest.mark.parametrize("snippet", PYTHON_RUNS, ids=[s.id for s in PYTHON_RUNS])
+def test_python_snippet_runs(snippet: Snippet, live: ServerProcess, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """As written, but for the server's URL, in a scratch folder."""
+    monkeypatch.chdir(tmp_path)
+    code = snippet.code.replace(DOCS_URL, live.url)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, snippet.id, "exec"), {"__name__": "__snippet__"})
+    if "print(" in code:
+        assert printed.getvalue().strip(), f"{snippet.id} printed nothing"
+
+
+@pytest.mark.parametrize("snippet", SERVERS, ids=[s.id for s in SERVERS])
+def test_serve_snippet_starts_and_stops(snippet: Snippet, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command as written, on a free port and a scratch state folder."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = shlex.split(snippet.code, comments=True)
+    assert "--port" not in argv and "--state-dir" not in argv  # the test picks both
+    server = ServerProcess(tmp_path / "state", argv[2:])
+    try:
+        server.start(timeout=START_TIMEOUT)
+        health = httpx.get(f"{server.url}/healthz", timeout=10)
+        assert health.status_code == 200 and health.json()["ok"] is True
+    finally:
+        server.stop()
+    assert server.proc is not None and server.proc.returncode is not None
