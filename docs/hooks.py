@@ -34,8 +34,9 @@ def served_schema() -> dict[str, Any]:
 
 
 def _ref_name(schema: dict[str, Any]) -> str:
-    if "$ref" in schema:
-        return "`" + schema["$ref"].rsplit("/", 1)[-1] + "`"
+    if "$ref" in schema:  # a link to the schema's own heading below
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return f"[`{name}`](#{name.lower()})"
     if schema.get("type") == "array" and "items" in schema:
         return "list of " + _ref_name(schema["items"])
     for key in ("anyOf", "oneOf"):
