@@ -101,3 +101,17 @@ def test_a_broken_link_a_missing_page_and_an_orphan_fail_the_build(tmp_path: Pat
     assert done.returncode != 0
     for fault in ("no-such-page.md", "missing-page.md", "no-such-anchor", "orphan.md"):
         assert re.search(re.escape(fault), done.stderr), f"the build did not name {fault}:\n{done.stderr}"
+
+
+def test_the_readme_links_land_on_built_pages(site: Path) -> None:
+    """README.md is outside the site: its links into docs/ are checked here, anchors too."""
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        if "://" in link:
+            continue
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), f"README links to {path}, which does not exist"
+        if anchor:
+            page = site / path.removeprefix("docs/").removesuffix(".md") / "index.html"
+            assert f'id="{anchor}"' in page.read_text(), f"README links to {link}: no such anchor"
