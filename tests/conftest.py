@@ -30,6 +30,10 @@ SLOW_DIRS = {"tests/e2e/": "a whole `rollserve serve` process driven over HTTP",
 SLOW_MARKS = {"embedded": "the embedded model", "vllm": "a real vLLM server"}
 SLOW_FIXTURES = {"server_factory": "starts `rollserve serve` processes"}
 SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
+    "tests/docs/test_site.py": "builds the docs site with mkdocs, twice (tens of seconds each)",
+    "tests/docs/test_snippets.py::test_python_snippet_runs": "the docs' Python against a live server",
+    "tests/docs/test_snippets.py::test_serve_snippet_starts_and_stops": "starts server processes",
+    "tests/docs/test_snippets.py::test_console_snippet_prints_what_it_shows": "runs the docs' commands",
     "tests/api/test_schemathesis.py":
         "hundreds of generated requests to two live servers",
     "tests/handlers/swe/test_swe_handler.py":

@@ -130,9 +130,9 @@ async def test_a_plugin_family_runs_its_stages(ctx, new_rollout, scripted):
 
 
 def readme_example() -> str:
-    """The task family the README shows plugin authors (its python block that defines
-    EchoHandler)."""
-    readme = (HANDLERS.parents[2] / "README.md").read_text()
+    """The task family the docs show plugin authors (docs/writing-a-family.md: its python
+    block that defines EchoHandler)."""
+    readme = (HANDLERS.parents[2] / "docs" / "writing-a-family.md").read_text()
     blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
     (block,) = [b for b in blocks if "class EchoHandler(AgentHandler)" in b]
     return block
@@ -140,7 +140,7 @@ def readme_example() -> str:
 
 async def test_the_readme_s_example_family_runs(ctx, new_rollout, scripted):
     namespace: dict = {}
-    exec(compile(readme_example(), "README.md", "exec"), namespace)
+    exec(compile(readme_example(), "docs/writing-a-family.md", "exec"), namespace)
     handler = namespace["EchoHandler"](ctx)
     with pytest.raises(InvalidInstance, match="instance.word"):
         handler.validate({})

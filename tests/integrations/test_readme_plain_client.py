@@ -1,4 +1,5 @@
-"""The README's plain-client snippet ("### Plain client"), run as written against a live
+"""The README's plain-client snippet ("## Train with it"; docs/train-plain-client.md shows
+the same block), run as written against a live
 ``rollserve serve`` and a scripted fake vLLM, and the results-cursor pattern the README
 describes next to it: the cursor gives every result, the group's verdict says which to
 train on."""
@@ -11,15 +12,22 @@ from pathlib import Path
 
 from rollserve.client import Client
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "train-plain-client.md"
 
 
 def plain_client_snippet() -> str:
     text = README.read_text()
-    section = text[text.index("### Plain client\n"):]
-    section = section[:section.index("\n### ", 1)]
+    section = text[text.index("## Train with it\n"):]
+    section = section[:section.index("\n## ", 1)]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
     return code
+
+
+def test_the_docs_page_shows_the_same_snippet() -> None:
+    (code,) = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+    assert code == plain_client_snippet()
 
 
 def test_the_plain_client_snippet_trains_on_used_samples_only(server_factory,

@@ -1,0 +1,117 @@
+"""The docs site builds strictly: a nav entry without a page, a page outside the nav, a
+link to a missing page or anchor each fail the build (mkdocs.yml's ``validation`` and
+``strict``), so a broken docs change fails the suite. The HTTP reference page is made
+from the schema the service serves, and every page the issue asks for is in the nav."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.docs.site import ROOT, build
+
+# The nav a user follows: each section the docs must have, and a page of it.
+SECTIONS = {
+    "Getting started": "getting-started.md",
+    "Concepts": "concepts.md",
+    "HTTP API": "api-reference.md",
+    "Python client": "client.md",
+    "Training": "train-trl.md",
+    "Harnesses and the gateway": "gateway.md",
+    "Task families": "writing-a-family.md",
+    "Datasets": "datasets.md",
+    "Sandboxes and security": "security.md",
+    "Ray cluster": "ray.md",
+    "Dashboard and metrics": "metrics.md",
+    "Benchmarks": "benchmarks.md",
+    "Contributing": "architecture.md",
+}
+
+
+def _nav_pages(entries: list) -> dict[str, list[str]]:
+    """Top-level nav title -> the pages under it."""
+    out: dict[str, list[str]] = {}
+    for entry in entries:
+        ((title, value),) = entry.items()
+        out[title] = [value] if isinstance(value, str) else [p for e in value for p in e.values()]
+    return out
+
+
+def _config() -> dict:
+    return yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    done = build(ROOT / "mkdocs.yml", out)
+    assert done.returncode == 0, f"the docs site does not build strictly:\n{done.stderr[-4000:]}"
+    return out
+
+
+def test_the_nav_has_every_section_a_user_follows() -> None:
+    nav = _nav_pages(_config()["nav"])
+    for section, page in SECTIONS.items():
+        assert page in nav.get(section, []), f"nav section {section!r} lacks {page}"
+
+
+def test_the_site_builds_strictly_with_every_page(site: Path) -> None:
+    config = _config()
+    pages = [p for ps in _nav_pages(config["nav"]).values() for p in ps]
+    for page in pages:
+        built = site / ("index.html" if page == "index.md" else page.removesuffix(".md") + "/index.html")
+        assert built.is_file(), f"{page} was not built"
+    assert (site / "benchmarks" / "results" / "reward_curve.png").is_file()
+
+
+def test_the_http_reference_is_the_served_schema(site: Path) -> None:
+    """Every operation and schema of ``create_app().openapi()`` is on the reference page."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    schema = hooks.served_schema()
+    page = (site / "api-reference" / "index.html").read_text()
+    for path, item in schema["paths"].items():
+        for method in item:
+            if method in hooks.METHODS:
+                assert f"{method.upper()} {path}" in page, f"{method.upper()} {path} missing"
+    for name in schema["components"]["schemas"]:
+        assert f"<code>{name}</code>" in page, name
+    assert "/v1/rollouts" in schema["paths"] and "SubmitRequest" in schema["components"]["schemas"]
+
+
+def test_a_broken_link_a_missing_page_and_an_orphan_fail_the_build(tmp_path: Path) -> None:
+    """The same site with three faults: the build fails and names each."""
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copytree(ROOT / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
+    config = (ROOT / "mkdocs.yml").read_text().replace(
+        "  - Datasets: datasets.md", "  - Datasets: datasets.md\n  - Gone: no-such-page.md")
+    (tmp_path / "mkdocs.yml").write_text(config)
+    concepts = tmp_path / "docs" / "concepts.md"
+    concepts.write_text(concepts.read_text() + "\nSee [this](missing-page.md) and "
+                        "[that](results.md#no-such-anchor).\n")
+    (tmp_path / "docs" / "orphan.md").write_text("# Not in the nav\n")
+    done = build(tmp_path / "mkdocs.yml", tmp_path / "site")
+    assert done.returncode != 0
+    for fault in ("no-such-page.md", "missing-page.md", "no-such-anchor", "orphan.md"):
+        assert re.search(re.escape(fault), done.stderr), f"the build did not name {fault}:\n{done.stderr}"
+
+
+def test_the_readme_links_land_on_built_pages(site: Path) -> None:
+    """README.md is outside the site: its links into docs/ are checked here, anchors too."""
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        if "://" in link:
+            continue
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), f"README links to {path}, which does not exist"
+        if anchor:
+            page = site / path.removeprefix("docs/").removesuffix(".md") / "index.html"
+            assert f'id="{anchor}"' in page.read_text(), f"README links to {link}: no such anchor"

@@ -1,0 +1,166 @@
+"""Every shell and Python block in README.md and docs/*.md is run by a test or says
+why not (tests/docs/snippets.py has the marks). The blocks marked ``runs`` run here:
+Python against one live ``rollserve serve`` (a scripted fake vLLM behind it) shared by
+the module; a ``console`` transcript's ``$`` commands, their output compared with the
+block's; ``rollserve serve`` commands started on a free port, waited for on /healthz
+(bounded) and stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rollserve.testing import FakeVLLM
+from tests.docs.snippets import MIN_REASON, ROOT, Snippet, all_snippets, snippets_of
+from tests.e2e.conftest import ServerProcess
+
+SNIPPETS = all_snippets()
+PYTHON = ("python", "py", "python3")
+PYTHON_RUNS = [s for s in SNIPPETS if s.kind()[0] == "runs" and s.language in PYTHON]
+CONSOLES = [s for s in SNIPPETS if s.kind()[0] == "runs" and s.language == "console"]
+SERVERS = [s for s in SNIPPETS if s.kind()[0] == "server"]
+DOCS_URL = "http://127.0.0.1:8000"  # the server the docs' snippets talk to
+START_TIMEOUT = 180.0  # seconds for a `rollserve serve` to answer /healthz on a loaded host
+COMMAND_TIMEOUT = 120.0  # seconds for one command of a console transcript
+BOX = re.compile(r"[│╭╮╰╯─]")  # rich's error panel around a message
+
+
+def _problems(snippet: Snippet) -> list[str]:
+    kind, detail = snippet.kind()
+    found = []
+    if kind == "unmarked":
+        found.append(detail)
+    elif kind == "not run" and len(detail) < MIN_REASON:
+        found.append(f"the reason is too short to say why: {detail!r}")
+    elif kind == "run":
+        test = ROOT / detail
+        if not test.is_file():
+            found.append(f"{detail} does not exist")
+        elif Path(snippet.page).name not in test.read_text():
+            found.append(f"{detail} never names {Path(snippet.page).name}: it cannot read this block")
+    elif kind == "runs" and snippet.language not in (*PYTHON, "console"):
+        found.append("python and console blocks are run here; mark a shell block "
+                     "`runs: server` (one `rollserve serve`), make it a console transcript, or `not run: why`")
+    elif kind == "server" and shlex.split(snippet.code, comments=True)[:2] != ["rollserve", "serve"]:
+        found.append("`runs: server` is for one `rollserve serve` command")
+    for path in re.findall(r"\b(?:tests|examples|scripts|benchmarks)/[\w/.-]*\w", detail):
+        if not (ROOT / path).exists():
+            found.append(f"its mark names {path}, which does not exist")
+    return [f"{snippet.id}: {p}" for p in found]
+
+
+def test_every_snippet_is_run_or_says_why() -> None:
+    problems = [p for s in SNIPPETS for p in _problems(s)]
+    assert not problems, "\n".join(problems)
+    assert PYTHON_RUNS and CONSOLES and SERVERS  # the runners below have blocks to run
+
+
+def test_an_unmarked_block_and_a_reason_that_says_nothing_are_caught() -> None:
+    page = ("text\n\n```bash\nls\n```\n\n<!-- not run: no -->\n```python\n1\n```\n"
+            "<!-- runs -->\n```python\nprint(1)\n```\n```json\n{}\n```\n"
+            "<!-- run: tests/nowhere.py -->\n```sh\nls\n```\n")
+    snippets = snippets_of(page, "docs/p.md")
+    assert [s.kind()[0] for s in snippets] == ["unmarked", "not run", "runs", "run"]
+    assert [bool(_problems(s)) for s in snippets] == [True, True, False, True]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One `rollserve serve` for every Python snippet, its policy a scripted fake vLLM
+    that answers every math question right."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HUB_OFFLINE", "1")
+        env.setenv("TOKENIZERS_PARALLELISM", "false")
+        env.delenv("ROLLSERVE_API_TOKEN", raising=False)
+        fake = FakeVLLM("smollm2", replies=lambda ids, text: "It is \\boxed{42}.").start_in_thread()
+        server = ServerProcess(tmp_path_factory.mktemp("docs-server"), ["--backend", fake.url])
+        try:
+            yield server.start(timeout=START_TIMEOUT)
+        finally:
+            server.stop()
+            fake.stop()
+
+
+@pytest.mark.parametrize("snippet", PYTHON_RUNS, ids=[s.id for s in PYTHON_RUNS])
+def test_python_snippet_runs(snippet: Snippet, live: ServerProcess, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """As written, but for the server's URL, in a scratch folder."""
+    monkeypatch.chdir(tmp_path)
+    code = snippet.code.replace(DOCS_URL, live.url)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, snippet.id, "exec"), {"__name__": "__snippet__"})
+    if "print(" in code:
+        assert printed.getvalue().strip(), f"{snippet.id} printed nothing"
+
+
+@pytest.mark.parametrize("snippet", SERVERS, ids=[s.id for s in SERVERS])
+def test_serve_snippet_starts_and_stops(snippet: Snippet, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command as written, on a free port and a scratch state folder."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    server = ServerProcess(tmp_path / "state", _without_port_and_state(shlex.split(snippet.code, comments=True)[2:]))
+    try:
+        server.start(timeout=START_TIMEOUT)
+        health = httpx.get(f"{server.url}/healthz", timeout=10)
+        assert health.status_code == 200 and health.json()["ok"] is True
+    finally:
+        server.stop()
+    assert server.proc is not None and server.proc.returncode is not None
+
+
+def _without_port_and_state(args: list[str]) -> list[str]:
+    """The test picks the port and the state folder."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--port", "--state-dir"):
+            skip = True
+        elif not arg.startswith(("--port=", "--state-dir=")):
+            out.append(arg)
+    return out
+
+
+def _plain(text: str) -> str:
+    return " ".join(BOX.sub(" ", text).split())
+
+
+def _transcript(code: str) -> list[tuple[str, str]]:
+    """A console block as (command, the output shown after it)."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in code.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps:
+            steps[-1][1].append(line)
+    return [(command, "\n".join(shown)) for command, shown in steps]
+
+
+@pytest.mark.parametrize("snippet", CONSOLES, ids=[s.id for s in CONSOLES])
+def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path) -> None:
+    """Each ``$`` command run in a scratch folder (``rollserve`` is this checkout's), its
+    output holding the lines shown (rich's panel borders and line breaks aside)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "rollserve"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rollserve.cli "$@"\n')
+    shim.chmod(0o755)
+    steps = _transcript(snippet.code)
+    assert steps, f"{snippet.id}: a console block without a `$ ` command"
+    for command, shown in steps:
+        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT, check=False,
+                              env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                                   "COLUMNS": "80", "HF_HUB_OFFLINE": "1"})
+        assert _plain(shown) in _plain(done.stdout + done.stderr), (command, done.stdout, done.stderr)
