@@ -208,6 +208,29 @@ async def test_shared_pages_past_the_rss_cap_do_not_make_every_poll_a_pss_pass(t
                          what="the sharers killed with the hog")
 
 
+# As MANY_SHARERS, then (argv "swap") each child, one after the other, unmaps its view
+# of the shared mapping and fills as much private memory: the RSS sum stays about where
+# it was while what the sandbox holds grows by 256 MB a child.
+SWAPPERS = MANY_SHARERS.replace("        time.sleep(120)\n", """        time.sleep(0.1 * i)
+        m.close()
+        mine = b"p" * size
+        time.sleep(120)
+""")
+
+
+@needs_bwrap
+async def test_shared_pages_swapped_for_private_ones_are_still_caught(tmp_path):
+    """What a rule "no PSS until the RSS sum grows by the headroom" would miss: the RSS
+    sum stays flat while shared pages become private ones. PSS passes still come, so
+    the sandbox is killed."""
+    runtime = BubblewrapRuntime(tmp_path / "state", BubblewrapConfig(resident_poll=0.02))
+    check_resident(runtime)
+    async with await runtime.start(SandboxSpec(limits=resident(512))) as box:
+        result = await box.exec(["python3", "-c", SWAPPERS], 120)
+        assert result.cap == "memory" and box.resident is not None, result
+        assert box.resident.killed_at > 512 * MB
+
+
 @needs_bwrap
 async def test_page_tables_count(tmp_path):
     """RLIMIT_AS bounded page tables with the address space; without it they count."""
