@@ -19,6 +19,10 @@ sleeping processes (RSS under the cap; PSS past it).
 
     python -m benchmarks.rss_overshoot [--cap 512] [--ceiling 3072] [--polls 0.05 0.1 0.25] [--rounds 5]
 
+With ``--walks`` instead (``results/rss_tree_walk.json``): one walk of a tree of 1 and
+of 64 processes through the ``children`` files and by a pass over all of /proc (the
+fallback of a kernel without them), and how many processes the host has.
+
 With ``--shared SECONDS`` instead (``results/rss_pss_share.json``): what PSS costs the
 server when a sandbox keeps its RSS sum past the cap while holding less (a parent
 and ``--children`` children sharing a 256 MB mapping, cap 1024 MB, poll 0.1 s), for
@@ -185,6 +189,40 @@ async def pss_share(state: Path, children: int, seconds: float, spaced: bool) ->
             "last_mb": watch.used // MB, "last_how": watch.how}
 
 
+def walk_cost(processes: int, by_children: bool, repeat: int = 50) -> float:
+    """Seconds one ``proctree.tree_pids`` takes over a tree of ``processes`` sleepers."""
+    tree = subprocess.Popen(["bash", "-c", f"for i in $(seq {processes - 1}); do sleep 300 & done; "
+                             "sleep 300"])
+    try:
+        for _ in range(200):  # (wait until the tree is complete: bounded)
+            if len(proctree.tree_pids([tree.pid])) >= processes:
+                break
+            time.sleep(0.05)
+        start = time.perf_counter()
+        for _ in range(repeat):
+            proctree.tree_pids([tree.pid], by_children)
+        return (time.perf_counter() - start) / repeat
+    finally:
+        for child in psutil.Process(tree.pid).children(recursive=True):
+            child.kill()
+        tree.kill()
+        tree.wait()
+
+
+def walks() -> None:
+    """The tree walk's cost both ways (``results/rss_tree_walk.json``)."""
+    rows, data = [], {}
+    host = len(psutil.pids())
+    for processes in (1, 64):
+        files, everything = walk_cost(processes, True), walk_cost(processes, False)
+        rows.append([processes, host, round(files * 1e3, 2), round(everything * 1e3, 2)])
+        data[str(processes)] = {"children_files_s": files, "all_of_proc_s": everything}
+    report("rss_tree_walk", "finding a sandbox's processes: one walk, ms",
+           ["processes in the tree", "processes on the host", "children files",
+            "all of /proc (no CONFIG_PROC_CHILDREN)"], rows,
+           {"host_processes": host, **data})
+
+
 def reading_cost(processes: int, limit: int, repeat: int = 200) -> float:
     """Seconds one ``resident_usage`` takes over a tree of ``processes`` sleepers."""
     tree = subprocess.Popen(["bash", "-c", f"for i in $(seq {processes - 1}); do sleep 300 & done; "
@@ -233,9 +271,14 @@ async def main() -> None:
     parser.add_argument("--shared", type=float, default=None,
                         help="seconds: measure PSS's cost with sharers instead")
     parser.add_argument("--children", type=int, default=12)
+    parser.add_argument("--walks", action="store_true",
+                        help="measure the process-tree walk both ways instead")
     args = parser.parse_args()
     if reason := BubblewrapRuntime.unavailable_reason():
         sys.exit(f"bubblewrap unavailable: {reason}")
+    if args.walks:
+        walks()
+        return
     if args.shared is not None:
         await shared(args.shared, args.children)
         return
