@@ -36,8 +36,10 @@ over the sandbox's processes:
 
 A PSS pass is spaced from the last one by the time that one took (``pss_due``): a
 sandbox that keeps its RSS sum past the cap while it holds less (many children sharing
-a large mapping: 245 ms a pass) would otherwise make every poll one, most of a core;
-spaced, PSS costs the server at most about half a core, whatever the sandbox does. The
+a large mapping: 13 sharing 256 MB took 445 ms a pass on this loaded machine) would
+otherwise make every poll one (76% of the watcher's wall time; 41% spaced:
+``benchmarks/rss_overshoot.py --shared``); spaced, PSS takes at most about half of it,
+whatever the sandbox does. The
 polls in between read RSS alone and cannot kill (``how`` = "deferred"); a sandbox
 really past the cap is killed by the next pass, so in that case the overshoot grows by
 one pass's time. (Not skipping PSS until the RSS sum grew by the headroom the last pass
@@ -59,9 +61,10 @@ Found by running the real programs here in a bubblewrap sandbox at 2048 MB: unde
 RLIMIT_AS ``claude -p`` (Claude Code 2.1.197, Bun 1.4) dies of SIGILL (Bun's crash
 report) while ``claude --version`` runs; with the resident cap both run.
 
-Overshoot: between two readings the sandbox can allocate for ``poll`` seconds, and a
-reading plus the kill take a little more: past the cap by at most about the
-allocation rate x (``poll`` + one reading + the kill), plus one PSS pass's time where
+Overshoot: between two readings the sandbox can allocate for ``poll`` seconds, and the
+readings, the kill and the event loop's lag take more: past the cap by at most about
+the allocation rate x the time from the start of the last reading under the cap to the
+kill (``poll`` + two readings + the kill + the lag), plus one PSS pass's time where
 PSS was deferred. Measured here (``benchmarks/rss_overshoot.py``) in the README's
 "Sandbox limits".
 """
