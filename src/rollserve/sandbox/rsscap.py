@@ -91,7 +91,8 @@ MECHANISM = ("resident memory of all the sandbox's processes together (memory_mo
              "(their PSS, shared pages once, when that sum passes the cap, no sooner after the "
              "last PSS pass than it took); past memory_mb "
              "every process of the sandbox is killed; overshoot about the allocation rate x "
-             "({poll:g} s + one reading)")
+             "({poll:g} s + the readings, the kill and the server's lag; + one PSS pass where "
+             "deferred)")
 
 
 def mechanism(poll: float) -> str:
