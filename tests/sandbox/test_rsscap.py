@@ -12,9 +12,10 @@ import shutil
 
 import pytest
 
-from rollserve.sandbox import rsscap
+from rollserve.sandbox import proctree, rsscap
 from rollserve.sandbox.base import SandboxLimits, SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
+from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.diskcap import MB
 from tests.sandbox.helpers import NESTED, RUNTIMES, eventually, make_runtime, rerun_unprivileged
 
@@ -165,6 +166,71 @@ async def test_pages_shared_after_a_fork_count_once_and_copies_each(tmp_path):
         assert copied.cap == "memory" and watch.killed_at > 256 * MB, copied
 
 
+# 256 MB of MAP_SHARED memory, touched, then 24 children that each read all of it: RSS
+# counts it 25 times (6.4 GB), the sandbox holds it once (PSS ~300 MB with the
+# interpreters). Every PSS pass walks all 25 mappings' page tables.
+MANY_SHARERS = r"""
+import mmap, os, time
+size = 256 << 20
+m = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+chunk = b"x" * (1 << 20)
+for offset in range(0, size, len(chunk)):
+    m[offset:offset + len(chunk)] = chunk
+for i in range(24):
+    if os.fork() == 0:
+        total = sum(m[offset] for offset in range(0, size, 4096))
+        time.sleep(120)
+        os._exit(0)
+print("forked", flush=True)
+time.sleep(120)
+"""
+
+
+@needs_bwrap
+async def test_shared_pages_past_the_rss_cap_do_not_make_every_poll_a_pss_pass(tmp_path):
+    """A sandbox that keeps its RSS sum past the cap while holding less (many children
+    sharing one mapping) gets a PSS pass no sooner after the last one than that one
+    took, not one every poll (the polls in between are "deferred"); a process that then
+    really goes past the cap is still killed, with all the sandbox's processes."""
+    runtime = BubblewrapRuntime(tmp_path / "state", BubblewrapConfig(resident_poll=0.02))
+    check_resident(runtime)
+    async with await runtime.start(SandboxSpec(limits=resident(512))) as box:
+        sharers = await box.spawn(["python3", "-c", MANY_SHARERS])
+        watch = box.resident
+        # (A pass over 25 x 256 MB of page tables takes longer than the 0.02 s poll.)
+        await eventually(lambda: watch.counts["pss"] >= 3 and watch.counts["deferred"] >= 3,
+                         timeout=120, what="PSS passes, and polls in between that defer one")
+        assert watch.kills == 0 and sharers.returncode is None, (watch.counts, watch.used / MB)
+        result = await box.exec(["python3", "-c", HOG], 60)
+        assert result.cap == "memory" and "finished" not in result.stdout, result
+        assert watch.killed_at > 512 * MB
+        await eventually(lambda: sharers.returncode is not None, timeout=30,
+                         what="the sharers killed with the hog")
+
+
+# As MANY_SHARERS, then (argv "swap") each child, one after the other, unmaps its view
+# of the shared mapping and fills as much private memory: the RSS sum stays about where
+# it was while what the sandbox holds grows by 256 MB a child.
+SWAPPERS = MANY_SHARERS.replace("        time.sleep(120)\n", """        time.sleep(0.1 * i)
+        m.close()
+        mine = b"p" * size
+        time.sleep(120)
+""")
+
+
+@needs_bwrap
+async def test_shared_pages_swapped_for_private_ones_are_still_caught(tmp_path):
+    """What a rule "no PSS until the RSS sum grows by the headroom" would miss: the RSS
+    sum stays flat while shared pages become private ones. PSS passes still come, so
+    the sandbox is killed."""
+    runtime = BubblewrapRuntime(tmp_path / "state", BubblewrapConfig(resident_poll=0.02))
+    check_resident(runtime)
+    async with await runtime.start(SandboxSpec(limits=resident(512))) as box:
+        result = await box.exec(["python3", "-c", SWAPPERS], 120)
+        assert result.cap == "memory" and box.resident is not None, result
+        assert box.resident.killed_at > 512 * MB
+
+
 @needs_bwrap
 async def test_page_tables_count(tmp_path):
     """RLIMIT_AS bounded page tables with the address space; without it they count."""
@@ -208,8 +274,10 @@ async def test_a_node_process_allocating_past_the_cap_is_killed(tmp_path):
         assert 192 * MB < box.resident.killed_at <= bound, (box.resident.killed_at / MB, bound / MB)
 
 
-def test_the_tree_walk_finds_every_descendant_and_nothing_else():
-    """``tree_pids`` from a thread's children files equals psutil's full /proc scan."""
+@pytest.mark.parametrize("by_children", [True, False], ids=["children-files", "all-of-proc"])
+def test_the_tree_walk_finds_every_descendant_and_nothing_else(by_children):
+    """``tree_pids``, from the threads' children files or (a kernel without them) from
+    every process's parent in /proc, equals psutil's full /proc scan."""
     import subprocess
 
     import psutil
@@ -223,18 +291,39 @@ def test_the_tree_walk_finds_every_descendant_and_nothing_else():
     try:
         assert tree.stdout is not None and tree.stdout.readline() == b"up\n"
         expected = wait_for_children(tree.pid, 4)
-        assert rsscap.tree_pids([tree.pid]) == sorted([tree.pid, *expected])
+        assert proctree.tree_pids([tree.pid], by_children) == sorted([tree.pid, *expected])
         assert rsscap.resident_usage([tree.pid], 1 << 40)[1] == "rss"
         assert rsscap.resident_usage([tree.pid], 0)[1] == "pss"
+        assert rsscap.resident_usage([tree.pid], 0, pss=False)[1] == "deferred"
         # No time for PSS: every process counts its RSS (an upper bound).
         rss, how = rsscap.resident_usage([tree.pid], 0, budget=-1)
         assert how == "pss+rss" and rss >= rsscap.resident_usage([tree.pid], 1 << 40)[0] // 2
-        assert rsscap.tree_pids([2 ** 22 + 1]) == [2 ** 22 + 1]  # (gone: no children)
+        gone = 2 ** 22 + 1
+        assert proctree.tree_pids([gone], by_children) == [gone]  # (no children)
     finally:
         for child in psutil.Process(tree.pid).children(recursive=True):
             child.kill()
         tree.kill()
         tree.wait()
+
+
+@needs_bwrap
+async def test_without_children_files_the_cap_still_sees_the_whole_sandbox(tmp_path,
+                                                                           monkeypatch):
+    """On a kernel without ``/proc/PID/task/TID/children`` (no CONFIG_PROC_CHILDREN) a
+    walk through them sees only the runtime's own processes (bwrap: a few MB), so the
+    cap would never fire; there the walk goes by every process's parent instead."""
+    runtime = BubblewrapRuntime(tmp_path / "state")
+    check_resident(runtime)
+
+    def no_children_files(roots):
+        raise AssertionError("walked the children files on a kernel without them")
+    monkeypatch.setattr(proctree, "children_files", lambda: False)
+    monkeypatch.setattr(proctree, "_by_children", no_children_files)
+    async with await runtime.start(SandboxSpec(limits=resident(128))) as box:
+        result = await box.exec(["python3", "-c", HOG], 60)
+        assert result.cap == "memory" and "finished" not in result.stdout, result
+        assert 128 * MB < box.resident.killed_at <= overshoot_bound(box.resident)
 
 
 def wait_for_children(pid: int, count: int) -> list[int]:

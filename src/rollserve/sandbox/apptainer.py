@@ -179,7 +179,7 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
         folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
         folders.make_shm()
         sandbox = ApptainerSandbox(self, sandbox_id, spec, folders, entry, image)
-        sandbox.start_caps(self.config.resident_poll if sandbox.resident_cap else None)
+        sandbox.start_caps()
         await sandbox.seed()
         return sandbox
 
@@ -221,12 +221,13 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
 class ApptainerSandbox(FolderSandbox):
     def __init__(self, owner: ApptainerRuntime, sandbox_id: str, spec: SandboxSpec,
                  folders: SandboxFolders, entry: OwnerEntry, image: Path) -> None:
-        super().__init__(owner.name, sandbox_id, spec, folders, entry)
+        super().__init__(owner.name, sandbox_id, spec, folders, entry,
+                         resident_poll=owner.config.resident_poll,
+                         memory_bounded=owner.config.cgroup_limits)
         self.image = image
         self._owner = owner
         self._prefix = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False,
                                                   address_space=not owner.config.cgroup_limits))
-        self.resident_cap = rl.resident_cap(spec.limits, bounded=owner.config.cgroup_limits)
 
     def command(self, inner: list[str]) -> list[str]:
         """The host argv that runs ``inner`` in this sandbox (without env and limits)."""

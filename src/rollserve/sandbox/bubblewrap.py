@@ -240,15 +240,16 @@ class BubblewrapSandbox(FolderSandbox):
     def __init__(self, owner: BubblewrapRuntime, sandbox_id: str, spec: SandboxSpec,
                  folders: SandboxFolders, entry: OwnerEntry, cgroup: Path | None, root: str,
                  uid: int | None) -> None:
-        super().__init__(owner.name, sandbox_id, spec, folders, entry)
+        # With a cgroup, memory is bounded per sandbox there; RLIMIT_AS would only
+        # break programs that reserve more address space than they use. So would it
+        # for a spec with memory_mode "resident" (rlimits leaves it out): rsscap.py.
+        super().__init__(owner.name, sandbox_id, spec, folders, entry,
+                         resident_poll=owner.config.resident_poll,
+                         memory_bounded=cgroup is not None)
         self.uid = uid  # the host uid it runs as (None: the server's)
         self.memfd: shmcap.MemfdWatch | None = None  # the memfd cap's watcher (no cgroup)
         self.cgroup = cgroup
         self._owner = owner
-        # With a cgroup, memory is bounded per sandbox there; RLIMIT_AS would only
-        # break programs that reserve more address space than they use. So would it
-        # for a spec with memory_mode "resident" (rlimits leaves it out): rsscap.py.
-        self.resident_cap = rl.resident_cap(spec.limits, bounded=cgroup is not None)
         values = rl.rlimits(spec.limits, nproc=True, address_space=cgroup is None)
         nproc: int | None = values.pop(resource.RLIMIT_NPROC)
         if owner.as_root and uid is None:
@@ -345,10 +346,8 @@ class BubblewrapSandbox(FolderSandbox):
             os.close(block_w)
         return process
 
-    def start_caps(self, resident_poll: float | None = None) -> None:
-        if resident_poll is None and self.resident_cap:
-            resident_poll = self._owner.config.resident_poll
-        super().start_caps(resident_poll)
+    def start_caps(self) -> None:
+        super().start_caps()
         if self.cgroup is None:  # (with one, the cgroup is charged for memfd files too)
             self.memfd = shmcap.MemfdWatch(self.spec.limits.memory_mb * shmcap.MB,
                                            self.host_pids, self._memfd_exceeded)

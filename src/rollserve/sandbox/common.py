@@ -27,8 +27,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import psutil
-
+from rollserve.sandbox import limits as rl
 from rollserve.sandbox.base import (
     SERVER_DIR,
     WORKDIR,
@@ -52,6 +51,7 @@ from rollserve.sandbox.owner import (
     remove_tree,
 )
 from rollserve.sandbox.process import KILL_WAIT, HostProcess
+from rollserve.sandbox.proctree import tree_pids
 from rollserve.sandbox.rsscap import ResidentWatch
 
 # A command on a PTY runs under this (see the module's doc); written here only.
@@ -117,7 +117,11 @@ class FolderSandbox(Sandbox):
     """A sandbox over ``SandboxFolders`` whose commands are host processes it tracks."""
 
     def __init__(self, runtime: str, sandbox_id: str, spec: SandboxSpec,
-                 folders: SandboxFolders, entry: OwnerEntry) -> None:
+                 folders: SandboxFolders, entry: OwnerEntry, *,
+                 resident_poll: float | None = None, memory_bounded: bool = False) -> None:
+        """``resident_poll``: where the runtime can cap resident memory (rsscap.py), its
+        seconds between two readings; ``memory_bounded``: a cgroup bounds the sandbox's
+        memory (then the spec's ``memory_mode`` changes nothing)."""
         self.id = sandbox_id
         self.runtime = runtime
         self.spec = spec
@@ -130,6 +134,9 @@ class FolderSandbox(Sandbox):
         self._seeding = False  # while True, commands see no workspace aliases
         self.disk: DiskWatch | None = None  # the disk cap's watcher, once started
         self.resident: ResidentWatch | None = None  # the resident memory cap's (rsscap.py)
+        # Where this sandbox gets that cap: the seconds between its readings, else None.
+        self.resident_poll = (resident_poll if resident_poll is not None and
+                              rl.resident_cap(spec.limits, bounded=memory_bounded) else None)
 
     @property
     def closed(self) -> bool:
@@ -250,17 +257,16 @@ class FolderSandbox(Sandbox):
 
     # -- caps and seeding ---------------------------------------------------------------
 
-    def start_caps(self, resident_poll: float | None = None) -> None:
+    def start_caps(self) -> None:
         """Start watching the disk cap (workspace and tmp together: the sandbox's
-        folder) and, with ``resident_poll`` (where the runtime caps this sandbox's
-        resident memory: rsscap.py), the memory cap every that many seconds; the
-        runtime calls it once the sandbox exists, before seeding it."""
+        folder) and, where the sandbox gets one (``resident_poll``), the resident
+        memory cap; the runtime calls it once the sandbox exists, before seeding it."""
         self.disk = DiskWatch(self.folders.base, self.spec.limits.disk_mb * MB,
                               self.host_pids, self._disk_exceeded)
         self.disk.start()
-        if resident_poll is not None:
+        if self.resident_poll is not None:
             self.resident = ResidentWatch(self.spec.limits.memory_mb * MB, self.root_pids,
-                                          self._resident_exceeded, resident_poll)
+                                          self._resident_exceeded, self.resident_poll)
             self.resident.start()
 
     async def _stop_caps(self) -> None:
@@ -270,14 +276,7 @@ class FolderSandbox(Sandbox):
 
     def host_pids(self) -> list[int]:
         """Host pids of the sandbox's live processes and everything they started."""
-        pids = []
-        for process in list(self._processes):
-            try:
-                pids += [process.pid, *(child.pid for child in
-                                        psutil.Process(process.pid).children(recursive=True))]
-            except psutil.Error:
-                continue
-        return pids
+        return tree_pids(self.root_pids())
 
     def root_pids(self) -> list[int]:
         """Host pids of the sandbox's live processes (the runtime's launchers)."""

@@ -35,8 +35,8 @@ class ResidentFolderConfig(FolderConfig):
     resident_poll: float = Field(
         0.1, gt=0, le=10, description="seconds between two readings of a sandbox's resident "
         "memory, for specs with memory_mode 'resident' and no cgroup (rsscap.py): a sandbox "
-        "gets past memory_mb by about its allocation rate x this (bubblewrap, apptainer, "
-        "local)")
+        "gets past memory_mb by about its allocation rate x (this + the reading time) "
+        "(bubblewrap, apptainer, local)")
 
 
 class BubblewrapConfig(ResidentFolderConfig):

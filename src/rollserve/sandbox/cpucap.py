@@ -35,8 +35,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
-import psutil
-
+from rollserve.sandbox.proctree import tree_pids
 from rollserve.sandbox.watch import Poller
 
 log = logging.getLogger(__name__)
@@ -63,15 +62,6 @@ def stat_times(pid: int) -> tuple[tuple[int, int], float, float] | None:
     return (pid, start), (utime + stime) / TICKS, (cutime + cstime) / TICKS
 
 
-def tree_pids(root: int) -> list[int]:
-    """``root`` and all its descendants (host pids) now; [] once it is gone."""
-    try:
-        process = psutil.Process(root)
-        return [root, *(child.pid for child in process.children(recursive=True))]
-    except psutil.Error:
-        return []
-
-
 class CpuWatch(Poller):
     """Keeps the CPU time of the process tree under ``root`` (a command's host
     process) within ``budget`` seconds; past it, ``on_exceeded(used)`` kills the
@@ -95,7 +85,7 @@ class CpuWatch(Poller):
     def measure(self) -> float:
         """Read the tree now; the count so far (never less than before)."""
         live = 0.0
-        for pid in tree_pids(self.root):
+        for pid in tree_pids([self.root]):
             times = stat_times(pid)
             if times is None:
                 continue

@@ -78,16 +78,16 @@ class LocalRuntime(FolderRuntime[LocalConfig]):
             raise SandboxError(problem)
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
-        sandbox = LocalSandbox(self.name, sandbox_id, spec, folders, entry)
-        sandbox.start_caps(self.config.resident_poll
-                           if rl.resident_cap(spec.limits, bounded=False) else None)
+        sandbox = LocalSandbox(self.name, sandbox_id, spec, folders, entry,
+                               self.config.resident_poll)
+        sandbox.start_caps()
         return sandbox
 
 
 class LocalSandbox(FolderSandbox):
     def __init__(self, runtime: str, sandbox_id: str, spec: SandboxSpec,
-                 folders: SandboxFolders, entry: OwnerEntry) -> None:
-        super().__init__(runtime, sandbox_id, spec, folders, entry)
+                 folders: SandboxFolders, entry: OwnerEntry, resident_poll: float) -> None:
+        super().__init__(runtime, sandbox_id, spec, folders, entry, resident_poll=resident_poll)
         self._limits = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False))
 
     def server_folder(self) -> tuple[Path, str] | None:

@@ -34,35 +34,50 @@ over the sandbox's processes:
   bound). So 256 processes sharing a parent's 2 GB copy-on-write (a 5 s walk here)
   cannot stretch the time between two readings, only be counted high.
 
+A PSS pass is spaced from the last one by the time that one took (``pss_due``): a
+sandbox that keeps its RSS sum past the cap while it holds less (many children sharing
+a large mapping: 13 sharing 256 MB took 445 ms a pass on this loaded machine) would
+otherwise make every poll one (76% of the watcher's wall time; 41% spaced:
+``benchmarks/rss_overshoot.py --shared``); spaced, PSS takes at most about half of it,
+whatever the sandbox does. The
+polls in between read RSS alone and cannot kill (``how`` = "deferred"); a sandbox
+really past the cap is killed by the next pass, so in that case the overshoot grows by
+one pass's time. (Not skipping PSS until the RSS sum grew by the headroom the last pass
+left: a process that unmaps its share of a shared mapping and maps as much private
+memory keeps the RSS sum where it was while PSS grows, so that rule would never read
+PSS again.)
+
 Where the processes are found: the runtime's host processes (bwrap, whose PID
 namespace's first process reaps every orphan of the sandbox, so nothing leaves the
-tree) and their descendants, through ``/proc/PID/task/TID/children`` (no scan of the
-host's /proc). The kernel builds a ``children`` file one entry at a time, so a child
-that exits while it is read can hide a sibling from that one reading (the next one sees
-it). Memory the sandbox holds outside its processes' mappings is capped elsewhere, each
-on its own: memfd files (shmcap.py: under ``memory_mb`` too, so an unmapped memfd and
-resident memory may together reach twice it), /dev/shm (a tmpfs of ``tmpfs_mb``),
-files (the disk cap). Kernel memory besides page tables (pipes, sockets, thread
-stacks) is not counted, as RLIMIT_AS did not count it either.
+tree) and their descendants (``proctree.tree_pids``: the ``children`` files, or a pass
+over /proc where the kernel has none). Memory the sandbox holds outside its processes'
+mappings is capped elsewhere, each on its own: memfd files (shmcap.py: under
+``memory_mb`` too, so an unmapped memfd and resident memory may together reach twice
+it), /dev/shm (a tmpfs of ``tmpfs_mb``), files (the disk cap). Kernel memory besides
+page tables (pipes, sockets, thread stacks) is not counted, as RLIMIT_AS did not count
+it either.
 
 Found by running the real programs here in a bubblewrap sandbox at 2048 MB: under
 RLIMIT_AS ``claude -p`` (Claude Code 2.1.197, Bun 1.4) dies of SIGILL (Bun's crash
 report) while ``claude --version`` runs; with the resident cap both run.
 
-Overshoot: between two readings the sandbox can allocate for ``poll`` seconds, and a
-reading plus the kill take a little more: past the cap by at most about the
-allocation rate x (``poll`` + one reading + the kill). Measured here
-(``benchmarks/rss_overshoot.py``) in the README's "Sandbox limits".
+Overshoot: between two readings the sandbox can allocate for ``poll`` seconds, and the
+readings, the kill and the event loop's lag take more: past the cap by at most about
+the allocation rate x the time from the start of the last reading under the cap to the
+kill (``poll`` + two readings + the kill + the lag), plus one PSS pass's time where
+PSS was deferred. Measured here (``benchmarks/rss_overshoot.py``) in the README's
+"Sandbox limits".
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 
+from rollserve.sandbox.proctree import tree_pids
 from rollserve.sandbox.watch import MB, CapWatch
 
 log = logging.getLogger(__name__)
@@ -73,9 +88,11 @@ PSS_BUDGET = 1.0  # seconds a reading may spend on PSS; the processes left count
 MECHANISM = ("resident memory of all the sandbox's processes together (memory_mode "
              "'resident'): a watcher in the server sums their RSS and page tables from /proc "
              "every {poll:g} s "
-             "(their PSS, shared pages once, when that sum passes the cap); past memory_mb "
+             "(their PSS, shared pages once, when that sum passes the cap, no sooner after the "
+             "last PSS pass than it took); past memory_mb "
              "every process of the sandbox is killed; overshoot about the allocation rate x "
-             "({poll:g} s + one reading)")
+             "({poll:g} s + the readings, the kill and the server's lag; + one PSS pass where "
+             "deferred)")
 
 
 def mechanism(poll: float) -> str:
@@ -91,29 +108,6 @@ def mode_caps(poll: float, bound: str | None = None, weaker: str = "") -> str:
         return f"no effect: {bound} bounds the sandbox's memory in either mode"
     return ("'address-space' (the default): RLIMIT_AS per process at memory_mb; 'resident' "
             f"(harness runs): no RLIMIT_AS, {mechanism(poll)}{weaker}")
-
-
-def tree_pids(roots: Iterable[int]) -> list[int]:
-    """``roots`` and all their descendants now (host pids), from each thread's
-    ``children`` file; processes gone meanwhile are left out."""
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:  # gone
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as children:
-                    stack += (int(child) for child in children.read().split())
-            except (OSError, ValueError):
-                continue
-    return sorted(seen)
 
 
 def rss_bytes(pid: int) -> tuple[int, int, int]:
@@ -150,46 +144,53 @@ def pss_bytes(pid: int) -> int | None:
     return None
 
 
-def resident_usage(roots: Iterable[int], limit: int,
-                   budget: float = PSS_BUDGET) -> tuple[int, str]:
+def resident_usage(roots: Iterable[int], limit: int, budget: float = PSS_BUDGET,
+                   pss: bool = True) -> tuple[int, str]:
     """(bytes, how) that the process trees under ``roots`` hold: the sum of their RSS
     (``how`` = "rss") while that is within ``limit``, else of their PSS ("pss"; RSS
     for a process whose PSS cannot be read), largest first, stopping once past
     ``limit`` (the rest can only add); page tables included either way. Processes not
-    read within ``budget`` seconds count their RSS ("pss+rss")."""
+    read within ``budget`` seconds count their RSS ("pss+rss"). Without ``pss``, past
+    ``limit`` the RSS sum ("deferred": not what they hold, which may be less)."""
     sizes = sorted((rss_bytes(pid) for pid in tree_pids(roots)), key=lambda s: -(s[1] + s[2]))
     total = sum(rss + tables for _, rss, tables in sizes)
     if total <= limit:
         return total, "rss"
+    if not pss:
+        return total, "deferred"
     deadline = time.monotonic() + budget
-    pss = 0
+    held = 0
     for index, (pid, rss, tables) in enumerate(sizes):
         if time.monotonic() > deadline:
-            return pss + sum(r + t for _, r, t in sizes[index:]), "pss+rss"
+            return held + sum(r + t for _, r, t in sizes[index:]), "pss+rss"
         proportional = pss_bytes(pid)
-        pss += (rss if proportional is None else proportional) + tables
-        if pss > limit:
+        held += (rss if proportional is None else proportional) + tables
+        if held > limit:
             break
-    return pss, "pss"
+    return held, "pss"
 
 
 class ResidentWatch(CapWatch):
     """Keeps the resident memory of one sandbox's processes under ``limit`` bytes
     together: every ``poll`` seconds it reads the trees under ``roots()`` (the
-    runtime's host processes) and, past the limit, ``on_exceeded(used)`` kills them."""
+    runtime's host processes) and, past the limit, ``on_exceeded(used)`` kills them.
+    A PSS pass comes no sooner after the last one than that one took (the module's
+    doc); the readings in between that find the RSS sum past the limit are
+    "deferred" and kill nothing."""
 
     def __init__(self, limit: int, roots: Callable[[], Iterable[int]],
                  on_exceeded: Callable[[int], Awaitable[None]], poll: float = POLL) -> None:
         super().__init__(limit, roots, on_exceeded)
         self.poll = poll
         self.used = 0  # at the last reading
-        self.how = "rss"  # what the last reading summed: "rss" or "pss"
-        self.readings = 0
+        self.how = "rss"  # what the last reading summed: "rss", "pss", "pss+rss", "deferred"
+        self.counts: Counter[str] = Counter()  # readings so far, by how
         self.reading_seconds = 0.0  # how long the last reading took (in its thread)
         # Between the starts of the last two readings (poll, the reading, the loop's lag):
         # with reading_seconds and kill_seconds, what the overshoot scales with.
         self.gap_seconds = 0.0
         self.kill_seconds = 0.0  # how long the last kill took
+        self.pss_due = 0.0  # (monotonic) no PSS pass before this: the last one's end + its time
         self._last_start: float | None = None
         self.kills = 0
         self.killed_at = 0  # the usage that made the last kill
@@ -205,11 +206,14 @@ class ResidentWatch(CapWatch):
         if self._last_start is not None:
             self.gap_seconds = started - self._last_start
         self._last_start = started
-        self.used, self.how = await asyncio.to_thread(resident_usage, list(self._pids()),
-                                                      self.limit)
-        self.reading_seconds = time.monotonic() - started
-        self.readings += 1
-        if self.used > self.limit:
+        self.used, self.how = await asyncio.to_thread(
+            resident_usage, list(self._pids()), self.limit, PSS_BUDGET, started >= self.pss_due)
+        ended = time.monotonic()
+        self.reading_seconds = ended - started
+        self.counts[self.how] += 1
+        if self.how.startswith("pss"):
+            self.pss_due = ended + self.reading_seconds
+        if self.used > self.limit and self.how != "deferred":
             self.kills += 1
             self.killed_at = self.used
             log.warning("sandbox processes hold %d MB resident (%s), past the memory cap of "
