@@ -40,21 +40,25 @@ SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
         "repositories cloned into sandboxes and their test suites run",
     "tests/handlers/swe/test_swe_results.py":
         "pytest runs of a repository's tests in sandboxes (about 40 s)",
-    "tests/handlers/swe/test_swe_mini_data.py::test_build_check_is_up_to_date":
-        "rebuilds and re-verifies every swe-mini instance",
+    "tests/handlers/swe/test_swe_mini_data.py::test_build_check_is_up_to_date": (
+        "rebuilds and re-verifies every swe-mini instance"
+    ),
     "tests/handlers/test_scoring.py::test_no_process_outlives_a_killed_server":
         "kills a server process",
     "tests/sandbox/test_owner.py::"
-    "test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays":
-        "kills a server process and reaps after it",
+    "test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays": (
+        "kills a server process and reaps after it"
+    ),
     "tests/sandbox/test_caps.py::test_caps_as_an_unprivileged_user":
         "re-runs the caps suite as another user",
-    "tests/sandbox/test_escape.py::test_escape_suite_as_an_unprivileged_user":
-        "re-runs the escape suite as another user",
+    "tests/sandbox/test_escape.py::test_escape_suite_as_an_unprivileged_user": (
+        "re-runs the escape suite as another user"
+    ),
     "tests/test_packaging.py":
         "pip installs the package into a fresh venv",
-    "tests/integrations/test_verl_loop.py":
-        "builds (once, cached) a venv with verl and runs its agent loop on a live server",
+    "tests/integrations/test_verl_loop.py": (
+        "builds (once, cached) a venv with verl and runs its agent loop on a live server"
+    ),
     "tests/testing/test_fake_vllm.py::test_command_line_entry_serves":
         "starts a server process",
     "tests/testing/test_scripted_policy.py::test_fake_llm_script_drives_rollouts_per_task":

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tomllib
 import venv
 from pathlib import Path
@@ -121,3 +122,25 @@ def test_the_install_ships_the_bundled_harbor_tasks(client_venv: Path) -> None:
     assert files(installed) == files(source)
     scripts = [*installed.glob("*/solution/solve.sh"), *installed.glob("*/tests/test.sh")]
     assert scripts and all(os.access(script, os.X_OK) for script in scripts)
+
+
+def test_the_install_is_typed_and_says_its_version(client_venv: Path, tmp_path: Path) -> None:
+    """``py.typed`` ships (PEP 561): a trainer's type checker, run on the trainer's venv,
+    checks its calls into the client (here: mypy finds a wrong argument type, and no
+    "missing library stubs or py.typed marker"); the wheel's version is the package's."""
+    python = str(client_venv / "bin" / "python")
+    where = subprocess.run([python, "-c", "import importlib.metadata as m, pathlib, rollserve; "
+                            "print(pathlib.Path(rollserve.__file__).parent, m.version('rollserve'), "
+                            "rollserve.__version__)"],
+                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=client_venv, check=True)
+    package, metadata_version, version = where.stdout.split()
+    assert (Path(package) / "py.typed").is_file()
+    assert metadata_version == version
+    script = tmp_path / "trainer.py"
+    script.write_text("from rollserve.client import Client\n\nClient(timeout='soon')\n")
+    done = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", python, "--config-file", "",
+                           "--no-incremental", "--follow-imports", "silent", str(script)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert 'Argument "timeout" to "Client" has incompatible type "str"' in done.stdout, done.stdout
+    assert "py.typed" not in done.stdout, done.stdout

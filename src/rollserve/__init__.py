@@ -1,3 +1,3 @@
 """rollserve: rollout-as-a-service for RL of multi-turn LLM agents."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -11,7 +11,9 @@ import pytest
 from rollserve.agent.gateway import anthropic_wire, base, wire
 from rollserve.agent.gateway.base import GatewayRefusal
 
-KINDS = [getattr(base, name) for name in base.__all__ if name != "GatewayRefusal"]
+# Every refusal class base exports (it also exports constants, e.g. POLICY_MODEL).
+KINDS = [kind for kind in (getattr(base, name) for name in base.__all__)
+         if isinstance(kind, type) and issubclass(kind, GatewayRefusal) and kind is not GatewayRefusal]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)

@@ -12,6 +12,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from rollserve import __version__
 from rollserve.client import calls
 from rollserve.client.calls import Call, RollserveError
 
@@ -91,7 +92,12 @@ class ClientBase:
     load_weights = Endpoint(calls.load_weights)
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        """Every request's headers: the client's version (``User-Agent: rollserve/0.2.0``,
+        in the server's access log) and the bearer token, if any."""
+        headers = {"User-Agent": f"rollserve/{__version__}"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
 
     def _timeout(self, call: Call[T]) -> httpx.Timeout:
         return httpx.Timeout(self.timeout, read=max(self.timeout, call.read_timeout))

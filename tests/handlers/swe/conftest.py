@@ -1,5 +1,6 @@
 """Fixtures the swe handler's bubblewrap tests share: the toy instance and a handler
-factory whose mirrors hold the toy's repository."""
+factory whose mirrors hold the toy's repository; the apptainer stand-in of the sandbox
+tests (``fake_apptainer``), for the apptainer tests here."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.swe import SWEHandler
 from rollserve.sandbox.registry import LazyRuntime
 from tests.handlers.swe import toy_repo
+from tests.sandbox.test_apptainer import fake_apptainer  # noqa: F401 (a fixture, shared)
 
 
 @pytest.fixture

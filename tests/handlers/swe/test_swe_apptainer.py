@@ -16,11 +16,10 @@ from rollserve.handlers.swe.evaluate import eval_script
 from rollserve.handlers.swe.handler import SWEWork
 from rollserve.sandbox.apptainer import ApptainerRuntime, cache_name
 from tests.handlers.swe import toy_repo
-from tests.sandbox.test_apptainer import fake_apptainer  # noqa: F401 (a fixture)
 
 
 @pytest.fixture
-def image_root(tmp_path, fake_apptainer):  # noqa: F811
+def image_root(tmp_path, fake_apptainer):
     """The image's files: /testbed is a checkout of the toy repository at base."""
     instance = toy_repo.build(tmp_path / "mirror")
     root = tmp_path / "image"
@@ -31,7 +30,7 @@ def image_root(tmp_path, fake_apptainer):  # noqa: F811
 
 
 async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
-        fake_apptainer, image_root, tokenizer, new_rollout, tmp_path):  # noqa: F811
+        fake_apptainer, image_root, tokenizer, new_rollout, tmp_path):
     runtime = ApptainerRuntime(tmp_path / "state")
     ctx = HandlerContext(tokenizer=tokenizer, scoring=None, sandboxes=runtime,
                          options={"swe": {"image_prefix": "docker.io/swebench/sweb.eval.x86_64."}})

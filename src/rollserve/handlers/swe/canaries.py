@@ -147,9 +147,8 @@ def _new_constant(value: object, rng: random.Random) -> str | None:
     return None
 
 
-def _span(node: ast.AST) -> tuple[int, int, int, int]:
-    return (node.lineno, node.col_offset, node.end_lineno or node.lineno,  # type: ignore[attr-defined]
-            node.end_col_offset or 0)  # type: ignore[attr-defined]
+def _span(node: ast.expr) -> tuple[int, int, int, int]:
+    return (node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0)
 
 
 def _mutations(statement: ast.stmt, lines: list[bytes], rng: random.Random) -> tuple[list[Splice], list[Splice]]:
