@@ -1,4 +1,4 @@
-"""Make the README's dashboard screenshots (docs/img/dashboard.png, docs/img/token-view.png).
+"""Make the docs' dashboard screenshots (docs/img/dashboard.png, docs/img/token-view.png).
 
 A `rollserve serve` process with the fake vLLM and a scripted policy runs a small batch of
 the bundled task sets (math, stem, and code with its hidden tests in bubblewrap); the

@@ -5,7 +5,7 @@ et al., 2021), majority@n where the handler reports the answer it extracted, the
 reward with a 95% confidence interval, and failures by kind. Pure Python over
 ``rollserve.contract``: a trainer can call ``evaluate`` on results it holds.
 
-Definitions (the README repeats them):
+Definitions (docs/datasets.md repeats them):
 - A sample is *scored* when it is not masked and has a reward; masked samples
   (infrastructure failures, timeouts) are counted, never scored.
 - A scored sample *passes* when its reward is at least ``threshold`` (default 1.0).

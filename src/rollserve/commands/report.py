@@ -1,7 +1,7 @@
 """``rollserve report RESULTS.jsonl``, and the evaluation tables ``rollserve run`` prints.
 
-The numbers come from ``rollserve.client.evaluation`` (definitions there and in the
-README); this module lays them out: a table per run, the JSON report, the HTML one.
+The numbers come from ``rollserve.client.evaluation`` (definitions there and in
+docs/datasets.md); this module lays them out: a table per run, the JSON report, the HTML one.
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ Overshoot: between two readings the sandbox can allocate for ``poll`` seconds, a
 readings, the kill and the event loop's lag take more: past the cap by at most about
 the allocation rate x the time from the start of the last reading under the cap to the
 kill (``poll`` + two readings + the kill + the lag), plus one PSS pass's time where
-PSS was deferred. Measured here (``benchmarks/rss_overshoot.py``) in the README's
-"Sandbox limits".
+PSS was deferred. Measured here (``benchmarks/rss_overshoot.py``) in docs/sandboxes.md
+("Sandbox limits").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ when a test's frame calls it, end the run before a failure is written. A fix nee
 none of it. ``added`` counts, with the ``ast`` module, the constructs below in a
 file before and after the patch; a finding is one more frequent after, so what the
 repository already does (SymPy's ``sys._getframe``) is never one (``_RULES``,
-``ATTRIBUTES``, ``_SURGERY``, ``literals.TELLING``; README, "The machinery scan"):
+``ATTRIBUTES``, ``_SURGERY``, ``literals.TELLING``; docs/families.md and docs/security.md, "The machinery scan"):
 test machinery (``pytest``, ``_pytest``, ``pluggy``, ``unittest``, ``doctest``, hook
 functions, telling strings); ``sys.modules`` changed and import hooks; frame, gc and
 object-graph introspection; exit and trace hooks; and obfuscation that would hide

@@ -20,7 +20,7 @@ numbered from 0, so the server counts only lines made with the key and sees one 
 replayed or reordered. The key
 itself is never written, nor kept in a module global: only the HMAC state, in the
 closure of the writer. (Code in this process can still find this module and call or
-patch it: the README says what stands against that.) Like the first run's plugin it
+patch it: docs/security.md says what stands against that.) Like the first run's plugin it
 keeps to hooks pytest has had since 3.x and imports nothing of rollserve. (An xdist
 worker finds no key: it writes nothing, so a test command that distributes its tests
 cannot be checked this way, and disagrees.)

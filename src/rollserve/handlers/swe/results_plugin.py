@@ -11,8 +11,8 @@ teardown), collection errors and skips, and each session's end. Lines the code u
 test prints reach the log, never this pipe, and there is no file to rewrite. (Code under
 test runs in this process with the same uid: lines it writes to the descriptor itself are
 read too (a report contradicting the plugin's is a failure), and code that patches pytest
-or this plugin can still change what is recorded. The README says what is and is not
-caught.)
+or this plugin can still change what is recorded. docs/security.md says what is and is
+not caught.)
 
 It has no configuration and knows nothing of the canaries: the server writes them
 into the graded test file as source (see ``canaries``) and alone knows which they are.
