@@ -7,19 +7,25 @@ one. Each round runs every wire once on each server (the order alternating round
 round), so both see the same load over time; per wire, the per-call pairs of all
 rounds pooled (``benchmarks/gateway_wires.py``: each call paired with its direct
 replay, the backend's own time taken off at the backend), their p50/p99, and the
-ratio after / before of the p50s.
+ratio after / before of the p50s; and each server's CPU over all its rounds' calls
+divided by their number (the CPU clock ticks at 10 ms: pooled, not a median of
+per-round values, so that more calls resolve it finer).
 
     python -m benchmarks.gateway_ab --before /tmp/old/src [--rounds 4] [--calls 15]
+                                    [--before-hide httptools,uvloop] [--after-hide ...]
+
+``--before-hide`` / ``--after-hide``: modules that server cannot import (a folder put
+first on its path whose packages of those names raise ``ImportError``), for an A/B of an
+optional dependency in one venv: uvicorn's ``auto`` HTTP parser and event loop then
+fall back to h11 and asyncio's own loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import psutil
@@ -28,14 +34,6 @@ from benchmarks import gateway_wires
 from benchmarks.common import free_port, median, percentile, report, wait_http
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def _server(src: Path, port: int, backend: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(SRC.parent)])}
-    return subprocess.Popen(
-        [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(port), "--state-dir",
-         tempfile.mkdtemp(prefix="rollserve-bench-"), "--backend", backend, "--log-level", "warning"],
-        env=env)
 
 
 async def _rounds(urls: dict[str, str], llm_url: str, servers: dict[str, psutil.Process],
@@ -51,17 +49,20 @@ async def _rounds(urls: dict[str, str], llm_url: str, servers: dict[str, psutil.
                 d = await gateway_wires.run_wire(urls[label], llm_url, servers[label], wire, 1, calls)
                 for k in ("paired", "at_gateway"):
                     pooled[label][wire][k] += d["_per_call"][k]
-                pooled[label][wire]["cpu_ms"].append(d["server_cpu_ms_per_call"])
+                pooled[label][wire]["cpu_ms"].append(d["server_cpu_ms_per_call"] * d["calls"])
     return pooled
 
 
-def main(before: Path, rounds: int, calls: int, latency: float) -> None:
+def main(before: Path, rounds: int, calls: int, latency: float,
+         hide: dict[str, list[str]] | None = None, name: str = "gateway_ab") -> None:
+    hide = hide or {"before": [], "after": []}
     llm_port = free_port()
     llm = subprocess.Popen([sys.executable, "-m", "benchmarks.gateway_wires", "--port", str(llm_port),
                             "--latency", str(latency)])
     llm_url = f"http://127.0.0.1:{llm_port}"
     ports = {"before": free_port(), "after": free_port()}
-    procs = {"before": _server(before, ports["before"], llm_url), "after": _server(SRC, ports["after"], llm_url)}
+    procs = {"before": gateway_wires.server(before, ports["before"], llm_url, hide["before"]),
+             "after": gateway_wires.server(SRC, ports["after"], llm_url, hide["after"])}
     load = [psutil.getloadavg()[0]]
     try:
         wait_http(f"{llm_url}/health", llm)
@@ -77,7 +78,7 @@ def main(before: Path, rounds: int, calls: int, latency: float) -> None:
     rows, results = [], []
     for wire in gateway_wires.WIRES:
         d = {label: {k: {"p50": median(v[k]), "p99": percentile(v[k], 99)} for k in ("paired", "at_gateway")}
-             | {"server_cpu_ms_per_call": median(v["cpu_ms"]), "calls": len(v["paired"])}
+             | {"server_cpu_ms_per_call": sum(v["cpu_ms"]) / len(v["paired"]), "calls": len(v["paired"])}
              for label, v in ((lb, pooled[lb][wire]) for lb in pooled)}
         results.append({"wire": wire, **d})
         b, a = d["before"], d["after"]
@@ -87,12 +88,13 @@ def main(before: Path, rounds: int, calls: int, latency: float) -> None:
                      f"{a['at_gateway']['p50'] / b['at_gateway']['p50']:.2f}",
                      f"{b['paired']['p50']:.2f}", f"{a['paired']['p50']:.2f}",
                      f"{b['server_cpu_ms_per_call']:.2f}", f"{a['server_cpu_ms_per_call']:.2f}"])
-    report("gateway_ab", f"the gateway before / after, 1 session, {rounds} rounds x {calls} calls a wire "
+    report(name, f"the gateway before / after, 1 session, {rounds} rounds x {calls} calls a wire "
            f"each, alternated; backend double at {latency * 1000:.0f} ms/call",
            ["wire", "calls each", "before: added at gateway ms (p50 / p99)",
             "after: added at gateway ms (p50 / p99)", "after/before p50", "before: paired p50 ms",
             "after: paired p50 ms", "before: server CPU ms/call", "after: server CPU ms/call"], rows,
-           {"config": {"before_src": str(before), "rounds": rounds, "calls": calls, "llm_latency_s": latency,
+           {"config": {"before_src": str(before), "hidden_modules": hide, "rounds": rounds, "calls": calls,
+                       "llm_latency_s": latency,
                        "cores": psutil.cpu_count(), "load_average_start_end": load},
             "results": results})
 
@@ -103,5 +105,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--calls", type=int, default=15, help="calls of the one session, per wire and round")
     parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--before-hide", default="", help="modules the old tree's server cannot import")
+    parser.add_argument("--after-hide", default="", help="modules this tree's server cannot import")
+    parser.add_argument("--name", default="gateway_ab", help="the results file's name")
     args = parser.parse_args()
-    main(args.before, args.rounds, args.calls, args.latency)
+    main(args.before, args.rounds, args.calls, args.latency,
+         {"before": [m for m in args.before_hide.split(",") if m],
+          "after": [m for m in args.after_hide.split(",") if m]}, args.name)

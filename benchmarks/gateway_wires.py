@@ -23,20 +23,39 @@ with its own replay, and the percentiles are of the per-call differences:
   jitter cancel exactly; what is left is what the gateway adds: the client's request
   to the server and the answer back on top of a direct call's, the server's parsing,
   rendering and tokenizing, its own client call to the backend, the recording.
+- ``at_gateway`` in two sections, on the machine's one monotonic clock: ``before_backend``
+  (sent -> the backend's handler has the request, less the replay's: the request read
+  and parsed, converted, the prompt rendered and tokenized, the server's own request to
+  the backend) and ``after_backend`` (the backend's answer -> the client has the
+  gateway's, less the replay's: the backend's answer read, the reply detokenized and
+  parsed, the turn recorded, the answer rendered and sent).
+- server CPU per call: the server process's CPU over the calls (and the sessions'
+  ends) divided by the calls.
+
+Run alone, it writes ``results/gateway_wires.json`` (1 session of ``--solo-calls``, then
+``--sessions`` at once of ``--calls`` each, per wire); with ``--port`` it is only the
+backend double (as ``harness_overhead.py`` and ``gateway_ab.py`` start it).
+
+    python -m benchmarks.gateway_wires [--solo-calls 40] [--sessions 20] [--calls 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import httpx
 import psutil
 from aiohttp import web
 
-from benchmarks.common import median, percentile
+from benchmarks.common import free_port, median, percentile, report, wait_http
 from rollserve.contract import SamplingParams
 from rollserve.llm.backends.vllm import completions_body
 from rollserve.testing import FakeVLLM
@@ -47,6 +66,7 @@ MAX_TOKENS = 32
 WIRES = ("chat", "responses", "anthropic")
 # Idle connections dropped after 1 s, well before uvicorn closes them (5 s).
 LIMITS = httpx.Limits(max_connections=500, max_keepalive_connections=500, keepalive_expiry=1.0)
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 class TimedVLLM(FakeVLLM):
@@ -86,11 +106,13 @@ def _text(wire: str, answer: dict) -> str:
     return "".join(b["text"] for b in answer["content"] if b["type"] == "text")
 
 
-async def _backend_times(llm: httpx.AsyncClient, start: int) -> dict[tuple[int, ...], list[float]]:
-    """The backend's own seconds on each call since call ``start``, by prompt (in order)."""
-    out: dict[tuple[int, ...], list[float]] = defaultdict(list)
+async def _backend_times(llm: httpx.AsyncClient, start: int
+                         ) -> dict[tuple[int, ...], list[tuple[float, float]]]:
+    """When the backend got each call since call ``start`` and when it had the answer,
+    by prompt (in order)."""
+    out: dict[tuple[int, ...], list[tuple[float, float]]] = defaultdict(list)
     for c in (await llm.get("/bench/calls", params={"from": start})).json():
-        out[tuple(c["prompt_ids"])].append(c["finished"] - c["received"])
+        out[tuple(c["prompt_ids"])].append((c["received"], c["finished"]))
     return out
 
 
@@ -133,7 +155,7 @@ async def run_wire(api_url: str, llm_url: str, server: psutil.Process, wire: str
             httpx.AsyncClient(base_url=llm_url, timeout=300, limits=LIMITS) as llm:
         ids, keys = await _open(api, sessions, calls)
         mark = len((await llm.get("/bench/calls")).json())
-        through: list[list[float]] = [[] for _ in keys]
+        through: list[list[tuple[float, float]]] = [[] for _ in keys]  # (sent, answered)
 
         async def harness(client: httpx.AsyncClient, index: int, key: str) -> None:
             history: list[dict] = [{"role": "user", "content": f"Fix issue {index} of the repository."}]
@@ -141,7 +163,7 @@ async def run_wire(api_url: str, llm_url: str, server: psutil.Process, wire: str
                 path, body = _request(wire, key, history)
                 t0 = time.perf_counter()
                 answer = await client.post(path, json=body)
-                through[index].append(time.perf_counter() - t0)
+                through[index].append((t0, time.perf_counter()))
                 answer.raise_for_status()
                 history += [{"role": "assistant", "content": _text(wire, answer.json())},
                             {"role": "user", "content": f"Output of step {turn}: ok"}]
@@ -156,30 +178,36 @@ async def run_wire(api_url: str, llm_url: str, server: psutil.Process, wire: str
         mark = len((await llm.get("/bench/calls")).json())
         model = (await llm.get("/v1/models")).json()["data"][0]["id"]
         sampling = SamplingParams(max_tokens=MAX_TOKENS)
-        direct: list[list[float]] = [[] for _ in prompts]
+        direct: list[list[tuple[float, float]]] = [[] for _ in prompts]
 
         async def replay(index: int) -> None:
             for prompt in prompts[index]:
                 t0 = time.perf_counter()
                 answer = await llm.post("/v1/completions", json=completions_body(model, prompt, sampling))
-                direct[index].append(time.perf_counter() - t0)
+                direct[index].append((t0, time.perf_counter()))
                 answer.raise_for_status()
 
         await asyncio.gather(*(replay(i) for i in range(len(prompts))))
         direct_backend = await _backend_times(llm, mark)
-    paired, at_gateway = [], []
+    paired, at_gateway, to_backend, from_backend = [], [], [], []
     for s, session in enumerate(prompts):
         for c, prompt in enumerate(session):
             key = tuple(prompt)
-            paired.append(1000 * (through[s][c] - direct[s][c]))
-            at_gateway.append(1000 * ((through[s][c] - gateway_backend[key].pop(0))
-                                      - (direct[s][c] - direct_backend[key].pop(0))))
+            (g_sent, g_done), (d_sent, d_done) = through[s][c], direct[s][c]
+            (g_in, g_out), (d_in, d_out) = gateway_backend[key].pop(0), direct_backend[key].pop(0)
+            paired.append(1000 * ((g_done - g_sent) - (d_done - d_sent)))
+            # The machine's one monotonic clock: the request's way to the backend
+            # (sent -> the backend's handler has it) and the answer's way back.
+            to_backend.append(1000 * ((g_in - g_sent) - (d_in - d_sent)))
+            from_backend.append(1000 * ((g_done - g_out) - (d_done - d_out)))
+            at_gateway.append(to_backend[-1] + from_backend[-1])
     n = sessions * calls
-    flat_through = [x for s in through for x in s]
-    flat_direct = [x for s in direct for x in s]
+    flat_through = [done - sent for s in through for sent, done in s]
+    flat_direct = [done - sent for s in direct for sent, done in s]
     return {"wire": wire, "sessions": sessions, "calls": n, "load_average": load,
             "gateway_ms": _p(flat_through, 1000), "direct_ms": _p(flat_direct, 1000),
             "added_paired_ms": _p(paired), "added_at_gateway_ms": _p(at_gateway),
+            "added_before_backend_ms": _p(to_backend), "added_after_backend_ms": _p(from_backend),
             "server_cpu_ms_per_call": 1000 * (after.user + after.system - cpu.user - cpu.system) / n,
             "mean_prompt_tokens": sum(len(p) for s in prompts for p in s) / n,
             "_per_call": {"paired": paired, "at_gateway": at_gateway}}
@@ -197,16 +225,89 @@ async def measure(api_url: str, llm_url: str, server: psutil.Process,
             for sessions, calls in runs for wire in WIRES]
 
 
+def _hidden(modules: list[str]) -> list[str]:
+    """A folder (as a one-entry list, or none) whose packages ``modules`` raise ``ImportError``."""
+    if not modules:
+        return []
+    folder = Path(tempfile.mkdtemp(prefix="rollserve-bench-hide-"))
+    for name in modules:
+        (folder / name).mkdir()
+        (folder / name / "__init__.py").write_text(f"raise ImportError('{name} hidden by the benchmark')\n")
+    return [str(folder)]
+
+
+def server(src: Path, port: int, backend: str, hide: list[str] | None = None) -> subprocess.Popen:
+    """``rollserve serve`` of the tree ``src`` on ``port``, its backend ``backend``; the
+    modules ``hide`` (e.g. httptools, uvloop) made unimportable for it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*_hidden(hide or []), str(src), str(SRC.parent)])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(port), "--state-dir",
+         tempfile.mkdtemp(prefix="rollserve-bench-"), "--backend", backend, "--log-level", "warning"],
+        env=env)
+
+
+def _pq(d: dict) -> str:
+    return f"{d['p50']:.2f} / {d['p99']:.2f}"
+
+
+def table(args: argparse.Namespace) -> None:
+    """The table: this tree's server and the backend double, each its own process."""
+    llm_port, port = free_port(), free_port()
+    llm = subprocess.Popen([sys.executable, "-m", "benchmarks.gateway_wires", "--port", str(llm_port),
+                            "--latency", str(args.latency)])
+    llm_url = f"http://127.0.0.1:{llm_port}"
+    proc = server(SRC, port, llm_url)
+    load = [psutil.getloadavg()[0]]
+    try:
+        wait_http(f"{llm_url}/health", llm)
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc)
+        probe = subprocess.run([sys.executable, "-c", "import uvicorn.config as c, uvicorn.loops.auto as a;"
+                                "from uvicorn.protocols.http.auto import AutoHTTPProtocol as P;"
+                                "print(P.__name__, a.auto_loop_factory().__module__)"],
+                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+        wires = asyncio.run(measure(f"http://127.0.0.1:{port}", llm_url, psutil.Process(proc.pid),
+                                    [(1, args.solo_calls), (args.sessions, args.calls)]))
+    finally:
+        for p in (proc, llm):
+            p.terminate()
+            p.wait(timeout=60)
+    load.append(psutil.getloadavg()[0])
+    for d in wires:
+        d.pop("_per_call")
+    rows = [[d["wire"], d["sessions"], d["calls"], f"{d['load_average']:.1f}", _pq(d["direct_ms"]),
+             _pq(d["gateway_ms"]), _pq(d["added_paired_ms"]), _pq(d["added_at_gateway_ms"]),
+             f"{d['added_before_backend_ms']['p50']:.2f}", f"{d['added_after_backend_ms']['p50']:.2f}",
+             f"{d['server_cpu_ms_per_call']:.2f}"] for d in wires]
+    report("gateway_wires", f"the gateway per call, per wire; backend double at {args.latency * 1000:.0f} ms/call",
+           ["wire", "sessions", "calls", "load avg", "direct p50 / p99 ms", "gateway p50 / p99 ms",
+            "added, paired (p50 / p99) ms", "added, at the gateway (p50 / p99) ms",
+            "of which before the backend p50 ms", "of which after the backend p50 ms", "server CPU ms/call"],
+           rows, {"config": {"solo_calls": args.solo_calls, "sessions": args.sessions,
+                             "calls_per_session": args.calls, "llm_latency_s": args.latency,
+                             "max_tokens": MAX_TOKENS, "cores": psutil.cpu_count(),
+                             "load_average_start_end": load,
+                             "http_parser_and_loop": probe.stdout.strip(),
+                             "server": "rollserve serve of this tree, its own process",
+                             "backend": "benchmarks.gateway_wires.TimedVLLM, its own process"},
+                  "results": wires})
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway_wires",
-                                     description="the backend double with its call timings")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--latency", type=float, default=0.1)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway_wires", description=__doc__,
+                                     formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--port", type=int, help="only serve the backend double on this port")
+    parser.add_argument("--latency", type=float, default=0.1, help="backend seconds per call")
+    parser.add_argument("--solo-calls", type=int, default=40, help="calls of the one session, per wire")
+    parser.add_argument("--sessions", type=int, default=20, help="sessions at once, per wire")
+    parser.add_argument("--calls", type=int, default=5, help="calls per session of --sessions")
     args = parser.parse_args()
-    server = TimedVLLM(replies=[REPLY], latency=args.latency, port=args.port)
+    if args.port is None:
+        table(args)
+        return
+    backend = TimedVLLM(replies=[REPLY], latency=args.latency, port=args.port)
 
     async def serve() -> None:
-        async with server:
+        async with backend:
             await asyncio.Event().wait()
 
     try:

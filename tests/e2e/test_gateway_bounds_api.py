@@ -2,8 +2,9 @@
 HTTP API: the key is checked before a byte of the body is read (a made-up key costs
 nothing), a session's calls are admitted before their bodies are read, a body is
 bounded by the session's context window, a prompt whose bytes prove it past the
-context window is refused without being tokenized, and a body is parsed off the
-event loop (the server keeps answering meanwhile).
+context window is refused without being tokenized, and a body past
+``bounds.INLINE_BYTES`` is parsed off the event loop (the server keeps answering
+meanwhile).
 
 No assertion measures time: each says what happened before what. Bodies that "never
 complete" are request streams that wait on an event the test sets only at its end;
@@ -18,7 +19,12 @@ import threading
 import pytest
 
 from rollserve.agent.gateway import wire
-from rollserve.agent.gateway.bounds import BODY_SLACK, JSON_BYTES_PER_BYTE, MAX_WAITING_CALLS
+from rollserve.agent.gateway.bounds import (
+    BODY_SLACK,
+    INLINE_BYTES,
+    JSON_BYTES_PER_BYTE,
+    MAX_WAITING_CALLS,
+)
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import end, harness_for, policy, result, submit
 from tests.waiting import eventually
@@ -112,6 +118,33 @@ async def test_a_body_past_the_context_bound_is_413_before_it_is_read(make_api, 
     await end(client, key)
 
 
+async def test_a_streamed_body_past_the_servers_own_limit_is_the_wires_413(make_api, llm):
+    """The server's --max-request-mb below the session's bound: a body streamed past it
+    (no Content-Length) is a 413 in the harness's wire's shape, naming that limit,
+    and the session goes on answering."""
+    service, client = await make_api([llm.url], server={"limits": {"max_request_bytes": 100_000}})
+    (rollout_id,) = await submit(client)
+    key, _ = await harness_for(client, rollout_id)
+    assert service.gateways.session(key).max_body_bytes > 100_000
+    body = json.dumps({"model": "p", "messages": [{"role": "user", "content": "x" * 150_000}]})
+
+    async def chunks():
+        for start in range(0, len(body), 16384):
+            yield body[start:start + 16384].encode()
+
+    for route in ("chat/completions", "messages"):  # OpenAI's error shape, Anthropic's
+        r = await client.post(f"/v1/gateway/{key}/v1/{route}", content=chunks())
+        assert r.status_code == 413, r.text
+        assert "larger than the server's limit of 100000 bytes" in r.json()["error"]["message"]
+    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions", json={
+        "model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]})
+    assert r.status_code == 200, r.text
+    # A method a harness path does not take goes on to the app: its 404/405, never a 500.
+    r = await client.get(f"/v1/gateway/{key}/v1/chat/completions")
+    assert r.status_code in (404, 405), r.text
+    await end(client, key)
+
+
 async def test_calls_are_admitted_before_their_bodies_are_read(make_api, llm):
     _, client = await make_api([llm.url])
     (rollout_id,) = await submit(client)
@@ -174,9 +207,10 @@ async def test_a_prompt_its_bytes_prove_too_long_is_refused_before_tokenizing(
 
 
 @pytest.mark.parametrize("route", ["chat/completions", "messages"])
-async def test_the_server_answers_while_a_body_is_parsed(make_api, llm, monkeypatch, route):
-    """The parse is held open (on whatever thread runs it) until /healthz has answered:
-    parsed on the event loop, /healthz could not answer first."""
+async def test_the_server_answers_while_a_large_body_is_parsed(make_api, llm, monkeypatch, route):
+    """A body past INLINE_BYTES (JSON padded with whitespace): its parse is held open
+    (on whatever thread runs it) until /healthz has answered: parsed on the event loop,
+    /healthz could not answer first."""
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client)
     key, _ = await harness_for(client, rollout_id)
@@ -196,7 +230,9 @@ async def test_the_server_answers_while_a_body_is_parsed(make_api, llm, monkeypa
     body = {"model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]}
     if route == "messages":
         body["max_tokens"] = 16
-    call = asyncio.create_task(client.post(f"/v1/gateway/{key}/v1/{route}", json=body))
+    raw = json.dumps(body) + " " * INLINE_BYTES  # (whitespace after the value: still JSON)
+    call = asyncio.create_task(client.post(f"/v1/gateway/{key}/v1/{route}", content=raw,
+                                           headers={"Content-Type": "application/json"}))
     await eventually(lambda: events, timeout=BOUND, what="the parse to start")
     health = await asyncio.wait_for(client.get("/healthz"), BOUND)
     events.append("healthz answered")

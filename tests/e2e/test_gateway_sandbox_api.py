@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from rollserve.agent.gateway import anthropic_wire
+from rollserve.agent.gateway.bounds import INLINE_BYTES
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.testing import FakeVLLM
 from tests.e2e.test_gateway_api import assert_exact, policy, result
@@ -213,6 +214,7 @@ import json, os, urllib.request
 
 body = json.dumps({"model": "p", "max_tokens": 16, "messages": [
     {"role": "user", "content": "[script:boxed] hi"}]}).encode()
+body += b" " * int(os.environ.get("PAD", "0"))  # (whitespace after the value: still JSON)
 request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", data=body,
                                  headers={"Content-Type": "application/json",
                                           "x-api-key": os.environ["ANTHROPIC_API_KEY"]})
@@ -222,8 +224,8 @@ with urllib.request.urlopen(request, timeout=120) as answer:
 
 
 async def test_the_server_answers_while_the_socket_parses_a_body(make_api, llm, monkeypatch):
-    """The sandbox's socket parses off the event loop too: the parse is held open (on
-    whatever thread runs it) until /healthz has answered."""
+    """The sandbox's socket parses a body past INLINE_BYTES off the event loop too: the
+    parse is held open (on whatever thread runs it) until /healthz has answered."""
     events: list[str] = []
     answered = threading.Event()
     real_parse = anthropic_wire.parse_request
@@ -239,7 +241,7 @@ async def test_the_server_answers_while_the_socket_parses_a_body(make_api, llm, 
     r = await client.post("/v1/rollouts", json={
         "tasks": [{"data_source": "gateway", "instance": {
             "answer": "reply 0 of boxed", "files": {"harness.py": ANTHROPIC_HARNESS},
-            "command": '"$ROLLSERVE_PYTHON" harness.py'}}],
+            "command": f'PAD={INLINE_BYTES} "$ROLLSERVE_PYTHON" harness.py'}}],
         "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]

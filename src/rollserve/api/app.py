@@ -24,6 +24,7 @@ from rollserve.api.metrics import router as metrics_router
 from rollserve.api.prorl import ProRLCompat, ProRLConfig
 from rollserve.api.prorl import router as prorl_router
 from rollserve.api.routes_gateway import PREFIX as GATEWAY_PREFIX
+from rollserve.api.routes_gateway import HarnessRoutes
 from rollserve.api.routes_gateway import router as gateway_router
 from rollserve.api.routes_llm import router as llm_router
 from rollserve.api.routes_rollouts import router as rollouts_router
@@ -68,7 +69,9 @@ def create_app(service: ApiService, manage_lifecycle: bool = True,
         return Health(ok=True, version=__version__)
 
     install_error_handlers(app)
-    # Middleware added last runs first: the token is checked before the body is read.
+    # Middleware added last runs first: the token is checked before the body is read,
+    # the body's size before a harness's call (innermost) is served.
+    app.add_middleware(HarnessRoutes)
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_request_bytes)
     public = PUBLIC_PATHS + (UI_PATH,) + (DOCS_PATHS if config.public_docs else ())
     if config.api_token is not None:

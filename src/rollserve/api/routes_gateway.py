@@ -16,25 +16,29 @@ for an unknown key, 404 for a session that has ended, 408 at the time limit, 413
 body past the session's bound, 429 past its calls in progress, 502 when the backend
 failed. What is checked, in order: the key (401) and the session's admission (404,
 429) before a byte of the body is read; the body's size (413, from Content-Length
-or while it is read); its parse, in a thread (400); the prompt's size from its
+or while it is read); its parse (400: on the event loop up to
+``wire.INLINE_BYTES``, in a thread above); the prompt's size from its
 rendered bytes, before it is tokenized (400 ``context_length_exceeded``). The trainer reads a rollout's key from
 ``GET /v1/rollouts/{id}/gateway`` (behind the API token like every trainer route).
 The wire itself (parsing, answers, chunks) is ``agent.gateway.wire``'s, as the engine
-re-exports it.
+re-exports it. The harness's paths are served by ``HarnessRoutes`` (a middleware, not
+FastAPI's router: a model call's path is the hot one); the trainer's
+``/v1/rollouts/{id}/gateway`` is a FastAPI route.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollserve.api.base import service_of
-from rollserve.api.errors import errors, model_response
+from rollserve.api.errors import errors, model_response, render_model
+from rollserve.api.guards import BodyTooLarge as ServerBodyTooLarge
 from rollserve.contract import MAX_WAIT
 from rollserve.contract.anthropic import MessagesRequest
 from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
@@ -82,12 +86,21 @@ async def _body(request: Request, limit: int) -> bytes:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ServerBodyTooLarge as exc:  # the server's own bound (guards.BodyLimit) came first
+        raise BodyTooLarge(f"the request body is {exc.message}") from None
     return b"".join(chunks)
+
+
+async def _answer(body: BaseModel, answer: GatewayReply) -> Response:
+    """A non-streamed answer's body, rendered where its size says (``wire.sized``)."""
+    rendered = await wire.sized(wire.answer_size(answer), render_model, body)
+    return Response(rendered, media_type="application/json")
 
 
 async def _admitted(request: Request, key: str, call: Callable[[GatewaySession, bytes],
@@ -100,17 +113,13 @@ async def _admitted(request: Request, key: str, call: Callable[[GatewaySession, 
         return await call(session, await _body(request, session.max_body_bytes))
 
 
-# The harness's routes are OpenAI's API (OpenAI documents them; their errors are
-# OpenAI's shape, not rollserve's ErrorBody), so /openapi.json leaves them out.
-@router.post("/v1/gateway/{key}/v1/chat/completions", include_in_schema=False)
 async def chat_completions(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Chat Completions; ``stream: true`` answers
     ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``)."""
     async def call(session: GatewaySession, raw: bytes
                    ) -> tuple[ChatCompletionRequest, GatewayReply]:
-        # Parsed in a thread, whatever its size: the event loop serves every rollout.
-        parsed = await asyncio.to_thread(wire.parse_request, raw)
-        return parsed, await _gateways(request).complete(session, parsed)
+        parsed = await wire.sized(len(raw), wire.parse_request, raw)
+        return parsed, await _gateways(request).complete(session, parsed, size=len(raw))
 
     try:
         parsed, answer = await _admitted(request, key, call)
@@ -120,16 +129,16 @@ async def chat_completions(key: str, request: Request) -> Response:
         return StreamingResponse(iter(list(wire.stream_chunks(answer, parsed))),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    return await model_response(wire.completion(answer, parsed.model))
+    return await _answer(wire.completion(answer, parsed.model), answer)
 
 
-@router.post("/v1/gateway/{key}/v1/messages", include_in_schema=False)
 async def messages(key: str, request: Request) -> Response:
     """One model call of the harness (Anthropic Messages; ``stream: true`` answers
     Anthropic's server-sent events, ``message_start`` to ``message_stop``)."""
     async def call(session: GatewaySession, raw: bytes) -> tuple[MessagesRequest, GatewayReply]:
-        parsed, chat = await asyncio.to_thread(anthropic_wire.parse_request, raw)
-        return parsed, await _gateways(request).complete(session, chat, anthropic_wire.CALL_IDS)
+        parsed, chat = await wire.sized(len(raw), anthropic_wire.parse_request, raw)
+        return parsed, await _gateways(request).complete(session, chat, anthropic_wire.CALL_IDS,
+                                                         len(raw))
 
     try:
         parsed, answer = await _admitted(request, key, call)
@@ -139,16 +148,16 @@ async def messages(key: str, request: Request) -> Response:
         return StreamingResponse(iter(list(anthropic_wire.events(answer, parsed.model))),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    return await model_response(anthropic_wire.message(answer, parsed.model))
+    return await _answer(anthropic_wire.message(answer, parsed.model), answer)
 
 
-@router.post("/v1/gateway/{key}/v1/responses", include_in_schema=False)
 async def responses(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Responses; ``stream: true`` answers the
     Responses server-sent events, ``response.created`` to ``response.completed``)."""
     async def call(session: GatewaySession, raw: bytes) -> tuple[ResponsesRequest, GatewayReply]:
-        parsed, chat = await asyncio.to_thread(responses_wire.parse_request, raw)
-        return parsed, await _gateways(request).complete(session, chat, responses_wire.CALL_IDS)
+        parsed, chat = await wire.sized(len(raw), responses_wire.parse_request, raw)
+        return parsed, await _gateways(request).complete(session, chat, responses_wire.CALL_IDS,
+                                                         len(raw))
 
     try:
         parsed, answer = await _admitted(request, key, call)
@@ -158,10 +167,9 @@ async def responses(key: str, request: Request) -> Response:
         return StreamingResponse(iter(list(responses_wire.events(answer, parsed))),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    return await model_response(responses_wire.response(answer, parsed))
+    return await _answer(responses_wire.response(answer, parsed), answer)
 
 
-@router.get("/v1/gateway/{key}/v1/models", include_in_schema=False)
 async def models(key: str, request: Request) -> Response:
     """The model the gateway lists (a call may name any: the policy answers it)."""
     try:
@@ -171,13 +179,12 @@ async def models(key: str, request: Request) -> Response:
     return await model_response(responses_wire.models())
 
 
-@router.post("/v1/gateway/{key}/v1/messages/count_tokens", include_in_schema=False)
 async def count_tokens(key: str, request: Request) -> Response:
     """Anthropic's token count of a Messages request: its whole render with the policy's
     chat template, counted by its tokenizer (nothing sampled, nothing recorded)."""
     async def call(session: GatewaySession, raw: bytes) -> int:
-        _, chat = await asyncio.to_thread(anthropic_wire.parse_count_request, raw)
-        return await _gateways(request).count_tokens(session, chat)
+        _, chat = await wire.sized(len(raw), anthropic_wire.parse_count_request, raw)
+        return await _gateways(request).count_tokens(session, chat, len(raw))
 
     try:
         tokens = await _admitted(request, key, call)
@@ -192,7 +199,6 @@ class Ended(BaseModel):
     ended: bool
 
 
-@router.post("/v1/gateway/{key}/end", include_in_schema=False)
 async def end(key: str, request: Request) -> Response:
     """The harness is done: the rollout's RUN ends and its EVAL grades the episode."""
     try:
@@ -211,3 +217,49 @@ async def gateway_info(rollout_id: str, request: Request,
     """The rollout's gateway key and the base URL its harness uses (404 until its RUN
     opens the session, and after it ends)."""
     return await model_response(await _gateways(request).info(rollout_id, wait))
+
+
+Route: TypeAlias = Callable[[str, Request], Awaitable[Response]]
+
+# The harness's routes, by (method, the path after /v1/gateway/<key>/). They are
+# OpenAI's and Anthropic's API (their errors are those shapes, not rollserve's
+# ErrorBody), so /openapi.json leaves them out.
+HARNESS_ROUTES: dict[tuple[str, str], Route] = {
+    ("POST", "v1/chat/completions"): chat_completions,
+    ("POST", "v1/messages"): messages,
+    ("POST", "v1/responses"): responses,
+    ("GET", "v1/models"): models,
+    ("POST", "v1/messages/count_tokens"): count_tokens,
+    ("POST", "end"): end,
+}
+
+
+class HarnessRoutes:
+    """Serves the harness's paths (``HARNESS_ROUTES``) straight from the ASGI call:
+    a harness's every model call passes through here, so it skips FastAPI's routing
+    (a match against each of the app's routes), its dependency solving and its
+    exception middleware, which cost about a millisecond a call. Added as the
+    innermost middleware: the server's body limit (``guards.BodyLimit``) and the
+    500 of an unexpected error (Starlette's ``ServerErrorMiddleware``) still apply.
+    Any other path (and a method a path does not take) goes on to the app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self._route(scope)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        key, call = route
+        response = await call(key, Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    @staticmethod
+    def _route(scope: Scope) -> tuple[str, Route] | None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith(PREFIX):
+            return None
+        key, _, rest = path[len(PREFIX):].partition("/")
+        call = HARNESS_ROUTES.get((scope["method"], rest)) if key else None
+        return None if call is None else (key, call)

@@ -46,15 +46,16 @@ class Gateways:
         return session
 
     async def complete(self, session: GatewaySession, request: ChatCompletionRequest,
-                       call_ids: str = "call_") -> GatewayReply:
+                       call_ids: str = "call_", size: int | None = None) -> GatewayReply:
         """Answer one admitted chat call of ``session`` (tool call ids start
-        ``call_ids``)."""
+        ``call_ids``; ``size``: its body's bytes)."""
         with call_deadline(session.limits.deadline):
-            return await session.complete(request, call_ids)
+            return await session.complete(request, call_ids, size)
 
-    async def count_tokens(self, session: GatewaySession, request: ChatCompletionRequest) -> int:
+    async def count_tokens(self, session: GatewaySession, request: ChatCompletionRequest,
+                           size: int | None = None) -> int:
         """The policy tokenizer's count of ``request`` rendered whole (nothing sampled)."""
-        return await session.count_tokens(request)
+        return await session.count_tokens(request, size)
 
     def end(self, key: str) -> None:
         """The harness is done: the session takes no more calls and its RUN ends."""

@@ -18,12 +18,22 @@ its own), so each step is bounded before it is taken:
   waiting for their turn): so one session holds at most that many bodies.
 - ``COUNTS_PER_TURN``: Anthropic's ``count_tokens`` (a whole render and tokenize,
   nothing sampled) answered per turn of the session's ``max_turns``; past it, a 400.
+- ``INLINE_BYTES``: a request (or answer) up to this size is parsed, converted and
+  rendered on the event loop (``sized``), where it takes a fraction of a millisecond,
+  less than a hand-off to a worker thread and back; a larger one on a worker thread,
+  so that no conversation, however large, stalls the loop that serves every rollout.
 """
 
 from __future__ import annotations
 
-__all__ = ["BODY_SLACK", "COUNTS_PER_TURN", "JSON_BYTES_PER_BYTE", "MAX_BODY", "MAX_WAITING_CALLS",
-           "max_body_bytes"]
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["BODY_SLACK", "COUNTS_PER_TURN", "INLINE_BYTES", "JSON_BYTES_PER_BYTE", "MAX_BODY",
+           "MAX_WAITING_CALLS", "max_body_bytes", "sized"]
+
+T = TypeVar("T")
 
 MAX_BODY = 8 * 1024 * 1024
 JSON_BYTES_PER_BYTE = 6
@@ -32,6 +42,7 @@ BODY_SLACK = 256 * 1024
 # cannot queue requests (and their bodies) without bound: past this, ``TooManyCalls``.
 MAX_WAITING_CALLS = 4
 COUNTS_PER_TURN = 4
+INLINE_BYTES = 16 * 1024
 
 
 def max_body_bytes(context_tokens: int, token_bytes: int | None) -> int:
@@ -40,3 +51,11 @@ def max_body_bytes(context_tokens: int, token_bytes: int | None) -> int:
     if token_bytes is None:
         return MAX_BODY
     return min(MAX_BODY, JSON_BYTES_PER_BYTE * token_bytes * context_tokens + BODY_SLACK)
+
+
+async def sized(size: int | None, fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)``, whose work grows with a request of ``size`` bytes (None: unknown):
+    on the event loop up to ``INLINE_BYTES``, else on a worker thread."""
+    if size is not None and size <= INLINE_BYTES:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)

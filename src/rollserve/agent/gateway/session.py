@@ -53,7 +53,12 @@ from rollserve.agent.gateway.base import (
     TimeLimit,
     TooManyCalls,
 )
-from rollserve.agent.gateway.bounds import COUNTS_PER_TURN, MAX_WAITING_CALLS, max_body_bytes
+from rollserve.agent.gateway.bounds import (
+    COUNTS_PER_TURN,
+    MAX_WAITING_CALLS,
+    max_body_bytes,
+    sized,
+)
 from rollserve.agent.gateway.messages import (
     Normal,
     Reply,
@@ -181,16 +186,18 @@ class GatewaySession:
         """The largest request body this session reads (``bounds.max_body_bytes``)."""
         return max_body_bytes(self._context_limit(), self.tokenizer.max_token_bytes)
 
-    async def complete(self, request: ChatCompletionRequest, call_ids: str = "call_") -> GatewayReply:
+    async def complete(self, request: ChatCompletionRequest, call_ids: str = "call_",
+                       size: int | None = None) -> GatewayReply:
         """Answer one admitted call (``admitted``; one at a time: concurrent calls of a
         session wait their turn); every wait of the call is bounded by the deadline
         (then ``TimeLimit``). The reply's tool calls get ids starting ``call_ids`` (OpenAI's
-        ``call_``, Anthropic's ``toolu_``)."""
+        ``call_``, Anthropic's ``toolu_``). ``size``: the bytes of the body ``request``
+        was parsed from (None: unknown), for where it is converted (``bounds.sized``)."""
         self._refuse_if_ended()
         try:  # everything a call waits on (its turn, a usable backend, the sample)
             async with asyncio.timeout_at(self.limits.deadline) as limit, self._lock:
                 self._refuse_if_ended()
-                return await self._complete(request, call_ids)
+                return await self._complete(request, call_ids, size)
         except TimeoutError:
             if limit.expired():
                 raise self._time_up() from None
@@ -270,7 +277,7 @@ class GatewaySession:
         self._refused_last = True
         return ContextLengthExceeded(message)
 
-    async def count_tokens(self, request: ChatCompletionRequest) -> int:
+    async def count_tokens(self, request: ChatCompletionRequest, size: int | None = None) -> int:
         """How many tokens ``request``'s whole render takes with the policy's template
         and tokenizer (its tools included): nothing is sampled or recorded. Refused as a
         call is (ended, deadline, bad messages, past the context limit from its bytes)."""
@@ -284,14 +291,14 @@ class GatewaySession:
         self.token_counts += 1
         try:
             async with asyncio.timeout_at(self.limits.deadline) as limit:
-                shown, template, _normal, _key = await self._converted(request)
+                shown, template, _normal, _key = await self._converted(request, size)
                 return len((await self._whole(template, shown))[1])
         except TimeoutError:
             if limit.expired():
                 raise self._time_up() from None
             raise
 
-    async def _converted(self, request: ChatCompletionRequest
+    async def _converted(self, request: ChatCompletionRequest, size: int | None
                          ) -> tuple[ToolPresentation | None, list[Message], list[Normal], str]:
         """The tools as the template shows them, the messages for the template, as
         compared, and the tools' key."""
@@ -303,8 +310,8 @@ class GatewaySession:
             shown = presentation(request.tools, self.tokenizer)
         except RolloutError as exc:
             raise self._fail(exc) from exc
-        try:  # in a thread: a large conversation must not stall the event loop
-            template, normal, tools_key = await asyncio.to_thread(convert, request, shown)
+        try:  # a large conversation in a thread: it must not stall the event loop
+            template, normal, tools_key = await sized(size, convert, request, shown)
         except Unsupported as exc:
             raise BadRequest(exc.message, param=exc.param) from None
         return shown, template, normal, tools_key
@@ -335,8 +342,9 @@ class GatewaySession:
             purpose, request.model, standalone_turn(prompt, gen, version, reply)))
         return GatewayReply(reply, finish_reason(reply, gen), len(prompt), len(gen.output_ids))
 
-    async def _complete(self, request: ChatCompletionRequest, call_ids: str) -> GatewayReply:
-        shown, template, normal, tools_key = await self._converted(request)
+    async def _complete(self, request: ChatCompletionRequest, call_ids: str,
+                        size: int | None) -> GatewayReply:
+        shown, template, normal, tools_key = await self._converted(request, size)
         purpose = self.limits.calls.purpose_of(request.model)
         if purpose is not None:
             return await self._auxiliary(request, purpose, call_ids, shown, template)

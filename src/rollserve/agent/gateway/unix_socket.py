@@ -20,7 +20,6 @@ of a unix socket's path.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 from pathlib import Path
@@ -30,7 +29,7 @@ from aiohttp.typedefs import Handler
 
 from rollserve.agent.gateway import anthropic_wire, responses_wire, wire
 from rollserve.agent.gateway.base import BodyTooLarge, GatewayRefusal, UnknownKey, UnknownRoute
-from rollserve.agent.gateway.bounds import MAX_BODY
+from rollserve.agent.gateway.bounds import MAX_BODY, sized
 from rollserve.agent.gateway.registry import KEY_PREFIX
 from rollserve.agent.gateway.session import GatewaySession
 
@@ -108,9 +107,9 @@ class SessionSocket:
     async def _chat(self, request: web.Request) -> web.Response:
         try:
             with self.session.admitted():  # before the body is read (429 past the bound)
-                # Parsed in a thread: the event loop serves every rollout meanwhile.
-                parsed = await asyncio.to_thread(wire.parse_request, await self._body(request))
-                answer = await self.session.complete(parsed)
+                raw = await self._body(request)  # (parsed in a thread past INLINE_BYTES)
+                parsed = await sized(len(raw), wire.parse_request, raw)
+                answer = await self.session.complete(parsed, size=len(raw))
         except GatewayRefusal as refusal:
             return _refused(refusal)
         if parsed.stream:
@@ -123,9 +122,9 @@ class SessionSocket:
     async def _messages(self, request: web.Request) -> web.Response:
         try:
             with self.session.admitted():
-                parsed, chat = await asyncio.to_thread(anthropic_wire.parse_request,
-                                                       await self._body(request))
-                answer = await self.session.complete(chat, anthropic_wire.CALL_IDS)
+                raw = await self._body(request)
+                parsed, chat = await sized(len(raw), anthropic_wire.parse_request, raw)
+                answer = await self.session.complete(chat, anthropic_wire.CALL_IDS, len(raw))
         except GatewayRefusal as refusal:
             return _refused(refusal, anthropic_wire.error_body(refusal))
         if parsed.stream:
@@ -138,9 +137,9 @@ class SessionSocket:
     async def _responses(self, request: web.Request) -> web.Response:
         try:
             with self.session.admitted():
-                parsed, chat = await asyncio.to_thread(responses_wire.parse_request,
-                                                       await self._body(request))
-                answer = await self.session.complete(chat, responses_wire.CALL_IDS)
+                raw = await self._body(request)
+                parsed, chat = await sized(len(raw), responses_wire.parse_request, raw)
+                answer = await self.session.complete(chat, responses_wire.CALL_IDS, len(raw))
         except GatewayRefusal as refusal:
             return _refused(refusal)
         if parsed.stream:
@@ -157,9 +156,9 @@ class SessionSocket:
     async def _count_tokens(self, request: web.Request) -> web.Response:
         try:
             with self.session.admitted():
-                _, chat = await asyncio.to_thread(anthropic_wire.parse_count_request,
-                                                  await self._body(request))
-                tokens = await self.session.count_tokens(chat)
+                raw = await self._body(request)
+                _, chat = await sized(len(raw), anthropic_wire.parse_count_request, raw)
+                tokens = await self.session.count_tokens(chat, len(raw))
         except GatewayRefusal as refusal:
             return _refused(refusal, anthropic_wire.error_body(refusal))
         return web.Response(body=anthropic_wire.count_body(tokens),

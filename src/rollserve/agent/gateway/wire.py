@@ -27,6 +27,7 @@ from rollserve.agent.gateway.base import (
     UnknownKey,
     UnknownRoute,
 )
+from rollserve.agent.gateway.bounds import INLINE_BYTES, sized
 from rollserve.agent.gateway.session import GatewayReply
 from rollserve.agent.gateway.sliced import validate_sliced
 from rollserve.contract.gateway import (
@@ -45,7 +46,8 @@ from rollserve.contract.gateway import (
 )
 from rollserve.contract.validation import JSONInputError, field_name, parse_json
 
-__all__ = ["ERRORS", "completion", "error_body", "parse_request", "status", "stream_chunks"]
+__all__ = ["ERRORS", "INLINE_BYTES", "answer_size", "completion", "error_body", "parse_request",
+           "sized", "status", "stream_chunks"]
 
 # Each kind of refusal as both servers answer it: HTTP status, OpenAI's error type.
 # The most specific class listed wins (``ContextLengthExceeded`` is a ``BadRequest``).
@@ -98,6 +100,14 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
         first = exc.errors()[0]
         param = field_name(first["loc"])
         raise BadRequest(f"{param}: {first['msg']}", param=param) from None
+
+
+def answer_size(answer: GatewayReply) -> int:
+    """About how many bytes the answer's body takes (its text and tool calls): what
+    ``sized`` decides its render's place by."""
+    calls = answer.reply.tool_calls
+    return (len(answer.reply.content or "")
+            + sum(len(c.function.name) + len(c.function.arguments) for c in calls))
 
 
 def _usage(answer: GatewayReply) -> Usage:
