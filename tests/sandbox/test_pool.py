@@ -91,6 +91,7 @@ def test_targets_serve_the_most_wanted_first_within_the_capacity():
     assert targets({"a": 5, "b": 3}, 6) == {"a": 5, "b": 1}
     assert targets({"a": 2, "b": 3}, 10) == {"a": 2, "b": 3}
     assert targets({"a": 5}, 0) == {"a": 0}
+    assert targets({"a": 1, "b": 2}, 8) == {"a": 0, "b": 2}  # asked for once: not pooled
 
 
 async def test_refills_toward_the_demand_and_hands_each_out_once():
@@ -116,8 +117,7 @@ async def test_never_holds_more_than_its_capacity_over_all_keys():
         assert await pool.acquire(SandboxSpec()) is None
     for _ in range(4):
         await pool.acquire(small)
-    await eventually(lambda: pool.held() == 5 and pool._task is not None,
-                     what="filled to the capacity")
+    await eventually(lambda: pool.held() == 5, what="filled to the capacity")
     await pool.step()
     assert pool.held() == 5 and len(start.made) == 5
     # The most wanted key first: all 5 of the default spec, none of the other.
@@ -142,8 +142,9 @@ async def test_no_pool_at_capacity_zero_and_none_after_close():
     off = SandboxPool(start, capacity=0)
     assert await off.acquire(SandboxSpec()) is None and off.status()["keys"] == 0
     pool = SandboxPool(start, capacity=4)
-    await pool.acquire(SandboxSpec())
-    await eventually(lambda: len(pool.ready()) == 1, what="1 ready")
+    for _ in range(2):
+        await pool.acquire(SandboxSpec())
+    await eventually(lambda: len(pool.ready()) == 2, what="2 ready")
     await pool.aclose()
     assert start.made and all(s.closed for s in start.made)  # emptied
     made = len(start.made)
@@ -155,7 +156,8 @@ async def test_no_pool_at_capacity_zero_and_none_after_close():
 async def test_a_failing_start_backs_off_and_is_counted():
     clock, start = Clock(), Starter(fail=True)
     pool = SandboxPool(start, capacity=4, clock=clock)
-    await pool.acquire(SandboxSpec())
+    for _ in range(2):
+        await pool.acquire(SandboxSpec())
     await eventually(lambda: pool.failed >= 1, what="the failed start counted")
     failed = pool.failed
     await pool.step()  # within RETRY_AFTER: not tried again
@@ -200,3 +202,14 @@ async def test_the_server_runtime_counts_only_what_it_handed_out_and_empties_the
     assert all(s.closed for s in [*cold, warm]) and lazy.pool.ready() == []
     assert not list((tmp_path / "boxes").iterdir())
     assert not list((tmp_path / "state" / "sandboxes").glob("*.json"))
+
+
+async def test_a_spec_asked_for_once_starts_nothing():
+    """Every task with a spec of its own (its own image): the pool starts none of them."""
+    start = Starter()
+    pool = SandboxPool(start, capacity=8)
+    for n in range(5):
+        assert await pool.acquire(SandboxSpec(image=f"/images/{n}")) is None
+    await pool.step()
+    assert start.made == [] and pool.misses == 5
+    await pool.aclose()

@@ -21,10 +21,12 @@ reaped by the next server like any other sandbox), the same caps and their watch
 (running from its start, over the same folder and limits).
 
 How big. Per key, the demand is the number of acquisitions (hits and misses) in the
-last ``window`` seconds; the pool refills each key toward its demand, the keys with
-the most demand first, never holding more than ``capacity`` sandboxes (ready and
-starting) over all keys, and closes what a key holds past its demand (so a key no
-longer asked for empties within ``window`` seconds). ``capacity`` 0: no pool.
+last ``window`` seconds, counted from ``MIN_DEMAND`` on (a spec asked for once, e.g.
+a task's own image, is not pooled: nothing is started that no one takes); the pool
+refills each key toward its demand, the keys with the most demand first, never
+holding more than ``capacity`` sandboxes (ready and starting) over all keys, and
+closes what a key holds past its demand (so a key no longer asked for empties
+within ``window`` seconds). ``capacity`` 0: no pool.
 ``aclose`` (server stop) stops refilling and closes every sandbox the pool holds.
 """
 
@@ -48,6 +50,7 @@ DEFAULT_WINDOW = 10.0  # seconds of acquisitions a key's demand counts
 REFILL_PARALLEL = 4  # sandboxes started at once while refilling
 RETRY_AFTER = 1.0  # seconds before a key whose start failed is refilled again
 CLOSE_TIMEOUT = 30.0  # seconds ``aclose`` waits for starts under way
+MIN_DEMAND = 2  # acquisitions of a key in the window before it is pooled
 
 
 def pool_key(spec: SandboxSpec) -> str | None:
@@ -85,12 +88,12 @@ class _Key:
 
 
 def targets(demands: dict[str, int], capacity: int) -> dict[str, int]:
-    """How many sandboxes each key should hold: its demand, the keys with the most
-    demand served first, ``capacity`` in all."""
+    """How many sandboxes each key should hold: its demand (none below MIN_DEMAND),
+    the keys with the most demand served first, ``capacity`` in all."""
     left = capacity
     out: dict[str, int] = {}
     for key in sorted(demands, key=lambda k: -demands[k]):
-        out[key] = min(demands[key], left)
+        out[key] = min(demands[key] if demands[key] >= MIN_DEMAND else 0, left)
         left -= out[key]
     return out
 
