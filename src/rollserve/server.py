@@ -94,6 +94,10 @@ class ServerConfig(BaseModel):
     sandbox_options: dict[str, Any] = Field(
         default_factory=dict, description="the runtime's config, e.g. bubblewrap "
         '{"readonly_paths": ["/opt/conda"]}, apptainer {"fakeroot": true, "image_cache": "..."}')
+    sandbox_pool: int = Field(
+        0, ge=0, le=4096, description="a warm pool of at most this many started sandboxes "
+        "that INIT takes from (sized by the recent demand per spec; each used by one rollout, "
+        "never reused; docs/sandboxes.md); 0: none, every sandbox starts cold")
     handler_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per handler (by data_source) its settings, e.g. "
         '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}')
@@ -162,7 +166,7 @@ class Service:
         self.handlers = HandlerRegistry()
         # Created on first use: a host without the runtime (no bwrap) still serves math.
         self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
-                                     config.sandbox_options)
+                                     config.sandbox_options, pool=config.sandbox_pool)
         self.reaped: dict | None = None  # what the start-up reaper cleaned up
         self._sandbox_python: asyncio.Task[object] | None = None  # made at start
         self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers

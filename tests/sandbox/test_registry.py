@@ -80,7 +80,8 @@ async def test_lazy_runtime_is_made_on_first_use_with_its_options(tmp_path):
     assert box.workspace.is_relative_to(tmp_path / "boxes")
     status = lazy.status()
     assert status.pop("limits")["enforced_by"]["disk_mb"].startswith("a watcher")
-    assert status == {"runtime": "local", "ready": True, "error": None, "open": 1, "started": 1}
+    assert status == {"runtime": "local", "ready": True, "error": None, "open": 1, "started": 1,
+                      "pool": None}
     await lazy.aclose()  # closes what is still open
     assert lazy.open_sandboxes() == [] and not box.workspace.exists()
 

@@ -96,6 +96,9 @@ def serve(
         "singularity | docker | podman | local (no isolation: development only)"),
     sandbox_options: str | None = typer.Option(
         None, help='the runtime\'s options as JSON, e.g. \'{"readonly_paths": ["/opt/conda"]}\''),
+    sandbox_pool: int = typer.Option(
+        SERVER.sandbox_pool, min=0, max=4096, help="keep up to this many sandboxes started "
+        "ahead of demand for INIT to take (each used once); 0: none"),
     handler_options: str | None = typer.Option(
         None, help='handlers\' settings as JSON by handler, e.g. '
         '\'{"swe": {"mirrors": ["/data/mirrors"]}}\''),
@@ -156,7 +159,8 @@ def serve(
         public_docs=public_docs, limits=RequestLimits(max_request_bytes=int(max_request_mb * MIB),
                                                       max_instance_bytes=int(max_instance_mb * MIB)),
         tokenizer=tokenizer, backends=backend, scoring_workers=scoring_workers,
-        sandbox_runtime=sandbox_runtime, sandbox_options=options, handler_options=by_handler,
+        sandbox_runtime=sandbox_runtime, sandbox_options=options, sandbox_pool=sandbox_pool,
+        handler_options=by_handler,
         engine=_engine_config(init_workers, run_workers, eval_workers, max_pending,
                               on_restart, retention_hours).model_copy(
             update={"max_staleness": max_staleness, "mask_stale": mask_stale}),

@@ -271,6 +271,9 @@ class SandboxStatus(BaseModel):
     limits: JSONObject | None = Field(
         description="the default limits and how this runtime enforces each one "
                     "(``defaults``, ``enforced_by``); null until the runtime is made")
+    pool: JSONObject | None = Field(
+        None, description="the warm pool (``--sandbox-pool``): capacity, ready, starting, "
+        "hits, misses, started, trimmed, failed; null without one")
     reaped_at_start: ReapSummary | None = Field(
         description="what the start-up reaper cleaned up (null before it ran)")
 

@@ -28,6 +28,7 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.config import RuntimeConfig, runtime_config
 from rollserve.sandbox.docker import DockerRuntime
 from rollserve.sandbox.local import LocalRuntime
+from rollserve.sandbox.pool import SandboxPool
 
 __all__ = ["RUNTIMES", "RUNTIME_CLASSES", "AnyRuntime", "LazyRuntime", "availability",
            "get_runtime", "image_runtimes", "new_runtime", "runtime_config", "unavailable_reason"]
@@ -103,18 +104,23 @@ class LazyRuntime:
     It also keeps count of the sandboxes it started, for the status page, and can
     close any still open when the server stops. Its options are checked at once (a
     ValueError naming the bad option), the runtime made at first use.
+
+    ``pool`` > 0: a warm pool of at most that many sandboxes (pool.py) that ``start``
+    takes from first; a pooled sandbox counts as started and open once handed out.
     """
 
     def __init__(self, name: str, state_dir: Path | str | None = None,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, *, pool: int = 0) -> None:
         self.name = name
         self.state_dir = state_dir
         self.config: RuntimeConfig = runtime_config(name, options)
         self.error: str | None = None  # why the runtime could not be created
-        self.started = 0  # sandboxes started since the server started
+        self.started = 0  # sandboxes handed to rollouts since the server started
         self._runtime: AnyRuntime | None = None
         self._lock: asyncio.Lock | None = None
-        self._open: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+        self._open: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # handed to rollouts
+        self._made: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # these and the pool's
+        self.pool: SandboxPool | None = SandboxPool(self._make, pool) if pool else None
 
     @property
     def own_paths(self) -> bool:
@@ -151,19 +157,29 @@ class LazyRuntime:
         return self._runtime
 
     async def start(self, spec: SandboxSpec) -> Sandbox:
+        """A sandbox for ``spec``: a pooled one if one is ready, else started now."""
         runtime = await self.get()
-        sandbox = await runtime.start(spec)
+        sandbox = await self.pool.acquire(spec) if self.pool is not None else None
+        if sandbox is None:
+            sandbox = await self._make(spec, runtime)
         self.started += 1
         self._open.add(sandbox)
+        return sandbox
+
+    async def _make(self, spec: SandboxSpec, runtime: AnyRuntime | None = None) -> Sandbox:
+        sandbox = await (runtime or await self.get()).start(spec)
+        self._made.add(sandbox)
         return sandbox
 
     def open_sandboxes(self) -> list[Sandbox]:
         return [sandbox for sandbox in self._open if not sandbox.closed]
 
     async def aclose(self) -> None:
-        """Close every sandbox still open (a safety net at server stop: rollouts close
-        their own in cleanup)."""
-        leftovers = self.open_sandboxes()
+        """Empty the pool, then close every sandbox still open (a safety net at server
+        stop: rollouts close their own in cleanup)."""
+        if self.pool is not None:
+            await self.pool.aclose()
+        leftovers = [sandbox for sandbox in self._made if not sandbox.closed]
         if leftovers:
             log.warning("closing %d sandboxes still open at shutdown", len(leftovers))
         results = await asyncio.gather(*(s.close() for s in leftovers), return_exceptions=True)
@@ -179,6 +195,7 @@ class LazyRuntime:
             "open": len(self.open_sandboxes()),
             "started": self.started,
             "limits": self.limits(),
+            "pool": self.pool.status() if self.pool is not None else None,
         }
 
     def limits(self) -> dict[str, Any] | None:
