@@ -64,13 +64,22 @@ async def test_the_same_opening_prompt_is_rendered_once_and_equals_a_fresh_rende
 
 async def test_a_cached_prompt_past_the_budget_is_refused_as_an_uncached_one_is(tok):
     counting = Counting(tok)
-    long = _question("x " * 3000)
+    long = _question("x " * 1500)  # (small enough to be cached)
     ids = await LocalPromptBuilder(counting).afirst(long)  # cached, with no budget
     small = LocalPromptBuilder(counting)
     small.max_prompt_tokens = 10  # (its bytes alone prove it past that)
     assert len(ids) > 10
     with pytest.raises(PromptOverBudget):
         await small.afirst(long)
+
+
+async def test_a_large_opening_prompt_is_not_kept(tok):
+    """A harness's megabyte prompt would make the cache a memory hole: only prompts of
+    at most INLINE_CHARS characters are kept."""
+    counting = Counting(tok)
+    big = _question("z " * chat.INLINE_CHARS)
+    first = await LocalPromptBuilder(counting).afirst(big)
+    assert await LocalPromptBuilder(counting).afirst(big) == first and counting.renders == 2
 
 
 async def test_the_cache_is_bounded(tok, monkeypatch):

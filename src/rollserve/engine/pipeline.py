@@ -56,7 +56,7 @@ def small_result(r: Rollout) -> bool:
     if traj.auxiliary or len(traj.messages) > INLINE_RESULT_MESSAGES:
         return False
     tokens = len(traj.input_ids) + sum(len(s.input_ids) for s in traj.closed)
-    chars = sum(len(c) if isinstance(c := m.get("content"), str) else INLINE_RESULT_CHARS
+    chars = sum(len(c) if isinstance(c := m.get("content"), str) else INLINE_RESULT_CHARS + 1
                 for m in traj.messages)
     return tokens <= INLINE_RESULT_TOKENS and chars <= INLINE_RESULT_CHARS
 

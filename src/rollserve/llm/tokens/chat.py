@@ -23,9 +23,9 @@ threads (``RENDER_THREADS``), never on the event loop: a 1 MB prompt takes about
 second to tokenize and 10 MB ten, and the server must keep answering meanwhile (the
 Rust tokenizer releases the GIL while it works). The opening prompt's ids are kept
 per distinct conversation and tools (``FIRST_CACHE`` of them, least recently used
-dropped first): the ``n`` samples of a task render and tokenize it once, and the others
-find it on the loop, in microseconds, without the hop to a thread and back (a prompt of
-at most ``INLINE_CHARS`` characters is looked up there). A turn's sampled ids (at most
+dropped first, each of at most ``INLINE_CHARS`` characters of text): the ``n`` samples
+of a task render and tokenize it once, and the others find it on the loop, in
+microseconds, without the hop to a thread and back. A turn's sampled ids (at most
 ``INLINE_DECODE_IDS``) are decoded on the loop too: microseconds, less than the hop.
 """
 
@@ -58,7 +58,7 @@ _render_pool = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix
 
 INLINE_CHARS = 4096  # an opening prompt of at most this much text is looked up on the loop
 INLINE_DECODE_IDS = 1024  # sampled ids of at most this many are decoded on the loop
-FIRST_CACHE = 4096  # opening prompts' ids kept per tokenizer
+FIRST_CACHE = 1024  # opening prompts' ids kept per tokenizer (each of at most INLINE_CHARS)
 
 
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
@@ -149,8 +149,8 @@ class LocalPromptBuilder:
             return cached
         ids = self._encode(self._render(messages, gen=True))
         cache = _first_cache(self.tok)
-        if key is not None and cache is not None:
-            cache.put(key, ids)
+        if key is not None and cache is not None and _text_size(messages) <= INLINE_CHARS:
+            cache.put(key, ids)  # (only small prompts: the cache's memory stays bounded)
         return ids
 
     def _first_key(self, messages: list[Message]) -> str | None:
