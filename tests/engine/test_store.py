@@ -157,3 +157,31 @@ async def test_a_rescore_answer_is_kept_by_key_across_reopening_and_purged_with_
         assert await s.seed_salt() == salt
     finally:
         await s.close()
+
+
+async def test_results_ending_together_are_written_together_each_once_in_order(store):
+    """Results that arrive at once share a transaction: each gets its own cursor, in
+    the order they came; one that cannot be stored fails alone; a second result for
+    the same rollout in the same batch keeps the first one's cursor."""
+    import asyncio
+
+    await store.create_groups([_group("g1", 50)])
+    commits = []
+    real_call = store._call
+
+    async def counting_call(fn):
+        commits.append(fn)
+        return await real_call(fn)
+
+    store._call = counting_call
+    ids = [f"g1-{i}" for i in range(50)]
+    answers = await asyncio.gather(*[store.finish(_result(i)) for i in ids],
+                                   store.finish(_result("nope-0")), store.finish(_result("g1-3", "failed")),
+                                   return_exceptions=True)
+    assert answers[:50] == list(range(1, 51))
+    assert isinstance(answers[50], KeyError)
+    assert answers[51] == 4  # (g1-3's first result, in the same batch)
+    assert len(commits) < 10  # (52 results: a handful of transactions, not one each)
+    rows = await store.results_after(0, 100)
+    assert [(r.seq, r.id) for r in rows] == [(i + 1, rid) for i, rid in enumerate(ids)]
+    assert (await store.rollout("g1-3")).status == "completed"

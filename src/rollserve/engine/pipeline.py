@@ -45,6 +45,22 @@ log = logging.getLogger(__name__)
 __all__ = ["CLEANUP_TIMEOUT", "Engine", "EngineConfig", "Sessions"]
 
 
+INLINE_RESULT_TOKENS = 4096  # a result with at most this many ids is built on the loop
+INLINE_RESULT_MESSAGES = 64  # ... in at most this many messages
+INLINE_RESULT_CHARS = 65_536  # ... of at most this many characters of text
+
+
+def small_result(r: Rollout) -> bool:
+    """Whether ``r``'s result is small enough to build and validate on the event loop."""
+    traj = r.trajectory
+    if traj.auxiliary or len(traj.messages) > INLINE_RESULT_MESSAGES:
+        return False
+    tokens = len(traj.input_ids) + sum(len(s.input_ids) for s in traj.closed)
+    chars = sum(len(c) if isinstance(c := m.get("content"), str) else INLINE_RESULT_CHARS + 1
+                for m in traj.messages)
+    return tokens <= INLINE_RESULT_TOKENS and chars <= INLINE_RESULT_CHARS
+
+
 @dataclass
 class _Progress:
     """Where a rollout in flight stands, as its failure would name it."""
@@ -302,9 +318,14 @@ class Engine:
 
     async def _record_result(self, r: Rollout) -> None:
         r.finished_at = time.time()
-        # Built and validated on a worker thread: a long episode's result is megabytes of
-        # token ids (1M of them took 0.8 s to validate, which would stall the event loop).
-        result = await asyncio.to_thread(r.final_result)
+        # A long episode's result is megabytes of token ids (1M of them took 0.8 s to
+        # validate, which would stall the event loop): built on a worker thread. A small
+        # one (a math episode's hundred ids: tens of microseconds) is built here, as the
+        # hop to a thread and back costs more than the work.
+        if small_result(r):
+            result = r.final_result()
+        else:
+            result = await asyncio.to_thread(r.final_result)
         seq = await asyncio.shield(self.store.finish(result))
         self.last_seq = max(self.last_seq, seq)
         self.counters[result.status] = self.counters.get(result.status, 0) + 1

@@ -24,6 +24,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -85,6 +86,8 @@ class SQLiteStore:
         self._closed = False
         self._pending: dict[str, tuple[str, int | None, float]] = {}
         self._flusher: asyncio.Task[None] | None = None
+        self._finishing: list[tuple[RolloutResult, asyncio.Future[int]]] = []
+        self._finisher: asyncio.Task[None] | None = None
 
     # --- plumbing ---------------------------------------------------------------
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -108,6 +111,8 @@ class SQLiteStore:
         if self._closed:
             return
         await self.flush()
+        if self._finisher is not None:
+            await self._finisher  # (the results being written are stored before it closes)
         self._closed = True
 
         def _close() -> None:
@@ -180,35 +185,40 @@ class SQLiteStore:
     async def finish(self, result: RolloutResult) -> int:
         """Store the terminal result and give it the next cursor position.
 
-        Idempotent: a rollout that already has a result keeps its first one.
+        Idempotent: a rollout that already has a result keeps its first one. Results
+        that arrive while others are being written are written together, in one
+        transaction, in the order they came (a group commit: thousands of rollouts
+        ending at once cost a handful of commits); each caller waits for its own.
         """
-        rollout_id, status = result.id, result.status
-        if status not in TERMINAL:
-            raise ValueError(f"{status!r} is not a terminal status")
-        now = time.time()
+        if result.status not in TERMINAL:
+            raise ValueError(f"{result.status!r} is not a terminal status")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int] = loop.create_future()
+        self._finishing.append((result, done))
+        if self._finisher is None or self._finisher.done():
+            self._finisher = loop.create_task(self._write_finished())
+        return await done
 
-        def _finish(conn: sqlite3.Connection) -> int:
-            row = conn.execute("SELECT seq FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
-            if row is None:
-                raise KeyError(rollout_id)
-            if row[0] is not None:
-                return int(row[0])
-            # Serialized here, on the store's thread: a result with a long prompt is
-            # megabytes of JSON, which would otherwise stall the event loop.
-            payload = encode_result(result)
-            seq = _next_seq(conn)
-            conn.execute(
-                "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?,"
-                " usable=?, reward=?, masked=?, data_source=?, failure_kind=?, duration=?,"
-                " policy_version=? WHERE id=?",
-                (status, payload, seq, now, now, result_usable(result), result.reward,
-                 result.mask, result.data_source,
-                 None if result.failure is None else result.failure.kind, result.timing.total,
-                 max(result.trajectory.policy_versions, default=None), rollout_id),
-            )
-            return seq
-
-        return await self._call(_finish)
+    async def _write_finished(self) -> None:
+        await asyncio.sleep(0)  # (the results of this turn of the loop join the first batch)
+        while self._finishing:
+            batch, self._finishing = self._finishing, []
+            try:
+                answers = await self._call(partial(_finish_all, [result for result, _ in batch]))
+            except asyncio.CancelledError:  # the loop is ending: nobody stored, nobody waits
+                for _, done in batch + self._finishing:
+                    done.cancel()
+                self._finishing = []
+                raise
+            except Exception as exc:  # the transaction failed: none of the batch is stored
+                answers = [exc] * len(batch)
+            for (_, done), answer in zip(batch, answers, strict=True):
+                if done.done():
+                    continue
+                if isinstance(answer, Exception):
+                    done.set_exception(answer)
+                else:
+                    done.set_result(answer)
 
     async def purge(self, finished_before: float) -> int:
         def _purge(conn: sqlite3.Connection) -> int:
@@ -368,3 +378,35 @@ def _next_seq(conn: sqlite3.Connection) -> int:
     seq = _current_seq(conn) + 1
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('seq', ?)", (str(seq),))
     return seq
+
+
+def _finish_all(results: list[RolloutResult], conn: sqlite3.Connection) -> list[int | Exception]:
+    return [_finish_one(conn, result) for result in results]
+
+
+def _finish_one(conn: sqlite3.Connection, result: RolloutResult) -> int | Exception:
+    """``finish`` for one result, inside the batch's transaction: its cursor position,
+    or the error that refused it alone (no row: ``KeyError``)."""
+    try:
+        row = conn.execute("SELECT seq FROM rollouts WHERE id=?", (result.id,)).fetchone()
+        if row is None:
+            raise KeyError(result.id)
+        if row[0] is not None:
+            return int(row[0])
+        # Serialized here, on the store's thread: a result with a long prompt is
+        # megabytes of JSON, which would otherwise stall the event loop.
+        payload = encode_result(result)
+        seq = _next_seq(conn)
+        now = time.time()
+        conn.execute(
+            "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?,"
+            " usable=?, reward=?, masked=?, data_source=?, failure_kind=?, duration=?,"
+            " policy_version=? WHERE id=?",
+            (result.status, payload, seq, now, now, result_usable(result), result.reward,
+             result.mask, result.data_source,
+             None if result.failure is None else result.failure.kind, result.timing.total,
+             max(result.trajectory.policy_versions, default=None), result.id),
+        )
+        return seq
+    except (KeyError, ValueError, TypeError) as exc:
+        return exc

@@ -21,14 +21,23 @@ Each tokenizer makes its own (``llm.base.Tokenizer.prompt_builder``).
 ``LocalPromptBuilder``'s async methods render and tokenize on a small pool of worker
 threads (``RENDER_THREADS``), never on the event loop: a 1 MB prompt takes about a
 second to tokenize and 10 MB ten, and the server must keep answering meanwhile (the
-Rust tokenizer releases the GIL while it works).
+Rust tokenizer releases the GIL while it works). The opening prompt's ids are kept
+per distinct conversation and tools (``FIRST_CACHE`` of them, least recently used
+dropped first, each of at most ``INLINE_CHARS`` characters of text): the ``n`` samples
+of a task render and tokenize it once, and the others find it on the loop, in
+microseconds, without the hop to a thread and back. A turn's sampled ids (at most
+``INLINE_DECODE_IDS``) are decoded on the loop too: microseconds, less than the hop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import os
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -47,9 +56,63 @@ RENDER_THREADS = max(2, min(8, os.cpu_count() or 2))
 _render_pool = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix="rollserve-render")
 
 
+INLINE_CHARS = 4096  # an opening prompt of at most this much text is looked up on the loop
+INLINE_DECODE_IDS = 1024  # sampled ids of at most this many are decoded on the loop
+FIRST_CACHE = 1024  # opening prompts' ids kept per tokenizer (each of at most INLINE_CHARS)
+
+
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` on a render thread; a cancelled caller stops waiting at once."""
     return await asyncio.get_running_loop().run_in_executor(_render_pool, fn, *args)
+
+
+def _text_size(messages: list[Message]) -> int:
+    """Characters of text in ``messages`` (content that is not text counts as large)."""
+    size = 0
+    for m in messages:
+        content = m.get("content")
+        size += len(content) if isinstance(content, str) else INLINE_CHARS + 1
+        if "tool_calls" in m:
+            size += INLINE_CHARS + 1  # (rendered from structure: not cheap to size)
+    return size
+
+
+class _FirstCache:
+    """Opening prompts' ids by conversation, for one tokenizer: a bounded LRU shared by
+    the render threads and the loop (a lock around each lookup and insert)."""
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[int, ...] | None:
+        with self._lock:
+            ids = self._ids.get(key)
+            if ids is not None:
+                self._ids.move_to_end(key)
+            return ids
+
+    def put(self, key: str, ids: list[int]) -> None:
+        with self._lock:
+            self._ids[key] = tuple(ids)
+            self._ids.move_to_end(key)
+            while len(self._ids) > FIRST_CACHE:
+                self._ids.popitem(last=False)
+
+
+_first_caches: weakref.WeakKeyDictionary[Any, _FirstCache] = weakref.WeakKeyDictionary()
+_first_caches_lock = threading.Lock()
+
+
+def _first_cache(tok: TextTemplate) -> _FirstCache | None:
+    try:
+        with _first_caches_lock:
+            cache = _first_caches.get(tok)
+            if cache is None:
+                cache = _first_caches[tok] = _FirstCache()
+            return cache
+    except TypeError:  # a tokenizer that cannot be weakly referenced: no cache
+        return None
 
 
 class LocalPromptBuilder:
@@ -77,8 +140,31 @@ class LocalPromptBuilder:
         return self.tok.encode(text)
 
     def first(self, messages: list[Message]) -> list[int]:
-        """Ids of the opening prompt (system/user messages + generation prompt)."""
-        return self._encode(self._render(messages, gen=True))
+        """Ids of the opening prompt (system/user messages + generation prompt); the
+        same conversation with the same tools is rendered and tokenized once (a cached
+        prompt past ``max_prompt_tokens`` takes the uncached path, which refuses it)."""
+        key = self._first_key(messages)
+        cached = self._cached_first(key)
+        if cached is not None:
+            return cached
+        ids = self._encode(self._render(messages, gen=True))
+        cache = _first_cache(self.tok)
+        if key is not None and cache is not None and _text_size(messages) <= INLINE_CHARS:
+            cache.put(key, ids)  # (only small prompts: the cache's memory stays bounded)
+        return ids
+
+    def _first_key(self, messages: list[Message]) -> str | None:
+        try:
+            return json.dumps([messages, self.tools], sort_keys=True, ensure_ascii=False)
+        except (TypeError, ValueError):  # content JSON cannot hold: rendered every time
+            return None
+
+    def _cached_first(self, key: str | None) -> list[int] | None:
+        cache = _first_cache(self.tok)
+        ids = None if key is None or cache is None else cache.get(key)
+        if ids is None or (self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens):
+            return None
+        return list(ids)
 
     def assistant_content(self, output_ids: list[int], finish_reason: str) -> str:
         """The assistant message text for sampled ids (without the closing stop token)."""
@@ -132,9 +218,15 @@ class LocalPromptBuilder:
 
     # --- the contract the agent loop uses (the work runs on a render thread) ---------
     async def afirst(self, messages: list[Message]) -> list[int]:
+        if _text_size(messages) <= INLINE_CHARS:  # (a small key: looked up here)
+            cached = self._cached_first(self._first_key(messages))
+            if cached is not None:
+                return cached
         return await off_loop(self.first, messages)
 
     async def aassistant_content(self, output_ids: list[int], finish_reason: str) -> str:
+        if len(output_ids) <= INLINE_DECODE_IDS:
+            return self.assistant_content(output_ids, finish_reason)
         return await off_loop(self.assistant_content, output_ids, finish_reason)
 
     async def adelta(self, history: list[Message], new: list[Message], sequence: list[int]) -> list[int]:

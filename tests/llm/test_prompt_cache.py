@@ -1,0 +1,109 @@
+"""Where a local prompt builder does its work (``tokens.chat``): rendering and tokenizing
+on a render thread, never the event loop; the opening prompt rendered and tokenized once
+per distinct conversation and tools, and never served past the prompt budget."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from rollserve.llm.base import PromptOverBudget
+from rollserve.llm.tokens import chat
+from rollserve.llm.tokens.chat import LocalPromptBuilder
+
+
+class Counting:
+    """The real tokenizer, counting renders and noting the thread each ran on."""
+
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+        self.renders = 0
+        self.threads: set[str] = set()
+
+    def render(self, messages, add_generation_prompt, tools=None):
+        self.renders += 1
+        self.threads.add(threading.current_thread().name)
+        return self.tok.render(messages, add_generation_prompt=add_generation_prompt, tools=tools)
+
+    def encode(self, text):
+        return self.tok.encode(text)
+
+    def decode(self, ids, skip_special_tokens=False):
+        return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    @property
+    def eos_token_id(self):
+        return self.tok.eos_token_id
+
+    @property
+    def max_token_bytes(self):
+        return self.tok.max_token_bytes
+
+
+def _question(text: str) -> list:
+    return [{"role": "system", "content": "Answer in \\boxed{}."}, {"role": "user", "content": text}]
+
+
+async def test_the_same_opening_prompt_is_rendered_once_and_equals_a_fresh_render(tok):
+    counting = Counting(tok)
+    fresh = LocalPromptBuilder(tok).first(_question("What is 2 + 2?"))
+    ids = [await LocalPromptBuilder(counting).afirst(_question("What is 2 + 2?")) for _ in range(4)]
+    assert ids == [fresh] * 4 and counting.renders == 1
+    ids[0].append(7)  # a caller's list is its own: the cache is not changed through it
+    assert await LocalPromptBuilder(counting).afirst(_question("What is 2 + 2?")) == fresh
+    other = await LocalPromptBuilder(counting).afirst(_question("What is 3 + 3?"))
+    assert other != fresh and counting.renders == 2
+    # The same messages offered tools are another prompt, not the cached one.
+    tools = [{"type": "function", "function": {"name": "calc", "description": "adds",
+                                                "parameters": {"type": "object", "properties": {}}}}]
+    await LocalPromptBuilder(counting, tools=tools).afirst(_question("What is 2 + 2?"))
+    assert counting.renders == 3
+
+
+async def test_a_cached_prompt_past_the_budget_is_refused_as_an_uncached_one_is(tok):
+    counting = Counting(tok)
+    long = _question("x " * 1500)  # (small enough to be cached)
+    ids = await LocalPromptBuilder(counting).afirst(long)  # cached, with no budget
+    small = LocalPromptBuilder(counting)
+    small.max_prompt_tokens = 10  # (its bytes alone prove it past that)
+    assert len(ids) > 10
+    with pytest.raises(PromptOverBudget):
+        await small.afirst(long)
+
+
+async def test_a_large_opening_prompt_is_not_kept(tok):
+    """A harness's megabyte prompt would make the cache a memory hole: only prompts of
+    at most INLINE_CHARS characters are kept."""
+    counting = Counting(tok)
+    big = _question("z " * chat.INLINE_CHARS)
+    first = await LocalPromptBuilder(counting).afirst(big)
+    assert await LocalPromptBuilder(counting).afirst(big) == first and counting.renders == 2
+
+
+async def test_the_cache_is_bounded(tok, monkeypatch):
+    monkeypatch.setattr(chat, "FIRST_CACHE", 3)
+    counting = Counting(tok)
+    for i in range(5):
+        await LocalPromptBuilder(counting).afirst(_question(f"q{i}"))
+    assert counting.renders == 5
+    await LocalPromptBuilder(counting).afirst(_question("q0"))  # dropped: rendered again
+    await LocalPromptBuilder(counting).afirst(_question("q4"))  # kept
+    assert counting.renders == 6
+
+
+async def test_rendering_runs_on_a_render_thread_and_only_a_cached_prompt_is_served_on_the_loop(tok):
+    counting = Counting(tok)
+    loop_thread = threading.current_thread().name
+    builder = LocalPromptBuilder(counting)
+    history = _question("What is 12 + 12?")
+    sequence = await builder.afirst(history)  # rendered (on a render thread)
+    history = [*history, {"role": "assistant", "content": "24"}]
+    await builder.adelta(history, [{"role": "user", "content": "Sure?"}], sequence)
+    await builder.acheck(history, sequence)
+    assert counting.renders >= 3 and loop_thread not in counting.threads
+    assert all(t.startswith("rollserve-render") for t in counting.threads)
+    renders = counting.renders
+    again = await LocalPromptBuilder(counting).afirst(_question("What is 12 + 12?"))
+    assert again == sequence and counting.renders == renders  # found, not rendered
