@@ -163,9 +163,12 @@ def _transcript(code: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("snippet", CONSOLES, ids=[s.id for s in CONSOLES])
-def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path) -> None:
+def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path,
+                                              request: pytest.FixtureRequest) -> None:
     """Each ``$`` command run in a scratch folder (``rollserve`` is this checkout's), its
-    output holding the lines shown (rich's panel borders and line breaks aside)."""
+    output holding the lines shown (rich's panel borders and line breaks aside). A
+    transcript that names ``http://127.0.0.1:8000`` talks to the live server the Python
+    blocks use (the URL replaced by its own)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "rollserve"
@@ -173,6 +176,9 @@ def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path) 
     shim.chmod(0o755)
     steps = _transcript(snippet.code)
     assert steps, f"{snippet.id}: a console block without a `$ ` command"
+    if DOCS_URL in snippet.code:
+        url = request.getfixturevalue("live").url
+        steps = [(command.replace(DOCS_URL, url), shown) for command, shown in steps]
     for command, shown in steps:
         done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
                               timeout=COMMAND_TIMEOUT, check=False,
