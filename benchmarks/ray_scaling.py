@@ -36,7 +36,7 @@ from rollserve.contract import RolloutResult
 
 SLOTS = 16
 NODES = 3
-DEFAULT_LATENCY = 1.5  # seconds per LLM call (the README's table; others get their own file)
+DEFAULT_LATENCY = 1.5  # seconds per LLM call (docs/benchmarks.md's table; others get their own file)
 
 
 def run_batch(url: str, count: int, head: psutil.Process) -> dict:

@@ -9,7 +9,7 @@ import pytest
 from rollserve.contract.validation import field_name
 
 COMMAND = "python3 harness.py"
-MAX_PART_BYTES = 255  # the limits the README documents for instance.files
+MAX_PART_BYTES = 255  # the limits docs/gateway.md documents for instance.files
 MAX_DEPTH = 32
 
 

@@ -1,11 +1,13 @@
-"""The README's cluster recipe as written, with Ray's own CLI (issue 12: "a new user can
-start a 1-head + N-worker cluster from the README"): `ray start --head --num-cpus 0` on
+"""docs/ray.md's cluster recipe with Ray's own CLI (issue 12: "a new user can start a
+1-head + N-worker cluster from the README", whose recipe is now that page's; the commands
+are this file's own copy, with what one host standing in for three needs added, not read
+from the page): `ray start --head --num-cpus 0` on
 this host; two worker "machines", each a network namespace with its own address and
 its own Ray session folders (`ip netns` and a private mount namespace: nothing of the
 head's Ray session is visible there; the file system is otherwise shared), joined with
 `ray start --address HEAD:PORT --resources '{"rollserve": N}' --labels
 rollserve-node=NAME`; `rollserve serve --ray HEAD:PORT` on the head; the unchanged
-client over HTTP. Token authentication is on, as the README says to set it
+client over HTTP. Token authentication is on, as docs/ray.md says to set it
 (`RAY_AUTH_MODE=token` and one `RAY_AUTH_TOKEN` on every machine).
 
 Needs root (network namespaces; CI runs as root); skipped otherwise.
@@ -67,7 +69,7 @@ pytestmark = [
 ]
 
 SLOTS = 4
-BIN = Path(sys.executable).parent  # `ray` and `rollserve` as the README's install puts them
+BIN = Path(sys.executable).parent  # `ray` and `rollserve` as docs/ray.md's install puts them
 TESTS = [{"input": "1 2\n", "output": "3\n"}]
 SOLUTION = "a, b = map(int, input().split())\nprint(a + b)\n"
 
@@ -101,7 +103,7 @@ class Machine:
             _run("ip", "netns", "exec", self.ns, *cmd)
 
     def start_ray(self, head: str, name: str, log: Path, temp_dir: str) -> subprocess.Popen[bytes]:
-        """The README's worker step, run inside this machine. Ray's session folders
+        """docs/ray.md's worker step, run inside this machine. Ray's session folders
         (the head's temp dir, which a joining node takes from the head, and Ray's
         default) are this machine's own: an empty file system mounted over each (the
         rest, the venv and the state dir included, is shared, like a shared home)."""
@@ -206,7 +208,7 @@ def cli_cluster(tmp_path_factory):
     machines = [Machine(i) for i in (1, 2)]
     head_ip, port = machines[0].gateway, 6400 + os.getpid() % 1000
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "PYTHONPATH")}
-    # One secret on every machine (the README's step); the nodes import this checkout.
+    # One secret on every machine (docs/ray.md's step); the nodes import this checkout.
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
                       PYTHONPATH=os.pathsep.join(
                           p for p in (str(Path(rollserve.__file__).resolve().parents[1]),

@@ -1,5 +1,5 @@
-"""The ``bash`` and ``python`` blocks of README.md and docs/*.md, with the mark each
-carries on the line right before it (docs/contributing.md, "Snippets"):
+"""The ``bash``, ``console`` and ``python`` blocks of README.md and docs/*.md, with the
+mark each carries on the line right before it (docs/contributing.md, "Snippets"):
 
 - ``<!-- run: tests/path.py -->``: that test runs the block (it reads it from the page);
 - ``<!-- runs -->``: tests/docs/test_snippets.py runs it (a python block against a live
@@ -7,6 +7,10 @@ carries on the line right before it (docs/contributing.md, "Snippets"):
 - ``<!-- runs: server -->``: a ``rollserve serve`` command, started, waited for on
   ``/healthz`` (bounded) and stopped;
 - ``<!-- not run: why -->``: it cannot run here, saying why.
+
+Every fence names its language: a bare one is reported (``kind()`` "unmarked"), so no
+block escapes the check by dropping its tag; output and diagrams say ``text``. Fences
+indented under a list item count the same as those at the margin.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LANGUAGES = ("bash", "python", "sh", "shell", "console", "py", "python3", "pycon")
-FENCE = re.compile(r"^```([\w+-]*)\s*$")
+FENCE = re.compile(r"^(?P<indent> *)```(?P<language>[\w+-]*)\s*$")
 MARK = re.compile(r"^<!--\s*(run: (?P<test>\S+)|runs(?P<server>: server)?|not run: (?P<why>.+?))\s*-->$")
 MIN_REASON = 20  # characters: a reason says why, not just "no"
 
@@ -29,6 +33,7 @@ class Snippet:
     language: str
     code: str
     mark: str | None  # the comment's text, None when the line before is not a mark
+    # (a bare fence, language "", is kept too: it fails the check whatever its mark)
 
     @property
     def id(self) -> str:
@@ -37,6 +42,9 @@ class Snippet:
     def kind(self) -> tuple[str, str]:
         """('run', test path) | ('runs', '') | ('server', '') | ('not run', reason) |
         ('unmarked', what is wrong)."""
+        if not self.language:
+            return "unmarked", ("a fence with no language: say `text` for output or a diagram, "
+                                "else its language (and, for a shell or Python block, a mark)")
         if self.mark is None:
             return "unmarked", "no <!-- run: ... -->, <!-- runs --> or <!-- not run: why --> on the line before"
         m = MARK.match(self.mark)
@@ -54,7 +62,8 @@ def pages(root: Path = ROOT) -> list[Path]:
 
 
 def snippets_of(text: str, page: str) -> list[Snippet]:
-    """The shell and Python blocks of a Markdown page, each with its mark."""
+    """The shell and Python blocks of a Markdown page, and its bare fences, each with
+    its mark; a block indented under a list item is read without that indent."""
     lines = text.splitlines()
     found: list[Snippet] = []
     i = 0
@@ -63,12 +72,15 @@ def snippets_of(text: str, page: str) -> list[Snippet]:
         if opened is None:
             i += 1
             continue
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), len(lines))
-        language = opened[1].lower()
-        if language in LANGUAGES:
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].lstrip().startswith("```")),
+                   len(lines))
+        language, indent = opened["language"].lower(), len(opened["indent"])
+        if language in ("", *LANGUAGES):
             before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
             mark = before if before.startswith("<!--") else None
-            found.append(Snippet(page, i + 1, language, "\n".join(lines[i + 1:end]) + "\n", mark))
+            code = "\n".join(line if line[:indent].strip() else line[indent:]
+                             for line in lines[i + 1:end])
+            found.append(Snippet(page, i + 1, language, code + "\n", mark))
         i = end + 1
     return found
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.docs.site import ROOT, build
+from tests.docs.snippets import snippets_of
 
 # The nav a user follows: each section the docs must have, and a page of it.
 SECTIONS = {
@@ -115,3 +116,32 @@ def test_the_readme_links_land_on_built_pages(site: Path) -> None:
         if anchor:
             page = site / path.removeprefix("docs/").removesuffix(".md") / "index.html"
             assert f'id="{anchor}"' in page.read_text(), f"README links to {link}: no such anchor"
+
+
+README_MAX_LINES = 250  # the front page stays short; the rest is the site's (issue 24)
+
+
+def test_the_readme_is_a_short_front_page() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
+
+
+def _readme_commands() -> list[str]:
+    """The README's two set-up commands: its 4-space-indented ``python3 -m venv`` lines
+    (the test command is the one .ci/run reads and runs)."""
+    return [line[4:] for line in (ROOT / "README.md").read_text().splitlines()
+            if line.startswith("    python3 -m venv ")]
+
+
+def test_getting_started_repeats_the_readme_commands_exactly() -> None:
+    """docs/getting-started.md shows the quickstart and test commands in ```bash blocks;
+    each is the README's line, character for character, in the same order."""
+    readme = _readme_commands()
+    assert len(readme) == 2 and "rollserve quickstart" in readme[0] and "pytest" in readme[1]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "sed -n 's/^    \\(python3 -m venv .venv .*pytest.*\\)$/\\1/p' README.md" in ci, \
+        ".ci/run no longer reads the test command from the README's indented line"
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    shown = [s.code.strip() for s in snippets_of(page, "docs/getting-started.md")
+             if s.language == "bash" and s.code.startswith("python3 -m venv ")]
+    assert shown == readme, f"getting-started.md shows {shown}, README.md has {readme}"

@@ -74,6 +74,21 @@ def test_an_unmarked_block_and_a_reason_that_says_nothing_are_caught() -> None:
     assert [bool(_problems(s)) for s in snippets] == [True, True, False, True]
 
 
+def test_a_bare_fence_is_caught_and_text_is_not_checked() -> None:
+    """A fence without a language fails even with a mark (so no block dodges the check
+    by dropping its tag); ``text`` is output or a diagram, not run; a block indented
+    under a list item is read like one at the margin, without the indent."""
+    page = ("```\nrollserve harness install codex\n```\n\n<!-- runs -->\n```\nls\n```\n\n"
+            "```text\ntrainer -> rollserve\n```\n\n- an item:\n\n    ```bash\n    ls\n    ```\n\n"
+            "- another:\n\n    <!-- runs -->\n    ```python\n    if True:\n        print(1)\n    ```\n")
+    snippets = snippets_of(page, "docs/p.md")
+    assert [(s.line, s.language, s.kind()[0]) for s in snippets] == [
+        (1, "", "unmarked"), (6, "", "unmarked"), (16, "bash", "unmarked"), (23, "python", "runs")]
+    assert all(_problems(s) for s in snippets[:3]) and not _problems(snippets[3])
+    assert "no language" in snippets[1].kind()[1]
+    assert snippets[3].code == "if True:\n    print(1)\n"
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One `rollserve serve` for every Python snippet, its policy a scripted fake vLLM
@@ -148,9 +163,12 @@ def _transcript(code: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("snippet", CONSOLES, ids=[s.id for s in CONSOLES])
-def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path) -> None:
+def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path,
+                                              request: pytest.FixtureRequest) -> None:
     """Each ``$`` command run in a scratch folder (``rollserve`` is this checkout's), its
-    output holding the lines shown (rich's panel borders and line breaks aside)."""
+    output holding the lines shown (rich's panel borders and line breaks aside). A
+    transcript that names ``http://127.0.0.1:8000`` talks to the live server the Python
+    blocks use (the URL replaced by its own)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "rollserve"
@@ -158,6 +176,9 @@ def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path) 
     shim.chmod(0o755)
     steps = _transcript(snippet.code)
     assert steps, f"{snippet.id}: a console block without a `$ ` command"
+    if DOCS_URL in snippet.code:
+        url = request.getfixturevalue("live").url
+        steps = [(command.replace(DOCS_URL, url), shown) for command, shown in steps]
     for command, shown in steps:
         done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
                               timeout=COMMAND_TIMEOUT, check=False,

@@ -1,6 +1,6 @@
 """Hostile and broken harnesses through the preset path (the ``gateway`` family's
 ``instance.harness = {"preset": "command", ...}``, run by the preset runner in a
-bubblewrap sandbox), through the HTTP API: what the README's rules say of each.
+bubblewrap sandbox), through the HTTP API: what docs/harnesses.md and docs/security.md say of each.
 
 - one that hangs without calling, and one that hangs after a call, ignoring SIGTERM
   and hiding a child in the background: ended at the time limit, bounded; masked

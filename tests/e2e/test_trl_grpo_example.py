@@ -33,7 +33,7 @@ HOME = Path(os.environ.get("ROLLSERVE_VLLM_HOME", Path.home() / ".cache/rollserv
 STEPS = 3
 SAMPLES = 3 * 6  # the example's default: 3 prompts a step, 6 samples each
 WALL = 1500  # s: 3 to 8 min on the loaded 2-core dev host; a bound, not a speed check
-# Measured on the 2-core dev host (see the README): mean |Δ| 5e-6..7e-6 under the adapter
+# Measured on the 2-core dev host (see docs/grpo-run.md): mean |Δ| 5e-6..7e-6 under the adapter
 # that sampled, 5e-2..1.8e-1 under the one before (a ratio of 8,000 and more).
 OLD_OVER_NEW = 100.0
 
