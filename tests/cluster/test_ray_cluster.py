@@ -129,8 +129,12 @@ def judge():
 
 
 @pytest.fixture(scope="module")
-def server(cluster, fake, judge, tmp_path_factory):
+def server(cluster, fake, judge, tmp_path_factory, request):
     os.environ["HF_HUB_OFFLINE"] = "1"
+    if any(item.name == "test_a_batch_spreads_over_the_nodes_token_exact"
+           for item in request.session.items):
+        # The single-machine server that test compares with starts side by side with this one.
+        request.getfixturevalue("server_factory_local")
     process = ServerProcess(tmp_path_factory.mktemp("head") / "state",
                             ["--ray", cluster.address, "--backend", fake.url,
                              "--judge", f"j={judge.url}",
@@ -213,7 +217,7 @@ def test_a_batch_spreads_over_the_nodes_token_exact(server, fake, server_factory
           f"head CPU {head_ms:.1f} ms per rollout")
 
     # The same tasks on one machine: results of the same shape.
-    local = server_factory_local
+    local = server_factory_local.wait_ready()
     with Client(local.url) as client:
         client.submit([math_task(7), code_task(7)], sampling={"max_tokens": 128},
                             agent={"max_turns": 4})
@@ -230,8 +234,10 @@ def test_a_batch_spreads_over_the_nodes_token_exact(server, fake, server_factory
 
 @pytest.fixture(scope="module")
 def server_factory_local(fake, tmp_path_factory):
+    """A single-machine server on the same double, launched (its test waits for it)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
     process = ServerProcess(tmp_path_factory.mktemp("local") / "state", ["--backend", fake.url])
-    process.start()
+    process.launch()
     yield process
     process.stop()
 
