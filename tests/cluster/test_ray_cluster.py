@@ -93,9 +93,8 @@ def cluster():
     c = Cluster(initialize_head=True,
                 head_node_args={**NODE, "include_dashboard": False})  # the head: no rollserve slots
     try:
+        # The three nodes (node0..node2) are added by `server`, while the server starts.
         c.nodes_by_label = {}
-        for i in range(3):
-            c.nodes_by_label[f"node{i}"] = add_node(c, f"node{i}")
         yield c
     finally:
         c.shutdown()
@@ -140,9 +139,19 @@ def server(cluster, fake, judge, tmp_path_factory, request):
                              "--judge", f"j={judge.url}",
                              "--rubric", 'half={"judges": ["j"], "weight": 0.5}',
                              "--init-workers", "24", "--eval-workers", "12"])
-    process.start(timeout=240)
-    yield process
-    process.stop()
+    process.launch()
+    try:
+        # The nodes join while the server starts (its start is mostly imports; each
+        # node's raylet takes seconds): then the server has found all three, alive.
+        for i in range(3):
+            cluster.nodes_by_label[f"node{i}"] = add_node(cluster, f"node{i}")
+        process.wait_ready(timeout=240)
+        wait_for(lambda: {"node0", "node1", "node2"} <= {
+            n["name"] for n in httpx.get(f"{process.url}/v1/status", timeout=10).json()["nodes"] or []
+            if n["alive"]}, 120, "the server to find the three nodes alive")
+        yield process
+    finally:
+        process.stop()
 
 
 def nodes(url: str) -> dict[str, dict[str, Any]]:
