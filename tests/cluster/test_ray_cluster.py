@@ -93,9 +93,8 @@ def cluster():
     c = Cluster(initialize_head=True,
                 head_node_args={**NODE, "include_dashboard": False})  # the head: no rollserve slots
     try:
+        # The three nodes (node0..node2) are added by `server`, while the server starts.
         c.nodes_by_label = {}
-        for i in range(3):
-            c.nodes_by_label[f"node{i}"] = add_node(c, f"node{i}")
         yield c
     finally:
         c.shutdown()
@@ -129,16 +128,30 @@ def judge():
 
 
 @pytest.fixture(scope="module")
-def server(cluster, fake, judge, tmp_path_factory):
+def server(cluster, fake, judge, tmp_path_factory, request):
     os.environ["HF_HUB_OFFLINE"] = "1"
+    if any(item.name == "test_a_batch_spreads_over_the_nodes_token_exact"
+           for item in request.session.items):
+        # The single-machine server that test compares with starts side by side with this one.
+        request.getfixturevalue("server_factory_local")
     process = ServerProcess(tmp_path_factory.mktemp("head") / "state",
                             ["--ray", cluster.address, "--backend", fake.url,
                              "--judge", f"j={judge.url}",
                              "--rubric", 'half={"judges": ["j"], "weight": 0.5}',
                              "--init-workers", "24", "--eval-workers", "12"])
-    process.start(timeout=240)
-    yield process
-    process.stop()
+    process.launch()
+    try:
+        # The nodes join while the server starts (its start is mostly imports; each
+        # node's raylet takes seconds): then the server has found all three, alive.
+        for i in range(3):
+            cluster.nodes_by_label[f"node{i}"] = add_node(cluster, f"node{i}")
+        process.wait_ready(timeout=240)
+        wait_for(lambda: {"node0", "node1", "node2"} <= {
+            n["name"] for n in httpx.get(f"{process.url}/v1/status", timeout=10).json()["nodes"] or []
+            if n["alive"]}, 120, "the server to find the three nodes alive")
+        yield process
+    finally:
+        process.stop()
 
 
 def nodes(url: str) -> dict[str, dict[str, Any]]:
@@ -213,7 +226,7 @@ def test_a_batch_spreads_over_the_nodes_token_exact(server, fake, server_factory
           f"head CPU {head_ms:.1f} ms per rollout")
 
     # The same tasks on one machine: results of the same shape.
-    local = server_factory_local
+    local = server_factory_local.wait_ready()
     with Client(local.url) as client:
         client.submit([math_task(7), code_task(7)], sampling={"max_tokens": 128},
                             agent={"max_turns": 4})
@@ -230,8 +243,10 @@ def test_a_batch_spreads_over_the_nodes_token_exact(server, fake, server_factory
 
 @pytest.fixture(scope="module")
 def server_factory_local(fake, tmp_path_factory):
+    """A single-machine server on the same double, launched (its test waits for it)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
     process = ServerProcess(tmp_path_factory.mktemp("local") / "state", ["--backend", fake.url])
-    process.start()
+    process.launch()
     yield process
     process.stop()
 

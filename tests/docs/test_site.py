@@ -8,12 +8,13 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.docs.site import ROOT, build
+from tests.docs.site import ROOT, Build, build
 from tests.docs.snippets import snippets_of
 
 # The nav a user follows: each section the docs must have, and a page of it.
@@ -47,8 +48,35 @@ def _config() -> dict:
     return yaml.safe_load((ROOT / "mkdocs.yml").read_text())
 
 
+BROKEN_TEST = "test_a_broken_link_a_missing_page_and_an_orphan_fail_the_build"
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def broken_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Build]:
+    """The same site with three faults (a nav entry without a page, a link to a missing
+    page and one to a missing anchor, a page outside the nav), its build started."""
+    root = tmp_path_factory.mktemp("broken")
+    shutil.copytree(ROOT / "docs", root / "docs")
+    shutil.copytree(ROOT / "benchmarks" / "results", root / "benchmarks" / "results")
+    config = (ROOT / "mkdocs.yml").read_text().replace(
+        "  - Datasets: datasets.md", "  - Datasets: datasets.md\n  - Gone: no-such-page.md")
+    assert "no-such-page.md" in config, "mkdocs.yml's nav no longer has the Datasets line to add to"
+    (root / "mkdocs.yml").write_text(config)
+    concepts = root / "docs" / "concepts.md"
+    concepts.write_text(concepts.read_text() + "\nSee [this](missing-page.md) and "
+                        "[that](results.md#no-such-anchor).\n")
+    (root / "docs" / "orphan.md").write_text("# Not in the nav\n")
+    building = Build(root / "mkdocs.yml", root / "site")
+    yield building
+    building.stop()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    # The broken site's build (if its test is selected) runs side by side with this one:
+    # two processes for the two cores, instead of one build after the other.
+    if any(item.name == BROKEN_TEST for item in request.session.items):
+        request.getfixturevalue("broken_build")
     out = tmp_path_factory.mktemp("site")
     done = build(ROOT / "mkdocs.yml", out)
     assert done.returncode == 0, f"the docs site does not build strictly:\n{done.stderr[-4000:]}"
@@ -87,18 +115,9 @@ def test_the_http_reference_is_the_served_schema(site: Path) -> None:
     assert "/v1/rollouts" in schema["paths"] and "SubmitRequest" in schema["components"]["schemas"]
 
 
-def test_a_broken_link_a_missing_page_and_an_orphan_fail_the_build(tmp_path: Path) -> None:
+def test_a_broken_link_a_missing_page_and_an_orphan_fail_the_build(broken_build: Build) -> None:
     """The same site with three faults: the build fails and names each."""
-    shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    shutil.copytree(ROOT / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
-    config = (ROOT / "mkdocs.yml").read_text().replace(
-        "  - Datasets: datasets.md", "  - Datasets: datasets.md\n  - Gone: no-such-page.md")
-    (tmp_path / "mkdocs.yml").write_text(config)
-    concepts = tmp_path / "docs" / "concepts.md"
-    concepts.write_text(concepts.read_text() + "\nSee [this](missing-page.md) and "
-                        "[that](results.md#no-such-anchor).\n")
-    (tmp_path / "docs" / "orphan.md").write_text("# Not in the nav\n")
-    done = build(tmp_path / "mkdocs.yml", tmp_path / "site")
+    done = broken_build.result()
     assert done.returncode != 0
     for fault in ("no-such-page.md", "missing-page.md", "no-such-anchor", "orphan.md"):
         assert re.search(re.escape(fault), done.stderr), f"the build did not name {fault}:\n{done.stderr}"

@@ -89,21 +89,48 @@ def test_a_bare_fence_is_caught_and_text_is_not_checked() -> None:
     assert snippets[3].code == "if True:\n    print(1)\n"
 
 
+SERVE_TEST = "test_serve_snippet_starts_and_stops"
+
+
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One `rollserve serve` for every Python snippet, its policy a scripted fake vLLM
-    that answers every math question right."""
+def launched(tmp_path_factory: pytest.TempPathFactory,
+             request: pytest.FixtureRequest) -> Iterator[dict[str, ServerProcess]]:
+    """The module's `rollserve serve` processes, launched side by side (each is mostly
+    imports: the cores start them together rather than one after the other): the live
+    server the Python snippets talk to ("live": its policy a scripted fake vLLM that
+    answers every math question right), and each selected ``runs: server`` block's
+    command as written, on a free port and a scratch state folder (by snippet id). Each
+    test waits (bounded) for its own; all are stopped at the end."""
+    selected = {item.name for item in request.session.items}
+    servers: dict[str, ServerProcess] = {}
     with pytest.MonkeyPatch.context() as env:
         env.setenv("HF_HUB_OFFLINE", "1")
         env.setenv("TOKENIZERS_PARALLELISM", "false")
         env.delenv("ROLLSERVE_API_TOKEN", raising=False)
         fake = FakeVLLM("smollm2", replies=lambda ids, text: "It is \\boxed{42}.").start_in_thread()
-        server = ServerProcess(tmp_path_factory.mktemp("docs-server"), ["--backend", fake.url])
         try:
-            yield server.start(timeout=START_TIMEOUT)
+            if any(name.startswith(("test_python_snippet_runs[", "test_console_snippet_prints_what_it_shows["))
+                   for name in selected):
+                servers["live"] = ServerProcess(tmp_path_factory.mktemp("docs-server"),
+                                                ["--backend", fake.url]).launch()
+            for snippet in SERVERS:
+                if f"{SERVE_TEST}[{snippet.id}]" in selected:
+                    args = _without_port_and_state(shlex.split(snippet.code, comments=True)[2:])
+                    servers[snippet.id] = ServerProcess(tmp_path_factory.mktemp("serve") / "state",
+                                                        args).launch()
+            yield servers
         finally:
-            server.stop()
+            for server in servers.values():
+                server.stop()
             fake.stop()
+
+
+@pytest.fixture
+def live(launched: dict[str, ServerProcess]) -> ServerProcess:
+    """One `rollserve serve` for every Python snippet (launched with the module's others)."""
+    if "live" not in launched:
+        pytest.fail("the live server was not launched: no Python snippet test was collected?")
+    return launched["live"].wait_ready(START_TIMEOUT)
 
 
 @pytest.mark.parametrize("snippet", PYTHON_RUNS, ids=[s.id for s in PYTHON_RUNS])
@@ -120,13 +147,13 @@ def test_python_snippet_runs(snippet: Snippet, live: ServerProcess, tmp_path: Pa
 
 
 @pytest.mark.parametrize("snippet", SERVERS, ids=[s.id for s in SERVERS])
-def test_serve_snippet_starts_and_stops(snippet: Snippet, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The command as written, on a free port and a scratch state folder."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    server = ServerProcess(tmp_path / "state", _without_port_and_state(shlex.split(snippet.code, comments=True)[2:]))
+def test_serve_snippet_starts_and_stops(snippet: Snippet, launched: dict[str, ServerProcess]) -> None:
+    """The command as written, on a free port and a scratch state folder (launched by
+    the module's fixture, side by side with the others): it answers /healthz, then stops."""
+    server = launched.get(snippet.id)
+    assert server is not None, f"{snippet.id}: its server was not launched"
     try:
-        server.start(timeout=START_TIMEOUT)
+        server.wait_ready(START_TIMEOUT)
         health = httpx.get(f"{server.url}/healthz", timeout=10)
         assert health.status_code == 200 and health.json()["ok"] is True
     finally:

@@ -40,11 +40,21 @@ class ServerProcess:
     def start(self, timeout: float = 180.0) -> "ServerProcess":
         # Returns as soon as /healthz answers; the bound only matters on a host so loaded
         # (load average 6+ on 2 cores) that a cold start of the server took over 60 s.
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "ServerProcess":
+        """Start the process and return at once (``wait_ready`` waits for it): a test
+        that needs several servers starts them side by side."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(self.port),
                "--state-dir", str(self.state_dir), "--log-level", "warning", *self.args]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def wait_ready(self, timeout: float = 180.0) -> "ServerProcess":
+        """Wait (at most ``timeout`` s from now) for the launched process's /healthz."""
+        assert self.proc is not None, "launch() it first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
