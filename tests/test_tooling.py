@@ -1,5 +1,5 @@
-"""Lint of ``src/`` and ``tests/`` (``ruff check src tests``, complexity included) and
-types of ``src/`` (``mypy``, its configured ``files``), as pyproject.toml configures
+"""Lint of ``src/`` and ``tests/`` (``ruff check src tests``, complexity included), their
+format (``ruff format --check src tests``) and types of ``src/`` (``mypy``, its configured ``files``), as pyproject.toml configures
 them, must report nothing. CI runs them with the rest of the suite; the findings are
 printed when they fail."""
 
@@ -31,6 +31,13 @@ def test_ruff_reports_nothing_on_src_or_tests() -> None:
     # source and the tests alike: about a second.
     done = _run("ruff", "check", "--no-cache", "src", "tests", timeout=120)
     assert done.returncode == 0, f"ruff check src tests:\n{done.stdout}{done.stderr}"
+
+
+def test_ruff_format_would_change_nothing_in_src_or_tests() -> None:
+    # pyproject's [tool.ruff.format] (line length 120, the bundled task data left as it
+    # is); the tree was formatted in one commit, listed in .git-blame-ignore-revs.
+    done = _run("ruff", "format", "--check", "--no-cache", "src", "tests", timeout=120)
+    assert done.returncode == 0, f"ruff format --check src tests (run `ruff format src tests`):\n{done.stdout}{done.stderr}"
 
 
 @pytest.mark.timeout(660)
