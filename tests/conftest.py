@@ -25,8 +25,10 @@ from tests.real_vllm import FIXTURES, Pending, skip_reason
 # development loop. The mark is given here, by where a test is and what it uses, so no test
 # file carries it: whole-service processes, the embedded model, a real vLLM, killed and
 # restarted processes, suites re-run as another user, generated-input and SWE-repository runs.
-SLOW_DIRS = {"tests/e2e/": "a whole `rollserve serve` process driven over HTTP",
-             "tests/cluster/": "a Ray cluster of four raylets and a `rollserve serve --ray` process"}
+SLOW_DIRS = {
+    "tests/e2e/": "a whole `rollserve serve` process driven over HTTP",
+    "tests/cluster/": "a Ray cluster of four raylets and a `rollserve serve --ray` process",
+}
 SLOW_MARKS = {"embedded": "the embedded model", "vllm": "a real vLLM server"}
 SLOW_FIXTURES = {"server_factory": "starts `rollserve serve` processes"}
 SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
@@ -34,35 +36,26 @@ SLOW_TESTS = {  # a file, or a test in it (with all its parameters)
     "tests/docs/test_snippets.py::test_python_snippet_runs": "the docs' Python against a live server",
     "tests/docs/test_snippets.py::test_serve_snippet_starts_and_stops": "starts server processes",
     "tests/docs/test_snippets.py::test_console_snippet_prints_what_it_shows": "runs the docs' commands",
-    "tests/api/test_schemathesis.py":
-        "hundreds of generated requests to two live servers",
-    "tests/handlers/swe/test_swe_handler.py":
-        "repositories cloned into sandboxes and their test suites run",
-    "tests/handlers/swe/test_swe_results.py":
-        "pytest runs of a repository's tests in sandboxes (about 40 s)",
+    "tests/api/test_schemathesis.py": "hundreds of generated requests to two live servers",
+    "tests/handlers/swe/test_swe_handler.py": "repositories cloned into sandboxes and their test suites run",
+    "tests/handlers/swe/test_swe_results.py": "pytest runs of a repository's tests in sandboxes (about 40 s)",
     "tests/handlers/swe/test_swe_mini_data.py::test_build_check_is_up_to_date": (
         "rebuilds and re-verifies every swe-mini instance"
     ),
-    "tests/handlers/test_scoring.py::test_no_process_outlives_a_killed_server":
-        "kills a server process",
-    "tests/sandbox/test_owner.py::"
-    "test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays": (
+    "tests/handlers/test_scoring.py::test_no_process_outlives_a_killed_server": "kills a server process",
+    "tests/sandbox/test_owner.py::test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays": (
         "kills a server process and reaps after it"
     ),
-    "tests/sandbox/test_caps.py::test_caps_as_an_unprivileged_user":
-        "re-runs the caps suite as another user",
+    "tests/sandbox/test_caps.py::test_caps_as_an_unprivileged_user": "re-runs the caps suite as another user",
     "tests/sandbox/test_escape.py::test_escape_suite_as_an_unprivileged_user": (
         "re-runs the escape suite as another user"
     ),
-    "tests/test_packaging.py":
-        "pip installs the package into a fresh venv",
+    "tests/test_packaging.py": "pip installs the package into a fresh venv",
     "tests/integrations/test_verl_loop.py": (
         "builds (once, cached) a venv with verl and runs its agent loop on a live server"
     ),
-    "tests/testing/test_fake_vllm.py::test_command_line_entry_serves":
-        "starts a server process",
-    "tests/testing/test_scripted_policy.py::test_fake_llm_script_drives_rollouts_per_task":
-        "starts a server process",
+    "tests/testing/test_fake_vllm.py::test_command_line_entry_serves": "starts a server process",
+    "tests/testing/test_scripted_policy.py::test_fake_llm_script_drives_rollouts_per_task": "starts a server process",
 }
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,9 +84,10 @@ def _check_slow_table() -> None:
         path, _, test = entry.partition("::")
         if not (ROOT / path).exists():
             raise pytest.UsageError(f"tests/conftest.py: slow entry {entry!r}: no such file")
-        if test and not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                            and node.name == test
-                            for node in ast.walk(ast.parse((ROOT / path).read_text()))):
+        if test and not any(
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == test
+            for node in ast.walk(ast.parse((ROOT / path).read_text()))
+        ):
             raise pytest.UsageError(f"tests/conftest.py: slow entry {entry!r}: no such test")
 
 
@@ -107,8 +101,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.stash[_PENDING_VLLM] is not None:
         # The real vLLM is still starting (tests/real_vllm.py): the tests that need it
         # go last, in their order, so the rest of the suite runs meanwhile.
-        items[:] = ([item for item in items if not needs_vllm(item)]
-                    + [item for item in items if needs_vllm(item)])
+        items[:] = [item for item in items if not needs_vllm(item)] + [item for item in items if needs_vllm(item)]
 
 
 # --- the real vLLM server (tests/real_vllm.py) --------------------------------------------------
@@ -122,7 +115,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def needs_vllm(item: pytest.Item) -> bool:
     """Marked `vllm`, or asking for the server's URL."""
     return item.get_closest_marker("vllm") is not None or (
-        isinstance(item, pytest.Function) and any(f in item.fixturenames for f in FIXTURES))
+        isinstance(item, pytest.Function) and any(f in item.fixturenames for f in FIXTURES)
+    )
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-timeout's per-test timer
@@ -131,8 +125,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if pending is not None and not pending.done and needs_vllm(item):
         reporter = item.config.pluginmanager.get_plugin("terminalreporter")
         say = reporter.write_line if reporter is not None else print
-        say(f"\nwaiting (at most {pending.wait:g} s) for the vLLM server being started "
-            f"for this run ({pending.path})")
+        say(f"\nwaiting (at most {pending.wait:g} s) for the vLLM server being started for this run ({pending.path})")
         began = time.monotonic()
         pending.wait_for_it()
         outcome = pending.error or "up: " + ", ".join(f"{k}={v}" for k, v in pending.found.items())
@@ -166,8 +159,9 @@ def vllm_lora_url(request: pytest.FixtureRequest) -> str:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     pending = terminalreporter.config.stash[_PENDING_VLLM]
     if pending is not None and pending.error is not None:
-        terminalreporter.write_sep("#", "WARNING: the real-vLLM tests (marked 'vllm') were SKIPPED",
-                                   red=True, bold=True)
+        terminalreporter.write_sep(
+            "#", "WARNING: the real-vLLM tests (marked 'vllm') were SKIPPED", red=True, bold=True
+        )
         terminalreporter.write_line(f"reason: {pending.error}")
 
 
@@ -244,14 +238,17 @@ async def make_api(tmp_path):
     made = []
 
     async def make(backends=(), token=None, prorl=None, server=None, **engine):
-        config = ServerConfig(state_dir=tmp_path / f"state{len(made)}", api_token=token,
-                              backends=list(backends), engine=EngineConfig(**engine),
-                              **(server or {}))
+        config = ServerConfig(
+            state_dir=tmp_path / f"state{len(made)}",
+            api_token=token,
+            backends=list(backends),
+            engine=EngineConfig(**engine),
+            **(server or {}),
+        )
         service = Service(config)
         await service.start()
         app = create_app(service, manage_lifecycle=False, prorl=prorl)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                   base_url="http://rollserve", timeout=30)
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rollserve", timeout=30)
         made.append((service, client))
         return service, client
 

@@ -62,8 +62,7 @@ def start_for(nodeids: Iterable[str]) -> None:
         if nodeid not in _started:
             args = [sys.executable, "-m", *COMMANDS[nodeid]]
             out = tempfile.TemporaryFile()
-            proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             _started[nodeid] = Started(args, proc, out, time.monotonic())
 
 

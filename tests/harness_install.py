@@ -34,8 +34,7 @@ REQUIRED = os.environ.get("ROLLSERVE_REQUIRE_HARNESSES") == "1"
 def _missing(reason: str) -> None:
     """Skip (or, where the harnesses are required, fail) for a harness not found."""
     if REQUIRED:
-        pytest.fail(f"{reason} (ROLLSERVE_REQUIRE_HARNESSES=1: every harness must be installed)",
-                    pytrace=False)
+        pytest.fail(f"{reason} (ROLLSERVE_REQUIRE_HARNESSES=1: every harness must be installed)", pytrace=False)
     pytest.skip(reason)
 
 
@@ -49,8 +48,10 @@ def harness_bin(name: str, bin_name: str | None = None) -> Path:
     skips the calling test when it is not installed."""
     path = harness_root() / name / "node_modules" / ".bin" / (bin_name or name)
     if not os.access(path, os.X_OK):
-        _missing(f"{name} is not installed at {path} (rollserve harness install {name}, "
-                 "or set ROLLSERVE_HARNESS_DIR to the install root)")
+        _missing(
+            f"{name} is not installed at {path} (rollserve harness install {name}, "
+            "or set ROLLSERVE_HARNESS_DIR to the install root)"
+        )
     return path
 
 

@@ -108,27 +108,50 @@ def make_local_preset(root: Path, work: Path, node: str = ">=18") -> dict[str, s
     environment for ``npm`` (a private cache holding the package, offline)."""
     package = work / "package"
     (package / "bin").mkdir(parents=True, exist_ok=True)
-    (package / "package.json").write_text(json.dumps(
-        {"name": PACKAGE, "version": "1.0.0", "bin": {"rs-harness": "bin/harness.js"}}))
+    (package / "package.json").write_text(
+        json.dumps({"name": PACKAGE, "version": "1.0.0", "bin": {"rs-harness": "bin/harness.js"}})
+    )
     (package / "bin" / "harness.js").write_text(HARNESS_JS)
     os.chmod(package / "bin" / "harness.js", 0o755)
-    env = {**os.environ, "npm_config_cache": str(work / "npm-cache"), "npm_config_prefer_offline": "true",
-           "npm_config_update_notifier": "false"}
-    subprocess.run(["npm", "pack", "--pack-destination", str(work)], cwd=package, env=env,
-                   check=True, capture_output=True, timeout=120)
+    env = {
+        **os.environ,
+        "npm_config_cache": str(work / "npm-cache"),
+        "npm_config_prefer_offline": "true",
+        "npm_config_update_notifier": "false",
+    }
+    subprocess.run(
+        ["npm", "pack", "--pack-destination", str(work)],
+        cwd=package,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     tarball = work / f"{PACKAGE}-1.0.0.tgz"
-    subprocess.run(["npm", "cache", "add", str(tarball)], env=env, check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(["npm", "cache", "add", str(tarball)], env=env, check=True, capture_output=True, timeout=120)
     integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
     locks = root / "presets" / "locks" / NAME
     locks.mkdir(parents=True, exist_ok=True)
     project = {"name": f"rollserve-harness-{NAME}", "private": True, "dependencies": {PACKAGE: "1.0.0"}}
     (locks / "package.json").write_text(json.dumps(project, indent=2))
-    (locks / "package-lock.json").write_text(json.dumps({
-        "name": project["name"], "lockfileVersion": 3, "requires": True, "packages": {
-            "": {"name": project["name"], "dependencies": {PACKAGE: "1.0.0"}},
-            f"node_modules/{PACKAGE}": {
-                "version": "1.0.0", "integrity": integrity, "bin": {"rs-harness": "bin/harness.js"},
-                "resolved": f"https://registry.npmjs.org/{PACKAGE}/-/{PACKAGE}-1.0.0.tgz"}}}, indent=2))
+    (locks / "package-lock.json").write_text(
+        json.dumps(
+            {
+                "name": project["name"],
+                "lockfileVersion": 3,
+                "requires": True,
+                "packages": {
+                    "": {"name": project["name"], "dependencies": {PACKAGE: "1.0.0"}},
+                    f"node_modules/{PACKAGE}": {
+                        "version": "1.0.0",
+                        "integrity": integrity,
+                        "bin": {"rs-harness": "bin/harness.js"},
+                        "resolved": f"https://registry.npmjs.org/{PACKAGE}/-/{PACKAGE}-1.0.0.tgz",
+                    },
+                },
+            },
+            indent=2,
+        )
+    )
     (root / "presets" / f"{NAME}.toml").write_text(PRESET_TOML.format(node=node))
     return env

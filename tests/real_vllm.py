@@ -57,8 +57,10 @@ class Pending:
         deadline = time.monotonic() + self.wait
         while not self.path.exists():
             if time.monotonic() >= deadline:
-                self.error = (f"the vLLM server being started for this run did not come up "
-                              f"within {self.wait:g} s of waiting ({self.path} was never written)")
+                self.error = (
+                    f"the vLLM server being started for this run did not come up "
+                    f"within {self.wait:g} s of waiting ({self.path} was never written)"
+                )
                 return
             time.sleep(1.0)
         for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -82,6 +84,8 @@ def skip_reason(var: str, pending: Pending | None) -> str | None:
     if pending is not None and pending.error is not None:
         return f"no real vLLM server: {pending.error} (see the vLLM start-up log CI prints)"
     if var == "ROLLSERVE_VLLM_LORA_URL":
-        return ("set ROLLSERVE_VLLM_LORA_URL to a vLLM server with SmolLM2 and runtime LoRA "
-                "(start.sh, ROLLSERVE_VLLM_LORA=1)")
+        return (
+            "set ROLLSERVE_VLLM_LORA_URL to a vLLM server with SmolLM2 and runtime LoRA "
+            "(start.sh, ROLLSERVE_VLLM_LORA=1)"
+        )
     return "set ROLLSERVE_VLLM_URL to a vLLM server with SmolLM2 (scripts/vllm_cpu/start.sh)"

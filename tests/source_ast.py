@@ -16,8 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-_FRESH = "import ast, pickle, sys; p = sys.argv[1]; " \
-         "sys.stdout.buffer.write(pickle.dumps(ast.parse(open(p).read(), p)))"
+_FRESH = "import ast, pickle, sys; p = sys.argv[1]; sys.stdout.buffer.write(pickle.dumps(ast.parse(open(p).read(), p)))"
 
 
 def parse_source(path: Path) -> ast.Module:
@@ -25,8 +24,7 @@ def parse_source(path: Path) -> ast.Module:
     try:
         return ast.parse(text, str(path))
     except SystemError:
-        done = subprocess.run([sys.executable, "-c", _FRESH, str(path)], capture_output=True,
-                              timeout=60, check=True)
+        done = subprocess.run([sys.executable, "-c", _FRESH, str(path)], capture_output=True, timeout=60, check=True)
         tree = pickle.loads(done.stdout)
         assert isinstance(tree, ast.Module)
         return tree
@@ -59,7 +57,6 @@ def import_statements(name: str, path: Path, known: set[str]) -> list[ImportStat
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
-            modules = frozenset(f"{base}.{alias.name}" for alias in node.names
-                                if f"{base}.{alias.name}" in known)
+            modules = frozenset(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known)
             found.append(ImportStatement(node.lineno, base, modules, len(modules) < len(node.names)))
     return [s for s in found if s.base == "rollserve" or s.base.startswith("rollserve.")]

@@ -34,6 +34,7 @@ ROOT = SRC.parent.parent
 DOC = ROOT / "docs" / "architecture.md"
 HEADING = "### The import table"
 
+
 def module_name(path: Path, src: Path = SRC) -> str:
     parts = list(path.relative_to(src.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -48,8 +49,7 @@ def modules(src: Path = SRC) -> dict[str, Path]:
 def parts_of_src(src: Path = SRC) -> set[str]:
     """A row's name for every part: each package (a folder with an ``__init__.py``) and
     each top-level module (``server.py``, ``__init__.py``, ...)."""
-    return ({d.name for d in src.iterdir() if (d / "__init__.py").is_file()}
-            | {f.name for f in src.glob("*.py")})
+    return {d.name for d in src.iterdir() if (d / "__init__.py").is_file()} | {f.name for f in src.glob("*.py")}
 
 
 def part_of(module: str, src: Path = SRC) -> str:
@@ -64,7 +64,7 @@ def parse_table(text: str) -> dict[str, set[str]]:
     if HEADING not in text:
         raise AssertionError(f"docs/architecture.md has no {HEADING!r} section")
     lines = text.split(HEADING, 1)[1].splitlines()
-    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("|")):]
+    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("|")) :]
     rows = rows[: next((i for i, line in enumerate(rows) if not line.startswith("|")), len(rows))]
     table: dict[str, set[str]] = {}
     for row in rows[2:]:  # after the header and its separator
@@ -82,8 +82,7 @@ def full_name(entry: str) -> str:
 
 
 def allows(entries: set[str], target: str) -> bool:
-    return any(target == full_name(e) or (e.endswith(".*") and target.startswith(full_name(e) + "."))
-               for e in entries)
+    return any(target == full_name(e) or (e.endswith(".*") and target.startswith(full_name(e) + ".")) for e in entries)
 
 
 def targets(statement) -> set[str]:
@@ -104,16 +103,20 @@ def violations(table: dict[str, set[str]], found: dict[str, Path], src: Path = S
                 if part_of(target, src) == part or allows(entries, target):
                     continue
                 where = path.relative_to(ROOT) if ROOT in path.parents else path
-                wrong.append(f"{where}:{statement.line}: {name} imports {target}, which the import "
-                             f"table's row `{part}` does not allow (it allows: "
-                             f"{', '.join(sorted(entries)) or 'nothing of other parts'})")
+                wrong.append(
+                    f"{where}:{statement.line}: {name} imports {target}, which the import "
+                    f"table's row `{part}` does not allow (it allows: "
+                    f"{', '.join(sorted(entries)) or 'nothing of other parts'})"
+                )
     return wrong
 
 
 def table_problems(table: dict[str, set[str]], found: dict[str, Path], src: Path = SRC) -> list[str]:
     problems = [f"{part} has no row in the import table" for part in sorted(parts_of_src(src) - set(table))]
-    problems += [f"the import table's row `{part}` names no part of src/rollserve"
-                 for part in sorted(set(table) - parts_of_src(src))]
+    problems += [
+        f"the import table's row `{part}` names no part of src/rollserve"
+        for part in sorted(set(table) - parts_of_src(src))
+    ]
     for part, entries in sorted(table.items()):
         for entry in sorted(entries):
             if full_name(entry) not in found:
@@ -156,10 +159,23 @@ def test_the_routes_depend_on_their_protocol_not_the_composition_root():
 def test_contract_errors_and_faces_are_neutral_on_the_server_side():
     table = parse_table(DOC.read_text())
     neutral = {"contract.*", "errors", "faces"}
-    not_server_side = {"client", "integrations", "contract", "errors.py", "faces.py", "datasets", "validation.py",
-                       "cli.py", "__main__.py", "__init__.py"}  # the client side, the neutral, the entry
-    missing = {part: neutral - entries for part, entries in table.items()
-               if part not in not_server_side and not neutral <= entries}
+    not_server_side = {
+        "client",
+        "integrations",
+        "contract",
+        "errors.py",
+        "faces.py",
+        "datasets",
+        "validation.py",
+        "cli.py",
+        "__main__.py",
+        "__init__.py",
+    }  # the client side, the neutral, the entry
+    missing = {
+        part: neutral - entries
+        for part, entries in table.items()
+        if part not in not_server_side and not neutral <= entries
+    }
     assert missing == {}
     assert table["errors.py"] == table["faces.py"] == set()
 
@@ -185,8 +201,12 @@ def is_type_checking(node: ast.stmt) -> bool:
 
 def imported_names(nodes: list[ast.stmt]) -> dict[str, str]:
     """``from X import a, b as c`` (absolute, top level of ``nodes``): {"a": "X", "c": "X"}."""
-    return {alias.asname or alias.name: node.module for node in nodes
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level for alias in node.names}
+    return {
+        alias.asname or alias.name: node.module
+        for node in nodes
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level
+        for alias in node.names
+    }
 
 
 def read_face(path: Path) -> Face | None:
@@ -207,8 +227,9 @@ def read_face(path: Path) -> Face | None:
     for node in ast.walk(value):
         if isinstance(node, ast.Constant) and node.value in homes.values():
             lines.setdefault(node.value, node.lineno)
-    imports = [ImportStatement(lines.get(home, value.lineno), home, frozenset(), True)
-               for home in sorted(set(homes.values()))]
+    imports = [
+        ImportStatement(lines.get(home, value.lineno), home, frozenset(), True) for home in sorted(set(homes.values()))
+    ]
     public = ast.literal_eval(assigned["__all__"]) if "__all__" in assigned else []
     typed = imported_names([n for node in tree.body if is_type_checking(node) for n in node.body])
     eager = set(imported_names(tree.body))
@@ -220,20 +241,29 @@ def face_problems(name: str, face: Face) -> list[str]:
     each with the module its ``TYPE_CHECKING`` block imports it from."""
     problems = []
     lazy = set(face.public) - face.eager
-    problems += [f"{name}: {n!r} is in __all__ and imported neither eagerly nor in _HOMES"
-                 for n in sorted(lazy - set(face.homes))]
-    problems += [f"{name}: {n!r} is in _HOMES but not in __all__ (or also imported eagerly)"
-                 for n in sorted(set(face.homes) - lazy)]
+    problems += [
+        f"{name}: {n!r} is in __all__ and imported neither eagerly nor in _HOMES"
+        for n in sorted(lazy - set(face.homes))
+    ]
+    problems += [
+        f"{name}: {n!r} is in _HOMES but not in __all__ (or also imported eagerly)"
+        for n in sorted(set(face.homes) - lazy)
+    ]
     for n in sorted(set(face.homes) | set(face.typed)):
         if face.homes.get(n) != face.typed.get(n):
-            problems.append(f"{name}: {n!r} is imported from {face.typed.get(n)} under TYPE_CHECKING "
-                            f"but _HOMES says {face.homes.get(n)}")
+            problems.append(
+                f"{name}: {n!r} is imported from {face.typed.get(n)} under TYPE_CHECKING "
+                f"but _HOMES says {face.homes.get(n)}"
+            )
     return problems
 
 
 def faces(src: Path = SRC) -> dict[str, Face]:
-    return {name: face for name, path in modules(src).items()
-            if path.name == "__init__.py" and (face := read_face(path)) is not None}
+    return {
+        name: face
+        for name, path in modules(src).items()
+        if path.name == "__init__.py" and (face := read_face(path)) is not None
+    }
 
 
 def test_there_are_faces_and_each_one_s_three_lists_agree():
@@ -249,43 +279,59 @@ def test_every_public_face_name_resolves(face):
     (the very object of its home module), listed by ``dir``, asked for in a fresh
     interpreter (no other face has run first and filled a cache); a name it does not
     list is an AttributeError."""
-    code = ("import importlib\n"
-            f"face = importlib.import_module({face!r})\n"
-            "assert set(face.__all__) <= set(dir(face)), set(face.__all__) - set(dir(face))\n"
-            "for name in face.__all__:\n"
-            "    value = getattr(face, name)\n"
-            "    if name in face._HOMES:\n"
-            "        assert value is getattr(importlib.import_module(face._HOMES[name]), name), name\n"
-            "try:\n"
-            "    face.no_such_name\n"
-            "except AttributeError as e:\n"
-            "    assert 'has no attribute' in str(e) and face.__name__ in str(e), e\n"
-            "else:\n"
-            "    raise AssertionError('a name the face does not list resolved')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
+    code = (
+        "import importlib\n"
+        f"face = importlib.import_module({face!r})\n"
+        "assert set(face.__all__) <= set(dir(face)), set(face.__all__) - set(dir(face))\n"
+        "for name in face.__all__:\n"
+        "    value = getattr(face, name)\n"
+        "    if name in face._HOMES:\n"
+        "        assert value is getattr(importlib.import_module(face._HOMES[name]), name), name\n"
+        "try:\n"
+        "    face.no_such_name\n"
+        "except AttributeError as e:\n"
+        "    assert 'has no attribute' in str(e) and face.__name__ in str(e), e\n"
+        "else:\n"
+        "    raise AssertionError('a name the face does not list resolved')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])},
+    )
     assert done.returncode == 0, done.stderr
 
 
 # --- the checks themselves can fail ------------------------------------------------------------
 def fake_src(tmp_path: Path, files: dict[str, str]) -> Path:
     src = tmp_path / "rollserve"
-    for rel, text in {"__init__.py": "", "low/__init__.py": "", "low/base.py": "",
-                      "low/inner.py": "", "high/__init__.py": "", **files}.items():
+    for rel, text in {
+        "__init__.py": "",
+        "low/__init__.py": "",
+        "low/base.py": "",
+        "low/inner.py": "",
+        "high/__init__.py": "",
+        **files,
+    }.items():
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text(text)
     return src
 
 
-@pytest.mark.parametrize("source", [
-    "from rollserve.low.inner import x",
-    "from rollserve.low import inner",
-    "from ..low import inner",
-    "from ..low.inner import x",
-    "import rollserve.low.inner",
-    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rollserve.low.inner import x",
-    "def f():\n    from rollserve.low.inner import x",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from rollserve.low.inner import x",
+        "from rollserve.low import inner",
+        "from ..low import inner",
+        "from ..low.inner import x",
+        "import rollserve.low.inner",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rollserve.low.inner import x",
+        "def f():\n    from rollserve.low.inner import x",
+    ],
+)
 def test_a_forbidden_import_is_named_wherever_it_is(tmp_path, source):
     src = fake_src(tmp_path, {"high/mod.py": source})
     table = {"__init__.py": set(), "low": set(), "high": {"low.base"}}
@@ -296,13 +342,19 @@ def test_a_forbidden_import_is_named_wherever_it_is(tmp_path, source):
 
 
 def test_allowed_imports_pass(tmp_path):
-    src = fake_src(tmp_path, {"high/mod.py": "from rollserve.low.base import x\nfrom rollserve.low import y\n"
-                                             "from rollserve.low.inner import z\nfrom . import other\n",
-                              "high/other.py": ""})
+    src = fake_src(
+        tmp_path,
+        {
+            "high/mod.py": "from rollserve.low.base import x\nfrom rollserve.low import y\n"
+            "from rollserve.low.inner import z\nfrom . import other\n",
+            "high/other.py": "",
+        },
+    )
     table = {"__init__.py": set(), "low": set(), "high": {"low.base", "low"}}
     assert violations(table, modules(src), src) == [
         f"{src / 'high/mod.py'}:3: rollserve.high.mod imports rollserve.low.inner, which the import "
-        "table's row `high` does not allow (it allows: low, low.base)"]
+        "table's row `high` does not allow (it allows: low, low.base)"
+    ]
     assert violations({**table, "high": {"low.*"}}, modules(src), src) == []
 
 
@@ -319,24 +371,28 @@ def test_a_table_that_rots_fails(tmp_path):
 
 
 def test_the_table_is_read_from_its_section():
-    text = ("# doc\n| a | b |\n| --- | --- |\n| `x` | `y` |\n\n" + HEADING + "\n\nwords\n\n"
-            "| part | may import | why |\n| --- | --- | --- |\n| `api` | `engine.base`, `contract.*` | `not.this` |\n"
-            "| `contract` | | none |\n\nafter\n| `z` | `w` |\n")
+    text = (
+        "# doc\n| a | b |\n| --- | --- |\n| `x` | `y` |\n\n" + HEADING + "\n\nwords\n\n"
+        "| part | may import | why |\n| --- | --- | --- |\n| `api` | `engine.base`, `contract.*` | `not.this` |\n"
+        "| `contract` | | none |\n\nafter\n| `z` | `w` |\n"
+    )
     assert parse_table(text) == {"api": {"engine.base", "contract.*"}, "contract": set()}
     with pytest.raises(AssertionError, match="two rows"):
         parse_table(text.replace("| `contract` |", "| `api` |"))
 
 
-FACE = ('from typing import TYPE_CHECKING\n'
-        'from rollserve.low.base import e\n'
-        'if TYPE_CHECKING:\n'
-        '    from rollserve.low.base import a\n'
-        '    from rollserve.high.other import b\n'
-        '_HOMES: dict[str, str] = {\n'
-        '    "a": "rollserve.low.base",\n'
-        '    **dict.fromkeys(("b",), "rollserve.high.other"),\n'
-        '}\n'
-        '__all__ = ["a", "b", "e"]\n')
+FACE = (
+    "from typing import TYPE_CHECKING\n"
+    "from rollserve.low.base import e\n"
+    "if TYPE_CHECKING:\n"
+    "    from rollserve.low.base import a\n"
+    "    from rollserve.high.other import b\n"
+    "_HOMES: dict[str, str] = {\n"
+    '    "a": "rollserve.low.base",\n'
+    '    **dict.fromkeys(("b",), "rollserve.high.other"),\n'
+    "}\n"
+    '__all__ = ["a", "b", "e"]\n'
+)
 
 
 def test_a_face_s_homes_count_as_its_imports(tmp_path):
@@ -348,18 +404,29 @@ def test_a_face_s_homes_count_as_its_imports(tmp_path):
     assert "rollserve/high/__init__.py:7: rollserve.high imports rollserve.low.inner" in wrong[0]
 
 
-@pytest.mark.parametrize(("change", "problem"), [
-    (("", ""), None),
-    (('__all__ = ["a", "b", "e"]', '__all__ = ["a", "b"]'), None),  # an eager name need not be public
-    (('__all__ = ["a", "b", "e"]', '__all__ = ["a", "e"]'),
-     "'b' is in _HOMES but not in __all__ (or also imported eagerly)"),
-    (('__all__ = ["a", "b", "e"]', '__all__ = ["a", "b", "c", "e"]'),
-     "'c' is in __all__ and imported neither eagerly nor in _HOMES"),
-    (('"a": "rollserve.low.base"', '"a": "rollserve.low"'),
-     "'a' is imported from rollserve.low.base under TYPE_CHECKING but _HOMES says rollserve.low"),
-    (("    from rollserve.high.other import b\n", ""),
-     "'b' is imported from None under TYPE_CHECKING but _HOMES says rollserve.high.other"),
-])
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (("", ""), None),
+        (('__all__ = ["a", "b", "e"]', '__all__ = ["a", "b"]'), None),  # an eager name need not be public
+        (
+            ('__all__ = ["a", "b", "e"]', '__all__ = ["a", "e"]'),
+            "'b' is in _HOMES but not in __all__ (or also imported eagerly)",
+        ),
+        (
+            ('__all__ = ["a", "b", "e"]', '__all__ = ["a", "b", "c", "e"]'),
+            "'c' is in __all__ and imported neither eagerly nor in _HOMES",
+        ),
+        (
+            ('"a": "rollserve.low.base"', '"a": "rollserve.low"'),
+            "'a' is imported from rollserve.low.base under TYPE_CHECKING but _HOMES says rollserve.low",
+        ),
+        (
+            ("    from rollserve.high.other import b\n", ""),
+            "'b' is imported from None under TYPE_CHECKING but _HOMES says rollserve.high.other",
+        ),
+    ],
+)
 def test_a_face_whose_lists_drift_apart_is_named(tmp_path, change, problem):
     src = fake_src(tmp_path, {"high/__init__.py": FACE.replace(*change), "high/other.py": ""})
     found = faces(src)

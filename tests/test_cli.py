@@ -47,8 +47,9 @@ def test_serve_names_bad_sandbox_options():
 
 
 def test_serve_refuses_bad_handler_options_naming_them(tmp_path):
-    result = runner.invoke(app, ["serve", "--state-dir", str(tmp_path), "--handler-options",
-                                 '{"swe": {"mirors": ["/x"]}}'])
+    result = runner.invoke(
+        app, ["serve", "--state-dir", str(tmp_path), "--handler-options", '{"swe": {"mirors": ["/x"]}}']
+    )
     assert result.exit_code == 2 and "mirors" in result.output and "mirrors" in result.output
     result = runner.invoke(app, ["serve", "--state-dir", str(tmp_path), "--handler-options", "[1]"])
     assert result.exit_code == 2 and "--handler-options" in result.output

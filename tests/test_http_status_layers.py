@@ -27,15 +27,13 @@ from tests.source_ast import parse_source
 SRC = Path(__file__).resolve().parents[1] / "src" / "rollserve"
 LAYERS = ("engine", "handlers", "llm", "sandbox", "agent")
 # What serves HTTP itself: the sandbox's socket server and the wire it shares with api/.
-SERVES_HTTP = {"agent/gateway/unix_socket.py", "agent/gateway/wire.py",
-               "agent/gateway/anthropic_wire.py"}
+SERVES_HTTP = {"agent/gateway/unix_socket.py", "agent/gateway/wire.py", "agent/gateway/anthropic_wire.py"}
 READS_RESPONSES = ("llm",)  # backend clients: they read the status a server answered
 STATUS_KEYWORDS = {"status", "status_code"}
 
 
 def _is_status(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Constant) and type(node.value) is int
-            and 400 <= node.value <= 599)
+    return isinstance(node, ast.Constant) and type(node.value) is int and 400 <= node.value <= 599
 
 
 def _statuses(node: ast.AST) -> bool:
@@ -98,7 +96,8 @@ def violations(tree: ast.Module, namespace: dict[str, object], compare: bool) ->
                 if keyword.arg in STATUS_KEYWORDS and _statuses(keyword.value):
                     found.append(f"{node.lineno}: {keyword.arg}={ast.unparse(keyword.value)}")
             if _is_exception(node.func, namespace) and any(
-                    _statuses(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+                _statuses(a) for a in [*node.args, *(k.value for k in node.keywords)]
+            ):
                 found.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
         elif compare and isinstance(node, ast.Compare):
             if any(_statuses(side) for side in [node.left, *node.comparators]):
@@ -117,44 +116,49 @@ def test_no_http_status_below_the_servers(path: Path):
     tree = parse_source(path)  # (the one parse of our source, with its 3.11 retry)
     compare = relative.parts[0] not in READS_RESPONSES
     found = violations(tree, namespace_of(tree), compare)
-    assert not found, (f"{relative}: an HTTP status below the servers; raise a typed error "
-                       f"and map it where HTTP is served: {found}")
+    assert not found, (
+        f"{relative}: an HTTP status below the servers; raise a typed error and map it where HTTP is served: {found}"
+    )
 
 
 class _Refusal(Exception):
     pass
 
 
-@pytest.mark.parametrize("source", [
-    "raise _Refusal(401, 'unknown key')",
-    "def f():\n    return _Refusal(408, 'late')",
-    "raise Anything(message='x', status=429)",
-    "raise LocalRefusal(502, 'backend')",  # not in the namespace: judged by its name
-    "if error.status == 404:\n    pass",
-    "if error.status in (404, 405):\n    pass",
-    "ok = 400 <= code",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "raise _Refusal(401, 'unknown key')",
+        "def f():\n    return _Refusal(408, 'late')",
+        "raise Anything(message='x', status=429)",
+        "raise LocalRefusal(502, 'backend')",  # not in the namespace: judged by its name
+        "if error.status == 404:\n    pass",
+        "if error.status in (404, 405):\n    pass",
+        "ok = 400 <= code",
+    ],
+)
 def test_the_scan_finds_a_status(source: str):
     assert violations(ast.parse(source), {"_Refusal": _Refusal}, compare=True)
 
 
-@pytest.mark.parametrize("source", [
-    "size = Field(512, ge=32)",
-    "total = st.st_blocks * 512",
-    "tail = text[-500:]",
-    "raise _Refusal(f'limit of {500} bytes')",
-    "MAX = 400",
-    "if n > 4096:\n    pass",
-    "raise _Refusal('too long', param='messages')",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "size = Field(512, ge=32)",
+        "total = st.st_blocks * 512",
+        "tail = text[-500:]",
+        "raise _Refusal(f'limit of {500} bytes')",
+        "MAX = 400",
+        "if n > 4096:\n    pass",
+        "raise _Refusal('too long', param='messages')",
+    ],
+)
 def test_the_scan_leaves_other_numbers_alone(source: str):
     assert not violations(ast.parse(source), {"_Refusal": _Refusal}, compare=True)
 
 
 def test_the_namespace_knows_exceptions_by_their_bases():
-    source = ("from rollserve.errors import InfraError\n"
-              "class Refused(InfraError):\n    pass\n"
-              "class Plain:\n    pass\n")
+    source = "from rollserve.errors import InfraError\nclass Refused(InfraError):\n    pass\nclass Plain:\n    pass\n"
     names = namespace_of(ast.parse(source))
     assert violations(ast.parse("raise Refused(404, 'x')"), names, compare=False)
     assert not violations(ast.parse("x = Plain(404)"), names, compare=False)

@@ -25,9 +25,13 @@ SLEEP_MODULES = {"time", "asyncio", "anyio", "trio"}
 
 def _sleep_names(tree: ast.Module) -> set[str]:
     """Bare names bound to a sleep function (``from time import sleep``)."""
-    return {alias.asname or alias.name for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module in SLEEP_MODULES
-            for alias in node.names if alias.name == "sleep"}
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in SLEEP_MODULES
+        for alias in node.names
+        if alias.name == "sleep"
+    }
 
 
 def _is_sleep(call: ast.Call, bare: set[str]) -> bool:
@@ -84,14 +88,18 @@ def fixed_sleeps(tree: ast.Module, text: str) -> list[int]:
 
 
 def test_no_fixed_sleeps_in_tests():
-    found = [f"{path.relative_to(TESTS.parent)}:{line}"
-             for path in sorted(TESTS.rglob("*.py"))
-             for line in fixed_sleeps(parse_source(path), path.read_text())]
-    assert not found, ("fixed sleeps in tests (wait on the condition with tests/waiting.py, "
-                       f"or mark a sleep that is the behaviour under test '{MARK} <why>'): {found}")
+    found = [
+        f"{path.relative_to(TESTS.parent)}:{line}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for line in fixed_sleeps(parse_source(path), path.read_text())
+    ]
+    assert not found, (
+        "fixed sleeps in tests (wait on the condition with tests/waiting.py, "
+        f"or mark a sleep that is the behaviour under test '{MARK} <why>'): {found}"
+    )
 
 
-PLANTED = '''
+PLANTED = """
 import asyncio, time
 from time import sleep as nap
 
@@ -121,7 +129,7 @@ def test_with_double():
         await asyncio.sleep(60)
     time.sleep(0)
     time.sleep(1)  # sleep-ok: the process must be killed by then
-'''
+"""
 
 
 def test_the_rule_catches_a_planted_sleep_before_an_assert():

@@ -47,8 +47,9 @@ def _requirements() -> tuple[set[str], set[str]]:
     """(the base dependencies' names, every extra's requirement names) from pyproject.toml."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     base = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
-    extras = {canonicalize_name(Requirement(r).name)
-              for reqs in project["optional-dependencies"].values() for r in reqs}
+    extras = {
+        canonicalize_name(Requirement(r).name) for reqs in project["optional-dependencies"].values() for r in reqs
+    }
     return base, extras - {"rollserve"}
 
 
@@ -60,12 +61,20 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "constraints.txt"):
         shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(ROOT / "src", source / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
     env_dir = tmp / "venv"
     venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-    pip = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet",
-           "--disable-pip-version-check", "-c", str(source / "constraints.txt"), str(source)]
+    pip = [
+        str(env_dir / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "-c",
+        str(source / "constraints.txt"),
+        str(source),
+    ]
     done = subprocess.run(pip, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
     assert done.returncode == 0, f"pip install failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     return env_dir
@@ -73,8 +82,13 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_client_only_install_imports_the_client_and_the_integrations(client_venv: Path) -> None:
     has_integrations = (ROOT / "src" / "rollserve" / "integrations" / "__init__.py").is_file()
-    done = subprocess.run([str(client_venv / "bin" / "python"), "-c", PROBE, str(int(has_integrations))],
-                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=client_venv)
+    done = subprocess.run(
+        [str(client_venv / "bin" / "python"), "-c", PROBE, str(int(has_integrations))],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        cwd=client_venv,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     probe = json.loads(done.stdout)
     expected = {name for name in NEEDS_EXTRA if name in probe["imported"]}
@@ -88,18 +102,32 @@ def test_client_only_install_imports_the_client_and_the_integrations(client_venv
     # Nothing an extra asks for got in (transformers, fastapi, llama-cpp-python, ipython,
     # reasoning-gym, swebench, typer, ...), unless the client itself needs it.
     server_only = extras - base
-    assert {"transformers", "fastapi", "uvicorn", "llama-cpp-python", "ipython", "reasoning-gym",
-            "swebench", "tokenizers"} <= server_only
+    assert {
+        "transformers",
+        "fastapi",
+        "uvicorn",
+        "llama-cpp-python",
+        "ipython",
+        "reasoning-gym",
+        "swebench",
+        "tokenizers",
+    } <= server_only
     assert not installed & server_only, f"server-only packages installed: {sorted(installed & server_only)}"
     # Few dependencies: pydantic's and httpx's own (about a dozen distributions in all).
     assert len(installed) <= 20, sorted(installed)
 
 
-@pytest.mark.parametrize("command", [["serve"], ["quickstart"], ["run", "rows.jsonl", "--server",
-                                                                     "http://127.0.0.1:9"]])
+@pytest.mark.parametrize(
+    "command", [["serve"], ["quickstart"], ["run", "rows.jsonl", "--server", "http://127.0.0.1:9"]]
+)
 def test_client_only_install_commands_name_the_server_extra(client_venv: Path, command: list[str]) -> None:
-    done = subprocess.run([str(client_venv / "bin" / "rollserve"), *command], capture_output=True,
-                          text=True, timeout=COMMAND_TIMEOUT_S, cwd=client_venv)
+    done = subprocess.run(
+        [str(client_venv / "bin" / "rollserve"), *command],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        cwd=client_venv,
+    )
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "pip install 'rollserve[server]'" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
@@ -111,9 +139,18 @@ def test_the_install_ships_the_bundled_harbor_tasks(client_venv: Path) -> None:
     source = ROOT / "src" / "rollserve" / "data" / "harbor"
     if not source.is_dir():
         pytest.skip("no bundled Harbor tasks in this checkout")
-    where = subprocess.run([str(client_venv / "bin" / "python"), "-c",
-                            "import pathlib, rollserve; print(pathlib.Path(rollserve.__file__).parent)"],
-                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=client_venv, check=True)
+    where = subprocess.run(
+        [
+            str(client_venv / "bin" / "python"),
+            "-c",
+            "import pathlib, rollserve; print(pathlib.Path(rollserve.__file__).parent)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        cwd=client_venv,
+        check=True,
+    )
     installed = Path(where.stdout.strip()) / "data" / "harbor"
 
     def files(root: Path) -> set[str]:
@@ -129,18 +166,44 @@ def test_the_install_is_typed_and_says_its_version(client_venv: Path, tmp_path: 
     checks its calls into the client (here: mypy finds a wrong argument type, and no
     "missing library stubs or py.typed marker"); the wheel's version is the package's."""
     python = str(client_venv / "bin" / "python")
-    where = subprocess.run([python, "-c", "import importlib.metadata as m, pathlib, rollserve; "
-                            "print(pathlib.Path(rollserve.__file__).parent, m.version('rollserve'), "
-                            "rollserve.__version__)"],
-                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=client_venv, check=True)
+    where = subprocess.run(
+        [
+            python,
+            "-c",
+            "import importlib.metadata as m, pathlib, rollserve; "
+            "print(pathlib.Path(rollserve.__file__).parent, m.version('rollserve'), "
+            "rollserve.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        cwd=client_venv,
+        check=True,
+    )
     package, metadata_version, version = where.stdout.split()
     assert (Path(package) / "py.typed").is_file()
     assert metadata_version == version
     script = tmp_path / "trainer.py"
     script.write_text("from rollserve.client import Client\n\nClient(timeout='soon')\n")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", python, "--config-file", "",
-                           "--no-incremental", "--follow-imports", "silent", str(script)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--python-executable",
+            python,
+            "--config-file",
+            "",
+            "--no-incremental",
+            "--follow-imports",
+            "silent",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert 'Argument "timeout" to "Client" has incompatible type "str"' in done.stdout, done.stdout
     assert "py.typed" not in done.stdout, done.stdout

@@ -1,7 +1,7 @@
 """Lint of ``src/`` and ``tests/`` (``ruff check src tests``, complexity included), their
-format (``ruff format --check src tests``) and types of ``src/`` (``mypy``, its configured ``files``), as pyproject.toml configures
-them, must report nothing. CI runs them with the rest of the suite; the findings are
-printed when they fail."""
+format (``ruff format --check src tests``) and types of ``src/`` (``mypy``, its configured
+``files``), as pyproject.toml configures them, must report nothing. CI runs them with the
+rest of the suite; the findings are printed when they fail."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def _run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """``python -m <args>`` in the repository root (pyproject.toml's settings apply)."""
     try:
-        return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(args)} took more than {timeout:g} s:\n{exc.stdout or ''}{exc.stderr or ''}")
 
@@ -37,7 +38,9 @@ def test_ruff_format_would_change_nothing_in_src_or_tests() -> None:
     # pyproject's [tool.ruff.format] (line length 120, the bundled task data left as it
     # is); the tree was formatted in one commit, listed in .git-blame-ignore-revs.
     done = _run("ruff", "format", "--check", "--no-cache", "src", "tests", timeout=120)
-    assert done.returncode == 0, f"ruff format --check src tests (run `ruff format src tests`):\n{done.stdout}{done.stderr}"
+    assert done.returncode == 0, (
+        f"ruff format --check src tests (run `ruff format src tests`):\n{done.stdout}{done.stderr}"
+    )
 
 
 @pytest.mark.timeout(660)

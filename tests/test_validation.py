@@ -17,13 +17,16 @@ class Batch(BaseModel):
     tasks: list[Task]
 
 
-@pytest.mark.parametrize("loc, name", [
-    (("body", "tasks", 0, "n"), "tasks[0].n"),
-    (("query", "wait"), "wait"),
-    (("tasks", 1, "instance", "question"), "tasks[1].instance.question"),
-    (("body",), "body"),
-    ((), "body"),
-])
+@pytest.mark.parametrize(
+    "loc, name",
+    [
+        (("body", "tasks", 0, "n"), "tasks[0].n"),
+        (("query", "wait"), "wait"),
+        (("tasks", 1, "instance", "question"), "tasks[1].instance.question"),
+        (("body",), "body"),
+        ((), "body"),
+    ],
+)
 def test_field_names(loc, name):
     assert field_name(loc) == name
 
@@ -31,21 +34,25 @@ def test_field_names(loc, name):
 def test_describe_names_every_problem():
     with pytest.raises(ValidationError) as caught:
         Batch(tasks=[{"n": 1}, {"n": "x"}, {}])
-    assert describe(caught.value) == ("tasks[1].n: Input should be a valid integer, unable to parse "
-                                      "string as an integer; tasks[2].n: Field required")
+    assert describe(caught.value) == (
+        "tasks[1].n: Input should be a valid integer, unable to parse string as an integer; tasks[2].n: Field required"
+    )
 
 
-@pytest.mark.parametrize("text, where, says", [
-    ('{"a": [1, {"b": "\\ud800"}]}', "a[1].b", "surrogate"),
-    ('{"\\udfff": 1}', "\\udfff", "surrogate"),
-    ('{"a": 9223372036854775808}', "a", "64-bit"),
-    ('{"a": -9223372036854775809}', "a", "64-bit"),
-    ('{"a": 1e400}', "a", "finite"),
-    ('{"a": NaN}', "body", "NaN"),
-    ('{"a": ' + "[" * 65 + "]" * 65 + "}", "a" + "[0]" * 12 + "...", "deeper than 64"),
-    ("[" * 100_000 + "]" * 100_000, "body", "deeper than 64"),
-    ('{"a": 1', "body", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text, where, says",
+    [
+        ('{"a": [1, {"b": "\\ud800"}]}', "a[1].b", "surrogate"),
+        ('{"\\udfff": 1}', "\\udfff", "surrogate"),
+        ('{"a": 9223372036854775808}', "a", "64-bit"),
+        ('{"a": -9223372036854775809}', "a", "64-bit"),
+        ('{"a": 1e400}', "a", "finite"),
+        ('{"a": NaN}', "body", "NaN"),
+        ('{"a": ' + "[" * 65 + "]" * 65 + "}", "a" + "[0]" * 12 + "...", "deeper than 64"),
+        ("[" * 100_000 + "]" * 100_000, "body", "deeper than 64"),
+        ('{"a": 1', "body", "not valid JSON"),
+    ],
+)
 def test_json_no_part_of_rollserve_can_hold_is_refused_where_it_is(text, where, says):
     with pytest.raises(JSONInputError) as caught:
         parse_json(text.encode())

@@ -45,6 +45,7 @@ def _seen(requests: list[httpx.Request]) -> httpx.MockTransport:
     def answer(request: httpx.Request) -> httpx.Response:
         requests.append(request)
         return httpx.Response(200, json={"ok": True, "version": "whatever the server is"})
+
     return httpx.MockTransport(answer)
 
 

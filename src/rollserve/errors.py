@@ -119,4 +119,3 @@ def context_window_error(error: BaseException) -> ContextWindowError | None:
             return seen
         seen = seen.__cause__
     return None
-

@@ -21,8 +21,11 @@ import importlib
 from collections.abc import Callable, Mapping, MutableMapping
 
 
-def lazy_names(package: str, homes: Mapping[str, str], namespace: MutableMapping[str, object],
-               ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+def lazy_names(
+    package: str,
+    homes: Mapping[str, str],
+    namespace: MutableMapping[str, object],
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """A face's ``__getattr__`` and ``__dir__``. ``__getattr__`` imports ``homes[name]``
     and takes the name from it with ``getattr`` (a home may itself be a face), keeping
     it in the face's ``namespace`` so later lookups do not come back here; a name not

@@ -62,13 +62,16 @@ def _warm_imports() -> None:
 
 
 def _reap_report(report) -> dict:
-    summary = {"sandboxes": len(report.reaped), "processes_killed": len(report.killed),
-               "kept_live_owners": len(report.kept), "errors": report.errors}
+    summary = {
+        "sandboxes": len(report.reaped),
+        "processes_killed": len(report.killed),
+        "kept_live_owners": len(report.kept),
+        "errors": report.errors,
+    }
     if report.reaped or report.errors:
         log.warning("start-up reaper: %s", summary)
     else:
-        log.info("start-up reaper: nothing to reap (%d sandboxes of live servers kept)",
-                 len(report.kept))
+        log.info("start-up reaper: nothing to reap (%d sandboxes of live servers kept)", len(report.kept))
     return summary
 
 
@@ -78,46 +81,74 @@ class ServerConfig(BaseModel):
     state_dir: Path = Field(default_factory=default_state_dir)
     store_path: Path | None = None  # default: <state_dir>/rollserve.db
     api_token: str | None = None
-    public_docs: bool = Field(False, description="with api_token: /openapi.json, /docs and "
-                              "/redoc without the token (they are behind it otherwise)")
+    public_docs: bool = Field(
+        False,
+        description="with api_token: /openapi.json, /docs and /redoc without the token (they are behind it otherwise)",
+    )
     limits: RequestLimits = Field(default_factory=RequestLimits)
-    tokenizer: str = Field(DEFAULT_TOKENIZER, description="a HF tokenizer folder, a .gguf, "
-                           f"'{DEFAULT_TOKENIZER}', or vllm:URL (the serving vLLM's /tokenize)")
+    tokenizer: str = Field(
+        DEFAULT_TOKENIZER,
+        description="a HF tokenizer folder, a .gguf, "
+        f"'{DEFAULT_TOKENIZER}', or vllm:URL (the serving vLLM's /tokenize)",
+    )
     backends: list[str] = Field(default_factory=list)
     llm: RouterConfig = Field(default_factory=RouterConfig)
     scoring_workers: int = Field(2, ge=1)
     scoring_timeout: float = Field(10.0, gt=0)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     sandbox_runtime: str = Field(
-        "bubblewrap", description="where tools run: bubblewrap | apptainer | singularity | "
-        "docker | podman | local (created on first use; see rollserve.sandbox)")
+        "bubblewrap",
+        description="where tools run: bubblewrap | apptainer | singularity | "
+        "docker | podman | local (created on first use; see rollserve.sandbox)",
+    )
     sandbox_options: dict[str, Any] = Field(
-        default_factory=dict, description="the runtime's config, e.g. bubblewrap "
-        '{"readonly_paths": ["/opt/conda"]}, apptainer {"fakeroot": true, "image_cache": "..."}')
+        default_factory=dict,
+        description="the runtime's config, e.g. bubblewrap "
+        '{"readonly_paths": ["/opt/conda"]}, apptainer {"fakeroot": true, "image_cache": "..."}',
+    )
     sandbox_pool: int = Field(
-        0, ge=0, le=4096, description="a warm pool of at most this many started sandboxes "
+        0,
+        ge=0,
+        le=4096,
+        description="a warm pool of at most this many started sandboxes "
         "that INIT takes from (sized by the recent demand per spec; each used by one rollout, "
-        "never reused; docs/sandboxes.md); 0: none, every sandbox starts cold")
+        "never reused; docs/sandboxes.md); 0: none, every sandbox starts cold",
+    )
     handler_options: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="per handler (by data_source) its settings, e.g. "
-        '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}')
-    ray: RayConfig | None = Field(None, description="run the stages on a Ray cluster's nodes "
-                                  "(rollserve.cluster; the rollserve[ray] extra); None: here")
-    harness_dir: Path | None = Field(None, description="the harness presets' install root "
-                                     "(`rollserve harness install`); None: $ROLLSERVE_HARNESS_DIR, "
-                                     "else ~/.cache/rollserve/harnesses")
+        default_factory=dict,
+        description="per handler (by data_source) its settings, e.g. "
+        '{"swe": {"mirrors": ["/data/mirrors"], "image_prefix": "myreg/sweb.eval.x86_64."}}',
+    )
+    ray: RayConfig | None = Field(
+        None,
+        description="run the stages on a Ray cluster's nodes (rollserve.cluster; the rollserve[ray] extra); None: here",
+    )
+    harness_dir: Path | None = Field(
+        None,
+        description="the harness presets' install root "
+        "(`rollserve harness install`); None: $ROLLSERVE_HARNESS_DIR, "
+        "else ~/.cache/rollserve/harnesses",
+    )
     judges: list[str | dict[str, Any]] = Field(
-        default_factory=list, description="judges called at EVAL, never the policy "
-        "(llm.judges: NAME=URL, NAME=embedded, or a JSON object; docs/judges.md)")
+        default_factory=list,
+        description="judges called at EVAL, never the policy "
+        "(llm.judges: NAME=URL, NAME=embedded, or a JSON object; docs/judges.md)",
+    )
     rubrics: dict[str, Rubric] = Field(
-        default_factory=dict, description="named rubrics a task's judge may name "
-        "(contract.judge.Rubric), beside the built-in 'default'")
+        default_factory=dict,
+        description="named rubrics a task's judge may name (contract.judge.Rubric), beside the built-in 'default'",
+    )
     default_judge: str | None = Field(
-        None, description="a rubric every task is judged by when neither it nor its batch "
-        "names one ('default' or a --rubric name); None: the family's outcome alone")
-    public_seeds: bool = Field(False, description="seed generated instances (reasoning-gym) "
-                               "with their public seed as it is, reproducible by anyone; default: "
-                               "salted with the store's secret salt (handlers.seeds)")
+        None,
+        description="a rubric every task is judged by when neither it nor its batch "
+        "names one ('default' or a --rubric name); None: the family's outcome alone",
+    )
+    public_seeds: bool = Field(
+        False,
+        description="seed generated instances (reasoning-gym) "
+        "with their public seed as it is, reproducible by anyone; default: "
+        "salted with the store's secret salt (handlers.seeds)",
+    )
 
     @field_validator("judges")
     @classmethod
@@ -144,8 +175,7 @@ class Service:
         self.config = config
         self.tokenizer = load_tokenizer(config.tokenizer)
         self.store = SQLiteStore(config.db_path)
-        self.scoring = ScoringPool(workers=config.scoring_workers,
-                                   default_timeout=config.scoring_timeout)
+        self.scoring = ScoringPool(workers=config.scoring_workers, default_timeout=config.scoring_timeout)
         # The weights in force when this state dir's server last stopped (the inference
         # servers still hold them): an adapter's name and the policy version.
         self.weights_path = weights_file.weights_path(config.db_path)
@@ -154,19 +184,26 @@ class Service:
         if restored is None:
             self.router = Router(config=config.llm)
         else:
-            log.info("weights in force restored from %s: %s", self.weights_path,
-                     restored.model_dump_json())
-            self.router = Router(config=config.llm, policy_version=restored.policy_version,
-                                 lora=restored.lora, last_load=restored.last_load,
-                                 paused=restored.paused)
+            log.info("weights in force restored from %s: %s", self.weights_path, restored.model_dump_json())
+            self.router = Router(
+                config=config.llm,
+                policy_version=restored.policy_version,
+                lora=restored.lora,
+                last_load=restored.last_load,
+                paused=restored.paused,
+            )
             if restored.paused:
-                log.warning("the last weight load (%s) was not followed by a resume before this "
-                            "server stopped: generation starts paused until POST /v1/llm/resume "
-                            "names the new weights' policy version", self.weights_path)
+                log.warning(
+                    "the last weight load (%s) was not followed by a resume before this "
+                    "server stopped: generation starts paused until POST /v1/llm/resume "
+                    "names the new weights' policy version",
+                    self.weights_path,
+                )
         self.handlers = HandlerRegistry()
         # Created on first use: a host without the runtime (no bwrap) still serves math.
-        self.sandboxes = LazyRuntime(config.sandbox_runtime, config.state_dir,
-                                     config.sandbox_options, pool=config.sandbox_pool)
+        self.sandboxes = LazyRuntime(
+            config.sandbox_runtime, config.state_dir, config.sandbox_options, pool=config.sandbox_pool
+        )
         self.reaped: dict | None = None  # what the start-up reaper cleaned up
         self._sandbox_python: asyncio.Task[object] | None = None  # made at start
         self._tokenizer_probe: asyncio.Task[None] | None = None  # until a late one answers
@@ -174,12 +211,17 @@ class Service:
         # The harness presets' install root, resolved once: for the handlers and the Ray workers.
         self.harness_dir = str(install_root(config.harness_dir))
         self.judges = Judges([self._judge(spec) for spec in config.judges])
-        context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
-                                 sandboxes=self.sandboxes, options=config.handler_options,
-                                 gateway=gateway, harness_dir=self.harness_dir,
-                                 judges=self.judges, rubrics=config.rubrics,
-                                 default_judge=None if config.default_judge is None else
-                                 JudgeRequest(rubric=config.default_judge))
+        context = HandlerContext(
+            tokenizer=self.tokenizer,
+            scoring=self.scoring,
+            sandboxes=self.sandboxes,
+            options=config.handler_options,
+            gateway=gateway,
+            harness_dir=self.harness_dir,
+            judges=self.judges,
+            rubrics=config.rubrics,
+            default_judge=None if config.default_judge is None else JudgeRequest(rubric=config.default_judge),
+        )
         if context.default_judge is not None:  # a bad default fails now, not at each submit
             problem = context.judge_problem(context.default_judge)
             if problem is not None:
@@ -194,8 +236,7 @@ class Service:
         if self.cluster is not None:  # the nodes' router replicas pause and resume with ours
             self.router.followers.append(self.cluster)
         self.context = context  # its seed_salt is read from the store at start
-        self.engine = Engine(self.store, self.handlers, self.router, config.engine, context,
-                             executor=executor)
+        self.engine = Engine(self.store, self.handlers, self.router, config.engine, context, executor=executor)
         if self.cluster is not None:  # a node's slots bound its stages, not the head's pools
             self.cluster.on_slots = self._size_pools
         self.rollouts = Rollouts(self.engine, config.limits)  # what the API calls
@@ -215,12 +256,19 @@ class Service:
         config = self.config
         assert config.ray is not None
         settings = WorkerSettings(
-            node="", state_dir=config.state_dir.expanduser().resolve(), tokenizer=config.tokenizer,
-            backends=config.backends, llm=config.llm, scoring_workers=config.scoring_workers,
-            scoring_timeout=config.scoring_timeout, sandbox_runtime=config.sandbox_runtime,
-            sandbox_options=config.sandbox_options, handler_options=config.handler_options,
+            node="",
+            state_dir=config.state_dir.expanduser().resolve(),
+            tokenizer=config.tokenizer,
+            backends=config.backends,
+            llm=config.llm,
+            scoring_workers=config.scoring_workers,
+            scoring_timeout=config.scoring_timeout,
+            sandbox_runtime=config.sandbox_runtime,
+            sandbox_options=config.sandbox_options,
+            handler_options=config.handler_options,
             harness_dir=self.harness_dir,
-            lora=self.router.lora)  # restored at start: workers name it from the first call
+            lora=self.router.lora,
+        )  # restored at start: workers name it from the first call
         router = self.router
         executor = RayExecutor(config.ray, settings, policy_version=lambda: router.policy_version)
         if router.pause_mode is not None:  # restored paused: workers join paused
@@ -264,8 +312,7 @@ class Service:
         """Keep the router's weights in force (after a load or a resume) for a restart;
         ``OSError`` if they could not be written."""
         async with self._weights_lock:  # read under it: the last written is the latest
-            await asyncio.to_thread(weights_file.write, self.weights_path,
-                                    self.router.in_force())
+            await asyncio.to_thread(weights_file.write, self.weights_path, self.router.in_force())
 
     def sandbox_status(self) -> SandboxStatus:
         return SandboxStatus.model_validate({**self.sandboxes.status(), "reaped_at_start": self.reaped})
@@ -311,10 +358,8 @@ class Service:
             # SmolLM2's): computed (and cached) here, off the loop, not in its first call.
             await asyncio.to_thread(getattr, self.tokenizer, "max_token_bytes", None)
         except RolloutError as exc:  # TokenizerError and LLMError included
-            log.warning("tokenizer %s not ready yet (probed again until it answers): %s",
-                        self.tokenizer.name, exc)
-            self._tokenizer_probe = asyncio.create_task(self._probe_until_ready(),
-                                                        name="rollserve-tokenizer-probe")
+            log.warning("tokenizer %s not ready yet (probed again until it answers): %s", self.tokenizer.name, exc)
+            self._tokenizer_probe = asyncio.create_task(self._probe_until_ready(), name="rollserve-tokenizer-probe")
 
     async def _probe_until_ready(self) -> None:
         delay = TOKENIZER_REPROBE_FIRST

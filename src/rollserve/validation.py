@@ -12,5 +12,13 @@ from rollserve.contract.validation import (
     parse_json,
 )
 
-__all__ = ["INT64_MAX", "INT64_MIN", "MAX_JSON_DEPTH", "JSONInputError", "check_json",
-           "describe", "field_name", "parse_json"]
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_JSON_DEPTH",
+    "JSONInputError",
+    "check_json",
+    "describe",
+    "field_name",
+    "parse_json",
+]

@@ -14,11 +14,14 @@ from rollserve.llm.base import Generation
 def test_auxiliary_calls_are_kept_out_of_the_main_sequence():
     trajectory = Trajectory()
     trajectory.add_prompt([1, 2, 3])
-    trajectory.add_generation(Generation(output_ids=[4, 5], logprobs=[-0.5, -0.25],
-                                         finish_reason="stop", backend="b"))
-    trajectory.auxiliary.append(AuxiliaryTurn("small_fast_model", "small", Turn(
-        prompt_ids_delta=[7, 8], output_ids=[9], logprobs=[-1.5], finish_reason="stop",
-        backend="b")))
+    trajectory.add_generation(Generation(output_ids=[4, 5], logprobs=[-0.5, -0.25], finish_reason="stop", backend="b"))
+    trajectory.auxiliary.append(
+        AuxiliaryTurn(
+            "small_fast_model",
+            "small",
+            Turn(prompt_ids_delta=[7, 8], output_ids=[9], logprobs=[-1.5], finish_reason="stop", backend="b"),
+        )
+    )
     wire = trajectory.to_wire()
     assert wire.tokens.input_ids == [1, 2, 3, 4, 5] and wire.sequence_count == 1
     assert len(wire.turns) == 1
@@ -29,12 +32,16 @@ def test_auxiliary_calls_are_kept_out_of_the_main_sequence():
 
 
 def test_an_auxiliary_calls_tokens_must_be_its_turn():
-    turn = {"prompt_ids_delta": [1], "output_ids": [2], "logprobs": [-0.5],
-            "finish_reason": "stop", "backend": "b"}
+    turn = {"prompt_ids_delta": [1], "output_ids": [2], "logprobs": [-0.5], "finish_reason": "stop", "backend": "b"}
     with pytest.raises(ValidationError, match="prompt then its output ids"):
-        AuxiliaryCall.model_validate({"purpose": "auxiliary", "model": "m", "turn": turn,
-                                      "tokens": {"input_ids": [1, 3], "loss_mask": [0, 1],
-                                                 "logprobs": [0.0, -0.5]}})
+        AuxiliaryCall.model_validate(
+            {
+                "purpose": "auxiliary",
+                "model": "m",
+                "turn": turn,
+                "tokens": {"input_ids": [1, 3], "loss_mask": [0, 1], "logprobs": [0.0, -0.5]},
+            }
+        )
 
 
 def test_a_stored_result_without_auxiliary_still_reads():

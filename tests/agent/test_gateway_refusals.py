@@ -12,8 +12,11 @@ from rollserve.agent.gateway import anthropic_wire, base, wire
 from rollserve.agent.gateway.base import GatewayRefusal
 
 # Every refusal class base exports (it also exports constants, e.g. POLICY_MODEL).
-KINDS = [kind for kind in (getattr(base, name) for name in base.__all__)
-         if isinstance(kind, type) and issubclass(kind, GatewayRefusal) and kind is not GatewayRefusal]
+KINDS = [
+    kind
+    for kind in (getattr(base, name) for name in base.__all__)
+    if isinstance(kind, type) and issubclass(kind, GatewayRefusal) and kind is not GatewayRefusal
+]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
@@ -25,8 +28,7 @@ def test_every_kind_has_an_answer(kind: type[GatewayRefusal]):
 # kind: status, OpenAI's type and code, Anthropic's type
 ANSWERS = {
     base.BadRequest: (400, "invalid_request_error", None, "invalid_request_error"),
-    base.ContextLengthExceeded: (400, "invalid_request_error", "context_length_exceeded",
-                                 "invalid_request_error"),
+    base.ContextLengthExceeded: (400, "invalid_request_error", "context_length_exceeded", "invalid_request_error"),
     base.UnknownKey: (401, "authentication_error", "invalid_api_key", "authentication_error"),
     base.SessionEnded: (404, "invalid_request_error", "session_ended", "not_found_error"),
     base.UnknownRoute: (404, "invalid_request_error", "unknown_url", "not_found_error"),
@@ -50,12 +52,19 @@ def test_the_answers_are_the_wire_s():
 
 def test_a_request_at_fault_names_its_field():
     openai = json.loads(wire.error_body(base.BadRequest("messages[2].role: bad", param="messages[2].role")))
-    assert openai == {"error": {"message": "messages[2].role: bad", "type": "invalid_request_error",
-                                "param": "messages[2].role", "code": None}}
+    assert openai == {
+        "error": {
+            "message": "messages[2].role: bad",
+            "type": "invalid_request_error",
+            "param": "messages[2].role",
+            "code": None,
+        }
+    }
     too_long = base.ContextLengthExceeded("This model's maximum context length is 8 tokens")
     assert json.loads(wire.error_body(too_long))["error"]["param"] == "messages"
     assert json.loads(anthropic_wire.error_body(too_long))["error"]["message"] == (
-        "prompt is too long: This model's maximum context length is 8 tokens")
+        "prompt is too long: This model's maximum context length is 8 tokens"
+    )
 
 
 def test_an_unlisted_kind_is_an_error_not_a_guess():

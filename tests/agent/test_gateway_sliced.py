@@ -31,9 +31,7 @@ def test_the_first_error_names_its_index(bad: int):
     with pytest.raises(GatewayRefusal) as refused:
         wire.parse_request(json.dumps({"model": "p", "messages": messages}).encode())
     assert refused.value.param == f"messages[{bad}].role", refused.value.message
-    blocks = [{"role": m["role"], "content": [{"type": "text", "text": m["content"]}]}
-              for m in messages]
+    blocks = [{"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in messages]
     with pytest.raises(GatewayRefusal) as refused:
-        anthropic_wire.parse_request(json.dumps({"model": "p", "max_tokens": 4,
-                                                 "messages": blocks}).encode())
+        anthropic_wire.parse_request(json.dumps({"model": "p", "max_tokens": 4, "messages": blocks}).encode())
     assert refused.value.message.startswith(f"messages[{bad}].role"), refused.value.message

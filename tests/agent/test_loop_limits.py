@@ -32,8 +32,9 @@ class Chatty(AgentEnv):
 
 async def run(llm, tok, env, max_turns=10, max_context=4096, max_tokens=64):
     trajectory = Trajectory()
-    await run_agent_loop(env, llm, tok, SamplingParams(max_tokens=max_tokens), max_turns,
-                         max_context, trajectory, LoopStats())
+    await run_agent_loop(
+        env, llm, tok, SamplingParams(max_tokens=max_tokens), max_turns, max_context, trajectory, LoopStats()
+    )
     return trajectory
 
 
@@ -58,14 +59,17 @@ async def test_a_turn_cut_by_max_tokens_is_marked_and_counted(tok):
         router.add(VLLMBackend(server.url))
         trajectory = await run(router.session(), tok, Chatty(), max_turns=2, max_tokens=3)
         # The last turn gets only what is left of the context.
-        tight = await run(router.session(), tok, Chatty(), max_turns=5, max_tokens=50,
-                          max_context=len(server.calls[0].prompt_ids) + 5)
+        tight = await run(
+            router.session(), tok, Chatty(), max_turns=5, max_tokens=50, max_context=len(server.calls[0].prompt_ids) + 5
+        )
         await router.stop()
     assert [t.finish_reason for t in trajectory.turns] == ["length", "length"]
     assert trajectory.truncated_turns == 2
-    rollout = Rollout(spec=RolloutSpec(id="r", group_id="g", task_id="t", data_source="x",
-                                       sample_index=0, instance={}), trajectory=trajectory,
-                      status="completed")
+    rollout = Rollout(
+        spec=RolloutSpec(id="r", group_id="g", task_id="t", data_source="x", sample_index=0, instance={}),
+        trajectory=trajectory,
+        status="completed",
+    )
     assert rollout.result().stats.truncated_turns == 2
     assert server.calls[-1].request["max_tokens"] == 5
     assert tight.ended_by == "context_exhausted" and tight.turns[0].finish_reason == "length"
@@ -105,8 +109,7 @@ async def test_a_chat_api_runs_the_episode_on_messages(tok):
     assert [m["role"] for m in trajectory.messages] == ["user", "assistant", "user", "assistant"]
     assert [m["content"] for m in trajectory.messages[1::2]] == ["First.", "Second."]
     assert env.replies == ["First.", "Second."]
-    assert [(t.output_ids, t.backend, t.policy_version) for t in trajectory.turns] == [
-        ([], "api", 4), ([], "api", 4)]
+    assert [(t.output_ids, t.backend, t.policy_version) for t in trajectory.turns] == [([], "api", 4), ([], "api", 4)]
     sent = server.calls[1].request
     assert sent["messages"] == trajectory.messages[:3] and sent["max_completion_tokens"] == 64
     assert server.calls[0].route == "/v1/chat/completions"
@@ -115,8 +118,7 @@ async def test_a_chat_api_runs_the_episode_on_messages(tok):
 
 
 def test_structured_tool_calls_become_text_and_results_get_their_ids():
-    calls = [{"id": "call_1", "type": "function",
-              "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
+    calls = [{"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
     text = _tool_calls_as_text(calls)
     assert text == '\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
     answered = _answer_tool_calls([{"role": "tool", "content": "a.txt"}], calls)

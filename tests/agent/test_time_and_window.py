@@ -36,13 +36,21 @@ class Stalling(AgentEnv):
         self.stopped += 1
 
 
-async def episode(llm, tok, env, deadline_in=None, max_context=4096, max_tokens=16,
-                  stats=None):
+async def episode(llm, tok, env, deadline_in=None, max_context=4096, max_tokens=16, stats=None):
     trajectory = Trajectory()
     loop = asyncio.get_running_loop()
     deadline = None if deadline_in is None else loop.time() + deadline_in
-    await run_agent_loop(env, llm, tok, SamplingParams(max_tokens=max_tokens), 50,
-                         max_context, trajectory, stats or LoopStats(), deadline=deadline)
+    await run_agent_loop(
+        env,
+        llm,
+        tok,
+        SamplingParams(max_tokens=max_tokens),
+        50,
+        max_context,
+        trajectory,
+        stats or LoopStats(),
+        deadline=deadline,
+    )
     return trajectory
 
 
@@ -51,8 +59,7 @@ async def test_tools_that_take_the_time_end_the_episode_at_the_limit(tok):
         router = Router()
         router.add(VLLMBackend(server.url))
         env, stats = Stalling(seconds=30.0), LoopStats()
-        trajectory = await asyncio.wait_for(
-            episode(router.session(), tok, env, deadline_in=3.0, stats=stats), 20)
+        trajectory = await asyncio.wait_for(episode(router.session(), tok, env, deadline_in=3.0, stats=stats), 20)
         await router.stop()
     assert trajectory.ended_by == "time_limit" and len(trajectory.turns) == 1
     assert env.stopped == 1  # told to stop what its tools still ran
@@ -85,12 +92,12 @@ async def test_the_backend_window_clamps_the_episode(tok):
 
 
 async def test_a_refused_prompt_is_context_exhausted_or_too_long(tok):
-    async with FakeVLLM(tok, replies="Once upon a time there was a fox.", max_model_len=120,
-                        report_max_model_len=False) as server:
+    async with FakeVLLM(
+        tok, replies="Once upon a time there was a fox.", max_model_len=120, report_max_model_len=False
+    ) as server:
         router = Router()
         router.add(VLLMBackend(server.url))
-        trajectory = await episode(router.session(), tok, Stalling(0.0), max_context=4096,
-                                   max_tokens=40)
+        trajectory = await episode(router.session(), tok, Stalling(0.0), max_context=4096, max_tokens=40)
         assert trajectory.ended_by == "context_exhausted" and trajectory.turns
         assert server.calls[-1].status == 400
         # Refused before anything was sampled: nothing to score, so masked.
@@ -107,19 +114,28 @@ class LongOpening(Stalling):
         return [{"role": "user", "content": "word " * 200}]
 
 
-@pytest.mark.parametrize("body", [
-    # vLLM 0.32 (renderer, and the engine's own check), older vLLM, SGLang, llama.cpp
-    ("This model's maximum context length is 2048 tokens. However, your prompt contains 2081 "
-     "input tokens, which exceeds this limit even without any output tokens."),
-    "The decoder prompt (length 4097) is longer than the maximum model length of 4096.",
-    "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
-    ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
-     "(4000 in the messages, 1000 in the completion)."),
-    "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
-    "Requested token count exceeds the model's maximum context length of 4096 tokens.",
-    ('{"error": {"code": 400, "type": "exceed_context_size_error", "message": "the request '
-     'exceeds the available context size, try increasing it"}}'),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        # vLLM 0.32 (renderer, and the engine's own check), older vLLM, SGLang, llama.cpp
+        (
+            "This model's maximum context length is 2048 tokens. However, your prompt contains 2081 "
+            "input tokens, which exceeds this limit even without any output tokens."
+        ),
+        "The decoder prompt (length 4097) is longer than the maximum model length of 4096.",
+        "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+        (
+            "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+            "(4000 in the messages, 1000 in the completion)."
+        ),
+        "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+        "Requested token count exceeds the model's maximum context length of 4096 tokens.",
+        (
+            '{"error": {"code": 400, "type": "exceed_context_size_error", "message": "the request '
+            'exceeds the available context size, try increasing it"}}'
+        ),
+    ],
+)
 def test_context_refusals_are_recognised(body):
     assert context_overflow(400, body)
     assert not context_overflow(500, body)  # a server error stays the backend's
@@ -131,8 +147,7 @@ def test_other_bad_requests_are_not():
 
 
 def test_the_agent_deadline_keeps_the_margin_and_evals_time():
-    spec = RolloutSpec(id="r", group_id="g", task_id="t", data_source="x", sample_index=0,
-                       instance={})
+    spec = RolloutSpec(id="r", group_id="g", task_id="t", data_source="x", sample_index=0, instance={})
     rollout = Rollout(spec=spec, timeouts=Timeouts(run=600, eval=60, total=1800, run_margin=30))
     assert rollout.agent_deadline(0.0) is None  # outside RUN
     rollout.run_deadline, rollout.deadline = 600.0, 1800.0

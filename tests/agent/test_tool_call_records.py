@@ -37,36 +37,57 @@ async def test_the_step_carries_the_calls_it_read(fmt):
 
 async def test_every_call_of_a_reply_is_recorded_malformed_ones_aside():
     env = ToolEnv([FakeBash(), FinishTool()], "t", config=ToolEnvConfig(max_calls_per_turn=2))
-    reply = (format_tool_call("bash", {"command": "echo a"}) + "<tool_call>{oops</tool_call>"
-             + format_tool_call("bash", {"command": "echo b"})
-             + format_tool_call("finish", {"answer": "x"}))
+    reply = (
+        format_tool_call("bash", {"command": "echo a"})
+        + "<tool_call>{oops</tool_call>"
+        + format_tool_call("bash", {"command": "echo b"})
+        + format_tool_call("finish", {"answer": "x"})
+    )
     step = await env.step(reply)
     # The third call was not run (two per reply), but the reply made it: it is recorded.
     assert [(c["name"], c["arguments"]) for c in step.tool_calls] == [
-        ("bash", {"command": "echo a"}), ("bash", {"command": "echo b"}), ("finish", {"answer": "x"})]
+        ("bash", {"command": "echo a"}),
+        ("bash", {"command": "echo b"}),
+        ("finish", {"answer": "x"}),
+    ]
     assert not step.done and env.stats.parse_errors == 1
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "json", "bash_block"])
 async def test_turns_record_their_calls_in_every_format(tok, fmt):
     bash = FakeBash()
-    env = ToolEnv([bash, FinishTool()], "Say hi, then answer 42.", tokenizer=tok,
-                  config=ToolEnvConfig(tool_format=fmt))
-    replies = ["I will greet.\n" + format_tool_call("bash", {"command": "echo hi"}, fmt),
-               "No tool this time.", finish_reply(fmt)]
+    env = ToolEnv([bash, FinishTool()], "Say hi, then answer 42.", tokenizer=tok, config=ToolEnvConfig(tool_format=fmt))
+    replies = [
+        "I will greet.\n" + format_tool_call("bash", {"command": "echo hi"}, fmt),
+        "No tool this time.",
+        finish_reply(fmt),
+    ]
     async with FakeVLLM(tok, replies=replies) as server:
         router = Router()
         router.add(VLLMBackend(server.url, model="m"))
         trajectory = Trajectory()
-        await run_agent_loop(env, router.session("t"), tok, SamplingParams(max_tokens=96),
-                             max_turns=5, max_context_tokens=4096, trajectory=trajectory,
-                             stats=LoopStats())
+        await run_agent_loop(
+            env,
+            router.session("t"),
+            tok,
+            SamplingParams(max_tokens=96),
+            max_turns=5,
+            max_context_tokens=4096,
+            trajectory=trajectory,
+            stats=LoopStats(),
+        )
         await router.stop()
     assert trajectory.ended_by == "finished" and env.answer == "42"
-    last = ({"name": "bash", "arguments": {"command": f"echo {SUBMIT_MARKERS[0]}\necho 42"}, "id": None}
-            if fmt == "bash_block" else {"name": "finish", "arguments": {"answer": "42"}, "id": None})
+    last = (
+        {"name": "bash", "arguments": {"command": f"echo {SUBMIT_MARKERS[0]}\necho 42"}, "id": None}
+        if fmt == "bash_block"
+        else {"name": "finish", "arguments": {"answer": "42"}, "id": None}
+    )
     assert [t.tool_calls for t in trajectory.turns] == [
-        [{"name": "bash", "arguments": {"command": "echo hi"}, "id": None}], [], [last]]
+        [{"name": "bash", "arguments": {"command": "echo hi"}, "id": None}],
+        [],
+        [last],
+    ]
 
 
 class ChatAPISession:
@@ -103,19 +124,35 @@ def api_call(call_id: str, name: str, arguments: str) -> dict:
 async def test_a_chat_api_s_calls_are_recorded_with_their_ids(tok):
     bash = FakeBash()
     env = ToolEnv([bash, FinishTool()], "Say hi.", tokenizer=tok)
-    llm = ChatAPISession([
-        ChatReply("", "tool_calls", [api_call("c1", "bash", json.dumps({"command": "echo hi"})),
-                                     api_call("c2", "bash", "{not json")], backend="api"),
-        ChatReply(format_tool_call("bash", {"command": "echo text"}), "stop", backend="api"),
-        ChatReply("", "tool_calls", [api_call("c3", "finish", '{"answer": "42"}')], backend="api"),
-    ])
+    llm = ChatAPISession(
+        [
+            ChatReply(
+                "",
+                "tool_calls",
+                [api_call("c1", "bash", json.dumps({"command": "echo hi"})), api_call("c2", "bash", "{not json")],
+                backend="api",
+            ),
+            ChatReply(format_tool_call("bash", {"command": "echo text"}), "stop", backend="api"),
+            ChatReply("", "tool_calls", [api_call("c3", "finish", '{"answer": "42"}')], backend="api"),
+        ]
+    )
     trajectory = Trajectory()
-    await run_agent_loop(env, llm, tok, SamplingParams(max_tokens=64), max_turns=5,
-                         max_context_tokens=4096, trajectory=trajectory, stats=LoopStats())
+    await run_agent_loop(
+        env,
+        llm,
+        tok,
+        SamplingParams(max_tokens=64),
+        max_turns=5,
+        max_context_tokens=4096,
+        trajectory=trajectory,
+        stats=LoopStats(),
+    )
     assert trajectory.trainable is False and trajectory.ended_by == "finished"
     assert [t.tool_calls for t in trajectory.turns] == [
-        [{"name": "bash", "arguments": {"command": "echo hi"}, "id": "c1"},
-         {"name": "bash", "arguments": "{not json", "id": "c2"}],  # as the API sent it
+        [
+            {"name": "bash", "arguments": {"command": "echo hi"}, "id": "c1"},
+            {"name": "bash", "arguments": "{not json", "id": "c2"},
+        ],  # as the API sent it
         [{"name": "bash", "arguments": {"command": "echo text"}, "id": None}],  # read in the text
         [{"name": "finish", "arguments": {"answer": "42"}, "id": "c3"}],
     ]

@@ -14,9 +14,11 @@ from rollserve.agent.tool_calls import (
 from rollserve.agent.tools import FinishTool
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 
-BASH_SCHEMA = {"name": "bash", "description": "run",
-               "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                              "required": ["command"]}}
+BASH_SCHEMA = {
+    "name": "bash",
+    "description": "run",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+}
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -114,7 +116,9 @@ def test_tool_aware_template_gets_the_schemas_as_tools(tok):
 
 def test_chatml_renders_a_tool_message_as_its_own_role(tok):
     message = tool_message("file.txt", "bash", wrap=True)
-    rendered = tok.render([{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}, message],
-                          add_generation_prompt=True)
-    assert ("<|im_start|>tool\n<tool_response>\nfile.txt\n</tool_response><|im_end|>\n"
-            "<|im_start|>assistant\n") in rendered
+    rendered = tok.render(
+        [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}, message], add_generation_prompt=True
+    )
+    assert (
+        "<|im_start|>tool\n<tool_response>\nfile.txt\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    ) in rendered

@@ -50,7 +50,9 @@ async def test_calls_run_in_order_and_results_come_back_as_tool_messages():
     step = await env.step(call("echo", text="one") + call("echo", text="two"))
     assert not step.done
     assert [m["content"] for m in step.messages] == [
-        "<tool_response>\none\n</tool_response>", "<tool_response>\ntwo\n</tool_response>"]
+        "<tool_response>\none\n</tool_response>",
+        "<tool_response>\ntwo\n</tool_response>",
+    ]
     assert all(m["role"] == "tool" and m["name"] == "echo" for m in step.messages)
     assert env.stats.calls == 2 and env.stats.by_tool == {"echo": 2} and env.stats.errors == 0
 
@@ -82,10 +84,17 @@ async def test_no_call_nudges_or_ends_as_configured():
 
 
 async def test_tool_errors_are_text_never_a_crash():
-    env = ToolEnv([Echo(), Broken(ToolError("refused: bad path")), Slow()], "task",
-                  config=ToolEnvConfig(call_timeout=0.2))
-    step = await env.step(call("nope") + call("echo") + call("echo", text="x", extra=1)
-                          + call("broken") + call("slow") + call("echo", text=5))
+    env = ToolEnv(
+        [Echo(), Broken(ToolError("refused: bad path")), Slow()], "task", config=ToolEnvConfig(call_timeout=0.2)
+    )
+    step = await env.step(
+        call("nope")
+        + call("echo")
+        + call("echo", text="x", extra=1)
+        + call("broken")
+        + call("slow")
+        + call("echo", text=5)
+    )
     texts = [m["content"] for m in step.messages]
     assert "no tool named 'nope'" in texts[0] and "echo, broken, slow" in texts[0]
     assert "missing required argument(s): text" in texts[1]
@@ -94,8 +103,7 @@ async def test_tool_errors_are_text_never_a_crash():
     assert "did not finish within 0.2 s" in texts[4]
     assert "'text' must be string" in texts[5]
     assert env.stats.unknown_tools == 1 and env.stats.errors == 5 and env.stats.timeouts == 1
-    assert env.stats.as_stats() == {"tool_calls": 5, "tool_errors": 6, "tool_parse_errors": 0,
-                                    "tool_timeouts": 1}
+    assert env.stats.as_stats() == {"tool_calls": 5, "tool_errors": 6, "tool_parse_errors": 0, "tool_timeouts": 1}
 
 
 async def test_a_bug_in_a_tool_is_shown_but_infra_failures_propagate():
@@ -149,8 +157,13 @@ async def test_episode_with_bash_editor_and_finish(tok, tmp_path):
     bash, editor, finish = BashTool(sandbox), EditorTool(sandbox), FinishTool()
     env = ToolEnv([bash, editor, finish], "Write hello.py and run it.", tokenizer=tok)
     replies = [
-        "I'll create the file.\n" + call("str_replace_editor", command="create", path="/workspace/hello.py",
-                                          file_text="print('hello from the sandbox')\n"),
+        "I'll create the file.\n"
+        + call(
+            "str_replace_editor",
+            command="create",
+            path="/workspace/hello.py",
+            file_text="print('hello from the sandbox')\n",
+        ),
         call("bash", command="python3 hello.py"),
         call("bash", command="cat missing.txt"),
         "Done.\n" + call("finish", answer="hello from the sandbox"),
@@ -158,8 +171,16 @@ async def test_episode_with_bash_editor_and_finish(tok, tmp_path):
     llm = ScriptedLLM(tok, replies)
     trajectory, stats = Trajectory(), LoopStats()
     try:
-        await run_agent_loop(env, llm, tok, SamplingParams(max_tokens=200), max_turns=10,
-                             max_context_tokens=4096, trajectory=trajectory, stats=stats)
+        await run_agent_loop(
+            env,
+            llm,
+            tok,
+            SamplingParams(max_tokens=200),
+            max_turns=10,
+            max_context_tokens=4096,
+            trajectory=trajectory,
+            stats=stats,
+        )
     finally:
         await bash.close()
         await sandbox.close()
@@ -216,13 +237,24 @@ async def test_an_agent_answers_a_waiting_program_with_is_input(tok, tmp_path):
     ]
     trajectory, stats = Trajectory(), LoopStats()
     try:
-        await run_agent_loop(env, ScriptedLLM(tok, replies), tok, SamplingParams(max_tokens=200),
-                             max_turns=12, max_context_tokens=4096, trajectory=trajectory, stats=stats)
+        await run_agent_loop(
+            env,
+            ScriptedLLM(tok, replies),
+            tok,
+            SamplingParams(max_tokens=200),
+            max_turns=12,
+            max_context_tokens=4096,
+            trajectory=trajectory,
+            stats=stats,
+        )
     finally:
         await bash.close()
         await sandbox.close()
-    texts = [m["content"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
-             for m in trajectory.messages if m["role"] == "tool"]
+    texts = [
+        m["content"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
+        for m in trajectory.messages
+        if m["role"] == "tool"
+    ]
     assert texts[0].startswith("name? \n[the command is waiting for input") and "is_input=true" in texts[0]
     assert texts[1] == "hi bob\n[exit code: 0]"
     assert texts[2].startswith("n: \n[the command is waiting for input")

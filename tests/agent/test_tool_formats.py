@@ -53,11 +53,15 @@ class FakeBash(Tool):
 def test_json_calls_in_the_shapes_models_write():
     plain = 'I will list the files.\n{"name": "bash", "arguments": {"command": "ls"}}'
     assert [(c.name, c.arguments) for c in parse_tool_calls(plain, "json").calls] == [("bash", {"command": "ls"})]
-    openai = json.dumps({"id": "c1", "type": "function",
-                         "function": {"name": "bash", "arguments": json.dumps({"command": "pwd"})}})
+    openai = json.dumps(
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "pwd"})}}
+    )
     assert parse_tool_calls(openai, "json").calls[0].arguments == {"command": "pwd"}
-    listed = "```json\n" + json.dumps([{"name": "echo", "arguments": {"text": "a"}},
-                                        {"name": "echo", "arguments": {"text": "b"}}]) + "\n```"
+    listed = (
+        "```json\n"
+        + json.dumps([{"name": "echo", "arguments": {"text": "a"}}, {"name": "echo", "arguments": {"text": "b"}}])
+        + "\n```"
+    )
     parsed = parse_tool_calls(listed, "json")
     assert [c.arguments["text"] for c in parsed.calls] == ["a", "b"] and [c.index for c in parsed.calls] == [0, 1]
     wrapped = json.dumps({"tool_calls": [{"function": {"name": "echo", "arguments": {"text": "x"}}}]})
@@ -77,8 +81,14 @@ def test_malformed_json_calls_become_errors():
     parsed = parse_tool_calls(unclosed, "json")
     assert parsed.calls == [] and len(parsed.errors) == 1  # not its inner object as a call
     assert "invalid JSON" in parsed.errors[0] and JSON_CALL_FORMAT in parsed.errors[0]
-    mixed = json.dumps([{"name": "echo", "arguments": {"text": "ok"}}, "stray",
-                        {"name": "echo", "arguments": 5}, {"arguments": {}, "function": "f"}])
+    mixed = json.dumps(
+        [
+            {"name": "echo", "arguments": {"text": "ok"}},
+            "stray",
+            {"name": "echo", "arguments": 5},
+            {"arguments": {}, "function": "f"},
+        ]
+    )
     parsed = parse_tool_calls(mixed, "json")
     assert [c.arguments for c in parsed.calls] == [{"text": "ok"}]
     assert len(parsed.errors) == 3
@@ -107,8 +117,7 @@ def test_format_then_parse_round_trips(fmt):
     call = parse_tool_calls("x " + format_tool_call("bash", {"command": "echo hi"}, fmt), fmt).calls[0]
     assert call.name == "bash" and call.arguments == {"command": "echo hi"}
     # A chat API's structured calls reach a text environment in its own format.
-    text = _tool_calls_as_text([{"id": "c", "function": {"name": "bash",
-                                                         "arguments": '{"command": "ls"}'}}], fmt)
+    text = _tool_calls_as_text([{"id": "c", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}], fmt)
     assert parse_tool_calls(text, fmt).calls[0].arguments == {"command": "ls"}
 
 
@@ -142,8 +151,9 @@ async def test_tool_env_json_episode_and_errors():
     env = ToolEnv([Echo(), FinishTool()], "task", config=ToolEnvConfig(tool_format="json"))
     assert JSON_CALL_FORMAT in env.initial_messages()[0]["content"]
     assert [t["function"]["name"] for t in env.tool_schemas] == ["echo", "finish"]
-    step = await env.step('[{"name": "echo", "arguments": {"text": "one"}}, '
-                          '{"name": "echo", "arguments": {"text": "two"}}]')
+    step = await env.step(
+        '[{"name": "echo", "arguments": {"text": "one"}}, {"name": "echo", "arguments": {"text": "two"}}]'
+    )
     assert [m["content"] for m in step.messages] == ["one", "two"] and not step.done
     step = await env.step('{"name": "echo", "arguments": {"text": "x"}')  # malformed
     assert "invalid JSON" in step.messages[0]["content"] and env.stats.parse_errors == 1
@@ -181,17 +191,27 @@ async def test_bash_block_without_finish_tool_and_without_bash():
 
 
 async def test_json_episode_through_the_agent_loop(tok):
-    replies = ['Let me echo.\n{"name": "echo", "arguments": {"text": "hi"}}',
-               '{"name": "finish", "arguments": {"answer": "42"}}']
-    env = ToolEnv([Echo(), FinishTool()], "Say hi, then answer 42.", tokenizer=tok,
-                  config=ToolEnvConfig(tool_format="json"))
+    replies = [
+        'Let me echo.\n{"name": "echo", "arguments": {"text": "hi"}}',
+        '{"name": "finish", "arguments": {"answer": "42"}}',
+    ]
+    env = ToolEnv(
+        [Echo(), FinishTool()], "Say hi, then answer 42.", tokenizer=tok, config=ToolEnvConfig(tool_format="json")
+    )
     async with FakeVLLM(tok, replies=replies) as server:
         router = Router()
         router.add(VLLMBackend(server.url, model="m"))
         trajectory = Trajectory()
-        await run_agent_loop(env, router.session("t"), tok, SamplingParams(max_tokens=64),
-                             max_turns=4, max_context_tokens=4096, trajectory=trajectory,
-                             stats=LoopStats())
+        await run_agent_loop(
+            env,
+            router.session("t"),
+            tok,
+            SamplingParams(max_tokens=64),
+            max_turns=4,
+            max_context_tokens=4096,
+            trajectory=trajectory,
+            stats=LoopStats(),
+        )
         await router.stop()
     assert trajectory.ended_by == "finished" and env.answer == "42"
     assert [m["role"] for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]

@@ -46,8 +46,7 @@ def test_a_new_sequence_keeps_each_exact_and_tokens_empty():
     assert wire.sequence_count == 2 and wire.tokens.input_ids == []
     first, second = wire.sequences
     assert (first.input_ids, first.loss_mask) == ([1, 2, 3], [0, 0, 1])
-    assert (second.input_ids, second.loss_mask, second.logprobs) == ([7, 8, 8], [0, 1, 1],
-                                                                     [0.0, -0.5, -0.5])
+    assert (second.input_ids, second.loss_mask, second.logprobs) == ([7, 8, 8], [0, 1, 1], [0.0, -0.5, -0.5])
     assert [t.sequence for t in wire.turns] == [0, 1]
     assert trajectory.prompt_tokens == 3 and trajectory.output_tokens == 3
 
@@ -61,12 +60,17 @@ def test_a_sequence_without_turns_is_dropped():
     assert wire.sequence_count == 1 and wire.tokens.input_ids == [3, 4]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"sequence_count": 2}, "sequences is empty"),
-    ({"sequences": [{"input_ids": [1], "loss_mask": [1], "logprobs": [0.0]}]}, "2 or more"),
-    ({"sequence_count": 3, "sequences": [{"input_ids": [1], "loss_mask": [1], "logprobs": [0.0]}] * 2},
-     "2 or more"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"sequence_count": 2}, "sequences is empty"),
+        ({"sequences": [{"input_ids": [1], "loss_mask": [1], "logprobs": [0.0]}]}, "2 or more"),
+        (
+            {"sequence_count": 3, "sequences": [{"input_ids": [1], "loss_mask": [1], "logprobs": [0.0]}] * 2},
+            "2 or more",
+        ),
+    ],
+)
 def test_the_contract_refuses_sequences_that_disagree(change, message):
     trajectory = Trajectory()
     sampled(trajectory, [1], [2])

@@ -14,10 +14,20 @@ def scope(path: str, query: bytes = b"", token: str | None = None) -> dict[str, 
     headers = [(b"host", b"rollserve")]
     if token is not None:
         headers.append((b"authorization", f"Bearer {token}".encode()))
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-            "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-            "query_string": query, "headers": headers,
-            "client": ("127.0.0.1", 5000), "server": ("rollserve", 80)}
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query,
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("rollserve", 80),
+    }
 
 
 def serve_stuck(app: ASGIApp, request_scope: dict[str, Any]) -> tuple[asyncio.Task, asyncio.Event]:

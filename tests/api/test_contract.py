@@ -25,8 +25,11 @@ from rollserve.engine import errors as engine_errors
 
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 # Routes that answer something other than JSON, with the content type they declare.
-NOT_JSON = {("/v1/events", "get"): "text/event-stream", ("/metrics", "get"): "text/plain",
-            ("/v1/status/stream", "get"): "text/event-stream"}
+NOT_JSON = {
+    ("/v1/events", "get"): "text/event-stream",
+    ("/metrics", "get"): "text/plain",
+    ("/v1/status/stream", "get"): "text/event-stream",
+}
 # What they declare, when more than a string: the stream's event (its data a JSON model).
 NOT_JSON_SCHEMA = {("/v1/status/stream", "get"): STATUS_EVENT_SCHEMA}
 
@@ -40,8 +43,7 @@ def _resolve(schema: dict, node: dict) -> dict:
 async def test_openapi_documents_a_body_for_every_route_and_status(make_api):
     _, client = await make_api(prorl=ProRLConfig(), token="t")
     schema = (await client.get("/openapi.json", headers={"Authorization": "Bearer t"})).json()
-    operations = [(path, method, op) for path, ops in schema["paths"].items()
-                  for method, op in ops.items()]
+    operations = [(path, method, op) for path, ops in schema["paths"].items() for method, op in ops.items()]
     assert len(operations) >= 25
     for path, method, op in operations:
         assert op["responses"], (path, method)
@@ -70,12 +72,17 @@ async def test_openapi_documents_a_body_for_every_route_and_status(make_api):
     for name, model in components.items():
         if name in not_ours:
             continue
-        undocumented = [f for f, prop in model.get("properties", {}).items()
-                        if "description" not in prop and "$ref" not in prop]
+        undocumented = [
+            f for f, prop in model.get("properties", {}).items() if "description" not in prop and "$ref" not in prop
+        ]
         assert model.get("description") and not undocumented, (name, undocumented)
     ok = {path: ops for path, ops in schema["paths"].items()}
-    refs = {(p, m): op["responses"][min(op["responses"])]["content"]["application/json"]["schema"]
-            for p, ops in ok.items() for m, op in ops.items() if (p, m) not in NOT_JSON}
+    refs = {
+        (p, m): op["responses"][min(op["responses"])]["content"]["application/json"]["schema"]
+        for p, ops in ok.items()
+        for m, op in ops.items()
+        if (p, m) not in NOT_JSON
+    }
     assert refs[("/v1/results", "get")]["$ref"].endswith("/ResultsPage")
     assert refs[("/v1/rollouts/{rollout_id}", "get")]["$ref"].endswith("/RolloutView")
     assert refs[("/process", "post")]["$ref"].endswith("/ProRLResult")
@@ -83,12 +90,12 @@ async def test_openapi_documents_a_body_for_every_route_and_status(make_api):
 
 async def test_what_the_routes_answer_validates_into_the_contract(make_api, fake_llm):
     _, client = await make_api([fake_llm.url])
-    r = await client.post("/v1/rollouts", json={"tasks": [{**MATH, "n": 2}],
-                                                "sampling": {"max_tokens": 32}})
+    r = await client.post("/v1/rollouts", json={"tasks": [{**MATH, "n": 2}], "sampling": {"max_tokens": 32}})
     accepted = SubmitResponse.model_validate_json(r.content)
     (group,) = accepted.groups
     view = GroupView.model_validate_json(
-        (await client.get(f"/v1/groups/{group.group_id}", params={"wait": 30})).content)
+        (await client.get(f"/v1/groups/{group.group_id}", params={"wait": 30})).content
+    )
     assert view.done and [m.id for m in view.rollouts] == group.rollout_ids
     page = ResultsPage.model_validate_json((await client.get("/v1/results")).content)
     assert sorted(r.seq for r in page.results) == [1, 2] and page.next == 2
@@ -98,20 +105,19 @@ async def test_what_the_routes_answer_validates_into_the_contract(make_api, fake
         assert len(tokens.input_ids) == len(tokens.loss_mask) == len(tokens.logprobs) > 0
         assert result.stats.turns == len(result.trajectory.turns) == 1
         assert result.timing.run > 0 and result.failure is None
-    one = RolloutView.model_validate_json(
-        (await client.get(f"/v1/rollouts/{group.rollout_ids[0]}")).content)
+    one = RolloutView.model_validate_json((await client.get(f"/v1/rollouts/{group.rollout_ids[0]}")).content)
     assert one.done and one.result is not None and one.result.seq == one.seq
     # The same result, whichever route it comes from.
     assert one.result in page.results and one.result == view.rollouts[0].result
-    run = RunResponse.model_validate_json((await client.post(
-        "/v1/rollouts:run", json={"task": MATH, "wait": 30})).content)
+    run = RunResponse.model_validate_json(
+        (await client.post("/v1/rollouts:run", json={"task": MATH, "wait": 30})).content
+    )
     assert [r.reward for r in run.results if r is not None] == [1.0]
     status = ServiceStatus.model_validate_json((await client.get("/v1/status")).content)
     assert status.finished == {"completed": 3} and status.backends[0].url == fake_llm.url
     backends = BackendList.model_validate_json((await client.get("/v1/llm/backends")).content)
     assert [b.name for b in backends.backends] == [b.name for b in status.backends]
-    cancel = CancelResponse.model_validate_json(
-        (await client.delete(f"/v1/rollouts/{group.rollout_ids[0]}")).content)
+    cancel = CancelResponse.model_validate_json((await client.delete(f"/v1/rollouts/{group.rollout_ids[0]}")).content)
     assert cancel.cancelled is False and cancel.status == "completed"
 
 
@@ -124,8 +130,9 @@ def _engine_errors() -> list[type[engine_errors.EngineError]]:
     return found
 
 
-@pytest.mark.parametrize("cls", [c for c in _engine_errors() if c is not engine_errors.EngineError],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls", [c for c in _engine_errors() if c is not engine_errors.EngineError], ids=lambda c: c.__name__
+)
 def test_every_engine_error_has_a_status(cls):
     assert 400 <= status_of(cls) < 500, cls  # a TypeError if api.errors.STATUS lacks it
 
@@ -137,27 +144,35 @@ async def test_the_engines_refusals_come_back_as_their_status(make_api):
     answers["NotFound"] = (r.status_code, r.json())
     r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "nope", "instance": {}}]})
     answers["UnknownDataSource"] = (r.status_code, r.json())
-    r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "math",
-                                                           "instance": {"answer": "1"}}]})
+    r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "math", "instance": {"answer": "1"}}]})
     answers["InvalidTask"] = (r.status_code, r.json())
     r = await client.post("/v1/rollouts", json={"tasks": [{**MATH, "n": 3}]})
     answers["BatchTooLarge"] = (r.status_code, r.json())
-    assert (await client.post("/v1/rollouts", json={"tasks": [{**MATH, "id": "t", "n": 2}]})
-            ).status_code == 202
+    assert (await client.post("/v1/rollouts", json={"tasks": [{**MATH, "id": "t", "n": 2}]})).status_code == 202
     r = await client.post("/v1/rollouts", json={"tasks": [{**MATH, "id": "t", "n": 1}]})
     answers["Conflict"] = (r.status_code, r.json())
     r = await client.post("/v1/rollouts", json={"tasks": [MATH]})
     answers["QueueFull"] = (r.status_code, r.json())
     assert int(r.headers["retry-after"]) >= 1
     codes = {name: code for name, (code, _) in answers.items()}
-    assert codes == {"NotFound": 404, "UnknownDataSource": 400, "InvalidTask": 422,
-                     "BatchTooLarge": 422, "Conflict": 409, "QueueFull": 429}
-    assert codes == {cls.__name__: status_of(cls) for cls in _engine_errors()
-                     if cls.__name__ in codes}
+    assert codes == {
+        "NotFound": 404,
+        "UnknownDataSource": 400,
+        "InvalidTask": 422,
+        "BatchTooLarge": 422,
+        "Conflict": 409,
+        "QueueFull": 429,
+    }
+    assert codes == {cls.__name__: status_of(cls) for cls in _engine_errors() if cls.__name__ in codes}
     fields = {name: [e["field"] for e in body.get("errors", [])] for name, (_, body) in answers.items()}
-    assert fields == {"NotFound": [], "UnknownDataSource": ["tasks[0].data_source"],
-                      "InvalidTask": ["tasks[0].instance.question"], "BatchTooLarge": ["tasks"],
-                      "Conflict": ["tasks[0].id"], "QueueFull": []}
+    assert fields == {
+        "NotFound": [],
+        "UnknownDataSource": ["tasks[0].data_source"],
+        "InvalidTask": ["tasks[0].instance.question"],
+        "BatchTooLarge": ["tasks"],
+        "Conflict": ["tasks[0].id"],
+        "QueueFull": [],
+    }
     assert answers["QueueFull"][1]["retry_after"] > 0
 
 

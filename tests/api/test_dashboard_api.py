@@ -68,8 +68,7 @@ async def test_results_table_filters_and_pages_and_token_texts(make_api, tok):
         llm.fail_next(4, mode="error", status=500)  # every try of its one call (max_attempts)
         (infra,) = await _run(client, {"tasks": [math("What is 2 + 2?", "4")]})
         llm.fail_next(1, mode="hang")
-        (late,) = await _run(client, {"tasks": [math("What is 2 + 2?", "4")],
-                                      "timeouts": {"run": 0.5}})
+        (late,) = await _run(client, {"tasks": [math("What is 2 + 2?", "4")], "timeouts": {"run": 0.5}})
 
         async def page(**params) -> ResultSummaryPage:
             r = await client.get("/v1/results/summaries", params=params, headers=AUTH)
@@ -78,10 +77,11 @@ async def test_results_table_filters_and_pages_and_token_texts(make_api, tok):
 
         everything = await page()
         assert everything.total == 7 and everything.next_before is None
-        assert [s.seq for s in everything.summaries] == sorted(
-            (s.seq for s in everything.summaries), reverse=True)
+        assert [s.seq for s in everything.summaries] == sorted((s.seq for s in everything.summaries), reverse=True)
         assert {s.id: s.reward for s in everything.summaries if s.id in right + wrong} == {
-            **{rid: 1.0 for rid in right}, **{rid: 0.0 for rid in wrong}}
+            **{rid: 1.0 for rid in right},
+            **{rid: 0.0 for rid in wrong},
+        }
         only = await page(failure_kind="infra")
         assert [(s.id, s.masked, s.status) for s in only.summaries] == [(infra, True, "failed")]
         only = await page(status="timed_out")
@@ -101,10 +101,14 @@ async def test_results_table_filters_and_pages_and_token_texts(make_api, tok):
                 break
         assert seen == [s.id for s in everything.summaries]  # each once, newest first
 
-        for params, field in (({"status": "done"}, "status"), ({"limit": 0}, "limit"),
-                              ({"before": 0}, "before"), ({"masked": "maybe"}, "masked"),
-                              ({"failure_kind": "oops"}, "failure_kind"),
-                              ({"data_source": ""}, "data_source")):
+        for params, field in (
+            ({"status": "done"}, "status"),
+            ({"limit": 0}, "limit"),
+            ({"before": 0}, "before"),
+            ({"masked": "maybe"}, "masked"),
+            ({"failure_kind": "oops"}, "failure_kind"),
+            ({"data_source": ""}, "data_source"),
+        ):
             r = await client.get("/v1/results/summaries", params=params, headers=AUTH)
             assert r.status_code == 422 and r.json()["errors"][0]["field"] == field, (params, r.text)
 
@@ -118,35 +122,30 @@ async def test_results_table_filters_and_pages_and_token_texts(make_api, tok):
         assert "".join(by_id[i] for i in input_ids) == tok.decode(input_ids)  # ASCII episode
         assert (await client.get("/v1/rollouts/nope/tokens", headers=AUTH)).status_code == 404
 
-        status = ServiceStatus.model_validate(
-            (await client.get("/v1/status", headers=AUTH)).json())
+        status = ServiceStatus.model_validate((await client.get("/v1/status", headers=AUTH)).json())
         results = (await client.get("/v1/results", params={"limit": 100}, headers=AUTH)).json()
-        assert status.trajectories.output_tokens == sum(
-            r["stats"]["output_tokens"] for r in results["results"]) > 0
-        assert status.trajectories.prompt_tokens == sum(
-            r["stats"]["prompt_tokens"] for r in results["results"]) > 0
+        assert status.trajectories.output_tokens == sum(r["stats"]["output_tokens"] for r in results["results"]) > 0
+        assert status.trajectories.prompt_tokens == sum(r["stats"]["prompt_tokens"] for r in results["results"]) > 0
         assert service.rollouts.status().trajectories.output_tokens == status.trajectories.output_tokens
 
 
 async def test_status_stream_sends_snapshots_and_refuses_a_bad_interval(make_api):
     _, client = await make_api(token=TOKEN)
-    r = await client.get("/v1/status/stream", params={"interval": 0.2, "duration": 1},
-                         headers=AUTH)
+    r = await client.get("/v1/status/stream", params={"interval": 0.2, "duration": 1}, headers=AUTH)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = [block for block in r.text.replace("\r\n", "\n").split("\n\n") if "data:" in block]
     assert len(events) >= 2
     for block in events:
         lines = block.split("\n")
         assert "event: status" in lines
-        data = "".join(line[len("data: "):] for line in lines if line.startswith("data: "))
+        data = "".join(line[len("data: ") :] for line in lines if line.startswith("data: "))
         ServiceStatus.model_validate(json.loads(data))
     for params, field in (({"interval": 0.1}, "interval"), ({"duration": 0}, "duration")):
         r = await client.get("/v1/status/stream", params=params, headers=AUTH)
         assert r.status_code == 422 and r.json()["errors"][0]["field"] == field
 
 
-@pytest.mark.parametrize("path", ["/v1/results/summaries", "/v1/status/stream",
-                                  "/v1/rollouts/{rollout_id}/tokens"])
+@pytest.mark.parametrize("path", ["/v1/results/summaries", "/v1/status/stream", "/v1/rollouts/{rollout_id}/tokens"])
 async def test_the_schema_publishes_the_dashboard_routes(make_api, path):
     _, client = await make_api(token=TOKEN)
     schema = (await client.get("/openapi.json", headers=AUTH)).json()
@@ -154,8 +153,7 @@ async def test_the_schema_publishes_the_dashboard_routes(make_api, path):
     assert "/ui/" not in schema["paths"] and "/ui" not in schema["paths"]
 
 
-async def test_a_client_that_stops_reading_the_status_stream_does_not_hold_it(make_api,
-                                                                             monkeypatch):
+async def test_a_client_that_stops_reading_the_status_stream_does_not_hold_it(make_api, monkeypatch):
     # A client whose socket buffers are full: the server's send never returns. The stream
     # must end (its send times out) rather than hold its generator forever.
     monkeypatch.setattr(routes_ui, "STATUS_SEND_TIMEOUT", 0.5)
@@ -180,8 +178,11 @@ async def test_the_results_count_stops_at_its_cap(make_api):
         conn.executemany(
             "INSERT INTO rollouts (id, group_id, spec, status, seq, created_at, updated_at,"
             " masked, data_source) VALUES (?, 'g', '{}', ?, ?, 0, 0, 0, ?)",
-            [(f"r{i}", "failed" if i % 1000 == 0 else "completed", i + 1,
-              "code" if i == 7 else "math") for i in range(10_005)])
+            [
+                (f"r{i}", "failed" if i % 1000 == 0 else "completed", i + 1, "code" if i == 7 else "math")
+                for i in range(10_005)
+            ],
+        )
     conn.close()
 
     async def page(**params: str) -> ResultSummaryPage:
@@ -192,8 +193,7 @@ async def test_the_results_count_stops_at_its_cap(make_api):
     everything = await page(limit="3")
     assert (everything.total, everything.total_capped) == (10_000, True)
     assert [s.seq for s in everything.summaries] == [10_005, 10_004, 10_003]
-    assert ((await page(data_source="code")).total, (await page(data_source="code")).total_capped
-            ) == (1, False)
+    assert ((await page(data_source="code")).total, (await page(data_source="code")).total_capped) == (1, False)
     failed = await page(status="failed")
     assert (failed.total, failed.total_capped) == (11, False)
     math_page = await page(data_source="math")

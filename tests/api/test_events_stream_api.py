@@ -13,8 +13,7 @@ from tests.waiting import eventually
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 
 
-async def test_a_client_that_stops_reading_the_events_does_not_hold_the_stream(make_api,
-                                                                              monkeypatch):
+async def test_a_client_that_stops_reading_the_events_does_not_hold_the_stream(make_api, monkeypatch):
     # A client whose socket buffers are full: the server's send never returns. The stream
     # must end (its send times out) rather than hold its generator and subscription.
     monkeypatch.setattr(routes_rollouts, "EVENTS_SEND_TIMEOUT", 0.5)
@@ -48,8 +47,11 @@ async def test_a_shutdown_answers_the_long_polls_and_ends_the_streams(make_api):
         "gateway": client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 600}),
     }
     tasks = {name: asyncio.ensure_future(call) for name, call in calls.items()}
-    await eventually(lambda: service.engine.events.subscribers != subscribed, timeout=30,
-                     what="the event stream to subscribe (then the calls are in)")
+    await eventually(
+        lambda: service.engine.events.subscribers != subscribed,
+        timeout=30,
+        what="the event stream to subscribe (then the calls are in)",
+    )
     assert not any(task.done() for task in tasks.values())
     service.begin_shutdown()
     done, _ = await asyncio.wait(tasks.values(), timeout=30)

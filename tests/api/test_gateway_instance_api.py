@@ -14,8 +14,7 @@ MAX_DEPTH = 32
 
 
 async def _submit(client, instance: dict):
-    return await client.post("/v1/rollouts", json={"tasks": [
-        {"data_source": "gateway", "instance": instance}]})
+    return await client.post("/v1/rollouts", json={"tasks": [{"data_source": "gateway", "instance": instance}]})
 
 
 def _field(r) -> str:
@@ -41,8 +40,8 @@ async def test_an_answer_with_whitespace_around_it_is_accepted(make_api):
 DEEP = "/".join(["d"] * 2000) + "/f"
 LONG = "x" * 300
 UNWRITABLE = [
-    ({"a": "", "a/b": ""}, "a"),                     # a file that is also a folder
-    ({"a/b": "", "a": ""}, "a"),                     # ...whichever comes first
+    ({"a": "", "a/b": ""}, "a"),  # a file that is also a folder
+    ({"a/b": "", "a": ""}, "a"),  # ...whichever comes first
     ({".": ""}, "."),
     ({"./a": ""}, "./a"),
     ({"a/./b": ""}, "a/./b"),
@@ -58,8 +57,7 @@ UNWRITABLE = [
 ]
 
 
-@pytest.mark.parametrize(("files", "name"), UNWRITABLE,
-                         ids=[f"case{i}" for i in range(len(UNWRITABLE))])
+@pytest.mark.parametrize(("files", "name"), UNWRITABLE, ids=[f"case{i}" for i in range(len(UNWRITABLE))])
 async def test_files_a_sandbox_cannot_write_are_refused_naming_the_file(make_api, files, name):
     _, client = await make_api()
     r = await _submit(client, {"answer": "42", "command": COMMAND, "files": files})
@@ -68,7 +66,13 @@ async def test_files_a_sandbox_cannot_write_are_refused_naming_the_file(make_api
 
 async def test_files_at_the_limits_are_accepted(make_api):
     _, client = await make_api()
-    files = {"a/b": "1", "a/c": "2", "/workspace/e/f.py": "3", "x" * MAX_PART_BYTES: "4",
-             "/".join(["d"] * (MAX_DEPTH - 1)) + "/f": "5", "é" * (MAX_PART_BYTES // 2): "6"}
+    files = {
+        "a/b": "1",
+        "a/c": "2",
+        "/workspace/e/f.py": "3",
+        "x" * MAX_PART_BYTES: "4",
+        "/".join(["d"] * (MAX_DEPTH - 1)) + "/f": "5",
+        "é" * (MAX_PART_BYTES // 2): "6",
+    }
     r = await _submit(client, {"answer": "42", "command": COMMAND, "files": files})
     assert r.status_code == 202, r.text

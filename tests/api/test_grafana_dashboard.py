@@ -66,7 +66,6 @@ async def test_every_metric_the_dashboard_queries_is_exported(make_api):
         assert r.json()["rollouts"][0]["result"]["mask"] is True, r.text
         text = (await client.get("/metrics")).text
     exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
-    queried = {name for expr in _queries(json.loads(DASHBOARD.read_text()))
-               for name in METRIC.findall(expr)}
+    queried = {name for expr in _queries(json.loads(DASHBOARD.read_text())) for name in METRIC.findall(expr)}
     assert len(queried) >= 15
     assert queried <= exported, f"not exported: {sorted(queried - exported)}"

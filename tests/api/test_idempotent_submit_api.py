@@ -15,8 +15,7 @@ async def _in_flight(client) -> int:
 async def test_concurrent_identical_submits_all_answer_the_one_group(make_api):
     _, client = await make_api()  # no backend: the rollouts stay queued, nothing finishes
     body = {"tasks": [{**MATH, "id": "task-42", "n": 2}]}
-    answers = await asyncio.gather(*(client.post("/v1/rollouts", json=body)
-                                     for _ in range(SUBMITS)))
+    answers = await asyncio.gather(*(client.post("/v1/rollouts", json=body) for _ in range(SUBMITS)))
     refused = [r.text for r in answers if r.status_code != 202]
     assert not refused, f"{len(refused)} of {SUBMITS} identical submits refused: {refused[0]}"
     groups = [r.json()["groups"][0] for r in answers]

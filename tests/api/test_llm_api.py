@@ -9,13 +9,11 @@ import pytest
 from rollserve.testing import FakeVLLM
 from tests.waiting import eventually
 
-QUESTIONS = [("What is 2 + 2?", "4"), ("What is 3 + 5?", "8"), ("What is 1 + 6?", "7"),
-             ("What is 9 - 4?", "5")]
+QUESTIONS = [("What is 2 + 2?", "4"), ("What is 3 + 5?", "8"), ("What is 1 + 6?", "7"), ("What is 9 - 4?", "5")]
 
 
 def tasks(n: int = 4) -> list[dict]:
-    return [{"data_source": "math", "n": n, "instance": {"question": q, "answer": a}}
-            for q, a in QUESTIONS]
+    return [{"data_source": "math", "n": n, "instance": {"question": q, "answer": a}} for q, a in QUESTIONS]
 
 
 def three_turn_replies(weights: dict):
@@ -41,8 +39,7 @@ async def submit(client, **extra) -> list[str]:
 
 
 async def results_of(client, ids: list[str], wait: float = 30) -> list[dict]:
-    views = await asyncio.gather(*[client.get(f"/v1/rollouts/{rid}", params={"wait": wait})
-                                   for rid in ids])
+    views = await asyncio.gather(*[client.get(f"/v1/rollouts/{rid}", params={"wait": wait}) for rid in ids])
     out = [v.json()["result"] for v in views]
     assert all(r is not None for r in out), "a rollout is still running: hung"
     return out
@@ -54,7 +51,10 @@ async def test_pause_update_weights_resume_mid_batch(make_api, tok, mode):
     async with FakeVLLM(tok, replies=three_turn_replies(weights), latency=0.15) as fake:
         service, client = await make_api([fake.url])
         assert (await client.post("/v1/llm/resume", json={"policy_version": 1})).json() == {
-            "paused": False, "policy_version": 1, "forwarded": {}}
+            "paused": False,
+            "policy_version": 1,
+            "forwarded": {},
+        }
         ids = await submit(client)
         # mid-batch: every rollout started, most on turn 2
         await eventually(lambda: len(fake.calls) >= 20, what="20 LLM calls")
@@ -115,9 +115,11 @@ async def test_stale_rollouts_are_flagged_and_masked_by_setting(make_api, tok):
 async def test_killing_one_of_three_backends_mid_batch(make_api, tok):
     weights = {"version": 1}
     replies = three_turn_replies(weights)
-    async with FakeVLLM(tok, replies=replies, latency=0.1) as a, \
-            FakeVLLM(tok, replies=replies, latency=0.1) as b, \
-            FakeVLLM(tok, replies=replies, latency=0.1) as victim:
+    async with (
+        FakeVLLM(tok, replies=replies, latency=0.1) as a,
+        FakeVLLM(tok, replies=replies, latency=0.1) as b,
+        FakeVLLM(tok, replies=replies, latency=0.1) as victim,
+    ):
         service, client = await make_api([a.url, b.url, victim.url])
         ids = await submit(client, timeouts={"total": 20})
         await eventually(lambda: len(victim.calls) >= 6, what="6 calls on the victim")
@@ -141,11 +143,12 @@ async def test_killing_one_of_three_backends_mid_batch(make_api, tok):
 
 
 async def test_drain_and_list_backends(make_api, tok):
-    async with FakeVLLM(tok, replies="\\boxed{4}", latency=0.05) as one, \
-            FakeVLLM(tok, replies="\\boxed{4}", latency=0.05) as two:
+    async with (
+        FakeVLLM(tok, replies="\\boxed{4}", latency=0.05) as one,
+        FakeVLLM(tok, replies="\\boxed{4}", latency=0.05) as two,
+    ):
         service, client = await make_api([one.url, two.url])
-        name = next(b["name"] for b in (await client.get("/v1/llm/backends")).json()["backends"]
-                    if b["url"] == one.url)
+        name = next(b["name"] for b in (await client.get("/v1/llm/backends")).json()["backends"] if b["url"] == one.url)
         r = await client.post(f"/v1/llm/backends/{name}/drain", params={"wait": 5})
         assert r.status_code == 200 and r.json()["drained"] is True
         assert r.json()["backend"]["draining"] is True

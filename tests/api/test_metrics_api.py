@@ -16,12 +16,14 @@ RETRY_HINT = "I could not find a final answer"
 
 def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of the exposition by (name, labels)."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
-def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-           **labels: str) -> float | None:
+def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
 
@@ -40,21 +42,26 @@ class CountingPolicy:
 
 
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "n": 3}
-STEM = {"data_source": "stem", "n": 2,
-        "instance": {"question": "Which number is larger?", "choices": ["3", "9"], "answer": "B"}}
+STEM = {
+    "data_source": "stem",
+    "n": 2,
+    "instance": {"question": "Which number is larger?", "choices": ["3", "9"], "answer": "B"},
+}
 
 
 async def test_stage_and_backend_histograms_count_what_ran(make_api):
     left, right = CountingPolicy(), CountingPolicy()
-    async with FakeVLLM("smollm2", replies=left, latency=0.01) as a, \
-            FakeVLLM("smollm2", replies=right, latency=0.01) as b:
+    async with (
+        FakeVLLM("smollm2", replies=left, latency=0.01) as a,
+        FakeVLLM("smollm2", replies=right, latency=0.01) as b,
+    ):
         _, client = await make_api()
         for name, server in (("left", a), ("right", b)):
             r = await client.post("/v1/llm/backends", json={"url": server.url, "name": name})
             assert r.status_code == 201, r.text
-        r = await client.post("/v1/rollouts", json={"tasks": [MATH, STEM],
-                                                    "sampling": {"max_tokens": 32},
-                                                    "agent": {"max_turns": 3}})
+        r = await client.post(
+            "/v1/rollouts", json={"tasks": [MATH, STEM], "sampling": {"max_tokens": 32}, "agent": {"max_turns": 3}}
+        )
         assert r.status_code == 202, r.text
         results = []
         for group in r.json()["groups"]:
@@ -70,8 +77,7 @@ async def test_stage_and_backend_histograms_count_what_ran(make_api):
         for source, n in (("math", 3), ("stem", 2)):
             for name in ("rollserve_stage_queue_wait_seconds", "rollserve_stage_duration_seconds"):
                 assert _value(samples, f"{name}_count", stage=stage, data_source=source) == n
-                assert _value(samples, f"{name}_bucket", stage=stage, data_source=source,
-                              le="+Inf") == n
+                assert _value(samples, f"{name}_bucket", stage=stage, data_source=source, le="+Inf") == n
                 total = _value(samples, f"{name}_sum", stage=stage, data_source=source)
                 assert total is not None and total >= 0.0
 
@@ -85,8 +91,7 @@ async def test_stage_and_backend_histograms_count_what_ran(make_api):
     for name, policy in (("left", left), ("right", right)):
         ok = _value(samples, "rollserve_llm_request_seconds_count", backend=name, outcome="ok")
         assert (ok or 0.0) == policy.requests == by_backend[name]
-        assert _value(samples, "rollserve_llm_request_seconds_count", backend=name,
-                      outcome="error") is None
+        assert _value(samples, "rollserve_llm_request_seconds_count", backend=name, outcome="error") is None
         tokens = _value(samples, "rollserve_llm_output_tokens_total", backend=name)
         assert (tokens or 0.0) == tokens_by_backend[name]
     assert sum(tokens_by_backend.values()) == sum(r["stats"]["output_tokens"] for r in results)
@@ -110,13 +115,12 @@ async def test_a_failed_request_is_observed_as_an_error(make_api):
         text = (await client.get("/metrics")).text
     samples = _samples(text)
     assert result["status"] == "failed" and result["failure"]["kind"] == "infra"
-    assert _value(samples, "rollserve_llm_request_seconds_count", backend="flaky",
-                  outcome="error") == 2
-    assert _value(samples, "rollserve_llm_request_seconds_count", backend="flaky",
-                  outcome="ok") is None
+    assert _value(samples, "rollserve_llm_request_seconds_count", backend="flaky", outcome="error") == 2
+    assert _value(samples, "rollserve_llm_request_seconds_count", backend="flaky", outcome="ok") is None
     assert _value(samples, "rollserve_rollouts_masked_total", kind="infra", stage="run") == 1
     assert [key for key in samples if key[0] == "rollserve_rollouts_masked_total"] == [
-        ("rollserve_rollouts_masked_total", frozenset({("kind", "infra"), ("stage", "run")}))]
+        ("rollserve_rollouts_masked_total", frozenset({("kind", "infra"), ("stage", "run")}))
+    ]
 
 
 async def test_a_backend_s_credentials_stay_out_of_its_series_and_removed_ones_go(make_api):
@@ -130,17 +134,21 @@ async def test_a_backend_s_credentials_stay_out_of_its_series_and_removed_ones_g
         assert r.status_code == 201, r.text
         name = r.json()["backend"]["name"]
         assert name == "vllm@" + llm.url.removeprefix("http://").rstrip("/"), name
-        r = await client.post("/v1/rollouts:run", json={
-            "task": {"data_source": "math",
-                     "instance": {"question": "What is 2 + 2?", "answer": "4"}},
-            "sampling": {"max_tokens": 8}, "agent": {"max_turns": 1}})
+        r = await client.post(
+            "/v1/rollouts:run",
+            json={
+                "task": {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}},
+                "sampling": {"max_tokens": 8},
+                "agent": {"max_turns": 1},
+            },
+        )
         assert r.status_code == 200, r.text
         text = (await client.get("/metrics")).text
         assert "s3cret" not in text
         samples = _samples(text)
-        assert _value(samples, "rollserve_llm_request_seconds_count", backend=name,
-                      outcome="ok") == 1
+        assert _value(samples, "rollserve_llm_request_seconds_count", backend=name, outcome="ok") == 1
         assert (await client.delete(f"/v1/llm/backends/{name}")).status_code == 200
         text = (await client.get("/metrics")).text
-        assert not [key for key in _samples(text) if ("backend", name) in key[1]
-                    and key[0].startswith("rollserve_llm_")]
+        assert not [
+            key for key in _samples(text) if ("backend", name) in key[1] and key[0].startswith("rollserve_llm_")
+        ]

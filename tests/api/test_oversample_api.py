@@ -47,18 +47,25 @@ async def test_oversampling_cancels_the_extras_once_n_are_usable(make_api):
     async with FakeVLLM("smollm2", replies=reply) as llm:
         llm.fail_next(1, status=400)  # the first call: an infrastructure failure, masked
         _, client = await make_api([llm.url])
-        r = await client.post("/v1/rollouts", json={
-            "tasks": [{**MATH, "n": 2, "oversample": 3}], "sampling": {"max_tokens": 64}})
+        r = await client.post(
+            "/v1/rollouts", json={"tasks": [{**MATH, "n": 2, "oversample": 3}], "sampling": {"max_tokens": 64}}
+        )
         assert r.status_code == 202, r.text
         (accepted,) = r.json()["groups"]
         assert len(accepted["rollout_ids"]) == 5
-        view = (await client.get(f"/v1/groups/{accepted['group_id']}",
-                                 params={"wait": 60})).json()
+        view = (await client.get(f"/v1/groups/{accepted['group_id']}", params={"wait": 60})).json()
         assert view["done"], view["status_counts"]  # the slow ones did not run their 300 s
         assert view["usable"] is True and view["reasons"] == []
         assert view["n"] == 2 and view["oversample"] == 3
-        assert view["counts"] == {"started": 5, "finished": 5, "usable": 2, "used": 2,
-                                  "cancelled": 2, "masked": 1, "filtered": 0}
+        assert view["counts"] == {
+            "started": 5,
+            "finished": 5,
+            "usable": 2,
+            "used": 2,
+            "cancelled": 2,
+            "masked": 1,
+            "filtered": 0,
+        }
         assert view["status_counts"] == {"completed": 2, "failed": 1, "cancelled": 2}
         used = [m for m in view["rollouts"] if m["used"]]
         assert len(used) == 2
@@ -79,9 +86,15 @@ async def test_oversampling_cancels_the_extras_once_n_are_usable(make_api):
                 assert result["mask"] is True and result["reward"] is None
         status = (await client.get("/v1/status")).json()
         assert status["groups"] == {
-            "samples_started": 5, "samples_usable": 2, "samples_used": 2,
-            "samples_cancelled": 2, "groups_settled": 1, "groups_usable": 1,
-            "groups_too_few_usable": 0, "groups_filtered": 0}
+            "samples_started": 5,
+            "samples_usable": 2,
+            "samples_used": 2,
+            "samples_cancelled": 2,
+            "groups_settled": 1,
+            "groups_usable": 1,
+            "groups_too_few_usable": 0,
+            "groups_filtered": 0,
+        }
         metrics = (await client.get("/metrics")).text
         assert _metric(metrics, 'rollserve_group_samples_total{what="cancelled"}') == 2
         assert _metric(metrics, 'rollserve_group_samples_total{what="used"}') == 2
@@ -92,8 +105,9 @@ async def test_a_group_short_of_n_usable_says_so(make_api):
     async with FakeVLLM("smollm2", replies=["It is \\boxed{4}"]) as llm:
         llm.fail_next(2, status=400)
         _, client = await make_api([llm.url])
-        r = await client.post("/v1/rollouts", json={
-            "tasks": [{**MATH, "n": 2, "oversample": 1}], "sampling": {"max_tokens": 64}})
+        r = await client.post(
+            "/v1/rollouts", json={"tasks": [{**MATH, "n": 2, "oversample": 1}], "sampling": {"max_tokens": 64}}
+        )
         group_id = r.json()["groups"][0]["group_id"]
         view = (await client.get(f"/v1/groups/{group_id}", params={"wait": 60})).json()
         assert view["done"] and view["usable"] is False
@@ -116,11 +130,17 @@ async def test_zero_variance_groups_are_filtered(make_api):
 
     async with FakeVLLM("smollm2", replies=reply) as llm:
         _, client = await make_api([llm.url])
-        r = await client.post("/v1/rollouts", json={
-            "tasks": [{**MATH, "n": 3, "filter_zero_variance": True},
-                      {**other, "n": 2, "filter_zero_variance": True},
-                      {**MATH, "n": 2}],
-            "sampling": {"max_tokens": 64}})
+        r = await client.post(
+            "/v1/rollouts",
+            json={
+                "tasks": [
+                    {**MATH, "n": 3, "filter_zero_variance": True},
+                    {**other, "n": 2, "filter_zero_variance": True},
+                    {**MATH, "n": 2},
+                ],
+                "sampling": {"max_tokens": 64},
+            },
+        )
         assert r.status_code == 202, r.text
         same, mixed, unfiltered = (g["group_id"] for g in r.json()["groups"])
         view = (await client.get(f"/v1/groups/{same}", params={"wait": 60})).json()
@@ -153,12 +173,10 @@ async def test_bad_oversampling_settings_name_the_field(make_api):
 
 
 async def _serve(state_dir, backends: list[str]) -> tuple[Service, httpx.AsyncClient]:
-    service = Service(ServerConfig(state_dir=state_dir, backends=backends,
-                                   engine=EngineConfig()))
+    service = Service(ServerConfig(state_dir=state_dir, backends=backends, engine=EngineConfig()))
     await service.start()
     app = create_app(service, manage_lifecycle=False)
-    return service, httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                      base_url="http://rollserve", timeout=30)
+    return service, httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rollserve", timeout=30)
 
 
 async def test_a_restarted_server_does_not_rerun_an_extra_its_group_no_longer_needs(tmp_path):
@@ -175,8 +193,9 @@ async def test_a_restarted_server_does_not_rerun_an_extra_its_group_no_longer_ne
     async with FakeVLLM("smollm2", replies=reply) as llm:
         service, client = await _serve(state, [llm.url])
         try:
-            r = await client.post("/v1/rollouts", json={
-                "tasks": [{**MATH, "n": 1, "oversample": 1}], "sampling": {"max_tokens": 64}})
+            r = await client.post(
+                "/v1/rollouts", json={"tasks": [{**MATH, "n": 1, "oversample": 1}], "sampling": {"max_tokens": 64}}
+            )
             group_id = r.json()["groups"][0]["group_id"]
             view = (await client.get(f"/v1/groups/{group_id}", params={"wait": 60})).json()
             assert view["done"] and view["counts"]["cancelled"] == 1
@@ -188,9 +207,13 @@ async def test_a_restarted_server_does_not_rerun_an_extra_its_group_no_longer_ne
     # usable result stored, the extra still unfinished (in RUN).
     store = SQLiteStore(state / "rollserve.db")
     await store.open()
-    await store._call(lambda conn: conn.execute(
-        "UPDATE rollouts SET status='run', result=NULL, seq=NULL, usable=NULL, reward=NULL,"
-        " masked=NULL, finished_at=NULL WHERE id=?", (extra,)))
+    await store._call(
+        lambda conn: conn.execute(
+            "UPDATE rollouts SET status='run', result=NULL, seq=NULL, usable=NULL, reward=NULL,"
+            " masked=NULL, finished_at=NULL WHERE id=?",
+            (extra,),
+        )
+    )
     await store.close()
 
     async with FakeVLLM("smollm2", replies=["It is \\boxed{4}"]) as llm:

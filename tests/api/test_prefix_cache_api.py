@@ -30,8 +30,7 @@ from tests.api.test_weight_sync_api import (
 
 def retrain(folder: str, step: int) -> None:
     """The trainer writes the next adapter version over the same folder."""
-    (Path(folder) / "adapter_config.json").write_text(
-        json.dumps({"peft_type": "LORA", "r": 8, "step": step}))
+    (Path(folder) / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8, "step": step}))
 
 
 def assert_sampled_by(fake: FakeVLLM, results: list[dict], version: int, weights: str) -> None:
@@ -41,12 +40,10 @@ def assert_sampled_by(fake: FakeVLLM, results: list[dict], version: int, weights
     for turn in turns:
         call = sampled_by(fake, turn)
         assert turn["policy_version"] == version
-        assert turn["logprobs"] == fake_logprobs(call.prompt_ids, len(turn["logprobs"]), None,
-                                                 weights)
+        assert turn["logprobs"] == fake_logprobs(call.prompt_ids, len(turn["logprobs"]), None, weights)
 
 
-async def test_an_in_place_reload_from_the_same_folder_samples_only_the_new_adapter(
-        make_api, tok, tmp_path):
+async def test_an_in_place_reload_from_the_same_folder_samples_only_the_new_adapter(make_api, tok, tmp_path):
     async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake:
         service, _ = await make_api([fake.url])
         client = rollserve_client(service)
@@ -67,8 +64,7 @@ async def test_an_in_place_reload_from_the_same_folder_samples_only_the_new_adap
     assert fake.prefix_cache_resets == 2  # once after each load
 
 
-async def test_a_server_that_cannot_reset_its_prefix_cache_fails_the_load_and_stays_paused(
-        make_api, tok, tmp_path):
+async def test_a_server_that_cannot_reset_its_prefix_cache_fails_the_load_and_stays_paused(make_api, tok, tmp_path):
     """Not in dev mode, vLLM has no /reset_prefix_cache (a 404): the adapter is loaded
     but the load is not clean, so the trainer is told how to fix it and nothing samples."""
     async with FakeVLLM(tok, runtime_lora=True) as fake:
@@ -110,8 +106,7 @@ async def test_prefix_cache_off_loads_without_a_reset(make_api, tok, tmp_path):
         report = await sync.update(LoRA("policy", path), policy_version=3)
         after = await rollouts(client, 2)
         listing = (await http.get("/v1/llm/backends")).json()
-        bad = await http.post("/v1/llm/backends", json={"url": fake.url, "name": "other",
-                                                        "prefix_cache": "sometimes"})
+        bad = await http.post("/v1/llm/backends", json={"url": fake.url, "name": "other", "prefix_cache": "sometimes"})
         await client.aclose()
     assert report.loaded.ok and fake.prefix_cache_resets == 0
     assert_sampled_by(fake, after, 3, f"lora:policy:{path}#2")

@@ -31,8 +31,13 @@ from tests.waiting import eventually
 
 from ..agent.test_tool_formats import FakeBash
 
-INSTANCE = {"instance_id": "math-2plus2", "trajectory_id": 0, "data_source": "math",
-            "question": "What is 2 + 2?", "answer": "4"}
+INSTANCE = {
+    "instance_id": "math-2plus2",
+    "trajectory_id": 0,
+    "data_source": "math",
+    "question": "What is 2 + 2?",
+    "answer": "4",
+}
 # What _run_with_prorl sends: temperature, top_p and max_output_tokens, when set.
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 48}
 
@@ -40,6 +45,7 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 48}
 @pytest.fixture
 def prorl_api(make_api):
     """``make_api`` (tests/conftest.py) with ProRL Agent's routes served."""
+
     async def make(config: ProRLConfig | None = None, backends=()):
         return await make_api(backends, prorl=config or ProRLConfig())
 
@@ -80,12 +86,14 @@ def read_like_nemo_gym(result: dict) -> dict:
             for call in item.get("tool_calls") or []:
                 assert isinstance(call.get("name", ""), str)
                 assert isinstance(call.get("arguments", ""), (str, dict))
-            assistants.append({
-                "text": content,
-                "generation_token_ids": item.get("token_ids") or [],
-                "prompt_token_ids": item.get("input_ids") or [],
-                "generation_log_probs": item.get("logprobs") or [],
-            })
+            assistants.append(
+                {
+                    "text": content,
+                    "generation_token_ids": item.get("token_ids") or [],
+                    "prompt_token_ids": item.get("input_ids") or [],
+                    "generation_log_probs": item.get("logprobs") or [],
+                }
+            )
     return {
         "assistants": assistants,
         "resolved": bool(result.get("resolved", False)),
@@ -107,8 +115,9 @@ async def test_replay_nemo_gym_prorl_agent(prorl_api, tok):
         await initialize_prorl_server(client, f"{fake.url}/v1")  # a restarted client: idempotent
         assert len(service.router.list()) == 1 and service.router.list()[0]["url"] == fake.url
 
-        result = await call_prorl_process(client, INSTANCE, dict(SAMPLING, max_iterations=3),
-                                          job_id=INSTANCE["instance_id"])
+        result = await call_prorl_process(
+            client, INSTANCE, dict(SAMPLING, max_iterations=3), job_id=INSTANCE["instance_id"]
+        )
         seen = read_like_nemo_gym(result)
 
     assert seen["resolved"] and seen["success"] and not seen["filter"]
@@ -116,8 +125,14 @@ async def test_replay_nemo_gym_prorl_agent(prorl_api, tok):
     assert not seen["patch_exists"] and result["git_patch"] is None
     assert result["instance_id"] == "math-2plus2" and result["trajectory_id"] == 0
     assert result["finish"] is True and result["reward"] == 1.0 and result["tools"] == []
-    assert set(result["timing"]) == {"init_time", "run_time", "eval_time", "others_time",
-                                     "counted_elapsed", "timeout_triggered"}
+    assert set(result["timing"]) == {
+        "init_time",
+        "run_time",
+        "eval_time",
+        "others_time",
+        "counted_elapsed",
+        "timeout_triggered",
+    }
     assert result["timing"]["run_time"] > 0 and result["timing"]["timeout_triggered"] is False
     assert [m["role"] for m in result["messages"]] == ["system", "user", "assistant", "user", "assistant"]
     # Each assistant message: exactly what vLLM sampled, and the prompt it sampled from.
@@ -157,8 +172,7 @@ async def test_bad_input_is_400(prorl_api, fake_llm):
     no_source = {k: v for k, v in INSTANCE.items() if k != "data_source"}
     r = await client.post("/process", json={"instance": no_source, "sampling_params": {}})
     assert r.status_code == 400 and "not a SWE-bench" in r.json()["detail"]
-    r = await client.post("/process", json={"instance": {**INSTANCE, "data_source": "nope"},
-                                            "sampling_params": {}})
+    r = await client.post("/process", json={"instance": {**INSTANCE, "data_source": "nope"}, "sampling_params": {}})
     assert r.status_code == 400 and "nope" in r.json()["detail"]
     r = await client.post("/process", json={"instance": INSTANCE, "sampling_params": {"temperature": -1}})
     assert r.status_code == 400 and "temperature" in r.json()["detail"]
@@ -173,11 +187,12 @@ async def test_a_job_past_its_wait_is_504_and_cancelled(prorl_api, tok):
     async with FakeVLLM(tok, replies=["\\boxed{4}"], latency=5.0) as fake:
         service, client = await prorl_api(ProRLConfig(http_timeout=0.3), backends=[fake.url])
         await client.post("/start")
-        r = await client.post("/process", json={"instance": INSTANCE, "sampling_params": SAMPLING,
-                                                "job_id": "slow"})
+        r = await client.post("/process", json={"instance": INSTANCE, "sampling_params": SAMPLING, "job_id": "slow"})
         assert r.status_code == 504 and r.json() == {"detail": "Processing timed out"}
-        await eventually(lambda: service.rollouts.status().in_flight == 0,
-                         what="the timed-out job's rollout to be cancelled, not left running")
+        await eventually(
+            lambda: service.rollouts.status().in_flight == 0,
+            what="the timed-out job's rollout to be cancelled, not left running",
+        )
 
 
 async def test_a_timed_out_rollout_answers_critical_error_timeout(prorl_api, tok):
@@ -239,17 +254,38 @@ def _result(trajectory: dict, **fields) -> RolloutResult:
     ids = [i for t in turns for i in t["prompt_ids_delta"] + t["output_ids"]]
     mask = [m for t in turns for m in [0] * len(t["prompt_ids_delta"]) + [1] * len(t["output_ids"])]
     logprobs = [p for t in turns for p in [0.0] * len(t["prompt_ids_delta"]) + t["logprobs"]]
-    return RolloutResult.model_validate({
-        "id": "g-1-0", "group_id": "g-1", "task_id": "g-1", "data_source": "math",
-        "sample_index": 0, "status": "completed", "reward": 1.0, "evaluation": None,
-        "failure": None, "mask": False, "mask_reason": None, "stale": False,
-        "trajectory": {"messages": [], "turns": [], "fidelity": {}, "policy_versions": [],
-                       "trainable": True, "ended_by": "finished", "tools": None,
-                       "tokens": {"input_ids": ids, "loss_mask": mask, "logprobs": logprobs},
-                       **trajectory},
-        "timing": {}, "stats": {"turns": len(turns), "prompt_tokens": 0, "output_tokens": 0,
-                                "truncated_turns": 0},
-        "attempt": 1, "metadata": {}, **fields})
+    return RolloutResult.model_validate(
+        {
+            "id": "g-1-0",
+            "group_id": "g-1",
+            "task_id": "g-1",
+            "data_source": "math",
+            "sample_index": 0,
+            "status": "completed",
+            "reward": 1.0,
+            "evaluation": None,
+            "failure": None,
+            "mask": False,
+            "mask_reason": None,
+            "stale": False,
+            "trajectory": {
+                "messages": [],
+                "turns": [],
+                "fidelity": {},
+                "policy_versions": [],
+                "trainable": True,
+                "ended_by": "finished",
+                "tools": None,
+                "tokens": {"input_ids": ids, "loss_mask": mask, "logprobs": logprobs},
+                **trajectory,
+            },
+            "timing": {},
+            "stats": {"turns": len(turns), "prompt_tokens": 0, "output_tokens": 0, "truncated_turns": 0},
+            "attempt": 1,
+            "metadata": {},
+            **fields,
+        }
+    )
 
 
 def _rendered(result: ProRLResult) -> dict:
@@ -259,25 +295,47 @@ def _rendered(result: ProRLResult) -> dict:
 
 def test_tool_calls_come_from_the_turns_and_each_turn_gets_its_prompt():
     turns = [
-        {"prompt_ids_delta": [1, 2, 3], "output_ids": [10, 11], "logprobs": [-0.1, -0.2],
-         "finish_reason": "stop", "backend": "b", "policy_version": None,
-         "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}, "id": None}]},
-        {"prompt_ids_delta": [4, 5], "output_ids": [12], "logprobs": [-0.3],
-         "finish_reason": "length", "backend": "b", "policy_version": None},
+        {
+            "prompt_ids_delta": [1, 2, 3],
+            "output_ids": [10, 11],
+            "logprobs": [-0.1, -0.2],
+            "finish_reason": "stop",
+            "backend": "b",
+            "policy_version": None,
+            "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}, "id": None}],
+        },
+        {
+            "prompt_ids_delta": [4, 5],
+            "output_ids": [12],
+            "logprobs": [-0.3],
+            "finish_reason": "length",
+            "backend": "b",
+            "policy_version": None,
+        },
     ]
     # The reply's text is not parsed again: the turn's parsed calls are what count.
     call = '<tool_call>\n{"name": "other", "arguments": {}}\n</tool_call>'
     result = _result(
-        {"messages": [
-            {"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-            {"role": "assistant", "content": "Looking." + call},
-            {"role": "tool", "content": "a.txt", "name": "bash"},
-            {"role": "assistant", "content": "Done"}, {"role": "user", "content": "more?"}],
-         "turns": turns, "ended_by": "max_turns",
-         "tools": [{"type": "function", "function": {"name": "bash"}}]},
-        status="failed", reward=None, mask=True, mask_reason="infra",
+        {
+            "messages": [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "u"},
+                {"role": "assistant", "content": "Looking." + call},
+                {"role": "tool", "content": "a.txt", "name": "bash"},
+                {"role": "assistant", "content": "Done"},
+                {"role": "user", "content": "more?"},
+            ],
+            "turns": turns,
+            "ended_by": "max_turns",
+            "tools": [{"type": "function", "function": {"name": "bash"}}],
+        },
+        status="failed",
+        reward=None,
+        mask=True,
+        mask_reason="infra",
         failure={"stage": "eval", "kind": "infra", "message": "scorer died"},
-        timing={"init": 0.5, "run": 2.0, "total": 3.0})
+        timing={"init": 0.5, "run": 2.0, "total": 3.0},
+    )
     out = prorl_result(result, {"instance_id": "i"}, "job")
     first, second = [m for m in out.messages if m.role == "assistant"]
     assert out.messages[-1] is second  # ends with the last assistant message, as ProRL's
@@ -292,26 +350,37 @@ def test_tool_calls_come_from_the_turns_and_each_turn_gets_its_prompt():
     rendered = _rendered(out)
     assert "tool_calls" not in rendered["messages"][-1]  # keys only where ProRL has them
     assert rendered["messages"][3] == {"role": "tool", "content": "a.txt", "name": "bash"}
-    assert set(rendered["messages"][2]) == {"role", "content", "tool_calls", "token_ids",
-                                            "input_ids", "logprobs"}
+    assert set(rendered["messages"][2]) == {"role", "content", "tool_calls", "token_ids", "input_ids", "logprobs"}
     # An agent failure is trained on: no critical_error, not filtered.
-    agent = result.model_copy(update={"mask": False, "failure": Failure(
-        stage="run", kind="agent", message="bad call")})
+    agent = result.model_copy(update={"mask": False, "failure": Failure(stage="run", kind="agent", message="bad call")})
     assert prorl_result(agent, {}).critical_error is None and not prorl_result(agent, {}).filter
 
 
 def test_a_message_level_trajectory_has_no_ids():
-    result = _result({
-        "messages": [{"role": "user", "content": "u"},
-                     {"role": "assistant", "content": "a", "tool_calls": [
-                         {"id": "c1", "type": "function",
-                          "function": {"name": "f", "arguments": "{}"}}]}],
-        "turns": [{"prompt_ids_delta": [], "output_ids": [], "logprobs": [],
-                   "finish_reason": "tool_calls", "backend": "api",
-                   "tool_calls": [{"name": "f", "arguments": "{}", "id": "c1"}]}],
-        "trainable": False})
-    (assistant,) = [m for m in _rendered(prorl_result(result, {}))["messages"]
-                    if m["role"] == "assistant"]
+    result = _result(
+        {
+            "messages": [
+                {"role": "user", "content": "u"},
+                {
+                    "role": "assistant",
+                    "content": "a",
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                },
+            ],
+            "turns": [
+                {
+                    "prompt_ids_delta": [],
+                    "output_ids": [],
+                    "logprobs": [],
+                    "finish_reason": "tool_calls",
+                    "backend": "api",
+                    "tool_calls": [{"name": "f", "arguments": "{}", "id": "c1"}],
+                }
+            ],
+            "trainable": False,
+        }
+    )
+    (assistant,) = [m for m in _rendered(prorl_result(result, {}))["messages"] if m["role"] == "assistant"]
     assert assistant["token_ids"] is None and assistant["input_ids"] is None
     assert assistant["tool_calls"] == [{"name": "f", "arguments": "{}"}]
 
@@ -330,8 +399,12 @@ class BashBlockTask(AgentHandler):
         pass
 
     async def run(self, rollout) -> None:
-        env = ToolEnv([FakeBash(), FinishTool()], "Say hi, then submit 42.",
-                      tokenizer=self.ctx.tokenizer, config=ToolEnvConfig(tool_format="bash_block"))
+        env = ToolEnv(
+            [FakeBash(), FinishTool()],
+            "Say hi, then submit 42.",
+            tokenizer=self.ctx.tokenizer,
+            config=ToolEnvConfig(tool_format="bash_block"),
+        )
         await run_episode(self.ctx, rollout, env)
 
     async def eval(self, rollout) -> Evaluation:
@@ -344,19 +417,21 @@ class BashBlockTask(AgentHandler):
 async def test_an_episode_in_bash_block_format_reports_its_tool_calls(prorl_api, tok):
     """/process names each call of a bash_block episode: from the turns, where the
     environment recorded what it parsed, not by parsing the text again as hermes."""
-    replies = ["I will greet.\n" + format_tool_call("bash", {"command": "echo hi"}, "bash_block"),
-               f"```bash\necho {SUBMIT_MARKERS[0]}\necho 42\n```"]
+    replies = [
+        "I will greet.\n" + format_tool_call("bash", {"command": "echo hi"}, "bash_block"),
+        f"```bash\necho {SUBMIT_MARKERS[0]}\necho 42\n```",
+    ]
     async with FakeVLLM(tok, replies=replies, latency=0.0) as fake:
         service, client = await prorl_api(backends=[fake.url])
         service.handlers.register(BashBlockTask.name, BashBlockTask)
         await client.post("/start")
-        result = await call_prorl_process(client, {"data_source": BashBlockTask.name},
-                                          {"max_output_tokens": 64})
+        result = await call_prorl_process(client, {"data_source": BashBlockTask.name}, {"max_output_tokens": 64})
     assert result["finish"] is True and result["critical_error"] is None, result
     calls = [(m["role"], m.get("tool_calls")) for m in result["messages"] if m["role"] == "assistant"]
-    assert calls == [("assistant", [{"name": "bash", "arguments": {"command": "echo hi"}}]),
-                     ("assistant", [{"name": "bash", "arguments": {
-                         "command": f"echo {SUBMIT_MARKERS[0]}\necho 42"}}])]
+    assert calls == [
+        ("assistant", [{"name": "bash", "arguments": {"command": "echo hi"}}]),
+        ("assistant", [{"name": "bash", "arguments": {"command": f"echo {SUBMIT_MARKERS[0]}\necho 42"}}]),
+    ]
     ProRLResult.model_validate(result)  # the answer is the published shape
 
 
@@ -381,8 +456,9 @@ async def test_replay_against_a_real_vllm(prorl_api, vllm_url):
     url = vllm_url
     service, client = await prorl_api()
     await initialize_prorl_server(client, f"{url}/v1")
-    result = await call_prorl_process(client, INSTANCE, {"temperature": 0.0, "max_output_tokens": 16,
-                                                         "max_iterations": 1}, job_id="real")
+    result = await call_prorl_process(
+        client, INSTANCE, {"temperature": 0.0, "max_output_tokens": 16, "max_iterations": 1}, job_id="real"
+    )
     (assistant,) = read_like_nemo_gym(result)["assistants"]
     assert result["critical_error"] is None and not result["filter"]
     assert 0 < len(assistant["generation_token_ids"]) == len(assistant["generation_log_probs"]) <= 16
@@ -392,8 +468,7 @@ async def test_replay_against_a_real_vllm(prorl_api, vllm_url):
     assert assistant["prompt_token_ids"] == r.json()["tokens"]
 
 
-async def test_add_llm_server_refuses_a_server_that_cannot_serve_the_adapter_with_a_400(
-        prorl_api, tok, tmp_path):
+async def test_add_llm_server_refuses_a_server_that_cannot_serve_the_adapter_with_a_400(prorl_api, tok, tmp_path):
     """After a LoRA sync, ProRL's /add_llm_server refuses (400, ProRL's one refusal code,
     not the native route's 409) a server that cannot serve the adapter: it would sample
     the base model under the new policy version. Nothing is registered."""
@@ -402,8 +477,7 @@ async def test_add_llm_server_refuses_a_server_that_cannot_serve_the_adapter_wit
 
     from .test_weight_sync_api import adapter, rollserve_client
 
-    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake, \
-            FakeLlamaCpp(tok) as llama:
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake, FakeLlamaCpp(tok) as llama:
         service, client = await prorl_api(backends=[fake.url])
         await client.post("/start")
         native = rollserve_client(service)

@@ -18,8 +18,12 @@ class WithNodes(LocalExecutor):
 
 async def test_with_nodes_a_harness_outside_the_sandbox_is_refused_naming_the_field(make_api):
     service, client = await make_api()
-    body = {"tasks": [{"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}},
-                      {"data_source": "gateway", "instance": {"answer": "x"}}]}
+    body = {
+        "tasks": [
+            {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}},
+            {"data_source": "gateway", "instance": {"answer": "x"}},
+        ]
+    }
     r = await client.post("/v1/rollouts", json=body)
     assert r.status_code == 202, r.text  # one machine
     service.engine.executor = WithNodes(service.router)

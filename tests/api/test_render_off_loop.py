@@ -17,9 +17,13 @@ async def test_the_api_answers_while_a_huge_prompt_renders(make_api, loop_gaps):
     try:
         _, client = await make_api([fake.url])
         question = "What is 2 + 2? " + "x" * QUESTION_CHARS
-        r = await client.post("/v1/rollouts", json={"tasks": [
-            {"data_source": "math", "instance": {"question": question, "answer": "4"}}],
-            "sampling": {"max_tokens": 8}})
+        r = await client.post(
+            "/v1/rollouts",
+            json={
+                "tasks": [{"data_source": "math", "instance": {"question": question, "answer": "4"}}],
+                "sampling": {"max_tokens": 8},
+            },
+        )
         assert r.status_code == 202, r.text[:300]
         rollout_id = r.json()["groups"][0]["rollout_ids"][0]
         loop_gaps.clear()  # from here on: the rollout renders, tokenizes, runs, is scored

@@ -29,16 +29,18 @@ async def test_a_lower_version_is_refused_unless_the_resume_says_so(make_api):
     r = await client.post("/v1/llm/resume", json={"policy_version": 3})
     assert r.status_code == 409, r.text
     (error,) = r.json()["errors"]
-    assert error["field"] == "policy_version" and "below the version in force (5)" in \
-        error["message"] and "allow_lower_version" in error["message"]
+    assert (
+        error["field"] == "policy_version"
+        and "below the version in force (5)" in error["message"]
+        and "allow_lower_version" in error["message"]
+    )
     router = await _router(client)
     assert router["paused"] and router["policy_version"] == 5  # nothing changed
     # The same version, a higher one, or none at all: as before.
     for body, version in (({"policy_version": 5}, 5), ({}, 5), ({"policy_version": 6}, 6)):
         r = await client.post("/v1/llm/resume", json=body)
         assert r.status_code == 200 and r.json()["policy_version"] == version, r.text
-    r = await client.post("/v1/llm/resume", json={"policy_version": 2,
-                                                  "allow_lower_version": True})
+    r = await client.post("/v1/llm/resume", json={"policy_version": 2, "allow_lower_version": True})
     assert r.status_code == 200 and r.json()["policy_version"] == 2, r.text
     router = await _router(client)
     assert not router["paused"] and router["policy_version"] == 2
@@ -53,12 +55,12 @@ def _adapter(tmp_path: Path) -> str:
     return str(folder)
 
 
-async def test_the_clients_carry_the_override_and_a_sync_refuses_before_loading(
-        make_api, tok, tmp_path):
+async def test_the_clients_carry_the_override_and_a_sync_refuses_before_loading(make_api, tok, tmp_path):
     async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake:
         service, _ = await make_api([fake.url])
-        client = AsyncClient("http://rollserve", transport=httpx.ASGITransport(
-            app=create_app(service, manage_lifecycle=False)))
+        client = AsyncClient(
+            "http://rollserve", transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False))
+        )
         try:
             await client.resume(policy_version=4)
             with pytest.raises(RollserveError) as refused:
@@ -71,10 +73,10 @@ async def test_the_clients_carry_the_override_and_a_sync_refuses_before_loading(
             assert fake.weight_loads == []  # refused before anything was loaded
             status = (await client.list_backends()).router
             assert not status.paused and status.policy_version == 4
-            report = await sync.update(LoRA("policy", str(tmp_path / "adapter")),
-                                       policy_version=3, allow_lower_version=True)
+            report = await sync.update(
+                LoRA("policy", str(tmp_path / "adapter")), policy_version=3, allow_lower_version=True
+            )
             assert report.loaded.ok and report.resumed.policy_version == 3
-            assert (await client.resume(policy_version=2, allow_lower_version=True)
-                    ).policy_version == 2
+            assert (await client.resume(policy_version=2, allow_lower_version=True)).policy_version == 2
         finally:
             await client.aclose()

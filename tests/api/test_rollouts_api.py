@@ -8,8 +8,7 @@ MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answe
 
 async def test_submit_then_wait_for_the_group(make_api, fake_llm):
     service, client = await make_api([fake_llm.url])
-    r = await client.post("/v1/rollouts", json={"tasks": [{**MATH, "n": 3}],
-                                                "sampling": {"max_tokens": 64}})
+    r = await client.post("/v1/rollouts", json={"tasks": [{**MATH, "n": 3}], "sampling": {"max_tokens": 64}})
     assert r.status_code == 202, r.text
     (group,) = r.json()["groups"]
     assert len(group["rollout_ids"]) == 3
@@ -33,8 +32,7 @@ async def test_bad_input_names_the_field(make_api):
     r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "nope", "instance": {}}]})
     assert r.status_code == 400 and r.json()["errors"][0]["field"] == "tasks[0].data_source"
     assert "known: " in r.json()["detail"]
-    r = await client.post("/v1/rollouts", json={"tasks": [MATH, {"data_source": "math",
-                                                                 "instance": {"answer": "1"}}]})
+    r = await client.post("/v1/rollouts", json={"tasks": [MATH, {"data_source": "math", "instance": {"answer": "1"}}]})
     assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith("tasks[1].instance")
     status = (await client.get("/v1/status")).json()
     assert status["in_flight"] == 0 and status["last_seq"] == 0  # nothing half-done
@@ -154,8 +152,7 @@ async def test_the_event_stream_can_end_by_itself(make_api):
     subscribed = service.engine.events.subscribers
 
     async def submit_soon():  # once the stream is listening: it sees the state change
-        await eventually(lambda: service.engine.events.subscribers != subscribed,
-                         what="the event stream to subscribe")
+        await eventually(lambda: service.engine.events.subscribers != subscribed, what="the event stream to subscribe")
         return await client.post("/v1/rollouts", json={"tasks": [MATH]})
 
     started = time.monotonic()

@@ -22,14 +22,14 @@ async def test_start_up_reaps_a_dead_servers_sandboxes_and_says_so(make_api, tmp
     leftover = tmp_path / "rollserve-bubb-dead" / "workspace"
     leftover.mkdir(parents=True)
     (state / "sandboxes").mkdir(parents=True)
-    record = OwnerRecord(sandbox_id="bubb-dead", runtime="bubblewrap", owner=dead_process(),
-                         folders=[str(leftover.parent)])
+    record = OwnerRecord(
+        sandbox_id="bubb-dead", runtime="bubblewrap", owner=dead_process(), folders=[str(leftover.parent)]
+    )
     (state / "sandboxes" / "bubb-dead.json").write_text(record.model_dump_json())
 
     service, client = await make_api()
     status = (await client.get("/v1/status")).json()["sandboxes"]
-    assert status["reaped_at_start"] == {"sandboxes": 1, "processes_killed": 0,
-                                         "kept_live_owners": 0, "errors": []}
+    assert status["reaped_at_start"] == {"sandboxes": 1, "processes_killed": 0, "kept_live_owners": 0, "errors": []}
     assert not leftover.parent.exists() and not (state / "sandboxes" / "bubb-dead.json").exists()
     # The runtime is made at start (where it can run): nothing open yet, and the
     # limits in force are reported before any sandbox started.

@@ -44,8 +44,9 @@ STATE = Path(tempfile.gettempdir()) / f"rollserve-schemathesis-{os.getpid()}"
 def _app(token: str | None):
     """The app under test, built at import: schemathesis reads its schema to collect
     one test per operation; the fixture below serves this same app."""
-    config = ServerConfig(state_dir=STATE / ("guarded" if token else "open"), api_token=token,
-                          engine=EngineConfig(max_pending=64))
+    config = ServerConfig(
+        state_dir=STATE / ("guarded" if token else "open"), api_token=token, engine=EngineConfig(max_pending=64)
+    )
     return create_app(Service(config), prorl=ProRLConfig(timeout=10, http_timeout=15))
 
 
@@ -64,8 +65,12 @@ def _schema(app, token: str | None):
         },
         # ProRL's contract: 503 before /start or with no LLM server, 504 when a job
         # outlives its wait. Any other 5xx there is a failure, as everywhere else.
-        "operations": [{"include-tag": "prorl", "checks": {"not_a_server_error": {
-            "expected-statuses": ["1xx", "2xx", "3xx", "4xx", 503, 504]}}}],
+        "operations": [
+            {
+                "include-tag": "prorl",
+                "checks": {"not_a_server_error": {"expected-statuses": ["1xx", "2xx", "3xx", "4xx", 503, 504]}},
+            }
+        ],
     }
     if token is not None:
         data["auth"] = {"openapi": {"bearer": {"bearer": token}}}
@@ -80,10 +85,10 @@ open_schema, guarded_schema = _schema(OPEN_APP, None), _schema(GUARDED_APP, TOKE
 def serving(app, backend: str, token: str | None) -> Iterator[str]:
     """``app`` under uvicorn on a free port (its lifespan starts and stops the service),
     with ``backend`` registered through the API."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                           lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="schemathesis-server", daemon=True)
     thread.start()
+
     def started() -> bool:
         assert thread.is_alive(), "the server's thread ended"
         return server.started
@@ -94,8 +99,7 @@ def serving(app, backend: str, token: str | None) -> Iterator[str]:
     try:
         served = httpx.get(f"{url}/openapi.json", headers=headers, timeout=30)
         assert served.json() == app.openapi()  # the schema the tests were built from
-        added = httpx.post(f"{url}/v1/llm/backends", json={"url": backend, "name": "fake"},
-                           headers=headers, timeout=30)
+        added = httpx.post(f"{url}/v1/llm/backends", json={"url": backend, "name": "fake"}, headers=headers, timeout=30)
         assert added.status_code == 201, added.text
         yield url
     finally:
@@ -149,8 +153,7 @@ def _no_long_waits(case) -> None:
             case.body["wait"] = SHORT_WAIT
 
 
-SETTINGS = settings(deadline=None, derandomize=True, max_examples=EXAMPLES,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(deadline=None, derandomize=True, max_examples=EXAMPLES, suppress_health_check=list(HealthCheck))
 
 
 def _call(case, url: str, token: str | None) -> None:

@@ -16,8 +16,7 @@ async def _seeds_sent(client, llm: FakeVLLM, body: dict) -> list[int | None]:
     for group in r.json()["groups"]:
         view = (await client.get(f"/v1/groups/{group['group_id']}", params={"wait": 60})).json()
         assert view["done"], view
-    return sorted((c.request.get("seed") for c in llm.calls[before:]),
-                  key=lambda s: -1 if s is None else s)
+    return sorted((c.request.get("seed") for c in llm.calls[before:]), key=lambda s: -1 if s is None else s)
 
 
 async def test_each_sample_of_a_seeded_group_gets_its_own_seed(make_api):
@@ -27,8 +26,7 @@ async def test_each_sample_of_a_seeded_group_gets_its_own_seed(make_api):
         assert await _seeds_sent(client, llm, seeded) == [7, 8, 9]
         assert await _seeds_sent(client, llm, seeded) == [7, 8, 9]  # reproducible
         # a task's own seed (over the batch's)
-        task_seed = {"tasks": [{**MATH, "n": 3, "sampling": {"seed": 100}}],
-                     "sampling": {"max_tokens": 16, "seed": 7}}
+        task_seed = {"tasks": [{**MATH, "n": 3, "sampling": {"seed": 100}}], "sampling": {"max_tokens": 16, "seed": 7}}
         assert await _seeds_sent(client, llm, task_seed) == [100, 101, 102]
         # the largest seed wraps instead of leaving the field's range
         top = {"tasks": [{**MATH, "n": 2}], "sampling": {"max_tokens": 16, "seed": 2**63 - 1}}

@@ -26,9 +26,13 @@ def turns_laid_end_to_end(result: dict) -> list[int]:
 async def test_a_prompt_longer_than_the_context_is_masked_not_scored(make_api, fake_llm):
     _, client = await make_api([fake_llm.url])
     question = "What is 2 + 2? " + "Think about it carefully. " * 40
-    result = await _result(client, {
-        "tasks": [{"data_source": "math", "instance": {"question": question, "answer": "4"}}],
-        "agent": {"max_context_tokens": 64}})
+    result = await _result(
+        client,
+        {
+            "tasks": [{"data_source": "math", "instance": {"question": question, "answer": "4"}}],
+            "agent": {"max_context_tokens": 64},
+        },
+    )
     assert result["reward"] is None and result["mask"] is True
     assert result["status"] == "failed"
     assert result["failure"]["kind"] == "infra" and result["failure"]["stage"] == "run"
@@ -40,8 +44,10 @@ async def test_a_prompt_longer_than_the_context_is_masked_not_scored(make_api, f
     assert result["stats"]["prompt_tokens"] == 0
 
 
-@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+@pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 async def test_a_failed_rollouts_tokens_are_exactly_its_turns(make_api):
     """The policy calls a tool, then the inference server breaks: the tool's output was
     rendered as the next prompt delta, but no turn was sampled after it."""
@@ -53,8 +59,17 @@ async def test_a_failed_rollouts_tokens_are_exactly_its_turns(make_api):
 
     async with FakeVLLM("smollm2", replies=policy) as server:
         _, client = await make_api([server.url])
-        result = await _result(client, {"tasks": [{"data_source": "code", "instance": {
-            "problem": "Print 1.", "tests": [{"input": "", "output": "1\n"}]}}]})
+        result = await _result(
+            client,
+            {
+                "tasks": [
+                    {
+                        "data_source": "code",
+                        "instance": {"problem": "Print 1.", "tests": [{"input": "", "output": "1\n"}]},
+                    }
+                ]
+            },
+        )
     assert result["status"] == "failed" and result["mask"] is True
     assert result["failure"]["kind"] == "infra" and "500" in result["failure"]["message"]
     turns = result["trajectory"]["turns"]

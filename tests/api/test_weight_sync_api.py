@@ -62,14 +62,12 @@ async def rollouts(client: AsyncClient, n: int) -> list[dict]:
 def sampled_by(fake: FakeVLLM, turn: dict):
     """A call that sampled ``turn``: the logprobs are a hash of the prompt and the weights,
     so the calls that answered exactly these all named the same model."""
-    calls = [c for c in fake.calls if c.logprobs == turn["logprobs"] and c.output_ids
-             == turn["output_ids"]]
+    calls = [c for c in fake.calls if c.logprobs == turn["logprobs"] and c.output_ids == turn["output_ids"]]
     assert calls and len({c.request["model"] for c in calls}) == 1
     return calls[0]
 
 
-async def test_a_lora_sync_mid_batch_reaches_vllm_and_every_later_turn_names_the_adapter(
-        make_api, tok, tmp_path):
+async def test_a_lora_sync_mid_batch_reaches_vllm_and_every_later_turn_names_the_adapter(make_api, tok, tmp_path):
     async with FakeVLLM(tok, latency=0.2, runtime_lora=True, dev_mode=True) as fake:
         fake.replies = policy_of(fake)
         service, _ = await make_api([fake.url])
@@ -79,8 +77,7 @@ async def test_a_lora_sync_mid_batch_reaches_vllm_and_every_later_turn_names_the
         assert all(r["reward"] == 0.0 for r in before)
         fake.latency = 300.0  # the first calls of the batch stay in flight until aborted...
         submitted = await client.submit([{**TASK, "n": 6}], **SETTINGS)
-        await eventually(lambda: any(c.status is None for c in fake.calls), timeout=30,
-                         what="calls in flight")
+        await eventually(lambda: any(c.status is None for c in fake.calls), timeout=30, what="calls in flight")
         fake.latency = 0.2  # ...and those sent after the resume answer as before
         sync = AsyncWeightSync(client, mode="abort")
         report = await sync.update(LoRA("policy", adapter(tmp_path)), policy_version=2)
@@ -101,8 +98,7 @@ async def test_a_lora_sync_mid_batch_reaches_vllm_and_every_later_turn_names_the
         model = call.request["model"]
         # stamped with exactly the version whose weights sampled it
         assert (turn["policy_version"], model) in ((1, "fake-model"), (2, "policy"))
-        assert turn["logprobs"] == fake_logprobs(call.prompt_ids, len(turn["logprobs"]), None,
-                                                 fake.weights_of(model))
+        assert turn["logprobs"] == fake_logprobs(call.prompt_ids, len(turn["logprobs"]), None, fake.weights_of(model))
         versions.add(turn["policy_version"])
     assert versions == {1, 2}
     assert all(r["reward"] == 1.0 for r in after)
@@ -117,8 +113,7 @@ def adapter_path(tmp_path: Path, name: str = "adapter") -> str:
     return str(tmp_path / name)
 
 
-async def test_a_failed_load_is_typed_leaves_generation_paused_and_the_version_unbumped(
-        make_api, tok, tmp_path):
+async def test_a_failed_load_is_typed_leaves_generation_paused_and_the_version_unbumped(make_api, tok, tmp_path):
     async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as fake:
         fake.replies = policy_of(fake)
         service, _ = await make_api([fake.url])
@@ -155,8 +150,7 @@ async def test_a_server_without_runtime_lora_says_how_to_serve_it(make_api, tok,
         await client.aclose()
 
 
-async def test_a_backend_that_cannot_load_weights_refuses_before_anything_loads(
-        make_api, tok, tmp_path):
+async def test_a_backend_that_cannot_load_weights_refuses_before_anything_loads(make_api, tok, tmp_path):
     async with FakeVLLM(tok, runtime_lora=True) as fake, FakeLlamaCpp(tok) as llama:
         service, _ = await make_api([fake.url, f"llamacpp={llama.url}"])
         client = rollserve_client(service)
@@ -170,8 +164,7 @@ async def test_a_backend_that_cannot_load_weights_refuses_before_anything_loads(
     assert not status.router.paused and status.router.policy_version == 1
 
 
-async def test_a_name_the_server_would_refuse_fails_before_generation_is_paused(
-        make_api, tok, tmp_path):
+async def test_a_name_the_server_would_refuse_fails_before_generation_is_paused(make_api, tok, tmp_path):
     async with FakeVLLM(tok, runtime_lora=True) as fake:
         service, _ = await make_api([fake.url])
         client = rollserve_client(service)
@@ -184,8 +177,7 @@ async def test_a_name_the_server_would_refuse_fails_before_generation_is_paused(
     assert not status.router.paused and status.router.policy_version == 1
 
 
-async def test_weights_load_only_while_paused_and_a_bad_body_names_its_field(make_api, tok,
-                                                                             tmp_path):
+async def test_weights_load_only_while_paused_and_a_bad_body_names_its_field(make_api, tok, tmp_path):
     async with FakeVLLM(tok, runtime_lora=True) as fake:
         _, http = await make_api([fake.url])
         body = {"weights": {"kind": "lora", "name": "policy", "path": adapter(tmp_path)}}
@@ -193,8 +185,7 @@ async def test_weights_load_only_while_paused_and_a_bad_body_names_its_field(mak
         assert r.status_code == 409 and "not paused" in r.json()["detail"]
         r = await http.post("/v1/llm/weights", json={"weights": {"kind": "lora", "name": "p"}})
         assert r.status_code == 422 and "weights.path" in r.text
-        r = await http.post("/v1/llm/weights", json={"weights": {"kind": "everything",
-                                                                 "path": "/x"}})
+        r = await http.post("/v1/llm/weights", json={"weights": {"kind": "everything", "path": "/x"}})
         assert r.status_code == 422 and "weights" in r.text
     assert not fake.weight_loads
 
@@ -218,8 +209,7 @@ async def test_full_weights_reload_in_vllm_dev_mode(make_api, tok, tmp_path):
     turn = result["trajectory"]["turns"][0]
     call = sampled_by(fake, turn)
     assert turn["policy_version"] == 2 and call.request["model"] == "fake-model"
-    assert turn["logprobs"] == fake_logprobs(call.prompt_ids, len(turn["logprobs"]), None,
-                                             f"full:{checkpoint}#1")
+    assert turn["logprobs"] == fake_logprobs(call.prompt_ids, len(turn["logprobs"]), None, f"full:{checkpoint}#1")
 
 
 async def test_full_weights_into_sglang_carry_the_policy_version(make_api, tok, tmp_path):
@@ -237,18 +227,21 @@ async def test_full_weights_into_sglang_carry_the_policy_version(make_api, tok, 
     assert report.loaded.ok and fake.weight_version == "7"
     turn = result["trajectory"]["turns"][0]
     assert turn["policy_version"] == 7
-    assert turn["logprobs"] == fake_logprobs(fake.calls[0].prompt_ids, len(turn["logprobs"]),
-                                             None, f"full:{checkpoint}#1")
+    assert turn["logprobs"] == fake_logprobs(
+        fake.calls[0].prompt_ids, len(turn["logprobs"]), None, f"full:{checkpoint}#1"
+    )
 
 
-async def test_a_server_added_after_a_lora_sync_names_the_adapter_not_the_base_model(
-        make_api, tok, tmp_path):
+async def test_a_server_added_after_a_lora_sync_names_the_adapter_not_the_base_model(make_api, tok, tmp_path):
     """A vLLM server added at run time once the policy is an adapter (started with it, as
     `--lora-modules policy=DIR` does) samples the adapter, not the base model, under the
     new version; a server that cannot serve an adapter is refused, not added."""
     path = adapter(tmp_path)
-    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as first, \
-            FakeVLLM(tok, runtime_lora=True) as second, FakeLlamaCpp(tok) as llama:
+    async with (
+        FakeVLLM(tok, runtime_lora=True, dev_mode=True) as first,
+        FakeVLLM(tok, runtime_lora=True) as second,
+        FakeLlamaCpp(tok) as llama,
+    ):
         first.replies = policy_of(first)
         second.replies = policy_of(second)
         service, http = await make_api([first.url])
@@ -256,16 +249,15 @@ async def test_a_server_added_after_a_lora_sync_names_the_adapter_not_the_base_m
         await client.resume(policy_version=1)
         await AsyncWeightSync(client).update(LoRA("policy", path), policy_version=2)
         async with httpx.AsyncClient() as direct:  # the new server serves the adapter
-            loaded = await direct.post(f"{second.url}/v1/load_lora_adapter",
-                                       json={"lora_name": "policy", "lora_path": path})
+            loaded = await direct.post(
+                f"{second.url}/v1/load_lora_adapter", json={"lora_name": "policy", "lora_path": path}
+            )
             assert loaded.status_code == 200
         r = await http.post("/v1/llm/backends", json={"url": second.url, "name": "second"})
         assert r.status_code == 201, r.text
-        r = await http.post("/v1/llm/backends", json={"url": llama.url, "name": "llama",
-                                                      "kind": "llamacpp"})
+        r = await http.post("/v1/llm/backends", json={"url": llama.url, "name": "llama", "kind": "llamacpp"})
         assert r.status_code == 409 and "cannot serve the LoRA adapter 'policy'" in r.text
-        (await http.delete(f"/v1/llm/backends/{service.router.list()[0]['name']}")
-         ).raise_for_status()
+        (await http.delete(f"/v1/llm/backends/{service.router.list()[0]['name']}")).raise_for_status()
         results = await rollouts(client, 3)
         names = [b["name"] for b in service.router.list()]
         await client.aclose()

@@ -21,15 +21,13 @@ from rollserve.testing import FakeVLLM
 from tests.api.test_weight_sync_api import adapter, rollserve_client
 
 
-async def test_a_server_that_does_not_list_the_adapter_in_force_is_refused(
-        make_api, tok, tmp_path):
+async def test_a_server_that_does_not_list_the_adapter_in_force_is_refused(make_api, tok, tmp_path):
     """Once the policy is an adapter, a vLLM server added at run time is asked for its
     ``/v1/models``: one that does not serve the adapter (started without
     ``--lora-modules``) is refused with a 409 naming it, over rollserve's API and
     ProRL's alike, and never samples; once it serves it, it is added."""
     path = adapter(tmp_path)
-    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as first, \
-            FakeVLLM(tok, runtime_lora=True) as bare:
+    async with FakeVLLM(tok, runtime_lora=True, dev_mode=True) as first, FakeVLLM(tok, runtime_lora=True) as bare:
         service, http = await make_api([first.url], prorl=ProRLConfig())
         client = rollserve_client(service)
         await AsyncWeightSync(client).update(LoRA("policy", path), policy_version=2)
@@ -40,9 +38,9 @@ async def test_a_server_that_does_not_list_the_adapter_in_force_is_refused(
         assert r.status_code == 400 and "does not serve the LoRA adapter 'policy'" in r.text
         refused = [b["name"] for b in service.router.list()]
         async with httpx.AsyncClient() as direct:  # now it serves the adapter
-            (await direct.post(f"{bare.url}/v1/load_lora_adapter",
-                               json={"lora_name": "policy", "lora_path": path})
-             ).raise_for_status()
+            (
+                await direct.post(f"{bare.url}/v1/load_lora_adapter", json={"lora_name": "policy", "lora_path": path})
+            ).raise_for_status()
         r = await http.post("/v1/llm/backends", json={"url": bare.url, "name": "bare"})
         await client.aclose()
     assert refused == [service.router.list()[0]["name"]]
@@ -50,8 +48,7 @@ async def test_a_server_that_does_not_list_the_adapter_in_force_is_refused(
     assert not [c for c in bare.calls if c.request.get("model") != "policy"]
 
 
-async def test_the_weights_in_force_are_kept_for_a_restart_and_a_bad_record_stops_it(
-        tok, tmp_path):
+async def test_the_weights_in_force_are_kept_for_a_restart_and_a_bad_record_stops_it(tok, tmp_path):
     """A resume's version and a load's adapter are written beside the store; a server
     made on the same state dir starts from them; a record that does not parse stops the
     server at start, naming the file (it would otherwise guess the base model)."""
@@ -90,8 +87,7 @@ async def test_a_restart_between_a_load_and_its_resume_starts_paused(tok, tmp_pa
         client = rollserve_client(service)
         await client.resume(policy_version=3)
         await client.pause("finish", timeout=5)
-        loaded = await client.load_weights({"kind": "lora", "name": "policy",
-                                            "path": adapter(tmp_path)}, 4)
+        loaded = await client.load_weights({"kind": "lora", "name": "policy", "path": adapter(tmp_path)}, 4)
         assert loaded.ok
         await client.aclose()
         await service.stop()  # the head stops before the resume(4)
@@ -126,14 +122,17 @@ async def test_two_adds_of_one_name_at_once_are_one_201_and_one_409(tok, tmp_pat
         try:
             await AsyncWeightSync(client).update(LoRA("policy", folder), policy_version=2)
             async with httpx.AsyncClient() as direct:  # the second serves it too
-                (await direct.post(f"{second.url}/v1/load_lora_adapter",
-                                   json={"lora_name": "policy", "lora_path": folder})
-                 ).raise_for_status()
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(
-                    app=app, raise_app_exceptions=False), base_url="http://rs") as http:
-                replies = await asyncio.gather(*(
-                    http.post("/v1/llm/backends", json={"url": second.url, "name": "b"})
-                    for _ in range(2)))
+                (
+                    await direct.post(
+                        f"{second.url}/v1/load_lora_adapter", json={"lora_name": "policy", "lora_path": folder}
+                    )
+                ).raise_for_status()
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://rs"
+            ) as http:
+                replies = await asyncio.gather(
+                    *(http.post("/v1/llm/backends", json={"url": second.url, "name": "b"}) for _ in range(2))
+                )
             assert sorted(r.status_code for r in replies) == [201, 409], [r.text for r in replies]
         finally:
             await client.aclose()

@@ -14,8 +14,7 @@ MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answe
 
 def client_for(service, token=None) -> AsyncClient:
     app = create_app(service, manage_lifecycle=False)
-    return AsyncClient("http://rollserve", token=token,
-                       transport=httpx.ASGITransport(app=app))
+    return AsyncClient("http://rollserve", token=token, transport=httpx.ASGITransport(app=app))
 
 
 async def test_submit_wait_stream_and_cancel(make_api, fake_llm):
@@ -40,8 +39,7 @@ async def test_an_oversampled_group_through_the_client(make_api, fake_llm):
     """The client's models carry the new task fields and the group's verdict."""
     service, _ = await make_api([fake_llm.url])
     async with client_for(service) as client:
-        task = TaskRequest.model_validate({**MATH, "n": 2, "oversample": 2,
-                                           "filter_zero_variance": True})
+        task = TaskRequest.model_validate({**MATH, "n": 2, "oversample": 2, "filter_zero_variance": True})
         accepted = await client.submit([task], sampling=SamplingParams(max_tokens=32))
         (group,) = accepted.groups
         assert len(group.rollout_ids) == 4
@@ -85,15 +83,13 @@ async def test_typed_requests_go_as_set_and_the_batch_settings_stay_under_them(m
     what was set, as a dict would."""
     service, _ = await make_api([fake_llm.url])
     async with client_for(service) as client:
-        task = TaskRequest(data_source="math", instance=MATH["instance"], n=1,
-                           sampling=SamplingParams(temperature=0.5))
+        task = TaskRequest(data_source="math", instance=MATH["instance"], n=1, sampling=SamplingParams(temperature=0.5))
         answer = await client.run(task, sampling=SamplingParams(max_tokens=48), wait=30)
         (result,) = answer.results
         assert result.status == "completed" and result.reward == 1.0
         (call,) = fake_llm.calls
         assert call.request["temperature"] == 0.5 and call.request["max_tokens"] == 48
-        again = await client.run({**MATH, "sampling": {"temperature": 0.5}},
-                                 sampling={"max_tokens": 48}, wait=30)
+        again = await client.run({**MATH, "sampling": {"temperature": 0.5}}, sampling={"max_tokens": 48}, wait=30)
         assert again.results[0].status == "completed"
         second = fake_llm.calls[1].request  # the same settings either way
         assert (second["temperature"], second["max_tokens"]) == (0.5, call.request["max_tokens"])
@@ -102,11 +98,13 @@ async def test_typed_requests_go_as_set_and_the_batch_settings_stay_under_them(m
 def test_the_client_imports_nothing_of_the_server():
     """A trainer can install the client alone: it needs rollserve.contract (pydantic)
     and the neutral datasets package, never the server's layers."""
-    code = ("import sys, rollserve.client, rollserve.client.run_dataset, rollserve.contract\n"
-            "print(' '.join(sorted(m for m in sys.modules if m.startswith('rollserve'))))")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True, timeout=120).stdout.split()
+    code = (
+        "import sys, rollserve.client, rollserve.client.run_dataset, rollserve.contract\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('rollserve'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
     assert loaded, "nothing was imported"
-    server_side = [m for m in loaded if m.split(".")[1:2] and m.split(".")[1] not in
-                   ("client", "contract", "datasets")]
+    server_side = [m for m in loaded if m.split(".")[1:2] and m.split(".")[1] not in ("client", "contract", "datasets")]
     assert server_side == [], server_side

@@ -12,24 +12,37 @@ from rollserve.client.evaluation import Graded, default_ks, evaluate, pass_at_k,
 from rollserve.engine.rollout import Rollout, RolloutSpec
 
 
-def graded(task: str, index: int, reward: float | None, *, source: str = "math",
-           answer: str | None = None, mask: bool = False, status: str = "completed",
-           failure: str | None = None, reports_answer: bool = True) -> Graded:
-    return Graded(source, task, index, status, mask, "infra" if mask else None, reward,
-                  failure, answer, reports_answer, 2, 1.5)
+def graded(
+    task: str,
+    index: int,
+    reward: float | None,
+    *,
+    source: str = "math",
+    answer: str | None = None,
+    mask: bool = False,
+    status: str = "completed",
+    failure: str | None = None,
+    reports_answer: bool = True,
+) -> Graded:
+    return Graded(
+        source, task, index, status, mask, "infra" if mask else None, reward, failure, answer, reports_answer, 2, 1.5
+    )
 
 
-@pytest.mark.parametrize(("n", "c", "k", "expected"), [
-    (1, 1, 1, 1.0),
-    (1, 0, 1, 0.0),
-    (4, 1, 1, 1 / 4),                 # pass@1 = c / n
-    (4, 1, 2, 1 - (3 * 2) / (4 * 3)),  # 1 - C(3,2)/C(4,2) = 1 - 3/6 = 0.5
-    (4, 2, 2, 1 - 1 / 6),             # 1 - C(2,2)/C(4,2)
-    (5, 2, 3, 1 - 1 / 10),            # 1 - C(3,3)/C(5,3)
-    (10, 3, 5, 1 - math.comb(7, 5) / math.comb(10, 5)),
-    (8, 0, 8, 0.0),
-    (8, 1, 8, 1.0),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (1, 1, 1, 1.0),
+        (1, 0, 1, 0.0),
+        (4, 1, 1, 1 / 4),  # pass@1 = c / n
+        (4, 1, 2, 1 - (3 * 2) / (4 * 3)),  # 1 - C(3,2)/C(4,2) = 1 - 3/6 = 0.5
+        (4, 2, 2, 1 - 1 / 6),  # 1 - C(2,2)/C(4,2)
+        (5, 2, 3, 1 - 1 / 10),  # 1 - C(3,3)/C(5,3)
+        (10, 3, 5, 1 - math.comb(7, 5) / math.comb(10, 5)),
+        (8, 0, 8, 0.0),
+        (8, 1, 8, 1.0),
+    ],
+)
 def test_pass_at_k_is_the_unbiased_estimator(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
@@ -53,10 +66,13 @@ def test_default_ks_and_t_quantiles():
 def test_report_per_data_source_by_hand():
     rows = [
         # task a: 2 of 4 right, answers 7, 7, 3, None -> majority "7", right
-        graded("a", 0, 1.0, answer="7"), graded("a", 1, 1.0, answer="7"),
-        graded("a", 2, 0.0, answer="3"), graded("a", 3, 0.0),
+        graded("a", 0, 1.0, answer="7"),
+        graded("a", 1, 1.0, answer="7"),
+        graded("a", 2, 0.0, answer="3"),
+        graded("a", 3, 0.0),
         # task b: 0 of 3 scored right, one masked (not scored); majority "5" (first of a tie)
-        graded("b", 0, 0.0, answer="5"), graded("b", 1, 0.0, answer="6"),
+        graded("b", 0, 0.0, answer="5"),
+        graded("b", 1, 0.0, answer="6"),
         graded("b", 2, None, mask=True, status="failed", failure="infra"),
         graded("b", 3, 0.0),
         # another data_source, no comparable answers
@@ -93,10 +109,10 @@ def test_threshold_decides_what_passes():
     assert evaluate(rows, ks=[1], threshold=0.5).sources[0].pass_at_k[1] == 1.0
 
 
-def _result(task: str, index: int, reward: float | None, status: str = "completed",
-            evaluation: dict | None = None):
-    spec = RolloutSpec(id=f"{task}-{index}", group_id=task, task_id=task, data_source="math",
-                       sample_index=index, instance={})
+def _result(task: str, index: int, reward: float | None, status: str = "completed", evaluation: dict | None = None):
+    spec = RolloutSpec(
+        id=f"{task}-{index}", group_id=task, task_id=task, data_source="math", sample_index=index, instance={}
+    )
     return Rollout(spec=spec, status=status, reward=reward, evaluation=evaluation).result()
 
 
@@ -115,13 +131,19 @@ def test_report_command_writes_json_and_offline_html(tmp_path):
     from rollserve.cli import app
 
     results = tmp_path / "out.jsonl"
-    lines = [_result("t1", i, r, evaluation={"extracted": a})
-             for i, (r, a) in enumerate([(1.0, "4"), (0.0, "5"), (1.0, "4")])]
-    lines += [_result("t2", 0, 0.0, evaluation={"extracted": None}),
-              _result("t2", 1, 1.0, evaluation={"extracted": "9"})]
+    lines = [
+        _result("t1", i, r, evaluation={"extracted": a})
+        for i, (r, a) in enumerate([(1.0, "4"), (0.0, "5"), (1.0, "4")])
+    ]
+    lines += [
+        _result("t2", 0, 0.0, evaluation={"extracted": None}),
+        _result("t2", 1, 1.0, evaluation={"extracted": "9"}),
+    ]
     results.write_text("".join(r.model_dump_json() + "\n" for r in lines) + "not json\n")
-    out = CliRunner().invoke(app, ["report", str(results), "--json", str(tmp_path / "r.json"),
-                                   "--html", str(tmp_path / "r.html"), "--k", "1,2"])
+    out = CliRunner().invoke(
+        app,
+        ["report", str(results), "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"), "--k", "1,2"],
+    )
     assert out.exit_code == 0, out.output
     assert "pass@2" in out.output and "1 lines of" in out.output
     report = json.loads((tmp_path / "r.json").read_text())
@@ -148,13 +170,12 @@ def test_report_shows_reward_components(tmp_path):
     lines = []
     for i, (reward, fmt) in enumerate([(1.0, 1.0), (0.0, 1.0), (0.0, 0.0)]):
         r = _result("t1", i, reward)
-        lines.append(r.model_copy(update={"reward_components": {"correctness": reward,
-                                                                 "format": fmt}}))
+        lines.append(r.model_copy(update={"reward_components": {"correctness": reward, "format": fmt}}))
     lines.append(_result("t2", 0, None, status="failed"))  # masked: not counted
     results.write_text("".join(r.model_dump_json() + "\n" for r in lines))
     out = CliRunner(env={"COLUMNS": "200"}).invoke(
-        app, ["report", str(results), "--json", str(tmp_path / "r.json"),
-              "--html", str(tmp_path / "r.html")])
+        app, ["report", str(results), "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")]
+    )
     assert out.exit_code == 0, out.output
     assert "reward components" in out.output and "format" in out.output
     (math_,) = json.loads((tmp_path / "r.json").read_text())["sources"]

@@ -48,13 +48,15 @@ def _trainer(url: str) -> tuple[GroupView, list[RolloutResult], ServiceStatus, R
 async def test_the_sync_client_answers_contract_models(make_api, fake_llm):
     service, _ = await make_api([fake_llm.url])
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(service, manage_lifecycle=False),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(service, manage_lifecycle=False), host="127.0.0.1", port=port, log_level="warning")
+    )
     serving = asyncio.create_task(server.serve())
     try:
         await eventually(lambda: server.started, timeout=30, what="the server to start")
         view, streamed, status, missing = await asyncio.wait_for(
-            asyncio.to_thread(_trainer, f"http://127.0.0.1:{port}"), 120)
+            asyncio.to_thread(_trainer, f"http://127.0.0.1:{port}"), 120
+        )
     finally:
         server.should_exit = True
         await asyncio.wait_for(serving, 30)

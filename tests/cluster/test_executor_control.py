@@ -48,9 +48,13 @@ class FakeActor:
     def __init__(self, settings_json: str = "{}", **replies: Reply) -> None:
         self.settings = json.loads(settings_json)
         self.calls: dict[str, list[tuple[Any, ...]]] = {}
-        self.replies: dict[str, Reply] = {"pause": answer(True), "resume": answer(None),
-                                          "cleanup": answer(None),
-                                          "weights_loaded": answer(None), **replies}
+        self.replies: dict[str, Reply] = {
+            "pause": answer(True),
+            "resume": answer(None),
+            "cleanup": answer(None),
+            "weights_loaded": answer(None),
+            **replies,
+        }
 
     def __getattr__(self, method: str) -> Method:
         if method.startswith("_") or method not in self.replies:
@@ -62,12 +66,14 @@ def answer(value: Any, delay: float = 0.0) -> Reply:
     async def reply(*args: Any) -> Any:
         await asyncio.sleep(delay)
         return value
+
     return reply
 
 
 def fails(exc: BaseException) -> Reply:
     async def reply(*args: Any) -> Any:
         raise exc
+
     return reply
 
 
@@ -93,10 +99,8 @@ def node(ex: RayExecutor, name: str, actor: FakeActor) -> ClusterNode:
 
 
 def rollout(rid: str) -> Rollout:
-    spec = RolloutSpec(id=rid, group_id="g", task_id="t", sample_index=0, data_source="math",
-                       instance={}, sampling={})
-    return Rollout(spec=spec, attempt=1, max_turns=1, max_context_tokens=100,
-                   timeouts=Timeouts())
+    spec = RolloutSpec(id=rid, group_id="g", task_id="t", sample_index=0, data_source="math", instance={}, sampling={})
+    return Rollout(spec=spec, attempt=1, max_turns=1, max_context_tokens=100, timeouts=Timeouts())
 
 
 async def test_a_node_that_does_not_answer_a_pause_is_fenced_and_its_rollouts_are_lost(killed):
@@ -167,23 +171,21 @@ class FakeWorkerClass:
                 actor = cls.make(settings_json)
                 cls.made[name] = actor
                 return actor
+
         return Remote()
 
 
 def report(*args: Any) -> Coroutine[Any, Any, dict[str, Any]]:
-    return answer(WorkerReport(node="n", pid=1, hosted=0, running=0,
-                               sandboxes_open=0, reaped_at_start=0))()
+    return answer(WorkerReport(node="n", pid=1, hosted=0, running=0, sandboxes_open=0, reaped_at_start=0))()
 
 
-INFO = {"NodeID": "ab" * 28, "Alive": True, "NodeManagerHostname": "host-a",
-        "Resources": {"rollserve": 4.0}}
+INFO = {"NodeID": "ab" * 28, "Alive": True, "NodeManagerHostname": "host-a", "Resources": {"rollserve": 4.0}}
 
 
 def healthy_workers(ex: RayExecutor) -> list[FakeActor]:
     """Workers that start at once; the list of those made, in order."""
     made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=report)) or made[-1])
+    ex._worker_class = FakeWorkerClass(lambda s: made.append(FakeActor(s, start=report)) or made[-1])
     return made
 
 
@@ -193,8 +195,7 @@ async def scan(ex: RayExecutor) -> None:
     await ex.wait_started(5)
 
 
-async def test_a_worker_that_fails_to_start_is_killed_and_tried_again_later_under_a_new_name(
-        killed, monkeypatch):
+async def test_a_worker_that_fails_to_start_is_killed_and_tried_again_later_under_a_new_name(killed, monkeypatch):
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
     clock = [1000.0]
     monkeypatch.setattr(executor_module.time, "monotonic", lambda: clock[0])
@@ -226,8 +227,7 @@ async def test_a_worker_whose_start_is_cancelled_is_killed(killed, monkeypatch):
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
     ex = executor()
     made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=answer(None, delay=30))) or made[-1])
+    ex._worker_class = FakeWorkerClass(lambda s: made.append(FakeActor(s, start=answer(None, delay=30))) or made[-1])
     await ex._scan()
     await eventually(lambda: made and made[0].calls.get("start"), what="the worker's start")
     for task in list(ex._starting.values()):
@@ -236,8 +236,7 @@ async def test_a_worker_whose_start_is_cancelled_is_killed(killed, monkeypatch):
     assert killed == made and len(made) == 1
 
 
-async def test_a_new_worker_starts_at_the_heads_version_and_resumes_if_the_head_did(
-        killed, monkeypatch):
+async def test_a_new_worker_starts_at_the_heads_version_and_resumes_if_the_head_did(killed, monkeypatch):
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
     version: list[int | None] = [4]
     ex = executor(version)
@@ -255,7 +254,8 @@ async def test_a_new_worker_starts_at_the_heads_version_and_resumes_if_the_head_
 
     made: list[FakeActor] = []
     ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=report, pause=paused_until_resumed)) or made[-1])
+        lambda s: made.append(FakeActor(s, start=report, pause=paused_until_resumed)) or made[-1]
+    )
     await scan(ex)
     await asyncio.wait_for(resumed[0], 10)
     (actor,) = made
@@ -335,8 +335,7 @@ async def test_a_worker_that_started_while_a_load_ran_names_the_adapter(killed, 
         return await report()
 
     made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=start_during_a_load)) or made[-1])
+    ex._worker_class = FakeWorkerClass(lambda s: made.append(FakeActor(s, start=start_during_a_load)) or made[-1])
     await scan(ex)
     (actor,) = made
     assert actor.settings["lora"] is None
@@ -344,8 +343,7 @@ async def test_a_worker_that_started_while_a_load_ran_names_the_adapter(killed, 
     assert ex.placement.current(INFO["NodeID"]) is not None and killed == []
 
 
-async def test_once_stopped_the_heads_router_stopping_after_it_reaches_no_worker(
-        killed, monkeypatch):
+async def test_once_stopped_the_heads_router_stopping_after_it_reaches_no_worker(killed, monkeypatch):
     """Service.stop stops the executor (workers killed, Ray shut down) before its router,
     whose backends are then removed: nothing may be sent to a worker any more (a call
     after Ray's shutdown raises at once, and failed the server's shutdown)."""

@@ -50,8 +50,11 @@ def test_the_head_ships_its_harness_dir_to_the_workers(tmp_path, monkeypatch, re
         monkeypatch.setenv("ROLLSERVE_HARNESS_DIR", str(root))
     else:
         monkeypatch.setenv("ROLLSERVE_HARNESS_DIR", str(tmp_path / "not-this-one"))
-    Service(ServerConfig(state_dir=tmp_path / "state", ray=RayConfig(address="auto"),
-                         harness_dir=None if from_env else root))
+    Service(
+        ServerConfig(
+            state_dir=tmp_path / "state", ray=RayConfig(address="auto"), harness_dir=None if from_env else root
+        )
+    )
     (settings,) = recorded
     assert settings.harness_dir == str(root.resolve())
 
@@ -74,8 +77,9 @@ async def test_a_worker_checks_installs_in_the_shipped_dir(tmp_path, monkeypatch
     monkeypatch.setenv("ROLLSERVE_HARNESS_DIR", str(tmp_path / "a-default-elsewhere"))
     instance = {"answer": "x", "harness": {"preset": NAME}}
     for root, installed in ((installed_root, True), (tmp_path / "empty", False)):
-        settings = WorkerSettings(node="n1", state_dir=tmp_path / "state", tokenizer="smollm2",
-                                  scoring_workers=1, harness_dir=str(root))
+        settings = WorkerSettings(
+            node="n1", state_dir=tmp_path / "state", tokenizer="smollm2", scoring_workers=1, harness_dir=str(root)
+        )
         worker = NodeWorker(settings.model_dump_json())
         await worker.start()
         try:

@@ -59,7 +59,8 @@ async def test_a_pause_during_a_joins_catch_up_reaches_the_joining_node(killed, 
 
     made: list[FakeActor] = []
     ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=start, weights_loaded=adopt)) or made[-1])
+        lambda s: made.append(FakeActor(s, start=start, weights_loaded=adopt)) or made[-1]
+    )
     await scan(ex)
     (actor,) = made
     assert await asyncio.wait_for(pauses[0], 10) is True
@@ -73,8 +74,7 @@ async def test_a_pause_during_a_joins_catch_up_reaches_the_joining_node(killed, 
     assert killed == []
 
 
-async def test_a_worker_whose_start_spans_a_whole_weight_update_is_resumed_at_the_new_version(
-        killed, monkeypatch):
+async def test_a_worker_whose_start_spans_a_whole_weight_update_is_resumed_at_the_new_version(killed, monkeypatch):
     """Full weights (no adapter: nothing to adopt): the worker started with version 1
     must sample under version 2 once it joins, not stamp 1 on version 2's tokens."""
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
@@ -89,8 +89,7 @@ async def test_a_worker_whose_start_spans_a_whole_weight_update_is_resumed_at_th
         return await report()
 
     made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=start)) or made[-1])
+    ex._worker_class = FakeWorkerClass(lambda s: made.append(FakeActor(s, start=start)) or made[-1])
     await scan(ex)
     (actor,) = made
     joined = ex.placement.current(INFO["NodeID"])
@@ -100,15 +99,13 @@ async def test_a_worker_whose_start_spans_a_whole_weight_update_is_resumed_at_th
     assert "pause" not in actor.calls and killed == []
 
 
-async def test_a_worker_that_joins_while_paused_is_paused_and_resumed_with_the_others(
-        killed, monkeypatch):
+async def test_a_worker_that_joins_while_paused_is_paused_and_resumed_with_the_others(killed, monkeypatch):
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
     version: list[int | None] = [3]
     ex = executor(version)
     await ex.pause("abort", 1)
     made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=report)) or made[-1])
+    ex._worker_class = FakeWorkerClass(lambda s: made.append(FakeActor(s, start=report)) or made[-1])
     await scan(ex)
     (actor,) = made
     assert actor.calls["pause"] == [("abort", None)] and "resume" not in actor.calls
@@ -130,8 +127,7 @@ async def test_a_slow_worker_start_does_not_hold_the_control_plane(killed, monke
         return await report()
 
     made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=slow_start)) or made[-1])
+    ex._worker_class = FakeWorkerClass(lambda s: made.append(FakeActor(s, start=slow_start)) or made[-1])
     await ex._scan()
     await eventually(lambda: made and made[0].calls.get("start"), what="the worker's start")
     assert await asyncio.wait_for(ex.pause("finish", 1), 5) is True
@@ -141,15 +137,13 @@ async def test_a_slow_worker_start_does_not_hold_the_control_plane(killed, monke
     assert actor.calls["pause"] == [("finish", None)]
 
 
-async def test_a_joining_worker_learns_which_backends_failed_to_load_the_adapter(
-        killed, monkeypatch):
+async def test_a_joining_worker_learns_which_backends_failed_to_load_the_adapter(killed, monkeypatch):
     """Their twins on the head keep their old name: so must the new worker's."""
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
     ex = executor()
     await ex.weights_loaded(LORA, ["b"])
     made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=report)) or made[-1])
+    ex._worker_class = FakeWorkerClass(lambda s: made.append(FakeActor(s, start=report)) or made[-1])
     await scan(ex)
     (first,) = made
     assert first.settings["lora"] == "policy-7" and first.settings["lora_failed"] == ["b"]
@@ -164,8 +158,8 @@ async def test_a_joining_worker_learns_which_backends_failed_to_load_the_adapter
         return await report()
 
     ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=start_during_a_load,
-                                        remove_backend=answer(None))) or made[-1])
+        lambda s: made.append(FakeActor(s, start=start_during_a_load, remove_backend=answer(None))) or made[-1]
+    )
     await scan(ex)
     second = made[1]
     assert second.settings["lora_failed"] == ["b"]
@@ -195,8 +189,7 @@ async def test_full_weights_with_no_adapter_ever_in_force_tell_no_node(killed):
     assert good.actor.calls["weights_loaded"][-1] == (None, [])
 
 
-async def test_a_join_during_the_head_routers_own_cycle_neither_deadlocks_nor_slips(
-        killed, monkeypatch):
+async def test_a_join_during_the_head_routers_own_cycle_neither_deadlocks_nor_slips(killed, monkeypatch):
     """The head's router (which calls the executor while it holds its own pause and load
     state) runs a whole update while a worker starts, and the next pause lands during
     the join's catch-up: every call returns (bounded), the node is paused with the
@@ -227,7 +220,8 @@ async def test_a_join_during_the_head_routers_own_cycle_neither_deadlocks_nor_sl
 
     made: list[FakeActor] = []
     ex._worker_class = FakeWorkerClass(
-        lambda s: made.append(FakeActor(s, start=start, weights_loaded=adopt)) or made[-1])
+        lambda s: made.append(FakeActor(s, start=start, weights_loaded=adopt)) or made[-1]
+    )
     await asyncio.wait_for(scan(ex), 10)
     (actor,) = made
     paused = await asyncio.wait_for(pauses[0], 10)

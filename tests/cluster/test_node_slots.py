@@ -38,8 +38,9 @@ from tests.waiting import eventually
 async def stage(call: StageCall) -> StageOutcome:
     """A node's worker running the scripted family's stage: it sleeps as told."""
     await asyncio.sleep(call.spec.instance.get(f"{call.stage}_sleep", 0))  # sleep-ok: a double's work
-    return StageOutcome(reward=1.0 if call.stage == "eval" else None,
-                        evaluation={"ok": True} if call.stage == "eval" else None)
+    return StageOutcome(
+        reward=1.0 if call.stage == "eval" else None, evaluation={"ok": True} if call.stage == "eval" else None
+    )
 
 
 class Scripted(ScriptedHandler):
@@ -64,9 +65,14 @@ async def cluster_engine(tmp_path: Path) -> Any:
     async def make(ex: RayExecutor, **config: Any) -> Engine:
         store = SQLiteStore(tmp_path / "store.db")
         await store.open()
-        engine = Engine(store, OneHandlerRegistry(Scripted()), NullRouter(),
-                        EngineConfig(**config), offline_context(runtime="local", state_dir=tmp_path),
-                        executor=ex)
+        engine = Engine(
+            store,
+            OneHandlerRegistry(Scripted()),
+            NullRouter(),
+            EngineConfig(**config),
+            offline_context(runtime="local", state_dir=tmp_path),
+            executor=ex,
+        )
         await engine.start()
         engines.append(engine)
         return engine
@@ -84,8 +90,7 @@ async def test_a_backlog_waits_for_node_slots_outside_inits_timeout(cluster_engi
     n = node(ex, "n", FakeActor(run_stage=stage))
     n.slots = 1
     engine = await cluster_engine(ex)
-    ids = await _submit(engine, {"run_sleep": 0.4}, {"run_sleep": 0.4}, {"run_sleep": 0.4},
-                        timeouts={"init": 0.2})
+    ids = await _submit(engine, {"run_sleep": 0.4}, {"run_sleep": 0.4}, {"run_sleep": 0.4}, timeouts={"init": 0.2})
     results = await _results(engine, ids, timeout=30)
     assert [r.status for r in results] == ["completed"] * 3, [r.failure for r in results]
     waited = sorted(r.timing.model_extra["queued_node"] for r in results)
@@ -148,8 +153,10 @@ async def test_a_cancelled_rollout_leaves_no_node_slot_taken(cluster_engine):
     await asyncio.wait_for(busy.wait(), 10)
     # holder: in INIT (pool's one slot); reserved: has the node's other slot, waits for
     # INIT's pool; waiting: no node slot free.
-    await eventually(lambda: len(n.hosted) == 2 and ex.placement.waiting == 1
-                     and engine.pools["init"].waiting == 1, what="the three rollouts placed")
+    await eventually(
+        lambda: len(n.hosted) == 2 and ex.placement.waiting == 1 and engine.pools["init"].waiting == 1,
+        what="the three rollouts placed",
+    )
     assert len(n.hosted) == 2 and ex.placement.waiting == 1
     assert engine.pools["init"].waiting == 1
     assert engine.cancel(waiting) and engine.cancel(reserved)
@@ -205,8 +212,7 @@ async def test_the_head_is_told_the_alive_nodes_slots_as_they_change(monkeypatch
     ex.on_slots = told.append
     healthy_workers(ex)
     await scan(ex)
-    infos.append({**INFO, "NodeID": "cd" * 28, "NodeManagerHostname": "host-b",
-                  "Resources": {"rollserve": 60.0}})
+    infos.append({**INFO, "NodeID": "cd" * 28, "NodeManagerHostname": "host-b", "Resources": {"rollserve": 60.0}})
     await scan(ex)
     ex._mark_dead(ex.placement.current(INFO["NodeID"]), "its raylet is gone")
     assert told == [4, 64, 60]
@@ -219,9 +225,11 @@ def test_with_ray_the_servers_stage_pools_take_the_clusters_slots(tmp_path, monk
     from rollserve.server import ServerConfig, Service
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    service = Service(ServerConfig(state_dir=tmp_path, ray=RayConfig(address="auto"),
-                                   engine=EngineConfig(init_workers=8, eval_workers=4)))
+    service = Service(
+        ServerConfig(
+            state_dir=tmp_path, ray=RayConfig(address="auto"), engine=EngineConfig(init_workers=8, eval_workers=4)
+        )
+    )
     assert service.cluster is not None and service.cluster.on_slots is not None
     service.cluster.on_slots(96)
-    assert {s: p.workers for s, p in service.engine.pools.items()} == {
-        "init": 96, "run": 96, "eval": 96}
+    assert {s: p.workers for s, p in service.engine.pools.items()} == {"init": 96, "run": 96, "eval": 96}

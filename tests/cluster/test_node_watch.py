@@ -34,8 +34,7 @@ from tests.cluster.test_executor_control import (  # noqa: E402
 )
 
 
-async def test_backends_changed_while_a_worker_starts_reach_it_before_it_joins(killed,
-                                                                                monkeypatch):
+async def test_backends_changed_while_a_worker_starts_reach_it_before_it_joins(killed, monkeypatch):
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])
     ex = executor()
     ex.settings.backends = ["http://a:8000"]
@@ -51,8 +50,9 @@ async def test_backends_changed_while_a_worker_starts_reach_it_before_it_joins(k
         joined_when.append(len(ex.placement.nodes))  # 0: before it takes rollouts
 
     made: list[FakeActor] = []
-    ex._worker_class = FakeWorkerClass(lambda s: made.append(FakeActor(
-        s, start=slow_start, add_backend=remember, remove_backend=remember)) or made[-1])
+    ex._worker_class = FakeWorkerClass(
+        lambda s: made.append(FakeActor(s, start=slow_start, add_backend=remember, remove_backend=remember)) or made[-1]
+    )
     await scan(ex)
     (actor,) = made
     assert actor.settings["added_backends"] == [] and actor.settings["removed_backends"] == []
@@ -120,8 +120,7 @@ async def test_a_worker_that_answers_between_silences_is_not_fenced(killed):
     async def sometimes(*args: Any) -> Any:
         if next(replies) is None:
             await asyncio.sleep(30)
-        return WorkerReport(node="n", pid=1, hosted=0, running=0, sandboxes_open=2,
-                            reaped_at_start=0)
+        return WorkerReport(node="n", pid=1, hosted=0, running=0, sandboxes_open=2, reaped_at_start=0)
 
     n = node(ex, "n", FakeActor(status=sometimes))
     for _ in range(6):

@@ -47,8 +47,7 @@ def _netns_unavailable() -> str | None:
     if shutil.which("ip") is None or shutil.which("unshare") is None:
         return "`ip` (iproute2) or `unshare` (util-linux) is missing"
     probe = f"rsq{os.getpid() % 100000}"
-    steps = (["ip", "netns", "add", probe],
-             ["ip", "link", "add", probe, "type", "veth", "peer", "name", f"{probe}p"])
+    steps = (["ip", "netns", "add", probe], ["ip", "link", "add", probe, "type", "veth", "peer", "name", f"{probe}p"])
     try:
         for step in steps:
             made = subprocess.run(step, capture_output=True, timeout=10)
@@ -64,8 +63,10 @@ _WHY_NOT = _netns_unavailable()
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT)),
-    pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                       reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}"),
+    pytest.mark.skipif(
+        BubblewrapRuntime.unavailable_reason() is not None,
+        reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+    ),
 ]
 
 SLOTS = 4
@@ -97,9 +98,12 @@ class Machine:
         _run("ip", "link", "set", self.ns_if, "netns", self.ns)
         _run("ip", "addr", "add", f"{self.gateway}/30", "dev", self.host_if)
         _run("ip", "link", "set", self.host_if, "up")
-        for cmd in (["ip", "addr", "add", f"{self.ip}/30", "dev", self.ns_if],
-                    ["ip", "link", "set", self.ns_if, "up"], ["ip", "link", "set", "lo", "up"],
-                    ["ip", "route", "add", "default", "via", self.gateway]):
+        for cmd in (
+            ["ip", "addr", "add", f"{self.ip}/30", "dev", self.ns_if],
+            ["ip", "link", "set", self.ns_if, "up"],
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "route", "add", "default", "via", self.gateway],
+        ):
             _run("ip", "netns", "exec", self.ns, *cmd)
 
     def start_ray(self, head: str, name: str, log: Path, temp_dir: str) -> subprocess.Popen[bytes]:
@@ -108,13 +112,17 @@ class Machine:
         default) are this machine's own: an empty file system mounted over each (the
         rest, the venv and the state dir included, is shared, like a shared home)."""
         private = " && ".join(f"mkdir -p {d} && mount -t tmpfs none {d}" for d in (temp_dir, "/tmp/ray"))
-        join = (f"{private} && exec {BIN}/ray start --address {head} "
-                f"--node-ip-address {self.ip} --resources '{{\"rollserve\": {SLOTS}}}' "
-                f"--labels rollserve-node={name} --disable-usage-stats --block")
+        join = (
+            f"{private} && exec {BIN}/ray start --address {head} "
+            f"--node-ip-address {self.ip} --resources '{{\"rollserve\": {SLOTS}}}' "
+            f"--labels rollserve-node={name} --disable-usage-stats --block"
+        )
         with log.open("ab") as out:
-            return subprocess.Popen(["ip", "netns", "exec", self.ns, "unshare", "-m",
-                                     "--propagation", "private", "sh", "-c", join],
-                                    stdout=out, stderr=subprocess.STDOUT)
+            return subprocess.Popen(
+                ["ip", "netns", "exec", self.ns, "unshare", "-m", "--propagation", "private", "sh", "-c", join],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     def destroy(self) -> None:
         _remove_namespace(self.ns, self.host_if)
@@ -122,8 +130,7 @@ class Machine:
 
 def _remove_namespace(ns: str, host_if: str) -> None:
     """Kill what runs in ``ns``, then remove it and the host's end of its veth pair."""
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                          text=True, timeout=10).stdout.split()
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10).stdout.split()
     for pid in pids:
         try:
             os.kill(int(pid), signal.SIGKILL)
@@ -136,8 +143,7 @@ def _remove_namespace(ns: str, host_if: str) -> None:
 def _remove_stale() -> None:
     """Namespaces an earlier run of this test left (its process is gone: killed before
     its teardown): they would hold addresses and processes."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                            timeout=10).stdout.split("\n")
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout.split("\n")
     for line in listed:
         found = re.fullmatch(r"rsx(\d+)n(\d+)", line.split(" ")[0])
         if found and not psutil.pid_exists(int(found[1])):
@@ -156,12 +162,12 @@ def _kill_matching(text: str) -> None:
 
 def _wait_started(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
     """Until `ray start` says its node is up (as a user waits for the command to return)."""
+
     def started() -> bool:
         if "Ray runtime started" in log.read_text(errors="replace"):
             return True
         if proc.poll() is not None:
-            raise RuntimeError(f"`ray start` exited with {proc.returncode}: "
-                               f"{log.read_text(errors='replace')[-2000:]}")
+            raise RuntimeError(f"`ray start` exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
         return False
 
     wait_until(started, timeout, "`ray start` to start its node", interval=0.3)
@@ -187,8 +193,9 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
     if "[code]" in prompt:
         if prompt.count("<|im_start|>assistant") > 1:
             return format_tool_call("submit", {})
-        return format_tool_call("str_replace_editor", {
-            "command": "create", "path": "/workspace/solution.py", "file_text": SOLUTION})
+        return format_tool_call(
+            "str_replace_editor", {"command": "create", "path": "/workspace/solution.py", "file_text": SOLUTION}
+        )
     return "The sum is \\boxed{4}."
 
 
@@ -209,10 +216,13 @@ def cli_cluster(tmp_path_factory):
     head_ip, port = machines[0].gateway, 6400 + os.getpid() % 1000
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "PYTHONPATH")}
     # One secret on every machine (docs/ray.md's step); the nodes import this checkout.
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
-                      PYTHONPATH=os.pathsep.join(
-                          p for p in (str(Path(rollserve.__file__).resolve().parents[1]),
-                                      saved["PYTHONPATH"]) if p))
+    os.environ.update(
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN=secrets.token_hex(32),
+        PYTHONPATH=os.pathsep.join(
+            p for p in (str(Path(rollserve.__file__).resolve().parents[1]), saved["PYTHONPATH"]) if p
+        ),
+    )
     temp_dir = str(tmp / "ray")
     procs: list[subprocess.Popen[bytes]] = []
     fake = FakeVLLM("smollm2", replies=policy, latency=0.01, host=head_ip)
@@ -222,10 +232,29 @@ def cli_cluster(tmp_path_factory):
         for m in machines:
             m.create()
         with (tmp / "head.log").open("ab") as out:
-            procs.append(subprocess.Popen(
-                [f"{BIN}/ray", "start", "--head", "--node-ip-address", head_ip, "--port",
-                 str(port), "--num-cpus", "0", "--temp-dir", temp_dir, "--include-dashboard",
-                 "false", "--disable-usage-stats", "--block"], stdout=out, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        f"{BIN}/ray",
+                        "start",
+                        "--head",
+                        "--node-ip-address",
+                        head_ip,
+                        "--port",
+                        str(port),
+                        "--num-cpus",
+                        "0",
+                        "--temp-dir",
+                        temp_dir,
+                        "--include-dashboard",
+                        "false",
+                        "--disable-usage-stats",
+                        "--block",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         _wait_started(tmp / "head.log", procs[0], timeout=240)
         for i, m in enumerate(machines, 1):  # one after the other, each once it is up
             log = tmp / f"worker{i}.log"
@@ -233,9 +262,9 @@ def cli_cluster(tmp_path_factory):
             _wait_started(log, procs[-1], timeout=240)
         fake.start_in_thread()
         fake_started = True
-        server = ServerProcess(tmp / "state", ["--ray", f"{head_ip}:{port}",
-                                               "--backend", fake.url])
+        server = ServerProcess(tmp / "state", ["--ray", f"{head_ip}:{port}", "--backend", fake.url])
         server.start(timeout=240)
+
         def joined() -> bool:
             nodes = httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"] or []
             return sum(n["alive"] for n in nodes) == len(machines)
@@ -267,13 +296,24 @@ def cli_cluster(tmp_path_factory):
 @pytest.mark.timeout(900)  # a loaded 2-core host starts three Ray nodes and their workers slowly
 def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
     server, machines = cli_cluster
-    tasks = [TaskRequest(data_source="math", n=4,
-                         instance={"question": "What is 2 + 2?", "answer": "4"}) for _ in range(6)]
-    tasks += [TaskRequest(data_source="code", n=2,
-                          instance={"problem": f"[code] #{i}: print the sum of two integers.",
-                                    "tests": TESTS}) for i in range(3)]
-    tasks += [TaskRequest(data_source="gateway", n=2, instance={
-        "answer": "42", "files": {"harness.py": HARNESS}, "command": '"$ROLLSERVE_PYTHON" harness.py'})]
+    tasks = [
+        TaskRequest(data_source="math", n=4, instance={"question": "What is 2 + 2?", "answer": "4"}) for _ in range(6)
+    ]
+    tasks += [
+        TaskRequest(
+            data_source="code",
+            n=2,
+            instance={"problem": f"[code] #{i}: print the sum of two integers.", "tests": TESTS},
+        )
+        for i in range(3)
+    ]
+    tasks += [
+        TaskRequest(
+            data_source="gateway",
+            n=2,
+            instance={"answer": "42", "files": {"harness.py": HARNESS}, "command": '"$ROLLSERVE_PYTHON" harness.py'},
+        )
+    ]
     with Client(server.url) as rs:
         accepted = rs.submit(tasks, sampling=SamplingParams(max_tokens=256))
         outcomes: Counter[tuple[str, str, float | None]] = Counter()
@@ -288,8 +328,11 @@ def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
                     assert "harness got: 42" in result.evaluation["harness_log_tail"]
                     assert len(result.trajectory.turns) == 1
     # Every rollout ran to its end and was scored by its grader on a worker machine.
-    assert outcomes == {("math", "completed", 1.0): 24, ("code", "completed", 1.0): 6,
-                        ("gateway", "completed", 1.0): 2}, outcomes
+    assert outcomes == {
+        ("math", "completed", 1.0): 24,
+        ("code", "completed", 1.0): 6,
+        ("gateway", "completed", 1.0): 2,
+    }, outcomes
     nodes = {n["name"]: n for n in httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"]}
     print("rollouts placed per worker machine:", {k: v["placed"] for k, v in nodes.items()})
     assert set(nodes) == {"worker1", "worker2"}
@@ -297,6 +340,7 @@ def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
         assert node["alive"] and node["slots"] == SLOTS
         assert node["placed"] > 0, f"{node['name']} got no rollout: {nodes}"
     assert sum(n["placed"] for n in nodes.values()) == 32
+
     # Nothing stays open on the machines once the batch is over (bounded wait: the head
     # polls the workers' sandbox counts every second).
     def closed() -> bool:

@@ -41,8 +41,10 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 pytestmark = [
     pytest.mark.ray,
-    pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                       reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}"),
+    pytest.mark.skipif(
+        BubblewrapRuntime.unavailable_reason() is not None,
+        reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+    ),
 ]
 
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
@@ -60,28 +62,41 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
         a, b = QUESTION.findall(prompt)[0]
         return f"The sum is \\boxed{{{int(a) + int(b)}}}."
     nap = re.findall(r"\[nap (\d+)\]", prompt)
-    steps = [format_tool_call("str_replace_editor", {"command": "create",
-                                                     "path": "/workspace/solution.py",
-                                                     "file_text": SOLUTION})]
+    steps = [
+        format_tool_call(
+            "str_replace_editor", {"command": "create", "path": "/workspace/solution.py", "file_text": SOLUTION}
+        )
+    ]
     if nap:  # a long nap prints as it goes (the code family ends a command silent for 30 s)
         seconds = int(nap[0])
-        steps.append(format_tool_call("bash", {"command": f"sleep {seconds}"} if seconds <= 20 else {
-            "command": f"for i in $(seq {seconds // 5}); do sleep 5; echo z; done",
-            "timeout": min(seconds + 30, 300)}))
+        steps.append(
+            format_tool_call(
+                "bash",
+                {"command": f"sleep {seconds}"}
+                if seconds <= 20
+                else {
+                    "command": f"for i in $(seq {seconds // 5}); do sleep 5; echo z; done",
+                    "timeout": min(seconds + 30, 300),
+                },
+            )
+        )
     steps.append(format_tool_call("submit", {}))
     return steps[min(turn, len(steps) - 1)]
 
 
 def math_task(i: int) -> dict[str, Any]:
-    return {"data_source": "math", "instance": {"question": f"What is {i} + {i + 1}?",
-                                                "answer": str(2 * i + 1)}}
+    return {"data_source": "math", "instance": {"question": f"What is {i} + {i + 1}?", "answer": str(2 * i + 1)}}
 
 
 def code_task(i: int, nap: int = 0) -> dict[str, Any]:
     tag = f" [nap {nap}]" if nap else ""
-    return {"data_source": "code", "instance": {
-        "problem": f"[code]{tag} #{i}: read two integers from one line and print their sum.",
-        "tests": TESTS}}
+    return {
+        "data_source": "code",
+        "instance": {
+            "problem": f"[code]{tag} #{i}: read two integers from one line and print their sum.",
+            "tests": TESTS,
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +105,9 @@ def cluster():
     src = str(Path(rollserve.__file__).resolve().parents[1])
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, old) if p)
-    c = Cluster(initialize_head=True,
-                head_node_args={**NODE, "include_dashboard": False})  # the head: no rollserve slots
+    c = Cluster(
+        initialize_head=True, head_node_args={**NODE, "include_dashboard": False}
+    )  # the head: no rollserve slots
     try:
         # The three nodes (node0..node2) are added by `server`, while the server starts.
         c.nodes_by_label = {}
@@ -112,8 +128,7 @@ def add_node(c: Cluster, label: str) -> Any:
 def fake():
     # runtime_lora: it loads adapters and answers 404 for a model it does not serve;
     # dev_mode: it resets its prefix cache after a load (else the load fails)
-    server = FakeVLLM("smollm2", replies=policy, latency=0.01, runtime_lora=True,
-                      dev_mode=True).start_in_thread()
+    server = FakeVLLM("smollm2", replies=policy, latency=0.01, runtime_lora=True, dev_mode=True).start_in_thread()
     yield server
     server.stop()
 
@@ -121,8 +136,7 @@ def fake():
 @pytest.fixture(scope="module")
 def judge():
     """The judge double (its own server, never the policy's): one fixed verdict."""
-    server = FakeVLLM("smollm2", replies="Correct and clear.\nSCORE: 8",
-                      latency=0.0).start_in_thread()
+    server = FakeVLLM("smollm2", replies="Correct and clear.\nSCORE: 8", latency=0.0).start_in_thread()
     yield server
     server.stop()
 
@@ -130,15 +144,26 @@ def judge():
 @pytest.fixture(scope="module")
 def server(cluster, fake, judge, tmp_path_factory, request):
     os.environ["HF_HUB_OFFLINE"] = "1"
-    if any(item.name == "test_a_batch_spreads_over_the_nodes_token_exact"
-           for item in request.session.items):
+    if any(item.name == "test_a_batch_spreads_over_the_nodes_token_exact" for item in request.session.items):
         # The single-machine server that test compares with starts side by side with this one.
         request.getfixturevalue("server_factory_local")
-    process = ServerProcess(tmp_path_factory.mktemp("head") / "state",
-                            ["--ray", cluster.address, "--backend", fake.url,
-                             "--judge", f"j={judge.url}",
-                             "--rubric", 'half={"judges": ["j"], "weight": 0.5}',
-                             "--init-workers", "24", "--eval-workers", "12"])
+    process = ServerProcess(
+        tmp_path_factory.mktemp("head") / "state",
+        [
+            "--ray",
+            cluster.address,
+            "--backend",
+            fake.url,
+            "--judge",
+            f"j={judge.url}",
+            "--rubric",
+            'half={"judges": ["j"], "weight": 0.5}',
+            "--init-workers",
+            "24",
+            "--eval-workers",
+            "12",
+        ],
+    )
     process.launch()
     try:
         # The nodes join while the server starts (its start is mostly imports; each
@@ -146,9 +171,18 @@ def server(cluster, fake, judge, tmp_path_factory, request):
         for i in range(3):
             cluster.nodes_by_label[f"node{i}"] = add_node(cluster, f"node{i}")
         process.wait_ready(timeout=240)
-        wait_for(lambda: {"node0", "node1", "node2"} <= {
-            n["name"] for n in httpx.get(f"{process.url}/v1/status", timeout=10).json()["nodes"] or []
-            if n["alive"]}, 120, "the server to find the three nodes alive")
+        wait_for(
+            lambda: (
+                {"node0", "node1", "node2"}
+                <= {
+                    n["name"]
+                    for n in httpx.get(f"{process.url}/v1/status", timeout=10).json()["nodes"] or []
+                    if n["alive"]
+                }
+            ),
+            120,
+            "the server to find the three nodes alive",
+        )
         yield process
     finally:
         process.stop()
@@ -220,16 +254,17 @@ def test_a_batch_spreads_over_the_nodes_token_exact(server, fake, server_factory
         assert n["slots"] == SLOTS and n["done"]["eval"] == n["placed"], n
         assert records(server.state_dir, n["name"]) == set()
     # The workers' own counts, as they report them (polled each second).
-    wait_for(lambda: all(n["sandboxes_open"] == 0 for n in nodes(server.url).values()), 30,
-             "every worker to report its sandboxes closed")
-    print(f"\n300 rollouts over 3 nodes in {elapsed:.1f}s; placed {placed}; "
-          f"head CPU {head_ms:.1f} ms per rollout")
+    wait_for(
+        lambda: all(n["sandboxes_open"] == 0 for n in nodes(server.url).values()),
+        30,
+        "every worker to report its sandboxes closed",
+    )
+    print(f"\n300 rollouts over 3 nodes in {elapsed:.1f}s; placed {placed}; head CPU {head_ms:.1f} ms per rollout")
 
     # The same tasks on one machine: results of the same shape.
     local = server_factory_local.wait_ready()
     with Client(local.url) as client:
-        client.submit([math_task(7), code_task(7)], sampling={"max_tokens": 128},
-                            agent={"max_turns": 4})
+        client.submit([math_task(7), code_task(7)], sampling={"max_tokens": 128}, agent={"max_turns": 4})
         singles = collect(client, 0, 2, timeout=120)
     ray_side = {r.data_source: r.model_dump(mode="json") for r in results}
     for single in singles:
@@ -257,9 +292,11 @@ def test_judge_rewards_on_the_head_after_each_nodes_eval(server, fake, judge):
     evaluation, judge traffic to the judge only (the nodes have no judge)."""
     policy_calls, judge_calls = len(fake.calls), len(judge.calls)
     with Client(server.url) as client:
-        accepted = client.submit([{**math_task(i), "judge": {"rubric": "half"}}
-                                  for i in range(500, 506)],
-                                 sampling={"max_tokens": 128}, agent={"max_turns": 2})
+        accepted = client.submit(
+            [{**math_task(i), "judge": {"rubric": "half"}} for i in range(500, 506)],
+            sampling={"max_tokens": 128},
+            agent={"max_turns": 2},
+        )
         ids = {rid for g in accepted.groups for rid in g.rollout_ids}
         found: dict[str, RolloutResult] = {}
         cursor, deadline = 0, time.monotonic() + 120
@@ -290,15 +327,15 @@ def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(
         tasks = [code_task(1000 + i, nap=4) for i in range(36)] + [math_task(1000 + i) for i in range(24)]
         accepted = client.submit(tasks, sampling={"max_tokens": 128}, agent={"max_turns": 4})
         ids = {rid for g in accepted.groups for rid in g.rollout_ids}
-        wait_for(lambda: all(records(state, f"node{i}") for i in range(3)), 120,
-                 "sandboxes open on every node")
+        wait_for(lambda: all(records(state, f"node{i}") for i in range(3)), 120, "sandboxes open on every node")
         cluster.remove_node(cluster.nodes_by_label.pop("node0"), allow_graceful=False)
         # A node joins mid-batch: its worker starts, and the rollouts submitted next
         # go to it first (the least loaded).
         cluster.nodes_by_label["node3"] = add_node(cluster, "node3")
         wait_for(lambda: nodes(server.url).get("node3", {}).get("alive"), 120, "node3's worker")
-        more = client.submit([code_task(1100 + i, nap=2) for i in range(12)],
-                             sampling={"max_tokens": 128}, agent={"max_turns": 4})
+        more = client.submit(
+            [code_task(1100 + i, nap=2) for i in range(12)], sampling={"max_tokens": 128}, agent={"max_turns": 4}
+        )
         ids |= {rid for g in more.groups for rid in g.rollout_ids}
         results = collect(client, before, 72, timeout=300)
     assert len(results) == 72 and {r.id for r in results} == ids  # 0 lost, 0 duplicates
@@ -306,8 +343,7 @@ def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(
     retried = [r for r in results if r.attempt > 1]
     assert retried, "no rollout was running on the node that died"
     for r in results:  # every rollout final: run again elsewhere, or masked naming the node
-        assert (r.status == "completed" and r.reward == 1.0) or (
-            r.mask and "node0" in (r.mask_reason or "")), r
+        assert (r.status == "completed" and r.reward == 1.0) or (r.mask and "node0" in (r.mask_reason or "")), r
     status = nodes(server.url)
     assert not status["node0"]["alive"] and status["node0"]["lost"] >= len(retried)
     assert status["node3"]["alive"] and status["node3"]["placed"] > 0, status["node3"]
@@ -319,17 +355,18 @@ def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(
         before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
         # ...while the live nodes run sandboxes of their own (napping 240 s: longer than
         # node0's new worker may take to start on a loaded host; cancelled below)...
-        nappers = client.submit([code_task(2000 + i, nap=240) for i in range(4)],
-                                sampling={"max_tokens": 128}, agent={"max_turns": 4})
+        nappers = client.submit(
+            [code_task(2000 + i, nap=240) for i in range(4)], sampling={"max_tokens": 128}, agent={"max_turns": 4}
+        )
         live = ("node1", "node2", "node3")
-        wait_for(lambda: sum(len(records(state, n)) for n in live) >= 4, 60,
-                 "sandboxes open on the live nodes")
+        wait_for(lambda: sum(len(records(state, n)) for n in live) >= 4, 60, "sandboxes open on the live nodes")
         others = {n: records(state, n) for n in live}
         # ...node0 comes back (same name, same node-local state dir): its new worker
         # reaps exactly what the dead one left, and nothing of the other nodes.
         cluster.nodes_by_label["node0"] = add_node(cluster, "node0")
-        back = wait_for(lambda: nodes(server.url)["node0"]["alive"] and nodes(server.url)["node0"],
-                        120, "node0's new worker")
+        back = wait_for(
+            lambda: nodes(server.url)["node0"]["alive"] and nodes(server.url)["node0"], 120, "node0's new worker"
+        )
         assert back["reaped_at_start"] == len(left)
         assert records(state, "node0") & left == set()
         for n, kept in others.items():
@@ -358,13 +395,23 @@ def test_a_draining_node_takes_no_new_rollouts_and_status_shows_nodes(server):
     assert 'rollserve_node_draining{node="node1"} 1.0' in metrics
     assert 'rollserve_node_alive{node="node0"} 1.0' in metrics  # its new worker
     assert 'rollserve_node_slots{node="node3"} 8.0' in metrics
-    shown = subprocess.run([sys.executable, "-m", "rollserve.cli", "status", "--server", server.url],
-                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "160"})
+    shown = subprocess.run(
+        [sys.executable, "-m", "rollserve.cli", "status", "--server", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "160"},
+    )
     assert shown.returncode == 0, shown.stderr
     cells = [[c.strip() for c in line.split("│") if c.strip()] for line in shown.stdout.splitlines()]
     states = {(row[0], row[1]) for row in cells if len(row) == 10 and row[0].startswith("node")}
-    assert states == {("node0", "dead"), ("node0", "alive"), ("node1", "draining"),
-                      ("node2", "alive"), ("node3", "alive")}, shown.stdout
+    assert states == {
+        ("node0", "dead"),
+        ("node0", "alive"),
+        ("node1", "draining"),
+        ("node2", "alive"),
+        ("node3", "alive"),
+    }, shown.stdout
     httpx.post(f"{server.url}/v1/nodes/node1/undrain", timeout=30).raise_for_status()
     assert not nodes(server.url)["node1"]["draining"]
 
@@ -382,14 +429,20 @@ def test_pause_lora_and_resume_reach_every_nodes_router(server, cluster, fake, t
     with Client(server.url) as client:
         before = httpx.get(f"{server.url}/v1/status", timeout=10).json()["last_seq"]
         client.submit([math_task(3000 + i) for i in range(8)], sampling={"max_tokens": 128})
-        wait_for(lambda: sum(n["busy"]["run"] for n in nodes(server.url).values()) == 8, 60,
-                 "every rollout in RUN, on the nodes")
+        wait_for(
+            lambda: sum(n["busy"]["run"] for n in nodes(server.url).values()) == 8,
+            60,
+            "every rollout in RUN, on the nodes",
+        )
         # held: their first LLM call waits for the resume
         time.sleep(2)  # sleep-ok: observation window for results made while paused
         assert client.results(after=before, wait=0).results == []
         assert fake.weight_loads == []
-        lora = httpx.post(f"{server.url}/v1/llm/weights", timeout=60, json={
-            "weights": {"kind": "lora", "name": "policy-7", "path": str(adapter)}})
+        lora = httpx.post(
+            f"{server.url}/v1/llm/weights",
+            timeout=60,
+            json={"weights": {"kind": "lora", "name": "policy-7", "path": str(adapter)}},
+        )
         assert lora.status_code == 200 and lora.json()["ok"], lora.text
         assert fake.weight_loads == [("lora:policy-7", str(adapter))]  # the head's, only
         assert fake.prefix_cache_resets == 1  # by the head, after its load
@@ -423,8 +476,11 @@ def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, 
     state = server.state_dir
     asked = len(fake.calls)
     with Client(server.url) as client:
-        (rid,) = client.submit([code_task(6000, nap=600)], sampling={"max_tokens": 128},
-                               agent={"max_turns": 4}).groups[0].rollout_ids
+        (rid,) = (
+            client.submit([code_task(6000, nap=600)], sampling={"max_tokens": 128}, agent={"max_turns": 4})
+            .groups[0]
+            .rollout_ids
+        )
         wait_for(lambda: any(records(state, n) for n in NODES), 60, "its sandbox")
         # Its second turn asked for: the editor's turn is sampled and recorded (a fixed
         # sleep was not always enough on a loaded host); then into the nap.
@@ -441,8 +497,11 @@ def test_a_cancel_stops_the_stage_on_its_node_and_keeps_what_it_sampled(server, 
     assert turns and turns[0].tool_calls[0].name == "str_replace_editor", turns
     check_tokens(result, calls_by_prompt(fake))
     assert all(records(state, n) == set() for n in NODES)
-    wait_for(lambda: all(n["hosted"] == 0 and n["sandboxes_open"] == 0
-                         for n in nodes(server.url).values()), 30, "the node to let it go")
+    wait_for(
+        lambda: all(n["hosted"] == 0 and n["sandboxes_open"] == 0 for n in nodes(server.url).values()),
+        30,
+        "the node to let it go",
+    )
 
 
 def test_backends_added_and_removed_at_run_time_reach_the_nodes(server, fake):
@@ -451,8 +510,7 @@ def test_backends_added_and_removed_at_run_time_reach_the_nodes(server, fake):
     second = FakeVLLM("smollm2", replies=policy, latency=0.01, runtime_lora=True).start_in_thread()
     second.lora_adapters.update(fake.lora_adapters)
     try:
-        r = httpx.post(f"{server.url}/v1/llm/backends", json={"url": second.url, "name": "second"},
-                       timeout=30)
+        r = httpx.post(f"{server.url}/v1/llm/backends", json={"url": second.url, "name": "second"}, timeout=30)
         assert r.status_code == 201, r.text
         listed = httpx.get(f"{server.url}/v1/llm/backends", timeout=10).json()["backends"]
         (first,) = [b["name"] for b in listed if b["name"] != "second"]

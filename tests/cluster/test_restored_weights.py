@@ -16,12 +16,9 @@ from rollserve.server import ServerConfig, Service  # noqa: E402
 from tests.cluster.test_executor_control import INFO, healthy_workers, scan  # noqa: E402
 
 
-async def test_a_restarted_head_starts_its_workers_on_the_restored_adapter_and_version(
-        killed, monkeypatch, tmp_path):
-    config = ServerConfig(state_dir=tmp_path / "state", ray=RayConfig(address="auto"),
-                          backends=["http://127.0.0.1:9"])
-    weights_file.write(weights_file.weights_path(config.db_path),
-                       WeightsInForce(policy_version=7, lora="policy"))
+async def test_a_restarted_head_starts_its_workers_on_the_restored_adapter_and_version(killed, monkeypatch, tmp_path):
+    config = ServerConfig(state_dir=tmp_path / "state", ray=RayConfig(address="auto"), backends=["http://127.0.0.1:9"])
+    weights_file.write(weights_file.weights_path(config.db_path), WeightsInForce(policy_version=7, lora="policy"))
     service = Service(config)
     assert service.cluster is not None
     monkeypatch.setattr(executor_module.ray, "nodes", lambda: [INFO])

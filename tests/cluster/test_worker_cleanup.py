@@ -19,8 +19,10 @@ from rollserve.engine.rollout import RolloutSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from tests.waiting import eventually
 
-pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 TESTS = [{"input": "1 2\n", "output": "3\n"}]
 
@@ -28,8 +30,9 @@ TESTS = [{"input": "1 2\n", "output": "3\n"}]
 @pytest.fixture
 async def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[NodeWorker]:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    settings = WorkerSettings(node="n1", state_dir=tmp_path, tokenizer="smollm2",
-                              scoring_workers=1, orphan_grace=0.5, janitor_s=0.1)
+    settings = WorkerSettings(
+        node="n1", state_dir=tmp_path, tokenizer="smollm2", scoring_workers=1, orphan_grace=0.5, janitor_s=0.1
+    )
     w = NodeWorker(settings.model_dump_json())
     await w.start()
     try:
@@ -39,12 +42,28 @@ async def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
 
 
 def call(rid: str, stage: Stage, attempt: int = 1, left: float = 60.0) -> StageCall:
-    spec = RolloutSpec(id=rid, group_id="g", task_id="t", sample_index=0, data_source="code",
-                       instance={"problem": "print the sum of two integers", "tests": TESTS},
-                       sampling={})
-    return StageCall(spec=spec, attempt=attempt, stage=stage, max_turns=2,
-                     max_context_tokens=4096, timeouts=Timeouts(), max_staleness=None,
-                     mask_stale=False, rollout_left=left, calls_left=left, run_left=None)
+    spec = RolloutSpec(
+        id=rid,
+        group_id="g",
+        task_id="t",
+        sample_index=0,
+        data_source="code",
+        instance={"problem": "print the sum of two integers", "tests": TESTS},
+        sampling={},
+    )
+    return StageCall(
+        spec=spec,
+        attempt=attempt,
+        stage=stage,
+        max_turns=2,
+        max_context_tokens=4096,
+        timeouts=Timeouts(),
+        max_staleness=None,
+        mask_stale=False,
+        rollout_left=left,
+        calls_left=left,
+        run_left=None,
+    )
 
 
 def records(w: NodeWorker) -> list[Path]:

@@ -28,9 +28,17 @@ C = json.dumps({"kind": "vllm", "url": "http://127.0.0.1:12", "name": "c"})
 @pytest.fixture
 async def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[NodeWorker]:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    settings = WorkerSettings(node="n1", state_dir=tmp_path, tokenizer="smollm2",
-                              scoring_workers=1, backends=[A, B, S], removed_backends=["s"],
-                              lora="policy-7", lora_failed=["b"], policy_version=7)
+    settings = WorkerSettings(
+        node="n1",
+        state_dir=tmp_path,
+        tokenizer="smollm2",
+        scoring_workers=1,
+        backends=[A, B, S],
+        removed_backends=["s"],
+        lora="policy-7",
+        lora_failed=["b"],
+        policy_version=7,
+    )
     w = NodeWorker(settings.model_dump_json())
     await asyncio.wait_for(w.start(), 120)
     try:

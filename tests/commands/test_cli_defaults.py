@@ -120,7 +120,7 @@ NOT_MIRRORED: dict[tuple[str, str], str] = {
     ("serve", "sandbox_options"): "JSON text, parsed into the field",
     ("serve", "handler_options"): "JSON text, parsed into the field",
     ("serve", "harness_dir"): "None: $ROLLSERVE_HARNESS_DIR, else the default root, resolved "
-                              "once by agent.harnesses.install.install_root",
+    "once by agent.harnesses.install.install_root",
     ("serve", "default_judge"): "None: no rubric applies to a task that names none",
     ("serve", "ray"): "the cluster's address: with --ray-resource it makes the field's RayConfig",
     ("run", "sandbox_options"): "JSON text, parsed into the field",
@@ -141,8 +141,7 @@ def _fields(model: Model) -> dict[str, object]:
     return {f.name: getattr(made, f.name) for f in dataclasses.fields(made)}
 
 
-def _commands(command: TyperGroup | TyperCommand,
-              path: str = "") -> Iterator[tuple[str, TyperCommand]]:
+def _commands(command: TyperGroup | TyperCommand, path: str = "") -> Iterator[tuple[str, TyperCommand]]:
     if isinstance(command, TyperGroup):
         for name, sub in command.commands.items():
             yield from _commands(sub, f"{path} {name}".strip())
@@ -156,8 +155,10 @@ def cli_defaults() -> dict[str, dict[str, object]]:
 
     from rollserve.cli import app
 
-    return {path: {param.name: param.default for param in command.params if param.name}
-            for path, command in _commands(typer.main.get_command(app))}
+    return {
+        path: {param.name: param.default for param in command.params if param.name}
+        for path, command in _commands(typer.main.get_command(app))
+    }
 
 
 def test_every_mirrored_option_defaults_to_its_models_default() -> None:
@@ -168,8 +169,10 @@ def test_every_mirrored_option_defaults_to_its_models_default() -> None:
             assert option in defaults[command], f"{command} has no option {option} any more"
             expected = mirror.option_value(_fields(mirror.model)[mirror.field])
             if defaults[command][option] != expected:
-                wrong.append(f"{command} --{option}: {defaults[command][option]!r}, but "
-                             f"{mirror.model.__name__}.{mirror.field} says {expected!r}")
+                wrong.append(
+                    f"{command} --{option}: {defaults[command][option]!r}, but "
+                    f"{mirror.model.__name__}.{mirror.field} says {expected!r}"
+                )
     assert not wrong, "\n".join(wrong)
 
 
@@ -179,15 +182,15 @@ def test_every_option_named_after_a_field_is_in_the_table() -> None:
     for command, models in MODELS.items():
         fields = {name for model in models for name in _fields(model)}
         for option in defaults[command]:
-            if option in fields and option not in MIRRORS[command] \
-                    and (command, option) not in NOT_MIRRORED:
+            if option in fields and option not in MIRRORS[command] and (command, option) not in NOT_MIRRORED:
                 missing.append(f"{command} --{option}")
     assert not missing, f"options that set a model's field but are not checked: {missing}"
 
 
 def test_every_tokenizer_option_defaults_to_the_one_default_tokenizer() -> None:
-    tokenizers = {command: options["tokenizer"] for command, options in cli_defaults().items()
-                  if "tokenizer" in options}
+    tokenizers = {
+        command: options["tokenizer"] for command, options in cli_defaults().items() if "tokenizer" in options
+    }
     assert {"serve", "run", "fake-llm"} <= set(tokenizers)
     assert set(tokenizers.values()) == {DEFAULT_TOKENIZER}, tokenizers
 
@@ -207,11 +210,14 @@ def _shifted(model: Model, values: dict[str, object]) -> Model:
     """A subclass of ``model`` whose defaults for ``values``' fields are those values."""
     if isinstance(model, type) and issubclass(model, BaseModel):
         fields: dict[str, tuple[object, object]] = {
-            name: (model.model_fields[name].annotation, value) for name, value in values.items()}
+            name: (model.model_fields[name].annotation, value) for name, value in values.items()
+        }
         return pydantic.create_model(model.__name__, __base__=model, **fields)  # type: ignore[call-overload]
     return dataclasses.make_dataclass(
-        model.__name__, [(name, object, dataclasses.field(default=value))
-                         for name, value in values.items()], bases=(model,))
+        model.__name__,
+        [(name, object, dataclasses.field(default=value)) for name, value in values.items()],
+        bases=(model,),
+    )
 
 
 def _encode(value: object) -> object:
@@ -233,15 +239,26 @@ def shifted_run() -> None:
             for name, held in list(vars(module).items()):
                 if held is model:
                     setattr(module, name, replacement)
-    print(json.dumps({command: {name: _encode(value) for name, value in options.items()}
-                      for command, options in cli_defaults().items()}))
+    print(
+        json.dumps(
+            {
+                command: {name: _encode(value) for name, value in options.items()}
+                for command, options in cli_defaults().items()
+            }
+        )
+    )
 
 
 def test_options_follow_their_models_defaults_when_those_change() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-c", "import tests.commands.test_cli_defaults as t; t.shifted_run()"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     defaults = json.loads(done.stdout.strip().splitlines()[-1])
     stale = []
@@ -249,6 +266,8 @@ def test_options_follow_their_models_defaults_when_those_change() -> None:
         for option, mirror in mirrors.items():
             expected = _encode(mirror.option_value(mirror.shifted))
             if defaults[command][option] != expected:
-                stale.append(f"{command} --{option} stayed {defaults[command][option]!r} when "
-                             f"{mirror.model.__name__}.{mirror.field} became {mirror.shifted!r}")
+                stale.append(
+                    f"{command} --{option} stayed {defaults[command][option]!r} when "
+                    f"{mirror.model.__name__}.{mirror.field} became {mirror.shifted!r}"
+                )
     assert not stale, "options with a default of their own (a literal?):\n" + "\n".join(stale)

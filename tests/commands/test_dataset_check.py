@@ -17,21 +17,22 @@ def row(number, task, error=None, label=None):
 
 def test_rows_are_checked_like_a_submission():
     checker = DatasetChecker(HandlerRegistry(discover=False))
-    checks = checker.check_all([
-        row(1, {"data_source": "math", "instance": MATH, "n": 2}),
-        row(2, {"data_source": "math", "instance": {"answer": "4"}}),
-        row(3, {"data_source": "nope", "instance": {}}),
-        row(4, {"data_source": "math", "instance": MATH, "n": 0, "colour": "red"}),
-        row(5, {"data_source": "math", "instance": MATH, "sampling": {"temperature": -1}}),
-        row(6, None, "row: must be a JSON object, got list"),
-        row(7, {"data_source": "code", "instance": {"problem": "p"}}),
-    ])
+    checks = checker.check_all(
+        [
+            row(1, {"data_source": "math", "instance": MATH, "n": 2}),
+            row(2, {"data_source": "math", "instance": {"answer": "4"}}),
+            row(3, {"data_source": "nope", "instance": {}}),
+            row(4, {"data_source": "math", "instance": MATH, "n": 0, "colour": "red"}),
+            row(5, {"data_source": "math", "instance": MATH, "sampling": {"temperature": -1}}),
+            row(6, None, "row: must be a JSON object, got list"),
+            row(7, {"data_source": "code", "instance": {"problem": "p"}}),
+        ]
+    )
     errors = [c.error for c in checks]
     assert checks[0].ok and errors[0] is None
     assert errors[1].startswith("instance.question: required")
     assert errors[2].startswith("data_source: unknown data_source 'nope' (known: code, gateway, harbor, math")
-    assert errors[3] == ("n: Input should be greater than or equal to 1; "
-                         "colour: Extra inputs are not permitted")
+    assert errors[3] == ("n: Input should be greater than or equal to 1; colour: Extra inputs are not permitted")
     assert errors[4].startswith("sampling.temperature: Input should be greater than or equal to 0")
     assert errors[5] == "row: must be a JSON object, got list"
     assert errors[6].startswith("instance: give the hidden tests")
@@ -40,8 +41,10 @@ def test_rows_are_checked_like_a_submission():
 def test_checking_loads_no_model_and_starts_nothing():
     context = offline_context()
     checker = DatasetChecker(HandlerRegistry(discover=False), context)
-    for source, instance in (("math", MATH), ("code", {"problem": "p", "asserts": "assert f(1) == 1",
-                                                       "entry_point": "f"})):
+    for source, instance in (
+        ("math", MATH),
+        ("code", {"problem": "p", "asserts": "assert f(1) == 1", "entry_point": "f"}),
+    ):
         assert checker.check(row(1, {"data_source": source, "instance": instance})).ok
     assert context.tokenizer._made is None  # the lazy tokenizer was never built
     assert context.scoring._pool is None
@@ -67,10 +70,10 @@ def test_a_handler_that_cannot_be_built_or_crashes_is_reported_per_row():
     registry.register("needy", Needy)
     registry.register("buggy", Buggy)
     checker = DatasetChecker(registry)
-    first, second = checker.check_all([row(1, {"data_source": "needy", "instance": {}}),
-                                       row(2, {"data_source": "buggy", "instance": {}})])
-    assert first.error == ("data_source: handler 'needy' cannot be built here: "
-                           "RuntimeError: needs a GPU")
+    first, second = checker.check_all(
+        [row(1, {"data_source": "needy", "instance": {}}), row(2, {"data_source": "buggy", "instance": {}})]
+    )
+    assert first.error == ("data_source: handler 'needy' cannot be built here: RuntimeError: needs a GPU")
     assert second.error == "instance: buggy.validate() failed: KeyError: 'oops'"
 
 

@@ -11,13 +11,15 @@ from rollserve.cli import app
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "250"}
-GOOD = [{"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "n": 2,
-         "task_id": "add-1"},
-        {"data_source": "code", "instance": {"problem": "Print 1.", "tests": [{"input": "",
-                                                                              "output": "1\n"}]}}]
-BAD = [{"data_source": "math", "instance": {"answer": "4"}, "task_id": "no-question"},
-       {"data_source": "nope", "instance": {}},
-       {"data_source": "math", "instance": {"question": "q", "answer": "1"}, "n": 0}]
+GOOD = [
+    {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "n": 2, "task_id": "add-1"},
+    {"data_source": "code", "instance": {"problem": "Print 1.", "tests": [{"input": "", "output": "1\n"}]}},
+]
+BAD = [
+    {"data_source": "math", "instance": {"answer": "4"}, "task_id": "no-question"},
+    {"data_source": "nope", "instance": {}},
+    {"data_source": "math", "instance": {"question": "q", "answer": "1"}, "n": 0},
+]
 
 
 def jsonl(tmp_path, rows, name="d.jsonl"):
@@ -52,8 +54,13 @@ def test_json_report(tmp_path):
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert [r["ok"] for r in report["rows"]] == [True, True, False, False, False]
-    assert report["rows"][2] == {"row": 3, "task_id": "no-question", "data_source": "math",
-                                 "ok": False, "error": report["rows"][2]["error"]}
+    assert report["rows"][2] == {
+        "row": 3,
+        "task_id": "no-question",
+        "data_source": "math",
+        "ok": False,
+        "error": report["rows"][2]["error"],
+    }
     assert report["rows"][2]["error"].startswith("instance.question: required")
     assert report["summary"]["by_data_source"]["math"] == {"ok": 1, "invalid": 2}
     assert report["summary"]["ok"] == 2 and report["summary"]["invalid"] == 3
@@ -77,10 +84,13 @@ def test_bare_instances_with_a_data_source():
     assert result.exit_code == 1 and "--data-source" in result.output
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"data_source": "math", "instance": {}}\n{"data_source": \n', "line 2: not valid JSON"),
-    (None, "no such file"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"data_source": "math", "instance": {}}\n{"data_source": \n', "line 2: not valid JSON"),
+        (None, "no such file"),
+    ],
+)
 def test_a_bad_file_exits_2(tmp_path, content, message):
     path = tmp_path / "d.jsonl"
     if content is not None:
@@ -105,9 +115,10 @@ def test_parquet(tmp_path):
     assert rows[1]["error"].startswith("instance.question: required")
 
 
-@pytest.mark.parametrize("name, data_source, count", [
-    ("swe-mini", "swe", 15), ("code", "code", 12), ("stem", "stem", 34), ("math", "math", 32),
-    ("easy", "stem", 16)])
+@pytest.mark.parametrize(
+    "name, data_source, count",
+    [("swe-mini", "swe", 15), ("code", "code", 12), ("stem", "stem", 34), ("math", "math", 32), ("easy", "stem", 16)],
+)
 def test_bundled_sets_by_name(name, data_source, count):
     result = validate(name, "--json")
     assert result.exit_code == 0, result.output

@@ -25,8 +25,10 @@ HARBOR = Path(rollserve.__file__).parent / "data" / "harbor"
 BUNDLED_TASKS = ("csv-region-revenue", "json-team-rollup", "sort-inbox-files")
 TASKS = tuple(f"mine-{name}" for name in BUNDLED_TASKS)  # names the bundled root does not hold
 runner = CliRunner()
-needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                 reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+needs_bwrap = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 
 def cli(*args: str):
@@ -45,8 +47,8 @@ def tasks(tmp_path) -> Path:
 def test_a_folder_reads_as_one_row_per_task(tasks):
     rows = read_dataset(tasks)
     assert [r.task for r in rows] == [
-        {"data_source": "harbor", "instance": {"task": name}, "metadata": {"task_id": name}}
-        for name in TASKS]
+        {"data_source": "harbor", "instance": {"task": name}, "metadata": {"task_id": name}} for name in TASKS
+    ]
     assert [r.label for r in rows] == list(TASKS)
     (one,) = read_dataset(tasks / TASKS[0])  # a task folder: itself, named in its parent
     assert one.instance == {"task": TASKS[0]}
@@ -75,8 +77,9 @@ def test_validate_checks_each_task_in_the_folder(tasks):
     assert "test.sh" in report[TASKS[1]]["error"]
     assert report["stray"]["error"].startswith("instance.task")
     # The options' own root wins: the bundled tasks hold none of these names.
-    result = cli("datasets", "validate", str(tasks), "--json", "--handler-options",
-                 json.dumps({"harbor": {"root": str(HARBOR)}}))
+    result = cli(
+        "datasets", "validate", str(tasks), "--json", "--handler-options", json.dumps({"harbor": {"root": str(HARBOR)}})
+    )
     rows = json.loads(result.output)["rows"]
     assert result.exit_code == 1 and len(rows) == 4
     assert all("no such task under the server's harbor root" in r["error"] for r in rows)
@@ -86,8 +89,18 @@ def test_validate_checks_each_task_in_the_folder(tasks):
 def test_run_a_folder_end_to_end_with_an_agent_that_only_finishes(tasks, tmp_path):
     output = tmp_path / "out.jsonl"
     with FakeVLLM("smollm2", replies=[format_tool_call("finish", {})], latency=0.01) as llm:
-        result = cli("run", str(tasks), "--backend", llm.url, "-o", str(output),
-                     "--max-tokens", "64", "--state-dir", str(tmp_path / "state"))
+        result = cli(
+            "run",
+            str(tasks),
+            "--backend",
+            llm.url,
+            "-o",
+            str(output),
+            "--max-tokens",
+            "64",
+            "--state-dir",
+            str(tmp_path / "state"),
+        )
         assert result.exit_code == 0, result.output
         assert len(llm.calls) >= len(TASKS)  # each rollout asked the policy, which finished
     written = [json.loads(line) for line in output.read_text().splitlines()]
@@ -102,10 +115,12 @@ def test_run_a_folder_end_to_end_with_an_agent_that_only_finishes(tasks, tmp_pat
 def test_images_pull_fetches_the_folder_tasks_images(tasks, tmp_path, monkeypatch):
     fake = install(tmp_path, monkeypatch, "apptainer", FAKE_APPTAINER)
     toml = tasks / TASKS[0] / "task.toml"
-    toml.write_text(toml.read_text().replace("[environment]\n",
-                                             '[environment]\ndocker_image = "python:3.12-slim"\n'))
+    toml.write_text(toml.read_text().replace("[environment]\n", '[environment]\ndocker_image = "python:3.12-slim"\n'))
     cache = tmp_path / "sif"
-    result = runner.invoke(app, ["images", "pull", str(tasks), "--image-cache", str(cache)],
-                           env={"COLUMNS": "250", "PATH": os.environ["PATH"]})
+    result = runner.invoke(
+        app,
+        ["images", "pull", str(tasks), "--image-cache", str(cache)],
+        env={"COLUMNS": "250", "PATH": os.environ["PATH"]},
+    )
     assert result.exit_code == 0, result.output
     assert [c["argv"][2] for c in fake.calls("build")] == ["docker://python:3.12-slim"]

@@ -31,19 +31,25 @@ def dataset(tmp_path, instances):
 
 def pull(*args):
     # CliRunner passes the PATH the fixture set (monkeypatch changes os.environ).
-    return runner.invoke(app, ["images", "pull", *args, "--backoff", "0.01"],
-                         env={"COLUMNS": "250", "PATH": os.environ["PATH"]})
+    return runner.invoke(
+        app, ["images", "pull", *args, "--backoff", "0.01"], env={"COLUMNS": "250", "PATH": os.environ["PATH"]}
+    )
 
 
 def test_pulls_each_image_once_and_skips_cached_ones(fake_apptainer, tmp_path):
     cache = tmp_path / "sif"
-    path = dataset(tmp_path, [{"image": "python:3.12"}, {"image": "docker://python:3.12"},
-                              {"images": ["docker://debian:12", "python:3.12"]}])
+    path = dataset(
+        tmp_path,
+        [
+            {"image": "python:3.12"},
+            {"image": "docker://python:3.12"},
+            {"images": ["docker://debian:12", "python:3.12"]},
+        ],
+    )
     result = pull(path, "-d", "imaged", "--image-cache", str(cache))
     assert result.exit_code == 0, result.output
     assert f"2 images into {cache}: 2 fetched, 0 already there, 0 failed" in result.output
-    assert sorted(c["argv"][2] for c in fake_apptainer.calls("build")) == \
-        ["docker://debian:12", "docker://python:3.12"]
+    assert sorted(c["argv"][2] for c in fake_apptainer.calls("build")) == ["docker://debian:12", "docker://python:3.12"]
     assert len(list(cache.glob("*.sif"))) == 2
     result = pull(path, "-d", "imaged", "--image-cache", str(cache))
     assert result.exit_code == 0 and "0 fetched, 2 already there" in result.output
@@ -75,8 +81,7 @@ def test_the_concurrency_cap_holds(fake_apptainer, tmp_path, monkeypatch):
 
 
 def test_a_dataset_without_images(fake_apptainer, tmp_path):
-    path = dataset(tmp_path, [{"data_source": "math",
-                               "instance": {"question": "What is 2 + 2?", "answer": "4"}}])
+    path = dataset(tmp_path, [{"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}])
     result = pull(path, "--image-cache", str(tmp_path / "sif"))
     assert result.exit_code == 0 and "no images needed" in result.output
 

@@ -12,8 +12,10 @@ from rollserve.cli import app
 from rollserve.testing import FakeVLLM
 
 runner = CliRunner()
-ROWS = [{"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "n": 2},
-        {"data_source": "math", "instance": {"question": "What is 2 + 3?", "answer": "5"}, "n": 2}]
+ROWS = [
+    {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "n": 2},
+    {"data_source": "math", "instance": {"question": "What is 2 + 3?", "answer": "5"}, "n": 2},
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +37,17 @@ def run(*args):
 
 def test_embedded_run_writes_results_and_a_summary(llm, tmp_path):
     output = tmp_path / "out.jsonl"
-    result = run(dataset(tmp_path), "--backend", llm.url, "-o", str(output), "--max-tokens", "32",
-                 "--state-dir", str(tmp_path / "state"))
+    result = run(
+        dataset(tmp_path),
+        "--backend",
+        llm.url,
+        "-o",
+        str(output),
+        "--max-tokens",
+        "32",
+        "--state-dir",
+        str(tmp_path / "state"),
+    )
     assert result.exit_code == 0, result.output
     written = [json.loads(line) for line in output.read_text().splitlines()]
     assert len(written) == 4 and {r["status"] for r in written} == {"completed"}
@@ -53,17 +64,36 @@ def test_embedded_run_writes_results_and_a_summary(llm, tmp_path):
     assert f"wrote 4 results to {output}" in result.output
     # The same state dir: the embedded server's store has them; nothing runs again.
     calls = len(llm.calls)
-    result = run(dataset(tmp_path), "--backend", llm.url, "-o", str(output), "--max-tokens", "32",
-                 "--state-dir", str(tmp_path / "state"))
+    result = run(
+        dataset(tmp_path),
+        "--backend",
+        llm.url,
+        "-o",
+        str(output),
+        "--max-tokens",
+        "32",
+        "--state-dir",
+        str(tmp_path / "state"),
+    )
     assert result.exit_code == 0, result.output
     assert "2 tasks were already on the server" in result.output and len(llm.calls) == calls
     # A new run name: the same rows run again (e.g. for a new checkpoint).
-    result = run(dataset(tmp_path), "--backend", llm.url, "-o", str(output), "--max-tokens", "32",
-                 "--state-dir", str(tmp_path / "state"), "--run-name", "checkpoint-2")
+    result = run(
+        dataset(tmp_path),
+        "--backend",
+        llm.url,
+        "-o",
+        str(output),
+        "--max-tokens",
+        "32",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--run-name",
+        "checkpoint-2",
+    )
     assert result.exit_code == 0, result.output
     assert "already on the server" not in result.output and len(llm.calls) == calls + 4
-    assert all(json.loads(line)["task_id"].startswith("checkpoint-2/")
-               for line in output.read_text().splitlines())
+    assert all(json.loads(line)["task_id"].startswith("checkpoint-2/") for line in output.read_text().splitlines())
 
 
 def test_invalid_rows_refuse_to_start_unless_skipped(llm, tmp_path):
@@ -74,20 +104,33 @@ def test_invalid_rows_refuse_to_start_unless_skipped(llm, tmp_path):
     assert "1 invalid rows (rows 3)" in result.output and "--skip-invalid" in result.output
     assert "instance.question: required" in result.output
     assert not output.exists()
-    result = run(dataset(tmp_path, rows), "--backend", llm.url, "-o", str(output), "--skip-invalid",
-                 "--n", "1", "--max-tokens", "32")
+    result = run(
+        dataset(tmp_path, rows),
+        "--backend",
+        llm.url,
+        "-o",
+        str(output),
+        "--skip-invalid",
+        "--n",
+        "1",
+        "--max-tokens",
+        "32",
+    )
     assert result.exit_code == 0, result.output
     assert "skipping 1 invalid rows" in result.output
     assert len(output.read_text().splitlines()) == 2  # n=1 for each valid row
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "--server"),
-    (["--server", "http://x:1", "--backend", "embedded"], "--backend"),
-    (["--backend", "nonsense"], "--backend"),
-    (["--backend", "embedded", "--sampling", '{"temprature": 1}'], "temprature"),
-    (["--backend", "embedded", "--sandbox-runtime", "chroot"], "--sandbox-runtime"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "--server"),
+        (["--server", "http://x:1", "--backend", "embedded"], "--backend"),
+        (["--backend", "nonsense"], "--backend"),
+        (["--backend", "embedded", "--sampling", '{"temprature": 1}'], "temprature"),
+        (["--backend", "embedded", "--sandbox-runtime", "chroot"], "--sandbox-runtime"),
+    ],
+)
 def test_usage_errors_exit_2(tmp_path, args, message):
     result = run(dataset(tmp_path), *args)
     assert result.exit_code == 2 and message in result.output

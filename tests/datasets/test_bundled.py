@@ -38,9 +38,7 @@ def test_an_unknown_name_lists_the_bundled_ones():
 
 def test_the_package_imports_nothing_of_the_server():
     """``rollserve.datasets`` is used by the client alone (``rollserve run --server``)."""
-    code = ("import sys, rollserve.datasets\n"
-            "print(sorted(m for m in sys.modules if m.startswith('rollserve.')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         check=True).stdout
+    code = "import sys, rollserve.datasets\nprint(sorted(m for m in sys.modules if m.startswith('rollserve.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     loaded = eval(out)  # a list of module names
     assert loaded and all(m.startswith("rollserve.datasets") for m in loaded), loaded

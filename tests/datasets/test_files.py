@@ -22,18 +22,21 @@ def write_jsonl(path, rows, blank_lines=False):
 
 
 def test_task_rows_with_line_numbers_and_labels(tmp_path):
-    path = write_jsonl(tmp_path / "d.jsonl", [
-        {"data_source": "math", "instance": MATH, "n": 2, "task_id": "t-1"},
-        {"data_source": "math", "instance": {**MATH, "task_id": "inner"}},
-        [1, 2],
-        {"instance": MATH, "metadata": {"split": "test"}, "task_id": 7},
-        {"data_source": "math", "question": "no instance"},
-    ], blank_lines=True)
+    path = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"data_source": "math", "instance": MATH, "n": 2, "task_id": "t-1"},
+            {"data_source": "math", "instance": {**MATH, "task_id": "inner"}},
+            [1, 2],
+            {"instance": MATH, "metadata": {"split": "test"}, "task_id": 7},
+            {"data_source": "math", "question": "no instance"},
+        ],
+        blank_lines=True,
+    )
     rows = read_dataset(path)
     assert [r.number for r in rows] == [1, 3, 4, 5, 6]  # line 2 is blank
     first, second, listed, third, bare = rows
-    assert first.task == {"data_source": "math", "instance": MATH, "n": 2,
-                          "metadata": {"task_id": "t-1"}}
+    assert first.task == {"data_source": "math", "instance": MATH, "n": 2, "metadata": {"task_id": "t-1"}}
     assert first.label == "t-1" and first.data_source == "math" and first.error is None
     assert second.label == "inner"  # from the instance
     assert listed.task is None and listed.error == "row: must be a JSON object, got list"
@@ -44,11 +47,11 @@ def test_task_rows_with_line_numbers_and_labels(tmp_path):
 
 
 def test_bare_instances_with_a_data_source(tmp_path):
-    path = write_jsonl(tmp_path / "swe.jsonl", [{"instance_id": "django__django-1", "repo": "x"},
-                                                {"question": "q", "answer": 1}])
+    path = write_jsonl(
+        tmp_path / "swe.jsonl", [{"instance_id": "django__django-1", "repo": "x"}, {"question": "q", "answer": 1}]
+    )
     rows = read_dataset(path, data_source="swe")
-    assert rows[0].task == {"data_source": "swe",
-                            "instance": {"instance_id": "django__django-1", "repo": "x"}}
+    assert rows[0].task == {"data_source": "swe", "instance": {"instance_id": "django__django-1", "repo": "x"}}
     assert rows[0].label == "django__django-1" and rows[1].label is None
 
 
@@ -68,8 +71,9 @@ def test_bad_json_names_the_line(tmp_path):
         read_dataset(path)
 
 
-@pytest.mark.parametrize("content, message", [(None, "no such file"), ("", "no rows"),
-                                              (b"\xff\xfe\x00", "cannot be read as JSONL")])
+@pytest.mark.parametrize(
+    "content, message", [(None, "no such file"), ("", "no rows"), (b"\xff\xfe\x00", "cannot be read as JSONL")]
+)
 def test_unreadable_files(tmp_path, content, message):
     path = tmp_path / "d.jsonl"
     if isinstance(content, bytes):
@@ -83,19 +87,26 @@ def test_unreadable_files(tmp_path, content, message):
 def test_parquet_rows(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    table = pa.Table.from_pylist([
-        {"data_source": "code", "instance": {"problem": "p", "tests": [{"input": "1", "output": "1"}],
-                                             "asserts": None}, "n": 2},
-        {"data_source": "code", "instance": {"problem": "p", "tests": None, "asserts": "assert 1"},
-         "n": None},
-    ])
+    table = pa.Table.from_pylist(
+        [
+            {
+                "data_source": "code",
+                "instance": {"problem": "p", "tests": [{"input": "1", "output": "1"}], "asserts": None},
+                "n": 2,
+            },
+            {"data_source": "code", "instance": {"problem": "p", "tests": None, "asserts": "assert 1"}, "n": None},
+        ]
+    )
     path = tmp_path / "d.parquet"
     pq.write_table(table, path)
     first, second = read_dataset(path)
     assert (first.number, second.number) == (1, 2)
     # Nulls a parquet schema gives every row are absent keys, as in the source data.
-    assert first.task == {"data_source": "code", "n": 2,
-                          "instance": {"problem": "p", "tests": [{"input": "1", "output": "1"}]}}
+    assert first.task == {
+        "data_source": "code",
+        "n": 2,
+        "instance": {"problem": "p", "tests": [{"input": "1", "output": "1"}]},
+    }
     assert second.task == {"data_source": "code", "instance": {"problem": "p", "asserts": "assert 1"}}
 
 

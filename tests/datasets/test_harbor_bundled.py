@@ -39,8 +39,10 @@ WORKDIR = "/app"
 SCHEMA_VERSION = "1.4"  # Harbor 0.26's TaskConfig
 WAIT = 240.0  # seconds for a rollout (each takes a few; bound for a loaded host)
 
-needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                 reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+needs_bwrap = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 # Harbor's task.toml fields (harbor/models/task/config.py) that the bundled tasks may use;
 # anything else is a typo that Harbor would refuse or, worse, silently ignore.
@@ -48,8 +50,7 @@ SECTIONS = {
     "metadata": None,  # free-form in Harbor; ours: checked below
     "agent": {"timeout_sec", "user"},
     "verifier": {"timeout_sec", "env", "user"},
-    "environment": {"network_mode", "cpus", "memory_mb", "storage_mb", "workdir", "env",
-                    "build_timeout_sec"},
+    "environment": {"network_mode", "cpus", "memory_mb", "storage_mb", "workdir", "env", "build_timeout_sec"},
 }
 
 # Tasks that need a program beyond a Debian host's base (the sandbox sees the host's).
@@ -72,72 +73,79 @@ CHEATS = {
     "access-log-report": "ln -s /tests/expected_report.json report.json",
     # The sample tests emptied, and a json module planted where a careless verifier imports it.
     "fix-inventory-bugs": "echo 'import unittest' > test_inventory.py && "
-                          "printf 'def load(f):\\n    return []\\ndef loads(s):\\n    return []\\n' > json.py",
+    "printf 'def load(f):\\n    return []\\ndef loads(s):\\n    return []\\n' > json.py",
     # The history imported, and the tip named as the culprit (a guess, not the search).
     "git-bisect-revert": "git init -q -b main repo && git -C repo fast-import --quiet < history.fi && "
-                         "git -C repo rev-parse main > culprit.txt",
+    "git -C repo rev-parse main > culprit.txt",
     # A script that deletes the oldest .log files but also the links and ignores usage.
-    "prune-logs-script": "printf '#!/bin/bash\\nls -tr \"$1\"/*.log | head -n -\"$2\" | while read f; do "
-                         "rm -f \"$f\"; basename \"$f\"; done\\n' > prune.sh && chmod +x prune.sh",
+    "prune-logs-script": 'printf \'#!/bin/bash\\nls -tr "$1"/*.log | head -n -"$2" | while read f; do '
+    'rm -f "$f"; basename "$f"; done\\n\' > prune.sh && chmod +x prune.sh',
     # Every user rolled up, the inactive ones too, team names as they stand.
-    "json-team-rollup": "python3 -c 'import json; users = json.load(open(\"users.json\"))[\"users\"]; "
-                        "teams = {t: [u for u in users if u.get(\"team\") == t] "
-                        "for t in {u.get(\"team\") for u in users} if t}; "
-                        "json.dump({t: {\"members\": sorted(m[\"username\"] for m in ms), \"count\": len(ms), "
-                        "\"average_age\": round(sum(m[\"age\"] for m in ms) / len(ms), 1), "
-                        "\"skills\": sorted({k for m in ms for k in m[\"skills\"]})} for t, ms in teams.items()}, "
-                        "open(\"by_team.json\", \"w\"))'",
+    "json-team-rollup": 'python3 -c \'import json; users = json.load(open("users.json"))["users"]; '
+    'teams = {t: [u for u in users if u.get("team") == t] '
+    'for t in {u.get("team") for u in users} if t}; '
+    'json.dump({t: {"members": sorted(m["username"] for m in ms), "count": len(ms), '
+    '"average_age": round(sum(m["age"] for m in ms) / len(ms), 1), '
+    '"skills": sorted({k for m in ms for k in m["skills"]})} for t, ms in teams.items()}, '
+    'open("by_team.json", "w"))\'',
     # Everything made executable, the links right, nothing deleted; and a copy for a hard link.
     "release-links-perms": "chmod -R 755 releases && ln -s releases/v10 current && cp releases/v10/config.ini .",
     # Copied, not moved, and the duplicates kept.
     "sort-inbox-files": "mkdir -p sorted/other && find inbox -type f -exec cp {} sorted/other/ \\;",
     # The blunt rename: everywhere, the recorded output and the changelog too.
     "docs-rename-product": "find docs -name '*.md' -exec sed -i "
-                           "'s/Acme Widget/Rollout Widget/g; s/acme-widget/rollout/g' {} +",
+    "'s/Acme Widget/Rollout Widget/g; s/acme-widget/rollout/g' {} +",
     # A library that reads the verifier's expected outcomes at import and prints them back.
     "fix-inventory-bugs:reads-the-tests": (
-        "printf 'import glob, os\\nfor p in glob.glob(\"/tests/expected.json\"):\\n"
-        "    print(open(p).read().replace(chr(10), \" \"), flush=True); os._exit(0)\\n' >> inventory/__init__.py"),
+        'printf \'import glob, os\\nfor p in glob.glob("/tests/expected.json"):\\n'
+        '    print(open(p).read().replace(chr(10), " "), flush=True); os._exit(0)\\n\' >> inventory/__init__.py'
+    ),
     # A Makefile that builds, but rebuilds everything every time.
     "make-incremental-build": "printf 'all:\\n\\tmkdir -p build bin\\n\\tfor f in main parse stats; do "
-                              "cc -O2 -Wall -c -o build/$$f.o src/$$f.c; done\\n\\tcc -o bin/stats build/*.o\\n"
-                              "clean:\\n\\trm -rf build bin\\n' > Makefile && make",
+    "cc -O2 -Wall -c -o build/$$f.o src/$$f.c; done\\n\\tcc -o bin/stats build/*.o\\n"
+    "clean:\\n\\trm -rf build bin\\n' > Makefile && make",
     # --- the agent's code, run by the tests, against the verifier itself ---
     # The reward written, then test.sh killed before it writes its own.
     "make-incremental-build:kills-the-verifier": makefile(
-        "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; pkill -KILL -x test.sh; true"),
+        "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; pkill -KILL -x test.sh; true"
+    ),
     # reward.json written beside the reward.txt test.sh writes (read first, were it alone).
-    "make-incremental-build:forges-reward-json": makefile(
-        "echo '{\"reward\": 1}' > /logs/verifier/reward.json; true"),
+    "make-incremental-build:forges-reward-json": makefile("echo '{\"reward\": 1}' > /logs/verifier/reward.json; true"),
     # A line appended to the running test.sh (bash reads on from the file), which writes
     # the reward after test.sh's own write and then cuts test.sh back to its size.
     "make-incremental-build:rewrites-test-sh": makefile(
         "s=$$(stat -c %s /tests/test.sh); grep -q forged /tests/test.sh || printf "
         "'echo 1 > /logs/verifier/reward.txt; truncate -s %s /tests/test.sh; exit 0 \\043forged\\n' "
-        "$$s >> /tests/test.sh; true"),
+        "$$s >> /tests/test.sh; true"
+    ),
     # test.sh's own write made to fail (reward.txt a folder), a reward.json there instead.
     "prune-logs-script:blocks-the-reward": (
         "printf '#!/bin/bash\\nv=/logs/verifier; rm -f $v/reward.txt; mkdir -p $v/reward.txt; "
-        "echo 1 > $v/reward.json\\n' > prune.sh && chmod +x prune.sh"),
+        "echo 1 > $v/reward.json\\n' > prune.sh && chmod +x prune.sh"
+    ),
     # The reward written and made read-only (test.sh's write fails where it is not root).
     "prune-logs-script:read-only-reward": (
         "printf '#!/bin/bash\\nv=/logs/verifier; echo 1 > $v/reward.txt; chmod 444 $v/reward.txt\\n'"
-        " > prune.sh && chmod +x prune.sh"),
+        " > prune.sh && chmod +x prune.sh"
+    ),
     # A daemon forked at import, out of the tests' session, rewriting the reward in a loop.
     "fix-inventory-bugs:daemon-rewrites": (
         "printf 'import os\\nif os.fork() == 0:\\n    os.setsid()\\n"
-        "    fd = os.open(\"/dev/null\", os.O_RDWR)\\n    [os.dup2(fd, i) for i in (0, 1, 2)]\\n"
+        '    fd = os.open("/dev/null", os.O_RDWR)\\n    [os.dup2(fd, i) for i in (0, 1, 2)]\\n'
         "    while True:\\n        try:\\n"
-        "            with open(\"/logs/verifier/reward.txt\", \"w\") as f: f.write(\"1\\\\n\")\\n"
-        "        except OSError: pass\\n' >> inventory/__init__.py"),
+        '            with open("/logs/verifier/reward.txt", "w") as f: f.write("1\\\\n")\\n'
+        "        except OSError: pass\\n' >> inventory/__init__.py"
+    ),
 }
 # What the evaluation must say for the tries against the verifier.
-WHY = {"make-incremental-build:kills-the-verifier": "test.sh was killed by signal 9",
-       "make-incremental-build:forges-reward-json": "reward.json and reward.txt disagree",
-       "make-incremental-build:rewrites-test-sh": "test.sh was written to",
-       "prune-logs-script:blocks-the-reward": "/logs/verifier/reward.txt is no regular file",
-       "prune-logs-script:read-only-reward": "/logs/verifier/reward.txt was made read-only",
-       "fix-inventory-bugs:daemon-rewrites": "still ran when test.sh ended"}
+WHY = {
+    "make-incremental-build:kills-the-verifier": "test.sh was killed by signal 9",
+    "make-incremental-build:forges-reward-json": "reward.json and reward.txt disagree",
+    "make-incremental-build:rewrites-test-sh": "test.sh was written to",
+    "prune-logs-script:blocks-the-reward": "/logs/verifier/reward.txt is no regular file",
+    "prune-logs-script:read-only-reward": "/logs/verifier/reward.txt was made read-only",
+    "fix-inventory-bugs:daemon-rewrites": "still ran when test.sh ended",
+}
 
 # A policy solving a task with the bash tool, and the command a harness runs for another.
 SOLVE_CSV = """python3 - <<'PY'
@@ -179,13 +187,11 @@ def test_there_are_at_least_eight_tasks():
 def test_the_layout_is_complete(name):
     task = task_dir(name)
     assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name)
-    for required in ("instruction.md", "task.toml", "environment/Dockerfile", "solution/solve.sh",
-                     "tests/test.sh"):
+    for required in ("instruction.md", "task.toml", "environment/Dockerfile", "solution/solve.sh", "tests/test.sh"):
         assert (task / required).is_file(), f"{name}: no {required}"
     instruction = (task / "instruction.md").read_text()
     assert len(instruction.split()) >= 30 and f"{WORKDIR}/" in instruction  # a real task text, at the workdir
-    assert set(p.name for p in task.iterdir()) == {"instruction.md", "task.toml", "environment",
-                                                   "solution", "tests"}
+    assert set(p.name for p in task.iterdir()) == {"instruction.md", "task.toml", "environment", "solution", "tests"}
     for path in task.rglob("*"):
         relative = path.relative_to(task)
         assert not path.is_symlink(), f"{name}: {relative} is a link"
@@ -200,8 +206,11 @@ def test_the_layout_is_complete(name):
         assert "/tests/" not in text.replace("/tmp/tests/", "") and "/solution/" not in text, script
     # The reward is written at the end of test.sh, nowhere earlier.
     lines = [line for line in (task / "tests/test.sh").read_text().splitlines() if line.strip()]
-    writes = [i for i, line in enumerate(lines) if re.search(r"reward\.(txt|json)", line)
-              and not line.lstrip().startswith(("rm ", "#"))]
+    writes = [
+        i
+        for i, line in enumerate(lines)
+        if re.search(r"reward\.(txt|json)", line) and not line.lstrip().startswith(("rm ", "#"))
+    ]
     assert writes and min(writes) >= len(lines) - 12, f"{name}: the reward is written before the end"
 
 
@@ -234,8 +243,11 @@ def test_the_dockerfile_builds_the_same_workspace(name):
     the image (a Python image: python3, bash, coreutils; git, gcc and make in the full
     one) must have what the task needs."""
     env = task_dir(name) / "environment"
-    lines = [line.strip() for line in (env / "Dockerfile").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    lines = [
+        line.strip()
+        for line in (env / "Dockerfile").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     # Nothing but the image, the workdir and the files: no RUN (the host's system stands
     # in for the image under bubblewrap, where a RUN could not be honoured).
     assert lines[0].startswith("FROM python:3") and lines[1] == f"WORKDIR {WORKDIR}"
@@ -243,11 +255,10 @@ def test_the_dockerfile_builds_the_same_workspace(name):
     copies = {tuple(line.split()[1:]) for line in lines if line.startswith("COPY ")}
     entries = sorted(p.name for p in env.iterdir() if p.name != "Dockerfile")
     assert entries
-    expected = {(e + "/" if (env / e).is_dir() else e, f"{WORKDIR}/{e}" + ("/" if (env / e).is_dir() else ""))
-                for e in entries}
+    expected = {
+        (e + "/" if (env / e).is_dir() else e, f"{WORKDIR}/{e}" + ("/" if (env / e).is_dir() else "")) for e in entries
+    }
     assert copies == expected
-
-
 
 
 def test_every_cheat_names_a_task():
@@ -291,9 +302,14 @@ class Policy:
 
 
 async def _rollout(client: httpx.AsyncClient, instance: dict) -> dict:
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "harbor", "instance": instance}],
-        "sampling": {"max_tokens": 1024}, "agent": {"max_turns": 3}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "harbor", "instance": instance}],
+            "sampling": {"max_tokens": 1024},
+            "agent": {"max_turns": 3},
+        },
+    )
     assert r.status_code == 202, r.text
     (rid,) = r.json()["groups"][0]["rollout_ids"]
     view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": WAIT})).json()
@@ -307,19 +323,29 @@ async def results(tmp_path_factory) -> dict[str, dict]:
     from rollserve.api.app import create_app
     from rollserve.server import ServerConfig, Service
 
-    plans = {f"cheat:{name}": command for name, command in CHEATS.items()
-             if not missing(name.split(":")[0])}
+    plans = {f"cheat:{name}": command for name, command in CHEATS.items() if not missing(name.split(":")[0])}
     plans.update(SOLVED)
     policy = Policy(plans, {"json-team-rollup": SOLVE_JSON})
     async with FakeVLLM("smollm2", replies=policy.reply, latency=0.01) as llm:
-        service = Service(ServerConfig(state_dir=tmp_path_factory.mktemp("state"), backends=[llm.url],
-                                       handler_options={"harbor": {"root": str(HARBOR)}}))
+        service = Service(
+            ServerConfig(
+                state_dir=tmp_path_factory.mktemp("state"),
+                backends=[llm.url],
+                handler_options={"harbor": {"root": str(HARBOR)}},
+            )
+        )
         await service.start()
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False)),
-                                   base_url="http://rollserve", timeout=WAIT + 30)
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False)),
+            base_url="http://rollserve",
+            timeout=WAIT + 30,
+        )
         try:
-            harness = {"preset": "command", "tool_calls": "none",
-                       "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(HARNESS)}'}
+            harness = {
+                "preset": "command",
+                "tool_calls": "none",
+                "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(HARNESS)}',
+            }
             labels = [*plans, "harness:json-team-rollup"]
             instances = [{"task": label.split(":")[1]} for label in plans]
             instances.append({"task": "json-team-rollup", "harness": harness})

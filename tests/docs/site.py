@@ -20,15 +20,26 @@ class Build:
     reference), so two builds can run side by side; ``result()`` waits for it."""
 
     def __init__(self, config: Path, site: Path) -> None:
-        env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-        self.args = [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-                     str(config), "--site-dir", str(site)]
+        env = dict(
+            os.environ,
+            NO_MKDOCS_2_WARNING="1",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+        )
+        self.args = [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site),
+        ]
         # Files, not pipes: a pipe nobody reads yet (the other build's) could fill and block.
         self._out, self._err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         self.began = time.monotonic()
-        self.proc = subprocess.Popen(self.args, stdout=self._out, stderr=self._err,
-                                     stdin=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(self.args, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL, env=env)
 
     def result(self, timeout: float = BUILD_TIMEOUT) -> subprocess.CompletedProcess[str]:
         """Wait at most ``timeout`` s from the start; past it the build is killed and
@@ -38,8 +49,9 @@ class Build:
         except subprocess.TimeoutExpired:
             self.stop()
             raise
-        return subprocess.CompletedProcess(self.args, self.proc.returncode,
-                                           self._read(self._out), self._read(self._err))
+        return subprocess.CompletedProcess(
+            self.args, self.proc.returncode, self._read(self._out), self._read(self._err)
+        )
 
     @staticmethod
     def _read(file: IO[bytes]) -> str:

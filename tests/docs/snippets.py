@@ -43,8 +43,10 @@ class Snippet:
         """('run', test path) | ('runs', '') | ('server', '') | ('not run', reason) |
         ('unmarked', what is wrong)."""
         if not self.language:
-            return "unmarked", ("a fence with no language: say `text` for output or a diagram, "
-                                "else its language (and, for a shell or Python block, a mark)")
+            return "unmarked", (
+                "a fence with no language: say `text` for output or a diagram, "
+                "else its language (and, for a shell or Python block, a mark)"
+            )
         if self.mark is None:
             return "unmarked", "no <!-- run: ... -->, <!-- runs --> or <!-- not run: why --> on the line before"
         m = MARK.match(self.mark)
@@ -72,14 +74,12 @@ def snippets_of(text: str, page: str) -> list[Snippet]:
         if opened is None:
             i += 1
             continue
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].lstrip().startswith("```")),
-                   len(lines))
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].lstrip().startswith("```")), len(lines))
         language, indent = opened["language"].lower(), len(opened["indent"])
         if language in ("", *LANGUAGES):
             before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
             mark = before if before.startswith("<!--") else None
-            code = "\n".join(line if line[:indent].strip() else line[indent:]
-                             for line in lines[i + 1:end])
+            code = "\n".join(line if line[:indent].strip() else line[indent:] for line in lines[i + 1 : end])
             found.append(Snippet(page, i + 1, language, code + "\n", mark))
         i = end + 1
     return found

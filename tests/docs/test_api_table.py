@@ -52,8 +52,12 @@ def table_operations(text: str) -> set[tuple[str, str]]:
 
 
 def served_operations(schema: dict[str, Any]) -> set[tuple[str, str]]:
-    return {(method.upper(), _normal(path)) for path, item in schema["paths"].items()
-            for method in item if method.upper() in ("GET", "POST", "PUT", "PATCH", "DELETE")}
+    return {
+        (method.upper(), _normal(path))
+        for path, item in schema["paths"].items()
+        for method in item
+        if method.upper() in ("GET", "POST", "PUT", "PATCH", "DELETE")
+    }
 
 
 def test_every_served_operation_has_a_row_and_every_row_is_served() -> None:
@@ -68,11 +72,17 @@ def test_every_served_operation_has_a_row_and_every_row_is_served() -> None:
 
 def test_the_table_reader_sees_each_form_a_row_uses() -> None:
     """A row left out of the table is caught: the reader is not vacuous."""
-    page = ("# API\n\n| route | what |\n| --- | --- |\n"
-            "| `GET /v1/rollouts/{id}?wait=` · `DELETE /v1/rollouts/{rollout_id}` | a |\n"
-            "| `GET/POST /v1/llm/backends` | b |\n\nText `POST /v1/elsewhere`.\n\n"
-            "| route | what |\n| --- | --- |\n| `POST /v1/second-table` | c |\n")
-    assert table_operations(page) == {("GET", "/v1/rollouts/{}"), ("DELETE", "/v1/rollouts/{}"),
-                                      ("GET", "/v1/llm/backends"), ("POST", "/v1/llm/backends")}
+    page = (
+        "# API\n\n| route | what |\n| --- | --- |\n"
+        "| `GET /v1/rollouts/{id}?wait=` · `DELETE /v1/rollouts/{rollout_id}` | a |\n"
+        "| `GET/POST /v1/llm/backends` | b |\n\nText `POST /v1/elsewhere`.\n\n"
+        "| route | what |\n| --- | --- |\n| `POST /v1/second-table` | c |\n"
+    )
+    assert table_operations(page) == {
+        ("GET", "/v1/rollouts/{}"),
+        ("DELETE", "/v1/rollouts/{}"),
+        ("GET", "/v1/llm/backends"),
+        ("POST", "/v1/llm/backends"),
+    }
     served = {("GET", "/v1/rollouts/{}"), ("POST", "/v1/results/rescore")}
     assert served - table_operations(page) == {("POST", "/v1/results/rescore")}

@@ -42,15 +42,19 @@ def _matches(shown: str, measured: list[float]) -> bool:
     text = shown.replace(",", "")
     places = len(text.split(".")[1]) if "." in text else 0
     x = float(text)
-    half_unit = 0.5 * 10 ** -places + 1e-9
+    half_unit = 0.5 * 10**-places + 1e-9
     return any(abs(v * k - x) <= half_unit for v in measured for k in SCALES)
 
 
 def unmatched(section: str, results: Path = RESULTS) -> tuple[set[str], list[str]]:
     """(the result files a section cites, its numbers that none of them holds)."""
     names = set(re.findall(r"benchmarks\.(\w+)", section)) | set(re.findall(r"results/(\w+)\.json", section))
-    measured = [n for name in sorted(names) if (results / f"{name}.json").is_file()
-                for n in _numbers_in(json.loads((results / f"{name}.json").read_text()))]
+    measured = [
+        n
+        for name in sorted(names)
+        if (results / f"{name}.json").is_file()
+        for n in _numbers_in(json.loads((results / f"{name}.json").read_text()))
+    ]
     prose = re.sub(r"`[^`]*`", "", DERIVED.sub("", section))
     return names, [m for m in NUMBER.findall(prose) if not _matches(m, measured)]
 

@@ -58,13 +58,15 @@ def broken_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Build]:
     root = tmp_path_factory.mktemp("broken")
     shutil.copytree(ROOT / "docs", root / "docs")
     shutil.copytree(ROOT / "benchmarks" / "results", root / "benchmarks" / "results")
-    config = (ROOT / "mkdocs.yml").read_text().replace(
-        "  - Datasets: datasets.md", "  - Datasets: datasets.md\n  - Gone: no-such-page.md")
+    config = (
+        (ROOT / "mkdocs.yml")
+        .read_text()
+        .replace("  - Datasets: datasets.md", "  - Datasets: datasets.md\n  - Gone: no-such-page.md")
+    )
     assert "no-such-page.md" in config, "mkdocs.yml's nav no longer has the Datasets line to add to"
     (root / "mkdocs.yml").write_text(config)
     concepts = root / "docs" / "concepts.md"
-    concepts.write_text(concepts.read_text() + "\nSee [this](missing-page.md) and "
-                        "[that](results.md#no-such-anchor).\n")
+    concepts.write_text(concepts.read_text() + "\nSee [this](missing-page.md) and [that](results.md#no-such-anchor).\n")
     (root / "docs" / "orphan.md").write_text("# Not in the nav\n")
     building = Build(root / "mkdocs.yml", root / "site")
     yield building
@@ -148,8 +150,9 @@ def test_the_readme_is_a_short_front_page() -> None:
 def _readme_commands() -> list[str]:
     """The README's two set-up commands: its 4-space-indented ``python3 -m venv`` lines
     (the test command is the one .ci/run reads and runs)."""
-    return [line[4:] for line in (ROOT / "README.md").read_text().splitlines()
-            if line.startswith("    python3 -m venv ")]
+    return [
+        line[4:] for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("    python3 -m venv ")
+    ]
 
 
 def test_getting_started_repeats_the_readme_commands_exactly() -> None:
@@ -158,9 +161,13 @@ def test_getting_started_repeats_the_readme_commands_exactly() -> None:
     readme = _readme_commands()
     assert len(readme) == 2 and "rollserve quickstart" in readme[0] and "pytest" in readme[1]
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "sed -n 's/^    \\(python3 -m venv .venv .*pytest.*\\)$/\\1/p' README.md" in ci, \
+    assert "sed -n 's/^    \\(python3 -m venv .venv .*pytest.*\\)$/\\1/p' README.md" in ci, (
         ".ci/run no longer reads the test command from the README's indented line"
+    )
     page = (ROOT / "docs" / "getting-started.md").read_text()
-    shown = [s.code.strip() for s in snippets_of(page, "docs/getting-started.md")
-             if s.language == "bash" and s.code.startswith("python3 -m venv ")]
+    shown = [
+        s.code.strip()
+        for s in snippets_of(page, "docs/getting-started.md")
+        if s.language == "bash" and s.code.startswith("python3 -m venv ")
+    ]
     assert shown == readme, f"getting-started.md shows {shown}, README.md has {readme}"

@@ -49,8 +49,10 @@ def _problems(snippet: Snippet) -> list[str]:
         elif Path(snippet.page).name not in test.read_text():
             found.append(f"{detail} never names {Path(snippet.page).name}: it cannot read this block")
     elif kind == "runs" and snippet.language not in (*PYTHON, "console"):
-        found.append("python and console blocks are run here; mark a shell block "
-                     "`runs: server` (one `rollserve serve`), make it a console transcript, or `not run: why`")
+        found.append(
+            "python and console blocks are run here; mark a shell block "
+            "`runs: server` (one `rollserve serve`), make it a console transcript, or `not run: why`"
+        )
     elif kind == "server" and shlex.split(snippet.code, comments=True)[:2] != ["rollserve", "serve"]:
         found.append("`runs: server` is for one `rollserve serve` command")
     for path in re.findall(r"\b(?:tests|examples|scripts|benchmarks)/[\w/.-]*\w", detail):
@@ -66,9 +68,11 @@ def test_every_snippet_is_run_or_says_why() -> None:
 
 
 def test_an_unmarked_block_and_a_reason_that_says_nothing_are_caught() -> None:
-    page = ("text\n\n```bash\nls\n```\n\n<!-- not run: no -->\n```python\n1\n```\n"
-            "<!-- runs -->\n```python\nprint(1)\n```\n```json\n{}\n```\n"
-            "<!-- run: tests/nowhere.py -->\n```sh\nls\n```\n")
+    page = (
+        "text\n\n```bash\nls\n```\n\n<!-- not run: no -->\n```python\n1\n```\n"
+        "<!-- runs -->\n```python\nprint(1)\n```\n```json\n{}\n```\n"
+        "<!-- run: tests/nowhere.py -->\n```sh\nls\n```\n"
+    )
     snippets = snippets_of(page, "docs/p.md")
     assert [s.kind()[0] for s in snippets] == ["unmarked", "not run", "runs", "run"]
     assert [bool(_problems(s)) for s in snippets] == [True, True, False, True]
@@ -78,12 +82,18 @@ def test_a_bare_fence_is_caught_and_text_is_not_checked() -> None:
     """A fence without a language fails even with a mark (so no block dodges the check
     by dropping its tag); ``text`` is output or a diagram, not run; a block indented
     under a list item is read like one at the margin, without the indent."""
-    page = ("```\nrollserve harness install codex\n```\n\n<!-- runs -->\n```\nls\n```\n\n"
-            "```text\ntrainer -> rollserve\n```\n\n- an item:\n\n    ```bash\n    ls\n    ```\n\n"
-            "- another:\n\n    <!-- runs -->\n    ```python\n    if True:\n        print(1)\n    ```\n")
+    page = (
+        "```\nrollserve harness install codex\n```\n\n<!-- runs -->\n```\nls\n```\n\n"
+        "```text\ntrainer -> rollserve\n```\n\n- an item:\n\n    ```bash\n    ls\n    ```\n\n"
+        "- another:\n\n    <!-- runs -->\n    ```python\n    if True:\n        print(1)\n    ```\n"
+    )
     snippets = snippets_of(page, "docs/p.md")
     assert [(s.line, s.language, s.kind()[0]) for s in snippets] == [
-        (1, "", "unmarked"), (6, "", "unmarked"), (16, "bash", "unmarked"), (23, "python", "runs")]
+        (1, "", "unmarked"),
+        (6, "", "unmarked"),
+        (16, "bash", "unmarked"),
+        (23, "python", "runs"),
+    ]
     assert all(_problems(s) for s in snippets[:3]) and not _problems(snippets[3])
     assert "no language" in snippets[1].kind()[1]
     assert snippets[3].code == "if True:\n    print(1)\n"
@@ -93,8 +103,9 @@ SERVE_TEST = "test_serve_snippet_starts_and_stops"
 
 
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory: pytest.TempPathFactory,
-             request: pytest.FixtureRequest) -> Iterator[dict[str, ServerProcess]]:
+def launched(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, ServerProcess]]:
     """The module's `rollserve serve` processes, launched side by side (each is mostly
     imports: the cores start them together rather than one after the other): the live
     server the Python snippets talk to ("live": its policy a scripted fake vLLM that
@@ -109,15 +120,17 @@ def launched(tmp_path_factory: pytest.TempPathFactory,
         env.delenv("ROLLSERVE_API_TOKEN", raising=False)
         fake = FakeVLLM("smollm2", replies=lambda ids, text: "It is \\boxed{42}.").start_in_thread()
         try:
-            if any(name.startswith(("test_python_snippet_runs[", "test_console_snippet_prints_what_it_shows["))
-                   for name in selected):
-                servers["live"] = ServerProcess(tmp_path_factory.mktemp("docs-server"),
-                                                ["--backend", fake.url]).launch()
+            if any(
+                name.startswith(("test_python_snippet_runs[", "test_console_snippet_prints_what_it_shows["))
+                for name in selected
+            ):
+                servers["live"] = ServerProcess(
+                    tmp_path_factory.mktemp("docs-server"), ["--backend", fake.url]
+                ).launch()
             for snippet in SERVERS:
                 if f"{SERVE_TEST}[{snippet.id}]" in selected:
                     args = _without_port_and_state(shlex.split(snippet.code, comments=True)[2:])
-                    servers[snippet.id] = ServerProcess(tmp_path_factory.mktemp("serve") / "state",
-                                                        args).launch()
+                    servers[snippet.id] = ServerProcess(tmp_path_factory.mktemp("serve") / "state", args).launch()
             yield servers
         finally:
             for server in servers.values():
@@ -134,8 +147,9 @@ def live(launched: dict[str, ServerProcess]) -> ServerProcess:
 
 
 @pytest.mark.parametrize("snippet", PYTHON_RUNS, ids=[s.id for s in PYTHON_RUNS])
-def test_python_snippet_runs(snippet: Snippet, live: ServerProcess, tmp_path: Path,
-                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_snippet_runs(
+    snippet: Snippet, live: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As written, but for the server's URL, in a scratch folder."""
     monkeypatch.chdir(tmp_path)
     code = snippet.code.replace(DOCS_URL, live.url)
@@ -190,8 +204,7 @@ def _transcript(code: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("snippet", CONSOLES, ids=[s.id for s in CONSOLES])
-def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path,
-                                              request: pytest.FixtureRequest) -> None:
+def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Each ``$`` command run in a scratch folder (``rollserve`` is this checkout's), its
     output holding the lines shown (rich's panel borders and line breaks aside). A
     transcript that names ``http://127.0.0.1:8000`` talks to the live server the Python
@@ -207,8 +220,18 @@ def test_console_snippet_prints_what_it_shows(snippet: Snippet, tmp_path: Path,
         url = request.getfixturevalue("live").url
         steps = [(command.replace(DOCS_URL, url), shown) for command, shown in steps]
     for command, shown in steps:
-        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT, check=False,
-                              env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                                   "COLUMNS": "80", "HF_HUB_OFFLINE": "1"})
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT,
+            check=False,
+            env={
+                **os.environ,
+                "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                "COLUMNS": "80",
+                "HF_HUB_OFFLINE": "1",
+            },
+        )
         assert _plain(shown) in _plain(done.stdout + done.stderr), (command, done.stdout, done.stderr)

@@ -46,8 +46,19 @@ class ServerProcess:
         """Start the process and return at once (``wait_ready`` waits for it): a test
         that needs several servers starts them side by side."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(self.port),
-               "--state-dir", str(self.state_dir), "--log-level", "warning", *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rollserve.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--state-dir",
+            str(self.state_dir),
+            "--log-level",
+            "warning",
+            *self.args,
+        ]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         return self
@@ -128,10 +139,10 @@ def check_tokens(result: RolloutResult, calls: dict[tuple[int, ...], list[tuple[
     for turn in result.trajectory.turns:
         position += len(turn.prompt_ids_delta)
         n = len(turn.output_ids)
-        sampled = (ids[position:position + n], logprobs[position:position + n])
+        sampled = (ids[position : position + n], logprobs[position : position + n])
         assert sampled == (turn.output_ids, turn.logprobs)
         assert sampled in calls[tuple(ids[:position])]
-        assert mask[position:position + n] == [1] * n
+        assert mask[position : position + n] == [1] * n
         position += n
     assert position == len(ids)
 
@@ -155,10 +166,10 @@ async def anthropic_for():
         r = await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})
         assert r.status_code == 200, r.text
         key = r.json()["key"]
-        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=client._transport.app),
-                                  timeout=30)
-        harness = anthropic.AsyncAnthropic(base_url=f"http://rollserve/v1/gateway/{key}",
-                                           api_key="anything", http_client=http, max_retries=0)
+        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=client._transport.app), timeout=30)
+        harness = anthropic.AsyncAnthropic(
+            base_url=f"http://rollserve/v1/gateway/{key}", api_key="anything", http_client=http, max_retries=0
+        )
         opened.append(harness)
         return key, harness
 

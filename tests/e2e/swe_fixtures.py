@@ -33,9 +33,19 @@ def swe_service(make_api, llm_url: str, tmp_path: Path, mirrors: str, **defaults
     cache in ``tmp_path / "cache"``."""
 
     async def make(**options):
-        return await make_api([llm_url], server={"handler_options": {"swe": {
-            "mirrors": [str(tmp_path / mirrors)], "repo_cache": str(tmp_path / "cache"),
-            **defaults, **options}}})
+        return await make_api(
+            [llm_url],
+            server={
+                "handler_options": {
+                    "swe": {
+                        "mirrors": [str(tmp_path / mirrors)],
+                        "repo_cache": str(tmp_path / "cache"),
+                        **defaults,
+                        **options,
+                    }
+                }
+            },
+        )
 
     return make
 

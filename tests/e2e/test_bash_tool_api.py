@@ -14,7 +14,8 @@ from tests.sandbox.helpers import processes_with
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 SOLUTION = "a, b = map(int, input().split())\nprint(a + b)\n"
 TURNS = [
@@ -38,9 +39,13 @@ def scripted_policy(prompt_ids: list[int], prompt: str) -> str:
 async def test_an_agent_drives_the_shell_through_the_api(make_api):
     async with FakeVLLM("smollm2", replies=scripted_policy, latency=0.01) as policy:
         service, client = await make_api([policy.url])
-        task = {"data_source": "code", "instance": {
-            "problem": "Read two integers from one line and print their sum.",
-            "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}]}}
+        task = {
+            "data_source": "code",
+            "instance": {
+                "problem": "Read two integers from one line and print their sum.",
+                "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}],
+            },
+        }
         r = await client.post("/v1/rollouts", json={"tasks": [task], "sampling": {"max_tokens": 256}})
         assert r.status_code == 202, r.text
         (rid,) = [i for group in r.json()["groups"] for i in group["rollout_ids"]]
@@ -48,8 +53,11 @@ async def test_an_agent_drives_the_shell_through_the_api(make_api):
     assert view["done"], view
     result = view["result"]
     assert result["status"] == "completed" and not result["mask"], result["failure"]
-    texts = [m["content"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
-             for m in result["trajectory"]["messages"] if m["role"] == "tool"]
+    texts = [
+        m["content"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
+        for m in result["trajectory"]["messages"]
+        if m["role"] == "tool"
+    ]
     # The prompt came back (the handler's idle timeout is 30 s) and was answered.
     assert texts[0].startswith("name? \n[the command is waiting for input")
     assert texts[1] == "hi bob\n[exit code: 0]"

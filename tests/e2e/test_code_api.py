@@ -19,10 +19,14 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
-TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "-5 5\n", "output": "0\n"},
-         {"input": "40 2\n", "output": "42\n"}]
+TESTS = [
+    {"input": "1 2\n", "output": "3\n"},
+    {"input": "-5 5\n", "output": "0\n"},
+    {"input": "40 2\n", "output": "42\n"},
+]
 CORRECT = "a, b = map(int, input().split())\nprint(a + b)\n"
 WRONG = "a, b = map(int, input().split())\nprint(a * b)\n"
 
@@ -31,8 +35,9 @@ WRONG = "a, b = map(int, input().split())\nprint(a * b)\n"
 SQUARE_ASSERTS = "assert square(3) == 9\nassert square(-4) == 16\nassert square(0) == 0\n"
 SOLUTIONS = {
     "[square]": "def square(n):\n    return n * n\n",
-    "[always-equal]": ("class Anything:\n    def __eq__(self, other):\n        return True\n\n"
-                       "def square(n):\n    return Anything()\n"),
+    "[always-equal]": (
+        "class Anything:\n    def __eq__(self, other):\n        return True\n\ndef square(n):\n    return Anything()\n"
+    ),
 }
 
 
@@ -48,12 +53,11 @@ def scripted_policy(prompt_ids: list[int], prompt: str) -> str:
         return "To add two numbers, read them and print a + b."
     if "[sleeper]" in prompt:
         return format_tool_call("bash", {"command": "sleep 987.65"})
-    code = next((text for key, text in SOLUTIONS.items() if key in prompt),
-                CORRECT if "[correct]" in prompt else WRONG)
+    code = next((text for key, text in SOLUTIONS.items() if key in prompt), CORRECT if "[correct]" in prompt else WRONG)
     if turn == 0:
         return "I will write the solution.\n" + format_tool_call(
-            "str_replace_editor", {"command": "create", "path": "/workspace/solution.py",
-                                   "file_text": code})
+            "str_replace_editor", {"command": "create", "path": "/workspace/solution.py", "file_text": code}
+        )
     if turn == 1:
         return format_tool_call("bash", {"command": "echo 2 3 | python3 solution.py"})
     return "Tested.\n" + format_tool_call("submit", {})
@@ -66,8 +70,7 @@ async def policy():
 
 
 async def submit(client, *tasks, **body) -> list[str]:
-    r = await client.post("/v1/rollouts", json={"tasks": list(tasks),
-                                                "sampling": {"max_tokens": 256}, **body})
+    r = await client.post("/v1/rollouts", json={"tasks": list(tasks), "sampling": {"max_tokens": 256}, **body})
     assert r.status_code == 202, r.text
     return [rid for group in r.json()["groups"] for rid in group["rollout_ids"]]
 
@@ -122,8 +125,9 @@ async def test_an_object_that_equals_everything_scores_zero(make_api, policy):
     service, client = await make_api([policy.url])
     asserts = {"asserts": SQUARE_ASSERTS, "entry_point": "square"}
     cheat_task, honest_task = (
-        {"data_source": "code", "instance": {"problem": f"{tag} Write square(n) returning n squared.",
-                                             **asserts}} for tag in ("[always-equal]", "[square]"))
+        {"data_source": "code", "instance": {"problem": f"{tag} Write square(n) returning n squared.", **asserts}}
+        for tag in ("[always-equal]", "[square]")
+    )
     cheat, honest = await submit(client, cheat_task, honest_task)
 
     result = await result_of(client, cheat)
@@ -165,8 +169,7 @@ async def test_no_sandbox_outlives_a_cancelled_or_timed_out_rollout(make_api, po
     records = Path(service.config.state_dir) / "sandboxes"
     (cancelled,) = await submit(client, task("sleeper"))
     (timed_out,) = await submit(client, task("sleeper"), timeouts={"run": 3.0})
-    await eventually(lambda: len(sleepers()) >= 2, timeout=20,
-                     what="both agents in the middle of `sleep 987.65`")
+    await eventually(lambda: len(sleepers()) >= 2, timeout=20, what="both agents in the middle of `sleep 987.65`")
     assert len(list(records.glob("*.json"))) == 2 and len(bwraps()) >= 2
 
     r = await client.delete(f"/v1/rollouts/{cancelled}")
@@ -188,8 +191,11 @@ async def test_no_sandbox_outlives_a_cancelled_or_timed_out_rollout(make_api, po
 async def test_a_server_without_the_runtime_still_serves_math(make_api, policy, monkeypatch):
     from rollserve.sandbox import registry
 
-    monkeypatch.setattr(registry, "unavailable_reason",
-                        lambda name, config=None: "bubblewrap: 'bwrap' is not on PATH (apt-get install bubblewrap)")
+    monkeypatch.setattr(
+        registry,
+        "unavailable_reason",
+        lambda name, config=None: "bubblewrap: 'bwrap' is not on PATH (apt-get install bubblewrap)",
+    )
     service, client = await make_api([policy.url])
     math = {"data_source": "math", "instance": {"question": "What is 1 + 2?", "answer": "3"}}
     code_id, math_id = await submit(client, task("correct"), math)

@@ -36,9 +36,8 @@ from tests.e2e.test_gateway_api import TAG, assert_exact, assert_turns_exact, en
 from tests.harness_install import harness_bin
 from tests.waiting import eventually
 
-PRESET = (Path(__file__).parents[2] / "src" / "rollserve" / "agent" / "harnesses" / "presets"
-          / "codex.toml")
-PATCH = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: six.txt\n+6\n*** End Patch\nEOF\n")
+PRESET = Path(__file__).parents[2] / "src" / "rollserve" / "agent" / "harnesses" / "presets" / "codex.toml"
+PATCH = "apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: six.txt\n+6\n*** End Patch\nEOF\n"
 COMMAND = "echo rollserve-$(($(cat six.txt)*7)) > answer.txt && cat answer.txt"
 CODEX_TIMEOUT = 240.0  # seconds: the whole codex run (two model calls), on a loaded machine
 
@@ -84,8 +83,7 @@ def expand(text: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env[m.group(1)], text)
 
 
-async def run_preset(codex: Path, base_url: str, key: str, task: str, tmp: Path
-                     ) -> tuple[int, str, Path]:
+async def run_preset(codex: Path, base_url: str, key: str, task: str, tmp: Path) -> tuple[int, str, Path]:
     """The codex preset's command, with its env and files, in a fresh workdir: its exit
     status, its output and the workdir."""
     preset = tomllib.loads(PRESET.read_text())
@@ -94,19 +92,33 @@ async def run_preset(codex: Path, base_url: str, key: str, task: str, tmp: Path
     (home).mkdir()
     task_file = home / ".rollserve-task.md"
     task_file.write_text(task)
-    env = {"PATH": f"{codex.parent}:{os.environ['PATH']}", "HOME": str(home),
-           "LANG": "C.UTF-8", "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key,
-           "ROLLSERVE_MODEL": "rollserve-policy", "ROLLSERVE_TASK_FILE": str(task_file),
-           "ROLLSERVE_MAX_TURNS": "8", "ROLLSERVE_WORKDIR": str(workdir)}
+    env = {
+        "PATH": f"{codex.parent}:{os.environ['PATH']}",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": key,
+        "ROLLSERVE_MODEL": "rollserve-policy",
+        "ROLLSERVE_TASK_FILE": str(task_file),
+        "ROLLSERVE_MAX_TURNS": "8",
+        "ROLLSERVE_WORKDIR": str(workdir),
+    }
     env.update(preset.get("env", {}))
     for name, text in preset.get("files", {}).items():
         path = home / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(expand(text, env))
     process = await asyncio.create_subprocess_exec(
-        "bash", "-c", preset["run"]["command"], cwd=workdir, env=env,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        "bash",
+        "-c",
+        preset["run"]["command"],
+        cwd=workdir,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         output, _ = await asyncio.wait_for(process.communicate(), timeout=CODEX_TIMEOUT)
     finally:
@@ -119,31 +131,36 @@ async def run_preset(codex: Path, base_url: str, key: str, task: str, tmp: Path
 
 def test_the_preset_file_is_the_agreed_format():
     preset = tomllib.loads(PRESET.read_text())
-    assert (preset["name"], preset["wire"], preset["tool_calls"]) == (
-        "codex", "openai-responses", "hermes")
+    assert (preset["name"], preset["wire"], preset["tool_calls"]) == ("codex", "openai-responses", "hermes")
     assert preset["package"]["name"] == "@openai/codex" and preset["package"]["kind"] == "npm"
-    config = tomllib.loads(expand(preset["files"][".codex/config.toml"], {
-        "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}))
+    config = tomllib.loads(expand(preset["files"][".codex/config.toml"], {"OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}))
     provider = config["model_providers"][config["model_provider"]]
     assert provider["wire_api"] == "responses" and provider["base_url"] == "http://127.0.0.1:1/v1"
     assert config["approval_policy"] == "never" and config["web_search"] == "disabled"
 
 
-async def test_real_codex_runs_a_shell_command_through_the_gateway_token_exact(
-        make_api, llm, tmp_path):
+async def test_real_codex_runs_a_shell_command_through_the_gateway_token_exact(make_api, llm, tmp_path):
     codex = harness_bin("codex")
     service, client = await make_api([llm.url])
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {"answer": "42"}}],
-        "sampling": {"max_tokens": 256}, "agent": {"max_turns": 8}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "gateway", "instance": {"answer": "42"}}],
+            "sampling": {"max_tokens": 256},
+            "agent": {"max_turns": 8},
+        },
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     info = (await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})).json()
     async with served(client._transport.app) as port:
         code, output, workdir = await run_preset(
-            codex, f"http://127.0.0.1:{port}{info['base_url']}", info["key"],
+            codex,
+            f"http://127.0.0.1:{port}{info['base_url']}",
+            info["key"],
             "Write 6*7 to answer.txt with the shell, then tell me the number. [script:codex]",
-            tmp_path)
+            tmp_path,
+        )
     assert code == 0, output
     # Codex really applied the patch and ran the command, in its workdir, with its tools.
     assert (workdir / "six.txt").read_text() == "6\n", output
@@ -158,7 +175,10 @@ async def test_real_codex_runs_a_shell_command_through_the_gateway_token_exact(
     assert_exact(trajectory["tokens"], llm.calls)
     turns = assert_turns_exact(trajectory, llm.calls)
     assert [[(c["name"], c["arguments"]) for c in t["tool_calls"]] for t in turns] == [
-        [("exec_command", {"cmd": PATCH})], [("exec_command", {"cmd": COMMAND})], []]
+        [("exec_command", {"cmd": PATCH})],
+        [("exec_command", {"cmd": COMMAND})],
+        [],
+    ]
     # The tool's output came back to the policy, as Codex reports it.
     assert "rollserve-42" in llm.tok.decode(llm.calls[2].prompt_ids)
     # Codex's tools were rendered for the policy (the template's tools section).
@@ -170,7 +190,7 @@ async def test_real_codex_runs_a_shell_command_through_the_gateway_token_exact(
 # Inside the rollout's bubblewrap sandbox (no network but the forwarder to the session's
 # socket, the sandbox's memory cap): the preset's files written under a private HOME, as
 # the preset runner writes them (${VAR} from the run's environment), then its command.
-IN_SANDBOX = r'''
+IN_SANDBOX = r"""
 import json, os, re, sys
 home = os.environ["HOME"]
 for path, text in json.loads(sys.argv[1]).items():
@@ -178,43 +198,59 @@ for path, text in json.loads(sys.argv[1]).items():
     os.makedirs(os.path.dirname(full), exist_ok=True)
     with open(full, "w") as out:
         out.write(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ[m.group(1)], text))
-'''
+"""
 
 
 def closed_folder(path: Path) -> Path | None:
     """The first folder above ``path`` that other users cannot enter (the sandbox runs
     as a uid of its own), or None."""
-    return next((folder for folder in reversed(path.parents)
-                 if not folder.stat().st_mode & 0o001), None)
+    return next((folder for folder in reversed(path.parents) if not folder.stat().st_mode & 0o001), None)
 
 
-@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+@pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 async def test_real_codex_in_the_rollouts_sandbox_through_its_socket(make_api, llm):
     codex = harness_bin("codex")
     if (closed := closed_folder(codex)) is not None:
-        pytest.skip(f"{closed} is closed to the sandbox's uid: install codex under a folder "
-                    "others can read (ROLLSERVE_HARNESS_DIR)")
+        pytest.skip(
+            f"{closed} is closed to the sandbox's uid: install codex under a folder "
+            "others can read (ROLLSERVE_HARNESS_DIR)"
+        )
     if codex.resolve().is_relative_to(tempfile.gettempdir()):
         # (this test runs the host's path as it is; the preset runner, which binds the
         # install folder in, runs codex from anywhere: test_real_harnesses_swe_api.py)
-        pytest.skip(f"{codex} is under the temp folder, which a sandbox sees as its own "
-                    "/tmp: install codex elsewhere (ROLLSERVE_HARNESS_DIR)")
+        pytest.skip(
+            f"{codex} is under the temp folder, which a sandbox sees as its own "
+            "/tmp: install codex elsewhere (ROLLSERVE_HARNESS_DIR)"
+        )
     service, client = await make_api([llm.url])
     preset = tomllib.loads(PRESET.read_text())
-    exports = {**preset["env"], "HOME": "/tmp/.codex-home", "ROLLSERVE_MODEL": "rollserve-policy",
-               "ROLLSERVE_TASK_FILE": "/tmp/.codex-home/task.md"}
-    command = "\n".join([
-        *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
-        f"export PATH={shlex.quote(str(codex.parent))}:\"$PATH\"",
-        'mkdir -p "$HOME" && echo "Write 6*7 to answer.txt. [script:codex]" > "$ROLLSERVE_TASK_FILE"',
-        f'"$ROLLSERVE_PYTHON" -c {shlex.quote(IN_SANDBOX)} '
-        f'{shlex.quote(json.dumps(preset["files"]))} || exit 97',
-        preset["run"]["command"].strip().removeprefix("exec "),
-        "echo codex exit $?; cat answer.txt"])
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {"answer": "42", "command": command}}],
-        "sampling": {"max_tokens": 256}, "agent": {"max_turns": 8}})
+    exports = {
+        **preset["env"],
+        "HOME": "/tmp/.codex-home",
+        "ROLLSERVE_MODEL": "rollserve-policy",
+        "ROLLSERVE_TASK_FILE": "/tmp/.codex-home/task.md",
+    }
+    command = "\n".join(
+        [
+            *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
+            f'export PATH={shlex.quote(str(codex.parent))}:"$PATH"',
+            'mkdir -p "$HOME" && echo "Write 6*7 to answer.txt. [script:codex]" > "$ROLLSERVE_TASK_FILE"',
+            f'"$ROLLSERVE_PYTHON" -c {shlex.quote(IN_SANDBOX)} {shlex.quote(json.dumps(preset["files"]))} || exit 97',
+            preset["run"]["command"].strip().removeprefix("exec "),
+            "echo codex exit $?; cat answer.txt",
+        ]
+    )
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "gateway", "instance": {"answer": "42", "command": command}}],
+            "sampling": {"max_tokens": 256},
+            "agent": {"max_turns": 8},
+        },
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     done = await result(client, rollout_id)

@@ -15,8 +15,7 @@ TASKS = [
 def test_sigkill_mid_batch_then_restart(server_factory, fake_llm_thread, tmp_path, policy):
     fake = fake_llm_thread(replies=["Let me think.", "The answer is \\boxed{2}."], latency=0.15)
     state = tmp_path / "state"
-    first = server_factory("--backend", fake.url, "--run-workers", "4",
-                           "--on-restart", policy, state_dir=state).start()
+    first = server_factory("--backend", fake.url, "--run-workers", "4", "--on-restart", policy, state_dir=state).start()
     with Client(first.url) as client:
         ids = [rid for g in client.submit(TASKS).groups for rid in g.rollout_ids]
 

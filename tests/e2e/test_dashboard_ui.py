@@ -20,14 +20,12 @@ import pytest
 
 from rollserve.contract import NodeStatus
 
-CHROMIUM = os.environ.get("ROLLSERVE_CHROMIUM") or shutil.which("chromium") or shutil.which(
-    "chromium-browser")
+CHROMIUM = os.environ.get("ROLLSERVE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 TOKEN = "ui-T0ken-7f3a"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # The policy's own text, sent back to the page: it must show as text and run nothing.
-HOSTILE = ('<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> '
-           "so \\boxed{5}")
+HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> so \\boxed{5}'
 
 try:
     from playwright.sync_api import Browser, Page, sync_playwright
@@ -35,10 +33,11 @@ except ImportError:  # pragma: no cover - the dev extra installs it
     sync_playwright = None
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (Debian: apt-get "
-                                                "install chromium; or set ROLLSERVE_CHROMIUM)"),
-    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (the dev "
-                                                       "extra installs it)"),
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no chromium on this machine (Debian: apt-get install chromium; or set ROLLSERVE_CHROMIUM)",
+    ),
+    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (the dev extra installs it)"),
 ]
 
 
@@ -56,8 +55,7 @@ def math(question: str, answer: str, n: int = 1) -> dict:
 def browser() -> Iterator[Browser]:
     assert sync_playwright is not None and CHROMIUM is not None
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM,
-                                              args=["--no-sandbox", "--disable-gpu"])
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             yield launched
         finally:
@@ -78,8 +76,7 @@ def submit(url: str, tasks: list[dict], **extra: object) -> list[str]:
 def wait_done(url: str, ids: list[str]) -> list[dict]:
     results = []
     for rid in ids:
-        view = httpx.get(f"{url}/v1/rollouts/{rid}", params={"wait": 120}, headers=AUTH,
-                         timeout=130).json()
+        view = httpx.get(f"{url}/v1/rollouts/{rid}", params={"wait": 120}, headers=AUTH, timeout=130).json()
         assert view["done"], view
         results.append(view["result"])
     return results
@@ -87,8 +84,7 @@ def wait_done(url: str, ids: list[str]) -> list[dict]:
 
 def test_dashboard_live_results_and_token_view(server_factory, fake_llm_thread, browser):
     llm = fake_llm_thread(replies=policy, latency=0.25)
-    server = server_factory("--backend", llm.url, "--api-token", TOKEN,
-                            "--run-workers", "4").start()
+    server = server_factory("--backend", llm.url, "--api-token", TOKEN, "--run-workers", "4").start()
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     urls: list[str] = []
     page.on("request", lambda request: urls.append(request.url))
@@ -112,21 +108,35 @@ def test_dashboard_live_results_and_token_view(server_factory, fake_llm_thread, 
         page.wait_for_timeout(200)
     shot(page, "live.png")
     wait_done(server.url, batch)
-    page.wait_for_function(
-        "() => document.querySelector('#live-finished').textContent === '16'", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#live-finished').textContent === '16'", timeout=30_000)
     assert page.evaluate("window.__samePage") == "yes"  # updated in place, never reloaded
     assert page.inner_text("[data-stage=run] .busy") == "0"
     assert page.is_hidden("#live-nodes-box")  # one machine: no nodes
 
     # --- the Ray mode's per-node table, from NodeStatus as /v1/status carries it ---------
-    node = NodeStatus(name="node-b", node_id="n2", alive=True, draining=True, slots=4, hosted=2,
-                      queued=0, busy={"run": 2}, done={"init": 5, "run": 3, "eval": 3},
-                      placed=5, lost=1, sandboxes_open=2, reaped_at_start=3)
-    rows = page.evaluate("""(nodes) => {  // one synchronous render: no snapshot in between
+    node = NodeStatus(
+        name="node-b",
+        node_id="n2",
+        alive=True,
+        draining=True,
+        slots=4,
+        hosted=2,
+        queued=0,
+        busy={"run": 2},
+        done={"init": 5, "run": 3, "eval": 3},
+        placed=5,
+        lost=1,
+        sandboxes_open=2,
+        reaped_at_start=3,
+    )
+    rows = page.evaluate(
+        """(nodes) => {  // one synchronous render: no snapshot in between
         Live.nodes({nodes});
         return [...document.querySelectorAll('#live-nodes tr')].map((r) =>
             [...r.children].map((c) => c.textContent));
-    }""", [node.model_dump(mode="json")])
+    }""",
+        [node.model_dump(mode="json")],
+    )
     assert rows[1] == ["node-b", "draining", "4", "2", "0 / 2 / 0", "5 / 3 / 3", "5", "1", "2", "3"]
 
     # --- an infrastructure failure (masked) and the policy's hostile text -------------------
@@ -139,18 +149,15 @@ def test_dashboard_live_results_and_token_view(server_factory, fake_llm_thread, 
     # --- the results table filters ------------------------------------------------------
     page.click("nav a[data-view=results]")
     page.wait_for_selector(".result-row", timeout=30_000)
-    page.wait_for_function("() => document.querySelectorAll('.result-row').length === 18",
-                           timeout=30_000)
+    page.wait_for_function("() => document.querySelectorAll('.result-row').length === 18", timeout=30_000)
     page.select_option("#filter-failure_kind", "infra")
-    page.wait_for_function("() => document.querySelectorAll('.result-row').length === 1",
-                           timeout=30_000)
+    page.wait_for_function("() => document.querySelectorAll('.result-row').length === 1", timeout=30_000)
     assert page.get_attribute(".result-row", "data-id") == infra
     assert page.inner_text(".result-row .masked") == "masked"
     assert page.inner_text("#results-total") == "1 results match"
     page.select_option("#filter-failure_kind", "")
     page.select_option("#filter-masked", "false")
-    page.wait_for_function("() => document.querySelectorAll('.result-row').length === 17",
-                           timeout=30_000)
+    page.wait_for_function("() => document.querySelectorAll('.result-row').length === 17", timeout=30_000)
     rewards = page.eval_on_selector_all(".result-row .reward", "cells => cells.map(c => c.textContent)")
     assert rewards.count("1.000") == 9 and rewards.count("0.000") == 8  # 2 + 2 and hostile; 3 + 5
     shot(page, "results.png")
@@ -172,16 +179,16 @@ def test_dashboard_live_results_and_token_view(server_factory, fake_llm_thread, 
 
     # --- a harness that rewrote its history: each sequence shown, each exact --------------
     (gateway,) = submit(server.url, [{"data_source": "gateway", "instance": {"answer": "x"}}])
-    r = httpx.get(f"{server.url}/v1/rollouts/{gateway}/gateway", params={"wait": 60},
-                  headers=AUTH, timeout=70)
+    r = httpx.get(f"{server.url}/v1/rollouts/{gateway}/gateway", params={"wait": 60}, headers=AUTH, timeout=70)
     assert r.status_code == 200, r.text
     base = f"{server.url}{r.json()['base_url']}"
     history: list[dict] = [{"role": "user", "content": "first question"}]
     for question in ("second question", "third question"):
-        reply = httpx.post(f"{base}/chat/completions", json={"model": "p", "messages": history},
-                           timeout=60).json()
-        history += [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
-                    {"role": "user", "content": question}]
+        reply = httpx.post(f"{base}/chat/completions", json={"model": "p", "messages": history}, timeout=60).json()
+        history += [
+            {"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
+            {"role": "user", "content": question},
+        ]
     truncated = history[2:]  # the oldest exchange dropped: a second sequence starts
     httpx.post(f"{base}/chat/completions", json={"model": "p", "messages": truncated}, timeout=60)
     httpx.post(f"{base.removesuffix('/v1')}/end", timeout=30)
@@ -207,33 +214,45 @@ def check_the_page_survives(page: Page, url: str, first: str, second: str) -> No
     """The page's functions with this server's data: a bad link, a stream whose line ends
     are cut across chunks, a long trajectory and a -inf logprob, responses that arrive
     out of order, a capped count."""
-    failed = [s["id"] for s in httpx.get(f"{url}/v1/results/summaries", params={
-        "status": "failed"}, headers=AUTH, timeout=30).json()["summaries"]]
+    failed = [
+        s["id"]
+        for s in httpx.get(f"{url}/v1/results/summaries", params={"status": "failed"}, headers=AUTH, timeout=30).json()[
+            "summaries"
+        ]
+    ]
     assert failed
     page.evaluate("window.location.hash = '#rollout/%'")
     page.reload()  # a fresh page on that link
     # --- a malformed escape in the link: a message, and the live stream still runs -------
     page.wait_for_selector("#bad-link", timeout=30_000)
-    page.wait_for_function("() => document.querySelector('#conn').textContent === 'live'",
-                           timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#conn').textContent === 'live'", timeout=30_000)
     page.wait_for_function(
-        "() => /^[0-9,]+$/.test(document.querySelector('#live-finished').textContent)",
-        timeout=30_000)
+        "() => /^[0-9,]+$/.test(document.querySelector('#live-finished').textContent)", timeout=30_000
+    )
 
     # --- SSE: a "\r\n" cut between two chunks is one line end, not two ---------------------
-    events = page.evaluate("""(chunks) => {
+    events = page.evaluate(
+        """(chunks) => {
         const seen = [];
         const parse = sseParser((name, data) => seen.push([name, data]));
         chunks.forEach(parse);
         return seen;
-    }""", ["event: status\r", "\ndata: {\"a\": 1}\r\n\r", "\nevent: status\r\ndata: 2\r",
-           "\n\r", "\n: ping\r\n\r\n", "data: 3\r\rdata: 4\n\n"])
-    assert events == [["status", '{"a": 1}'], ["status", "2"], ["message", "3"],
-                      ["message", "4"]]
+    }""",
+        [
+            "event: status\r",
+            '\ndata: {"a": 1}\r\n\r',
+            "\nevent: status\r\ndata: 2\r",
+            "\n\r",
+            "\n: ping\r\n\r\n",
+            "data: 3\r\rdata: 4\n\n",
+        ],
+    )
+    assert events == [["status", '{"a": 1}'], ["status", "2"], ["message", "3"], ["message", "4"]]
 
     # --- a long trajectory: drawn a chunk at a time; the counts are the whole -------------
     n = 9_000  # loss mask 0 every third token: 6,000 sampled; token 1's logprob was -inf
-    page.evaluate("""(n) => {
+    page.evaluate(
+        """(n) => {
         const input_ids = [], loss_mask = [], logprobs = [];
         for (let i = 0; i < n; i++) {
             const mask = i % 3 === 0 ? 0 : 1;
@@ -245,7 +264,9 @@ def check_the_page_survives(page: Page, url: str, first: str, second: str) -> No
                             sequences: [], tokens: {input_ids, loss_mask, logprobs},
                             fidelity: null};
         document.getElementById("view-rollout").replaceChildren(Tokens.view(trajectory, new Map()));
-    }""", n)
+    }""",
+        n,
+    )
     assert page.inner_text("#token-view .token-sampled") == "6,000"
     assert page.inner_text("#token-view .token-total") == "9,000"
     assert page.locator("#token-view .tokens .tok").count() == 4_000
@@ -262,7 +283,8 @@ def check_the_page_survives(page: Page, url: str, first: str, second: str) -> No
     assert page.is_hidden("#token-view .more-tokens")
 
     # --- rollout A's answer arrives after B's: B stays on the page -------------------------
-    shown = page.evaluate("""async ([a, b]) => {
+    shown = page.evaluate(
+        """async ([a, b]) => {
         const original = apiGet;
         let release;
         const gate = new Promise((resolve) => { release = resolve; });
@@ -281,7 +303,9 @@ def check_the_page_survives(page: Page, url: str, first: str, second: str) -> No
         } finally {
             window.apiGet = original;
         }
-    }""", [first, second])
+    }""",
+        [first, second],
+    )
     assert shown == [f"results / {second}", f"results / {second}"]
 
     # --- a refresh of the unfiltered table lands after the filtered page: dropped ----------

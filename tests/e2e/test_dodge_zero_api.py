@@ -24,7 +24,8 @@ from tests.e2e.test_code_api import bwraps, result_of, sleepers, submit, task
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 WINDOW = 2048  # the backend's max_model_len in the overflow tests
 FILLER = " ".join(f"word{i}" for i in range(400))  # far more than one turn's max_tokens
@@ -55,8 +56,7 @@ async def test_a_policy_that_stalls_until_the_deadline_is_scored_zero(make_api, 
     assert result["trajectory"]["ended_by"] == "time_limit"
     assert result["evaluation"]["submitted"] is False  # EVAL ran: scored, not masked
     [turn] = result["trajectory"]["turns"]
-    assert turn["tool_calls"] == [{"name": "bash", "arguments": {"command": "sleep 987.65"},
-                                   "id": None}]
+    assert turn["tool_calls"] == [{"name": "bash", "arguments": {"command": "sleep 987.65"}, "id": None}]
     # Ended at the time limit (the RUN deadline less the margin), not at the deadline.
     assert result["timing"]["run"] < 10.0
     assert result["timing"]["tools"] > result["timing"]["llm"]
@@ -79,8 +79,9 @@ async def test_a_slow_backend_is_still_masked(make_api):
 
 @pytest.mark.parametrize("reported", [True, False], ids=["window-read", "window-refused"])
 async def test_replies_that_outgrow_the_context_window_are_scored_zero(make_api, reported):
-    async with FakeVLLM("smollm2", replies=policy, latency=0.01, max_model_len=WINDOW,
-                        report_max_model_len=reported) as llm:
+    async with FakeVLLM(
+        "smollm2", replies=policy, latency=0.01, max_model_len=WINDOW, report_max_model_len=reported
+    ) as llm:
         _, client = await make_api([llm.url])
         # The rollout's own limit is far above the backend's window.
         (rid,) = await submit(client, task("verbose"), agent={"max_context_tokens": 8192})

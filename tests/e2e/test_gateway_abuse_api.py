@@ -65,8 +65,10 @@ async def test_a_flood_of_concurrent_calls_is_refused_past_the_queue(make_api, m
         body = {"model": "p", "messages": [{"role": "user", "content": "hi"}]}
         calls = [asyncio.create_task(chat(client, key, body)) for _ in range(MAX_WAITING_CALLS)]
         # until they all are in the session (one at the backend)
-        await eventually(lambda: len(admitted) == MAX_WAITING_CALLS and server.calls,
-                         what=f"{MAX_WAITING_CALLS} calls admitted, one at the backend")
+        await eventually(
+            lambda: len(admitted) == MAX_WAITING_CALLS and server.calls,
+            what=f"{MAX_WAITING_CALLS} calls admitted, one at the backend",
+        )
         refused = await asyncio.wait_for(chat(client, key, body), 30)
         assert refused.status_code == 429, refused.text
         assert refused.json()["error"]["code"] == "too_many_calls"
@@ -82,18 +84,29 @@ async def test_bad_messages_are_400_never_500(make_api, llm):
     key, _ = await harness_for(client, rollout_id)
     deep = "[" * 50_000 + "]" * 50_000  # RecursionError for json, not a ValueError
     calls = [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": deep}}]
-    r = await chat(client, key, {"model": "p", "tools": [BASH], "messages": [
-        {"role": "user", "content": "hi [script:x]"},
-        {"role": "assistant", "content": None, "tool_calls": calls},
-        {"role": "tool", "tool_call_id": "c1", "content": "out"}]})
+    r = await chat(
+        client,
+        key,
+        {
+            "model": "p",
+            "tools": [BASH],
+            "messages": [
+                {"role": "user", "content": "hi [script:x]"},
+                {"role": "assistant", "content": None, "tool_calls": calls},
+                {"role": "tool", "tool_call_id": "c1", "content": "out"},
+            ],
+        },
+    )
     assert r.status_code in (200, 400), r.text  # written as raw text, or refused: never 500
     # A content part the gateway cannot render is refused naming it, and the session
     # still answers afterwards.
-    r = await chat(client, key, {"model": "p", "messages": [
-        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})
+    r = await chat(
+        client,
+        key,
+        {"model": "p", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0]"
-    r = await chat(client, key, {"model": "p", "messages": [
-        {"role": "user", "content": "hi [script:x]"}]})
+    r = await chat(client, key, {"model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]})
     assert r.status_code == 200, r.text
     await end(client, key)
 
@@ -112,9 +125,11 @@ async def test_a_late_system_message_does_not_repeat_the_tools_section(make_api)
         messages = [{"role": "user", "content": "hi"}]
         first = await chat(client, key, {"model": "p", "messages": messages, "tools": [BASH]})
         assert first.status_code == 200, first.text
-        messages += [first.json()["choices"][0]["message"],
-                     {"role": "system", "content": "Be brief."},
-                     {"role": "user", "content": "again"}]
+        messages += [
+            first.json()["choices"][0]["message"],
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "again"},
+        ]
         second = await chat(client, key, {"model": "p", "messages": messages, "tools": [BASH]})
         assert second.status_code == 200, second.text
         await end(client, key)
@@ -130,8 +145,7 @@ async def test_nan_arguments_are_not_a_tool_call(make_api):
         _, client = await make_api([server.url])
         (rollout_id,) = await submit(client)
         key, _ = await harness_for(client, rollout_id)
-        r = await chat(client, key, {"model": "p", "tools": [BASH],
-                                     "messages": [{"role": "user", "content": "hi"}]})
+        r = await chat(client, key, {"model": "p", "tools": [BASH], "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 200, r.text
         message = r.json()["choices"][0]["message"]
         assert not message.get("tool_calls") and "NaN" in message["content"]

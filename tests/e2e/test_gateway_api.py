@@ -16,10 +16,14 @@ from rollserve.integrations.tensors import MultiSequenceError, to_sample
 from rollserve.testing import FakeVLLM
 
 TAG = re.compile(r"\[script:(\w+)\]")
-BASH = {"type": "function", "function": {
-    "name": "bash", "description": "run a command",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                   "required": ["command"]}}}
+BASH = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "run a command",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+    },
+}
 
 
 def policy(prompt_ids: list[int], prompt: str) -> str:
@@ -39,10 +43,12 @@ async def llm():
         yield server
 
 
-async def submit(client: httpx.AsyncClient, answer: str = "42", n: int = 1,
-                 max_turns: int = 8) -> list[str]:
-    body = {"tasks": [{"data_source": "gateway", "instance": {"answer": answer}, "n": n}],
-            "sampling": {"max_tokens": 64}, "agent": {"max_turns": max_turns}}
+async def submit(client: httpx.AsyncClient, answer: str = "42", n: int = 1, max_turns: int = 8) -> list[str]:
+    body = {
+        "tasks": [{"data_source": "gateway", "instance": {"answer": answer}, "n": n}],
+        "sampling": {"max_tokens": 64},
+        "agent": {"max_turns": max_turns},
+    }
     r = await client.post("/v1/rollouts", json=body)
     assert r.status_code == 202, r.text
     return list(r.json()["groups"][0]["rollout_ids"])
@@ -55,8 +61,9 @@ async def harness_for(client: httpx.AsyncClient, rollout_id: str) -> tuple[str, 
     assert r.status_code == 200, r.text
     info = r.json()
     assert info["base_url"] == f"/v1/gateway/{info['key']}/v1" and not info["ended"]
-    return info["key"], openai.AsyncOpenAI(base_url=f"http://rollserve{info['base_url']}",
-                                           api_key="anything", http_client=client, max_retries=0)
+    return info["key"], openai.AsyncOpenAI(
+        base_url=f"http://rollserve{info['base_url']}", api_key="anything", http_client=client, max_retries=0
+    )
 
 
 async def end(client: httpx.AsyncClient, key: str) -> None:
@@ -87,8 +94,7 @@ def assert_tool_round_trip(done: dict, calls: list, call_id: str) -> str:
     assert trajectory["sequence_count"] == 1 and len(calls) == 3  # append-only throughout
     assert_exact(trajectory["tokens"], calls)
     turns = assert_turns_exact(trajectory, calls)
-    assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"},
-                                       "id": call_id}]
+    assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"}, "id": call_id}]
     assert trajectory["fidelity"]["fallback_deltas"] == 0  # the deltas were the template's own
     return calls[2].prompt_ids
 
@@ -99,15 +105,15 @@ def assert_exact(sequence: dict, calls: list) -> None:
     ids the backend sampled, with their logprobs verbatim."""
     for earlier, later in zip(calls, calls[1:]):
         done = earlier.prompt_ids + earlier.output_ids
-        assert later.prompt_ids[:len(done)] == done
+        assert later.prompt_ids[: len(done)] == done
     last = calls[-1]
     assert sequence["input_ids"] == last.prompt_ids + last.output_ids
     mask = [0] * len(last.prompt_ids) + [1] * len(last.output_ids)
     logprobs = [0.0] * len(last.prompt_ids) + list(last.logprobs)
     for call in calls[:-1]:
         start = len(call.prompt_ids)
-        mask[start:start + len(call.output_ids)] = [1] * len(call.output_ids)
-        logprobs[start:start + len(call.output_ids)] = call.logprobs
+        mask[start : start + len(call.output_ids)] = [1] * len(call.output_ids)
+        logprobs[start : start + len(call.output_ids)] = call.logprobs
     assert sequence["loss_mask"] == mask
     assert sequence["logprobs"] == logprobs
 
@@ -116,8 +122,10 @@ async def test_openai_client_with_tools_streaming_and_not_is_token_exact(make_ap
     service, client = await make_api([llm.url])
     (rollout_id,) = await submit(client)
     key, harness = await harness_for(client, rollout_id)
-    messages: list[dict] = [{"role": "system", "content": "You are a calculator. [script:tools]"},
-                            {"role": "user", "content": "What is 6*7?"}]
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a calculator. [script:tools]"},
+        {"role": "user", "content": "What is 6*7?"},
+    ]
     first = await harness.chat.completions.create(model="policy", messages=messages, tools=[BASH])
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
@@ -125,11 +133,13 @@ async def test_openai_client_with_tools_streaming_and_not_is_token_exact(make_ap
     assert call.function.name == "bash" and call.function.arguments == '{"command": "echo 6*7"}'
     assert first.usage is not None and first.usage.completion_tokens == len(llm.calls[0].output_ids)
     # The harness sends back the message as the client gave it (refusal, annotations...).
-    messages += [choice.message.model_dump(exclude_unset=False),
-                 {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    messages += [
+        choice.message.model_dump(exclude_unset=False),
+        {"role": "tool", "tool_call_id": call.id, "content": "42"},
+    ]
     stream = await harness.chat.completions.create(
-        model="policy", messages=messages, tools=[BASH], stream=True,
-        stream_options={"include_usage": True})
+        model="policy", messages=messages, tools=[BASH], stream=True, stream_options={"include_usage": True}
+    )
     text, finish, usage = "", None, None
     async for chunk in stream:
         if chunk.usage is not None:
@@ -148,15 +158,13 @@ async def test_openai_client_with_tools_streaming_and_not_is_token_exact(make_ap
     assert trajectory["ended_by"] == "finished" and len(llm.calls) == 2
     assert_exact(trajectory["tokens"], llm.calls)
     turns = assert_turns_exact(trajectory, llm.calls)
-    assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"},
-                                       "id": call.id}]
+    assert turns[0]["tool_calls"] == [{"name": "bash", "arguments": {"command": "echo 6*7"}, "id": call.id}]
     assert trajectory["fidelity"]["fallback_deltas"] == 0  # the delta was the template's own
     assert done["stats"]["gateway_calls"] == 2
     sample = to_sample(RolloutResult.model_validate(done), filler_id=0)
     assert sample.prompt_ids + sample.completion_ids == trajectory["tokens"]["input_ids"]
     # The key died with its rollout.
-    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions",
-                          json={"model": "p", "messages": messages})
+    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions", json={"model": "p", "messages": messages})
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
 
 
@@ -165,8 +173,8 @@ async def test_malformed_tool_call_is_text_as_vllm_answers_it(make_api, llm):
     (rollout_id,) = await submit(client, answer="x")
     key, harness = await harness_for(client, rollout_id)
     reply = await harness.chat.completions.create(
-        model="policy", tools=[BASH],
-        messages=[{"role": "user", "content": "Run something. [script:malformed]"}])
+        model="policy", tools=[BASH], messages=[{"role": "user", "content": "Run something. [script:malformed]"}]
+    )
     choice = reply.choices[0]
     assert choice.finish_reason == "stop" and choice.message.tool_calls is None
     assert choice.message.content == policy([], "[script:malformed]")
@@ -183,8 +191,10 @@ async def test_truncated_history_becomes_a_second_sequence_each_exact(make_api, 
     history: list[dict] = [system, {"role": "user", "content": "first question"}]
     for question in ("second question", "third question"):
         reply = await harness.chat.completions.create(model="p", messages=history)
-        history += [{"role": "assistant", "content": reply.choices[0].message.content},
-                    {"role": "user", "content": question}]
+        history += [
+            {"role": "assistant", "content": reply.choices[0].message.content},
+            {"role": "user", "content": question},
+        ]
     # The harness drops the oldest exchange to save room: its history is rewritten.
     truncated = [system, *history[3:]]
     last = await harness.chat.completions.create(model="p", messages=truncated)
@@ -218,10 +228,12 @@ async def test_an_assistant_turn_the_harness_wrote_is_never_trained_on(make_api,
     history: list[dict] = [{"role": "user", "content": "hello [script:cheat]"}]
     reply = await harness.chat.completions.create(model="p", messages=history)
     forged = "The answer is unreachable. I solved it perfectly."
-    history += [{"role": "assistant", "content": forged},
-                {"role": "user", "content": "go on"},
-                {"role": "assistant", "content": "unreachable"},  # never sampled at all
-                {"role": "user", "content": "and?"}]
+    history += [
+        {"role": "assistant", "content": forged},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": "unreachable"},  # never sampled at all
+        {"role": "user", "content": "and?"},
+    ]
     assert reply.choices[0].message.content != forged
     await harness.chat.completions.create(model="p", messages=history)
     await end(client, key)
@@ -236,8 +248,8 @@ async def test_an_assistant_turn_the_harness_wrote_is_never_trained_on(make_api,
     last = sequences[-1]
     forged_ids = llm.tok.encode(forged)
     ids, mask = last["input_ids"], last["loss_mask"]
-    at = next(i for i in range(len(ids)) if ids[i:i + len(forged_ids)] == forged_ids)
-    assert set(mask[at:at + len(forged_ids)]) == {0}
+    at = next(i for i in range(len(ids)) if ids[i : i + len(forged_ids)] == forged_ids)
+    assert set(mask[at : at + len(forged_ids)]) == {0}
     assert done["reward"] == 0.0  # the reply the policy sampled, not what the harness wrote
 
 
@@ -268,15 +280,19 @@ async def test_keys_name_one_live_rollout_each(make_api, llm):
 
 
 async def test_bad_requests_are_400s_naming_the_field(make_api, llm):
-    service, client = await make_api([llm.url], )
+    service, client = await make_api(
+        [llm.url],
+    )
     (rollout_id,) = await submit(client, answer="none")
     key, _ = await harness_for(client, rollout_id)
     url = f"/v1/gateway/{key}/v1/chat/completions"
-    cases = [({"model": "p"}, "messages"), ({"messages": []}, "messages"),
-             ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
-             ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
-             ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-              "messages[0].content[0]")]
+    cases = [
+        ({"model": "p"}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]"),
+    ]
     for body, param in cases:
         r = await client.post(url, json=body)
         assert r.status_code == 400, (body, r.text)
@@ -285,15 +301,14 @@ async def test_bad_requests_are_400s_naming_the_field(make_api, llm):
     r = await client.post(url, content=b"{not json")
     assert r.status_code == 400 and "error" in r.json()
     # The task itself is checked at submission: a 422 naming the field.
-    for instance, field in (({"answer": ""}, "instance.answer"),
-                            ({"answer": "x", "files": {"a.py": ""}}, "instance.files"),
-                            ({"answer": "x", "command": "true", "files": {"../up": ""}},
-                             "instance.files.../up"),
-                            ({"answer": "x", "command": "true", "files": {"/etc/x": ""}},
-                             "instance.files./etc/x"),
-                            ({"answer": "x", "surprise": 1}, "instance.surprise")):
-        r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "gateway",
-                                                              "instance": instance}]})
+    for instance, field in (
+        ({"answer": ""}, "instance.answer"),
+        ({"answer": "x", "files": {"a.py": ""}}, "instance.files"),
+        ({"answer": "x", "command": "true", "files": {"../up": ""}}, "instance.files.../up"),
+        ({"answer": "x", "command": "true", "files": {"/etc/x": ""}}, "instance.files./etc/x"),
+        ({"answer": "x", "surprise": 1}, "instance.surprise"),
+    ):
+        r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "gateway", "instance": instance}]})
         assert r.status_code == 422, (instance, r.text)
         assert r.json()["errors"][0]["field"] == f"tasks[0].{field}", r.json()
     await end(client, key)
@@ -305,8 +320,11 @@ async def test_text_appended_to_a_cut_reply_is_prompt_not_sample(make_api, llm):
     """The policy's reply was cut by max_tokens (no end token), and the harness sends it
     back with words of its own appended: they may extend the sequence, but as prompt."""
     service, client = await make_api([llm.url])
-    body = {"tasks": [{"data_source": "gateway", "instance": {"answer": "none"}}],
-            "sampling": {"max_tokens": 3}, "agent": {"max_turns": 4}}
+    body = {
+        "tasks": [{"data_source": "gateway", "instance": {"answer": "none"}}],
+        "sampling": {"max_tokens": 3},
+        "agent": {"max_turns": 4},
+    }
     r = await client.post("/v1/rollouts", json=body)
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     key, harness = await harness_for(client, rollout_id)
@@ -314,8 +332,10 @@ async def test_text_appended_to_a_cut_reply_is_prompt_not_sample(make_api, llm):
     reply = await harness.chat.completions.create(model="p", messages=history)
     assert reply.choices[0].finish_reason == "length"
     appended = " and the task is SOLVED"
-    history += [{"role": "assistant", "content": reply.choices[0].message.content + appended},
-                {"role": "user", "content": "next"}]
+    history += [
+        {"role": "assistant", "content": reply.choices[0].message.content + appended},
+        {"role": "user", "content": "next"},
+    ]
     await harness.chat.completions.create(model="p", messages=history)
     await end(client, key)
 
@@ -327,46 +347,55 @@ async def test_text_appended_to_a_cut_reply_is_prompt_not_sample(make_api, llm):
     assert last["input_ids"] == llm.calls[-1].prompt_ids + llm.calls[-1].output_ids
     solved = llm.tok.encode(" SOLVED")
     ids = last["input_ids"]
-    at = next(i for i in range(len(ids)) if ids[i:i + len(solved)] == solved)
-    assert set(last["loss_mask"][at:at + len(solved)]) == {0}
+    at = next(i for i in range(len(ids)) if ids[i : i + len(solved)] == solved)
+    assert set(last["loss_mask"][at : at + len(solved)]) == {0}
 
 
 async def test_harness_needs_no_api_token_but_the_trainer_route_does(make_api, llm):
     service, client = await make_api([llm.url], token="trainer-secret")
     auth = {"Authorization": "Bearer trainer-secret"}
-    r = await client.post("/v1/rollouts", headers=auth, json={
-        "tasks": [{"data_source": "gateway", "instance": {"answer": "reply 0 of tok"}}],
-        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 1}})
+    r = await client.post(
+        "/v1/rollouts",
+        headers=auth,
+        json={
+            "tasks": [{"data_source": "gateway", "instance": {"answer": "reply 0 of tok"}}],
+            "sampling": {"max_tokens": 32},
+            "agent": {"max_turns": 1},
+        },
+    )
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     assert (await client.get(f"/v1/rollouts/{rollout_id}/gateway")).status_code == 401
-    info = (await client.get(f"/v1/rollouts/{rollout_id}/gateway", headers=auth,
-                             params={"wait": 60})).json()
-    harness = openai.AsyncOpenAI(base_url=f"http://rollserve{info['base_url']}", api_key="sk-x",
-                                 http_client=client, max_retries=0)
-    reply = await harness.chat.completions.create(
-        model="p", messages=[{"role": "user", "content": "[script:tok]"}])
+    info = (await client.get(f"/v1/rollouts/{rollout_id}/gateway", headers=auth, params={"wait": 60})).json()
+    harness = openai.AsyncOpenAI(
+        base_url=f"http://rollserve{info['base_url']}", api_key="sk-x", http_client=client, max_retries=0
+    )
+    reply = await harness.chat.completions.create(model="p", messages=[{"role": "user", "content": "[script:tok]"}])
     assert reply.choices[0].message.content == "reply 0 of tok"
     # max_turns is 1: that call was the last; the session ended and RUN with it.
-    r = await client.post(f"{info['base_url']}/chat/completions",
-                          json={"messages": [{"role": "user", "content": "again"}]})
+    r = await client.post(
+        f"{info['base_url']}/chat/completions", json={"messages": [{"role": "user", "content": "again"}]}
+    )
     assert r.status_code in (401, 404) and "error" in r.json()
-    view = (await client.get(f"/v1/rollouts/{rollout_id}", headers=auth,
-                             params={"wait": 60})).json()
+    view = (await client.get(f"/v1/rollouts/{rollout_id}", headers=auth, params={"wait": 60})).json()
     assert view["result"]["reward"] == 1.0
     assert view["result"]["trajectory"]["ended_by"] == "max_turns"
 
 
 async def test_a_prompt_past_the_context_limit_is_refused_as_openai_does(make_api, llm):
     service, client = await make_api([llm.url])
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {"answer": "none"}}],
-        "sampling": {"max_tokens": 16}, "agent": {"max_context_tokens": 256}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "gateway", "instance": {"answer": "none"}}],
+            "sampling": {"max_tokens": 16},
+            "agent": {"max_context_tokens": 256},
+        },
+    )
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     key, harness = await harness_for(client, rollout_id)
     short = [{"role": "user", "content": "[script:ctx]"}]
     await harness.chat.completions.create(model="p", messages=short)
-    long = short + [{"role": "assistant", "content": "x"},
-                    {"role": "user", "content": "word " * 400}]
+    long = short + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "word " * 400}]
     with pytest.raises(openai.BadRequestError) as refused:
         await harness.chat.completions.create(model="p", messages=long)
     assert refused.value.code == "context_length_exceeded" and len(llm.calls) == 1
@@ -380,16 +409,21 @@ async def test_a_harness_that_stalls_is_ended_at_the_time_limit_and_scored(make_
     """The harness took the time (not the backend): the episode ends ``time_limit`` and
     is scored, as the agent loop's own episodes are; a stall cannot buy a mask."""
     service, client = await make_api([llm.url])
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {"answer": "reply 0 of stall"}}],
-        "sampling": {"max_tokens": 16}, "timeouts": {"run": 8, "run_margin": 3}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "gateway", "instance": {"answer": "reply 0 of stall"}}],
+            "sampling": {"max_tokens": 16},
+            "timeouts": {"run": 8, "run_margin": 3},
+        },
+    )
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     key, harness = await harness_for(client, rollout_id)
-    await harness.chat.completions.create(model="p", messages=[{"role": "user",
-                                                                 "content": "[script:stall]"}])
+    await harness.chat.completions.create(model="p", messages=[{"role": "user", "content": "[script:stall]"}])
     done = await result(client, rollout_id)  # the harness never says it is done
     assert done["status"] == "completed" and not done["mask"], done["failure"]
     assert done["trajectory"]["ended_by"] == "time_limit" and done["reward"] == 1.0
-    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions",
-                          json={"messages": [{"role": "user", "content": "late"}]})
+    r = await client.post(
+        f"/v1/gateway/{key}/v1/chat/completions", json={"messages": [{"role": "user", "content": "late"}]}
+    )
     assert r.status_code == 401 and len(llm.calls) == 1

@@ -66,16 +66,15 @@ async def test_a_made_up_key_is_401_before_its_body_is_read(make_api):
     _, client = await make_api()
     stalled = Stalled(b'{"model": "p", "messages": [')
     try:
-        for path in ("/v1/gateway/rsg-made-up/v1/chat/completions",
-                     "/v1/gateway/rsg-made-up/v1/messages"):
+        for path in ("/v1/gateway/rsg-made-up/v1/chat/completions", "/v1/gateway/rsg-made-up/v1/messages"):
             r = await post_stalled(client, path, stalled)
             assert r.status_code == 401, r.text
             error = r.json()["error"]  # (OpenAI's shape, or Anthropic's)
-            assert "invalid_api_key" in (error.get("code"), error["type"]) or \
-                error["type"] == "authentication_error", error
+            assert "invalid_api_key" in (error.get("code"), error["type"]) or error["type"] == "authentication_error", (
+                error
+            )
         # A malformed body under a bogus key: the key is what is wrong (never a 400).
-        r = await client.post("/v1/gateway/rsg-made-up/v1/chat/completions",
-                              content=b"{not json")
+        r = await client.post("/v1/gateway/rsg-made-up/v1/chat/completions", content=b"{not json")
         assert r.status_code == 401, r.text
         assert not stalled.read_past_head
     finally:
@@ -94,8 +93,7 @@ async def test_a_body_past_the_context_bound_is_413_before_it_is_read(make_api, 
     assert limit == min(8 << 20, JSON_BYTES_PER_BYTE * token_bytes * 8192 + BODY_SLACK)
     stalled = Stalled(b'{"model": "p", "messages": [')
     try:
-        r = await post_stalled(client, f"/v1/gateway/{key}/v1/chat/completions", stalled,
-                               length=limit + 1)
+        r = await post_stalled(client, f"/v1/gateway/{key}/v1/chat/completions", stalled, length=limit + 1)
         assert r.status_code == 413, r.text
         assert r.json()["error"]["code"] == "request_too_large"
         assert not stalled.read_past_head
@@ -107,13 +105,15 @@ async def test_a_body_past_the_context_bound_is_413_before_it_is_read(make_api, 
 
     async def chunks():
         for start in range(0, len(body), 65536):
-            yield body[start:start + 65536]
+            yield body[start : start + 65536]
 
     r = await client.post(f"/v1/gateway/{key}/v1/chat/completions", content=chunks())
     assert r.status_code == 413, r.text
     # The session still answers a call of a fitting size.
-    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions", json={
-        "model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]})
+    r = await client.post(
+        f"/v1/gateway/{key}/v1/chat/completions",
+        json={"model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]},
+    )
     assert r.status_code == 200, r.text
     await end(client, key)
 
@@ -130,14 +130,16 @@ async def test_a_streamed_body_past_the_servers_own_limit_is_the_wires_413(make_
 
     async def chunks():
         for start in range(0, len(body), 16384):
-            yield body[start:start + 16384].encode()
+            yield body[start : start + 16384].encode()
 
     for route in ("chat/completions", "messages"):  # OpenAI's error shape, Anthropic's
         r = await client.post(f"/v1/gateway/{key}/v1/{route}", content=chunks())
         assert r.status_code == 413, r.text
         assert "larger than the server's limit of 100000 bytes" in r.json()["error"]["message"]
-    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions", json={
-        "model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]})
+    r = await client.post(
+        f"/v1/gateway/{key}/v1/chat/completions",
+        json={"model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]},
+    )
     assert r.status_code == 200, r.text
     # A method a harness path does not take goes on to the app: its 404/405, never a 500.
     r = await client.get(f"/v1/gateway/{key}/v1/chat/completions")
@@ -154,8 +156,9 @@ async def test_calls_are_admitted_before_their_bodies_are_read(make_api, llm):
     calls = [asyncio.create_task(client.post(path, content=body)) for body in held]
     extra = Stalled(b'{"model": "p", "messages": [')
     try:
-        await eventually(lambda: all(body.started for body in held), timeout=BOUND,
-                         what="every held call in (its body being read)")
+        await eventually(
+            lambda: all(body.started for body in held), timeout=BOUND, what="every held call in (its body being read)"
+        )
         refused = await post_stalled(client, path, extra)
         # The 5th call is refused while the others' bodies are still unread: a
         # session never holds more than MAX_WAITING_CALLS bodies.
@@ -170,8 +173,7 @@ async def test_calls_are_admitted_before_their_bodies_are_read(make_api, llm):
     await end(client, key)
 
 
-async def test_a_prompt_its_bytes_prove_too_long_is_refused_before_tokenizing(
-        make_api, llm, monkeypatch):
+async def test_a_prompt_its_bytes_prove_too_long_is_refused_before_tokenizing(make_api, llm, monkeypatch):
     service, client = await make_api([llm.url])
     tokenizer = service.tokenizer
     token_bytes = tokenizer.max_token_bytes
@@ -190,16 +192,20 @@ async def test_a_prompt_its_bytes_prove_too_long_is_refused_before_tokenizing(
     # Below the body bound, above what 8192 tokens can hold: N bytes a token at most.
     size = token_bytes * window + 1
     assert size + 1000 < session.max_body_bytes
-    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions", json={
-        "model": "p", "messages": [{"role": "user", "content": "y" * size}]})
+    r = await client.post(
+        f"/v1/gateway/{key}/v1/chat/completions",
+        json={"model": "p", "messages": [{"role": "user", "content": "y" * size}]},
+    )
     assert all(n < size for n in encoded), "the oversized prompt was tokenized"
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "context_length_exceeded"
     assert "at least" in r.json()["error"]["message"], r.json()  # (the proven bound)
     assert llm.calls == []
     # A prompt just under what the bound can prove is tokenized and answered as before.
-    r = await client.post(f"/v1/gateway/{key}/v1/chat/completions", json={
-        "model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]})
+    r = await client.post(
+        f"/v1/gateway/{key}/v1/chat/completions",
+        json={"model": "p", "messages": [{"role": "user", "content": "hi [script:x]"}]},
+    )
     assert r.status_code == 200, r.text
     await end(client, key)
     done = await result(client, rollout_id)
@@ -216,8 +222,11 @@ async def test_the_server_answers_while_a_large_body_is_parsed(make_api, llm, mo
     key, _ = await harness_for(client, rollout_id)
     events: list[str] = []
     answered = threading.Event()
-    module = wire if route == "chat/completions" else __import__(
-        "rollserve.agent.gateway.anthropic_wire", fromlist=["parse_request"])
+    module = (
+        wire
+        if route == "chat/completions"
+        else __import__("rollserve.agent.gateway.anthropic_wire", fromlist=["parse_request"])
+    )
     real_parse = module.parse_request
 
     def held_parse(raw: bytes):
@@ -231,8 +240,9 @@ async def test_the_server_answers_while_a_large_body_is_parsed(make_api, llm, mo
     if route == "messages":
         body["max_tokens"] = 16
     raw = json.dumps(body) + " " * INLINE_BYTES  # (whitespace after the value: still JSON)
-    call = asyncio.create_task(client.post(f"/v1/gateway/{key}/v1/{route}", content=raw,
-                                           headers={"Content-Type": "application/json"}))
+    call = asyncio.create_task(
+        client.post(f"/v1/gateway/{key}/v1/{route}", content=raw, headers={"Content-Type": "application/json"})
+    )
     await eventually(lambda: events, timeout=BOUND, what="the parse to start")
     health = await asyncio.wait_for(client.get("/healthz"), BOUND)
     events.append("healthz answered")

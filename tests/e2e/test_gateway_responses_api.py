@@ -24,14 +24,26 @@ from tests.e2e.test_gateway_api import (
 )
 from tests.e2e.test_gateway_sandbox_api import run_sandboxed
 
-BASH = {"type": "function", "name": "bash", "description": "run a command",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                       "required": ["command"]}}
-TEXT_EVENTS = ["response.output_item.added", "response.content_part.added",
-               "response.output_text.delta", "response.output_text.done",
-               "response.content_part.done", "response.output_item.done"]
-CALL_EVENTS = ["response.output_item.added", "response.function_call_arguments.delta",
-               "response.function_call_arguments.done", "response.output_item.done"]
+BASH = {
+    "type": "function",
+    "name": "bash",
+    "description": "run a command",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+}
+TEXT_EVENTS = [
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+]
+CALL_EVENTS = [
+    "response.output_item.added",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.output_item.done",
+]
 
 
 def policy(prompt_ids: list[int], prompt: str) -> str:
@@ -39,8 +51,11 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
     script = TAG.findall(prompt)[-1]
     turn = prompt.count("<|im_start|>assistant") - 1
     if script == "tools":
-        return [f"Let me compute.\n{call('bash', {'command': 'echo 6*7'})}",
-                call("bash", {"command": "echo done"}), "42"][min(turn, 2)]
+        return [
+            f"Let me compute.\n{call('bash', {'command': 'echo 6*7'})}",
+            call("bash", {"command": "echo done"}),
+            "42",
+        ][min(turn, 2)]
     if script == "two" and turn == 0:
         return call("bash", {"command": "echo a"}) + "\n" + call("bash", {"command": "echo b"})
     return f"reply {turn} of {script}"
@@ -62,11 +77,11 @@ async def test_responses_function_call_round_trip_streamed_and_not_is_token_exac
     (rollout_id,) = await submit(client)
     key, harness = await harness_for(client, rollout_id)
     instructions = "You are a calculator. [script:tools]"
-    history: list[dict] = [{"role": "developer", "content": "Be brief."},
-                           {"role": "user", "content": [{"type": "input_text",
-                                                         "text": "What is 6*7?"}]}]
-    first = await harness.responses.create(model="policy", instructions=instructions,
-                                           input=history, tools=[BASH])
+    history: list[dict] = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "input_text", "text": "What is 6*7?"}]},
+    ]
+    first = await harness.responses.create(model="policy", instructions=instructions, input=history, tools=[BASH])
     assert first.status == "completed" and first.object == "response"
     text, fc = first.output
     assert text.type == "message" and text.content[0].text == "Let me compute."
@@ -75,27 +90,27 @@ async def test_responses_function_call_round_trip_streamed_and_not_is_token_exac
     assert first.usage is not None
     assert first.usage.output_tokens == len(llm.calls[0].output_ids)
     assert first.usage.input_tokens == len(llm.calls[0].prompt_ids)
-    history += [*echoed(first.output),
-                {"type": "function_call_output", "call_id": fc.call_id, "output": "42"}]
+    history += [*echoed(first.output), {"type": "function_call_output", "call_id": fc.call_id, "output": "42"}]
     # Streamed: the events in OpenAI's order; the SDK's helper assembles the response.
-    async with harness.responses.stream(model="policy", instructions=instructions,
-                                        input=history, tools=[BASH]) as stream:
+    async with harness.responses.stream(
+        model="policy", instructions=instructions, input=history, tools=[BASH]
+    ) as stream:
         kinds = [event.type async for event in stream]
         second = await stream.get_final_response()
-    assert kinds == ["response.created", "response.in_progress", *CALL_EVENTS,
-                     "response.completed"]
+    assert kinds == ["response.created", "response.in_progress", *CALL_EVENTS, "response.completed"]
     (fc2,) = second.output
     assert fc2.type == "function_call" and json.loads(fc2.arguments) == {"command": "echo done"}
     assert second.usage is not None and second.usage.output_tokens == len(llm.calls[1].output_ids)
-    history += [*echoed(second.output),
-                {"type": "function_call_output", "call_id": fc2.call_id,
-                 "output": [{"type": "input_text", "text": "done"}]},
-                {"type": "message", "role": "user", "content": "So?"}]
-    raw = await harness.responses.create(model="policy", instructions=instructions,
-                                         input=history, tools=[BASH], stream=True)
+    history += [
+        *echoed(second.output),
+        {"type": "function_call_output", "call_id": fc2.call_id, "output": [{"type": "input_text", "text": "done"}]},
+        {"type": "message", "role": "user", "content": "So?"},
+    ]
+    raw = await harness.responses.create(
+        model="policy", instructions=instructions, input=history, tools=[BASH], stream=True
+    )
     events = [event async for event in raw]
-    assert [e.type for e in events] == ["response.created", "response.in_progress",
-                                        *TEXT_EVENTS, "response.completed"]
+    assert [e.type for e in events] == ["response.created", "response.in_progress", *TEXT_EVENTS, "response.completed"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     delta = events[4]
     assert delta.delta == "42" and events[-1].response.output_text == "42"
@@ -123,10 +138,17 @@ async def test_string_input_reasoning_items_and_a_cut_reply(make_api, llm):
     key, harness = await harness_for(client, rollout_id)
     first = await harness.responses.create(model="p", input="hello [script:plain]")
     assert first.output_text == "reply 0 of plain"
-    history = [{"role": "user", "content": "hello [script:plain]"},
-               {"type": "reasoning", "id": "rs_1", "encrypted_content": "INJECTED-1",
-                "summary": [{"type": "summary_text", "text": "INJECTED-2"}]},
-               *echoed(first.output), {"role": "user", "content": "more"}]
+    history = [
+        {"role": "user", "content": "hello [script:plain]"},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "encrypted_content": "INJECTED-1",
+            "summary": [{"type": "summary_text", "text": "INJECTED-2"}],
+        },
+        *echoed(first.output),
+        {"role": "user", "content": "more"},
+    ]
     second = await harness.responses.create(model="p", input=history, max_output_tokens=100_000)
     assert second.output_text == "reply 1 of plain" and max_tokens(llm.calls[1]) == 64
     assert "INJECTED" not in llm.tok.decode(llm.calls[1].prompt_ids)  # nothing of it rendered
@@ -134,8 +156,7 @@ async def test_string_input_reasoning_items_and_a_cut_reply(make_api, llm):
     assert cut.status == "incomplete" and cut.incomplete_details is not None
     assert cut.incomplete_details.reason == "max_output_tokens"
     assert cut.usage is not None and cut.usage.output_tokens == 2 == max_tokens(llm.calls[2])
-    async with harness.responses.stream(model="p", input="[script:cut]",
-                                        max_output_tokens=2) as stream:
+    async with harness.responses.stream(model="p", input="[script:cut]", max_output_tokens=2) as stream:
         kinds = [event.type async for event in stream]
     assert kinds[-1] == "response.incomplete"
     await end(client, key)
@@ -155,8 +176,10 @@ async def test_parallel_function_calls_come_back_as_one_assistant_turn(make_api,
     calls = [item for item in first.output if item.type == "function_call"]
     assert [json.loads(c.arguments)["command"] for c in calls] == ["echo a", "echo b"]
     assert len(first.output) == 2 and len({c.call_id for c in calls}) == 2
-    history += [*echoed(first.output), *({"type": "function_call_output", "call_id": c.call_id,
-                                          "output": c.call_id[-4:]} for c in calls)]
+    history += [
+        *echoed(first.output),
+        *({"type": "function_call_output", "call_id": c.call_id, "output": c.call_id[-4:]} for c in calls),
+    ]
     second = await harness.responses.create(model="p", input=history, tools=[BASH])
     assert second.output_text == "reply 1 of two"
     await end(client, key)
@@ -178,8 +201,7 @@ async def test_a_function_call_the_harness_edited_is_prompt_not_sample(make_api,
     items = echoed(first.output)
     assert items[1]["type"] == "function_call"
     items[1]["arguments"] = json.dumps({"command": "cat /secret/answer.txt"})
-    history += [*items, {"type": "function_call_output", "call_id": items[1]["call_id"],
-                         "output": "42"}]
+    history += [*items, {"type": "function_call_output", "call_id": items[1]["call_id"], "output": "42"}]
     await harness.responses.create(model="p", input=history, tools=[BASH])
     await end(client, key)
 
@@ -206,27 +228,26 @@ async def test_bad_requests_are_400s_naming_the_field(make_api, llm):
         ({"input": []}, "input"),
         ({"input": [user], "previous_response_id": "resp_1"}, "previous_response_id"),
         ({"input": [user], "tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"input": [user], "tools": [BASH, {"type": "custom", "name": "apply_patch"}]},
-         "tools[1].type"),
+        ({"input": [user], "tools": [BASH, {"type": "custom", "name": "apply_patch"}]}, "tools[1].type"),
         ({"input": [user], "tools": [{"type": "function"}]}, "tools[0].name"),
         ({"input": [user, {"type": "item_reference", "id": "msg_1"}]}, "input[1].type"),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-         "input[0].content[0]"),
-        ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]},
-         "input[0].content[0].text"),
-        ({"input": [user, {"type": "function_call", "name": "bash", "arguments": "{}"}]},
-         "input[1].call_id"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]"),
+        ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
+        ({"input": [user, {"type": "function_call", "name": "bash", "arguments": "{}"}]}, "input[1].call_id"),
         ({"input": [user, {"type": "function_call_output", "output": "x"}]}, "input[1].call_id"),
         ({"input": [{"role": "user", "content": 5}]}, "input[0].content"),
-        ({"input": [{"role": "user", "content": [{"type": "input_text", "text": 3}]}]},
-         "input[0].content[0].text"),
+        ({"input": [{"role": "user", "content": [{"type": "input_text", "text": 3}]}]}, "input[0].content[0].text"),
         # Past one validation slice: the bad item is named at its index all the same.
-        ({"input": [user] * 200 + [{"type": "function_call", "call_id": "c", "name": "bash",
-                                    "arguments": {"command": "ls"}}]}, "input[200].arguments"),
-        ({"input": [user] * 300 + [{"role": "user", "content": [{"type": "input_file"}]}]},
-         "input[300].content[0]"),
+        (
+            {
+                "input": [user] * 200
+                + [{"type": "function_call", "call_id": "c", "name": "bash", "arguments": {"command": "ls"}}]
+            },
+            "input[200].arguments",
+        ),
+        ({"input": [user] * 300 + [{"role": "user", "content": [{"type": "input_file"}]}]}, "input[300].content[0]"),
         ({"input": [user], "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": [user], "temperature": 7}, "temperature"),
     ]
@@ -278,8 +299,10 @@ print("harness got:", first["output"][0]["content"][0]["text"], "|", text, "|", 
 """
 
 
-@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+@pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 async def test_a_sandboxed_harness_speaks_responses_through_the_socket(make_api, llm):
     service, client = await make_api([llm.url])
     done = await run_sandboxed(client, SANDBOXED, '"$ROLLSERVE_PYTHON" harness.py')
@@ -315,9 +338,12 @@ async def test_sampling_constraints_are_refused_by_the_chat_wires_validator(make
         error = r.json()["error"]
         assert error["param"] == param and "not served" in error["message"], (fields, error)
     assert llm.calls == []
-    served = [{"tool_choice": "auto", "tools": [BASH]}, {"tool_choice": "none"},
-              {"text": {"format": {"type": "text"}, "verbosity": "low"}},
-              {"reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"]}]
+    served = [
+        {"tool_choice": "auto", "tools": [BASH]},
+        {"tool_choice": "none"},
+        {"text": {"format": {"type": "text"}, "verbosity": "low"}},
+        {"reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"]},
+    ]
     for fields in served:
         r = await client.post(url, json={"input": [user], **fields})
         assert r.status_code == 200, (fields, r.text)

@@ -21,25 +21,31 @@ USER = [{"role": "user", "content": [{"type": "text", "text": "go"}]}]
 
 # As the harnesses sent them (logged from OpenCode 1.18.33, Qwen Code 0.24.4, Pi 0.73.1).
 SERVED = [
-    {"tool_choice": "auto", "tools": [BASH], "max_tokens": 32000, "stream": True,
-     "stream_options": {"include_usage": True}},                                  # OpenCode
-    {"store": False, "max_completion_tokens": 16384, "stream": True,
-     "stream_options": {"include_usage": True},
-     "tools": [{"type": "function", "function": {**BASH["function"], "strict": False}}]},  # Pi
-    {"tool_choice": "none"},                                   # none, with no tools offered
+    {
+        "tool_choice": "auto",
+        "tools": [BASH],
+        "max_tokens": 32000,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    },  # OpenCode
+    {
+        "store": False,
+        "max_completion_tokens": 16384,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": [{"type": "function", "function": {**BASH["function"], "strict": False}}],
+    },  # Pi
+    {"tool_choice": "none"},  # none, with no tools offered
     {"response_format": {"type": "text"}, "parallel_tool_calls": False},
 ]
 REFUSED = [
     ({"tool_choice": "required", "tools": [BASH]}, "tool_choice"),
     ({"tool_choice": "none", "tools": [BASH]}, "tool_choice"),
-    ({"tool_choice": {"type": "function", "function": {"name": "bash"}}, "tools": [BASH]},
-     "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "bash"}}, "tools": [BASH]}, "tool_choice"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
-     "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
     # Pi's default for a model marked "reasoning" (its preset marks none)
-    ({"reasoning_effort": "medium", "messages": [{"role": "developer", "content": "x"}, *USER]},
-     "reasoning_effort"),
+    ({"reasoning_effort": "medium", "messages": [{"role": "developer", "content": "x"}, *USER]}, "reasoning_effort"),
 ]
 
 

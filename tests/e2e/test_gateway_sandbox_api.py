@@ -19,7 +19,8 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 # The harness (standard library only): what it can reach, then two calls, one streamed.
 HARNESS = """
@@ -61,10 +62,19 @@ async def run_sandboxed(client, harness: str, command: str) -> dict:
     """A `gateway` rollout whose harness (``harness.py`` in its workspace) runs as
     ``command`` in the sandbox; its result, after checking it completed and the
     harness exited 0."""
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {
-            "answer": "reply 1 of boxed", "files": {"harness.py": harness}, "command": command}}],
-        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [
+                {
+                    "data_source": "gateway",
+                    "instance": {"answer": "reply 1 of boxed", "files": {"harness.py": harness}, "command": command},
+                }
+            ],
+            "sampling": {"max_tokens": 32},
+            "agent": {"max_turns": 8},
+        },
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     done = await result(client, rollout_id)
@@ -80,8 +90,7 @@ async def llm():
         yield server
 
 
-async def test_a_sandboxed_harness_reaches_only_the_gateway_and_is_recorded_exactly(
-        make_api, llm):
+async def test_a_sandboxed_harness_reaches_only_the_gateway_and_is_recorded_exactly(make_api, llm):
     service, client = await make_api([llm.url])
     port = llm.url.rsplit(":", 1)[1]
     done = await run_sandboxed(client, HARNESS, f'"$ROLLSERVE_PYTHON" harness.py {port}')
@@ -100,9 +109,13 @@ async def test_a_sandboxed_harness_reaches_only_the_gateway_and_is_recorded_exac
 
 async def test_a_harness_that_never_exits_is_ended_at_the_time_limit(make_api, llm):
     service, client = await make_api([llm.url])
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {"answer": "x", "command": "sleep 600"}}],
-        "timeouts": {"run": 6, "run_margin": 2}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "gateway", "instance": {"answer": "x", "command": "sleep 600"}}],
+            "timeouts": {"run": 6, "run_margin": 2},
+        },
+    )
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     done = await result(client, rollout_id)
     # Nothing was sampled: the deadline is the infrastructure's to answer for (masked).
@@ -197,8 +210,7 @@ print("RESULT " + json.dumps({"sockets": sorted(sockets), "attempts": attempts,
 async def test_the_policy_cannot_replace_the_gateway_socket_from_inside(make_api, llm):
     _, client = await make_api([llm.url])
     done = await run_sandboxed(client, REPLACER, '"$ROLLSERVE_PYTHON" harness.py')
-    (line,) = [x for x in done["evaluation"]["harness_log_tail"].splitlines()
-               if x.startswith("RESULT ")]
+    (line,) = [x for x in done["evaluation"]["harness_log_tail"].splitlines() if x.startswith("RESULT ")]
     report = json.loads(line.removeprefix("RESULT "))
     assert report["sockets"], report  # it found the socket the forwarder reaches...
     for outcome in report["attempts"].values():  # ...and could replace it in no way
@@ -238,11 +250,23 @@ async def test_the_server_answers_while_the_socket_parses_a_body(make_api, llm, 
 
     monkeypatch.setattr(anthropic_wire, "parse_request", held_parse)
     _, client = await make_api([llm.url])
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {
-            "answer": "reply 0 of boxed", "files": {"harness.py": ANTHROPIC_HARNESS},
-            "command": f'PAD={INLINE_BYTES} "$ROLLSERVE_PYTHON" harness.py'}}],
-        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 8}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [
+                {
+                    "data_source": "gateway",
+                    "instance": {
+                        "answer": "reply 0 of boxed",
+                        "files": {"harness.py": ANTHROPIC_HARNESS},
+                        "command": f'PAD={INLINE_BYTES} "$ROLLSERVE_PYTHON" harness.py',
+                    },
+                }
+            ],
+            "sampling": {"max_tokens": 32},
+            "agent": {"max_turns": 8},
+        },
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     await eventually(lambda: events, timeout=120, what="the harness's call to be parsed")

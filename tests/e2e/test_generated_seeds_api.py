@@ -29,8 +29,7 @@ class Server:
         self.service = Service(self.config)
         await self.service.start()
         app = create_app(self.service, manage_lifecycle=False)
-        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                        base_url="http://rollserve", timeout=30)
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rollserve", timeout=30)
         return self.client
 
     async def __aexit__(self, *exc) -> None:

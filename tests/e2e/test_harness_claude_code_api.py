@@ -42,12 +42,14 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
     found = CWD.search(prompt)
     assert found is not None, "Claude Code's system prompt names its working directory"
     cwd = found.group(1)
-    steps = [format_tool_call("Bash", {"command": "printf 'hello\\n' > a.txt",
-                                       "description": "Write a.txt"}),
-             format_tool_call("Write", {"file_path": f"{cwd}/b.txt", "content": "one\n"}),
-             format_tool_call("Edit", {"file_path": f"{cwd}/b.txt", "old_string": "one",
-                                       "new_string": "two", "replace_all": False}),
-             DONE]
+    steps = [
+        format_tool_call("Bash", {"command": "printf 'hello\\n' > a.txt", "description": "Write a.txt"}),
+        format_tool_call("Write", {"file_path": f"{cwd}/b.txt", "content": "one\n"}),
+        format_tool_call(
+            "Edit", {"file_path": f"{cwd}/b.txt", "old_string": "one", "new_string": "two", "replace_all": False}
+        ),
+        DONE,
+    ]
     return steps[min(prompt.count("<|im_start|>assistant") - 1, len(steps) - 1)]
 
 
@@ -61,8 +63,7 @@ def _preset_run(claude: Path, home: Path, env: dict[str, str]) -> tuple[str, dic
     """The preset's command and environment as its runner gives them (files written
     under ``home``, ``${VAR}`` expanded from the run's environment)."""
     preset = tomllib.loads(PRESET.read_text())
-    run_env = {"PATH": f"{claude.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-               **env, **preset["env"]}
+    run_env = {"PATH": f"{claude.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), **env, **preset["env"]}
     for name, text in preset.get("files", {}).items():
         (home / name).parent.mkdir(parents=True, exist_ok=True)
         (home / name).write_text(string.Template(text).substitute(run_env))
@@ -75,17 +76,33 @@ async def test_claude_code_uses_its_tools_through_the_gateway_token_exact(make_a
     async with FakeVLLM("smollm2", replies=policy, latency=0.0) as llm:
         service, client = await make_api([llm.url])
         port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(service, manage_lifecycle=False),
-                                               host="127.0.0.1", port=port, log_level="warning"))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(service, manage_lifecycle=False), host="127.0.0.1", port=port, log_level="warning"
+            )
+        )
         serving = asyncio.create_task(server.serve())
         try:
             await eventually(lambda: server.started, timeout=30, what="the server to start")
-            r = await client.post("/v1/rollouts", json={
-                "tasks": [{"data_source": "gateway", "instance": {
-                    "answer": DONE, "calls": {"main_model": MAIN, "auxiliary": {
-                        "rollserve-small-fast": "small_fast_model"}}}}],
-                "sampling": {"max_tokens": 256},
-                "agent": {"max_turns": 10, "max_context_tokens": 32768}})
+            r = await client.post(
+                "/v1/rollouts",
+                json={
+                    "tasks": [
+                        {
+                            "data_source": "gateway",
+                            "instance": {
+                                "answer": DONE,
+                                "calls": {
+                                    "main_model": MAIN,
+                                    "auxiliary": {"rollserve-small-fast": "small_fast_model"},
+                                },
+                            },
+                        }
+                    ],
+                    "sampling": {"max_tokens": 256},
+                    "agent": {"max_turns": 10, "max_context_tokens": 32768},
+                },
+            )
             assert r.status_code == 202, r.text
             (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
             info = (await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})).json()
@@ -95,15 +112,29 @@ async def test_claude_code_uses_its_tools_through_the_gateway_token_exact(make_a
             home.mkdir()
             task = tmp_path / "task.txt"
             task.write_text("Write hello to a.txt, then b.txt saying two.")
-            command, env = _preset_run(claude, home, {
-                "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}/v1/gateway/{key}",
-                "ANTHROPIC_API_KEY": key, "ROLLSERVE_TASK_FILE": str(task),
-                "ROLLSERVE_MODEL": MAIN, "ROLLSERVE_MAX_TURNS": "10"})
+            command, env = _preset_run(
+                claude,
+                home,
+                {
+                    "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}/v1/gateway/{key}",
+                    "ANTHROPIC_API_KEY": key,
+                    "ROLLSERVE_TASK_FILE": str(task),
+                    "ROLLSERVE_MODEL": MAIN,
+                    "ROLLSERVE_MAX_TURNS": "10",
+                },
+            )
             if titles:  # the preset turns them off; on here, to see them accounted
                 del env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
             process = await asyncio.create_subprocess_exec(
-                "bash", "-c", command, cwd=work, env=env, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+                "bash",
+                "-c",
+                command,
+                cwd=work,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
             try:
                 out, err = await asyncio.wait_for(process.communicate(), 180)
             finally:
@@ -130,11 +161,11 @@ async def test_claude_code_uses_its_tools_through_the_gateway_token_exact(make_a
     assert trajectory["sequence_count"] == 1, [t["sequence"] for t in trajectory["turns"]]
     assert_exact(trajectory["tokens"], main)
     assert [t["output_ids"] for t in trajectory["turns"]] == [c.output_ids for c in main]
-    assert [[c["name"] for c in t["tool_calls"]] for t in trajectory["turns"]] == [
-        ["Bash"], ["Write"], ["Edit"], []]
+    assert [[c["name"] for c in t["tool_calls"]] for t in trajectory["turns"]] == [["Bash"], ["Write"], ["Edit"], []]
     auxiliary = trajectory["auxiliary"]
-    assert [(a["purpose"], a["model"]) for a in auxiliary] == [
-        ("small_fast_model", "rollserve-small-fast")] * len(titled)
+    assert [(a["purpose"], a["model"]) for a in auxiliary] == [("small_fast_model", "rollserve-small-fast")] * len(
+        titled
+    )
     for aux, recorded in zip(auxiliary, titled, strict=True):
         assert aux["tokens"]["input_ids"] == recorded.prompt_ids + recorded.output_ids
         assert aux["turn"]["logprobs"] == recorded.logprobs

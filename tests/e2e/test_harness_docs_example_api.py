@@ -27,7 +27,8 @@ from tests.harness_install import harness_root, needs_harness
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 PAGE = ROOT / "docs" / "harnesses.md"
 PRESETS = ["codex", "claude-code", "opencode", "qwen-code", "pi"]
@@ -37,8 +38,11 @@ ASSIGNMENT = re.compile(r'^PRESET = "[a-z-]+"', re.MULTILINE)
 
 def _example() -> Snippet:
     """The block this file is named on, on the page."""
-    (block,) = [s for s in snippets_of(PAGE.read_text(), "docs/harnesses.md")
-                if s.kind() == ("run", "tests/e2e/test_harness_docs_example_api.py")]
+    (block,) = [
+        s
+        for s in snippets_of(PAGE.read_text(), "docs/harnesses.md")
+        if s.kind() == ("run", "tests/e2e/test_harness_docs_example_api.py")
+    ]
     return block
 
 
@@ -48,8 +52,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         env.setenv("HF_HUB_OFFLINE", "1")
         env.delenv("ROLLSERVE_API_TOKEN", raising=False)
         fake = FakeVLLM("smollm2", replies=lambda ids, text: "42").start_in_thread()
-        live = ServerProcess(tmp_path_factory.mktemp("harness-docs"),
-                             ["--backend", fake.url, "--harness-dir", str(harness_root())])
+        live = ServerProcess(
+            tmp_path_factory.mktemp("harness-docs"), ["--backend", fake.url, "--harness-dir", str(harness_root())]
+        )
         try:
             yield live.start(timeout=180)
         finally:
@@ -64,9 +69,9 @@ def test_the_example_sets_one_preset_the_test_can_replace() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", [pytest.param(p, marks=needs_harness(p)) for p in PRESETS])
-def test_the_docs_example_runs_each_preset_to_reward_1(preset: str, server: ServerProcess,
-                                                        monkeypatch: pytest.MonkeyPatch,
-                                                        tmp_path: Path) -> None:
+def test_the_docs_example_runs_each_preset_to_reward_1(
+    preset: str, server: ServerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)
     code = ASSIGNMENT.sub(f'PRESET = "{preset}"', _example().code).replace(DOCS_URL, server.url)
     printed = io.StringIO()

@@ -39,7 +39,8 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 # One call to the gateway, standard library only: `"$ROLLSERVE_PYTHON" -c "$CALL"`.
 CALL = """
@@ -60,15 +61,27 @@ async def llm():
 
 
 def harness(command: str, answer: str = "reply 0 of boxed", files: dict | None = None) -> dict:
-    return {"data_source": "gateway", "instance": {
-        "answer": answer, "task": "go", "files": {"call.py": CALL, **(files or {})},
-        "harness": {"preset": "command", "command": command}}}
+    return {
+        "data_source": "gateway",
+        "instance": {
+            "answer": answer,
+            "task": "go",
+            "files": {"call.py": CALL, **(files or {})},
+            "harness": {"preset": "command", "command": command},
+        },
+    }
 
 
 async def run(client, task: dict, **timeouts) -> dict:
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [task], "sampling": {"max_tokens": 32}, "agent": {"max_turns": 4},
-        **({"timeouts": timeouts} if timeouts else {})})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [task],
+            "sampling": {"max_tokens": 32},
+            "agent": {"max_turns": 4},
+            **({"timeouts": timeouts} if timeouts else {}),
+        },
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     return await result(client, rollout_id)
@@ -116,18 +129,22 @@ async def test_a_harness_hanging_after_a_call_is_scored_at_the_limit(make_api, l
     assert processes_with(f"sleep {marker}") == []
 
 
-@pytest.mark.parametrize("command, said", [
-    ("echo 'Error: cannot start, config missing' >&2; exit 3", "exit code 3"),
-    ("echo 'Segmentation fault, as it were' >&2; kill -SEGV $$", "exit code"),
-])
+@pytest.mark.parametrize(
+    "command, said",
+    [
+        ("echo 'Error: cannot start, config missing' >&2; exit 3", "exit code 3"),
+        ("echo 'Segmentation fault, as it were' >&2; kill -SEGV $$", "exit code"),
+    ],
+)
 async def test_a_harness_crashing_at_start_is_masked_with_its_last_words(make_api, llm, command, said):
     service, client = await make_api([llm.url])
     done = await run(client, harness(command))
     assert done["status"] == "failed" and done["mask"] and done["reward"] is None, done
     failure = done["failure"]
     assert failure["kind"] == "infra" and failure["stage"] == "run", failure
-    assert said in failure["message"] and ("config missing" in failure["message"]
-                                           or "Segmentation" in failure["message"]), failure
+    assert said in failure["message"] and (
+        "config missing" in failure["message"] or "Segmentation" in failure["message"]
+    ), failure
     assert done["trajectory"]["turns"] == [] and llm.calls == []
     assert service.sandboxes.open_sandboxes() == []
 
@@ -146,9 +163,11 @@ FLOOD_MB = 24  # on each of stdout and stderr
 
 async def test_a_harness_flooding_its_output_keeps_a_bounded_tail_and_is_scored(make_api, llm):
     service, client = await make_api([llm.url])
-    flood = (f"head -c {FLOOD_MB << 20} /dev/zero | tr '\\0' o & "
-             f"head -c {FLOOD_MB << 20} /dev/zero | tr '\\0' e >&2 & "
-             f'"$ROLLSERVE_PYTHON" call.py; wait; echo LAST-WORDS')
+    flood = (
+        f"head -c {FLOOD_MB << 20} /dev/zero | tr '\\0' o & "
+        f"head -c {FLOOD_MB << 20} /dev/zero | tr '\\0' e >&2 & "
+        f'"$ROLLSERVE_PYTHON" call.py; wait; echo LAST-WORDS'
+    )
     task = asyncio.create_task(run(client, harness(flood)))
     # The server answers while it reads the flood.
     while not task.done():
@@ -205,8 +224,9 @@ def free_port() -> int:
 async def test_from_inside_the_harness_reaches_no_host_port_and_no_internet(make_api, llm):
     service, client = await make_api([llm.url])
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(service, manage_lifecycle=False),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(service, manage_lifecycle=False), host="127.0.0.1", port=port, log_level="warning")
+    )
     serving = asyncio.create_task(server.serve())
     listener = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
     try:
@@ -216,21 +236,20 @@ async def test_from_inside_the_harness_reaches_no_host_port_and_no_internet(make
             pass
         other = listener.sockets[0].getsockname()[1]
         backend = int(llm.url.rsplit(":", 1)[1])
-        done = await run(client, harness(f'"$ROLLSERVE_PYTHON" escape.py {port} {backend} {other}',
-                                         files={"escape.py": ESCAPE}))
+        done = await run(
+            client, harness(f'"$ROLLSERVE_PYTHON" escape.py {port} {backend} {other}', files={"escape.py": ESCAPE})
+        )
     finally:
         listener.close()
         server.should_exit = True
         await serving
     assert done["status"] == "completed", (done["failure"], done["evaluation"])
-    (line,) = [x for x in done["evaluation"]["harness_log_tail"].splitlines()
-               if x.startswith("FOUND ")]
+    (line,) = [x for x in done["evaluation"]["harness_log_tail"].splitlines() if x.startswith("FOUND ")]
     found = json.loads(line.removeprefix("FOUND "))
     assert "open" not in found.values(), found
     assert found["dns"] != "" and not found["dns"][0].isdigit(), found  # no name resolves
     # The one call it made is the only one recorded, and it is its own session's.
     assert len(llm.calls) == 1 and done["stats"]["gateway_calls"] == 1
     assert_exact(done["trajectory"]["tokens"], llm.calls)
-    assert json.loads(done["trajectory"]["messages"][0]["content"].removeprefix("[script:boxed] ")) \
-        == found
+    assert json.loads(done["trajectory"]["messages"][0]["content"].removeprefix("[script:boxed] ")) == found
     assert service.sandboxes.open_sandboxes() == []

@@ -33,13 +33,16 @@ def assert_refused(r, family: str = "gateway") -> None:
         assert said in error["message"], (family, error)
 
 
-@pytest.mark.parametrize("harness", [
-    {"preset": "command", "command": '"$ROLLSERVE_PYTHON" call.py'},  # python, nothing installed
-    {"preset": "codex"},  # a bundled npm preset
-    {"preset": "mine"},  # an operator's npm preset
-], ids=["command", "codex", "operator-npm"])
-async def test_a_preset_on_the_local_runtime_is_a_422_naming_the_harness(make_api, llm, harness,
-                                                                         tmp_path):
+@pytest.mark.parametrize(
+    "harness",
+    [
+        {"preset": "command", "command": '"$ROLLSERVE_PYTHON" call.py'},  # python, nothing installed
+        {"preset": "codex"},  # a bundled npm preset
+        {"preset": "mine"},  # an operator's npm preset
+    ],
+    ids=["command", "codex", "operator-npm"],
+)
+async def test_a_preset_on_the_local_runtime_is_a_422_naming_the_harness(make_api, llm, harness, tmp_path):
     (tmp_path / "presets").mkdir()
     write(tmp_path / "presets", "mine", GOOD.format(name="mine"))
     service, client = await make_api([llm.url], server={**LOCAL, "harness_dir": tmp_path})
@@ -53,8 +56,9 @@ async def test_a_preset_on_the_local_runtime_is_a_422_naming_the_harness(make_ap
 async def test_a_swe_harness_on_the_local_runtime_is_a_422(make_api):
     _, client = await make_api(server=LOCAL)
     for harness in ({"preset": "mini-swe-agent"}, {"preset": "command", "command": "true"}):
-        r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": {
-            **INSTANCES[0], "harness": harness}}]})
+        r = await client.post(
+            "/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": {**INSTANCES[0], "harness": harness}}]}
+        )
         assert_refused(r, "swe")
 
 
@@ -64,8 +68,9 @@ async def test_the_gateway_familys_own_command_still_runs_on_the_local_runtime(m
     harness = task["instance"].pop("harness")
     assert harness["preset"] == "command"
     task["instance"]["command"] = '"$ROLLSERVE_PYTHON" call.py'
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [task], "sampling": {"max_tokens": 32}, "agent": {"max_turns": 4}})
+    r = await client.post(
+        "/v1/rollouts", json={"tasks": [task], "sampling": {"max_tokens": 32}, "agent": {"max_turns": 4}}
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     done = await result(client, rollout_id)

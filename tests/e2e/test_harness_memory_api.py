@@ -21,11 +21,15 @@ from tests.e2e.test_gateway_api import policy, result
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 CGROUP = cgroups.find_parent("auto")[0] is not None  # (then neither RLIMIT_AS nor the watcher)
-no_cgroup = pytest.mark.skipif(CGROUP, reason="a delegated cgroup bounds the sandbox's memory "
-                               "here (memory.max: the kernel kills one process, not the "
-                               "watcher every one)")
+no_cgroup = pytest.mark.skipif(
+    CGROUP,
+    reason="a delegated cgroup bounds the sandbox's memory "
+    "here (memory.max: the kernel kills one process, not the "
+    "watcher every one)",
+)
 
 # One call through the gateway, then (argv "hog") a process of the policy's filling the
 # memory: 16 MB every 50 ms, kept, up to 1 GB; unstopped the harness prints "finished".
@@ -71,15 +75,18 @@ async def llm():
 
 @pytest.fixture
 def small_cap(monkeypatch):
-    monkeypatch.setattr(GatewayHandler, "sandbox_limits",
-                        harness_limits(SandboxLimits(memory_mb=192)))
+    monkeypatch.setattr(GatewayHandler, "sandbox_limits", harness_limits(SandboxLimits(memory_mb=192)))
 
 
 async def run(client, files: dict[str, str], command: str, answer: str = "reply 0 of boxed") -> dict:
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {
-            "answer": answer, "files": files, "command": command}}],
-        "sampling": {"max_tokens": 32}, "agent": {"max_turns": 4}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "gateway", "instance": {"answer": answer, "files": files, "command": command}}],
+            "sampling": {"max_tokens": 32},
+            "agent": {"max_turns": 4},
+        },
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     return await result(client, rollout_id)
@@ -135,11 +142,22 @@ async def test_the_swe_familys_harness_sandbox_caps_resident_memory(make_api, ll
     printed is in the failure), where RLIMIT_AS would have refused the reservation."""
     from tests.e2e.test_swe_api import INSTANCES
 
-    reserve = ("node -e 'new WebAssembly.Memory({initial: 1, maximum: 65536}); "
-               "new ArrayBuffer(3 * 2 ** 30); console.log(\"reserved\", 4)'; exit 3")
+    reserve = (
+        "node -e 'new WebAssembly.Memory({initial: 1, maximum: 65536}); "
+        'new ArrayBuffer(3 * 2 ** 30); console.log("reserved", 4)\'; exit 3'
+    )
     _, client = await make_api([llm.url])
-    r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": {
-        **INSTANCES[0], "harness": {"preset": "command", "command": reserve}}}]})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [
+                {
+                    "data_source": "swe",
+                    "instance": {**INSTANCES[0], "harness": {"preset": "command", "command": reserve}},
+                }
+            ]
+        },
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     done = await result(client, rollout_id)

@@ -21,12 +21,17 @@ from tests.e2e.test_harness_swe_api import mini_version
 
 pytestmark = [
     pytest.mark.embedded,
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="the embedded model needs the 'local' extra (llama-cpp-python)"),
-    pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                       reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}"),
-    pytest.mark.skipif(not mini_version().startswith("2.4."),
-                       reason=f"the preset is for mini-swe-agent 2.4.x, not {mini_version()!r}"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None,
+        reason="the embedded model needs the 'local' extra (llama-cpp-python)",
+    ),
+    pytest.mark.skipif(
+        BubblewrapRuntime.unavailable_reason() is not None,
+        reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+    ),
+    pytest.mark.skipif(
+        not mini_version().startswith("2.4."), reason=f"the preset is for mini-swe-agent 2.4.x, not {mini_version()!r}"
+    ),
 ]
 
 N_CTX = 4096  # the embedded backend's default n_ctx
@@ -66,13 +71,24 @@ async def test_mini_swe_agent_runs_on_the_embedded_smollm2_recorded_and_masked(m
         return generation
 
     backend.generate = logged  # type: ignore[method-assign]
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "gateway", "instance": {
-            "answer": "hello", "task": "Print the word hello.",
-            "harness": {"preset": "mini-swe-agent"}}}],
-        "sampling": {"max_tokens": 32, "temperature": 0.7, "seed": 7},
-        "agent": {"max_turns": MAX_TURNS, "max_context_tokens": N_CTX},
-        "timeouts": {"run": 120}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [
+                {
+                    "data_source": "gateway",
+                    "instance": {
+                        "answer": "hello",
+                        "task": "Print the word hello.",
+                        "harness": {"preset": "mini-swe-agent"},
+                    },
+                }
+            ],
+            "sampling": {"max_tokens": 32, "temperature": 0.7, "seed": 7},
+            "agent": {"max_turns": MAX_TURNS, "max_context_tokens": N_CTX},
+            "timeouts": {"run": 120},
+        },
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     done = await result(client, rollout_id)
@@ -101,12 +117,12 @@ async def test_mini_swe_agent_runs_on_the_embedded_smollm2_recorded_and_masked(m
     # Each call's prompt is the sequence so far: prompt ids as sent, samples as sampled.
     first_prompt, _, _ = sampled[0]
     seq0 = sequences[0]
-    assert seq0["input_ids"][:len(first_prompt)] == first_prompt
+    assert seq0["input_ids"][: len(first_prompt)] == first_prompt
     # The masking: the harness's whole first prompt (its system prompt, tools, the task),
     # about what its preset measured, is loss_mask 0; 1 exactly on the sampled ids.
     measured = presets()["mini-swe-agent"].prompt
     assert measured is not None and len(first_prompt) >= measured.first_tokens
-    assert seq0["loss_mask"][:len(first_prompt)] == [0] * len(first_prompt)
+    assert seq0["loss_mask"][: len(first_prompt)] == [0] * len(first_prompt)
     assert sum(sum(s["loss_mask"]) for s in sequences) == sum(len(o) for _, o, _ in sampled)
     assert done["stats"]["output_tokens"] == sum(len(o) for _, o, _ in sampled)
     assert all(lp <= 0.0 for _, _, lps in sampled for lp in lps)

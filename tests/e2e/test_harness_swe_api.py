@@ -35,18 +35,22 @@ def mini_version() -> str:
 
 
 pytestmark = [
-    pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                       reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}"),
-    pytest.mark.skipif(not mini_version().startswith("2.4."),
-                       reason=f"the preset is for mini-swe-agent 2.4.x, not {mini_version()}"),
+    pytest.mark.skipif(
+        BubblewrapRuntime.unavailable_reason() is not None,
+        reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+    ),
+    pytest.mark.skipif(
+        not mini_version().startswith("2.4."), reason=f"the preset is for mini-swe-agent 2.4.x, not {mini_version()}"
+    ),
 ]
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 # One instance per swe-mini repository for each policy (10 of the 15 instances, one
 # rollout each; every instance's gold patch is graded through the native handler in
 # test_swe_api: this file checks mini-swe-agent, which does the same on each repo).
-_BY_REPO = [[row for row in INSTANCES if row["repo"] == repo]
-            for repo in dict.fromkeys(row["repo"] for row in INSTANCES)]
+_BY_REPO = [
+    [row for row in INSTANCES if row["repo"] == repo] for repo in dict.fromkeys(row["repo"] for row in INSTANCES)
+]
 GOLD_INSTANCES = [rows[0] for rows in _BY_REPO]
 EMPTY_INSTANCES = [rows[1 % len(rows)] for rows in _BY_REPO]
 
@@ -58,8 +62,7 @@ def mini_policy(prompt_ids: list[int], prompt: str) -> str:
     mode, instance_id = TAG.search(prompt).groups()
     turn = prompt.count("<|im_start|>assistant") - 1
     gold = BY_ID[instance_id]["patch"]
-    steps = ([f"git apply <<'ROLLSERVE_EOF'\n{gold}ROLLSERVE_EOF", "git status --short"]
-             if mode == "gold" else [])
+    steps = [f"git apply <<'ROLLSERVE_EOF'\n{gold}ROLLSERVE_EOF", "git status --short"] if mode == "gold" else []
     command = steps[turn] if turn < len(steps) else SUBMIT
     return f"THOUGHT: step {turn}.\n\n" + format_tool_call("bash", {"command": command})
 
@@ -68,7 +71,7 @@ def calls_of(llm: FakeVLLM, trajectory: dict) -> list:
     """The double's logged calls of one trajectory: those whose prompt starts with its
     opening prompt (each task's opening prompt differs: its tag)."""
     opening = trajectory["turns"][0]["prompt_ids_delta"]
-    return [c for c in llm.calls if c.prompt_ids[:len(opening)] == opening]
+    return [c for c in llm.calls if c.prompt_ids[: len(opening)] == opening]
 
 
 @pytest.fixture
@@ -95,20 +98,31 @@ async def results_of(client, body: dict, wait: float = 600.0) -> list[dict]:
 async def test_mini_swe_agent_gold_resolves_empty_does_not_token_exact(make_api, llm):
     service, client = await make_api([llm.url], init_workers=3, eval_workers=2)
     harness = {"preset": "mini-swe-agent"}
-    runs = ([("gold", row) for row in GOLD_INSTANCES]
-            + [("nothing", row) for row in EMPTY_INSTANCES])
-    tasks = [{"data_source": "swe", "id": f"{mode}:{row['instance_id']}",
-              "instance": {**tagged(row, mode), "harness": harness}} for mode, row in runs]
-    results = await results_of(client, {"tasks": tasks, "sampling": {"max_tokens": 4096},
-                                        "agent": {"max_turns": 10, "max_context_tokens": 32768}})
+    runs = [("gold", row) for row in GOLD_INSTANCES] + [("nothing", row) for row in EMPTY_INSTANCES]
+    tasks = [
+        {
+            "data_source": "swe",
+            "id": f"{mode}:{row['instance_id']}",
+            "instance": {**tagged(row, mode), "harness": harness},
+        }
+        for mode, row in runs
+    ]
+    results = await results_of(
+        client,
+        {"tasks": tasks, "sampling": {"max_tokens": 4096}, "agent": {"max_turns": 10, "max_context_tokens": 32768}},
+    )
     by_task = {r["task_id"]: r for r in results}
     assert len(by_task) == len(runs) == 10
     for mode, row in runs:
         iid = row["instance_id"]
         done = by_task[f"{mode}:{iid}"]
         evaluation = done["evaluation"] or {}
-        assert done["status"] == "completed" and not done["mask"], \
-            (iid, mode, done["failure"], evaluation.get("harness_log_tail"))
+        assert done["status"] == "completed" and not done["mask"], (
+            iid,
+            mode,
+            done["failure"],
+            evaluation.get("harness_log_tail"),
+        )
         assert evaluation["harness_exit_code"] == 0, evaluation["harness_log_tail"]
         assert evaluation["finished"] and done["stats"]["harness_exit_code"] == 0
         assert done["trajectory"]["ended_by"] == "finished"
@@ -214,14 +228,17 @@ ISO = re.compile(r"\[iso:(\w)\] (\w+)(?: (\d+))?")
 async def _marked_workspace(client, service, rid: str, tag: str) -> str | None:
     """The workspace the harness of rollout ``rid`` marks (``.git/iso-<tag>``) when it
     starts, or None if the rollout ended first (the assertions after say why)."""
+
     async def started() -> list[str | None]:
         if (await client.get(f"/v1/rollouts/{rid}")).json()["done"]:
             return [None]
-        return [s.workspace for s in service.sandboxes.open_sandboxes()
-                if (Path(s.workspace) / ".git" / f"iso-{tag}").exists()][:1]
+        return [
+            s.workspace
+            for s in service.sandboxes.open_sandboxes()
+            if (Path(s.workspace) / ".git" / f"iso-{tag}").exists()
+        ][:1]
 
-    (workspace,) = await eventually(started, timeout=240, interval=0.5,
-                                    what=f"the {tag} harness to mark its workspace")
+    (workspace,) = await eventually(started, timeout=240, interval=0.5, what=f"the {tag} harness to mark its workspace")
     return workspace
 
 
@@ -260,11 +277,20 @@ async def test_two_harness_sandboxes_cannot_reach_each_others_gateway(make_api):
     async with FakeVLLM("smollm2", replies=iso_policy, latency=0.0) as llm:
         service, client = await make_api([llm.url], init_workers=2)
         row = INSTANCES[0]
-        tasks = [{"data_source": "swe", "id": tag, "instance": {**row, "harness": {
-            "preset": "command", "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(PROBER)} {tag}'}}}
-            for tag in ("a", "b")]
-        r = await client.post("/v1/rollouts", json={"tasks": tasks, "sampling": {"max_tokens": 512},
-                                                     "agent": {"max_turns": 300}})
+        tasks = [
+            {
+                "data_source": "swe",
+                "id": tag,
+                "instance": {
+                    **row,
+                    "harness": {"preset": "command", "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(PROBER)} {tag}'},
+                },
+            }
+            for tag in ("a", "b")
+        ]
+        r = await client.post(
+            "/v1/rollouts", json={"tasks": tasks, "sampling": {"max_tokens": 512}, "agent": {"max_turns": 300}}
+        )
         assert r.status_code == 202, r.text
         ids = {g["task_id"]: g["rollout_ids"][0] for g in r.json()["groups"]}
         for tag, rid in ids.items():
@@ -273,8 +299,7 @@ async def test_two_harness_sandboxes_cannot_reach_each_others_gateway(make_api):
             if workspace is None:
                 break
             # (its host path: the sandbox's server folder, next to its workspace)
-            hosts[tag] = {"key": info["key"],
-                          "socket": str(Path(workspace).parent / "server" / SOCKET_NAME)}
+            hosts[tag] = {"key": info["key"], "socket": str(Path(workspace).parent / "server" / SOCKET_NAME)}
         results = {}
         for tag, rid in ids.items():
             view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": 600})).json()
@@ -289,17 +314,18 @@ async def test_two_harness_sandboxes_cannot_reach_each_others_gateway(make_api):
 async def test_a_bad_harness_is_a_422_naming_the_field(make_api):
     service, client = await make_api()
     row = INSTANCES[0]
-    for harness, field in (({"preset": "openhands"}, "instance.harness.preset"),
-                           ({"preset": "command"}, "instance.harness"),
-                           ({"preset": "mini-swe-agent", "command": "true"}, "instance.harness"),
-                           ({"preset": "mini-swe-agent", "config": []}, "instance.harness.config"),
-                           ({"preset": "mini-swe-agent", "model_name": "gpt"},
-                            "instance.harness.model_name"),
-                           ({"preset": "command", "command": "true", "surprise": 1},
-                            "instance.harness.surprise"),
-                           ("mini-swe-agent", "instance.harness")):
-        r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": {
-            **row, "harness": harness}}]})
+    for harness, field in (
+        ({"preset": "openhands"}, "instance.harness.preset"),
+        ({"preset": "command"}, "instance.harness"),
+        ({"preset": "mini-swe-agent", "command": "true"}, "instance.harness"),
+        ({"preset": "mini-swe-agent", "config": []}, "instance.harness.config"),
+        ({"preset": "mini-swe-agent", "model_name": "gpt"}, "instance.harness.model_name"),
+        ({"preset": "command", "command": "true", "surprise": 1}, "instance.harness.surprise"),
+        ("mini-swe-agent", "instance.harness"),
+    ):
+        r = await client.post(
+            "/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": {**row, "harness": harness}}]}
+        )
         assert r.status_code == 422, (harness, r.text)
         assert r.json()["errors"][0]["field"] == f"tasks[0].{field}", (harness, r.json())
 
@@ -309,9 +335,20 @@ async def test_a_harness_that_dies_before_any_call_is_masked_not_scored(make_api
     harness that crashes at start is infrastructure, masked, never a reward of 0."""
     async with FakeVLLM("smollm2", replies=mini_policy, latency=0.0) as llm:
         service, client = await make_api([llm.url])
-        (done,) = await results_of(client, {"tasks": [{"data_source": "swe", "instance": {
-            **INSTANCES[0], "harness": {"preset": "command",
-                                        "command": "echo harness broke >&2; exit 3"}}}]})
+        (done,) = await results_of(
+            client,
+            {
+                "tasks": [
+                    {
+                        "data_source": "swe",
+                        "instance": {
+                            **INSTANCES[0],
+                            "harness": {"preset": "command", "command": "echo harness broke >&2; exit 3"},
+                        },
+                    }
+                ]
+            },
+        )
         assert llm.calls == []
     assert done["status"] == "failed" and done["mask"], done
     assert done["failure"]["kind"] == "infra" and done["failure"]["stage"] == "run"

@@ -48,13 +48,11 @@ def root():
 
 
 def task(preset: str = "wordy", family: str = "gateway") -> dict:
-    return {"data_source": family, "instance": {"answer": "42", "task": "Say 42.",
-                                                "harness": {"preset": preset}}}
+    return {"data_source": family, "instance": {"answer": "42", "task": "Say 42.", "harness": {"preset": preset}}}
 
 
 async def submit(client, agent: dict | None = None, preset: str = "wordy"):
-    body: dict = {"tasks": [{"data_source": "math", "instance": {"question": "1+1?", "answer": "2"}},
-                            task(preset)]}
+    body: dict = {"tasks": [{"data_source": "math", "instance": {"question": "1+1?", "answer": "2"}}, task(preset)]}
     if agent is not None:
         body["agent"] = agent
     return await client.post("/v1/rollouts", json=body)

@@ -46,7 +46,8 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 PRESETS = Path(forwarder.__file__).parents[1] / "harnesses" / "presets"
 MODEL = "rollserve-policy"
@@ -55,17 +56,21 @@ SHELL = "cat b.txt && echo SHELL-OK-$((6*7))"
 
 # Each harness's own tools, with its own argument names: write, shell, edit.
 SCRIPTS = {
-    "opencode": lambda d: [("write", {"filePath": f"{d}/b.txt", "content": "written\n"}),
-                           ("bash", {"command": SHELL, "description": "show the file"}),
-                           ("edit", {"filePath": f"{d}/b.txt", "oldString": "written",
-                                     "newString": "edited"})],
-    "qwen-code": lambda d: [("write_file", {"file_path": f"{d}/b.txt", "content": "written\n"}),
-                            ("run_shell_command", {"command": SHELL}),
-                            ("edit", {"file_path": f"{d}/b.txt", "old_string": "written",
-                                      "new_string": "edited"})],
-    "pi": lambda d: [("write", {"path": f"{d}/b.txt", "content": "written\n"}),
-                     ("bash", {"command": SHELL}),
-                     ("edit", {"path": f"{d}/b.txt", "oldText": "written", "newText": "edited"})],
+    "opencode": lambda d: [
+        ("write", {"filePath": f"{d}/b.txt", "content": "written\n"}),
+        ("bash", {"command": SHELL, "description": "show the file"}),
+        ("edit", {"filePath": f"{d}/b.txt", "oldString": "written", "newString": "edited"}),
+    ],
+    "qwen-code": lambda d: [
+        ("write_file", {"file_path": f"{d}/b.txt", "content": "written\n"}),
+        ("run_shell_command", {"command": SHELL}),
+        ("edit", {"file_path": f"{d}/b.txt", "old_string": "written", "new_string": "edited"}),
+    ],
+    "pi": lambda d: [
+        ("write", {"path": f"{d}/b.txt", "content": "written\n"}),
+        ("bash", {"command": SHELL}),
+        ("edit", {"path": f"{d}/b.txt", "oldText": "written", "newText": "edited"}),
+    ],
 }
 TITLE = "Writing and editing b.txt"  # OpenCode's session title (its small model's call)
 
@@ -103,12 +108,10 @@ def node_dir(name: str, major: int) -> Path:
     if (own / "node").exists():
         return own
     system = shutil.which("node")
-    version = subprocess.run([system, "--version"], capture_output=True, text=True,
-                             timeout=30).stdout if system else ""
+    version = subprocess.run([system, "--version"], capture_output=True, text=True, timeout=30).stdout if system else ""
     found = re.match(r"v(\d+)\.", version)
     if found is None or int(found.group(1)) < major:
-        pytest.skip(f"{name} needs Node >= {major}: none at {own}, the system's is "
-                    f"{version.strip() or 'absent'}")
+        pytest.skip(f"{name} needs Node >= {major}: none at {own}, the system's is {version.strip() or 'absent'}")
     return Path(str(system)).parent
 
 
@@ -148,33 +151,68 @@ async def serve_on_socket(service, socket_path: Path) -> tuple[uvicorn.Server, a
     return server, task, app
 
 
-async def run_preset(preset: dict, bin_dir: Path, node: Path, socket_path: Path, key: str,
-                     workdir: Path, home: Path, task: str) -> tuple[int, str]:
+async def run_preset(
+    preset: dict, bin_dir: Path, node: Path, socket_path: Path, key: str, workdir: Path, home: Path, task: str
+) -> tuple[int, str]:
     """The preset's command in a network-less bubblewrap namespace; (exit status, output)."""
     task_file = home.parent / "task.txt"
     task_file.write_text(task)
-    env = {"HOME": str(home), "PATH": f"{bin_dir}:{node}:/usr/local/bin:/usr/bin:/bin",
-           "LANG": "C.UTF-8", "ROLLSERVE_TASK_FILE": str(task_file), "ROLLSERVE_MODEL": MODEL,
-           "ROLLSERVE_MAX_TURNS": "12", "ROLLSERVE_WORKDIR": str(workdir),
-           "OPENAI_API_KEY": key, "ROLLSERVE_HOME_FILES": json.dumps(preset.get("files", {})),
-           **preset.get("env", {})}
+    env = {
+        "HOME": str(home),
+        "PATH": f"{bin_dir}:{node}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "ROLLSERVE_TASK_FILE": str(task_file),
+        "ROLLSERVE_MODEL": MODEL,
+        "ROLLSERVE_MAX_TURNS": "12",
+        "ROLLSERVE_WORKDIR": str(workdir),
+        "OPENAI_API_KEY": key,
+        "ROLLSERVE_HOME_FILES": json.dumps(preset.get("files", {})),
+        **preset.get("env", {}),
+    }
     # With strace here, every connect() the harness tries is logged: none may leave the
     # loopback (the namespace would refuse it, but trying is already a call outside).
-    trace = (["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(home.parent / "connects")]
-             if shutil.which("strace") else [])
-    script = "\n".join([
-        # the forwarder's URL, plus the path of this session on the test's server
-        f'export OPENAI_BASE_URL="${{OPENAI_BASE_URL%/v1}}/v1/gateway/{key}/v1"',
-        f"{shlex.quote(sys.executable)} -c {shlex.quote(EXPAND)} || exit 97",
-        'cd "$ROLLSERVE_WORKDIR" || exit 97', preset["run"]["command"]])
-    command = ["bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-               "--unshare-net", "--unshare-pid", "--die-with-parent", "--", "env", "-i",
-               *(f"{k}={v}" for k, v in env.items()),
-               sys.executable, forwarder.__file__, str(socket_path), "--", *trace, "bash", "-c",
-               script]
-    process = await asyncio.create_subprocess_exec(*command, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.STDOUT,
-                                                   stdin=subprocess.DEVNULL)
+    trace = (
+        ["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(home.parent / "connects")]
+        if shutil.which("strace")
+        else []
+    )
+    script = "\n".join(
+        [
+            # the forwarder's URL, plus the path of this session on the test's server
+            f'export OPENAI_BASE_URL="${{OPENAI_BASE_URL%/v1}}/v1/gateway/{key}/v1"',
+            f"{shlex.quote(sys.executable)} -c {shlex.quote(EXPAND)} || exit 97",
+            'cd "$ROLLSERVE_WORKDIR" || exit 97',
+            preset["run"]["command"],
+        ]
+    )
+    command = [
+        "bwrap",
+        "--bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-net",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--",
+        "env",
+        "-i",
+        *(f"{k}={v}" for k, v in env.items()),
+        sys.executable,
+        forwarder.__file__,
+        str(socket_path),
+        "--",
+        *trace,
+        "bash",
+        "-c",
+        script,
+    ]
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
     try:
         output, _ = await asyncio.wait_for(process.communicate(), 240)
     finally:
@@ -184,8 +222,10 @@ async def run_preset(preset: dict, bin_dir: Path, node: Path, socket_path: Path,
     return process.returncode or 0, output.decode(errors="replace")
 
 
-INET = re.compile(r'connect\(\d+, \{sa_family=AF_INET6?, (?:sin6?_port=htons\((\d+)\), )?'
-                  r'(?:sin_addr=inet_addr\("([^"]+)"\)|.*?inet_pton\(AF_INET6, "([^"]+)")')
+INET = re.compile(
+    r"connect\(\d+, \{sa_family=AF_INET6?, (?:sin6?_port=htons\((\d+)\), )?"
+    r'(?:sin_addr=inet_addr\("([^"]+)"\)|.*?inet_pton\(AF_INET6, "([^"]+)")'
+)
 
 
 def outside_connects(log: Path) -> list[str]:
@@ -194,8 +234,12 @@ def outside_connects(log: Path) -> list[str]:
     if not log.exists():
         return []
     lines = log.read_text(errors="replace").splitlines()
-    return [line for line in lines for found in [INET.search(line)] if found
-            and (found.group(2) or found.group(3)) not in ("127.0.0.1", "::1")]
+    return [
+        line
+        for line in lines
+        for found in [INET.search(line)]
+        if found and (found.group(2) or found.group(3)) not in ("127.0.0.1", "::1")
+    ]
 
 
 def assert_sequences_exact(trajectory: dict, calls: list) -> None:
@@ -207,8 +251,7 @@ def assert_sequences_exact(trajectory: dict, calls: list) -> None:
     placed = 0
     for sequence in sequences:
         ids = sequence["input_ids"]
-        mine = [c for c in calls
-                if ids[:len(c.prompt_ids) + len(c.output_ids)] == c.prompt_ids + c.output_ids]
+        mine = [c for c in calls if ids[: len(c.prompt_ids) + len(c.output_ids)] == c.prompt_ids + c.output_ids]
         assert mine, "a sequence no call of the backend made"
         assert_exact(sequence, sorted(mine, key=lambda c: len(c.prompt_ids)))
         placed += len(mine)
@@ -217,8 +260,7 @@ def assert_sequences_exact(trajectory: dict, calls: list) -> None:
     assert turns == Counter((tuple(c.output_ids), tuple(c.logprobs)) for c in calls)
 
 
-async def run_harness(make_api, tmp_path: Path, name: str, bin_name: str,
-                      node_major: int) -> tuple[dict, Counter]:
+async def run_harness(make_api, tmp_path: Path, name: str, bin_name: str, node_major: int) -> tuple[dict, Counter]:
     """``name``'s preset run once against a gateway rollout, checked (see the module's
     docstring); the result, and the model names the harness asked for."""
     preset = tomllib.loads((PRESETS / f"{name}.toml").read_text())
@@ -234,19 +276,19 @@ async def run_harness(make_api, tmp_path: Path, name: str, bin_name: str,
         service, client = await make_api([llm.url])
         server, serving, requests = await serve_on_socket(service, tmp_path / "api.sock")
         try:
-            body = {"tasks": [{"data_source": "gateway", "instance": {"answer": "DONE"}}],
-                    "sampling": {"max_tokens": 512},
-                    "agent": {"max_turns": 12, "max_context_tokens": 32768}}
+            body = {
+                "tasks": [{"data_source": "gateway", "instance": {"answer": "DONE"}}],
+                "sampling": {"max_tokens": 512},
+                "agent": {"max_turns": 12, "max_context_tokens": 32768},
+            }
             r = await client.post("/v1/rollouts", json=body)
             assert r.status_code == 202, r.text
             (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
-            info = (await client.get(f"/v1/rollouts/{rollout_id}/gateway",
-                                     params={"wait": 60})).json()
-            task = (f"[js:{name}] WORKDIR={workdir}\nWrite b.txt, show it, then edit it. "
-                    "Answer DONE when done.")
-            code, output = await run_preset(preset, executable.parent, node,
-                                            tmp_path / "api.sock", info["key"], workdir,
-                                            home, task)
+            info = (await client.get(f"/v1/rollouts/{rollout_id}/gateway", params={"wait": 60})).json()
+            task = f"[js:{name}] WORKDIR={workdir}\nWrite b.txt, show it, then edit it. Answer DONE when done."
+            code, output = await run_preset(
+                preset, executable.parent, node, tmp_path / "api.sock", info["key"], workdir, home, task
+            )
             assert code == 0, output[-3000:]
             assert outside_connects(tmp_path / "connects") == []
             r = await client.post(f"/v1/gateway/{info['key']}/end")

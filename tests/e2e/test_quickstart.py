@@ -11,19 +11,41 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 
 pytestmark = [
     pytest.mark.embedded,
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="the embedded model needs the 'local' extra (llama-cpp-python)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None,
+        reason="the embedded model needs the 'local' extra (llama-cpp-python)",
+    ),
 ]
 
 
 def test_quickstart_runs_real_rollouts_on_smollm2(tmp_path):
     out = tmp_path / "results.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "rollserve.cli", "quickstart", "--easy-tasks", "2", "--tasks", "2",
-         "--code-tasks", "2", "--n", "2",
-         "--max-tokens", "24", "--max-turns", "2", "--out", str(out),
-         "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "rollserve.cli",
+            "quickstart",
+            "--easy-tasks",
+            "2",
+            "--tasks",
+            "2",
+            "--code-tasks",
+            "2",
+            "--n",
+            "2",
+            "--max-tokens",
+            "24",
+            "--max-turns",
+            "2",
+            "--out",
+            str(out),
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "quickstart results" in proc.stderr and "tokens/s" in proc.stderr
@@ -34,8 +56,7 @@ def test_quickstart_runs_real_rollouts_on_smollm2(tmp_path):
     else:
         assert code == [] and "no code tasks" in proc.stderr
     assert len(results) == 8 + len(code)
-    assert sorted(r["data_source"] for r in results if r["data_source"] != "code") == \
-        ["math"] * 4 + ["stem"] * 4
+    assert sorted(r["data_source"] for r in results if r["data_source"] != "code") == ["math"] * 4 + ["stem"] * 4
     # Each sample is a task of its own, with its own seed: rollout j samples with seed j.
     assert len({r["group_id"] for r in results}) == len(results)
     assert sorted(r["metadata"]["seed"] for r in results) == list(range(len(results)))

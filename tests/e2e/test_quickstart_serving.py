@@ -45,9 +45,24 @@ class Quickstart:
         self.state_dir = tmp_path / "state"
         env = {**os.environ, "COLUMNS": "200"}  # rich's table on one line per row
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rollserve.cli", "quickstart", "--port", str(self.port),
-             "--out", str(self.out), "--state-dir", str(self.state_dir), *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                "-m",
+                "rollserve.cli",
+                "quickstart",
+                "--port",
+                str(self.port),
+                "--out",
+                str(self.out),
+                "--state-dir",
+                str(self.state_dir),
+                *args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -113,8 +128,21 @@ def gone(processes: list[psutil.Process], timeout: float = 15.0) -> list[psutil.
 
 def test_table_per_data_source_and_keep_serving_until_sigint(tmp_path, quickstart, fake_llm_thread):
     llm = fake_llm_thread(replies=scripted)
-    q = quickstart("--backend", llm.url, "--easy-tasks", "2", "--tasks", "1", "--code-tasks", "0",
-                   "--n", "2", "--seed", "7", "--keep-serving")
+    q = quickstart(
+        "--backend",
+        llm.url,
+        "--easy-tasks",
+        "2",
+        "--tasks",
+        "1",
+        "--code-tasks",
+        "0",
+        "--n",
+        "2",
+        "--seed",
+        "7",
+        "--keep-serving",
+    )
     q.wait_for(READY, timeout=240)
 
     # The batch is over and the server still answers.
@@ -165,15 +193,14 @@ def test_table_per_data_source_and_keep_serving_until_sigint(tmp_path, quickstar
         httpx.get(f"{base}/healthz", timeout=2)
 
 
-@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                    reason="needs bubblewrap sandboxes")
+@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None, reason="needs bubblewrap sandboxes")
 def test_sigterm_mid_batch_stops_cleanly_leaving_no_sandbox(tmp_path, quickstart, fake_llm_thread):
     """The code agent's sandbox is open while the slow policy thinks; SIGTERM then: the
     quickstart says it stopped, exits 130, and leaves no process and no sandbox."""
     llm = fake_llm_thread(replies=["Let me look at the files first."], latency=60.0)
-    q = quickstart("--backend", llm.url, "--easy-tasks", "0", "--tasks", "0", "--code-tasks", "1",
-                   "--n", "1")
+    q = quickstart("--backend", llm.url, "--easy-tasks", "0", "--tasks", "0", "--code-tasks", "1", "--n", "1")
     base = f"http://127.0.0.1:{q.port}"
+
     def sandbox_open() -> bool:
         assert q.proc.poll() is None, q.text[-3000:]
         try:
@@ -192,8 +219,7 @@ def test_sigterm_mid_batch_stops_cleanly_leaving_no_sandbox(tmp_path, quickstart
     assert list(records.iterdir()) == []
 
 
-def test_a_taken_port_is_a_clear_error_before_anything_starts(tmp_path, quickstart,
-                                                              fake_llm_thread):
+def test_a_taken_port_is_a_clear_error_before_anything_starts(tmp_path, quickstart, fake_llm_thread):
     """The API's socket is bound first: a taken --port is one line naming the port (exit
     2), not a traceback from inside the HTTP server after the service started."""
     llm = fake_llm_thread(replies=scripted)
@@ -201,8 +227,7 @@ def test_a_taken_port_is_a_clear_error_before_anything_starts(tmp_path, quicksta
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        q = quickstart("--backend", llm.url, "--easy-tasks", "1", "--tasks", "0",
-                       "--code-tasks", "0", port=port)
+        q = quickstart("--backend", llm.url, "--easy-tasks", "1", "--tasks", "0", "--code-tasks", "0", port=port)
         assert q.finish(timeout=60) == 2, q.text[-3000:]
     assert f"port {port}" in q.text and "in use" in q.text, q.text[-3000:]
     assert "Traceback" not in q.text, q.text[-3000:]

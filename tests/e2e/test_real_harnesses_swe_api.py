@@ -39,20 +39,28 @@ from tests.harness_install import harness_problem, harness_root
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                       reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}"),
+    pytest.mark.skipif(
+        BubblewrapRuntime.unavailable_reason() is not None,
+        reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+    ),
 ]
 
 # One swe-mini instance per preset (a repository each).
-INSTANCE = {"codex": "rollserve-mini__datespan-1", "claude-code": "rollserve-mini__iniconf-2",
-            "opencode": "rollserve-mini__moneyfmt-1", "qwen-code": "rollserve-mini__slugkit-3",
-            "pi": "rollserve-mini__tablefmt-1"}
+INSTANCE = {
+    "codex": "rollserve-mini__datespan-1",
+    "claude-code": "rollserve-mini__iniconf-2",
+    "opencode": "rollserve-mini__moneyfmt-1",
+    "qwen-code": "rollserve-mini__slugkit-3",
+    "pi": "rollserve-mini__tablefmt-1",
+}
 # Each harness's own shell tool, with its own argument names.
-SHELL = {"codex": lambda cmd: ("exec_command", {"cmd": cmd}),
-         "claude-code": lambda cmd: ("Bash", {"command": cmd, "description": "Apply the fix"}),
-         "opencode": lambda cmd: ("bash", {"command": cmd, "description": "Apply the fix"}),
-         "qwen-code": lambda cmd: ("run_shell_command", {"command": cmd}),
-         "pi": lambda cmd: ("bash", {"command": cmd})}
+SHELL = {
+    "codex": lambda cmd: ("exec_command", {"cmd": cmd}),
+    "claude-code": lambda cmd: ("Bash", {"command": cmd, "description": "Apply the fix"}),
+    "opencode": lambda cmd: ("bash", {"command": cmd, "description": "Apply the fix"}),
+    "qwen-code": lambda cmd: ("run_shell_command", {"command": cmd}),
+    "pi": lambda cmd: ("bash", {"command": cmd}),
+}
 # The auxiliary calls each preset makes here (purpose, model asked), by its [calls] table.
 AUXILIARY = {"opencode": [("title", "rollserve-policy-title")]}
 TAG = re.compile(r"\[real:([a-z-]+):(gold|empty)\]")
@@ -78,9 +86,15 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
 
 def task(preset: str, mode: str) -> dict:
     row = BY_ID[INSTANCE[preset]]
-    return {"data_source": "swe", "id": f"{preset}:{mode}", "instance": {
-        **row, "problem_statement": f"{row['problem_statement']}\n\n[real:{preset}:{mode}]",
-        "harness": {"preset": preset}}}
+    return {
+        "data_source": "swe",
+        "id": f"{preset}:{mode}",
+        "instance": {
+            **row,
+            "problem_statement": f"{row['problem_statement']}\n\n[real:{preset}:{mode}]",
+            "harness": {"preset": preset},
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +105,23 @@ def runs(tmp_path_factory) -> Iterator[tuple[dict[str, dict], FakeVLLM]]:
     if not installed:
         pytest.skip("no npm harness is installed under " + str(harness_root()))
     llm = FakeVLLM("smollm2", replies=policy, latency=0.0).start_in_thread()
-    server = ServerProcess(tmp_path_factory.mktemp("real-harnesses"), [
-        "--backend", llm.url, "--harness-dir", str(harness_root()),
-        "--init-workers", "10", "--eval-workers", "4"])
+    server = ServerProcess(
+        tmp_path_factory.mktemp("real-harnesses"),
+        ["--backend", llm.url, "--harness-dir", str(harness_root()), "--init-workers", "10", "--eval-workers", "4"],
+    )
     try:
         server.start()
         started = time.monotonic()
         with httpx.Client(base_url=server.url, timeout=WAIT + 60) as client:
             tasks = [task(name, mode) for name in installed for mode in ("gold", "empty")]
-            r = client.post("/v1/rollouts", json={
-                "tasks": tasks, "sampling": {"max_tokens": 4096},
-                "agent": {"max_turns": 8, "max_context_tokens": 65536}})
+            r = client.post(
+                "/v1/rollouts",
+                json={
+                    "tasks": tasks,
+                    "sampling": {"max_tokens": 4096},
+                    "agent": {"max_turns": 8, "max_context_tokens": 65536},
+                },
+            )
             assert r.status_code == 202, r.text
             results = {}
             for group in r.json()["groups"]:
@@ -144,8 +164,9 @@ def test_real_harness_solves_swe_mini_through_the_gateway(runs, preset, mode):
     assert trajectory.sequence_count == 1, [t.sequence for t in trajectory.turns]
     check_tokens(result, calls_by_prompt(llm))
     tag = f"[real:{preset}:{mode}]"
-    mine = [c for c in llm.calls if tag in llm.tok.decode(c.prompt_ids)
-            and TITLE_CALL not in llm.tok.decode(c.prompt_ids)]
+    mine = [
+        c for c in llm.calls if tag in llm.tok.decode(c.prompt_ids) and TITLE_CALL not in llm.tok.decode(c.prompt_ids)
+    ]
     assert [t.output_ids for t in trajectory.turns] == [c.output_ids for c in mine]
     names = [[call.name for call in t.tool_calls] for t in trajectory.turns]
     shell = SHELL[preset]("")[0]

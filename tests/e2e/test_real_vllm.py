@@ -46,8 +46,7 @@ async def api(tmp_path, vllm_url):
     service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[vllm_url]))
     await service.start()
     app = create_app(service, manage_lifecycle=False)
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                               base_url="http://rollserve", timeout=120)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rollserve", timeout=120)
     try:
         yield client
     finally:
@@ -56,8 +55,7 @@ async def api(tmp_path, vllm_url):
 
 
 async def _submit_and_collect(api: httpx.AsyncClient) -> list[dict]:
-    r = await api.post("/v1/rollouts", json={"tasks": TASKS, "sampling": SAMPLING,
-                                             "agent": {"max_turns": 2}})
+    r = await api.post("/v1/rollouts", json={"tasks": TASKS, "sampling": SAMPLING, "agent": {"max_turns": 2}})
     assert r.status_code == 202, r.text
     groups = r.json()["groups"]
     assert [len(g["rollout_ids"]) for g in groups] == [2, 2]
@@ -71,11 +69,17 @@ async def _submit_and_collect(api: httpx.AsyncClient) -> list[dict]:
 
 async def _vllm_prompt_logprobs(vllm: httpx.AsyncClient, model: str, ids: list[int]) -> list:
     """vLLM's own logprob of each of ``ids`` given the ids before it (None for the first)."""
-    r = await vllm.post("/v1/completions", json={
-        "model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0,
-        "prompt_logprobs": 0,  # the prompt token's own logprob, no alternatives
-        "return_token_ids": True,  # echo the prompt ids: vLLM read what we sent
-    })
+    r = await vllm.post(
+        "/v1/completions",
+        json={
+            "model": model,
+            "prompt": ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": 0,  # the prompt token's own logprob, no alternatives
+            "return_token_ids": True,  # echo the prompt ids: vLLM read what we sent
+        },
+    )
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     assert choice["prompt_token_ids"] == ids
@@ -91,8 +95,9 @@ async def _vllm_tokenize(vllm: httpx.AsyncClient, messages: list[dict]) -> list[
     return r.json()["tokens"]
 
 
-async def check_exact(vllm: httpx.AsyncClient, model: str, backend: dict, result: dict,
-                      against_tokenize: bool = True) -> tuple[float, int]:
+async def check_exact(
+    vllm: httpx.AsyncClient, model: str, backend: dict, result: dict, against_tokenize: bool = True
+) -> tuple[float, int]:
     """A result's trajectory is exactly what vLLM sampled: (worst |logprob diff|, compared)."""
     assert result["status"] == "completed", result["failure"]
     assert result["mask"] is False
@@ -164,10 +169,15 @@ async def test_a_swe_rollout_on_real_vllm_is_exact_and_scored(api, vllm_url):
         pytest.skip(f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
     (backend,) = (await api.get("/v1/llm/backends")).json()["backends"]
     row = SWE_MINI.rows()[0]
-    r = await api.post("/v1/rollouts:run", json={
-        "task": {"data_source": "swe", "instance": row},
-        "sampling": {"temperature": 1.0, "max_tokens": 48},
-        "agent": {"max_turns": 2, "max_context_tokens": 8192}, "wait": 240})
+    r = await api.post(
+        "/v1/rollouts:run",
+        json={
+            "task": {"data_source": "swe", "instance": row},
+            "sampling": {"temperature": 1.0, "max_tokens": 48},
+            "agent": {"max_turns": 2, "max_context_tokens": 8192},
+            "wait": 240,
+        },
+    )
     assert r.status_code == 200, r.text
     (result,) = r.json()["results"]
     evaluation = result["evaluation"]

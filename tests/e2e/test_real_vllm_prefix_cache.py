@@ -46,20 +46,20 @@ async def cached_tokens(vllm: httpx.AsyncClient) -> float:
     """Send PROMPT to the adapter: how many of its tokens came from the prefix cache
     (the counters are updated as the engine reports; waited for, bounded)."""
     queries, hits = await counters(vllm)
-    reply = await vllm.post("/v1/completions", json={
-        "model": NAME, "prompt": PROMPT, "max_tokens": 1, "temperature": 0.0})
+    reply = await vllm.post(
+        "/v1/completions", json={"model": NAME, "prompt": PROMPT, "max_tokens": 1, "temperature": 0.0}
+    )
     assert reply.status_code == 200, reply.text
+
     async def counted() -> tuple[float] | None:
         now_queries, now_hits = await counters(vllm)
         return (now_hits - hits,) if now_queries - queries >= len(PROMPT) else None
 
-    (cached,) = await eventually(counted, timeout=60, what="the engine to count the prompt",
-                                 interval=0.2)
+    (cached,) = await eventually(counted, timeout=60, what="the engine to count the prompt", interval=0.2)
     return cached
 
 
-async def test_a_lora_reload_through_rollserve_resets_the_real_prefix_cache(
-        tmp_path, vllm_lora_url):
+async def test_a_lora_reload_through_rollserve_resets_the_real_prefix_cache(tmp_path, vllm_lora_url):
     folder = tmp_path / "adapter"
     async with rollserve_on_vllm(tmp_path, vllm_lora_url) as (client, vllm):
         await client.resume(policy_version=1)
@@ -77,5 +77,4 @@ async def test_a_lora_reload_through_rollserve_resets_the_real_prefix_cache(
     assert report.loaded.ok
     assert warm >= 128  # the cache works: the same prompt reused its blocks...
     assert after == 0  # ...until the reload: nothing computed under version 2 was reused
-    print(f"\n{warm:.0f} of {len(PROMPT)} prompt tokens from the cache before the reload, "
-          f"{after:.0f} after")
+    print(f"\n{warm:.0f} of {len(PROMPT)} prompt tokens from the cache before the reload, {after:.0f} after")

@@ -45,17 +45,27 @@ def make_adapter(folder: Path, seed: int, scale: float = 0.05) -> str:
     for layer in range(LAYERS):
         for module, out in (("q_proj", HIDDEN), ("v_proj", KV)):
             prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = (rng.standard_normal((RANK, HIDDEN)) * scale
-                                                  ).astype(np.float32)
-            tensors[f"{prefix}.lora_B.weight"] = (rng.standard_normal((out, RANK)) * scale
-                                                  ).astype(np.float32)
+            tensors[f"{prefix}.lora_A.weight"] = (rng.standard_normal((RANK, HIDDEN)) * scale).astype(np.float32)
+            tensors[f"{prefix}.lora_B.weight"] = (rng.standard_normal((out, RANK)) * scale).astype(np.float32)
     folder.mkdir(parents=True)
     save_file(tensors, str(folder / "adapter_model.safetensors"))
-    (folder / "adapter_config.json").write_text(json.dumps({
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": RANK, "lora_alpha": 16,
-        "lora_dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "bias": "none",
-        "fan_in_fan_out": False, "modules_to_save": None, "use_rslora": False,
-        "use_dora": False}))
+    (folder / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "task_type": "CAUSAL_LM",
+                "r": RANK,
+                "lora_alpha": 16,
+                "lora_dropout": 0.0,
+                "target_modules": ["q_proj", "v_proj"],
+                "bias": "none",
+                "fan_in_fan_out": False,
+                "modules_to_save": None,
+                "use_rslora": False,
+                "use_dora": False,
+            }
+        )
+    )
     return str(folder)
 
 
@@ -72,8 +82,11 @@ async def gap(vllm: httpx.AsyncClient, result: dict, model: str) -> list[float]:
     """|rollserve's logprob - vLLM's recomputation under ``model``| per sampled token."""
     tokens = result["trajectory"]["tokens"]
     expected = await _vllm_prompt_logprobs(vllm, model, tokens["input_ids"])
-    return [abs(lp - expected[i]) for i, (lp, m) in
-            enumerate(zip(tokens["logprobs"], tokens["loss_mask"], strict=True)) if m]
+    return [
+        abs(lp - expected[i])
+        for i, (lp, m) in enumerate(zip(tokens["logprobs"], tokens["loss_mask"], strict=True))
+        if m
+    ]
 
 
 @contextlib.asynccontextmanager
@@ -82,8 +95,9 @@ async def rollserve_on_vllm(tmp_path: Path, url: str) -> AsyncIterator[tuple[Asy
     of that vLLM; all closed at the end."""
     service = Service(ServerConfig(state_dir=tmp_path / "state", backends=[url]))
     await service.start()
-    client = AsyncClient("http://rollserve", timeout=300,
-                         transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False)))
+    client = AsyncClient(
+        "http://rollserve", timeout=300, transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False))
+    )
     try:
         async with httpx.AsyncClient(base_url=url, timeout=300) as vllm:
             yield client, vllm
@@ -112,8 +126,10 @@ async def test_a_lora_sync_reaches_real_vllm_and_later_turns_sample_from_it(tmp_
     assert max(before_gaps) <= LOGPROB_TOLERANCE  # version 1: the base weights sampled
     assert max(new_gaps) <= LOGPROB_TOLERANCE  # version 2: the adapter sampled...
     assert sum(old_gaps) / len(old_gaps) > 10 * LOGPROB_TOLERANCE  # ...not the base weights
-    print(f"\nbefore: max |d| {max(before_gaps):.2e} vs base; after: max |d| "
-          f"{max(new_gaps):.2e} vs the adapter, mean {sum(old_gaps) / len(old_gaps):.3f} vs base")
+    print(
+        f"\nbefore: max |d| {max(before_gaps):.2e} vs base; after: max |d| "
+        f"{max(new_gaps):.2e} vs the adapter, mean {sum(old_gaps) / len(old_gaps):.3f} vs base"
+    )
 
 
 async def test_full_weights_reload_on_real_vllm_dev_mode(tmp_path, vllm_lora_url):

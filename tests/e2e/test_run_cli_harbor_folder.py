@@ -18,8 +18,10 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 HARBOR = Path(rollserve.__file__).parent / "data" / "harbor"
 TASKS = {"mine-csv": "csv-region-revenue", "mine-json": "json-team-rollup"}
 runner = CliRunner()
-pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 
 def test_run_a_folder_against_a_server_whose_root_holds_it(server_factory, fake_llm_thread, tmp_path):
@@ -27,13 +29,17 @@ def test_run_a_folder_against_a_server_whose_root_holds_it(server_factory, fake_
     for mine, bundled in TASKS.items():
         shutil.copytree(HARBOR / bundled, tasks / mine)
     llm = fake_llm_thread(replies=[format_tool_call("finish", {})])
-    server = server_factory("--backend", llm.url, "--handler-options",
-                            json.dumps({"harbor": {"root": str(tasks)}})).start()
+    server = server_factory(
+        "--backend", llm.url, "--handler-options", json.dumps({"harbor": {"root": str(tasks)}})
+    ).start()
     output = tmp_path / "out.jsonl"
 
     def run(folder: Path):
-        return runner.invoke(app, ["run", str(folder), "--server", server.url, "-o", str(output),
-                                   "--max-tokens", "64"], env={"COLUMNS": "250"})
+        return runner.invoke(
+            app,
+            ["run", str(folder), "--server", server.url, "-o", str(output), "--max-tokens", "64"],
+            env={"COLUMNS": "250"},
+        )
 
     result = run(tasks)
     assert result.exit_code == 0, result.output

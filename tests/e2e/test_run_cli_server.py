@@ -11,8 +11,10 @@ from typer.testing import CliRunner
 from rollserve.cli import app
 
 runner = CliRunner()
-ROWS = [{"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "n": 2},
-        {"data_source": "math", "instance": {"question": "What is 2 + 3?", "answer": "5"}, "n": 2}]
+ROWS = [
+    {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "n": 2},
+    {"data_source": "math", "instance": {"question": "What is 2 + 3?", "answer": "5"}, "n": 2},
+]
 
 
 def test_run_against_a_server(server_factory, fake_llm_thread, tmp_path):
@@ -23,9 +25,23 @@ def test_run_against_a_server(server_factory, fake_llm_thread, tmp_path):
     output = tmp_path / "out.jsonl"
 
     def run(*args, token="tok"):
-        return runner.invoke(app, ["run", str(data), "--server", server.url, "--api-token", token,
-                                   "-o", str(output), "--max-tokens", "32", *args],
-                             env={"COLUMNS": "250"})
+        return runner.invoke(
+            app,
+            [
+                "run",
+                str(data),
+                "--server",
+                server.url,
+                "--api-token",
+                token,
+                "-o",
+                str(output),
+                "--max-tokens",
+                "32",
+                *args,
+            ],
+            env={"COLUMNS": "250"},
+        )
 
     result = run()
     assert result.exit_code == 0, result.output

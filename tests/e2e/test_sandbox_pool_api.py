@@ -25,15 +25,20 @@ from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 MARK = "876.125"  # the process the hostile agent leaves behind
 # Reads what an earlier rollout would have left, leaves its own, names its sandbox.
-HOSTILE = ("cat /workspace/left.txt /tmp/left.txt 2>&1; echo planted > /workspace/left.txt; "
-           f"echo planted > /tmp/left.txt; (setsid sleep {MARK} >/dev/null 2>&1 &); "
-           "grep -o 'rollserve-bubb-[0-9a-f]*' /proc/self/mountinfo | sort -u")
-TASK = {"data_source": "code", "instance": {
-    "problem": "Print the sum of two integers.", "tests": [{"input": "1 2\n", "output": "3\n"}]}}
+HOSTILE = (
+    "cat /workspace/left.txt /tmp/left.txt 2>&1; echo planted > /workspace/left.txt; "
+    f"echo planted > /tmp/left.txt; (setsid sleep {MARK} >/dev/null 2>&1 &); "
+    "grep -o 'rollserve-bubb-[0-9a-f]*' /proc/self/mountinfo | sort -u"
+)
+TASK = {
+    "data_source": "code",
+    "instance": {"problem": "Print the sum of two integers.", "tests": [{"input": "1 2\n", "output": "3\n"}]},
+}
 
 
 def hostile_policy(prompt_ids: list[int], prompt: str) -> str:
@@ -53,9 +58,15 @@ def boxes():
 
 
 def pool_server(server_factory, fake, boxes: Path, state: Path | None = None):
-    return server_factory("--backend", fake.url, "--sandbox-pool", "8",
-                          "--sandbox-options", json.dumps({"root": str(boxes)}),
-                          state_dir=state).start()
+    return server_factory(
+        "--backend",
+        fake.url,
+        "--sandbox-pool",
+        "8",
+        "--sandbox-options",
+        json.dumps({"root": str(boxes)}),
+        state_dir=state,
+    ).start()
 
 
 def pool_status(server) -> dict:
@@ -63,13 +74,13 @@ def pool_status(server) -> dict:
 
 
 def run_batch(server, n: int) -> list[dict]:
-    r = httpx.post(f"{server.url}/v1/rollouts", timeout=30,
-                   json={"tasks": [{**TASK, "n": n}], "sampling": {"max_tokens": 256}})
+    r = httpx.post(
+        f"{server.url}/v1/rollouts", timeout=30, json={"tasks": [{**TASK, "n": n}], "sampling": {"max_tokens": 256}}
+    )
     assert r.status_code == 202, r.text
     results = []
     for rid in [rid for group in r.json()["groups"] for rid in group["rollout_ids"]]:
-        view = httpx.get(f"{server.url}/v1/rollouts/{rid}", params={"wait": 120},
-                         timeout=130).json()
+        view = httpx.get(f"{server.url}/v1/rollouts/{rid}", params={"wait": 120}, timeout=130).json()
         assert view["done"], view
         results.append(view["result"])
     return results
@@ -89,7 +100,8 @@ def records(state: Path) -> list[Path]:
 
 
 def test_pooled_sandboxes_serve_one_rollout_each_and_shutdown_empties_the_pool(
-        server_factory, fake_llm_thread, boxes, tmp_path):
+    server_factory, fake_llm_thread, boxes, tmp_path
+):
     fake = fake_llm_thread(replies=hostile_policy)
     server = pool_server(server_factory, fake, boxes)
     first = run_batch(server, 4)  # cold: the pool learns the demand from these
@@ -114,8 +126,7 @@ def test_pooled_sandboxes_serve_one_rollout_each_and_shutdown_empties_the_pool(
     assert records(tmp_path / "state") == [] and folders(boxes) == set()
 
 
-def test_a_killed_servers_pool_is_reaped_by_the_next(server_factory, fake_llm_thread, boxes,
-                                                     tmp_path):
+def test_a_killed_servers_pool_is_reaped_by_the_next(server_factory, fake_llm_thread, boxes, tmp_path):
     fake = fake_llm_thread(replies=hostile_policy)
     state = tmp_path / "state"
     server = pool_server(server_factory, fake, boxes, state)

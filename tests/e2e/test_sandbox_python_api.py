@@ -21,7 +21,8 @@ from tests.e2e.test_gateway_api import result as wait_result
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 SITES = [str(p) for p in site_dirs()]
 PROBE = re.compile(r"PROBE (\{.*\})")
@@ -76,9 +77,17 @@ UIDS = [{}] + ([{"root_uids": None}] if os.geteuid() == 0 else [])
 async def test_the_python_tool_cannot_regenerate_its_task_from_the_seed(make_api, options):
     async with FakeVLLM("smollm2", replies=python_policy, latency=0.0) as llm:
         _, client = await make_api([llm.url], server={"sandbox_options": options})
-        r = await client.post("/v1/rollouts", json={"tasks": [{
-            "data_source": "math_python",
-            "instance": {"dataset": "basic_arithmetic", "seed": 7780, "index": 0}}]})
+        r = await client.post(
+            "/v1/rollouts",
+            json={
+                "tasks": [
+                    {
+                        "data_source": "math_python",
+                        "instance": {"dataset": "basic_arithmetic", "seed": 7780, "index": 0},
+                    }
+                ]
+            },
+        )
         assert r.status_code == 202, r.text
         (rid,) = r.json()["groups"][0]["rollout_ids"]
         done = await wait_result(client, rid)
@@ -104,8 +113,7 @@ def bash_policy(prompt_ids: list[int], prompt: str) -> str:
 async def test_the_bash_tool_sees_no_server_packages(make_api):
     async with FakeVLLM("smollm2", replies=bash_policy, latency=0.0) as llm:
         _, client = await make_api([llm.url])
-        task = {"data_source": "code", "instance": {
-            "problem": "Print 1.", "tests": [{"input": "", "output": "1\n"}]}}
+        task = {"data_source": "code", "instance": {"problem": "Print 1.", "tests": [{"input": "", "output": "1\n"}]}}
         r = await client.post("/v1/rollouts", json={"tasks": [task], "sampling": {"max_tokens": 256}})
         assert r.status_code == 202, r.text
         (rid,) = r.json()["groups"][0]["rollout_ids"]
@@ -138,9 +146,22 @@ async def test_the_gateway_forwarders_python_sees_no_server_packages(make_api):
 
     async with FakeVLLM("smollm2", replies=policy, latency=0.0) as llm:
         _, client = await make_api([llm.url])
-        r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "gateway", "instance": {
-            "answer": "reply 0 of boxed", "files": {"harness.py": HARNESS},
-            "command": '"$ROLLSERVE_PYTHON" harness.py'}}], "sampling": {"max_tokens": 32}})
+        r = await client.post(
+            "/v1/rollouts",
+            json={
+                "tasks": [
+                    {
+                        "data_source": "gateway",
+                        "instance": {
+                            "answer": "reply 0 of boxed",
+                            "files": {"harness.py": HARNESS},
+                            "command": '"$ROLLSERVE_PYTHON" harness.py',
+                        },
+                    }
+                ],
+                "sampling": {"max_tokens": 32},
+            },
+        )
         assert r.status_code == 202, r.text
         (rid,) = r.json()["groups"][0]["rollout_ids"]
         done = await wait_result(client, rid)

@@ -25,7 +25,8 @@ from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = "876.54"  # the agent's `sleep` argument: finds its processes, nobody else's
@@ -36,8 +37,9 @@ def sleeping_agents() -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline", "status"]):
         try:
-            if process.info["status"] != psutil.STATUS_ZOMBIE and \
-                    f"sleep {MARK}" in " ".join(process.info["cmdline"] or []):
+            if process.info["status"] != psutil.STATUS_ZOMBIE and f"sleep {MARK}" in " ".join(
+                process.info["cmdline"] or []
+            ):
                 found.append(process)
         except psutil.Error:
             pass
@@ -48,8 +50,7 @@ def alive(pid: int, started: float) -> bool:
     """The recorded process (same pid and start time) still runs."""
     try:
         process = psutil.Process(pid)
-        return abs(process.create_time() - started) < 0.05 and \
-            process.status() != psutil.STATUS_ZOMBIE
+        return abs(process.create_time() - started) < 0.05 and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
@@ -64,8 +65,7 @@ def cleanup():
         yield stack
 
 
-def test_sigkill_with_50_live_sandboxes_then_restart(server_factory, fake_llm_thread, tmp_path,
-                                                    cleanup):
+def test_sigkill_with_50_live_sandboxes_then_restart(server_factory, fake_llm_thread, tmp_path, cleanup):
     fake = fake_llm_thread(replies=[format_tool_call("bash", {"command": f"sleep {MARK}"})])
     state = tmp_path / "state"
     state.mkdir()
@@ -78,20 +78,32 @@ def test_sigkill_with_50_live_sandboxes_then_restart(server_factory, fake_llm_th
     cleanup.callback(shutil.rmtree, boxes, ignore_errors=True)
     options = json.dumps({"root": str(boxes)})
     # Another live server's sandbox under the same state dir: must survive untouched.
-    other = subprocess.Popen([sys.executable, "-m", "tests.sandbox.owner_process", str(state),
-                              "bubblewrap", "1", options], cwd=REPO, stdout=subprocess.PIPE,
-                             text=True)
+    other = subprocess.Popen(
+        [sys.executable, "-m", "tests.sandbox.owner_process", str(state), "bubblewrap", "1", options],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         other_ids = json.loads(other.stdout.readline())["ids"]
         other_record = json.loads((state / "sandboxes" / f"{other_ids[0]}.json").read_text())
 
-        first = server_factory("--backend", fake.url, "--run-workers", "64",
-                               "--init-workers", "64",
-                               "--sandbox-options", options,
-                               state_dir=state).start()
-        task = {"data_source": "code", "n": SLEEPERS, "instance": {
-            "problem": "Print the sum of two integers.",
-            "tests": [{"input": "1 2\n", "output": "3\n"}]}}
+        first = server_factory(
+            "--backend",
+            fake.url,
+            "--run-workers",
+            "64",
+            "--init-workers",
+            "64",
+            "--sandbox-options",
+            options,
+            state_dir=state,
+        ).start()
+        task = {
+            "data_source": "code",
+            "n": SLEEPERS,
+            "instance": {"problem": "Print the sum of two integers.", "tests": [{"input": "1 2\n", "output": "3\n"}]},
+        }
         with Client(first.url) as client:
             client.submit([task], sampling={"max_tokens": 64})
         assert wait_for(lambda: len(sleeping_agents()) >= SLEEPERS, 90), len(sleeping_agents())
@@ -102,8 +114,7 @@ def test_sigkill_with_50_live_sandboxes_then_restart(server_factory, fake_llm_th
 
         first.kill()  # SIGKILL: no shutdown code runs
 
-        second = server_factory("--backend", fake.url, "--on-restart", "interrupt",
-                                state_dir=state).start()
+        second = server_factory("--backend", fake.url, "--on-restart", "interrupt", state_dir=state).start()
         status = httpx.get(f"{second.url}/v1/status", timeout=10).json()
         assert wait_for(lambda: not sleeping_agents(), 15), sleeping_agents()
         for pid, started in recorded:  # not one recorded process of theirs is left

@@ -44,17 +44,24 @@ def _read_to_end(sock: socket.socket, data: bytes = b"") -> bytes:
 
 def test_sigterm_ends_long_polls_and_streams_at_once(server_factory):
     server = server_factory().start()  # no backend: a rollout stays queued
-    r = httpx.post(f"{server.url}/v1/rollouts", json={"tasks": [
-        {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}]},
-        timeout=30)
+    r = httpx.post(
+        f"{server.url}/v1/rollouts",
+        json={"tasks": [{"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}]},
+        timeout=30,
+    )
     assert r.status_code == 202, r.text
     (rollout_id,) = r.json()["groups"][0]["rollout_ids"]
     group_id = r.json()["groups"][0]["group_id"]
     events = _open(server.port, "/v1/events")
     status = _open(server.port, "/v1/status/stream?interval=60")
-    polls = {name: _open(server.port, path) for name, path in (
-        ("results", "/v1/results?wait=600"), ("rollout", f"/v1/rollouts/{rollout_id}?wait=600"),
-        ("group", f"/v1/groups/{group_id}?wait=600&results=false"))}
+    polls = {
+        name: _open(server.port, path)
+        for name, path in (
+            ("results", "/v1/results?wait=600"),
+            ("rollout", f"/v1/rollouts/{rollout_id}?wait=600"),
+            ("group", f"/v1/groups/{group_id}?wait=600&results=false"),
+        )
+    }
     streams = {"events": (events, _read_headers(events)), "status": (status, _read_headers(status))}
     # The long-polls were sent before this call: answered after them on one event loop,
     # it finds their handlers waiting.

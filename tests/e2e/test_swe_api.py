@@ -23,7 +23,8 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 INSTANCES = SWE_MINI.rows()
 BY_ID = {row["instance_id"]: row for row in INSTANCES}
@@ -32,8 +33,10 @@ TAG = re.compile(r"\[policy:(\w+):([\w.-]+)\]")
 
 def tagged(instance: dict, mode: str) -> dict:
     """The instance with the policy's instructions in its issue text (graded as is)."""
-    return {**instance, "problem_statement": instance["problem_statement"]
-            + f"\n\n[policy:{mode}:{instance['instance_id']}]"}
+    return {
+        **instance,
+        "problem_statement": instance["problem_statement"] + f"\n\n[policy:{mode}:{instance['instance_id']}]",
+    }
 
 
 def editor_calls(patch: str) -> list[str]:
@@ -51,9 +54,17 @@ def editor_calls(patch: str) -> list[str]:
                     old.append(text)
                 if mark in (" ", "+"):
                     new.append(text)
-            calls.append(format_tool_call("str_replace_editor", {
-                "command": "str_replace", "path": f"/workspace/{path}",
-                "old_str": "\n".join(old), "new_str": "\n".join(new)}))
+            calls.append(
+                format_tool_call(
+                    "str_replace_editor",
+                    {
+                        "command": "str_replace",
+                        "path": f"/workspace/{path}",
+                        "old_str": "\n".join(old),
+                        "new_str": "\n".join(new),
+                    },
+                )
+            )
     return calls
 
 
@@ -62,8 +73,10 @@ def policy(prompt_ids: list[int], prompt: str) -> str:
     turn = prompt.count("<|im_start|>assistant") - 1
     gold = BY_ID[instance_id]["patch"]
     if mode == "gold":
-        steps = [format_tool_call("bash", {"command": f"git apply <<'ROLLSERVE_EOF'\n{gold}ROLLSERVE_EOF"}),
-                 format_tool_call("bash", {"command": "git status --short"})]
+        steps = [
+            format_tool_call("bash", {"command": f"git apply <<'ROLLSERVE_EOF'\n{gold}ROLLSERVE_EOF"}),
+            format_tool_call("bash", {"command": "git status --short"}),
+        ]
     elif mode == "editor":
         steps = editor_calls(gold)
     elif mode == "sleeper":
@@ -82,8 +95,7 @@ async def llm():
 
 
 async def run_all(client, tasks: list[dict]) -> list[dict]:
-    body = {"tasks": tasks, "sampling": {"max_tokens": 4096}, "agent": {"max_turns": 12,
-                                                                        "max_context_tokens": 32768}}
+    body = {"tasks": tasks, "sampling": {"max_tokens": 4096}, "agent": {"max_turns": 12, "max_context_tokens": 32768}}
     r = await client.post("/v1/rollouts", json=body)
     assert r.status_code == 202, r.text
     ids = [rid for group in r.json()["groups"] for rid in group["rollout_ids"]]
@@ -102,20 +114,37 @@ def test_swe_mini_is_big_enough():
 
 async def test_gold_resolves_and_empty_does_not_for_every_swe_mini_instance(make_api, llm):
     service, client = await make_api([llm.url], init_workers=4, eval_workers=2)
-    tasks = [{"data_source": "swe", "instance": tagged(row, mode), "id": f"{mode}:{row['instance_id']}"}
-             for row in INSTANCES for mode in ("gold", "nothing")]
+    tasks = [
+        {"data_source": "swe", "instance": tagged(row, mode), "id": f"{mode}:{row['instance_id']}"}
+        for row in INSTANCES
+        for mode in ("gold", "nothing")
+    ]
     results = await run_all(client, tasks)
     by_task = {r["task_id"]: r for r in results}
     problems = []
     for row in INSTANCES:
         gold, empty = by_task[f"gold:{row['instance_id']}"], by_task[f"nothing:{row['instance_id']}"]
         if gold["status"] != "completed" or gold["reward"] != 1.0:
-            problems.append((row["instance_id"], "gold", gold["status"], gold["failure"],
-                             (gold["evaluation"] or {}).get("log_tail", "")[-600:]))
+            problems.append(
+                (
+                    row["instance_id"],
+                    "gold",
+                    gold["status"],
+                    gold["failure"],
+                    (gold["evaluation"] or {}).get("log_tail", "")[-600:],
+                )
+            )
         elif gold["evaluation"]["canary"] != "failed" or not gold["evaluation"]["recheck"]["agreed"]:
             # Every gold held its canaries (all failed) and the second runner agreed.
-            problems.append((row["instance_id"], "gold checks", gold["evaluation"]["canary"],
-                             gold["evaluation"].get("canaries"), gold["evaluation"]["recheck"]))
+            problems.append(
+                (
+                    row["instance_id"],
+                    "gold checks",
+                    gold["evaluation"]["canary"],
+                    gold["evaluation"].get("canaries"),
+                    gold["evaluation"]["recheck"],
+                )
+            )
         if empty["status"] != "completed" or empty["reward"] != 0.0:
             problems.append((row["instance_id"], "empty", empty["status"], empty["failure"]))
         else:
@@ -129,14 +158,18 @@ async def test_gold_resolves_and_empty_does_not_for_every_swe_mini_instance(make
 async def test_editor_fix_is_rewarded_and_doing_nothing_is_not(make_api, llm):
     service, client = await make_api([llm.url])
     row = INSTANCES[0]
-    fixed, idle = await run_all(client, [{"data_source": "swe", "instance": tagged(row, "editor")},
-                                         {"data_source": "swe", "instance": tagged(row, "nothing")}])
+    fixed, idle = await run_all(
+        client,
+        [
+            {"data_source": "swe", "instance": tagged(row, "editor")},
+            {"data_source": "swe", "instance": tagged(row, "nothing")},
+        ],
+    )
     assert fixed["status"] == "completed" and fixed["reward"] == 1.0, (fixed["failure"], fixed["evaluation"])
     evaluation = fixed["evaluation"]
     assert evaluation["finished"] and evaluation["resolved"] and evaluation["patch_applied"]
     tools = [m for m in fixed["trajectory"]["messages"] if m["role"] == "tool"]
-    assert tools and all(m["content"].startswith("<tool_response>\nEdited /workspace/")
-                         for m in tools), tools
+    assert tools and all(m["content"].startswith("<tool_response>\nEdited /workspace/") for m in tools), tools
     tokens = fixed["trajectory"]["tokens"]
     assert len(tokens["input_ids"]) == len(tokens["loss_mask"]) == len(tokens["logprobs"])
     assert idle["status"] == "completed" and idle["reward"] == 0.0 and not idle["mask"]
@@ -156,9 +189,12 @@ async def test_prorl_process_returns_the_git_patch(make_api, llm):
     service, client = await make_api(prorl=ProRLConfig())
     await initialize_prorl_server(client, f"{llm.url}/v1")
     row = INSTANCES[1]
-    result = await call_prorl_process(client, tagged(row, "gold"),
-                                      {"temperature": 0.0, "max_tokens": 4096, "max_iterations": 8},
-                                      job_id=row["instance_id"])
+    result = await call_prorl_process(
+        client,
+        tagged(row, "gold"),
+        {"temperature": 0.0, "max_tokens": 4096, "max_iterations": 8},
+        job_id=row["instance_id"],
+    )
     seen = read_like_nemo_gym(result)
     assert seen["resolved"] and seen["patch_exists"] and seen["error"] is None, result.get("error")
     assert result["git_patch"].strip() == row["patch"].strip()
@@ -167,11 +203,9 @@ async def test_prorl_process_returns_the_git_patch(make_api, llm):
 async def test_bad_swe_instances_are_refused_naming_the_field(make_api, llm):
     service, client = await make_api([llm.url])
     row = {k: v for k, v in INSTANCES[0].items() if k != "base_commit"}
-    r = await client.post("/v1/rollouts", json={"tasks": [
-        {"data_source": "swebench", "instance": row}]})
+    r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swebench", "instance": row}]})
     assert r.status_code in (400, 422) and "tasks[0].instance" in r.text, r.text
-    r = await client.post("/v1/rollouts", json={"tasks": [
-        {"data_source": "swe", "instance": {"question": "what?"}}]})
+    r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": {"question": "what?"}}]})
     assert r.status_code in (400, 422) and "not a SWE-bench, SWE-Gym or R2E-Gym instance" in r.text
     nowhere = {**INSTANCES[0], "instance_id": "nobody__nothing-1", "repo": "nobody/nothing"}
     r = await client.post("/v1/rollouts", json={"tasks": [{"data_source": "swe", "instance": nowhere}]})
@@ -184,14 +218,22 @@ async def test_no_sandbox_or_test_run_outlives_a_cancelled_or_timed_out_rollout(
     of the tests (EVAL): every process and sandbox of both is gone when the results are."""
     service, client = await make_api([llm.url])
     row = INSTANCES[2]
-    r = await client.post("/v1/rollouts", json={"tasks": [
-        {"data_source": "swe", "instance": tagged(row, "sleeper")},
-        {"data_source": "swe", "instance": {**tagged(row, "gold"), "test_cmd": "sleep 987.66"},
-         "timeouts": {"eval": 3.0}}]})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [
+                {"data_source": "swe", "instance": tagged(row, "sleeper")},
+                {
+                    "data_source": "swe",
+                    "instance": {**tagged(row, "gold"), "test_cmd": "sleep 987.66"},
+                    "timeouts": {"eval": 3.0},
+                },
+            ]
+        },
+    )
     assert r.status_code == 202, r.text
     cancelled, timed_out = [rid for g in r.json()["groups"] for rid in g["rollout_ids"]]
-    await eventually(lambda: processes_with("987.65"), timeout=30,
-                     what="the agent in the middle of `sleep 987.65`")
+    await eventually(lambda: processes_with("987.65"), timeout=30, what="the agent in the middle of `sleep 987.65`")
     await client.delete(f"/v1/rollouts/{cancelled}")
     results = {}
     for rid in (cancelled, timed_out):

@@ -17,7 +17,8 @@ from tests.e2e.swe_fixtures import llm_fixture, scripted, swe_service
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 toy = exploits.toy  # the toy instance, its repository in a bundle (a fixture)
 run_one = exploits.run_one
@@ -55,7 +56,9 @@ def mean(values):
 """
 # The same with the frame reached through names built from pieces.
 HIDDEN = FRAME.replace("import sys as _sys\n", '_sys = __import__("s" + "ys")\n').replace(
-    "_sys._getframe(1)", 'getattr(_sys, "_get" + "frame")(1)')
+    "_sys._getframe(1)", 'getattr(_sys, "_get" + "frame")(1)'
+)
+
 
 def bash(command: str) -> str:
     return format_tool_call("bash", {"command": command})
@@ -112,7 +115,8 @@ async def test_flag_grades_and_lists_the_findings_off_does_not_scan(swe_api, toy
     if setting == "flag":
         assert evaluation["machinery"] == "flag"
         assert ("calc/ops.py", "frame or gc introspection: sys._getframe") in {
-            (f["file"], f["what"]) for f in evaluation["machinery_findings"]}
+            (f["file"], f["what"]) for f in evaluation["machinery_findings"]
+        }
     else:
         assert "machinery" not in evaluation and "machinery_findings" not in evaluation
 

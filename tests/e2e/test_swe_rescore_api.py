@@ -15,7 +15,8 @@ from tests.e2e.test_swe_api import INSTANCES, llm, tagged  # noqa: F401 (the pol
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 
 async def finished(client, rid: str) -> dict:
@@ -34,14 +35,23 @@ async def rescore(client, ids: list[str]) -> list[dict]:
 async def test_swe_results_rescored_from_their_stored_patch(make_api, llm):  # noqa: F811
     service, client = await make_api([llm.url], init_workers=3, eval_workers=3)
     row = INSTANCES[0]
-    r = await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "swe", "instance": tagged(row, "gold")},
-                  {"data_source": "swe", "instance": tagged(row, "nothing")},
-                  # EVAL past its bound: masked, no evaluation, no patch kept
-                  {"data_source": "swe", "instance": {**tagged(row, "gold"),
-                                                      "test_cmd": "sleep 987.67"},
-                   "timeouts": {"eval": 3.0}}],
-        "sampling": {"max_tokens": 4096}, "agent": {"max_turns": 12}})
+    r = await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [
+                {"data_source": "swe", "instance": tagged(row, "gold")},
+                {"data_source": "swe", "instance": tagged(row, "nothing")},
+                # EVAL past its bound: masked, no evaluation, no patch kept
+                {
+                    "data_source": "swe",
+                    "instance": {**tagged(row, "gold"), "test_cmd": "sleep 987.67"},
+                    "timeouts": {"eval": 3.0},
+                },
+            ],
+            "sampling": {"max_tokens": 4096},
+            "agent": {"max_turns": 12},
+        },
+    )
     assert r.status_code == 202, r.text
     gold, empty, masked = [rid for g in r.json()["groups"] for rid in g["rollout_ids"]]
     old = [await finished(client, rid) for rid in (gold, empty, masked)]
@@ -66,23 +76,26 @@ async def test_swe_results_rescored_from_their_stored_patch(make_api, llm):  # n
     assert len(llm.calls) == sampled  # nothing sampled
     again = [await finished(client, rid) for rid in (gold, empty)]
     assert [(a["reward"], a["evaluation"], a["scoring"]) for a in again] == [
-        (o["reward"], o["evaluation"], None) for o in old[:2]]
+        (o["reward"], o["evaluation"], None) for o in old[:2]
+    ]
 
     # refused, naming the result, and nothing written
     r = await client.post("/v1/results/rescore", json={"result_ids": [gold, masked]})
     assert r.status_code == 422, r.text
     assert "result_ids[1]" in r.text and masked in r.text and "not completed" in r.text
-    assert (await client.get("/v1/results", params={"after": page["next"]})).json()[
-        "results"] == []
+    assert (await client.get("/v1/results", params={"after": page["next"]})).json()["results"] == []
 
     # the server again over the same store, with other grader options: they grade
-    _, changed = await make_api([llm.url], server={
-        "store_path": service.config.db_path,
-        "handler_options": {"swe": {"recheck": False, "empty_patch": "run"}}})
+    _, changed = await make_api(
+        [llm.url],
+        server={
+            "store_path": service.config.db_path,
+            "handler_options": {"swe": {"recheck": False, "empty_patch": "run"}},
+        },
+    )
     new = await rescore(changed, [gold, empty])
     assert [n["reward"] for n in new] == [1.0, 0.0]
     assert "recheck" not in new[0]["evaluation"]  # no second runner now
     assert new[1]["evaluation"]["tests_ran"] is True  # the empty patch's tests ran
-    assert any(t["kind"] == "FAIL_TO_PASS" and not t["ok"]
-               for t in new[1]["evaluation"]["tests"])
+    assert any(t["kind"] == "FAIL_TO_PASS" and not t["ok"] for t in new[1]["evaluation"]["tests"])
     assert len(llm.calls) == sampled

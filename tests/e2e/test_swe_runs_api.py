@@ -21,16 +21,27 @@ from tests.handlers.swe import toy_repo
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
-SPIN = ("import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef mean(values):\n"
-        "    for _ in range(3):\n        if os.fork() == 0:\n            while True:\n"
-        "                pass\n    while True:\n        pass\n")
+SPIN = (
+    "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef mean(values):\n"
+    "    for _ in range(3):\n        if os.fork() == 0:\n            while True:\n"
+    "                pass\n    while True:\n        pass\n"
+)
 STEPS = {
     "spin": [format_tool_call("bash", {"command": f"cat > calc/ops.py <<'EOF'\n{SPIN}EOF"})],
-    "fix": [format_tool_call("str_replace_editor", {
-        "command": "str_replace", "path": "/workspace/calc/ops.py",
-        "old_str": "len(values) - 1", "new_str": "len(values)"})],
+    "fix": [
+        format_tool_call(
+            "str_replace_editor",
+            {
+                "command": "str_replace",
+                "path": "/workspace/calc/ops.py",
+                "old_str": "len(values) - 1",
+                "new_str": "len(values)",
+            },
+        )
+    ],
 }
 NO_PYTEST = "/usr/bin/python3"
 
@@ -55,9 +66,14 @@ def toy(tmp_path):
 
 async def submit(client, instance: dict, mode: str):
     instance = {**instance, "problem_statement": instance["problem_statement"] + f"\n\n[policy:{mode}]"}
-    return await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "swe", "instance": instance}],
-        "sampling": {"max_tokens": 2048}, "agent": {"max_turns": 4}})
+    return await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "swe", "instance": instance}],
+            "sampling": {"max_tokens": 2048},
+            "agent": {"max_turns": 4},
+        },
+    )
 
 
 async def run_one(client, instance: dict, mode: str) -> dict:

@@ -15,12 +15,10 @@ TASKS = [
 
 def test_two_tasks_times_four_samples(server_factory, fake_llm_thread):
     # First reply has no boxed answer, so each episode takes two turns.
-    fake = fake_llm_thread(replies=["I think it is four.", "So the answer is \\boxed{4}."],
-                           latency=0.02)
+    fake = fake_llm_thread(replies=["I think it is four.", "So the answer is \\boxed{4}."], latency=0.02)
     server = server_factory("--backend", fake.url).start()
     with Client(server.url) as client:
-        accepted = client.submit(TASKS, sampling={"max_tokens": 64, "temperature": 1.0},
-                                 agent={"max_turns": 3})
+        accepted = client.submit(TASKS, sampling={"max_tokens": 64, "temperature": 1.0}, agent={"max_turns": 3})
         assert [len(g.rollout_ids) for g in accepted.groups] == [4, 4]
         results = list(client.stream_results(after=0, until=8, wait=10))
     assert len(results) == 8

@@ -46,9 +46,22 @@ pytestmark = [
 def run_example(tmp_path: Path, url: str) -> dict:
     """Run the example, bounded; SIGTERM first (it stops the rollserve it started)."""
     report = tmp_path / "report.json"
-    cmd = [sys.executable, str(ROOT / "examples" / "trl_grpo.py"), "--vllm", url,
-           "--model", str(HOME / "smollm2"), "--out", str(tmp_path / "run"), "--json", str(report),
-           "--steps", str(STEPS), "--adapter-name", "trl-grpo-test"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "examples" / "trl_grpo.py"),
+        "--vllm",
+        url,
+        "--model",
+        str(HOME / "smollm2"),
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        str(report),
+        "--steps",
+        str(STEPS),
+        "--adapter-name",
+        "trl-grpo-test",
+    ]
     log = tmp_path / "example.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)

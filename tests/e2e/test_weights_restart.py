@@ -10,8 +10,7 @@ import httpx
 from rollserve.client import Client
 from rollserve.client.weights import LoRA, WeightSync
 
-TASK = {"data_source": "math", "n": 3,
-        "instance": {"question": "What is 2 + 2?", "answer": "4"}}
+TASK = {"data_source": "math", "n": 3, "instance": {"question": "What is 2 + 2?", "answer": "4"}}
 
 
 def adapter(tmp_path: Path) -> str:
@@ -21,10 +20,8 @@ def adapter(tmp_path: Path) -> str:
     return str(folder)
 
 
-def test_a_restarted_server_names_the_adapter_in_force_and_its_version(
-        server_factory, fake_llm_thread, tmp_path):
-    fake = fake_llm_thread(replies="The answer is \\boxed{4}.", runtime_lora=True,
-                           dev_mode=True)
+def test_a_restarted_server_names_the_adapter_in_force_and_its_version(server_factory, fake_llm_thread, tmp_path):
+    fake = fake_llm_thread(replies="The answer is \\boxed{4}.", runtime_lora=True, dev_mode=True)
     state = tmp_path / "state"
     path = adapter(tmp_path)
     first = server_factory("--backend", fake.url, state_dir=state).start()

@@ -95,8 +95,13 @@ async def make_engine(tmp_path, handler):
     async def make(path=None, **config):
         store = SQLiteStore(path or tmp_path / "store.db")
         await store.open()
-        engine = Engine(store, OneHandlerRegistry(handler), NullRouter(), EngineConfig(**config),
-                        offline_context(runtime="local", state_dir=tmp_path))
+        engine = Engine(
+            store,
+            OneHandlerRegistry(handler),
+            NullRouter(),
+            EngineConfig(**config),
+            offline_context(runtime="local", state_dir=tmp_path),
+        )
         await engine.start()
         engines.append(engine)
         return engine

@@ -20,8 +20,8 @@ from tests.waiting import eventually
 
 def _batch(*instances: dict, n: int = 1, **settings) -> SubmitRequest:
     return SubmitRequest.model_validate(
-        {"tasks": [{"data_source": "scripted", "instance": i, "n": n} for i in instances],
-         **settings})
+        {"tasks": [{"data_source": "scripted", "instance": i, "n": n} for i in instances], **settings}
+    )
 
 
 @pytest.fixture
@@ -55,8 +55,7 @@ async def test_submit_watch_and_read_through_the_facade(rollouts):
 
 async def test_run_answers_the_group_with_its_results(rollouts):
     ops = await rollouts()
-    run = RunRequest.model_validate({"task": {"data_source": "scripted", "instance": {}, "n": 2},
-                                     "wait": 10})
+    run = RunRequest.model_validate({"task": {"data_source": "scripted", "instance": {}, "n": 2}, "wait": 10})
     answer = await ops.run(run)
     assert answer.done and [r.status for r in answer.results] == ["completed", "completed"]
     assert [r.id for r in answer.results] == [m.id for m in answer.rollouts]
@@ -77,8 +76,7 @@ async def test_refusals_are_typed_and_name_the_field(rollouts):
     with pytest.raises(QueueFull) as full:
         await ops.submit(_batch({}))
     assert full.value.retry_after > 0 and full.value.free == 0
-    for missing in (ops.rollout("nope"), ops.group("nope"), ops.cancel("nope"),
-                    ops.cancel_group("nope")):
+    for missing in (ops.rollout("nope"), ops.group("nope"), ops.cancel("nope"), ops.cancel_group("nope")):
         with pytest.raises(NotFound):
             await missing
     # Every refusal is an EngineError that knows no protocol: no status code on it.

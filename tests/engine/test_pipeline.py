@@ -64,8 +64,9 @@ async def test_a_slow_eval_does_not_hold_a_run_slot(make_engine, handler):
         ({"fail": "eval", "fail_kind": "scoring_timeout"}, "failed", "agent", "eval", False, 0.0),
     ],
 )
-async def test_failures_are_typed_and_infra_is_masked(make_engine, handler, instance, status,
-                                                      kind, stage, mask, reward):
+async def test_failures_are_typed_and_infra_is_masked(
+    make_engine, handler, instance, status, kind, stage, mask, reward
+):
     engine = await make_engine()
     (rid,) = await _submit(engine, instance)
     (result,) = await _results(engine, [rid])
@@ -135,8 +136,7 @@ async def test_client_ids_make_retries_idempotent(make_engine):
 
 
 @pytest.mark.parametrize("policy, expected", [("requeue", "completed"), ("interrupt", "interrupted")])
-async def test_restart_requeues_or_interrupts_unfinished_rollouts(make_engine, tmp_path, handler,
-                                                                  policy, expected):
+async def test_restart_requeues_or_interrupts_unfinished_rollouts(make_engine, tmp_path, handler, policy, expected):
     path = tmp_path / "restart.db"
     first = await make_engine(path=path)
     done = await _submit(first, {})
@@ -184,8 +184,7 @@ async def test_what_a_handler_leaves_is_made_to_fit_the_contract_or_failed_as_in
     odd, fractional = await _submit(engine, {"odd_details": True}, {"stats": {"steps": 2.5}})
     odd_result, bad_result = await _results(engine, [odd, fractional])
     assert odd_result.status == "completed" and odd_result.reward == 1.0
-    assert odd_result.evaluation == {"ok": True, "pair": [1, 2], "by_id": {"7": "x"},
-                                     "seen": "{3}"}
+    assert odd_result.evaluation == {"ok": True, "pair": [1, 2], "by_id": {"7": "x"}, "seen": "{3}"}
     assert bad_result.status == "failed" and bad_result.mask and bad_result.reward is None
     assert bad_result.failure.kind == "infra" and "stats.steps" in bad_result.failure.message
     assert bad_result.evaluation is None and "steps" not in bad_result.stats.model_extra

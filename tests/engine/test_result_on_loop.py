@@ -8,8 +8,14 @@ from rollserve.engine.rollout import Rollout, RolloutSpec
 
 
 def _rollout() -> Rollout:
-    spec = RolloutSpec(id="g-0", group_id="g", task_id="t", data_source="math", sample_index=0,
-                       instance={"question": "1+1", "answer": "2"})
+    spec = RolloutSpec(
+        id="g-0",
+        group_id="g",
+        task_id="t",
+        data_source="math",
+        sample_index=0,
+        instance={"question": "1+1", "answer": "2"},
+    )
     r = Rollout(spec=spec)
     r.trajectory.add_prompt(list(range(100)))
     r.trajectory.messages = [{"role": "user", "content": "What is 1 + 1?"}]

@@ -10,8 +10,14 @@ from rollserve.engine.store import DuplicateClientKey, GroupRow, SQLiteStore
 def _group(gid: str, n: int = 2, key: str | None = None):
     group = GroupRow(gid, f"task-{gid}", key, "hash", n, time.time())
     specs = [
-        RolloutSpec(id=f"{gid}-{i}", group_id=gid, task_id=group.task_id, data_source="math",
-                    sample_index=i, instance={"question": "1+1", "answer": "2"})
+        RolloutSpec(
+            id=f"{gid}-{i}",
+            group_id=gid,
+            task_id=group.task_id,
+            data_source="math",
+            sample_index=i,
+            instance={"question": "1+1", "answer": "2"},
+        )
         for i in range(n)
     ]
     return group, specs
@@ -19,8 +25,14 @@ def _group(gid: str, n: int = 2, key: str | None = None):
 
 def _result(rollout_id: str, status: str = "completed", reward: float | None = None) -> RolloutResult:
     gid = rollout_id.rsplit("-", 1)[0]
-    spec = RolloutSpec(id=rollout_id, group_id=gid, task_id=f"task-{gid}", data_source="math",
-                       sample_index=int(rollout_id.rsplit("-", 1)[1]), instance={})
+    spec = RolloutSpec(
+        id=rollout_id,
+        group_id=gid,
+        task_id=f"task-{gid}",
+        data_source="math",
+        sample_index=int(rollout_id.rsplit("-", 1)[1]),
+        instance={},
+    )
     return Rollout(spec=spec, status=status, reward=reward).result()
 
 
@@ -93,8 +105,10 @@ async def test_a_result_reads_back_as_stored_and_a_group_reads_without_results(s
     (back,) = await store.results_after(0, 10)
     assert back == stored.model_copy(update={"seq": 1})  # validated into the model, with its seq
     _, rows = await store.group("g1", results=False)
-    assert [(r.id, r.status, r.seq, r.result) for r in rows] == [("g1-0", "queued", None, None),
-                                                                ("g1-1", "completed", 1, None)]
+    assert [(r.id, r.status, r.seq, r.result) for r in rows] == [
+        ("g1-0", "queued", None, None),
+        ("g1-1", "completed", 1, None),
+    ]
     _, rows = await store.group("g1")
     assert rows[1].result == back
 
@@ -175,9 +189,12 @@ async def test_results_ending_together_are_written_together_each_once_in_order(s
 
     store._call = counting_call
     ids = [f"g1-{i}" for i in range(50)]
-    answers = await asyncio.gather(*[store.finish(_result(i)) for i in ids],
-                                   store.finish(_result("nope-0")), store.finish(_result("g1-3", "failed")),
-                                   return_exceptions=True)
+    answers = await asyncio.gather(
+        *[store.finish(_result(i)) for i in ids],
+        store.finish(_result("nope-0")),
+        store.finish(_result("g1-3", "failed")),
+        return_exceptions=True,
+    )
     assert answers[:50] == list(range(1, 51))
     assert isinstance(answers[50], KeyError)
     assert answers[51] == 4  # (g1-3's first result, in the same batch)

@@ -27,16 +27,19 @@ async def _fill(store: SQLiteStore) -> None:
         await store.finish(result)
 
 
-@pytest.mark.parametrize(("where", "ids"), [
-    (SummaryFilter(), ["g1-3", "g1-2", "g1-1", "g1-0"]),
-    (SummaryFilter(masked=True), ["g1-3", "g1-2"]),
-    (SummaryFilter(masked=False), ["g1-1", "g1-0"]),
-    (SummaryFilter(failure_kind="none"), ["g1-0"]),
-    (SummaryFilter(failure_kind="infra"), ["g1-2"]),
-    (SummaryFilter(status="failed", failure_kind="agent"), ["g1-1"]),
-    (SummaryFilter(data_source="math", status="timed_out"), ["g1-3"]),
-    (SummaryFilter(data_source="code"), []),
-])
+@pytest.mark.parametrize(
+    ("where", "ids"),
+    [
+        (SummaryFilter(), ["g1-3", "g1-2", "g1-1", "g1-0"]),
+        (SummaryFilter(masked=True), ["g1-3", "g1-2"]),
+        (SummaryFilter(masked=False), ["g1-1", "g1-0"]),
+        (SummaryFilter(failure_kind="none"), ["g1-0"]),
+        (SummaryFilter(failure_kind="infra"), ["g1-2"]),
+        (SummaryFilter(status="failed", failure_kind="agent"), ["g1-1"]),
+        (SummaryFilter(data_source="math", status="timed_out"), ["g1-3"]),
+        (SummaryFilter(data_source="code"), []),
+    ],
+)
 async def test_summaries_filter(tmp_path, where, ids):
     store = SQLiteStore(tmp_path / "r.db")
     await store.open()
@@ -67,9 +70,15 @@ async def test_summaries_page_newest_first_and_a_store_from_before_is_filled_in(
         rows, total = await store.summaries(SummaryFilter(failure_kind="timeout"), None, 10)
         assert total == 1
         (late,) = rows
-        assert (late.id, late.data_source, late.status, late.masked, late.failure_kind,
-                late.duration, late.policy_version) == ("g1-3", "math", "timed_out", True,
-                                                        "timeout", 2.5, 4)
+        assert (
+            late.id,
+            late.data_source,
+            late.status,
+            late.masked,
+            late.failure_kind,
+            late.duration,
+            late.policy_version,
+        ) == ("g1-3", "math", "timed_out", True, "timeout", 2.5, 4)
         rows, total = await store.summaries(SummaryFilter(failure_kind="none"), None, 10)
         assert [(r.id, r.reward) for r in rows] == [("g1-0", 1.0)] and total == 1
     finally:
@@ -87,8 +96,7 @@ def _as_before_the_summary_columns(path) -> None:
     conn.close()
 
 
-async def test_a_failed_migration_leaves_the_file_as_it_was_and_the_next_open_completes_it(
-        tmp_path, monkeypatch):
+async def test_a_failed_migration_leaves_the_file_as_it_was_and_the_next_open_completes_it(tmp_path, monkeypatch):
     path = tmp_path / "r.db"
     store = SQLiteStore(path)
     await store.open()
@@ -97,8 +105,11 @@ async def test_a_failed_migration_leaves_the_file_as_it_was_and_the_next_open_co
     _as_before_the_summary_columns(path)
 
     # The backfill fails part-way (here: on malformed JSON, after the columns were added).
-    monkeypatch.setattr(store_summaries, "BACKFILL_SUMMARY", BACKFILL_SUMMARY.replace(
-        "json_extract(result, '$.timing.total')", "json_extract('{', '$')"))
+    monkeypatch.setattr(
+        store_summaries,
+        "BACKFILL_SUMMARY",
+        BACKFILL_SUMMARY.replace("json_extract(result, '$.timing.total')", "json_extract('{', '$')"),
+    )
     broken = SQLiteStore(path)
     with pytest.raises(sqlite3.OperationalError, match="malformed JSON"):
         await broken.open()
@@ -127,16 +138,19 @@ async def test_a_data_source_or_status_filter_reads_its_own_index_and_nothing_el
     conn = sqlite3.connect(tmp_path / "r.db")
     try:
         for where, index in (
-                (SummaryFilter(data_source="math"), "rollouts_finished_by_source"),
-                (SummaryFilter(data_source="math", masked=True), "rollouts_finished_by_source"),
-                (SummaryFilter(data_source="math", failure_kind="none"), "rollouts_finished_by_source"),
-                (SummaryFilter(status="failed"), "rollouts_finished_by_status"),
-                (SummaryFilter(status="failed", masked=False, failure_kind="agent"),
-                 "rollouts_finished_by_status")):
+            (SummaryFilter(data_source="math"), "rollouts_finished_by_source"),
+            (SummaryFilter(data_source="math", masked=True), "rollouts_finished_by_source"),
+            (SummaryFilter(data_source="math", failure_kind="none"), "rollouts_finished_by_source"),
+            (SummaryFilter(status="failed"), "rollouts_finished_by_status"),
+            (SummaryFilter(status="failed", masked=False, failure_kind="agent"), "rollouts_finished_by_status"),
+        ):
             clause, args = where.where()
-            plan = " ".join(str(row) for row in conn.execute(
-                f"EXPLAIN QUERY PLAN SELECT COUNT(*) FROM (SELECT 1 FROM rollouts WHERE {clause}"
-                " LIMIT 10001)", args))
+            plan = " ".join(
+                str(row)
+                for row in conn.execute(
+                    f"EXPLAIN QUERY PLAN SELECT COUNT(*) FROM (SELECT 1 FROM rollouts WHERE {clause} LIMIT 10001)", args
+                )
+            )
             # Counted from the index alone: no row (and no stored result) is read.
             assert f"COVERING INDEX {index} " in plan, (where, plan)
     finally:
@@ -166,8 +180,12 @@ async def test_the_indexes_an_older_rollserve_made_are_replaced_at_open(tmp_path
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        names = {name for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type='index' AND name LIKE 'rollouts_finished%'")}
+        names = {
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='index' AND name LIKE 'rollouts_finished%'"
+            )
+        }
     finally:
         conn.close()
     assert names == {"rollouts_finished", "rollouts_finished_by_source", "rollouts_finished_by_status"}

@@ -31,8 +31,7 @@ def check(source: str, setup: str = "") -> Check:
 def test_only_the_solution_side_is_probed_and_literals_stay_here():
     c = check("assert solve([3, 1], 'k') == [31337, 'expected', (2, 3), {'k': 1.5}]")
     assert c.probes == ["solve([3, 1], 'k')"] and not c.in_sandbox
-    c = check("assert abs(area(2.0) - 12.566) < 1e-2 and math.isclose(area(1), math.pi, rel_tol=1e-3)",
-              "import math")
+    c = check("assert abs(area(2.0) - 12.566) < 1e-2 and math.isclose(area(1), math.pi, rel_tol=1e-3)", "import math")
     assert c.probes == ["area(2.0)", "area(1)"] and not c.in_sandbox
     c = check("assert sorted(f(x))[:2] == [10 ** 9 + 7] * 2 and len(f(y)) in {3, 4}")
     assert c.probes == ["f(x)", "f(y)"]
@@ -52,16 +51,19 @@ def test_every_bundled_assert_keeps_its_expected_value_out_of_the_sandbox():
             assert source.startswith(f"assert {c.probes[0]} ")  # the left side, nothing more
 
 
-@pytest.mark.parametrize("source, setup", [
-    ("assert f(1) == g(2)", ""),
-    ("assert check(f)", "def check(candidate):\n    return candidate(1) == 1"),
-    ("assert ok", "ok = f(3) == 9"),
-    ("assert len([x for x in f(3) if x]) == 2", ""),
-    ("assert all(x > 0 for x in f(3))", ""),  # the iterable is the solution's: not unrolled
-    ("assert all(f(i) for i in range(10 ** 6))", ""),  # past the unrolling bound
-    ("assert all(f(i) == g(i) for i in range(3))", ""),
-    ("assert isinstance(f(3), int) == True", "from numpy import *"),  # a star import may bind anything
-])
+@pytest.mark.parametrize(
+    "source, setup",
+    [
+        ("assert f(1) == g(2)", ""),
+        ("assert check(f)", "def check(candidate):\n    return candidate(1) == 1"),
+        ("assert ok", "ok = f(3) == 9"),
+        ("assert len([x for x in f(3) if x]) == 2", ""),
+        ("assert all(x > 0 for x in f(3))", ""),  # the iterable is the solution's: not unrolled
+        ("assert all(f(i) for i in range(10 ** 6))", ""),  # past the unrolling bound
+        ("assert all(f(i) == g(i) for i in range(3))", ""),
+        ("assert isinstance(f(3), int) == True", "from numpy import *"),  # a star import may bind anything
+    ],
+)
 def test_verdicts_judged_in_the_sandbox_are_unsafe(source, setup):
     c = check(source, setup)
     assert c.in_sandbox and c.unsafe(frozenset())
@@ -83,8 +85,11 @@ def test_the_truth_of_what_the_solution_returns_is_its_own_claim():
     c = check("assert is_valid(sample)", "sample = [1, 2]")
     assert c.references == [] and c.unsafe(frozenset()) is None
     # Setup values made with the solution hold the setup's judgement: no reference value.
-    for source, setup in [("assert results[0]", "results = [f(1) == 1]"),
-                          ("assert ok == True", "ok = f(3) == 9"), ("assert bool(sample)", "sample = f(1)")]:
+    for source, setup in [
+        ("assert results[0]", "results = [f(1) == 1]"),
+        ("assert ok == True", "ok = f(3) == 9"),
+        ("assert bool(sample)", "sample = f(1)"),
+    ]:
         c = check(source, setup)
         assert c.references == [0] and "computed by the setup code" in c.unsafe(frozenset(), frozenset())
 
@@ -101,8 +106,7 @@ def test_all_and_any_over_known_iterables_are_unrolled_and_decided_here():
     assert c.verdict(values(1, [0], "x", True))[0] == "passed"
     assert c.verdict(values(1, [], "x", True))[0] == "wrong_answer"
     # A variable a lambda rebinds, or a name the setup code binds: left whole.
-    assert check("assert all(f(lambda i: i) for i in range(2))").probes == \
-        ["all(f(lambda i: i) for i in range(2))"]
+    assert check("assert all(f(lambda i: i) for i in range(2))").probes == ["all(f(lambda i: i) for i in range(2))"]
     assert check("assert all(f(i) for i in range(2))", "range = list").in_sandbox
 
 
@@ -142,32 +146,35 @@ def test_names_the_setup_binds_are_not_the_builtins():
 
 
 # --- the verdict -------------------------------------------------------------------------------
-@pytest.mark.parametrize("source, value, status", [
-    ("assert f() == 3", 3.0, "passed"),  # Python's == between plain numbers
-    ("assert f() == 1", True, "passed"),
-    ("assert f() is True", 1, "wrong_answer"),
-    ("assert f() is True", True, "passed"),
-    ("assert f() is None", None, "passed"),
-    ("assert f() == [1, 2]", (1, 2), "wrong_answer"),
-    ("assert f() == (1, [2])", (1, [2]), "passed"),
-    ("assert f() == {1: 'a'}", {1.0: "a"}, "passed"),
-    ("assert f() == b'x'", "x", "wrong_answer"),
-    ("assert f() == {1, 2}", frozenset({1, 2}), "passed"),
-    ("assert f()", [], "wrong_answer"),
-    ("assert f()", [0], "passed"),
-    ("assert not f()", "", "passed"),
-    ("assert f() != 4", 5, "passed"),
-    ("assert 0 < f() <= 10", 10, "passed"),
-    ("assert 0 < f() <= 10", 11, "wrong_answer"),
-    ("assert f() == float('nan')", math.nan, "wrong_answer"),
-    ("assert math.isnan(f())", math.nan, "passed"),
-    ("assert f() < 3", "a", "error"),  # TypeError, as in Python
-    ("assert f()[1:] == 'bc'", "abc", "passed"),
-    ("assert f()['k'] == 1", {}, "error"),  # KeyError
-    ("assert round(f(), 2) == 0.33", 1 / 3, "passed"),
-    ("assert sorted(f(), reverse=True) == [3, 2]", {2, 3}, "passed"),
-    ("assert f() == 2 ** 200", 2 ** 200, "passed"),
-])
+@pytest.mark.parametrize(
+    "source, value, status",
+    [
+        ("assert f() == 3", 3.0, "passed"),  # Python's == between plain numbers
+        ("assert f() == 1", True, "passed"),
+        ("assert f() is True", 1, "wrong_answer"),
+        ("assert f() is True", True, "passed"),
+        ("assert f() is None", None, "passed"),
+        ("assert f() == [1, 2]", (1, 2), "wrong_answer"),
+        ("assert f() == (1, [2])", (1, [2]), "passed"),
+        ("assert f() == {1: 'a'}", {1.0: "a"}, "passed"),
+        ("assert f() == b'x'", "x", "wrong_answer"),
+        ("assert f() == {1, 2}", frozenset({1, 2}), "passed"),
+        ("assert f()", [], "wrong_answer"),
+        ("assert f()", [0], "passed"),
+        ("assert not f()", "", "passed"),
+        ("assert f() != 4", 5, "passed"),
+        ("assert 0 < f() <= 10", 10, "passed"),
+        ("assert 0 < f() <= 10", 11, "wrong_answer"),
+        ("assert f() == float('nan')", math.nan, "wrong_answer"),
+        ("assert math.isnan(f())", math.nan, "passed"),
+        ("assert f() < 3", "a", "error"),  # TypeError, as in Python
+        ("assert f()[1:] == 'bc'", "abc", "passed"),
+        ("assert f()['k'] == 1", {}, "error"),  # KeyError
+        ("assert round(f(), 2) == 0.33", 1 / 3, "passed"),
+        ("assert sorted(f(), reverse=True) == [3, 2]", {2, 3}, "passed"),
+        ("assert f() == 2 ** 200", 2**200, "passed"),
+    ],
+)
 def test_the_verdict_on_reported_values(source, value, status):
     c = check(source, "import math")
     assert c.verdict(values(value))[0] == status
@@ -190,16 +197,20 @@ def test_a_probe_the_verdict_does_not_need_may_fail():
     assert c.verdict([Probe("value", 0), Probe("error", detail="ZeroDivisionError")])[0] == "error"
 
 
-@pytest.mark.parametrize("source, value", [
-    ("assert f() * 10 ** 9 == []", [0] * 1000),
-    ("assert f() ** 10 ** 6 > 0", 3),
-    ("assert f() << 10 ** 9 > 0", 1),
-    ("assert f() % 7 == 1", 1 << (1 << 20)),
-    ("assert round(f(), -10 ** 9) == 0", 12345),
-    ("assert sum(f(), []) == []", [[1]] * 1000),
-    ("assert '%s' % f() == 'x'", "x"),
-    ("assert int(f()) == 1", "1" * 100_000),
-], ids=["repeat", "pow", "shift", "mod", "round", "sum-lists", "format", "int-of-str"])
+@pytest.mark.parametrize(
+    "source, value",
+    [
+        ("assert f() * 10 ** 9 == []", [0] * 1000),
+        ("assert f() ** 10 ** 6 > 0", 3),
+        ("assert f() << 10 ** 9 > 0", 1),
+        ("assert f() % 7 == 1", 1 << (1 << 20)),
+        ("assert round(f(), -10 ** 9) == 0", 12345),
+        ("assert sum(f(), []) == []", [[1]] * 1000),
+        ("assert '%s' % f() == 'x'", "x"),
+        ("assert int(f()) == 1", "1" * 100_000),
+    ],
+    ids=["repeat", "pow", "shift", "mod", "round", "sum-lists", "format", "int-of-str"],
+)
 def test_server_side_operations_past_a_bound_are_refused(source, value):
     status, detail = check(source).verdict(values(value))
     assert status == "error" and ("too large" in detail or "not supported" in detail), detail
@@ -224,38 +235,59 @@ def test_sets_of_distinct_items_that_share_a_hash_are_refused():
 
 # --- reading a report --------------------------------------------------------------------------
 def test_a_report_decodes_to_exact_plain_types():
-    report = json.dumps({"probes": [
-        {"value": [1, 1.0, True, None, "s", {"int": "-0x10000000000000000"}, {"bytes": "00ff"},
-                   {"tuple": [1, {"tuple": []}]}, {"set": [1, 2]}, {"frozenset": ["a"]},
-                   {"dict": [[{"tuple": [1, 2]}, [3]], [1, "x"]]}]},
-        {"error": "ValueError: boom"}, {"not_plain": "type Anything"}, {"too_large": "big"}]})
+    report = json.dumps(
+        {
+            "probes": [
+                {
+                    "value": [
+                        1,
+                        1.0,
+                        True,
+                        None,
+                        "s",
+                        {"int": "-0x10000000000000000"},
+                        {"bytes": "00ff"},
+                        {"tuple": [1, {"tuple": []}]},
+                        {"set": [1, 2]},
+                        {"frozenset": ["a"]},
+                        {"dict": [[{"tuple": [1, 2]}, [3]], [1, "x"]]},
+                    ]
+                },
+                {"error": "ValueError: boom"},
+                {"not_plain": "type Anything"},
+                {"too_large": "big"},
+            ]
+        }
+    )
     probes = read_report(report, 4)
     assert [p.kind for p in probes] == ["value", "error", "not_plain", "too_large"]
     value = probes[0].value
-    assert [type(v) for v in value] == [int, float, bool, type(None), str, int, bytes, tuple, set,
-                                        frozenset, dict]
+    assert [type(v) for v in value] == [int, float, bool, type(None), str, int, bytes, tuple, set, frozenset, dict]
     assert value[5] == -(1 << 64) and value[6] == b"\x00\xff" and value[7] == (1, ())
     assert value[10] == {(1, 2): [3], 1: "x"}
 
 
-@pytest.mark.parametrize("report", [
-    "",
-    '{"probes": [{"value": 1}]}\n{"probes": [{"value": 1}]}',  # two reports
-    '{"probes": [{"value": 1}, {"value": 2}]}',  # a count that is not the probes'
-    '{"probes": [{"value": 1}], "extra": 1}',
-    '{"probes": [{"value": {"a": 1}}]}',  # a bare object is no value
-    '{"probes": [{"value": {"int": "0x1", "int": "0x2"}}]}',
-    '{"probes": [{"value": {"int": "12"}}]}',
-    '{"probes": [{"value": {"bytes": "0g"}}]}',
-    '{"probes": [{"value": {"set": [[1]]}}]}',  # unhashable
-    '{"probes": [{"value": {"dict": [[1]]}}]}',
-    '{"probes": [{"value": {"Anything": []}}]}',
-    '{"probes": [{"passed": true}]}',
-    '{"probes": [{"error": 3}]}',
-    '{"probes": [{"value": ' + "[" * 150 + "]" * 150 + "}]}",  # deeper than 100
-    '{"probes": [{"value": ' + "[" * 100_000 + "]" * 100_000 + "}]}",
-    '{"probes": [{"value": ' + "9" * 5000 + "}]}",  # past the int digits limit
-])
+@pytest.mark.parametrize(
+    "report",
+    [
+        "",
+        '{"probes": [{"value": 1}]}\n{"probes": [{"value": 1}]}',  # two reports
+        '{"probes": [{"value": 1}, {"value": 2}]}',  # a count that is not the probes'
+        '{"probes": [{"value": 1}], "extra": 1}',
+        '{"probes": [{"value": {"a": 1}}]}',  # a bare object is no value
+        '{"probes": [{"value": {"int": "0x1", "int": "0x2"}}]}',
+        '{"probes": [{"value": {"int": "12"}}]}',
+        '{"probes": [{"value": {"bytes": "0g"}}]}',
+        '{"probes": [{"value": {"set": [[1]]}}]}',  # unhashable
+        '{"probes": [{"value": {"dict": [[1]]}}]}',
+        '{"probes": [{"value": {"Anything": []}}]}',
+        '{"probes": [{"passed": true}]}',
+        '{"probes": [{"error": 3}]}',
+        '{"probes": [{"value": ' + "[" * 150 + "]" * 150 + "}]}",  # deeper than 100
+        '{"probes": [{"value": ' + "[" * 100_000 + "]" * 100_000 + "}]}",
+        '{"probes": [{"value": ' + "9" * 5000 + "}]}",  # past the int digits limit
+    ],
+)
 def test_anything_but_a_well_formed_report_is_refused(report):
     with pytest.raises(MalformedReport):
         read_report(report, 1)
@@ -275,19 +307,56 @@ def exact(a, b) -> bool:
     return a == b
 
 
-def run_runner(tmp_path, solution: str, probes: list[str], setup: str = "", max_bytes: int = 1 << 20,
-               module: str | None = "solution"):
+def run_runner(
+    tmp_path,
+    solution: str,
+    probes: list[str],
+    setup: str = "",
+    max_bytes: int = 1 << 20,
+    module: str | None = "solution",
+):
     (tmp_path / "solution.py").write_text(solution)
     payload = {"module": module, "setup": setup, "probes": probes, "max_bytes": max_bytes}
-    return subprocess.run([sys.executable, "-c", ASSERT_RUNNER], cwd=tmp_path, capture_output=True,
-                          input=json.dumps(payload) + "\n", text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", ASSERT_RUNNER],
+        cwd=tmp_path,
+        capture_output=True,
+        input=json.dumps(payload) + "\n",
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_runner_reports_plain_values_exactly(tmp_path):
-    cases = ["None", "True", "0", "-7", "2 ** 63", "-(2 ** 63)", "10 ** 5000", "1.5", "-0.0", "1e300",
-             "float('inf')", "float('-inf')", "float('nan')", "0.1 + 0.2", "''", "'é\\n\"\\\\'",
-             "'\\ud800'", "b'\\x00\\xff'", "[]", "()", "(1,)", "[1, (2, [3.0])]", "{1, 2}",
-             "frozenset({(1, 2)})", "set()", "{}", "{(1, 2): {'a': [None]}, 1.5: b'', True: 0}"]
+    cases = [
+        "None",
+        "True",
+        "0",
+        "-7",
+        "2 ** 63",
+        "-(2 ** 63)",
+        "10 ** 5000",
+        "1.5",
+        "-0.0",
+        "1e300",
+        "float('inf')",
+        "float('-inf')",
+        "float('nan')",
+        "0.1 + 0.2",
+        "''",
+        "'é\\n\"\\\\'",
+        "'\\ud800'",
+        "b'\\x00\\xff'",
+        "[]",
+        "()",
+        "(1,)",
+        "[1, (2, [3.0])]",
+        "{1, 2}",
+        "frozenset({(1, 2)})",
+        "set()",
+        "{}",
+        "{(1, 2): {'a': [None]}, 1.5: b'', True: 0}",
+    ]
     result = run_runner(tmp_path, "x = 1\n", cases)
     assert result.returncode == 0, result.stderr
     probes = read_report(result.stdout, len(cases))
@@ -296,16 +365,25 @@ def test_the_runner_reports_plain_values_exactly(tmp_path):
 
 
 def test_the_runner_reports_what_is_not_a_value(tmp_path):
-    solution = ("import collections\nclass Int(int):\n    pass\n"
-                "def nested():\n    x = []\n    for _ in range(200):\n        x = [x]\n    return x\n"
-                "def loop():\n    x = []\n    x.append(x)\n    return x\n")
-    probes = ["Int(3)", "[1, Int(3)]", "collections.Counter('ab')", "nested()", "loop()",
-              "1 / 0", "'x' * 2000", "print('to stderr')"]
+    solution = (
+        "import collections\nclass Int(int):\n    pass\n"
+        "def nested():\n    x = []\n    for _ in range(200):\n        x = [x]\n    return x\n"
+        "def loop():\n    x = []\n    x.append(x)\n    return x\n"
+    )
+    probes = [
+        "Int(3)",
+        "[1, Int(3)]",
+        "collections.Counter('ab')",
+        "nested()",
+        "loop()",
+        "1 / 0",
+        "'x' * 2000",
+        "print('to stderr')",
+    ]
     result = run_runner(tmp_path, solution, probes, max_bytes=1000)
     assert result.returncode == 0, result.stderr
     got = read_report(result.stdout, len(probes))
-    assert [(p.kind, p.detail) for p in got[:3]] == [("not_plain", "type Int")] * 2 + [
-        ("not_plain", "type Counter")]
+    assert [(p.kind, p.detail) for p in got[:3]] == [("not_plain", "type Int")] * 2 + [("not_plain", "type Counter")]
     assert [p.kind for p in got[3:]] == ["not_plain", "not_plain", "error", "too_large", "value"]
     assert got[5].detail == "ZeroDivisionError: division by zero" and got[7].value is None
     assert "to stderr" in result.stderr  # the solution's prints never reach the report
@@ -313,21 +391,30 @@ def test_the_runner_reports_what_is_not_a_value(tmp_path):
 
 def test_the_reference_run_never_imports_the_solution(tmp_path):
     cheat = "import builtins\nbuiltins.pow = lambda *a: 0\nraise SystemExit(0)\n"
-    result = run_runner(tmp_path, cheat, ["expected", "pow(7, 2)", "f(1)"], module=None,
-                        setup="expected = [i * i for i in range(3)]\ndef f(x):\n    return x\n")
+    result = run_runner(
+        tmp_path,
+        cheat,
+        ["expected", "pow(7, 2)", "f(1)"],
+        module=None,
+        setup="expected = [i * i for i in range(3)]\ndef f(x):\n    return x\n",
+    )
     assert result.returncode == 0, result.stderr
     assert [(p.kind, p.value) for p in read_report(result.stdout, 3)] == [
-        ("value", [0, 1, 4]), ("value", 49), ("value", 1)]
+        ("value", [0, 1, 4]),
+        ("value", 49),
+        ("value", 1),
+    ]
     # The workspace is not on its path; a setup that fails is every probe's error.
-    result = run_runner(tmp_path, cheat, ["expected", "1"], module=None,
-                        setup="from solution import *\nexpected = 1")
+    result = run_runner(tmp_path, cheat, ["expected", "1"], module=None, setup="from solution import *\nexpected = 1")
     got = read_report(result.stdout, 2)
     assert [p.kind for p in got] == ["error", "error"] and "ModuleNotFoundError" in got[0].detail
 
 
 def test_assignments_only_reference_values_need_stay_out_of_the_solutions_process():
-    setup = ("import sys\nsys.setrecursionlimit(10000)\ndata = [3, 1, 2]\nexpected = sorted(data)\n"
-             "total = sum(expected)\nwanted = [1, 4]\nlog = []\nnoted = log.append(1)\n")
+    setup = (
+        "import sys\nsys.setrecursionlimit(10000)\ndata = [3, 1, 2]\nexpected = sorted(data)\n"
+        "total = sum(expected)\nwanted = [1, 4]\nlog = []\nnoted = log.append(1)\n"
+    )
     asserts = ["assert f(data) == expected", "assert f(data) == wanted and g(1) == total"]
     plan = HiddenTests("asserts", [], setup, asserts, 4.0, 512)
     first, second = plan.checks

@@ -14,21 +14,30 @@ from rollserve.handlers.code.prompts import task_text
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.registry import LazyRuntime
 
-STDIO = {"problem": "Read two integers and print their sum.",
-         "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "-4 4\n", "output": "0\n"},
-                   {"input": "10 5\n", "output": "15"}]}
-ASSERTS = {"problem": "Write square(n) returning n squared.", "entry_point": "square",
-           "asserts": "import math\nassert square(2) == 4\nassert square(-3) == 9\n"
-                      "assert square(0) == 0\nassert math.isqrt(square(12)) == 12\n"}
+STDIO = {
+    "problem": "Read two integers and print their sum.",
+    "tests": [
+        {"input": "1 2\n", "output": "3\n"},
+        {"input": "-4 4\n", "output": "0\n"},
+        {"input": "10 5\n", "output": "15"},
+    ],
+}
+ASSERTS = {
+    "problem": "Write square(n) returning n squared.",
+    "entry_point": "square",
+    "asserts": "import math\nassert square(2) == 4\nassert square(-3) == 9\n"
+    "assert square(0) == 0\nassert math.isqrt(square(12)) == 12\n",
+}
 
-needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                 reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+needs_bwrap = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 
 @pytest.fixture
 def handler(tokenizer, tmp_path):
-    ctx = HandlerContext(tokenizer=tokenizer, scoring=None,
-                         sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"))
+    ctx = HandlerContext(tokenizer=tokenizer, scoring=None, sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"))
     return CodeHandler(ctx)
 
 
@@ -43,31 +52,34 @@ async def evaluate(handler, new_rollout, instance, solution, solution_file="solu
 
 
 # --- validation -----------------------------------------------------------------------
-@pytest.mark.parametrize("instance, field", [
-    ({"tests": STDIO["tests"]}, "instance.problem"),
-    ({"problem": "p"}, "instance"),
-    ({**STDIO, "asserts": "assert 1"}, "instance"),
-    ({**STDIO, "tests": []}, "instance.tests"),
-    ({**STDIO, "tests": [{"input": "1"}]}, "instance.tests[0].output"),
-    ({**STDIO, "tests": [{"input": "1", "output": 2}]}, "instance.tests[0].output"),
-    ({**STDIO, "tests": ["1 2"]}, "instance.tests[0]"),
-    ({**STDIO, "language": "cpp"}, "instance.language"),
-    ({**STDIO, "time_limit": 0}, "instance.time_limit"),
-    ({**STDIO, "memory_limit_mb": 8}, "instance.memory_limit_mb"),
-    ({**STDIO, "reward": "partial"}, "instance.reward"),
-    ({**STDIO, "solution_file": "../x.py"}, "instance.solution_file"),
-    ({**STDIO, "solution_file": "class.py"}, "instance.solution_file"),
-    ({**STDIO, "solution_file": "json.py"}, "instance.solution_file"),  # the runner imports json
-    ({**ASSERTS, "unsafe_checks": "trust"}, "instance.unsafe_checks"),
-    ({**ASSERTS, "asserts": "assert square(2 == 4"}, "instance.asserts"),
-    ({**ASSERTS, "asserts": "x = 1"}, "instance.asserts"),
-    ({**ASSERTS, "entry_point": "cube"}, "instance.entry_point"),
-    ({**ASSERTS, "entry_point": "not a name"}, "instance.entry_point"),
-    ({**ASSERTS, "starter_code": 3}, "instance.starter_code"),
-    ({**ASSERTS, "asserts": "assert " + "-" * 150 + "square(2)"}, "instance.asserts"),
-    ({**ASSERTS, "asserts": "assert " + "not " * 5000 + "square(2)"}, "instance.asserts"),
-    ({**ASSERTS, "asserts": "assert " + "(" * 100000 + ")" * 100000}, "instance.asserts"),
-])
+@pytest.mark.parametrize(
+    "instance, field",
+    [
+        ({"tests": STDIO["tests"]}, "instance.problem"),
+        ({"problem": "p"}, "instance"),
+        ({**STDIO, "asserts": "assert 1"}, "instance"),
+        ({**STDIO, "tests": []}, "instance.tests"),
+        ({**STDIO, "tests": [{"input": "1"}]}, "instance.tests[0].output"),
+        ({**STDIO, "tests": [{"input": "1", "output": 2}]}, "instance.tests[0].output"),
+        ({**STDIO, "tests": ["1 2"]}, "instance.tests[0]"),
+        ({**STDIO, "language": "cpp"}, "instance.language"),
+        ({**STDIO, "time_limit": 0}, "instance.time_limit"),
+        ({**STDIO, "memory_limit_mb": 8}, "instance.memory_limit_mb"),
+        ({**STDIO, "reward": "partial"}, "instance.reward"),
+        ({**STDIO, "solution_file": "../x.py"}, "instance.solution_file"),
+        ({**STDIO, "solution_file": "class.py"}, "instance.solution_file"),
+        ({**STDIO, "solution_file": "json.py"}, "instance.solution_file"),  # the runner imports json
+        ({**ASSERTS, "unsafe_checks": "trust"}, "instance.unsafe_checks"),
+        ({**ASSERTS, "asserts": "assert square(2 == 4"}, "instance.asserts"),
+        ({**ASSERTS, "asserts": "x = 1"}, "instance.asserts"),
+        ({**ASSERTS, "entry_point": "cube"}, "instance.entry_point"),
+        ({**ASSERTS, "entry_point": "not a name"}, "instance.entry_point"),
+        ({**ASSERTS, "starter_code": 3}, "instance.starter_code"),
+        ({**ASSERTS, "asserts": "assert " + "-" * 150 + "square(2)"}, "instance.asserts"),
+        ({**ASSERTS, "asserts": "assert " + "not " * 5000 + "square(2)"}, "instance.asserts"),
+        ({**ASSERTS, "asserts": "assert " + "(" * 100000 + ")" * 100000}, "instance.asserts"),
+    ],
+)
 def test_validation_names_the_field(handler, instance, field):
     with pytest.raises(InvalidInstance) as info:
         handler.validate(instance)
@@ -76,8 +88,7 @@ def test_validation_names_the_field(handler, instance, field):
 
 def test_handler_options_are_checked(tokenizer):
     with pytest.raises(ValueError, match="unsafe_checks"):
-        CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None,
-                                   options={"code": {"unsafe_checks": "trust"}}))
+        CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None, options={"code": {"unsafe_checks": "trust"}}))
     with pytest.raises(ValueError, match="known: unsafe_checks"):
         CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None, options={"code": {"x": 1}}))
 
@@ -100,8 +111,7 @@ def test_asserts_split_into_setup_and_one_test_each():
 # --- the hidden tests -------------------------------------------------------------------
 @needs_bwrap
 async def test_a_correct_stdio_solution_passes_every_case(handler, new_rollout):
-    evaluation = await evaluate(handler, new_rollout, STDIO,
-                                "a, b = map(int, input().split())\nprint(a + b)\n")
+    evaluation = await evaluate(handler, new_rollout, STDIO, "a, b = map(int, input().split())\nprint(a + b)\n")
     details = evaluation.details
     assert evaluation.reward == 1.0 and details["passed"] == details["total"] == 3
     assert [t["status"] for t in details["tests"]] == ["passed"] * 3
@@ -114,9 +124,9 @@ async def test_failures_are_scored_with_a_reason_per_test(handler, new_rollout):
     solution = (
         "import sys, time\n"
         "a, b = map(int, input().split())\n"
-        "if a == 1: print(a - b)\n"          # wrong answer
+        "if a == 1: print(a - b)\n"  # wrong answer
         "elif a == -4: raise ValueError('boom')\n"  # crash
-        "else:\n    while True: pass\n"      # spins until the CPU limit
+        "else:\n    while True: pass\n"  # spins until the CPU limit
     )
     instance = {**STDIO, "time_limit": 1, "reward": "fraction"}
     evaluation = await evaluate(handler, new_rollout, instance, solution)
@@ -131,16 +141,21 @@ async def test_failures_are_scored_with_a_reason_per_test(handler, new_rollout):
 async def test_asserts_pass_fail_and_fraction(handler, new_rollout):
     good = await evaluate(handler, new_rollout, ASSERTS, "def square(n):\n    return n * n\n")
     assert good.reward == 1.0 and good.details["passed"] == 4
-    half = await evaluate(handler, new_rollout, {**ASSERTS, "reward": "fraction"},
-                          "def square(n):\n    return abs(n) * 2 if n in (2, 0) else n\n")
+    half = await evaluate(
+        handler,
+        new_rollout,
+        {**ASSERTS, "reward": "fraction"},
+        "def square(n):\n    return abs(n) * 2 if n in (2, 0) else n\n",
+    )
     assert half.reward == 0.5
     statuses = [t["status"] for t in half.details["tests"]]
     assert statuses == ["passed", "wrong_answer", "passed", "wrong_answer"]
     assert half.details["tests"][1]["source"] == "assert square(-3) == 9"
     assert half.details["tests"][1]["detail"] == "square(-3) = -3"
     assert half.details["tests"][3]["detail"] == "math.isqrt(square(12)) = 3"
-    all_mode = await evaluate(handler, new_rollout, ASSERTS,
-                              "def square(n):\n    return abs(n) * 2 if n in (2, 0) else n\n")
+    all_mode = await evaluate(
+        handler, new_rollout, ASSERTS, "def square(n):\n    return abs(n) * 2 if n in (2, 0) else n\n"
+    )
     assert all_mode.reward == 0.0
     # the fraction of tests passed is a component whatever the reward mode
     assert good.components == {"tests_passed": 1.0}
@@ -158,8 +173,9 @@ async def test_a_solution_that_exits_during_import_does_not_pass(handler, new_ro
 @needs_bwrap
 async def test_memory_hog_fails_its_test(handler, new_rollout):
     instance = {**ASSERTS, "memory_limit_mb": 128}
-    evaluation = await evaluate(handler, new_rollout, instance,
-                                "def square(n):\n    x = bytearray(1 << 30)\n    return n * n\n")
+    evaluation = await evaluate(
+        handler, new_rollout, instance, "def square(n):\n    x = bytearray(1 << 30)\n    return n * n\n"
+    )
     assert evaluation.reward == 0.0
     assert evaluation.details["tests"][0]["status"] == "memory"
 
@@ -192,8 +208,9 @@ async def test_a_reference_run_without_a_report_is_infra(handler, new_rollout):
 
 
 async def test_no_sandbox_runtime_is_infra(tokenizer, new_rollout, tmp_path):
-    handler = CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None,
-                                         sandboxes=LazyRuntime("docker", tmp_path / "s")))
+    handler = CodeHandler(
+        HandlerContext(tokenizer=tokenizer, scoring=None, sandboxes=LazyRuntime("docker", tmp_path / "s"))
+    )
     handler.ctx.sandboxes.error = "docker is not on PATH"  # as on a host without it
     rollout = new_rollout(STDIO)
     with pytest.raises(InfraError, match="docker is not on PATH"):
@@ -209,8 +226,12 @@ def call(name, **args):
 async def test_episode_write_run_submit_then_hidden_tests(handler, new_rollout, scripted):
     replies = [
         "Let me read the task.\n" + call("bash", command="cat README.md"),
-        call("str_replace_editor", command="create", path="/workspace/solution.py",
-             file_text="a, b = map(int, input().split())\nprint(a + b)\n"),
+        call(
+            "str_replace_editor",
+            command="create",
+            path="/workspace/solution.py",
+            file_text="a, b = map(int, input().split())\nprint(a + b)\n",
+        ),
         call("bash", command="echo '2 3' | python3 solution.py"),
         "It works.\n" + call("submit"),
     ]
@@ -233,8 +254,11 @@ async def test_episode_write_run_submit_then_hidden_tests(handler, new_rollout, 
 
 @needs_bwrap
 async def test_a_reply_without_a_tool_call_ends_the_episode(handler, new_rollout, scripted):
-    rollout = new_rollout({**ASSERTS, "starter_code": "def square(n):\n    raise NotImplementedError\n"},
-                          max_turns=8, llm=scripted(["The answer is n*n."]))
+    rollout = new_rollout(
+        {**ASSERTS, "starter_code": "def square(n):\n    raise NotImplementedError\n"},
+        max_turns=8,
+        llm=scripted(["The answer is n*n."]),
+    )
     try:
         await handler.init(rollout)
         await handler.run(rollout)
@@ -248,9 +272,11 @@ async def test_a_reply_without_a_tool_call_ends_the_episode(handler, new_rollout
 
 @needs_bwrap
 async def test_submit_refuses_a_missing_file(handler, new_rollout, scripted):
-    replies = [call("submit", path="/workspace/main.py"),
-               call("str_replace_editor", command="create", path="main.py", file_text="print(3)\n"),
-               call("submit", path="main.py")]
+    replies = [
+        call("submit", path="/workspace/main.py"),
+        call("str_replace_editor", command="create", path="main.py", file_text="print(3)\n"),
+        call("submit", path="main.py"),
+    ]
     rollout = new_rollout(STDIO, max_turns=5, llm=scripted(replies))
     try:
         await handler.init(rollout)

@@ -32,12 +32,15 @@ def test_the_set_is_small_mixed_and_valid(tokenizer):
     assert set(REFERENCE) == set(WRONG) == set(TASKS)
 
 
-@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+@pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 @pytest.mark.parametrize("task_id", sorted(TASKS))
 async def test_reference_passes_and_wrong_solutions_fail(task_id, tokenizer, new_rollout, tmp_path):
-    handler = CodeHandler(HandlerContext(tokenizer=tokenizer, scoring=None,
-                                         sandboxes=LazyRuntime("bubblewrap", tmp_path / "state")))
+    handler = CodeHandler(
+        HandlerContext(tokenizer=tokenizer, scoring=None, sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"))
+    )
     instance = instance_of(TASKS[task_id])
     stub = instance.get("starter_code") or "pass\n"
     # The wrong ones may be slow as well as wrong: a 1 s limit keeps this test quick.
@@ -52,7 +55,8 @@ async def test_reference_passes_and_wrong_solutions_fail(task_id, tokenizer, new
             await handler.cleanup(rollout)
 
     reference, empty, wrong = await asyncio.gather(
-        evaluate(instance, REFERENCE[task_id]), evaluate(quick, stub), evaluate(quick, WRONG[task_id]))
+        evaluate(instance, REFERENCE[task_id]), evaluate(quick, stub), evaluate(quick, WRONG[task_id])
+    )
     failed = [t for t in reference.details["tests"] if not t["passed"]]
     assert reference.reward == 1.0 and not failed, failed
     assert empty.reward == 0.0 and empty.details["passed"] == 0

@@ -180,8 +180,7 @@ async def test_cancelled_run_keeps_the_sampled_tokens(ctx, new_rollout, scripted
     assert "llm" in rollout.timing
 
 
-async def test_pathological_answer_times_out_without_stalling_the_loop(tokenizer, new_rollout, scripted,
-                                                                     loop_gaps):
+async def test_pathological_answer_times_out_without_stalling_the_loop(tokenizer, new_rollout, scripted, loop_gaps):
     async with ScoringPool(workers=1, default_timeout=1.0) as pool:
         ctx = HandlerContext(tokenizer=tokenizer, scoring=pool)
         rollout = new_rollout({"question": "What is 1?", "answer": "1"}, llm=scripted(["\\boxed{9^{9^{9^{9}}}}"]))

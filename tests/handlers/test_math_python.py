@@ -13,8 +13,10 @@ from rollserve.sandbox.registry import LazyRuntime
 
 QUESTION = {"question": "What is 2 to the power 10?", "answer": "1024", "tools": ["python"]}
 
-needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                 reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+needs_bwrap = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 
 def call(name, **args):
@@ -23,15 +25,15 @@ def call(name, **args):
 
 @pytest.fixture
 def sandboxed_ctx(ctx, tmp_path, ipython_in_bubblewrap) -> HandlerContext:
-    return HandlerContext(tokenizer=ctx.tokenizer, scoring=ctx.scoring,
-                          sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"))
+    return HandlerContext(
+        tokenizer=ctx.tokenizer, scoring=ctx.scoring, sandboxes=LazyRuntime("bubblewrap", tmp_path / "state")
+    )
 
 
 def test_tools_are_validated(tokenizer):
     handler = MathHandler(HandlerContext(tokenizer=tokenizer, scoring=None))
     handler.validate(QUESTION)
-    for tools, field in ((["bash"], "instance.tools[0]"), ("python", "instance.tools"),
-                         ([1], "instance.tools")):
+    for tools, field in ((["bash"], "instance.tools[0]"), ("python", "instance.tools"), ([1], "instance.tools")):
         with pytest.raises(InvalidInstance) as info:
             handler.validate({**QUESTION, "tools": tools})
         assert info.value.field == field
@@ -65,9 +67,11 @@ async def run_episode(handler, rollout):
 
 @needs_bwrap
 async def test_compute_in_python_then_finish(sandboxed_ctx, new_rollout, scripted):
-    replies = ["Let me compute it.\n" + call("python", code="x = 2 ** 10\nprint(x)"),
-               call("python", code="x + 0"),
-               "So the answer is 1024.\n" + call("finish", answer="\\boxed{1024}")]
+    replies = [
+        "Let me compute it.\n" + call("python", code="x = 2 ** 10\nprint(x)"),
+        call("python", code="x + 0"),
+        "So the answer is 1024.\n" + call("finish", answer="\\boxed{1024}"),
+    ]
     rollout = new_rollout(QUESTION, max_turns=5, max_context_tokens=4096, llm=scripted(replies))
     evaluation = await run_episode(MathHandler(sandboxed_ctx), rollout)
     tools = [m["content"] for m in rollout.trajectory.messages if m["role"] == "tool"]
@@ -78,18 +82,20 @@ async def test_compute_in_python_then_finish(sandboxed_ctx, new_rollout, scripte
 
 
 @needs_bwrap
-async def test_a_wrong_finish_scores_zero_and_a_boxed_reply_also_ends(sandboxed_ctx, new_rollout,
-                                                                      scripted):
+async def test_a_wrong_finish_scores_zero_and_a_boxed_reply_also_ends(sandboxed_ctx, new_rollout, scripted):
     handler = MathPythonHandler(sandboxed_ctx)
-    wrong = new_rollout({"question": "What is 6 * 7?", "answer": "42"}, max_turns=4,
-                        llm=scripted([call("finish", answer="41")]))
+    wrong = new_rollout(
+        {"question": "What is 6 * 7?", "answer": "42"}, max_turns=4, llm=scripted([call("finish", answer="41")])
+    )
     assert (await run_episode(handler, wrong)).reward == 0.0
-    boxed = new_rollout({"question": "What is 6 * 7?", "answer": "42"}, max_turns=4,
-                        llm=scripted(["Easy: \\boxed{42}"]))
+    boxed = new_rollout(
+        {"question": "What is 6 * 7?", "answer": "42"}, max_turns=4, llm=scripted(["Easy: \\boxed{42}"])
+    )
     evaluation = await run_episode(handler, boxed)
     assert evaluation.reward == 1.0 and boxed.trajectory.ended_by == "finished"
-    never = new_rollout({"question": "What is 6 * 7?", "answer": "42"}, max_turns=2,
-                        llm=scripted(["Hmm.", "Still thinking."]))
+    never = new_rollout(
+        {"question": "What is 6 * 7?", "answer": "42"}, max_turns=2, llm=scripted(["Hmm.", "Still thinking."])
+    )
     evaluation = await run_episode(handler, never)
     assert evaluation.reward == 0.0 and evaluation.details["extracted"] is None
     assert never.trajectory.ended_by == "max_turns"

@@ -40,14 +40,16 @@ HANDLERS = Path(plugin_api.__file__).parent
 def test_importing_the_package_loads_no_agent_or_engine_module():
     """Scoring workers import handlers.latex and math.scoring: the package itself must
     stay cheap, the plugin API coming on first use."""
-    code = ("import sys, rollserve.handlers.math.scoring, rollserve.handlers.stem.answers\n"
-            "print(sorted(m for m in sys.modules if m.startswith('rollserve.')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         check=True).stdout
+    code = (
+        "import sys, rollserve.handlers.math.scoring, rollserve.handlers.stem.answers\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rollserve.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     loaded = eval(out)
     assert "rollserve.handlers.latex" in loaded
-    assert not [m for m in loaded if m.startswith(("rollserve.agent", "rollserve.engine",
-                                                   "rollserve.llm", "rollserve.sandbox"))], loaded
+    assert not [
+        m for m in loaded if m.startswith(("rollserve.agent", "rollserve.engine", "rollserve.llm", "rollserve.sandbox"))
+    ], loaded
 
 
 def test_no_handler_module_imports_the_engine():
@@ -57,8 +59,13 @@ def test_no_handler_module_imports_the_engine():
     found = []
     for path in sorted(HANDLERS.rglob("*.py")):
         for node in ast.walk(parse_source(path)):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             found += [f"{path.relative_to(HANDLERS)}: {n}" for n in names if n.startswith(upward)]
     assert found == []
 
@@ -101,8 +108,12 @@ class EchoHandler(AgentHandler):
 
     async def run(self, rollout):
         task = self.state(rollout, EchoTask)
-        env = ToolEnv([Shout(), FinishTool()], f"Shout {task.word!r}, then finish with it.",
-                      tokenizer=self.ctx.tokenizer, config=ToolEnvConfig(tool_format="json"))
+        env = ToolEnv(
+            [Shout(), FinishTool()],
+            f"Shout {task.word!r}, then finish with it.",
+            tokenizer=self.ctx.tokenizer,
+            config=ToolEnvConfig(tool_format="json"),
+        )
         await run_episode(self.ctx, rollout, env)
         task.answer = env.answer
 
@@ -115,8 +126,7 @@ class EchoHandler(AgentHandler):
 
 
 async def test_a_plugin_family_runs_its_stages(ctx, new_rollout, scripted):
-    replies = ['{"name": "shout", "arguments": {"text": "hi"}}',
-               '{"name": "finish", "arguments": {"answer": "hi"}}']
+    replies = ['{"name": "shout", "arguments": {"text": "hi"}}', '{"name": "finish", "arguments": {"answer": "hi"}}']
     handler = EchoHandler(ctx)
     rollout = new_rollout({"word": "hi"}, max_turns=4, llm=scripted(replies))
     with pytest.raises(InfraError, match="echo handler: rollout .* has no EchoTask .*RUN before INIT"):
@@ -157,8 +167,14 @@ INSTANCES = {
     "math_python": {"question": "What is 2 + 2?", "answer": "4"},
     "stem": {"question": "Q?", "answer": "4"},
     "code": {"problem": "Print 1.", "tests": [{"input": "", "output": "1\n"}]},
-    "swe": {"repo": "toy/calc", "instance_id": "toy__calc-1", "base_commit": "0" * 40,
-            "problem_statement": "fix it", "FAIL_TO_PASS": ["t::a"], "PASS_TO_PASS": []},
+    "swe": {
+        "repo": "toy/calc",
+        "instance_id": "toy__calc-1",
+        "base_commit": "0" * 40,
+        "problem_statement": "fix it",
+        "FAIL_TO_PASS": ["t::a"],
+        "PASS_TO_PASS": [],
+    },
 }
 
 

@@ -26,8 +26,7 @@ def test_builtin_math_and_aliases_share_one_instance():
     assert registry.create("reasoning_gym", CTX) is handler
     assert registry.handler_class("reasoning-gym") is MathHandler
     assert registry.load_errors == {}
-    assert {"math", "math_python", "code", "stem", "swe", "swebench", "swe-gym", "r2e-gym"} \
-        <= set(registry.names())
+    assert {"math", "math_python", "code", "stem", "swe", "swebench", "swe-gym", "r2e-gym"} <= set(registry.names())
 
 
 def test_builtins_are_registered_once_from_the_table():
@@ -180,8 +179,9 @@ def test_broken_plugins_are_reported_not_fatal(plugin_dist):
     assert "plugin exploded at import" in registry.load_errors["broken"]
     assert "No module named 'no_such_module_xyz'" in registry.load_errors["missing"]
     assert "not an AgentHandler" in registry.load_errors["number"]
-    assert registry.load_errors["duck"] == ("'fake_plugin:DuckHandler' is not an AgentHandler class "
-                                            "(subclass rollserve.handlers.AgentHandler)")
+    assert registry.load_errors["duck"] == (
+        "'fake_plugin:DuckHandler' is not an AgentHandler class (subclass rollserve.handlers.AgentHandler)"
+    )
     for name in ("broken", "missing", "number", "duck"):
         assert name not in registry.names()
     with pytest.raises(UnknownDataSource) as info:

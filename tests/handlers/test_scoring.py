@@ -177,5 +177,9 @@ def test_no_process_outlives_a_killed_server(tmp_path):
     finally:
         server.kill()
         server.wait()
-    wait_until(lambda: not [p for p in descendants if _is_alive(p)], 10,
-               "the killed server's descendants to be gone", interval=0.1)
+    wait_until(
+        lambda: not [p for p in descendants if _is_alive(p)],
+        10,
+        "the killed server's descendants to be gone",
+        interval=0.1,
+    )

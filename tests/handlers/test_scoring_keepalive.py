@@ -47,4 +47,5 @@ def test_this_python_keeps_the_pipe_where_drop_keepalive_reads_it():
     # An upgrade that moves it fails here, not silently in a killed server's leftovers.
     assert hasattr(forkserver._forkserver, "_forkserver_alive_fd"), (
         "multiprocessing.forkserver no longer has _forkserver._forkserver_alive_fd: "
-        "rollserve.handlers.scoring.drop_keepalive needs this Python's equivalent")
+        "rollserve.handlers.scoring.drop_keepalive needs this Python's equivalent"
+    )

@@ -24,11 +24,20 @@ from rollserve.handlers.stem.answers import (
 from rollserve.handlers.stem.handler import StemEnv, StemHandler, gpqa_order, prepare
 from rollserve.testing import FakeVLLM
 
-MMLU = {"question": "What is the capital of France?", "choices": ["London", "Paris", "Rome", "Berlin"],
-        "answer": 1, "subject": "geography"}
-GPQA = {"Question": "Which particle mediates the electromagnetic force?", "Correct Answer": "Photon",
-        "Incorrect Answer 1": "Gluon", "Incorrect Answer 2": "W boson", "Incorrect Answer 3": "Graviton",
-        "Subdomain": "Particle Physics"}
+MMLU = {
+    "question": "What is the capital of France?",
+    "choices": ["London", "Paris", "Rome", "Berlin"],
+    "answer": 1,
+    "subject": "geography",
+}
+GPQA = {
+    "Question": "Which particle mediates the electromagnetic force?",
+    "Correct Answer": "Photon",
+    "Incorrect Answer 1": "Gluon",
+    "Incorrect Answer 2": "W boson",
+    "Incorrect Answer 3": "Graviton",
+    "Subdomain": "Particle Physics",
+}
 NUMBER = {"question": "What is the speed of light in m/s?", "answer": "3.00e8"}
 EXACT = {"question": "What is the chemical symbol of sodium?", "answer": "Na"}
 CHOICE_SPEC = {"kind": "choice", "choices": ["London", "Paris", "Rome", "Berlin"], "gold": "B"}
@@ -94,8 +103,9 @@ def test_mmlu_shape_prompt_and_gold():
     state = prepare(MMLU)
     assert state.shape == "mmlu" and state.subject == "geography"
     assert state.spec == {"kind": "choice", "choices": ["London", "Paris", "Rome", "Berlin"], "gold": "B"}
-    assert state.question == ("Subject: geography\n\nWhat is the capital of France?\n\n"
-                                 "A) London\nB) Paris\nC) Rome\nD) Berlin")
+    assert state.question == (
+        "Subject: geography\n\nWhat is the capital of France?\n\nA) London\nB) Paris\nC) Rome\nD) Berlin"
+    )
     assert '"Answer: X"' in state.answer_format and "A, B, C, D" in state.answer_format
     assert prepare({**MMLU, "answer": "b"}).spec["gold"] == "B"  # a letter, any case
     ten = prepare({**MMLU, "choices": [f"c{i}" for i in range(10)], "answer": "J"})
@@ -126,8 +136,7 @@ def test_gpqa_shuffle_is_deterministic_and_tracks_the_correct_letter():
     assert spec["choices"][ord(spec["gold"]) - ord("A")] == "Photon"
     assert prepare(dict(GPQA)) == state  # same instance, same order
     # The order depends on the question (or the seed), never on Python's RNG state.
-    orders = {tuple(prepare({**GPQA, "Question": f"{GPQA['Question']} ({i})"}).spec["choices"])
-              for i in range(12)}
+    orders = {tuple(prepare({**GPQA, "Question": f"{GPQA['Question']} ({i})"}).spec["choices"]) for i in range(12)}
     assert len(orders) > 1
     golds = {prepare({**GPQA, "shuffle_seed": seed}).spec["gold"] for seed in range(12)}
     assert len(golds) > 1
@@ -213,11 +222,26 @@ def test_exact_and_expression_extraction():
 @pytest.mark.parametrize(
     "text, value",
     [
-        ("3.0e8", 3.0e8), ("3.0E+08", 3.0e8), ("3 x 10^8", 3e8), ("3×10^8", 3e8), ("3×10⁸ m/s", 3e8),
-        ("3 \\times 10^{8}", 3e8), ("300,000,000", 3e8), ("9.8 m/s^2", 9.8), ("-4.5", -4.5),
-        ("−4.5 J", -4.5), ("1.5 × 10⁻³", 1.5e-3), ("1/2", 0.5), ("\\frac{3}{4}", 0.75), ("10^8", 1e8),
-        ("v = 3e8 m/s", 3e8), ("about 6371 km", 6371), ("H2O has 3 atoms", 3), ("25%", 25),
-        ("no number", None), ("m/s^2", None),
+        ("3.0e8", 3.0e8),
+        ("3.0E+08", 3.0e8),
+        ("3 x 10^8", 3e8),
+        ("3×10^8", 3e8),
+        ("3×10⁸ m/s", 3e8),
+        ("3 \\times 10^{8}", 3e8),
+        ("300,000,000", 3e8),
+        ("9.8 m/s^2", 9.8),
+        ("-4.5", -4.5),
+        ("−4.5 J", -4.5),
+        ("1.5 × 10⁻³", 1.5e-3),
+        ("1/2", 0.5),
+        ("\\frac{3}{4}", 0.75),
+        ("10^8", 1e8),
+        ("v = 3e8 m/s", 3e8),
+        ("about 6371 km", 6371),
+        ("H2O has 3 atoms", 3),
+        ("25%", 25),
+        ("no number", None),
+        ("m/s^2", None),
     ],
 )
 def test_parse_number(text, value):
@@ -305,8 +329,12 @@ async def test_short_answer_episodes(ctx, new_rollout, scripted):
         ({**NUMBER, "tolerance": 0.1}, "Answer: 3.2e8", 1.0, "number"),
         (EXACT, "Answer: **na**", 1.0, "exact"),
         (EXACT, "Answer: K", 0.0, "exact"),
-        ({"question": "KE?", "answer": "\\frac{1}{2} m v^2", "answer_type": "expression"},
-         "Answer: m v^2/2", 1.0, "math-verify"),
+        (
+            {"question": "KE?", "answer": "\\frac{1}{2} m v^2", "answer_type": "expression"},
+            "Answer: m v^2/2",
+            1.0,
+            "math-verify",
+        ),
     ]
     for instance, reply, reward, method in cases:
         rollout = new_rollout(instance, llm=scripted([reply]))
@@ -464,21 +492,23 @@ def test_choice_hedges_are_ambiguous(reply, letter, named):
     assert extract_answer(reply, CHOICE_SPEC) == letter
 
 
-BOTH_SPEC = {"kind": "choice", "choices": ["Paris", "London", "Both A and B", "None of A-C"],
-             "gold": "C"}
+BOTH_SPEC = {"kind": "choice", "choices": ["Paris", "London", "Both A and B", "None of A-C"], "gold": "C"}
 
 
-@pytest.mark.parametrize("reply, letter, named", [
-    # The chosen option's own words name no other choice...
-    ("Answer: C) Both A and B", "C", ()),
-    ("Answer: C (Both A and B)", "C", ()),
-    ("Answer: C, both A and B", "C", ()),
-    ("Answer: C\nBoth A and B", "C", ()),
-    ("Answer: D, none of A-C", "D", ()),
-    # ...while a hedge beside them still is one.
-    ("Answer: C) Both A and B or D", None, ("C", "D")),
-    ("Answer: C or D", None, ("C", "D")),
-])
+@pytest.mark.parametrize(
+    "reply, letter, named",
+    [
+        # The chosen option's own words name no other choice...
+        ("Answer: C) Both A and B", "C", ()),
+        ("Answer: C (Both A and B)", "C", ()),
+        ("Answer: C, both A and B", "C", ()),
+        ("Answer: C\nBoth A and B", "C", ()),
+        ("Answer: D, none of A-C", "D", ()),
+        # ...while a hedge beside them still is one.
+        ("Answer: C) Both A and B or D", None, ("C", "D")),
+        ("Answer: C or D", None, ("C", "D")),
+    ],
+)
 def test_an_option_whose_text_names_letters_is_read_as_itself(reply, letter, named):
     reading = read_answer(reply, BOTH_SPEC)
     assert reading is not None

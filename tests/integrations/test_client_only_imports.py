@@ -5,9 +5,18 @@ unimportable here, as in a venv without them)."""
 import subprocess
 import sys
 
-SERVER = ("rollserve.api", "rollserve.engine", "rollserve.handlers", "rollserve.agent",
-          "rollserve.llm", "rollserve.sandbox", "rollserve.server", "rollserve.errors",
-          "rollserve.testing", "rollserve.datasets")
+SERVER = (
+    "rollserve.api",
+    "rollserve.engine",
+    "rollserve.handlers",
+    "rollserve.agent",
+    "rollserve.llm",
+    "rollserve.sandbox",
+    "rollserve.server",
+    "rollserve.errors",
+    "rollserve.testing",
+    "rollserve.datasets",
+)
 BLOCKED = ("trl", "verl", "omegaconf", "torch", "transformers", "datasets", "accelerate", "peft")
 
 SCRIPT = f"""
@@ -33,7 +42,6 @@ print(loaded)
 
 
 def test_integrations_import_only_client_and_contract():
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

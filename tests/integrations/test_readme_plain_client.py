@@ -19,8 +19,8 @@ PAGE = ROOT / "docs" / "train-plain-client.md"
 
 def plain_client_snippet() -> str:
     text = README.read_text()
-    section = text[text.index("## Train with it\n"):]
-    section = section[:section.index("\n## ", 1)]
+    section = text[text.index("## Train with it\n") :]
+    section = section[: section.index("\n## ", 1)]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
     return code
 
@@ -30,8 +30,7 @@ def test_the_docs_page_shows_the_same_snippet() -> None:
     assert code == plain_client_snippet()
 
 
-def test_the_plain_client_snippet_trains_on_used_samples_only(server_factory,
-                                                              fake_llm_thread):
+def test_the_plain_client_snippet_trains_on_used_samples_only(server_factory, fake_llm_thread):
     answers = itertools.count()
 
     def reply(prompt_ids: list[int], text: str) -> str:
@@ -46,8 +45,7 @@ def test_the_plain_client_snippet_trains_on_used_samples_only(server_factory,
     namespace: dict[str, object] = {}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(code.replace("http://127.0.0.1:8000", server.url), "README.md", "exec"),
-             namespace)
+        exec(compile(code.replace("http://127.0.0.1:8000", server.url), "README.md", "exec"), namespace)
     batch = namespace["batch"]
     assert isinstance(batch, list) and len(batch) == 4  # the 7 * 6 group's n used samples
     # Its 6 samples alternate right and wrong; the 4 used are the first 4 to finish, so

@@ -23,8 +23,7 @@ def _start(server_factory, fake: FakeVLLM) -> str:
     return server_factory("--backend", fake.url).start(timeout=180).url
 
 
-def test_oversampling_stops_early_and_trains_the_used_samples(server_factory,
-                                                               fake_llm_thread):
+def test_oversampling_stops_early_and_trains_the_used_samples(server_factory, fake_llm_thread):
     """n=2 of 4 started: the first two answers (one wrong, one right) come back at once,
     the other two would take 300 s. The extras are cancelled, the rows are the two used
     samples, and the counts say so."""
@@ -40,8 +39,7 @@ def test_oversampling_stops_early_and_trains_the_used_samples(server_factory,
     prompts = [task_prompt(TWO)] * 2
     seen: list[BatchCounts] = []
     with Client(url) as client:
-        func = rollout_func(client, sampling=SAMPLING, timeout=120, oversample=2,
-                            on_batch=seen.append)
+        func = rollout_func(client, sampling=SAMPLING, timeout=120, oversample=2, on_batch=seen.append)
         output = func(prompts, Trainer())
         _check_required(output, prompts)
         view = client.group(output["rollserve_group_id"][0])
@@ -69,8 +67,7 @@ def test_oversampling_stops_early_and_trains_the_used_samples(server_factory,
         assert info["group"]["counts"]["cancelled"] == 2
 
 
-def test_zero_variance_groups_come_back_masked_and_mixed_ones_train(server_factory,
-                                                                    fake_llm_thread):
+def test_zero_variance_groups_come_back_masked_and_mixed_ones_train(server_factory, fake_llm_thread):
     """filter_zero_variance on: a group answered right twice is filtered (its rows
     masked, reason in the info, nothing deleted on the server); a group with one right
     and one wrong trains; a row that turns the filter off trains even when its rewards
@@ -83,8 +80,9 @@ def test_zero_variance_groups_come_back_masked_and_mixed_ones_train(server_facto
         return "It is \\boxed{4}."
 
     url = _start(server_factory, fake_llm_thread(replies=reply))
-    prompts = ([task_prompt(TWO)] * 2 + [task_prompt(MIXED)] * 2
-               + [task_prompt({**TWO, "filter_zero_variance": False})] * 2)
+    prompts = (
+        [task_prompt(TWO)] * 2 + [task_prompt(MIXED)] * 2 + [task_prompt({**TWO, "filter_zero_variance": False})] * 2
+    )
     with Client(url) as client:
         func = rollout_func(client, sampling=SAMPLING, timeout=120, filter_zero_variance=True)
         output = func(prompts, Trainer())
@@ -131,13 +129,11 @@ def test_a_group_short_of_usable_samples(server_factory, fake_llm_thread):
         assert view.done and view.reasons == ["too_few_usable"] and view.counts.used == 1
         (used,) = [m.id for m in view.rollouts if m.used]
         first_other = next(m.id for m in view.rollouts if not m.used)
-        assert output["rollserve_id"] == [m.id for m in view.rollouts
-                                          if m.id in (used, first_other)]
+        assert output["rollserve_id"] == [m.id for m in view.rollouts if m.id in (used, first_other)]
         assert output["rollserve_masked"] == [True, True]
         assert output["rollserve_reward"] == [None, None]
         assert all(sum(mask) == 0 for mask in output["env_mask"])
-        for rollout_id, info in zip(output["rollserve_id"], output["rollserve_info"],
-                                    strict=True):
+        for rollout_id, info in zip(output["rollserve_id"], output["rollserve_info"], strict=True):
             assert info["group"]["masked_whole"] == "too_few_usable"
             if rollout_id == used:  # its own result is fine: the group masks it
                 assert info["used"] is True
@@ -162,8 +158,7 @@ def test_a_group_short_of_usable_samples(server_factory, fake_llm_thread):
         assert (counts.rows, counts.rows_trained) == (2, 1)
 
 
-def test_run_groups_gives_the_used_samples_and_masks_the_rest(server_factory,
-                                                               fake_llm_thread):
+def test_run_groups_gives_the_used_samples_and_masks_the_rest(server_factory, fake_llm_thread):
     """run_groups (what another adapter may call) keeps its signature and answer: each
     task's n results in sample order; with over-sampling the used ones, and a filtered
     group's results come back masked (a trainer that only reads ``mask`` skips them)."""
@@ -177,9 +172,11 @@ def test_run_groups_gives_the_used_samples_and_masks_the_rest(server_factory,
 
     url = _start(server_factory, fake_llm_thread(replies=reply))
     with Client(url) as client:
-        filtered, kept = run_groups(client, [
-            TaskRequest(**TWO, n=2, oversample=1, filter_zero_variance=True),
-            TaskRequest(**MIXED, n=2, oversample=1)], timeout=120)
+        filtered, kept = run_groups(
+            client,
+            [TaskRequest(**TWO, n=2, oversample=1, filter_zero_variance=True), TaskRequest(**MIXED, n=2, oversample=1)],
+            timeout=120,
+        )
         for results, group_masked in ((filtered, True), (kept, False)):
             assert len(results) == 2
             assert [r.sample_index for r in results] == sorted(r.sample_index for r in results)

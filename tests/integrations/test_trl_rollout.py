@@ -19,8 +19,12 @@ from rollserve.integrations.trl import (
 
 EOS = 2
 TWO = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
-THREE = {"data_source": "math", "instance": '{"question": "What is 1 + 2?", "answer": "3"}',
-         "agent": {"max_turns": 3}, "metadata": {"row": 7}}
+THREE = {
+    "data_source": "math",
+    "instance": '{"question": "What is 1 + 2?", "answer": "3"}',
+    "agent": {"max_turns": 3},
+    "metadata": {"row": 7},
+}
 
 
 @dataclass
@@ -54,8 +58,7 @@ def _check_required(output: dict, prompts: list[str]) -> None:
     assert {"prompt_ids", "completion_ids", "logprobs"} <= output.keys()
     for key, values in output.items():
         assert isinstance(values, list) and len(values) == len(prompts), key
-    for ids, logprobs, mask in zip(output["completion_ids"], output["logprobs"],
-                                   output["env_mask"], strict=True):
+    for ids, logprobs, mask in zip(output["completion_ids"], output["logprobs"], output["env_mask"], strict=True):
         assert ids and len(ids) == len(logprobs) == len(mask)
 
 
@@ -70,15 +73,13 @@ def test_tokens_are_rollserves_exactly(server_factory, fake_llm_thread):
     server = server_factory("--backend", fake.url).start(timeout=180)
     prompts = [task_prompt(TWO)] * 2 + [task_prompt(THREE)] * 2
     with Client(server.url) as client:
-        output = rollout_func(client, sampling=SamplingParams(max_tokens=64), timeout=120)(
-            prompts, Trainer())
+        output = rollout_func(client, sampling=SamplingParams(max_tokens=64), timeout=120)(prompts, Trainer())
         _check_required(output, prompts)
         groups = output["rollserve_group_id"]
         assert groups[0] == groups[1] != groups[2] == groups[3]
         assert output["rollserve_reward"] == [1.0, 1.0, 0.0, 0.0]
         assert output["rollserve_masked"] == [False] * 4
-        assert [info["metadata"] for info in output["rollserve_info"]] == [{}, {}, {"row": 7},
-                                                                              {"row": 7}]
+        assert [info["metadata"] for info in output["rollserve_info"]] == [{}, {}, {"row": 7}, {"row": 7}]
         calls = {tuple(call.prompt_ids): call for call in fake.calls}
         for i, rollout_id in enumerate(output["rollserve_id"]):
             result = _stored(client, rollout_id)
@@ -95,11 +96,11 @@ def test_tokens_are_rollserves_exactly(server_factory, fake_llm_thread):
             for turn in turns:
                 delta = turn.prompt_ids_delta if position else []
                 span = slice(position + len(delta), position + len(delta) + len(turn.output_ids))
-                assert output["env_mask"][i][position:span.start] == [0] * len(delta)
-                assert output["logprobs"][i][position:span.start] == [0.0] * len(delta)
+                assert output["env_mask"][i][position : span.start] == [0] * len(delta)
+                assert output["logprobs"][i][position : span.start] == [0.0] * len(delta)
                 assert completion[span] == turn.output_ids
                 assert output["env_mask"][i][span] == [1] * len(turn.output_ids)
-                context = output["prompt_ids"][i] + completion[:span.start]
+                context = output["prompt_ids"][i] + completion[: span.start]
                 assert calls[tuple(context)].output_ids == turn.output_ids
                 assert output["logprobs"][i][span] == calls[tuple(context)].logprobs
                 position = span.stop
@@ -117,8 +118,7 @@ def test_a_masked_rollout_gives_no_gradient_and_no_reward(server_factory, fake_l
     server = server_factory("--backend", fake.url).start(timeout=180)
     prompts = [task_prompt({**TWO, "timeouts": {"run": 3}})] * 2
     with Client(server.url) as client:
-        output = rollout_func(client, sampling=SamplingParams(max_tokens=64), timeout=120)(
-            prompts, Trainer())
+        output = rollout_func(client, sampling=SamplingParams(max_tokens=64), timeout=120)(prompts, Trainer())
         _check_required(output, prompts)
         assert output["rollserve_masked"] == [True, True]
         assert output["rollserve_reward"] == [None, None]
@@ -129,13 +129,11 @@ def test_a_masked_rollout_gives_no_gradient_and_no_reward(server_factory, fake_l
             cut = len(output["prompt_ids"][i])
             # the policy did sample tokens (the first turn), and none of them is trained on
             assert sum(result.trajectory.tokens.loss_mask[cut:]) > 0
-            assert output["prompt_ids"][i] + output["completion_ids"][i] == \
-                result.trajectory.tokens.input_ids
+            assert output["prompt_ids"][i] + output["completion_ids"][i] == result.trajectory.tokens.input_ids
             assert output["env_mask"][i] == [0] * len(output["completion_ids"][i])
 
 
-def test_fewer_samples_than_asked_is_an_error_naming_the_group(server_factory,
-                                                               fake_llm_thread):
+def test_fewer_samples_than_asked_is_an_error_naming_the_group(server_factory, fake_llm_thread):
     fake = fake_llm_thread(replies=["\\boxed{4}"], latency=60)
     server = server_factory("--backend", fake.url).start(timeout=180)
     prompts = [task_prompt(TWO)] * 2
@@ -149,8 +147,7 @@ def test_fewer_samples_than_asked_is_an_error_naming_the_group(server_factory,
         assert view.done and view.status_counts == {"cancelled": 2}
 
 
-def test_each_process_gets_its_slice_and_groups_straddle_processes(server_factory,
-                                                                     fake_llm_thread):
+def test_each_process_gets_its_slice_and_groups_straddle_processes(server_factory, fake_llm_thread):
     fake = fake_llm_thread(replies=["\\boxed{4}"])
     server = server_factory("--backend", fake.url).start(timeout=180)
     # num_generations=2, 3 prompts a process: process 1 holds positions 3, 4 and 5, that

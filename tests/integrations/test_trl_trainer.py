@@ -14,11 +14,9 @@ from rollserve.integrations.trl import rollout_func, rollserve_reward, task_prom
 pytest.importorskip("trl", reason="trl is not installed (pip install trl==1.16.0 torch)")
 
 # Every row has every column: Dataset.from_list takes its columns from the first row.
-TWO = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"},
-       "timeouts": {"run": 300}}
+TWO = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "timeouts": {"run": 300}}
 # Its second turn never comes back: the rollout times out and is masked.
-STUCK = {"data_source": "math", "instance": {"question": "What is 1 + 2?", "answer": "3"},
-         "timeouts": {"run": 3}}
+STUCK = {"data_source": "math", "instance": {"question": "What is 1 + 2?", "answer": "3"}, "timeouts": {"run": 3}}
 
 
 ANSWERS = itertools.cycle(["4", "5"])  # one sample of each group right, one wrong
@@ -36,23 +34,39 @@ def tiny_llama(vocab_size: int):
     """A one-layer random Llama over SmolLM2's vocabulary: seconds to train on CPU."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(
-        vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=2048,
+        )
+    )
 
 
 def grpo_config(tmp_path):
     """Two optimizer steps, groups of 2, 4 completions a step, on CPU."""
     from trl import GRPOConfig
 
-    return GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
-                      num_generations=2, max_steps=2, learning_rate=1e-3, logging_steps=1,
-                      report_to=[], save_strategy="no", use_cpu=True, shuffle_dataset=False,
-                      seed=0)
+    return GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        shuffle_dataset=False,
+        seed=0,
+    )
 
 
-def test_grpo_trainer_trains_on_rollserve_rollouts(server_factory, fake_llm_thread, tmp_path,
-                                                   monkeypatch):
+def test_grpo_trainer_trains_on_rollserve_rollouts(server_factory, fake_llm_thread, tmp_path, monkeypatch):
     import torch
     from trl import GRPOTrainer
 
@@ -69,10 +83,13 @@ def test_grpo_trainer_trains_on_rollserve_rollouts(server_factory, fake_llm_thre
     args = grpo_config(tmp_path)
     with Client(server.url) as client:
         trainer = GRPOTrainer(
-            model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
             reward_funcs=[rollserve_reward],
-            rollout_func=rollout_func(client, sampling=SamplingParams(max_tokens=32),
-                                      timeout=300))
+            rollout_func=rollout_func(client, sampling=SamplingParams(max_tokens=32), timeout=300),
+        )
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
         trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
@@ -88,14 +105,13 @@ def test_grpo_trainer_trains_on_rollserve_rollouts(server_factory, fake_llm_thre
 # Every answer to 2 + 2 is right (a zero-variance group: filtered); answers to 3 + 3
 # alternate right and wrong. Each batch, the first two calls per question answer at
 # once and every later one (the group's over-sampled third) would take 300 s.
-SAME = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"},
-        "timeouts": {"run": 300}}
-MIXED = {"data_source": "math", "instance": {"question": "What is 3 + 3?", "answer": "6"},
-         "timeouts": {"run": 300}}
+SAME = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}, "timeouts": {"run": 300}}
+MIXED = {"data_source": "math", "instance": {"question": "What is 3 + 3?", "answer": "6"}, "timeouts": {"run": 300}}
 
 
 def test_grpo_trainer_with_oversampling_and_the_zero_variance_filter(
-        server_factory, fake_llm_thread, tmp_path, monkeypatch):
+    server_factory, fake_llm_thread, tmp_path, monkeypatch
+):
     import torch
     from trl import GRPOTrainer
 
@@ -130,11 +146,22 @@ def test_grpo_trainer_with_oversampling_and_the_zero_variance_filter(
     dataset = Dataset.from_list([SAME, MIXED]).map(lambda row: {"prompt": task_prompt(row)})
     args = grpo_config(tmp_path)
     with Client(server.url) as client:
-        func = rollout_func(client, sampling=SamplingParams(max_tokens=32), timeout=240,
-                            oversample=1, filter_zero_variance=True, on_batch=on_batch)
-        trainer = GRPOTrainer(model=model, args=args, train_dataset=dataset,
-                              processing_class=tokenizer, reward_funcs=[rollserve_reward],
-                              rollout_func=func)
+        func = rollout_func(
+            client,
+            sampling=SamplingParams(max_tokens=32),
+            timeout=240,
+            oversample=1,
+            filter_zero_variance=True,
+            on_batch=on_batch,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            reward_funcs=[rollserve_reward],
+            rollout_func=func,
+        )
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
         trainer.train()
     assert len(batches) == 2

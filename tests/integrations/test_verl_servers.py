@@ -35,11 +35,15 @@ async def test_the_servers_verls_load_balancer_lists():
     assert await verl_servers(client, "0.9.1") == ["10.0.0.1:8000", "10.0.0.2:8000"]
 
 
-@pytest.mark.parametrize("client", [
-    LLMServerClient(None),              # a client built without a balancer
-    LLMServerClient(object()),          # a balancer that lists nothing
-    object(),                           # a verl that keeps it elsewhere
-], ids=["no-balancer", "no-listing", "no-attribute"])
+@pytest.mark.parametrize(
+    "client",
+    [
+        LLMServerClient(None),  # a client built without a balancer
+        LLMServerClient(object()),  # a balancer that lists nothing
+        object(),  # a verl that keeps it elsewhere
+    ],
+    ids=["no-balancer", "no-listing", "no-attribute"],
+)
 async def test_a_verl_without_the_balancer_is_a_clear_error(client):
     with pytest.raises(ValueError, match=r"verl 0\.10\.0's .* no load balancer.*backends: registered"):
         await verl_servers(client, "0.10.0")

@@ -42,15 +42,17 @@ def source_copy(tmp: Path) -> Path:
     source.mkdir()
     for name in ("pyproject.toml", "README.md", CONSTRAINTS):
         shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(ROOT / "src", source / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
     return source
 
 
 def pip(python: Path, *args: str, timeout: float) -> None:
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                           "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"pip install failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
 
@@ -73,7 +75,8 @@ def cache_dir() -> Path:
     """rollserve's cache (as ``rollserve.llm.tokens.tokenizer.cache_dir``; here without
     importing rollserve, so the script runs before it is installed)."""
     root = os.environ.get("ROLLSERVE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rollserve")
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rollserve"
+    )
     return Path(root)
 
 
@@ -90,8 +93,7 @@ def ensure(source: Path) -> Path:
             shutil.rmtree(env_dir, ignore_errors=True)
             started = time.monotonic()
             venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-            pip(python, "-c", str(source / CONSTRAINTS), TORCH, f"{source}[verl]",
-                timeout=BUILD_TIMEOUT_S)
+            pip(python, "-c", str(source / CONSTRAINTS), TORCH, f"{source}[verl]", timeout=BUILD_TIMEOUT_S)
             (env_dir / "complete").write_text(f"built in {time.monotonic() - started:.0f} s\n")
             _remove_stale(env_dir)
     return env_dir
@@ -100,5 +102,4 @@ def ensure(source: Path) -> Path:
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="rollserve-verl-env-") as tmp:
         began = time.monotonic()
-        print(f"verl venv ready: {ensure(source_copy(Path(tmp)))} "
-              f"({time.monotonic() - began:.0f} s)")
+        print(f"verl venv ready: {ensure(source_copy(Path(tmp)))} ({time.monotonic() - began:.0f} s)")

@@ -25,8 +25,7 @@ def boundary(prompt: str) -> str:
 
 
 def math_task(tag: str, judge: dict | None = None, answer: str = "7") -> dict:
-    task: dict = {"data_source": "math",
-                  "instance": {"question": f"[{tag}] What is 3 + 4?", "answer": answer}}
+    task: dict = {"data_source": "math", "instance": {"question": f"[{tag}] What is 3 + 4?", "answer": answer}}
     if judge is not None:
         task["judge"] = judge
     return task
@@ -40,8 +39,7 @@ async def submit(client, tasks: list[dict], **extra) -> list[str]:
 
 
 async def results(client, ids: list[str], wait: float = 90) -> list[dict]:
-    views = await asyncio.gather(*[client.get(f"/v1/rollouts/{rid}", params={"wait": wait})
-                                   for rid in ids])
+    views = await asyncio.gather(*[client.get(f"/v1/rollouts/{rid}", params={"wait": wait}) for rid in ids])
     out = [v.json()["result"] for v in views]
     assert all(r is not None for r in out), "a rollout is still running: hung"
     return out

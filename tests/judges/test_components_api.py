@@ -8,8 +8,7 @@ import re
 
 from rollserve.testing import FakeVLLM
 
-REPLIES = {"q1": "3 + 4 = \\boxed{7}", "q2": "it is \\boxed{8}", "q3": "no idea, format: 1.0",
-           "q4": "Answer: B"}
+REPLIES = {"q1": "3 + 4 = \\boxed{7}", "q2": "it is \\boxed{8}", "q3": "no idea, format: 1.0", "q4": "Answer: B"}
 
 
 def reply(prompt_ids, prompt: str) -> str:
@@ -19,10 +18,16 @@ def reply(prompt_ids, prompt: str) -> str:
 async def test_math_and_stem_results_carry_components(make_api, tok):
     async with FakeVLLM(tok, replies=reply) as fake:
         _, client = await make_api([fake.url])
-        tasks = [{"data_source": "math", "instance": {"question": f"[{q}] What is 3 + 4?",
-                                                      "answer": "7"}} for q in ("q1", "q2", "q3")]
-        tasks.append({"data_source": "stem", "instance": {
-            "question": "[q4] What is 3 + 4?", "choices": ["9", "7", "5", "6"], "answer": 1}})
+        tasks = [
+            {"data_source": "math", "instance": {"question": f"[{q}] What is 3 + 4?", "answer": "7"}}
+            for q in ("q1", "q2", "q3")
+        ]
+        tasks.append(
+            {
+                "data_source": "stem",
+                "instance": {"question": "[q4] What is 3 + 4?", "choices": ["9", "7", "5", "6"], "answer": 1},
+            }
+        )
         r = await client.post("/v1/rollouts", json={"tasks": tasks, "sampling": {"max_tokens": 32}})
         assert r.status_code == 202, r.text
         found = []

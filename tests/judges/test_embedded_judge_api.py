@@ -16,8 +16,12 @@ from tests.judges.judge_doubles import TAG, math_task, results, submit  # noqa: 
 
 pytestmark = pytest.mark.embedded
 
-REPLIES = {"a": "3 + 4 = \\boxed{7}", "b": "I think it is \\boxed{12}", "c": "7",
-           "d": "The sum of 3 and 4 is \\boxed{7}."}
+REPLIES = {
+    "a": "3 + 4 = \\boxed{7}",
+    "b": "I think it is \\boxed{12}",
+    "c": "7",
+    "d": "The sum of 3 and 4 is \\boxed{7}.",
+}
 
 
 def policy(prompt_ids, prompt: str) -> str:
@@ -25,20 +29,23 @@ def policy(prompt_ids, prompt: str) -> str:
 
 
 async def test_the_embedded_model_grades_a_small_set(make_api, tok):
-    judge = ('{"name": "smol", "backend": {"kind": "embedded", "n_ctx": 2048}, '
-             '"max_tokens": 40, "timeout": 300, "retries": 0}')
+    judge = (
+        '{"name": "smol", "backend": {"kind": "embedded", "n_ctx": 2048}, '
+        '"max_tokens": 40, "timeout": 300, "retries": 0}'
+    )
     rubric = {"judges": ["smol"], "weight": 0.5, "on_failure": "outcome", "low": 0, "high": 10}
     async with FakeVLLM(tok, replies=policy) as pol:
-        _, client = await make_api([pol.url], server={"judges": [judge],
-                                                      "rubrics": {"smol": rubric}})
+        _, client = await make_api([pol.url], server={"judges": [judge], "rubrics": {"smol": rubric}})
         # EVAL waits for the judge: four calls queue on the one in-process model, so a
         # loaded machine needs more than math's default EVAL bound
-        ids = await submit(client, [math_task(tag, {"rubric": "smol"}) for tag in REPLIES],
-                           timeouts={"eval": 600, "total": 1200})
+        ids = await submit(
+            client, [math_task(tag, {"rubric": "smol"}) for tag in REPLIES], timeouts={"eval": 600, "total": 1200}
+        )
         found = await results(client, ids, wait=300)
         status = (await client.get("/v1/status")).json()
     assert all(r["status"] == "completed" and not r["mask"] for r in found), [
-        (r["status"], r["failure"]) for r in found]
+        (r["status"], r["failure"]) for r in found
+    ]
     for result in found:
         judged = result["evaluation"]["judge"]
         (call,) = judged["calls"]
@@ -63,16 +70,24 @@ async def test_an_answer_over_the_embedded_judges_window_scores_lowest_not_maske
     """The in-process judge refuses a prompt over its context (not evaluated), as a
     server's window does: the policy's doing, so the scale's lowest, never the mask
     of a judge not reached (on_failure "mask")."""
-    judge = ('{"name": "smol", "backend": {"kind": "embedded", "n_ctx": 1024}, '
-             '"max_tokens": 8, "timeout": 300, "retries": 2}')
+    judge = (
+        '{"name": "smol", "backend": {"kind": "embedded", "n_ctx": 1024}, '
+        '"max_tokens": 8, "timeout": 300, "retries": 2}'
+    )
     rubric = {"judges": ["smol"], "weight": 0.5, "on_failure": "mask"}
     long = "\\boxed{7}\n" + "padding " * 3000
     async with FakeVLLM(tok, replies=long) as pol:
-        _, client = await make_api([pol.url], server={"judges": [judge],
-                                                      "rubrics": {"smol": rubric}})
-        (found,) = await results(client, await submit(
-            client, [math_task("a", {"rubric": "smol"})], sampling={"max_tokens": 8000},
-            timeouts={"eval": 600, "total": 1200}), wait=300)
+        _, client = await make_api([pol.url], server={"judges": [judge], "rubrics": {"smol": rubric}})
+        (found,) = await results(
+            client,
+            await submit(
+                client,
+                [math_task("a", {"rubric": "smol"})],
+                sampling={"max_tokens": 8000},
+                timeouts={"eval": 600, "total": 1200},
+            ),
+            wait=300,
+        )
     assert found["status"] == "completed" and not found["mask"], found["failure"]
     (call,) = found["evaluation"]["judge"]["calls"]
     assert call["unparsed"] is True and "refused the prompt" in call["error"], call

@@ -10,14 +10,17 @@ from rollserve.commands.app import app
 from rollserve.llm.judges import parse_judge_spec
 
 
-@pytest.mark.parametrize(("args", "option"), [
-    (["--judge", "nonameurl"], "--judge"),
-    (["--judge", "a=ftp://x"], "--judge"),
-    (["--judge", '{"name": "a", "backend": "http://h:1", "timeout": -1}'], "--judge"),
-    (["--judge", "a=http://h:1", "--judge", "a=http://h:2"], "--judge"),
-    (["--rubric", "r"], "--rubric"),
-    (["--rubric", 'r={"high": 0}'], "--rubric"),
-])
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--judge", "nonameurl"], "--judge"),
+        (["--judge", "a=ftp://x"], "--judge"),
+        (["--judge", '{"name": "a", "backend": "http://h:1", "timeout": -1}'], "--judge"),
+        (["--judge", "a=http://h:1", "--judge", "a=http://h:2"], "--judge"),
+        (["--rubric", "r"], "--rubric"),
+        (["--rubric", 'r={"high": 0}'], "--rubric"),
+    ],
+)
 def test_bad_judge_options_exit_2_naming_the_option(args, option):
     result = CliRunner().invoke(app, ["serve", *args])
     assert result.exit_code == 2, result.output
@@ -42,8 +45,9 @@ def test_rescore_command_needs_ids_and_says_when_the_server_is_away(tmp_path):
     bad.write_text("not a result\n")
     result = CliRunner().invoke(app, ["rescore", "--results", str(bad)])
     assert result.exit_code == 2 and "--results" in result.output
-    result = CliRunner().invoke(app, ["rescore", "--id", "a,b", "--rubric", "x",
-                                      "--server", "http://127.0.0.1:9", "--timeout", "5"])
+    result = CliRunner().invoke(
+        app, ["rescore", "--id", "a,b", "--rubric", "x", "--server", "http://127.0.0.1:9", "--timeout", "5"]
+    )
     assert result.exit_code == 1 and "127.0.0.1:9" in result.output
 
 

@@ -34,20 +34,25 @@ async def harness(client: httpx.AsyncClient, rid: str) -> None:
     r = await client.get(f"/v1/rollouts/{rid}/gateway", params={"wait": 60})
     assert r.status_code == 200, r.text
     info = r.json()
-    oa = openai.AsyncOpenAI(base_url=f"http://rollserve{info['base_url']}", api_key="x",
-                            http_client=client, max_retries=0)
+    oa = openai.AsyncOpenAI(
+        base_url=f"http://rollserve{info['base_url']}", api_key="x", http_client=client, max_retries=0
+    )
     await oa.chat.completions.create(model="p", messages=[{"role": "user", "content": HOSTILE}])
     r = await client.post(f"/v1/gateway/{info['key']}/end")
     assert r.status_code == 200, r.text
 
 
 async def test_the_first_user_message_never_sets_the_score(make_api, tok):
-    async with (FakeVLLM(tok, replies="hello") as pol, FakeVLLM(tok, replies=obedient) as j):
+    async with FakeVLLM(tok, replies="hello") as pol, FakeVLLM(tok, replies=obedient) as j:
         _, client = await make_api([pol.url], server={"judges": [f"j={j.url}"]})
-        tasks = [{"data_source": "gateway", "instance": {"answer": "hello", "task": "Say hello."},
-                  "judge": {"rubric": "default"}},
-                 {"data_source": "gateway", "instance": {"answer": "hello"},
-                  "judge": {"rubric": "default"}}]
+        tasks = [
+            {
+                "data_source": "gateway",
+                "instance": {"answer": "hello", "task": "Say hello."},
+                "judge": {"rubric": "default"},
+            },
+            {"data_source": "gateway", "instance": {"answer": "hello"}, "judge": {"rubric": "default"}},
+        ]
         r = await client.post("/v1/rollouts", json={"tasks": tasks, "sampling": {"max_tokens": 16}})
         assert r.status_code == 202, r.text
         ids = [rid for g in r.json()["groups"] for rid in g["rollout_ids"]]

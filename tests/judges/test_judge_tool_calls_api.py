@@ -15,10 +15,17 @@ from rollserve.agent.tool_calls import format_tool_call
 from rollserve.testing import FakeVLLM
 from tests.judges.judge_doubles import graded_text, results
 
-TOOLS = [{"type": "function", "function": {
-    "name": name, "description": name,
-    "parameters": {"type": "object", "properties": {key: {"type": "string"}},
-                   "required": [key]}}} for name, key in (("bash", "command"), ("finish", "answer"))]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": name,
+            "parameters": {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]},
+        },
+    }
+    for name, key in (("bash", "command"), ("finish", "answer"))
+]
 
 
 def policy(prompt_ids, prompt: str) -> str:
@@ -36,14 +43,17 @@ def judge(prompt_ids, prompt: str) -> str:
 
 async def drive(client, rid: str) -> None:
     info = (await client.get(f"/v1/rollouts/{rid}/gateway", params={"wait": 60})).json()
-    oa = openai.AsyncOpenAI(base_url=f"http://rollserve{info['base_url']}", api_key="x",
-                            http_client=client, max_retries=0)
+    oa = openai.AsyncOpenAI(
+        base_url=f"http://rollserve{info['base_url']}", api_key="x", http_client=client, max_retries=0
+    )
     history: list = [{"role": "user", "content": "What is the capital of France?"}]
     first = await oa.chat.completions.create(model="p", messages=history, tools=TOOLS)
     (call,) = first.choices[0].message.tool_calls
     assert call.function.name == "bash" and not (first.choices[0].message.content or "").strip()
-    history += [first.choices[0].message.model_dump(exclude_none=True),
-                {"role": "tool", "tool_call_id": call.id, "content": "France: capital Paris"}]
+    history += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "France: capital Paris"},
+    ]
     second = await oa.chat.completions.create(model="p", messages=history, tools=TOOLS)
     assert second.choices[0].message.tool_calls[0].function.name == "finish"
     r = await client.post(f"/v1/gateway/{info['key']}/end")
@@ -52,11 +62,17 @@ async def drive(client, rid: str) -> None:
 
 async def test_tool_calls_are_graded_not_blank(make_api, tok):
     async with FakeVLLM(tok, replies=policy) as pol, FakeVLLM(tok, replies=judge) as j:
-        _, client = await make_api([pol.url], server={
-            "judges": [f"j={j.url}"],
-            "rubrics": {"process": {"mode": "process", "weight": 1.0}}})
-        tasks = [{"data_source": "gateway", "instance": {"answer": "Paris", "tool_calls": "hermes"},
-                  "judge": {"rubric": rubric}} for rubric in ("default", "process")]
+        _, client = await make_api(
+            [pol.url], server={"judges": [f"j={j.url}"], "rubrics": {"process": {"mode": "process", "weight": 1.0}}}
+        )
+        tasks = [
+            {
+                "data_source": "gateway",
+                "instance": {"answer": "Paris", "tool_calls": "hermes"},
+                "judge": {"rubric": rubric},
+            }
+            for rubric in ("default", "process")
+        ]
         r = await client.post("/v1/rollouts", json={"tasks": tasks, "sampling": {"max_tokens": 64}})
         assert r.status_code == 202, r.text
         ids = [rid for g in r.json()["groups"] for rid in g["rollout_ids"]]

@@ -13,8 +13,7 @@ import pytest
 from rollserve.testing import FakeVLLM
 from tests.judges.judge_doubles import TAG, graded_text, math_task, results, submit
 
-POLICY = {"right": "3 + 4 = \\boxed{7}", "wrong": "3 + 4 = \\boxed{8}",
-          "think": "Let me think first."}
+POLICY = {"right": "3 + 4 = \\boxed{7}", "wrong": "3 + 4 = \\boxed{8}", "think": "Let me think first."}
 
 
 def policy(prompt_ids, prompt: str) -> str:
@@ -38,11 +37,13 @@ def judge_by_answer(high: int, low: int):
 
 @pytest.fixture
 async def doubles(tok):
-    async with (FakeVLLM(tok, replies=policy) as pol,
-                FakeVLLM(tok, replies=judge_by_answer(8, 3), model="judge-a") as ja,
-                FakeVLLM(tok, replies=judge_by_answer(2, 1), model="judge-b") as jb,
-                FakeVLLM(tok, replies="I refuse to grade.") as bad,
-                FakeVLLM(tok, replies="SCORE: 9", latency=600.0) as hang):
+    async with (
+        FakeVLLM(tok, replies=policy) as pol,
+        FakeVLLM(tok, replies=judge_by_answer(8, 3), model="judge-a") as ja,
+        FakeVLLM(tok, replies=judge_by_answer(2, 1), model="judge-b") as jb,
+        FakeVLLM(tok, replies="I refuse to grade.") as bad,
+        FakeVLLM(tok, replies="SCORE: 9", latency=600.0) as hang,
+    ):
         yield pol, ja, jb, bad, hang
 
 
@@ -50,31 +51,37 @@ async def test_judge_rewards_parsed_scaled_aggregated_and_isolated(make_api, dou
     pol, ja, jb, bad, hang = doubles
     hanging = json.dumps({"name": "hang", "backend": hang.url, "timeout": 1, "retries": 1})
     # nothing listens on port 9 (discard): every call is a transport failure
-    down = json.dumps({"name": "down", "backend": "http://127.0.0.1:9", "timeout": 5,
-                       "retries": 0})
-    _, client = await make_api([pol.url], server={
-        "judges": [f"a={ja.url}/v1", f"b=openai_chat={jb.url}", f"bad={bad.url}", hanging, down],
-        "rubrics": {"both-min": {"judges": ["a", "b"], "aggregate": "min"},
-                    "both-mean": {"judges": ["a", "b"], "samples": 2},
-                    "half": {"judges": ["a"], "weight": 0.5},
-                    "process": {"judges": ["a"], "mode": "process", "weight": 0.5},
-                    "bad-mask": {"judges": ["bad"]},
-                    "down-mask": {"judges": ["down"]},
-                    "bad-outcome": {"judges": ["bad"], "on_failure": "outcome"},
-                    "hang": {"judges": ["hang"], "on_failure": "outcome"}}})
-    tasks = [math_task("right", {"rubric": "default"}),  # the first judge (a), weight 1
-             math_task("wrong", {"rubric": "half"}),
-             math_task("right", {"rubric": "both-min"}),
-             math_task("right", {"rubric": "both-mean"}),
-             math_task("steps", {"rubric": "process"}),
-             math_task("right", {"rubric": "bad-mask"}),
-             math_task("wrong", {"rubric": "bad-outcome"}),
-             math_task("right", {"rubric": "hang"}),
-             math_task("right"),  # no judge: the outcome alone
-             math_task("right", {"rubric": "down-mask"})]
+    down = json.dumps({"name": "down", "backend": "http://127.0.0.1:9", "timeout": 5, "retries": 0})
+    _, client = await make_api(
+        [pol.url],
+        server={
+            "judges": [f"a={ja.url}/v1", f"b=openai_chat={jb.url}", f"bad={bad.url}", hanging, down],
+            "rubrics": {
+                "both-min": {"judges": ["a", "b"], "aggregate": "min"},
+                "both-mean": {"judges": ["a", "b"], "samples": 2},
+                "half": {"judges": ["a"], "weight": 0.5},
+                "process": {"judges": ["a"], "mode": "process", "weight": 0.5},
+                "bad-mask": {"judges": ["bad"]},
+                "down-mask": {"judges": ["down"]},
+                "bad-outcome": {"judges": ["bad"], "on_failure": "outcome"},
+                "hang": {"judges": ["hang"], "on_failure": "outcome"},
+            },
+        },
+    )
+    tasks = [
+        math_task("right", {"rubric": "default"}),  # the first judge (a), weight 1
+        math_task("wrong", {"rubric": "half"}),
+        math_task("right", {"rubric": "both-min"}),
+        math_task("right", {"rubric": "both-mean"}),
+        math_task("steps", {"rubric": "process"}),
+        math_task("right", {"rubric": "bad-mask"}),
+        math_task("wrong", {"rubric": "bad-outcome"}),
+        math_task("right", {"rubric": "hang"}),
+        math_task("right"),  # no judge: the outcome alone
+        math_task("right", {"rubric": "down-mask"}),
+    ]
     ids = await submit(client, tasks, agent={"max_turns": 3})
-    (default, half, both_min, both_mean, process, unparsed, fallback, hung,
-     plain, masked) = await results(client, ids)
+    (default, half, both_min, both_mean, process, unparsed, fallback, hung, plain, masked) = await results(client, ids)
 
     assert default["reward"] == pytest.approx(0.8)  # 8 on 0..10, weight 1
     comps = default["reward_components"]
@@ -122,8 +129,9 @@ async def test_judge_rewards_parsed_scaled_aggregated_and_isolated(make_api, dou
     for judge in (ja, jb, bad):
         assert judge.calls and all(c.route == "/v1/chat/completions" for c in judge.calls)
     backends = (await client.get("/v1/llm/backends")).json()
-    assert [b["name"] for b in backends["backends"]] == [b["name"] for b in backends["backends"]
-                                                         if "judge" not in b["name"]]
+    assert [b["name"] for b in backends["backends"]] == [
+        b["name"] for b in backends["backends"] if "judge" not in b["name"]
+    ]
     # the judges' state and metrics
     status = (await client.get("/v1/status")).json()
     by_name = {j["name"]: j for j in status["judges"]}
@@ -136,20 +144,21 @@ async def test_judge_rewards_parsed_scaled_aggregated_and_isolated(make_api, dou
     assert 'rollserve_judge_latency_seconds_count{judge="a"}' in metrics
 
 
-async def test_a_hanging_judge_with_default_limits_falls_back_as_the_rubric_says(make_api,
-                                                                                  doubles):
+async def test_a_hanging_judge_with_default_limits_falls_back_as_the_rubric_says(make_api, doubles):
     """A judge that never answers, with its default timeout (60 s a try, two tries)
     and math's default EVAL limit (30 s): the judges are bounded by the EVAL stage's
     time, so on_failure "outcome" gives the outcome reward, unmasked, the evaluation
     saying the judges timed out (never a masked EVAL timeout that hides the judge);
     on_failure "mask" masks it as a judge failure."""
     pol, *_, hang = doubles
-    _, client = await make_api([pol.url], server={
-        "judges": [f"hang={hang.url}"],
-        "rubrics": {"fallback": {"judges": ["hang"], "on_failure": "outcome"},
-                    "masking": {"judges": ["hang"]}}})
-    ids = await submit(client, [math_task("right", {"rubric": "fallback"}),
-                                math_task("right", {"rubric": "masking"})])
+    _, client = await make_api(
+        [pol.url],
+        server={
+            "judges": [f"hang={hang.url}"],
+            "rubrics": {"fallback": {"judges": ["hang"], "on_failure": "outcome"}, "masking": {"judges": ["hang"]}},
+        },
+    )
+    ids = await submit(client, [math_task("right", {"rubric": "fallback"}), math_task("right", {"rubric": "masking"})])
     fallback, masked = await results(client, ids)
     assert fallback["status"] == "completed" and fallback["mask"] is False, fallback["failure"]
     assert fallback["reward"] == 1.0 and fallback["failure"] is None
@@ -174,8 +183,7 @@ async def test_a_paused_policy_does_not_pause_the_judges(make_api, doubles):
     assert (await client.post("/v1/llm/pause", json={"mode": "abort"})).status_code == 200
     status = (await client.get("/v1/status")).json()
     assert status["llm"]["paused"] is True
-    r = await client.post("/v1/results/rescore",
-                          json={"result_ids": ids, "judge": {"rubric": "default"}})
+    r = await client.post("/v1/results/rescore", json={"result_ids": ids, "judge": {"rubric": "default"}})
     assert r.status_code == 200, r.text
     (again,) = r.json()["results"]
     assert again["reward"] == pytest.approx(0.8) and again["mask"] is False
@@ -186,13 +194,16 @@ async def test_a_paused_policy_does_not_pause_the_judges(make_api, doubles):
     await client.post("/v1/llm/resume", json={})
 
 
-@pytest.mark.parametrize(("judge", "field"), [
-    ({"rubric": "nope"}, "tasks[0].judge.rubric"),
-    ({"rubric": {"judges": ["nobody"]}}, "tasks[0].judge.rubric.judges"),
-    ({"rubric": {"low": 5, "high": 1}}, "tasks[0].judge.rubric"),
-    ({"rubric": {"template": "no placeholder"}}, "tasks[0].judge.rubric"),
-    ({"rubric": "default", "extra": 1}, "tasks[0].judge.extra"),
-])
+@pytest.mark.parametrize(
+    ("judge", "field"),
+    [
+        ({"rubric": "nope"}, "tasks[0].judge.rubric"),
+        ({"rubric": {"judges": ["nobody"]}}, "tasks[0].judge.rubric.judges"),
+        ({"rubric": {"low": 5, "high": 1}}, "tasks[0].judge.rubric"),
+        ({"rubric": {"template": "no placeholder"}}, "tasks[0].judge.rubric"),
+        ({"rubric": "default", "extra": 1}, "tasks[0].judge.extra"),
+    ],
+)
 async def test_bad_judge_requests_are_4xx_naming_the_field(make_api, tok, judge, field):
     async with FakeVLLM(tok, replies=policy) as pol, FakeVLLM(tok, replies="SCORE: 1") as ja:
         _, client = await make_api([pol.url], server={"judges": [f"a={ja.url}"]})
@@ -205,18 +216,25 @@ async def test_bad_judge_requests_are_4xx_naming_the_field(make_api, tok, judge,
 async def test_no_judge_on_the_server_is_a_4xx(make_api, tok):
     async with FakeVLLM(tok, replies=policy) as pol:
         _, client = await make_api([pol.url])
-        r = await client.post("/v1/rollouts", json={"tasks": [math_task("right")],
-                                                    "judge": {"rubric": "default"}})
+        r = await client.post("/v1/rollouts", json={"tasks": [math_task("right")], "judge": {"rubric": "default"}})
         assert r.status_code in (400, 422), r.text
         assert "judge.rubric" in r.text and "no judge" in r.text
 
 
 async def test_a_server_default_judge_applies_where_a_task_names_none(make_api, tok):
-    async with (FakeVLLM(tok, replies=policy) as pol,
-                FakeVLLM(tok, replies="ok\nSCORE: 6") as ja, FakeVLLM(tok, replies="SCORE: 1") as jb):
-        _, client = await make_api([pol.url], server={
-            "judges": [f"a={ja.url}", f"b={jb.url}"], "default_judge": "bee",
-            "rubrics": {"bee": {"judges": ["b"]}, "ay": {"judges": ["a"]}}})
+    async with (
+        FakeVLLM(tok, replies=policy) as pol,
+        FakeVLLM(tok, replies="ok\nSCORE: 6") as ja,
+        FakeVLLM(tok, replies="SCORE: 1") as jb,
+    ):
+        _, client = await make_api(
+            [pol.url],
+            server={
+                "judges": [f"a={ja.url}", f"b={jb.url}"],
+                "default_judge": "bee",
+                "rubrics": {"bee": {"judges": ["b"]}, "ay": {"judges": ["a"]}},
+            },
+        )
         ids = await submit(client, [math_task("right"), math_task("right", {"rubric": "ay"})])
         by_default, own = await results(client, ids)
     assert by_default["reward"] == pytest.approx(0.1)

@@ -30,8 +30,7 @@ def policy(prompt_ids, prompt: str) -> str:
 
 @pytest.fixture
 async def doubles(tok):
-    async with (FakeVLLM(tok, replies=policy) as pol,
-                FakeVLLM(tok, replies="Fine.\nSCORE: 8") as judge):
+    async with FakeVLLM(tok, replies=policy) as pol, FakeVLLM(tok, replies="Fine.\nSCORE: 8") as judge:
         yield pol, judge
 
 
@@ -48,8 +47,7 @@ async def rescored_in_cursor(client) -> list[dict]:
     return list(page["results"])
 
 
-async def test_a_retry_under_the_same_key_gets_the_first_answer_not_a_second_run(make_api,
-                                                                               doubles):
+async def test_a_retry_under_the_same_key_gets_the_first_answer_not_a_second_run(make_api, doubles):
     _, judge = doubles
     _, client, ids = await stored(make_api, doubles)
     body = {"result_ids": ids, "judge": {"rubric": "default"}, "idempotency_key": "step-7"}
@@ -59,8 +57,7 @@ async def test_a_retry_under_the_same_key_gets_the_first_answer_not_a_second_run
     assert again.status_code == 200, again.text
     assert again.json() == first.json()
     assert len(judge.calls) == 2  # one per result, once
-    assert {r["id"] for r in await rescored_in_cursor(client)} == {
-        n["id"] for n in first.json()["results"]}
+    assert {r["id"] for r in await rescored_in_cursor(client)} == {n["id"] for n in first.json()["results"]}
 
     # the key with another body: a 409 naming it, nothing run
     for other in ({**body, "judge": None}, {**body, "result_ids": ids[:1]}):
@@ -96,8 +93,7 @@ async def test_a_retry_while_the_first_runs_waits_for_its_answer(make_api, doubl
     assert len(judge.calls) == 2 and len(await rescored_in_cursor(client)) == 2
 
 
-async def test_past_the_bound_a_retry_is_a_409_with_retry_after_and_the_run_goes_on(make_api,
-                                                                                   doubles):
+async def test_past_the_bound_a_retry_is_a_409_with_retry_after_and_the_run_goes_on(make_api, doubles):
     _, judge = doubles
     service, client, ids = await stored(make_api, doubles)
     service.rollouts.rescores.wait = 0.2  # (the server's bound, MAX_WAIT, made short)
@@ -110,8 +106,7 @@ async def test_past_the_bound_a_retry_is_a_409_with_retry_after_and_the_run_goes
         assert r.json()["retry_after"] > 0 and int(r.headers["retry-after"]) >= 1
     assert len(judge.calls) == 2  # one run
     judge.resume()
-    await eventually(lambda: service.rollouts.rescores.running() == [], timeout=60,
-                     what="the run to end")
+    await eventually(lambda: service.rollouts.rescores.running() == [], timeout=60, what="the run to end")
     r = await client.post("/v1/results/rescore", json=body)
     assert r.status_code == 200, r.text
     assert len(judge.calls) == 2 and len(await rescored_in_cursor(client)) == 2
@@ -124,8 +119,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_the_cli_and_the_client_retry_on_their_key_without_a_second_run(make_api,
-                                                                            doubles):
+async def test_the_cli_and_the_client_retry_on_their_key_without_a_second_run(make_api, doubles):
     """Over real HTTP: the server's bound made short, a judge that holds its calls; the
     CLI (its own key) and the client (a key given) are told "still running", retry,
     and get the one run's answer once the judge answers."""
@@ -133,30 +127,37 @@ async def test_the_cli_and_the_client_retry_on_their_key_without_a_second_run(ma
     service, _, ids = await stored(make_api, doubles)
     service.rollouts.rescores.wait = 0.2
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(service, manage_lifecycle=False),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(service, manage_lifecycle=False), host="127.0.0.1", port=port, log_level="warning")
+    )
     serving = asyncio.create_task(server.serve())
     url = f"http://127.0.0.1:{port}"
     try:
         await eventually(lambda: server.started, timeout=30, what="the server to start")
         judge.pause("hold")
-        cli = asyncio.create_task(asyncio.to_thread(CliRunner().invoke, app, [
-            "rescore", "--server", url, "--id", ids[0], "--rubric", "default", "--timeout", "120"]))
+        cli = asyncio.create_task(
+            asyncio.to_thread(
+                CliRunner().invoke,
+                app,
+                ["rescore", "--server", url, "--id", ids[0], "--rubric", "default", "--timeout", "120"],
+            )
+        )
         await eventually(lambda: len(judge.calls) == 1, timeout=60, what="the CLI's run")
 
         def by_client() -> list[str]:
             with Client(url, timeout=30) as client:
-                answer = client.rescore([ids[1]], judge={"rubric": "default"},
-                                        idempotency_key="trainer-1")
+                answer = client.rescore([ids[1]], judge={"rubric": "default"}, idempotency_key="trainer-1")
             return [n.rescored_from for n in answer.results]
 
         trainer = asyncio.create_task(asyncio.to_thread(by_client))
         await eventually(lambda: len(judge.calls) == 2, timeout=60, what="the client's run")
         # both runs going, both requests told to ask again (none waits on a run now)
         rescores = service.rollouts.rescores
-        await eventually(lambda: len(rescores.running()) == 2
-                         and not any(rescores.waiting(key) for key in rescores.running()),
-                         timeout=30, what="both requests told to ask again")
+        await eventually(
+            lambda: len(rescores.running()) == 2 and not any(rescores.waiting(key) for key in rescores.running()),
+            timeout=30,
+            what="both requests told to ask again",
+        )
         judge.resume()
         done = await asyncio.wait_for(cli, 120)
         assert done.exit_code == 0, done.output
@@ -174,17 +175,18 @@ async def test_the_key_may_come_as_an_idempotency_key_header(make_api, doubles):
     body = {"result_ids": ids}
     first = await client.post("/v1/results/rescore", json=body, headers={"Idempotency-Key": "h1"})
     assert first.status_code == 200, first.text
-    for again in ((body, {"Idempotency-Key": "h1"}), ({**body, "idempotency_key": "h1"}, {}),
-                  ({**body, "idempotency_key": "h1"}, {"Idempotency-Key": "h1"})):
+    for again in (
+        (body, {"Idempotency-Key": "h1"}),
+        ({**body, "idempotency_key": "h1"}, {}),
+        ({**body, "idempotency_key": "h1"}, {"Idempotency-Key": "h1"}),
+    ):
         r = await client.post("/v1/results/rescore", json=again[0], headers=again[1])
         assert r.status_code == 200 and r.json() == first.json(), r.text
     assert len(await rescored_in_cursor(client)) == 2
     for bad_body, header in (({**body, "idempotency_key": "h2"}, "h1"), (body, "a b")):
-        r = await client.post("/v1/results/rescore", json=bad_body,
-                              headers={"Idempotency-Key": header})
+        r = await client.post("/v1/results/rescore", json=bad_body, headers={"Idempotency-Key": header})
         assert r.status_code == 422, r.text
         assert r.json()["errors"][0]["field"] == "idempotency_key", r.json()
-    r = await client.post("/v1/results/rescore", json={"result_ids": ids[:1]},
-                          headers={"Idempotency-Key": "h1"})
+    r = await client.post("/v1/results/rescore", json={"result_ids": ids[:1]}, headers={"Idempotency-Key": "h1"})
     assert r.status_code == 409 and r.json()["errors"][0]["field"] == "idempotency_key"
     assert len(judge.calls) == 0  # (no judge asked: the family's own grader)

@@ -44,8 +44,9 @@ async def test_rescored_results_are_filtered_from_the_cursor(make_api, tok):
         r = await client.get("/v1/results", params={"rescored": "maybe"})
         assert r.status_code == 422 and "rescored" in r.text
 
-        sdk = AsyncClient("http://rollserve", transport=httpx.ASGITransport(
-            app=create_app(service, manage_lifecycle=False)))
+        sdk = AsyncClient(
+            "http://rollserve", transport=httpx.ASGITransport(app=create_app(service, manage_lifecycle=False))
+        )
         streamed = [x.id async for x in sdk.stream_results(wait=1, until=2)]
         assert sorted(streamed) == sorted(ids)
         streamed = [x.id async for x in sdk.stream_results(wait=1, until=2, rescored=True)]

@@ -19,11 +19,12 @@ from rollserve.testing.fake_vllm import FakeVLLM
 KINDS = {
     # kind: (server double, backend, the request field that carries max_tokens)
     "vllm": (lambda tok, **kw: FakeVLLM(tok, **kw), VLLMBackend, "max_tokens"),
-    "vllm-generate": (lambda tok, **kw: FakeVLLM(tok, generate_endpoint=True, **kw),
-                      lambda url, **kw: VLLMBackend(url, endpoint="generate", **kw),
-                      "sampling_params.max_tokens"),
-    "sglang": (lambda tok, **kw: FakeSGLang(tok, **kw), SGLangBackend,
-               "sampling_params.max_new_tokens"),
+    "vllm-generate": (
+        lambda tok, **kw: FakeVLLM(tok, generate_endpoint=True, **kw),
+        lambda url, **kw: VLLMBackend(url, endpoint="generate", **kw),
+        "sampling_params.max_tokens",
+    ),
+    "sglang": (lambda tok, **kw: FakeSGLang(tok, **kw), SGLangBackend, "sampling_params.max_new_tokens"),
     "llamacpp": (lambda tok, **kw: FakeLlamaCpp(tok, **kw), LlamaCppServerBackend, "n_predict"),
 }
 
@@ -136,8 +137,15 @@ async def test_vllm_generate_request_and_auto_fallback(tok, chat_prompt):
     sent = server.calls[0].request
     assert server.calls[0].route == "/inference/v1/generate"
     assert sent["token_ids"] == prompt and sent["stream"] is False and sent["model"] == "fake-model"
-    assert sent["sampling_params"] == {"max_tokens": 9, "temperature": 0.7, "top_p": 0.9,
-                                       "top_k": 20, "seed": 1, "logprobs": 0, "detokenize": False}
+    assert sent["sampling_params"] == {
+        "max_tokens": 9,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "seed": 1,
+        "logprobs": 0,
+        "detokenize": False,
+    }
     async with FakeVLLM(tok) as server:  # no tokens-only API on this one
         backend = VLLMBackend(server.url, endpoint="auto")
         gen = await backend.generate(prompt, sampling)
@@ -163,8 +171,14 @@ async def test_sglang_request_shape_and_checks(tok, chat_prompt):
 
     backend = SGLangBackend("http://127.0.0.1:9")
     triples = [[-0.5, 7, None], [-0.25, 2, None]]
-    ok = {"output_ids": [7, 2], "meta_info": {"output_token_logprobs": triples, "prompt_tokens": 2,
-                                              "finish_reason": {"type": "length", "length": 2}}}
+    ok = {
+        "output_ids": [7, 2],
+        "meta_info": {
+            "output_token_logprobs": triples,
+            "prompt_tokens": 2,
+            "finish_reason": {"type": "length", "length": 2},
+        },
+    }
     assert backend._parse(ok, [1, 2]).finish_reason == "length"
     no_ids = {"meta_info": {**ok["meta_info"]}}  # an older server: ids only in the triples
     assert backend._parse(no_ids, [1, 2]).output_ids == [7, 2]
@@ -194,8 +208,7 @@ async def test_llamacpp_request_shape_and_utf8_gaps(tok, chat_prompt):
 
     backend = LlamaCppServerBackend("http://127.0.0.1:9")
     probs = [{"id": 7, "logprob": -0.5}, {"id": 2, "logprob": -0.1}]
-    good = {"tokens": [7, 2], "completion_probabilities": probs, "stop_type": "eos",
-            "tokens_evaluated": 3}
+    good = {"tokens": [7, 2], "completion_probabilities": probs, "stop_type": "eos", "tokens_evaluated": 3}
     assert backend._parse(good, [1, 2, 3]).logprobs == [-0.5, -0.1]
     with pytest.raises(LLMError, match="evaluated 3 prompt tokens"):
         backend._parse(good, [1, 2])
@@ -205,10 +218,13 @@ async def test_llamacpp_request_shape_and_utf8_gaps(tok, chat_prompt):
         backend._parse({**good, "completion_probabilities": [{"id": 7, "prob": 0.6}]}, [1, 2, 3])
 
 
-@pytest.mark.parametrize("make_server,make_backend", [
-    (lambda tok: FakeVLLM(tok, dev_mode=True), VLLMBackend),
-    (lambda tok: FakeSGLang(tok), SGLangBackend),
-])
+@pytest.mark.parametrize(
+    "make_server,make_backend",
+    [
+        (lambda tok: FakeVLLM(tok, dev_mode=True), VLLMBackend),
+        (lambda tok: FakeSGLang(tok), SGLangBackend),
+    ],
+)
 async def test_pause_and_resume_reach_the_server(tok, make_server, make_backend):
     async with make_server(tok) as server:
         backend = make_backend(server.url)

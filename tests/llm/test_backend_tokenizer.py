@@ -44,9 +44,16 @@ async def episode(server_tok, replies, turns, max_tokens=64, use_backend=True):
         router = Router()
         router.add(VLLMBackend(server.url, model="m"))
         trajectory = Trajectory()
-        await run_agent_loop(env, router.session("t"), tokenizer, SamplingParams(max_tokens=max_tokens),
-                             max_turns=turns, max_context_tokens=4096, trajectory=trajectory,
-                             stats=LoopStats())
+        await run_agent_loop(
+            env,
+            router.session("t"),
+            tokenizer,
+            SamplingParams(max_tokens=max_tokens),
+            max_turns=turns,
+            max_context_tokens=4096,
+            trajectory=trajectory,
+            stats=LoopStats(),
+        )
         await router.stop()
         if use_backend:
             await tokenizer.close()
@@ -68,10 +75,13 @@ async def test_probe_render_encode_decode_match_the_local_tokenizer(tok):
         await backend.close()
 
 
-@pytest.mark.parametrize("replies,max_tokens", [
-    (["17 * 3 = 51.", "Observation noted.", "The answer is 51."], 64),
-    (["Let me think about this carefully and at length before answering.", "51", "ok"], 5),
-])
+@pytest.mark.parametrize(
+    "replies,max_tokens",
+    [
+        (["17 * 3 = 51.", "Observation noted.", "The answer is 51."], 64),
+        (["Let me think about this carefully and at length before answering.", "51", "ok"], 5),
+    ],
+)
 async def test_an_episode_has_the_same_tokens_as_with_the_local_tokenizer(tok, replies, max_tokens):
     local, _, _ = await episode(tok, replies, turns=3, max_tokens=max_tokens, use_backend=False)
     remote, server, env = await episode(tok, replies, turns=3, max_tokens=max_tokens)
@@ -116,15 +126,16 @@ async def test_sampled_ids_the_template_would_split_differently(tok):
 async def test_the_service_runs_rollouts_with_the_backend_tokenizer(tmp_path, tok):
     replies = ["Adding them: \\boxed{4}"]
     async with FakeVLLM(tok, replies=replies, latency=0.01) as fake:
-        service = Service(ServerConfig(state_dir=tmp_path, tokenizer=f"vllm:{fake.url}",
-                                       backends=[fake.url]))
+        service = Service(ServerConfig(state_dir=tmp_path, tokenizer=f"vllm:{fake.url}", backends=[fake.url]))
         assert isinstance(service.tokenizer, BackendTokenizer)
         await service.start()
         assert service.tokenizer.eos_token_id == tok.eos_token_id  # probed at start
         app = create_app(service, manage_lifecycle=False)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r") as client:
-            r = await client.post("/v1/rollouts:run", json={"task": {
-                "data_source": "math", "n": 2, "instance": {"question": "What is 2+2?", "answer": "4"}}})
+            r = await client.post(
+                "/v1/rollouts:run",
+                json={"task": {"data_source": "math", "n": 2, "instance": {"question": "What is 2+2?", "answer": "4"}}},
+            )
         await service.stop()
     results = r.json()["results"]
     assert [res["reward"] for res in results] == [1.0, 1.0]
@@ -162,6 +173,7 @@ async def test_a_server_that_comes_up_later_is_probed_in_the_background(tmp_path
         _ = service.tokenizer.renders_tools
     try:
         async with FakeVLLM(tok, port=port):
+
             def probed() -> bool:
                 try:
                     renders = service.tokenizer.renders_tools
@@ -185,7 +197,8 @@ async def test_real_vllm_tokenizer_agrees_and_runs_an_episode(vllm_url, tok):
     assert backend.eos_token_id == tok.eos_token_id and backend.renders_tools is False
     for gen in (True, False):
         assert await backend.render_ids(CONVERSATION, gen) == tok.encode(
-            tok.render(CONVERSATION, add_generation_prompt=gen))
+            tok.render(CONVERSATION, add_generation_prompt=gen)
+        )
     text = "<|im_start|>assistant\n4567 * 89 = 406463<|im_end|>\n"
     assert await backend.decode(await backend.encode(text)) == text
     greedy = SamplingParams(temperature=0.0, max_tokens=8)
@@ -194,8 +207,16 @@ async def test_real_vllm_tokenizer_agrees_and_runs_an_episode(vllm_url, tok):
         router = Router()
         router.add(VLLMBackend(vllm_url))
         trajectory = Trajectory()
-        await run_agent_loop(ScriptedEnv(2), router.session("t"), tokenizer, greedy, max_turns=2,
-                             max_context_tokens=2048, trajectory=trajectory, stats=LoopStats())
+        await run_agent_loop(
+            ScriptedEnv(2),
+            router.session("t"),
+            tokenizer,
+            greedy,
+            max_turns=2,
+            max_context_tokens=2048,
+            trajectory=trajectory,
+            stats=LoopStats(),
+        )
         await router.stop()
         trajectories.append(trajectory)
     await backend.close()

@@ -36,11 +36,19 @@ def test_the_normalizer_factors_hold_for_every_code_point():
     assert normalizer_factor({"type": "NFKC"}) >= worst["NFKD"] * worst["compose"]
     assert normalizer_factor(None) == 1
     assert normalizer_factor({"type": "Lowercase"}) is None  # (no bound proven: none used)
-    assert normalizer_factor({"type": "Sequence", "normalizers": [
-        {"type": "Prepend", "prepend": "▁"},
-        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}) == 1
-    assert normalizer_factor({"type": "Replace", "pattern": {"String": "abc"},
-                              "content": ""}) is None
+    assert (
+        normalizer_factor(
+            {
+                "type": "Sequence",
+                "normalizers": [
+                    {"type": "Prepend", "prepend": "▁"},
+                    {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+                ],
+            }
+        )
+        == 1
+    )
+    assert normalizer_factor({"type": "Replace", "pattern": {"String": "abc"}, "content": ""}) is None
 
 
 def test_no_text_takes_fewer_tokens_than_its_bytes_prove(tok):

@@ -50,8 +50,13 @@ async def test_results_do_not_depend_on_earlier_calls(backend, chat_prompt, tok)
         # Turn two extends turn one: in the cache, turn one's sampled tokens were
         # evaluated one at a time; a fresh backend evaluates them in one batch.
         glue = [] if first_turn.finish_reason == "stop" else tok.encode("<|im_end|>")
-        turn_two = (a + first_turn.output_ids + glue + tok.encode("\n")
-                    + tok.encode("<|im_start|>user\nAnother.<|im_end|>\n<|im_start|>assistant\n"))
+        turn_two = (
+            a
+            + first_turn.output_ids
+            + glue
+            + tok.encode("\n")
+            + tok.encode("<|im_start|>user\nAnother.<|im_end|>\n<|im_start|>assistant\n")
+        )
         warm = await backend.generate(turn_two, GREEDY)
         await backend.generate(b, GREEDY)  # another rollout's call in between
         again = await backend.generate(a, GREEDY)
@@ -59,8 +64,12 @@ async def test_results_do_not_depend_on_earlier_calls(backend, chat_prompt, tok)
         long = (a * 40)[:513]
         short = SamplingParams(temperature=0.0, max_tokens=4)
         warm_long = await backend.generate(long, short)
-        for prompt, sampling, seen in ((turn_two, GREEDY, warm), (a, GREEDY, first_turn),
-                                       (a, GREEDY, again), (long, short, warm_long)):
+        for prompt, sampling, seen in (
+            (turn_two, GREEDY, warm),
+            (a, GREEDY, first_turn),
+            (a, GREEDY, again),
+            (long, short, warm_long),
+        ):
             cold = await fresh.generate(prompt, sampling)
             assert (cold.output_ids, cold.logprobs) == (seen.output_ids, seen.logprobs)
     finally:
@@ -122,12 +131,20 @@ async def test_blocks_mode_by_option_is_exact(chat_prompt, tok):
     fresh = EmbeddedBackend(n_ctx=1024, n_threads=2, cache="blocks")
     try:
         # Longer than two blocks, and not ending just past a block's end (see batch_chunks).
-        a = next(p for n in range(12, 40) if (p := chat_prompt("Name an animal. " * n))
-                 and len(p) > 2 * BLOCK and len(p) % BLOCK >= 2)
+        a = next(
+            p
+            for n in range(12, 40)
+            if (p := chat_prompt("Name an animal. " * n)) and len(p) > 2 * BLOCK and len(p) % BLOCK >= 2
+        )
         first = await blocky.generate(a, GREEDY)
         glue = [] if first.finish_reason == "stop" else tok.encode("<|im_end|>")
-        turn_two = (a + first.output_ids + glue + tok.encode("\n")
-                    + tok.encode("<|im_start|>user\nAnother.<|im_end|>\n<|im_start|>assistant\n"))
+        turn_two = (
+            a
+            + first.output_ids
+            + glue
+            + tok.encode("\n")
+            + tok.encode("<|im_start|>user\nAnother.<|im_end|>\n<|im_start|>assistant\n")
+        )
         second = await blocky.generate(turn_two, GREEDY)  # extends what the cache holds
         again = await blocky.generate(a, GREEDY)
         info = blocky.describe()
@@ -165,8 +182,7 @@ async def test_multi_turn_prompt_reuses_the_cache(backend, chat_prompt, tok):
     first = await backend.generate(prompt, GREEDY)
     follow = tok.encode("<|im_start|>user\nAgain.<|im_end|>\n<|im_start|>assistant\n")
     glue = [] if first.finish_reason == "stop" else tok.encode("<|im_end|>")
-    second = await backend.generate(prompt + first.output_ids + glue + tok.encode("\n") + follow,
-                                    GREEDY)
+    second = await backend.generate(prompt + first.output_ids + glue + tok.encode("\n") + follow, GREEDY)
     assert second.output_ids and all(lp <= 0 for lp in second.logprobs)
 
 

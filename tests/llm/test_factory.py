@@ -22,9 +22,7 @@ def test_url_and_vllm_prefix_give_a_vllm_backend():
 
 
 def test_dict_spec():
-    backend = backend_from_spec(
-        {"kind": "vllm", "url": "http://h:1/", "name": "gpu0", "model": "policy"}
-    )
+    backend = backend_from_spec({"kind": "vllm", "url": "http://h:1/", "name": "gpu0", "model": "policy"})
     assert (backend.name, backend.url, backend.model) == ("gpu0", "http://h:1", "policy")
 
 
@@ -50,15 +48,20 @@ def test_every_server_kind_from_strings_and_dicts():
     from rollserve.llm.backends.openai_chat import OpenAIChatBackend
     from rollserve.llm.backends.sglang import SGLangBackend
 
-    expected = {"sglang": SGLangBackend, "llamacpp": LlamaCppServerBackend,
-                "openai_chat": OpenAIChatBackend, "vllm": VLLMBackend}
+    expected = {
+        "sglang": SGLangBackend,
+        "llamacpp": LlamaCppServerBackend,
+        "openai_chat": OpenAIChatBackend,
+        "vllm": VLLMBackend,
+    }
     for kind, cls in expected.items():
         backend = backend_from_spec(f"{kind}=http://h:9/")
         assert type(backend) is cls and backend.url == "http://h:9"
         assert backend.name == f"{kind}@h:9" and backend.describe()["kind"] == kind
         assert backend.trainable is (kind != "openai_chat")
-    chat = backend_from_spec({"kind": "openai_chat", "url": "https://api.example.com/v1",
-                              "model": "gpt-x", "weight": 2})
+    chat = backend_from_spec(
+        {"kind": "openai_chat", "url": "https://api.example.com/v1", "model": "gpt-x", "weight": 2}
+    )
     assert chat.url == "https://api.example.com" and chat.weight == 2.0
     vllm = backend_from_spec({"kind": "vllm", "url": "http://h:1", "endpoint": "auto"})
     assert vllm.endpoint == "auto"
@@ -90,10 +93,12 @@ def test_specs_are_a_tagged_union_on_kind():
     assert type(parse_backend_spec('{"url": "http://h:1", "endpoint": "auto"}')) is VLLMSpec
     # Each kind takes its own fields only: vLLM's endpoint is no SGLang setting, and an
     # embedded model has no URL.
-    for spec, field in [({"kind": "sglang", "url": "http://h:1", "endpoint": "auto"}, "endpoint"),
-                        ({"kind": "embedded", "url": "http://h:1"}, "url"),
-                        ({"kind": "llamacpp", "url": "ftp://h"}, "url"),
-                        ('{"kind": "vllm", "url": ', "spec")]:
+    for spec, field in [
+        ({"kind": "sglang", "url": "http://h:1", "endpoint": "auto"}, "endpoint"),
+        ({"kind": "embedded", "url": "http://h:1"}, "url"),
+        ({"kind": "llamacpp", "url": "ftp://h"}, "url"),
+        ('{"kind": "vllm", "url": ', "spec"),
+    ]:
         with pytest.raises(BackendSpecError) as caught:
             parse_backend_spec(spec)
         assert caught.value.field == field, (spec, caught.value)
@@ -114,10 +119,12 @@ async def test_the_api_refuses_a_spec_naming_the_field(tmp_path):
     service = Service(ServerConfig(state_dir=tmp_path))
     app = create_app(service, manage_lifecycle=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r") as client:
-        for body, field in [({"kind": "sglang", "url": "http://h:1", "endpoint": "auto"}, "endpoint"),
-                            ({"kind": "embedded"}, "kind"),
-                            ({"kind": "tgi", "url": "http://h:1"}, "kind"),
-                            ({"url": "nope"}, "url")]:
+        for body, field in [
+            ({"kind": "sglang", "url": "http://h:1", "endpoint": "auto"}, "endpoint"),
+            ({"kind": "embedded"}, "kind"),
+            ({"kind": "tgi", "url": "http://h:1"}, "kind"),
+            ({"url": "nope"}, "url"),
+        ]:
             r = await client.post("/v1/llm/backends", json=body)
             assert r.status_code == 422 and [e["field"] for e in r.json()["errors"]] == [field], r.text
         r = await client.post("/v1/llm/backends", json={"kind": "sglang", "url": "http://h:1"})

@@ -13,8 +13,7 @@ from rollserve.llm.backends.http import HTTPClient
 
 async def test_an_answer_not_in_its_charset_is_an_llm_error():
     async def models(request: web.Request) -> web.Response:
-        return web.Response(body=b"\xff\xfe\xfa", content_type="application/json",
-                            charset="utf-8")
+        return web.Response(body=b"\xff\xfe\xfa", content_type="application/json", charset="utf-8")
 
     app = web.Application()
     app.router.add_get("/v1/models", models)

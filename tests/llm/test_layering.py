@@ -56,8 +56,7 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
 def graph() -> dict[str, set[str]]:
     found = modules()
     known = set(found)
-    return {name: {m for m in imported(name, path, known) if m in known and m != name}
-            for name, path in found.items()}
+    return {name: {m for m in imported(name, path, known) if m in known and m != name} for name, path in found.items()}
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -70,7 +69,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)) is not None:
                 return cycle
         path.pop()
@@ -116,8 +115,12 @@ def test_llm_has_no_import_cycle():
 
 def test_backends_tokens_and_routing_point_at_base():
     edges = graph()
-    assert {"rollserve.llm.base", "rollserve.llm.routing.router",
-            "rollserve.llm.tokens.chat", "rollserve.llm.backends.vllm"} <= set(edges)
+    assert {
+        "rollserve.llm.base",
+        "rollserve.llm.routing.router",
+        "rollserve.llm.tokens.chat",
+        "rollserve.llm.backends.vllm",
+    } <= set(edges)
     assert wrong_arrows(edges) == []
 
 
@@ -128,7 +131,8 @@ def test_llm_imports_nothing_above_it():
         f"{name} -> {target}"
         for name, path in found.items()
         for target in imported(name, path, known)
-        if not target.startswith(PACKAGE) and target != "rollserve"
+        if not target.startswith(PACKAGE)
+        and target != "rollserve"
         and not any(target == o or target.startswith(o + ".") for o in OUTSIDE)
     )
     assert upward == []
@@ -143,17 +147,20 @@ def test_the_checks_catch_a_cycle_and_a_backward_arrow():
     assert find_cycle(edges) is not None
     assert "rollserve.llm.base -> rollserve.llm.routing.router" in wrong_arrows(edges)
     assert wrong_arrows({"rollserve.llm.backends.vllm": {"rollserve.llm.tokens.chat"}}) == [
-        "rollserve.llm.backends.vllm -> rollserve.llm.tokens.chat"]
+        "rollserve.llm.backends.vllm -> rollserve.llm.tokens.chat"
+    ]
 
 
-@pytest.mark.parametrize("source,expected", [
-    ("from rollserve.llm.tokens import chat", {"rollserve.llm.tokens", "rollserve.llm.tokens.chat"}),
-    ("from . import chat", {"rollserve.llm.tokens", "rollserve.llm.tokens.chat"}),
-    ("from ..base import Tokenizer", {"rollserve.llm.base"}),
-    ("if TYPE_CHECKING:\n    from rollserve.llm.routing.router import Router",
-     {"rollserve.llm.routing.router"}),
-    ("def f():\n    import rollserve.llm.backends.http", {"rollserve.llm.backends.http"}),
-])
+@pytest.mark.parametrize(
+    "source,expected",
+    [
+        ("from rollserve.llm.tokens import chat", {"rollserve.llm.tokens", "rollserve.llm.tokens.chat"}),
+        ("from . import chat", {"rollserve.llm.tokens", "rollserve.llm.tokens.chat"}),
+        ("from ..base import Tokenizer", {"rollserve.llm.base"}),
+        ("if TYPE_CHECKING:\n    from rollserve.llm.routing.router import Router", {"rollserve.llm.routing.router"}),
+        ("def f():\n    import rollserve.llm.backends.http", {"rollserve.llm.backends.http"}),
+    ],
+)
 def test_imports_are_read_wherever_they_are(tmp_path, source, expected):
     path = tmp_path / "mod.py"
     path.write_text(source)

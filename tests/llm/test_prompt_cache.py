@@ -56,8 +56,12 @@ async def test_the_same_opening_prompt_is_rendered_once_and_equals_a_fresh_rende
     other = await LocalPromptBuilder(counting).afirst(_question("What is 3 + 3?"))
     assert other != fresh and counting.renders == 2
     # The same messages offered tools are another prompt, not the cached one.
-    tools = [{"type": "function", "function": {"name": "calc", "description": "adds",
-                                                "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "calc", "description": "adds", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
     await LocalPromptBuilder(counting, tools=tools).afirst(_question("What is 2 + 2?"))
     assert counting.renders == 3
 

@@ -248,8 +248,7 @@ async def test_retries_stop_at_the_calls_deadline():
     # The most attempts allowed, 0.05 s apart (5 s in all): fewer means the call's 0.3 s
     # deadline ended it (the 60 s bound fails the test if nothing does).
     many = 100
-    router = Router(config=RouterConfig(max_attempts=many, retry_backoff=0.05,
-                                        retry_backoff_max=0.05))
+    router = Router(config=RouterConfig(max_attempts=many, retry_backoff=0.05, retry_backoff_max=0.05))
     router.add(StubBackend("down", failures=10 * many))
     with call_deadline(asyncio.get_running_loop().time() + 0.3):
         with pytest.raises(LLMError) as info:

@@ -17,8 +17,7 @@ from rollserve.testing.fake_vllm import FakeVLLM
 from tests.waiting import eventually
 
 SAMPLING = SamplingParams(max_tokens=4)
-FAST_HEALTH = RouterConfig(health=HealthConfig(interval=0.05, backoff_base=0.02, backoff_max=0.1),
-                           retry_backoff=0.01)
+FAST_HEALTH = RouterConfig(health=HealthConfig(interval=0.05, backoff_base=0.02, backoff_max=0.1), retry_backoff=0.01)
 # asyncio runs a timer up to its clock's resolution early: the one slack a lower bound on
 # the time between probes needs.
 CLOCK = time.get_clock_info("monotonic").resolution
@@ -166,8 +165,15 @@ async def test_pause_finish_lets_in_flight_complete_and_holds_new_calls():
     after = asyncio.create_task(router.session("new").generate([1], SAMPLING))
     gate.set()
     report = await asyncio.wait_for(pausing, 1)
-    assert report == {"paused": True, "mode": "finish", "aborted": 0, "drained": True,
-                      "in_flight": 0, "policy_version": 1, "forwarded": {}}
+    assert report == {
+        "paused": True,
+        "mode": "finish",
+        "aborted": 0,
+        "drained": True,
+        "in_flight": 0,
+        "policy_version": 1,
+        "forwarded": {},
+    }
     assert (await before).policy_version == 1
     # Held while paused: it has not run (it would have version 1), and when it does after
     # the resume, it runs at the new version.

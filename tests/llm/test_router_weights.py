@@ -254,8 +254,10 @@ async def test_a_load_cancelled_while_its_followers_are_told_still_tells_them():
     router.followers.append(replicas)
     await router.pause("finish")
     loading = asyncio.create_task(router.load_weights(LORA, timeout=5))
-    await eventually(lambda: backend.model == "policy" and replicas.telling,
-                     what="the load in the server and its followers being told")
+    await eventually(
+        lambda: backend.model == "policy" and replicas.telling,
+        what="the load in the server and its followers being told",
+    )
     loading.cancel()
     with pytest.raises(asyncio.CancelledError):
         await loading

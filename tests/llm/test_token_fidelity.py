@@ -44,8 +44,14 @@ async def run_episode(tok, replies, turns, max_tokens=64):
         router.add(VLLMBackend(server.url, model="m"))
         trajectory = Trajectory()
         await run_agent_loop(
-            env, router.session("t"), tok, SamplingParams(max_tokens=max_tokens),
-            max_turns=turns, max_context_tokens=4096, trajectory=trajectory, stats=LoopStats(),
+            env,
+            router.session("t"),
+            tok,
+            SamplingParams(max_tokens=max_tokens),
+            max_turns=turns,
+            max_context_tokens=4096,
+            trajectory=trajectory,
+            stats=LoopStats(),
         )
         await router.remove(next(iter(b["name"] for b in router.list())))
     return trajectory, server, env
@@ -59,9 +65,9 @@ def assert_exact_tokens(trajectory: Trajectory, server: FakeVLLM) -> None:
         # The prompt sent is the sequence so far: append-only.
         assert trajectory.input_ids[: len(call.prompt_ids)] == call.prompt_ids
         end = len(call.prompt_ids) + len(call.output_ids)
-        assert trajectory.input_ids[len(call.prompt_ids):end] == call.output_ids
-        assert trajectory.logprobs[len(call.prompt_ids):end] == call.logprobs
-        assert trajectory.loss_mask[len(call.prompt_ids):end] == [1] * len(call.output_ids)
+        assert trajectory.input_ids[len(call.prompt_ids) : end] == call.output_ids
+        assert trajectory.logprobs[len(call.prompt_ids) : end] == call.logprobs
+        assert trajectory.loss_mask[len(call.prompt_ids) : end] == [1] * len(call.output_ids)
     assert sum(trajectory.loss_mask) == trajectory.output_tokens
 
 
@@ -73,14 +79,12 @@ def test_first_prompt_is_the_full_render(tok):
 
 
 async def test_two_turns_equal_a_full_render(tok):
-    trajectory, server, env = await run_episode(
-        tok, ["17 * 3 = 51.", "The answer is 51."], turns=2
-    )
+    trajectory, server, env = await run_episode(tok, ["17 * 3 = 51.", "The answer is 51."], turns=2)
     assert_exact_tokens(trajectory, server)
     full = tok.encode(tok.render(trajectory.messages, add_generation_prompt=False))
     # The sequence ends at the last sampled <|im_end|>; the render adds only "\n".
     assert full[: len(trajectory.input_ids)] == trajectory.input_ids
-    assert tok.decode(full[len(trajectory.input_ids):]) == "\n"
+    assert tok.decode(full[len(trajectory.input_ids) :]) == "\n"
     fidelity = trajectory.fidelity
     assert fidelity.append_only and fidelity.template_checked
     assert fidelity.mismatches == 0 and fidelity.fallback_deltas == 0

@@ -34,15 +34,18 @@ async def test_ids_and_logprobs_are_verbatim(tok, chat_prompt):
 async def test_sampling_params_are_mapped(tok, chat_prompt):
     async with FakeVLLM(tok, replies="x") as server:
         backend = VLLMBackend(server.url, model="m")
-        sampling = SamplingParams(temperature=0.6, top_p=0.9, top_k=20, max_tokens=7,
-                                  stop_token_ids=[5, 6])
+        sampling = SamplingParams(temperature=0.6, top_p=0.9, top_k=20, max_tokens=7, stop_token_ids=[5, 6])
         await backend.generate(chat_prompt(), sampling)
         await backend.close()
     sent = server.calls[0].request
-    assert {k: sent[k] for k in ("model", "temperature", "top_p", "top_k", "max_tokens",
-                                 "stop_token_ids")} == {
-        "model": "m", "temperature": 0.6, "top_p": 0.9, "top_k": 20, "max_tokens": 7,
-        "stop_token_ids": [5, 6]}
+    assert {k: sent[k] for k in ("model", "temperature", "top_p", "top_k", "max_tokens", "stop_token_ids")} == {
+        "model": "m",
+        "temperature": 0.6,
+        "top_p": 0.9,
+        "top_k": 20,
+        "max_tokens": 7,
+        "stop_token_ids": [5, 6],
+    }
     assert "seed" not in sent
 
 
@@ -128,8 +131,13 @@ async def test_health_describe_and_api_key(tok):
         assert await backend.health() is True
         await backend.generate([1, 2, 3], SamplingParams(max_tokens=2))
         assert backend.describe() == {
-            "name": "gpu0", "kind": "vllm", "url": server.url, "model": "policy",
-            "trainable": True, "outstanding": 0, "max_model_len": 32768,
+            "name": "gpu0",
+            "kind": "vllm",
+            "url": server.url,
+            "model": "policy",
+            "trainable": True,
+            "outstanding": 0,
+            "max_model_len": 32768,
         }
         await backend.close()
 
@@ -138,8 +146,7 @@ async def test_many_concurrent_calls_share_one_session(tok, chat_prompt):
     prompt = chat_prompt()
     async with FakeVLLM(tok, replies="x", latency=0.05) as server:
         backend = VLLMBackend(server.url, model="m")
-        gens = await asyncio.gather(*[backend.generate(prompt, SamplingParams())
-                                      for _ in range(300)])
+        gens = await asyncio.gather(*[backend.generate(prompt, SamplingParams()) for _ in range(300)])
         stats = server.stats()
         await backend.close()
     assert len(gens) == 300 and stats["max_in_flight"] > 150  # no client-side pool limit
@@ -166,15 +173,23 @@ async def test_malformed_or_inconsistent_replies_are_llm_errors():
     backend = VLLMBackend("http://127.0.0.1:9", model="m")
     replies = {
         "malformed completion reply": {"choices": []},
-        "3 token ids but 2 logprobs": {"choices": [{
-            "token_ids": [1, 2, 3], "logprobs": {"token_logprobs": [-1.0, -2.0]}}]},
-        "differ from the prompt sent": {"choices": [{
-            "token_ids": [1], "prompt_token_ids": [9, 9],
-            "logprobs": {"token_logprobs": [-1.0]}, "finish_reason": "stop"}]},
-        "not 'token_id:N'": {"choices": [{
-            "logprobs": {"token_logprobs": [-1.0], "tokens": ["hello"]}}]},
+        "3 token ids but 2 logprobs": {
+            "choices": [{"token_ids": [1, 2, 3], "logprobs": {"token_logprobs": [-1.0, -2.0]}}]
+        },
+        "differ from the prompt sent": {
+            "choices": [
+                {
+                    "token_ids": [1],
+                    "prompt_token_ids": [9, 9],
+                    "logprobs": {"token_logprobs": [-1.0]},
+                    "finish_reason": "stop",
+                }
+            ]
+        },
+        "not 'token_id:N'": {"choices": [{"logprobs": {"token_logprobs": [-1.0], "tokens": ["hello"]}}]},
     }
     for message, reply in replies.items():
+
         async def canned(path, body, reply=reply):
             return reply
 
@@ -183,8 +198,7 @@ async def test_malformed_or_inconsistent_replies_are_llm_errors():
             await backend.generate([1, 2], SamplingParams())
 
 
-async def test_a_second_backend_on_the_server_adopts_the_adapter_without_loading_it(
-        tok, chat_prompt, tmp_path):
+async def test_a_second_backend_on_the_server_adopts_the_adapter_without_loading_it(tok, chat_prompt, tmp_path):
     """A cluster node's replica has its own backend object on the same server: after the
     head's load it names the adapter (its server serves it), without a second load and
     without having read the base model's name; full weights name the base model again."""
@@ -194,8 +208,7 @@ async def test_a_second_backend_on_the_server_adopts_the_adapter_without_loading
     (folder / "adapter_config.json").write_text("{}")
     prompt = chat_prompt()
     sampling = SamplingParams(max_tokens=4)
-    async with FakeVLLM(tok, replies="x", max_model_len=4096, runtime_lora=True,
-                        dev_mode=True) as server:
+    async with FakeVLLM(tok, replies="x", max_model_len=4096, runtime_lora=True, dev_mode=True) as server:
         head, replica = VLLMBackend(server.url), VLLMBackend(server.url)
         try:
             await head.load_lora("policy", str(folder))

@@ -27,21 +27,24 @@ def adapter(tmp_path: Path) -> str:
 
 async def running(server: FakeVLLM, tok_ids: list[int]) -> asyncio.Task[httpx.Response]:
     """A request from another client, running on ``server`` (it holds KV blocks)."""
+
     async def post() -> httpx.Response:
         async with httpx.AsyncClient(timeout=60) as client:
-            return await client.post(f"{server.url}/v1/completions", json={
-                "model": server.model, "prompt": tok_ids, "max_tokens": 2})
+            return await client.post(
+                f"{server.url}/v1/completions", json={"model": server.model, "prompt": tok_ids, "max_tokens": 2}
+            )
 
     task = asyncio.create_task(post())
-    await eventually(lambda: any(c.started_at is not None and c.status is None
-                                 for c in server.calls), timeout=30, what="the request to run")
+    await eventually(
+        lambda: any(c.started_at is not None and c.status is None for c in server.calls),
+        timeout=30,
+        what="the request to run",
+    )
     return task
 
 
-async def test_a_refused_reset_is_tried_again_until_the_running_request_ends(
-        tok, chat_prompt, tmp_path):
-    async with FakeVLLM(tok, replies="x", runtime_lora=True, dev_mode=True,
-                        latency=1.0) as server:
+async def test_a_refused_reset_is_tried_again_until_the_running_request_ends(tok, chat_prompt, tmp_path):
+    async with FakeVLLM(tok, replies="x", runtime_lora=True, dev_mode=True, latency=1.0) as server:
         backend = VLLMBackend(server.url)
         try:
             other = await running(server, chat_prompt())
@@ -53,8 +56,7 @@ async def test_a_refused_reset_is_tried_again_until_the_running_request_ends(
 
 
 async def test_a_reset_refused_every_time_fails_the_load_typed(tok, chat_prompt, tmp_path):
-    async with FakeVLLM(tok, replies="x", runtime_lora=True, dev_mode=True,
-                        latency=60.0) as server:
+    async with FakeVLLM(tok, replies="x", runtime_lora=True, dev_mode=True, latency=60.0) as server:
         backend = VLLMBackend(server.url)
         other = await running(server, chat_prompt())
         try:

@@ -56,8 +56,9 @@ async def test_server_tokenizer_agrees_with_ours(vllm_url, tok):
         {"role": "user", "content": "Now compute 4567 * 89."},
     ]
     async with aiohttp.ClientSession() as client:
-        async with client.post(vllm_url + "/tokenize",
-                               json={"messages": messages, "add_generation_prompt": True}) as resp:
+        async with client.post(
+            vllm_url + "/tokenize", json={"messages": messages, "add_generation_prompt": True}
+        ) as resp:
             served = (await resp.json())["tokens"]
     assert served == tok.encode(tok.render(messages, add_generation_prompt=True))
 
@@ -83,8 +84,14 @@ async def test_two_turn_episode_is_append_only(vllm_url, tok):
     router.add(VLLMBackend(vllm_url, name="real"))
     trajectory = Trajectory()
     await run_agent_loop(
-        TwoTurnEnv(), router.session(), tok, SamplingParams(temperature=0.0, max_tokens=24),
-        max_turns=2, max_context_tokens=2048, trajectory=trajectory, stats=LoopStats(),
+        TwoTurnEnv(),
+        router.session(),
+        tok,
+        SamplingParams(temperature=0.0, max_tokens=24),
+        max_turns=2,
+        max_context_tokens=2048,
+        trajectory=trajectory,
+        stats=LoopStats(),
     )
     await router.remove("real")
     assert len(trajectory.turns) == 2 and trajectory.fidelity.append_only
@@ -141,10 +148,10 @@ async def test_a_forwarded_abort_pause_resends_after_resume(vllm_url, chat_promp
     router.add(VLLMBackend(vllm_url, name="real"))
     prompt = chat_prompt("Write a long story about a lighthouse keeper.")
     tokens = 96  # long enough (seconds on a CPU) that the pause surely lands mid-call
-    call = asyncio.create_task(router.session().generate(
-        prompt, SamplingParams(temperature=0.0, max_tokens=tokens, stop_token_ids=[])))
-    await eventually(lambda: router.outstanding("real"), timeout=30,
-                     what="the request to be at the server")
+    call = asyncio.create_task(
+        router.session().generate(prompt, SamplingParams(temperature=0.0, max_tokens=tokens, stop_token_ids=[]))
+    )
+    await eventually(lambda: router.outstanding("real"), timeout=30, what="the request to be at the server")
     assert not call.done()
     report = await router.pause("abort")
     assert report["forwarded"] == {"real": "ok"} and report["in_flight"] == 0

@@ -27,8 +27,7 @@ UNPRIVILEGED_UID = 65534
 # The contract tests run on every runtime in the registry: a new runtime is tested by
 # registering it. Each one that cannot run here is skipped with its reason. (A nested
 # run as another uid tests only those its parent found running for that uid.)
-RUNTIMES = (os.environ[NESTED_RUNTIMES].split(",") if os.environ.get(NESTED_RUNTIMES)
-            else list(REGISTRY))
+RUNTIMES = os.environ[NESTED_RUNTIMES].split(",") if os.environ.get(NESTED_RUNTIMES) else list(REGISTRY)
 # Runtimes whose daemon decides who may use them: a plain user may not, and that is no
 # failure of rollserve's. Every other runtime that runs here must run as one too.
 DAEMON_RUNTIMES = frozenset({"docker", "podman"})
@@ -36,11 +35,15 @@ DAEMON_RUNTIMES = frozenset({"docker", "podman"})
 # for docker/podman (the image must be there); apptainer builds it once, into a cache
 # the tests share.
 TEST_IMAGE = os.environ.get("ROLLSERVE_TEST_IMAGE", "python:3.12-slim")
-_SIF = {"default_image": os.environ.get("ROLLSERVE_TEST_SIF", f"docker://{TEST_IMAGE}"),
-        "image_cache": str(Path(tempfile.gettempdir()) / "rollserve-test-sif")}
+_SIF = {
+    "default_image": os.environ.get("ROLLSERVE_TEST_SIF", f"docker://{TEST_IMAGE}"),
+    "image_cache": str(Path(tempfile.gettempdir()) / "rollserve-test-sif"),
+}
 TEST_OPTIONS: dict[str, dict[str, str]] = {
-    "apptainer": _SIF, "singularity": _SIF,
-    "docker": {"default_image": TEST_IMAGE}, "podman": {"default_image": TEST_IMAGE},
+    "apptainer": _SIF,
+    "singularity": _SIF,
+    "docker": {"default_image": TEST_IMAGE},
+    "podman": {"default_image": TEST_IMAGE},
 }
 
 
@@ -52,8 +55,7 @@ def cannot_run(name: str) -> str | None:
         return f"{name}: {reason}"
     if isinstance(config, DockerConfig):
         base = [config.runtime, "--runtime", "runc"] if config.runtime == "podman" else [config.runtime]
-        present = subprocess.run([*base, "image", "inspect", config.default_image],
-                                 capture_output=True, timeout=60)
+        present = subprocess.run([*base, "image", "inspect", config.default_image], capture_output=True, timeout=60)
         if present.returncode != 0:
             return f"{name}: image {config.default_image} is not here (tests pull nothing)"
     return None
@@ -82,8 +84,11 @@ def our_descendants() -> list[psutil.Process]:
     multiprocessing's session-long helpers and the commands the session started for a
     later test (tests/early_start.py: mypy runs, or has exited unreaped, meanwhile)."""
     session = early_start.pids()
-    return [p for p in psutil.Process().children(recursive=True)
-            if p.pid not in session and not _is_multiprocessing_helper(p)]
+    return [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in session and not _is_multiprocessing_helper(p)
+    ]
 
 
 def processes_with(marker: str) -> list[psutil.Process]:
@@ -107,32 +112,68 @@ def rerun_unprivileged(test_file: str, tmp_path: Path) -> None:
     home.mkdir()
     os.chown(home, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
     os.chmod(tmp_path, 0o755)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home), NESTED: "1",
-           "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        NESTED: "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LANG": "C.UTF-8",
+    }
     if "PYTHONPATH" in os.environ:  # (e.g. a work tree's sources before the installed ones)
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    as_user = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}",
-               "--clear-groups", "--", sys.executable]
-    probe = subprocess.run([*as_user, "-c", "import json, rollserve, pytest, tests.sandbox.helpers "
-                            "as h; print(json.dumps({n: h.cannot_run(n) for n in h.RUNTIMES}))"],
-                           check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    as_user = [
+        "setpriv",
+        f"--reuid={UNPRIVILEGED_UID}",
+        f"--regid={UNPRIVILEGED_UID}",
+        "--clear-groups",
+        "--",
+        sys.executable,
+    ]
+    probe = subprocess.run(
+        [
+            *as_user,
+            "-c",
+            "import json, rollserve, pytest, tests.sandbox.helpers "
+            "as h; print(json.dumps({n: h.cannot_run(n) for n in h.RUNTIMES}))",
+        ],
+        check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if probe.returncode != 0:  # e.g. a checkout under /root (mode 700)
-        pytest.skip(f"uid {UNPRIVILEGED_UID} cannot read this checkout or its Python "
-                    f"({probe.stderr.strip()[-200:]}); run the suite as a plain user instead")
+        pytest.skip(
+            f"uid {UNPRIVILEGED_UID} cannot read this checkout or its Python "
+            f"({probe.stderr.strip()[-200:]}); run the suite as a plain user instead"
+        )
     as_user_reasons = json.loads(probe.stdout.splitlines()[-1])
     runnable = [name for name in RUNTIMES if cannot_run(name) is None]
-    lost = {name: as_user_reasons[name] for name in runnable
-            if as_user_reasons[name] is not None and name not in DAEMON_RUNTIMES}
+    lost = {
+        name: as_user_reasons[name]
+        for name in runnable
+        if as_user_reasons[name] is not None and name not in DAEMON_RUNTIMES
+    }
     assert not lost, f"runtimes that run here but not as uid {UNPRIVILEGED_UID}: {lost}"
     env[NESTED_RUNTIMES] = ",".join(name for name in runnable if as_user_reasons[name] is None)
-    command = [*as_user, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider",
-               "--noconftest", "-k", "not unprivileged_user"]
+    command = [
+        *as_user,
+        "-m",
+        "pytest",
+        test_file,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--noconftest",
+        "-k",
+        "not unprivileged_user",
+    ]
     try:  # (within pytest's own 300 s, so that a stuck run shows its output)
-        done = subprocess.run(command, check=False, cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=240)
+        done = subprocess.run(command, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired as expired:
         output = (expired.stdout or b"") + (expired.stderr or b"")
-        pytest.fail(f"the run as uid {UNPRIVILEGED_UID} took over 240 s:\n"
-                    f"{output.decode(errors='replace')[-3000:]}")
+        pytest.fail(f"the run as uid {UNPRIVILEGED_UID} took over 240 s:\n{output.decode(errors='replace')[-3000:]}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]

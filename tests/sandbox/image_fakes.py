@@ -12,7 +12,7 @@ from pathlib import Path
 # `build OUT REF`: logs the call with its start and end times to calls.jsonl, sleeps
 # FAKE_BUILD_SECONDS, then writes OUT. A REF containing "fail" always fails; one
 # containing "flaky" fails its first FAKE_FAILS builds (counted in a file per REF).
-FAKE_APPTAINER = '''#!PYTHON
+FAKE_APPTAINER = """#!PYTHON
 import hashlib, json, os, sys, time
 here = os.path.dirname(os.path.abspath(__file__))
 args = sys.argv[1:]
@@ -31,10 +31,10 @@ if "fail" in ref or ("flaky" in ref and failed < int(os.environ.get("FAKE_FAILS"
     log(False); print("FATAL: unable to pull " + ref, file=sys.stderr); sys.exit(255)
 open(out, "w").write("SIF " + ref)
 log(True)
-'''
+"""
 
 # `image inspect REF`: 0 if REF was pulled (listed in have.txt); `pull REF` adds it.
-FAKE_DOCKER = '''#!PYTHON
+FAKE_DOCKER = """#!PYTHON
 import json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
 have = os.path.join(here, "have.txt")
@@ -49,7 +49,7 @@ if args[0] == "pull":
         print("Error response from daemon: manifest unknown", file=sys.stderr); sys.exit(1)
     open(have, "a").write(args[1] + "\\n"); sys.exit(0)
 sys.exit(2)
-'''
+"""
 
 
 class FakeBinary:

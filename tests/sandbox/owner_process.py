@@ -20,8 +20,9 @@ async def main(state_dir: str, runtime_name: str, count: int, options: str = "{}
     sandboxes = [await runtime.start(SandboxSpec()) for _ in range(count)]
     for sandbox in sandboxes:
         await sandbox.spawn(["sleep", "infinity"])
-    print(json.dumps({"ids": [s.id for s in sandboxes],
-                      "folders": [str(s.folders.base) for s in sandboxes]}), flush=True)
+    print(
+        json.dumps({"ids": [s.id for s in sandboxes], "folders": [str(s.folders.base) for s in sandboxes]}), flush=True
+    )
     await asyncio.Event().wait()
 
 

@@ -17,8 +17,13 @@ needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="no git")
 
 
 def git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 @needs_git
@@ -60,10 +65,10 @@ async def test_no_checkout_nor_its_history_is_readable_inside(tmp_path):
                 continue  # every sandbox has its own /tmp
             listed = await box.exec(["ls", "-A", str(folder)], 10)
             names = set(listed.stdout.split())
-            assert names <= {p.relative_to(folder).parts[0] for p in shown
-                             if folder in p.parents}, (folder, names)
-            history = await box.exec(["git", "-c", "safe.directory=*", "-C", str(folder),
-                                      "log", "--all", "--oneline"], 10)
+            assert names <= {p.relative_to(folder).parts[0] for p in shown if folder in p.parents}, (folder, names)
+            history = await box.exec(
+                ["git", "-c", "safe.directory=*", "-C", str(folder), "log", "--all", "--oneline"], 10
+            )
             assert history.exit_code != 0 and not history.stdout, (folder, history)
         for folder in answers.answer_folders():
             if Path("/tmp") not in folder.parents:

@@ -22,7 +22,7 @@ from tests.waiting import eventually
 # and writes the .sif; `exec` runs the command on the host in the --home workspace, with
 # arguments that are paths inside mapped to the host folders bound there (or under
 # the folder named in bin/image_root: the image's own files).
-FAKE = '''#!PYTHON
+FAKE = """#!PYTHON
 import json, os, subprocess, sys, time
 args = sys.argv[1:]
 started = time.time()
@@ -53,7 +53,7 @@ if args[0] == "exec":
     inner = [host(a) for a in args[image + 1:]]
     os.chdir(home)
     os.execvp(inner[0], inner)
-'''
+"""
 
 
 @pytest.fixture
@@ -89,16 +89,16 @@ def test_cache_names_are_stable_and_distinct():
 
 async def test_exec_command_line(fake_apptainer, tmp_path):
     runtime = ApptainerRuntime(tmp_path / "state", config=ApptainerConfig(fakeroot=True))
-    async with await runtime.start(SandboxSpec(image="docker://debian:12", env={"A": "1,2"},
-                                               files={"x.txt": "hello"})) as box:
+    async with await runtime.start(
+        SandboxSpec(image="docker://debian:12", env={"A": "1,2"}, files={"x.txt": "hello"})
+    ) as box:
         result = await box.exec("cat x.txt", 10)
         assert result.stdout == "hello"
         (call,) = fake_apptainer("exec")
         argv = call["argv"]
         assert argv[:4] == ["exec", "--containall", "--cleanenv", "--writable-tmpfs"]
         assert "--fakeroot" in argv
-        assert argv[argv.index("--network") - 1:argv.index("--network") + 2] == \
-            ["--net", "--network", "none"]
+        assert argv[argv.index("--network") - 1 : argv.index("--network") + 2] == ["--net", "--network", "none"]
         assert argv[argv.index("--home") + 1] == f"{box.workspace}:/workspace"
         assert argv[argv.index("--bind") + 1] == f"{box.folders.tmp}:/tmp"
         # /dev/shm: a folder of the sandbox's (under the disk cap), not --contain's
@@ -109,17 +109,14 @@ async def test_exec_command_line(fake_apptainer, tmp_path):
         assert argv[-6:] == [str(box.image), "env", "HOME=/tmp", "bash", "-c", "cat x.txt"]
         assert call["env"]["APPTAINERENV_A"] == "1,2"  # commas survive (unlike --env)
         shell = await box.spawn(["bash"], pty=True)
-        await eventually(lambda: len(fake_apptainer("exec")) == 2,
-                         what="the stand-in to log the shell's exec")
-        assert fake_apptainer("exec")[-1]["argv"][-6:] == ["env", "HOME=/tmp", "setsid", "--ctty",
-                                                           "--wait", "bash"]
+        await eventually(lambda: len(fake_apptainer("exec")) == 2, what="the stand-in to log the shell's exec")
+        assert fake_apptainer("exec")[-1]["argv"][-6:] == ["env", "HOME=/tmp", "setsid", "--ctty", "--wait", "bash"]
         await shell.kill()
 
 
 async def test_the_disk_cap_stops_a_command_that_fills_the_workspace(fake_apptainer, tmp_path):
     runtime = ApptainerRuntime(tmp_path / "state")
-    fill = ("for i in $(seq 300); do head -c 1048576 /dev/zero > f$i; sleep 0.02; done; "
-            "echo fin''ished")
+    fill = "for i in $(seq 300); do head -c 1048576 /dev/zero > f$i; sleep 0.02; done; echo fin''ished"
     spec = SandboxSpec(image="docker://debian:12", limits=SandboxLimits(disk_mb=8))
     async with await runtime.start(spec) as box:
         result = await box.exec(fill, 120)
@@ -137,8 +134,7 @@ async def test_network_on_drops_network_none(fake_apptainer, tmp_path):
 
 async def test_one_build_per_reference_under_concurrency(fake_apptainer, tmp_path):
     runtime = ApptainerRuntime(tmp_path / "state")
-    boxes = await asyncio.gather(*(runtime.start(SandboxSpec(image="docker://python:3.12"))
-                                   for _ in range(5)))
+    boxes = await asyncio.gather(*(runtime.start(SandboxSpec(image="docker://python:3.12")) for _ in range(5)))
     builds = fake_apptainer("build")
     assert len(builds) == 1
     target = Path(builds[0]["argv"][1])
@@ -159,8 +155,7 @@ async def test_concurrent_builds_are_capped(fake_apptainer, tmp_path):
     await asyncio.gather(*(runtime.images.ensure(ref) for ref in images))
     builds = fake_apptainer("build")
     assert len(builds) == 5
-    overlap = max(sum(1 for b in builds if b["start"] <= t < b["end"]) for t in
-                  (b["start"] for b in builds))
+    overlap = max(sum(1 for b in builds if b["start"] <= t < b["end"]) for t in (b["start"] for b in builds))
     assert overlap <= 2
 
 
@@ -183,8 +178,10 @@ async def test_sif_files_are_used_as_they_are(fake_apptainer, tmp_path):
 
 
 REAL = shutil.which("apptainer") or shutil.which("singularity")
-real = pytest.mark.skipif(REAL is None, reason="apptainer/singularity is not on PATH here "
-                          "(it cannot be installed on this machine); runs where it is")
+real = pytest.mark.skipif(
+    REAL is None,
+    reason="apptainer/singularity is not on PATH here (it cannot be installed on this machine); runs where it is",
+)
 
 
 @real

@@ -87,8 +87,7 @@ def test_hidden_folders_are_outermost_only(tmp_path):
     outer = Path(tempfile.mkdtemp(dir="/dev/shm"))
     try:
         (outer / "state").mkdir()
-        runtime = BubblewrapRuntime(outer / "state",
-                                    BubblewrapConfig(hide=[str(outer)], root=tmp_path))
+        runtime = BubblewrapRuntime(outer / "state", BubblewrapConfig(hide=[str(outer)], root=tmp_path))
         hidden = runtime.hidden()  # (and every checkout of rollserve: test_answers.py)
         assert str(outer) in hidden and str(outer / "state") not in hidden  # outermost
         assert not [h for h in hidden if h.startswith(str(tmp_path))]  # in /tmp anyway
@@ -125,15 +124,15 @@ async def test_readonly_paths_are_shown_under_a_hidden_folder(tmp_path, shared_f
     config = BubblewrapConfig(readonly_paths=[str(shared_folder)])
     runtime = BubblewrapRuntime(tmp_path / "state", config)
     async with await runtime.start(SandboxSpec()) as box:
-        result = await box.exec(f"ls -A /var/tmp; {shared_folder}/bin/tool; "
-                                f"touch {shared_folder}/x || echo refused", 10)
+        result = await box.exec(
+            f"ls -A /var/tmp; {shared_folder}/bin/tool; touch {shared_folder}/x || echo refused", 10
+        )
     # /var/tmp stays hidden but for the bound path, which is there and read-only.
     assert result.stdout.split() == [shared_folder.name, "tool-ok", "refused"]
     assert not (shared_folder / "x").exists()
 
 
-def test_the_servers_python_is_shared_when_a_hidden_folder_covers_it(tmp_path, shared_folder,
-                                                                      monkeypatch):
+def test_the_servers_python_is_shared_when_a_hidden_folder_covers_it(tmp_path, shared_folder, monkeypatch):
     import sys
 
     monkeypatch.setattr(sys, "base_prefix", str(shared_folder))
@@ -149,9 +148,9 @@ def test_a_path_closed_to_the_sandbox_uid_is_left_out_with_a_reason(tmp_path, ca
     closed = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="rollserve-closed-"))  # mode 700
     try:
         (closed / "python").mkdir()
-        runtime = BubblewrapRuntime(tmp_path / "state",
-                                    BubblewrapConfig(readonly_paths=[str(closed / "python")],
-                                                     share_interpreter=False))
+        runtime = BubblewrapRuntime(
+            tmp_path / "state", BubblewrapConfig(readonly_paths=[str(closed / "python")], share_interpreter=False)
+        )
         assert runtime.readonly_paths() == []
         assert "closed to other users" in caplog.text and str(closed) in caplog.text
     finally:

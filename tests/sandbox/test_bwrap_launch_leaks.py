@@ -26,8 +26,7 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime, BubblewrapSandbox
 from tests.sandbox.helpers import processes_with
 from tests.waiting import eventually
 
-pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                reason="no bwrap")
+pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None, reason="no bwrap")
 
 SHELL = ["bash", "-i"]
 
@@ -40,8 +39,9 @@ def running(pid: int) -> bool:
 
 
 async def gone(pids: list[int], timeout: float = 10.0) -> bool:
-    return await eventually(lambda: not any(running(p) for p in pids), timeout,
-                            f"processes {pids} to be gone", interval=0.05)
+    return await eventually(
+        lambda: not any(running(p) for p in pids), timeout, f"processes {pids} to be gone", interval=0.05
+    )
 
 
 def descendants(pid: int) -> list[int]:
@@ -51,8 +51,7 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
-async def test_a_launch_cancelled_mid_way_leaves_no_process(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch):
+async def test_a_launch_cancelled_mid_way_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     runtime = BubblewrapRuntime(tmp_path / "state")
     box = await runtime.start(SandboxSpec())
     read_all = bubblewrap._read_all
@@ -79,7 +78,8 @@ async def test_a_launch_cancelled_mid_way_leaves_no_process(tmp_path: Path,
 
 
 async def test_closing_a_sandbox_whose_bwrap_died_alone_kills_its_first_process(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """bwrap killed by itself (its parent-death signal, say) while its first process
     waits on the block fd: that one would live on (PPID 1) and run the command once the
     launch lets it go; bwrap's exit ends it, and the sandbox closes clean."""
@@ -126,8 +126,7 @@ async def test_cancelled_launches_leave_no_open_pipes(tmp_path, monkeypatch):
     before = open_fds()
     for _ in range(5):
         stuck.clear()
-        task = asyncio.create_task(box.spawn(["bash", "-c", "sleep 100"], pty=False,
-                                             merge_stderr=False))
+        task = asyncio.create_task(box.spawn(["bash", "-c", "sleep 100"], pty=False, merge_stderr=False))
         await asyncio.wait_for(stuck.wait(), 30)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -135,8 +134,7 @@ async def test_cancelled_launches_leave_no_open_pipes(tmp_path, monkeypatch):
     assert open_fds() == before
 
 
-async def test_a_cancel_while_a_failed_launch_is_reported_never_starts_the_command(
-        tmp_path, monkeypatch):
+async def test_a_cancel_while_a_failed_launch_is_reported_never_starts_the_command(tmp_path, monkeypatch):
     """The launch fails in the block-fd window (its record, say) and is cancelled while
     its failure is read: the command never runs (the fd's EOF would start it)."""
     box = await BubblewrapRuntime(tmp_path / "state").start(SandboxSpec())

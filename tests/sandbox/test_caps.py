@@ -22,12 +22,15 @@ from tests.sandbox.helpers import (
     wait_until,
 )
 
-needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                 reason=f"{BubblewrapRuntime.unavailable_reason()}")
+needs_bwrap = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None, reason=f"{BubblewrapRuntime.unavailable_reason()}"
+)
 
 # One 1 MB file every 50 ms, 300 of them (15 s): unstopped it ends with "finished".
-FILL = ("for i in $(seq 300); do head -c 1048576 /dev/zero > {folder}/fill-$i || exit 3; "
-        "sleep 0.05; done; echo fin''ished")  # (a PTY echoes the line: not "finished")
+FILL = (
+    "for i in $(seq 300); do head -c 1048576 /dev/zero > {folder}/fill-$i || exit 3; "
+    "sleep 0.05; done; echo fin''ished"
+)  # (a PTY echoes the line: not "finished")
 
 
 @pytest.fixture(params=RUNTIMES)
@@ -51,9 +54,12 @@ async def test_in_memory_filesystems_are_capped_or_read_only(tmp_path):
     runtime = BubblewrapRuntime(tmp_path / "state")
     spec = SandboxSpec(limits=SandboxLimits(tmpfs_mb=4, memory_mb=512, pids=64))
     async with await runtime.start(spec) as box:
-        shm = await box.exec("head -c 6000000 /dev/zero > /dev/shm/big; echo rc=$?; "
-                             "stat -c %s /dev/shm/big; rm /dev/shm/big; "
-                             "python3 -c 'import multiprocessing as m; m.Lock(); print(\"lock\")'", 20)
+        shm = await box.exec(
+            "head -c 6000000 /dev/zero > /dev/shm/big; echo rc=$?; "
+            "stat -c %s /dev/shm/big; rm /dev/shm/big; "
+            "python3 -c 'import multiprocessing as m; m.Lock(); print(\"lock\")'",
+            20,
+        )
         assert "No space left on device" in shm.stderr
         rc, size, lock = shm.stdout.split()
         assert rc == "rc=1" and int(size) <= 4 * MB and lock == "lock"  # still usable
@@ -100,8 +106,10 @@ async def test_tmp_counts_against_the_disk_cap(runtime):
 
 
 async def test_a_deleted_file_held_open_still_counts(runtime):
-    hide = ("exec 3> hidden; rm hidden; for i in $(seq 300); do "
-            "head -c 1048576 /dev/zero >&3 || exit 3; sleep 0.05; done; echo fin''ished")
+    hide = (
+        "exec 3> hidden; rm hidden; for i in $(seq 300); do "
+        "head -c 1048576 /dev/zero >&3 || exit 3; sleep 0.05; done; echo fin''ished"
+    )
     async with await runtime.start(SandboxSpec(limits=disk_limits())) as box:
         result = await box.exec(hide, 120)
         assert_stopped_by_the_disk_cap(result, box)
@@ -115,8 +123,9 @@ async def test_above_the_cap_only_growth_is_stopped(runtime):
         assert first.cap == "disk"
         await box.disk.check()  # the usage it was stopped at, measured again: no growth
         assert (await box.exec("ls fill-* | wc -l", 30)).cap is None
-        again = await box.exec("for i in $(seq 300); do head -c 1048576 /dev/zero > more-$i; "
-                               "sleep 0.05; done; echo fin''ished", 120)
+        again = await box.exec(
+            "for i in $(seq 300); do head -c 1048576 /dev/zero > more-$i; sleep 0.05; done; echo fin''ished", 120
+        )
         assert again.cap == "disk" and "finished" not in again.stdout
 
 
@@ -210,9 +219,12 @@ time.sleep(10)
 print("fin" "ished")
 """
 # The same memory behind 4 KB mappings of memfd files whose descriptors are closed.
-MEMFD_MAPPED_HOG = MEMFD_HOG.replace("    fds.append(fd)", """    import mmap
+MEMFD_MAPPED_HOG = MEMFD_HOG.replace(
+    "    fds.append(fd)",
+    """    import mmap
     fds.append(mmap.mmap(fd, 4096))
-    os.close(fd)""")
+    os.close(fd)""",
+)
 
 
 def memory_limits() -> SandboxLimits:

@@ -89,8 +89,7 @@ def _cgroup_of(pid: int) -> str:
 
 
 @pytest.mark.skipif(_writable_cgroup2() is not None, reason=f"{_writable_cgroup2()}")
-async def test_a_sandbox_lives_and_dies_in_a_cgroup_of_its_own(tmp_path, cgroup_parent,
-                                                               monkeypatch):
+async def test_a_sandbox_lives_and_dies_in_a_cgroup_of_its_own(tmp_path, cgroup_parent, monkeypatch):
     """The real cgroup path, on what this host offers: a cgroup v2 folder without the
     memory and pids controllers (none is delegated here), so the mechanism — every
     process of the sandbox in its cgroup, all of it killed through cgroup.kill at
@@ -117,15 +116,15 @@ async def test_a_sandbox_lives_and_dies_in_a_cgroup_of_its_own(tmp_path, cgroup_
     assert wait_until(lambda: not [p for p in our_descendants() if p.name() == "sleep"])
 
 
-@pytest.mark.skipif(cgroups.find_parent("auto")[0] is None,
-                    reason=f"no delegated cgroup v2 with memory and pids here: "
-                           f"{cgroups.find_parent('auto')[1]}")
+@pytest.mark.skipif(
+    cgroups.find_parent("auto")[0] is None,
+    reason=f"no delegated cgroup v2 with memory and pids here: {cgroups.find_parent('auto')[1]}",
+)
 async def test_memory_is_capped_for_the_whole_sandbox_with_a_cgroup(tmp_path):
     """Three processes of 100 MB each under a 200 MB cap: together they cannot all
     live (per-process RLIMIT_AS would let each of them)."""
     runtime = BubblewrapRuntime(tmp_path / "state")
     hog = "python3 -c 'import time; x = b\"x\" * (100 << 20); time.sleep(5)'"
     async with await runtime.start(SandboxSpec(limits=SandboxLimits(memory_mb=200))) as box:
-        result = await box.exec(f"{hog} & a=$!; {hog} & b=$!; {hog} & c=$!; "
-                                "wait $a && wait $b && wait $c", 60)
+        result = await box.exec(f"{hog} & a=$!; {hog} & b=$!; {hog} & c=$!; wait $a && wait $b && wait $c", 60)
     assert not result.ok and result.cap == "memory" and "memory cap" in result.stderr, result

@@ -12,8 +12,9 @@ from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.cpucap import CpuWatch, stat_times
 from tests.sandbox.helpers import eventually, our_descendants
 
-pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                reason=f"{BubblewrapRuntime.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None, reason=f"{BubblewrapRuntime.unavailable_reason()}"
+)
 
 WALL = 600  # far above what any of these commands may take under its budget
 SPIN = "while :; do :; done"
@@ -37,16 +38,14 @@ def assert_stopped_by_the_budget(result) -> None:
 
 
 async def test_busy_children_are_stopped_by_the_budget(box):
-    result = await box.exec(f"for i in 1 2 3; do ( {SPIN} ) & done; wait; echo fin''ished",
-                            WALL, cpu_budget=2)
+    result = await box.exec(f"for i in 1 2 3; do ( {SPIN} ) & done; wait; echo fin''ished", WALL, cpu_budget=2)
     assert_stopped_by_the_budget(result)
     assert await eventually(lambda: not our_descendants(), 30)
 
 
 async def test_orphans_that_left_their_parent_still_count(box):
     # Double forks and a new session: their parent is gone, bwrap's first process reaps them.
-    command = (f"( ( {SPIN} ) & ); setsid bash -c '{SPIN}' & disown; "
-               "sleep 1000; echo fin''ished")
+    command = f"( ( {SPIN} ) & ); setsid bash -c '{SPIN}' & disown; sleep 1000; echo fin''ished"
     result = await box.exec(command, WALL, cpu_budget=2)
     assert_stopped_by_the_budget(result)
     assert await eventually(lambda: not our_descendants(), 30)
@@ -56,15 +55,13 @@ async def test_children_gone_between_two_readings_count_once_reaped(box):
     # Short children, one after another, without end (so the budget is what stops it on
     # any CPU): nearly all come and go between two readings (0.5 s apart), unseen; their
     # time lands in the shell's cutime when it waits for them.
-    command = (f"while :; do bash -c '{WORK.format(n=5000)}'; done; "
-               "sleep 1000; echo fin''ished")
+    command = f"while :; do bash -c '{WORK.format(n=5000)}'; done; sleep 1000; echo fin''ished"
     result = await box.exec(command, WALL, cpu_budget=2)
     assert_stopped_by_the_budget(result)
 
 
 async def test_a_command_within_its_budget_is_left_alone(box):
-    result = await box.exec("timeout 0.3 bash -c 'while :; do :; done'; echo fin''ished", WALL,
-                            cpu_budget=30)
+    result = await box.exec("timeout 0.3 bash -c 'while :; do :; done'; echo fin''ished", WALL, cpu_budget=30)
     assert result.ok and result.cap is None and result.stdout.strip() == "finished"
     plain = await box.exec("echo no budget", WALL)
     assert plain.ok and plain.cap is None

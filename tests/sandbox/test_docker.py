@@ -18,18 +18,31 @@ from rollserve.sandbox.owner import OwnerBook
 def test_run_command_carries_limits_network_and_binds(tmp_path):
     runtime = DockerRuntime(tmp_path / "state", DockerConfig(runtime="podman"))
     folders = SandboxFolders.create(tmp_path, "dock-1")
-    spec = SandboxSpec(image="python:3.12-slim", env={"A": "1"},
-                       limits=SandboxLimits(memory_mb=256, pids=64, open_files=512,
-                                            cpu_seconds=30, tmpfs_mb=16, disk_mb=100))
+    spec = SandboxSpec(
+        image="python:3.12-slim",
+        env={"A": "1"},
+        limits=SandboxLimits(memory_mb=256, pids=64, open_files=512, cpu_seconds=30, tmpfs_mb=16, disk_mb=100),
+    )
     argv = runtime.run_command(spec, "rollserve-dock-1", folders)
     assert argv[:5] == ["podman", "--runtime", "runc", "run", "-d"]
     joined = " ".join(argv)
     assert "--storage-opt" not in joined  # only where the storage driver can (rootfs_size)
-    for part in ["--network none", "--memory 256m", "--memory-swap 256m", "--pids-limit 64",
-                 "--ulimit nofile=512:512", "--ulimit cpu=30:30", "--shm-size 16m",
-                 f"-v {folders.workspace}:/workspace",
-                 f"-v {folders.tmp}:/tmp", "-w /workspace", "-e A=1", "-e HOME=/tmp",
-                 "--name rollserve-dock-1", "--label rollserve.owner="]:
+    for part in [
+        "--network none",
+        "--memory 256m",
+        "--memory-swap 256m",
+        "--pids-limit 64",
+        "--ulimit nofile=512:512",
+        "--ulimit cpu=30:30",
+        "--shm-size 16m",
+        f"-v {folders.workspace}:/workspace",
+        f"-v {folders.tmp}:/tmp",
+        "-w /workspace",
+        "-e A=1",
+        "-e HOME=/tmp",
+        "--name rollserve-dock-1",
+        "--label rollserve.owner=",
+    ]:
         assert part in joined, part
     assert argv[-3:] == ["python:3.12-slim", "sleep", "infinity"]
     sized = DockerRuntime(tmp_path / "state", DockerConfig(runtime="podman", rootfs_size=True))
@@ -38,7 +51,6 @@ def test_run_command_carries_limits_network_and_binds(tmp_path):
     networked = docker.run_command(SandboxSpec(network=True), "c", folders)
     assert networked[:3] == ["docker", "run", "-d"] and "--network bridge" in " ".join(networked)
     assert networked[-3] == DockerConfig().default_image
-
 
 
 def test_hidden_paths_are_covered_by_an_empty_read_only_folder(tmp_path):
@@ -60,10 +72,27 @@ def test_exec_command_lines(tmp_path):
     entry = OwnerBook(None).open("dock-2", "docker", [])
     box = DockerSandbox(runtime, "dock-2", SandboxSpec(), folders, entry, "rollserve-dock-2")
     assert box.exec_command(["bash"], {"X": "1"}, pty=True) == [
-        "docker", "exec", "-i", "-t", "-e", "TERM=xterm", "-w", "/workspace", "-e", "X=1",
-        "rollserve-dock-2", "bash"]
+        "docker",
+        "exec",
+        "-i",
+        "-t",
+        "-e",
+        "TERM=xterm",
+        "-w",
+        "/workspace",
+        "-e",
+        "X=1",
+        "rollserve-dock-2",
+        "bash",
+    ]
     assert box.exec_command(["true"], None, pty=False, interactive=False) == [
-        "docker", "exec", "-w", "/workspace", "rollserve-dock-2", "true"]
+        "docker",
+        "exec",
+        "-w",
+        "/workspace",
+        "rollserve-dock-2",
+        "true",
+    ]
 
 
 def working_engine() -> tuple[str, str] | str:
@@ -82,8 +111,9 @@ def working_engine() -> tuple[str, str] | str:
         if present.returncode != 0:
             reasons.append(f"{engine}: image {image} not present (tests pull nothing)")
             continue
-        probe = subprocess.run([*base, "run", "--rm", "--network", "none", image, "true"],
-                               capture_output=True, text=True, timeout=30)
+        probe = subprocess.run(
+            [*base, "run", "--rm", "--network", "none", image, "true"], capture_output=True, text=True, timeout=30
+        )
         if probe.returncode != 0:
             reasons.append(f"{engine}: cannot run a container: {probe.stderr.strip()[-200:]}")
             continue
@@ -114,13 +144,23 @@ async def test_real_container_exec_timeout_and_close(tmp_path):
 def test_seed_copies_the_image_folder_before_the_container_mounts_the_workspace(tmp_path):
     runtime = DockerRuntime(tmp_path / "state", DockerConfig(runtime="podman"))
     folders = SandboxFolders.create(tmp_path, "dock-3")
-    spec = SandboxSpec(image="swebench/sweb.eval.x86_64.x:latest", workspace_seed="/testbed",
-                       workspace_aliases=["/testbed"])
+    spec = SandboxSpec(
+        image="swebench/sweb.eval.x86_64.x:latest", workspace_seed="/testbed", workspace_aliases=["/testbed"]
+    )
     create, copy, remove = runtime.seed_commands(spec, "rollserve-dock-3", folders)
-    assert create == ["podman", "--runtime", "runc", "create", "--name", "rollserve-dock-3-seed",
-                      "--label", "rollserve.sandbox=1", "swebench/sweb.eval.x86_64.x:latest", "true"]
-    assert copy == ["podman", "--runtime", "runc", "cp", "rollserve-dock-3-seed:/testbed/.",
-                    str(folders.workspace)]
+    assert create == [
+        "podman",
+        "--runtime",
+        "runc",
+        "create",
+        "--name",
+        "rollserve-dock-3-seed",
+        "--label",
+        "rollserve.sandbox=1",
+        "swebench/sweb.eval.x86_64.x:latest",
+        "true",
+    ]
+    assert copy == ["podman", "--runtime", "runc", "cp", "rollserve-dock-3-seed:/testbed/.", str(folders.workspace)]
     assert remove == ["podman", "--runtime", "runc", "rm", "-f", "rollserve-dock-3-seed"]
     run = " ".join(runtime.run_command(spec, "rollserve-dock-3", folders))
     assert f"-v {folders.workspace}:/workspace" in run and f"-v {folders.workspace}:/testbed" in run
@@ -148,8 +188,11 @@ async def test_start_seeds_then_runs_and_reports_a_failed_seed(tmp_path, monkeyp
     box = await runtime.start(spec)
     try:
         assert (box.workspace / "setup.py").read_text() == "# the image's repository\n"
-        calls = [line.split()[2] for line in (bin_dir / "calls.log").read_text().splitlines()
-                 if line.split()[:2] == ["--runtime", "runc"]]
+        calls = [
+            line.split()[2]
+            for line in (bin_dir / "calls.log").read_text().splitlines()
+            if line.split()[:2] == ["--runtime", "runc"]
+        ]
         assert calls[-4:] == ["create", "cp", "rm", "run"]
     finally:
         await box.close()

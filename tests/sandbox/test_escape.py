@@ -24,8 +24,9 @@ from rollserve.sandbox.base import SandboxLimits, SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from tests.sandbox.helpers import NESTED, REPO, our_descendants, rerun_unprivileged, wait_until
 
-pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                reason=f"{BubblewrapRuntime.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None, reason=f"{BubblewrapRuntime.unavailable_reason()}"
+)
 
 
 @pytest.fixture
@@ -55,9 +56,11 @@ def connected(server: socket.socket) -> bool:
         return False
 
 
-CONNECT = ("import socket, sys\n"
-           "try:\n socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)\n"
-           "except OSError as e:\n print(type(e).__name__); sys.exit(1)\nprint('connected')\n")
+CONNECT = (
+    "import socket, sys\n"
+    "try:\n socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)\n"
+    "except OSError as e:\n print(type(e).__name__); sys.exit(1)\nprint('connected')\n"
+)
 
 
 async def test_no_network_to_host_loopback(box, listener):
@@ -120,8 +123,12 @@ async def test_hidden_folders_are_empty(box):
     """Empty but for the read-only paths bound back (the server's Python, when it
     lives under one of them and the sandbox's user can reach it)."""
     hidden = [Path("/root"), Path("/home"), Path("/run")]
-    expected = {str(h / Path(p).relative_to(h).parts[0])
-                for p in box._owner.readonly_paths() for h in hidden if h in Path(p).parents}
+    expected = {
+        str(h / Path(p).relative_to(h).parts[0])
+        for p in box._owner.readonly_paths()
+        for h in hidden
+        if h in Path(p).parents
+    }
     result = await box.exec("find /root /home /run -mindepth 1 -maxdepth 1", 10)
     assert set(result.stdout.split()) == expected
 

@@ -55,8 +55,7 @@ async def test_concurrency_is_capped(fake_apptainer, tmp_path, monkeypatch):
     assert all(r.ok for r in results)
     builds = fake_apptainer.calls("build")
     assert len(builds) == 5
-    overlap = max(sum(1 for b in builds if b["start"] <= t < b["end"]) for t in
-                  (b["start"] for b in builds))
+    overlap = max(sum(1 for b in builds if b["start"] <= t < b["end"]) for t in (b["start"] for b in builds))
     assert overlap == 2
 
 
@@ -64,8 +63,13 @@ async def test_a_failure_is_retried_with_backoff_then_succeeds(fake_apptainer, t
     monkeypatch.setenv("FAKE_FAILS", "2")
     retries = []
     puller = make_puller("apptainer", tmp_path / "images")
-    (result,) = await pull_images(["docker://flaky:1"], puller, retries=2, backoff=0.05,
-                                  on_retry=lambda ref, attempt, error: retries.append((attempt, error)))
+    (result,) = await pull_images(
+        ["docker://flaky:1"],
+        puller,
+        retries=2,
+        backoff=0.05,
+        on_retry=lambda ref, attempt, error: retries.append((attempt, error)),
+    )
     assert result.ok and result.attempts == 3
     assert [attempt for attempt, _ in retries] == [1, 2]
     assert "unable to pull docker://flaky:1" in retries[0][1]
@@ -75,11 +79,10 @@ async def test_a_failure_is_retried_with_backoff_then_succeeds(fake_apptainer, t
 
 async def test_a_permanent_failure_reports_attempts_and_the_last_error(fake_apptainer, tmp_path):
     puller = make_puller("apptainer", tmp_path / "images")
-    failed, ok = await pull_images(["docker://fail:1", "docker://fine:1"], puller, retries=1,
-                                   backoff=0.01)
+    failed, ok = await pull_images(["docker://fail:1", "docker://fine:1"], puller, retries=1, backoff=0.01)
     assert not failed.ok and failed.attempts == 2 and "unable to pull docker://fail:1" in failed.error
     assert ok.ok
-    missing, = await pull_images([str(tmp_path / "missing.sif")], puller)
+    (missing,) = await pull_images([str(tmp_path / "missing.sif")], puller)
     assert not missing.ok and missing.attempts == 1 and "neither a .sif file" in missing.error
 
 

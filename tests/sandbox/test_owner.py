@@ -23,9 +23,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def start_owner(state_dir: Path, runtime: str, count: int) -> tuple[subprocess.Popen, dict]:
     options = json.dumps(TEST_OPTIONS.get(runtime, {}))
-    owner = subprocess.Popen([sys.executable, "-m", "tests.sandbox.owner_process", str(state_dir),
-                              runtime, str(count), options], cwd=REPO, stdout=subprocess.PIPE,
-                             text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "tests.sandbox.owner_process", str(state_dir), runtime, str(count), options],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = owner.stdout.readline()  # bounded by the test timeout
     assert line, f"owner process died: {owner.wait()}"
     return owner, json.loads(line)
@@ -72,9 +75,12 @@ def test_sigkilled_server_leaves_nothing_and_a_live_servers_sandbox_stays(tmp_pa
 
         assert sorted(report.reaped) == sorted(dead_info["ids"])
         assert report.kept == live_info["ids"]
-        wait_until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                                   for p in dead_tree),
-                   5, "the processes of the dead owner's sandboxes to end", interval=0.05)
+        wait_until(
+            lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in dead_tree),
+            5,
+            "the processes of the dead owner's sandboxes to end",
+            interval=0.05,
+        )
         assert not any(is_alive(ref) for ref in dead_refs)
         assert not sandbox_processes(dead_info["folders"])
         assert not any(Path(f).exists() for f in dead_info["folders"])
@@ -158,13 +164,18 @@ def test_the_reaper_asks_the_runtime_named_in_the_record(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     folder = tmp_path / "box"
     (folder / "workspace").mkdir(parents=True)
-    dead_owner_record(OwnerBook(tmp_path / "state"), "podm-1", "podman", folder,
-                      container="rollserve-podm-1", engine="podman",
-                      engine_args=["--runtime", "runc"])
+    dead_owner_record(
+        OwnerBook(tmp_path / "state"),
+        "podm-1",
+        "podman",
+        folder,
+        container="rollserve-podm-1",
+        engine="podman",
+        engine_args=["--runtime", "runc"],
+    )
     report = reap(tmp_path / "state")
     assert report.reaped == ["podm-1"] and report.errors == []
-    assert (bin_dir / "calls.log").read_text().splitlines() == [
-        "--runtime runc rm -f rollserve-podm-1"]
+    assert (bin_dir / "calls.log").read_text().splitlines() == ["--runtime runc rm -f rollserve-podm-1"]
     assert not folder.exists()
 
 
@@ -187,8 +198,7 @@ def test_a_record_of_an_unknown_runtime_still_loses_its_processes_and_folders(tm
 
 
 @pytest.mark.parametrize("runtime", ["bubblewrap", "local"])
-def test_the_record_is_written_before_the_folder_and_a_failed_start_leaves_neither(
-        tmp_path, runtime, monkeypatch):
+def test_the_record_is_written_before_the_folder_and_a_failed_start_leaves_neither(tmp_path, runtime, monkeypatch):
     """A server killed while a sandbox is being made leaves a record its next server
     reaps, never an unowned folder: the owner record names the folder before it exists
     (and the reaper takes a folder that was never made); a start that fails after the
@@ -203,9 +213,18 @@ def test_the_record_is_written_before_the_folder_and_a_failed_start_leaves_neith
     if reason := cannot_run(runtime):
         pytest.skip(reason)
     state, boxes = tmp_path / "state", tmp_path / "boxes"
-    rt = get_runtime(runtime, state, runtime_config(
-        runtime, {**TEST_OPTIONS.get(runtime, {}), "root": str(boxes),
-                  **({"share_interpreter": False} if runtime == "bubblewrap" else {})}))
+    rt = get_runtime(
+        runtime,
+        state,
+        runtime_config(
+            runtime,
+            {
+                **TEST_OPTIONS.get(runtime, {}),
+                "root": str(boxes),
+                **({"share_interpreter": False} if runtime == "bubblewrap" else {}),
+            },
+        ),
+    )
     seen: list[list[str]] = []
     made: list[Path] = []
     create = SandboxFolders.create

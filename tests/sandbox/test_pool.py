@@ -33,8 +33,7 @@ class CountedSandbox(Sandbox):
         self.spec = spec
         self._closed = False
 
-    async def exec(self, command, timeout, stdin=None, env=None, max_output=1 << 20, *,
-                   cpu_budget=None) -> ExecResult:
+    async def exec(self, command, timeout, stdin=None, env=None, max_output=1 << 20, *, cpu_budget=None) -> ExecResult:
         raise AssertionError("nothing runs in a pooled sandbox before it is handed out")
 
     async def spawn(self, argv, pty=False, env=None, *, merge_stderr=True):
@@ -63,11 +62,16 @@ class Starter:
 
 def test_the_key_leaves_out_only_what_is_written_after_start():
     base = SandboxSpec(env={"A": "1"})
-    assert pool_key(base) == pool_key(base.model_copy(update={"files": {"x.py": "1"},
-                                                             "start_timeout": 5.0}))
-    for change in ({"env": {"A": "2"}}, {"network": True}, {"image": "/rootfs"},
-                   {"limits": SandboxLimits(memory_mb=512)}, {"hide": ["/data"]},
-                   {"folders": ["/tests"]}, {"workspace_aliases": ["/testbed"]}):
+    assert pool_key(base) == pool_key(base.model_copy(update={"files": {"x.py": "1"}, "start_timeout": 5.0}))
+    for change in (
+        {"env": {"A": "2"}},
+        {"network": True},
+        {"image": "/rootfs"},
+        {"limits": SandboxLimits(memory_mb=512)},
+        {"hide": ["/data"]},
+        {"folders": ["/tests"]},
+        {"workspace_aliases": ["/testbed"]},
+    ):
         assert pool_key(base.model_copy(update=change)) != pool_key(base), change
     seeded = SandboxSpec(workspace_seed="/testbed")
     assert pool_key(seeded) is not None  # a seed alone: the same at start

@@ -54,8 +54,7 @@ async def test_background_process_does_not_hold_a_one_shot_command():
 
 
 async def test_flood_is_truncated_not_buffered():
-    result = await run_command(["bash", "-c", "head -c 5000000 /dev/zero | tr '\\0' x; echo END"],
-                               10, max_output=1000)
+    result = await run_command(["bash", "-c", "head -c 5000000 /dev/zero | tr '\\0' x; echo END"], 10, max_output=1000)
     assert result.truncated and result.exit_code == 0
     assert result.stdout.startswith("x" * 500) and result.stdout.endswith("END\n")
     assert len(result.stdout) < 1100
@@ -72,8 +71,12 @@ async def test_read_returns_as_soon_as_bytes_arrive():
 
 async def test_pty_process_has_job_control():
     # setsid --ctty: its own session, the PTY as controlling terminal.
-    process = HostProcess.start(["setsid", "--ctty", "--wait", "bash", "--norc", "-i"], pty=True,
-                                new_session=False, env={"PATH": "/usr/bin:/bin", "PS1": "$ "})
+    process = HostProcess.start(
+        ["setsid", "--ctty", "--wait", "bash", "--norc", "-i"],
+        pty=True,
+        new_session=False,
+        env={"PATH": "/usr/bin:/bin", "PS1": "$ "},
+    )
     await process.write(b"sleep 30\n")
     assert await eventually(lambda: processes_with("sleep 30"), timeout=30)
     await process.write(b"\x03")  # SIGINT to the foreground job (sleep), not to bash
@@ -109,13 +112,11 @@ async def test_cancelled_collect_kills_the_process():
     assert await eventually(lambda: processes_with("sleep 60"), timeout=30)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert await eventually(lambda: not [p for p in our_descendants()
-                                         if p.status() != psutil.STATUS_ZOMBIE])
+    assert await eventually(lambda: not [p for p in our_descendants() if p.status() != psutil.STATUS_ZOMBIE])
 
 
 async def test_signal_foreground_reaches_the_foreground_job_not_the_shell():
-    shell = HostProcess.start(["setsid", "--ctty", "--wait", "bash", "--norc", "-i"], pty=True,
-                              new_session=False)
+    shell = HostProcess.start(["setsid", "--ctty", "--wait", "bash", "--norc", "-i"], pty=True, new_session=False)
     try:
         await shell.write(b"stty -echo; echo rea''dy\n")  # (its echo is not "ready")
         seen = b""
@@ -125,8 +126,10 @@ async def test_signal_foreground_reaches_the_foreground_job_not_the_shell():
         await shell.write(b"sleep 31.5; echo after=$?\n")
         # Once `sleep` runs, its job has the terminal (the child takes it before its exec;
         # a kill while bash still sets the job up can leave bash without it)
-        await eventually(lambda: processes_with("sleep 31.5") and shell.signal_foreground(signal.SIGKILL),
-                         what="sleep to be the terminal's foreground job (and signalled)")
+        await eventually(
+            lambda: processes_with("sleep 31.5") and shell.signal_foreground(signal.SIGKILL),
+            what="sleep to be the terminal's foreground job (and signalled)",
+        )
         seen = b""
         while b"after=137" not in seen:
             seen += await asyncio.wait_for(shell.read(), 5)

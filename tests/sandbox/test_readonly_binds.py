@@ -30,8 +30,10 @@ def host_folder():
     shutil.rmtree(folder)
 
 
-@pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+@pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 async def test_a_bound_folder_runs_and_cannot_be_written_on_bubblewrap(tmp_path, host_folder):
     runtime = BubblewrapRuntime(tmp_path / "state")
     spec = SandboxSpec(readonly_binds={"/.harness": str(host_folder)})
@@ -55,8 +57,17 @@ async def test_the_local_runtime_refuses_it(tmp_path):
         await LocalRuntime(tmp_path / "state").start(SandboxSpec(readonly_binds={"/.h": "/opt"}))
 
 
-@pytest.mark.parametrize("inside, host", [("/tmp", "/opt"), ("/workspace", "/opt"), ("/a/b", "/opt"),
-                                          ("rel", "/opt"), ("/.h", "opt"), ("/.h", "/opt/../etc")])
+@pytest.mark.parametrize(
+    "inside, host",
+    [
+        ("/tmp", "/opt"),
+        ("/workspace", "/opt"),
+        ("/a/b", "/opt"),
+        ("rel", "/opt"),
+        ("/.h", "opt"),
+        ("/.h", "/opt/../etc"),
+    ],
+)
 def test_bind_paths_are_checked(inside, host):
     with pytest.raises(ValidationError):
         SandboxSpec(readonly_binds={inside: host})

@@ -80,8 +80,7 @@ async def test_lazy_runtime_is_made_on_first_use_with_its_options(tmp_path):
     assert box.workspace.is_relative_to(tmp_path / "boxes")
     status = lazy.status()
     assert status.pop("limits")["enforced_by"]["disk_mb"].startswith("a watcher")
-    assert status == {"runtime": "local", "ready": True, "error": None, "open": 1, "started": 1,
-                      "pool": None}
+    assert status == {"runtime": "local", "ready": True, "error": None, "open": 1, "started": 1, "pool": None}
     await lazy.aclose()  # closes what is still open
     assert lazy.open_sandboxes() == [] and not box.workspace.exists()
 
@@ -136,8 +135,9 @@ def test_the_cli_names_a_bad_sandbox_option_and_the_known_ones():
     from rollserve.cli import app
 
     runner = CliRunner()
-    result = runner.invoke(app, ["serve", "--sandbox-runtime", "podman", "--sandbox-options",
-                                 '{"fakeroot": true}'], env={"COLUMNS": "300"})
+    result = runner.invoke(
+        app, ["serve", "--sandbox-runtime", "podman", "--sandbox-options", '{"fakeroot": true}'], env={"COLUMNS": "300"}
+    )
     assert result.exit_code == 2, result.output
     output = " ".join(result.output.split())
     assert "bad option for sandbox runtime 'podman' (DockerConfig): fakeroot" in output

@@ -7,10 +7,14 @@ from rollserve.sandbox.base import SandboxError
 
 
 def test_an_unavailable_runtime_names_each_reason_once(monkeypatch):
-    reasons = {"bubblewrap": "bubblewrap: 'bwrap' is not on PATH (apt-get install bubblewrap)",
-               "apptainer": "apptainer or singularity is not on PATH",
-               "singularity": "apptainer or singularity is not on PATH",
-               "docker": "no daemon", "podman": "podman is not on PATH", "local": None}
+    reasons = {
+        "bubblewrap": "bubblewrap: 'bwrap' is not on PATH (apt-get install bubblewrap)",
+        "apptainer": "apptainer or singularity is not on PATH",
+        "singularity": "apptainer or singularity is not on PATH",
+        "docker": "no daemon",
+        "podman": "podman is not on PATH",
+        "local": None,
+    }
     monkeypatch.setattr(registry, "unavailable_reason", lambda name, config=None: reasons.get(name))
     with pytest.raises(SandboxError) as caught:
         registry.get_runtime("bubblewrap")

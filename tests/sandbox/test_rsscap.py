@@ -19,8 +19,9 @@ from rollserve.sandbox.config import BubblewrapConfig
 from rollserve.sandbox.diskcap import MB
 from tests.sandbox.helpers import NESTED, RUNTIMES, eventually, make_runtime, rerun_unprivileged
 
-needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                 reason=f"{BubblewrapRuntime.unavailable_reason()}")
+needs_bwrap = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None, reason=f"{BubblewrapRuntime.unavailable_reason()}"
+)
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 
 # 16 MB touched every 50 ms, up to 1 GB (64 chunks, 3.2 s): unstopped it ends "finished".
@@ -83,9 +84,11 @@ print("fin" "ished")
 """
 # Reserves 4 GB of address space (a WebAssembly memory's guard region, a 3 GB
 # ArrayBuffer nobody writes) and touches a few MB.
-NODE_RESERVES = ("const m = new WebAssembly.Memory({initial: 1, maximum: 65536}); "
-                 "const b = new ArrayBuffer(3 * 2 ** 30); "
-                 "console.log('reserved', m.buffer.byteLength, b.byteLength)")
+NODE_RESERVES = (
+    "const m = new WebAssembly.Memory({initial: 1, maximum: 65536}); "
+    "const b = new ArrayBuffer(3 * 2 ** 30); "
+    "console.log('reserved', m.buffer.byteLength, b.byteLength)"
+)
 
 
 HOG_RATE = 16 * MB / 0.05  # the hogs' fastest: 16 MB, then a sleep of 50 ms (load only slows them)
@@ -96,8 +99,7 @@ def overshoot_bound(watch, rate: float = HOG_RATE, step: int = 16 * MB) -> float
     the reading before the kill was under the cap, and from it to the kill it ran for
     the gap between the two readings, the killing reading and the kill, all measured
     (a loaded machine stretches them, and the bound with them)."""
-    return watch.limit + rate * (watch.gap_seconds + watch.reading_seconds
-                                 + watch.kill_seconds) + step
+    return watch.limit + rate * (watch.gap_seconds + watch.reading_seconds + watch.kill_seconds) + step
 
 
 def resident(memory_mb: int) -> SandboxLimits:
@@ -158,8 +160,11 @@ async def test_pages_shared_after_a_fork_count_once_and_copies_each(tmp_path):
         process = await box.spawn(["python3", "-c", SHARED, "share"])
         watch = box.resident
         # Their RSS together is past the cap (~500 MB); what they hold (PSS) is not.
-        await eventually(lambda: watch.how == "pss" and watch.used > 96 * MB, timeout=60,
-                         what="a reading of the shared pages past the RSS cap")
+        await eventually(
+            lambda: watch.how == "pss" and watch.used > 96 * MB,
+            timeout=60,
+            what="a reading of the shared pages past the RSS cap",
+        )
         assert watch.kills == 0 and process.returncode is None and watch.used < 256 * MB
         await process.kill()
         copied = await box.exec(["python3", "-c", SHARED, "write"], 60)
@@ -198,24 +203,29 @@ async def test_shared_pages_past_the_rss_cap_do_not_make_every_poll_a_pss_pass(t
         sharers = await box.spawn(["python3", "-c", MANY_SHARERS])
         watch = box.resident
         # (A pass over 25 x 256 MB of page tables takes longer than the 0.02 s poll.)
-        await eventually(lambda: watch.counts["pss"] >= 3 and watch.counts["deferred"] >= 3,
-                         timeout=120, what="PSS passes, and polls in between that defer one")
+        await eventually(
+            lambda: watch.counts["pss"] >= 3 and watch.counts["deferred"] >= 3,
+            timeout=120,
+            what="PSS passes, and polls in between that defer one",
+        )
         assert watch.kills == 0 and sharers.returncode is None, (watch.counts, watch.used / MB)
         result = await box.exec(["python3", "-c", HOG], 60)
         assert result.cap == "memory" and "finished" not in result.stdout, result
         assert watch.killed_at > 512 * MB
-        await eventually(lambda: sharers.returncode is not None, timeout=30,
-                         what="the sharers killed with the hog")
+        await eventually(lambda: sharers.returncode is not None, timeout=30, what="the sharers killed with the hog")
 
 
 # As MANY_SHARERS, then (argv "swap") each child, one after the other, unmaps its view
 # of the shared mapping and fills as much private memory: the RSS sum stays about where
 # it was while what the sandbox holds grows by 256 MB a child.
-SWAPPERS = MANY_SHARERS.replace("        time.sleep(120)\n", """        time.sleep(0.1 * i)
+SWAPPERS = MANY_SHARERS.replace(
+    "        time.sleep(120)\n",
+    """        time.sleep(0.1 * i)
         m.close()
         mine = b"p" * size
         time.sleep(120)
-""")
+""",
+)
 
 
 @needs_bwrap
@@ -264,9 +274,11 @@ async def test_a_node_process_allocating_past_the_cap_is_killed(tmp_path):
     runtime = BubblewrapRuntime(tmp_path / "state")
     check_resident(runtime)
     # 16 MB written every 50 ms, kept: unstopped, 1 GB and "finished".
-    hog = ("const held = []; let i = 0; const t = setInterval(() => { "
-           "held.push(Buffer.alloc(16 << 20, i + 1)); i += 1; "
-           "if (i === 64) { clearInterval(t); console.log('fin' + 'ished'); } }, 50);")
+    hog = (
+        "const held = []; let i = 0; const t = setInterval(() => { "
+        "held.push(Buffer.alloc(16 << 20, i + 1)); i += 1; "
+        "if (i === 64) { clearInterval(t); console.log('fin' + 'ished'); } }, 50);"
+    )
     async with await runtime.start(SandboxSpec(limits=resident(192))) as box:
         result = await box.exec(["node", "-e", hog], 60)
         assert result.cap == "memory" and "finished" not in result.stdout, result
@@ -282,12 +294,17 @@ def test_the_tree_walk_finds_every_descendant_and_nothing_else(by_children):
 
     import psutil
 
-    tree = subprocess.Popen(["python3", "-c",
-                             "import subprocess, sys, threading\n"
-                             "kids = [subprocess.Popen(['sleep', '30']) for _ in range(3)]\n"
-                             "t = threading.Thread(target=lambda: subprocess.run(['sleep', '30']))\n"
-                             "t.start(); print('up', flush=True); t.join()"],
-                            stdout=subprocess.PIPE)
+    tree = subprocess.Popen(
+        [
+            "python3",
+            "-c",
+            "import subprocess, sys, threading\n"
+            "kids = [subprocess.Popen(['sleep', '30']) for _ in range(3)]\n"
+            "t = threading.Thread(target=lambda: subprocess.run(['sleep', '30']))\n"
+            "t.start(); print('up', flush=True); t.join()",
+        ],
+        stdout=subprocess.PIPE,
+    )
     try:
         assert tree.stdout is not None and tree.stdout.readline() == b"up\n"
         expected = wait_for_children(tree.pid, 4)
@@ -298,7 +315,7 @@ def test_the_tree_walk_finds_every_descendant_and_nothing_else(by_children):
         # No time for PSS: every process counts its RSS (an upper bound).
         rss, how = rsscap.resident_usage([tree.pid], 0, budget=-1)
         assert how == "pss+rss" and rss >= rsscap.resident_usage([tree.pid], 1 << 40)[0] // 2
-        gone = 2 ** 22 + 1
+        gone = 2**22 + 1
         assert proctree.tree_pids([gone], by_children) == [gone]  # (no children)
     finally:
         for child in psutil.Process(tree.pid).children(recursive=True):
@@ -308,8 +325,7 @@ def test_the_tree_walk_finds_every_descendant_and_nothing_else(by_children):
 
 
 @needs_bwrap
-async def test_without_children_files_the_cap_still_sees_the_whole_sandbox(tmp_path,
-                                                                           monkeypatch):
+async def test_without_children_files_the_cap_still_sees_the_whole_sandbox(tmp_path, monkeypatch):
     """On a kernel without ``/proc/PID/task/TID/children`` (no CONFIG_PROC_CHILDREN) a
     walk through them sees only the runtime's own processes (bwrap: a few MB), so the
     cap would never fire; there the walk goes by every process's parent instead."""
@@ -318,6 +334,7 @@ async def test_without_children_files_the_cap_still_sees_the_whole_sandbox(tmp_p
 
     def no_children_files(roots):
         raise AssertionError("walked the children files on a kernel without them")
+
     monkeypatch.setattr(proctree, "children_files", lambda: False)
     monkeypatch.setattr(proctree, "_by_children", no_children_files)
     async with await runtime.start(SandboxSpec(limits=resident(128))) as box:
@@ -331,9 +348,15 @@ def wait_for_children(pid: int, count: int) -> list[int]:
 
     from tests.waiting import wait_until
 
-    return wait_until(lambda: [c.pid for c in psutil.Process(pid).children(recursive=True)]
-                      if len(psutil.Process(pid).children(recursive=True)) >= count else None,
-                      timeout=30, what=f"{count} children")
+    return wait_until(
+        lambda: (
+            [c.pid for c in psutil.Process(pid).children(recursive=True)]
+            if len(psutil.Process(pid).children(recursive=True)) >= count
+            else None
+        ),
+        timeout=30,
+        what=f"{count} children",
+    )
 
 
 @needs_bwrap
@@ -346,8 +369,7 @@ def test_resident_cap_as_an_unprivileged_user(tmp_path):
 def test_past_the_rss_limit_the_largest_processes_are_read_first(monkeypatch):
     """Past the limit PSS is read largest first (by RSS + page tables), so the
     reading stops early and a budget spent still counted the big ones by PSS."""
-    sizes = {1: (1, 300 * MB, 0), 2: (2, 10 * MB, 0), 3: (3, 20 * MB, 1 * MB),
-             4: (4, 5 * MB, 0)}
+    sizes = {1: (1, 300 * MB, 0), 2: (2, 10 * MB, 0), 3: (3, 20 * MB, 1 * MB), 4: (4, 5 * MB, 0)}
     read = []
     monkeypatch.setattr(rsscap, "tree_pids", lambda roots: list(sizes))
     monkeypatch.setattr(rsscap, "rss_bytes", lambda pid: sizes[pid])
@@ -355,6 +377,7 @@ def test_past_the_rss_limit_the_largest_processes_are_read_first(monkeypatch):
     def pss(pid):
         read.append(pid)
         return sizes[pid][1]
+
     monkeypatch.setattr(rsscap, "pss_bytes", pss)
     used, how = rsscap.resident_usage([0], 250 * MB)
     assert how == "pss" and used > 250 * MB and read == [1]

@@ -28,15 +28,15 @@ def runtime(request, tmp_path):
 
 @pytest.fixture
 async def sandbox(runtime):
-    box = await runtime.start(SandboxSpec(files={"task/README.md": "solve it\n"},
-                                          env={"TASK": "demo"}))
+    box = await runtime.start(SandboxSpec(files={"task/README.md": "solve it\n"}, env={"TASK": "demo"}))
     yield box
     await box.close()
 
 
 async def test_exec_returns_output_exit_code_and_env(sandbox):
-    result = await sandbox.exec("cat task/README.md; echo $TASK $EXTRA; echo warn >&2; exit 7", 10,
-                                env={"EXTRA": "more"})
+    result = await sandbox.exec(
+        "cat task/README.md; echo $TASK $EXTRA; echo warn >&2; exit 7", 10, env={"EXTRA": "more"}
+    )
     assert result.exit_code == 7 and not result.ok
     assert result.stdout == "solve it\ndemo more\n" and result.stderr == "warn\n"
     assert (await sandbox.exec(["printf", "%s", "a b"], 10)).stdout == "a b"
@@ -50,8 +50,7 @@ async def test_server_environment_does_not_leak(sandbox, monkeypatch):
 
 
 async def test_cwd_home_and_tmp_are_the_sandboxes(sandbox):
-    result = await sandbox.exec('pwd; echo "$HOME"; echo "${TMPDIR:-/tmp}"; '
-                                'echo x > "${TMPDIR:-/tmp}/shared"', 10)
+    result = await sandbox.exec('pwd; echo "$HOME"; echo "${TMPDIR:-/tmp}"; echo x > "${TMPDIR:-/tmp}/shared"', 10)
     cwd, home, tmp = result.stdout.split()
     assert cwd == "/workspace" or cwd == str(sandbox.workspace)
     # HOME is the private tmp, not the workspace: caches and dotfiles stay out of it.
@@ -101,8 +100,7 @@ async def test_spawn_pipes_interpreter_keeps_state(sandbox):
 
 
 async def test_pty_shell_interrupt_and_state(sandbox):
-    shell = await sandbox.spawn(["bash", "--norc", "--noprofile", "-i"], pty=True,
-                                env={"PS1": "READY$ "})
+    shell = await sandbox.spawn(["bash", "--norc", "--noprofile", "-i"], pty=True, env={"PS1": "READY$ "})
     output = b""
 
     async def until(marker: bytes) -> None:
@@ -134,8 +132,7 @@ async def test_close_kills_every_process_and_removes_folders(runtime, tmp_path):
     assert before
     await box.close()
     await box.close()  # idempotent
-    assert wait_until(lambda: not [p for p in our_descendants()
-                                   if p.status() != psutil.STATUS_ZOMBIE])
+    assert wait_until(lambda: not [p for p in our_descendants() if p.status() != psutil.STATUS_ZOMBIE])
     assert not box.workspace.exists() and not record.exists()
     with pytest.raises(SandboxError):
         await box.exec("true", 5)

@@ -59,8 +59,9 @@ def test_a_cache_others_may_write_is_refused(tmp_path):
         sandbox_python.ensure(cache, ["pytest"])
 
 
-@pytest.mark.parametrize("config", [BubblewrapConfig(), BubblewrapConfig(root_uids=None)],
-                         ids=["default", "root_uids=None"])
+@pytest.mark.parametrize(
+    "config", [BubblewrapConfig(), BubblewrapConfig(root_uids=None)], ids=["default", "root_uids=None"]
+)
 def test_site_dirs_are_covered_over_the_bound_interpreter(tmp_path, config):
     """The base interpreter is bound back when a hidden folder covers it (and the
     sandbox's uid can reach it), and its own site-packages (pyenv keeps packages

@@ -16,8 +16,10 @@ from rollserve.sandbox.base import SandboxError, SandboxSpec
 from rollserve.sandbox.bubblewrap import BubblewrapConfig, BubblewrapRuntime
 from rollserve.sandbox.local import LocalRuntime
 
-needs_bwrap = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                 reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+needs_bwrap = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 
 @pytest.fixture
@@ -40,8 +42,10 @@ async def test_seed_then_alias_on_bubblewrap(tmp_path, image_folder):
     spec = SandboxSpec(workspace_seed=str(seed), workspace_aliases=["/testbed"])
     async with await runtime.start(spec) as box:
         assert (box.workspace / "pkg" / "mod.py").read_text() == "X = 1\n"  # seeded
-        result = await box.exec("echo 'X = 2' > /testbed/pkg/mod.py && cat /workspace/pkg/mod.py "
-                                "&& cd /testbed && pwd -P >/dev/null && ls", 10)
+        result = await box.exec(
+            "echo 'X = 2' > /testbed/pkg/mod.py && cat /workspace/pkg/mod.py && cd /testbed && pwd -P >/dev/null && ls",
+            10,
+        )
         assert result.ok, result.stderr
         assert result.stdout.splitlines() == ["X = 2", "pkg"]  # one folder, two places
     assert seed.joinpath("pkg", "mod.py").read_text() == "X = 1\n"  # the image is untouched

@@ -34,8 +34,14 @@ def test_every_refused_set_fails_the_sandbox_start(tmp_path, files):
 
 
 def test_names_at_the_limits_are_written(tmp_path):
-    files = {"a/b": "1", "a/c": "2", "/workspace/e/f.py": "3", "x" * MAX_PART_BYTES: "4",
-             "/".join(["d"] * (MAX_DEPTH - 1)) + "/f": "5", "é" * (MAX_PART_BYTES // 2): "6"}
+    files = {
+        "a/b": "1",
+        "a/c": "2",
+        "/workspace/e/f.py": "3",
+        "x" * MAX_PART_BYTES: "4",
+        "/".join(["d"] * (MAX_DEPTH - 1)) + "/f": "5",
+        "é" * (MAX_PART_BYTES // 2): "6",
+    }
     assert workspace_file_problem(files) is None
     folders = SandboxFolders.create(tmp_path, "test-limits")
     folders.write_files(SandboxSpec(files=files))
@@ -43,13 +49,16 @@ def test_names_at_the_limits_are_written(tmp_path):
     assert (folders.workspace / ("/".join(["d"] * (MAX_DEPTH - 1)) + "/f")).read_text() == "5"
 
 
-@pytest.mark.parametrize(("files", "name"), [
-    ({"a": "1", "/workspace/a": "2"}, "/workspace/a"),
-    ({"a/./b": ""}, "a/./b"),
-    ({"x" * (MAX_PART_BYTES + 1): ""}, "x" * (MAX_PART_BYTES + 1)),
-    ({"/".join(["d"] * MAX_DEPTH) + "/f": ""}, "/".join(["d"] * MAX_DEPTH) + "/f"),
-    ({"/".join(["n" * 200] * 6): ""}, "/".join(["n" * 200] * 6)),  # over MAX_PATH_BYTES
-])
+@pytest.mark.parametrize(
+    ("files", "name"),
+    [
+        ({"a": "1", "/workspace/a": "2"}, "/workspace/a"),
+        ({"a/./b": ""}, "a/./b"),
+        ({"x" * (MAX_PART_BYTES + 1): ""}, "x" * (MAX_PART_BYTES + 1)),
+        ({"/".join(["d"] * MAX_DEPTH) + "/f": ""}, "/".join(["d"] * MAX_DEPTH) + "/f"),
+        ({"/".join(["n" * 200] * 6): ""}, "/".join(["n" * 200] * 6)),  # over MAX_PATH_BYTES
+    ],
+)
 def test_ambiguous_or_oversized_names_are_refused_by_name(files, name):
     found = workspace_file_problem(files)
     assert found is not None and found[0] == name

@@ -22,28 +22,35 @@ async def post(url: str, path: str, body: dict) -> tuple[int, dict]:
 async def test_sglang_generate_shape(tok, chat_prompt):
     prompt = chat_prompt()
     async with FakeSGLang(tok, replies="The answer is 4.") as server:
-        status, body = await post(server.url, "/generate", {
-            "input_ids": prompt, "return_logprob": True, "logprob_start_len": -1,
-            "sampling_params": {"max_new_tokens": 50, "temperature": 1.0, "sampling_seed": 9},
-        })
+        status, body = await post(
+            server.url,
+            "/generate",
+            {
+                "input_ids": prompt,
+                "return_logprob": True,
+                "logprob_start_len": -1,
+                "sampling_params": {"max_new_tokens": 50, "temperature": 1.0, "sampling_seed": 9},
+            },
+        )
     assert status == 200 and set(body) == {"text", "output_ids", "meta_info"}
     ids = tok.encode("The answer is 4.") + [tok.eos_token_id]
     assert body["output_ids"] == ids and body["text"] == "The answer is 4."
     meta = body["meta_info"]
     assert meta["finish_reason"] == {"type": "stop", "matched": tok.eos_token_id}
     assert meta["prompt_tokens"] == len(prompt) and meta["completion_tokens"] == len(ids)
-    assert meta["output_token_logprobs"] == [
-        [fake_logprob(prompt, i, seed=9), t, None] for i, t in enumerate(ids)]
+    assert meta["output_token_logprobs"] == [[fake_logprob(prompt, i, seed=9), t, None] for i, t in enumerate(ids)]
     assert server.calls[0].output_ids == ids and server.calls[0].route == "/generate"
 
 
 async def test_sglang_rejects_openai_field_names_and_reports_length(tok, chat_prompt):
     async with FakeSGLang(tok, replies="a b c d e f") as server:
-        status, body = await post(server.url, "/generate", {
-            "input_ids": chat_prompt(), "sampling_params": {"max_tokens": 3}})
+        status, body = await post(
+            server.url, "/generate", {"input_ids": chat_prompt(), "sampling_params": {"max_tokens": 3}}
+        )
         assert status == 400 and "max_tokens" in body["error"]["message"]
-        _, body = await post(server.url, "/generate", {
-            "input_ids": chat_prompt(), "sampling_params": {"max_new_tokens": 3}})
+        _, body = await post(
+            server.url, "/generate", {"input_ids": chat_prompt(), "sampling_params": {"max_new_tokens": 3}}
+        )
     assert body["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     assert "output_token_logprobs" not in body["meta_info"]  # not asked for
 
@@ -51,35 +58,53 @@ async def test_sglang_rejects_openai_field_names_and_reports_length(tok, chat_pr
 async def test_llamacpp_completion_shape(tok, chat_prompt):
     prompt = chat_prompt()
     async with FakeLlamaCpp(tok, replies="Four.", model="smol.gguf") as server:
-        status, body = await post(server.url, "/completion", {
-            "prompt": prompt, "n_predict": 20, "n_probs": 1, "return_tokens": True, "seed": 4})
+        status, body = await post(
+            server.url,
+            "/completion",
+            {"prompt": prompt, "n_predict": 20, "n_probs": 1, "return_tokens": True, "seed": 4},
+        )
         _, plain = await post(server.url, "/completion", {"prompt": prompt, "n_predict": 20})
-        _, post_sampling = await post(server.url, "/completion", {
-            "prompt": prompt, "n_probs": 1, "post_sampling_probs": True})
+        _, post_sampling = await post(
+            server.url, "/completion", {"prompt": prompt, "n_probs": 1, "post_sampling_probs": True}
+        )
         async with aiohttp.ClientSession() as client:
             async with client.get(server.url + "/health") as resp:
                 assert resp.status == 200 and await resp.json() == {"status": "ok"}
     ids = tok.encode("Four.") + [tok.eos_token_id]
     assert status == 200 and body["tokens"] == ids and body["content"] == "Four."
     assert body["stop_type"] == "eos" and body["tokens_evaluated"] == len(prompt)
-    assert {"index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted",
-            "tokens_evaluated", "generation_settings", "prompt", "has_new_line", "truncated",
-            "stop_type", "stopping_word", "tokens_cached", "timings",
-            "completion_probabilities"} == set(body)
+    assert {
+        "index",
+        "content",
+        "tokens",
+        "id_slot",
+        "stop",
+        "model",
+        "tokens_predicted",
+        "tokens_evaluated",
+        "generation_settings",
+        "prompt",
+        "has_new_line",
+        "truncated",
+        "stop_type",
+        "stopping_word",
+        "tokens_cached",
+        "timings",
+        "completion_probabilities",
+    } == set(body)
     entry = body["completion_probabilities"][0]
     assert set(entry) == {"id", "token", "bytes", "logprob", "top_logprobs"}
     assert [p["id"] for p in body["completion_probabilities"]] == ids
     assert [p["logprob"] for p in body["completion_probabilities"]] == [
-        fake_logprob(prompt, i, seed=4) for i in range(len(ids))]
+        fake_logprob(prompt, i, seed=4) for i in range(len(ids))
+    ]
     assert plain["tokens"] == [] and "completion_probabilities" not in plain
-    assert set(post_sampling["completion_probabilities"][0]) == {"id", "token", "bytes", "prob",
-                                                                 "top_probs"}
+    assert set(post_sampling["completion_probabilities"][0]) == {"id", "token", "bytes", "prob", "top_probs"}
 
 
 async def test_llamacpp_skips_tokens_inside_a_utf8_character(tok, chat_prompt):
     async with FakeLlamaCpp(tok, replies="a 🦜") as server:
-        _, body = await post(server.url, "/completion", {
-            "prompt": chat_prompt(), "n_probs": 1, "return_tokens": True})
+        _, body = await post(server.url, "/completion", {"prompt": chat_prompt(), "n_probs": 1, "return_tokens": True})
     ids = body["tokens"]
     listed = [p["id"] for p in body["completion_probabilities"]]
     assert len(listed) == len(ids) - 2  # the parrot's first two byte tokens have no entry
@@ -97,15 +122,20 @@ async def test_llamacpp_context_errors(tok):
 async def test_vllm_generate_and_chat_routes(tok, chat_prompt):
     prompt = chat_prompt()
     async with FakeVLLM(tok, replies="Hi!", generate_endpoint=True) as server:
-        status, body = await post(server.url, "/inference/v1/generate", {
-            "token_ids": prompt, "sampling_params": {"max_tokens": 10, "logprobs": 0},
-            "return_token_ids": True})
+        status, body = await post(
+            server.url,
+            "/inference/v1/generate",
+            {"token_ids": prompt, "sampling_params": {"max_tokens": 10, "logprobs": 0}, "return_token_ids": True},
+        )
         assert status == 200 and body["prompt_token_ids"] == prompt
         choice = body["choices"][0]
         assert choice["token_ids"] == tok.encode("Hi!") + [tok.eos_token_id]
         assert [c["token_id"] for c in choice["logprobs"]["content"]] == choice["token_ids"]
-        status, chat = await post(server.url, "/v1/chat/completions", {
-            "model": "fake-model", "messages": [{"role": "user", "content": "hello"}]})
+        status, chat = await post(
+            server.url,
+            "/v1/chat/completions",
+            {"model": "fake-model", "messages": [{"role": "user", "content": "hello"}]},
+        )
     assert status == 200 and chat["choices"][0]["message"]["content"] == "Hi!"
     assert chat["usage"]["prompt_tokens"] == len(server.calls[1].prompt_ids)
     async with FakeVLLM(tok) as server:  # without --enable-scale-out there is no such route
@@ -117,11 +147,9 @@ async def test_vllm_generate_and_chat_routes(tok, chat_prompt):
 @pytest.mark.parametrize("mode", ["abort", "in_place"])
 async def test_a_paused_server_holds_new_calls_and_aborts_running_ones(tok, chat_prompt, mode):
     async with FakeSGLang(tok, replies="slow", latency=5.0) as server:
-        body = {"input_ids": chat_prompt(), "sampling_params": {"max_new_tokens": 5},
-                "return_logprob": True}
+        body = {"input_ids": chat_prompt(), "sampling_params": {"max_new_tokens": 5}, "return_logprob": True}
         running = asyncio.create_task(post(server.url, "/generate", body))
-        await eventually(lambda: server.calls and server.calls[0].started_at is not None,
-                         what="the first call running")
+        await eventually(lambda: server.calls and server.calls[0].started_at is not None, what="the first call running")
         await post(server.url, "/pause_generation", {"mode": mode})
         held = asyncio.create_task(post(server.url, "/generate", body))
         await eventually(lambda: len(server.calls) == 2, what="the second call at the server")

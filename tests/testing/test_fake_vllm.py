@@ -26,10 +26,20 @@ async def post(url: str, path: str, body: dict) -> tuple[int, dict]:
 async def test_completion_has_vllm_shape_and_is_recorded(tok, chat_prompt):
     prompt = chat_prompt()
     async with FakeVLLM(tok, replies=["The answer is 4."]) as server:
-        status, body = await post(server.url, "/v1/completions", {
-            "model": "fake-model", "prompt": prompt, "max_tokens": 50, "temperature": 1.0,
-            "seed": 7, "logprobs": 0, "return_token_ids": True, "skip_special_tokens": False,
-        })
+        status, body = await post(
+            server.url,
+            "/v1/completions",
+            {
+                "model": "fake-model",
+                "prompt": prompt,
+                "max_tokens": 50,
+                "temperature": 1.0,
+                "seed": 7,
+                "logprobs": 0,
+                "return_token_ids": True,
+                "skip_special_tokens": False,
+            },
+        )
     assert status == 200
     assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
     choice = body["choices"][0]
@@ -42,20 +52,39 @@ async def test_completion_has_vllm_shape_and_is_recorded(tok, chat_prompt):
     assert lps == [fake_logprob(prompt, i, seed=7) for i in range(len(expected_ids))]
     assert all(lp < 0 for lp in lps)
     assert len(choice["logprobs"]["tokens"]) == len(expected_ids)
-    assert choice["logprobs"]["top_logprobs"] == [
-        {token: lp} for token, lp in zip(choice["logprobs"]["tokens"], lps)
-    ]
+    assert choice["logprobs"]["top_logprobs"] == [{token: lp} for token, lp in zip(choice["logprobs"]["tokens"], lps)]
     assert body["usage"] == {
-        "prompt_tokens": len(prompt), "completion_tokens": len(expected_ids),
-        "total_tokens": len(prompt) + len(expected_ids), "prompt_tokens_details": None,
+        "prompt_tokens": len(prompt),
+        "completion_tokens": len(expected_ids),
+        "total_tokens": len(prompt) + len(expected_ids),
+        "prompt_tokens_details": None,
         "completion_tokens_details": None,
     }
     # The keys a real vLLM 0.32 server returns (recorded from one).
-    assert set(choice) == {"index", "text", "logprobs", "finish_reason", "stop_reason",
-                           "token_ids", "prompt_logprobs", "prompt_token_ids", "routed_experts"}
-    assert set(body) == {"id", "object", "created", "model", "choices", "service_tier",
-                         "system_fingerprint", "usage", "kv_transfer_params",
-                         "ec_transfer_params", "metrics"}
+    assert set(choice) == {
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "token_ids",
+        "prompt_logprobs",
+        "prompt_token_ids",
+        "routed_experts",
+    }
+    assert set(body) == {
+        "id",
+        "object",
+        "created",
+        "model",
+        "choices",
+        "service_tier",
+        "system_fingerprint",
+        "usage",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "metrics",
+    }
     [call] = server.calls
     assert call.prompt_ids == prompt and call.output_ids == expected_ids
     assert call.logprobs == lps and call.finish_reason == "stop" and call.status == 200
@@ -63,9 +92,11 @@ async def test_completion_has_vllm_shape_and_is_recorded(tok, chat_prompt):
 
 async def test_max_tokens_cuts_with_length(tok, chat_prompt):
     async with FakeVLLM(tok, replies=["one two three four five six"]) as server:
-        _, body = await post(server.url, "/v1/completions",
-                             {"prompt": [chat_prompt()], "max_tokens": 3, "logprobs": 0,
-                              "return_token_ids": True})
+        _, body = await post(
+            server.url,
+            "/v1/completions",
+            {"prompt": [chat_prompt()], "max_tokens": 3, "logprobs": 0, "return_token_ids": True},
+        )
     choice = body["choices"][0]
     assert choice["finish_reason"] == "length"
     assert choice["token_ids"] == tok.encode("one two three four five six")[:3]
@@ -75,10 +106,16 @@ async def test_max_tokens_cuts_with_length(tok, chat_prompt):
 async def test_stop_token_ids_end_the_reply(tok, chat_prompt):
     reply_ids = tok.encode("alpha beta gamma")
     async with FakeVLLM(tok, replies="alpha beta gamma") as server:
-        _, body = await post(server.url, "/v1/completions", {
-            "prompt": chat_prompt(), "max_tokens": 20, "return_token_ids": True,
-            "stop_token_ids": [reply_ids[1]],
-        })
+        _, body = await post(
+            server.url,
+            "/v1/completions",
+            {
+                "prompt": chat_prompt(),
+                "max_tokens": 20,
+                "return_token_ids": True,
+                "stop_token_ids": [reply_ids[1]],
+            },
+        )
     choice = body["choices"][0]
     assert choice["token_ids"] == reply_ids[:2]
     assert choice["finish_reason"] == "stop" and choice["stop_reason"] == reply_ids[1]
@@ -86,8 +123,10 @@ async def test_stop_token_ids_end_the_reply(tok, chat_prompt):
 
 async def test_replies_cycle_and_callables_see_the_prompt(tok, chat_prompt):
     async with FakeVLLM(tok, replies=["a", "b"]) as server:
-        texts = [(await post(server.url, "/v1/completions", {"prompt": chat_prompt()}))[1]
-                 ["choices"][0]["text"] for _ in range(3)]
+        texts = [
+            (await post(server.url, "/v1/completions", {"prompt": chat_prompt()}))[1]["choices"][0]["text"]
+            for _ in range(3)
+        ]
     assert texts == ["a", "b", "a"]
 
     seen = []
@@ -104,10 +143,16 @@ async def test_replies_cycle_and_callables_see_the_prompt(tok, chat_prompt):
 
 async def test_tokens_as_token_ids_and_servers_without_return_token_ids(tok, chat_prompt):
     async with FakeVLLM(tok, replies="hi", return_token_ids_supported=False) as server:
-        _, body = await post(server.url, "/v1/completions", {
-            "prompt": chat_prompt(), "logprobs": 0, "return_token_ids": True,
-            "return_tokens_as_token_ids": True,
-        })
+        _, body = await post(
+            server.url,
+            "/v1/completions",
+            {
+                "prompt": chat_prompt(),
+                "logprobs": 0,
+                "return_token_ids": True,
+                "return_tokens_as_token_ids": True,
+            },
+        )
     choice = body["choices"][0]
     assert choice["token_ids"] is None
     assert choice["logprobs"]["tokens"] == [f"token_id:{t}" for t in server.calls[0].output_ids]
@@ -118,20 +163,21 @@ async def test_bad_requests_get_400(tok):
         status, body = await post(server.url, "/v1/completions", {"prompt": [[1, 2], [3]]})
         assert status == 400 and "prompt" in body["error"]["message"]
         # vLLM 0.32's words, as a real server answered them (N + 1 tokens: "at least").
-        status, body = await post(server.url, "/v1/completions",
-                                  {"prompt": [1] * 65, "max_tokens": 10})
+        status, body = await post(server.url, "/v1/completions", {"prompt": [1] * 65, "max_tokens": 10})
         assert status == 400 and body["error"]["param"] == "input_tokens"
         assert body["error"]["message"] == (
             "This model's maximum context length is 64 tokens. However, your prompt contains at "
             "least 65 input tokens, which exceeds this limit even without any output tokens. "
-            "Please reduce the length of the input prompt. (parameter=input_tokens, value=65)")
+            "Please reduce the length of the input prompt. (parameter=input_tokens, value=65)"
+        )
         status, body = await post(server.url, "/v1/completions", {"prompt": [1] * 69})
         assert "your prompt contains 69 input tokens" in body["error"]["message"]
         status, body = await post(server.url, "/v1/completions", {"prompt": [1] * 64})
         assert status == 400 and "max_tokens must be at least 1, got 0" in body["error"]["message"]
         # vLLM 0.32 cuts max_tokens to what the context leaves, and samples.
-        status, body = await post(server.url, "/v1/completions",
-                                  {"prompt": [1] * 60, "max_tokens": 10, "return_token_ids": True})
+        status, body = await post(
+            server.url, "/v1/completions", {"prompt": [1] * 60, "max_tokens": 10, "return_token_ids": True}
+        )
         assert status == 200 and len(body["choices"][0]["token_ids"]) <= 4
     assert [c.status for c in server.calls] == [400, 400, 400, 400, 200]
 
@@ -146,8 +192,7 @@ async def test_health_models_tokenize(tok):
         messages = [{"role": "user", "content": "hi"}]
         _, body = await post(server.url, "/tokenize", {"messages": messages})
         expected = tok.encode(tok.render(messages, add_generation_prompt=True))
-        assert body == {"count": len(expected), "max_model_len": 32768,
-                        "tokens": expected, "token_strs": None}
+        assert body == {"count": len(expected), "max_model_len": 32768, "tokens": expected, "token_strs": None}
         _, body = await post(server.url, "/tokenize", {"prompt": "hello world"})
         assert body["tokens"] == tok.encode("hello world")
 
@@ -179,8 +224,7 @@ async def test_capacity_queues_and_stats_report_busy_time(tok, chat_prompt):
         await asyncio.sleep(0.1)  # sleep-ok: the idle time under test (wall time, not busy time)
         started = time.perf_counter()
         idle = started - idle_from
-        await asyncio.gather(*[post(server.url, "/v1/completions", {"prompt": prompt})
-                               for _ in range(6)])
+        await asyncio.gather(*[post(server.url, "/v1/completions", {"prompt": prompt}) for _ in range(6)])
         elapsed = time.perf_counter() - started
         stats = server.stats()
     # What the meter guarantees however loaded the machine (bounds, not a timed window):
@@ -230,10 +274,22 @@ def test_command_line_entry_serves():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-W", "error:'rollserve.testing.fake_vllm' found in sys.modules:RuntimeWarning",
-         "-m", "rollserve.testing.fake_vllm", "--port", str(port),
-         "--reply", "hello", "--latency", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ},
+        [
+            sys.executable,
+            "-W",
+            "error:'rollserve.testing.fake_vllm' found in sys.modules:RuntimeWarning",
+            "-m",
+            "rollserve.testing.fake_vllm",
+            "--port",
+            str(port),
+            "--reply",
+            "hello",
+            "--latency",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ},
     )
     try:
         assert b"serving" in proc.stdout.readline()

@@ -13,7 +13,7 @@ import pytest
 from rollserve.testing.scripted_policy import ScriptError, chat_turns, load_reply_script
 from tests.waiting import wait_until
 
-POLICY = '''
+POLICY = """
 from rollserve.testing.scripted_policy import chat_turns
 
 def reply(prompt_ids, prompt):
@@ -23,7 +23,7 @@ def reply(prompt_ids, prompt):
     if "7 * 6" in task:
         return "It is \\\\boxed{42}." if turn == 0 else "again"
     return "I do not know, maybe \\\\boxed{0}."
-'''
+"""
 
 
 def free_port() -> int:
@@ -33,9 +33,14 @@ def free_port() -> int:
 
 
 def test_chat_turns_reads_a_chatml_prompt(tok):
-    prompt = tok.render([{"role": "user", "content": "Hi\nthere"},
-                         {"role": "assistant", "content": "Hello."},
-                         {"role": "user", "content": "Again?"}], add_generation_prompt=True)
+    prompt = tok.render(
+        [
+            {"role": "user", "content": "Hi\nthere"},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Again?"},
+        ],
+        add_generation_prompt=True,
+    )
     roles = [(m["role"], m["content"]) for m in chat_turns(prompt)]
     assert roles[-3:] == [("user", "Hi\nthere"), ("assistant", "Hello."), ("user", "Again?")]
 
@@ -52,8 +57,12 @@ def test_bad_scripts_are_named(tmp_path):
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
     with pytest.raises(ScriptError, match="failed to load: RuntimeError: boom"):
         load_reply_script(tmp_path / "broken.py")
-    done = subprocess.run([sys.executable, "-m", "rollserve.cli", "fake-llm", "--script",
-                           str(tmp_path / "none.py")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rollserve.cli", "fake-llm", "--script", str(tmp_path / "none.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "--script" in done.stderr and "none.py" in done.stderr
 
 
@@ -61,11 +70,14 @@ async def test_fake_llm_script_drives_rollouts_per_task(tmp_path, make_api):
     script = tmp_path / "policy.py"
     script.write_text(POLICY)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "rollserve.cli", "fake-llm", "--port", str(port),
-                             "--script", str(script)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rollserve.cli", "fake-llm", "--port", str(port), "--script", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
+
         def healthy() -> bool:
             assert proc.poll() is None, proc.stdout.read().decode()
             try:
@@ -75,14 +87,18 @@ async def test_fake_llm_script_drives_rollouts_per_task(tmp_path, make_api):
 
         wait_until(healthy, 60, "fake-llm to start", interval=0.1)
         _, client = await make_api([url])
-        r = await client.post("/v1/rollouts:run", json={"task": {
-            "data_source": "math", "n": 2,
-            "instance": {"question": "What is 7 * 6?", "answer": "42"}}}, timeout=60)
+        r = await client.post(
+            "/v1/rollouts:run",
+            json={"task": {"data_source": "math", "n": 2, "instance": {"question": "What is 7 * 6?", "answer": "42"}}},
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         right = r.json()["results"]
-        r = await client.post("/v1/rollouts:run", json={"task": {
-            "data_source": "math", "instance": {"question": "What is 5 + 5?", "answer": "10"}}},
-            timeout=60)
+        r = await client.post(
+            "/v1/rollouts:run",
+            json={"task": {"data_source": "math", "instance": {"question": "What is 5 + 5?", "answer": "10"}}},
+            timeout=60,
+        )
         wrong = r.json()["results"]
     finally:
         proc.terminate()

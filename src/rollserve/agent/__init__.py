@@ -21,8 +21,17 @@ _HOMES: dict[str, str] = {
     "Trajectory": "rollserve.agent.trajectory",
 }
 __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
-    "BashTool", "EditorTool", "FinishTool", "LoopStats", "PythonTool", "ToolEnv", "ToolEnvConfig",
-    "ToolError", "Trajectory", "function_schema", "run_agent_loop",
+    "BashTool",
+    "EditorTool",
+    "FinishTool",
+    "LoopStats",
+    "PythonTool",
+    "ToolEnv",
+    "ToolEnvConfig",
+    "ToolError",
+    "Trajectory",
+    "function_schema",
+    "run_agent_loop",
 ]
 
 

@@ -94,14 +94,14 @@ class EpisodeClock:
         episode is scored); else raise ``DeadlineFailure`` (masked)."""
         elapsed = time.perf_counter() - self.started
         tools, llm = self.stats.env_seconds, self.stats.llm_seconds
-        took = (f"{elapsed:.1f} s: {llm:.1f} s waiting on the LLM backend, {tools:.1f} s in the "
-                "agent's tools")
+        took = f"{elapsed:.1f} s: {llm:.1f} s waiting on the LLM backend, {tools:.1f} s in the agent's tools"
         if not trajectory.turns:
             raise DeadlineFailure(f"the RUN deadline came before the policy sampled anything ({took})")
         if tools >= elapsed - tools:
             return "time_limit"
-        raise DeadlineFailure(f"the RUN deadline came after {took}; the backend took most of the "
-                              "time, so the episode is not scored")
+        raise DeadlineFailure(
+            f"the RUN deadline came after {took}; the backend took most of the time, so the episode is not scored"
+        )
 
 
 async def stop_env(env: AgentEnv) -> None:

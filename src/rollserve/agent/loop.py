@@ -71,8 +71,7 @@ async def run_agent_loop(
     """
     clock = EpisodeClock(deadline, stats)
     if await llm.message_level():
-        return await _run_chat_loop(env, llm, sampling, max_turns, max_context_tokens,
-                                    trajectory, clock)
+        return await _run_chat_loop(env, llm, sampling, max_turns, max_context_tokens, trajectory, clock)
     builder = tokenizer.prompt_builder(tools=env.tools)
     trajectory.fidelity = builder.fidelity
     messages = _open_episode(env, trajectory)
@@ -130,10 +129,14 @@ def _check_opening(length: int, limit: int, max_context_tokens: int) -> None:
     room to sample under ``limit``."""
     if length < limit:
         return
-    where = (f"max_context_tokens is {max_context_tokens}" if limit == max_context_tokens
-             else f"the backend's context window is {limit} tokens")
-    raise PromptTooLongError(f"the opening prompt is {length} tokens and {where}: no room to "
-                              "sample, so nothing can be scored")
+    where = (
+        f"max_context_tokens is {max_context_tokens}"
+        if limit == max_context_tokens
+        else f"the backend's context window is {limit} tokens"
+    )
+    raise PromptTooLongError(
+        f"the opening prompt is {length} tokens and {where}: no room to sample, so nothing can be scored"
+    )
 
 
 def _tool_schemas(env: AgentEnv) -> list[dict[str, Any]] | None:
@@ -156,8 +159,9 @@ def _within(sampling: SamplingParams, budget: int) -> SamplingParams:
     return sampling
 
 
-async def _generate(llm: LLMSession, trajectory: Trajectory, sampling: SamplingParams,
-                    clock: EpisodeClock) -> Generation | EndedBy:
+async def _generate(
+    llm: LLMSession, trajectory: Trajectory, sampling: SamplingParams, clock: EpisodeClock
+) -> Generation | EndedBy:
     """The next turn sampled on the trajectory's tokens, or why the episode ends
     instead (the time is up; the backend's context window is full)."""
     try:
@@ -168,8 +172,9 @@ async def _generate(llm: LLMSession, trajectory: Trajectory, sampling: SamplingP
         return _context_exhausted(error, trajectory, "prompt does")
 
 
-async def _step(env: AgentEnv, reply: str, clock: EpisodeClock, trajectory: Trajectory, turn: Turn,
-                recorded: list[ToolCallRecord]) -> Step | EndedBy:
+async def _step(
+    env: AgentEnv, reply: str, clock: EpisodeClock, trajectory: Trajectory, turn: Turn, recorded: list[ToolCallRecord]
+) -> Step | EndedBy:
     """The env's step on ``reply``, or, when the time runs out during it, why the episode
     ends: ``turn`` then records the ``recorded`` calls (a chat API's), else those the env
     reads in ``reply``, and the env's tools are stopped."""
@@ -244,8 +249,7 @@ async def _run_chat_loop(
             ended_by = reason
             break
         usage = reply.usage or {}
-        used = usage.get("total_tokens") or (
-            (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0))
+        used = usage.get("total_tokens") or ((usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0))
         if used >= max_context_tokens:
             ended_by = "context_exhausted"
             break
@@ -269,8 +273,9 @@ def _tool_calls_as_text(tool_calls: list[dict], fmt: ToolFormat = "hermes") -> s
         if fmt != "hermes" and isinstance(arguments, dict):
             parts.append("\n" + format_tool_call(function.get("name") or "", arguments, fmt))
             continue
-        parts.append("\n<tool_call>\n" + json.dumps({"name": function.get("name"),
-                                                    "arguments": arguments}) + "\n</tool_call>")
+        parts.append(
+            "\n<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": arguments}) + "\n</tool_call>"
+        )
     return "".join(parts)
 
 
@@ -290,8 +295,13 @@ def _recorded_calls(tool_calls: list[dict[str, Any]]) -> list[ToolCallRecord]:
         elif not isinstance(arguments, dict):
             arguments = {} if arguments is None else json.dumps(arguments)
         call_id = call.get("id")
-        records.append({"name": str(function.get("name") or ""), "arguments": arguments,
-                        "id": call_id if isinstance(call_id, str) else None})
+        records.append(
+            {
+                "name": str(function.get("name") or ""),
+                "arguments": arguments,
+                "id": call_id if isinstance(call_id, str) else None,
+            }
+        )
     return records
 
 
@@ -316,6 +326,7 @@ def _context_exhausted(error: Exception, trajectory: Trajectory, opening: str) -
     if (overflow := context_window_error(error)) is None:
         raise error
     if not trajectory.turns:
-        raise PromptTooLongError(f"the opening {opening} not fit the backend's context "
-                                 f"window: {overflow.message}") from error
+        raise PromptTooLongError(
+            f"the opening {opening} not fit the backend's context window: {overflow.message}"
+        ) from error
     return "context_exhausted"

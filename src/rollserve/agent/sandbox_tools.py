@@ -29,8 +29,7 @@ from rollserve.sandbox.tools import (
 class BashTool(Tool):
     """``bash``: a persistent shell; ``is_input`` answers a command that is waiting."""
 
-    def __init__(self, sandbox: Sandbox, config: BashConfig | None = None,
-                 max_timeout: float = 600.0) -> None:
+    def __init__(self, sandbox: Sandbox, config: BashConfig | None = None, max_timeout: float = 600.0) -> None:
         self.session = BashSession(sandbox, config)
         self.max_timeout = max_timeout
         self.schema = function_schema(
@@ -69,8 +68,10 @@ class BashTool(Tool):
             raise ToolError(f"timeout must be between 0 and {self.max_timeout:g} seconds")
         if args.get("is_input"):
             if not self.session.running:
-                raise ToolError("no command is running, so there is nothing to send input to; "
-                                "call bash without is_input to run a command")
+                raise ToolError(
+                    "no command is running, so there is nothing to send input to; "
+                    "call bash without is_input to run a command"
+                )
             if not command:
                 result = await self.session.send(timeout=timeout)  # only wait for output
             elif is_key_sequence(command):
@@ -97,12 +98,16 @@ class BashTool(Tool):
     @staticmethod
     def _text(result: BashResult) -> str:
         if result.waiting_for_input:
-            result.notes.append("answer it with is_input=true: the text to type, or keys such as "
-                                "C-c or C-d; or is_input=true with an empty command to wait")
+            result.notes.append(
+                "answer it with is_input=true: the text to type, or keys such as "
+                "C-c or C-d; or is_input=true with an empty command to wait"
+            )
         elif result.running:
-            result.notes.append("it is still running: is_input=true sends it input or keys "
-                                "(C-c stops it); an empty command waits for more output; "
-                                "a new command stops it")
+            result.notes.append(
+                "it is still running: is_input=true sends it input or keys "
+                "(C-c stops it); an empty command waits for more output; "
+                "a new command stops it"
+            )
         return result.to_text()
 
     async def close(self) -> None:

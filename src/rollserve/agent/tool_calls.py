@@ -118,8 +118,11 @@ def parse_tool_calls(reply: str, fmt: ToolFormat = "hermes") -> ParsedReply:
     for index, match in enumerate(_BLOCK.finditer(reply)):
         body = _FENCE.sub("", match.group(1).strip())
         call, error = _parse_one(body, index)
-        parsed.items.append(call if call is not None else MalformedCall(
-            f"Error: tool call {index + 1} was not understood: {error}. {CALL_FORMAT}", index))
+        parsed.items.append(
+            call
+            if call is not None
+            else MalformedCall(f"Error: tool call {index + 1} was not understood: {error}. {CALL_FORMAT}", index)
+        )
     return parsed
 
 
@@ -172,8 +175,11 @@ def parse_json_calls(reply: str) -> ParsedReply:
         except json.JSONDecodeError as exc:
             if _CALL_START.match(reply, start):
                 index = len(parsed.items)
-                parsed.items.append(MalformedCall(_json_error(
-                    index, f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"), index))
+                parsed.items.append(
+                    MalformedCall(
+                        _json_error(index, f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"), index
+                    )
+                )
                 position = _end_of_bracketed(reply, start)  # not its inner objects again
             else:
                 position = start + 1
@@ -196,8 +202,7 @@ def _call_candidates(value: Any) -> list[Any]:
         if isinstance(value.get("tool_calls"), list):
             return list(value["tool_calls"])
         return [value] if ("name" in value or "function" in value) else []
-    if isinstance(value, list) and any(isinstance(v, dict) and ("name" in v or "function" in v)
-                                       for v in value):
+    if isinstance(value, list) and any(isinstance(v, dict) and ("name" in v or "function" in v) for v in value):
         return list(value)  # a list of calls; a stray item in it is an error
     return []
 
@@ -237,9 +242,15 @@ def parse_bash_block(reply: str) -> ParsedReply:
     if not blocks:
         return ParsedReply()
     if len(blocks) > 1:
-        return ParsedReply([MalformedCall(
-            f"Error: your reply has {len(blocks)} bash code blocks; write exactly one "
-            f"(join commands with && if you need several). {BASH_CALL_FORMAT}", 0)])
+        return ParsedReply(
+            [
+                MalformedCall(
+                    f"Error: your reply has {len(blocks)} bash code blocks; write exactly one "
+                    f"(join commands with && if you need several). {BASH_CALL_FORMAT}",
+                    0,
+                )
+            ]
+        )
     command = blocks[0].strip("\n")
     if not command.strip():
         return ParsedReply([MalformedCall(f"Error: the bash code block is empty. {BASH_CALL_FORMAT}", 0)])
@@ -319,7 +330,9 @@ def bash_system_section(schemas: list[dict]) -> str:
 
 
 def present_tools(
-    schemas: list[dict], system_prompt: str, tokenizer: Tokenizer | None,
+    schemas: list[dict],
+    system_prompt: str,
+    tokenizer: Tokenizer | None,
     where: Literal["auto", "template", "prompt"] = "auto",
     fmt: ToolFormat = "hermes",
 ) -> ToolPresentation:
@@ -331,9 +344,7 @@ def present_tools(
         section = json_system_section(schemas) if fmt == "json" else bash_system_section(schemas)
         prompt = f"{system_prompt}\n\n{section}" if system_prompt else section
         return ToolPresentation(prompt, None, wrap_responses=False)
-    if where == "template" or (
-        where == "auto" and tokenizer is not None and template_supports_tools(tokenizer)
-    ):
+    if where == "template" or (where == "auto" and tokenizer is not None and template_supports_tools(tokenizer)):
         return ToolPresentation(system_prompt, template_tools(schemas), wrap_responses=False)
     section = tools_system_section(schemas)
     prompt = f"{system_prompt}\n\n{section}" if system_prompt else section

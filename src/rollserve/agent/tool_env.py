@@ -34,15 +34,14 @@ from rollserve.llm.base import Tokenizer
 from rollserve.sandbox.tools import truncate_middle
 
 NUDGE = (
-    "Your reply did not call a tool. Call one of the tools with a <tool_call> block, "
-    "or call finish when you are done."
+    "Your reply did not call a tool. Call one of the tools with a <tool_call> block, or call finish when you are done."
 )
 NUDGES: dict[str, str] = {
     "hermes": NUDGE,
     "json": "Your reply did not call a tool. Call one of the tools with a JSON object "
-            '{"name": ..., "arguments": {...}}, or call finish when you are done.',
+    '{"name": ..., "arguments": {...}}, or call finish when you are done.',
     "bash_block": "Your reply had no bash code block. Reply with exactly one ```bash block, "
-                  "or submit when you are done.",
+    "or submit when you are done.",
 }
 
 
@@ -50,20 +49,28 @@ class ToolEnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     call_timeout: float = Field(
-        660.0, gt=0, description="seconds per tool call, then an error; a safety net above "
-        "each tool's own limits (bash: 600 s at most), which end calls more gracefully")
+        660.0,
+        gt=0,
+        description="seconds per tool call, then an error; a safety net above "
+        "each tool's own limits (bash: 600 s at most), which end calls more gracefully",
+    )
     max_calls_per_turn: int = Field(8, ge=1, description="more calls in one reply are refused")
     on_no_call: Literal["nudge", "end"] = Field(
         "nudge", description="a reply without a tool call: remind the model, or end the episode"
     )
     nudge_message: str | None = Field(
-        None, description="what a reply without a call is told (default: per tool_format)")
+        None, description="what a reply without a call is told (default: per tool_format)"
+    )
     tool_format: ToolFormat = Field(
-        "hermes", description="how the model calls tools: hermes (<tool_call> blocks), json "
-        "(JSON function calls), bash_block (one ```bash block per reply: the bash tool)")
+        "hermes",
+        description="how the model calls tools: hermes (<tool_call> blocks), json "
+        "(JSON function calls), bash_block (one ```bash block per reply: the bash tool)",
+    )
     tools_in: Literal["auto", "template", "prompt"] = Field(
-        "auto", description="present the schemas through the chat template's tools (or a "
-        "chat API's), in the system prompt, or auto: the template if it renders them")
+        "auto",
+        description="present the schemas through the chat template's tools (or a "
+        "chat API's), in the system prompt, or auto: the template if it renders them",
+    )
     max_result_chars: int = Field(20_000, ge=200, description="longer tool results keep head+tail")
 
 
@@ -112,8 +119,7 @@ class ToolEnv(AgentEnv):
                 raise ValueError("tool_format bash_block needs a tool named 'bash'")
             shown = [self.by_name["bash"].schema]  # the only tool a bash block can call
         self.tool_schemas = template_tools(shown)  # ChatCompletion shape
-        self.presentation = present_tools(
-            shown, system_prompt, tokenizer, self.config.tools_in, self.tool_format)
+        self.presentation = present_tools(shown, system_prompt, tokenizer, self.config.tools_in, self.tool_format)
         # What run_agent_loop hands the chat template: None when the section is in
         # the system prompt already (the template cannot render it).
         self.tools = self.presentation.template_tools
@@ -135,8 +141,7 @@ class ToolEnv(AgentEnv):
         return self.stats.as_stats()
 
     def calls_in(self, reply: str) -> list[ToolCallRecord]:
-        return [{"name": call.name, "arguments": call.arguments, "id": None}
-                for call in self.parse(reply).calls]
+        return [{"name": call.name, "arguments": call.arguments, "id": None} for call in self.parse(reply).calls]
 
     async def stop(self) -> None:
         """Interrupt what every tool still runs (the episode's time limit cut a call)."""
@@ -152,17 +157,20 @@ class ToolEnv(AgentEnv):
             nudge = self.config.nudge_message or NUDGES[self.tool_format]
             return Step(messages=[{"role": "user", "content": nudge}])
         # Every call the reply makes is recorded on its turn, run or not.
-        calls: list[ToolCallRecord] = [{"name": call.name, "arguments": call.arguments, "id": None}
-                                       for call in parsed.calls]
+        calls: list[ToolCallRecord] = [
+            {"name": call.name, "arguments": call.arguments, "id": None} for call in parsed.calls
+        ]
         messages: list[Message] = []
         limit = self.config.max_calls_per_turn
         for n, item in enumerate(parsed.items):
             if n >= limit:
                 skipped = len(parsed.items) - n
                 self.stats.errors += skipped
-                messages.append(self._message(
-                    f"Error: only {limit} tool calls are run per reply; the last {skipped} "
-                    "were not run.", None))
+                messages.append(
+                    self._message(
+                        f"Error: only {limit} tool calls are run per reply; the last {skipped} were not run.", None
+                    )
+                )
                 break
             if isinstance(item, MalformedCall):
                 self.stats.parse_errors += 1
@@ -192,8 +200,7 @@ class ToolEnv(AgentEnv):
         if tool is None:
             self.stats.unknown_tools += 1
             return ToolOutcome(
-                text=f"Error: there is no tool named {name!r}; the tools are: "
-                f"{', '.join(self.by_name)}.",
+                text=f"Error: there is no tool named {name!r}; the tools are: {', '.join(self.by_name)}.",
                 error=True,
             )
         self.stats.calls += 1

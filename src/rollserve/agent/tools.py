@@ -19,8 +19,16 @@ from typing import Any
 from rollserve.agent.base import FinishingTool, Tool
 from rollserve.errors import InfraError
 
-__all__ = ["FinishTool", "FinishingTool", "Tool", "ToolError", "ToolOutcome", "call_tool",
-           "check_arguments", "function_schema"]
+__all__ = [
+    "FinishTool",
+    "FinishingTool",
+    "Tool",
+    "ToolError",
+    "ToolOutcome",
+    "call_tool",
+    "check_arguments",
+    "function_schema",
+]
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +37,7 @@ class ToolError(Exception):
     """A tool refused or failed a call; the message is shown to the model."""
 
 
-def function_schema(name: str, description: str, properties: dict[str, Any],
-                    required: list[str]) -> dict[str, Any]:
+def function_schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     """A tool schema in the shape chat templates and OpenAI-style APIs expect."""
     return {
         "name": name,
@@ -67,8 +74,7 @@ def check_arguments(schema: dict[str, Any], args: Any) -> None:
     unknown = [key for key in args if key not in properties]
     if unknown and params.get("additionalProperties", False) is False:
         raise ToolError(
-            f"{name}: unknown argument(s): {', '.join(unknown)} "
-            f"(accepted: {', '.join(properties) or 'none'})"
+            f"{name}: unknown argument(s): {', '.join(unknown)} (accepted: {', '.join(properties) or 'none'})"
         )
     for key, value in args.items():
         spec = properties.get(key) or {}

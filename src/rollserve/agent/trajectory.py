@@ -89,8 +89,7 @@ class Trajectory:
         after) and start an empty one; a sequence without turns is dropped instead."""
         end = self.sampled_length
         if any(t.sequence == self.sequence for t in self.turns):
-            self.closed.append(TokenSequence(self.input_ids[:end], self.loss_mask[:end],
-                                             self.logprobs[:end]))
+            self.closed.append(TokenSequence(self.input_ids[:end], self.loss_mask[:end], self.logprobs[:end]))
         self.input_ids, self.loss_mask, self.logprobs = [], [], []
         self._pending_prompt = []
 
@@ -145,10 +144,12 @@ class Trajectory:
     def to_wire(self) -> contract.Trajectory:
         """The trajectory as results carry it (``rollserve.contract.Trajectory``)."""
         end = self.sampled_length
-        current = contract.Tokens(input_ids=self.input_ids[:end], loss_mask=self.loss_mask[:end],
-                                  logprobs=self.logprobs[:end])
-        sequences = [contract.Tokens(input_ids=s.input_ids, loss_mask=s.loss_mask,
-                                     logprobs=s.logprobs) for s in self.closed]
+        current = contract.Tokens(
+            input_ids=self.input_ids[:end], loss_mask=self.loss_mask[:end], logprobs=self.logprobs[:end]
+        )
+        sequences = [
+            contract.Tokens(input_ids=s.input_ids, loss_mask=s.loss_mask, logprobs=s.logprobs) for s in self.closed
+        ]
         if sequences and any(t.sequence == self.sequence for t in self.turns):
             sequences.append(current)
         if len(sequences) == 1:  # the later sequences were never sampled in
@@ -185,7 +186,12 @@ def _wire_auxiliary(call: AuxiliaryTurn) -> contract.AuxiliaryCall:
     turn = call.turn
     prompt, output = turn.prompt_ids_delta, turn.output_ids
     return contract.AuxiliaryCall(
-        purpose=call.purpose, model=call.model, turn=_wire_turn(turn),
-        tokens=contract.Tokens(input_ids=prompt + output,
-                               loss_mask=[0] * len(prompt) + [1] * len(output),
-                               logprobs=[0.0] * len(prompt) + turn.logprobs))
+        purpose=call.purpose,
+        model=call.model,
+        turn=_wire_turn(turn),
+        tokens=contract.Tokens(
+            input_ids=prompt + output,
+            loss_mask=[0] * len(prompt) + [1] * len(output),
+            logprobs=[0.0] * len(prompt) + turn.logprobs,
+        ),
+    )

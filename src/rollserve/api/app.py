@@ -34,9 +34,9 @@ from rollserve.api.routes_ui import router as ui_router
 from rollserve.contract import Health
 
 
-def create_app(service: ApiService, manage_lifecycle: bool = True,
-               prorl: ProRLConfig | None = None) -> FastAPI:
+def create_app(service: ApiService, manage_lifecycle: bool = True, prorl: ProRLConfig | None = None) -> FastAPI:
     """The app; ``prorl`` also serves ProRL Agent's routes (``api.prorl``)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log_redact.install()  # again: the server configured its logging meanwhile
@@ -50,8 +50,7 @@ def create_app(service: ApiService, manage_lifecycle: bool = True,
 
     log_redact.install()  # gateway keys never reach the access log
     config = service.config
-    app = FastAPI(title="rollserve", version=__version__, lifespan=lifespan,
-                  default_response_class=SafeJSONResponse)
+    app = FastAPI(title="rollserve", version=__version__, lifespan=lifespan, default_response_class=SafeJSONResponse)
     app.state.service = service
     app.state.metrics = metrics_registry(service)
     app.include_router(ui_router)  # before rollouts_router: /v1/results/summaries
@@ -77,13 +76,13 @@ def create_app(service: ApiService, manage_lifecycle: bool = True,
     if config.api_token is not None:
         # A harness's gateway paths carry its session key instead of the API token; the
         # dashboard's static files hold no data (its API calls carry the token).
-        app.add_middleware(TokenGuard, token=config.api_token, public=public,
-                           public_prefixes=(GATEWAY_PREFIX, UI_PREFIX))
+        app.add_middleware(
+            TokenGuard, token=config.api_token, public=public, public_prefixes=(GATEWAY_PREFIX, UI_PREFIX)
+        )
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = conform_schema(FastAPI.openapi(app), config.api_token is not None,
-                                                public)
+            app.openapi_schema = conform_schema(FastAPI.openapi(app), config.api_token is not None, public)
         return app.openapi_schema
 
     # FastAPI's documented way to customise the schema is to replace this method.

@@ -37,16 +37,19 @@ async def verify_adapter(backend: LLMBackend, lora: str, timeout: float) -> None
     try:
         reply = await backend.http.request_json("GET", backend.models_path, timeout=timeout)
     except (LLMError, TimeoutError) as exc:
-        raise WeightsRefused(f"{backend.name}: could not read {backend.models_path} to check "
-                             f"that it serves the LoRA adapter {lora!r} the policy is ({exc})"
-                             ) from exc
+        raise WeightsRefused(
+            f"{backend.name}: could not read {backend.models_path} to check "
+            f"that it serves the LoRA adapter {lora!r} the policy is ({exc})"
+        ) from exc
     served = _model_ids(reply)
     if lora not in served:
         listed = ", ".join(sorted(served)) or "nothing"
-        raise WeightsRefused(f"{backend.name} does not serve the LoRA adapter {lora!r} the "
-                             f"policy is ({backend.models_path} lists {listed}): it would not "
-                             f"sample the policy; serve it there (vLLM: --lora-modules "
-                             f"{lora}=PATH) and add it again")
+        raise WeightsRefused(
+            f"{backend.name} does not serve the LoRA adapter {lora!r} the "
+            f"policy is ({backend.models_path} lists {listed}): it would not "
+            f"sample the policy; serve it there (vLLM: --lora-modules "
+            f"{lora}=PATH) and add it again"
+        )
 
 
 async def add_verified(router: Router, backend: LLMBackend, source: str) -> None:
@@ -57,9 +60,9 @@ async def add_verified(router: Router, backend: LLMBackend, source: str) -> None
     if lora is not None and adopter(backend, lora) is not None:
         await verify_adapter(backend, lora, router.config.health.timeout)
         if router.lora != lora:
-            raise WeightsRefused(f"the policy's weights changed while {backend.name} was "
-                                 "checked: add it again")
+            raise WeightsRefused(f"the policy's weights changed while {backend.name} was checked: add it again")
         if router.is_registered(backend.name):  # two adds of one name, both checked at once
-            raise WeightsRefused(f"a backend named {backend.name!r} was added while this one "
-                                 "was checked; remove it first")
+            raise WeightsRefused(
+                f"a backend named {backend.name!r} was added while this one was checked; remove it first"
+            )
     router.add(backend, source=source)

@@ -57,8 +57,9 @@ class ErrorBody(BaseModel):
 
     detail: str = Field(description="what is wrong, in one line")
     errors: list[FieldError] | None = Field(None, description="each field at fault")
-    retry_after: float | None = Field(None, description="429: seconds before a retry may fit; "
-                                      "409 of a re-scoring still running: before asking again")
+    retry_after: float | None = Field(
+        None, description="429: seconds before a retry may fit; 409 of a re-scoring still running: before asking again"
+    )
 
 
 _DESCRIPTIONS = {
@@ -97,8 +98,12 @@ def error_response(code: int, description: str | None = None) -> dict[str, Any]:
     """The schema of one error status, for a route's ``responses=``."""
     declared: dict[str, Any] = {"model": ErrorBody, "description": description or _DESCRIPTIONS[code]}
     if code == 429:
-        declared["headers"] = {"Retry-After": {"description": "seconds to wait before retrying",
-                                               "schema": {"type": "integer", "minimum": 1}}}
+        declared["headers"] = {
+            "Retry-After": {
+                "description": "seconds to wait before retrying",
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        }
     if code == 401:
         declared["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
     return declared
@@ -122,11 +127,9 @@ def _finite(value: Any) -> Any:
 def render_json(content: Any) -> bytes:
     """``content`` as UTF-8 JSON, whatever strings and numbers it holds."""
     try:
-        return json.dumps(content, ensure_ascii=False, allow_nan=False,
-                          separators=(",", ":")).encode("utf-8")
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: escaped, the text stays valid JSON
-        return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False,
-                          separators=(",", ":")).encode("ascii")
+        return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
     except ValueError:  # NaN or an infinity: not JSON; null instead
         return render_json(_finite(content))
 
@@ -151,8 +154,7 @@ def render_model(model: BaseModel, exclude_unset: bool = False) -> bytes:
         return render_json(model.model_dump(mode="json", exclude_unset=exclude_unset))
 
 
-async def model_response(model: BaseModel, status_code: int = 200,
-                         exclude_unset: bool = False) -> Response:
+async def model_response(model: BaseModel, status_code: int = 200, exclude_unset: bool = False) -> Response:
     """A response of ``model`` (the route's declared ``response_model``), rendered on a
     thread: results can be megabytes of token ids."""
     body = await asyncio.to_thread(render_model, model, exclude_unset)
@@ -162,8 +164,14 @@ async def model_response(model: BaseModel, status_code: int = 200,
 class FieldHTTPError(HTTPException):
     """An HTTP error that names the field at fault (or, with ``found``, each of them)."""
 
-    def __init__(self, status_code: int, field: str, message: str,
-                 headers: dict[str, str] | None = None, found: list[dict[str, str]] | None = None):
+    def __init__(
+        self,
+        status_code: int,
+        field: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        found: list[dict[str, str]] | None = None,
+    ):
         self.found = found or [{"field": field, "message": message}]
         super().__init__(status_code, _summary(self.found), headers)
         self.field = field
@@ -177,8 +185,10 @@ class FieldHTTPError(HTTPException):
 
 
 def _found(errors_: list[Any]) -> list[dict[str, str]]:
-    return [{"field": field_name(e.get("loc", ())), "message": str(e.get("msg", "")),
-             "type": str(e.get("type", ""))} for e in errors_]
+    return [
+        {"field": field_name(e.get("loc", ())), "message": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+        for e in errors_
+    ]
 
 
 def _summary(found: list[dict[str, str]]) -> str:
@@ -206,24 +216,24 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
         found = exc.found if isinstance(exc, FieldHTTPError) else None
         if exc.status_code == 500:
-            log.warning("%s %s answered %d: %s", request.method, redact(request.url.path),
-                        exc.status_code, exc.detail)
+            log.warning("%s %s answered %d: %s", request.method, redact(request.url.path), exc.status_code, exc.detail)
         headers = exc.headers
         if exc.status_code == 405:  # Starlette names one route's methods; the path has more
             methods = allowed_methods(request)
             if methods:
                 headers = {**(headers or {}), "Allow": ", ".join(methods)}
-        return SafeJSONResponse(_body(str(exc.detail), found), status_code=exc.status_code,
-                                headers=headers)
+        return SafeJSONResponse(_body(str(exc.detail), found), status_code=exc.status_code, headers=headers)
 
 
 def engine_error_response(exc: EngineError) -> Response:
     """The answer to one of the engine's refusals."""
     found = None if exc.field is None else [{"field": exc.field, "message": exc.message}]
     if isinstance(exc, QueueFull | StillRunning):
-        return SafeJSONResponse(_body(str(exc), found, retry_after=exc.retry_after),
-                                status_code=status_of(type(exc)),
-                                headers={"Retry-After": str(max(1, round(exc.retry_after)))})
+        return SafeJSONResponse(
+            _body(str(exc), found, retry_after=exc.retry_after),
+            status_code=status_of(type(exc)),
+            headers={"Retry-After": str(max(1, round(exc.retry_after)))},
+        )
     return SafeJSONResponse(_body(str(exc), found), status_code=status_of(type(exc)))
 
 

@@ -46,20 +46,22 @@ class TokenGuard:
     """A 401 for every request without the bearer token, except on ``public`` paths and
     paths under ``public_prefixes``."""
 
-    def __init__(self, app: ASGIApp, token: str, public: tuple[str, ...],
-                 public_prefixes: tuple[str, ...] = ()):
+    def __init__(self, app: ASGIApp, token: str, public: tuple[str, ...], public_prefixes: tuple[str, ...] = ()):
         self.app = app
         self.token = token.encode("utf-8")
         self.public = frozenset(public)
         self.public_prefixes = public_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or scope["path"] in self.public
-                or scope["path"].startswith(self.public_prefixes) or self._authorized(scope)):
+        if (
+            scope["type"] != "http"
+            or scope["path"] in self.public
+            or scope["path"].startswith(self.public_prefixes)
+            or self._authorized(scope)
+        ):
             await self.app(scope, receive, send)
             return
-        response = SafeJSONResponse({"detail": UNAUTHORIZED}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
+        response = SafeJSONResponse({"detail": UNAUTHORIZED}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)
 
     def _authorized(self, scope: Scope) -> bool:
@@ -72,8 +74,7 @@ class TokenGuard:
 
 class BodyTooLarge(FieldHTTPError):
     def __init__(self, limit: int):
-        super().__init__(413, "body", f"larger than the server's limit of {limit} bytes "
-                                      "(--max-request-mb)")
+        super().__init__(413, "body", f"larger than the server's limit of {limit} bytes (--max-request-mb)")
 
 
 class BodyLimit:
@@ -90,10 +91,8 @@ class BodyLimit:
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 error = BodyTooLarge(self.max_bytes)
-                body = ErrorBody(detail=error.detail, errors=[FieldError(field="body",
-                                                                         message=error.message)])
-                await SafeJSONResponse(body.model_dump(exclude_none=True), status_code=413)(
-                    scope, receive, send)
+                body = ErrorBody(detail=error.detail, errors=[FieldError(field="body", message=error.message)])
+                await SafeJSONResponse(body.model_dump(exclude_none=True), status_code=413)(scope, receive, send)
                 return
         received = 0
 
@@ -175,14 +174,17 @@ def conform_schema(schema: dict[str, Any], token: bool, public: tuple[str, ...])
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
             if "422" in responses:  # FastAPI's default says HTTPValidationError; ours differ
-                responses["422"] = {"description": error_response(422)["description"],
-                                    "content": error_ref}
-            responses["413"] = {"description": error_response(413)["description"],  # any body
-                                "content": error_ref}
+                responses["422"] = {"description": error_response(422)["description"], "content": error_ref}
+            responses["413"] = {
+                "description": error_response(413)["description"],  # any body
+                "content": error_ref,
+            }
             if token and path not in public:
-                responses["401"] = {"description": error_response(401)["description"],
-                                    "headers": error_response(401)["headers"],
-                                    "content": error_ref}
+                responses["401"] = {
+                    "description": error_response(401)["description"],
+                    "headers": error_response(401)["headers"],
+                    "content": error_ref,
+                }
                 operation["security"] = [{"bearer": []}]
     for unused in ("HTTPValidationError", "ValidationError"):  # every 422 refers to ErrorBody
         schemas.pop(unused, None)

@@ -96,17 +96,23 @@ NO_LLM_SERVER = "No LLM server addresses configured. Please add at least one LLM
 STOPPED = "Failed to process job: the server was stopped (POST /stop); job cancelled"
 # ProRL's own server answers a stopped job with a 500; rollserve never answers 500, so
 # it is a 409: the request conflicts with the server's state (stopped), nothing broke.
-STOPPED_RESPONSE = error_response(409, "ProRL: the server was stopped (POST /stop) while "
-                                       "the job ran; the job was cancelled")
+STOPPED_RESPONSE = error_response(
+    409, "ProRL: the server was stopped (POST /stop) while the job ran; the job was cancelled"
+)
 
 
 class ProRLConfig(BaseModel):
     timeout: float | None = Field(
-        None, gt=0, description="seconds one job may take in all (its rollout's total "
-        "deadline); None: the handler's default")
+        None,
+        gt=0,
+        description="seconds one job may take in all (its rollout's total deadline); None: the handler's default",
+    )
     http_timeout: float | None = Field(
-        None, gt=0, description="seconds /process waits before a 504 (the job is cancelled); "
-        "None: the rollout's deadline plus 30 s")
+        None,
+        gt=0,
+        description="seconds /process waits before a 504 (the job is cancelled); "
+        "None: the rollout's deadline plus 30 s",
+    )
     default_data_source: str = Field("swebench", description="for instances without one (ProRL's default)")
 
 
@@ -186,11 +192,21 @@ async def status(request: Request) -> ProRLStatus:
     _require_running(compat)
     stages = _rollouts(request).status().stages
     init, run, evaluate = stages["init"], stages["run"], stages["eval"]
-    counts = {"init_queue": init.queued, "run_queue": run.queued, "eval_queue": evaluate.queued,
-              "active_init": init.busy, "active_run": run.busy, "active_eval": evaluate.busy}
-    return ProRLStatus(status="running", pending_jobs=compat.waiting, **counts,
-                       total=sum(counts.values()),
-                       llm_servers=[b.url or b.name for b in _backends(_router(request))])
+    counts = {
+        "init_queue": init.queued,
+        "run_queue": run.queued,
+        "eval_queue": evaluate.queued,
+        "active_init": init.busy,
+        "active_run": run.busy,
+        "active_eval": evaluate.busy,
+    }
+    return ProRLStatus(
+        status="running",
+        pending_jobs=compat.waiting,
+        **counts,
+        total=sum(counts.values()),
+        llm_servers=[b.url or b.name for b in _backends(_router(request))],
+    )
 
 
 @router.post("/cancel", response_model=StatusReply, responses=errors(503))
@@ -287,16 +303,20 @@ def _task(body: ProcessRequest, job_id: str, compat: ProRLCompat, rollouts: Roll
     try:
         rollouts.check_data_source(data_source)
     except UnknownDataSource as exc:
-        raise HTTPException(400, "Invalid dataset type or function not registered: "
-                                 f"{exc.message}") from exc
+        raise HTTPException(400, f"Invalid dataset type or function not registered: {exc.message}") from exc
     try:
         sampling, agent = sampling_from_params(body.sampling_params)
     except ValueError as exc:
         raise HTTPException(400, f"Invalid sampling_params: {exc}") from exc
     try:
-        return TaskRequest(data_source=data_source, instance=instance, sampling=sampling,
-                           agent=agent, timeouts=Timeouts(total=compat.config.timeout),
-                           metadata={"prorl_job_id": job_id})
+        return TaskRequest(
+            data_source=data_source,
+            instance=instance,
+            sampling=sampling,
+            agent=agent,
+            timeouts=Timeouts(total=compat.config.timeout),
+            metadata={"prorl_job_id": job_id},
+        )
     except ValidationError as exc:
         raise HTTPException(400, f"Invalid instance data: {describe(exc)}") from exc
 
@@ -321,8 +341,7 @@ async def _wait_result(rollout_id: str, compat: ProRLCompat, rollouts: Rollouts)
     return result
 
 
-@router.post("/process", response_model=ProRLResult,
-             responses={**errors(400, 429, 503, 504), 409: STOPPED_RESPONSE})
+@router.post("/process", response_model=ProRLResult, responses={**errors(400, 429, 503, 504), 409: STOPPED_RESPONSE})
 async def process(body: ProcessRequest, request: Request) -> Response:
     compat = _compat(request)
     rollouts = _rollouts(request)

@@ -47,8 +47,7 @@ from rollserve.contract.prorl import ProRLMessage, ProRLResult, ProRLTiming
 CriticalError = Literal["init", "run", "eval", "timeout"]
 
 
-def prorl_result(result: RolloutResult, instance: JSONObject,
-                 job_id: str | None = None) -> ProRLResult:
+def prorl_result(result: RolloutResult, instance: JSONObject, job_id: str | None = None) -> ProRLResult:
     """rollserve's result as ProRL's ``/process`` answers it (see the module doc)."""
     traj, failure = result.trajectory, result.failure
     evaluation = result.evaluation or {}
@@ -123,8 +122,7 @@ def prorl_messages(traj: Trajectory) -> list[ProRLMessage]:
             turn = turns[turn_index] if 0 <= turn_index < len(turns) else None
             # The calls the environment parsed from the turn; else (an assistant message
             # the task opened with, say) a chat API's structured calls on the message.
-            calls = _flat(turn.tool_calls) if turn is not None and turn.tool_calls else \
-                _chat_api_calls(message)
+            calls = _flat(turn.tool_calls) if turn is not None and turn.tool_calls else _chat_api_calls(message)
             if calls:
                 item["tool_calls"] = calls
             if traj.trainable and turn is not None:

@@ -68,14 +68,19 @@ def _gateways(request: Request) -> Gateways:
 def _refused(refusal: GatewayRefusal, body: bytes | None = None) -> Response:
     """``refusal`` with the status the wire's one table gives its kind (``wire.ERRORS``,
     as the sandbox's socket answers it); ``body`` (OpenAI's shape unless given)."""
-    return Response(wire.error_body(refusal) if body is None else body,
-                    status_code=wire.status(refusal), media_type="application/json")
+    return Response(
+        wire.error_body(refusal) if body is None else body,
+        status_code=wire.status(refusal),
+        media_type="application/json",
+    )
 
 
 def _too_large(limit: int) -> BodyTooLarge:
-    return BodyTooLarge(f"the request body is larger than this session's limit of "
-                        f"{limit} bytes (from its context window: a prompt that fits "
-                        "it is smaller)")
+    return BodyTooLarge(
+        f"the request body is larger than this session's limit of "
+        f"{limit} bytes (from its context window: a prompt that fits "
+        "it is smaller)"
+    )
 
 
 async def _body(request: Request, limit: int) -> bytes:
@@ -103,8 +108,7 @@ async def _answer(body: BaseModel, answer: GatewayReply) -> Response:
     return Response(rendered, media_type="application/json")
 
 
-async def _admitted(request: Request, key: str, call: Callable[[GatewaySession, bytes],
-                    Awaitable[T]]) -> T:
+async def _admitted(request: Request, key: str, call: Callable[[GatewaySession, bytes], Awaitable[T]]) -> T:
     """``call(session, body)`` for the session ``key`` names, in this order: the key
     (401) and the session's admission (429, 404 when it ended) before a byte of the
     body is read, the body under the session's size bound (413), then ``call``."""
@@ -116,8 +120,8 @@ async def _admitted(request: Request, key: str, call: Callable[[GatewaySession, 
 async def chat_completions(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Chat Completions; ``stream: true`` answers
     ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``)."""
-    async def call(session: GatewaySession, raw: bytes
-                   ) -> tuple[ChatCompletionRequest, GatewayReply]:
+
+    async def call(session: GatewaySession, raw: bytes) -> tuple[ChatCompletionRequest, GatewayReply]:
         parsed = await wire.sized(len(raw), wire.parse_request, raw)
         return parsed, await _gateways(request).complete(session, parsed, size=len(raw))
 
@@ -126,47 +130,53 @@ async def chat_completions(key: str, request: Request) -> Response:
     except GatewayRefusal as refusal:
         return _refused(refusal)
     if parsed.stream:
-        return StreamingResponse(iter(list(wire.stream_chunks(answer, parsed))),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            iter(list(wire.stream_chunks(answer, parsed))),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     return await _answer(wire.completion(answer, parsed.model), answer)
 
 
 async def messages(key: str, request: Request) -> Response:
     """One model call of the harness (Anthropic Messages; ``stream: true`` answers
     Anthropic's server-sent events, ``message_start`` to ``message_stop``)."""
+
     async def call(session: GatewaySession, raw: bytes) -> tuple[MessagesRequest, GatewayReply]:
         parsed, chat = await wire.sized(len(raw), anthropic_wire.parse_request, raw)
-        return parsed, await _gateways(request).complete(session, chat, anthropic_wire.CALL_IDS,
-                                                         len(raw))
+        return parsed, await _gateways(request).complete(session, chat, anthropic_wire.CALL_IDS, len(raw))
 
     try:
         parsed, answer = await _admitted(request, key, call)
     except GatewayRefusal as refusal:
         return _refused(refusal, anthropic_wire.error_body(refusal))
     if parsed.stream:
-        return StreamingResponse(iter(list(anthropic_wire.events(answer, parsed.model))),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            iter(list(anthropic_wire.events(answer, parsed.model))),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     return await _answer(anthropic_wire.message(answer, parsed.model), answer)
 
 
 async def responses(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Responses; ``stream: true`` answers the
     Responses server-sent events, ``response.created`` to ``response.completed``)."""
+
     async def call(session: GatewaySession, raw: bytes) -> tuple[ResponsesRequest, GatewayReply]:
         parsed, chat = await wire.sized(len(raw), responses_wire.parse_request, raw)
-        return parsed, await _gateways(request).complete(session, chat, responses_wire.CALL_IDS,
-                                                         len(raw))
+        return parsed, await _gateways(request).complete(session, chat, responses_wire.CALL_IDS, len(raw))
 
     try:
         parsed, answer = await _admitted(request, key, call)
     except GatewayRefusal as refusal:
         return _refused(refusal)
     if parsed.stream:
-        return StreamingResponse(iter(list(responses_wire.events(answer, parsed))),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            iter(list(responses_wire.events(answer, parsed))),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     return await _answer(responses_wire.response(answer, parsed), answer)
 
 
@@ -182,6 +192,7 @@ async def models(key: str, request: Request) -> Response:
 async def count_tokens(key: str, request: Request) -> Response:
     """Anthropic's token count of a Messages request: its whole render with the policy's
     chat template, counted by its tokenizer (nothing sampled, nothing recorded)."""
+
     async def call(session: GatewaySession, raw: bytes) -> int:
         _, chat = await wire.sized(len(raw), anthropic_wire.parse_count_request, raw)
         return await _gateways(request).count_tokens(session, chat, len(raw))
@@ -208,12 +219,14 @@ async def end(key: str, request: Request) -> Response:
     return await model_response(Ended(ended=True))
 
 
-@router.get("/v1/rollouts/{rollout_id}/gateway", response_model=GatewayInfo,
-            tags=["rollouts"], responses=errors(404))
-async def gateway_info(rollout_id: str, request: Request,
-                       wait: float = Query(0.0, ge=0.0, le=MAX_WAIT, description=(
-                           "seconds to wait for the rollout's RUN to open its session"))
-                       ) -> Response:
+@router.get("/v1/rollouts/{rollout_id}/gateway", response_model=GatewayInfo, tags=["rollouts"], responses=errors(404))
+async def gateway_info(
+    rollout_id: str,
+    request: Request,
+    wait: float = Query(
+        0.0, ge=0.0, le=MAX_WAIT, description=("seconds to wait for the rollout's RUN to open its session")
+    ),
+) -> Response:
     """The rollout's gateway key and the base URL its harness uses (404 until its RUN
     opens the session, and after it ends)."""
     return await model_response(await _gateways(request).info(rollout_id, wait))
@@ -260,6 +273,6 @@ class HarnessRoutes:
         path: str = scope.get("path", "")
         if scope["type"] != "http" or not path.startswith(PREFIX):
             return None
-        key, _, rest = path[len(PREFIX):].partition("/")
+        key, _, rest = path[len(PREFIX) :].partition("/")
         call = HARNESS_ROUTES.get((scope["method"], rest)) if key else None
         return None if call is None else (key, call)

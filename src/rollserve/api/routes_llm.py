@@ -57,9 +57,12 @@ async def _keep_weights(request: Request, done: str) -> None:
         await service.save_weights()
     except OSError as exc:
         log.error("%s, but the weights in force were not recorded: %s", done, exc)
-        raise HTTPException(503, f"{done}, but the weights in force could not be recorded "
-                                 f"in {service.weights_path} ({exc}): a restart would not "
-                                 "know them; fix the state dir and call this again") from exc
+        raise HTTPException(
+            503,
+            f"{done}, but the weights in force could not be recorded "
+            f"in {service.weights_path} ({exc}): a restart would not "
+            "know them; fix the state dir and call this again",
+        ) from exc
 
 
 def _state(llm_router: Router, name: str) -> BackendState:
@@ -74,8 +77,10 @@ def _state(llm_router: Router, name: str) -> BackendState:
 async def list_backends(request: Request) -> BackendList:
     """Every backend with its health, load (outstanding, sessions) and draining state."""
     llm_router = _router(request)
-    return BackendList(backends=[BackendState.model_validate(b) for b in llm_router.list()],
-                       router=RouterStatus.model_validate(llm_router.status()))
+    return BackendList(
+        backends=[BackendState.model_validate(b) for b in llm_router.list()],
+        router=RouterStatus.model_validate(llm_router.status()),
+    )
 
 
 @router.get("/status", response_model=RouterStatus)
@@ -114,7 +119,8 @@ async def add_backend(spec: RemoteBackendSpec, request: Request) -> BackendAdded
 
 @router.delete("/backends/{name}", response_model=BackendRemoved, responses=errors(404))
 async def remove_backend(
-    name: str, request: Request,
+    name: str,
+    request: Request,
     grace: float = Query(0.0, ge=0, le=3600, description="seconds for calls in flight to finish"),
 ) -> BackendRemoved:
     """Remove a backend; its trajectories move to another at their next call."""
@@ -126,7 +132,8 @@ async def remove_backend(
 
 @router.post("/backends/{name}/drain", response_model=BackendDrained, responses=errors(404))
 async def drain_backend(
-    name: str, request: Request,
+    name: str,
+    request: Request,
     wait: float = Query(0.0, ge=0, le=3600, description="seconds to wait for in-flight calls"),
 ) -> BackendDrained:
     """Take no new requests on ``name``; its trajectories move at their next call."""
@@ -160,8 +167,9 @@ async def resume(body: ResumeRequest, request: Request) -> Resumed:
     in force, unless ``allow_lower_version``: turns stamped lower than turns sampled
     before them would pass for older weights (staleness checks, off-policy corrections)."""
     try:
-        resumed = Resumed.model_validate(await _router(request).resume(
-            body.policy_version, allow_lower=body.allow_lower_version))
+        resumed = Resumed.model_validate(
+            await _router(request).resume(body.policy_version, allow_lower=body.allow_lower_version)
+        )
     except LowerPolicyVersion as exc:
         raise FieldHTTPError(409, "policy_version", str(exc)) from exc
     except WeightsRefused as exc:
@@ -181,8 +189,7 @@ async def load_weights(body: WeightsRequest, request: Request) -> WeightsLoaded:
     version that did not make them."""
     llm_router = _router(request)
     weights = body.weights
-    update = WeightUpdate(kind=weights.kind, path=weights.path, name=weights.name,
-                          policy_version=body.policy_version)
+    update = WeightUpdate(kind=weights.kind, path=weights.path, name=weights.name, policy_version=body.policy_version)
     try:
         outcomes = await llm_router.load_weights(update, timeout=body.timeout)
     except WeightsRefused as exc:
@@ -193,6 +200,10 @@ async def load_weights(body: WeightsRequest, request: Request) -> WeightsLoaded:
     for name in outcomes:
         backend = llm_router.get(name) if llm_router.is_registered(name) else None
         models[name] = backend.loaded_model() if isinstance(backend, LoadsWeights) else None
-    return WeightsLoaded(ok=all(o == "ok" for o in outcomes.values()), kind=weights.kind,
-                         outcomes=outcomes, models=models,
-                         policy_version=llm_router.policy_version)
+    return WeightsLoaded(
+        ok=all(o == "ok" for o in outcomes.values()),
+        kind=weights.kind,
+        outcomes=outcomes,
+        models=models,
+        policy_version=llm_router.policy_version,
+    )

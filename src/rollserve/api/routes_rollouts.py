@@ -48,8 +48,6 @@ EVENTS_SEND_TIMEOUT = 30.0  # seconds one event may wait on a client that reads 
 WaitParam = Query(0.0, ge=0.0, le=MAX_WAIT, description="long-poll: seconds to wait for completion")
 
 
-
-
 def _rollouts(request: Request) -> Rollouts:
     return service_of(request).rollouts
 
@@ -82,9 +80,7 @@ async def cancel_rollout(rollout_id: str, request: Request) -> CancelResponse:
 
 
 @router.get("/groups/{group_id}", response_model=GroupView, responses=errors(404))
-async def get_group(
-    group_id: str, request: Request, wait: float = WaitParam, results: bool = True
-) -> Response:
+async def get_group(group_id: str, request: Request, wait: float = WaitParam, results: bool = True) -> Response:
     """A task's ``n`` samples together (``results=false``: their states only)."""
     return await model_response(await _rollouts(request).group(group_id, wait, results))
 
@@ -102,44 +98,58 @@ async def get_results(
     limit: int = Query(100, ge=1, le=10_000),
     wait: float = WaitParam,
     rescored: Literal["any", "true", "false"] = Query(
-        "any", description="any: every result; false: leave out re-scored results (those "
-                           "with rescored_from: the same tokens scored again); true: only them"),
+        "any",
+        description="any: every result; false: leave out re-scored results (those "
+        "with rescored_from: the same tokens scored again); true: only them",
+    ),
 ) -> Response:
     """Finished results in completion order; pass the returned ``next`` as ``after``."""
     return await model_response(await _rollouts(request).results(after, limit, wait, rescored))
 
 
-@router.post("/results/rescore", response_model=RescoreResponse,
-             responses=errors(404, 409, 422))
-async def rescore_results(body: RescoreRequest, request: Request,
-                          idempotency_key: str | None = Header(
-                              None, alias="Idempotency-Key",
-                              description="the body's idempotency_key, as a header (the same "
-                                          "key in both, or one of them)")) -> Response:
+@router.post("/results/rescore", response_model=RescoreResponse, responses=errors(404, 409, 422))
+async def rescore_results(
+    body: RescoreRequest,
+    request: Request,
+    idempotency_key: str | None = Header(
+        None,
+        alias="Idempotency-Key",
+        description="the body's idempotency_key, as a header (the same key in both, or one of them)",
+    ),
+) -> Response:
     """EVAL again on stored results with another evaluator (a new rubric, the family's
     grader as the server has it now), without sampling: new results beside the old
     ones (new ids, in the results cursor; ``rescored_from`` and ``scoring`` say so).
     Under an ``idempotency_key`` (the body's or the header's) it runs once."""
     if idempotency_key is not None:
         if body.idempotency_key not in (None, idempotency_key):
-            raise FieldHTTPError(422, "idempotency_key", "differs from the Idempotency-Key "
-                                 "header: give one key, in either place")
+            raise FieldHTTPError(
+                422, "idempotency_key", "differs from the Idempotency-Key header: give one key, in either place"
+            )
         try:
             body = RescoreRequest.model_validate(
-                {**body.model_dump(exclude_unset=True), "idempotency_key": idempotency_key})
+                {**body.model_dump(exclude_unset=True), "idempotency_key": idempotency_key}
+            )
         except ValidationError as exc:
             raise FieldHTTPError.invalid(exc) from None
     return await model_response(await _rollouts(request).rescore(body))
 
 
-@router.get("/events", response_class=EventSourceResponse, responses={
-    200: {"description": "a stream of `state` events, each a StateEvent as JSON",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+@router.get(
+    "/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "a stream of `state` events, each a StateEvent as JSON",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    },
+)
 async def events(
     request: Request,
-    duration: float | None = Query(None, gt=0, le=86_400,
-                                   description="end the stream after this many seconds "
-                                               "(default: never)"),
+    duration: float | None = Query(
+        None, gt=0, le=86_400, description="end the stream after this many seconds (default: never)"
+    ),
 ) -> EventSourceResponse:
     """Server-sent events: one ``state`` event per rollout state change."""
     rollouts = _rollouts(request)

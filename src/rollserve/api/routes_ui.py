@@ -40,12 +40,17 @@ from rollserve.llm.tokens import token_texts
 
 UI_PATH = "/ui"
 UI_PREFIX = "/ui/"  # public: static files only
-_MEDIA = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+_MEDIA = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 _HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
@@ -62,7 +67,7 @@ def _files() -> dict[str, tuple[bytes, str]]:
     folder = resources.files("rollserve.api").joinpath("ui")
     found: dict[str, tuple[bytes, str]] = {}
     for entry in folder.iterdir():
-        suffix = entry.name[entry.name.rfind("."):]
+        suffix = entry.name[entry.name.rfind(".") :]
         if entry.is_file() and suffix in _MEDIA:
             found[entry.name] = (entry.read_bytes(), _MEDIA[suffix])
     return found
@@ -95,20 +100,33 @@ def _file(name: str) -> Response:
     return Response(body, media_type=media, headers=_HEADERS)
 
 
-STATUS_EVENT_SCHEMA = {"type": "object", "required": ["event", "data"], "properties": {
-    "event": {"type": "string", "enum": ["status"]},
-    "data": {"type": "string", "description": "a ServiceStatus as JSON"}}}
+STATUS_EVENT_SCHEMA = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": ["status"]},
+        "data": {"type": "string", "description": "a ServiceStatus as JSON"},
+    },
+}
 
 
-@router.get("/status/stream", response_class=EventSourceResponse, tags=["service"], responses={
-    200: {"description": "a stream of `status` events, each a ServiceStatus as JSON",
-          "content": {"text/event-stream": {"schema": STATUS_EVENT_SCHEMA}}}})
+@router.get(
+    "/status/stream",
+    response_class=EventSourceResponse,
+    tags=["service"],
+    responses={
+        200: {
+            "description": "a stream of `status` events, each a ServiceStatus as JSON",
+            "content": {"text/event-stream": {"schema": STATUS_EVENT_SCHEMA}},
+        }
+    },
+)
 async def status_stream(
     request: Request,
     interval: float = Query(1.0, ge=0.2, le=60.0, description="seconds between snapshots"),
-    duration: float | None = Query(None, gt=0, le=86_400,
-                                   description="end the stream after this many seconds "
-                                               "(default: never)"),
+    duration: float | None = Query(
+        None, gt=0, le=86_400, description="end the stream after this many seconds (default: never)"
+    ),
 ) -> EventSourceResponse:
     """Server-sent events: ``GET /v1/status`` every ``interval`` seconds, the first at once."""
     service = service_of(request)
@@ -134,22 +152,28 @@ async def result_summaries(
     status: TerminalStatus | None = Query(None, description="how it ended"),
     masked: bool | None = Query(None),
     failure_kind: FailureFilter | None = Query(
-        None, description="infra | agent | timeout, or none: results that did not fail"),
-    before: int | None = Query(None, ge=1, le=INT64_MAX,
-                               description="cursor: only results with a seq below this "
-                                           "(the previous page's next_before)"),
+        None, description="infra | agent | timeout, or none: results that did not fail"
+    ),
+    before: int | None = Query(
+        None,
+        ge=1,
+        le=INT64_MAX,
+        description="cursor: only results with a seq below this (the previous page's next_before)",
+    ),
     limit: int = Query(50, ge=1, le=1000),
 ) -> Response:
     """Finished results as table rows, newest first, filtered server-side."""
-    where = SummaryFilter(data_source=data_source, status=status, masked=masked,
-                          failure_kind=failure_kind)
+    where = SummaryFilter(data_source=data_source, status=status, masked=masked, failure_kind=failure_kind)
     page = await service_of(request).rollouts.summaries(where, before, limit)
     return await model_response(page)
 
 
-@router.get("/rollouts/{rollout_id}/tokens", response_model=TokenTexts, tags=["rollouts"],
-            responses={**errors(404),
-                       503: error_response(503, "the tokenizer could not decode the tokens")})
+@router.get(
+    "/rollouts/{rollout_id}/tokens",
+    response_model=TokenTexts,
+    tags=["rollouts"],
+    responses={**errors(404), 503: error_response(503, "the tokenizer could not decode the tokens")},
+)
 async def rollout_tokens(rollout_id: str, request: Request) -> TokenTexts:
     """The text of each distinct token id in the rollout's sequences (404 until it has
     a result)."""

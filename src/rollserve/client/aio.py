@@ -18,20 +18,28 @@ class AsyncClient(AsyncSender, ClientBase):
     """``await AsyncClient(url).submit([...])``; every call is a coroutine, every answer
     a ``rollserve.contract`` model."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", token: str | None = None,
-                 timeout: float = 30.0, max_connections: int = 100,
-                 transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        token: str | None = None,
+        timeout: float = 30.0,
+        max_connections: int = 100,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
         super().__init__(base_url, token, timeout)
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=self._headers(),
-            limits=httpx.Limits(max_connections=max_connections), transport=transport,
+            base_url=self.base_url,
+            headers=self._headers(),
+            limits=httpx.Limits(max_connections=max_connections),
+            transport=transport,
         )
 
     async def _send(self, call: Call[T]) -> T:
         attempt = 0
         while True:
-            response = await self._http.request(call.method, call.path, params=call.params,
-                                                json=call.json, timeout=self._timeout(call))
+            response = await self._http.request(
+                call.method, call.path, params=call.params, json=call.json, timeout=self._timeout(call)
+            )
             delay = self._retry_delay(response, attempt)
             if delay is None:
                 return self._parse(response, call)
@@ -47,9 +55,14 @@ class AsyncClient(AsyncSender, ClientBase):
             if view.done or remaining <= 0:
                 return view
 
-    async def stream_results(self, after: int = 0, limit: int = 100, wait: float = 30.0,
-                             until: int | None = None,
-                             rescored: bool | None = False) -> AsyncIterator[RolloutResult]:
+    async def stream_results(
+        self,
+        after: int = 0,
+        limit: int = 100,
+        wait: float = 30.0,
+        until: int | None = None,
+        rescored: bool | None = False,
+    ) -> AsyncIterator[RolloutResult]:
         """Yield finished results in completion order, forever or until ``until`` seen.
         Re-scored results (``rescored_from`` set: the same samples scored again) are
         left out unless ``rescored`` is True (only them) or None (every result)."""

@@ -47,14 +47,14 @@ class Endpoint(Generic[P, T]):
     def __get__(self, client: None, owner: type | None = None) -> Endpoint[P, T]: ...
 
     @overload
-    def __get__(self, client: AsyncSender, owner: type | None = None
-                ) -> Callable[P, Awaitable[T]]: ...
+    def __get__(self, client: AsyncSender, owner: type | None = None) -> Callable[P, Awaitable[T]]: ...
 
     @overload
     def __get__(self, client: SyncSender, owner: type | None = None) -> Callable[P, T]: ...
 
-    def __get__(self, client: SyncSender | AsyncSender | None,
-                owner: type | None = None) -> Endpoint[P, T] | Callable[P, Any]:
+    def __get__(
+        self, client: SyncSender | AsyncSender | None, owner: type | None = None
+    ) -> Endpoint[P, T] | Callable[P, Any]:
         if client is None:
             return self
         send = client._send
@@ -67,8 +67,7 @@ class Endpoint(Generic[P, T]):
 
 
 class ClientBase:
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", token: str | None = None,
-                 timeout: float = 30.0):
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", token: str | None = None, timeout: float = 30.0):
         self.base_url = base_url.rstrip("/")
         self.token = token if token is not None else os.environ.get("ROLLSERVE_API_TOKEN")
         self.timeout = timeout
@@ -112,8 +111,7 @@ class ClientBase:
                 detail = body.get("detail", response.text) if isinstance(body, dict) else body
                 found = body.get("errors") if isinstance(body, dict) else None
                 if isinstance(found, list):
-                    fields = tuple(str(e["field"]) for e in found
-                                   if isinstance(e, dict) and "field" in e)
+                    fields = tuple(str(e["field"]) for e in found if isinstance(e, dict) and "field" in e)
             except ValueError:
                 detail = response.text
             raise RollserveError(response.status_code, detail, fields)
@@ -128,8 +126,7 @@ class ClientBase:
         so a retry cannot duplicate work) or a 409 with Retry-After (a re-scoring under
         the call's idempotency key still runs: the retry gets its answer), or None to
         give up."""
-        retried = response.status_code == 429 or (response.status_code == 409
-                                                  and "retry-after" in response.headers)
+        retried = response.status_code == 429 or (response.status_code == 409 and "retry-after" in response.headers)
         if not retried or attempt >= MAX_429_RETRIES:
             return None
         try:

@@ -72,8 +72,11 @@ def _json(value: BaseModel | JSONBody) -> JSONBody:
     return value
 
 
-def _settings(sampling: SamplingParams | JSONBody | None, agent: AgentLimits | JSONBody | None,
-              timeouts: Timeouts | JSONBody | None) -> JSONBody:
+def _settings(
+    sampling: SamplingParams | JSONBody | None,
+    agent: AgentLimits | JSONBody | None,
+    timeouts: Timeouts | JSONBody | None,
+) -> JSONBody:
     """The batch-wide settings given (an empty one is left out)."""
     body: JSONBody = {}
     for key, value in (("sampling", sampling), ("agent", agent), ("timeouts", timeouts)):
@@ -82,18 +85,24 @@ def _settings(sampling: SamplingParams | JSONBody | None, agent: AgentLimits | J
     return body
 
 
-def submit(tasks: Sequence[TaskRequest | JSONBody], sampling: SamplingParams | JSONBody | None = None,
-           agent: AgentLimits | JSONBody | None = None,
-           timeouts: Timeouts | JSONBody | None = None) -> Call[SubmitResponse]:
+def submit(
+    tasks: Sequence[TaskRequest | JSONBody],
+    sampling: SamplingParams | JSONBody | None = None,
+    agent: AgentLimits | JSONBody | None = None,
+    timeouts: Timeouts | JSONBody | None = None,
+) -> Call[SubmitResponse]:
     """Submit a batch of tasks (each with ``n`` samples: one group)."""
-    body: JSONBody = {"tasks": [_json(task) for task in tasks],
-                      **_settings(sampling, agent, timeouts)}
+    body: JSONBody = {"tasks": [_json(task) for task in tasks], **_settings(sampling, agent, timeouts)}
     return Call("POST", "/v1/rollouts", SubmitResponse, json=body)
 
 
-def run(task: TaskRequest | JSONBody, sampling: SamplingParams | JSONBody | None = None,
-        agent: AgentLimits | JSONBody | None = None, timeouts: Timeouts | JSONBody | None = None,
-        wait: float = 600.0) -> Call[RunResponse]:
+def run(
+    task: TaskRequest | JSONBody,
+    sampling: SamplingParams | JSONBody | None = None,
+    agent: AgentLimits | JSONBody | None = None,
+    timeouts: Timeouts | JSONBody | None = None,
+    wait: float = 600.0,
+) -> Call[RunResponse]:
     """Submit one task and wait (up to ``wait`` seconds) for its results."""
     body: JSONBody = {"task": _json(task), **_settings(sampling, agent, timeouts), "wait": wait}
     return Call("POST", "/v1/rollouts:run", RunResponse, json=body, read_timeout=wait + 30)
@@ -101,18 +110,21 @@ def run(task: TaskRequest | JSONBody, sampling: SamplingParams | JSONBody | None
 
 def rollout(rollout_id: str, wait: float = 0.0) -> Call[RolloutView]:
     """A rollout's state and, once done, its result (``wait``: long-poll seconds)."""
-    return Call("GET", f"/v1/rollouts/{rollout_id}", RolloutView, params={"wait": wait},
-                read_timeout=wait + 30)
+    return Call("GET", f"/v1/rollouts/{rollout_id}", RolloutView, params={"wait": wait}, read_timeout=wait + 30)
 
 
 def group(group_id: str, wait: float = 0.0, results: bool = True) -> Call[GroupView]:
     """A task's ``n`` samples together (``wait``: long-poll seconds)."""
-    return Call("GET", f"/v1/groups/{group_id}", GroupView,
-                params={"wait": wait, "results": str(results).lower()}, read_timeout=wait + 30)
+    return Call(
+        "GET",
+        f"/v1/groups/{group_id}",
+        GroupView,
+        params={"wait": wait, "results": str(results).lower()},
+        read_timeout=wait + 30,
+    )
 
 
-def results(after: int = 0, limit: int = 100, wait: float = 0.0,
-            rescored: bool | None = None) -> Call[ResultsPage]:
+def results(after: int = 0, limit: int = 100, wait: float = 0.0, rescored: bool | None = None) -> Call[ResultsPage]:
     """Results after cursor position ``after``, in completion order; ``rescored``:
     None every result, False none re-scored (``rescored_from`` set), True only those."""
     params: dict[str, Any] = {"after": after, "limit": limit, "wait": wait}
@@ -121,8 +133,9 @@ def results(after: int = 0, limit: int = 100, wait: float = 0.0,
     return Call("GET", "/v1/results", ResultsPage, params=params, read_timeout=wait + 30)
 
 
-def rescore(result_ids: Sequence[str], judge: JudgeRequest | JSONBody | None = None,
-            idempotency_key: str | None = None) -> Call[RescoreResponse]:
+def rescore(
+    result_ids: Sequence[str], judge: JudgeRequest | JSONBody | None = None, idempotency_key: str | None = None
+) -> Call[RescoreResponse]:
     """Score stored results again, nothing sampled (``judge``: a new rubric; None: the
     family's own grader). With ``idempotency_key`` a retry (after a timeout, a dropped
     connection) gets the first request's answer instead of re-scoring again; a 409
@@ -132,8 +145,7 @@ def rescore(result_ids: Sequence[str], judge: JudgeRequest | JSONBody | None = N
         body["judge"] = _json(judge)
     if idempotency_key is not None:
         body["idempotency_key"] = idempotency_key
-    return Call("POST", "/v1/results/rescore", RescoreResponse, json=body,
-                read_timeout=MAX_WAIT + 30)
+    return Call("POST", "/v1/results/rescore", RescoreResponse, json=body, read_timeout=MAX_WAIT + 30)
 
 
 def cancel(rollout_id: str) -> Call[CancelResponse]:
@@ -168,8 +180,7 @@ def remove_backend(name: str) -> Call[BackendRemoved]:
     return Call("DELETE", f"/v1/llm/backends/{name}", BackendRemoved)
 
 
-def pause(mode: str = "finish", timeout: float | None = None,
-          forward: bool | None = None) -> Call[Paused]:
+def pause(mode: str = "finish", timeout: float | None = None, forward: bool | None = None) -> Call[Paused]:
     """Hold new LLM calls: ``finish`` waits (up to ``timeout`` s) for those in flight,
     ``abort`` aborts them (sent again after the resume)."""
     body: JSONBody = {"mode": mode}
@@ -177,8 +188,9 @@ def pause(mode: str = "finish", timeout: float | None = None,
         body["timeout"] = timeout
     if forward is not None:
         body["forward"] = forward
-    return Call("POST", "/v1/llm/pause", Paused, json=body,
-                read_timeout=(timeout if timeout is not None else MAX_WAIT) + 30)
+    return Call(
+        "POST", "/v1/llm/pause", Paused, json=body, read_timeout=(timeout if timeout is not None else MAX_WAIT) + 30
+    )
 
 
 def resume(policy_version: int | None = None, allow_lower_version: bool = False) -> Call[Resumed]:
@@ -191,8 +203,7 @@ def resume(policy_version: int | None = None, allow_lower_version: bool = False)
     return Call("POST", "/v1/llm/resume", Resumed, json=body, read_timeout=60)
 
 
-def load_weights(weights: JSONBody, policy_version: int | None = None,
-                 timeout: float = 600.0) -> Call[WeightsLoaded]:
+def load_weights(weights: JSONBody, policy_version: int | None = None, timeout: float = 600.0) -> Call[WeightsLoaded]:
     """Load ``{"kind": "lora", "name", "path"}`` or ``{"kind": "full", "path"}`` into every
     token-level backend (only while paused with nothing in flight)."""
     body: JSONBody = {"weights": weights, "timeout": timeout}

@@ -34,9 +34,38 @@ from rollserve.contract import RolloutResult
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (1..30, then coarser);
 # past the table the normal quantile is within 0.5% of t's.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 _T95_LARGE = ((40, 2.021), (60, 2.000), (120, 1.980))
 _Z95 = 1.960
 
@@ -98,11 +127,21 @@ class Graded:
         evaluation = result.evaluation or {}
         extracted = evaluation.get("extracted")
         answer = None if extracted is None else str(extracted).strip() or None
-        return cls(result.data_source, result.task_id, result.sample_index, result.status,
-                   result.mask, result.mask_reason, result.reward,
-                   result.failure.kind if result.failure else None, answer,
-                   "extracted" in evaluation, result.stats.turns, result.timing.total,
-                   None if result.reward_components is None else dict(result.reward_components))
+        return cls(
+            result.data_source,
+            result.task_id,
+            result.sample_index,
+            result.status,
+            result.mask,
+            result.mask_reason,
+            result.reward,
+            result.failure.kind if result.failure else None,
+            answer,
+            "extracted" in evaluation,
+            result.stats.turns,
+            result.timing.total,
+            None if result.reward_components is None else dict(result.reward_components),
+        )
 
     @property
     def scored(self) -> bool:
@@ -133,21 +172,24 @@ class SourceReport(BaseModel):
     pass_at_k: dict[int, float] = Field(description="k -> mean pass@k over tasks_at_k[k] tasks")
     tasks_at_k: dict[int, int] = Field(description="k -> tasks with at least k scored samples")
     majority: float | None = Field(
-        None, description="majority@n over the tasks with a scored sample; null when the "
-                          "data_source reports no extracted answers")
+        None,
+        description="majority@n over the tasks with a scored sample; null when the "
+        "data_source reports no extracted answers",
+    )
     mean_reward: float | None = Field(description="over scored samples")
     mean_reward_ci95: Interval | None = Field(
-        description="Student's t over the tasks' mean rewards (two tasks or more)")
+        description="Student's t over the tasks' mean rewards (two tasks or more)"
+    )
     statuses: dict[str, int] = Field(description="results by status")
-    failures: dict[str, int] = Field(description="failed results by failure kind "
-                                                 "(infra, agent, timeout)")
+    failures: dict[str, int] = Field(description="failed results by failure kind (infra, agent, timeout)")
     mask_reasons: dict[str, int]
     turns: Distribution
     seconds: Distribution = Field(description="each rollout's total seconds")
     rewards: list[float] = Field(description="every scored reward, for plots")
     components: dict[str, Distribution] = Field(
-        default_factory=dict, description="each reward component (reward_components) over "
-                                          "the scored samples that carry it")
+        default_factory=dict,
+        description="each reward component (reward_components) over the scored samples that carry it",
+    )
 
 
 class EvaluationReport(BaseModel):
@@ -160,21 +202,22 @@ def _distribution(values: Sequence[float]) -> Distribution:
     if not values:
         return Distribution()
     ordered = sorted(values)
-    return Distribution(mean=statistics.fmean(ordered), p50=statistics.median(ordered),
-                        p90=ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)],
-                        values=list(values))
+    return Distribution(
+        mean=statistics.fmean(ordered),
+        p50=statistics.median(ordered),
+        p90=ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)],
+        values=list(values),
+    )
 
 
 def _majority(samples: Sequence[Graded], threshold: float) -> bool:
-    answers = [s.answer for s in sorted(samples, key=lambda s: s.sample_index)
-               if s.answer is not None]
+    answers = [s.answer for s in sorted(samples, key=lambda s: s.sample_index) if s.answer is not None]
     if not answers:
         return False
     counts = Counter(answers)
     top = max(counts.values())
     chosen = next(a for a in answers if counts[a] == top)  # first given among the tied
-    return any(s.answer == chosen and s.reward is not None and s.reward >= threshold
-               for s in samples)
+    return any(s.answer == chosen and s.reward is not None and s.reward >= threshold for s in samples)
 
 
 def _interval(task_means: Sequence[float]) -> Interval | None:
@@ -185,8 +228,7 @@ def _interval(task_means: Sequence[float]) -> Interval | None:
     return Interval(low=mean - half, high=mean + half)
 
 
-def _source(name: str, graded: Sequence[Graded], ks: Sequence[int],
-            threshold: float) -> SourceReport:
+def _source(name: str, graded: Sequence[Graded], ks: Sequence[int], threshold: float) -> SourceReport:
     tasks: dict[str, list[Graded]] = defaultdict(list)
     for g in graded:
         tasks[g.task_id].append(g)
@@ -194,9 +236,11 @@ def _source(name: str, graded: Sequence[Graded], ks: Sequence[int],
     pass_k: dict[int, float] = {}
     tasks_k: dict[int, int] = {}
     for k in ks:
-        values = [pass_at_k(len(s), sum(g.reward is not None and g.reward >= threshold
-                                        for g in s), k)
-                  for s in scored_by_task.values() if len(s) >= k]
+        values = [
+            pass_at_k(len(s), sum(g.reward is not None and g.reward >= threshold for g in s), k)
+            for s in scored_by_task.values()
+            if len(s) >= k
+        ]
         tasks_k[k] = len(values)
         if values:
             pass_k[k] = statistics.fmean(values)
@@ -205,22 +249,27 @@ def _source(name: str, graded: Sequence[Graded], ks: Sequence[int],
         decided = [_majority(s, threshold) for s in scored_by_task.values() if s]
         majority = statistics.fmean(decided) if decided else None
     rewards = [g.reward for g in graded if g.scored and g.reward is not None]
-    task_means = [statistics.fmean(g.reward for g in s if g.reward is not None)
-                  for s in scored_by_task.values() if s]
+    task_means = [statistics.fmean(g.reward for g in s if g.reward is not None) for s in scored_by_task.values() if s]
     return SourceReport(
-        data_source=name, tasks=len(tasks), samples=len(graded),
-        scored=len(rewards), masked=sum(g.mask for g in graded),
-        passed=sum(r >= threshold for r in rewards), pass_at_k=pass_k, tasks_at_k=tasks_k,
-        majority=majority, mean_reward=statistics.fmean(rewards) if rewards else None,
+        data_source=name,
+        tasks=len(tasks),
+        samples=len(graded),
+        scored=len(rewards),
+        masked=sum(g.mask for g in graded),
+        passed=sum(r >= threshold for r in rewards),
+        pass_at_k=pass_k,
+        tasks_at_k=tasks_k,
+        majority=majority,
+        mean_reward=statistics.fmean(rewards) if rewards else None,
         mean_reward_ci95=_interval(task_means),
         statuses=dict(sorted(Counter(g.status for g in graded).items())),
-        failures=dict(sorted(Counter(g.failure_kind for g in graded
-                                     if g.failure_kind is not None).items())),
-        mask_reasons=dict(sorted(Counter(g.mask_reason or "unspecified"
-                                         for g in graded if g.mask).items())),
+        failures=dict(sorted(Counter(g.failure_kind for g in graded if g.failure_kind is not None).items())),
+        mask_reasons=dict(sorted(Counter(g.mask_reason or "unspecified" for g in graded if g.mask).items())),
         turns=_distribution([float(g.turns) for g in graded]),
-        seconds=_distribution([g.seconds for g in graded]), rewards=rewards,
-        components=_components(graded))
+        seconds=_distribution([g.seconds for g in graded]),
+        rewards=rewards,
+        components=_components(graded),
+    )
 
 
 def _components(graded: Sequence[Graded]) -> dict[str, Distribution]:
@@ -233,8 +282,9 @@ def _components(graded: Sequence[Graded]) -> dict[str, Distribution]:
     return {name: _distribution(found) for name, found in sorted(values.items())}
 
 
-def evaluate(results: Iterable[RolloutResult | Graded], ks: Sequence[int] | None = None,
-             threshold: float = 1.0) -> EvaluationReport:
+def evaluate(
+    results: Iterable[RolloutResult | Graded], ks: Sequence[int] | None = None, threshold: float = 1.0
+) -> EvaluationReport:
     """The report over ``results`` (a sample seen twice, same task_id and sample_index,
     counts once). ``ks``: the k of pass@k (default: 1, powers of two, the largest n)."""
     seen: dict[tuple[str, int], Graded] = {}
@@ -250,6 +300,8 @@ def evaluate(results: Iterable[RolloutResult | Graded], ks: Sequence[int] | None
     if any(k < 1 for k in ks):
         raise ValueError(f"every k must be at least 1, got {list(ks)}")
     ks = sorted(set(ks))
-    return EvaluationReport(threshold=threshold, ks=list(ks),
-                            sources=[_source(name, graded, ks, threshold)
-                                     for name, graded in sorted(by_source.items())])
+    return EvaluationReport(
+        threshold=threshold,
+        ks=list(ks),
+        sources=[_source(name, graded, ks, threshold) for name, graded in sorted(by_source.items())],
+    )

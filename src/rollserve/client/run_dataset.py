@@ -71,8 +71,7 @@ class RunOptions:
 
     def settings(self) -> dict[str, Any]:
         """What, besides the row, decides a rollout: part of the client ids."""
-        return {"sampling": self.sampling or {}, "agent": self.agent or {},
-                "timeouts": self.timeouts or {}}
+        return {"sampling": self.sampling or {}, "agent": self.agent or {}, "timeouts": self.timeouts or {}}
 
 
 @dataclass
@@ -98,8 +97,7 @@ class RunReport:
     rejected: list[RunItem]  # rows the server refused, with ``error``
     foreign_results: int = 0  # results in the output of rows or settings not in this run
 
-    def evaluation(self, ks: Sequence[int] | None = None,
-                   threshold: float = 1.0) -> EvaluationReport:
+    def evaluation(self, ks: Sequence[int] | None = None, threshold: float = 1.0) -> EvaluationReport:
         """pass@k, majority, mean reward with its interval... per data_source."""
         return evaluate(self.outcomes, ks=ks, threshold=threshold)
 
@@ -107,8 +105,7 @@ class RunReport:
         return dict(sorted(Counter(item.data_source for item in self.rejected).items()))
 
 
-def plan(rows: list[DatasetRow], dataset: str, options: RunOptions,
-         n: int | None = None) -> list[RunItem]:
+def plan(rows: list[DatasetRow], dataset: str, options: RunOptions, n: int | None = None) -> list[RunItem]:
     """The valid rows as tasks with their client ids (``n`` overrides each row's).
     Raises ValueError if two rows carry the same ``id`` of their own."""
     items: dict[str, RunItem] = {}
@@ -125,8 +122,7 @@ def plan(rows: list[DatasetRow], dataset: str, options: RunOptions,
             task["metadata"] = {"instance_id": instance_id, **(metadata or {})}
         task["id"] = client_id(dataset, row.number, task, options.settings())
         if task["id"] in items:
-            raise ValueError(f"rows {items[task['id']].number} and {row.number} have the same "
-                             f"id {task['id']!r}")
+            raise ValueError(f"rows {items[task['id']].number} and {row.number} have the same id {task['id']!r}")
         items[task["id"]] = RunItem(row.number, row.label, row.data_source, task)
     return list(items.values())
 
@@ -157,9 +153,15 @@ def _trim_torn_tail(output: Path) -> bytes:
 
 
 class DatasetRun:
-    def __init__(self, client: AsyncClient, items: list[RunItem], output: Path,
-                 options: RunOptions | None = None, resume: bool = False,
-                 on_change: Callable[[RunProgress], None] | None = None):
+    def __init__(
+        self,
+        client: AsyncClient,
+        items: list[RunItem],
+        output: Path,
+        options: RunOptions | None = None,
+        resume: bool = False,
+        on_change: Callable[[RunProgress], None] | None = None,
+    ):
         self.client = client
         self.items = {item.id: item for item in items}
         if len(self.items) != len(items):
@@ -240,9 +242,10 @@ class DatasetRun:
                 return await fn(*args, **kwargs)
             except httpx.TransportError as exc:
                 if attempt == TRANSPORT_RETRIES:
-                    raise RunAborted(f"cannot reach the server at {self.client.base_url}: "
-                                     f"{type(exc).__name__}: {exc}") from None
-                await asyncio.sleep(min(2.0 ** attempt, 16.0))
+                    raise RunAborted(
+                        f"cannot reach the server at {self.client.base_url}: {type(exc).__name__}: {exc}"
+                    ) from None
+                await asyncio.sleep(min(2.0**attempt, 16.0))
                 attempt += 1
             except RollserveError as exc:
                 if exc.status in (401, 403, 404):
@@ -252,8 +255,9 @@ class DatasetRun:
     async def _read_results(self, cursor: int) -> None:
         while True:
             # a re-scored result is the same sample scored again: never a new sample
-            page = await self._call(self.client.results, after=cursor, limit=500,
-                                    wait=self.options.poll_wait, rescored=False)
+            page = await self._call(
+                self.client.results, after=cursor, limit=500, wait=self.options.poll_wait, rescored=False
+            )
             for result in page.results:
                 self._record(result)
             cursor = page.next
@@ -270,9 +274,12 @@ class DatasetRun:
         while batch:
             try:
                 accepted = await self._call(
-                    self.client.submit, [item.task for item in batch],
-                    sampling=self.options.sampling, agent=self.options.agent,
-                    timeouts=self.options.timeouts)
+                    self.client.submit,
+                    [item.task for item in batch],
+                    sampling=self.options.sampling,
+                    agent=self.options.agent,
+                    timeouts=self.options.timeouts,
+                )
             except RollserveError as exc:
                 if exc.status == 429:  # still full after the client's own retries
                     batch = await self._when_full(batch)
@@ -337,8 +344,10 @@ class DatasetRun:
                     queue.popleft()
                     continue
                 if int(item.task.get("n", 1)) > limit:  # would never fit: the server says 429
-                    self._reject(queue.popleft(), f"n={item.task.get('n')} is more rollouts than "
-                                 f"the server admits at once (max_pending {limit})")
+                    self._reject(
+                        queue.popleft(),
+                        f"n={item.task.get('n')} is more rollouts than the server admits at once (max_pending {limit})",
+                    )
                     continue
                 if (batch or self._in_flight) and self._in_flight + need + item.remaining > limit:
                     break

@@ -17,17 +17,22 @@ class Client(SyncSender, ClientBase):
     """``Client(url).submit([...])``, ``.group(id, wait=60)``, ``.stream_results()``, ...;
     every answer is a ``rollserve.contract`` model."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", token: str | None = None,
-                 timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        token: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
         super().__init__(base_url, token, timeout)
-        self._http = httpx.Client(base_url=self.base_url, headers=self._headers(),
-                                  transport=transport)
+        self._http = httpx.Client(base_url=self.base_url, headers=self._headers(), transport=transport)
 
     def _send(self, call: Call[T]) -> T:
         attempt = 0
         while True:
-            response = self._http.request(call.method, call.path, params=call.params,
-                                          json=call.json, timeout=self._timeout(call))
+            response = self._http.request(
+                call.method, call.path, params=call.params, json=call.json, timeout=self._timeout(call)
+            )
             delay = self._retry_delay(response, attempt)
             if delay is None:
                 return self._parse(response, call)
@@ -43,9 +48,14 @@ class Client(SyncSender, ClientBase):
             if view.done or remaining <= 0:
                 return view
 
-    def stream_results(self, after: int = 0, limit: int = 100, wait: float = 30.0,
-                       until: int | None = None,
-                       rescored: bool | None = False) -> Iterator[RolloutResult]:
+    def stream_results(
+        self,
+        after: int = 0,
+        limit: int = 100,
+        wait: float = 30.0,
+        until: int | None = None,
+        rescored: bool | None = False,
+    ) -> Iterator[RolloutResult]:
         """Yield finished results in completion order, forever or until ``until`` seen.
         Re-scored results (``rescored_from`` set: the same samples scored again) are
         left out unless ``rescored`` is True (only them) or None (every result).

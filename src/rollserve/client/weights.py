@@ -45,8 +45,18 @@ from rollserve.client.calls import JSONBody, RollserveError
 from rollserve.client.sync import Client
 from rollserve.contract import Paused, Resumed, WeightsLoaded, WeightsRequest
 
-__all__ = ["AsyncWeightSync", "FullWeights", "LoRA", "LowerPolicyVersion", "PauseTimeout", "SyncReport",
-           "WeightLoadFailed", "WeightSync", "WeightSyncError", "WeightsRefused"]
+__all__ = [
+    "AsyncWeightSync",
+    "FullWeights",
+    "LoRA",
+    "LowerPolicyVersion",
+    "PauseTimeout",
+    "SyncReport",
+    "WeightLoadFailed",
+    "WeightSync",
+    "WeightSyncError",
+    "WeightsRefused",
+]
 
 
 @dataclass(frozen=True)
@@ -97,8 +107,7 @@ class WeightLoadFailed(WeightSyncError):
     """A server failed to load the weights (``outcomes``: per backend, "ok" or the
     error; empty when the server could not be asked): generation is left paused."""
 
-    def __init__(self, message: str, policy_version: int | None,
-                 outcomes: dict[str, str] | None = None):
+    def __init__(self, message: str, policy_version: int | None, outcomes: dict[str, str] | None = None):
         super().__init__(message, paused=True, policy_version=policy_version)
         self.outcomes = outcomes or {}
 
@@ -121,20 +130,29 @@ class SyncReport:
 
 
 def _pause_timeout(paused: Paused, timeout: float) -> PauseTimeout:
-    return PauseTimeout(f"{paused.in_flight} LLM calls were still in flight after {timeout:g} s "
-                        "of pausing: nothing was loaded; generation resumed at policy version "
-                        f"{paused.policy_version} (use mode='abort' to abort them instead)",
-                        paused=False, policy_version=paused.policy_version)
+    return PauseTimeout(
+        f"{paused.in_flight} LLM calls were still in flight after {timeout:g} s "
+        "of pausing: nothing was loaded; generation resumed at policy version "
+        f"{paused.policy_version} (use mode='abort' to abort them instead)",
+        paused=False,
+        policy_version=paused.policy_version,
+    )
 
 
 def _refused(exc: RollserveError, version: int | None) -> WeightsRefused:
-    return WeightsRefused(f"the server loaded no weights: {exc.detail}; generation resumed "
-                          f"at policy version {version}", paused=False, policy_version=version)
+    return WeightsRefused(
+        f"the server loaded no weights: {exc.detail}; generation resumed at policy version {version}",
+        paused=False,
+        policy_version=version,
+    )
 
 
 def _unasked(exc: Exception, version: int | None) -> WeightLoadFailed:
-    return WeightLoadFailed(f"could not load the weights ({type(exc).__name__}: {exc}); "
-                            f"generation is left paused at policy version {version}", version)
+    return WeightLoadFailed(
+        f"could not load the weights ({type(exc).__name__}: {exc}); "
+        f"generation is left paused at policy version {version}",
+        version,
+    )
 
 
 def _is_lower(policy_version: int, in_force: int | None, allow_lower_version: bool) -> bool:
@@ -142,40 +160,48 @@ def _is_lower(policy_version: int, in_force: int | None, allow_lower_version: bo
 
 
 def _lower_at_pause(policy_version: int, in_force: int | None) -> LowerPolicyVersion:
-    return LowerPolicyVersion(f"policy_version {policy_version} is below the version in force "
-                              f"({in_force}): nothing was loaded; generation resumed at policy "
-                              f"version {in_force} (pass allow_lower_version=True to go back)",
-                              paused=False, policy_version=in_force)
+    return LowerPolicyVersion(
+        f"policy_version {policy_version} is below the version in force "
+        f"({in_force}): nothing was loaded; generation resumed at policy "
+        f"version {in_force} (pass allow_lower_version=True to go back)",
+        paused=False,
+        policy_version=in_force,
+    )
 
 
 def _resume_refused(exc: RollserveError, loaded: WeightsLoaded) -> WeightSyncError:
-    message = (f"the weights were loaded but the resume was refused: {exc.detail}; generation "
-               f"is left paused at policy version {loaded.policy_version}")
+    message = (
+        f"the weights were loaded but the resume was refused: {exc.detail}; generation "
+        f"is left paused at policy version {loaded.policy_version}"
+    )
     lower = "policy_version" in exc.fields
     return (LowerPolicyVersion if lower else WeightSyncError)(
-        message, paused=True, policy_version=loaded.policy_version)
+        message, paused=True, policy_version=loaded.policy_version
+    )
 
 
 def _failed(loaded: WeightsLoaded) -> WeightLoadFailed:
     failed = {name: outcome for name, outcome in loaded.outcomes.items() if outcome != "ok"}
     listed = "; ".join(f"{name}: {outcome}" for name, outcome in failed.items())
-    return WeightLoadFailed(f"weights failed to load on {len(failed)} of {len(loaded.outcomes)} "
-                            f"backends ({listed}); generation is left paused at policy version "
-                            f"{loaded.policy_version}", loaded.policy_version, loaded.outcomes)
+    return WeightLoadFailed(
+        f"weights failed to load on {len(failed)} of {len(loaded.outcomes)} "
+        f"backends ({listed}); generation is left paused at policy version "
+        f"{loaded.policy_version}",
+        loaded.policy_version,
+        loaded.outcomes,
+    )
 
 
 class WeightSync:
     """Pause, load, resume with a blocking ``Client`` (see the module docstring)."""
 
-    def __init__(self, client: Client, mode: str = "finish", pause_timeout: float = 600.0,
-                 load_timeout: float = 600.0):
+    def __init__(self, client: Client, mode: str = "finish", pause_timeout: float = 600.0, load_timeout: float = 600.0):
         self.client = client
         self.mode = mode
         self.pause_timeout = pause_timeout
         self.load_timeout = load_timeout
 
-    def update(self, weights: Weights, policy_version: int,
-               allow_lower_version: bool = False) -> SyncReport:
+    def update(self, weights: Weights, policy_version: int, allow_lower_version: bool = False) -> SyncReport:
         """Load ``weights`` everywhere and resume at ``policy_version``; a
         ``WeightSyncError`` says what state generation was left in. A version below
         the one in force is ``LowerPolicyVersion`` unless ``allow_lower_version``."""
@@ -210,15 +236,15 @@ class WeightSync:
 class AsyncWeightSync:
     """Pause, load, resume with an ``AsyncClient`` (see the module docstring)."""
 
-    def __init__(self, client: AsyncClient, mode: str = "finish", pause_timeout: float = 600.0,
-                 load_timeout: float = 600.0):
+    def __init__(
+        self, client: AsyncClient, mode: str = "finish", pause_timeout: float = 600.0, load_timeout: float = 600.0
+    ):
         self.client = client
         self.mode = mode
         self.pause_timeout = pause_timeout
         self.load_timeout = load_timeout
 
-    async def update(self, weights: Weights, policy_version: int,
-                     allow_lower_version: bool = False) -> SyncReport:
+    async def update(self, weights: Weights, policy_version: int, allow_lower_version: bool = False) -> SyncReport:
         """Load ``weights`` everywhere and resume at ``policy_version``; a
         ``WeightSyncError`` says what state generation was left in. A version below
         the one in force is ``LowerPolicyVersion`` unless ``allow_lower_version``."""
@@ -231,8 +257,7 @@ class AsyncWeightSync:
             await self.client.resume()
             raise _lower_at_pause(policy_version, paused.policy_version)
         try:
-            loaded = await self.client.load_weights(weights.body(), policy_version,
-                                                    self.load_timeout)
+            loaded = await self.client.load_weights(weights.body(), policy_version, self.load_timeout)
         except RollserveError as exc:
             if exc.status == 409:
                 await self.client.resume()

@@ -35,8 +35,9 @@ NAMESPACE = "rollserve"
 class RayExecutor(NodeWatch):
     """Stages run in the node workers of a Ray cluster (``engine.executor``)."""
 
-    def __init__(self, config: RayConfig, settings: WorkerSettings,
-                 policy_version: Callable[[], int | None] | None = None) -> None:
+    def __init__(
+        self, config: RayConfig, settings: WorkerSettings, policy_version: Callable[[], int | None] | None = None
+    ) -> None:
         super().__init__(config, settings, policy_version)
         self._where: dict[str, ClusterNode] = {}  # rollout id -> its node
         self._synced: set[str] = set()  # rollouts whose last stage call returned
@@ -47,13 +48,16 @@ class RayExecutor(NodeWatch):
     async def start(self) -> None:
         """Join the cluster and start a worker on every node that offers the resource
         now (bounded); then keep watching for nodes that join or leave."""
-        await asyncio.to_thread(ray.init, address=self.config.address, namespace=NAMESPACE,
-                                log_to_driver=False, ignore_reinit_error=True)
+        await asyncio.to_thread(
+            ray.init, address=self.config.address, namespace=NAMESPACE, log_to_driver=False, ignore_reinit_error=True
+        )
         await self._scan()
         await self.wait_started(self.config.worker_start_timeout)
         if not any(n.alive for n in self.placement.nodes.values()):
-            log.warning("no node offers the %r resource yet: rollouts wait (bounded by their "
-                        "total timeout) until one joins", self.config.resource)
+            log.warning(
+                "no node offers the %r resource yet: rollouts wait (bounded by their total timeout) until one joins",
+                self.config.resource,
+            )
         self._watcher = asyncio.create_task(self._watch(), name="rollserve-ray-nodes")
 
     async def stop(self) -> None:
@@ -84,8 +88,8 @@ class RayExecutor(NodeWatch):
             wait = self.config.call_timeout if timeout is None else timeout
             bound = self.config.call_timeout + wait
             replies = await asyncio.gather(
-                *(self._bounded(n.actor.pause.remote(mode, wait), bound) for n in alive),
-                return_exceptions=True)
+                *(self._bounded(n.actor.pause.remote(mode, wait), bound) for n in alive), return_exceptions=True
+            )
         drained = True
         for node, reply in zip(alive, replies, strict=True):
             if isinstance(reply, BaseException):  # fenced: a killed worker samples nothing
@@ -99,8 +103,9 @@ class RayExecutor(NodeWatch):
             self._paused = None
             alive = [n for n in self.placement.nodes.values() if n.alive]
             replies = await asyncio.gather(
-                *(self._bounded(n.actor.resume.remote(policy_version), self.config.call_timeout)
-                  for n in alive), return_exceptions=True)
+                *(self._bounded(n.actor.resume.remote(policy_version), self.config.call_timeout) for n in alive),
+                return_exceptions=True,
+            )
         for node, reply in zip(alive, replies, strict=True):
             if isinstance(reply, BaseException):  # it may stamp an old version: fenced
                 self._fence(node, f"its worker did not resume ({type(reply).__name__}: {reply})")
@@ -114,20 +119,23 @@ class RayExecutor(NodeWatch):
         under the new policy version. Full weights when no adapter was in force (and no
         backend kept an older name) change no name: nothing is sent."""
         async with self._control:
-            unchanged = (update.lora is None and self._lora is None and not failed
-                         and not self._lora_failed)
+            unchanged = update.lora is None and self._lora is None and not failed and not self._lora_failed
             self._lora, self._lora_failed = update.lora, list(failed)
             if unchanged:
                 return
             alive = [n for n in self.placement.nodes.values() if n.alive]
             replies = await asyncio.gather(
-                *(self._bounded(n.actor.weights_loaded.remote(update.lora, failed),
-                                self.config.call_timeout) for n in alive),
-                return_exceptions=True)
+                *(
+                    self._bounded(n.actor.weights_loaded.remote(update.lora, failed), self.config.call_timeout)
+                    for n in alive
+                ),
+                return_exceptions=True,
+            )
         for node, reply in zip(alive, replies, strict=True):
             if isinstance(reply, BaseException):
-                self._fence(node, "its worker did not take the new weights' model name "
-                                  f"({type(reply).__name__}: {reply})")
+                self._fence(
+                    node, f"its worker did not take the new weights' model name ({type(reply).__name__}: {reply})"
+                )
 
     def backend_added(self, name: str, source: str, weight: float) -> None:
         """The head's router got a backend: every worker adds it (in the background,
@@ -144,9 +152,12 @@ class RayExecutor(NodeWatch):
         self._backend_changes += 1
         alive = [n for n in self.placement.nodes.values() if n.alive]
         replies = await asyncio.gather(
-            *(self._bounded(n.actor.remove_backend.remote(name, grace),
-                            grace + self.config.call_timeout) for n in alive),
-            return_exceptions=True)
+            *(
+                self._bounded(n.actor.remove_backend.remote(name, grace), grace + self.config.call_timeout)
+                for n in alive
+            ),
+            return_exceptions=True,
+        )
         for node, reply in zip(alive, replies):
             if isinstance(reply, BaseException):
                 log.warning("removing backend %s on node %s failed: %s", name, node.name, reply)
@@ -154,8 +165,7 @@ class RayExecutor(NodeWatch):
     def _broadcast(self, method: str, *args: Any) -> None:
         async def one(node: ClusterNode) -> None:
             try:
-                await self._bounded(getattr(node.actor, method).remote(*args),
-                                    self.config.call_timeout)
+                await self._bounded(getattr(node.actor, method).remote(*args), self.config.call_timeout)
             except (RayError, TimeoutError) as exc:
                 log.warning("%s on node %s failed: %s", method, node.name, exc)
 
@@ -208,23 +218,24 @@ class RayExecutor(NodeWatch):
         except ActorUnavailableError as exc:  # unreachable, maybe back soon: not marked dead,
             self._unanswered(node, exc)  # but counted: a node that stays so is fenced
             node.lost += 1
-            raise NodeLost(f"node {node.name} was unreachable during {stage} (attempt "
-                           f"{r.attempt}): {type(exc).__name__}", node.name) from None
+            raise NodeLost(
+                f"node {node.name} was unreachable during {stage} (attempt {r.attempt}): {type(exc).__name__}",
+                node.name,
+            ) from None
         except RayActorError as exc:
             self._mark_dead(node, f"its worker died ({type(exc).__name__})")
             node.lost += 1
-            raise NodeLost(f"node {node.name} died during {stage} (attempt {r.attempt}): "
-                           f"{type(exc).__name__}", node.name) from None
+            raise NodeLost(
+                f"node {node.name} died during {stage} (attempt {r.attempt}): {type(exc).__name__}", node.name
+            ) from None
         except RayError as exc:
-            raise InfraError(f"node {node.name}: {stage} call failed: {type(exc).__name__}: "
-                             f"{str(exc)[:500]}") from None
+            raise InfraError(f"node {node.name}: {stage} call failed: {type(exc).__name__}: {str(exc)[:500]}") from None
         finally:
             node.busy[stage] -= 1
             node.done[stage] += 1
         if not node.alive:  # fenced while the call ran: what it made is not used
             node.lost += 1
-            raise NodeLost(f"node {node.name} was lost during {stage} (attempt {r.attempt})",
-                           node.name)
+            raise NodeLost(f"node {node.name} was lost during {stage} (attempt {r.attempt})", node.name)
         self._synced.add(r.id)
         self._apply(r, outcome)
         if outcome.error is not None:
@@ -237,21 +248,34 @@ class RayExecutor(NodeWatch):
         """The task's judge reward, here on the head, where the judges are, on what the
         node's EVAL gave (the node's call carries no judge: ``_call``); within the EVAL
         stage's bound, as on one machine. A judge failure raises as it does there."""
-        r.scored(await judge_evaluation(handler, r, Evaluation(
-            reward=r.reward if r.reward is not None else 0.0, details=dict(r.evaluation or {}),
-            components=dict(r.reward_components or {}))))
+        r.scored(
+            await judge_evaluation(
+                handler,
+                r,
+                Evaluation(
+                    reward=r.reward if r.reward is not None else 0.0,
+                    details=dict(r.evaluation or {}),
+                    components=dict(r.reward_components or {}),
+                ),
+            )
+        )
 
     def _call(self, r: Rollout, stage: Stage) -> StageCall:
         now = asyncio.get_running_loop().time()
         calls_end = current_deadline()
         return StageCall(  # (no judge: the head judges, see ``_judge``)
             spec=r.spec.model_copy(update={"judge": None}) if r.spec.judge else r.spec,
-            attempt=r.attempt, stage=stage, max_turns=r.max_turns,
-            max_context_tokens=r.max_context_tokens, timeouts=r.timeouts,
-            max_staleness=r.max_staleness, mask_stale=r.mask_stale,
+            attempt=r.attempt,
+            stage=stage,
+            max_turns=r.max_turns,
+            max_context_tokens=r.max_context_tokens,
+            timeouts=r.timeouts,
+            max_staleness=r.max_staleness,
+            mask_stale=r.mask_stale,
             rollout_left=None if r.deadline is None else r.deadline - now,
             calls_left=None if calls_end is None else calls_end - now,
-            run_left=None if r.run_deadline is None or stage != "run" else r.run_deadline - now)
+            run_left=None if r.run_deadline is None or stage != "run" else r.run_deadline - now,
+        )
 
     @staticmethod
     def _apply(r: Rollout, outcome: StageOutcome) -> None:
@@ -276,8 +300,9 @@ class RayExecutor(NodeWatch):
             return
         try:
             if node.alive and called:  # reserved only: the worker never heard of it
-                outcome: StageOutcome | None = await asyncio.shield(self._bounded(
-                    node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT))
+                outcome: StageOutcome | None = await asyncio.shield(
+                    self._bounded(node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT)
+                )
                 if outcome is not None and not synced and node.alive:
                     self._apply(r, outcome)
         except ActorUnavailableError as exc:  # maybe back soon: a missed answer, not a death

@@ -46,11 +46,21 @@ class ClusterNode:
         return self.slots - len(self.hosted) if self.alive and not self.draining else 0
 
     def snapshot(self, queued: int) -> NodeStatus:
-        return NodeStatus(name=self.name, node_id=self.node_id, alive=self.alive,
-                          draining=self.draining, slots=self.slots, hosted=len(self.hosted),
-                          queued=queued, busy=dict(self.busy), done=dict(self.done),
-                          placed=self.placed, lost=self.lost, sandboxes_open=self.sandboxes_open,
-                          reaped_at_start=self.reaped_at_start)
+        return NodeStatus(
+            name=self.name,
+            node_id=self.node_id,
+            alive=self.alive,
+            draining=self.draining,
+            slots=self.slots,
+            hosted=len(self.hosted),
+            queued=queued,
+            busy=dict(self.busy),
+            done=dict(self.done),
+            placed=self.placed,
+            lost=self.lost,
+            sandboxes_open=self.sandboxes_open,
+            reaped_at_start=self.reaped_at_start,
+        )
 
 
 class Placement:
@@ -100,5 +110,4 @@ class Placement:
             self._changed.notify_all()
 
     def statuses(self) -> list[NodeStatus]:
-        return [n.snapshot(self.waiting) for n in sorted(self.nodes.values(),
-                                                         key=lambda n: (n.name, not n.alive))]
+        return [n.snapshot(self.waiting) for n in sorted(self.nodes.values(), key=lambda n: (n.name, not n.alive))]

@@ -19,19 +19,26 @@ ErrorKind = Literal["infra", "agent", "timeout", "deadline", "bug"]
 
 
 class RayConfig(BaseModel):
-    address: str = Field(description="'auto' (the cluster this host belongs to) or the head's "
-                         "address, host:port")
-    resource: str = Field("rollserve", description="the Ray resource a node offers rollserve: "
-                          "a worker starts on each node that has it; its amount is the node's "
-                          "slots (rollouts hosted at once)")
+    address: str = Field(description="'auto' (the cluster this host belongs to) or the head's address, host:port")
+    resource: str = Field(
+        "rollserve",
+        description="the Ray resource a node offers rollserve: "
+        "a worker starts on each node that has it; its amount is the node's "
+        "slots (rollouts hosted at once)",
+    )
     poll_s: float = Field(1.0, gt=0, description="seconds between looks at the cluster's nodes")
-    worker_start_timeout: float = Field(180.0, gt=0, description="seconds a node's worker may "
-                                        "take to start (then it is tried again)")
+    worker_start_timeout: float = Field(
+        180.0, gt=0, description="seconds a node's worker may take to start (then it is tried again)"
+    )
     call_timeout: float = Field(10.0, gt=0, description="seconds for a status or cleanup call")
-    fence_after_polls: int = Field(3, ge=1, description="status polls in a row a node's worker "
-                                   "may leave unanswered (each bounded by call_timeout) before "
-                                   "the node is fenced: its worker killed, its rollouts run "
-                                   "again elsewhere")
+    fence_after_polls: int = Field(
+        3,
+        ge=1,
+        description="status polls in a row a node's worker "
+        "may leave unanswered (each bounded by call_timeout) before "
+        "the node is fenced: its worker killed, its rollouts run "
+        "again elsewhere",
+    )
 
 
 class WorkerSettings(BaseModel):
@@ -57,8 +64,11 @@ class WorkerSettings(BaseModel):
     handler_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     harness_dir: str | None = None  # the head's harness install root (the same path on every node)
     seed_salt: str | None = None  # the head store's salt for generated instances' seeds
-    orphan_grace: float = Field(60.0, gt=0, description="seconds past a hosted rollout's "
-                                "deadline (no stage running) before the worker cleans it up itself")
+    orphan_grace: float = Field(
+        60.0,
+        gt=0,
+        description="seconds past a hosted rollout's deadline (no stage running) before the worker cleans it up itself",
+    )
     janitor_s: float = Field(5.0, gt=0, description="seconds between the worker's looks for those")
 
     @property

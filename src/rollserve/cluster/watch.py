@@ -54,8 +54,9 @@ def node_name(info: dict[str, Any]) -> str:
 class NodeWatch:
     """Nodes and their workers, as the head sees them."""
 
-    def __init__(self, config: RayConfig, settings: WorkerSettings,
-                 policy_version: Callable[[], int | None] | None = None) -> None:
+    def __init__(
+        self, config: RayConfig, settings: WorkerSettings, policy_version: Callable[[], int | None] | None = None
+    ) -> None:
         self.config = config
         self.settings = settings
         # The head router's current policy version, read at each call (a callable).
@@ -115,15 +116,15 @@ class NodeWatch:
         for node in self.placement.nodes.values():
             if node.alive and node.node_id not in alive_ids:
                 self._mark_dead(node, "its raylet is gone")
-        offering = [i for i in infos if i.get("Alive")
-                    and float((i.get("Resources") or {}).get(self.config.resource, 0)) >= 1]
+        offering = [
+            i for i in infos if i.get("Alive") and float((i.get("Resources") or {}).get(self.config.resource, 0)) >= 1
+        ]
         by_name: dict[str, set[str]] = {}
         for info in offering:
             by_name.setdefault(node_name(info), set()).add(str(info["NodeID"]))
         for info in offering:
             node_id = str(info["NodeID"])
-            if (node_id in self._starting
-                    or time.monotonic() < self._retry.get(node_id, (0.0, 0.0))[0]):
+            if node_id in self._starting or time.monotonic() < self._retry.get(node_id, (0.0, 0.0))[0]:
                 continue
             current = self.placement.current(node_id)
             if current is not None and current.alive:
@@ -134,7 +135,8 @@ class NodeWatch:
                 calls.kill(current.actor)  # gone or unreachable: it must not run on beside the new one
             generation = 1 if current is None else current.generation + 1
             self._starting[node_id] = asyncio.create_task(
-                self._start_worker(info, generation), name=f"rollserve-worker-{node_id[:12]}")
+                self._start_worker(info, generation), name=f"rollserve-worker-{node_id[:12]}"
+            )
 
     def _name_taken(self, info: dict[str, Any], by_name: dict[str, set[str]]) -> bool:
         """Another alive node has this node's name: it gets no worker. A name is the
@@ -148,36 +150,54 @@ class NodeWatch:
             return False
         if node_id not in self._clashes:
             self._clashes.add(node_id)
-            log.error("node %s (%s) gets no worker: node(s) %s have the same name; give each "
-                      "node its own '%s' label", name, node_id[:12],
-                      ", ".join(sorted(o[:12] for o in others)), NODE_LABEL)
+            log.error(
+                "node %s (%s) gets no worker: node(s) %s have the same name; give each node its own '%s' label",
+                name,
+                node_id[:12],
+                ", ".join(sorted(o[:12] for o in others)),
+                NODE_LABEL,
+            )
         return True
 
     async def _start_worker(self, info: dict[str, Any], generation: int) -> None:
         node_id, name = str(info["NodeID"]), node_name(info)
         slots = int(float(info["Resources"][self.config.resource]))
         changes = self._backend_changes
-        settings = self.settings.model_copy(update={
-            "node": name, "removed_backends": sorted(self._removed),
-            "added_backends": list(self._added.values()),
-            "policy_version": self._current_version(), "lora": self._lora,
-            "lora_failed": list(self._lora_failed)})
+        settings = self.settings.model_copy(
+            update={
+                "node": name,
+                "removed_backends": sorted(self._removed),
+                "added_backends": list(self._added.values()),
+                "policy_version": self._current_version(),
+                "lora": self._lora,
+                "lora_failed": list(self._lora_failed),
+            }
+        )
         actor: Any = None
         try:
             actor = self._worker_class.options(
                 name=f"rollserve-worker-{node_id[:16]}-{generation}-{next(self._starts)}",
-                num_cpus=0, max_restarts=0, max_concurrency=max(1000, slots * 8),
+                num_cpus=0,
+                max_restarts=0,
+                max_concurrency=max(1000, slots * 8),
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             ).remote(settings.model_dump_json())
-            report = WorkerReport.model_validate(await self._bounded(
-                actor.start.remote(), self.config.worker_start_timeout))
+            report = WorkerReport.model_validate(
+                await self._bounded(actor.start.remote(), self.config.worker_start_timeout)
+            )
             async with self._control:
                 await self._catch_up(actor, settings, changes)
                 # No await since the catch-up's last look: every broadcast from here on
                 # (they wait for this lock) reaches the node.
-                node = ClusterNode(name=name, node_id=node_id, slots=slots, actor=actor,
-                                   generation=generation, reaped_at_start=report.reaped_at_start,
-                                   draining=name in self._drained)  # a drain outlives its worker
+                node = ClusterNode(
+                    name=name,
+                    node_id=node_id,
+                    slots=slots,
+                    actor=actor,
+                    generation=generation,
+                    reaped_at_start=report.reaped_at_start,
+                    draining=name in self._drained,
+                )  # a drain outlives its worker
                 self.placement.add(node)
         except BaseException as exc:  # every failure, a cancel too: no actor is left running
             if actor is not None:
@@ -186,15 +206,27 @@ class NodeWatch:
                 raise
             backoff = self._retry.get(node_id, (0.0, START_BACKOFF))[1]
             self._retry[node_id] = (time.monotonic() + backoff, min(START_BACKOFF_MAX, backoff * 2))
-            log.error("node %s (%s): its worker did not start (tried again in %.0f s): %s: %s",
-                      name, node_id[:12], backoff, type(exc).__name__, exc)
+            log.error(
+                "node %s (%s): its worker did not start (tried again in %.0f s): %s: %s",
+                name,
+                node_id[:12],
+                backoff,
+                type(exc).__name__,
+                exc,
+            )
             return
         finally:
             self._starting.pop(node_id, None)
         self._retry.pop(node_id, None)
         self._slots_changed()
-        log.info("node %s (%s) joined: %d slots, worker pid %d, %d sandboxes reaped", name,
-                 node_id[:12], slots, report.pid, report.reaped_at_start)
+        log.info(
+            "node %s (%s) joined: %d slots, worker pid %d, %d sandboxes reaped",
+            name,
+            node_id[:12],
+            slots,
+            report.pid,
+            report.reaped_at_start,
+        )
         await self.placement.changed()
 
     async def _catch_up(self, actor: Any, settings: WorkerSettings, changes: int) -> None:
@@ -243,7 +275,8 @@ class NodeWatch:
         async def one(node: ClusterNode) -> None:
             try:
                 report = WorkerReport.model_validate(
-                    await self._bounded(node.actor.status.remote(), self.config.call_timeout))
+                    await self._bounded(node.actor.status.remote(), self.config.call_timeout)
+                )
                 node.sandboxes_open = report.sandboxes_open
                 node.unanswered = 0
             except ActorUnavailableError as exc:  # it may be back soon: counted, as a silence
@@ -260,8 +293,9 @@ class NodeWatch:
         node (a worker that answers nothing may still run, and sample, on its own)."""
         node.unanswered += 1
         if node.alive and node.unanswered >= self.config.fence_after_polls:
-            self._fence(node, f"its worker left {node.unanswered} status polls in a row "
-                              f"unanswered (last: {type(exc).__name__})")
+            self._fence(
+                node, f"its worker left {node.unanswered} status polls in a row unanswered (last: {type(exc).__name__})"
+            )
 
     def _current_version(self) -> int | None:
         return self._policy_version() if self._policy_version is not None else None
@@ -275,8 +309,13 @@ class NodeWatch:
 
     def _mark_dead(self, node: ClusterNode, why: str) -> None:
         if node.alive:
-            log.warning("node %s (%s) lost: %s; its %d rollouts end their attempt", node.name,
-                        node.node_id[:12], why, len(node.hosted))
+            log.warning(
+                "node %s (%s) lost: %s; its %d rollouts end their attempt",
+                node.name,
+                node.node_id[:12],
+                why,
+                len(node.hosted),
+            )
         node.alive = False
         node.sandboxes_open = 0
         self._slots_changed()

@@ -86,10 +86,15 @@ class NodeWorker:
             self.router.adopt_weights(s.lora, s.lora_failed)
         await self.router.start()
         self.sandboxes = LazyRuntime(s.sandbox_runtime, folder, s.sandbox_options)
-        self.context = HandlerContext(tokenizer=self.tokenizer, scoring=self.scoring,
-                                      sandboxes=self.sandboxes, options=s.handler_options,
-                                      gateway=Gateway(), seed_salt=s.seed_salt,
-                                      harness_dir=s.harness_dir)
+        self.context = HandlerContext(
+            tokenizer=self.tokenizer,
+            scoring=self.scoring,
+            sandboxes=self.sandboxes,
+            options=s.handler_options,
+            gateway=Gateway(),
+            seed_salt=s.seed_salt,
+            harness_dir=s.harness_dir,
+        )
         self.handlers = HandlerRegistry()
         self.executor = LocalExecutor(self.router)
         self._started = True
@@ -97,10 +102,15 @@ class NodeWorker:
         return self.status()
 
     def status(self) -> WorkerReport:
-        return WorkerReport(node=self.settings.node, pid=os.getpid(), hosted=len(self.rollouts),
-                            running=len(self._running),
-                            sandboxes_open=len(self.sandboxes.open_sandboxes()) if self._started else 0,
-                            reaped_at_start=self.reaped, reap_errors=self.reap_errors)
+        return WorkerReport(
+            node=self.settings.node,
+            pid=os.getpid(),
+            hosted=len(self.rollouts),
+            running=len(self._running),
+            sandboxes_open=len(self.sandboxes.open_sandboxes()) if self._started else 0,
+            reaped_at_start=self.reaped,
+            reap_errors=self.reap_errors,
+        )
 
     def _handler(self, data_source: str) -> AgentHandler:
         return self.handlers.create(data_source, self.context)
@@ -113,16 +123,27 @@ class NodeWorker:
         r = self.rollouts.get(call.spec.id)
         if call.stage == "init" and r is not None and r.attempt < call.attempt:
             # An earlier attempt still hosted (its cleanup call lost): it ends now.
-            log.warning("node %s: rollout %s attempt %d still hosted at attempt %d's INIT; "
-                        "cleaning it up", self.settings.node, r.id, r.attempt, call.attempt)
+            log.warning(
+                "node %s: rollout %s attempt %d still hosted at attempt %d's INIT; cleaning it up",
+                self.settings.node,
+                r.id,
+                r.attempt,
+                call.attempt,
+            )
             await self.cleanup(r.id, r.attempt, produced=False)
             if (call.spec.id, call.attempt) in self._cleaned:  # meanwhile
                 return f"{where} was cleaned up on node {self.settings.node} before its INIT ran"
             r = self.rollouts.get(call.spec.id)
         if call.stage == "init" and r is None:
-            r = Rollout(spec=call.spec, attempt=call.attempt, max_turns=call.max_turns,
-                        max_context_tokens=call.max_context_tokens, timeouts=call.timeouts,
-                        max_staleness=call.max_staleness, mask_stale=call.mask_stale)
+            r = Rollout(
+                spec=call.spec,
+                attempt=call.attempt,
+                max_turns=call.max_turns,
+                max_context_tokens=call.max_context_tokens,
+                timeouts=call.timeouts,
+                max_staleness=call.max_staleness,
+                mask_stale=call.mask_stale,
+            )
             self.rollouts[r.id] = r
         if r is None or r.attempt != call.attempt or (call.stage == "init" and r.id in self._running):
             return f"{where} is not hosted on node {self.settings.node} (its worker restarted?)"
@@ -155,8 +176,7 @@ class NodeWorker:
         except RolloutError as exc:
             error = StageError.of(exc)
         except TimeoutError:
-            error = StageError("timeout", f"{call.stage} outran its deadline on node "
-                                          f"{self.settings.node}")
+            error = StageError("timeout", f"{call.stage} outran its deadline on node {self.settings.node}")
         except Exception as exc:  # a handler's bug: an infra failure, as the pipeline words it
             log.exception("rollout %s failed in %s", r.id, call.stage)
             error = StageError("bug", f"{type(exc).__name__}: {exc}")
@@ -164,9 +184,15 @@ class NodeWorker:
 
     @staticmethod
     def _outcome(r: Rollout, error: StageError | None) -> StageOutcome:
-        return StageOutcome(error=error, trajectory=r.trajectory, reward=r.reward,
-                            evaluation=r.evaluation, reward_components=r.reward_components,
-                            timing=dict(r.timing), stats=dict(r.stats))
+        return StageOutcome(
+            error=error,
+            trajectory=r.trajectory,
+            reward=r.reward,
+            evaluation=r.evaluation,
+            reward_components=r.reward_components,
+            timing=dict(r.timing),
+            stats=dict(r.stats),
+        )
 
     async def cleanup(self, rollout_id: str, attempt: int, produced: bool) -> StageOutcome | None:
         """End the rollout's stage if one still runs, release what it took, forget it;
@@ -196,18 +222,21 @@ class NodeWorker:
             await asyncio.sleep(self.settings.janitor_s)
             now = loop.time()
             for rollout_id, r in list(self.rollouts.items()):
-                if (rollout_id in self._running or r.deadline is None
-                        or now < r.deadline + self.settings.orphan_grace):
+                if rollout_id in self._running or r.deadline is None or now < r.deadline + self.settings.orphan_grace:
                     continue
-                log.warning("node %s: rollout %s attempt %d outlived its deadline by %.0f s "
-                            "with no stage running and no cleanup from the head; cleaning it up",
-                            self.settings.node, rollout_id, r.attempt, now - r.deadline)
+                log.warning(
+                    "node %s: rollout %s attempt %d outlived its deadline by %.0f s "
+                    "with no stage running and no cleanup from the head; cleaning it up",
+                    self.settings.node,
+                    rollout_id,
+                    r.attempt,
+                    now - r.deadline,
+                )
                 try:
                     await self.cleanup(rollout_id, r.attempt, produced=False)
                     self.orphans += 1
                 except Exception:
-                    log.exception("node %s: cleaning up rollout %s failed", self.settings.node,
-                                  rollout_id)
+                    log.exception("node %s: cleaning up rollout %s failed", self.settings.node, rollout_id)
 
     async def pause(self, mode: PauseMode, timeout: float | None) -> bool:
         """Pause the node's router replica (the head forwards pauses to backends);

@@ -57,9 +57,12 @@ class LazyObject:
         return f"<lazy {self._what}>"
 
 
-def offline_context(runtime: str = "bubblewrap", tokenizer: str = DEFAULT_TOKENIZER,
-                    state_dir: Path | None = None,
-                    options: dict[str, dict[str, Any]] | None = None) -> HandlerContext:
+def offline_context(
+    runtime: str = "bubblewrap",
+    tokenizer: str = DEFAULT_TOKENIZER,
+    state_dir: Path | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
+) -> HandlerContext:
     """A HandlerContext for validating instances and listing images without a server."""
     from rollserve.handlers import ScoringPool
     from rollserve.sandbox.registry import LazyRuntime  # creates nothing until first start
@@ -72,9 +75,12 @@ def offline_context(runtime: str = "bubblewrap", tokenizer: str = DEFAULT_TOKENI
     # The stand-in loads the tokenizer if a handler ever reads it (validate and images
     # should not): typed as what it stands in for.
     lazy_tokenizer = cast("ChatTokenizer", LazyObject(load, f"tokenizer {tokenizer}"))
-    return HandlerContext(tokenizer=lazy_tokenizer,
-                          scoring=ScoringPool(workers=1), sandboxes=LazyRuntime(runtime, state_dir),
-                          options=dict(options or {}))
+    return HandlerContext(
+        tokenizer=lazy_tokenizer,
+        scoring=ScoringPool(workers=1),
+        sandboxes=LazyRuntime(runtime, state_dir),
+        options=dict(options or {}),
+    )
 
 
 class DatasetChecker:
@@ -84,9 +90,12 @@ class DatasetChecker:
     this machine does not know is left for that server to check.
     """
 
-    def __init__(self, registry: HandlerRegistry | None = None,
-                 context: HandlerContext | None = None,
-                 remote_handlers: Collection[str] = ()):
+    def __init__(
+        self,
+        registry: HandlerRegistry | None = None,
+        context: HandlerContext | None = None,
+        remote_handlers: Collection[str] = (),
+    ):
         self.registry = registry if registry is not None else HandlerRegistry()
         self.context = context if context is not None else offline_context()
         self.remote_handlers = set(remote_handlers)
@@ -110,8 +119,8 @@ class DatasetChecker:
             raise ValueError(self._build_errors[data_source]) from None
         except Exception as exc:  # a plugin whose constructor wants more than an offline context
             self._build_errors[data_source] = (
-                f"data_source: handler {data_source!r} cannot be built here: "
-                f"{type(exc).__name__}: {exc}")
+                f"data_source: handler {data_source!r} cannot be built here: {type(exc).__name__}: {exc}"
+            )
             raise ValueError(self._build_errors[data_source]) from None
         self._handlers[data_source] = handler
         return handler
@@ -135,8 +144,7 @@ class DatasetChecker:
             field = exc.field if exc.field.startswith("instance") else f"instance.{exc.field}"
             return RowCheck(row, f"{field}: {exc.message}")
         except Exception as exc:  # the handler's own bug, reported against the row
-            return RowCheck(row, f"instance: {task.data_source}.validate() failed: "
-                                 f"{type(exc).__name__}: {exc}")
+            return RowCheck(row, f"instance: {task.data_source}.validate() failed: {type(exc).__name__}: {exc}")
         return RowCheck(row)
 
     def check_all(self, rows: Iterable[DatasetRow], max_errors: int | None = None) -> list[RowCheck]:
@@ -163,15 +171,20 @@ class DatasetChecker:
             images: object = handler.images(row.instance)
         except Exception as exc:
             raise ValueError(f"{row.data_source}.images() failed: {type(exc).__name__}: {exc}") from None
-        if inspect.isawaitable(images) or not isinstance(images, (list, tuple)) or \
-                not all(isinstance(i, str) and i for i in images):
-            raise ValueError(f"{row.data_source}.images() must return a list of image references "
-                             f"(strings), got {images!r}")
+        if (
+            inspect.isawaitable(images)
+            or not isinstance(images, (list, tuple))
+            or not all(isinstance(i, str) and i for i in images)
+        ):
+            raise ValueError(
+                f"{row.data_source}.images() must return a list of image references (strings), got {images!r}"
+            )
         return list(images)
 
 
-def images_needed(checker: DatasetChecker, checks: Iterable[RowCheck]
-                  ) -> tuple[dict[str, list[int]], list[tuple[int, str]]]:
+def images_needed(
+    checker: DatasetChecker, checks: Iterable[RowCheck]
+) -> tuple[dict[str, list[int]], list[tuple[int, str]]]:
     """(image reference -> the row numbers needing it, in first-seen order;
     [(row number, error)] for rows whose handler could not list them). Invalid rows
     are left out."""

@@ -22,12 +22,16 @@ if TYPE_CHECKING:  # imported where used: the engine side is slow to import for 
 
 app = typer.Typer(no_args_is_help=True, help="Check dataset files before running them.")
 
-FILE_HELP = ("a JSONL (.jsonl, .jsonl.gz) or parquet file, one task per row; a folder of Harbor "
-             "tasks (one row per task folder, or the one task a folder with task.toml is: the "
-             "harbor family's root is set to it unless --handler-options set one); or a bundled "
-             "set: " + ", ".join(BUNDLED))
-DATA_SOURCE_HELP = ("every row is a bare instance of this data source (e.g. a SWE-bench dump); "
-                    "without it each row is a task {data_source, instance, n?, ...}")
+FILE_HELP = (
+    "a JSONL (.jsonl, .jsonl.gz) or parquet file, one task per row; a folder of Harbor "
+    "tasks (one row per task folder, or the one task a folder with task.toml is: the "
+    "harbor family's root is set to it unless --handler-options set one); or a bundled "
+    "set: " + ", ".join(BUNDLED)
+)
+DATA_SOURCE_HELP = (
+    "every row is a bare instance of this data source (e.g. a SWE-bench dump); "
+    "without it each row is a task {data_source, instance, n?, ...}"
+)
 AUTO_ROWS = 200  # up to this many rows the table lists every row; past it, the invalid ones
 
 
@@ -67,8 +71,7 @@ def checks_table(checks: list[RowCheck], title: str | None = None) -> Table:
     for check in checks:
         row = check.row
         verdict = "[green]OK[/green]" if check.error is None else f"[red]{escape(check.error)}[/red]"
-        table.add_row(str(row.number), escape(row.label or "-"), escape(row.data_source or "-"),
-                      verdict)
+        table.add_row(str(row.number), escape(row.label or "-"), escape(row.data_source or "-"), verdict)
     return table
 
 
@@ -77,15 +80,19 @@ def summary(checks: list[RowCheck]) -> dict[str, Any]:
     for check in checks:
         counts = by_source.setdefault(check.row.data_source or "-", Counter())
         counts["ok" if check.ok else "invalid"] += 1
-    return {"ok": sum(c.ok for c in checks), "invalid": sum(not c.ok for c in checks),
-            "by_data_source": {name: {"ok": c["ok"], "invalid": c["invalid"]}
-                               for name, c in sorted(by_source.items())}}
+    return {
+        "ok": sum(c.ok for c in checks),
+        "invalid": sum(not c.ok for c in checks),
+        "by_data_source": {name: {"ok": c["ok"], "invalid": c["invalid"]} for name, c in sorted(by_source.items())},
+    }
 
 
-VALIDATE_HELP = ("Check each row of FILE as the API would at submission (no server needed).\n\n"
-                 "Row numbers are JSONL line numbers (parquet: row numbers, from 1; a folder of "
-                 "Harbor tasks: its task folders in name order, from 1). Exit code 0 "
-                 "if every row is valid, 1 if any is not, 2 if the file cannot be read.")
+VALIDATE_HELP = (
+    "Check each row of FILE as the API would at submission (no server needed).\n\n"
+    "Row numbers are JSONL line numbers (parquet: row numbers, from 1; a folder of "
+    "Harbor tasks: its task folders in name order, from 1). Exit code 0 "
+    "if every row is valid, 1 if any is not, 2 if the file cannot be read."
+)
 
 
 @app.command(help=VALIDATE_HELP)
@@ -94,12 +101,15 @@ def validate(
     data_source: str | None = typer.Option(None, "--data-source", "-d", help=DATA_SOURCE_HELP),
     max_errors: int | None = typer.Option(None, min=1, help="stop after this many invalid rows"),
     json_output: bool = typer.Option(False, "--json", help="print the report as JSON (stdout)"),
-    rows: str = typer.Option("auto", help="rows the table lists: all | errors | auto (every row "
-                                          f"up to {AUTO_ROWS}, else the invalid ones)"),
-    sandbox_runtime: str = typer.Option("bubblewrap", help="the server's runtime (what some "
-                                                           "handlers accept depends on it)"),
+    rows: str = typer.Option(
+        "auto", help=f"rows the table lists: all | errors | auto (every row up to {AUTO_ROWS}, else the invalid ones)"
+    ),
+    sandbox_runtime: str = typer.Option(
+        "bubblewrap", help="the server's runtime (what some handlers accept depends on it)"
+    ),
     handler_options: str | None = typer.Option(
-        None, help='handlers\' options as JSON, {"handler": {...}}, as the server gets them'),
+        None, help='handlers\' options as JSON, {"handler": {...}}, as the server gets them'
+    ),
 ) -> None:
     """Check each row of FILE as the API would at submission (no server needed)."""
     from rollserve.commands.dataset_check import DatasetChecker, offline_context
@@ -115,45 +125,63 @@ def validate(
     report = summary(checks)
     unchecked = len(dataset) - len(checks)
     if json_output:
-        typer.echo(json.dumps({
-            "file": str(file), "rows": [
-                {"row": c.row.number, "task_id": c.row.label, "data_source": c.row.data_source,
-                 "ok": c.ok, "error": c.error} for c in checks],
-            "summary": {**report, "unchecked": unchecked}}, indent=1))
+        typer.echo(
+            json.dumps(
+                {
+                    "file": str(file),
+                    "rows": [
+                        {
+                            "row": c.row.number,
+                            "task_id": c.row.label,
+                            "data_source": c.row.data_source,
+                            "ok": c.ok,
+                            "error": c.error,
+                        }
+                        for c in checks
+                    ],
+                    "summary": {**report, "unchecked": unchecked},
+                },
+                indent=1,
+            )
+        )
     else:
-        listed = checks if rows == "all" or (rows == "auto" and len(checks) <= AUTO_ROWS) \
+        listed = (
+            checks
+            if rows == "all" or (rows == "auto" and len(checks) <= AUTO_ROWS)
             else [c for c in checks if not c.ok]
+        )
         if listed:
             out.print(checks_table(listed, title=f"{file}"))
         hidden = len(checks) - len(listed)
         if hidden:
             out.print(f"[dim]{hidden} valid rows not listed (--rows all lists them)[/dim]")
-        by_source = ", ".join(f"{name}: {c['ok']} ok, {c['invalid']} invalid"
-                              for name, c in report["by_data_source"].items())
+        by_source = ", ".join(
+            f"{name}: {c['ok']} ok, {c['invalid']} invalid" for name, c in report["by_data_source"].items()
+        )
         colour = "red" if report["invalid"] else "green"
-        out.print(f"[{colour}]{report['ok']} ok, {report['invalid']} invalid[/{colour}] "
-                  f"({escape(by_source)})")
+        out.print(f"[{colour}]{report['ok']} ok, {report['invalid']} invalid[/{colour}] ({escape(by_source)})")
         if unchecked:
-            out.print(f"stopped after {report['invalid']} invalid rows (--max-errors); "
-                      f"{unchecked} rows not checked")
+            out.print(f"stopped after {report['invalid']} invalid rows (--max-errors); {unchecked} rows not checked")
     raise typer.Exit(1 if report["invalid"] else 0)
 
 
-ORACLE_HELP = ("Run every Harbor task in DIR (a task folder, or a folder of them) with its "
-               "oracle (solution/solve.sh) and with the empty agent, through a server in this "
-               "process, as a rollout runs: a task passes when the oracle scores 1 and the "
-               "empty agent 0. Exit code 0 if every task passes, 1 if any fails.")
+ORACLE_HELP = (
+    "Run every Harbor task in DIR (a task folder, or a folder of them) with its "
+    "oracle (solution/solve.sh) and with the empty agent, through a server in this "
+    "process, as a rollout runs: a task passes when the oracle scores 1 and the "
+    "empty agent 0. Exit code 0 if every task passes, 1 if any fails."
+)
 
 
 @app.command(help=ORACLE_HELP)
 def oracle(
-    folder: Path = typer.Argument(..., exists=True, file_okay=False, help="a Harbor task "
-                                  "folder, or a folder of them"),
+    folder: Path = typer.Argument(..., exists=True, file_okay=False, help="a Harbor task folder, or a folder of them"),
     json_output: bool = typer.Option(False, "--json", help="print the report as JSON (stdout)"),
     sandbox_runtime: str = typer.Option("bubblewrap", help="where the tasks run"),
     sandbox_options: str | None = typer.Option(None, help="the runtime's options as JSON"),
     handler_options: str | None = typer.Option(
-        None, help='handlers\' options as JSON, {"harbor": {...}}, as the server gets them'),
+        None, help='handlers\' options as JSON, {"harbor": {...}}, as the server gets them'
+    ),
 ) -> None:
     import asyncio
 
@@ -161,15 +189,34 @@ def oracle(
     from rollserve.commands.options import sandbox_options as parse_sandbox_options
 
     check_runtime(sandbox_runtime)
-    checks = asyncio.run(check_tasks(folder, sandbox_runtime, parse_handler_options(handler_options),
-                                     parse_sandbox_options(sandbox_runtime, sandbox_options)))
+    checks = asyncio.run(
+        check_tasks(
+            folder,
+            sandbox_runtime,
+            parse_handler_options(handler_options),
+            parse_sandbox_options(sandbox_runtime, sandbox_options),
+        )
+    )
     failed = [c for c in checks if not c.ok]
     if json_output:
-        typer.echo(json.dumps({"tasks": [{"task": c.task, "ok": c.ok, "oracle_reward": c.oracle,
-                                          "empty_agent_reward": c.empty, "problem": c.problem}
-                                         for c in checks],
-                               "summary": {"ok": len(checks) - len(failed), "failed": len(failed)}},
-                              indent=1))
+        typer.echo(
+            json.dumps(
+                {
+                    "tasks": [
+                        {
+                            "task": c.task,
+                            "ok": c.ok,
+                            "oracle_reward": c.oracle,
+                            "empty_agent_reward": c.empty,
+                            "problem": c.problem,
+                        }
+                        for c in checks
+                    ],
+                    "summary": {"ok": len(checks) - len(failed), "failed": len(failed)},
+                },
+                indent=1,
+            )
+        )
     else:
         table = Table(title=f"oracle check: {folder}")
         for column in ("task", "oracle", "empty agent", "result"):

@@ -40,8 +40,9 @@ class TaskCheck:
         return self.problem is None
 
 
-async def check_tasks(folder: Path, runtime: str, handler_options: dict[str, dict[str, Any]],
-                      sandbox_options: dict[str, Any]) -> list[TaskCheck]:
+async def check_tasks(
+    folder: Path, runtime: str, handler_options: dict[str, dict[str, Any]], sandbox_options: dict[str, Any]
+) -> list[TaskCheck]:
     import httpx
 
     from rollserve.api.app import create_app
@@ -52,17 +53,20 @@ async def check_tasks(folder: Path, runtime: str, handler_options: dict[str, dic
     root = harbor_root(folder)
     harbor = {**handler_options.get("harbor", {}), "root": str(root), "operator_modes": True}
     with tempfile.TemporaryDirectory(prefix="rollserve-oracle-") as state:
-        config = ServerConfig(state_dir=Path(state), sandbox_runtime=runtime,
-                              sandbox_options=sandbox_options,
-                              handler_options={**handler_options, "harbor": harbor})
+        config = ServerConfig(
+            state_dir=Path(state),
+            sandbox_runtime=runtime,
+            sandbox_options=sandbox_options,
+            handler_options={**handler_options, "harbor": harbor},
+        )
         service = Service(config)
         await service.start()
         app = create_app(service, manage_lifecycle=False)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                   base_url="http://rollserve", timeout=WAIT + 30)
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://rollserve", timeout=WAIT + 30
+        )
         try:
-            return list(await asyncio.gather(*(_check(client, t.relative_to(root).as_posix())
-                                               for t in tasks)))
+            return list(await asyncio.gather(*(_check(client, t.relative_to(root).as_posix()) for t in tasks)))
         finally:
             await client.aclose()
             await service.stop()
@@ -72,8 +76,9 @@ async def _check(client: Any, task: str) -> TaskCheck:
     check = TaskCheck(task)
     results: dict[str, dict[str, Any]] = {}
     for mode in MODES:
-        r = await client.post("/v1/rollouts", json={"tasks": [
-            {"data_source": "harbor", "instance": {"task": task, "agent": mode}}]})
+        r = await client.post(
+            "/v1/rollouts", json={"tasks": [{"data_source": "harbor", "instance": {"task": task, "agent": mode}}]}
+        )
         if r.status_code != 202:
             errors = r.json().get("errors") or [{"message": r.text}]
             check.problem = f"refused: {errors[0].get('message')}"
@@ -98,8 +103,7 @@ async def _wait(client: Any, rid: str, bound: float = WAIT_BOUND) -> dict[str, A
     while (left := end - loop.time()) > 0:  # each poll bounded, and the whole wait
         r = await client.get(f"/v1/rollouts/{rid}", params={"wait": min(WAIT, left)})
         if r.status_code != 200:
-            raise OracleWaitError(f"rollout {rid}: the server answered {r.status_code}: "
-                                  f"{r.text[:300]}")
+            raise OracleWaitError(f"rollout {rid}: the server answered {r.status_code}: {r.text[:300]}")
         view = r.json()
         if view.get("done"):
             return dict(view["result"])
@@ -114,8 +118,7 @@ def _problem(oracle: dict[str, Any], empty: dict[str, Any]) -> str | None:
     details = oracle.get("evaluation") or {}
     if oracle["reward"] is None or oracle["reward"] < 1.0:
         why = details.get("reason") or details.get("test_output_tail", "")[-300:]
-        return (f"the oracle scores {oracle['reward']} (solve.sh exit code "
-                f"{details.get('oracle_exit_code')}): {why}")
+        return f"the oracle scores {oracle['reward']} (solve.sh exit code {details.get('oracle_exit_code')}): {why}"
     if empty["reward"] is None or empty["reward"] != 0.0:
         return f"the empty agent scores {empty['reward']}: the tests pass without any work"
     return None

@@ -29,11 +29,13 @@ from rollserve.agent.harnesses.install import (
     installed_problem,
 )
 
-app = typer.Typer(no_args_is_help=True, help="Agent harness presets (Codex, Claude Code, "
-                  "mini-swe-agent...): list them, install one.")
+app = typer.Typer(
+    no_args_is_help=True, help="Agent harness presets (Codex, Claude Code, mini-swe-agent...): list them, install one."
+)
 
-DIR_HELP = ("the install root (default: $ROLLSERVE_HARNESS_DIR, else "
-            "~/.cache/rollserve/harnesses); the server's --harness-dir")
+DIR_HELP = (
+    "the install root (default: $ROLLSERVE_HARNESS_DIR, else ~/.cache/rollserve/harnesses); the server's --harness-dir"
+)
 
 
 def _presets(console: Console, root: Path) -> dict[str, Preset]:
@@ -65,9 +67,13 @@ def list_presets(directory: Path | None = typer.Option(None, "--dir", help=DIR_H
 def install_preset(
     name: str = typer.Argument(..., help="the preset (rollserve harness list)"),
     directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP),
-    with_node: bool = typer.Option(False, "--with-node", help="put Node in the install folder "
-                                   "even where this machine's fits (for image sandboxes, or "
-                                   "nodes whose node differs)"),
+    with_node: bool = typer.Option(
+        False,
+        "--with-node",
+        help="put Node in the install folder "
+        "even where this machine's fits (for image sandboxes, or "
+        "nodes whose node differs)",
+    ),
     npm: str = typer.Option("npm", help="the npm to run"),
 ) -> None:
     """Install NAME's program at the exact versions of its committed lockfile."""
@@ -84,8 +90,7 @@ def install_preset(
         console.print(f"{name} is not an npm harness ({install_hint(preset)}); {state}")
         raise typer.Exit(0 if problem is None else 1)
     try:
-        folder = install(preset, root, with_node=with_node, npm=npm,
-                         log=lambda line: console.print(escape(line)))
+        folder = install(preset, root, with_node=with_node, npm=npm, log=lambda line: console.print(escape(line)))
     except InstallError as error:
         console.print(f"[red]{escape(str(error))}[/red]")
         raise typer.Exit(1) from None

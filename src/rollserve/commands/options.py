@@ -33,16 +33,14 @@ def check_backends(specs: list[str]) -> None:
         try:
             parse_backend_spec(spec)
         except ValueError as exc:
-            raise typer.BadParameter(f"{exc} (e.g. http://gpu-node:8000 or embedded)",
-                                     param_hint="--backend") from exc
+            raise typer.BadParameter(f"{exc} (e.g. http://gpu-node:8000 or embedded)", param_hint="--backend") from exc
 
 
 def check_runtime(name: str, hint: str = "--sandbox-runtime") -> None:
     from rollserve.sandbox.registry import RUNTIMES
 
     if name not in RUNTIMES:
-        raise typer.BadParameter(f"unknown runtime {name!r}; known: {', '.join(RUNTIMES)}",
-                                 param_hint=hint)
+        raise typer.BadParameter(f"unknown runtime {name!r}; known: {', '.join(RUNTIMES)}", param_hint=hint)
 
 
 def sandbox_options(runtime: str, value: str | None) -> dict[str, Any]:
@@ -63,8 +61,9 @@ def handler_options(value: str | None) -> dict[str, dict[str, Any]]:
     """``--handler-options``: each handler's settings, ``{"swe": {...}}``."""
     options = parse_json_option(value, "--handler-options")
     if not all(isinstance(v, dict) for v in options.values()):
-        raise typer.BadParameter('must be a JSON object of objects, e.g. {"swe": {"empty_patch": "run"}}',
-                                 param_hint="--handler-options")
+        raise typer.BadParameter(
+            'must be a JSON object of objects, e.g. {"swe": {"empty_patch": "run"}}', param_hint="--handler-options"
+        )
     return options
 
 

@@ -131,15 +131,15 @@ async def _serve_and_drive(opts: QuickstartOptions, console: Console, stop: asyn
     try:
         sock = _listen(opts.port or 0)
     except OSError as exc:
-        console.print(f"[red]error:[/red] port {opts.port}: {escape(exc.strerror or str(exc))} "
-                      "(choose another with --port)")
+        console.print(
+            f"[red]error:[/red] port {opts.port}: {escape(exc.strerror or str(exc))} (choose another with --port)"
+        )
         return 2
     with sock:
         return await _serve_on(sock, opts, console, stop)
 
 
-async def _serve_on(sock: socket.socket, opts: QuickstartOptions, console: Console,
-                    stop: asyncio.Event) -> int:
+async def _serve_on(sock: socket.socket, opts: QuickstartOptions, console: Console, stop: asyncio.Event) -> int:
     from rollserve.api.app import create_app
 
     port: int = sock.getsockname()[1]
@@ -147,8 +147,11 @@ async def _serve_on(sock: socket.socket, opts: QuickstartOptions, console: Conso
     base = f"http://{HOST}:{port}"
     config = ServerConfig(host=HOST, port=port, state_dir=state_dir, backends=[opts.backend])
     console.print(f"[bold]rollserve quickstart[/bold]: state in {escape(str(state_dir))}, API on {base}")
-    loading = ("loading the embedded model (SmolLM2-135M-Instruct)…" if opts.backend == "embedded"
-               else f"starting with the backend {escape(opts.backend)}…")
+    loading = (
+        "loading the embedded model (SmolLM2-135M-Instruct)…"
+        if opts.backend == "embedded"
+        else f"starting with the backend {escape(opts.backend)}…"
+    )
     service = Service(config)
     try:
         with console.status(loading):
@@ -159,8 +162,15 @@ async def _serve_on(sock: socket.socket, opts: QuickstartOptions, console: Conso
         return 2
     # A dashboard left open holds an event stream: shutting down waits for it at most
     # GRACEFUL_SHUTDOWN seconds, then ends it.
-    server = _Server(uvicorn.Config(create_app(service, manage_lifecycle=False), host=HOST, port=port,
-                                    log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN))
+    server = _Server(
+        uvicorn.Config(
+            create_app(service, manage_lifecycle=False),
+            host=HOST,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
+        )
+    )
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -210,10 +220,15 @@ def quickstart_tasks(opts: QuickstartOptions) -> list[TaskRequest]:
             instance = {k: v for k, v in row.items() if k != "task_id"}
             for sample in range(opts.n):
                 seed = opts.seed + len(tasks)
-                tasks.append(TaskRequest(
-                    id=f"{name}/{row['task_id']}/{sample}@{run_tag}", data_source=bundled.data_source,
-                    instance=instance, sampling=SamplingParams(seed=seed),
-                    metadata={"set": name, "task": row["task_id"], "sample": sample, "seed": seed}))
+                tasks.append(
+                    TaskRequest(
+                        id=f"{name}/{row['task_id']}/{sample}@{run_tag}",
+                        data_source=bundled.data_source,
+                        instance=instance,
+                        sampling=SamplingParams(seed=seed),
+                        metadata={"set": name, "task": row["task_id"], "sample": sample, "seed": seed},
+                    )
+                )
     return tasks
 
 
@@ -226,12 +241,13 @@ async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console)
         sampling={"max_tokens": opts.max_tokens, "temperature": opts.temperature},
         agent={"max_turns": opts.max_turns},
     )
-    console.print(f"submitted {total} rollouts: {total // opts.n} tasks × {opts.n} samples, "
-                  f"seeds {opts.seed}..{opts.seed + total - 1}")
+    console.print(
+        f"submitted {total} rollouts: {total // opts.n} tasks × {opts.n} samples, "
+        f"seeds {opts.seed}..{opts.seed + total - 1}"
+    )
 
     results: list[RolloutResult] = []
-    columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         bars = {name: progress.add_task(name, total=total) for name in ("init", "run", "eval", "done")}
         cursor = 0
@@ -242,8 +258,7 @@ async def _drive(client: AsyncClient, opts: QuickstartOptions, console: Console)
             status = await client.status()
             # A stage's bar counts rollouts that have finished it (done) or are in it.
             for name, stage in status.stages.items():
-                progress.update(bars[name], completed=min(total, stage.done),
-                                description=f"{name} ({stage.busy} busy)")
+                progress.update(bars[name], completed=min(total, stage.done), description=f"{name} ({stage.busy} busy)")
             progress.update(bars["done"], completed=len(results))
     elapsed = time.perf_counter() - started
 

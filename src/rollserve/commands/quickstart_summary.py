@@ -60,45 +60,59 @@ def summarize(results: list[RolloutResult]) -> list[SourceSummary]:
     rows = []
     for source, group in sorted(by_source.items()):
         graded_source = report[source]
-        rows.append(SourceSummary(
-            data_source=source,
-            rollouts=graded_source.samples,
-            masked=graded_source.masked,
-            scored=graded_source.scored,
-            mean_reward=graded_source.mean_reward,
-            passed=graded_source.passed,
-            answered=sum(r.trajectory.ended_by == "finished" for r in group),
-            mean_turns=statistics.fmean(r.stats.turns for r in group),
-            init_s=statistics.fmean(r.timing.init for r in group),
-            run_s=statistics.fmean(r.timing.run for r in group),
-            eval_s=statistics.fmean(r.timing.eval for r in group),
-        ))
+        rows.append(
+            SourceSummary(
+                data_source=source,
+                rollouts=graded_source.samples,
+                masked=graded_source.masked,
+                scored=graded_source.scored,
+                mean_reward=graded_source.mean_reward,
+                passed=graded_source.passed,
+                answered=sum(r.trajectory.ended_by == "finished" for r in group),
+                mean_turns=statistics.fmean(r.stats.turns for r in group),
+                init_s=statistics.fmean(r.timing.init for r in group),
+                run_s=statistics.fmean(r.timing.run for r in group),
+                eval_s=statistics.fmean(r.timing.eval for r in group),
+            )
+        )
     return rows
 
 
 # The table's columns: no value is ever cut; headers are whole words, two lines at most,
 # so the table fits 80 columns (78 wide for the quickstart's data sources).
-COLUMNS = ("source", "rollouts", "masked", "mean\nreward", "passed", "answered", "turns",
-           "init", "run", "eval")
+COLUMNS = ("source", "rollouts", "masked", "mean\nreward", "passed", "answered", "turns", "init", "run", "eval")
 
 
 def summary_table(rows: list[SourceSummary]) -> Table:
     """The rows as a table that fits an 80-column terminal: no vertical rules, one space
     of padding each side of a column, numbers never wrapped; a data source name too long
     for what is left folds onto more lines."""
-    table = Table(title="quickstart results by data_source (mean seconds per stage)",
-                  box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), collapse_padding=True,
-                  pad_edge=False)
+    table = Table(
+        title="quickstart results by data_source (mean seconds per stage)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        pad_edge=False,
+    )
     for column in COLUMNS:
         if column == "source":
             table.add_column(column, overflow="fold", min_width=len(column))
         else:
             table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
-        table.add_row(row.data_source, str(row.rollouts), str(row.masked),
-                      "-" if row.mean_reward is None else f"{row.mean_reward:.3f}",
-                      row.pass_rate, f"{row.answered}/{row.rollouts}", f"{row.mean_turns:.1f}",
-                      f"{row.init_s:.2f}", f"{row.run_s:.2f}", f"{row.eval_s:.2f}")
+        table.add_row(
+            row.data_source,
+            str(row.rollouts),
+            str(row.masked),
+            "-" if row.mean_reward is None else f"{row.mean_reward:.3f}",
+            row.pass_rate,
+            f"{row.answered}/{row.rollouts}",
+            f"{row.mean_turns:.1f}",
+            f"{row.init_s:.2f}",
+            f"{row.run_s:.2f}",
+            f"{row.eval_s:.2f}",
+        )
     return table
 
 
@@ -111,7 +125,9 @@ def print_summary(results: list[RolloutResult], elapsed: float, console: Console
         f"{output_tokens / max(elapsed, 1e-9):.1f} tokens/s overall"
     )
     if results and not any(row.passed for row in rows):
-        console.print("[dim]No rollout earned a reward this time: SmolLM2-135M is a tiny model that "
-                      "often misses the asked answer format; a real policy (rollserve serve "
-                      "--backend URL) does better. The trajectories are still exact and "
-                      "trainable.[/dim]")
+        console.print(
+            "[dim]No rollout earned a reward this time: SmolLM2-135M is a tiny model that "
+            "often misses the asked answer format; a real policy (rollserve serve "
+            "--backend URL) does better. The trajectories are still exact and "
+            "trainable.[/dim]"
+        )

@@ -34,8 +34,15 @@ def summary_table(report: EvaluationReport, rejected: dict[str, int] | None = No
     """One row per data_source: counts, mean reward [95% CI], pass@k, majority@n."""
     rejected = rejected or {}
     table = Table(title=f"results by data_source (pass: reward >= {report.threshold:g})")
-    columns = ["data_source", "tasks", "rollouts", "masked", "failed", "mean reward [95% CI]",
-               *(f"pass@{k}" for k in report.ks)]
+    columns = [
+        "data_source",
+        "tasks",
+        "rollouts",
+        "masked",
+        "failed",
+        "mean reward [95% CI]",
+        *(f"pass@{k}" for k in report.ks),
+    ]
     majority = any(source.majority is not None for source in report.sources)
     if majority:
         columns.append("maj@n")
@@ -51,9 +58,15 @@ def summary_table(report: EvaluationReport, rejected: dict[str, int] | None = No
             cells = [escape(name), *("0" for _ in range(4)), "-", *("-" for _ in report.ks)]
         else:
             failed = source.samples - source.statuses.get("completed", 0)
-            cells = [escape(name), str(source.tasks), str(source.samples), str(source.masked),
-                     str(failed), _mean_with_interval(source),
-                     *(_number(source.pass_at_k.get(k)) for k in report.ks)]
+            cells = [
+                escape(name),
+                str(source.tasks),
+                str(source.samples),
+                str(source.masked),
+                str(failed),
+                _mean_with_interval(source),
+                *(_number(source.pass_at_k.get(k)) for k in report.ks),
+            ]
         if majority:
             cells.append(_number(source.majority) if source else "-")
         if rejected:
@@ -64,10 +77,16 @@ def summary_table(report: EvaluationReport, rejected: dict[str, int] | None = No
 
 def failures_table(report: EvaluationReport) -> Table | None:
     """Failed and masked results by kind and reason, or None when there are none."""
-    rows = [(source.data_source, f"failure: {kind}", count)
-            for source in report.sources for kind, count in source.failures.items()]
-    rows += [(source.data_source, f"masked: {reason}", count)
-             for source in report.sources for reason, count in source.mask_reasons.items()]
+    rows = [
+        (source.data_source, f"failure: {kind}", count)
+        for source in report.sources
+        for kind, count in source.failures.items()
+    ]
+    rows += [
+        (source.data_source, f"masked: {reason}", count)
+        for source in report.sources
+        for reason, count in source.mask_reasons.items()
+    ]
     if not rows:
         return None
     table = Table(title="failures and masked results")
@@ -80,22 +99,18 @@ def failures_table(report: EvaluationReport) -> Table | None:
 
 def components_table(report: EvaluationReport) -> Table | None:
     """Each reward component's mean (and median) per data_source, or None without any."""
-    rows = [(source.data_source, name, dist) for source in report.sources
-            for name, dist in source.components.items()]
+    rows = [(source.data_source, name, dist) for source in report.sources for name, dist in source.components.items()]
     if not rows:
         return None
     table = Table(title="reward components (scored samples)")
     for column in ("data_source", "component", "samples", "mean", "p50"):
-        table.add_column(column, justify="left" if column in ("data_source", "component")
-                         else "right")
+        table.add_column(column, justify="left" if column in ("data_source", "component") else "right")
     for name, component, dist in rows:
-        table.add_row(escape(name), escape(component), str(len(dist.values)),
-                      _number(dist.mean), _number(dist.p50))
+        table.add_row(escape(name), escape(component), str(len(dist.values)), _number(dist.mean), _number(dist.p50))
     return table
 
 
-def write_reports(report: EvaluationReport, json_path: Path | None,
-                  html_path: Path | None, title: str) -> list[Path]:
+def write_reports(report: EvaluationReport, json_path: Path | None, html_path: Path | None, title: str) -> list[Path]:
     """Write the JSON and/or HTML report; returns the paths written."""
     written = []
     if json_path is not None:
@@ -116,8 +131,7 @@ def parse_ks(value: str | None) -> list[int] | None:
     try:
         ks = [int(part) for part in value.split(",") if part.strip()]
     except ValueError:
-        raise typer.BadParameter(f"a comma-separated list of whole numbers, got {value!r}",
-                                 param_hint="--k") from None
+        raise typer.BadParameter(f"a comma-separated list of whole numbers, got {value!r}", param_hint="--k") from None
     if not ks or any(k < 1 for k in ks):
         raise typer.BadParameter(f"every k must be at least 1, got {value!r}", param_hint="--k")
     return ks
@@ -144,11 +158,11 @@ THRESHOLD_HELP = "a scored sample passes when its reward is at least this"
 
 
 def report(
-    results: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True,
-                                   help="results JSONL (rollserve run's output)"),
+    results: Path = typer.Argument(
+        ..., exists=True, dir_okay=False, readable=True, help="results JSONL (rollserve run's output)"
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="write the report as JSON here"),
-    html_out: Path | None = typer.Option(None, "--html", help="write an HTML report (plots, "
-                                                              "opens offline) here"),
+    html_out: Path | None = typer.Option(None, "--html", help="write an HTML report (plots, opens offline) here"),
     k: str | None = typer.Option(None, "--k", help=K_HELP),
     threshold: float = typer.Option(1.0, "--pass-threshold", help=THRESHOLD_HELP),
 ) -> None:
@@ -157,12 +171,15 @@ def report(
     console, out = Console(stderr=True), Console()
     graded, skipped = read_results(results)
     if not graded:
-        console.print(f"[red]error:[/red] no rollserve results in {escape(str(results))}"
-                      f"{f' ({skipped} lines were not results)' if skipped else ''}")
+        console.print(
+            f"[red]error:[/red] no rollserve results in {escape(str(results))}"
+            f"{f' ({skipped} lines were not results)' if skipped else ''}"
+        )
         raise typer.Exit(2)
     if skipped:
-        console.print(f"[yellow]note:[/yellow] {skipped} lines of {escape(str(results))} "
-                      "are not rollserve results: left out")
+        console.print(
+            f"[yellow]note:[/yellow] {skipped} lines of {escape(str(results))} are not rollserve results: left out"
+        )
     evaluation = evaluate(graded, ks=parse_ks(k), threshold=threshold)
     out.print(summary_table(evaluation))
     for table in (failures_table(evaluation), components_table(evaluation)):

@@ -15,14 +15,17 @@ from rollserve.client.evaluation import EvaluationReport, Interval
 WIDTH, HEIGHT, PAD = 320, 150, 28
 
 
-def histogram_svg(values: Sequence[float], title: str, bins: int = 10,
-                  low: float | None = None, high: float | None = None) -> str:
+def histogram_svg(
+    values: Sequence[float], title: str, bins: int = 10, low: float | None = None, high: float | None = None
+) -> str:
     """A bar chart of ``values`` in ``bins`` equal bins over [low, high] (default: their
     range), with the title, the axis ends and the count of the tallest bar."""
     label = html.escape(title)
     if not values:
-        return (f'<svg class="plot" width="{WIDTH}" height="{HEIGHT}" role="img" '
-                f'aria-label="{label}"><text x="8" y="16">{label}: no values</text></svg>')
+        return (
+            f'<svg class="plot" width="{WIDTH}" height="{HEIGHT}" role="img" '
+            f'aria-label="{label}"><text x="8" y="16">{label}: no values</text></svg>'
+        )
     lo = min(values) if low is None else low
     hi = max(values) if high is None else high
     if hi <= lo:
@@ -38,14 +41,17 @@ def histogram_svg(values: Sequence[float], title: str, bins: int = 10,
     for i, count in enumerate(counts):
         h = plot_h * count / top
         x, y = PAD + i * bar_w, PAD + plot_h - h
-        bars.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 1:.1f}" height="{h:.1f}">'
-                    f'<title>{count}</title></rect>')
-    return (f'<svg class="plot" width="{WIDTH}" height="{HEIGHT}" role="img" '
-            f'aria-label="{label}"><text x="{PAD}" y="16">{label} (n={len(values)}, '
-            f'max bin {top})</text>{"".join(bars)}'
-            f'<line x1="{PAD}" y1="{PAD + plot_h}" x2="{PAD + plot_w}" y2="{PAD + plot_h}"/>'
-            f'<text x="{PAD}" y="{HEIGHT - 8}">{lo:g}</text>'
-            f'<text x="{PAD + plot_w}" y="{HEIGHT - 8}" text-anchor="end">{hi:g}</text></svg>')
+        bars.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 1:.1f}" height="{h:.1f}"><title>{count}</title></rect>'
+        )
+    return (
+        f'<svg class="plot" width="{WIDTH}" height="{HEIGHT}" role="img" '
+        f'aria-label="{label}"><text x="{PAD}" y="16">{label} (n={len(values)}, '
+        f"max bin {top})</text>{''.join(bars)}"
+        f'<line x1="{PAD}" y1="{PAD + plot_h}" x2="{PAD + plot_w}" y2="{PAD + plot_h}"/>'
+        f'<text x="{PAD}" y="{HEIGHT - 8}">{lo:g}</text>'
+        f'<text x="{PAD + plot_w}" y="{HEIGHT - 8}" text-anchor="end">{hi:g}</text></svg>'
+    )
 
 
 TEMPLATE = """<!doctype html>
@@ -103,12 +109,21 @@ def render_html(report: EvaluationReport, title: str) -> str:
     for source in report.sources:
         low = min([0.0, *source.rewards])
         high = max([1.0, *source.rewards])
-        plots[source.data_source] = "".join((
-            histogram_svg(source.rewards, "reward", low=low, high=high),
-            histogram_svg(source.turns.values, "turns"),
-            histogram_svg(source.seconds.values, "seconds per rollout")))
+        plots[source.data_source] = "".join(
+            (
+                histogram_svg(source.rewards, "reward", low=low, high=high),
+                histogram_svg(source.turns.values, "turns"),
+                histogram_svg(source.seconds.values, "seconds per rollout"),
+            )
+        )
     environment = Environment(autoescape=True)
     template = environment.from_string(TEMPLATE)
     # The plots are built here from numbers and escaped titles: marked safe for jinja.
-    return template.render(report=report, title=title, fmt=_fmt, interval=_interval, counts=_counts,
-                           plots={name: Markup(svg) for name, svg in plots.items()})
+    return template.render(
+        report=report,
+        title=title,
+        fmt=_fmt,
+        interval=_interval,
+        counts=_counts,
+        plots={name: Markup(svg) for name, svg in plots.items()},
+    )

@@ -33,11 +33,9 @@ def _ids(ids: list[str], results: Path | None) -> list[str]:
                 try:
                     found.append(str(json.loads(line)["id"]))
                 except (ValueError, KeyError, TypeError):
-                    raise typer.BadParameter(f"not a result line: {line[:80]!r}",
-                                             param_hint="--results") from None
+                    raise typer.BadParameter(f"not a result line: {line[:80]!r}", param_hint="--results") from None
     if not found:
-        raise typer.BadParameter("give result ids (--id) or a results file (--results)",
-                                 param_hint="--id")
+        raise typer.BadParameter("give result ids (--id) or a results file (--results)", param_hint="--id")
     return found
 
 
@@ -60,10 +58,12 @@ def _post(http: httpx.Client, body: RescoreRequest, timeout: float) -> httpx.Res
     while True:
         left = deadline - time.monotonic()
         try:
-            reply = http.post("/v1/results/rescore", content=body.model_dump_json(),
-                              headers={"Content-Type": "application/json"},
-                              timeout=httpx.Timeout(min(30.0, max(left, 1.0)),
-                                                    read=max(left, 1.0)))
+            reply = http.post(
+                "/v1/results/rescore",
+                content=body.model_dump_json(),
+                headers={"Content-Type": "application/json"},
+                timeout=httpx.Timeout(min(30.0, max(left, 1.0)), read=max(left, 1.0)),
+            )
         except httpx.TransportError as exc:
             if deadline - time.monotonic() <= RETRY_PAUSE:
                 raise
@@ -82,27 +82,30 @@ def _post(http: httpx.Client, body: RescoreRequest, timeout: float) -> httpx.Res
 
 def rescore(
     server: str = typer.Option("http://127.0.0.1:8000", help="the rollserve server's URL"),
-    ids: list[str] = typer.Option([], "--id", help="a stored result's id (comma-separated "
-                                  "or repeated)"),
-    results: Path | None = typer.Option(None, exists=True, dir_okay=False,
-                                        help="a JSONL of results (rollserve run's output): "
-                                             "every result in it"),
-    rubric: str | None = typer.Option(None, help="the server's rubric to judge by (none: the "
-                                      "family's own grader alone)"),
-    judge: str | None = typer.Option(None, help="a judge request as JSON (an inline rubric, "
-                                     "a reference), instead of --rubric"),
+    ids: list[str] = typer.Option([], "--id", help="a stored result's id (comma-separated or repeated)"),
+    results: Path | None = typer.Option(
+        None, exists=True, dir_okay=False, help="a JSONL of results (rollserve run's output): every result in it"
+    ),
+    rubric: str | None = typer.Option(
+        None, help="the server's rubric to judge by (none: the family's own grader alone)"
+    ),
+    judge: str | None = typer.Option(
+        None, help="a judge request as JSON (an inline rubric, a reference), instead of --rubric"
+    ),
     out: Path | None = typer.Option(None, help="write the new results here (JSONL)"),
     api_token: str | None = typer.Option(None, envvar="ROLLSERVE_API_TOKEN"),
-    timeout: float = typer.Option(600.0, min=1.0, help="seconds to wait for the answer, "
-                                  "retries included"),
+    timeout: float = typer.Option(600.0, min=1.0, help="seconds to wait for the answer, retries included"),
     idempotency_key: str | None = typer.Option(
-        None, help="the request's key (default: a new one): the same command again with "
-        "it gets the first run's answer"),
+        None, help="the request's key (default: a new one): the same command again with it gets the first run's answer"
+    ),
 ) -> None:
     """Score stored results again without sampling; the new ones are stored beside them."""
     try:
-        body = RescoreRequest(result_ids=_ids(ids, results), judge=_judge(rubric, judge),
-                              idempotency_key=idempotency_key or f"cli-{uuid.uuid4().hex}")
+        body = RescoreRequest(
+            result_ids=_ids(ids, results),
+            judge=_judge(rubric, judge),
+            idempotency_key=idempotency_key or f"cli-{uuid.uuid4().hex}",
+        )
     except ValueError as exc:  # (a key the server would refuse)
         raise typer.BadParameter(str(exc), param_hint="--idempotency-key") from None
     base = server.rstrip("/")
@@ -114,16 +117,16 @@ def rescore(
             Console(stderr=True).print(f"[red]error:[/red] {escape(server)}: {exc}")
             raise typer.Exit(1) from None
         if reply.status_code != 200:
-            Console(stderr=True).print(f"[red]refused ({reply.status_code}):[/red] "
-                                       f"{escape(reply.text[:2000])}")
+            Console(stderr=True).print(f"[red]refused ({reply.status_code}):[/red] {escape(reply.text[:2000])}")
             raise typer.Exit(1)
         answer = RescoreResponse.model_validate(reply.json())
         table = Table(title=f"re-scored ({answer.scoring})")
         for column in ("from", "new id", "reward", "masked"):
             table.add_column(column)
         for r in answer.results:
-            table.add_row(escape(r.rescored_from), escape(r.id),
-                          "-" if r.reward is None else f"{r.reward:.4g}", str(r.mask))
+            table.add_row(
+                escape(r.rescored_from), escape(r.id), "-" if r.reward is None else f"{r.reward:.4g}", str(r.mask)
+            )
         console.print(table)
         if out is not None:
             lines = []

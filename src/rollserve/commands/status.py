@@ -15,8 +15,7 @@ console = Console()
 
 def status(
     server: str = typer.Option("http://127.0.0.1:8000", help="the rollserve server's URL"),
-    api_token: str | None = typer.Option(None, envvar="ROLLSERVE_API_TOKEN",
-                                         help="its bearer token"),
+    api_token: str | None = typer.Option(None, envvar="ROLLSERVE_API_TOKEN", help="its bearer token"),
     timeout: float = typer.Option(10.0, min=0.1, help="seconds to wait for its answer"),
 ) -> None:
     """Show a running server's stages and nodes (GET /v1/status)."""
@@ -32,8 +31,9 @@ def status(
 
 
 def tables(status: ServiceStatus) -> list[Table]:
-    stages = Table(title=f"stages ({status.in_flight} in flight of {status.max_pending}, "
-                         f"{status.throughput_per_s:g}/s)")
+    stages = Table(
+        title=f"stages ({status.in_flight} in flight of {status.max_pending}, {status.throughput_per_s:g}/s)"
+    )
     for column in ("stage", "slots", "busy", "queued", "done"):
         stages.add_column(column, justify="left" if column == "stage" else "right")
     for name, pool in status.stages.items():
@@ -41,12 +41,20 @@ def tables(status: ServiceStatus) -> list[Table]:
     if status.nodes is None:
         return [stages]
     nodes = Table(title="nodes (Ray)")
-    for column in ("node", "state", "slots", "hosted", "init", "run", "eval", "placed", "lost",
-                   "sandboxes"):
+    for column in ("node", "state", "slots", "hosted", "init", "run", "eval", "placed", "lost", "sandboxes"):
         nodes.add_column(column, justify="left" if column in ("node", "state") else "right")
     for n in status.nodes:
         state = "draining" if n.alive and n.draining else "alive" if n.alive else "dead"
-        nodes.add_row(n.name, state, str(n.slots), str(n.hosted), str(n.busy["init"]),
-                      str(n.busy["run"]), str(n.busy["eval"]), str(n.placed), str(n.lost),
-                      str(n.sandboxes_open))
+        nodes.add_row(
+            n.name,
+            state,
+            str(n.slots),
+            str(n.hosted),
+            str(n.busy["init"]),
+            str(n.busy["run"]),
+            str(n.busy["eval"]),
+            str(n.placed),
+            str(n.lost),
+            str(n.sandboxes_open),
+        )
     return [stages, nodes]

@@ -181,8 +181,9 @@ class MessagesResponse(BaseModel):
 
 
 class AnthropicError(BaseModel):
-    type: str = Field(description="invalid_request_error | authentication_error | "
-                                  "not_found_error | timeout_error | api_error")
+    type: str = Field(
+        description="invalid_request_error | authentication_error | not_found_error | timeout_error | api_error"
+    )
     message: str
 
 

@@ -38,13 +38,18 @@ class GatewayCalls(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     main_model: str | None = Field(
-        None, pattern=_NAME, description="the model name the harness asks for in its main "
-        "loop's calls; unset: every call is the main loop's")
+        None,
+        pattern=_NAME,
+        description="the model name the harness asks for in its main "
+        "loop's calls; unset: every call is the main loop's",
+    )
     auxiliary: dict[str, str] = Field(
-        default_factory=dict, description="model name -> purpose (lower_snake_case) of the "
+        default_factory=dict,
+        description="model name -> purpose (lower_snake_case) of the "
         "auxiliary calls asking for it (e.g. the name a preset gives the harness's small "
         "fast model -> small_fast_model); a call asking for a model not named here is the "
-        "main loop's")
+        "main loop's",
+    )
 
     def purpose_of(self, model: str) -> str | None:
         """None for a main-loop call asking for ``model``, else the auxiliary purpose."""
@@ -62,6 +67,5 @@ class GatewayCalls(BaseModel):
             if re.fullmatch(_NAME, model) is None:
                 raise ValueError(f"auxiliary: {model!r} is not a model name")
             if re.fullmatch(_PURPOSE, purpose) is None:
-                raise ValueError(f"auxiliary[{model!r}]: purpose {purpose!r} must be "
-                                 "lower_snake_case")
+                raise ValueError(f"auxiliary[{model!r}]: purpose {purpose!r} must be lower_snake_case")
         return self

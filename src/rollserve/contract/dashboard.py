@@ -23,10 +23,10 @@ class ResultSummary(BaseModel):
     status: TerminalStatus = Field(description="how it ended")
     reward: float | None = Field(description="its reward; null when nothing was scored")
     masked: bool = Field(description="do not train on it")
-    failure_kind: FailureKind | None = Field(description="infra | agent | timeout; null when "
-                                                         "it did not fail")
-    policy_version: int | None = Field(description="the newest policy version among its "
-                                                   "turns; null when none was stamped")
+    failure_kind: FailureKind | None = Field(description="infra | agent | timeout; null when it did not fail")
+    policy_version: int | None = Field(
+        description="the newest policy version among its turns; null when none was stamped"
+    )
     duration: float | None = Field(description="seconds, the whole rollout (timing.total)")
     finished_at: float | None = Field(description="Unix time its result was stored")
 
@@ -35,13 +35,15 @@ class ResultSummaryPage(BaseModel):
     """``GET /v1/results/summaries``: newest first."""
 
     summaries: list[ResultSummary] = Field(description="newest first (descending seq)")
-    total: int = Field(description="finished results that match the filters, in all, "
-                                   "counted up to a cap (10,000): when total_capped, at "
-                                   "least this many match")
-    total_capped: bool = Field(description="more results match than total: the count "
-                                           "stopped at its cap")
+    total: int = Field(
+        description="finished results that match the filters, in all, "
+        "counted up to a cap (10,000): when total_capped, at "
+        "least this many match"
+    )
+    total_capped: bool = Field(description="more results match than total: the count stopped at its cap")
     next_before: int | None = Field(
-        description="pass it as ``before`` for the next (older) page; null on the last page")
+        description="pass it as ``before`` for the next (older) page; null on the last page"
+    )
 
 
 class TokenTexts(BaseModel):

@@ -98,35 +98,41 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     n: Literal[1] = 1
     tool_choice: str | JSONObject | None = Field(
-        None, description="auto (or none when no tools are offered): the policy chooses")
+        None, description="auto (or none when no tools are offered): the policy chooses"
+    )
     response_format: JSONObject | None = Field(None, description='{"type": "text"} only')
     reasoning_effort: JsonValue = Field(None, description="not served: absent or null only")
 
     @field_validator("tool_choice")
     @classmethod
-    def _unconstrained_choice(cls, choice: str | JSONObject | None,
-                              info: ValidationInfo) -> str | JSONObject | None:
+    def _unconstrained_choice(cls, choice: str | JSONObject | None, info: ValidationInfo) -> str | JSONObject | None:
         if choice is None or choice == "auto" or (choice == "none" and not info.data.get("tools")):
             return choice
-        raise ValueError(f"{choice!r} is not served: the policy samples unconstrained and its "
-                         "tool calls are parsed from its text, so only 'auto' (or 'none' "
-                         "without tools) can be honoured")
+        raise ValueError(
+            f"{choice!r} is not served: the policy samples unconstrained and its "
+            "tool calls are parsed from its text, so only 'auto' (or 'none' "
+            "without tools) can be honoured"
+        )
 
     @field_validator("response_format")
     @classmethod
     def _text_format(cls, value: JSONObject | None) -> JSONObject | None:
         if value is None or value.get("type") == "text":
             return value
-        raise ValueError(f"{value.get('type')!r} is not served: only 'text' (the gateway "
-                         "cannot constrain what the policy samples to JSON or a schema)")
+        raise ValueError(
+            f"{value.get('type')!r} is not served: only 'text' (the gateway "
+            "cannot constrain what the policy samples to JSON or a schema)"
+        )
 
     @field_validator("reasoning_effort")
     @classmethod
     def _no_effort(cls, value: JsonValue) -> None:
         if value is None:
             return None
-        raise ValueError(f"{value!r} is not served: how the policy reasons is its chat "
-                         "template's and the trainer's sampling's; send no reasoning_effort")
+        raise ValueError(
+            f"{value!r} is not served: how the policy reasons is its chat "
+            "template's and the trainer's sampling's; send no reasoning_effort"
+        )
 
 
 class AssistantMessage(BaseModel):
@@ -189,8 +195,7 @@ class ChatCompletionChunk(BaseModel):
 
 class GatewayError(BaseModel):
     message: str
-    type: str = Field(description="invalid_request_error | authentication_error | "
-                                  "server_error ...")
+    type: str = Field(description="invalid_request_error | authentication_error | server_error ...")
     param: str | None = Field(None, description="the request field at fault")
     code: str | None = None
 
@@ -206,6 +211,5 @@ class GatewayInfo(BaseModel):
 
     rollout_id: str = Field(description="the rollout the session records")
     key: str = Field(description="the session's key: a secret, valid while the rollout runs")
-    base_url: str = Field(description="the path a harness uses as OPENAI_BASE_URL (after the "
-                                      "server's address)")
+    base_url: str = Field(description="the path a harness uses as OPENAI_BASE_URL (after the server's address)")
     ended: bool = Field(description="true once the session took its last call")

@@ -19,8 +19,9 @@ class BackendInfo(BaseModel):
     kind: str = Field(description="vllm | sglang | llamacpp | openai | embedded ...")
     url: str | None = Field(None, description="the server's root URL (none in-process)")
     model: str | None = Field(None, description="the model it serves, when known")
-    trainable: bool = Field(description="samples from token ids and returns them with logprobs "
-                                        "(false: a message-level chat API)")
+    trainable: bool = Field(
+        description="samples from token ids and returns them with logprobs (false: a message-level chat API)"
+    )
     outstanding: int = Field(0, description="requests in flight")
 
 
@@ -35,8 +36,8 @@ class BackendState(BackendInfo):
     calls: int = Field(description="calls sent to it")
     failures: int = Field(description="calls that failed on it")
     unit_cost_ms: float | None = Field(
-        description="milliseconds of latency per request in flight (EWMA); null before "
-                    "its first call")
+        description="milliseconds of latency per request in flight (EWMA); null before its first call"
+    )
     last_error: str | None = Field(description="its last failure, if any")
 
 
@@ -59,14 +60,16 @@ class RouterStatus(BaseModel):
 
     paused: bool = Field(description="new LLM calls are held")
     pause_mode: Literal["finish", "abort"] | None = Field(
-        description="how the pause treats calls in flight (null when not paused)")
+        description="how the pause treats calls in flight (null when not paused)"
+    )
     policy_version: int | None = Field(description="stamped on turns sampled from now on")
     policy: str = Field(description="how a new trajectory picks its backend")
-    lora: str | None = Field(None, description="the LoRA adapter requests name (null: the "
-                                               "base model); kept across a restart")
+    lora: str | None = Field(
+        None, description="the LoRA adapter requests name (null: the base model); kept across a restart"
+    )
     last_load: LastWeightLoad | None = Field(
-        None, description="the last weight load that took (null: none since the state "
-                          "dir's store was made)")
+        None, description="the last weight load that took (null: none since the state dir's store was made)"
+    )
     in_flight: int = Field(description="calls in flight")
     health_checks: bool = Field(description="the health probes are running")
     calls: int = Field(description="calls sent since start")
@@ -116,8 +119,7 @@ class Paused(BaseModel):
     aborted: int = Field(description="calls aborted (abort mode); sent again after resume")
     drained: bool = Field(description="nothing is in flight any more")
     in_flight: int = Field(description="calls still in flight")
-    policy_version: int | None = Field(
-        description="the policy version of turns sampled from now on")
+    policy_version: int | None = Field(description="the policy version of turns sampled from now on")
     forwarded: dict[str, str] = Field(description="per backend paused on its server: the outcome")
 
 
@@ -125,8 +127,7 @@ class Resumed(BaseModel):
     """``POST /v1/llm/resume``."""
 
     paused: bool = Field(description="generation is held (false after a resume)")
-    policy_version: int | None = Field(
-        description="the policy version of turns sampled from now on")
+    policy_version: int | None = Field(description="the policy version of turns sampled from now on")
     forwarded: dict[str, str] = Field(description="per backend resumed on its server: the outcome")
 
 
@@ -137,7 +138,8 @@ class WeightsLoaded(BaseModel):
     kind: Literal["lora", "full"] = Field(description="what was loaded")
     outcomes: dict[str, str] = Field(description="per backend: ok, or the error")
     models: dict[str, str | None] = Field(
-        description="per backend: the model its later requests name (the adapter after a LoRA "
-                    "load)")
+        description="per backend: the model its later requests name (the adapter after a LoRA load)"
+    )
     policy_version: int | None = Field(
-        description="the policy version stamped on turns now (a resume sets the new one)")
+        description="the policy version stamped on turns now (a resume sets the new one)"
+    )

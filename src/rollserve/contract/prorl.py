@@ -22,8 +22,9 @@ class ProcessRequest(BaseModel):
     instance: JSONObject = Field(description="the task; ``data_source`` names the handler")
     sampling_params: JSONObject = Field(
         description="LiteLLM settings and agent config: temperature, top_p, top_k, seed, "
-                    "max_output_tokens (or max_tokens...), stop_token_ids, max_iterations; "
-                    "other keys are ignored")
+        "max_output_tokens (or max_tokens...), stop_token_ids, max_iterations; "
+        "other keys are ignored"
+    )
     job_id: str | None = Field(None, description="for /cancel; several rollouts may share one")
 
 
@@ -36,8 +37,9 @@ class CancelRequest(BaseModel):
 class LLMServerRequest(BaseModel):
     """``POST /add_llm_server``."""
 
-    address: str = Field(description="http://host:8000/v1 or its root; KIND=URL for another "
-                                     "kind of server (sglang=URL...)")
+    address: str = Field(
+        description="http://host:8000/v1 or its root; KIND=URL for another kind of server (sglang=URL...)"
+    )
 
 
 # --- responses -----------------------------------------------------------------------------
@@ -77,12 +79,12 @@ class ProRLMessage(BaseModel):
     name: str | None = Field(None, description="set where the message has one")
     tool_call_id: str | None = Field(None, description="set where the message has one")
     tool_calls: list[ProRLToolCall] | None = Field(
-        None, description="an assistant message's calls, set when it made any")
+        None, description="an assistant message's calls, set when it made any"
+    )
     token_ids: list[int] | None = Field(
-        None, description="assistant: the ids the policy sampled, verbatim (null on a "
-                          "message-level backend)")
-    input_ids: list[int] | None = Field(
-        None, description="assistant: the whole prompt that turn was sampled from")
+        None, description="assistant: the ids the policy sampled, verbatim (null on a message-level backend)"
+    )
+    input_ids: list[int] | None = Field(None, description="assistant: the whole prompt that turn was sampled from")
     logprobs: list[float] | None = Field(None, description="assistant: of each sampled id")
 
 
@@ -108,14 +110,13 @@ class ProRLResult(BaseModel):
     finish: bool = Field(description="the agent ended the episode itself")
     messages: list[ProRLMessage] = Field(description="up to the last assistant message")
     tools: list[JSONObject] = Field(description="the tool schemas the agent was shown")
-    end_properly: bool = Field(
-        description="its last turn was not cut by max_tokens or the context limit")
+    end_properly: bool = Field(description="its last turn was not cut by max_tokens or the context limit")
     resolved: bool = Field(description="the evaluation's resolved, else reward >= 1")
     critical_error: Literal["init", "run", "eval", "timeout"] | None = Field(
         description="timeout: timed out or cancelled; a stage: an infrastructure failure "
-                    "there; null otherwise (the agent's own failures are trained on)")
-    filter: bool = Field(description="do not train on it (rollserve's mask, or any "
-                                     "critical_error)")
+        "there; null otherwise (the agent's own failures are trained on)"
+    )
+    filter: bool = Field(description="do not train on it (rollserve's mask, or any critical_error)")
     error: str | None = Field(description="the failure message")
     timing: ProRLTiming
     rollout_id: str = Field(description="rollserve's rollout id")

@@ -78,8 +78,9 @@ class ResponsesRequest(BaseModel):
     tools: list[ResponsesTool] | None = None
     stream: bool = False
     max_output_tokens: int | None = Field(None, ge=1)
-    previous_response_id: str | None = Field(None, description=(
-        "refused: the gateway stores no responses, the harness sends the whole input"))
+    previous_response_id: str | None = Field(
+        None, description=("refused: the gateway stores no responses, the harness sends the whole input")
+    )
     tool_choice: JsonValue = "auto"
     parallel_tool_calls: bool | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)

@@ -76,15 +76,15 @@ def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise JSONInputError((), f"not valid JSON: {exc.msg} (line {exc.lineno} column "
-                                 f"{exc.colno})") from None
+        raise JSONInputError((), f"not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise JSONInputError((), f"nested deeper than {max_depth} levels") from None
     except JSONInputError:
         raise
     except ValueError:  # an integer of more digits than Python converts (4300)
-        raise JSONInputError((), "a number has thousands of digits: integers must fit in "
-                                 "64 bits; send larger numbers as strings") from None
+        raise JSONInputError(
+            (), "a number has thousands of digits: integers must fit in 64 bits; send larger numbers as strings"
+        ) from None
     check_json(value, max_depth)
     return value
 
@@ -121,8 +121,7 @@ def _check_scalar(item: Any, where: Location) -> None:
         return
     elif isinstance(item, int):
         if not INT64_MIN <= item <= INT64_MAX:
-            raise JSONInputError(where, "integer out of range (64-bit signed); send larger "
-                                        "numbers as strings")
+            raise JSONInputError(where, "integer out of range (64-bit signed); send larger numbers as strings")
     elif isinstance(item, float) and not math.isfinite(item):
         raise JSONInputError(where, "number out of range (must be finite)")
 
@@ -134,6 +133,9 @@ def _check_text(text: str, where: Location, key: bool = False) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         what = "key" if key else "string"
-        raise JSONInputError(where, f"the {what} holds a lone UTF-16 surrogate "
-                                    f"({text[exc.start]!a} at character {exc.start}): "
-                                    "not valid Unicode") from None
+        raise JSONInputError(
+            where,
+            f"the {what} holds a lone UTF-16 surrogate "
+            f"({text[exc.start]!a} at character {exc.start}): "
+            "not valid Unicode",
+        ) from None

@@ -23,8 +23,9 @@ class Accepted(BaseModel):
     group_id: str = Field(description="the group: the task's n samples")
     task_id: str = Field(description="the task's client-chosen id, else the group id")
     rollout_ids: list[str] = Field(description="one per sample, in sample order")
-    duplicate: bool = Field(False, description="an idempotent retry of a task already accepted "
-                                               "(the same group comes back)")
+    duplicate: bool = Field(
+        False, description="an idempotent retry of a task already accepted (the same group comes back)"
+    )
 
 
 class SubmitResponse(BaseModel):
@@ -38,8 +39,7 @@ class RolloutView(BaseModel):
 
     id: str = Field(description="the rollout's id")
     group_id: str = Field(description="its group")
-    status: RolloutStatus = Field(description="queued | init | run | eval while in flight, "
-                                              "then how it ended")
+    status: RolloutStatus = Field(description="queued | init | run | eval while in flight, then how it ended")
     done: bool = Field(description="its result is stored")
     seq: int | None = Field(description="its position in the results cursor, once done")
     result: RolloutResult | None = Field(description="null until done")
@@ -54,9 +54,9 @@ class GroupMember(BaseModel):
     seq: int | None = Field(description="its position in the results cursor, once done")
     used: bool = Field(
         description="one of the group's n samples for training: usable (finished, not masked, "
-                    "with a reward) and among the first n usable in completion order")
-    result: RolloutResult | None = Field(
-        None, description="once done (null when asked without results)")
+        "with a reward) and among the first n usable in completion order"
+    )
+    result: RolloutResult | None = Field(None, description="once done (null when asked without results)")
 
 
 GroupReason = Literal["in_flight", "too_few_usable", "zero_variance"]
@@ -67,17 +67,21 @@ class GroupCounts(BaseModel):
 
     started: int = Field(description="rollouts started: n + oversample")
     finished: int = Field(description="rollouts with a stored result")
-    usable: int = Field(description="finished, not masked, with a reward (completed, or failed "
-                                    "by the agent and scored)")
-    used: int = Field(description="usable ones the group gives for training: the first n in "
-                                  "completion order (more can be usable when several finish at "
-                                  "once)")
-    cancelled: int = Field(description="ended cancelled: extras stopped once n were usable, or "
-                                       "cancelled by the client")
-    masked: int = Field(description="ended masked for another reason (infrastructure failure, "
-                                    "timeout, interruption, stale)")
-    filtered: int = Field(description="used samples dropped by the zero-variance filter "
-                                      "(n when the group is filtered, else 0)")
+    usable: int = Field(
+        description="finished, not masked, with a reward (completed, or failed by the agent and scored)"
+    )
+    used: int = Field(
+        description="usable ones the group gives for training: the first n in "
+        "completion order (more can be usable when several finish at "
+        "once)"
+    )
+    cancelled: int = Field(description="ended cancelled: extras stopped once n were usable, or cancelled by the client")
+    masked: int = Field(
+        description="ended masked for another reason (infrastructure failure, timeout, interruption, stale)"
+    )
+    filtered: int = Field(
+        description="used samples dropped by the zero-variance filter (n when the group is filtered, else 0)"
+    )
 
 
 class GroupView(BaseModel):
@@ -91,16 +95,16 @@ class GroupView(BaseModel):
     done: bool = Field(description="every rollout's result is stored")
     usable: bool = Field(
         description="fit for a training step: n samples are used and the group is not "
-                    "filtered (extras may still be ending as cancelled)")
+        "filtered (extras may still be ending as cancelled)"
+    )
     reasons: list[GroupReason] = Field(
         description="why not usable (empty when usable): in_flight (fewer than n usable so "
-                    "far, some still running), too_few_usable (every rollout ended, fewer "
-                    "than n usable), zero_variance (filtered: the n used rewards all agree)")
-    counts: GroupCounts = Field(description="started, finished, usable, used, cancelled, "
-                                            "masked, filtered")
+        "far, some still running), too_few_usable (every rollout ended, fewer "
+        "than n usable), zero_variance (filtered: the n used rewards all agree)"
+    )
+    counts: GroupCounts = Field(description="started, finished, usable, used, cancelled, masked, filtered")
     status_counts: dict[RolloutStatus, int] = Field(description="rollouts per status")
-    rollouts: list[GroupMember] = Field(description="in sample order (the n + oversample "
-                                                    "started)")
+    rollouts: list[GroupMember] = Field(description="in sample order (the n + oversample started)")
 
     def used_results(self) -> list[RolloutResult]:
         """The results of the samples the group gives for training (``used``), in
@@ -114,17 +118,20 @@ class RunResponse(GroupView):
     rollout unfinished when the wait ended)."""
 
     results: list[RolloutResult | None] = Field(
-        description="each rollout's result in sample order; null for one unfinished when the wait ended")
+        description="each rollout's result in sample order; null for one unfinished when the wait ended"
+    )
 
 
 class ResultsPage(BaseModel):
     """A page of the results cursor, in completion order."""
 
     results: list[RolloutResult] = Field(description="each with its seq")
-    next: int = Field(description="pass it as ``after`` for the next page (the last seq read, "
-                                  "or ``after`` itself when none was; results the ``rescored`` "
-                                  "filter left out are read past, so a page may be empty and "
-                                  "still move it)")
+    next: int = Field(
+        description="pass it as ``after`` for the next page (the last seq read, "
+        "or ``after`` itself when none was; results the ``rescored`` "
+        "filter left out are read past, so a page may be empty and "
+        "still move it)"
+    )
 
 
 class CancelResponse(BaseModel):
@@ -149,7 +156,8 @@ class StateEvent(BaseModel):
     rollout_id: str | None = Field(None, description="the rollout (null on a lagged event)")
     group_id: str | None = Field(None, description="its group (null on a lagged event)")
     status: RolloutStatus | Literal["lagged"] = Field(
-        description="its new status, or lagged: this subscriber lost older events")
+        description="its new status, or lagged: this subscriber lost older events"
+    )
     time: float = Field(description="Unix time of the change")
     reward: float | None = Field(None, description="on a finished rollout's event")
     mask: bool | None = Field(None, description="on a finished rollout's event")
@@ -186,8 +194,9 @@ class NodeStatus(BaseModel):
 class NodesChanged(BaseModel):
     """``POST /v1/nodes/{name}/drain`` and ``/undrain``: the node's workers now."""
 
-    nodes: list[NodeStatus] = Field(description="every worker of that name (a node's dead "
-                                    "workers too), as /v1/status shows them")
+    nodes: list[NodeStatus] = Field(
+        description="every worker of that name (a node's dead workers too), as /v1/status shows them"
+    )
 
 
 class TrajectoryCounters(BaseModel):
@@ -207,16 +216,12 @@ class GroupCounters(BaseModel):
     it is settled: n of its samples used, or every rollout ended."""
 
     samples_started: int = Field(description="rollouts admitted (n + oversample per group)")
-    samples_usable: int = Field(description="rollouts finished usable (not masked, with a "
-                                            "reward)")
-    samples_used: int = Field(description="usable rollouts given for training (the first n "
-                                          "of each settled group)")
-    samples_cancelled: int = Field(description="extra rollouts cancelled because their group "
-                                               "had its n usable samples")
+    samples_usable: int = Field(description="rollouts finished usable (not masked, with a reward)")
+    samples_used: int = Field(description="usable rollouts given for training (the first n of each settled group)")
+    samples_cancelled: int = Field(description="extra rollouts cancelled because their group had its n usable samples")
     groups_settled: int = Field(description="groups settled")
     groups_usable: int = Field(description="settled with n used samples and not filtered")
-    groups_too_few_usable: int = Field(description="every rollout ended with fewer than n "
-                                                   "usable")
+    groups_too_few_usable: int = Field(description="every rollout ended with fewer than n usable")
     groups_filtered: int = Field(description="dropped by the zero-variance filter")
 
 
@@ -225,8 +230,11 @@ class Recovered(BaseModel):
 
     requeued: int = Field(0, description="re-queued to run again")
     interrupted: int = Field(0, description="ended as interrupted")
-    cancelled: int = Field(0, description="extras of over-sampling groups that already had "
-                                          "their n usable samples: ended cancelled, not re-run")
+    cancelled: int = Field(
+        0,
+        description="extras of over-sampling groups that already had "
+        "their n usable samples: ended cancelled, not re-run",
+    )
 
 
 class EngineStatus(BaseModel):
@@ -245,7 +253,8 @@ class EngineStatus(BaseModel):
     handlers: list[str] = Field(description="the data sources this server runs")
     recovered_at_start: Recovered
     nodes: list[NodeStatus] | None = Field(
-        None, description="per Ray node (rollserve serve --ray); null on one machine")
+        None, description="per Ray node (rollserve serve --ray); null on one machine"
+    )
 
 
 class ReapSummary(BaseModel):
@@ -270,12 +279,14 @@ class SandboxStatus(BaseModel):
     started: int = Field(description="sandboxes started since start")
     limits: JSONObject | None = Field(
         description="the default limits and how this runtime enforces each one "
-                    "(``defaults``, ``enforced_by``); null until the runtime is made")
+        "(``defaults``, ``enforced_by``); null until the runtime is made"
+    )
     pool: JSONObject | None = Field(
-        None, description="the warm pool (``--sandbox-pool``): capacity, ready, starting, "
-        "hits, misses, started, trimmed, failed; null without one")
-    reaped_at_start: ReapSummary | None = Field(
-        description="what the start-up reaper cleaned up (null before it ran)")
+        None,
+        description="the warm pool (``--sandbox-pool``): capacity, ready, starting, "
+        "hits, misses, started, trimmed, failed; null without one",
+    )
+    reaped_at_start: ReapSummary | None = Field(description="what the start-up reaper cleaned up (null before it ran)")
 
 
 class JudgeState(BaseModel):
@@ -289,8 +300,9 @@ class JudgeState(BaseModel):
     retries: int = Field(description="more tries after a retryable failure")
     healthy: bool | None = Field(description="its last call answered; null before any")
     calls: dict[str, int] = Field(description="tries by outcome: ok, failed, timeout")
-    unparsed: int = Field(0, description="samples whose replies held no valid score (scored "
-                                         "as the scale's lowest, never masked)")
+    unparsed: int = Field(
+        0, description="samples whose replies held no valid score (scored as the scale's lowest, never masked)"
+    )
     last_error: str | None = Field(description="its last failure, if any")
 
 
@@ -298,10 +310,10 @@ class ServiceStatus(EngineStatus):
     """``GET /v1/status``."""
 
     judges: list[JudgeState] = Field(
-        default_factory=list, description="the judges (docs/judges.md), outside the router")
+        default_factory=list, description="the judges (docs/judges.md), outside the router"
+    )
 
-    backends: list[BackendState] = Field(
-        description="every inference backend, as the router sees it")
+    backends: list[BackendState] = Field(description="every inference backend, as the router sees it")
     llm: RouterStatus
     sandboxes: SandboxStatus = Field(description="the sandbox runtime")
 

@@ -45,8 +45,22 @@ from rollserve.datasets.files import (
 from rollserve.datasets.harbor import harbor_records, harbor_root, task_folders
 
 __all__ = [
-    "BUNDLED", "DATA_DIR", "LABEL_KEYS", "PARQUET_SUFFIXES", "SWE_MINI", "SWE_MINI_BUNDLES",
-    "BundledSet", "DatasetError", "DatasetRow", "bundled_rows", "bundled_set", "client_id",
-    "dataset_name", "harbor_records", "harbor_root", "read_dataset", "read_records",
+    "BUNDLED",
+    "DATA_DIR",
+    "LABEL_KEYS",
+    "PARQUET_SUFFIXES",
+    "SWE_MINI",
+    "SWE_MINI_BUNDLES",
+    "BundledSet",
+    "DatasetError",
+    "DatasetRow",
+    "bundled_rows",
+    "bundled_set",
+    "client_id",
+    "dataset_name",
+    "harbor_records",
+    "harbor_root",
+    "read_dataset",
+    "read_records",
     "task_folders",
 ]

@@ -44,21 +44,38 @@ class BundledSet:
 
 
 SWE_MINI = BundledSet(
-    "swe-mini", "swe_mini/instances.jsonl", "swe",
+    "swe-mini",
+    "swe_mini/instances.jsonl",
+    "swe",
     "15 instances in the SWE-bench schema over 5 small Python libraries made for rollserve, "
-    "with one git bundle per instance (rebuilt by scripts/swe_mini/build.py)")
-BUNDLED: dict[str, BundledSet] = {s.name: s for s in (
-    SWE_MINI,
-    BundledSet("code", "code_tasks.jsonl", "code",
-               "programming problems with hidden stdin/stdout or assert tests"),
-    BundledSet("stem", "stem_tasks.jsonl", "stem",
-               "science questions: MMLU and GPQA multiple choice, numbers with units, short answers"),
-    BundledSet("math", "math_tasks.jsonl", "math",
-               "arithmetic and school math word problems with LaTeX or numeric gold answers"),
-    BundledSet("easy", "easy_tasks.jsonl", "stem",
-               "two-choice questions (single-digit sums, everyday science) that a 135M model "
-               "answers right some of the time: the quickstart's"),
-)}
+    "with one git bundle per instance (rebuilt by scripts/swe_mini/build.py)",
+)
+BUNDLED: dict[str, BundledSet] = {
+    s.name: s
+    for s in (
+        SWE_MINI,
+        BundledSet("code", "code_tasks.jsonl", "code", "programming problems with hidden stdin/stdout or assert tests"),
+        BundledSet(
+            "stem",
+            "stem_tasks.jsonl",
+            "stem",
+            "science questions: MMLU and GPQA multiple choice, numbers with units, short answers",
+        ),
+        BundledSet(
+            "math",
+            "math_tasks.jsonl",
+            "math",
+            "arithmetic and school math word problems with LaTeX or numeric gold answers",
+        ),
+        BundledSet(
+            "easy",
+            "easy_tasks.jsonl",
+            "stem",
+            "two-choice questions (single-digit sums, everyday science) that a 135M model "
+            "answers right some of the time: the quickstart's",
+        ),
+    )
+}
 # swe-mini's repositories: one git bundle per instance, which the swe handler reads as a
 # mirror every server has.
 SWE_MINI_BUNDLES = SWE_MINI.path.parent / "bundles"

@@ -62,8 +62,10 @@ def read_dataset(path: Path | str, data_source: str | None = None) -> list[Datas
     but not a task comes back with ``error`` set.
     """
     if data_source is not None and Path(path).is_dir():
-        raise DatasetError(f"{path}: a folder of Harbor tasks: its rows are harbor tasks, not bare "
-                           f"instances of {data_source!r} (leave out the data source)")
+        raise DatasetError(
+            f"{path}: a folder of Harbor tasks: its rows are harbor tasks, not bare "
+            f"instances of {data_source!r} (leave out the data source)"
+        )
     rows = [_to_row(number, record, data_source) for number, record in read_records(path)]
     if not rows:
         raise DatasetError(f"{path}: no rows")
@@ -100,7 +102,8 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                 except json.JSONDecodeError as exc:
                     raise DatasetError(
                         f"{path}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                        "expected one JSON object per line (JSONL), or a .parquet file") from None
+                        "expected one JSON object per line (JSONL), or a .parquet file"
+                    ) from None
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
         raise DatasetError(f"{path}: cannot be read as JSONL text: {exc}") from None
     except OSError as exc:
@@ -153,8 +156,7 @@ def _to_row(number: int, record: Any, data_source: str | None) -> DatasetRow:
     if not isinstance(record, dict):
         return DatasetRow(number, None, f"row: must be a JSON object, got {type(record).__name__}")
     if data_source is not None:  # a bare instance
-        return DatasetRow(number, {"data_source": data_source, "instance": record},
-                          label=_label(record))
+        return DatasetRow(number, {"data_source": data_source, "instance": record}, label=_label(record))
     task = dict(record)
     if isinstance(task.get("instance"), str):  # parquet datasets often hold it as JSON text
         try:
@@ -163,9 +165,13 @@ def _to_row(number: int, record: Any, data_source: str | None) -> DatasetRow:
             pass  # left as is: the check names it
     label = _label(task, task.get("instance"))
     if "instance" not in task:
-        return DatasetRow(number, None, "instance: required (each row is a task {data_source, "
-                          "instance, n?}; for rows that are bare instances pass --data-source NAME)",
-                          label=label)
+        return DatasetRow(
+            number,
+            None,
+            "instance: required (each row is a task {data_source, "
+            "instance, n?}; for rows that are bare instances pass --data-source NAME)",
+            label=label,
+        )
     task_id = task.pop("task_id", None)
     if task_id is not None:  # the dataset's name for the row: not an API field, kept in metadata
         metadata = task.get("metadata")
@@ -174,8 +180,7 @@ def _to_row(number: int, record: Any, data_source: str | None) -> DatasetRow:
     return DatasetRow(number, task, label=label)
 
 
-def client_id(dataset: str, number: int, task: dict[str, Any],
-              settings: dict[str, Any] | None = None) -> str:
+def client_id(dataset: str, number: int, task: dict[str, Any], settings: dict[str, Any] | None = None) -> str:
     """A stable id for submitting row ``number`` of ``dataset`` as ``task`` (the API's
     idempotency key).
 

@@ -39,10 +39,11 @@ def harbor_records(folder: Path) -> list[dict[str, Any]]:
     folder = folder.resolve()
     tasks = task_folders(folder)
     if not any(is_task(t) for t in tasks):
-        raise ValueError(f"{folder}: no Harbor task here (neither {folder.name}/task.toml nor a "
-                         "sub-folder with a task.toml); a dataset is a JSONL or parquet file, "
-                         "a Harbor task folder, or a folder of them")
+        raise ValueError(
+            f"{folder}: no Harbor task here (neither {folder.name}/task.toml nor a "
+            "sub-folder with a task.toml); a dataset is a JSONL or parquet file, "
+            "a Harbor task folder, or a folder of them"
+        )
     root = harbor_root(folder)
     names = [t.relative_to(root).as_posix() for t in tasks]
-    return [{"data_source": DATA_SOURCE, "instance": {"task": name}, "task_id": name}
-            for name in names]
+    return [{"data_source": DATA_SOURCE, "instance": {"task": name}, "task_id": name} for name in names]

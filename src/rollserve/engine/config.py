@@ -21,7 +21,8 @@ class EngineConfig(BaseModel):
     max_attempts: int = Field(3, ge=1, description="runs of one rollout across restarts")
     retention_s: float = Field(7 * 86_400, gt=0)
     max_staleness: int | None = Field(
-        None, ge=0, description="flag a rollout whose turns span more policy versions than this")
+        None, ge=0, description="flag a rollout whose turns span more policy versions than this"
+    )
     mask_stale: bool = Field(False, description="mask (do not train on) flagged stale rollouts")
 
 

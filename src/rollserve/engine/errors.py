@@ -41,8 +41,10 @@ class StillRunning(Conflict):
     there yet; the same request again after ``retry_after`` seconds gets it."""
 
     def __init__(self, key: str, retry_after: float):
-        super().__init__("idempotency_key", f"the re-scoring under key {key!r} is still "
-                         "running; send the same request again to get its answer")
+        super().__init__(
+            "idempotency_key",
+            f"the re-scoring under key {key!r} is still running; send the same request again to get its answer",
+        )
         self.retry_after = retry_after
 
 
@@ -50,9 +52,12 @@ class BatchTooLarge(InvalidTask):
     """The batch needs more rollout slots than the engine ever admits at once."""
 
     def __init__(self, wanted: int, limit: int):
-        super().__init__("tasks", f"the batch needs {wanted} rollout slots but the server admits "
-                                  f"at most {limit} at once (--max-pending): it can never fit; "
-                                  "split it into smaller batches")
+        super().__init__(
+            "tasks",
+            f"the batch needs {wanted} rollout slots but the server admits "
+            f"at most {limit} at once (--max-pending): it can never fit; "
+            "split it into smaller batches",
+        )
         self.wanted = wanted
         self.limit = limit
 
@@ -62,8 +67,10 @@ class QueueFull(EngineError):
     after ``retry_after`` seconds cannot duplicate work."""
 
     def __init__(self, wanted: int, free: int, limit: int, retry_after: float):
-        super().__init__(f"the batch needs {wanted} rollout slots but only {max(free, 0)} of "
-                         f"{limit} are free; retry later or raise --max-pending")
+        super().__init__(
+            f"the batch needs {wanted} rollout slots but only {max(free, 0)} of "
+            f"{limit} are free; retry later or raise --max-pending"
+        )
         self.wanted = wanted
         self.free = free
         self.limit = limit

@@ -22,16 +22,23 @@ class EventBus:
         # than hold the HTTP server's graceful shutdown until its timeout.
         self.closing = asyncio.Event()
 
-    def publish(self, rollout_id: str, group_id: str, status: RolloutStatus,
-                reward: float | None = None, mask: bool | None = None, final: bool = False) -> None:
+    def publish(
+        self,
+        rollout_id: str,
+        group_id: str,
+        status: RolloutStatus,
+        reward: float | None = None,
+        mask: bool | None = None,
+        final: bool = False,
+    ) -> None:
         """One state change; ``final``: the rollout ended (the event carries its reward
         and mask)."""
         if final:
-            event = StateEvent(rollout_id=rollout_id, group_id=group_id, status=status,
-                               time=time.time(), reward=reward, mask=mask)
+            event = StateEvent(
+                rollout_id=rollout_id, group_id=group_id, status=status, time=time.time(), reward=reward, mask=mask
+            )
         else:
-            event = StateEvent(rollout_id=rollout_id, group_id=group_id, status=status,
-                               time=time.time())
+            event = StateEvent(rollout_id=rollout_id, group_id=group_id, status=status, time=time.time())
         self.recent.append(event)
         for queue in list(self._subscribers):
             if queue.full():
@@ -61,8 +68,7 @@ class EventBus:
         self.closing.set()
         self._changed.set()
 
-    async def next_event(self, queue: asyncio.Queue[StateEvent],
-                         timeout: float | None) -> StateEvent | None:
+    async def next_event(self, queue: asyncio.Queue[StateEvent], timeout: float | None) -> StateEvent | None:
         """``queue``'s next event; None at the timeout (None: no bound) or once closing."""
         if not queue.empty():
             return queue.get_nowait()
@@ -71,8 +77,7 @@ class EventBus:
         getting = asyncio.ensure_future(queue.get())
         closing = asyncio.ensure_future(self.closing.wait())
         try:
-            await asyncio.wait((getting, closing), timeout=timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((getting, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             closing.cancel()
             getting.cancel()

@@ -35,8 +35,7 @@ class EngineSession(LLMSession, Protocol):
 class Sessions(Protocol):
     """Where a rollout gets its sticky LLM session (``llm.routing.Router``)."""
 
-    def session(self, key: str) -> EngineSession | None:
-        ...
+    def session(self, key: str) -> EngineSession | None: ...
 
 
 class StageExecutor(Protocol):

@@ -91,13 +91,20 @@ class Rollouts:
             await self.wait([rollout_id], wait)
         live = self._engine.live.get(rollout_id)
         if live is not None:
-            return RolloutView(id=live.id, group_id=live.spec.group_id, status=live.status,
-                               done=False, seq=None, result=None)
+            return RolloutView(
+                id=live.id, group_id=live.spec.group_id, status=live.status, done=False, seq=None, result=None
+            )
         row = await self._store.rollout(rollout_id)
         if row is None:
             raise NotFound(f"no rollout {rollout_id!r} (unknown, or past retention)")
-        return RolloutView(id=row.id, group_id=row.group_id, status=row.status,
-                           done=row.status in TERMINAL, seq=row.seq, result=row.result)
+        return RolloutView(
+            id=row.id,
+            group_id=row.group_id,
+            status=row.status,
+            done=row.status in TERMINAL,
+            seq=row.seq,
+            result=row.result,
+        )
 
     async def group(self, group_id: str, wait: float = 0.0, results: bool = True) -> GroupView:
         """The group's rollouts (with their results unless ``results`` is false);
@@ -126,25 +133,36 @@ class Rollouts:
             if live is None and known is not None and row.seq is not None:
                 outcomes.append(known)
             else:
-                outcomes.append(Outcome(id=row.id, status=status, seq=None, usable=False,
-                                        reward=None, masked=False))
+                outcomes.append(Outcome(id=row.id, status=status, seq=None, usable=False, reward=None, masked=False))
         first = rows[0].spec if rows else None
         filtered = first is not None and first.filter_zero_variance
         verdict = judge(group.n, filtered, outcomes)
         members = [
-            GroupMember(id=row.id, status=o.status, done=o.done, seq=o.seq,
-                        used=row.id in verdict.used,
-                        result=row.result if results and o.done else None)
+            GroupMember(
+                id=row.id,
+                status=o.status,
+                done=o.done,
+                seq=o.seq,
+                used=row.id in verdict.used,
+                result=row.result if results and o.done else None,
+            )
             for row, o in zip(rows, outcomes, strict=True)
         ]
-        return GroupView(group_id=group.id, task_id=group.task_id, n=group.n,
-                         oversample=max(0, len(rows) - group.n), filter_zero_variance=filtered,
-                         done=all(m.done for m in members), usable=verdict.usable,
-                         reasons=verdict.reasons, counts=verdict.counts, status_counts=counts,
-                         rollouts=members)
+        return GroupView(
+            group_id=group.id,
+            task_id=group.task_id,
+            n=group.n,
+            oversample=max(0, len(rows) - group.n),
+            filter_zero_variance=filtered,
+            done=all(m.done for m in members),
+            usable=verdict.usable,
+            reasons=verdict.reasons,
+            counts=verdict.counts,
+            status_counts=counts,
+            rollouts=members,
+        )
 
-    async def results(self, after: int = 0, limit: int = 100, wait: float = 0.0,
-                      rescored: str = "any") -> ResultsPage:
+    async def results(self, after: int = 0, limit: int = 100, wait: float = 0.0, rescored: str = "any") -> ResultsPage:
         """Up to ``limit`` results after cursor position ``after``, in completion order;
         ``wait``: seconds to wait for one when there are none yet. ``rescored``: ``any``,
         ``false`` (no re-scored result: those with ``rescored_from``) or ``true`` (only
@@ -155,8 +173,7 @@ class Rollouts:
             found = await self._store.results_after(cursor, limit)
             if found:
                 cursor = found[-1].seq if found[-1].seq is not None else cursor
-            kept = [r for r in found
-                    if rescored == "any" or (r.rescored_from is not None) == (rescored == "true")]
+            kept = [r for r in found if rescored == "any" or (r.rescored_from is not None) == (rescored == "true")]
             remaining = deadline - time.monotonic()
             if kept or remaining <= 0 or self.closing:
                 break
@@ -164,16 +181,18 @@ class Rollouts:
                 await self._engine.events.wait_change(remaining)
         return ResultsPage(results=kept, next=cursor)
 
-    async def summaries(self, where: SummaryFilter, before: int | None = None,
-                        limit: int = 50) -> ResultSummaryPage:
+    async def summaries(self, where: SummaryFilter, before: int | None = None, limit: int = 50) -> ResultSummaryPage:
         """A page of the finished results matching ``where``, newest first, from cursor
         position ``before`` down (None: from the newest)."""
         found, total = await self._store.summaries(where, before, limit + 1)
         page = found[:limit]
         more = len(found) > limit
-        return ResultSummaryPage(summaries=page, total=min(total, COUNT_CAP),
-                                 total_capped=total > COUNT_CAP,
-                                 next_before=page[-1].seq if more else None)
+        return ResultSummaryPage(
+            summaries=page,
+            total=min(total, COUNT_CAP),
+            total_capped=total > COUNT_CAP,
+            next_before=page[-1].seq if more else None,
+        )
 
     async def finished(self, rollout_id: str) -> RolloutResult | None:
         """Its stored result, or None while it has none (in flight, or unknown)."""
@@ -199,8 +218,7 @@ class Rollouts:
         finally:
             self._engine.events.unsubscribe(queue)
 
-    async def next_event(self, queue: asyncio.Queue[StateEvent],
-                         timeout: float | None) -> StateEvent | None:
+    async def next_event(self, queue: asyncio.Queue[StateEvent], timeout: float | None) -> StateEvent | None:
         """The next event of an ``events()`` queue; None at the timeout (None: no bound)
         or once the service shuts down."""
         return await self._engine.events.next_event(queue, timeout)
@@ -227,8 +245,11 @@ class Rollouts:
         try:
             return await self._engine.executor.drain(name, draining)
         except KeyError:
-            where = "" if self._engine.executor.nodes() is not None else (
-                " (this server runs everything itself: nodes exist with --ray)")
+            where = (
+                ""
+                if self._engine.executor.nodes() is not None
+                else (" (this server runs everything itself: nodes exist with --ray)")
+            )
             raise NotFound(f"no node named {name!r}{where}") from None
 
     # --- cancelling ----------------------------------------------------------------------
@@ -252,4 +273,3 @@ class Rollouts:
         cancelled = [m.id for m in view.rollouts if self.stop(m.id)]
         await self.wait(cancelled, wait)
         return GroupCancelResponse(group_id=group_id, cancelled=cancelled)
-

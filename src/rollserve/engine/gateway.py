@@ -26,8 +26,17 @@ from rollserve.contract.gateway import ChatCompletionRequest, GatewayInfo
 from rollserve.engine.errors import NotFound
 from rollserve.llm.routing import call_deadline
 
-__all__ = ["BodyTooLarge", "GatewayRefusal", "GatewayReply", "GatewaySession", "Gateways",
-           "UnknownKey", "anthropic_wire", "responses_wire", "wire"]
+__all__ = [
+    "BodyTooLarge",
+    "GatewayRefusal",
+    "GatewayReply",
+    "GatewaySession",
+    "Gateways",
+    "UnknownKey",
+    "anthropic_wire",
+    "responses_wire",
+    "wire",
+]
 
 
 class Gateways:
@@ -41,19 +50,20 @@ class Gateways:
         """The live session ``key`` names; ``UnknownKey`` when none has it."""
         session = self._gateway.get(key)
         if session is None:
-            raise UnknownKey("unknown gateway key: no live rollout has it (a key is "
-                             "valid only while its rollout runs)")
+            raise UnknownKey("unknown gateway key: no live rollout has it (a key is valid only while its rollout runs)")
         return session
 
-    async def complete(self, session: GatewaySession, request: ChatCompletionRequest,
-                       call_ids: str = "call_", size: int | None = None) -> GatewayReply:
+    async def complete(
+        self, session: GatewaySession, request: ChatCompletionRequest, call_ids: str = "call_", size: int | None = None
+    ) -> GatewayReply:
         """Answer one admitted chat call of ``session`` (tool call ids start
         ``call_ids``; ``size``: its body's bytes)."""
         with call_deadline(session.limits.deadline):
             return await session.complete(request, call_ids, size)
 
-    async def count_tokens(self, session: GatewaySession, request: ChatCompletionRequest,
-                           size: int | None = None) -> int:
+    async def count_tokens(
+        self, session: GatewaySession, request: ChatCompletionRequest, size: int | None = None
+    ) -> int:
         """The policy tokenizer's count of ``request`` rendered whole (nothing sampled)."""
         return await session.count_tokens(request, size)
 
@@ -76,8 +86,9 @@ class Gateways:
         else:  # shutting down: what there is now
             found = await self._gateway.key_of(rollout_id, 0.0)
         if found is None:
-            raise NotFound(f"rollout {rollout_id!r} has no gateway session open (it is not a "
-                           "gateway rollout, its RUN has not started, or it is over)")
+            raise NotFound(
+                f"rollout {rollout_id!r} has no gateway session open (it is not a "
+                "gateway rollout, its RUN has not started, or it is over)"
+            )
         key, session = found
-        return GatewayInfo(rollout_id=rollout_id, key=key, base_url=f"/v1/gateway/{key}/v1",
-                           ended=session.ended)
+        return GatewayInfo(rollout_id=rollout_id, key=key, base_url=f"/v1/gateway/{key}/v1", ended=session.ended)

@@ -31,8 +31,7 @@ EARLY_STOP_MESSAGE = "cancelled: the group had its n usable samples (over-sampli
 
 def result_usable(result: RolloutResult) -> bool:
     """Finished, not masked, with a reward, completed or failed by the agent."""
-    return (result.status in ("completed", "failed") and not result.mask
-            and result.reward is not None)
+    return result.status in ("completed", "failed") and not result.mask and result.reward is not None
 
 
 @dataclass(frozen=True)
@@ -62,14 +61,17 @@ class Verdict:
 
 def judge(n: int, filter_zero_variance: bool, outcomes: Sequence[Outcome]) -> Verdict:
     """The group's verdict from its rollouts' outcomes."""
-    usable = sorted((o for o in outcomes if o.done and o.usable),
-                    key=lambda o: o.seq if o.seq is not None else 0)
+    usable = sorted((o for o in outcomes if o.done and o.usable), key=lambda o: o.seq if o.seq is not None else 0)
     used = usable[:n]
     all_ended = all(o.done for o in outcomes)
     settled = len(used) >= n or all_ended
     rewards = [o.reward for o in used if o.reward is not None]
-    zero_variance = (filter_zero_variance and len(used) >= n and len(rewards) >= 2
-                     and max(rewards) - min(rewards) <= ZERO_VARIANCE_TOLERANCE)
+    zero_variance = (
+        filter_zero_variance
+        and len(used) >= n
+        and len(rewards) >= 2
+        and max(rewards) - min(rewards) <= ZERO_VARIANCE_TOLERANCE
+    )
     reasons: list[GroupReason] = []
     if len(used) < n:
         reasons.append("too_few_usable" if all_ended else "in_flight")
@@ -85,8 +87,9 @@ def judge(n: int, filter_zero_variance: bool, outcomes: Sequence[Outcome]) -> Ve
         masked=sum(1 for o in outcomes if o.done and o.masked and o.status != "cancelled"),
         filtered=len(used) if zero_variance else 0,
     )
-    return Verdict(used=frozenset(o.id for o in used), usable=not reasons, settled=settled,
-                   reasons=reasons, counts=counts)
+    return Verdict(
+        used=frozenset(o.id for o in used), usable=not reasons, settled=settled, reasons=reasons, counts=counts
+    )
 
 
 class OutcomeSource(Protocol):
@@ -101,8 +104,15 @@ class GroupTracker:
 
     def __init__(self) -> None:
         self.counters = GroupCounters(
-            samples_started=0, samples_usable=0, samples_used=0, samples_cancelled=0,
-            groups_settled=0, groups_usable=0, groups_too_few_usable=0, groups_filtered=0)
+            samples_started=0,
+            samples_usable=0,
+            samples_used=0,
+            samples_cancelled=0,
+            groups_settled=0,
+            groups_usable=0,
+            groups_too_few_usable=0,
+            groups_filtered=0,
+        )
         self._live: dict[str, set[str]] = {}  # group id -> its rollouts in flight
         self._settled: set[str] = set()  # settled groups that still have rollouts in flight
 
@@ -125,8 +135,7 @@ class GroupTracker:
     def early_stopped(self) -> None:
         self.counters.samples_cancelled += 1
 
-    async def on_result(self, store: OutcomeSource, spec: RolloutSpec,
-                        result_was_usable: bool) -> list[str]:
+    async def on_result(self, store: OutcomeSource, spec: RolloutSpec, result_was_usable: bool) -> list[str]:
         """Count a stored result; once the group settles, count it and return the ids of
         its other rollouts in flight to cancel (only when it over-samples)."""
         self.counters.samples_usable += result_was_usable
@@ -135,8 +144,7 @@ class GroupTracker:
         others = self._live.get(spec.group_id, set()) - {spec.id}
         if not result_was_usable and others:
             return []  # nothing that could settle it changed
-        verdict = judge(spec.group_n, spec.filter_zero_variance,
-                        await store.group_outcomes(spec.group_id))
+        verdict = judge(spec.group_n, spec.filter_zero_variance, await store.group_outcomes(spec.group_id))
         if not verdict.settled or spec.group_id in self._settled:  # (another result came first)
             return []
         self._settled.add(spec.group_id)
@@ -155,6 +163,5 @@ async def needs_no_rerun(store: OutcomeSource, spec: RolloutSpec) -> bool:
     unfinished extra is not re-run (it ends cancelled)."""
     if spec.group_n is None or spec.oversample <= 0:
         return False
-    verdict = judge(spec.group_n, spec.filter_zero_variance,
-                    await store.group_outcomes(spec.group_id))
+    verdict = judge(spec.group_n, spec.filter_zero_variance, await store.group_outcomes(spec.group_id))
     return verdict.counts.used >= spec.group_n

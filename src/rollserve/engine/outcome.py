@@ -24,8 +24,7 @@ def end_with_error(r: Rollout, stage: Where, exc: Exception) -> None:
     up on, a typed rollout error, a stage timeout, or a handler bug (an infra failure)."""
     if isinstance(exc, NodeLost):
         r.status = "failed"
-        r.failure = Failure(stage=stage, kind="infra", message=(
-            f"{exc.message}; gave up after {r.attempt} attempts"))
+        r.failure = Failure(stage=stage, kind="infra", message=(f"{exc.message}; gave up after {r.attempt} attempts"))
     elif isinstance(exc, RolloutError):
         # The RUN deadline, come while the backend had the time: as a timeout.
         r.status = "timed_out" if isinstance(exc, DeadlineFailure) else "failed"

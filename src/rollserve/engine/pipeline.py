@@ -56,8 +56,7 @@ def small_result(r: Rollout) -> bool:
     if traj.auxiliary or len(traj.messages) > INLINE_RESULT_MESSAGES:
         return False
     tokens = len(traj.input_ids) + sum(len(s.input_ids) for s in traj.closed)
-    chars = sum(len(c) if isinstance(c := m.get("content"), str) else INLINE_RESULT_CHARS + 1
-                for m in traj.messages)
+    chars = sum(len(c) if isinstance(c := m.get("content"), str) else INLINE_RESULT_CHARS + 1 for m in traj.messages)
     return tokens <= INLINE_RESULT_TOKENS and chars <= INLINE_RESULT_CHARS
 
 
@@ -106,8 +105,8 @@ class Engine:
         self.masked: dict[tuple[str, str], int] = {}
         # Over finished rollouts: token-fidelity mismatches, turns cut by max_tokens, stale.
         self.trajectory_counters = TrajectoryCounters(
-            fidelity_mismatches=0, rollouts_with_mismatches=0, truncated_turns=0, stale=0,
-            not_trainable=0)
+            fidelity_mismatches=0, rollouts_with_mismatches=0, truncated_turns=0, stale=0, not_trainable=0
+        )
         self.reserved = 0  # admitted by a submit still writing to the store
         # Held by a submit from its client-id lookups to its insert (engine.submit): two
         # identical submits cannot both miss the id and race to store it.
@@ -154,12 +153,18 @@ class Engine:
             await self._record_result(rollout)
             if verdict == "cancelled":
                 self.groups.early_stopped()
-        recovered = Recovered(requeued=counts["requeued"], interrupted=counts["interrupted"],
-                              cancelled=counts["cancelled"])
+        recovered = Recovered(
+            requeued=counts["requeued"], interrupted=counts["interrupted"], cancelled=counts["cancelled"]
+        )
         if counts:
-            log.warning("recovered %d unfinished rollouts: %d re-queued, %d interrupted, %d "
-                        "cancelled (extras of groups that had their n usable samples)",
-                        counts.total(), recovered.requeued, recovered.interrupted, recovered.cancelled)
+            log.warning(
+                "recovered %d unfinished rollouts: %d re-queued, %d interrupted, %d "
+                "cancelled (extras of groups that had their n usable samples)",
+                counts.total(),
+                recovered.requeued,
+                recovered.interrupted,
+                recovered.cancelled,
+            )
         return recovered
 
     # --- admission ------------------------------------------------------------------
@@ -225,8 +230,10 @@ class Engine:
                 raise
             r.status = "timed_out"
             r.failure = Failure(
-                stage=at.stage, kind="timeout",
-                message=f"rollout deadline of {r.timeouts.total:g}s passed in {at.stage}")
+                stage=at.stage,
+                kind="timeout",
+                message=f"rollout deadline of {r.timeouts.total:g}s passed in {at.stage}",
+            )
         except asyncio.CancelledError:
             if r.id not in self._cancel_requested:
                 # Server shutting down: leave the rollout unfinished in the store so
@@ -241,8 +248,11 @@ class Engine:
         try:
             await self._record_result(r)
         except Exception:  # the store failed: the row stays unfinished, so the next start recovers it
-            log.exception("could not store the result of rollout %s; it stays unfinished in "
-                          "the store and is recovered at the next start", r.id)
+            log.exception(
+                "could not store the result of rollout %s; it stays unfinished in "
+                "the store and is recovered at the next start",
+                r.id,
+            )
         finally:
             self._forget(r)  # never leave it counted as in flight
 
@@ -309,8 +319,7 @@ class Engine:
         """End the attempt a dead node cut short and queue the rollout again, as a new
         attempt that starts from INIT (what the attempt produced is dropped)."""
         await self._cleanup(r, handler)
-        log.warning("rollout %s: attempt %d ended (%s); running it again", r.id, r.attempt,
-                    lost.message)
+        log.warning("rollout %s: attempt %d ended (%s); running it again", r.id, r.attempt, lost.message)
         r.new_attempt()
         r.status = "queued"
         await self.store.set_status(r.id, "queued", attempt=r.attempt)
@@ -334,8 +343,7 @@ class Engine:
             self.masked[key] = self.masked.get(key, 0) + 1
         tally(self.trajectory_counters, r, result)
         self._completions.append(time.monotonic())
-        self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask,
-                            final=True)
+        self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask, final=True)
         # The group's verdict before the waiters wake: once told, they see the group as
         # it now stands (its extras already being cancelled).
         try:
@@ -371,8 +379,7 @@ class Engine:
         every = asyncio.ensure_future(asyncio.wait(waits))
         closing = asyncio.ensure_future(self.events.closing.wait())  # a shutdown ends it
         try:
-            await asyncio.wait((every, closing), timeout=timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((every, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in (*waits, every, closing):
                 w.cancel()

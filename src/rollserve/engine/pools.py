@@ -63,5 +63,10 @@ class StagePool:
                 self._slots.release()
 
     def snapshot(self) -> StageStatus:
-        return StageStatus(workers=self.workers, busy=self.busy, queued=self.waiting,
-                           done=self.done, busy_seconds=round(self.busy_seconds, 3))
+        return StageStatus(
+            workers=self.workers,
+            busy=self.busy,
+            queued=self.waiting,
+            done=self.done,
+            busy_seconds=round(self.busy_seconds, 3),
+        )

@@ -28,8 +28,9 @@ async def verdict(store: OutcomeSource, row: RolloutRow, config: EngineConfig) -
     return "interrupted"
 
 
-def ending(verdict: Literal["interrupted", "cancelled"], row: RolloutRow,
-           config: EngineConfig) -> tuple[RolloutStatus, Failure]:
+def ending(
+    verdict: Literal["interrupted", "cancelled"], row: RolloutRow, config: EngineConfig
+) -> tuple[RolloutStatus, Failure]:
     """The status and failure an unfinished rollout not re-run ends with."""
     if verdict == "cancelled":
         return "cancelled", Failure(stage=stage_of(row.status), kind="infra", message=EARLY_STOP_MESSAGE)

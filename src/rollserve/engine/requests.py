@@ -21,11 +21,15 @@ class RequestLimits(BaseModel):
     """How much one request may carry (the defaults are what ``rollserve serve`` uses)."""
 
     max_request_bytes: int = Field(
-        64 * MIB, ge=1024, description="a request body larger than this is refused as too large")
+        64 * MIB, ge=1024, description="a request body larger than this is refused as too large"
+    )
     max_instance_bytes: int = Field(
-        4 * MIB, ge=1024, description="a task's instance (or metadata) larger than this, as "
+        4 * MIB,
+        ge=1024,
+        description="a task's instance (or metadata) larger than this, as "
         "compact JSON, is refused naming it: rendering and tokenizing its prompt would cost "
-        "seconds of CPU per MB, and 4 MiB is about the text of a 1M-token context")
+        "seconds of CPU per MB, and 4 MiB is about the text of a 1M-token context",
+    )
 
 
 def merged(batch: M, task: M | None) -> M:
@@ -47,8 +51,7 @@ def request_hash(task: TaskRequest, batch: SubmitRequest) -> str:
     """Fingerprint of what a task asks for, to tell a retry from a conflicting reuse."""
     # A new field at its default is left out, so a task's fingerprint stays what it was
     # before the field existed (an idempotent retry across an upgrade is no conflict).
-    exclude = {"id"} | {name for name in _LATER_FIELDS
-                        if getattr(task, name) == TaskRequest.model_fields[name].default}
+    exclude = {"id"} | {name for name in _LATER_FIELDS if getattr(task, name) == TaskRequest.model_fields[name].default}
     body = {
         "task": task.model_dump(mode="json", exclude=exclude),
         "sampling": merged(batch.sampling, task.sampling).model_dump(mode="json"),

@@ -62,8 +62,7 @@ class Rescores:
         fingerprint = rescore_hash(request)
         running = self._running.get(key)
         if running is None:  # (no await between the look-up and the entry: one run per key)
-            task = asyncio.create_task(self._run(key, fingerprint, request),
-                                       name=f"rollserve-rescore-{key[:40]}")
+            task = asyncio.create_task(self._run(key, fingerprint, request), name=f"rollserve-rescore-{key[:40]}")
             running = self._running[key] = (fingerprint, task)
             task.add_done_callback(functools.partial(self._done, key))
         if running[0] != fingerprint:
@@ -103,8 +102,9 @@ class Rescores:
 
 
 def _reused(key: str) -> Conflict:
-    return Conflict("idempotency_key", f"key {key!r} was already used for a different "
-                                       "re-scoring (other result_ids or judge)")
+    return Conflict(
+        "idempotency_key", f"key {key!r} was already used for a different re-scoring (other result_ids or judge)"
+    )
 
 
 def scoring_name(judge: JudgeRequest | None) -> str:
@@ -119,22 +119,30 @@ async def _stored(engine: Engine, request: RescoreRequest) -> list[RolloutRow]:
         row = await engine.store.rollout(rid)
         where = f"result_ids[{index}]"
         if row is None:
-            raise NotFound(f"{where}: no stored result {rid!r} (unknown, or past the store's "
-                           "retention: --retention-hours)")
+            raise NotFound(
+                f"{where}: no stored result {rid!r} (unknown, or past the store's retention: --retention-hours)"
+            )
         if row.result is None:
             raise InvalidTask(where, f"rollout {rid!r} has no result yet ({row.status})")
         if row.result.status != "completed":  # its EVAL did not score it: as it stands
-            raise InvalidTask(where, f"result {rid!r} is {row.result.status}, not completed: "
-                              "only what its EVAL scored can be scored again (an agent "
-                              "failure's 0 and an infrastructure failure's mask stand)")
+            raise InvalidTask(
+                where,
+                f"result {rid!r} is {row.result.status}, not completed: "
+                "only what its EVAL scored can be scored again (an agent "
+                "failure's 0 and an infrastructure failure's mask stand)",
+            )
         try:
             handler = engine.handler(row.spec.data_source)
         except KeyError:  # (the registry's UnknownDataSource)
-            raise InvalidTask(where, f"result {rid!r}: this server has no "
-                              f"{row.spec.data_source!r} family to score it") from None
+            raise InvalidTask(
+                where, f"result {rid!r}: this server has no {row.spec.data_source!r} family to score it"
+            ) from None
         says = getattr(handler, "rescore_problem", None)  # (a duck-typed plugin has none)
-        problem = (says(row.spec.instance) if says is not None else
-                   "its handler does not say it can be re-scored (AgentHandler.rescore_problem)")
+        problem = (
+            says(row.spec.instance)
+            if says is not None
+            else "its handler does not say it can be re-scored (AgentHandler.rescore_problem)"
+        )
         if problem is not None:
             raise InvalidTask(where, f"{row.spec.data_source}: {problem}")
         stored = getattr(handler, "rescore_result_problem", None)
@@ -142,8 +150,7 @@ async def _stored(engine: Engine, request: RescoreRequest) -> list[RolloutRow]:
         if problem is not None:
             raise InvalidTask(where, f"result {rid!r} ({row.spec.data_source}): {problem}")
         messages = getattr(handler, "rescores_from_messages", True) or request.judge is not None
-        if messages and (row.result.trajectory.sequence_count > 1
-                         or not row.result.trajectory.messages):
+        if messages and (row.result.trajectory.sequence_count > 1 or not row.result.trajectory.messages):
             raise InvalidTask(where, f"result {rid!r} keeps no single conversation to score")
         rows.append(row)
     return rows
@@ -161,16 +168,24 @@ async def rescore(engine: Engine, request: RescoreRequest) -> RescoreResponse:
     groups: dict[str, str] = {}  # old group -> new group
     for row in rows:
         groups.setdefault(row.group_id, f"{row.group_id}-rs-{uuid.uuid4().hex[:8]}")
-    results = await asyncio.gather(*(_one(engine, row, groups[row.group_id], i, request.judge,
-                                          scoring) for i, row in enumerate(rows)))
+    results = await asyncio.gather(
+        *(_one(engine, row, groups[row.group_id], i, request.judge, scoring) for i, row in enumerate(rows))
+    )
     now = time.time()
     new_groups: dict[str, tuple[GroupRow, list[RolloutSpec]]] = {}
     for row, result in zip(rows, results, strict=True):
-        spec = row.spec.model_copy(update={
-            "id": result.id, "group_id": result.group_id, "judge": request.judge,
-            "oversample": 0, "filter_zero_variance": False})
-        group = new_groups.setdefault(result.group_id, (GroupRow(
-            result.group_id, row.spec.task_id, None, f"rescore:{row.group_id}", 0, now), []))
+        spec = row.spec.model_copy(
+            update={
+                "id": result.id,
+                "group_id": result.group_id,
+                "judge": request.judge,
+                "oversample": 0,
+                "filter_zero_variance": False,
+            }
+        )
+        group = new_groups.setdefault(
+            result.group_id, (GroupRow(result.group_id, row.spec.task_id, None, f"rescore:{row.group_id}", 0, now), [])
+        )
         group[1].append(spec)
     for group_row, specs in new_groups.values():
         group_row.n = len(specs)
@@ -180,33 +195,49 @@ async def rescore(engine: Engine, request: RescoreRequest) -> RescoreResponse:
     out = []
     for row, result in zip(rows, results, strict=True):
         seq = await engine.store.finish(result)
-        out.append(Rescored(rescored_from=row.id, id=result.id, group_id=result.group_id,
-                            seq=seq, reward=result.reward, mask=result.mask))
+        out.append(
+            Rescored(
+                rescored_from=row.id,
+                id=result.id,
+                group_id=result.group_id,
+                seq=seq,
+                reward=result.reward,
+                mask=result.mask,
+            )
+        )
     return RescoreResponse(scoring=scoring, results=out)
 
 
-async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
-               judge: JudgeRequest | None, scoring: str) -> RolloutResult:
+async def _one(
+    engine: Engine, row: RolloutRow, group_id: str, index: int, judge: JudgeRequest | None, scoring: str
+) -> RolloutResult:
     """One stored result scored again: its family's init (restore), then evaluate, each
     bounded by its stage's limit and holding a slot of the engine's pool for that stage
     (``--init-workers``, ``--eval-workers``) while it runs, as a rollout's stage does."""
     assert row.result is not None
     old = row.result
     handler: AgentHandler = engine.handler(row.spec.data_source)
-    spec = row.spec.model_copy(update={"judge": judge, "id": f"{group_id}-{index}",
-                                       "group_id": group_id})
+    spec = row.spec.model_copy(update={"judge": judge, "id": f"{group_id}-{index}", "group_id": group_id})
     rollout = new_rollout(spec, 1, handler.defaults, engine.config)
-    rollout.trajectory = Trajectory(messages=[m.model_dump(mode="json", exclude_none=True)
-                                              for m in old.trajectory.messages])
+    rollout.trajectory = Trajectory(
+        messages=[m.model_dump(mode="json", exclude_none=True) for m in old.trajectory.messages]
+    )
     began = time.monotonic()
-    update: dict[str, object] = {"id": spec.id, "group_id": group_id, "seq": None,
-                                 "scoring": scoring, "rescored_from": old.id}
+    update: dict[str, object] = {
+        "id": spec.id,
+        "group_id": group_id,
+        "seq": None,
+        "scoring": scoring,
+        "rescored_from": old.id,
+    }
     stage: FailureStage = "init"
     try:
         restore = getattr(handler, "restore", None)  # (a duck-typed plugin: its init)
         async with engine.pools["init"].slot():
-            await asyncio.wait_for(restore(rollout, old.evaluation) if restore is not None
-                                   else handler.init(rollout), rollout.timeouts.init)
+            await asyncio.wait_for(
+                restore(rollout, old.evaluation) if restore is not None else handler.init(rollout),
+                rollout.timeouts.init,
+            )
         stage = "eval"
         async with engine.pools["eval"].slot(), asyncio.timeout(rollout.timeouts.eval) as limit:
             with call_deadline(limit.when()):  # the judges' calls end within the stage
@@ -217,14 +248,23 @@ async def _one(engine: Engine, row: RolloutRow, group_id: str, index: int,
             message = str(exc) or f"{stage.upper()} ran past {limit_s:g} s"
         else:
             message = str(exc) if isinstance(exc, InfraError) else f"{type(exc).__name__}: {exc}"
-        update.update(reward=None, evaluation=None, reward_components=None, mask=True,
-                      status="failed", mask_reason=f"infra failure in {stage}: {message}"[:600],
-                      failure=Failure(stage=stage, kind="infra", message=message[:500]))
+        update.update(
+            reward=None,
+            evaluation=None,
+            reward_components=None,
+            mask=True,
+            status="failed",
+            mask_reason=f"infra failure in {stage}: {message}"[:600],
+            failure=Failure(stage=stage, kind="infra", message=message[:500]),
+        )
     else:
-        update.update(reward=float(evaluation.reward),
-                      evaluation=plain_json(evaluation.details),
-                      reward_components=evaluation.reward_components(), mask=old.mask,
-                      mask_reason=old.mask_reason)
+        update.update(
+            reward=float(evaluation.reward),
+            evaluation=plain_json(evaluation.details),
+            reward_components=evaluation.reward_components(),
+            mask=old.mask,
+            mask_reason=old.mask_reason,
+        )
     finally:  # bounded, as the pipeline's cleanup is
         with contextlib.suppress(Exception):
             await asyncio.shield(asyncio.wait_for(handler.cleanup(rollout), CLEANUP_TIMEOUT))

@@ -29,7 +29,6 @@ from rollserve.handlers.base import Evaluation, RolloutResources
 MAX_FAILURE_CHARS = 1000  # of a validation error quoted in a failure message
 
 
-
 def default_run_margin(run: float) -> float:
     """``Timeouts.run_margin`` when unset: 10% of the RUN timeout, between 10 and 60 s."""
     return min(60.0, max(10.0, 0.1 * run))
@@ -111,8 +110,7 @@ class Rollout:
     def stale(self) -> bool:
         """Its turns were sampled by policy versions more than ``max_staleness`` apart."""
         versions = self.trajectory.policy_versions
-        return (self.max_staleness is not None and len(versions) > 1
-                and versions[-1] - versions[0] > self.max_staleness)
+        return self.max_staleness is not None and len(versions) > 1 and versions[-1] - versions[0] > self.max_staleness
 
     @property
     def mask(self) -> bool:
@@ -126,8 +124,10 @@ class Rollout:
             return f"{self.failure.kind} failure in {self.failure.stage}: {self.failure.message}"
         if self.mask_stale and self.stale:
             versions = self.trajectory.policy_versions
-            return (f"stale: turns sampled by policy versions {versions[0]}..{versions[-1]} "
-                    f"(max_staleness {self.max_staleness})")
+            return (
+                f"stale: turns sampled by policy versions {versions[0]}..{versions[-1]} "
+                f"(max_staleness {self.max_staleness})"
+            )
         return None
 
     def agent_deadline(self, now: float) -> float | None:
@@ -205,7 +205,6 @@ class Rollout:
             metadata=spec.metadata,
         )
 
-
     def final_result(self) -> RolloutResult:
         """``result()``, always: when what the handler left does not fit the contract (a
         stat that is not a count, say), the rollout fails as an infrastructure failure
@@ -217,10 +216,13 @@ class Rollout:
             stage = self.failure.stage if self.failure is not None else "eval"
             self.status, self.reward, self.evaluation, self.stats = "failed", None, None, {}
             self.reward_components = None
-            self.failure = Failure(stage=stage, kind="infra",
-                                   message="the handler's result does not fit the contract: "
-                                           + describe(exc)[:MAX_FAILURE_CHARS])
+            self.failure = Failure(
+                stage=stage,
+                kind="infra",
+                message="the handler's result does not fit the contract: " + describe(exc)[:MAX_FAILURE_CHARS],
+            )
             return self.result()
+
 
 def _plain_json(details: dict[str, Any] | None) -> dict[str, JsonValue] | None:
     """A handler's evaluation details as plain JSON (tuples become lists, keys strings,

@@ -17,8 +17,26 @@ from rollserve.contract import Stage
 
 # Seconds: a stage runs from milliseconds (a math answer scored) to the better part of
 # an hour (an SWE episode); a wait for a slot as long.
-STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                 120.0, 300.0, 600.0, 1800.0, 3600.0)
+STAGE_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
 
 
 class StageLatency:
@@ -30,11 +48,17 @@ class StageLatency:
         self.queue_wait = Histogram(
             "rollserve_stage_queue_wait_seconds",
             "seconds a rollout waited for a free slot of the stage (counted when it got one)",
-            labels, registry=None, buckets=STAGE_BUCKETS)
+            labels,
+            registry=None,
+            buckets=STAGE_BUCKETS,
+        )
         self.duration = Histogram(
             "rollserve_stage_duration_seconds",
             "seconds a stage ran, holding its slot, whatever its outcome (counted when it ended)",
-            labels, registry=None, buckets=STAGE_BUCKETS)
+            labels,
+            registry=None,
+            buckets=STAGE_BUCKETS,
+        )
 
     def waited(self, stage: Stage, data_source: str, seconds: float) -> None:
         self.queue_wait.labels(stage, data_source).observe(seconds)

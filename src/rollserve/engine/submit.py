@@ -60,8 +60,7 @@ def _backend_window(engine: Engine) -> int | None:
         session.close()
 
 
-def _check_window(engine: Engine, handler: AgentHandler, task: TaskRequest, request: SubmitRequest,
-                  where: str) -> None:
+def _check_window(engine: Engine, handler: AgentHandler, task: TaskRequest, request: SubmitRequest, where: str) -> None:
     """A rollout whose context window cannot hold its harness's first prompt (the
     preset's measured size, ``AgentHandler.first_prompt``) and a margin is refused now,
     naming both numbers, not failed at its first call."""
@@ -74,23 +73,30 @@ def _check_window(engine: Engine, handler: AgentHandler, task: TaskRequest, requ
     asked = merged(request.agent, task.agent).max_context_tokens
     limit = asked or handler.defaults.max_context_tokens
     window = _backend_window(engine)
-    room, said = limit, (f"this rollout's max_context_tokens is {limit:,}" if asked else
-                         f"this rollout's max_context_tokens is the {handler.name} family's "
-                         f"default, {limit:,}")
+    room, said = (
+        limit,
+        (
+            f"this rollout's max_context_tokens is {limit:,}"
+            if asked
+            else f"this rollout's max_context_tokens is the {handler.name} family's default, {limit:,}"
+        ),
+    )
     if window is not None and window < limit:
         room, said = window, f"the policy's context window is {window:,} (the backend's)"
     if first.tokens + FIRST_PROMPT_MARGIN <= room:
         return
     counted = f" ({first.measured})" if first.measured else ""
-    raise InvalidTask(f"{where}.{first.field}", f"{first.what} is ~{first.tokens:,} tokens"
-                      f"{counted}; {said}: it needs at least {first.tokens + FIRST_PROMPT_MARGIN:,} "
-                      f"(the prompt and {FIRST_PROMPT_MARGIN} for the task and a reply). Raise "
-                      "agent.max_context_tokens (and the backend's window) or pick a harness "
-                      "with a smaller prompt")
+    raise InvalidTask(
+        f"{where}.{first.field}",
+        f"{first.what} is ~{first.tokens:,} tokens"
+        f"{counted}; {said}: it needs at least {first.tokens + FIRST_PROMPT_MARGIN:,} "
+        f"(the prompt and {FIRST_PROMPT_MARGIN} for the task and a reply). Raise "
+        "agent.max_context_tokens (and the backend's window) or pick a harness "
+        "with a smaller prompt",
+    )
 
 
-def _check_task(engine: Engine, task: TaskRequest, request: SubmitRequest, where: str,
-                limits: RequestLimits) -> None:
+def _check_task(engine: Engine, task: TaskRequest, request: SubmitRequest, where: str, limits: RequestLimits) -> None:
     """The task's data source exists, its instance fits the size limit, its handler and
     the rollout's context window."""
     try:
@@ -100,26 +106,30 @@ def _check_task(engine: Engine, task: TaskRequest, request: SubmitRequest, where
     for name, value in (("instance", task.instance), ("metadata", task.metadata)):
         size = json_size(value)
         if size > limits.max_instance_bytes:
-            raise InvalidTask(f"{where}.{name}",
-                              f"{size} bytes of JSON; at most {limits.max_instance_bytes} "
-                              "(the server's --max-instance-mb)")
+            raise InvalidTask(
+                f"{where}.{name}",
+                f"{size} bytes of JSON; at most {limits.max_instance_bytes} (the server's --max-instance-mb)",
+            )
     try:
         handler.validate(task.instance)
     except InvalidInstance as exc:
         field = exc.field if exc.field.startswith("instance") else f"instance.{exc.field}"
         raise InvalidTask(f"{where}.{field}", exc.message) from exc
     except Exception as exc:  # a handler that did not expect this shape: still bad input
-        log.warning("the %s handler failed on an instance it was asked to check",
-                    task.data_source, exc_info=True)
-        raise InvalidTask(f"{where}.instance",
-                          f"the {task.data_source} handler cannot read this instance "
-                          f"({type(exc).__name__}: {exc})") from exc
+        log.warning("the %s handler failed on an instance it was asked to check", task.data_source, exc_info=True)
+        raise InvalidTask(
+            f"{where}.instance",
+            f"the {task.data_source} handler cannot read this instance ({type(exc).__name__}: {exc})",
+        ) from exc
     _check_window(engine, handler, task, request, where)
     outside = None if engine.executor.nodes() is None else handler.outside_harness(task.instance)
     if outside is not None:
-        raise InvalidTask(f"{where}.{outside}", "required with --ray: a rollout runs on a "
-                          "cluster node, whose gateway sessions this server's /v1/gateway "
-                          "routes cannot reach; run the harness inside the sandbox")
+        raise InvalidTask(
+            f"{where}.{outside}",
+            "required with --ray: a rollout runs on a "
+            "cluster node, whose gateway sessions this server's /v1/gateway "
+            "routes cannot reach; run the harness inside the sandbox",
+        )
 
 
 def _check_judge(engine: Engine, judge: JudgeRequest | None, where: str) -> None:
@@ -135,8 +145,7 @@ def _check_judge(engine: Engine, judge: JudgeRequest | None, where: str) -> None
 ADMIT_ATTEMPTS = 3  # a store shared with another process: its insert can win between ours
 
 
-async def submit(engine: Engine, request: SubmitRequest,
-                 limits: RequestLimits | None = None) -> list[Accepted]:
+async def submit(engine: Engine, request: SubmitRequest, limits: RequestLimits | None = None) -> list[Accepted]:
     """Admit ``request`` whole (one ``Accepted`` per task, in order) or refuse it whole:
     ``InvalidTask`` (and its kinds) naming the field, ``QueueFull`` with a retry hint.
 
@@ -152,12 +161,10 @@ async def submit(engine: Engine, request: SubmitRequest,
         _check_task(engine, task, request, where, limits)
         # (the server's default judge, for a task that names none, was checked once at
         # start: Service refuses to start with a default it cannot give)
-        _check_judge(engine, task.judge or request.judge,
-                     f"{where}.judge" if task.judge is not None else "judge")
+        _check_judge(engine, task.judge or request.judge, f"{where}.judge" if task.judge is not None else "judge")
         if task.id is not None:
             if task.id in seen_keys:
-                raise InvalidTask(f"{where}.id",
-                                  f"duplicates tasks[{seen_keys[task.id]}].id in this batch")
+                raise InvalidTask(f"{where}.id", f"duplicates tasks[{seen_keys[task.id]}].id in this batch")
             seen_keys[task.id] = index
         checked.append((index, task, request_hash(task, request)))
     attempt = 1
@@ -169,13 +176,13 @@ async def submit(engine: Engine, request: SubmitRequest,
             # Only a writer outside this engine gets here (the lock orders ours): look
             # the keys up again, where the one it took now answers as a duplicate.
             if attempt == ADMIT_ATTEMPTS:
-                raise Conflict("tasks[].id", f"id {exc} was taken by a concurrent request "
-                                             "and could not be read back") from exc
+                raise Conflict(
+                    "tasks[].id", f"id {exc} was taken by a concurrent request and could not be read back"
+                ) from exc
             attempt += 1
 
 
-async def _admit(engine: Engine, request: SubmitRequest,
-                 checked: list[tuple[int, TaskRequest, str]]) -> list[Accepted]:
+async def _admit(engine: Engine, request: SubmitRequest, checked: list[tuple[int, TaskRequest, str]]) -> list[Accepted]:
     """Look up the client ids, then store and launch the new groups (under the
     admission lock). Raises ``DuplicateClientKey`` when another writer of the store
     took an id since the lookup."""
@@ -186,12 +193,12 @@ async def _admit(engine: Engine, request: SubmitRequest,
             existing = await engine.store.group_by_client_key(task.id)
             if existing is not None:
                 if existing.request_hash != fingerprint:
-                    raise Conflict(f"tasks[{index}].id",
-                                   f"id {task.id!r} was already used for a different task")
+                    raise Conflict(f"tasks[{index}].id", f"id {task.id!r} was already used for a different task")
                 found = await engine.store.group(existing.id, results=False)
                 rollout_ids = [row.id for row in found[1]] if found else []
-                accepted[index] = Accepted(group_id=existing.id, task_id=existing.task_id,
-                                           rollout_ids=rollout_ids, duplicate=True)
+                accepted[index] = Accepted(
+                    group_id=existing.id, task_id=existing.task_id, rollout_ids=rollout_ids, duplicate=True
+                )
                 continue
         new.append((index, task, fingerprint))
 
@@ -227,8 +234,7 @@ async def _admit(engine: Engine, request: SubmitRequest,
             for i in range(task.n + task.oversample)
         ]
         new_groups.append((group, specs))
-        accepted[index] = Accepted(group_id=group_id, task_id=task_id,
-                                   rollout_ids=[s.id for s in specs])
+        accepted[index] = Accepted(group_id=group_id, task_id=task_id, rollout_ids=[s.id for s in specs])
 
     if new_groups:
         engine.reserved += wanted  # held across the store write: room() counts it

@@ -47,7 +47,8 @@ def read(path: Path) -> WeightsInForce | None:
         raise WeightsFileError(
             f"{path}: not a record of the weights in force ({exc.error_count()} errors: "
             f"{exc.errors()[0]['msg']}); fix or remove it (removed: the server starts from "
-            "the base model with no policy version)") from exc
+            "the base model with no policy version)"
+        ) from exc
 
 
 def write(path: Path, state: WeightsInForce) -> None:

@@ -160,8 +160,7 @@ class HandlerContext:
             return "rubric", "this server has no judge (rollserve serve --judge NAME=URL)"
         unknown = [n for n in rubric.judges if n not in names]
         if unknown:
-            return "rubric.judges", (f"no judge named {unknown[0]!r} here (known: "
-                                     f"{', '.join(names)})")
+            return "rubric.judges", (f"no judge named {unknown[0]!r} here (known: {', '.join(names)})")
         return None
 
 
@@ -295,8 +294,10 @@ class AgentHandler(ABC):
         """Why a stored result of ``instance`` cannot be scored again from what the
         result keeps (its messages) by ``init`` then ``evaluate`` (None: it can). By
         default a family cannot: its EVAL needs what only its run had."""
-        return (f"the {self.name} family's EVAL needs what only its run had (a sandbox, a "
-                "harness's session, files written): it cannot be re-scored from a stored result")
+        return (
+            f"the {self.name} family's EVAL needs what only its run had (a sandbox, a "
+            "harness's session, files written): it cannot be re-scored from a stored result"
+        )
 
     #: Whether re-scoring reads the stored messages (one conversation): a family that
     #: scores from what its evaluation kept (swe: the candidate patch) says False.
@@ -331,8 +332,10 @@ class AgentHandler(ABC):
         if isinstance(state, kind):
             return state
         found = "nothing" if state is None else f"a {type(state).__name__}"
-        raise InfraError(f"{self.name} handler: rollout {rollout.id} has no {kind.__name__} "
-                         f"(found {found}): its stages ran out of order, e.g. RUN before INIT")
+        raise InfraError(
+            f"{self.name} handler: rollout {rollout.id} has no {kind.__name__} "
+            f"(found {found}): its stages ran out of order, e.g. RUN before INIT"
+        )
 
 
 async def evaluate(handler: AgentHandler, rollout: RolloutView) -> Evaluation:
@@ -341,8 +344,7 @@ async def evaluate(handler: AgentHandler, rollout: RolloutView) -> Evaluation:
     return await judge_evaluation(handler, rollout, await handler.eval(rollout))
 
 
-async def judge_evaluation(handler: AgentHandler, rollout: RolloutView,
-                           evaluation: Evaluation) -> Evaluation:
+async def judge_evaluation(handler: AgentHandler, rollout: RolloutView, evaluation: Evaluation) -> Evaluation:
     """``evaluation`` (the family's outcome) with the task's judge reward when it asks
     for one (``handlers.judging``), by ``handler.ctx``'s judges: apart from ``evaluate``
     for a cluster's head, which judges what a node's EVAL gave (the nodes have none)."""
@@ -355,5 +357,4 @@ async def judge_evaluation(handler: AgentHandler, rollout: RolloutView,
         task = handler.judge_task(rollout.instance)
     except (InvalidInstance, KeyError, TypeError, ValueError):
         task = None  # shown as policy-influenced text instead
-    return await judged(handler.ctx, evaluation, rollout.trajectory.messages,
-                        rollout.instance, judge, task)
+    return await judged(handler.ctx, evaluation, rollout.trajectory.messages, rollout.instance, judge, task)

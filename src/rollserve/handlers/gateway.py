@@ -76,28 +76,37 @@ __all__ = ["GatewayHandler", "GatewayInstance"]
 class GatewayInstance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    answer: str = Field(min_length=1, description="the reply that earns reward 1.0 (compared "
-                        "stripped of surrounding whitespace: not blank)")
+    answer: str = Field(
+        min_length=1,
+        description="the reply that earns reward 1.0 (compared stripped of surrounding whitespace: not blank)",
+    )
     tool_calls: Literal["hermes", "none"] = "hermes"
-    command: str | None = Field(None, min_length=1, description="the harness, run in the "
-                                "rollout's sandbox with bash -c")
-    files: dict[str, str] = Field(default_factory=dict, description="workspace path -> text, "
-                                  "for the sandbox (with command or harness only)")
-    calls: GatewayCalls | None = Field(None, description="which calls are the harness's main "
-                                       "loop (by the model asked) and which auxiliary")
-    harness: Any = Field(None, description="a harness preset run in the "
-                                           "rollout's sandbox, e.g. {\"preset\": \"codex\"} "
-                                           "(handlers.presets), instead of command")
-    task: str = Field("", max_length=30_000, description="the task's text, for a harness "
-                      "(in $ROLLSERVE_TASK_FILE)")
+    command: str | None = Field(
+        None, min_length=1, description="the harness, run in the rollout's sandbox with bash -c"
+    )
+    files: dict[str, str] = Field(
+        default_factory=dict, description="workspace path -> text, for the sandbox (with command or harness only)"
+    )
+    calls: GatewayCalls | None = Field(
+        None, description="which calls are the harness's main loop (by the model asked) and which auxiliary"
+    )
+    harness: Any = Field(
+        None,
+        description="a harness preset run in the "
+        'rollout\'s sandbox, e.g. {"preset": "codex"} '
+        "(handlers.presets), instead of command",
+    )
+    task: str = Field("", max_length=30_000, description="the task's text, for a harness (in $ROLLSERVE_TASK_FILE)")
 
     @field_validator("answer")
     @classmethod
     def _not_blank(cls, answer: str) -> str:
         # Compared stripped: a blank answer would pay an empty (or whitespace) reply.
         if not answer.strip():
-            raise ValueError("must not be blank: the reply is compared stripped of "
-                             "whitespace, so an empty reply would earn reward 1.0")
+            raise ValueError(
+                "must not be blank: the reply is compared stripped of "
+                "whitespace, so an empty reply would earn reward 1.0"
+            )
         return answer
 
 
@@ -111,13 +120,20 @@ class GatewayState:
 
     def attach(self, session: GatewaySession) -> None:
         self.session = session
+
     output: HarnessOutput = field(default_factory=HarnessOutput)  # the command's
 
 
 class GatewayHandler(AgentHandler):
     name = "gateway"
-    defaults = HandlerDefaults(max_turns=30, max_context_tokens=8192, init_timeout=10.0,
-                               run_timeout=600.0, eval_timeout=10.0, total_timeout=900.0)
+    defaults = HandlerDefaults(
+        max_turns=30,
+        max_context_tokens=8192,
+        init_timeout=10.0,
+        run_timeout=600.0,
+        eval_timeout=10.0,
+        total_timeout=900.0,
+    )
     # The sandbox of a command: memory capped resident, for the whole sandbox
     # (handlers/harness.py), not per process as address space.
     sandbox_limits: SandboxLimits = harness_limits()
@@ -132,16 +148,19 @@ class GatewayHandler(AgentHandler):
     def validate(self, instance: Mapping[str, Any]) -> None:
         task = _task(instance)
         if task.command is not None and task.harness is not None:
-            raise InvalidInstance("instance.harness", "give command or harness, not both "
-                                  "(a command is the preset 'command')")
+            raise InvalidInstance(
+                "instance.harness", "give command or harness, not both (a command is the preset 'command')"
+            )
         if task.files and task.command is None and task.harness is None:
-            raise InvalidInstance("instance.files", "files go into the sandbox of a command; "
-                                                    "set instance.command too")
+            raise InvalidInstance("instance.files", "files go into the sandbox of a command; set instance.command too")
         for key in ("calls", "tool_calls"):
             if task.harness is not None and key in task.model_fields_set:
-                raise InvalidInstance(f"instance.{key}", "not with harness: the preset says "
-                                      "its calls ([calls]) and instance.harness.tool_calls "
-                                      "its tool-call format")
+                raise InvalidInstance(
+                    f"instance.{key}",
+                    "not with harness: the preset says "
+                    "its calls ([calls]) and instance.harness.tool_calls "
+                    "its tool-call format",
+                )
         if task.harness is not None:
             problem = task_size_problem(parse_harness(self.ctx, task.harness), task.task)
             if problem is not None:
@@ -160,8 +179,12 @@ class GatewayHandler(AgentHandler):
         if state.task.harness is not None:
             state.harness = parse_harness(self.ctx, state.task.harness)
         if state.task.command is not None or state.harness is not None:
-            spec = SandboxSpec(files=state.task.files, network=False, limits=self.sandbox_limits,
-                               readonly_binds=harness_binds(state.harness))
+            spec = SandboxSpec(
+                files=state.task.files,
+                network=False,
+                limits=self.sandbox_limits,
+                readonly_binds=harness_binds(state.harness),
+            )
             state.sandbox = await open_sandbox(self.ctx, rollout, spec)
             if state.harness is None:  # (a preset's run finds its own python)
                 state.python = await python_with(state.sandbox, "asyncio")
@@ -170,19 +193,18 @@ class GatewayHandler(AgentHandler):
         state = self.state(rollout, GatewayState)
         if state.harness is not None:
             assert state.sandbox is not None
-            state.output = await run_preset(self.ctx, rollout, state.sandbox, state.harness, {},
-                                            task=state.task.task, on_session=state.attach)
+            state.output = await run_preset(
+                self.ctx, rollout, state.sandbox, state.harness, {}, task=state.task.task, on_session=state.attach
+            )
             return
         parse = state.task.tool_calls == "hermes"
-        async with gateway_session(self.ctx, rollout, parse_tool_calls=parse,
-                                   calls=state.task.calls) as (session, key):
+        async with gateway_session(self.ctx, rollout, parse_tool_calls=parse, calls=state.task.calls) as (session, key):
             state.session = session
             try:
                 if state.sandbox is not None:
                     assert state.python is not None and state.task.command is not None
                     python, env = state.python
-                    await run_in_sandbox(state.sandbox, session, key, state.task.command,
-                                         python, env, state.output)
+                    await run_in_sandbox(state.sandbox, session, key, state.task.command, python, env, state.output)
                 else:
                     await session.wait()
             finally:

@@ -48,8 +48,7 @@ from rollserve.errors import AgentError, InfraError
 from rollserve.handlers.base import HandlerContext, RolloutView
 from rollserve.sandbox.base import Sandbox, SandboxLimits, SandboxProcess
 
-__all__ = ["FORWARDER", "LOG_TAIL", "HarnessOutput", "gateway_session", "harness_limits",
-           "run_in_sandbox"]
+__all__ = ["FORWARDER", "LOG_TAIL", "HarnessOutput", "gateway_session", "harness_limits", "run_in_sandbox"]
 
 FORWARDER = (Path(__file__).parents[1] / "agent" / "gateway" / "forwarder.py").read_text()
 LOG_TAIL = 4000  # characters of the harness's output kept for the evaluation
@@ -83,9 +82,9 @@ class HarnessOutput:
 
 
 @contextlib.asynccontextmanager
-async def gateway_session(ctx: HandlerContext, rollout: RolloutView, *, parse_tool_calls: bool,
-                          calls: GatewayCalls | None = None
-                          ) -> AsyncIterator[tuple[GatewaySession, str]]:
+async def gateway_session(
+    ctx: HandlerContext, rollout: RolloutView, *, parse_tool_calls: bool, calls: GatewayCalls | None = None
+) -> AsyncIterator[tuple[GatewaySession, str]]:
     """(the rollout's gateway session, its key), open in the server's gateway for the
     block; ``InfraError`` where the server has no gateway or the rollout no LLM.
     ``calls`` tells the harness's main-loop calls from its auxiliary ones (None: every
@@ -96,10 +95,13 @@ async def gateway_session(ctx: HandlerContext, rollout: RolloutView, *, parse_to
     if rollout.llm is None:
         raise InfraError("no LLM session was attached to the rollout before RUN")
     limits = GatewayLimits(
-        sampling=rollout.sampling, max_turns=rollout.max_turns,
+        sampling=rollout.sampling,
+        max_turns=rollout.max_turns,
         max_context_tokens=rollout.max_context_tokens,
         deadline=rollout.agent_deadline(asyncio.get_running_loop().time()),
-        parse_tool_calls=parse_tool_calls, calls=calls or GatewayCalls())
+        parse_tool_calls=parse_tool_calls,
+        calls=calls or GatewayCalls(),
+    )
     session = GatewaySession(rollout.id, rollout.llm, ctx.tokenizer, rollout.trajectory, limits)
     key = gateway.open(session)
     try:
@@ -109,21 +111,34 @@ async def gateway_session(ctx: HandlerContext, rollout: RolloutView, *, parse_to
         rollout.trajectory.ended_by = session.ended_by
         rollout.add_time("llm", session.stats.llm_seconds)
         rollout.add_time("harness", session.stats.env_seconds)
-        rollout.add_stats({"gateway_calls": session.calls,
-                           "auxiliary_calls": len(rollout.trajectory.auxiliary),
-                           "context_refusals": session.context_refusals})
+        rollout.add_stats(
+            {
+                "gateway_calls": session.calls,
+                "auxiliary_calls": len(rollout.trajectory.auxiliary),
+                "context_refusals": session.context_refusals,
+            }
+        )
 
 
-async def run_in_sandbox(sandbox: Sandbox, session: GatewaySession, key: str, command: str,
-                         python: str, env: dict[str, str], output: HarnessOutput) -> None:
+async def run_in_sandbox(
+    sandbox: Sandbox,
+    session: GatewaySession,
+    key: str,
+    command: str,
+    python: str,
+    env: dict[str, str],
+    output: HarnessOutput,
+) -> None:
     """``bash -c command`` in ``sandbox`` under the forwarder (on ``python``, with
     ``env``), until it exits, the session ends, or the time limit (``session.wait``);
     then it is killed and the socket closed. Its output and exit status go to
     ``output``."""
     folder = sandbox.server_folder()
     if folder is None:
-        raise InfraError(f"the {sandbox.runtime} sandbox has no folder only the server writes: "
-                         "the gateway's socket cannot be put where the harness alone reaches it")
+        raise InfraError(
+            f"the {sandbox.runtime} sandbox has no folder only the server writes: "
+            "the gateway's socket cannot be put where the harness alone reaches it"
+        )
     host_folder, inside = folder
     server = SessionSocket(session, host_folder, key=key)
     await server.start()
@@ -132,8 +147,8 @@ async def run_in_sandbox(sandbox: Sandbox, session: GatewaySession, key: str, co
     try:
         process = await sandbox.spawn(
             [python, "-c", FORWARDER, f"{inside}/{SOCKET_NAME}", "--", "bash", "-c", command],
-            env={**env, "OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": key,
-                 "ROLLSERVE_PYTHON": python})
+            env={**env, "OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": key, "ROLLSERVE_PYTHON": python},
+        )
         watcher = asyncio.create_task(_watch(process, session, output))
         with contextlib.suppress(NoCallError):  # said below, with the harness's exit code
             await session.wait()
@@ -146,14 +161,20 @@ async def run_in_sandbox(sandbox: Sandbox, session: GatewaySession, key: str, co
                 await watcher
         await server.close()
     output.cap = process.cap if process is not None else None
-    memory = (f"memory limit: the sandbox's processes together passed its memory cap "
-              f"({sandbox.spec.limits.memory_mb} MB) and were all killed, the harness with "
-              "them" if output.cap == "memory" else None)
+    memory = (
+        f"memory limit: the sandbox's processes together passed its memory cap "
+        f"({sandbox.spec.limits.memory_mb} MB) and were all killed, the harness with "
+        "them"
+        if output.cap == "memory"
+        else None
+    )
     if session.calls == 0:  # (a policy's action needs a call first: it cannot buy this mask)
         why = f"{memory} " if memory else ""
-        raise InfraError(f"{why}the harness ended (exit code {output.exit_code}) before the "
-                         "policy answered any call: nothing was sampled to score; its output "
-                         "ends: " + output.tail()[-NO_CALL_TAIL:])
+        raise InfraError(
+            f"{why}the harness ended (exit code {output.exit_code}) before the "
+            "policy answered any call: nothing was sampled to score; its output "
+            "ends: " + output.tail()[-NO_CALL_TAIL:]
+        )
     if memory:  # (after the policy's calls: what it ran did it, as a test run's CPU budget)
         raise AgentError(f"{memory}; the harness's output ends: {output.tail()[-NO_CALL_TAIL:]}")
 

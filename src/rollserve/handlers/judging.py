@@ -93,9 +93,16 @@ class Verdict:
     tries: int = 1
 
     def record(self) -> dict[str, Any]:
-        return {"judge": self.judge, "prompt": self.prompt, "reply": self.reply,
-                "score": self.score, "seconds": round(self.seconds, 4), "error": self.error,
-                "unparsed": self.unparsed, "tries": self.tries}
+        return {
+            "judge": self.judge,
+            "prompt": self.prompt,
+            "reply": self.reply,
+            "score": self.score,
+            "seconds": round(self.seconds, 4),
+            "error": self.error,
+            "unparsed": self.unparsed,
+            "tries": self.tries,
+        }
 
 
 def parse_score(reply: str, rubric: Rubric, boundary: str) -> float:
@@ -210,8 +217,7 @@ def final_answer(messages: Sequence[Mapping[str, Any]]) -> str:
 def transcript(messages: Sequence[Mapping[str, Any]]) -> str:
     """Every message but the system ones (the first user message, the task, included),
     each labelled by its role."""
-    return "\n\n".join(f"[{m.get('role')}]\n{_content(m)}" for m in messages
-                       if m.get("role") != "system")
+    return "\n\n".join(f"[{m.get('role')}]\n{_content(m)}" for m in messages if m.get("role") != "system")
 
 
 def reference_of(request: JudgeRequest, instance: Mapping[str, Any]) -> str | None:
@@ -223,23 +229,26 @@ def reference_of(request: JudgeRequest, instance: Mapping[str, Any]) -> str | No
     return None
 
 
-def prompt(rubric: Rubric, task: TaskText, answer: str,
-           reference: str | None) -> tuple[str, str]:
+def prompt(rubric: Rubric, task: TaskText, answer: str, reference: str | None) -> tuple[str, str]:
     """The judge's prompt (plain text, one user message) and the call's boundary."""
     block, boundary = delimit(answer)
     shown = task.text if task.trusted else delimit(task.text, boundary, "TASK")[0]
     ref_block = f"A reference answer:\n{reference}\n\n" if reference is not None else ""
-    values = {"task": shown, "answer": block, "reference": reference or "",
-              "reference_block": ref_block, "low": f"{rubric.low:g}", "high": f"{rubric.high:g}"}
+    values = {
+        "task": shown,
+        "answer": block,
+        "reference": reference or "",
+        "reference_block": ref_block,
+        "low": f"{rubric.low:g}",
+        "high": f"{rubric.high:g}",
+    }
     # Placeholders are replaced one pass, left to right: text inside a value is never
     # expanded again (a task that contains "{answer}" stays as it is).
-    out = re.sub(r"\{(task|answer|reference|reference_block|low|high)\}",
-                 lambda m: values[m.group(1)], rubric.template)
+    out = re.sub(r"\{(task|answer|reference|reference_block|low|high)\}", lambda m: values[m.group(1)], rubric.template)
     return out, boundary
 
 
-async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str,
-               reference: str | None) -> Verdict:
+async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str, reference: str | None) -> Verdict:
     """One sample of one judge. A judge not reached (``InfraError``: connection error,
     timeout, 5xx after its tries) gives no score: the rubric's ``on_failure`` applies.
     A reply that holds no valid score is asked again (``unparsed_retries``, each with a
@@ -267,9 +276,16 @@ async def _one(judge: JudgeLike, rubric: Rubric, task: TaskText, answer: str,
             continue
         return Verdict(judge.name, text, reply.text, score, seconds, tries=attempt)
     judge.note_unparsed()
-    return Verdict(judge.name, text, reply_text, rubric.low, seconds,
-                   f"no score in the reply ({problem}): the scale's lowest",
-                   unparsed=True, tries=attempt)
+    return Verdict(
+        judge.name,
+        text,
+        reply_text,
+        rubric.low,
+        seconds,
+        f"no score in the reply ({problem}): the scale's lowest",
+        unparsed=True,
+        tries=attempt,
+    )
 
 
 def aggregate(scores: Sequence[float], how: str) -> float:
@@ -280,13 +296,13 @@ def aggregate(scores: Sequence[float], how: str) -> float:
     return float(statistics.fmean(scores))
 
 
-async def grade(pool: JudgePool, rubric: Rubric, task: TaskText, answer: str,
-                reference: str | None) -> tuple[float | None, list[Verdict]]:
+async def grade(
+    pool: JudgePool, rubric: Rubric, task: TaskText, answer: str, reference: str | None
+) -> tuple[float | None, list[Verdict]]:
     """Every judge the rubric names, ``samples`` times each; the aggregated score
     normalised to [0, 1] (None when none was valid) and each call's verdict."""
     judges = [pool.get(name) for name in rubric.judges] or [pool.get(None)]
-    calls = [_one(judge, rubric, task, answer, reference)
-             for judge in judges for _ in range(rubric.samples)]
+    calls = [_one(judge, rubric, task, answer, reference) for judge in judges for _ in range(rubric.samples)]
     verdicts = list(await asyncio.gather(*calls))
     scores = [v.score for v in verdicts if v.score is not None]
     if not scores:
@@ -300,13 +316,12 @@ def blend(outcome: float, judge: float, weight: float) -> float:
     return (1.0 - weight) * outcome + weight * judge
 
 
-async def _process(pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[str, Any]],
-                   task: TaskText, reference: str | None
-                   ) -> tuple[float | None, list[float | None], list[Verdict]]:
+async def _process(
+    pool: JudgePool, rubric: Rubric, messages: Sequence[Mapping[str, Any]], task: TaskText, reference: str | None
+) -> tuple[float | None, list[float | None], list[Verdict]]:
     """Process mode: each model call (the transcript up to it) graded; their mean."""
-    calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant"][-rubric.max_turns:]
-    graded = await asyncio.gather(*(grade(pool, rubric, task, transcript(messages[:i + 1]),
-                                          reference) for i in calls))
+    calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant"][-rubric.max_turns :]
+    graded = await asyncio.gather(*(grade(pool, rubric, task, transcript(messages[: i + 1]), reference) for i in calls))
     turn_scores = [score for score, _ in graded]
     verdicts = [v for _, found in graded for v in found]
     if not turn_scores or any(s is None for s in turn_scores):
@@ -342,13 +357,19 @@ async def _within_the_stage() -> AsyncIterator[None]:
     except TimeoutError:
         if not bound.expired():
             raise
-        raise JudgeTimedOut(f"the judges timed out: no score within the EVAL stage's time "
-                            f"({budget:.1f} s left to them)") from None
+        raise JudgeTimedOut(
+            f"the judges timed out: no score within the EVAL stage's time ({budget:.1f} s left to them)"
+        ) from None
 
 
-async def judged(ctx: HandlerContext, evaluation: Evaluation,
-                 messages: Sequence[Mapping[str, Any]], instance: Mapping[str, Any],
-                 request: JudgeRequest, task: str | None = None) -> Evaluation:
+async def judged(
+    ctx: HandlerContext,
+    evaluation: Evaluation,
+    messages: Sequence[Mapping[str, Any]],
+    instance: Mapping[str, Any],
+    request: JudgeRequest,
+    task: str | None = None,
+) -> Evaluation:
     """``evaluation`` (the family's outcome) with the judge reward blended in; the
     judge's calls recorded in its details (``judge``), its score in the components.
     ``task``: the task's text from the stored instance (the family's ``judge_task``);
@@ -366,21 +387,25 @@ async def judged(ctx: HandlerContext, evaluation: Evaluation,
     try:
         async with _within_the_stage():
             if rubric.mode == "process":
-                score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages,
-                                                              shown, reference)
+                score, turn_scores, verdicts = await _process(ctx.judges, rubric, messages, shown, reference)
             else:
-                score, verdicts = await grade(ctx.judges, rubric, shown,
-                                              final_answer(messages), reference)
+                score, verdicts = await grade(ctx.judges, rubric, shown, final_answer(messages), reference)
     except JudgeTimedOut as exc:
         score, verdicts, late = None, [], exc.message
     name = request.rubric if isinstance(request.rubric, str) else "inline"
     record: dict[str, Any] = {
-        "rubric": name, "mode": rubric.mode, "scale": [rubric.low, rubric.high],
-        "aggregate": rubric.aggregate, "weight": rubric.weight, "outcome": outcome,
+        "rubric": name,
+        "mode": rubric.mode,
+        "scale": [rubric.low, rubric.high],
+        "aggregate": rubric.aggregate,
+        "weight": rubric.weight,
+        "outcome": outcome,
         "task_from": "instance" if shown.trusted else "first user message (delimited)",
-        "score": score, "formula": "reward = (1 - weight) * outcome + weight * judge",
+        "score": score,
+        "formula": "reward = (1 - weight) * outcome + weight * judge",
         "unparsed": any(v.unparsed for v in verdicts),
-        "calls": [v.record() for v in verdicts]}
+        "calls": [v.record() for v in verdicts],
+    }
     if turn_scores is not None:
         record["turn_scores"] = turn_scores
     key = "judge_process" if rubric.mode == "process" else "judge"

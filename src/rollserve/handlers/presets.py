@@ -54,8 +54,15 @@ from rollserve.handlers.harness import HarnessOutput, gateway_session, run_in_sa
 from rollserve.handlers.sandboxed import python_with
 from rollserve.sandbox.base import WORKDIR, Sandbox, SandboxError
 
-__all__ = ["HarnessSpec", "harness_binds", "harness_first_prompt", "parse_harness", "run_preset",
-           "runtime_problem", "task_size_problem"]
+__all__ = [
+    "HarnessSpec",
+    "harness_binds",
+    "harness_first_prompt",
+    "parse_harness",
+    "run_preset",
+    "runtime_problem",
+    "task_size_problem",
+]
 
 
 @dataclass(frozen=True)
@@ -73,8 +80,11 @@ class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     preset: str
-    command: str | None = Field(None, min_length=1, description="the harness, run with bash -c "
-                                "in the workdir (for a preset without a command of its own)")
+    command: str | None = Field(
+        None,
+        min_length=1,
+        description="the harness, run with bash -c in the workdir (for a preset without a command of its own)",
+    )
 
 
 def _model(preset: Preset) -> type[BaseModel]:
@@ -90,11 +100,19 @@ def _model_of(preset_json: str) -> type[BaseModel]:
     for key, option in preset.options.items():
         required = option.default is None
         if option.type == "list":
-            fields[key] = (list[str], Field(... if required else list(option.default or []),
-                                            min_length=option.min_items, description=option.description))
+            fields[key] = (
+                list[str],
+                Field(
+                    ... if required else list(option.default or []),
+                    min_length=option.min_items,
+                    description=option.description,
+                ),
+            )
         else:
-            fields[key] = (str, Field(... if required else option.default, pattern=option.pattern,
-                                      description=option.description))
+            fields[key] = (
+                str,
+                Field(... if required else option.default, pattern=option.pattern, description=option.description),
+            )
     return create_model(f"Harness_{preset.name.replace('-', '_')}", __base__=_Base, **fields)
 
 
@@ -124,8 +142,9 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
         raise InvalidInstance(f"{at}.preset", str(error)) from None
     name = raw.get("preset")
     if not isinstance(name, str) or name not in known:
-        raise InvalidInstance(f"{at}.preset", f"one of {', '.join(sorted(known))} (presets in "
-                              f"{root / 'presets'} count too), got {name!r}")
+        raise InvalidInstance(
+            f"{at}.preset", f"one of {', '.join(sorted(known))} (presets in {root / 'presets'} count too), got {name!r}"
+        )
     preset = known[name]
     try:
         parsed = _model(preset).model_validate(raw)
@@ -146,8 +165,7 @@ def parse_harness(ctx: HandlerContext, raw: object, at: str = "instance.harness"
         raise InvalidInstance(f"{at}.preset", problem)
     tool_calls = values.pop("tool_calls")
     values.pop("preset")
-    return HarnessSpec(preset, command if command is not None else preset.run.command or "",
-                       tool_calls, values, folder)
+    return HarnessSpec(preset, command if command is not None else preset.run.command or "", tool_calls, values, folder)
 
 
 def runtime_problem(ctx: HandlerContext) -> str | None:
@@ -157,15 +175,16 @@ def runtime_problem(ctx: HandlerContext) -> str | None:
     runtime without paths of its own (local: commands on the host's paths) lacks."""
     if ctx.sandboxes is None or ctx.sandboxes.own_paths:
         return None
-    return (f"the {ctx.sandboxes.name} runtime runs commands on this machine's own paths, and "
-            f"a harness preset needs a sandbox with paths of its own: the workdir {WORKDIR}, "
-            f"its HOME and task file in a private /tmp ({HOME_INSIDE}), an npm preset's "
-            f"install folder bound read-only at {INSTALL_INSIDE}; serve with "
-            "--sandbox-runtime bubblewrap (or apptainer, docker, podman)")
+    return (
+        f"the {ctx.sandboxes.name} runtime runs commands on this machine's own paths, and "
+        f"a harness preset needs a sandbox with paths of its own: the workdir {WORKDIR}, "
+        f"its HOME and task file in a private /tmp ({HOME_INSIDE}), an npm preset's "
+        f"install folder bound read-only at {INSTALL_INSIDE}; serve with "
+        "--sandbox-runtime bubblewrap (or apptainer, docker, podman)"
+    )
 
 
-def _install_problem(ctx: HandlerContext, preset: Preset, root: Path,
-                     folder: Path | None) -> str | None:
+def _install_problem(ctx: HandlerContext, preset: Preset, root: Path, folder: Path | None) -> str | None:
     """Why ``preset`` cannot run here (``installed_problem``, the folder's modes, an
     image runtime's Node); a success is kept ``CHECK_SECONDS``."""
     runtime = ctx.sandboxes.name if ctx.sandboxes is not None else ""
@@ -185,8 +204,7 @@ def _install_problem(ctx: HandlerContext, preset: Preset, root: Path,
     return problem
 
 
-def harness_first_prompt(ctx: HandlerContext, raw: object,
-                         at: str = "instance.harness") -> FirstPrompt | None:
+def harness_first_prompt(ctx: HandlerContext, raw: object, at: str = "instance.harness") -> FirstPrompt | None:
     """The first prompt's size ``raw``'s preset declares (``[prompt]``), if it does;
     ``raw`` is the instance's ``harness``, already checked by ``parse_harness``."""
     if not isinstance(raw, Mapping):
@@ -198,8 +216,7 @@ def harness_first_prompt(ctx: HandlerContext, raw: object,
     measured = ", ".join(f"{tokens:,} with {name}" for name, tokens in size.measured.items())
     if size.harness_version is not None:
         measured = f"{preset.name} {size.harness_version}" + (f": {measured}" if measured else "")
-    return FirstPrompt(f"{at}.preset", size.first_tokens, f"{preset.name}'s first prompt",
-                       measured)
+    return FirstPrompt(f"{at}.preset", size.first_tokens, f"{preset.name}'s first prompt", measured)
 
 
 IMAGE_RUNTIMES = ("docker", "podman", "apptainer", "singularity")
@@ -211,9 +228,11 @@ def _image_node_problem(ctx: HandlerContext, name: str, folder: Path) -> str | N
     runtime = ctx.sandboxes.name if ctx.sandboxes is not None else None
     if runtime not in IMAGE_RUNTIMES or bundled_node(folder) is not None:
         return None
-    return (f"on the {runtime} runtime the {name} harness runs on the Node in its install "
-            f"folder ({folder} has none; the image's and this machine's are not used): run "
-            f"`rollserve harness install {name} --with-node`")
+    return (
+        f"on the {runtime} runtime the {name} harness runs on the Node in its install "
+        f"folder ({folder} has none; the image's and this machine's are not used): run "
+        f"`rollserve harness install {name} --with-node`"
+    )
 
 
 def _bubblewrap(ctx: HandlerContext) -> bool:
@@ -235,49 +254,62 @@ def task_size_problem(spec: HarnessSpec | None, text: str) -> str | None:
     size = len(text.encode("utf-8"))
     if size <= TASK_ARGV_MAX:
         return None
-    return (f"{size:,} bytes: the {spec.preset.name} harness takes the task as one command-line "
-            f"argument, at most {TASK_ARGV_MAX:,} bytes (a preset reading it from "
-            "$ROLLSERVE_TASK_FILE has no such limit)")
+    return (
+        f"{size:,} bytes: the {spec.preset.name} harness takes the task as one command-line "
+        f"argument, at most {TASK_ARGV_MAX:,} bytes (a preset reading it from "
+        "$ROLLSERVE_TASK_FILE has no such limit)"
+    )
 
 
 async def _write_task(sandbox: Sandbox, task: str) -> None:
     """The task's text into ``TASK_FILE`` (in the sandbox's private /tmp, outside the
     workdir), through stdin: no argument or environment variable holds it."""
-    wrote = await sandbox.exec(f"mkdir -p {HOME_INSIDE} && cat > {TASK_FILE}", timeout=60,
-                               stdin=task.encode("utf-8"))
+    wrote = await sandbox.exec(f"mkdir -p {HOME_INSIDE} && cat > {TASK_FILE}", timeout=60, stdin=task.encode("utf-8"))
     if not wrote.ok:
-        raise SandboxError(f"could not write the harness's task file {TASK_FILE}: "
-                           f"{wrote.failure()}")
+        raise SandboxError(f"could not write the harness's task file {TASK_FILE}: {wrote.failure()}")
 
 
-async def run_preset(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox, spec: HarnessSpec,
-                     env: Mapping[str, str], *, task: str | None = None,
-                     task_file: str | None = None, workdir: str = WORKDIR,
-                     on_session: Callable[[GatewaySession], None] | None = None) -> HarnessOutput:
+async def run_preset(
+    ctx: HandlerContext,
+    rollout: RolloutView,
+    sandbox: Sandbox,
+    spec: HarnessSpec,
+    env: Mapping[str, str],
+    *,
+    task: str | None = None,
+    task_file: str | None = None,
+    workdir: str = WORKDIR,
+    on_session: Callable[[GatewaySession], None] | None = None,
+) -> HarnessOutput:
     """``spec``'s harness in ``sandbox`` behind the rollout's gateway session, until it
     exits, ``max_turns`` or the time limit; its output. ``env``: the agent's own
     environment (host mode's python shims...); the task is ``task`` (its text) or
     already in ``task_file``; it runs in ``workdir``; ``on_session`` is told the session once it is open."""
     package = spec.preset.package
-    python, extra = await python_with(sandbox, package.module if package.kind == "python"
-                                      and package.module else "asyncio")
+    python, extra = await python_with(
+        sandbox, package.module if package.kind == "python" and package.module else "asyncio"
+    )
     if task is not None:
         await _write_task(sandbox, task)
     files = {"task_file": task_file} if task_file is not None else {}
-    run_env = harness_env(spec.preset, workdir=workdir, max_turns=rollout.max_turns,
-                          options=spec.options, **files)
-    script = harness_script(spec.preset, spec.command, installed=spec.folder is not None,
-                            bundled_node=spec.folder is not None and bundled_node(spec.folder) is not None)
+    run_env = harness_env(spec.preset, workdir=workdir, max_turns=rollout.max_turns, options=spec.options, **files)
+    script = harness_script(
+        spec.preset,
+        spec.command,
+        installed=spec.folder is not None,
+        bundled_node=spec.folder is not None and bundled_node(spec.folder) is not None,
+    )
     output = HarnessOutput()
     declared = spec.preset.calls
     calls = None if declared is None else declared.gateway_calls()
-    async with gateway_session(ctx, rollout, parse_tool_calls=spec.tool_calls == "hermes",
-                               calls=calls) as (session, key):
+    async with gateway_session(ctx, rollout, parse_tool_calls=spec.tool_calls == "hermes", calls=calls) as (
+        session,
+        key,
+    ):
         if on_session is not None:
             on_session(session)
         try:
-            await run_in_sandbox(sandbox, session, key, script, python,
-                                 {**extra, **env, **run_env}, output)
+            await run_in_sandbox(sandbox, session, key, script, python, {**extra, **env, **run_env}, output)
         finally:
             if output.exit_code is not None:
                 rollout.add_stats({"harness_exit_code": output.exit_code})

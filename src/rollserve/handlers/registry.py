@@ -29,10 +29,17 @@ ENTRY_POINT_GROUP = "rollserve.handlers"
 
 # Other names trainers use for the built-in task families.
 BUILTIN_ALIASES: dict[str, str] = {
-    "reasoning_gym": "math", "reasoning-gym": "math",
+    "reasoning_gym": "math",
+    "reasoning-gym": "math",
     # SWE datasets by the names trainers use (ProRL's default data_source is swebench).
-    "swebench": "swe", "swe-bench": "swe", "swe_bench": "swe", "swe-gym": "swe",
-    "swe_gym": "swe", "r2e-gym": "swe", "r2e_gym": "swe", "swe-mini": "swe",
+    "swebench": "swe",
+    "swe-bench": "swe",
+    "swe_bench": "swe",
+    "swe-gym": "swe",
+    "swe_gym": "swe",
+    "r2e-gym": "swe",
+    "r2e_gym": "swe",
+    "swe-mini": "swe",
 }
 
 
@@ -64,9 +71,15 @@ def builtin_handlers() -> dict[str, type[AgentHandler]]:
     from rollserve.handlers.stem.handler import StemHandler
     from rollserve.handlers.swe.handler import SWEHandler
 
-    return {"math": MathHandler, "math_python": MathPythonHandler, "code": CodeHandler,
-            "stem": StemHandler, "swe": SWEHandler, "gateway": GatewayHandler,
-            "harbor": HarborHandler}
+    return {
+        "math": MathHandler,
+        "math_python": MathPythonHandler,
+        "code": CodeHandler,
+        "stem": StemHandler,
+        "swe": SWEHandler,
+        "gateway": GatewayHandler,
+        "harbor": HarborHandler,
+    }
 
 
 def handler_problem(obj: object) -> str | None:

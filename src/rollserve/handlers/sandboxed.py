@@ -129,12 +129,16 @@ def _candidates(sandbox: Sandbox, module: str, first: str | None) -> list[tuple[
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     same_version = f"import sys, {module}; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"
     packages = {"PYTHONPATH": f"{prefix}/lib/python{version}/site-packages"}
-    return [(f"{prefix}/bin/python", {}, imports),
-            (f"python{version}", packages, same_version), ("python3", packages, same_version)]
+    return [
+        (f"{prefix}/bin/python", {}, imports),
+        (f"python{version}", packages, same_version),
+        ("python3", packages, same_version),
+    ]
 
 
-async def _probe_pythons(sandbox: Sandbox, candidates: list[tuple[str, dict[str, str], str]],
-                         module: str) -> tuple[str, dict[str, str]]:
+async def _probe_pythons(
+    sandbox: Sandbox, candidates: list[tuple[str, dict[str, str], str]], module: str
+) -> tuple[str, dict[str, str]]:
     tried = []
     for python, env, check in candidates:
         probe = await sandbox.exec([python, "-c", check], timeout=60, env=env)
@@ -143,5 +147,8 @@ async def _probe_pythons(sandbox: Sandbox, candidates: list[tuple[str, dict[str,
         why = (probe.stderr or probe.stdout).strip().splitlines()
         tried.append(f"{python}: {why[-1][:200] if why else f'exit {probe.exit_code}'}")
     cause = f" ({sandbox.python_error})" if sandbox.python_error else ""
-    raise SandboxError(f"no python with {module} runs inside the sandbox (" + "; ".join(tried)
-                       + f"); set the interpreter for this image{cause}")
+    raise SandboxError(
+        f"no python with {module} runs inside the sandbox ("
+        + "; ".join(tried)
+        + f"); set the interpreter for this image{cause}"
+    )

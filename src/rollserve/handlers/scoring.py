@@ -105,9 +105,11 @@ def _init_worker(server_pid: int, context: str = "forkserver") -> None:
 
     dropped = drop_keepalive(getattr(forkserver, "_forkserver", None))
     if context == "forkserver" and dropped != "closed":
-        log.warning("scoring worker: this Python's multiprocessing keeps no fork server "
-                    "keep-alive pipe where CPython 3.11 did; a SIGKILLed server may leave "
-                    "its fork server and workers behind")
+        log.warning(
+            "scoring worker: this Python's multiprocessing keeps no fork server "
+            "keep-alive pipe where CPython 3.11 did; a SIGKILLed server may leave "
+            "its fork server and workers behind"
+        )
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -242,9 +244,7 @@ class ScoringPool:
             name = getattr(fn, "__qualname__", repr(fn))
             raise ScoringTimeout(f"scoring ({name}) took longer than {limit:g}s") from exc
         except ProcessExpired as exc:
-            raise ScoringUnavailable(
-                f"scoring worker died (exit code {exc.exitcode}) without a result"
-            ) from exc
+            raise ScoringUnavailable(f"scoring worker died (exit code {exc.exitcode}) without a result") from exc
         except BrokenProcessPool as exc:
             raise ScoringUnavailable(f"scoring pool is broken: {exc}") from exc
         except asyncio.CancelledError:

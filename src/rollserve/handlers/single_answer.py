@@ -27,8 +27,7 @@ class AnswerEnv(AgentEnv, Generic[AnswerT]):
     """One question; the episode ends at the first reply in which ``extract`` finds
     an answer, and every reply without one is told ``retry_message``."""
 
-    def __init__(self, question: str, system_prompt: str, answer_format: str,
-                 retry_message: str) -> None:
+    def __init__(self, question: str, system_prompt: str, answer_format: str, retry_message: str) -> None:
         self.question = question
         self.system_prompt = system_prompt
         self.answer_format = answer_format  # closes the question message

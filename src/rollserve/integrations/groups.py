@@ -81,11 +81,15 @@ class GroupRows:
 
     def info(self) -> dict[str, JsonValue]:
         """The group's verdict as plain JSON, for a trainer's logs."""
-        return {"n": self.view.n, "oversample": self.view.oversample,
-                "filter_zero_variance": self.view.filter_zero_variance,
-                "usable": self.view.usable, "reasons": list(self.view.reasons),
-                "masked_whole": self.masked_whole,
-                "counts": self.view.counts.model_dump(mode="json")}
+        return {
+            "n": self.view.n,
+            "oversample": self.view.oversample,
+            "filter_zero_variance": self.view.filter_zero_variance,
+            "usable": self.view.usable,
+            "reasons": list(self.view.reasons),
+            "masked_whole": self.masked_whole,
+            "counts": self.view.counts.model_dump(mode="json"),
+        }
 
 
 @dataclass(frozen=True)
@@ -110,17 +114,20 @@ class BatchCounts:
 
     @classmethod
     def of(cls, groups: Sequence[GroupRows]) -> BatchCounts:
-        totals = {key: sum(getattr(g.view.counts, key) for g in groups)
-                  for key in ("started", "finished", "usable", "used", "cancelled", "masked",
-                              "filtered")}
-        return cls(groups=len(groups),
-                   groups_usable=sum(g.view.usable for g in groups),
-                   groups_filtered=sum("zero_variance" in g.view.reasons for g in groups),
-                   groups_too_few_usable=sum("too_few_usable" in g.view.reasons for g in groups),
-                   groups_masked=sum(g.masked_whole is not None for g in groups),
-                   rows=sum(len(g.results) for g in groups),
-                   rows_trained=sum(trainable(r) for g in groups for r in g.results),
-                   **totals)
+        totals = {
+            key: sum(getattr(g.view.counts, key) for g in groups)
+            for key in ("started", "finished", "usable", "used", "cancelled", "masked", "filtered")
+        }
+        return cls(
+            groups=len(groups),
+            groups_usable=sum(g.view.usable for g in groups),
+            groups_filtered=sum("zero_variance" in g.view.reasons for g in groups),
+            groups_too_few_usable=sum("too_few_usable" in g.view.reasons for g in groups),
+            groups_masked=sum(g.masked_whole is not None for g in groups),
+            rows=sum(len(g.results) for g in groups),
+            rows_trained=sum(trainable(r) for g in groups for r in g.results),
+            **totals,
+        )
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -154,37 +161,43 @@ def _masked(result: RolloutResult, reason: str) -> RolloutResult:
 def _rows(task: TaskRequest, view: GroupView, timeout: float) -> GroupRows:
     """The group's ``n`` rows, or ``IncompleteGroupError`` (not cancelled here)."""
     if view.n != task.n or len(view.rollouts) != task.n + task.oversample:
-        raise IncompleteGroupError(view.group_id, task.n, view.counts.used,
-                                   "the server answered a different group size")
+        raise IncompleteGroupError(
+            view.group_id, task.n, view.counts.used, "the server answered a different group size"
+        )
     finished = [(m.used, m.result) for m in view.rollouts if m.result is not None]
     chosen = [pair for pair in finished if pair[0]]
-    chosen += [pair for pair in finished if not pair[0]][:max(0, task.n - len(chosen))]
+    chosen += [pair for pair in finished if not pair[0]][: max(0, task.n - len(chosen))]
     if "in_flight" in view.reasons or len(chosen) != task.n:
-        raise IncompleteGroupError(view.group_id, task.n, view.counts.used,
-                                   f"not finished within {timeout:g} s")
+        raise IncompleteGroupError(view.group_id, task.n, view.counts.used, f"not finished within {timeout:g} s")
     whole: GroupReason | None = None
     if "zero_variance" in view.reasons:
         whole = "zero_variance"
     elif "too_few_usable" in view.reasons and view.oversample > 0:
         whole = "too_few_usable"
     chosen.sort(key=lambda pair: pair[1].sample_index)
-    results = [_masked(result, f"{GROUP_MASK}: {whole}") if whole is not None
-               else result if used else _masked(result, NOT_USED)
-               for used, result in chosen]
-    return GroupRows(view=view, results=results, used=[used for used, _ in chosen],
-                     masked_whole=whole)
+    results = [
+        _masked(result, f"{GROUP_MASK}: {whole}")
+        if whole is not None
+        else result
+        if used
+        else _masked(result, NOT_USED)
+        for used, result in chosen
+    ]
+    return GroupRows(view=view, results=results, used=[used for used, _ in chosen], masked_whole=whole)
 
 
-def run_batch(client: Client, tasks: Sequence[TaskRequest], timeout: float,
-              settings: BatchSettings | None = None) -> Batch:
+def run_batch(
+    client: Client, tasks: Sequence[TaskRequest], timeout: float, settings: BatchSettings | None = None
+) -> Batch:
     """Submit ``tasks`` as one batch; return each task's ``n`` rows (``GroupRows``) and
     the batch's counts. Waits at most ``timeout`` seconds for the whole batch; raises
     ``IncompleteGroupError`` (after cancelling the batch's groups) for a group still in
     flight then, or answered with another size."""
     deadline = time.monotonic() + timeout
     settings = settings or BatchSettings()
-    accepted = client.submit(list(tasks), sampling=settings.sampling, agent=settings.agent,
-                             timeouts=settings.timeouts).groups
+    accepted = client.submit(
+        list(tasks), sampling=settings.sampling, agent=settings.agent, timeouts=settings.timeouts
+    ).groups
     group_ids = [group.group_id for group in accepted]
     out: list[GroupRows] = []
     for task, group in zip(tasks, accepted, strict=True):
@@ -197,8 +210,9 @@ def run_batch(client: Client, tasks: Sequence[TaskRequest], timeout: float,
     return Batch(groups=out, counts=BatchCounts.of(out))
 
 
-def run_groups(client: Client, tasks: Sequence[TaskRequest], timeout: float,
-               settings: BatchSettings | None = None) -> list[list[RolloutResult]]:
+def run_groups(
+    client: Client, tasks: Sequence[TaskRequest], timeout: float, settings: BatchSettings | None = None
+) -> list[list[RolloutResult]]:
     """``run_batch``'s rows only: each task's ``n`` results in sample order, a result not
     to be trained on with ``mask`` true (see the module's docstring)."""
     return [group.results for group in run_batch(client, tasks, timeout, settings).groups]

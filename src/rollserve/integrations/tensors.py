@@ -40,7 +40,8 @@ class MultiSequenceError(ValueError):
             f"rollout {result_id}: its trajectory is {sequence_count} token sequences (the "
             "harness rewrote its history), and a prompt/completion pair holds one; train on "
             "each of trajectory.sequences as its own sample, or keep the harness's history "
-            "append-only")
+            "append-only"
+        )
         self.result_id = result_id
         self.sequence_count = sequence_count
 
@@ -64,19 +65,29 @@ class Sample:
 
 def trainable(result: RolloutResult) -> bool:
     """Whether a result may enter the loss: not masked, scored, and made of token ids."""
-    return (not result.mask and result.reward is not None and result.trajectory.trainable
-            and bool(result.trajectory.turns))
+    return (
+        not result.mask and result.reward is not None and result.trajectory.trainable and bool(result.trajectory.turns)
+    )
 
 
 def info(result: RolloutResult) -> dict[str, JsonValue]:
     """What a trainer may want to log or filter on, as plain JSON."""
-    return {"id": result.id, "group_id": result.group_id, "task_id": result.task_id,
-            "data_source": result.data_source, "sample_index": result.sample_index,
-            "status": result.status, "mask": result.mask, "mask_reason": result.mask_reason,
-            "ended_by": result.trajectory.ended_by, "stale": result.stale,
-            "policy_versions": list(result.trajectory.policy_versions),
-            "turns": result.stats.turns, "metadata": result.metadata,
-            "reward_components": cast("JsonValue", reward_components(result))}
+    return {
+        "id": result.id,
+        "group_id": result.group_id,
+        "task_id": result.task_id,
+        "data_source": result.data_source,
+        "sample_index": result.sample_index,
+        "status": result.status,
+        "mask": result.mask,
+        "mask_reason": result.mask_reason,
+        "ended_by": result.trajectory.ended_by,
+        "stale": result.stale,
+        "policy_versions": list(result.trajectory.policy_versions),
+        "turns": result.stats.turns,
+        "metadata": result.metadata,
+        "reward_components": cast("JsonValue", reward_components(result)),
+    }
 
 
 def reward_components(result: RolloutResult) -> dict[str, float] | None:
@@ -106,7 +117,15 @@ def to_sample(result: RolloutResult, filler_id: int) -> Sample:
         prompt_ids = [filler_id]
     if not completion_ids:
         completion_ids, logprobs, env_mask = [filler_id], [0.0], [0]
-    return Sample(prompt_ids=prompt_ids, completion_ids=completion_ids, logprobs=logprobs,
-                  env_mask=env_mask, reward=result.reward if ok else None, masked=not ok,
-                  result_id=result.id, group_id=result.group_id, info=info(result),
-                  reward_components=reward_components(result))
+    return Sample(
+        prompt_ids=prompt_ids,
+        completion_ids=completion_ids,
+        logprobs=logprobs,
+        env_mask=env_mask,
+        reward=result.reward if ok else None,
+        masked=not ok,
+        result_id=result.id,
+        group_id=result.group_id,
+        info=info(result),
+        reward_components=reward_components(result),
+    )

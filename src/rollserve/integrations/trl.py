@@ -49,16 +49,39 @@ from rollserve.integrations.groups import (
 )
 from rollserve.integrations.tensors import MultiSequenceError, Sample, to_sample
 
-__all__ = ["BatchCounts", "IncompleteGroupError", "MultiSequenceError", "RolloutFunction",
-           "TaskPromptError", "rollout_func", "rollserve_reward", "task_prompt"]
+__all__ = [
+    "BatchCounts",
+    "IncompleteGroupError",
+    "MultiSequenceError",
+    "RolloutFunction",
+    "TaskPromptError",
+    "rollout_func",
+    "rollserve_reward",
+    "task_prompt",
+]
 
 PROMPT_TAG = "rollserve_task"
-TASK_COLUMNS = ("data_source", "instance", "sampling", "agent", "timeouts", "metadata",
-                "oversample", "filter_zero_variance")
+TASK_COLUMNS = (
+    "data_source",
+    "instance",
+    "sampling",
+    "agent",
+    "timeouts",
+    "metadata",
+    "oversample",
+    "filter_zero_variance",
+)
 
-RolloutOutput = dict[str, list[list[int]] | list[list[float]] | list[float | None]
-                     | list[bool] | list[str] | list[dict[str, JsonValue]]
-                     | list[dict[str, float] | None]]
+RolloutOutput = dict[
+    str,
+    list[list[int]]
+    | list[list[float]]
+    | list[float | None]
+    | list[bool]
+    | list[str]
+    | list[dict[str, JsonValue]]
+    | list[dict[str, float] | None],
+]
 
 
 class TaskPromptError(ValueError):
@@ -108,12 +131,10 @@ def task_prompt(row: Mapping[str, object]) -> str:
     dataset is built."""
     fields = {key: _column(row, key) for key in TASK_COLUMNS if row.get(key) is not None}
     task = _task(json.dumps({PROMPT_TAG: fields}, sort_keys=True), n=2)
-    return json.dumps({PROMPT_TAG: task.model_dump(mode="json", exclude_unset=True,
-                                                   exclude={"n"})}, sort_keys=True)
+    return json.dumps({PROMPT_TAG: task.model_dump(mode="json", exclude_unset=True, exclude={"n"})}, sort_keys=True)
 
 
-def _task(prompt: object, n: int, defaults: Mapping[str, JsonValue] | None = None
-          ) -> TaskRequest:
+def _task(prompt: object, n: int, defaults: Mapping[str, JsonValue] | None = None) -> TaskRequest:
     """The task a prompt carries, to be sampled ``n`` times, on top of ``defaults`` (the
     rollout function's ``oversample``/``filter_zero_variance``). No ``id``: a client id
     makes a resubmission return the old group, and a trainer must get fresh samples. A
@@ -124,11 +145,15 @@ def _task(prompt: object, n: int, defaults: Mapping[str, JsonValue] | None = Non
     except (ValueError, TypeError, KeyError):
         fields = None
     if not isinstance(fields, dict):
-        raise TaskPromptError("the prompt is not a rollserve task; build the prompt column "
-                              "with rollserve.integrations.trl.task_prompt(row)")
+        raise TaskPromptError(
+            "the prompt is not a rollserve task; build the prompt column "
+            "with rollserve.integrations.trl.task_prompt(row)"
+        )
     if "id" in fields:
-        raise TaskPromptError("id: a trainer's task must not carry a client id (the server "
-                              "would answer a known id with that group's old samples)")
+        raise TaskPromptError(
+            "id: a trainer's task must not carry a client id (the server "
+            "would answer a known id with that group's old samples)"
+        )
     merged: dict[str, object] = {**(defaults or {}), **fields, "n": n}
     if n < 2:
         merged["filter_zero_variance"] = False
@@ -148,7 +173,8 @@ def _layout(prompts: Sequence[object], group_size: int, offset: int) -> list[tup
             if any(prompts[j] != prompts[start] for j in range(start, i)):
                 raise TaskPromptError(
                     f"prompts {start}..{i - 1} should be one group of num_generations="
-                    f"{group_size} (TRL repeats each prompt that many times) but differ")
+                    f"{group_size} (TRL repeats each prompt that many times) but differ"
+                )
             runs.append((start, i))
             start = i
     return runs
@@ -160,9 +186,15 @@ class RolloutFunction:
     started, finished, usable, used, cancelled, masked, filtered; rows, rows trained),
     and ``on_batch`` (when given) is called with them after each batch."""
 
-    def __init__(self, client: Client, settings: BatchSettings, timeout: float,
-                 filler_id: int | None, defaults: dict[str, JsonValue],
-                 on_batch: Callable[[BatchCounts], None] | None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        settings: BatchSettings,
+        timeout: float,
+        filler_id: int | None,
+        defaults: dict[str, JsonValue],
+        on_batch: Callable[[BatchCounts], None] | None,
+    ) -> None:
         self.client = client
         self.settings = settings
         self.timeout = timeout
@@ -172,27 +204,34 @@ class RolloutFunction:
         self.last_counts: BatchCounts | None = None
 
     def __call__(self, prompts: list[str], trainer: Trainer) -> RolloutOutput:
-        group_size = (trainer.num_generations if trainer.model.training
-                      else trainer.num_generations_eval)
+        group_size = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
         runs = _layout(prompts, group_size, trainer.accelerator.process_index * len(prompts))
         tasks = [_task(prompts[start], stop - start, self.defaults) for start, stop in runs]
         batch = run_batch(self.client, tasks, self.timeout, self.settings)
         filler = self.filler_id if self.filler_id is not None else trainer.eos_token_ids[0]
-        samples = [replace(sample, info={**sample.info, "used": used, "group": group.info()})
-                   for group in batch.groups
-                   for sample, used in zip((to_sample(r, filler) for r in group.results),
-                                           group.used, strict=True)]
+        samples = [
+            replace(sample, info={**sample.info, "used": used, "group": group.info()})
+            for group in batch.groups
+            for sample, used in zip((to_sample(r, filler) for r in group.results), group.used, strict=True)
+        ]
         self.last_counts = batch.counts
         if self.on_batch is not None:
             self.on_batch(batch.counts)
         return _output(samples)
 
 
-def rollout_func(server: str | Client, *, sampling: SamplingParams | None = None,
-                 agent: AgentLimits | None = None, timeouts: Timeouts | None = None,
-                 timeout: float = 3600.0, filler_id: int | None = None,
-                 oversample: int = 0, filter_zero_variance: bool = False,
-                 on_batch: Callable[[BatchCounts], None] | None = None) -> RolloutFunction:
+def rollout_func(
+    server: str | Client,
+    *,
+    sampling: SamplingParams | None = None,
+    agent: AgentLimits | None = None,
+    timeouts: Timeouts | None = None,
+    timeout: float = 3600.0,
+    filler_id: int | None = None,
+    oversample: int = 0,
+    filter_zero_variance: bool = False,
+    on_batch: Callable[[BatchCounts], None] | None = None,
+) -> RolloutFunction:
     """A ``rollout_func`` for ``GRPOTrainer``: each group of this process's prompts goes
     to rollserve as one task with ``n`` = the group's prompts here (``num_generations``
     unless the group straddles two processes); waits at most ``timeout`` seconds for the
@@ -220,30 +259,32 @@ def rollout_func(server: str | Client, *, sampling: SamplingParams | None = None
         defaults["oversample"] = oversample
     if filter_zero_variance:
         defaults["filter_zero_variance"] = True
-    return RolloutFunction(client, BatchSettings(sampling=sampling, agent=agent,
-                                                 timeouts=timeouts),
-                           timeout, filler_id, defaults, on_batch)
+    return RolloutFunction(
+        client, BatchSettings(sampling=sampling, agent=agent, timeouts=timeouts), timeout, filler_id, defaults, on_batch
+    )
 
 
 def _output(samples: Sequence[Sample]) -> RolloutOutput:
-    return {"prompt_ids": [s.prompt_ids for s in samples],
-            "completion_ids": [s.completion_ids for s in samples],
-            "logprobs": [s.logprobs for s in samples],
-            "env_mask": [s.env_mask for s in samples],
-            "rollserve_reward": [s.reward for s in samples],
-            "rollserve_reward_components": [s.reward_components for s in samples],
-            "rollserve_masked": [s.masked for s in samples],
-            "rollserve_id": [s.result_id for s in samples],
-            "rollserve_group_id": [s.group_id for s in samples],
-            "rollserve_info": [s.info for s in samples]}
+    return {
+        "prompt_ids": [s.prompt_ids for s in samples],
+        "completion_ids": [s.completion_ids for s in samples],
+        "logprobs": [s.logprobs for s in samples],
+        "env_mask": [s.env_mask for s in samples],
+        "rollserve_reward": [s.reward for s in samples],
+        "rollserve_reward_components": [s.reward_components for s in samples],
+        "rollserve_masked": [s.masked for s in samples],
+        "rollserve_id": [s.result_id for s in samples],
+        "rollserve_group_id": [s.group_id for s in samples],
+        "rollserve_info": [s.info for s in samples],
+    }
 
 
-def rollserve_reward(prompts: list[str], completions: list[object],
-                     **columns: object) -> list[float | None]:
+def rollserve_reward(prompts: list[str], completions: list[object], **columns: object) -> list[float | None]:
     """A reward function for ``GRPOTrainer``: rollserve's reward of each completion,
     None on a masked one (TRL leaves it out of its group's baseline)."""
     rewards = columns.get("rollserve_reward")
     if not isinstance(rewards, list) or len(rewards) != len(completions):
-        raise TypeError("rollserve_reward needs the rollserve_reward column that "
-                        "rollserve.integrations.trl.rollout_func returns")
+        raise TypeError(
+            "rollserve_reward needs the rollserve_reward column that rollserve.integrations.trl.rollout_func returns"
+        )
     return [None if reward is None else float(reward) for reward in rewards]

@@ -62,8 +62,7 @@ try:
         register,
     )
 except ImportError as exc:  # a client-only install: say which extra brings verl
-    raise ImportError(f"rollserve.integrations.verl needs verl ({exc}): "
-                      "pip install 'rollserve[verl]'") from exc
+    raise ImportError(f"rollserve.integrations.verl needs verl ({exc}): pip install 'rollserve[verl]'") from exc
 
 __all__ = ["RollserveAgentLoop", "VerlTaskError"]
 
@@ -81,18 +80,28 @@ def _plain(value: object) -> object:
 class RollserveAgentLoop(AgentLoopBase):
     """verl's agent loop, run by rollserve: one sample per ``run()`` call."""
 
-    def __init__(self, *args: Any, url: str | None = None, timeout: float = 3600.0,
-                 masked_retries: int = 1, backends: Literal["registered", "verl"] = "registered",
-                 sampling: Mapping[str, object] | None = None,
-                 agent: Mapping[str, object] | None = None,
-                 timeouts: Mapping[str, object] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        url: str | None = None,
+        timeout: float = 3600.0,
+        masked_retries: int = 1,
+        backends: Literal["registered", "verl"] = "registered",
+        sampling: Mapping[str, object] | None = None,
+        agent: Mapping[str, object] | None = None,
+        timeouts: Mapping[str, object] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.settings = LoopSettings(
-            url=str(url or os.environ.get(URL_ENV, "")), timeout=float(timeout),
-            masked_retries=int(masked_retries), backends=backends,
+            url=str(url or os.environ.get(URL_ENV, "")),
+            timeout=float(timeout),
+            masked_retries=int(masked_retries),
+            backends=backends,
             sampling=None if sampling is None else SamplingParams.model_validate(_plain(sampling)),
             agent=None if agent is None else AgentLimits.model_validate(_plain(agent)),
-            timeouts=None if timeouts is None else Timeouts.model_validate(_plain(timeouts)))
+            timeouts=None if timeouts is None else Timeouts.model_validate(_plain(timeouts)),
+        )
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
         eos = self.tokenizer.eos_token_id
@@ -105,20 +114,27 @@ class RollserveAgentLoop(AgentLoopBase):
         sampling = batch_sampling(self.settings, sampling_params)
         async with AsyncClient(self.settings.url) as client:
             if self.settings.backends == "verl":
-                servers = await verl_servers(self.server_manager,
-                                             str(getattr(verl, "__version__", "(unknown)")))
+                servers = await verl_servers(self.server_manager, str(getattr(verl, "__version__", "(unknown)")))
                 await register_servers(client, servers, str(self.rollout_config.name))
             attempts = await run_one(client, task, sampling, self.settings)
         out = to_verl(attempts, self.prompt_length, self.response_length, self.filler_id)
         return AgentLoopOutput(
-            prompt_ids=out.prompt_ids, response_ids=out.response_ids,
-            response_mask=out.response_mask, response_logprobs=out.response_logprobs,
-            reward_score=out.reward_score, num_turns=out.num_turns,
+            prompt_ids=out.prompt_ids,
+            response_ids=out.response_ids,
+            response_mask=out.response_mask,
+            response_logprobs=out.response_logprobs,
+            reward_score=out.reward_score,
+            num_turns=out.num_turns,
             metrics=AgentLoopMetrics(**out.metrics),
-            extra_fields={"rollserve": out.info,
-                          # verl logs these per sample (every row of a batch has the same keys)
-                          "reward_extra_info": {"rollserve_masked": float(out.masked),
-                                                "rollserve_attempts": float(attempts.count)}})
+            extra_fields={
+                "rollserve": out.info,
+                # verl logs these per sample (every row of a batch has the same keys)
+                "reward_extra_info": {
+                    "rollserve_masked": float(out.masked),
+                    "rollserve_attempts": float(attempts.count),
+                },
+            },
+        )
 
 
 # Registered as "rollserve" (with the defaults: the URL from ROLLSERVE_URL) unless the agent

@@ -36,8 +36,17 @@ from rollserve.client import AsyncClient, RollserveError
 from rollserve.contract import AgentLimits, RolloutResult, SamplingParams, TaskRequest, Timeouts
 from rollserve.integrations.tensors import info, to_sample
 
-__all__ = ["LoopSettings", "VerlOutput", "VerlTaskError", "register_servers", "run_one",
-           "task_from_row", "to_verl", "verl_row", "verl_servers"]
+__all__ = [
+    "LoopSettings",
+    "VerlOutput",
+    "VerlTaskError",
+    "register_servers",
+    "run_one",
+    "task_from_row",
+    "to_verl",
+    "verl_row",
+    "verl_servers",
+]
 
 TASK_KEY = "rollserve"  # extra_info[TASK_KEY]: the task
 TASK_FIELDS = ("instance", "sampling", "agent", "timeouts", "metadata")
@@ -57,13 +66,16 @@ def _fields(value: object) -> dict[str, object]:
         except ValueError as exc:
             raise VerlTaskError(f"extra_info.{TASK_KEY}: not valid JSON ({exc})") from None
     if not isinstance(value, Mapping):
-        raise VerlTaskError(f"extra_info.{TASK_KEY}: must be an object or a JSON string of one, "
-                            f"got {type(value).__name__}")
+        raise VerlTaskError(
+            f"extra_info.{TASK_KEY}: must be an object or a JSON string of one, got {type(value).__name__}"
+        )
     unknown = sorted(set(value) - set(TASK_FIELDS))
     if unknown:
-        raise VerlTaskError(f"extra_info.{TASK_KEY}.{unknown[0]}: not a task field here (allowed: "
-                            f"{', '.join(TASK_FIELDS)}; data_source is the row's column, and a "
-                            "trainer's task never carries an id or n)")
+        raise VerlTaskError(
+            f"extra_info.{TASK_KEY}.{unknown[0]}: not a task field here (allowed: "
+            f"{', '.join(TASK_FIELDS)}; data_source is the row's column, and a "
+            "trainer's task never carries an id or n)"
+        )
     return {key: item for key, item in value.items() if item is not None}
 
 
@@ -71,11 +83,11 @@ def task_from_row(data_source: object, extra_info: object) -> TaskRequest:
     """The task of a verl row (its ``data_source`` and ``extra_info`` columns), n=1, no id:
     a client id would make the server answer with that group's old samples."""
     if not isinstance(data_source, str) or not data_source:
-        raise VerlTaskError(f"data_source: the row's rollserve data source, a non-empty string "
-                            f"(got {data_source!r})")
+        raise VerlTaskError(f"data_source: the row's rollserve data source, a non-empty string (got {data_source!r})")
     if not isinstance(extra_info, Mapping) or extra_info.get(TASK_KEY) is None:
-        raise VerlTaskError(f"extra_info.{TASK_KEY}: missing (build rows with "
-                            "rollserve.integrations.verl_rows.verl_row)")
+        raise VerlTaskError(
+            f"extra_info.{TASK_KEY}: missing (build rows with rollserve.integrations.verl_rows.verl_row)"
+        )
     fields = _fields(extra_info[TASK_KEY])
     if isinstance(fields.get("instance"), str):
         try:
@@ -88,8 +100,9 @@ def task_from_row(data_source: object, extra_info: object) -> TaskRequest:
         raise VerlTaskError(f"extra_info.{TASK_KEY}: invalid task: {exc}") from None
 
 
-def verl_row(task: Mapping[str, object], index: int, prompt: str | None = None,
-             agent_name: str = "rollserve") -> dict[str, JsonValue]:
+def verl_row(
+    task: Mapping[str, object], index: int, prompt: str | None = None, agent_name: str = "rollserve"
+) -> dict[str, JsonValue]:
     """A verl dataset row for ``task`` (``data_source``, ``instance`` and the optional
     ``sampling``, ``agent``, ``timeouts``, ``metadata``), checked now so that a bad row
     fails while the dataset is built. ``prompt``: the text verl shows and length-filters
@@ -98,10 +111,12 @@ def verl_row(task: Mapping[str, object], index: int, prompt: str | None = None,
     encoded = json.dumps(fields, sort_keys=True)
     checked = task_from_row(task.get("data_source"), {TASK_KEY: encoded})
     text = prompt if prompt is not None else json.dumps(checked.instance, sort_keys=True)
-    return {"data_source": checked.data_source,
-            "prompt": [{"role": "user", "content": text}],
-            "agent_name": agent_name,
-            "extra_info": {"index": index, TASK_KEY: encoded}}
+    return {
+        "data_source": checked.data_source,
+        "prompt": [{"role": "user", "content": text}],
+        "agent_name": agent_name,
+        "extra_info": {"index": index, TASK_KEY: encoded},
+    }
 
 
 @dataclass(frozen=True)
@@ -144,8 +159,11 @@ def fit_limits(task: TaskRequest, settings: LoopSettings, budget: int) -> TaskRe
     """``task`` with ``agent.max_context_tokens`` at most ``budget`` (verl's prompt_length
     + response_length), so the episode ends within what verl can hold."""
     agent = task.agent or AgentLimits()
-    given = [limits.max_context_tokens for limits in (task.agent, settings.agent)
-             if limits is not None and limits.max_context_tokens is not None]
+    given = [
+        limits.max_context_tokens
+        for limits in (task.agent, settings.agent)
+        if limits is not None and limits.max_context_tokens is not None
+    ]
     fields = {**agent.model_dump(exclude_unset=True), "max_context_tokens": min([*given, budget])}
     return task.model_copy(update={"agent": AgentLimits.model_validate(fields)})
 
@@ -171,7 +189,8 @@ async def verl_servers(server_manager: object, verl_version: str) -> list[str]:
             f"backends: verl: verl {verl_version}'s {type(server_manager).__name__} has no "
             "load balancer to list its servers from (rollserve reads "
             "LLMServerClient._load_balancer.get_all_servers, as verl 0.9.1 has it); "
-            "register the servers in rollserve and use backends: registered")
+            "register the servers in rollserve and use backends: registered"
+        )
     return [str(address) for address in await listing()]
 
 
@@ -181,10 +200,11 @@ async def register_servers(client: AsyncClient, addresses: Sequence[str], engine
     (by URL); returns the names added. ``engine``: verl's ``rollout.name``."""
     kind = SERVER_KINDS.get(engine)
     if kind is None:
-        raise ValueError(f"actor_rollout_ref.rollout.name: rollserve has no backend kind for "
-                         f"verl's {engine!r} servers (it has {', '.join(SERVER_KINDS)})")
-    known = {backend.url.rstrip("/") for backend in (await client.list_backends()).backends
-             if backend.url}
+        raise ValueError(
+            f"actor_rollout_ref.rollout.name: rollserve has no backend kind for "
+            f"verl's {engine!r} servers (it has {', '.join(SERVER_KINDS)})"
+        )
+    known = {backend.url.rstrip("/") for backend in (await client.list_backends()).backends if backend.url}
     added: list[str] = []
     for address in addresses:
         url = f"http://{address}"
@@ -218,8 +238,7 @@ async def _cancel(client: AsyncClient, group_id: str) -> None:
         pass
 
 
-async def run_one(client: AsyncClient, task: TaskRequest, sampling: SamplingParams,
-                  settings: LoopSettings) -> Attempts:
+async def run_one(client: AsyncClient, task: TaskRequest, sampling: SamplingParams, settings: LoopSettings) -> Attempts:
     """Submit ``task`` (n=1) and wait for its result, at most ``settings.timeout`` seconds
     for every attempt together; a masked result is asked again, fresh, up to
     ``masked_retries`` times. A group not finished in time is cancelled (and so is one
@@ -228,8 +247,7 @@ async def run_one(client: AsyncClient, task: TaskRequest, sampling: SamplingPara
     result: RolloutResult | None = None
     group_ids: list[str] = []
     while len(group_ids) <= settings.masked_retries:
-        accepted = await client.submit([task], sampling=sampling, agent=settings.agent,
-                                       timeouts=settings.timeouts)
+        accepted = await client.submit([task], sampling=sampling, agent=settings.agent, timeouts=settings.timeouts)
         group_id = accepted.groups[0].group_id
         group_ids.append(group_id)
         try:
@@ -269,19 +287,29 @@ def _metrics(result: RolloutResult | None) -> dict[str, float]:
     if result is None:
         return {"generate_sequences": 0.0, "tool_calls": 0.0, "compute_score": 0.0}
     extra = result.timing.model_extra or {}
-    return {"generate_sequences": float(extra.get("llm", result.timing.run)),
-            "tool_calls": float(extra.get("tools", 0.0)),
-            "compute_score": result.timing.eval}
+    return {
+        "generate_sequences": float(extra.get("llm", result.timing.run)),
+        "tool_calls": float(extra.get("tools", 0.0)),
+        "compute_score": result.timing.eval,
+    }
 
 
-def to_verl(attempts: Attempts, prompt_length: int, response_length: int,
-            filler_id: int) -> VerlOutput:
+def to_verl(attempts: Attempts, prompt_length: int, response_length: int, filler_id: int) -> VerlOutput:
     """One result as verl's output fields (see the module's docstring)."""
     result = attempts.result
     if result is None:
-        return VerlOutput([filler_id], [filler_id], [0], [0.0], 0.0, 0, True, "timeout",
-                          _metrics(None), {"attempts": attempts.count,
-                                           "group_ids": list(attempts.group_ids)})
+        return VerlOutput(
+            [filler_id],
+            [filler_id],
+            [0],
+            [0.0],
+            0.0,
+            0,
+            True,
+            "timeout",
+            _metrics(None),
+            {"attempts": attempts.count, "group_ids": list(attempts.group_ids)},
+        )
     sample = to_sample(result, filler_id)
     reason = (result.mask_reason or result.status) if sample.masked else None
     prompt_ids, response_ids = sample.prompt_ids, sample.completion_ids
@@ -293,10 +321,21 @@ def to_verl(attempts: Attempts, prompt_length: int, response_length: int,
         mask = [0] * len(response_ids)
     masked = reason is not None
     details: dict[str, JsonValue] = {
-        **info(result), "attempts": attempts.count, "group_ids": list(attempts.group_ids),
-        "reason": reason, "timing": result.timing.model_dump(mode="json")}
-    return VerlOutput(prompt_ids=prompt_ids, response_ids=response_ids, response_mask=mask,
-                      response_logprobs=logprobs,
-                      reward_score=0.0 if masked or sample.reward is None else sample.reward,
-                      num_turns=len(result.trajectory.messages), masked=masked, reason=reason,
-                      metrics=_metrics(result), info=details)
+        **info(result),
+        "attempts": attempts.count,
+        "group_ids": list(attempts.group_ids),
+        "reason": reason,
+        "timing": result.timing.model_dump(mode="json"),
+    }
+    return VerlOutput(
+        prompt_ids=prompt_ids,
+        response_ids=response_ids,
+        response_mask=mask,
+        response_logprobs=logprobs,
+        reward_score=0.0 if masked or sample.reward is None else sample.reward,
+        num_turns=len(result.trajectory.messages),
+        masked=masked,
+        reason=reason,
+        metrics=_metrics(result),
+        info=details,
+    )

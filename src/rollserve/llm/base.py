@@ -33,9 +33,24 @@ from typing import Any, ClassVar, Literal, Protocol, Required, TypedDict
 from rollserve.contract import SamplingParams
 from rollserve.errors import InfraError, LLMError
 
-__all__ = ["BackendKind", "ChatReply", "Fidelity", "Generation", "LLMBackend", "LLMSession",
-           "LoadsWeights", "Message", "PauseMode", "Pausable", "PromptBuilder", "SamplingParams",
-           "Tokenizer", "TokenizerError", "ToolSchema", "WeightsKind"]
+__all__ = [
+    "BackendKind",
+    "ChatReply",
+    "Fidelity",
+    "Generation",
+    "LLMBackend",
+    "LLMSession",
+    "LoadsWeights",
+    "Message",
+    "PauseMode",
+    "Pausable",
+    "PromptBuilder",
+    "SamplingParams",
+    "Tokenizer",
+    "TokenizerError",
+    "ToolSchema",
+    "WeightsKind",
+]
 
 
 class Message(TypedDict, total=False):
@@ -72,9 +87,7 @@ class Generation:
 
     def __post_init__(self) -> None:
         if len(self.output_ids) != len(self.logprobs):
-            raise ValueError(
-                f"backend returned {len(self.output_ids)} ids but {len(self.logprobs)} logprobs"
-            )
+            raise ValueError(f"backend returned {len(self.output_ids)} ids but {len(self.logprobs)} logprobs")
 
 
 @dataclass
@@ -110,11 +123,15 @@ class LLMBackend(ABC):
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         """Sample a continuation of ``prompt_ids``."""
 
-    async def chat(self, messages: list[Message], sampling: SamplingParams,
-                   tools: list[ToolSchema] | None = None) -> ChatReply:
+    async def chat(
+        self, messages: list[Message], sampling: SamplingParams, tools: list[ToolSchema] | None = None
+    ) -> ChatReply:
         """Answer ``messages`` (message-level backends only; others refuse)."""
-        raise LLMError(f"{self.name}: a token-level backend samples from token ids; it has no "
-                       "message-level chat", backend=self.name, retryable=False)
+        raise LLMError(
+            f"{self.name}: a token-level backend samples from token ids; it has no message-level chat",
+            backend=self.name,
+            retryable=False,
+        )
 
     def context_window(self) -> int | None:
         """The most tokens a prompt and its sample may hold here; None where unknown
@@ -189,8 +206,9 @@ class LLMSession(Protocol):
         """Sample on a token-level backend."""
         ...
 
-    async def chat(self, messages: list[Message], sampling: SamplingParams,
-                   tools: list[ToolSchema] | None = None) -> ChatReply:
+    async def chat(
+        self, messages: list[Message], sampling: SamplingParams, tools: list[ToolSchema] | None = None
+    ) -> ChatReply:
         """Answer on a message-level backend."""
         ...
 
@@ -239,8 +257,9 @@ class PromptOverBudget(Exception):
     UTF-8 bytes over the most bytes one token can stand for)."""
 
     def __init__(self, at_least: int, text_bytes: int, token_bytes: int) -> None:
-        super().__init__(f"at least {at_least} tokens ({text_bytes} bytes of text, at most "
-                         f"{token_bytes} bytes a token)")
+        super().__init__(
+            f"at least {at_least} tokens ({text_bytes} bytes of text, at most {token_bytes} bytes a token)"
+        )
         self.at_least = at_least
         self.text_bytes = text_bytes
         self.token_bytes = token_bytes
@@ -264,8 +283,7 @@ class PromptBuilder(Protocol):
         """The assistant message's text for sampled ids (without the closing stop token)."""
         ...
 
-    async def adelta(self, history: list[Message], new: list[Message],
-                     sequence: list[int]) -> list[int]:
+    async def adelta(self, history: list[Message], new: list[Message], sequence: list[int]) -> list[int]:
         """Ids to append after ``sequence`` (prompt + sampled ids so far) for ``new``."""
         ...
 

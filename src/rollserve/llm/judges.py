@@ -53,14 +53,15 @@ class JudgeConfig(BaseModel):
 
     name: str = Field(..., min_length=1, max_length=100, pattern=JUDGE_NAME)
     backend: str | dict[str, Any] = Field(
-        ..., description="a backend spec (as --backend takes it); a bare http(s) URL is an "
-                         "OpenAI-compatible chat API (openai_chat)")
+        ...,
+        description="a backend spec (as --backend takes it); a bare http(s) URL is an "
+        "OpenAI-compatible chat API (openai_chat)",
+    )
     concurrency: int = Field(4, ge=1, le=1024, description="calls in flight at most")
     timeout: float = Field(60.0, gt=0, le=3600, description="seconds per call (each try)")
     retries: int = Field(1, ge=0, le=10, description="more tries after a retryable failure")
     max_tokens: int = Field(512, ge=1, le=32_768, description="the judge's reply, in tokens")
-    max_reply_chars: int = Field(8000, ge=16, le=1_000_000,
-                                 description="a longer reply is refused (never parsed)")
+    max_reply_chars: int = Field(8000, ge=16, le=1_000_000, description="a longer reply is refused (never parsed)")
     temperature: float = Field(0.0, ge=0, le=2)
 
 
@@ -77,8 +78,7 @@ def parse_judge_spec(spec: str | dict[str, Any]) -> JudgeConfig:
         else:
             name, sep, backend = text.partition("=")
             if not sep or not backend:
-                raise ValueError("judge: expected NAME=BACKEND (a URL, openai_chat=URL, "
-                                 "embedded...) or a JSON object")
+                raise ValueError("judge: expected NAME=BACKEND (a URL, openai_chat=URL, embedded...) or a JSON object")
             raw = {"name": name, "backend": backend}
     try:
         config = JudgeConfig.model_validate(raw)
@@ -151,8 +151,9 @@ class Judge:
                 problem, retry = str(exc), exc.retryable
             else:
                 if len(text) > config.max_reply_chars:
-                    self._refused(began, f"reply of {len(text)} characters is over "
-                                         f"max_reply_chars ({config.max_reply_chars})")
+                    self._refused(
+                        began, f"reply of {len(text)} characters is over max_reply_chars ({config.max_reply_chars})"
+                    )
                 self._observe("ok", time.monotonic() - began)
                 return JudgeReply(text, time.monotonic() - began)
             self._observe(outcome, time.monotonic() - began)
@@ -168,13 +169,15 @@ class Judge:
         raise JudgeRefused(f"judge {self.name}: {problem}")
 
     async def _call(self, messages: list[Message]) -> str:
-        sampling = SamplingParams(max_tokens=self.config.max_tokens,
-                                  temperature=self.config.temperature)
+        sampling = SamplingParams(max_tokens=self.config.max_tokens, temperature=self.config.temperature)
         if not self.backend.trainable:  # message level: a chat API
             return (await self.backend.chat(messages, sampling)).content
         if self.tokenizer is None:
-            raise LLMError(f"judge {self.name}: a token-level judge needs the server's tokenizer",
-                           backend=self.name, retryable=False)
+            raise LLMError(
+                f"judge {self.name}: a token-level judge needs the server's tokenizer",
+                backend=self.name,
+                retryable=False,
+            )
         builder = self.tokenizer.prompt_builder()
         ids = await builder.afirst(messages)
         generation = await self.backend.generate(ids, sampling)
@@ -192,11 +195,18 @@ class Judge:
         self._latency_sum += seconds
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "backend": self.backend.describe(),
-                "concurrency": self.config.concurrency, "in_flight": self.in_flight,
-                "timeout": self.config.timeout, "retries": self.config.retries,
-                "healthy": self.healthy, "calls": dict(self.calls), "unparsed": self.unparsed,
-                "last_error": self.last_error}
+        return {
+            "name": self.name,
+            "backend": self.backend.describe(),
+            "concurrency": self.config.concurrency,
+            "in_flight": self.in_flight,
+            "timeout": self.config.timeout,
+            "retries": self.config.retries,
+            "healthy": self.healthy,
+            "calls": dict(self.calls),
+            "unparsed": self.unparsed,
+            "last_error": self.last_error,
+        }
 
 
 class Judges:
@@ -221,30 +231,33 @@ class Judges:
         return [judge.describe() for judge in self._by_name.values()]
 
     async def close(self) -> None:
-        await asyncio.gather(*(j.backend.close() for j in self._by_name.values()),
-                             return_exceptions=True)
+        await asyncio.gather(*(j.backend.close() for j in self._by_name.values()), return_exceptions=True)
 
     def collect(self) -> Iterator[Metric]:
         """Calls by outcome, in flight, health and latency, per judge."""
-        calls = CounterMetricFamily("rollserve_judge_calls", "judge calls by outcome (ok, "
-                                    "failed, timeout, refused; each try counts)", labels=["judge", "outcome"])
-        unparsed = CounterMetricFamily("rollserve_judge_unparsed", "judge samples whose "
-                                       "replies held no valid score (scored as the scale's "
-                                       "lowest)", labels=["judge"])
-        flight = GaugeMetricFamily("rollserve_judge_in_flight", "judge calls in flight",
-                                   labels=["judge"])
-        healthy = GaugeMetricFamily("rollserve_judge_healthy", "1 if the judge's last call "
-                                    "answered", labels=["judge"])
-        latency = HistogramMetricFamily("rollserve_judge_latency_seconds",
-                                        "seconds per judge call (queue and tries)",
-                                        labels=["judge"])
+        calls = CounterMetricFamily(
+            "rollserve_judge_calls",
+            "judge calls by outcome (ok, failed, timeout, refused; each try counts)",
+            labels=["judge", "outcome"],
+        )
+        unparsed = CounterMetricFamily(
+            "rollserve_judge_unparsed",
+            "judge samples whose replies held no valid score (scored as the scale's lowest)",
+            labels=["judge"],
+        )
+        flight = GaugeMetricFamily("rollserve_judge_in_flight", "judge calls in flight", labels=["judge"])
+        healthy = GaugeMetricFamily("rollserve_judge_healthy", "1 if the judge's last call answered", labels=["judge"])
+        latency = HistogramMetricFamily(
+            "rollserve_judge_latency_seconds", "seconds per judge call (queue and tries)", labels=["judge"]
+        )
         for judge in self._by_name.values():
             for outcome, count in judge.calls.items():
                 calls.add_metric([judge.name, outcome], count)
             unparsed.add_metric([judge.name], judge.unparsed)
             flight.add_metric([judge.name], judge.in_flight)
             healthy.add_metric([judge.name], 1.0 if judge.healthy is not False else 0.0)
-            buckets = [(str(b) if b != float("inf") else "+Inf", c)
-                       for b, c in zip(BUCKETS, judge._latency, strict=True)]
+            buckets = [
+                (str(b) if b != float("inf") else "+Inf", c) for b, c in zip(BUCKETS, judge._latency, strict=True)
+            ]
             latency.add_metric([judge.name], buckets, judge._latency_sum)
         yield from (calls, unparsed, flight, healthy, latency)

@@ -39,9 +39,22 @@ _HOMES: dict[str, str] = {
     "workspace_file_problem": "rollserve.sandbox.workspace_files",
 }
 
-__all__ = ["WORKDIR", "BubblewrapConfig", "ExecResult", "ImageRuntime", "Runtime", "Sandbox", "SandboxError",
-           "SandboxLimits", "SandboxProcess", "SandboxSpec", "SandboxStarter", "View",
-           "resolve_in_workspace", "workspace_file_problem"]
+__all__ = [
+    "WORKDIR",
+    "BubblewrapConfig",
+    "ExecResult",
+    "ImageRuntime",
+    "Runtime",
+    "Sandbox",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxProcess",
+    "SandboxSpec",
+    "SandboxStarter",
+    "View",
+    "resolve_in_workspace",
+    "workspace_file_problem",
+]
 
 
 if not TYPE_CHECKING:  # hidden from the type checker: a misspelled import is an error

@@ -63,8 +63,7 @@ def answer_folders() -> tuple[Path, ...]:
 
 def _distributions() -> list[importlib.metadata.Distribution]:
     try:
-        return [d for d in importlib.metadata.distributions()
-                if (d.metadata["Name"] or "").lower() == DIST]
+        return [d for d in importlib.metadata.distributions() if (d.metadata["Name"] or "").lower() == DIST]
     except Exception:  # a broken dist-info anywhere on sys.path: hide what we know
         log.exception("listing the installed distributions failed")
         return []

@@ -55,10 +55,20 @@ from rollserve.sandbox.process import HostProcess
 __all__ = ["ApptainerConfig", "ApptainerRuntime", "ApptainerSandbox", "ImageCache", "cache_name"]
 
 BINARIES = ("apptainer", "singularity")
-BUILDABLE = ("docker://", "docker-archive:", "docker-daemon:", "oci://", "oci-archive:",
-             "oras://", "library://", "shub://")
-INSTALL_HINT = ("install Apptainer (https://apptainer.org/docs/admin/main/installation.html; "
-                "on a cluster often `module load apptainer`)")
+BUILDABLE = (
+    "docker://",
+    "docker-archive:",
+    "docker-daemon:",
+    "oci://",
+    "oci-archive:",
+    "oras://",
+    "library://",
+    "shub://",
+)
+INSTALL_HINT = (
+    "install Apptainer (https://apptainer.org/docs/admin/main/installation.html; "
+    "on a cluster often `module load apptainer`)"
+)
 
 
 def binaries(name: str) -> list[str]:
@@ -89,8 +99,10 @@ class ImageCache:
         if not reference.startswith(BUILDABLE):
             path = Path(reference)
             if not path.is_file():
-                raise SandboxError(f"apptainer: image {reference!r} is neither a file nor a "
-                                   f"reference to build from ({', '.join(BUILDABLE)})")
+                raise SandboxError(
+                    f"apptainer: image {reference!r} is neither a file nor a "
+                    f"reference to build from ({', '.join(BUILDABLE)})"
+                )
             return path
         target = self.path_for(reference)
         if target.exists():
@@ -119,12 +131,14 @@ class ImageCache:
         env.setdefault("APPTAINER_CACHEDIR", str(self.folder / "layers"))
         env.setdefault("SINGULARITY_CACHEDIR", str(self.folder / "layers"))
         try:
-            result = await run_command([self.binary, "build", str(partial), reference],
-                                       self.build_timeout, env=env, max_output=16384)
+            result = await run_command(
+                [self.binary, "build", str(partial), reference], self.build_timeout, env=env, max_output=16384
+            )
             if not result.ok or not partial.is_file():
                 why = "timed out" if result.timed_out else f"exit {result.exit_code}"
-                raise SandboxError(f"apptainer build of {reference} failed ({why}): "
-                                   f"{(result.stderr or result.stdout)[-2000:]}")
+                raise SandboxError(
+                    f"apptainer build of {reference} failed ({why}): {(result.stderr or result.stdout)[-2000:]}"
+                )
             os.replace(partial, target)  # atomic: a .sif is complete or absent
         finally:
             partial.unlink(missing_ok=True)
@@ -134,17 +148,16 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
     name = "apptainer"
     config_model = ApptainerConfig
 
-    def __init__(self, state_dir: Path | str | None = None,
-                 config: ApptainerConfig | None = None) -> None:
+    def __init__(self, state_dir: Path | str | None = None, config: ApptainerConfig | None = None) -> None:
         super().__init__(state_dir, config or ApptainerConfig())
         self.binary = find_binary(binaries(self.config.runtime)) or self.config.runtime
         self.name = Path(self.binary).name
         cache = self.config.image_cache
         if cache is None:
-            cache = (Path(state_dir) / "images" if state_dir is not None
-                     else Path.home() / ".cache" / "rollserve" / "sif")
-        self.images = ImageCache(cache, self.binary, self.config.max_concurrent_builds,
-                                 self.config.build_timeout)
+            cache = (
+                Path(state_dir) / "images" if state_dir is not None else Path.home() / ".cache" / "rollserve" / "sif"
+            )
+        self.images = ImageCache(cache, self.binary, self.config.max_concurrent_builds, self.config.build_timeout)
 
     @classmethod
     def unavailable_reason(cls, config: ApptainerConfig | None = None) -> str | None:
@@ -154,27 +167,32 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
 
     def caps(self) -> dict[str, str]:
         if self.config.cgroup_limits:
-            memory, pids = ("apptainer --memory (cgroup), swap included",
-                            "apptainer --pids-limit (cgroup)")
+            memory, pids = ("apptainer --memory (cgroup), swap included", "apptainer --pids-limit (cgroup)")
         else:
             memory = f"{rl.MEMORY_PER_PROCESS} (cgroup_limits is off)"
             pids = "NOT enforced (cgroup_limits is off)"
-        mode = rsscap.mode_caps(self.config.resident_poll, "apptainer --memory (cgroup)"
-                                if self.config.cgroup_limits else None)
-        return {"memory_mb": memory, "memory_mode": mode, "pids": pids, **rl.PER_PROCESS,
-                "disk_mb": diskcap.MECHANISM + "; writes to the image's own folders go to "
-                "--writable-tmpfs, sized by apptainer.conf's 'sessiondir max size'",
-                "tmpfs_mb": "/dev/shm: a host folder under the disk cap"}
+        mode = rsscap.mode_caps(
+            self.config.resident_poll, "apptainer --memory (cgroup)" if self.config.cgroup_limits else None
+        )
+        return {
+            "memory_mb": memory,
+            "memory_mode": mode,
+            "pids": pids,
+            **rl.PER_PROCESS,
+            "disk_mb": diskcap.MECHANISM + "; writes to the image's own folders go to "
+            "--writable-tmpfs, sized by apptainer.conf's 'sessiondir max size'",
+            "tmpfs_mb": "/dev/shm: a host folder under the disk cap",
+        }
 
     async def start(self, spec: SandboxSpec) -> ApptainerSandbox:
         if reason := self.unavailable_reason(self.config):
             raise SandboxError(reason)
         reference = spec.image or self.config.default_image
         if not reference:
-            raise SandboxError("apptainer: the spec needs an image (.sif or docker://...), "
-                               "or the runtime a default_image")
-        image = await asyncio.wait_for(self.images.ensure(reference),
-                                       self.config.build_timeout + spec.start_timeout)
+            raise SandboxError(
+                "apptainer: the spec needs an image (.sif or docker://...), or the runtime a default_image"
+            )
+        image = await asyncio.wait_for(self.images.ensure(reference), self.config.build_timeout + spec.start_timeout)
         sandbox_id = new_sandbox_id(self.name)
         folders, entry = self.open_folders(sandbox_id, spec, self.config.root)
         folders.make_shm()
@@ -186,11 +204,13 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
     # -- images (rollserve images pull): .sif files built into the cache ---------------
 
     @classmethod
-    def for_pulling(cls, config: ApptainerConfig, image_cache: Path, concurrency: int,
-                    timeout: float) -> Self:
-        return cls(None, config.model_copy(update={
-            "image_cache": image_cache, "max_concurrent_builds": concurrency,
-            "build_timeout": timeout}))
+    def for_pulling(cls, config: ApptainerConfig, image_cache: Path, concurrency: int, timeout: float) -> Self:
+        return cls(
+            None,
+            config.model_copy(
+                update={"image_cache": image_cache, "max_concurrent_builds": concurrency, "build_timeout": timeout}
+            ),
+        )
 
     def images_unavailable_reason(self) -> str | None:
         return self.unavailable_reason(self.config)
@@ -209,8 +229,10 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
     async def image_cached(self, reference: str) -> bool:
         if not reference.startswith(BUILDABLE):
             if not Path(reference).expanduser().is_file():
-                raise BadImageReference(f"{reference!r} is neither a .sif file nor a "
-                                        f"reference apptainer builds from ({', '.join(BUILDABLE)})")
+                raise BadImageReference(
+                    f"{reference!r} is neither a .sif file nor a "
+                    f"reference apptainer builds from ({', '.join(BUILDABLE)})"
+                )
             return True
         return self.images.path_for(reference).exists()
 
@@ -219,15 +241,29 @@ class ApptainerRuntime(FolderRuntime[ApptainerConfig], ImageRuntime[ApptainerCon
 
 
 class ApptainerSandbox(FolderSandbox):
-    def __init__(self, owner: ApptainerRuntime, sandbox_id: str, spec: SandboxSpec,
-                 folders: SandboxFolders, entry: OwnerEntry, image: Path) -> None:
-        super().__init__(owner.name, sandbox_id, spec, folders, entry,
-                         resident_poll=owner.config.resident_poll,
-                         memory_bounded=owner.config.cgroup_limits)
+    def __init__(
+        self,
+        owner: ApptainerRuntime,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        folders: SandboxFolders,
+        entry: OwnerEntry,
+        image: Path,
+    ) -> None:
+        super().__init__(
+            owner.name,
+            sandbox_id,
+            spec,
+            folders,
+            entry,
+            resident_poll=owner.config.resident_poll,
+            memory_bounded=owner.config.cgroup_limits,
+        )
         self.image = image
         self._owner = owner
-        self._prefix = rl.prlimit_argv(rl.rlimits(spec.limits, nproc=False,
-                                                  address_space=not owner.config.cgroup_limits))
+        self._prefix = rl.prlimit_argv(
+            rl.rlimits(spec.limits, nproc=False, address_space=not owner.config.cgroup_limits)
+        )
 
     def command(self, inner: list[str]) -> list[str]:
         """The host argv that runs ``inner`` in this sandbox (without env and limits)."""
@@ -238,13 +274,17 @@ class ApptainerSandbox(FolderSandbox):
         if not self.spec.network:
             args += ["--net", "--network", "none"]
         if config.cgroup_limits:
-            args += ["--memory", f"{self.spec.limits.memory_mb}M",
-                     "--pids-limit", str(self.spec.limits.pids)]
+            args += ["--memory", f"{self.spec.limits.memory_mb}M", "--pids-limit", str(self.spec.limits.pids)]
         # /dev/shm: --contain's own is an unsized tmpfs (half the host's RAM); a folder
         # of the sandbox's instead, under the disk cap.
-        args += ["--home", f"{self.folders.workspace}:{WORKDIR}",
-                 "--bind", f"{self.folders.tmp}:/tmp",
-                 "--bind", f"{self.folders.base / 'shm'}:/dev/shm"]
+        args += [
+            "--home",
+            f"{self.folders.workspace}:{WORKDIR}",
+            "--bind",
+            f"{self.folders.tmp}:/tmp",
+            "--bind",
+            f"{self.folders.base / 'shm'}:/dev/shm",
+        ]
         for alias in self.workspace_aliases():
             args += ["--bind", f"{self.folders.workspace}:{alias}"]
         for path in self.spec.folders:
@@ -254,26 +294,39 @@ class ApptainerSandbox(FolderSandbox):
             args += ["--bind", f"{host}:{inside}:ro"]
         for path in self.spec.hide:  # an empty read-only folder over each (e.g. /r2e_tests)
             args += ["--bind", f"{self.folders.empty}:{path}:ro"]
-        args += ["--pwd", WORKDIR,
-                 *config.extra_args, str(self.image),
-                 # HOME is the private /tmp (apptainer refuses APPTAINERENV_HOME, and
-                 # --home is what binds the workspace): caches stay out of the workspace.
-                 "env", "HOME=/tmp", *inner]
+        args += [
+            "--pwd",
+            WORKDIR,
+            *config.extra_args,
+            str(self.image),
+            # HOME is the private /tmp (apptainer refuses APPTAINERENV_HOME, and
+            # --home is what binds the workspace): caches stay out of the workspace.
+            "env",
+            "HOME=/tmp",
+            *inner,
+        ]
         return args
 
     def environment(self, env: dict[str, str] | None, pty: bool) -> dict[str, str]:
         """The host environment of the apptainer process: the sandbox's variables
         travel as APPTAINERENV_* (and SINGULARITYENV_* for singularity)."""
-        values = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": "/tmp",
-                  "PYTHONDONTWRITEBYTECODE": "1", **({"TERM": "xterm"} if pty else {}),
-                  **self.spec.env, **(env or {})}
+        values = {
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **({"TERM": "xterm"} if pty else {}),
+            **self.spec.env,
+            **(env or {}),
+        }
         prefix = "SINGULARITYENV_" if self.runtime == "singularity" else "APPTAINERENV_"
-        host = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                "HOME": os.environ.get("HOME", "/")}
+        host = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
         host.update({prefix + key: value for key, value in values.items()})
         return host
 
-    async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
-                      merge_stderr: bool) -> HostProcess:
-        return self._start_host([*self._prefix, *self.command(inner)], pty=pty,
-                                env=self.environment(env, pty), merge_stderr=merge_stderr)
+    async def _launch(
+        self, inner: list[str], *, pty: bool, env: dict[str, str] | None, merge_stderr: bool
+    ) -> HostProcess:
+        return self._start_host(
+            [*self._prefix, *self.command(inner)], pty=pty, env=self.environment(env, pty), merge_stderr=merge_stderr
+        )

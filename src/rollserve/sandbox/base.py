@@ -33,8 +33,27 @@ WORKDIR = "/workspace"
 # A folder only the server writes, shown read-only inside (the gateway's socket).
 SERVER_DIR = "/.rollserve"
 # Top-level paths a workspace alias may not take.
-RESERVED = frozenset({"workspace", "tmp", "proc", "dev", "sys", "usr", "bin", "lib", "lib64",
-                      "sbin", "etc", "run", "root", "home", "var", "boot", SERVER_DIR[1:]})
+RESERVED = frozenset(
+    {
+        "workspace",
+        "tmp",
+        "proc",
+        "dev",
+        "sys",
+        "usr",
+        "bin",
+        "lib",
+        "lib64",
+        "sbin",
+        "etc",
+        "run",
+        "root",
+        "home",
+        "var",
+        "boot",
+        SERVER_DIR[1:],
+    }
+)
 
 
 class SandboxError(InfraError):
@@ -44,23 +63,34 @@ class SandboxError(InfraError):
 class SandboxLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    memory_mb: int = Field(2048, ge=16, description="cgroup memory per sandbox where a cgroup "
-                           "is available, else (memory_mode) address space per process or "
-                           "resident memory per sandbox")
+    memory_mb: int = Field(
+        2048,
+        ge=16,
+        description="cgroup memory per sandbox where a cgroup "
+        "is available, else (memory_mode) address space per process or "
+        "resident memory per sandbox",
+    )
     memory_mode: Literal["address-space", "resident"] = Field(
-        "address-space", description="where no cgroup bounds the sandbox: 'address-space' "
+        "address-space",
+        description="where no cgroup bounds the sandbox: 'address-space' "
         "caps each process's address space at memory_mb (RLIMIT_AS: an allocation past it "
         "fails); 'resident' caps what all the sandbox's processes hold in RAM together (a "
         "watcher kills them all past it: rsscap.py), for programs that reserve far more "
-        "than they use (Node, Bun: the agent harnesses)")
+        "than they use (Node, Bun: the agent harnesses)",
+    )
     pids: int = Field(256, ge=8, description="processes (RLIMIT_NPROC where no cgroup)")
     file_size_mb: int = Field(512, ge=1, description="largest file a process may write")
     cpu_seconds: int = Field(600, ge=1, description="CPU time per process")
     open_files: int = Field(1024, ge=16)
-    disk_mb: int = Field(4096, ge=1, description="what /workspace and /tmp hold together; "
-                         "past it every process of the sandbox is killed (see diskcap.py)")
-    tmpfs_mb: int = Field(64, ge=1, description="size of each in-memory filesystem inside "
-                          "(/dev/shm): writes past it fail with ENOSPC")
+    disk_mb: int = Field(
+        4096,
+        ge=1,
+        description="what /workspace and /tmp hold together; "
+        "past it every process of the sandbox is killed (see diskcap.py)",
+    )
+    tmpfs_mb: int = Field(
+        64, ge=1, description="size of each in-memory filesystem inside (/dev/shm): writes past it fail with ENOSPC"
+    )
 
 
 class SandboxSpec(BaseModel):
@@ -82,29 +112,35 @@ class SandboxSpec(BaseModel):
         default_factory=list,
         description="more top-level paths where the workspace is also mounted, e.g. "
         "['/testbed'] so an image's scripts and editable installs find the repository "
-        "(apptainer, bubblewrap, docker/podman)")
+        "(apptainer, bubblewrap, docker/podman)",
+    )
     workspace_seed: str | None = Field(
-        None, description="a folder of the image (or of the root) whose contents fill the "
+        None,
+        description="a folder of the image (or of the root) whose contents fill the "
         "workspace when the sandbox starts, before the aliases hide it, e.g. '/testbed' "
-        "(apptainer, bubblewrap, docker/podman)")
+        "(apptainer, bubblewrap, docker/podman)",
+    )
     folders: list[str] = Field(
         default_factory=list,
         description="more top-level paths, each a writable folder of the sandbox's own (empty "
         "at start, not the workspace, not shown in it), e.g. Harbor's /tests and /logs "
-        "(apptainer, bubblewrap, docker/podman)")
+        "(apptainer, bubblewrap, docker/podman)",
+    )
     hide: list[str] = Field(
         default_factory=list,
         description="folders this sandbox must not see, each covered by an empty read-only "
         "folder: bubblewrap (a tmpfs, where the host root is shown), apptainer and "
         "docker/podman (a bind of an empty folder, over the image's path, e.g. R2E's "
         "/r2e_tests); the local runtime cannot hide anything. E.g. the swe handler's "
-        "mirrors (their history goes past the task's commit) and its bundled answers")
+        "mirrors (their history goes past the task's commit) and its bundled answers",
+    )
 
     readonly_binds: dict[str, str] = Field(
         default_factory=dict,
         description="inside path -> host folder, shown read-only inside (a harness's install "
         "folder); the inside path is a new top-level folder, e.g. /.rollserve-harness "
-        "(apptainer, bubblewrap, docker/podman; the local runtime refuses any)")
+        "(apptainer, bubblewrap, docker/podman; the local runtime refuses any)",
+    )
 
     @field_validator("readonly_binds")
     @classmethod
@@ -112,8 +148,10 @@ class SandboxSpec(BaseModel):
         for inside, host in binds.items():
             name = inside.strip("/")
             if not inside.startswith("/") or not name or "/" in name or name in RESERVED:
-                raise ValueError(f"{inside!r}: a read-only bind goes at a new top-level path, "
-                                 f"not one of /{', /'.join(sorted(RESERVED))}")
+                raise ValueError(
+                    f"{inside!r}: a read-only bind goes at a new top-level path, "
+                    f"not one of /{', /'.join(sorted(RESERVED))}"
+                )
             if not host.startswith("/") or ".." in host.split("/"):
                 raise ValueError(f"{host!r}: the host folder must be an absolute path without '..'")
         return binds
@@ -124,8 +162,10 @@ class SandboxSpec(BaseModel):
         for alias in aliases:
             name = alias.strip("/")
             if not alias.startswith("/") or not name or "/" in name or name in RESERVED:
-                raise ValueError(f"{alias!r}: an alias must be a top-level path like "
-                                 f"/testbed, not one of /{', /'.join(sorted(RESERVED))}")
+                raise ValueError(
+                    f"{alias!r}: an alias must be a top-level path like "
+                    f"/testbed, not one of /{', /'.join(sorted(RESERVED))}"
+                )
         return aliases
 
     @field_validator("workspace_seed")
@@ -263,8 +303,12 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def spawn(
-        self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
-        *, merge_stderr: bool = True,
+        self,
+        argv: list[str],
+        pty: bool = False,
+        env: dict[str, str] | None = None,
+        *,
+        merge_stderr: bool = True,
     ) -> SandboxProcess:
         """Start a long-lived process (a shell on a PTY, an interpreter on pipes).
 
@@ -346,8 +390,7 @@ class Runtime(abc.ABC, Generic[ConfigT]):
     state_dir: Path | None  # where its sandboxes' owner records go (None: nowhere)
 
     @abc.abstractmethod
-    def __init__(self, state_dir: Path | str | None = None, config: ConfigT | None = None) -> None:
-        ...
+    def __init__(self, state_dir: Path | str | None = None, config: ConfigT | None = None) -> None: ...
 
     @classmethod
     @abc.abstractmethod
@@ -378,8 +421,7 @@ class ImageRuntime(Runtime[ConfigT]):
 
     @classmethod
     @abc.abstractmethod
-    def for_pulling(cls, config: ConfigT, image_cache: Path, concurrency: int,
-                    timeout: float) -> Self:
+    def for_pulling(cls, config: ConfigT, image_cache: Path, concurrency: int, timeout: float) -> Self:
         """This runtime made to fetch images: at most ``concurrency`` at once (where it
         bounds them itself), ``timeout`` seconds each, into ``image_cache`` where it
         keeps its own images (else into the engine's store)."""
@@ -421,19 +463,22 @@ class SandboxStarter(Protocol):
 def paths_problem(runtime: str, spec: SandboxSpec) -> str | None:
     """Why a runtime without paths of its own (``Runtime.own_paths`` False) cannot
     start ``spec``, if it asks for a path only a mount namespace gives."""
-    asked = [name for name in ("workspace_aliases", "workspace_seed", "folders", "readonly_binds")
-             if getattr(spec, name)]
+    asked = [
+        name for name in ("workspace_aliases", "workspace_seed", "folders", "readonly_binds") if getattr(spec, name)
+    ]
     if not asked:
         return None
-    return (f"{runtime} runtime: {', '.join(asked)} need a mount namespace (paths of the "
-            "sandbox's own); use bubblewrap (or apptainer, docker, podman)")
+    return (
+        f"{runtime} runtime: {', '.join(asked)} need a mount namespace (paths of the "
+        "sandbox's own); use bubblewrap (or apptainer, docker, podman)"
+    )
 
 
 def resolve_in_workspace(workspace: Path, path: str) -> Path:
     """The host path for ``path`` (relative, or absolute under /workspace), refusing
     anything that leaves the workspace, through ``..`` or through a symlink."""
     root = workspace.resolve()
-    relative = path[len(WORKDIR):].lstrip("/") if path.startswith(WORKDIR) else path
+    relative = path[len(WORKDIR) :].lstrip("/") if path.startswith(WORKDIR) else path
     if relative.startswith("/"):
         raise PermissionError(f"{path}: only paths inside {WORKDIR} are allowed")
     target = (root / relative).resolve()

@@ -102,8 +102,7 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
     name = "bubblewrap"
     config_model = BubblewrapConfig
 
-    def __init__(self, state_dir: Path | str | None = None,
-                 config: BubblewrapConfig | None = None) -> None:
+    def __init__(self, state_dir: Path | str | None = None, config: BubblewrapConfig | None = None) -> None:
         super().__init__(state_dir, config or BubblewrapConfig())
         self._uids: set[int] = set()  # uids of this runtime's open sandboxes (root only)
         self.as_root = os.geteuid() == 0
@@ -113,14 +112,15 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         self.hidden = self.view.hidden
         self.readonly_paths = self.view.readonly_paths
         # The sandboxes' own Python over the host root (sandbox_python.py), made at the first start.
-        self.python = SandboxPython(self.config.python_cache or default_cache(
-            self.config.root, self.as_root and self.config.root_uids is not None),
-            self.config.python_packages)
+        self.python = SandboxPython(
+            self.config.python_cache
+            or default_cache(self.config.root, self.as_root and self.config.root_uids is not None),
+            self.config.python_packages,
+        )
         # Why System V IPC is not capped in this runtime's sandboxes (None: it is):
         # one tiny sandbox, once per process (the server makes its runtime in a thread).
         uid = self.config.root_uids[0] if self.config.root_uids is not None else 0
-        self.ipc_unavailable_reason: str | None = shmcap.ipc_unavailable_reason(
-            self.config.bwrap, self.as_root, uid)
+        self.ipc_unavailable_reason: str | None = shmcap.ipc_unavailable_reason(self.config.bwrap, self.as_root, uid)
 
     @classmethod
     def unavailable_reason(cls, config: BubblewrapConfig | None = None) -> str | None:
@@ -143,9 +143,11 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
                 pids = "RLIMIT_NPROC inside the sandbox's user namespace: per sandbox"
         ipc = self.ipc_unavailable_reason
         if ipc is None:
-            memory += ("; System V shared memory: at most memory_mb per command (its own IPC "
-                       "namespace: shmall, shmmax; a segment no process has attached is "
-                       "destroyed, so each counts against RLIMIT_AS where mapped)")
+            memory += (
+                "; System V shared memory: at most memory_mb per command (its own IPC "
+                "namespace: shmall, shmmax; a segment no process has attached is "
+                "destroyed, so each counts against RLIMIT_AS where mapped)"
+            )
         else:
             memory += f"; System V shared memory: NOT capped ({ipc})"
         if cgroup is None:
@@ -153,15 +155,24 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
             if not self.as_root:
                 memory += f" ({shmcap.MEMFD_NOT_ROOT})"
         if self.sized_tmpfs:
-            shm = ("/dev/shm and the hidden folders: tmpfs of this size per command "
-                   "(bwrap --size); bwrap's tmpfs at / and /dev read-only")
+            shm = (
+                "/dev/shm and the hidden folders: tmpfs of this size per command "
+                "(bwrap --size); bwrap's tmpfs at / and /dev read-only"
+            )
         else:
-            shm = ("/dev/shm: a host folder under the disk cap (this bwrap has no --size); "
-                   "bwrap's tmpfs at / and /dev read-only")
-        mode = rsscap.mode_caps(self.config.resident_poll,
-                                None if cgroup is None else f"the cgroup (under {cgroup})")
-        return {"memory_mb": memory, "memory_mode": mode, "pids": pids, **rl.PER_PROCESS,
-                "disk_mb": diskcap.MECHANISM, "tmpfs_mb": shm}
+            shm = (
+                "/dev/shm: a host folder under the disk cap (this bwrap has no --size); "
+                "bwrap's tmpfs at / and /dev read-only"
+            )
+        mode = rsscap.mode_caps(self.config.resident_poll, None if cgroup is None else f"the cgroup (under {cgroup})")
+        return {
+            "memory_mb": memory,
+            "memory_mode": mode,
+            "pids": pids,
+            **rl.PER_PROCESS,
+            "disk_mb": diskcap.MECHANISM,
+            "tmpfs_mb": shm,
+        }
 
     @classmethod
     def reap_resources(cls, record: OwnerRecord) -> list[str]:
@@ -206,8 +217,7 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         name = f"rollserve-{sandbox_id}"
         planned = self.cgroup_parent / name if self.cgroup_parent is not None else None
         try:
-            entry = self.book.open(sandbox_id, self.name, [base],
-                                   cgroup=str(planned) if planned else None)
+            entry = self.book.open(sandbox_id, self.name, [base], cgroup=str(planned) if planned else None)
         except OSError as error:
             self.release_uid(uid)
             raise SandboxError(f"bubblewrap sandbox could not start: {error}") from error
@@ -235,17 +245,30 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
         return sandbox
 
 
-
 class BubblewrapSandbox(FolderSandbox):
-    def __init__(self, owner: BubblewrapRuntime, sandbox_id: str, spec: SandboxSpec,
-                 folders: SandboxFolders, entry: OwnerEntry, cgroup: Path | None, root: str,
-                 uid: int | None) -> None:
+    def __init__(
+        self,
+        owner: BubblewrapRuntime,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        folders: SandboxFolders,
+        entry: OwnerEntry,
+        cgroup: Path | None,
+        root: str,
+        uid: int | None,
+    ) -> None:
         # With a cgroup, memory is bounded per sandbox there; RLIMIT_AS would only
         # break programs that reserve more address space than they use. So would it
         # for a spec with memory_mode "resident" (rlimits leaves it out): rsscap.py.
-        super().__init__(owner.name, sandbox_id, spec, folders, entry,
-                         resident_poll=owner.config.resident_poll,
-                         memory_bounded=cgroup is not None)
+        super().__init__(
+            owner.name,
+            sandbox_id,
+            spec,
+            folders,
+            entry,
+            resident_poll=owner.config.resident_poll,
+            memory_bounded=cgroup is not None,
+        )
         self.uid = uid  # the host uid it runs as (None: the server's)
         self.memfd: shmcap.MemfdWatch | None = None  # the memfd cap's watcher (no cgroup)
         self.cgroup = cgroup
@@ -269,15 +292,28 @@ class BubblewrapSandbox(FolderSandbox):
 
     def _mounts(self) -> list[str]:
         """bwrap and its arguments up to the environment (bwrap_view.py)."""
-        return self._owner.view.args(self._root, self.folders, self.spec.limits,
-                                     self.spec.network, self.workspace_aliases(), self.spec.hide,
-                                     self.spec.folders, self.spec.readonly_binds)
+        return self._owner.view.args(
+            self._root,
+            self.folders,
+            self.spec.limits,
+            self.spec.network,
+            self.workspace_aliases(),
+            self.spec.hide,
+            self.spec.folders,
+            self.spec.readonly_binds,
+        )
 
     def _env_args(self, env: dict[str, str] | None, pty: bool) -> list[str]:
         # HOME is the private /tmp, not the workspace: caches (pip, IPython, matplotlib)
         # and dotfiles stay out of the agent's files and a task's diff.
-        values = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-                  "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        values = {
+            "PATH": SANDBOX_PATH,
+            "HOME": "/tmp",
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         if pty:
             values["TERM"] = "xterm"
         values.update(self.spec.env)
@@ -287,18 +323,33 @@ class BubblewrapSandbox(FolderSandbox):
             args += ["--setenv", key, value]
         return args
 
-    async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
-                      merge_stderr: bool) -> BwrapProcess:
+    async def _launch(
+        self, inner: list[str], *, pty: bool, env: dict[str, str] | None, merge_stderr: bool
+    ) -> BwrapProcess:
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         block_r, block_w = os.pipe2(os.O_CLOEXEC)
         # (While seeding, without the aliases: they would hide the seed.)
         mounts = self._mounts() if self._seeding else self.mounts
-        argv = [*self.prefix, *mounts, "--info-fd", str(info_w), "--block-fd", str(block_r),
-                *self._env_args(env, pty), "--", *inner]
+        argv = [
+            *self.prefix,
+            *mounts,
+            "--info-fd",
+            str(info_w),
+            "--block-fd",
+            str(block_r),
+            *self._env_args(env, pty),
+            "--",
+            *inner,
+        ]
         try:
-            process = BwrapProcess.start(argv, pty=pty, env={"PATH": os.environ.get("PATH", SANDBOX_PATH)},
-                                         merge_stderr=merge_stderr, pass_fds=(info_w, block_r),
-                                         contained=True)
+            process = BwrapProcess.start(
+                argv,
+                pty=pty,
+                env={"PATH": os.environ.get("PATH", SANDBOX_PATH)},
+                merge_stderr=merge_stderr,
+                pass_fds=(info_w, block_r),
+                contained=True,
+            )
         except OSError as error:
             os.close(info_r)
             os.close(block_w)
@@ -318,8 +369,7 @@ class BubblewrapSandbox(FolderSandbox):
             if self.cgroup is not None:
                 cgroups.add_process(self.cgroup, pid)
             if self._owner.ipc_unavailable_reason is None:
-                await shmcap.cap_ipc(pid, os.geteuid() if self.uid is None else self.uid,
-                                     self.spec.limits)
+                await shmcap.cap_ipc(pid, os.geteuid() if self.uid is None else self.uid, self.spec.limits)
             self._record(process, pid)
             os.write(block_w, b"1")  # go
             started = True
@@ -349,8 +399,7 @@ class BubblewrapSandbox(FolderSandbox):
     def start_caps(self) -> None:
         super().start_caps()
         if self.cgroup is None:  # (with one, the cgroup is charged for memfd files too)
-            self.memfd = shmcap.MemfdWatch(self.spec.limits.memory_mb * shmcap.MB,
-                                           self.host_pids, self._memfd_exceeded)
+            self.memfd = shmcap.MemfdWatch(self.spec.limits.memory_mb * shmcap.MB, self.host_pids, self._memfd_exceeded)
             self.memfd.start()
 
     async def _memfd_exceeded(self, used: int) -> None:
@@ -362,17 +411,25 @@ class BubblewrapSandbox(FolderSandbox):
         if self.memfd is not None:
             await self.memfd.stop()
 
-    async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
-                   env: dict[str, str] | None = None, max_output: int = 1 << 20, *,
-                   cpu_budget: float | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str | list[str],
+        timeout: float,
+        stdin: bytes | None = None,
+        env: dict[str, str] | None = None,
+        max_output: int = 1 << 20,
+        *,
+        cpu_budget: float | None = None,
+    ) -> ExecResult:
         ooms = self._oom_kills()
-        result = await super().exec(command, timeout, stdin, env, max_output,
-                                    cpu_budget=cpu_budget)
+        result = await super().exec(command, timeout, stdin, env, max_output, cpu_budget=cpu_budget)
         if result.cap is None and not result.ok and self._oom_kills() > ooms:
             result.cap = "memory"
-            result.stderr += (f"\n[rollserve: the sandbox reached its memory cap "
-                              f"({self.spec.limits.memory_mb} MB for all its processes together); "
-                              "the kernel killed a process of it during this command.]\n")
+            result.stderr += (
+                f"\n[rollserve: the sandbox reached its memory cap "
+                f"({self.spec.limits.memory_mb} MB for all its processes together); "
+                "the kernel killed a process of it during this command.]\n"
+            )
         return result
 
     def _oom_kills(self) -> int:
@@ -382,8 +439,7 @@ class BubblewrapSandbox(FolderSandbox):
     async def write_file(self, path: str, data: bytes | str) -> None:
         await super().write_file(path, data)
         if self.uid is not None:  # the sandbox's uid must be able to change it
-            chown_up_to(resolve_in_workspace(self.workspace, path), self.workspace.resolve(),
-                        self.uid, self.uid)
+            chown_up_to(resolve_in_workspace(self.workspace, path), self.workspace.resolve(), self.uid, self.uid)
 
     async def _release(self) -> None:
         try:
@@ -429,4 +485,3 @@ async def _failure_output(process: HostProcess) -> str:
         except (TimeoutError, OSError):
             pass
     return out.decode("utf-8", "replace").strip()
-

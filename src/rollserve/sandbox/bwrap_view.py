@@ -130,9 +130,17 @@ class View:
         # The sandboxes' own Python (sandbox_python.py), once the runtime has made it.
         self.python_prefix: Path | None = None
 
-    def args(self, root: str, folders: SandboxFolders, limits: SandboxLimits, network: bool,
-             aliases: Sequence[str], hide: Sequence[str] = (),
-             own: Sequence[str] = (), binds: dict[str, str] | None = None) -> list[str]:
+    def args(
+        self,
+        root: str,
+        folders: SandboxFolders,
+        limits: SandboxLimits,
+        network: bool,
+        aliases: Sequence[str],
+        hide: Sequence[str] = (),
+        own: Sequence[str] = (),
+        binds: dict[str, str] | None = None,
+    ) -> list[str]:
         """bwrap's arguments up to the environment (see the module's doc); ``hide``:
         more host folders to cover (the spec's); ``binds``: inside -> host folder,
         read-only (the spec's ``readonly_binds``)."""
@@ -158,8 +166,21 @@ class View:
             args += _resolver_bind()
         # /proc/sys read-only: the IPC namespace's caps (shmcap.py) belong to the
         # sandbox's uid, who could otherwise set them back.
-        args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
-                 "--bind", str(folders.workspace), WORKDIR, "--bind", str(folders.tmp), "/tmp"]
+        args += [
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--ro-bind",
+            "/proc/sys",
+            "/proc/sys",
+            "--bind",
+            str(folders.workspace),
+            WORKDIR,
+            "--bind",
+            str(folders.tmp),
+            "/tmp",
+        ]
         args += _shm(size, folders)
         args += _binds(folders, aliases, own)
         args += ["--ro-bind", str(folders.server), SERVER_DIR]
@@ -204,10 +225,12 @@ class View:
         # The venv the server runs from (its site-packages, its scripts).
         venv = server_venv()
         candidates += [venv] if venv is not None else []
-        folders = [p for p in candidates if p.is_dir() and not p.is_symlink()
-                   and p != Path("/") and Path("/tmp") not in (p, *p.parents)]
-        return [str(p) for p in folders
-                if not any(other in p.parents for other in folders)]
+        folders = [
+            p
+            for p in candidates
+            if p.is_dir() and not p.is_symlink() and p != Path("/") and Path("/tmp") not in (p, *p.parents)
+        ]
+        return [str(p) for p in folders if not any(other in p.parents for other in folders)]
 
     def readonly_paths(self, root: str = "/") -> list[str]:
         """Host paths bound read-only inside on top of the root: the configured ones,
@@ -236,8 +259,12 @@ class View:
             elif str(path) not in self._skipped_paths:
                 self._skipped_paths.add(str(path))
                 # The interpreter has a fallback (python_with); a configured path has none.
-                log.log(logging.WARNING if path in configured else logging.INFO,
-                        "bubblewrap: read-only path %s is not shown in sandboxes: %s", path, why)
+                log.log(
+                    logging.WARNING if path in configured else logging.INFO,
+                    "bubblewrap: read-only path %s is not shown in sandboxes: %s",
+                    path,
+                    why,
+                )
         return usable
 
 
@@ -247,8 +274,9 @@ def _shown(folders: Sequence[Path], root: str, hidden: list[str], readonly: list
     if root != "/":
         return []
     covering = [Path(f) for f in [*hidden, "/tmp"]]
-    return [str(folder) for folder in folders
-            if not within(folder, covering) or within(folder, [Path(p) for p in readonly])]
+    return [
+        str(folder) for folder in folders if not within(folder, covering) or within(folder, [Path(p) for p in readonly])
+    ]
 
 
 INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
@@ -270,8 +298,10 @@ def bwrap_unavailable_reason(binary: str, root_uid: int | None = None) -> str | 
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bubblewrap: a test sandbox failed: {error}"
     if done.returncode != 0:
-        return (f"bubblewrap: a test sandbox failed ({done.stderr.strip()[-300:]}); "
-                "are unprivileged user namespaces enabled?")
+        return (
+            f"bubblewrap: a test sandbox failed ({done.stderr.strip()[-300:]}); "
+            "are unprivileged user namespaces enabled?"
+        )
     return None
 
 

@@ -74,12 +74,13 @@ def find_parent(configured: str | None) -> tuple[Path | None, str]:
     # enough (root can write into systemd's slices, which are not ours): "auto" takes
     # only a folder systemd marked as delegated, or the real root of the hierarchy.
     for candidate in (own, own.parent):
-        if usable_parent(candidate) is None and (delegated(candidate)
-                                                 or candidate == cgroup2_mount()):
+        if usable_parent(candidate) is None and (delegated(candidate) or candidate == cgroup2_mount()):
             return candidate, "delegated"
     outer = own if own == cgroup2_mount() else own.parent
-    return None, (usable_parent(outer) or f"{outer}: not marked as delegated "
-                  "(set BubblewrapConfig.cgroup to a folder delegated to rollserve)")
+    return None, (
+        usable_parent(outer)
+        or f"{outer}: not marked as delegated (set BubblewrapConfig.cgroup to a folder delegated to rollserve)"
+    )
 
 
 def delegated(path: Path) -> bool:
@@ -151,7 +152,6 @@ def remove_cgroup(path: Path, timeout: float = 5.0) -> None:
 def memory_events(path: Path) -> dict[str, int]:
     """memory.events counters (``oom_kill`` tells that the memory limit killed)."""
     try:
-        return {k: int(v) for k, v in (line.split() for line in
-                                       (path / "memory.events").read_text().splitlines())}
+        return {k: int(v) for k, v in (line.split() for line in (path / "memory.events").read_text().splitlines())}
     except (OSError, ValueError):
         return {}

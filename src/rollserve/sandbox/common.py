@@ -72,9 +72,16 @@ class FolderRuntime(Runtime[ConfigT]):
         self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
         self.book = OwnerBook(state_dir)
 
-    def open_folders(self, sandbox_id: str, spec: SandboxSpec, root: Path | None, *,
-                     container: str | None = None, engine: str | None = None,
-                     engine_args: Sequence[str] = ()) -> tuple[SandboxFolders, OwnerEntry]:
+    def open_folders(
+        self,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        root: Path | None,
+        *,
+        container: str | None = None,
+        engine: str | None = None,
+        engine_args: Sequence[str] = (),
+    ) -> tuple[SandboxFolders, OwnerEntry]:
         """A new sandbox's folders (with the spec's files, and the empty folder its
         ``hide`` paths are covered with) and its owner record (with
         the container the runtime will make, if any); a failure is a SandboxError."""
@@ -82,8 +89,9 @@ class FolderRuntime(Runtime[ConfigT]):
         # on leaves a record the next one reaps (the reaper takes a missing folder).
         base = SandboxFolders.base_path(root, sandbox_id)
         try:
-            entry = self.book.open(sandbox_id, self.name, [base], container=container,
-                                   engine=engine, engine_args=engine_args)
+            entry = self.book.open(
+                sandbox_id, self.name, [base], container=container, engine=engine, engine_args=engine_args
+            )
         except OSError as error:
             raise SandboxError(f"{self.name} sandbox could not start: {error}") from error
         try:
@@ -116,9 +124,17 @@ class FolderRuntime(Runtime[ConfigT]):
 class FolderSandbox(Sandbox):
     """A sandbox over ``SandboxFolders`` whose commands are host processes it tracks."""
 
-    def __init__(self, runtime: str, sandbox_id: str, spec: SandboxSpec,
-                 folders: SandboxFolders, entry: OwnerEntry, *,
-                 resident_poll: float | None = None, memory_bounded: bool = False) -> None:
+    def __init__(
+        self,
+        runtime: str,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        folders: SandboxFolders,
+        entry: OwnerEntry,
+        *,
+        resident_poll: float | None = None,
+        memory_bounded: bool = False,
+    ) -> None:
         """``resident_poll``: where the runtime can cap resident memory (rsscap.py), its
         seconds between two readings; ``memory_bounded``: a cgroup bounds the sandbox's
         memory (then the spec's ``memory_mode`` changes nothing)."""
@@ -135,8 +151,11 @@ class FolderSandbox(Sandbox):
         self.disk: DiskWatch | None = None  # the disk cap's watcher, once started
         self.resident: ResidentWatch | None = None  # the resident memory cap's (rsscap.py)
         # Where this sandbox gets that cap: the seconds between its readings, else None.
-        self.resident_poll = (resident_poll if resident_poll is not None and
-                              rl.resident_cap(spec.limits, bounded=memory_bounded) else None)
+        self.resident_poll = (
+            resident_poll
+            if resident_poll is not None and rl.resident_cap(spec.limits, bounded=memory_bounded)
+            else None
+        )
 
     @property
     def closed(self) -> bool:
@@ -150,8 +169,9 @@ class FolderSandbox(Sandbox):
     # -- what each runtime says -------------------------------------------------------
 
     @abc.abstractmethod
-    async def _launch(self, inner: list[str], *, pty: bool, env: dict[str, str] | None,
-                      merge_stderr: bool) -> HostProcess:
+    async def _launch(
+        self, inner: list[str], *, pty: bool, env: dict[str, str] | None, merge_stderr: bool
+    ) -> HostProcess:
         """Start ``inner`` (argv as the sandbox runs it, already wrapped for a PTY) as
         a host process, counted as the sandbox's (``_track``)."""
 
@@ -161,21 +181,34 @@ class FolderSandbox(Sandbox):
 
     # -- the template -------------------------------------------------------------------
 
-    async def spawn(self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None,
-                    *, merge_stderr: bool = True) -> HostProcess:
+    async def spawn(
+        self, argv: list[str], pty: bool = False, env: dict[str, str] | None = None, *, merge_stderr: bool = True
+    ) -> HostProcess:
         self._check_open()
         inner = [*CTTY, *argv] if pty else list(argv)
         return await self._launch(inner, pty=pty, env=env, merge_stderr=merge_stderr)
 
-    async def exec(self, command: str | list[str], timeout: float, stdin: bytes | None = None,
-                   env: dict[str, str] | None = None, max_output: int = 1 << 20, *,
-                   cpu_budget: float | None = None) -> ExecResult:
-        return await self._collect(shell_argv(command), timeout, stdin, env, max_output,
-                                   cpu_budget)
+    async def exec(
+        self,
+        command: str | list[str],
+        timeout: float,
+        stdin: bytes | None = None,
+        env: dict[str, str] | None = None,
+        max_output: int = 1 << 20,
+        *,
+        cpu_budget: float | None = None,
+    ) -> ExecResult:
+        return await self._collect(shell_argv(command), timeout, stdin, env, max_output, cpu_budget)
 
-    async def _collect(self, inner: list[str], timeout: float, stdin: bytes | None,
-                       env: dict[str, str] | None, max_output: int,
-                       cpu_budget: float | None = None) -> ExecResult:
+    async def _collect(
+        self,
+        inner: list[str],
+        timeout: float,
+        stdin: bytes | None,
+        env: dict[str, str] | None,
+        max_output: int,
+        cpu_budget: float | None = None,
+    ) -> ExecResult:
         """Run ``inner`` on pipes (stderr apart) to its end or ``timeout`` (or, with
         ``cpu_budget``, until its process tree has used that much CPU: cpucap.py)."""
         started = time.monotonic()
@@ -183,19 +216,16 @@ class FolderSandbox(Sandbox):
         process = await self._launch(inner, pty=False, env=env, merge_stderr=False)
         watch = None
         if cpu_budget is not None:
-            watch = CpuWatch(process.pid, cpu_budget,
-                             lambda used: self._cpu_exceeded(process, watch, used))
+            watch = CpuWatch(process.pid, cpu_budget, lambda used: self._cpu_exceeded(process, watch, used))
             watch.start()
         try:
             # Launchers (bwrap, bash, setsid) exit 128+N when the command dies of signal N.
-            return await collect(process, timeout, stdin, max_output, signal_codes=True,
-                                 started=started)
+            return await collect(process, timeout, stdin, max_output, signal_codes=True, started=started)
         finally:
             if watch is not None:
                 await watch.stop()
 
-    async def _cpu_exceeded(self, process: HostProcess, watch: CpuWatch | None,
-                            used: float) -> None:
+    async def _cpu_exceeded(self, process: HostProcess, watch: CpuWatch | None, used: float) -> None:
         """Kill a command past its CPU budget (the sandbox stays open)."""
         if watch is not None:
             process.kill_for_cap("cpu", watch.notice(used))
@@ -207,18 +237,19 @@ class FolderSandbox(Sandbox):
         self._closed = True
         await self._stop_caps()
         processes = list(self._processes)
-        outcomes = await asyncio.gather(*(process.kill() for process in processes),
-                                        return_exceptions=True)
+        outcomes = await asyncio.gather(*(process.kill() for process in processes), return_exceptions=True)
         try:
             await self._release()
         finally:
             await asyncio.to_thread(remove_tree, self.folders.base)
             self._entry.delete()
-        stuck = [f"{process.pid}: {outcome}" for process, outcome in zip(processes, outcomes)
-                 if isinstance(outcome, BaseException)]
+        stuck = [
+            f"{process.pid}: {outcome}"
+            for process, outcome in zip(processes, outcomes)
+            if isinstance(outcome, BaseException)
+        ]
         if stuck:
-            raise SandboxError(f"sandbox {self.id}: processes that would not die: "
-                               f"{'; '.join(stuck)}")
+            raise SandboxError(f"sandbox {self.id}: processes that would not die: {'; '.join(stuck)}")
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -226,13 +257,21 @@ class FolderSandbox(Sandbox):
         if self._closed:
             raise SandboxError(f"sandbox {self.id} is closed")
 
-    def _start_host(self, argv: list[str], *, pty: bool, env: dict[str, str],
-                    merge_stderr: bool, cwd: Path | None = None,
-                    new_session: bool = True) -> HostProcess:
+    def _start_host(
+        self,
+        argv: list[str],
+        *,
+        pty: bool,
+        env: dict[str, str],
+        merge_stderr: bool,
+        cwd: Path | None = None,
+        new_session: bool = True,
+    ) -> HostProcess:
         """Start ``argv`` on the host and track it; an OSError is a SandboxError."""
         try:
-            process = HostProcess.start(argv, pty=pty, env=env, cwd=cwd,
-                                        merge_stderr=merge_stderr, new_session=new_session)
+            process = HostProcess.start(
+                argv, pty=pty, env=env, cwd=cwd, merge_stderr=merge_stderr, new_session=new_session
+            )
         except OSError as error:
             raise SandboxError(f"sandbox {self.id}: cannot start {argv[0]}: {error}") from error
         return self._track(process)
@@ -261,12 +300,12 @@ class FolderSandbox(Sandbox):
         """Start watching the disk cap (workspace and tmp together: the sandbox's
         folder) and, where the sandbox gets one (``resident_poll``), the resident
         memory cap; the runtime calls it once the sandbox exists, before seeding it."""
-        self.disk = DiskWatch(self.folders.base, self.spec.limits.disk_mb * MB,
-                              self.host_pids, self._disk_exceeded)
+        self.disk = DiskWatch(self.folders.base, self.spec.limits.disk_mb * MB, self.host_pids, self._disk_exceeded)
         self.disk.start()
         if self.resident_poll is not None:
-            self.resident = ResidentWatch(self.spec.limits.memory_mb * MB, self.root_pids,
-                                          self._resident_exceeded, self.resident_poll)
+            self.resident = ResidentWatch(
+                self.spec.limits.memory_mb * MB, self.root_pids, self._resident_exceeded, self.resident_poll
+            )
             self.resident.start()
 
     async def _stop_caps(self) -> None:
@@ -312,11 +351,11 @@ class FolderSandbox(Sandbox):
             return
         self._seeding = True
         try:
-            result = await self.exec(["cp", "-a", f"{seed}/.", f"{WORKDIR}/"],
-                                     timeout=max(self.spec.start_timeout, 300.0))
+            result = await self.exec(
+                ["cp", "-a", f"{seed}/.", f"{WORKDIR}/"], timeout=max(self.spec.start_timeout, 300.0)
+            )
         finally:
             self._seeding = False
         if not result.ok:
             await self.close()
-            raise SandboxError(f"sandbox {self.id}: could not copy {seed} into the workspace: "
-                               f"{result.failure()}")
+            raise SandboxError(f"sandbox {self.id}: could not copy {seed} into the workspace: {result.failure()}")

@@ -53,7 +53,7 @@ def stat_times(pid: int) -> tuple[tuple[int, int], float, float] | None:
     except OSError:
         return None
     # The name (field 2) may hold spaces and parentheses: fields follow the last ')'.
-    fields = text[text.rfind(b")") + 2:].split()
+    fields = text[text.rfind(b")") + 2 :].split()
     try:
         utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
         start = int(fields[19])
@@ -67,8 +67,7 @@ class CpuWatch(Poller):
     process) within ``budget`` seconds; past it, ``on_exceeded(used)`` kills the
     command. ``used`` is the count so far (see the module's doc)."""
 
-    def __init__(self, root: int, budget: float,
-                 on_exceeded: Callable[[float], Awaitable[None]]) -> None:
+    def __init__(self, root: int, budget: float, on_exceeded: Callable[[float], Awaitable[None]]) -> None:
         self.root = root
         self.budget = budget
         self._on_exceeded = on_exceeded
@@ -78,9 +77,11 @@ class CpuWatch(Poller):
         self._own: dict[tuple[int, int], float] = {}  # every process seen: its last own time
 
     def notice(self, used: float) -> str:
-        return (f"\n[rollserve: this command used {used:.1f} s of CPU time in all its "
-                f"processes together, past its CPU budget of {self.budget:g} s; it was "
-                "killed.]\n")
+        return (
+            f"\n[rollserve: this command used {used:.1f} s of CPU time in all its "
+            f"processes together, past its CPU budget of {self.budget:g} s; it was "
+            "killed.]\n"
+        )
 
     def measure(self) -> float:
         """Read the tree now; the count so far (never less than before)."""
@@ -101,8 +102,7 @@ class CpuWatch(Poller):
         used = await asyncio.to_thread(self.measure)
         if used > self.budget and not self.exceeded:
             self.exceeded = True
-            log.warning("a command used %.1f s of CPU, past its budget of %g s: killing it",
-                        used, self.budget)
+            log.warning("a command used %.1f s of CPU, past its budget of %g s: killing it", used, self.budget)
             await self._on_exceeded(used)
         return used
 

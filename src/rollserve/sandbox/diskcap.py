@@ -54,9 +54,11 @@ SAFETY_WALK = 30.0  # seconds: a walk at least this often
 MIN_TRIGGER = 64 << 10  # above the cap, any growth past this re-measures
 
 
-MECHANISM = ("a watcher in the server: /workspace and /tmp (and deleted files still open) "
-             "measured as the host filesystem grows; past the cap every process of the "
-             "sandbox is killed")
+MECHANISM = (
+    "a watcher in the server: /workspace and /tmp (and deleted files still open) "
+    "measured as the host filesystem grows; past the cap every process of the "
+    "sandbox is killed"
+)
 
 
 def filesystem_used(folder: Path) -> int:
@@ -116,8 +118,7 @@ def _timed_usage(folder: Path, pids: list[int]) -> tuple[int, float]:
     return folder_usage(folder, pids), time.monotonic() - started
 
 
-def deleted_open_files(pids: Iterable[int], device: int,
-                       seen: set[tuple[int, int]] | None = None) -> int:
+def deleted_open_files(pids: Iterable[int], device: int, seen: set[tuple[int, int]] | None = None) -> int:
     """Bytes of deleted files on ``device`` that the processes ``pids`` hold open."""
     seen = set() if seen is None else seen
     total = 0
@@ -147,8 +148,9 @@ class DiskWatch(CapWatch):
     the sandbox's processes (the runtime's way); ``pids()`` lists them, for deleted
     files they hold open."""
 
-    def __init__(self, folder: Path, limit: int, pids: Callable[[], Iterable[int]],
-                 on_exceeded: Callable[[int], Awaitable[None]]) -> None:
+    def __init__(
+        self, folder: Path, limit: int, pids: Callable[[], Iterable[int]], on_exceeded: Callable[[int], Awaitable[None]]
+    ) -> None:
         super().__init__(limit, pids, on_exceeded)
         self.folder = folder
         self.used: int | None = None  # at the last walk
@@ -157,9 +159,11 @@ class DiskWatch(CapWatch):
         self._killed_at: int | None = None  # usage when the cap last killed, while above it
 
     def notice(self, used: int) -> str:
-        return (f"\n[rollserve: this sandbox reached its disk cap: /workspace and /tmp hold "
-                f"{used / MB:.1f} MB, the cap is {self.limit / MB:.0f} MB; every process in "
-                "the sandbox was killed. Delete files to go on.]\n")
+        return (
+            f"\n[rollserve: this sandbox reached its disk cap: /workspace and /tmp hold "
+            f"{used / MB:.1f} MB, the cap is {self.limit / MB:.0f} MB; every process in "
+            "the sandbox was killed. Delete files to go on.]\n"
+        )
 
     async def check(self) -> int:
         """Measure now and enforce the cap; the usage in bytes."""
@@ -170,8 +174,12 @@ class DiskWatch(CapWatch):
         if used <= self.limit:
             self._killed_at = None
         elif self._killed_at is None or used > self._killed_at:
-            log.warning("sandbox folder %s holds %d MB, past its disk cap of %d MB: killing "
-                        "its processes", self.folder, used // MB, self.limit // MB)
+            log.warning(
+                "sandbox folder %s holds %d MB, past its disk cap of %d MB: killing its processes",
+                self.folder,
+                used // MB,
+                self.limit // MB,
+            )
             await self._on_exceeded(used)  # returns once they are dead
             # What they wrote between the walk and their death is not growth to punish
             # the next command for: the mark is what is left once they are gone.
@@ -195,8 +203,7 @@ class DiskWatch(CapWatch):
                 previous = used
                 now = time.monotonic()
                 gap = min(MAX_GAP, WALK_SHARE * self.walk_seconds)
-                if now - last_walk >= gap and (growth >= self._trigger()
-                                               or now - last_walk >= SAFETY_WALK):
+                if now - last_walk >= gap and (growth >= self._trigger() or now - last_walk >= SAFETY_WALK):
                     growth, last_walk = 0, now
                     await self.check()
             except FileNotFoundError:  # the folder went with the sandbox

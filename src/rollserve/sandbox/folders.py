@@ -39,8 +39,9 @@ class SandboxFolders:
         return root / f"rollserve-{sandbox_id}"
 
     @classmethod
-    def create(cls, root: Path | None, sandbox_id: str, uid: int | None = None,
-               gid: int | None = None) -> SandboxFolders:
+    def create(
+        cls, root: Path | None, sandbox_id: str, uid: int | None = None, gid: int | None = None
+    ) -> SandboxFolders:
         base = cls.base_path(root, sandbox_id)
         base.parent.mkdir(parents=True, exist_ok=True)
         base.mkdir(mode=0o700)

@@ -119,8 +119,7 @@ async def collect(
         finally:
             process.close_stdin()
 
-    pumps = [asyncio.ensure_future(pump(process.read, out)),
-             asyncio.ensure_future(pump(process.read_stderr, err))]
+    pumps = [asyncio.ensure_future(pump(process.read, out)), asyncio.ensure_future(pump(process.read_stderr, err))]
     feeder = asyncio.ensure_future(feed())
     timed_out = False
     try:

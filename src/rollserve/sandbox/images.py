@@ -26,8 +26,15 @@ from typing import Any
 from rollserve.sandbox.base import BadImageReference, ImageRuntime, SandboxError
 from rollserve.sandbox.registry import RUNTIMES, image_runtimes, runtime_config
 
-__all__ = ["BadImageReference", "PullResult", "RuntimeMissing", "image_runtime", "make_puller",
-           "normalize_reference", "pull_images"]
+__all__ = [
+    "BadImageReference",
+    "PullResult",
+    "RuntimeMissing",
+    "image_runtime",
+    "make_puller",
+    "normalize_reference",
+    "pull_images",
+]
 
 
 class RuntimeMissing(Exception):
@@ -43,8 +50,9 @@ class PullResult:
     cached: bool = False  # already there: nothing fetched
 
 
-def image_runtime(runtime: str, image_cache: Path | None = None, concurrency: int = 4,
-                  timeout: float = 3600.0) -> ImageRuntime[Any]:
+def image_runtime(
+    runtime: str, image_cache: Path | None = None, concurrency: int = 4, timeout: float = 3600.0
+) -> ImageRuntime[Any]:
     """Runtime ``runtime`` made to fetch images (into ``image_cache`` where it keeps
     its own), whether it can run here or not; a ValueError for a runtime without images."""
     cls = RUNTIMES.get(runtime)
@@ -54,8 +62,7 @@ def image_runtime(runtime: str, image_cache: Path | None = None, concurrency: in
     return cls.for_pulling(runtime_config(runtime), cache, concurrency, timeout)
 
 
-def make_puller(runtime: str, image_cache: Path, concurrency: int = 4,
-                timeout: float = 3600.0) -> ImageRuntime[Any]:
+def make_puller(runtime: str, image_cache: Path, concurrency: int = 4, timeout: float = 3600.0) -> ImageRuntime[Any]:
     """``image_runtime``, checked: ``RuntimeMissing`` saying what to install if its
     binary is not here."""
     puller = image_runtime(runtime, image_cache, concurrency, timeout)
@@ -71,10 +78,15 @@ def normalize_reference(reference: str, runtime: str) -> str:
     return image_runtime(runtime).image_reference(reference)
 
 
-async def pull_images(references: list[str], puller: ImageRuntime[Any], concurrency: int = 4,
-                      retries: int = 2, backoff: float = 2.0,
-                      on_result: Callable[[PullResult], None] | None = None,
-                      on_retry: Callable[[str, int, str], None] | None = None) -> list[PullResult]:
+async def pull_images(
+    references: list[str],
+    puller: ImageRuntime[Any],
+    concurrency: int = 4,
+    retries: int = 2,
+    backoff: float = 2.0,
+    on_result: Callable[[PullResult], None] | None = None,
+    on_retry: Callable[[str, int, str], None] | None = None,
+) -> list[PullResult]:
     """Fetch each reference (deduplicated, in order) at most ``concurrency`` at a time,
     retrying a failure up to ``retries`` times after ``backoff * 2**k`` seconds.
     ``on_result`` sees each finished reference, ``on_retry(ref, attempt, error)`` each
@@ -90,8 +102,14 @@ async def pull_images(references: list[str], puller: ImageRuntime[Any], concurre
     return list(await asyncio.gather(*(one(r) for r in dict.fromkeys(references))))
 
 
-async def _fetch(reference: str, puller: ImageRuntime[Any], gate: asyncio.Semaphore, retries: int,
-                 backoff: float, on_retry: Callable[[str, int, str], None] | None) -> PullResult:
+async def _fetch(
+    reference: str,
+    puller: ImageRuntime[Any],
+    gate: asyncio.Semaphore,
+    retries: int,
+    backoff: float,
+    on_retry: Callable[[str, int, str], None] | None,
+) -> PullResult:
     attempts = 0
     while True:
         async with gate:

@@ -76,8 +76,7 @@ PER_PROCESS = {
     "cpu_seconds": "RLIMIT_CPU: per process (SIGXCPU, then SIGKILL)",
     "open_files": "RLIMIT_NOFILE: per process",
 }
-MEMORY_PER_PROCESS = ("RLIMIT_AS: address space per process, NOT per sandbox (several "
-                      "processes may together use more)")
+MEMORY_PER_PROCESS = "RLIMIT_AS: address space per process, NOT per sandbox (several processes may together use more)"
 
 
 def apply(pid: int, values: dict[int, int]) -> None:

@@ -54,7 +54,7 @@ def _since_boot(pid: int) -> float | None:
     """The process's start in seconds since boot, from /proc (field 22 of stat)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
-        fields = stat[stat.rindex(b")") + 2:].split()
+        fields = stat[stat.rindex(b")") + 2 :].split()
         return int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
@@ -98,8 +98,7 @@ def is_alive(ref: ProcessRef) -> bool:
         process = psutil.Process(ref.pid)
         if ref.since_boot is not None and ref.boot_id is not None:
             now = _since_boot(ref.pid)
-            same = (ref.boot_id == boot_id() and now is not None
-                    and abs(now - ref.since_boot) < 1e-6)
+            same = ref.boot_id == boot_id() and now is not None and abs(now - ref.since_boot) < 1e-6
         else:  # a record without boot-relative times
             same = abs(process.create_time() - ref.started) < EPOCH_TOLERANCE
         return same and process.status() != psutil.STATUS_ZOMBIE
@@ -115,12 +114,27 @@ class OwnerBook:
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
 
-    def open(self, sandbox_id: str, runtime: str, folders: Sequence[Path], *,
-             container: str | None = None, engine: str | None = None,
-             engine_args: Sequence[str] = (), cgroup: str | None = None) -> OwnerEntry:
-        record = OwnerRecord(sandbox_id=sandbox_id, runtime=runtime, owner=this_process(),
-                             folders=[str(f) for f in folders], container=container,
-                             engine=engine, engine_args=list(engine_args), cgroup=cgroup)
+    def open(
+        self,
+        sandbox_id: str,
+        runtime: str,
+        folders: Sequence[Path],
+        *,
+        container: str | None = None,
+        engine: str | None = None,
+        engine_args: Sequence[str] = (),
+        cgroup: str | None = None,
+    ) -> OwnerEntry:
+        record = OwnerRecord(
+            sandbox_id=sandbox_id,
+            runtime=runtime,
+            owner=this_process(),
+            folders=[str(f) for f in folders],
+            container=container,
+            engine=engine,
+            engine_args=list(engine_args),
+            cgroup=cgroup,
+        )
         path = self.folder / f"{sandbox_id}.json" if self.folder is not None else None
         entry = OwnerEntry(record, path)
         entry.save()

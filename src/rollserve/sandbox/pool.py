@@ -104,9 +104,14 @@ class SandboxPool:
     ``start`` starts one (the runtime's ``start``); ``on_handout`` is told of each
     sandbox ``acquire`` hands out (the server counts it as open from then on)."""
 
-    def __init__(self, start: Callable[[SandboxSpec], Awaitable[Sandbox]], capacity: int, *,
-                 window: float = DEFAULT_WINDOW,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        start: Callable[[SandboxSpec], Awaitable[Sandbox]],
+        capacity: int,
+        *,
+        window: float = DEFAULT_WINDOW,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if capacity < 0:
             raise ValueError(f"pool capacity must be >= 0, not {capacity}")
         self.capacity = capacity
@@ -137,8 +142,7 @@ class SandboxPool:
             return None
         entry = self._keys.get(key)
         if entry is None:
-            entry = self._keys[key] = _Key(spec.model_copy(update={"files": {}}),
-                                           Demand(self.window, self.capacity))
+            entry = self._keys[key] = _Key(spec.model_copy(update={"files": {}}), Demand(self.window, self.capacity))
         entry.demand.record(self._clock())
         self._kick()
         while entry.ready:
@@ -180,14 +184,12 @@ class SandboxPool:
             entry = self._keys[key]
             if entry.retry_at > now:
                 continue
-            missing = min(target - len(entry.ready) - entry.starting,
-                          self.capacity - self.held())
+            missing = min(target - len(entry.ready) - entry.starting, self.capacity - self.held())
             if missing > 0:
                 await self._refill(entry, missing)
             if self._closing:
                 return
-        for key in [k for k, e in self._keys.items()
-                    if not e.ready and not e.starting and demands.get(k, 0) == 0]:
+        for key in [k for k, e in self._keys.items() if not e.ready and not e.starting and demands.get(k, 0) == 0]:
             del self._keys[key]
 
     async def _trim(self, wanted: dict[str, int]) -> None:
@@ -233,11 +235,19 @@ class SandboxPool:
         return [s for e in self._keys.values() for s in e.ready if not s.closed]
 
     def status(self) -> dict[str, Any]:
-        return {"capacity": self.capacity, "window_s": self.window,
-                "ready": len(self.ready()), "starting": sum(e.starting for e in self._keys.values()),
-                "keys": len(self._keys), "hits": self.hits, "misses": self.misses,
-                "unpoolable": self.unpoolable, "started": self.started,
-                "trimmed": self.trimmed, "failed": self.failed}
+        return {
+            "capacity": self.capacity,
+            "window_s": self.window,
+            "ready": len(self.ready()),
+            "starting": sum(e.starting for e in self._keys.values()),
+            "keys": len(self._keys),
+            "hits": self.hits,
+            "misses": self.misses,
+            "unpoolable": self.unpoolable,
+            "started": self.started,
+            "trimmed": self.trimmed,
+            "failed": self.failed,
+        }
 
     async def aclose(self) -> None:
         """Stop refilling; close every sandbox the pool holds (a start under way is

@@ -44,8 +44,15 @@ KILL_WAIT = 5.0
 class HostProcess(SandboxProcess):
     """A host command on pipes (stdout and stderr merged or separate) or on a PTY."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], stdin_fd: int | None, out_fd: int,
-                 err_fd: int | None, pty: bool, contained: bool = False) -> None:
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdin_fd: int | None,
+        out_fd: int,
+        err_fd: int | None,
+        pty: bool,
+        contained: bool = False,
+    ) -> None:
         self._popen = popen
         # contained: the launcher holds everything it starts (bwrap: a PID namespace
         # that dies with it); else kill() also hunts the process's descendants.
@@ -113,8 +120,15 @@ class HostProcess(SandboxProcess):
                     child_fds.append(stderr)
                 ours = (in_w, out_r, err_r)
             popen = subprocess.Popen(
-                list(argv), stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
-                close_fds=True, pass_fds=tuple(pass_fds), start_new_session=new_session,
+                list(argv),
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                cwd=cwd,
+                close_fds=True,
+                pass_fds=tuple(pass_fds),
+                start_new_session=new_session,
             )
         except BaseException:
             for fd in parent_fds:
@@ -131,6 +145,7 @@ class HostProcess(SandboxProcess):
         try:
             pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):  # no pidfd (old kernel): a thread blocks on wait
+
             async def wait_in_thread() -> None:
                 code = await asyncio.to_thread(self._popen.wait)
                 if not self._exited.done():
@@ -163,8 +178,11 @@ class HostProcess(SandboxProcess):
             if not ready.done():
                 ready.set_result(None)
 
-        add, remove = ((self._loop.add_writer, self._loop.remove_writer) if writable
-                       else (self._loop.add_reader, self._loop.remove_reader))
+        add, remove = (
+            (self._loop.add_writer, self._loop.remove_writer)
+            if writable
+            else (self._loop.add_reader, self._loop.remove_reader)
+        )
         add(fd, wake)
         self._waiters[ready] = (fd, remove)
         try:

@@ -33,8 +33,10 @@ def children_files() -> bool:
     """Whether this kernel has ``/proc/PID/task/TID/children`` (``CONFIG_PROC_CHILDREN``)."""
     here = os.path.exists(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/children")
     if not here:
-        log.warning("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): "
-                    "the sandbox caps find a sandbox's processes by a pass over all of /proc")
+        log.warning(
+            "this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): "
+            "the sandbox caps find a sandbox's processes by a pass over all of /proc"
+        )
     return here
 
 
@@ -93,7 +95,7 @@ def parent_pid(pid: int) -> int | None:
     except OSError:
         return None
     # The name (field 2) may hold spaces and parentheses: fields follow the last ')'.
-    fields = text[text.rfind(b")") + 2:].split()
+    fields = text[text.rfind(b")") + 2 :].split()
     try:
         return int(fields[1])
     except (IndexError, ValueError):

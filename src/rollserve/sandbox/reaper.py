@@ -39,8 +39,10 @@ def reap_record(record: OwnerRecord) -> Reaped:
     if runtime is not None:
         return runtime.reap(record)
     reaped = FolderRuntime.reap(record)
-    reaped.errors.append(f"{record.sandbox_id}: unknown runtime {record.runtime!r}: its "
-                         "processes and folders are gone, anything else it made is left")
+    reaped.errors.append(
+        f"{record.sandbox_id}: unknown runtime {record.runtime!r}: its "
+        "processes and folders are gone, anything else it made is left"
+    )
     return reaped
 
 
@@ -71,6 +73,5 @@ def reap(state_dir: Path | str) -> ReapReport:
         except (ValueError, IndexError):
             pass
     if report.reaped:
-        log.warning("reaped %d sandboxes of dead owners (%d processes killed)",
-                    len(report.reaped), len(report.killed))
+        log.warning("reaped %d sandboxes of dead owners (%d processes killed)", len(report.reaped), len(report.killed))
     return report

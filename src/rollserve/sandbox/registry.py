@@ -30,8 +30,18 @@ from rollserve.sandbox.docker import DockerRuntime
 from rollserve.sandbox.local import LocalRuntime
 from rollserve.sandbox.pool import SandboxPool
 
-__all__ = ["RUNTIMES", "RUNTIME_CLASSES", "AnyRuntime", "LazyRuntime", "availability",
-           "get_runtime", "image_runtimes", "new_runtime", "runtime_config", "unavailable_reason"]
+__all__ = [
+    "RUNTIMES",
+    "RUNTIME_CLASSES",
+    "AnyRuntime",
+    "LazyRuntime",
+    "availability",
+    "get_runtime",
+    "image_runtimes",
+    "new_runtime",
+    "runtime_config",
+    "unavailable_reason",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +49,8 @@ log = logging.getLogger(__name__)
 # registry holds them side by side).
 AnyRuntime: TypeAlias = Runtime[Any]
 
-RUNTIME_CLASSES: tuple[type[AnyRuntime], ...] = (
-    BubblewrapRuntime, ApptainerRuntime, DockerRuntime, LocalRuntime)
-RUNTIMES: dict[str, type[AnyRuntime]] = {
-    name: cls for cls in RUNTIME_CLASSES for name in cls.config_model.names()}
+RUNTIME_CLASSES: tuple[type[AnyRuntime], ...] = (BubblewrapRuntime, ApptainerRuntime, DockerRuntime, LocalRuntime)
+RUNTIMES: dict[str, type[AnyRuntime]] = {name: cls for cls in RUNTIME_CLASSES for name in cls.config_model.names()}
 
 
 def image_runtimes() -> list[str]:
@@ -65,20 +73,17 @@ def availability() -> dict[str, str | None]:
     return {name: unavailable_reason(name) for name in RUNTIMES}
 
 
-def get_runtime(name: str, state_dir: Path | str | None = None,
-                config: RuntimeConfig | None = None) -> AnyRuntime:
+def get_runtime(name: str, state_dir: Path | str | None = None, config: RuntimeConfig | None = None) -> AnyRuntime:
     """The runtime ``name``, ready to start sandboxes whose owner records go under
     ``state_dir``; a SandboxError naming the usable ones if it cannot run here."""
     if name not in RUNTIMES:
-        raise SandboxError(f"unknown sandbox runtime {name!r}; known: {', '.join(RUNTIMES)}. "
-                           + _summary())
+        raise SandboxError(f"unknown sandbox runtime {name!r}; known: {', '.join(RUNTIMES)}. " + _summary())
     config = config or runtime_config(name)
     if config.runtime != name:
         raise SandboxError(f"sandbox runtime {name!r} given the config of {config.runtime!r}")
     reason = unavailable_reason(name, config)
     if reason is not None:
-        raise SandboxError(f"sandbox runtime {name!r} cannot run here: {reason}. "
-                           + _summary(leave_out=name))
+        raise SandboxError(f"sandbox runtime {name!r} cannot run here: {reason}. " + _summary(leave_out=name))
     return new_runtime(config, state_dir)
 
 
@@ -109,8 +114,9 @@ class LazyRuntime:
     takes from first; a pooled sandbox counts as started and open once handed out.
     """
 
-    def __init__(self, name: str, state_dir: Path | str | None = None,
-                 options: dict[str, Any] | None = None, *, pool: int = 0) -> None:
+    def __init__(
+        self, name: str, state_dir: Path | str | None = None, options: dict[str, Any] | None = None, *, pool: int = 0
+    ) -> None:
         self.name = name
         self.state_dir = state_dir
         self.config: RuntimeConfig = runtime_config(name, options)
@@ -144,8 +150,7 @@ class LazyRuntime:
         async with self._lock:
             if self._runtime is None and self.error is None:
                 try:
-                    self._runtime = await asyncio.to_thread(
-                        get_runtime, self.name, self.state_dir, self.config)
+                    self._runtime = await asyncio.to_thread(get_runtime, self.name, self.state_dir, self.config)
                 except SandboxError as error:
                     self.error = str(error)
                     log.error("sandbox runtime %r unavailable: %s", self.name, error)

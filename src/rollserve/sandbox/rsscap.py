@@ -85,14 +85,16 @@ log = logging.getLogger(__name__)
 POLL = 0.1  # seconds between two readings (the default of FolderConfig.resident_poll)
 PSS_BUDGET = 1.0  # seconds a reading may spend on PSS; the processes left count their RSS
 
-MECHANISM = ("resident memory of all the sandbox's processes together (memory_mode "
-             "'resident'): a watcher in the server sums their RSS and page tables from /proc "
-             "every {poll:g} s "
-             "(their PSS, shared pages once, when that sum passes the cap, no sooner after the "
-             "last PSS pass than it took); past memory_mb "
-             "every process of the sandbox is killed; overshoot about the allocation rate x "
-             "({poll:g} s + the readings, the kill and the server's lag; + one PSS pass where "
-             "deferred)")
+MECHANISM = (
+    "resident memory of all the sandbox's processes together (memory_mode "
+    "'resident'): a watcher in the server sums their RSS and page tables from /proc "
+    "every {poll:g} s "
+    "(their PSS, shared pages once, when that sum passes the cap, no sooner after the "
+    "last PSS pass than it took); past memory_mb "
+    "every process of the sandbox is killed; overshoot about the allocation rate x "
+    "({poll:g} s + the readings, the kill and the server's lag; + one PSS pass where "
+    "deferred)"
+)
 
 
 def mechanism(poll: float) -> str:
@@ -106,8 +108,10 @@ def mode_caps(poll: float, bound: str | None = None, weaker: str = "") -> str:
     where the runtime's resident cap sees less."""
     if bound is not None:
         return f"no effect: {bound} bounds the sandbox's memory in either mode"
-    return ("'address-space' (the default): RLIMIT_AS per process at memory_mb; 'resident' "
-            f"(harness runs): no RLIMIT_AS, {mechanism(poll)}{weaker}")
+    return (
+        "'address-space' (the default): RLIMIT_AS per process at memory_mb; 'resident' "
+        f"(harness runs): no RLIMIT_AS, {mechanism(poll)}{weaker}"
+    )
 
 
 def rss_bytes(pid: int) -> tuple[int, int, int]:
@@ -126,7 +130,7 @@ def _kb_field(text: bytes, name: bytes) -> int:
     if start < 0:
         return 0
     try:
-        return int(text[start + len(name):text.index(b"kB", start)]) * 1024
+        return int(text[start + len(name) : text.index(b"kB", start)]) * 1024
     except ValueError:
         return 0
 
@@ -144,8 +148,7 @@ def pss_bytes(pid: int) -> int | None:
     return None
 
 
-def resident_usage(roots: Iterable[int], limit: int, budget: float = PSS_BUDGET,
-                   pss: bool = True) -> tuple[int, str]:
+def resident_usage(roots: Iterable[int], limit: int, budget: float = PSS_BUDGET, pss: bool = True) -> tuple[int, str]:
     """(bytes, how) that the process trees under ``roots`` hold: the sum of their RSS
     (``how`` = "rss") while that is within ``limit``, else of their PSS ("pss"; RSS
     for a process whose PSS cannot be read), largest first, stopping once past
@@ -178,8 +181,13 @@ class ResidentWatch(CapWatch):
     doc); the readings in between that find the RSS sum past the limit are
     "deferred" and kill nothing."""
 
-    def __init__(self, limit: int, roots: Callable[[], Iterable[int]],
-                 on_exceeded: Callable[[int], Awaitable[None]], poll: float = POLL) -> None:
+    def __init__(
+        self,
+        limit: int,
+        roots: Callable[[], Iterable[int]],
+        on_exceeded: Callable[[int], Awaitable[None]],
+        poll: float = POLL,
+    ) -> None:
         super().__init__(limit, roots, on_exceeded)
         self.poll = poll
         self.used = 0  # at the last reading
@@ -196,9 +204,11 @@ class ResidentWatch(CapWatch):
         self.killed_at = 0  # the usage that made the last kill
 
     def notice(self, used: int) -> str:
-        return (f"\n[rollserve: this sandbox reached its memory cap: its processes hold "
-                f"{used / MB:.1f} MB resident together, the cap is {self.limit / MB:.0f} MB for "
-                "the whole sandbox; every process in the sandbox was killed.]\n")
+        return (
+            f"\n[rollserve: this sandbox reached its memory cap: its processes hold "
+            f"{used / MB:.1f} MB resident together, the cap is {self.limit / MB:.0f} MB for "
+            "the whole sandbox; every process in the sandbox was killed.]\n"
+        )
 
     async def check(self) -> int:
         """Measure now and enforce the cap; the usage in bytes."""
@@ -207,7 +217,8 @@ class ResidentWatch(CapWatch):
             self.gap_seconds = started - self._last_start
         self._last_start = started
         self.used, self.how = await asyncio.to_thread(
-            resident_usage, list(self._pids()), self.limit, PSS_BUDGET, started >= self.pss_due)
+            resident_usage, list(self._pids()), self.limit, PSS_BUDGET, started >= self.pss_due
+        )
         ended = time.monotonic()
         self.reading_seconds = ended - started
         self.counts[self.how] += 1
@@ -216,8 +227,12 @@ class ResidentWatch(CapWatch):
         if self.used > self.limit and self.how != "deferred":
             self.kills += 1
             self.killed_at = self.used
-            log.warning("sandbox processes hold %d MB resident (%s), past the memory cap of "
-                        "%d MB: killing them", self.used // MB, self.how, self.limit // MB)
+            log.warning(
+                "sandbox processes hold %d MB resident (%s), past the memory cap of %d MB: killing them",
+                self.used // MB,
+                self.how,
+                self.limit // MB,
+            )
             killing = time.monotonic()
             await self._on_exceeded(self.used)
             self.kill_seconds = time.monotonic() - killing

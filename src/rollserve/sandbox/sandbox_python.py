@@ -100,8 +100,9 @@ def closure(names: Iterable[str]) -> tuple[list[metadata.Distribution], list[str
 
 
 def prefix_key(dists: list[metadata.Distribution]) -> str:
-    material = json.dumps([FORMAT, sys.version, str(Path(sys.base_prefix).resolve()),
-                           [(d.metadata["Name"], d.version) for d in dists]])
+    material = json.dumps(
+        [FORMAT, sys.version, str(Path(sys.base_prefix).resolve()), [(d.metadata["Name"], d.version) for d in dists]]
+    )
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
@@ -141,8 +142,11 @@ def _build(prefix: Path, dists: list[metadata.Distribution]) -> None:
     target = site_packages(prefix)
     for dist in dists:
         _copy_distribution(dist, target)
-    manifest = {"python": sys.version, "base_prefix": str(Path(sys.base_prefix).resolve()),
-                "distributions": {d.metadata["Name"]: d.version for d in dists}}
+    manifest = {
+        "python": sys.version,
+        "base_prefix": str(Path(sys.base_prefix).resolve()),
+        "distributions": {d.metadata["Name"]: d.version for d in dists},
+    }
     (prefix / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     # Readable and traversable by all: sandboxes of a root server run as other uids.
     # (Hard links are of files others can read already, and are left as they are.)
@@ -187,8 +191,10 @@ def _check_ours(cache: Path) -> None:
     else may write (in a shared temp folder another user could have made it first)."""
     info = os.lstat(cache)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise OSError(f"{cache} is not a folder of uid {os.geteuid()} closed to others' writes: "
-                      "not used for the sandboxes' Python")
+        raise OSError(
+            f"{cache} is not a folder of uid {os.geteuid()} closed to others' writes: "
+            "not used for the sandboxes' Python"
+        )
 
 
 def default_cache(folder_root: Path | None, other_uids: bool) -> Path:

@@ -39,8 +39,12 @@ def server_venv() -> Path | None:
 
 
 def _stdlib() -> list[Path]:
-    base = {"installed_base": sys.base_prefix, "base": sys.base_prefix,
-            "installed_platbase": sys.base_exec_prefix, "platbase": sys.base_exec_prefix}
+    base = {
+        "installed_base": sys.base_prefix,
+        "base": sys.base_prefix,
+        "installed_platbase": sys.base_exec_prefix,
+        "platbase": sys.base_exec_prefix,
+    }
     paths = sysconfig.get_paths(vars=base)
     return [Path(paths[key]).resolve() for key in ("stdlib", "platstdlib")]
 
@@ -52,9 +56,12 @@ def site_dirs() -> tuple[Path, ...]:
     never among them."""
     stdlib = _stdlib()
     base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
-    found = [*site.getsitepackages(), site.getusersitepackages(),
-             *(sysconfig.get_paths(vars=base)[key] for key in ("purelib", "platlib")),
-             *(entry for entry in sys.path[1:] if entry)]
+    found = [
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+        *(sysconfig.get_paths(vars=base)[key] for key in ("purelib", "platlib")),
+        *(entry for entry in sys.path[1:] if entry),
+    ]
     # sys.path[0] is the script's folder (or the working folder): hidden only if it is
     # a folder of packages (a venv's bin is hidden with its venv).
     if sys.path and sys.path[0] and {"site-packages", "dist-packages"} & set(Path(sys.path[0]).parts):
@@ -72,7 +79,8 @@ def site_dirs() -> tuple[Path, ...]:
         # site-packages (lib-dynload is the standard library's own).
         inside = [lib for lib in stdlib if lib in path.parents]
         if any(path == lib or path in lib.parents for lib in stdlib) or (
-                inside and not {"site-packages", "dist-packages"} & set(path.parts)):
+            inside and not {"site-packages", "dist-packages"} & set(path.parts)
+        ):
             continue
         dirs.append(path)
     unique = sorted(set(dirs), key=lambda p: (len(p.parts), str(p)))
@@ -89,6 +97,8 @@ def closed_to_others(path: Path) -> str | None:
     for folder in [*reversed(path.parents), path]:
         mode = folder.stat().st_mode
         if not mode & stat.S_IXOTH:
-            return (f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
-                    "sandboxes of a root server run as a uid of their own")
+            return (
+                f"{folder} is closed to other users (mode {stat.filemode(mode)}), and "
+                "sandboxes of a root server run as a uid of their own"
+            )
     return None

@@ -53,18 +53,21 @@ MIN_TRIGGER = 1 << 20
 MSG_QUEUES = 64  # SysV message queues per command (kernel.msgmni)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-MEMFD_MECHANISM = ("memfd files the sandbox's processes hold (fd or mapping): a watcher in "
-                   "the server adds them up for the whole sandbox; past memory_mb every "
-                   "process of the sandbox is killed")
-MEMFD_NOT_ROOT = ("the server is not root and may not read /proc/PID/map_files: of a memfd "
-                  "kept only by a mapping, only the mapped range counts")
+MEMFD_MECHANISM = (
+    "memfd files the sandbox's processes hold (fd or mapping): a watcher in "
+    "the server adds them up for the whole sandbox; past memory_mb every "
+    "process of the sandbox is killed"
+)
+MEMFD_NOT_ROOT = (
+    "the server is not root and may not read /proc/PID/map_files: of a memfd "
+    "kept only by a mapping, only the mapped range counts"
+)
 
 
 def ipc_sysctls(limits: SandboxLimits) -> dict[str, int]:
     """The IPC namespace's sysctls (under /proc/sys/kernel) for ``limits``."""
     total = limits.memory_mb * MB
-    return {"shmmax": total, "shmall": max(1, total // PAGE), "shm_rmid_forced": 1,
-            "msgmni": MSG_QUEUES}
+    return {"shmmax": total, "shmall": max(1, total // PAGE), "shm_rmid_forced": 1, "msgmni": MSG_QUEUES}
 
 
 def nsenter_argv(pid: int, uid: int, values: dict[str, int]) -> list[str]:
@@ -72,8 +75,7 @@ def nsenter_argv(pid: int, uid: int, values: dict[str, int]) -> list[str]:
     or else as ``uid``, the sandbox's (whichever owns them there at that moment)."""
     writes = " && ".join(f"echo {v} > /proc/sys/kernel/{k}" for k, v in values.items())
     as_uid = f'setpriv --reuid={uid} --regid={uid} --clear-groups -- sh -c "{writes}"'
-    return ["nsenter", f"--target={pid}", "--ipc", "--", "sh", "-c",
-            f"{{ {writes}; }} 2>/dev/null || {as_uid}"]
+    return ["nsenter", f"--target={pid}", "--ipc", "--", "sh", "-c", f"{{ {writes}; }} 2>/dev/null || {as_uid}"]
 
 
 async def cap_ipc(pid: int, uid: int, limits: SandboxLimits, timeout: float = 10.0) -> None:
@@ -88,11 +90,13 @@ async def cap_ipc(pid: int, uid: int, limits: SandboxLimits, timeout: float = 10
     pause = 0.01
     for _ in range(8):  # a loaded host can take a while to finish the map
         process = await asyncio.create_subprocess_exec(
-            *nsenter_argv(pid, uid, ipc_sysctls(limits)), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            *nsenter_argv(pid, uid, ipc_sysctls(limits)),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
-            _, err = await asyncio.wait_for(process.communicate(),
-                                            max(0.1, deadline - time.monotonic()))
+            _, err = await asyncio.wait_for(process.communicate(), max(0.1, deadline - time.monotonic()))
         except TimeoutError:
             process.kill()
             await process.wait()
@@ -118,12 +122,25 @@ def ipc_unavailable_reason(bwrap: str, as_root: bool, uid: int) -> str | None:
         return "nsenter (util-linux) is not on PATH"
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    argv = [*setpriv_argv(uid), "--",
-            bwrap, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--info-fd",
-            str(info_w), "--block-fd", str(block_r), "--", "true"]
+    argv = [
+        *setpriv_argv(uid),
+        "--",
+        bwrap,
+        "--unshare-all",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--info-fd",
+        str(info_w),
+        "--block-fd",
+        str(block_r),
+        "--",
+        "true",
+    ]
     try:
-        box = subprocess.Popen(argv, pass_fds=(info_w, block_r), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+        box = subprocess.Popen(argv, pass_fds=(info_w, block_r), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError as error:
         os.close(block_w)
         return f"a test sandbox failed: {error}"
@@ -133,8 +150,9 @@ def ipc_unavailable_reason(bwrap: str, as_root: bool, uid: int) -> str | None:
     try:
         with os.fdopen(info_r, "rb") as info:
             pid = int(json.loads(info.read())["child-pid"])
-        done = subprocess.run(nsenter_argv(pid, uid, {"shm_rmid_forced": 1}), check=False,
-                              capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            nsenter_argv(pid, uid, {"shm_rmid_forced": 1}), check=False, capture_output=True, text=True, timeout=10
+        )
         if done.returncode != 0:
             return f"nsenter failed: {done.stderr.strip()[-200:]}"
         return None
@@ -206,24 +224,30 @@ class MemfdWatch(CapWatch):
     """Keeps the memfd files of one sandbox's processes under ``limit`` bytes together:
     ``on_exceeded(used)`` kills them (the runtime's way)."""
 
-    def __init__(self, limit: int, pids: Callable[[], Iterable[int]],
-                 on_exceeded: Callable[[int], Awaitable[None]]) -> None:
+    def __init__(
+        self, limit: int, pids: Callable[[], Iterable[int]], on_exceeded: Callable[[int], Awaitable[None]]
+    ) -> None:
         super().__init__(limit, pids, on_exceeded)
         self.used = 0  # at the last scan
         self.scans = 0
 
     def notice(self, used: int) -> str:
-        return (f"\n[rollserve: this sandbox reached its memory cap: its processes hold "
-                f"{used / MB:.1f} MB in memfd files, the cap is {self.limit / MB:.0f} MB for "
-                "the whole sandbox; every process in the sandbox was killed.]\n")
+        return (
+            f"\n[rollserve: this sandbox reached its memory cap: its processes hold "
+            f"{used / MB:.1f} MB in memfd files, the cap is {self.limit / MB:.0f} MB for "
+            "the whole sandbox; every process in the sandbox was killed.]\n"
+        )
 
     async def check(self) -> int:
         """Measure now and enforce the cap; the usage in bytes."""
         self.used = await asyncio.to_thread(memfd_usage, list(self._pids()))
         self.scans += 1
         if self.used > self.limit:
-            log.warning("sandbox processes hold %d MB in memfd files, past the memory cap of "
-                        "%d MB: killing them", self.used // MB, self.limit // MB)
+            log.warning(
+                "sandbox processes hold %d MB in memfd files, past the memory cap of %d MB: killing them",
+                self.used // MB,
+                self.limit // MB,
+            )
             await self._on_exceeded(self.used)
         return self.used
 

@@ -38,8 +38,9 @@ class CapWatch(Poller):
     """Keeps something of one sandbox under ``limit`` bytes: ``on_exceeded(used)``
     kills the sandbox's processes (the runtime's way); ``pids()`` lists them."""
 
-    def __init__(self, limit: int, pids: Callable[[], Iterable[int]],
-                 on_exceeded: Callable[[int], Awaitable[None]]) -> None:
+    def __init__(
+        self, limit: int, pids: Callable[[], Iterable[int]], on_exceeded: Callable[[int], Awaitable[None]]
+    ) -> None:
         self.limit = limit
         self._pids = pids
         self._on_exceeded = on_exceeded

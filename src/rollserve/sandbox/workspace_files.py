@@ -20,8 +20,7 @@ from collections.abc import Iterable
 
 from rollserve.sandbox.base import WORKDIR
 
-__all__ = ["MAX_DEPTH", "MAX_PART_BYTES", "MAX_PATH_BYTES", "relative_parts",
-           "workspace_file_problem"]
+__all__ = ["MAX_DEPTH", "MAX_PART_BYTES", "MAX_PATH_BYTES", "relative_parts", "workspace_file_problem"]
 
 MAX_PART_BYTES = 255
 MAX_PATH_BYTES = 1024
@@ -42,8 +41,7 @@ def _name_problem(name: str) -> str | None:
         return f"a path inside the workspace: relative, or under {WORKDIR}/"
     parts = relative_parts(name)
     if any(part in ("", ".", "..") for part in parts):
-        return "a path to a file, without empty, '.' or '..' parts (no leading, trailing or " \
-               "doubled '/')"
+        return "a path to a file, without empty, '.' or '..' parts (no leading, trailing or doubled '/')"
     if any(len(part.encode("utf-8")) > MAX_PART_BYTES for part in parts):
         return f"each part of the path at most {MAX_PART_BYTES} bytes (UTF-8)"
     if len("/".join(parts).encode("utf-8")) > MAX_PATH_BYTES:

@@ -32,8 +32,7 @@ _STOP_TYPE = {"stop": "eos", "length": "limit", "abort": "none"}
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    return web.json_response({"error": {"code": status, "message": message, "type": kind}},
-                             status=status)
+    return web.json_response({"error": {"code": status, "message": message, "type": kind}}, status=status)
 
 
 class FakeLlamaCpp(FakeServer):
@@ -51,14 +50,30 @@ class FakeLlamaCpp(FakeServer):
         return web.json_response({"status": "ok"})
 
     async def _props(self, request: web.Request) -> web.Response:
-        return web.json_response({"default_generation_settings": {"n_ctx": self.max_model_len},
-                                  "total_slots": self.capacity or 1, "model_path": self.model,
-                                  "chat_template": self.tok.hf.chat_template})
+        return web.json_response(
+            {
+                "default_generation_settings": {"n_ctx": self.max_model_len},
+                "total_slots": self.capacity or 1,
+                "model_path": self.model,
+                "chat_template": self.tok.hf.chat_template,
+            }
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "created": int(time.time()),
-             "owned_by": "llamacpp", "meta": {"n_ctx_train": self.max_model_len}}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "llamacpp",
+                        "meta": {"n_ctx_train": self.max_model_len},
+                    }
+                ],
+            }
+        )
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await read_json(request, error_response)
@@ -82,19 +97,25 @@ class FakeLlamaCpp(FakeServer):
         n_ctx = self.max_model_len
         if len(prompt_ids) >= n_ctx:
             call.status, call.finished_at = 400, time.perf_counter()
-            return web.json_response({"error": {
-                "code": 400, "type": "exceed_context_size_error",
-                "message": "the request exceeds the available context size, try increasing it",
-                "n_prompt_tokens": len(prompt_ids), "n_ctx": n_ctx}}, status=400)
+            return web.json_response(
+                {
+                    "error": {
+                        "code": 400,
+                        "type": "exceed_context_size_error",
+                        "message": "the request exceeds the available context size, try increasing it",
+                        "n_prompt_tokens": len(prompt_ids),
+                        "n_ctx": n_ctx,
+                    }
+                },
+                status=400,
+            )
         room = n_ctx - len(prompt_ids)
         n_predict = body.get("n_predict", -1)
         max_tokens = room if n_predict is None or n_predict < 0 else min(n_predict, room)
         status = self.take_failure(call)
         if status is not None:
-            return await self.fail(request, call, status,
-                                   lambda s, m: error_response(s, m, "server_error"))
-        sampled = await self.run(call, prompt_ids, max_tokens, set(), bool(body.get("ignore_eos")),
-                                 body.get("seed"))
+            return await self.fail(request, call, status, lambda s, m: error_response(s, m, "server_error"))
+        sampled = await self.run(call, prompt_ids, max_tokens, set(), bool(body.get("ignore_eos")), body.get("seed"))
         ids, logprobs = sampled.output_ids, sampled.logprobs
         content_ids = ids[:-1] if sampled.finish == "stop" else ids
         reply = {
@@ -106,9 +127,12 @@ class FakeLlamaCpp(FakeServer):
             "model": self.model,
             "tokens_predicted": len(ids),
             "tokens_evaluated": len(prompt_ids),
-            "generation_settings": {"n_predict": n_predict, "seed": body.get("seed", -1),
-                                    "temperature": body.get("temperature", 0.8),
-                                    "n_probs": body.get("n_probs", 0)},
+            "generation_settings": {
+                "n_predict": n_predict,
+                "seed": body.get("seed", -1),
+                "temperature": body.get("temperature", 0.8),
+                "n_probs": body.get("n_probs", 0),
+            },
             "prompt": self.tok.decode(prompt_ids),
             "has_new_line": "\n" in self.tok.decode(ids),
             "truncated": sampled.finish == "length" and max_tokens == room,
@@ -120,7 +144,8 @@ class FakeLlamaCpp(FakeServer):
         n_probs = int(body.get("n_probs") or 0)
         if n_probs > 0 and ids:
             reply["completion_probabilities"] = self._probabilities(
-                ids, logprobs, bool(body.get("post_sampling_probs")))
+                ids, logprobs, bool(body.get("post_sampling_probs"))
+            )
         return web.json_response(reply)
 
     def _probabilities(self, ids: list[int], logprobs: list[float], post_sampling: bool) -> list[dict[str, Any]]:

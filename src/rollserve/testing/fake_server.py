@@ -29,8 +29,7 @@ ReplyFn = Callable[[list[int], str], "str | Awaitable[str]"]
 LatencyFn = Callable[[list[int], list[int]], float]
 
 
-def fake_logprob(prompt_ids: Sequence[int], position: int, seed: int | None = None,
-                 weights: str = "") -> float:
+def fake_logprob(prompt_ids: Sequence[int], position: int, seed: int | None = None, weights: str = "") -> float:
     """The logprob every fake server reports for output position ``position`` after ``prompt_ids``.
 
     Deterministic (a hash of the prompt, the position, the seed and the weights loaded
@@ -40,8 +39,7 @@ def fake_logprob(prompt_ids: Sequence[int], position: int, seed: int | None = No
     return fake_logprobs(prompt_ids, position + 1, seed, weights)[position]
 
 
-def fake_logprobs(prompt_ids: Sequence[int], count: int, seed: int | None = None,
-                  weights: str = "") -> list[float]:
+def fake_logprobs(prompt_ids: Sequence[int], count: int, seed: int | None = None, weights: str = "") -> list[float]:
     h = hashlib.blake2b(digest_size=16)
     h.update(struct.pack(f"<{len(prompt_ids)}q", *prompt_ids))
     h.update(b"seed:" + str(seed).encode())
@@ -278,8 +276,9 @@ class FakeServer:
 
     # --- one generation call ---------------------------------------------------------
     def record(self, route: str, body: dict[str, Any]) -> RecordedCall:
-        call = RecordedCall(index=len(self.calls), request=body, prompt_ids=[],
-                            received_at=time.perf_counter(), route=route)
+        call = RecordedCall(
+            index=len(self.calls), request=body, prompt_ids=[], received_at=time.perf_counter(), route=route
+        )
         self.calls.append(call)
         return call
 
@@ -290,9 +289,16 @@ class FakeServer:
         call.failure, status = self._failures.pop(0)
         return status
 
-    async def run(self, call: RecordedCall, prompt_ids: list[int], max_tokens: int,
-                  stop_ids: set[int], ignore_eos: bool = False, seed: int | None = None,
-                  weights: str = "") -> Sampled:
+    async def run(
+        self,
+        call: RecordedCall,
+        prompt_ids: list[int],
+        max_tokens: int,
+        stop_ids: set[int],
+        ignore_eos: bool = False,
+        seed: int | None = None,
+        weights: str = "",
+    ) -> Sampled:
         """Wait out a pause, take a slot, "sample", hold the slot for the latency;
         ``weights`` names the weights loaded at run time that sample (see ``fake_logprobs``)."""
         call.prompt_ids = prompt_ids
@@ -309,10 +315,8 @@ class FakeServer:
         abort = asyncio.Event()
         self._aborts.add(abort)
         try:
-            sampled = await self.sample(prompt_ids, max_tokens, stop_ids, ignore_eos, seed,
-                                        weights)
-            delay = (self.latency(prompt_ids, sampled.output_ids) if callable(self.latency)
-                     else self.latency)
+            sampled = await self.sample(prompt_ids, max_tokens, stop_ids, ignore_eos, seed, weights)
+            delay = self.latency(prompt_ids, sampled.output_ids) if callable(self.latency) else self.latency
             slot_start = time.perf_counter()
             if delay > 0 and not abort.is_set():
                 waiter = asyncio.ensure_future(abort.wait())
@@ -330,14 +334,19 @@ class FakeServer:
             self._meter.leave()
             if self._slots is not None:
                 self._slots.release()
-        call.output_ids, call.logprobs, call.finish_reason = (
-            sampled.output_ids, sampled.logprobs, sampled.finish)
+        call.output_ids, call.logprobs, call.finish_reason = (sampled.output_ids, sampled.logprobs, sampled.finish)
         call.status, call.finished_at = 200, time.perf_counter()
         return sampled
 
-    async def sample(self, prompt_ids: list[int], max_tokens: int, stop_ids: set[int],
-                     ignore_eos: bool = False, seed: int | None = None,
-                     weights: str = "") -> Sampled:
+    async def sample(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        stop_ids: set[int],
+        ignore_eos: bool = False,
+        seed: int | None = None,
+        weights: str = "",
+    ) -> Sampled:
         """The scripted reply as ids: cut at a stop token, at max_tokens, or + eos."""
         if callable(self.replies):
             text = self.replies(prompt_ids, self.tok.decode(prompt_ids))
@@ -360,8 +369,9 @@ class FakeServer:
                 out, finish = ids[:max_tokens], "length"
         return Sampled(out, fake_logprobs(prompt_ids, len(out), seed, weights), finish, stop_token)
 
-    async def fail(self, request: web.Request, call: RecordedCall, status: int,
-                   error: Callable[[int, str], web.Response]) -> web.StreamResponse:
+    async def fail(
+        self, request: web.Request, call: RecordedCall, status: int, error: Callable[[int, str], web.Response]
+    ) -> web.StreamResponse:
         """Answer a call scripted to fail (``error`` builds the server's error body)."""
         call.finished_at = time.perf_counter()
         if call.failure == "error":
@@ -376,8 +386,7 @@ class FakeServer:
         raise asyncio.CancelledError()
 
 
-async def read_json(request: web.Request,
-                    error: Callable[[int, str], web.Response]) -> dict[str, Any] | web.Response:
+async def read_json(request: web.Request, error: Callable[[int, str], web.Response]) -> dict[str, Any] | web.Response:
     """The request's JSON object, or the 400 answer to send instead."""
     try:
         body = await request.json()

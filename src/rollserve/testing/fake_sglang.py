@@ -58,26 +58,50 @@ class FakeSGLang(FakeServer):
             return body
         path = body.get("model_path")
         if not isinstance(path, str) or not os.path.isdir(path):
-            return web.json_response({"success": False, "message": (
-                f"Failed to get weights iterator: {path} (repository not found)."),
-                "num_paused_requests": 0}, status=400)
+            return web.json_response(
+                {
+                    "success": False,
+                    "message": (f"Failed to get weights iterator: {path} (repository not found)."),
+                    "num_paused_requests": 0,
+                },
+                status=400,
+            )
         self.model_path, self.weight_updates = path, self.weight_updates + 1
         if body.get("weight_version") is not None:
             self.weight_version = str(body["weight_version"])
-        return web.json_response({"success": True, "message": "Succeeded to update model "
-                                  "weights.", "num_paused_requests": 0})
+        return web.json_response(
+            {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+        )
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     async def _model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({"model_path": self.model, "tokenizer_path": self.model,
-                                  "is_generation": True, "weight_version": self.weight_version})
+        return web.json_response(
+            {
+                "model_path": self.model,
+                "tokenizer_path": self.model,
+                "is_generation": True,
+                "weight_version": self.weight_version,
+            }
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "created": int(time.time()),
-             "owned_by": "sglang", "root": self.model, "max_model_len": self.max_model_len}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "sglang",
+                        "root": self.model,
+                        "max_model_len": self.max_model_len,
+                    }
+                ],
+            }
+        )
 
     async def _pause(self, request: web.Request) -> web.Response:
         body = await read_json(request, error_response)
@@ -108,32 +132,43 @@ class FakeSGLang(FakeServer):
         call.prompt_ids = prompt_ids
         params = body.get("sampling_params") or {}
         if "max_tokens" in params:  # SGLang's SamplingParams has no such field
-            return self._reject(call, "SamplingParams.__init__() got an unexpected keyword "
-                                      "argument 'max_tokens'")
+            return self._reject(call, "SamplingParams.__init__() got an unexpected keyword argument 'max_tokens'")
         max_new = params.get("max_new_tokens", 128)
         if len(prompt_ids) + max_new > self.max_model_len:
             return self._reject(
-                call, f"Requested token count exceeds the model's maximum context length of "
-                      f"{self.max_model_len} tokens. You requested a total of "
-                      f"{len(prompt_ids) + max_new} tokens: {len(prompt_ids)} tokens from the "
-                      f"input messages and {max_new} tokens for the completion.")
+                call,
+                f"Requested token count exceeds the model's maximum context length of "
+                f"{self.max_model_len} tokens. You requested a total of "
+                f"{len(prompt_ids) + max_new} tokens: {len(prompt_ids)} tokens from the "
+                f"input messages and {max_new} tokens for the completion.",
+            )
         status = self.take_failure(call)
         if status is not None:
             return await self.fail(request, call, status, error_response)
         started = time.perf_counter()
-        sampled = await self.run(call, prompt_ids, max_new, set(params.get("stop_token_ids") or ()),
-                                 bool(params.get("ignore_eos")), params.get("sampling_seed"),
-                                 self.weights())
+        sampled = await self.run(
+            call,
+            prompt_ids,
+            max_new,
+            set(params.get("stop_token_ids") or ()),
+            bool(params.get("ignore_eos")),
+            params.get("sampling_seed"),
+            self.weights(),
+        )
         if sampled.finish == "stop":
-            finish = {"type": "stop", "matched": sampled.stop_token
-                      if sampled.stop_token is not None else self.tok.eos_token_id}
+            finish = {
+                "type": "stop",
+                "matched": sampled.stop_token if sampled.stop_token is not None else self.tok.eos_token_id,
+            }
         elif sampled.finish == "length":
             finish = {"type": "length", "length": len(sampled.output_ids)}
         else:
-            finish = {"type": "abort", "message": "Abort in waiting queue", "status_code": None,
-                      "err_type": None}
-        text_ids = sampled.output_ids[:-1] if sampled.finish == "stop" and not params.get(
-            "no_stop_trim") else sampled.output_ids
+            finish = {"type": "abort", "message": "Abort in waiting queue", "status_code": None, "err_type": None}
+        text_ids = (
+            sampled.output_ids[:-1]
+            if sampled.finish == "stop" and not params.get("no_stop_trim")
+            else sampled.output_ids
+        )
         meta = {
             "id": body.get("rid") or uuid.uuid4().hex,
             "finish_reason": finish,
@@ -146,16 +181,22 @@ class FakeSGLang(FakeServer):
         }
         if body.get("return_logprob"):
             text = bool(body.get("return_text_in_logprobs"))
-            pieces = (self.tok.hf.batch_decode([[t] for t in sampled.output_ids]) if text
-                      else [None] * len(sampled.output_ids))
+            pieces = (
+                self.tok.hf.batch_decode([[t] for t in sampled.output_ids])
+                if text
+                else [None] * len(sampled.output_ids)
+            )
             meta["input_token_logprobs"] = [[None, prompt_ids[-1], None]]
             meta["output_token_logprobs"] = [
-                [lp, t, piece] for lp, t, piece in zip(sampled.logprobs, sampled.output_ids, pieces)]
-        return web.json_response({
-            "text": self.tok.decode(text_ids, params.get("skip_special_tokens", True)),
-            "output_ids": sampled.output_ids,
-            "meta_info": meta,
-        })
+                [lp, t, piece] for lp, t, piece in zip(sampled.logprobs, sampled.output_ids, pieces)
+            ]
+        return web.json_response(
+            {
+                "text": self.tok.decode(text_ids, params.get("skip_special_tokens", True)),
+                "output_ids": sampled.output_ids,
+                "meta_info": meta,
+            }
+        )
 
     def _reject(self, call: RecordedCall, message: str) -> web.Response:
         call.status, call.finished_at = 400, time.perf_counter()

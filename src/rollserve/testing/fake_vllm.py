@@ -122,12 +122,27 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         return web.Response(status=200)
 
     async def _models(self, request: web.Request) -> web.Response:
-        card = {"id": self.model, "object": "model", "created": int(time.time()),
-                "owned_by": "vllm", "root": self.model, "parent": None,
-                "max_model_len": self.max_model_len if self.report_max_model_len else None}
-        loras = [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                  "root": path, "parent": self.model, "max_model_len": None}
-                 for name, path in self.lora_adapters.items()]
+        card = {
+            "id": self.model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "vllm",
+            "root": self.model,
+            "parent": None,
+            "max_model_len": self.max_model_len if self.report_max_model_len else None,
+        }
+        loras = [
+            {
+                "id": name,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "vllm",
+                "root": path,
+                "parent": self.model,
+                "max_model_len": None,
+            }
+            for name, path in self.lora_adapters.items()
+        ]
         return web.json_response({"object": "list", "data": [card, *loras]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
@@ -135,16 +150,17 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         if isinstance(body, web.Response):
             return body
         if "messages" in body:
-            text = self.tok.render(body["messages"],
-                                   add_generation_prompt=body.get("add_generation_prompt", True),
-                                   tools=body.get("tools"))
+            text = self.tok.render(
+                body["messages"], add_generation_prompt=body.get("add_generation_prompt", True), tools=body.get("tools")
+            )
         elif isinstance(body.get("prompt"), str):
             text = body["prompt"]
         else:
             return error_response(400, "give 'prompt' (a string) or 'messages'")
         tokens = self.tok.encode(text)
-        return web.json_response({"count": len(tokens), "max_model_len": self.max_model_len,
-                                  "tokens": tokens, "token_strs": None})
+        return web.json_response(
+            {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens, "token_strs": None}
+        )
 
     async def _detokenize(self, request: web.Request) -> web.Response:
         """vLLM's ``/detokenize``: ``{"tokens": [...]}`` in, ``{"prompt": text}`` out
@@ -171,11 +187,19 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         sampled = await self._sample(request, call, prompt_ids, body, body.get("model"))
         if isinstance(sampled, web.StreamResponse):
             return sampled
-        return web.json_response(completion_body(
-            self.tok, body, self.model, prompt_ids, sampled.output_ids, sampled.logprobs,
-            sampled.finish, sampled.stop_token,
-            return_token_ids_supported=self.return_token_ids_supported,
-        ))
+        return web.json_response(
+            completion_body(
+                self.tok,
+                body,
+                self.model,
+                prompt_ids,
+                sampled.output_ids,
+                sampled.logprobs,
+                sampled.finish,
+                sampled.stop_token,
+                return_token_ids_supported=self.return_token_ids_supported,
+            )
+        )
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         """``/inference/v1/generate``, output_mode "tokens" (vLLM 0.32's shape)."""
@@ -188,8 +212,7 @@ class FakeVLLM(RuntimeWeights, FakeServer):
             return unknown
         prompt_ids = body.get("token_ids")
         params = body.get("sampling_params")
-        if not (isinstance(prompt_ids, list) and prompt_ids
-                and all(type(t) is int and t >= 0 for t in prompt_ids)):
+        if not (isinstance(prompt_ids, list) and prompt_ids and all(type(t) is int and t >= 0 for t in prompt_ids)):
             return self._reject(call, "token_ids: expected a non-empty list of token ids")
         if not isinstance(params, dict):
             return self._reject(call, "sampling_params: field required")
@@ -198,27 +221,51 @@ class FakeVLLM(RuntimeWeights, FakeServer):
             return sampled
         logprobs = None
         if params.get("logprobs") is not None:
-            logprobs = {"content": [
-                {"token_id": t, "logprob": lp, "rank": 1,
-                 "top_logprobs": [{"token_id": t, "logprob": lp, "rank": 1}]}
-                for t, lp in zip(sampled.output_ids, sampled.logprobs)]}
+            logprobs = {
+                "content": [
+                    {
+                        "token_id": t,
+                        "logprob": lp,
+                        "rank": 1,
+                        "top_logprobs": [{"token_id": t, "logprob": lp, "rank": 1}],
+                    }
+                    for t, lp in zip(sampled.output_ids, sampled.logprobs)
+                ]
+            }
         n = len(sampled.output_ids)
-        choice = {"index": 0, "finish_reason": sampled.finish, "stop_reason": sampled.stop_token,
-                  "token_ids": sampled.output_ids, "routed_experts": None, "sampling_mask": None,
-                  "weight_versions": [{"version": "default", "start": 0, "end": n}] if n else None,
-                  "logprobs": logprobs}
-        return web.json_response({
-            "request_id": body.get("request_id") or uuid.uuid4().hex,
-            "model": body.get("model") or self.model, "created": int(time.time()),
-            "usage": {"prompt_tokens": len(prompt_ids), "total_tokens":
-                      len(prompt_ids) + len(sampled.output_ids),
-                      "completion_tokens": len(sampled.output_ids),
-                      "prompt_tokens_details": None, "completion_tokens_details": None},
-            "prompt_logprobs": None, "prompt_token_id_logprobs": None,
-            "prompt_token_ids": prompt_ids if body.get("return_token_ids") else None,
-            "mm_placeholders": None, "metrics": None, "kv_transfer_params": None,
-            "ec_transfer_params": None, "output_mode": "tokens", "choices": [choice],
-        })
+        choice = {
+            "index": 0,
+            "finish_reason": sampled.finish,
+            "stop_reason": sampled.stop_token,
+            "token_ids": sampled.output_ids,
+            "routed_experts": None,
+            "sampling_mask": None,
+            "weight_versions": [{"version": "default", "start": 0, "end": n}] if n else None,
+            "logprobs": logprobs,
+        }
+        return web.json_response(
+            {
+                "request_id": body.get("request_id") or uuid.uuid4().hex,
+                "model": body.get("model") or self.model,
+                "created": int(time.time()),
+                "usage": {
+                    "prompt_tokens": len(prompt_ids),
+                    "total_tokens": len(prompt_ids) + len(sampled.output_ids),
+                    "completion_tokens": len(sampled.output_ids),
+                    "prompt_tokens_details": None,
+                    "completion_tokens_details": None,
+                },
+                "prompt_logprobs": None,
+                "prompt_token_id_logprobs": None,
+                "prompt_token_ids": prompt_ids if body.get("return_token_ids") else None,
+                "mm_placeholders": None,
+                "metrics": None,
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "output_mode": "tokens",
+                "choices": [choice],
+            }
+        )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         """``/v1/chat/completions``: the messages rendered with the chat template."""
@@ -229,33 +276,58 @@ class FakeVLLM(RuntimeWeights, FakeServer):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return self._reject(call, "messages: expected a non-empty list")
-        prompt_ids = self.tok.encode(self.tok.render(messages, add_generation_prompt=True,
-                                                     tools=body.get("tools")))
-        checked = await self._admit(request, call, prompt_ids,
-                                    body.get("max_completion_tokens") or body.get("max_tokens") or 256,
-                                    tokenized_here=True)
+        prompt_ids = self.tok.encode(self.tok.render(messages, add_generation_prompt=True, tools=body.get("tools")))
+        checked = await self._admit(
+            request,
+            call,
+            prompt_ids,
+            body.get("max_completion_tokens") or body.get("max_tokens") or 256,
+            tokenized_here=True,
+        )
         if not isinstance(checked, int):
             return checked
         max_tokens = checked
         sampled = await self.run(call, prompt_ids, max_tokens, set(), False, body.get("seed"))
         text_ids = sampled.output_ids[:-1] if sampled.finish == "stop" else sampled.output_ids
         message: dict[str, object] = {
-            "role": "assistant", "content": self.tok.decode(text_ids, True), "refusal": None,
-            "annotations": None, "audio": None, "function_call": None, "tool_calls": [],
-            "reasoning": None}
-        return web.json_response({
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
-            "created": int(time.time()), "model": body.get("model") or self.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": sampled.finish, "stop_reason": None,
-                         "token_ids": None}],
-            "service_tier": None, "system_fingerprint": None, "prompt_logprobs": None,
-            "prompt_token_ids": None, "kv_transfer_params": None,
-            "usage": {"prompt_tokens": len(prompt_ids),
-                      "total_tokens": len(prompt_ids) + len(sampled.output_ids),
-                      "completion_tokens": len(sampled.output_ids),
-                      "prompt_tokens_details": None},
-        })
+            "role": "assistant",
+            "content": self.tok.decode(text_ids, True),
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": [],
+            "reasoning": None,
+        }
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model") or self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": sampled.finish,
+                        "stop_reason": None,
+                        "token_ids": None,
+                    }
+                ],
+                "service_tier": None,
+                "system_fingerprint": None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "kv_transfer_params": None,
+                "usage": {
+                    "prompt_tokens": len(prompt_ids),
+                    "total_tokens": len(prompt_ids) + len(sampled.output_ids),
+                    "completion_tokens": len(sampled.output_ids),
+                    "prompt_tokens_details": None,
+                },
+            }
+        )
 
     async def _pause(self, request: web.Request) -> web.Response:
         mode = request.query.get("mode", "abort")
@@ -276,35 +348,50 @@ class FakeVLLM(RuntimeWeights, FakeServer):
     # --- helpers -----------------------------------------------------------------
     def _unknown_model(self, call: RecordedCall, model: object) -> web.Response | None:
         """vLLM's 404 for a model it does not serve (checked with ``runtime_lora``)."""
-        if not self.runtime_lora or model is None or model == self.model or (
-                isinstance(model, str) and model in self.lora_adapters):
+        if (
+            not self.runtime_lora
+            or model is None
+            or model == self.model
+            or (isinstance(model, str) and model in self.lora_adapters)
+        ):
             return None
         call.status, call.finished_at = 404, time.perf_counter()
-        return error_response(404, f"The model `{model}` does not exist.", kind="NotFoundError",
-                              param="model")
+        return error_response(404, f"The model `{model}` does not exist.", kind="NotFoundError", param="model")
 
     def _reject(self, call: RecordedCall, message: str) -> web.Response:
         call.status, call.finished_at = 400, time.perf_counter()
         return error_response(400, message)
 
-    async def _sample(self, request: web.Request, call: RecordedCall, prompt_ids: list[int],
-                      params: dict[str, Any], model: Any) -> Sampled | web.StreamResponse:
+    async def _sample(
+        self, request: web.Request, call: RecordedCall, prompt_ids: list[int], params: dict[str, Any], model: Any
+    ) -> Sampled | web.StreamResponse:
         """Admit the prompt (or answer instead, see ``_admit``), then sample it with the
         request's sampling ``params`` under the weights ``model`` names."""
-        checked = await self._admit(request, call, prompt_ids,
-                                    params.get("max_tokens") or 16)  # vLLM's default
+        checked = await self._admit(request, call, prompt_ids, params.get("max_tokens") or 16)  # vLLM's default
         if not isinstance(checked, int):
             return checked
         self.holding[id(request)] = request
         try:
-            return await self.run(call, prompt_ids, checked, set(params.get("stop_token_ids") or ()),
-                                  bool(params.get("ignore_eos")), params.get("seed"),
-                                  self.sampling_weights(model, prompt_ids))
+            return await self.run(
+                call,
+                prompt_ids,
+                checked,
+                set(params.get("stop_token_ids") or ()),
+                bool(params.get("ignore_eos")),
+                params.get("seed"),
+                self.sampling_weights(model, prompt_ids),
+            )
         finally:
             self.holding.pop(id(request), None)
 
-    async def _admit(self, request: web.Request, call: RecordedCall, prompt_ids: list[int],
-                     max_tokens: int, tokenized_here: bool = False) -> web.StreamResponse | int:
+    async def _admit(
+        self,
+        request: web.Request,
+        call: RecordedCall,
+        prompt_ids: list[int],
+        max_tokens: int,
+        tokenized_here: bool = False,
+    ) -> web.StreamResponse | int:
         """The ``max_tokens`` to sample (cut, as vLLM 0.32 does, to what the context
         leaves), or the answer instead: a 400 for a prompt that leaves no room, or a
         scripted failure."""
@@ -315,8 +402,7 @@ class FakeVLLM(RuntimeWeights, FakeServer):
             return refused
         status = self.take_failure(call)
         if status is not None:
-            return await self.fail(request, call, status,
-                                   lambda s, m: error_response(s, m, kind="InternalServerError"))
+            return await self.fail(request, call, status, lambda s, m: error_response(s, m, kind="InternalServerError"))
         return min(max_tokens, self.max_model_len - len(prompt_ids))
 
 
@@ -330,11 +416,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per call")
     replies = parser.add_mutually_exclusive_group()
     replies.add_argument("--reply", nargs="+", default=["OK"], help="replies, cycled")
-    replies.add_argument("--script", default=None,
-                         help="a Python file defining reply(prompt_ids, prompt) -> str: a "
-                         "per-rollout, multi-turn policy (see rollserve.testing.scripted_policy)")
-    parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
-                        help=f"folder, .gguf, or {DEFAULT_TOKENIZER}")
+    replies.add_argument(
+        "--script",
+        default=None,
+        help="a Python file defining reply(prompt_ids, prompt) -> str: a "
+        "per-rollout, multi-turn policy (see rollserve.testing.scripted_policy)",
+    )
+    parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=f"folder, .gguf, or {DEFAULT_TOKENIZER}")
     parser.add_argument("--model", default="fake-model", help="served model name")
     parser.add_argument("--capacity", type=int, default=None, help="concurrent slots")
     args = parser.parse_args(argv)
@@ -347,8 +435,13 @@ def main(argv: list[str] | None = None) -> None:
         except ScriptError as error:
             parser.error(f"--script: {error}")
     server = FakeVLLM(
-        args.tokenizer, replies=script or args.reply, latency=args.latency, model=args.model,
-        capacity=args.capacity, host=args.host, port=args.port,
+        args.tokenizer,
+        replies=script or args.reply,
+        latency=args.latency,
+        model=args.model,
+        capacity=args.capacity,
+        host=args.host,
+        port=args.port,
     )
 
     async def serve() -> None:

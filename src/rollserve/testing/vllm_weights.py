@@ -97,10 +97,13 @@ class RuntimeWeights:
         path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
         if method != "reload_weights" or not isinstance(path, str) or not os.path.isdir(path):
             # vLLM 0.32: the worker's exception, in a 500 (the server stays up)
-            return error_response(500, "Call to collective_rpc method failed: Worker failed "
-                                       f"with error 'cannot load weights from {path!r}', please "
-                                       "check the stack trace above for the root cause",
-                                  kind="InternalServerError")
+            return error_response(
+                500,
+                "Call to collective_rpc method failed: Worker failed "
+                f"with error 'cannot load weights from {path!r}', please "
+                "check the stack trace above for the root cause",
+                kind="InternalServerError",
+            )
         self.weight_loads.append(("full", path))
         self.full_weights = path
         return web.json_response({"results": [None]})
@@ -114,15 +117,17 @@ class RuntimeWeights:
             return body
         name, path = body.get("lora_name"), body.get("lora_path")
         if not name or not path or not isinstance(name, str) or not isinstance(path, str):
-            return error_response(400, "Both 'lora_name' and 'lora_path' must be provided.",
-                                  kind="InvalidUserInput")
+            return error_response(400, "Both 'lora_name' and 'lora_path' must be provided.", kind="InvalidUserInput")
         if not body.get("load_inplace") and name in self.lora_adapters:
-            return error_response(400, f"The lora adapter '{name}' has already been loaded. If "
-                                       "you want to load the adapter in place, set "
-                                       "'load_inplace' to True.", kind="InvalidUserInput")
+            return error_response(
+                400,
+                f"The lora adapter '{name}' has already been loaded. If "
+                "you want to load the adapter in place, set "
+                "'load_inplace' to True.",
+                kind="InvalidUserInput",
+            )
         if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            return error_response(404, f"Loading lora {name} failed: No adapter found for <path>",
-                                  kind="NotFoundError")
+            return error_response(404, f"Loading lora {name} failed: No adapter found for <path>", kind="NotFoundError")
         self.weight_loads.append((f"lora:{name}", path))
         self.lora_adapters[name] = path
         return web.Response(status=200, text=f"Success: LoRA adapter '{name}' added successfully.")
@@ -133,7 +138,6 @@ class RuntimeWeights:
             return body
         name = body.get("lora_name")
         if name not in self.lora_adapters:
-            return error_response(404, f"The lora adapter '{name}' cannot be found.",
-                                  kind="NotFoundError")
+            return error_response(404, f"The lora adapter '{name}' cannot be found.", kind="NotFoundError")
         del self.lora_adapters[name]
         return web.Response(status=200, text=f"Success: LoRA adapter '{name}' removed successfully.")

@@ -59,8 +59,7 @@ def completion_body(
         else:
             tokens = tok.hf.batch_decode([[t] for t in output_ids])
         choice["logprobs"] = {
-            "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0))
-            if tokens else [],
+            "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)) if tokens else [],
             "token_logprobs": logprobs,
             "tokens": tokens,
             # vLLM 0.32 with logprobs=0 lists the sampled token alone at each step.
@@ -87,16 +86,14 @@ def completion_body(
     }
 
 
-def error_response(status: int, message: str, kind: str = "BadRequestError",
-                   param: str | None = None) -> web.Response:
+def error_response(status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> web.Response:
     return web.json_response(
         {"error": {"message": message, "type": kind, "param": param, "code": status}},
         status=status,
     )
 
 
-def context_refusal(prompt_len: int, max_model_len: int,
-                    tokenized_here: bool = False) -> web.Response | None:
+def context_refusal(prompt_len: int, max_model_len: int, tokenized_here: bool = False) -> web.Response | None:
     """vLLM 0.32's answer to a prompt the context cannot take with one more token, or
     None: a prompt longer than ``max_model_len`` is refused by the renderer
     (``_token_len_check``); one of exactly ``max_model_len`` gets ``max_tokens`` cut to
@@ -108,12 +105,18 @@ def context_refusal(prompt_len: int, max_model_len: int,
     if prompt_len > max_model_len:
         count = min(prompt_len, max_model_len + 1) if tokenized_here else prompt_len
         qualifier = "at least " if count == max_model_len + 1 else ""
-        return error_response(400, (
-            f"This model's maximum context length is {max_model_len} tokens. However, your "
-            f"prompt contains {qualifier}{count} input tokens, which exceeds this limit even "
-            f"without any output tokens. Please reduce the length of the input prompt. "
-            f"(parameter=input_tokens, value={count})"), param="input_tokens")
+        return error_response(
+            400,
+            (
+                f"This model's maximum context length is {max_model_len} tokens. However, your "
+                f"prompt contains {qualifier}{count} input tokens, which exceeds this limit even "
+                f"without any output tokens. Please reduce the length of the input prompt. "
+                f"(parameter=input_tokens, value={count})"
+            ),
+            param="input_tokens",
+        )
     if prompt_len == max_model_len:
-        return error_response(400, "max_tokens must be at least 1, got 0. "
-                                   "(parameter=max_tokens, value=0)", param="max_tokens")
+        return error_response(
+            400, "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)", param="max_tokens"
+        )
     return None

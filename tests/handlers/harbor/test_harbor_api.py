@@ -15,7 +15,8 @@ from rollserve.testing import FakeVLLM
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -26,17 +27,24 @@ def options(root: Path, **more) -> dict:
 
 def scripted(turns: list[tuple[str, dict]]):
     """A policy that makes ``turns``' tool calls in order, then finishes."""
+
     def reply(prompt_ids: list[int], prompt: str) -> str:
         turn = prompt.count("<|im_start|>assistant") - 1
         name, args = turns[turn] if turn < len(turns) else ("finish", {})
         return format_tool_call(name, args)
+
     return reply
 
 
 async def submit(client, instance: dict, max_turns: int = 6):
-    return await client.post("/v1/rollouts", json={
-        "tasks": [{"data_source": "harbor", "instance": instance}],
-        "sampling": {"max_tokens": 256}, "agent": {"max_turns": max_turns}})
+    return await client.post(
+        "/v1/rollouts",
+        json={
+            "tasks": [{"data_source": "harbor", "instance": instance}],
+            "sampling": {"max_tokens": 256},
+            "agent": {"max_turns": max_turns},
+        },
+    )
 
 
 async def run_one(client, instance: dict, max_turns: int = 6) -> dict:
@@ -49,8 +57,11 @@ async def run_one(client, instance: dict, max_turns: int = 6) -> dict:
 
 
 def tool_texts(result: dict) -> list[str]:
-    return [m["content"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
-            for m in result["trajectory"]["messages"] if m["role"] == "tool"]
+    return [
+        m["content"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
+        for m in result["trajectory"]["messages"]
+        if m["role"] == "tool"
+    ]
 
 
 async def test_oracle_solves_and_the_empty_agent_scores_zero(make_api):
@@ -73,8 +84,10 @@ async def test_oracle_solves_and_the_empty_agent_scores_zero(make_api):
 
 
 async def test_a_policy_solves_a_task_with_the_bash_tool(make_api):
-    turns = [("bash", {"command": "pwd; echo $TASK_GREETING; ls -A /tests | wc -l; test -e /solution || echo none"}),
-             ("bash", {"command": "wc -w < input/text.txt > count.txt"})]
+    turns = [
+        ("bash", {"command": "pwd; echo $TASK_GREETING; ls -A /tests | wc -l; test -e /solution || echo none"}),
+        ("bash", {"command": "wc -w < input/text.txt > count.txt"}),
+    ]
     async with FakeVLLM("smollm2", replies=scripted(turns), latency=0.01) as policy:
         service, client = await make_api([policy.url], server=options(DATA))
         result = await run_one(client, {"task": "count-words"})
@@ -130,9 +143,17 @@ async def test_a_harness_preset_solves_a_task(make_api):
 
     async with FakeVLLM("smollm2", replies=reply, latency=0.01) as policy:
         service, client = await make_api([policy.url], server=options(DATA))
-        result = await run_one(client, {"task": "count-words", "harness": {
-            "preset": "command", "tool_calls": "none",
-            "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(HARNESS)}'}})
+        result = await run_one(
+            client,
+            {
+                "task": "count-words",
+                "harness": {
+                    "preset": "command",
+                    "tool_calls": "none",
+                    "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(HARNESS)}',
+                },
+            },
+        )
     assert result["status"] == "completed" and not result["mask"], result["failure"]
     assert result["reward"] == 1.0, result["evaluation"]
     assert result["evaluation"]["harness_exit_code"] == 0
@@ -171,8 +192,10 @@ def _mini_version() -> str:
         return ""
 
 
-@pytest.mark.skipif(not _mini_version().startswith("2.4."),
-                    reason=f"the preset is for mini-swe-agent 2.4.x, not {_mini_version() or 'none'}")
+@pytest.mark.skipif(
+    not _mini_version().startswith("2.4."),
+    reason=f"the preset is for mini-swe-agent 2.4.x, not {_mini_version() or 'none'}",
+)
 async def test_mini_swe_agent_solves_a_task_in_its_workdir(make_api):
     steps = ["wc -w < input/text.txt > count.txt", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
 
@@ -182,8 +205,7 @@ async def test_mini_swe_agent_solves_a_task_in_its_workdir(make_api):
 
     async with FakeVLLM("smollm2", replies=reply, latency=0.01) as policy:
         service, client = await make_api([policy.url], server=options(DATA))
-        result = await run_one(client, {"task": "count-words",
-                                        "harness": {"preset": "mini-swe-agent"}}, max_turns=5)
+        result = await run_one(client, {"task": "count-words", "harness": {"preset": "mini-swe-agent"}}, max_turns=5)
     assert result["status"] == "completed" and not result["mask"], result["failure"]
     assert result["reward"] == 1.0, result["evaluation"]
     assert result["stats"]["gateway_calls"] == 2
@@ -195,8 +217,8 @@ async def test_reward_json_keys_a_judge_writes_score_zero_with_the_reason(make_a
     root = tmp_path / "tasks"
     _copy(DATA / "count-words", root / "clash")
     (root / "clash" / "tests" / "test.sh").write_text(
-        "#!/bin/bash\nmkdir -p /logs/verifier\n"
-        "echo '{\"reward\": 1, \"outcome\": 1}' > /logs/verifier/reward.json\n")
+        '#!/bin/bash\nmkdir -p /logs/verifier\necho \'{"reward": 1, "outcome": 1}\' > /logs/verifier/reward.json\n'
+    )
     service, client = await make_api([], server=options(root, operator_modes=True))
     result = await run_one(client, {"task": "clash", "agent": "none"})
     assert result["status"] == "completed" and not result["mask"], result["failure"]
@@ -243,15 +265,23 @@ async def test_an_instruction_over_128_kib_reaches_the_harness_whole(make_api, t
 
     async with FakeVLLM("smollm2", replies=reply, latency=0.01) as policy:
         service, client = await make_api([policy.url], server=options(tmp_path / "tasks"))
-        result = await run_one(client, {"task": "long", "harness": {
-            "preset": "command", "tool_calls": "none",
-            "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(LONG_TASK_HARNESS)}'}})
+        result = await run_one(
+            client,
+            {
+                "task": "long",
+                "harness": {
+                    "preset": "command",
+                    "tool_calls": "none",
+                    "command": f'"$ROLLSERVE_PYTHON" -c {shlex.quote(LONG_TASK_HARNESS)}',
+                },
+            },
+        )
     assert result["status"] == "completed" and not result["mask"], result["failure"]
     assert result["evaluation"]["harness_log_tail"].strip() == f"task_bytes {size} 0"
     assert result["reward"] == 1.0, result["evaluation"]
 
 
-ARGV_PRESET = '''name = "argv-task"
+ARGV_PRESET = """name = "argv-task"
 summary = "passes the task as one argument"
 wire = "openai-chat"
 [package]
@@ -259,7 +289,7 @@ kind = "none"
 [run]
 task_in_argv = true
 command = 'exec printf %s "$(cat "$ROLLSERVE_TASK_FILE")"'
-'''
+"""
 
 
 async def test_a_preset_taking_the_task_as_an_argument_refuses_a_long_one_at_submit(make_api, tmp_path):
@@ -270,8 +300,7 @@ async def test_a_preset_taking_the_task_as_an_argument_refuses_a_long_one_at_sub
     harnesses = tmp_path / "harnesses"
     (harnesses / "presets").mkdir(parents=True)
     (harnesses / "presets" / "argv-task.toml").write_text(ARGV_PRESET)
-    service, client = await make_api([], server={**options(tmp_path / "tasks"),
-                                                 "harness_dir": harnesses})
+    service, client = await make_api([], server={**options(tmp_path / "tasks"), "harness_dir": harnesses})
     r = await submit(client, {"task": "long", "harness": {"preset": "argv-task"}})
     assert r.status_code == 422, r.text
     error = r.json()["errors"][0]

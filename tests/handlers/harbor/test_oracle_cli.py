@@ -17,7 +17,8 @@ from tests.handlers.harbor.test_harbor_api import DATA
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 
 def test_the_oracle_check_names_each_failing_task_and_why(tmp_path):

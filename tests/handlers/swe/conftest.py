@@ -21,8 +21,12 @@ def toy(tmp_path):
 @pytest.fixture
 def handler(tokenizer, tmp_path):
     def make(**options) -> SWEHandler:
-        ctx = HandlerContext(tokenizer=tokenizer, scoring=None,
-                             sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"),
-                             options={"swe": {"mirrors": [str(tmp_path / "mirror")], **options}})
+        ctx = HandlerContext(
+            tokenizer=tokenizer,
+            scoring=None,
+            sandboxes=LazyRuntime("bubblewrap", tmp_path / "state"),
+            options={"swe": {"mirrors": [str(tmp_path / "mirror")], **options}},
+        )
         return SWEHandler(ctx)
+
     return make

@@ -23,17 +23,24 @@ def image_root(tmp_path, fake_apptainer):
     """The image's files: /testbed is a checkout of the toy repository at base."""
     instance = toy_repo.build(tmp_path / "mirror")
     root = tmp_path / "image"
-    subprocess.run(["git", "clone", "-q", "-b", "main", str(tmp_path / "mirror" / "toy__calc-1.bundle"),
-                    str(root / "testbed")], check=True)
+    subprocess.run(
+        ["git", "clone", "-q", "-b", "main", str(tmp_path / "mirror" / "toy__calc-1.bundle"), str(root / "testbed")],
+        check=True,
+    )
     (tmp_path / "bin" / "image_root").write_text(str(root))  # read by the stand-in
     return instance
 
 
 async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
-        fake_apptainer, image_root, tokenizer, new_rollout, tmp_path):
+    fake_apptainer, image_root, tokenizer, new_rollout, tmp_path
+):
     runtime = ApptainerRuntime(tmp_path / "state")
-    ctx = HandlerContext(tokenizer=tokenizer, scoring=None, sandboxes=runtime,
-                         options={"swe": {"image_prefix": "docker.io/swebench/sweb.eval.x86_64."}})
+    ctx = HandlerContext(
+        tokenizer=tokenizer,
+        scoring=None,
+        sandboxes=runtime,
+        options={"swe": {"image_prefix": "docker.io/swebench/sweb.eval.x86_64."}},
+    )
     handler = SWEHandler(ctx)
     expected = "docker://docker.io/swebench/sweb.eval.x86_64.toy_1776_calc-1:latest"
     assert handler.images(image_root) == [expected]
@@ -56,8 +63,9 @@ async def test_init_builds_the_swe_bench_image_and_seeds_the_workspace(
         assert "safe.directory" in argv[-1]
         # The image's history is cut at HEAD (the stand-in runs it on the seeded copy).
         assert "git repack -a -d" in cut["argv"][-1]
-        refs = subprocess.run(["git", "-C", str(sandbox.workspace), "for-each-ref"],
-                              capture_output=True, text=True, check=True).stdout
+        refs = subprocess.run(
+            ["git", "-C", str(sandbox.workspace), "for-each-ref"], capture_output=True, text=True, check=True
+        ).stdout
         assert refs == ""
         # The tests' interpreter is tried in the image's environment (interpreter.py).
         assert "conda activate testbed" in probe["argv"][-1]
@@ -78,11 +86,14 @@ def test_the_eval_script_activates_the_image_environment(image_root, tokenizer):
     assert any(line.startswith("python -m pytest") for line in script)
 
 
-@pytest.mark.skipif(shutil.which("apptainer") is None and shutil.which("singularity") is None,
-                    reason="apptainer/singularity is not on PATH here (it cannot be installed on "
-                           "this machine); the SWE image path is tested on its command lines above")
+@pytest.mark.skipif(
+    shutil.which("apptainer") is None and shutil.which("singularity") is None,
+    reason="apptainer/singularity is not on PATH here (it cannot be installed on "
+    "this machine); the SWE image path is tested on its command lines above",
+)
 def test_real_apptainer_names_the_same_image(image_root, tokenizer):
     from rollserve.sandbox.registry import get_runtime
+
     runtime = get_runtime("apptainer")
     handler = SWEHandler(HandlerContext(tokenizer=tokenizer, scoring=None, sandboxes=runtime))
     assert handler.images(image_root)[0].startswith("docker://swebench/sweb.eval.x86_64.")

@@ -14,7 +14,7 @@ from rollserve.handlers.swe import canaries, results
 from rollserve.handlers.swe.evaluate import RECORDS_FD
 
 CODE = "def double(x):\n    return 2 * x\n\n\ndef is_even(n):\n    return n % 2 == 0\n"
-TESTS = '''import unittest
+TESTS = """import unittest
 
 import pytest
 
@@ -53,10 +53,15 @@ class Cases(unittest.TestCase):
     def test_case(self):
         self.assertEqual(double(3), 6)
         self.assertTrue(is_even(4))
-'''
-F2P = ["tests/test_pkg.py::test_double", "tests/test_pkg.py::test_is_even",
-       "tests/test_pkg.py::test_double_param[1]", "tests/test_pkg.py::TestNumbers::test_method",
-       "tests/test_pkg.py::Cases::test_case", "tests/test_pkg.py::test_returns_early"]
+"""
+F2P = [
+    "tests/test_pkg.py::test_double",
+    "tests/test_pkg.py::test_is_even",
+    "tests/test_pkg.py::test_double_param[1]",
+    "tests/test_pkg.py::TestNumbers::test_method",
+    "tests/test_pkg.py::Cases::test_case",
+    "tests/test_pkg.py::test_returns_early",
+]
 
 
 def pytest_run(root: Path) -> tuple[str, dict[str, str]]:
@@ -64,11 +69,20 @@ def pytest_run(root: Path) -> tuple[str, dict[str, str]]:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in results.files().items():
         (folder / name).write_text(text)
-    script = results.shell_setup(str(folder)) + \
-        f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider tests\n"
+    script = (
+        results.shell_setup(str(folder))
+        + f"{sys.executable} -m pytest --no-header -rA --tb=no -p no:cacheprovider tests\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    done = subprocess.run(["bash", "-c", f"exec {RECORDS_FD}>&2 2>&1\n" + script], cwd=root,
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    done = subprocess.run(
+        ["bash", "-c", f"exec {RECORDS_FD}>&2 2>&1\n" + script],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     status, _ = results.statuses(results.parse(done.stderr))  # (the plugin's records)
     return done.stdout, status
 
@@ -100,8 +114,7 @@ def test_canaries_are_real_tests_named_like_their_neighbours_that_fail_where_the
         assert len(differ) == 1, canary
     assert "# comments stay with their test\ndef test_is_even" in placed.text
     log, status = pytest_run(tmp_path)
-    originals_status = {k: v for k, v in status.items()
-                        if k.split("::")[-1].split("[")[0] in {n for _, n in originals}}
+    originals_status = {k: v for k, v in status.items() if k.split("::")[-1].split("[")[0] in {n for _, n in originals}}
     assert set(originals_status.values()) == {"PASSED"}, log
     graded, rows, problem = canaries.judge(placed.canaries, path, status)
     assert graded == "failed" and problem is None, (rows, log)
@@ -112,8 +125,7 @@ def test_canaries_are_real_tests_named_like_their_neighbours_that_fail_where_the
 
 
 def test_no_usable_test_means_no_canary_and_pass_to_pass_tests_serve_when_needed():
-    assert canaries.place("t.py", "def test_x():\n    return\n", ["t.py::test_x"], [], 3,
-                          random.Random(0)) is None
+    assert canaries.place("t.py", "def test_x():\n    return\n", ["t.py::test_x"], [], 3, random.Random(0)) is None
     assert canaries.place("t.py", "def broken(:\n", ["t.py::test_x"], [], 3, random.Random(0)) is None
     text = "def test_a():\n    pass\n\n\ndef test_b():\n    assert len('ab') == 2\n"
     placed = canaries.place("t.py", text, ["t.py::test_a"], ["t.py::test_b"], 2, random.Random(0))

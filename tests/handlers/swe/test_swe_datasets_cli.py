@@ -16,17 +16,18 @@ runner = CliRunner()
 
 
 def validate(path, *args):
-    return runner.invoke(app, ["datasets", "validate", str(path), "-d", "swe", "--json", *args],
-                         env={"COLUMNS": "250"})
+    return runner.invoke(app, ["datasets", "validate", str(path), "-d", "swe", "--json", *args], env={"COLUMNS": "250"})
 
 
 def test_rows_whose_repository_cannot_be_found_are_invalid_in_host_mode(tmp_path):
     mirrors = tmp_path / "mirrors"
     toy = toy_repo.build(mirrors)  # mirrors/toy__calc-1.bundle
     shutil.copy(mirrors / "toy__calc-1.bundle", mirrors / "toy-misnamed.bundle")
-    rows = [toy,
-            {**toy, "instance_id": "toy__misnamed-1", "repo": "toy/misnamed"},  # misnamed bundle
-            {**toy, "instance_id": "elsewhere__x-1", "repo": "elsewhere/x"}]
+    rows = [
+        toy,
+        {**toy, "instance_id": "toy__misnamed-1", "repo": "toy/misnamed"},  # misnamed bundle
+        {**toy, "instance_id": "elsewhere__x-1", "repo": "elsewhere/x"},
+    ]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     options = json.dumps({"swe": {"mirrors": [str(mirrors)]}})
@@ -37,8 +38,14 @@ def test_rows_whose_repository_cannot_be_found_are_invalid_in_host_mode(tmp_path
     assert [r["ok"] for r in report["rows"]] == [True, False, False]
     misnamed = report["rows"][1]["error"]
     assert misnamed.startswith("instance.repo: no git bundle or mirror of toy/misnamed")
-    for name in ("toy__misnamed-1.bundle", "toy__misnamed.bundle", "toy__misnamed.git",
-                 "toy/misnamed.git", "toy/misnamed", str(mirrors)):
+    for name in (
+        "toy__misnamed-1.bundle",
+        "toy__misnamed.bundle",
+        "toy__misnamed.git",
+        "toy/misnamed.git",
+        "toy/misnamed",
+        str(mirrors),
+    ):
         assert name in misnamed, misnamed
     assert "elsewhere__x.bundle" in report["rows"][2]["error"]
 

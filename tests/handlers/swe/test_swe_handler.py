@@ -12,8 +12,10 @@ from rollserve.handlers.swe.patch import Candidate
 from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from tests.handlers.swe import toy_repo
 
-pytestmark = pytest.mark.skipif(BubblewrapRuntime.unavailable_reason() is not None,
-                                reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None,
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 
 async def evaluate(handler, new_rollout, instance, patch):
@@ -34,7 +36,11 @@ async def test_gold_patch_resolves_and_empty_does_not(handler, new_rollout, toy)
     assert gold.details["apply_command"] == "git apply --verbose"
     table = {t["test"]: t for t in gold.details["tests"]}
     assert table["tests/test_ops.py::test_mean"] == {
-        "test": "tests/test_ops.py::test_mean", "kind": "FAIL_TO_PASS", "status": "PASSED", "ok": True}
+        "test": "tests/test_ops.py::test_mean",
+        "kind": "FAIL_TO_PASS",
+        "status": "PASSED",
+        "ok": True,
+    }
     assert gold.details["f2p_passed"] == 1 and gold.details["p2p_passed"] == 2
 
     empty = await evaluate(swe, new_rollout, toy, "")
@@ -59,15 +65,18 @@ async def test_a_patch_that_does_not_apply_is_unresolved(handler, new_rollout, t
 
 async def test_a_fuzzy_patch_applies_with_the_fallback(handler, new_rollout, toy):
     # Context lines shifted: git apply refuses, patch --fuzz takes it.
-    shifted = toy["patch"].replace("@@ -4,4 +4,4 @@", "@@ -7,4 +7,4 @@").replace(
-        "def mean(values):", "def mean(values):  ").replace(" \n\n\n", "\n\n\n")
+    shifted = (
+        toy["patch"]
+        .replace("@@ -4,4 +4,4 @@", "@@ -7,4 +7,4 @@")
+        .replace("def mean(values):", "def mean(values):  ")
+        .replace(" \n\n\n", "\n\n\n")
+    )
     result = await evaluate(handler(), new_rollout, toy, shifted)
     assert result.details["patch_applied"], result.details.get("apply_log")
     assert result.details["apply_command"] != "git apply --verbose"
 
 
-async def test_a_test_run_past_its_limit_is_the_agents_failure_unless_told_otherwise(
-        handler, new_rollout, toy):
+async def test_a_test_run_past_its_limit_is_the_agents_failure_unless_told_otherwise(handler, new_rollout, toy):
     slow = {**toy, "test_cmd": "sleep 30"}
     with pytest.raises(AgentError, match="did not finish within 1 s"):
         await evaluate(handler(test_timeout=1), new_rollout, slow, toy["patch"])
@@ -94,8 +103,13 @@ def call(name, **args):
 
 FIX = [
     call("bash", command="grep -n 'len(values)' calc/ops.py"),
-    call("str_replace_editor", command="str_replace", path="/workspace/calc/ops.py",
-         old_str="len(values) - 1", new_str="len(values)"),
+    call(
+        "str_replace_editor",
+        command="str_replace",
+        path="/workspace/calc/ops.py",
+        old_str="len(values) - 1",
+        new_str="len(values)",
+    ),
     call("bash", command="python -c 'import calc; print(calc.mean([1, 2, 3]))'"),
     "Fixed.\n" + call("finish"),
 ]
@@ -122,16 +136,20 @@ async def test_an_episode_that_fixes_the_bug_is_resolved(handler, new_rollout, t
 
 
 async def test_an_episode_that_does_nothing_scores_zero(handler, new_rollout, toy, scripted):
-    rollout, result = await run_episode(handler(), new_rollout, toy,
-                                        scripted(["I looked; all good.\n" + call("finish")]))
+    rollout, result = await run_episode(
+        handler(), new_rollout, toy, scripted(["I looked; all good.\n" + call("finish")])
+    )
     assert result.reward == 0.0 and result.details["reason"] == "empty patch"
 
 
 async def test_binary_files_are_left_out_and_test_edits_are_reset(handler, new_rollout, toy, scripted):
     replies = [
-        call("bash", command="printf '\\x00\\x01binary' > blob.bin && "
-                             "sed -i 's/len(values) - 1/len(values)/' calc/ops.py && "
-                             "echo 'def test_mean():\n    assert False' >> tests/test_ops.py"),
+        call(
+            "bash",
+            command="printf '\\x00\\x01binary' > blob.bin && "
+            "sed -i 's/len(values) - 1/len(values)/' calc/ops.py && "
+            "echo 'def test_mean():\n    assert False' >> tests/test_ops.py",
+        ),
         call("finish"),
     ]
     _, result = await run_episode(handler(), new_rollout, toy, scripted(replies))
@@ -173,8 +191,10 @@ async def test_files_the_environment_left_are_not_the_agents(handler, new_rollou
 
     async def open_like_an_image(rollout, task, harness=None):
         sandbox = await opened(rollout, task, harness)
-        await sandbox.exec("mkdir -p build && echo artefact > build/lib.txt && "
-                           "echo '# set by the image' >> calc/__init__.py", timeout=10)
+        await sandbox.exec(
+            "mkdir -p build && echo artefact > build/lib.txt && echo '# set by the image' >> calc/__init__.py",
+            timeout=10,
+        )
         return sandbox
 
     swe._open = open_like_an_image
@@ -183,8 +203,7 @@ async def test_files_the_environment_left_are_not_the_agents(handler, new_rollou
     assert "calc/ops.py" in patch and "build/lib.txt" not in patch and "calc/__init__.py" not in patch
 
 
-async def test_a_test_run_killed_by_a_signal_is_the_agents_failure_unless_told_otherwise(
-        handler, new_rollout, toy):
+async def test_a_test_run_killed_by_a_signal_is_the_agents_failure_unless_told_otherwise(handler, new_rollout, toy):
     """Code under test can kill its runner at will (os.killpg(0, 9)): not evidence of
     an infrastructure fault, or a patch could buy itself a mask."""
     killed = {**toy, "test_cmd": "kill -KILL $$"}  # the test script itself dies
@@ -194,8 +213,7 @@ async def test_a_test_run_killed_by_a_signal_is_the_agents_failure_unless_told_o
         await evaluate(handler(stopped_tests="masked"), new_rollout, killed, toy["patch"])
 
 
-async def test_host_sandboxes_see_neither_the_mirrors_nor_the_bundled_answers(handler, new_rollout, toy,
-                                                                             tmp_path):
+async def test_host_sandboxes_see_neither_the_mirrors_nor_the_bundled_answers(handler, new_rollout, toy, tmp_path):
     """bubblewrap shows the host root: the mirrors and cut bundles (history past
     base_commit) and the bundled suite (its gold patches) are covered inside."""
     from rollserve.datasets import SWE_MINI

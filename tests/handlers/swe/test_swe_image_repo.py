@@ -16,7 +16,8 @@ from tests.handlers.swe import toy_repo
 
 pytestmark = pytest.mark.skipif(
     BubblewrapRuntime.unavailable_reason() is not None,
-    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}")
+    reason=f"bubblewrap unavailable: {BubblewrapRuntime.unavailable_reason()}",
+)
 
 # What an image's repository may hold: the fix committed later on main, a branch and a
 # tag at it, a stash, a remote-tracking ref, an unreachable commit, reflogs; HEAD at base.
@@ -31,9 +32,11 @@ git commit -q --allow-empty -m dangling && git reset -q --hard HEAD~1
 git checkout -q {base}
 echo '# local' >> calc/ops.py && echo new > untracked.txt
 """
-LOOK = ("echo REFS $(git for-each-ref | wc -l) REFLOG $(git reflog 2>/dev/null | wc -l); "
-        "git log --all --format='LOG %s'; git fsck --unreachable --no-reflogs 2>&1 | sed 's/^/FSCK /'; "
-        "git cat-file --batch-all-objects --batch-check='OBJ %(objectname)'; git status --short")
+LOOK = (
+    "echo REFS $(git for-each-ref | wc -l) REFLOG $(git reflog 2>/dev/null | wc -l); "
+    "git log --all --format='LOG %s'; git fsck --unreachable --no-reflogs 2>&1 | sed 's/^/FSCK /'; "
+    "git cat-file --batch-all-objects --batch-check='OBJ %(objectname)'; git status --short"
+)
 
 
 async def test_the_images_repository_is_cut_at_head(tmp_path):
@@ -47,8 +50,7 @@ async def test_the_images_repository_is_cut_at_head(tmp_path):
         await sandbox.write_file("repo.bundle", bundle.read_bytes())
         made = await sandbox.exec(IMAGE_REPO.format(base=instance["base_commit"]), timeout=120)
         assert made.ok, made.failure()
-        before = await sandbox.exec(LOOK + "; echo FIXED $(git rev-parse fixed:calc/ops.py)",
-                                    timeout=60)
+        before = await sandbox.exec(LOOK + "; echo FIXED $(git rev-parse fixed:calc/ops.py)", timeout=60)
         fixed_blob = re.search(r"^FIXED (\w+)$", before.stdout, re.MULTILINE).group(1)
         assert f"OBJ {fixed_blob}" in before.stdout
         assert "LOG the fix, later" in before.stdout and "REFLOG 0" not in before.stdout
@@ -64,12 +66,10 @@ async def test_the_images_repository_is_cut_at_head(tmp_path):
         objects = set(re.findall(r"^OBJ (\w+)$", seen, re.MULTILINE))
         assert {line.split()[0] for line in reachable.splitlines()} <= objects
         # Only HEAD's objects and the index's: no blob of the later fix.
-        later = (await sandbox.exec("git rev-parse HEAD; git diff --stat; cat calc/ops.py",
-                                    timeout=30)).stdout
+        later = (await sandbox.exec("git rev-parse HEAD; git diff --stat; cat calc/ops.py", timeout=30)).stdout
         assert later.startswith(instance["base_commit"]) and toy_repo.BUGGY in later
         assert fixed_blob not in objects
         # The image's working tree is left as it was (a change, an untracked file).
         assert " M calc/ops.py" in seen and "?? untracked.txt" in seen
     finally:
         await sandbox.close()
-

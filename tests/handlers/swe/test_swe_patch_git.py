@@ -9,8 +9,7 @@ from rollserve.handlers.swe.patch import DIFF_OPTIONS, TRUSTED_GIT
 
 
 def git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
 def test_the_agents_git_configuration_neither_changes_the_patch_nor_runs(tmp_path):
@@ -26,11 +25,18 @@ def test_the_agents_git_configuration_neither_changes_the_patch_nor_runs(tmp_pat
     # filter, an fsmonitor hook, hooks, an included file, its global config.
     ran = tmp_path / "ran"
     run = f"sh -c 'echo $0 >> {ran}; cat' "
-    for key, value in [("diff.noprefix", "true"), ("diff.mnemonicPrefix", "true"),
-                       ("color.ui", "always"), ("diff.external", f"{run}ext"),
-                       ("diff.t.textconv", f"{run}textconv"), ("diff.t.command", f"{run}ext"),
-                       ("filter.f.clean", f"{run}clean"), ("core.fsmonitor", f"{run}fsmonitor"),
-                       ("core.hooksPath", str(tmp_path)), ("include.path", str(home / "more"))]:
+    for key, value in [
+        ("diff.noprefix", "true"),
+        ("diff.mnemonicPrefix", "true"),
+        ("color.ui", "always"),
+        ("diff.external", f"{run}ext"),
+        ("diff.t.textconv", f"{run}textconv"),
+        ("diff.t.command", f"{run}ext"),
+        ("filter.f.clean", f"{run}clean"),
+        ("core.fsmonitor", f"{run}fsmonitor"),
+        ("core.hooksPath", str(tmp_path)),
+        ("include.path", str(home / "more")),
+    ]:
         git(repo, "config", key, value)
     (home / "more").write_text("[diff]\n\trelative = true\n\trenames = copies\n")
     (home / ".gitconfig").write_text("[diff]\n\tnoprefix = true\n")
@@ -39,13 +45,24 @@ def test_the_agents_git_configuration_neither_changes_the_patch_nor_runs(tmp_pat
     (repo / "x").mkdir()
     (repo / "x" / "iniconfig.py").write_text("import os\n")
     (repo / "calc.py").write_text("x = 2\n")
-    subprocess.run(["git", "diff", "HEAD"], cwd=repo, capture_output=True, text=True,
-                            env={"HOME": str(home), "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        ["git", "diff", "HEAD"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+    )
     assert "ext" in ran.read_text() and "fsmonitor" in ran.read_text()  # the agent's git...
     ran.unlink()
     command = TRUSTED_GIT.format(command=f"git add -A && git diff --cached {DIFF_OPTIONS} {tree}")
-    done = subprocess.run(["bash", "-c", command], cwd=repo, capture_output=True, text=True,
-                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, check=True)
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
     assert "diff --git a/calc.py b/calc.py\n" in done.stdout
     assert "diff --git a/x/iniconfig.py b/x/iniconfig.py\n" in done.stdout
     assert "+++ b/x/iniconfig.py\n" in done.stdout and "\x1b[" not in done.stdout

@@ -77,24 +77,22 @@ def python_without_pytest() -> str:
 
 
 # --- the CPU budget ------------------------------------------------------------------
-async def test_tests_that_fork_busy_children_are_stopped_by_the_cpu_budget(handler, new_rollout,
-                                                                          toy, tmp_path):
+async def test_tests_that_fork_busy_children_are_stopped_by_the_cpu_budget(handler, new_rollout, toy, tmp_path):
     patch = candidate(tmp_path / "mirror", "calc/ops.py", BUSY)
     with pytest.raises(AgentError, match=r"used up its CPU budget \(2 CPU seconds"):
         await evaluate(handler(test_cpu_seconds=2), new_rollout, toy, patch)
     with pytest.raises(TimeoutFailure, match="CPU budget"):
-        await evaluate(handler(test_cpu_seconds=2, stopped_tests="masked"), new_rollout, toy,
-                       patch)
+        await evaluate(handler(test_cpu_seconds=2, stopped_tests="masked"), new_rollout, toy, patch)
 
 
-async def test_the_default_cpu_budget_is_the_runs_timeout(handler, new_rollout, toy,
-                                                               monkeypatch):
+async def test_the_default_cpu_budget_is_the_runs_timeout(handler, new_rollout, toy, monkeypatch):
     budgets = []
 
     def recording(real):
         async def recorded(*args, **kwargs):
             budgets.append(args[6])  # (sandbox, task, script, timeout, env, stopped, cpu_budget)
             return await real(*args, **kwargs)
+
         return recorded
 
     monkeypatch.setattr(handler_module, "run_tests", recording(handler_module.run_tests))
@@ -119,8 +117,13 @@ async def test_an_instance_timeout_bounds_its_test_run(handler, new_rollout, toy
 def test_an_instance_timeout_is_checked_against_the_servers(handler, toy):
     swe = handler(test_timeout=100)
     swe.validate({**toy, "test_timeout": 100})
-    for bad, words in [(101, "at most this server's test_timeout (100 s)"), (0, "above 0"),
-                       ("60", "above 0"), (True, "above 0"), (float("nan"), "above 0")]:
+    for bad, words in [
+        (101, "at most this server's test_timeout (100 s)"),
+        (0, "above 0"),
+        ("60", "above 0"),
+        (True, "above 0"),
+        (float("nan"), "above 0"),
+    ]:
         with pytest.raises(InvalidInstance, match=r"above 0|at most") as error:
             swe.validate({**toy, "test_timeout": bad})
         assert error.value.field == "instance.test_timeout" and words in str(error.value)
@@ -154,15 +157,13 @@ async def test_a_missing_interpreter_is_named_with_its_path(handler, new_rollout
     rollout = new_rollout(toy)
     swe = handler(python="python3.99")
     try:
-        with pytest.raises(InfraError, match="(?s)the swe option python: python3.99.*not found.*python does "
-                                             "not start"):
+        with pytest.raises(InfraError, match="(?s)the swe option python: python3.99.*not found.*python does not start"):
             await swe.init(rollout)
     finally:
         await swe.cleanup(rollout)
 
 
-async def test_a_candidate_cannot_buy_the_mask_by_removing_the_runner(handler, new_rollout, toy,
-                                                                      tmp_path):
+async def test_a_candidate_cannot_buy_the_mask_by_removing_the_runner(handler, new_rollout, toy, tmp_path):
     """Its code removes the interpreter's shims and exits 127 once the tests import it:
     the probe before the patch passed, so this is the candidate's failure (graded 0)."""
     patch = candidate(tmp_path / "mirror", "calc/__init__.py", VANISH)
@@ -175,8 +176,11 @@ async def test_a_candidate_cannot_buy_the_mask_by_removing_the_runner(handler, n
 def test_the_servers_start_refuses_a_python_no_sandbox_sees(handler, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    with pytest.raises(ValueError, match=rf"python: {venv}/bin/python: .* lies in /tmp, a "
-                                         "folder host-mode sandboxes do not see"):
+    with pytest.raises(
+        ValueError,
+        match=rf"python: {venv}/bin/python: .* lies in /tmp, a "
+        "folder host-mode sandboxes do not see",
+    ):
         handler(python=str(venv / "bin" / "python"))
     with pytest.raises(ValueError, match="python: /nowhere/python does not exist"):
         handler(python="/nowhere/python")
@@ -204,8 +208,13 @@ def test_static_check_follows_links_and_a_venvs_base(tmp_path):
 
 
 def test_the_test_commands_program_is_found_as_the_run_starts_it():
-    task = SWETask(schema="swe-bench", instance_id="a__b-1", repo="a/b", problem_statement="p",
-                   test_patch="diff --git a/tests/t.py b/tests/t.py\n")
+    task = SWETask(
+        schema="swe-bench",
+        instance_id="a__b-1",
+        repo="a/b",
+        problem_statement="p",
+        test_patch="diff --git a/tests/t.py b/tests/t.py\n",
+    )
     assert command_words(command_of(task) or "")[:3] == ["python", "-m", "pytest"]
     task.repo = "sympy/sympy"
     assert command_words(command_of(task) or "")[0] == "bin/test"

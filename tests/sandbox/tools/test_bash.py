@@ -199,6 +199,7 @@ async def test_a_silent_command_is_not_taken_for_one_waiting_for_input(shell):
 async def test_run_after_a_returned_command_ended_on_its_own(shell):
     result = await shell.run("echo go; sleep 0.5; echo gone", expect="go")
     assert result.running
+
     async def next_command() -> BashResult | None:
         try:
             return await shell.run("echo next")
@@ -207,8 +208,7 @@ async def test_run_after_a_returned_command_ended_on_its_own(shell):
 
     result = await eventually(next_command, timeout=30, what="the returned command to end")
     assert result.output == "next\n" and result.exit_code == 0
-    assert any("previous command ended (exit code 0)" in note and "gone" in note
-               for note in result.notes)
+    assert any("previous command ended (exit code 0)" in note and "gone" in note for note in result.notes)
 
 
 # --- timeouts: interrupt, escalate, shell stays usable ----------------------------------------
@@ -320,8 +320,11 @@ async def test_job_notices_of_earlier_commands_stay_out_of_later_output(shell):
         assert started.output.startswith("[1] ")  # the command's own job: announced
         assert (await shell.run("kill %1")).output == ""
         # Bash prints the notice at the next prompt or the next foreground wait.
-        for command, output in [("echo after", "after\n"), ("sleep 0.2; echo later", "later\n"),
-                                ("echo last", "last\n")]:
+        for command, output in [
+            ("echo after", "after\n"),
+            ("sleep 0.2; echo later", "later\n"),
+            ("echo last", "last\n"),
+        ]:
             result = await shell.run(command)
             assert result.output == output, (round_, command, result.output)
         assert wait_until(lambda: not processes_with("sleep 47.5"), timeout=10)

@@ -121,8 +121,14 @@ def test_insert_at_top_middle_and_end(editor, workspace):
     editor.insert("main.py", 3, "    # after return")
     editor.insert("main.py", 7, "print('end')\n")
     assert (workspace / "main.py").read_text().splitlines() == [
-        "# header", "def add(a, b):", "    return a + b", "    # after return", "", "",
-        "print(add(1, 2))", "print('end')",
+        "# header",
+        "def add(a, b):",
+        "    return a + b",
+        "    # after return",
+        "",
+        "",
+        "print(add(1, 2))",
+        "print('end')",
     ]
 
 
@@ -166,9 +172,16 @@ def test_undo_history_is_bounded(workspace):
 
 
 # --- confinement: every way out is refused ----------------------------------------------------
-@pytest.mark.parametrize("path", [
-    "../outside.txt", "/workspace/../etc/passwd", "a/../../x", "/workspace/a/../../x", "..",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../outside.txt",
+        "/workspace/../etc/passwd",
+        "a/../../x",
+        "/workspace/a/../../x",
+        "..",
+    ],
+)
 def test_dotdot_is_refused(editor, path):
     with pytest.raises(EditorError, match="'\\.\\.' is not allowed"):
         editor.view(path)
@@ -184,9 +197,11 @@ def test_symlink_to_a_file_outside_is_refused(editor, workspace, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
     os.symlink(secret, workspace / "link.txt")
-    for call in (lambda: editor.view("link.txt"),
-                 lambda: editor.str_replace("link.txt", "top", "no"),
-                 lambda: editor.insert("link.txt", 0, "x")):
+    for call in (
+        lambda: editor.view("link.txt"),
+        lambda: editor.str_replace("link.txt", "top", "no"),
+        lambda: editor.insert("link.txt", 0, "x"),
+    ):
         with pytest.raises(EditorError, match="symlink"):
             call()
     assert secret.read_text() == "top secret"

@@ -51,8 +51,8 @@ async def test_state_persists_across_cells(kernel):
 
 async def test_stdout_stderr_and_subprocess_output_are_captured(kernel):
     result = await kernel.run(
-        "import sys, os\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\n"
-        "os.system('echo from a subprocess')")
+        "import sys, os\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\nos.system('echo from a subprocess')"
+    )
     assert result.stdout == "to stdout\nfrom a subprocess\n"
     assert result.stderr == "to stderr\n"
     assert result.result == "0"  # os.system's return value
@@ -76,8 +76,7 @@ async def test_input_cannot_read_the_protocol(kernel):
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed")
 async def test_matplotlib_figure_comes_back_as_base64_png(kernel):
-    result = await kernel.run(
-        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.title('t')\nNone")
+    result = await kernel.run("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.title('t')\nNone")
     assert result.ok and len(result.images) == 1
     assert base64.b64decode(result.images[0]).startswith(PNG_MAGIC)
     assert "[1 image(s) returned as PNG]" in result.to_text()
@@ -107,8 +106,8 @@ async def test_a_cell_that_ignores_interrupts_loses_the_kernel(sandbox, ipython_
     async with IPythonSession(sandbox, config) as kernel:
         await kernel.run("gone = 1")
         result = await kernel.run(
-            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)",
-            timeout=0.5)
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)", timeout=0.5
+        )
         assert result.timed_out and result.kernel_lost
         assert "restarted" in result.to_text()
         after = await kernel.run("'gone' in globals()")

@@ -13,26 +13,31 @@ import pytest
 from rollserve.sandbox.tools.terminal_input import TerminalProbe, looks_like_a_prompt
 from tests.sandbox.helpers import wait_until
 
-pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"),
-                                reason="system call numbers known for x86-64 and arm64 only")
+pytestmark = pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "aarch64"), reason="system call numbers known for x86-64 and arm64 only"
+)
 
 
 def on_a_terminal(code: str) -> tuple[subprocess.Popen, int]:
     """``python -c code`` as the session leader of a new PTY (setsid --ctty execs in
     place: the pid is the program's)."""
     master, slave = os.openpty()
-    process = subprocess.Popen(["setsid", "--ctty", sys.executable, "-c", code],
-                               stdin=slave, stdout=slave, stderr=slave)
+    process = subprocess.Popen(
+        ["setsid", "--ctty", sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave
+    )
     os.close(slave)
     return process, master
 
 
-@pytest.mark.parametrize("code, expected", [
-    ("print('ready', flush=True); input('name? ')", True),
-    ("import sys; print('ready', flush=True); sys.stdin.read()", True),
-    ("import time; print('ready', flush=True); time.sleep(60)", False),
-    ("print('ready', flush=True)\nwhile True: pass", False),
-])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("print('ready', flush=True); input('name? ')", True),
+        ("import sys; print('ready', flush=True); sys.stdin.read()", True),
+        ("import time; print('ready', flush=True); time.sleep(60)", False),
+        ("print('ready', flush=True)\nwhile True: pass", False),
+    ],
+)
 def test_the_kernel_tells_a_reader_from_a_sleeper(code, expected):
     process, master = on_a_terminal(code)
     try:

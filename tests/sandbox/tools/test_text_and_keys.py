@@ -11,15 +11,18 @@ from rollserve.sandbox.tools.shell_wire import LINE_LIMIT, JobNotices, quote_com
 from rollserve.sandbox.tools.text import HeadTail, clean_terminal_text, truncate_middle
 
 
-@pytest.mark.parametrize("raw, clean", [
-    ("\x1b[1;32mgreen\x1b[0m", "green"),
-    ("\x1b]0;window title\x07text", "text"),
-    ("\x1b[?2004hprompt\x1b[?2004l", "prompt"),
-    ("10%\r50%\r100%\n", "100%\n"),
-    ("line\r\nnext\r\n", "line\nnext\n"),
-    ("b\x08bo\x08ol\x08ld", "bold"),
-    ("bell\x07 nul\x00 ok\ttab", "bell nul ok\ttab"),
-])
+@pytest.mark.parametrize(
+    "raw, clean",
+    [
+        ("\x1b[1;32mgreen\x1b[0m", "green"),
+        ("\x1b]0;window title\x07text", "text"),
+        ("\x1b[?2004hprompt\x1b[?2004l", "prompt"),
+        ("10%\r50%\r100%\n", "100%\n"),
+        ("line\r\nnext\r\n", "line\nnext\n"),
+        ("b\x08bo\x08ol\x08ld", "bold"),
+        ("bell\x07 nul\x00 ok\ttab", "bell nul ok\ttab"),
+    ],
+)
 def test_clean_terminal_text(raw, clean):
     assert clean_terminal_text(raw) == clean
 
@@ -47,11 +50,22 @@ def test_truncate_middle():
     assert dropped == 80 and text.startswith("a" * 10) and text.endswith("b" * 10)
 
 
-@pytest.mark.parametrize("name, data", [
-    ("C-c", b"\x03"), ("c-d", b"\x04"), ("^C", b"\x03"), ("C-\\", b"\x1c"), ("C-[", b"\x1b"),
-    ("Enter", b"\r"), ("Tab", b"\t"), ("Escape", b"\x1b"), ("Up", b"\x1b[A"), ("M-x", b"\x1bx"),
-    ("BSpace", b"\x7f"),
-])
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("C-c", b"\x03"),
+        ("c-d", b"\x04"),
+        ("^C", b"\x03"),
+        ("C-\\", b"\x1c"),
+        ("C-[", b"\x1b"),
+        ("Enter", b"\r"),
+        ("Tab", b"\t"),
+        ("Escape", b"\x1b"),
+        ("Up", b"\x1b[A"),
+        ("M-x", b"\x1bx"),
+        ("BSpace", b"\x7f"),
+    ],
+)
 def test_key_bytes(name, data):
     assert key_bytes(name) == data
 
@@ -63,16 +77,26 @@ def test_unknown_keys_and_key_sequences():
     assert not is_key_sequence("ls -la") and not is_key_sequence("")
 
 
-@pytest.mark.parametrize("command", [
-    "echo plain", "printf '%s' \"it's\" \\\\ $'\\t'", "echo ünï ✓", "a\nb\n\tc",
-    "".join(chr(c) for c in range(1, 128)), "x" * (3 * LINE_LIMIT),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo plain",
+        "printf '%s' \"it's\" \\\\ $'\\t'",
+        "echo ünï ✓",
+        "a\nb\n\tc",
+        "".join(chr(c) for c in range(1, 128)),
+        "x" * (3 * LINE_LIMIT),
+    ],
+)
 def test_quote_command_round_trips_through_bash(command):
     """What bash evaluates is exactly the command, whatever bytes it holds."""
     line = quote_command(command, seq=7)
     assert all(len(part) < 4095 for part in line.split(b"\n"))
-    probe = line.replace(b"eval ", b"printf '%s' ", 1) if line.startswith(b"__rs_seq") else \
-        line.replace(b'eval "$__rs_cmd"', b"printf '%s' \"$__rs_cmd\"")
+    probe = (
+        line.replace(b"eval ", b"printf '%s' ", 1)
+        if line.startswith(b"__rs_seq")
+        else line.replace(b'eval "$__rs_cmd"', b"printf '%s' \"$__rs_cmd\"")
+    )
     out = subprocess.run(["bash", "--norc", "-c", probe.decode()], capture_output=True, check=True)
     assert out.stdout == command.encode()
 
@@ -82,14 +106,18 @@ def test_job_notices_of_earlier_commands_are_dropped_and_no_other_line():
     # No background job yet: lines in bash's format are output like any other.
     assert notices.clean("[1]+  Done   made up\n") == "[1]+  Done   made up\n"
     assert notices.clean("[1] 4711\n[2] 4712\n") == "[1] 4711\n[2] 4712\n"  # jobs 1 and 2 started
-    output = ("[2]-  Terminated              sleep 6\n"
-              "[1]+  Done                    sleep 0.3  (wd: /tmp)\n(wd now: /tmp/x)\n"
-              "[1]+  Running                 sleep 5 &\n"  # a `jobs` listing stays
-              "[3] 4713\n[3]+  Exit 3                  false\n"  # this command's own job
-              "real output [1]+  Done\n")
-    assert notices.clean(output) == ("[1]+  Running                 sleep 5 &\n"
-                                     "[3] 4713\n[3]+  Exit 3                  false\n"
-                                     "real output [1]+  Done\n")
+    output = (
+        "[2]-  Terminated              sleep 6\n"
+        "[1]+  Done                    sleep 0.3  (wd: /tmp)\n(wd now: /tmp/x)\n"
+        "[1]+  Running                 sleep 5 &\n"  # a `jobs` listing stays
+        "[3] 4713\n[3]+  Exit 3                  false\n"  # this command's own job
+        "real output [1]+  Done\n"
+    )
+    assert notices.clean(output) == (
+        "[1]+  Running                 sleep 5 &\n"
+        "[3] 4713\n[3]+  Exit 3                  false\n"
+        "real output [1]+  Done\n"
+    )
     assert notices.earlier == {1, 2, 3}
     notices.reset()  # a new shell
     assert notices.clean("[1]+  Done   sleep 1\n") == "[1]+  Done   sleep 1\n"

@@ -73,13 +73,20 @@ if TYPE_CHECKING:
 _HOMES: dict[str, str] = {
     "Gateway": "rollserve.agent.gateway.registry",
     "GatewayRefusal": "rollserve.agent.gateway.base",
-    **dict.fromkeys(("GatewayLimits", "GatewayReply", "GatewaySession", "NoCallError"),
-                    "rollserve.agent.gateway.session"),
+    **dict.fromkeys(
+        ("GatewayLimits", "GatewayReply", "GatewaySession", "NoCallError"), "rollserve.agent.gateway.session"
+    ),
     **dict.fromkeys(("SOCKET_NAME", "SessionSocket"), "rollserve.agent.gateway.unix_socket"),
 }
 __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
-    "Gateway", "GatewayLimits", "GatewayRefusal", "GatewayReply", "GatewaySession", "NoCallError",
-    "SOCKET_NAME", "SessionSocket",
+    "Gateway",
+    "GatewayLimits",
+    "GatewayRefusal",
+    "GatewayReply",
+    "GatewaySession",
+    "NoCallError",
+    "SOCKET_NAME",
+    "SessionSocket",
 ]
 
 

@@ -65,8 +65,7 @@ from rollserve.contract.gateway import (
 __all__ = ["CALL_IDS", "content_blocks", "refuse_settings", "stop_reason", "to_chat_request"]
 
 CALL_IDS = "toolu_"  # the prefix of the tool_use ids a reply gets
-STOP_REASONS: dict[FinishReason, StopReason] = {
-    "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+STOP_REASONS: dict[FinishReason, StopReason] = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
 def _texts(blocks: str | list[Block] | None, where: str) -> str:
@@ -81,8 +80,9 @@ def _tool_call(block: Block, where: str) -> ChatToolCall:
     if not isinstance(block.input, dict):
         raise Unsupported(f"{where}.input", "a tool_use block's input must be an object")
     assert block.id is not None and block.name is not None
-    return ChatToolCall(id=block.id, function=FunctionCall(
-        name=block.name, arguments=json.dumps(block.input, ensure_ascii=False)))
+    return ChatToolCall(
+        id=block.id, function=FunctionCall(name=block.name, arguments=json.dumps(block.input, ensure_ascii=False))
+    )
 
 
 def _text(block: Block, where: str) -> str | None:
@@ -105,16 +105,17 @@ def _user(message: AnthropicMessage, where: str) -> list[GatewayMessage]:
             texts.append(text)
         elif block.type == "tool_result":
             if not block.tool_use_id:
-                raise Unsupported(f"{at}.tool_use_id", "a tool_result block needs the id of the "
-                                                       "tool_use it answers")
+                raise Unsupported(f"{at}.tool_use_id", "a tool_result block needs the id of the tool_use it answers")
             if texts:
                 out.append(GatewayMessage(role="user", content=TEXT_SEPARATOR.join(texts)))
                 texts = []
-            out.append(GatewayMessage(role="tool", tool_call_id=block.tool_use_id,
-                                      content=_texts(block.content, f"{at}.content")))
+            out.append(
+                GatewayMessage(
+                    role="tool", tool_call_id=block.tool_use_id, content=_texts(block.content, f"{at}.content")
+                )
+            )
         else:
-            raise Unsupported(at, "a user message's blocks may be text or tool_result, not "
-                                  f"{block.type!r}")
+            raise Unsupported(at, f"a user message's blocks may be text or tool_result, not {block.type!r}")
     if texts or not out:
         out.append(GatewayMessage(role="user", content=TEXT_SEPARATOR.join(texts)))
     return out
@@ -132,23 +133,29 @@ def _assistant(message: AnthropicMessage, where: str) -> GatewayMessage:
         elif block.type == "tool_use":
             calls.append(_tool_call(block, at))
         elif block.type in ("thinking", "redacted_thinking"):
-            raise Unsupported(at, f"{block.type} blocks are not taken: the gateway's replies "
-                                  "never carry them (a policy's reasoning is in its text)")
+            raise Unsupported(
+                at,
+                f"{block.type} blocks are not taken: the gateway's replies "
+                "never carry them (a policy's reasoning is in its text)",
+            )
         else:
-            raise Unsupported(at, "an assistant message's blocks may be text or tool_use, not "
-                                  f"{block.type!r}")
-    return GatewayMessage(role="assistant", content=TEXT_SEPARATOR.join(texts) if texts else None,
-                          tool_calls=calls or None)
+            raise Unsupported(at, f"an assistant message's blocks may be text or tool_use, not {block.type!r}")
+    return GatewayMessage(
+        role="assistant", content=TEXT_SEPARATOR.join(texts) if texts else None, tool_calls=calls or None
+    )
 
 
 def _tool(tool: AnthropicTool, where: str) -> ToolDefinition:
     if tool.type not in (None, "custom"):
-        raise Unsupported(f"{where}.type", f"only the harness's own tools (custom) are supported, "
-                                           f"not Anthropic's server tool {tool.type!r}")
+        raise Unsupported(
+            f"{where}.type",
+            f"only the harness's own tools (custom) are supported, not Anthropic's server tool {tool.type!r}",
+        )
     if tool.input_schema is None:
         raise Unsupported(f"{where}.input_schema", "a tool needs its input_schema")
-    return ToolDefinition(function=FunctionDefinition(
-        name=tool.name, description=tool.description, parameters=tool.input_schema))
+    return ToolDefinition(
+        function=FunctionDefinition(name=tool.name, description=tool.description, parameters=tool.input_schema)
+    )
 
 
 # Context edits a harness may ask for that change nothing here: replies carry no
@@ -165,9 +172,11 @@ def refuse_settings(request: CountTokensRequest) -> None:
     if request.context_management is not None:
         for index, edit in enumerate(request.context_management.edits):
             if not edit.type.startswith(_NO_OP_EDITS):
-                raise Unsupported(f"context_management.edits[{index}].type",
-                                  f"{edit.type!r} would rewrite the history on the server; only "
-                                  "clearing thinking (a no-op here) is taken")
+                raise Unsupported(
+                    f"context_management.edits[{index}].type",
+                    f"{edit.type!r} would rewrite the history on the server; only "
+                    "clearing thinking (a no-op here) is taken",
+                )
     for field, why in _REFUSED_EXTRAS.items():
         if (request.model_extra or {}).get(field) is not None:
             raise Unsupported(field, why)
@@ -185,20 +194,28 @@ def to_chat_request(request: CountTokensRequest) -> ChatCompletionRequest:
         if message.role == "user":
             messages.extend(_user(message, where))
         elif message.role == "system":
-            messages.append(GatewayMessage(role="system",
-                                           content=_texts(message.content, f"{where}.content")))
+            messages.append(GatewayMessage(role="system", content=_texts(message.content, f"{where}.content")))
         else:
             messages.append(_assistant(message, where))
     last = len(request.messages) - 1
     if request.messages[last].role == "assistant":
-        raise Unsupported(f"messages[{last}].role", "the last message must be the user's: "
-                          "prefilling the assistant's reply is not supported (the policy's "
-                          "reply is sampled whole, as a new turn)")
+        raise Unsupported(
+            f"messages[{last}].role",
+            "the last message must be the user's: "
+            "prefilling the assistant's reply is not supported (the policy's "
+            "reply is sampled whole, as a new turn)",
+        )
     tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
     max_tokens = request.max_tokens if isinstance(request, MessagesRequest) else None
-    return chat_request({"tool_choice": "tool_choice.type"}, model=request.model,
-                        messages=messages, tools=tools or None, stream=request.stream,
-                        max_tokens=max_tokens, tool_choice=_tool_choice(request))
+    return chat_request(
+        {"tool_choice": "tool_choice.type"},
+        model=request.model,
+        messages=messages,
+        tools=tools or None,
+        stream=request.stream,
+        max_tokens=max_tokens,
+        tool_choice=_tool_choice(request),
+    )
 
 
 def _tool_choice(request: CountTokensRequest) -> str | dict[str, object] | None:

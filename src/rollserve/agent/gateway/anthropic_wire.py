@@ -39,21 +39,18 @@ from rollserve.contract.anthropic import (
 from rollserve.contract.gateway import ChatCompletionRequest
 from rollserve.contract.validation import JSONInputError, field_name, parse_json
 
-__all__ = ["CALL_IDS", "count_body", "error_body", "events", "message", "parse_count_request",
-           "parse_request"]
+__all__ = ["CALL_IDS", "count_body", "error_body", "events", "message", "parse_count_request", "parse_request"]
 
 R = TypeVar("R", bound=CountTokensRequest)
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-               404: "not_found_error", 408: "timeout_error"}
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 408: "timeout_error"}
 # What pydantic puts in an error's location for a union's member: not a field.
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "none"})
 _UNION_GENERICS = ("list[", "dict[")
 
 
 def _json(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":")).encode("utf-8")
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 def error_body(refusal: GatewayRefusal) -> bytes:
@@ -62,8 +59,7 @@ def error_body(refusal: GatewayRefusal) -> bytes:
     if isinstance(refusal, ContextLengthExceeded):
         message = f"prompt is too long: {message}"
     kind = ERROR_TYPES.get(status(refusal), "api_error")
-    return _json(AnthropicErrorBody(error=AnthropicError(type=kind, message=message))
-                 .model_dump(mode="json"))
+    return _json(AnthropicErrorBody(error=AnthropicError(type=kind, message=message)).model_dump(mode="json"))
 
 
 def _refusal(param: str, message: str) -> BadRequest:
@@ -96,8 +92,9 @@ def _parse(kind: type[R], raw: bytes) -> tuple[R, ChatCompletionRequest]:
         request = validate_sliced(kind, value)
     except ValidationError as exc:
         first = exc.errors()[0]
-        loc = [p for p in first["loc"]
-               if not (isinstance(p, str) and (p in _UNION_TAGS or p.startswith(_UNION_GENERICS)))]
+        loc = [
+            p for p in first["loc"] if not (isinstance(p, str) and (p in _UNION_TAGS or p.startswith(_UNION_GENERICS)))
+        ]
         raise _refusal(field_name(loc), first["msg"]) from None
     try:
         return request, to_chat_request(request)
@@ -111,9 +108,13 @@ def _usage(answer: GatewayReply) -> AnthropicUsage:
 
 def message(answer: GatewayReply, model: str) -> MessagesResponse:
     """The answer as a Messages response."""
-    return MessagesResponse(id=f"msg_{uuid.uuid4().hex}", model=model,
-                            content=content_blocks(answer.reply),
-                            stop_reason=stop_reason(answer.finish_reason), usage=_usage(answer))
+    return MessagesResponse(
+        id=f"msg_{uuid.uuid4().hex}",
+        model=model,
+        content=content_blocks(answer.reply),
+        stop_reason=stop_reason(answer.finish_reason),
+        usage=_usage(answer),
+    )
 
 
 def _event(kind: str, payload: dict[str, object]) -> bytes:
@@ -127,9 +128,13 @@ def events(answer: GatewayReply, model: str) -> Iterator[bytes]:
     ``content_block_stop``, then ``message_delta`` (the stop reason and usage) and
     ``message_stop``."""
     whole = message(answer, model)
-    start = whole.model_copy(update={"content": [], "stop_reason": None,
-                                     "usage": AnthropicUsage(input_tokens=answer.prompt_tokens,
-                                                             output_tokens=0)})
+    start = whole.model_copy(
+        update={
+            "content": [],
+            "stop_reason": None,
+            "usage": AnthropicUsage(input_tokens=answer.prompt_tokens, output_tokens=0),
+        }
+    )
     yield _event("message_start", {"message": start.model_dump(mode="json")})
     for index, block in enumerate(whole.content):
         if isinstance(block, TextOut):
@@ -137,12 +142,15 @@ def events(answer: GatewayReply, model: str) -> Iterator[bytes]:
             delta: dict[str, object] = {"type": "text_delta", "text": block.text}
         else:
             opened = block.model_copy(update={"input": {}})
-            delta = {"type": "input_json_delta",
-                     "partial_json": json.dumps(block.input, ensure_ascii=False)}
-        yield _event("content_block_start", {"index": index,
-                                             "content_block": opened.model_dump(mode="json")})
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block.input, ensure_ascii=False)}
+        yield _event("content_block_start", {"index": index, "content_block": opened.model_dump(mode="json")})
         yield _event("content_block_delta", {"index": index, "delta": delta})
         yield _event("content_block_stop", {"index": index})
-    yield _event("message_delta", {"delta": {"stop_reason": whole.stop_reason, "stop_sequence": None},
-                                   "usage": whole.usage.model_dump(mode="json")})
+    yield _event(
+        "message_delta",
+        {
+            "delta": {"stop_reason": whole.stop_reason, "stop_sequence": None},
+            "usage": whole.usage.model_dump(mode="json"),
+        },
+    )
     yield _event("message_stop", {})

@@ -11,9 +11,19 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["POLICY_MODEL", "BackendFailed", "BadRequest", "BodyTooLarge", "ContextLengthExceeded",
-           "GatewayRefusal", "SessionEnded", "TimeLimit", "TooManyCalls", "UnknownKey",
-           "UnknownRoute"]
+__all__ = [
+    "POLICY_MODEL",
+    "BackendFailed",
+    "BadRequest",
+    "BodyTooLarge",
+    "ContextLengthExceeded",
+    "GatewayRefusal",
+    "SessionEnded",
+    "TimeLimit",
+    "TooManyCalls",
+    "UnknownKey",
+    "UnknownRoute",
+]
 
 # The model name a harness is told to ask for and ``/models`` lists (a call may name
 # any model: the policy answers).

@@ -30,8 +30,16 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["BODY_SLACK", "COUNTS_PER_TURN", "INLINE_BYTES", "JSON_BYTES_PER_BYTE", "MAX_BODY",
-           "MAX_WAITING_CALLS", "max_body_bytes", "sized"]
+__all__ = [
+    "BODY_SLACK",
+    "COUNTS_PER_TURN",
+    "INLINE_BYTES",
+    "JSON_BYTES_PER_BYTE",
+    "MAX_BODY",
+    "MAX_WAITING_CALLS",
+    "max_body_bytes",
+    "sized",
+]
 
 T = TypeVar("T")
 

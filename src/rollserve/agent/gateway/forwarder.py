@@ -31,8 +31,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         pass
 
 
-async def _forward(socket_path: str, reader: asyncio.StreamReader,
-                   writer: asyncio.StreamWriter) -> None:
+async def _forward(socket_path: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         upstream_reader, upstream_writer = await asyncio.open_unix_connection(socket_path)
     except OSError:

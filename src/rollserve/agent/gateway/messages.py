@@ -41,8 +41,17 @@ from rollserve.contract.gateway import (
 )
 from rollserve.llm.base import Message, Tokenizer, ToolSchema
 
-__all__ = ["TEXT_SEPARATOR", "Reply", "Unsupported", "chat_request", "joined_texts", "normalized",
-           "parse_reply", "presentation", "to_template"]
+__all__ = [
+    "TEXT_SEPARATOR",
+    "Reply",
+    "Unsupported",
+    "chat_request",
+    "joined_texts",
+    "normalized",
+    "parse_reply",
+    "presentation",
+    "to_template",
+]
 
 Normal = tuple[str, str, str | None, str | None, tuple[tuple[str, str, str], ...]]
 
@@ -75,8 +84,9 @@ PartT = TypeVar("PartT")
 TEXT_SEPARATOR = "\n\n"
 
 
-def joined_texts(content: str | Sequence[PartT] | None, where: str,
-                 text: Callable[[PartT, str], str | None], refusal: str) -> str:
+def joined_texts(
+    content: str | Sequence[PartT] | None, where: str, text: Callable[[PartT, str], str | None], refusal: str
+) -> str:
     """The text of a message's ``content`` on the Responses and Anthropic wires: its
     string, or its text parts (``text(part, where)``: the part's text, None for a part
     of another type) joined with a blank line; another part is ``Unsupported`` at
@@ -104,8 +114,9 @@ def text_of(message: GatewayMessage, index: int) -> str:
     texts: list[str] = []
     for part_index, part in enumerate(content):
         if part.type != "text" or part.text is None:
-            raise Unsupported(f"messages[{index}].content[{part_index}]",
-                              f"only text parts are supported, not {part.type!r}")
+            raise Unsupported(
+                f"messages[{index}].content[{part_index}]", f"only text parts are supported, not {part.type!r}"
+            )
         texts.append(part.text)
     return "".join(texts)
 
@@ -128,8 +139,7 @@ def _canonical(value: object) -> str:
 def normalized(message: GatewayMessage, index: int) -> Normal:
     """What of ``message`` a template renders, comparable across spellings."""
     role = "system" if message.role == "developer" else message.role
-    calls = tuple((c.id, c.function.name, _canonical(_arguments(c)))
-                  for c in message.tool_calls or [])
+    calls = tuple((c.id, c.function.name, _canonical(_arguments(c))) for c in message.tool_calls or [])
     return (role, text_of(message, index), message.name, message.tool_call_id, calls)
 
 
@@ -163,9 +173,11 @@ def to_template(messages: list[GatewayMessage], shown: ToolPresentation | None) 
             for call in message.tool_calls or []:
                 names[call.id] = call.function.name
                 arguments = _arguments(call)
-                written = (format_tool_call(call.function.name, arguments)
-                           if isinstance(arguments, dict) else
-                           f"<tool_call>\n{call.function.arguments}\n</tool_call>")
+                written = (
+                    format_tool_call(call.function.name, arguments)
+                    if isinstance(arguments, dict)
+                    else f"<tool_call>\n{call.function.arguments}\n</tool_call>"
+                )
                 text = f"{text}\n{written}" if text else written
             out.append({"role": "assistant", "content": text})
         else:
@@ -201,14 +213,14 @@ def parse_reply(text: str, parse_calls: bool, id_prefix: str = "call_") -> Reply
     if not parsed.items or any(isinstance(item, MalformedCall) for item in parsed.items):
         return Reply(text, [])
     try:  # NaN/Infinity (Python's json reads them) are not JSON: such a call is malformed
-        arguments = [json.dumps(call.arguments, ensure_ascii=False, allow_nan=False)
-                     for call in parsed.calls]
+        arguments = [json.dumps(call.arguments, ensure_ascii=False, allow_nan=False) for call in parsed.calls]
     except (ValueError, RecursionError):
         return Reply(text, [])
-    calls = [ChatToolCall(id=f"{id_prefix}{secrets.token_hex(12)}",
-                          function=FunctionCall(name=call.name, arguments=args))
-             for call, args in zip(parsed.calls, arguments, strict=True)]
-    content = text[:text.index("<tool_call>")].rstrip()
+    calls = [
+        ChatToolCall(id=f"{id_prefix}{secrets.token_hex(12)}", function=FunctionCall(name=call.name, arguments=args))
+        for call, args in zip(parsed.calls, arguments, strict=True)
+    ]
+    content = text[: text.index("<tool_call>")].rstrip()
     return Reply(content or None, calls)
 
 

@@ -24,8 +24,17 @@ from rollserve.agent.trajectory import Turn
 from rollserve.contract.gateway import ChatCompletionRequest, ToolDefinition
 from rollserve.llm.base import Generation, Message, PromptBuilder, PromptOverBudget, Tokenizer
 
-__all__ = ["TEMPLATE_ERRORS", "FinishReason", "convert", "finish_reason", "record_call",
-           "standalone_turn", "too_long", "unrenderable", "whole"]
+__all__ = [
+    "TEMPLATE_ERRORS",
+    "FinishReason",
+    "convert",
+    "finish_reason",
+    "record_call",
+    "standalone_turn",
+    "too_long",
+    "unrenderable",
+    "whole",
+]
 
 FinishReason = Literal["stop", "length", "tool_calls"]
 # What a chat template raises on messages it cannot render (roles out of order...).
@@ -33,24 +42,26 @@ TEMPLATE_ERRORS = (TemplateError, TypeError, ValueError, KeyError, IndexError, R
 
 
 def finish_reason(reply: Reply, gen: Generation) -> FinishReason:
-    return ("tool_calls" if reply.tool_calls else
-            "length" if gen.finish_reason == "length" else "stop")
+    return "tool_calls" if reply.tool_calls else "length" if gen.finish_reason == "length" else "stop"
 
 
 def too_long(limit: int, size: str) -> str:
-    return (f"This model's maximum context length is {limit} tokens; the messages take "
-            f"{size}, leaving no room to sample.")
+    return (
+        f"This model's maximum context length is {limit} tokens; the messages take {size}, leaving no room to sample."
+    )
 
 
 def unrenderable(exc: BaseException) -> BadRequest:
     # The chat template refused these messages (roles out of order, a field it cannot
     # render...): the harness's request, not the server, is at fault.
-    return BadRequest(f"the policy's chat template cannot render these messages: "
-                      f"{type(exc).__name__}: {exc}", param="messages")
+    return BadRequest(
+        f"the policy's chat template cannot render these messages: {type(exc).__name__}: {exc}", param="messages"
+    )
 
 
-async def whole(tokenizer: Tokenizer, template: list[Message], shown: ToolPresentation | None,
-                limit: int) -> tuple[PromptBuilder, list[int]]:
+async def whole(
+    tokenizer: Tokenizer, template: list[Message], shown: ToolPresentation | None, limit: int
+) -> tuple[PromptBuilder, list[int]]:
     """A fresh builder and its full render of ``template``: ``ContextLengthExceeded``
     when it leaves no room to sample under ``limit`` (proven from its bytes before it
     is tokenized, or counted), ``BadRequest`` when the template refuses it; a
@@ -68,18 +79,20 @@ async def whole(tokenizer: Tokenizer, template: list[Message], shown: ToolPresen
     return builder, prompt
 
 
-def standalone_turn(prompt: list[int], gen: Generation, version: int | None,
-                    reply: Reply) -> Turn:
+def standalone_turn(prompt: list[int], gen: Generation, version: int | None, reply: Reply) -> Turn:
     """A call rendered whole (an auxiliary call) as a turn of a sequence of its own."""
-    return Turn(prompt_ids_delta=list(prompt), output_ids=list(gen.output_ids),
-                logprobs=list(gen.logprobs), finish_reason=gen.finish_reason,
-                backend=gen.backend, policy_version=version,
-                tool_calls=[record_call(c.function.name, c.function.arguments, c.id)
-                            for c in reply.tool_calls])
+    return Turn(
+        prompt_ids_delta=list(prompt),
+        output_ids=list(gen.output_ids),
+        logprobs=list(gen.logprobs),
+        finish_reason=gen.finish_reason,
+        backend=gen.backend,
+        policy_version=version,
+        tool_calls=[record_call(c.function.name, c.function.arguments, c.id) for c in reply.tool_calls],
+    )
 
 
-def convert(request: ChatCompletionRequest, shown: ToolPresentation | None
-            ) -> tuple[list[Message], list[Normal], str]:
+def convert(request: ChatCompletionRequest, shown: ToolPresentation | None) -> tuple[list[Message], list[Normal], str]:
     """The request's messages for the template, as compared, and its tools' key."""
     template = to_template(request.messages, shown)
     normal = [normalized(m, i) for i, m in enumerate(request.messages)]
@@ -92,5 +105,4 @@ def _tools_key(tools: list[ToolDefinition] | None) -> str:
 
 def record_call(name: str, arguments: str, call_id: str) -> ToolCallRecord:
     decoded = json.loads(arguments)
-    return {"name": name, "arguments": decoded if isinstance(decoded, dict) else arguments,
-            "id": call_id}
+    return {"name": name, "arguments": decoded if isinstance(decoded, dict) else arguments, "id": call_id}

@@ -70,8 +70,7 @@ __all__ = ["CALL_IDS", "output_items", "to_chat_request"]
 CALL_IDS = "call_"  # the prefix of a reply's call_ids
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 Role = Literal["system", "user", "assistant"]
-ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user",
-                          "assistant": "assistant"}
+ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
 def _text(part: InputPart, where: str) -> str | None:
@@ -96,15 +95,15 @@ def _required(item: InputItem, where: str, *fields: str) -> None:
 def _call(item: InputItem, where: str) -> ChatToolCall:
     _required(item, where, "call_id", "name", "arguments")
     assert item.call_id is not None and item.name is not None and item.arguments is not None
-    return ChatToolCall(id=item.call_id, function=FunctionCall(name=item.name,
-                                                               arguments=item.arguments))
+    return ChatToolCall(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments))
 
 
 def _message(item: InputItem, where: str) -> GatewayMessage:
     role = ROLES.get(item.role or "")
     if role is None:
-        raise Unsupported(f"{where}.role", "a message's role is system, developer, user or "
-                                           f"assistant, not {item.role!r}")
+        raise Unsupported(
+            f"{where}.role", f"a message's role is system, developer, user or assistant, not {item.role!r}"
+        )
     return GatewayMessage(role=role, content=_texts(item.content, f"{where}.content"))
 
 
@@ -124,25 +123,32 @@ def _items(items: list[InputItem]) -> list[GatewayMessage]:
                 out.append(GatewayMessage(role="assistant", content=None, tool_calls=[call]))
         elif kind == "function_call_output":
             _required(item, where, "call_id")
-            out.append(GatewayMessage(role="tool", tool_call_id=item.call_id,
-                                      content=_texts(item.output, f"{where}.output")))
+            out.append(
+                GatewayMessage(role="tool", tool_call_id=item.call_id, content=_texts(item.output, f"{where}.output"))
+            )
         elif kind == "reasoning":
             continue
         else:
-            raise Unsupported(f"{where}.type", "an input item may be a message, function_call, "
-                                               f"function_call_output or reasoning, not {kind!r}")
+            raise Unsupported(
+                f"{where}.type",
+                f"an input item may be a message, function_call, function_call_output or reasoning, not {kind!r}",
+            )
     return out
 
 
 def _tool(tool: ResponsesTool, where: str) -> ToolDefinition:
     if tool.type != "function":
-        raise Unsupported(f"{where}.type", f"only function tools are supported, not {tool.type!r} "
-                                           "(the policy has no built-in tools: turn it off in the "
-                                           "harness)")
+        raise Unsupported(
+            f"{where}.type",
+            f"only function tools are supported, not {tool.type!r} "
+            "(the policy has no built-in tools: turn it off in the "
+            "harness)",
+        )
     if not tool.name:
         raise Unsupported(f"{where}.name", "a function tool needs a non-empty name")
-    return ToolDefinition(function=FunctionDefinition(
-        name=tool.name, description=tool.description, parameters=tool.parameters))
+    return ToolDefinition(
+        function=FunctionDefinition(name=tool.name, description=tool.description, parameters=tool.parameters)
+    )
 
 
 def _one_system(messages: list[GatewayMessage]) -> list[GatewayMessage]:
@@ -161,8 +167,9 @@ def to_chat_request(request: ResponsesRequest) -> ChatCompletionRequest:
     """``request`` as the session's chat request (see the module's docstring);
     ``Unsupported`` names what cannot be rendered."""
     if request.previous_response_id is not None:
-        raise Unsupported("previous_response_id", "the gateway stores no responses: send the "
-                                                  "whole conversation as input")
+        raise Unsupported(
+            "previous_response_id", "the gateway stores no responses: send the whole conversation as input"
+        )
     messages: list[GatewayMessage] = []
     if request.instructions is not None:
         messages.append(GatewayMessage(role="system", content=request.instructions))
@@ -176,17 +183,25 @@ def to_chat_request(request: ResponsesRequest) -> ChatCompletionRequest:
     tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
     extra = request.model_extra or {}
     text, reasoning = extra.get("text"), extra.get("reasoning")
-    return chat_request(_CHAT_PARAMS, model=request.model, messages=messages,
-                        tools=tools or None, stream=request.stream,
-                        max_tokens=request.max_output_tokens, tool_choice=request.tool_choice,
-                        response_format=text.get("format") if isinstance(text, dict) else None,
-                        reasoning_effort=reasoning.get("effort") if isinstance(reasoning, dict)
-                        else None)
+    return chat_request(
+        _CHAT_PARAMS,
+        model=request.model,
+        messages=messages,
+        tools=tools or None,
+        stream=request.stream,
+        max_tokens=request.max_output_tokens,
+        tool_choice=request.tool_choice,
+        response_format=text.get("format") if isinstance(text, dict) else None,
+        reasoning_effort=reasoning.get("effort") if isinstance(reasoning, dict) else None,
+    )
 
 
 # The chat request's fields that come from a Responses field of another name.
-_CHAT_PARAMS = {"response_format": "text.format", "reasoning_effort": "reasoning.effort",
-                "max_tokens": "max_output_tokens"}
+_CHAT_PARAMS = {
+    "response_format": "text.format",
+    "reasoning_effort": "reasoning.effort",
+    "max_tokens": "max_output_tokens",
+}
 
 
 def output_items(reply: Reply) -> list[OutputMessage | FunctionCallItem]:
@@ -194,10 +209,19 @@ def output_items(reply: Reply) -> list[OutputMessage | FunctionCallItem]:
     then one ``function_call`` per call."""
     items: list[OutputMessage | FunctionCallItem] = []
     if reply.content or not reply.tool_calls:
-        items.append(OutputMessage(id=f"msg_{secrets.token_hex(16)}", status="completed",
-                                   content=[OutputText(text=reply.content or "")]))
+        items.append(
+            OutputMessage(
+                id=f"msg_{secrets.token_hex(16)}", status="completed", content=[OutputText(text=reply.content or "")]
+            )
+        )
     for call in reply.tool_calls:
-        items.append(FunctionCallItem(id=f"fc_{secrets.token_hex(16)}", call_id=call.id,
-                                      name=call.function.name, arguments=call.function.arguments,
-                                      status="completed"))
+        items.append(
+            FunctionCallItem(
+                id=f"fc_{secrets.token_hex(16)}",
+                call_id=call.id,
+                name=call.function.name,
+                arguments=call.function.arguments,
+                status="completed",
+            )
+        )
     return items

@@ -49,8 +49,7 @@ _UNION_GENERICS = ("list[", "dict[")
 
 
 def _json(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":")).encode("utf-8")
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 def _refusal(param: str, message: str) -> BadRequest:
@@ -63,9 +62,14 @@ def _at_fault(exc: ValidationError) -> tuple[str, str]:
     input is not)."""
     errors = exc.errors()
     field = errors[0]["loc"][:1]
-    locs = [([p for p in e["loc"] if not (isinstance(p, str) and (
-        p in _UNION_TAGS or p.startswith(_UNION_GENERICS)))], e["msg"])
-        for e in errors if e["loc"][:1] == field]
+    locs = [
+        (
+            [p for p in e["loc"] if not (isinstance(p, str) and (p in _UNION_TAGS or p.startswith(_UNION_GENERICS)))],
+            e["msg"],
+        )
+        for e in errors
+        if e["loc"][:1] == field
+    ]
     loc, message = max(locs, key=lambda found: len(found[0]))
     return field_name(loc), message
 
@@ -96,16 +100,22 @@ def response(answer: GatewayReply, request: ResponsesRequest) -> Response:
     if cut:
         items = [item.model_copy(update={"status": "incomplete"}) for item in items]
     return Response(
-        id=f"resp_{uuid.uuid4().hex}", created_at=int(time.time()),
-        status="incomplete" if cut else "completed", model=request.model, output=items,
-        usage=ResponsesUsage(input_tokens=answer.prompt_tokens,
-                             output_tokens=answer.completion_tokens,
-                             total_tokens=answer.prompt_tokens + answer.completion_tokens),
+        id=f"resp_{uuid.uuid4().hex}",
+        created_at=int(time.time()),
+        status="incomplete" if cut else "completed",
+        model=request.model,
+        output=items,
+        usage=ResponsesUsage(
+            input_tokens=answer.prompt_tokens,
+            output_tokens=answer.completion_tokens,
+            total_tokens=answer.prompt_tokens + answer.completion_tokens,
+        ),
         incomplete_details=IncompleteDetails(reason="max_output_tokens") if cut else None,
         instructions=request.instructions,
         tools=[t.model_dump(exclude_none=True) for t in request.tools or []],
         tool_choice=request.tool_choice,
-        parallel_tool_calls=request.parallel_tool_calls is not False)
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+    )
 
 
 def _item_events(index: int, item: OutputMessage | FunctionCallItem) -> Iterator[tuple[str, dict]]:
@@ -113,8 +123,7 @@ def _item_events(index: int, item: OutputMessage | FunctionCallItem) -> Iterator
     at: dict[str, object] = {"item_id": item.id, "output_index": index}
     if isinstance(item, OutputMessage):
         opened = item.model_copy(update={"status": "in_progress", "content": []})
-        yield "response.output_item.added", {"output_index": index,
-                                             "item": opened.model_dump(mode="json")}
+        yield "response.output_item.added", {"output_index": index, "item": opened.model_dump(mode="json")}
         for part_index, part in enumerate(item.content):
             empty = part.model_copy(update={"text": ""}).model_dump(mode="json")
             whole = part.model_dump(mode="json")
@@ -125,19 +134,18 @@ def _item_events(index: int, item: OutputMessage | FunctionCallItem) -> Iterator
             yield "response.content_part.done", {**spot, "part": whole}
     else:
         opened_call = item.model_copy(update={"status": "in_progress", "arguments": ""})
-        yield "response.output_item.added", {"output_index": index,
-                                             "item": opened_call.model_dump(mode="json")}
+        yield "response.output_item.added", {"output_index": index, "item": opened_call.model_dump(mode="json")}
         yield "response.function_call_arguments.delta", {**at, "delta": item.arguments}
-        yield "response.function_call_arguments.done", {**at, "name": item.name,
-                                                         "arguments": item.arguments}
+        yield "response.function_call_arguments.done", {**at, "name": item.name, "arguments": item.arguments}
     yield "response.output_item.done", {"output_index": index, "item": item.model_dump(mode="json")}
 
 
 def events(answer: GatewayReply, request: ResponsesRequest) -> Iterator[bytes]:
     """The answer as OpenAI streams it (see the module's docstring)."""
     whole = response(answer, request)
-    start = whole.model_copy(update={"status": "in_progress", "output": [], "usage": None,
-                                     "incomplete_details": None}).model_dump(mode="json")
+    start = whole.model_copy(
+        update={"status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    ).model_dump(mode="json")
 
     def sequence() -> Iterator[tuple[str, dict]]:
         yield "response.created", {"response": start}
@@ -148,8 +156,9 @@ def events(answer: GatewayReply, request: ResponsesRequest) -> Iterator[bytes]:
         yield last, {"response": whole.model_dump(mode="json")}
 
     for number, (kind, payload) in enumerate(sequence()):
-        yield (f"event: {kind}\ndata: ".encode()
-               + _json({"type": kind, **payload, "sequence_number": number}) + b"\n\n")
+        yield (
+            f"event: {kind}\ndata: ".encode() + _json({"type": kind, **payload, "sequence_number": number}) + b"\n\n"
+        )
 
 
 def models() -> ModelList:

@@ -95,8 +95,7 @@ from rollserve.llm.base import (
     Tokenizer,
 )
 
-__all__ = ["MAX_WAITING_CALLS", "FinishReason", "GatewayLimits", "GatewayReply", "GatewaySession",
-           "NoCallError"]
+__all__ = ["MAX_WAITING_CALLS", "FinishReason", "GatewayLimits", "GatewayReply", "GatewaySession", "NoCallError"]
 
 
 class NoCallError(InfraError):
@@ -139,8 +138,9 @@ class _Conversation:
 class GatewaySession:
     """See the module's docstring."""
 
-    def __init__(self, rollout_id: str, llm: LLMSession, tokenizer: Tokenizer,
-                 trajectory: Trajectory, limits: GatewayLimits) -> None:
+    def __init__(
+        self, rollout_id: str, llm: LLMSession, tokenizer: Tokenizer, trajectory: Trajectory, limits: GatewayLimits
+    ) -> None:
         self.rollout_id = rollout_id
         self.llm = llm
         self.tokenizer = tokenizer
@@ -173,8 +173,9 @@ class GatewaySession:
         ``SessionEnded``."""
         self._refuse_if_ended()
         if self._waiting >= MAX_WAITING_CALLS:
-            raise TooManyCalls(f"{self._waiting} calls of this session are already "
-                               "in progress; send one call at a time")
+            raise TooManyCalls(
+                f"{self._waiting} calls of this session are already in progress; send one call at a time"
+            )
         self._waiting += 1
         try:
             yield
@@ -186,8 +187,9 @@ class GatewaySession:
         """The largest request body this session reads (``bounds.max_body_bytes``)."""
         return max_body_bytes(self._context_limit(), self.tokenizer.max_token_bytes)
 
-    async def complete(self, request: ChatCompletionRequest, call_ids: str = "call_",
-                       size: int | None = None) -> GatewayReply:
+    async def complete(
+        self, request: ChatCompletionRequest, call_ids: str = "call_", size: int | None = None
+    ) -> GatewayReply:
         """Answer one admitted call (``admitted``; one at a time: concurrent calls of a
         session wait their turn); every wait of the call is bounded by the deadline
         (then ``TimeLimit``). The reply's tool calls get ids starting ``call_ids`` (OpenAI's
@@ -225,15 +227,17 @@ class GatewaySession:
             # Nothing the policy sampled to score (a harness that never called, or one
             # that failed to start): masked, never a reward of 0 for the policy.
             self.failure = (
-                PromptTooLongError("every prompt the harness sent was refused for the "
-                                   "context limit: nothing was sampled to score")
-                if self.context_refusals else
-                NoCallError(f"the session ended ({self.ended_by}) before the harness made a "
-                            "model call of its main loop: nothing was sampled to score"
-                            + self._auxiliary_only()))
+                PromptTooLongError(
+                    "every prompt the harness sent was refused for the context limit: nothing was sampled to score"
+                )
+                if self.context_refusals
+                else NoCallError(
+                    f"the session ended ({self.ended_by}) before the harness made a "
+                    "model call of its main loop: nothing was sampled to score" + self._auxiliary_only()
+                )
+            )
         # The harness's time: everything the backend did not take.
-        self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started
-                                     - self.stats.llm_seconds)
+        self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started - self.stats.llm_seconds)
         if self.failure is not None:
             raise self.failure
 
@@ -243,20 +247,23 @@ class GatewaySession:
         if not count:
             return ""
         asked = sorted({a.model for a in self.trajectory.auxiliary})
-        return (f" ({count} auxiliary calls asked for {', '.join(map(repr, asked))}, none for "
-                f"the main model {self.limits.calls.main_model!r})")
+        return (
+            f" ({count} auxiliary calls asked for {', '.join(map(repr, asked))}, none for "
+            f"the main model {self.limits.calls.main_model!r})"
+        )
 
     def _refuse_if_ended(self) -> None:
         if self.ended:
-            raise SessionEnded(f"the session of rollout {self.rollout_id} has ended "
-                               f"({self.ended_by or 'failed'}); it takes no more calls")
+            raise SessionEnded(
+                f"the session of rollout {self.rollout_id} has ended "
+                f"({self.ended_by or 'failed'}); it takes no more calls"
+            )
 
     def _expire(self) -> None:
         """The deadline came: the episode ends, charged as ``agent.clock`` decides."""
         if self.ended:
             return
-        self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started
-                                     - self.stats.llm_seconds)
+        self.stats.env_seconds = max(0.0, time.perf_counter() - self.clock.started - self.stats.llm_seconds)
         try:
             self.finish(self.clock.end(self.trajectory))
         except RolloutError as exc:
@@ -286,8 +293,11 @@ class GatewaySession:
         # request on the server, so an agent's commands must not loop on it.
         most = COUNTS_PER_TURN * self.limits.max_turns
         if self.token_counts >= most:
-            raise BadRequest(f"this session has counted tokens {self.token_counts} times, "
-                             f"{COUNTS_PER_TURN} per turn of its max_turns: no more", param=None)
+            raise BadRequest(
+                f"this session has counted tokens {self.token_counts} times, "
+                f"{COUNTS_PER_TURN} per turn of its max_turns: no more",
+                param=None,
+            )
         self.token_counts += 1
         try:
             async with asyncio.timeout_at(self.limits.deadline) as limit:
@@ -298,14 +308,17 @@ class GatewaySession:
                 raise self._time_up() from None
             raise
 
-    async def _converted(self, request: ChatCompletionRequest, size: int | None
-                         ) -> tuple[ToolPresentation | None, list[Message], list[Normal], str]:
+    async def _converted(
+        self, request: ChatCompletionRequest, size: int | None
+    ) -> tuple[ToolPresentation | None, list[Message], list[Normal], str]:
         """The tools as the template shows them, the messages for the template, as
         compared, and the tools' key."""
         try:
             if await self.llm.message_level():
-                raise InfraError("the gateway samples token ids; the rollout's backend is "
-                                 "message-level (an API model), which has none to record")
+                raise InfraError(
+                    "the gateway samples token ids; the rollout's backend is "
+                    "message-level (an API model), which has none to record"
+                )
             await self.tokenizer.ready()
             shown = presentation(request.tools, self.tokenizer)
         except RolloutError as exc:
@@ -316,34 +329,41 @@ class GatewaySession:
             raise BadRequest(exc.message, param=exc.param) from None
         return shown, template, normal, tools_key
 
-    async def _whole(self, template: list[Message], shown: ToolPresentation | None
-                     ) -> tuple[PromptBuilder, list[int]]:
+    async def _whole(self, template: list[Message], shown: ToolPresentation | None) -> tuple[PromptBuilder, list[int]]:
         """A fresh builder and its full render of ``template`` (``prompts.whole``)."""
         try:
             return await whole(self.tokenizer, template, shown, self._context_limit())
         except RolloutError as exc:
             raise self._fail(exc) from exc
 
-    async def _auxiliary(self, request: ChatCompletionRequest, purpose: str, call_ids: str,
-                         shown: ToolPresentation | None, template: list[Message]) -> GatewayReply:
+    async def _auxiliary(
+        self,
+        request: ChatCompletionRequest,
+        purpose: str,
+        call_ids: str,
+        shown: ToolPresentation | None,
+        template: list[Message],
+    ) -> GatewayReply:
         """An auxiliary call: rendered whole, sampled, recorded in ``Trajectory.auxiliary``."""
         if len(self.trajectory.auxiliary) >= self.limits.max_turns:
-            raise BadRequest(f"model: this session has answered {len(self.trajectory.auxiliary)} "
-                             f"auxiliary calls (model {request.model!r} is not the main loop's "
-                             f"{self.limits.calls.main_model!r}), its max_turns: no more",
-                             param="model")
+            raise BadRequest(
+                f"model: this session has answered {len(self.trajectory.auxiliary)} "
+                f"auxiliary calls (model {request.model!r} is not the main loop's "
+                f"{self.limits.calls.main_model!r}), its max_turns: no more",
+                param="model",
+            )
         builder, prompt = await self._whole(template, shown)
         gen = await self._generate(prompt, request, self._context_limit(), main=False)
         text = await builder.aassistant_content(gen.output_ids, gen.finish_reason)
         reply = parse_reply(text, self.limits.parse_tool_calls and bool(request.tools), call_ids)
         self._refuse_if_ended()
         version = gen.policy_version if gen.policy_version is not None else self.llm.policy_version
-        self.trajectory.auxiliary.append(AuxiliaryTurn(
-            purpose, request.model, standalone_turn(prompt, gen, version, reply)))
+        self.trajectory.auxiliary.append(
+            AuxiliaryTurn(purpose, request.model, standalone_turn(prompt, gen, version, reply))
+        )
         return GatewayReply(reply, finish_reason(reply, gen), len(prompt), len(gen.output_ids))
 
-    async def _complete(self, request: ChatCompletionRequest, call_ids: str,
-                        size: int | None) -> GatewayReply:
+    async def _complete(self, request: ChatCompletionRequest, call_ids: str, size: int | None) -> GatewayReply:
         shown, template, normal, tools_key = await self._converted(request, size)
         purpose = self.limits.calls.purpose_of(request.model)
         if purpose is not None:
@@ -351,7 +371,8 @@ class GatewaySession:
         limit = self._context_limit()
         try:
             prompt, added, extends, conversation = await self._prompt(
-                normal, template, tools_key, template_tools(shown), limit)
+                normal, template, tools_key, template_tools(shown), limit
+            )
         except PromptOverBudget as over:  # proven from its bytes, never tokenized
             raise self._context_refusal(too_long(limit, str(over))) from None
         except RolloutError as exc:
@@ -369,31 +390,40 @@ class GatewaySession:
             self.finish("max_turns")
         return GatewayReply(reply, finish_reason(reply, gen), len(prompt), len(gen.output_ids))
 
-    async def _prompt(self, normal: list[Normal], template: list[Message], tools_key: str,
-                      tools: list[dict[str, object]] | None, limit: int
-                      ) -> tuple[list[int], list[int], bool, _Conversation]:
+    async def _prompt(
+        self,
+        normal: list[Normal],
+        template: list[Message],
+        tools_key: str,
+        tools: list[dict[str, object]] | None,
+        limit: int,
+    ) -> tuple[list[int], list[int], bool, _Conversation]:
         """The prompt, the ids it adds, whether it extends the current sequence, and the
         conversation it makes (see the module's docstring); ``PromptOverBudget`` when
         its rendered text proves it ``limit`` tokens or more."""
         trajectory = self.trajectory
-        sequence = trajectory.input_ids[:trajectory.sampled_length]
+        sequence = trajectory.input_ids[: trajectory.sampled_length]
         sampled = any(t.sequence == trajectory.sequence for t in trajectory.turns)
         current = self._conversation
         if sampled and current is not None and current.tools_key == tools_key:
             known = len(current.normal)
             if len(normal) > known and normal[:known] == current.normal:
-                new = template[len(template) - (len(normal) - known):]
+                new = template[len(template) - (len(normal) - known) :]
                 current.builder.max_prompt_tokens = limit - 1
                 delta = await current.builder.adelta(current.template, new, sequence)
-                return (sequence + delta, delta, True,
-                        _Conversation(normal, current.template + new, tools_key, current.builder))
+                return (
+                    sequence + delta,
+                    delta,
+                    True,
+                    _Conversation(normal, current.template + new, tools_key, current.builder),
+                )
         builder = self.tokenizer.prompt_builder(tools=tools)
         builder.fidelity = trajectory.fidelity
         builder.max_prompt_tokens = limit - 1
         rendered = await builder.afirst(template)
         conversation = _Conversation(normal, template, tools_key, builder)
-        if sampled and len(rendered) > len(sequence) and rendered[:len(sequence)] == sequence:
-            return rendered, rendered[len(sequence):], True, conversation
+        if sampled and len(rendered) > len(sequence) and rendered[: len(sequence)] == sequence:
+            return rendered, rendered[len(sequence) :], True, conversation
         return rendered, rendered, False, conversation
 
     def _context_limit(self) -> int:
@@ -401,11 +431,15 @@ class GatewaySession:
         limit = self.limits.max_context_tokens
         return limit if known is None else min(limit, known)
 
-    async def _generate(self, prompt: list[int], request: ChatCompletionRequest,
-                        limit: int, main: bool = True) -> Generation:
+    async def _generate(
+        self, prompt: list[int], request: ChatCompletionRequest, limit: int, main: bool = True
+    ) -> Generation:
         sampling = self.limits.sampling
-        wanted = [n for n in (sampling.max_tokens, request.max_tokens,
-                              request.max_completion_tokens, limit - len(prompt)) if n is not None]
+        wanted = [
+            n
+            for n in (sampling.max_tokens, request.max_tokens, request.max_completion_tokens, limit - len(prompt))
+            if n is not None
+        ]
         if min(wanted) != sampling.max_tokens:
             sampling = sampling.model_copy(update={"max_tokens": min(wanted)})
         try:
@@ -419,9 +453,16 @@ class GatewaySession:
                 raise self._context_refusal(overflow.message) from exc
             raise self._fail(exc) from exc
 
-    def _record(self, gen: Generation, added: list[int], extends: bool,
-                conversation: _Conversation, text: str, reply: Reply,
-                request: ChatCompletionRequest) -> None:
+    def _record(
+        self,
+        gen: Generation,
+        added: list[int],
+        extends: bool,
+        conversation: _Conversation,
+        text: str,
+        reply: Reply,
+        request: ChatCompletionRequest,
+    ) -> None:
         """Record the call's turn (no await: nothing else runs in between)."""
         trajectory = self.trajectory
         if not extends:
@@ -429,18 +470,19 @@ class GatewaySession:
         trajectory.add_prompt(added)
         version = gen.policy_version if gen.policy_version is not None else self.llm.policy_version
         turn = trajectory.add_generation(gen, policy_version=version)
-        turn.tool_calls = [record_call(c.function.name, c.function.arguments, c.id)
-                           for c in reply.tool_calls]
+        turn.tool_calls = [record_call(c.function.name, c.function.arguments, c.id) for c in reply.tool_calls]
         echoed = reply_message(reply)
         self._conversation = _Conversation(
             conversation.normal + [normalized(echoed, len(conversation.normal))],
             conversation.template + [{"role": "assistant", "content": text}],
-            conversation.tools_key, conversation.builder)
+            conversation.tools_key,
+            conversation.builder,
+        )
         self._refused_last = False
         self.calls += 1
         self.last_text = text
         trajectory.messages = [
             *(m.model_dump(exclude_none=True) for m in request.messages),
-            echoed.model_dump(exclude_none=True, mode="json")]
-        trajectory.tools = ([t.model_dump(exclude_none=True) for t in request.tools]
-                            if request.tools else None)
+            echoed.model_dump(exclude_none=True, mode="json"),
+        ]
+        trajectory.tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None

@@ -38,7 +38,7 @@ def validate_sliced(model: type[M], value: Any, field: str = "messages") -> M:
     adapter = _items(model, field)
     checked: list[Any] = []
     for start in range(0, len(items), SLICE):
-        part = items[start:start + SLICE]
+        part = items[start : start + SLICE]
         try:
             checked.extend(adapter.validate_python(part))
         except ValidationError:

@@ -41,8 +41,7 @@ SOCKET_NAME = ".rollserve-gateway.sock"
 class SessionSocket:
     """``session``'s model routes on a unix socket in ``folder`` (``start``/``close``)."""
 
-    def __init__(self, session: GatewaySession, folder: Path, name: str = SOCKET_NAME,
-                 key: str | None = None) -> None:
+    def __init__(self, session: GatewaySession, folder: Path, name: str = SOCKET_NAME, key: str | None = None) -> None:
         self.session = session
         self.folder = folder
         self.name = name
@@ -113,9 +112,11 @@ class SessionSocket:
         except GatewayRefusal as refusal:
             return _refused(refusal)
         if parsed.stream:
-            return web.Response(body=b"".join(wire.stream_chunks(answer, parsed)),
-                                content_type="text/event-stream",
-                                headers={"Cache-Control": "no-cache"})
+            return web.Response(
+                body=b"".join(wire.stream_chunks(answer, parsed)),
+                content_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         body = wire.completion(answer, parsed.model).model_dump_json().encode("utf-8")
         return web.Response(body=body, content_type="application/json")
 
@@ -128,9 +129,11 @@ class SessionSocket:
         except GatewayRefusal as refusal:
             return _refused(refusal, anthropic_wire.error_body(refusal))
         if parsed.stream:
-            return web.Response(body=b"".join(anthropic_wire.events(answer, parsed.model)),
-                                content_type="text/event-stream",
-                                headers={"Cache-Control": "no-cache"})
+            return web.Response(
+                body=b"".join(anthropic_wire.events(answer, parsed.model)),
+                content_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         body = anthropic_wire.message(answer, parsed.model).model_dump_json().encode("utf-8")
         return web.Response(body=body, content_type="application/json")
 
@@ -143,15 +146,18 @@ class SessionSocket:
         except GatewayRefusal as refusal:
             return _refused(refusal)
         if parsed.stream:
-            return web.Response(body=b"".join(responses_wire.events(answer, parsed)),
-                                content_type="text/event-stream",
-                                headers={"Cache-Control": "no-cache"})
+            return web.Response(
+                body=b"".join(responses_wire.events(answer, parsed)),
+                content_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         body = responses_wire.response(answer, parsed).model_dump_json().encode("utf-8")
         return web.Response(body=body, content_type="application/json")
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.Response(body=responses_wire.models().model_dump_json().encode("utf-8"),
-                            content_type="application/json")
+        return web.Response(
+            body=responses_wire.models().model_dump_json().encode("utf-8"), content_type="application/json"
+        )
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         try:
@@ -161,23 +167,30 @@ class SessionSocket:
                 tokens = await self.session.count_tokens(chat, len(raw))
         except GatewayRefusal as refusal:
             return _refused(refusal, anthropic_wire.error_body(refusal))
-        return web.Response(body=anthropic_wire.count_body(tokens),
-                            content_type="application/json")
+        return web.Response(body=anthropic_wire.count_body(tokens), content_type="application/json")
 
     async def _unknown(self, request: web.Request) -> web.Response:
-        return _refused(UnknownRoute(f"no route {request.method} {request.path}: the gateway "
-                                     "answers POST /v1/chat/completions, POST /v1/responses, "
-                                     "GET /v1/models, POST /v1/messages and "
-                                     "POST /v1/messages/count_tokens"))
+        return _refused(
+            UnknownRoute(
+                f"no route {request.method} {request.path}: the gateway "
+                "answers POST /v1/chat/completions, POST /v1/responses, "
+                "GET /v1/models, POST /v1/messages and "
+                "POST /v1/messages/count_tokens"
+            )
+        )
 
 
 def _refused(refusal: GatewayRefusal, body: bytes | None = None) -> web.Response:
     """``refusal`` with the status ``wire.ERRORS`` gives it; ``body`` (OpenAI's shape
     unless given)."""
-    return web.Response(body=wire.error_body(refusal) if body is None else body,
-                        status=wire.status(refusal), content_type="application/json")
+    return web.Response(
+        body=wire.error_body(refusal) if body is None else body,
+        status=wire.status(refusal),
+        content_type="application/json",
+    )
 
 
 def _too_large(limit: int) -> BodyTooLarge:
-    return BodyTooLarge(f"the request body is larger than this session's limit of "
-                        f"{limit} bytes (from its context window)")
+    return BodyTooLarge(
+        f"the request body is larger than this session's limit of {limit} bytes (from its context window)"
+    )

@@ -46,8 +46,17 @@ from rollserve.contract.gateway import (
 )
 from rollserve.contract.validation import JSONInputError, field_name, parse_json
 
-__all__ = ["ERRORS", "INLINE_BYTES", "answer_size", "completion", "error_body", "parse_request",
-           "sized", "status", "stream_chunks"]
+__all__ = [
+    "ERRORS",
+    "INLINE_BYTES",
+    "answer_size",
+    "completion",
+    "error_body",
+    "parse_request",
+    "sized",
+    "status",
+    "stream_chunks",
+]
 
 # Each kind of refusal as both servers answer it: HTTP status, OpenAI's error type.
 # The most specific class listed wins (``ContextLengthExceeded`` is a ``BadRequest``).
@@ -64,8 +73,7 @@ ERRORS: dict[type[GatewayRefusal], tuple[int, str]] = {
 
 
 def _json(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":")).encode("utf-8")
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 def _answer(refusal: GatewayRefusal) -> tuple[int, str]:
@@ -82,8 +90,9 @@ def status(refusal: GatewayRefusal) -> int:
 
 def error_body(refusal: GatewayRefusal) -> bytes:
     """``refusal`` in OpenAI's error shape."""
-    body = GatewayErrorBody(error=GatewayError(message=refusal.message, type=_answer(refusal)[1],
-                                               param=refusal.param, code=refusal.code))
+    body = GatewayErrorBody(
+        error=GatewayError(message=refusal.message, type=_answer(refusal)[1], param=refusal.param, code=refusal.code)
+    )
     return _json(body.model_dump(mode="json"))
 
 
@@ -106,23 +115,27 @@ def answer_size(answer: GatewayReply) -> int:
     """About how many bytes the answer's body takes (its text and tool calls): what
     ``sized`` decides its render's place by."""
     calls = answer.reply.tool_calls
-    return (len(answer.reply.content or "")
-            + sum(len(c.function.name) + len(c.function.arguments) for c in calls))
+    return len(answer.reply.content or "") + sum(len(c.function.name) + len(c.function.arguments) for c in calls)
 
 
 def _usage(answer: GatewayReply) -> Usage:
-    return Usage(prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
-                 total_tokens=answer.prompt_tokens + answer.completion_tokens)
+    return Usage(
+        prompt_tokens=answer.prompt_tokens,
+        completion_tokens=answer.completion_tokens,
+        total_tokens=answer.prompt_tokens + answer.completion_tokens,
+    )
 
 
 def completion(answer: GatewayReply, model: str) -> ChatCompletion:
     """The answer as a ``chat.completion``."""
-    message = AssistantMessage(content=answer.reply.content,
-                               tool_calls=answer.reply.tool_calls or None)
-    return ChatCompletion(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()),
-                          model=model, choices=[Choice(message=message,
-                                                       finish_reason=answer.finish_reason)],
-                          usage=_usage(answer))
+    message = AssistantMessage(content=answer.reply.content, tool_calls=answer.reply.tool_calls or None)
+    return ChatCompletion(
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=model,
+        choices=[Choice(message=message, finish_reason=answer.finish_reason)],
+        usage=_usage(answer),
+    )
 
 
 def stream_chunks(answer: GatewayReply, request: ChatCompletionRequest) -> Iterator[bytes]:
@@ -132,17 +145,29 @@ def stream_chunks(answer: GatewayReply, request: ChatCompletionRequest) -> Itera
     created = int(time.time())
 
     def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
-        body = ChatCompletionChunk(id=completion_id, created=created, model=request.model,
-                                   choices=choices, usage=usage)
+        body = ChatCompletionChunk(id=completion_id, created=created, model=request.model, choices=choices, usage=usage)
         return b"data: " + _json(body.model_dump(mode="json", exclude_none=True)) + b"\n\n"
 
     yield chunk([ChunkChoice(delta=Delta(role="assistant", content=""))])
     if answer.reply.content:
         yield chunk([ChunkChoice(delta=Delta(content=answer.reply.content))])
     for index, call in enumerate(answer.reply.tool_calls):
-        yield chunk([ChunkChoice(delta=Delta(tool_calls=[ToolCallDelta(
-            index=index, id=call.id, type="function",
-            function=FunctionCall(name=call.function.name, arguments=call.function.arguments))]))])
+        yield chunk(
+            [
+                ChunkChoice(
+                    delta=Delta(
+                        tool_calls=[
+                            ToolCallDelta(
+                                index=index,
+                                id=call.id,
+                                type="function",
+                                function=FunctionCall(name=call.function.name, arguments=call.function.arguments),
+                            )
+                        ]
+                    )
+                )
+            ]
+        )
     yield chunk([ChunkChoice(delta=Delta(), finish_reason=answer.finish_reason)])
     if request.stream_options is not None and request.stream_options.include_usage:
         yield chunk([], _usage(answer))

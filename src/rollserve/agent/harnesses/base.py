@@ -32,16 +32,37 @@ from rollserve.agent.gateway.base import POLICY_MODEL
 from rollserve.agent.harnesses.semver import check_range
 from rollserve.contract.calls import GatewayCalls
 
-__all__ = ["PRESETS_DIR", "TASK_ARGV_MAX", "Option", "Package", "Preset", "PresetFileError", "PromptSize", "Run",
-           "load_preset", "presets"]
+__all__ = [
+    "PRESETS_DIR",
+    "TASK_ARGV_MAX",
+    "Option",
+    "Package",
+    "Preset",
+    "PresetFileError",
+    "PromptSize",
+    "Run",
+    "load_preset",
+    "presets",
+]
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 NAME = r"^[a-z0-9][a-z0-9-]{0,39}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by the runner: a preset's [env] may not override them.
-RESERVED_ENV = frozenset({"HOME", "PATH", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY",
-                          "ANTHROPIC_API_KEY", "ROLLSERVE_PYTHON", "ROLLSERVE_TASK_FILE",
-                          "ROLLSERVE_MODEL", "ROLLSERVE_MAX_TURNS"})
+RESERVED_ENV = frozenset(
+    {
+        "HOME",
+        "PATH",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "ROLLSERVE_PYTHON",
+        "ROLLSERVE_TASK_FILE",
+        "ROLLSERVE_MODEL",
+        "ROLLSERVE_MAX_TURNS",
+    }
+)
 
 
 class PresetFileError(ValueError):
@@ -64,8 +85,9 @@ class Package(_Strict):
     versions: str = Field("*", description="npm range of the package's versions")
     node: str | None = Field(None, description="npm: the Node range it needs")
     bin: str | None = Field(None, description="npm: its executable under node_modules/.bin")
-    module: str | None = Field(None, description="python: the module the sandbox's python "
-                               "must import (the command runs on that python)")
+    module: str | None = Field(
+        None, description="python: the module the sandbox's python must import (the command runs on that python)"
+    )
     pip: str | None = Field(None, description="python: what to pip install when it is missing")
 
     @field_validator("versions", "node")
@@ -88,12 +110,16 @@ TASK_ARGV_MAX = 100 << 10  # bytes of task text a preset with task_in_argv takes
 
 
 class Run(_Strict):
-    command: str | None = Field(None, min_length=1, description="bash, run in the workdir; "
-                                "None: the instance's own ``command``")
-    task_in_argv: bool = Field(False, description="the command passes the task's text as "
-                               "one argument (``-p \"$(cat \"$ROLLSERVE_TASK_FILE\")\"``): "
-                               "Linux refuses an argument over 128 KiB, so a task over "
-                               "TASK_ARGV_MAX bytes is refused at submit")
+    command: str | None = Field(
+        None, min_length=1, description="bash, run in the workdir; None: the instance's own ``command``"
+    )
+    task_in_argv: bool = Field(
+        False,
+        description="the command passes the task's text as "
+        'one argument (``-p "$(cat "$ROLLSERVE_TASK_FILE")"``): '
+        "Linux refuses an argument over 128 KiB, so a task over "
+        "TASK_ARGV_MAX bytes is refused at submit",
+    )
 
 
 class PromptSize(_Strict):
@@ -104,18 +130,22 @@ class PromptSize(_Strict):
     naming ``instance.harness.preset`` and both numbers) instead of failing at its
     first call."""
 
-    first_tokens: int = Field(ge=1, description="the count submit checks: the fewest of "
-                              "``measured`` (a window refused is too small for any of them)")
-    measured: dict[str, int] = Field(default_factory=dict, description="tokenizer (name, "
-                                     "version) -> the count with it")
+    first_tokens: int = Field(
+        ge=1,
+        description="the count submit checks: the fewest of "
+        "``measured`` (a window refused is too small for any of them)",
+    )
+    measured: dict[str, int] = Field(default_factory=dict, description="tokenizer (name, version) -> the count with it")
     harness_version: str | None = Field(None, description="the harness's version measured")
 
     @model_validator(mode="after")
     def _fewest(self) -> PromptSize:
         if self.measured and self.first_tokens > min(self.measured.values()):
-            raise ValueError(f"first_tokens {self.first_tokens} is more than the fewest "
-                             f"measured ({min(self.measured.values())}): a window that holds "
-                             "that tokenizer's count would be refused")
+            raise ValueError(
+                f"first_tokens {self.first_tokens} is more than the fewest "
+                f"measured ({min(self.measured.values())}): a window that holds "
+                "that tokenizer's count would be refused"
+            )
         return self
 
 
@@ -129,8 +159,9 @@ class Calls(_Strict):
     model is the main loop's (so what leaves the main loop is never the agent's
     choice). Without the table every call is the main loop's."""
 
-    auxiliary: dict[str, str] = Field(default_factory=dict, description="model name the "
-                                      "harness asks for -> purpose (lower_snake_case)")
+    auxiliary: dict[str, str] = Field(
+        default_factory=dict, description="model name the harness asks for -> purpose (lower_snake_case)"
+    )
 
     @field_validator("auxiliary")
     @classmethod
@@ -174,12 +205,12 @@ class Preset(_Strict):
     package: Package
     run: Run = Field(default_factory=Run)
     env: dict[str, str] = Field(default_factory=dict)
-    files: dict[str, str] = Field(default_factory=dict, description="path under $HOME -> text; "
-                                  "${VAR} expands from the run's environment")
+    files: dict[str, str] = Field(
+        default_factory=dict, description="path under $HOME -> text; ${VAR} expands from the run's environment"
+    )
     options: dict[str, Option] = Field(default_factory=dict)
     calls: Calls | None = Field(None, description="[calls]: its auxiliary calls (see Calls)")
-    prompt: PromptSize | None = Field(None, description="[prompt]: its first prompt's size "
-                                      "(see PromptSize)")
+    prompt: PromptSize | None = Field(None, description="[prompt]: its first prompt's size (see PromptSize)")
 
     @field_validator("env")
     @classmethod
@@ -205,17 +236,21 @@ class Preset(_Strict):
     def _option_names(cls, options: dict[str, Option]) -> dict[str, Option]:
         for key in options:
             if not re.match(r"^[a-z][a-z0-9_]{0,39}$", key) or key in ("preset", "command", "tool_calls"):
-                raise ValueError(f"{key!r}: an option is a lower-case name, not preset, "
-                                 "command or tool_calls")
+                raise ValueError(f"{key!r}: an option is a lower-case name, not preset, command or tool_calls")
         return options
 
     @model_validator(mode="after")
     def _argv_declared(self) -> Preset:
-        if self.run.command is not None and '$(cat "$ROLLSERVE_TASK_FILE")' in self.run.command \
-                and not self.run.task_in_argv:
-            raise ValueError("run: the command passes the task file's text as an argument: "
-                             "declare task_in_argv = true (a task over TASK_ARGV_MAX bytes "
-                             "is then refused at submit)")
+        if (
+            self.run.command is not None
+            and '$(cat "$ROLLSERVE_TASK_FILE")' in self.run.command
+            and not self.run.task_in_argv
+        ):
+            raise ValueError(
+                "run: the command passes the task file's text as an argument: "
+                "declare task_in_argv = true (a task over TASK_ARGV_MAX bytes "
+                "is then refused at submit)"
+            )
         return self
 
     @property

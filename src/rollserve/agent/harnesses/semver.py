@@ -74,8 +74,13 @@ def _bump(parts: list[int], index: int) -> Version:
 
 
 def _holds(version: Version, op: str, bound: Version) -> bool:
-    return {"==": version == bound, ">=": version >= bound, ">": version > bound,
-            "<": version < bound, "<=": version <= bound}[op]
+    return {
+        "==": version == bound,
+        ">=": version >= bound,
+        ">": version > bound,
+        "<": version < bound,
+        "<=": version <= bound,
+    }[op]
 
 
 def _alternative(text: str) -> list[tuple[str, Version]]:
@@ -103,5 +108,4 @@ def satisfies(version: str, spec: str) -> bool:
     have = parse_version(version)
     if have[3] == 0 and "-" not in spec:  # (as npm: a pre-release only where one is named)
         return False
-    return any(all(_holds(have, op, bound) for op, bound in alternative)
-               for alternative in check_range(spec))
+    return any(all(_holds(have, op, bound) for op, bound in alternative) for alternative in check_range(spec))

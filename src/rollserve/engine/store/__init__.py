@@ -17,5 +17,4 @@ from rollserve.engine.store.rows import GroupRow, RolloutRow
 from rollserve.engine.store.sqlite import DuplicateClientKey, SQLiteStore, Store
 from rollserve.engine.store.summaries import COUNT_CAP, SummaryFilter
 
-__all__ = ["COUNT_CAP", "DuplicateClientKey", "GroupRow", "RolloutRow", "SQLiteStore", "Store",
-           "SummaryFilter"]
+__all__ = ["COUNT_CAP", "DuplicateClientKey", "GroupRow", "RolloutRow", "SQLiteStore", "Store", "SummaryFilter"]

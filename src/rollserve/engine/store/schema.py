@@ -44,9 +44,15 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 # Columns added after the first release: a store file made before them gets them at
 # open, and its finished rows are filled in from their stored results.
-_ADDED_COLUMNS = {"usable": "INTEGER", "reward": "REAL", "masked": "INTEGER",
-                  "data_source": "TEXT", "failure_kind": "TEXT", "duration": "REAL",
-                  "policy_version": "INTEGER"}
+_ADDED_COLUMNS = {
+    "usable": "INTEGER",
+    "reward": "REAL",
+    "masked": "INTEGER",
+    "data_source": "TEXT",
+    "failure_kind": "TEXT",
+    "duration": "REAL",
+    "policy_version": "INTEGER",
+}
 _BACKFILL = """
 UPDATE rollouts SET
     reward = json_extract(result, '$.reward'),

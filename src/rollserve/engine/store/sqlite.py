@@ -49,6 +49,7 @@ T = TypeVar("T")
 
 STATUS_FLUSH_SECONDS = 0.05
 
+
 class Store(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -57,12 +58,12 @@ class Store(Protocol):
     async def set_status(self, rollout_id: str, status: str, attempt: int | None = None) -> None: ...
     async def finish(self, result: RolloutResult) -> int: ...
     async def rollout(self, rollout_id: str) -> RolloutRow | None: ...
-    async def group(self, group_id: str, results: bool = True
-                    ) -> tuple[GroupRow, list[RolloutRow]] | None: ...
+    async def group(self, group_id: str, results: bool = True) -> tuple[GroupRow, list[RolloutRow]] | None: ...
     async def group_outcomes(self, group_id: str) -> list[Outcome]: ...
     async def results_after(self, after: int, limit: int) -> list[RolloutResult]: ...
-    async def summaries(self, where: SummaryFilter, before: int | None, limit: int
-                        ) -> tuple[list[ResultSummary], int]: ...
+    async def summaries(
+        self, where: SummaryFilter, before: int | None, limit: int
+    ) -> tuple[list[ResultSummary], int]: ...
     async def unfinished(self) -> list[RolloutRow]: ...
     async def purge(self, finished_before: float) -> int: ...
     async def counts(self) -> dict[str, int]: ...
@@ -134,8 +135,7 @@ class SQLiteStore:
                 try:
                     conn.execute(
                         "INSERT INTO groups VALUES (?,?,?,?,?,?)",
-                        (group.id, group.task_id, group.client_key, group.request_hash, group.n,
-                         group.created_at),
+                        (group.id, group.task_id, group.client_key, group.request_hash, group.n, group.created_at),
                     )
                 except sqlite3.IntegrityError as exc:
                     raise DuplicateClientKey(group.client_key or group.id) from exc
@@ -175,8 +175,7 @@ class SQLiteStore:
         def _update(conn: sqlite3.Connection) -> None:
             # `seq IS NULL`: a late state change never overwrites a finished result.
             conn.executemany(
-                "UPDATE rollouts SET status=?, attempt=COALESCE(?, attempt), updated_at=?"
-                " WHERE id=? AND seq IS NULL",
+                "UPDATE rollouts SET status=?, attempt=COALESCE(?, attempt), updated_at=? WHERE id=? AND seq IS NULL",
                 [(status, attempt, at, rid) for rid, (status, attempt, at) in batch.items()],
             )
 
@@ -226,12 +225,11 @@ class SQLiteStore:
                 "DELETE FROM rollouts WHERE finished_at IS NOT NULL AND finished_at < ?",
                 (finished_before,),
             )
+            conn.execute("DELETE FROM groups WHERE NOT EXISTS (SELECT 1 FROM rollouts r WHERE r.group_id = groups.id)")
             conn.execute(
-                "DELETE FROM groups WHERE NOT EXISTS"
-                " (SELECT 1 FROM rollouts r WHERE r.group_id = groups.id)"
+                "DELETE FROM meta WHERE key LIKE ? AND json_extract(value, '$.at') < ?",
+                (f"{_RESCORE}%", finished_before),
             )
-            conn.execute("DELETE FROM meta WHERE key LIKE ? AND json_extract(value, '$.at') < ?",
-                         (f"{_RESCORE}%", finished_before))
             return cur.rowcount
 
         return await self._call(_purge)
@@ -253,8 +251,7 @@ class SQLiteStore:
 
         return await self._call(_get)
 
-    async def group(self, group_id: str, results: bool = True
-                    ) -> tuple[GroupRow, list[RolloutRow]] | None:
+    async def group(self, group_id: str, results: bool = True) -> tuple[GroupRow, list[RolloutRow]] | None:
         """The group and its rollouts (``results``: with their results, else without)."""
         columns = COLUMNS if results else COLUMNS.replace("result,", "NULL,")
 
@@ -262,9 +259,7 @@ class SQLiteStore:
             row = conn.execute("SELECT * FROM groups WHERE id=?", (group_id,)).fetchone()
             if row is None:
                 return None
-            rows = conn.execute(
-                f"SELECT {columns} FROM rollouts WHERE group_id=? ORDER BY id", (group_id,)
-            ).fetchall()
+            rows = conn.execute(f"SELECT {columns} FROM rollouts WHERE group_id=? ORDER BY id", (group_id,)).fetchall()
             return GroupRow(*row), [rollout_row(r) for r in rows]
 
         return await self._call(_get)
@@ -276,16 +271,25 @@ class SQLiteStore:
 
         def _get(conn: sqlite3.Connection) -> list[Outcome]:
             rows = conn.execute(
-                "SELECT id, status, seq, usable, reward, masked FROM rollouts WHERE group_id=?"
-                " ORDER BY id", (group_id,)).fetchall()
-            return [Outcome(id=rid, status=stored_status(status), seq=seq, usable=bool(usable),
-                            reward=reward, masked=bool(masked))
-                    for rid, status, seq, usable, reward, masked in rows]
+                "SELECT id, status, seq, usable, reward, masked FROM rollouts WHERE group_id=? ORDER BY id", (group_id,)
+            ).fetchall()
+            return [
+                Outcome(
+                    id=rid,
+                    status=stored_status(status),
+                    seq=seq,
+                    usable=bool(usable),
+                    reward=reward,
+                    masked=bool(masked),
+                )
+                for rid, status, seq, usable, reward, masked in rows
+            ]
 
         return await self._call(_get)
 
     async def results_after(self, after: int, limit: int) -> list[RolloutResult]:
         """Up to ``limit`` results after cursor position ``after``, in order."""
+
         def _get(conn: sqlite3.Connection) -> list[RolloutResult]:
             rows = conn.execute(
                 "SELECT seq, result FROM rollouts WHERE seq > ? ORDER BY seq LIMIT ?",
@@ -295,8 +299,7 @@ class SQLiteStore:
 
         return await self._call(_get)
 
-    async def summaries(self, where: SummaryFilter, before: int | None, limit: int
-                        ) -> tuple[list[ResultSummary], int]:
+    async def summaries(self, where: SummaryFilter, before: int | None, limit: int) -> tuple[list[ResultSummary], int]:
         """Up to ``limit`` finished results matching ``where``, newest first, with a seq
         below ``before`` (None: from the newest); and how many match in all, counted up
         to ``COUNT_CAP + 1`` (store.summaries). Read from the summary columns, never the
@@ -307,9 +310,7 @@ class SQLiteStore:
         await self.flush()
 
         def _get(conn: sqlite3.Connection) -> list[RolloutRow]:
-            rows = conn.execute(
-                f"SELECT {COLUMNS} FROM rollouts WHERE seq IS NULL ORDER BY created_at, id"
-            ).fetchall()
+            rows = conn.execute(f"SELECT {COLUMNS} FROM rollouts WHERE seq IS NULL ORDER BY created_at, id").fetchall()
             return [rollout_row(r) for r in rows]
 
         return await self._call(_get)
@@ -333,9 +334,9 @@ class SQLiteStore:
         """This store's secret salt for generated instances' seeds (``handlers.seeds``):
         made at the first call, kept for the store's life. INSERT OR IGNORE, then read
         back: two servers opening one store at once agree on the first one written."""
+
         def _get(conn: sqlite3.Connection) -> str:
-            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('seed_salt', ?)",
-                         (secrets.token_hex(32),))
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('seed_salt', ?)", (secrets.token_hex(32),))
             row = conn.execute("SELECT value FROM meta WHERE key='seed_salt'").fetchone()
             return str(row[0])
 
@@ -344,6 +345,7 @@ class SQLiteStore:
     # --- re-scorings' answers, by idempotency key ---------------------------------------
     async def rescore_answer(self, key: str) -> tuple[str, str] | None:
         """The fingerprint and answer (JSON) of the re-scoring done under ``key``, if any."""
+
         def _get(conn: sqlite3.Connection) -> tuple[str, str] | None:
             row = conn.execute("SELECT value FROM meta WHERE key=?", (_RESCORE + key,)).fetchone()
             if row is None:
@@ -359,8 +361,7 @@ class SQLiteStore:
         value = json.dumps({"hash": fingerprint, "answer": answer, "at": time.time()})
 
         def _put(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                         (_RESCORE + key, value))
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (_RESCORE + key, value))
 
         await self._call(_put)
 
@@ -402,10 +403,21 @@ def _finish_one(conn: sqlite3.Connection, result: RolloutResult) -> int | Except
             "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?,"
             " usable=?, reward=?, masked=?, data_source=?, failure_kind=?, duration=?,"
             " policy_version=? WHERE id=?",
-            (result.status, payload, seq, now, now, result_usable(result), result.reward,
-             result.mask, result.data_source,
-             None if result.failure is None else result.failure.kind, result.timing.total,
-             max(result.trajectory.policy_versions, default=None), result.id),
+            (
+                result.status,
+                payload,
+                seq,
+                now,
+                now,
+                result_usable(result),
+                result.reward,
+                result.mask,
+                result.data_source,
+                None if result.failure is None else result.failure.kind,
+                result.timing.total,
+                max(result.trajectory.policy_versions, default=None),
+                result.id,
+            ),
         )
         return seq
     except (KeyError, ValueError, TypeError) as exc:

@@ -66,23 +66,37 @@ class SummaryFilter:
         return " AND ".join(clauses), args
 
 
-def read_summaries(conn: sqlite3.Connection, where: SummaryFilter, before: int | None,
-                   limit: int) -> tuple[list[ResultSummary], int]:
+def read_summaries(
+    conn: sqlite3.Connection, where: SummaryFilter, before: int | None, limit: int
+) -> tuple[list[ResultSummary], int]:
     """Up to ``limit`` rows matching ``where`` with a seq below ``before`` (None: from the
     newest), newest first; and how many match in all, counted up to ``COUNT_CAP + 1``
     (more than ``COUNT_CAP``: at least that many)."""
     clause, args = where.where()
     (total,) = conn.execute(
-        f"SELECT COUNT(*) FROM (SELECT 1 FROM rollouts WHERE {clause} LIMIT ?)",
-        [*args, COUNT_CAP + 1]).fetchone()
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM rollouts WHERE {clause} LIMIT ?)", [*args, COUNT_CAP + 1]
+    ).fetchone()
     if before is not None:
         clause, args = clause + " AND seq < ?", [*args, before]
     rows = conn.execute(
         "SELECT seq, id, group_id, data_source, status, reward, masked, failure_kind,"
         f" policy_version, duration, finished_at FROM rollouts WHERE {clause}"
-        " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall()
-    return [ResultSummary(seq=seq, id=rid, group_id=gid, data_source=source or "",
-                          status=status, reward=reward, masked=bool(masked), failure_kind=kind,
-                          policy_version=version, duration=duration, finished_at=finished)
-            for seq, rid, gid, source, status, reward, masked, kind, version, duration, finished
-            in rows], int(total)
+        " ORDER BY seq DESC LIMIT ?",
+        [*args, limit],
+    ).fetchall()
+    return [
+        ResultSummary(
+            seq=seq,
+            id=rid,
+            group_id=gid,
+            data_source=source or "",
+            status=status,
+            reward=reward,
+            masked=bool(masked),
+            failure_kind=kind,
+            policy_version=version,
+            duration=duration,
+            finished_at=finished,
+        )
+        for seq, rid, gid, source, status, reward, masked, kind, version, duration, finished in rows
+    ], int(total)

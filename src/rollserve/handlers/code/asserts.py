@@ -61,17 +61,29 @@ from rollserve.handlers.code.values import Probe
 
 _NOT_LITERAL = object()
 
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
 _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
-    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+    ast.Not: operator.not_,
+}
 # Calls inside a probe that judge the solution's objects in the sandbox.
 _JUDGING_CALLS = {"all", "any", "bool", "isinstance", "issubclass", "callable", "hasattr", "filter"}
 
 
-def compile_assert(source: str, bound: frozenset[str] = frozenset(),
-                   solution: frozenset[str] = frozenset()) -> Check:
+def compile_assert(source: str, bound: frozenset[str] = frozenset(), solution: frozenset[str] = frozenset()) -> Check:
     """The check of one assert statement (``source``); ``bound``: ``setup_names``;
     ``solution``: names known to be the solution's (the entry point)."""
     statement = ast.parse(source).body[0]
@@ -81,8 +93,14 @@ def compile_assert(source: str, bound: frozenset[str] = frozenset(),
     evaluate, _ = compiler.node(statement.test, truth=True)
     message = _literal(statement.msg) if statement.msg is not None else None
     info = references(compiler.info, bound, solution)
-    return Check(source, compiler.probes, info, compiler.pairs, evaluate,
-                 str(message)[:200] if message is not _NOT_LITERAL and message is not None else None)
+    return Check(
+        source,
+        compiler.probes,
+        info,
+        compiler.pairs,
+        evaluate,
+        str(message)[:200] if message is not _NOT_LITERAL and message is not None else None,
+    )
 
 
 def _literal(node: ast.AST) -> Any:
@@ -116,8 +134,12 @@ class _Compiler:
         self.probes.append(source)
         # The truth of what the solution returns is its own claim; of a value the setup
         # computed (``ok = f(3) == 9``), a judgement made in its process.
-        returned = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and self.free(node.func.id) and node.func.id not in BUILTINS
+        returned = (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and self.free(node.func.id)
+            and node.func.id not in BUILTINS
+        )
         setup_truth = truth and not returned and self._uses_setup(node)
         self.info.append(ProbeInfo(self._judges(node), setup_truth, free_names(node)))
 
@@ -126,9 +148,12 @@ class _Compiler:
             if probe.kind == "value":
                 return probe.value
             if probe.kind == "not_plain":
-                raise CheckFailed("not_plain", f"{source} is not a plain value ({probe.detail}): "
-                                               "only int, float, bool, str, bytes, None, list, "
-                                               "tuple, dict, set and frozenset compare")
+                raise CheckFailed(
+                    "not_plain",
+                    f"{source} is not a plain value ({probe.detail}): "
+                    "only int, float, bool, str, bytes, None, list, "
+                    "tuple, dict, set and frozenset compare",
+                )
             if probe.kind == "too_large":
                 raise CheckFailed("output_limit", f"{source}: {probe.detail}")
             memory = probe.detail.startswith("MemoryError")  # what ran out was the limit
@@ -151,8 +176,9 @@ class _Compiler:
         """Why evaluating ``node`` in the sandbox judges the solution's objects there
         (compares them, takes their truth, or hands them to a setup helper), or None."""
         for sub in ast.walk(node):
-            if isinstance(sub, (ast.Compare, ast.BoolOp, ast.IfExp)) \
-                    or (isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not)):
+            if isinstance(sub, (ast.Compare, ast.BoolOp, ast.IfExp)) or (
+                isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not)
+            ):
                 return "compares or takes the truth of values"
             if isinstance(sub, ast.comprehension) and sub.ifs:
                 return "filters values"
@@ -225,15 +251,18 @@ class _Compiler:
     def _Subscript(self, node: ast.Subscript, truth: bool) -> tuple[Node, bool]:
         value, probed = self.node(node.value)
         if isinstance(node.slice, ast.Slice):
-            parts = [self.node(p) if p is not None else ((lambda probes: None), False)
-                     for p in (node.slice.lower, node.slice.upper, node.slice.step)]
+            parts = [
+                self.node(p) if p is not None else ((lambda probes: None), False)
+                for p in (node.slice.lower, node.slice.upper, node.slice.step)
+            ]
             probed = probed or any(p for _, p in parts)
             return (lambda probes: value(probes)[slice(*(fn(probes) for fn, _ in parts))]), probed
         index, p2 = self.node(node.slice)
         return (lambda probes: value(probes)[index(probes)]), probed or p2
 
-    def _display(self, elements: Sequence[ast.expr | None],
-                 build: Callable[[list[Any]], Any]) -> tuple[Node, bool] | None:
+    def _display(
+        self, elements: Sequence[ast.expr | None], build: Callable[[list[Any]], Any]
+    ) -> tuple[Node, bool] | None:
         present = [e for e in elements if e is not None]
         if len(present) < len(elements) or any(isinstance(e, ast.Starred) for e in present):
             return None  # {**other}, [*items]: evaluated in the sandbox as a whole
@@ -262,8 +291,12 @@ class _Compiler:
         return None
 
     def _Attribute(self, node: ast.Attribute, truth: bool) -> tuple[Node, bool] | None:
-        if isinstance(node.value, ast.Name) and node.value.id == "math" and self.free("math") \
-                and node.attr in MATH_CONSTANTS:
+        if (
+            isinstance(node.value, ast.Name)
+            and node.value.id == "math"
+            and self.free("math")
+            and node.attr in MATH_CONSTANTS
+        ):
             constant = MATH_CONSTANTS[node.attr]
             return (lambda probes: constant), False
         return None
@@ -275,26 +308,35 @@ class _Compiler:
             items = unroll(node, free)
             if items is not None:
                 return self._quantifier(items, func.id == "all")
-        if isinstance(func, ast.Attribute) and func.attr in PREDICATES and not node.keywords \
-                and not any(isinstance(a, (ast.Starred, ast.GeneratorExp, ast.Lambda)) for a in node.args):
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in PREDICATES
+            and not node.keywords
+            and not any(isinstance(a, (ast.Starred, ast.GeneratorExp, ast.Lambda)) for a in node.args)
+        ):
             return self._predicate(node, func)
         if isinstance(func, ast.Name) and func.id in FUNCTIONS and self.free(func.id):
             function, keywords = FUNCTIONS[func.id]
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-                and func.value.id == "math" and self.free("math") and func.attr in MATH:
+        elif (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "math"
+            and self.free("math")
+            and func.attr in MATH
+        ):
             function, keywords = MATH[func.attr]
         else:
             return None
         arguments = [*node.args, *(k.value for k in node.keywords)]
-        if any(k.arg not in keywords for k in node.keywords) \
-                or any(isinstance(a, (ast.Starred, ast.GeneratorExp, ast.Lambda)) for a in arguments):
+        if any(k.arg not in keywords for k in node.keywords) or any(
+            isinstance(a, (ast.Starred, ast.GeneratorExp, ast.Lambda)) for a in arguments
+        ):
             return None  # evaluated in the sandbox as a whole
         args = [self.node(a) for a in node.args]
         kwargs = [(k.arg, self.node(k.value)) for k in node.keywords if k.arg is not None]
 
         def call(probes: Sequence[Probe]) -> Any:
-            return function(*(fn(probes) for fn, _ in args),
-                            **{name: fn(probes) for name, (fn, _) in kwargs})
+            return function(*(fn(probes) for fn, _ in args), **{name: fn(probes) for name, (fn, _) in kwargs})
 
         return call, any(p for _, p in args) or any(p for _, (_, p) in kwargs)
 
@@ -307,16 +349,19 @@ class _Compiler:
         def call(probes: Sequence[Probe]) -> Any:
             value = receiver(probes)
             if type(value) not in owners:
-                raise CheckFailed("not_plain", f"{text} is a {type(value).__name__}, not one of the "
-                                               f"plain types with .{name}()")
+                raise CheckFailed(
+                    "not_plain", f"{text} is a {type(value).__name__}, not one of the plain types with .{name}()"
+                )
             return getattr(value, name)(*(fn(probes) for fn, _ in args))
 
         return call, p1 or any(p for _, p in args)
 
     def _quantifier(self, items: list[tuple[list[ast.expr], ast.expr]], is_all: bool) -> tuple[Node, bool]:
         """``all``/``any`` of unrolled items, decided here (``code.unroll``)."""
-        compiled = [([self.node(c, truth=True) for c in conditions], self.node(element, truth=True))
-                    for conditions, element in items]
+        compiled = [
+            ([self.node(c, truth=True) for c in conditions], self.node(element, truth=True))
+            for conditions, element in items
+        ]
 
         def quantify(probes: Sequence[Probe]) -> bool:
             for conditions, (element, _) in compiled:

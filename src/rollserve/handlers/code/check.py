@@ -45,8 +45,7 @@ class Check:
         clean = {}
         for i in self.references:
             probe = references.get(self.probes[i])
-            if probe is not None and probe.kind == "value" \
-                    and (not self.info[i].handed or immutable(probe.value)):
+            if probe is not None and probe.kind == "value" and (not self.info[i].handed or immutable(probe.value)):
                 clean[i] = probe
         return clean
 
@@ -58,11 +57,13 @@ class Check:
 
     def computed(self, references: dict[str, Probe]) -> frozenset[int]:
         """The reference candidates the run without the solution gave a plain value."""
-        return frozenset(i for i in self.references
-                         if (probe := references.get(self.probes[i])) is not None and probe.kind == "value")
+        return frozenset(
+            i
+            for i in self.references
+            if (probe := references.get(self.probes[i])) is not None and probe.kind == "value"
+        )
 
-    def unsafe(self, clean: frozenset[int] = frozenset(),
-               computed: frozenset[int] | None = None) -> str | None:
+    def unsafe(self, clean: frozenset[int] = frozenset(), computed: frozenset[int] | None = None) -> str | None:
         """Why the verdict would rest on a judgement made in the solution's process,
         given the probes whose values came from the reference run (``clean``) and the
         candidates it computed at all (``computed``, default ``clean``: a list the
@@ -74,13 +75,11 @@ class Check:
             if index in clean:
                 continue
             if info.reference and index not in computed:
-                return (f"{self.probes[index]} is computed by the setup code with the solution "
-                        "(or not without it)")
+                return f"{self.probes[index]} is computed by the setup code with the solution (or not without it)"
             if info.judges:
                 return f"{self.probes[index]} {info.judges} in the solution's process"
             if info.setup_truth:
-                return (f"the truth of {self.probes[index]}, computed with the solution, "
-                        "would be the verdict")
+                return f"the truth of {self.probes[index]}, computed with the solution, would be the verdict"
         for left, right in self.pairs:
             if left - clean and right - clean:
                 a, b = self.probes[min(left - clean)], self.probes[min(right - clean)]
@@ -97,7 +96,8 @@ class Check:
             return failed.status, failed.detail
         except Exception as exc:  # what the same operation raises in Python (TypeError...)
             return "error", f"{type(exc).__name__}: {exc}"
-        shown = "; ".join(f"{source} = {describe(p.value)}"
-                          for source, p in zip(self.probes, probes) if p.kind == "value")
+        shown = "; ".join(
+            f"{source} = {describe(p.value)}" for source, p in zip(self.probes, probes) if p.kind == "value"
+        )
         prefix = f"{self.message}: " if self.message else ""
         return "wrong_answer", prefix + (shown or f"{self.source} is false")

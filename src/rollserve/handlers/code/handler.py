@@ -71,6 +71,7 @@ REWARD_MODES = ("all", "fraction")
 UNSAFE_CHECKS = ("fail", "exclude")
 _FILE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
 
+
 @dataclass
 class CodeTask:
     """INIT -> RUN: the task as the agent reads it, and its sandbox."""
@@ -102,10 +103,8 @@ class SubmitTool(FinishingTool):
         self.answer: str | None = None  # the submitted path, as the agent sees it
         self.schema = function_schema(
             "submit",
-            "Submit your solution and end the task. Call it once the solution file is "
-            "written and tested.",
-            {"path": {"type": "string",
-                      "description": f"the solution file (default {default_path})"}},
+            "Submit your solution and end the task. Call it once the solution file is written and tested.",
+            {"path": {"type": "string", "description": f"the solution file (default {default_path})"}},
             [],
         )
 
@@ -116,8 +115,9 @@ class SubmitTool(FinishingTool):
         except PermissionError as exc:
             raise ToolError(str(exc)) from None
         if not host.is_file():
-            raise ToolError(f"{path} does not exist: write your solution there first, "
-                            "or give the path of the file that holds it")
+            raise ToolError(
+                f"{path} does not exist: write your solution there first, or give the path of the file that holds it"
+            )
         self.answer = path
         self.finished = True
         return f"Submitted {path}. The episode is over."
@@ -129,10 +129,12 @@ class CodeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     unsafe_checks: Literal["fail", "exclude"] = Field(
-        "fail", description="an assert whose verdict would be decided in the solution's own "
+        "fail",
+        description="an assert whose verdict would be decided in the solution's own "
         "process (a setup helper, the setup's own asserts, two computed values compared): "
         "fails (status unsafe), or is left out of the reward (status excluded); an "
-        "instance's own unsafe_checks field wins")
+        "instance's own unsafe_checks field wins",
+    )
 
 
 class CodeHandler(AgentHandler):
@@ -169,8 +171,10 @@ class CodeHandler(AgentHandler):
         if not isinstance(problem, str) or not problem.strip():
             raise InvalidInstance("instance.problem", "required: the problem statement (a non-empty string)")
         if ("tests" in instance) == ("asserts" in instance):
-            raise InvalidInstance("instance", "give the hidden tests as either 'tests' "
-                                  "(stdin/stdout cases) or 'asserts' (Python asserts), not both")
+            raise InvalidInstance(
+                "instance",
+                "give the hidden tests as either 'tests' (stdin/stdout cases) or 'asserts' (Python asserts), not both",
+            )
         language = instance.get("language", "python")
         if language != "python":
             raise InvalidInstance("instance.language", f"only 'python' is supported, got {language!r}")
@@ -193,26 +197,35 @@ class CodeHandler(AgentHandler):
         time_limit = float(instance.get("time_limit", DEFAULT_TIME_LIMIT))
         memory_limit_mb = int(instance.get("memory_limit_mb", DEFAULT_MEMORY_MB))
         if "tests" in instance:
-            return HiddenTests("stdio", list(instance["tests"]), "", [], time_limit, memory_limit_mb,
-                               self.python)
+            return HiddenTests("stdio", list(instance["tests"]), "", [], time_limit, memory_limit_mb, self.python)
         setup, asserts = split_asserts(instance["asserts"])
         unsafe = instance.get("unsafe_checks", self.options.unsafe_checks)
         module = instance.get("solution_file", DEFAULT_SOLUTION).removesuffix(".py")
-        return HiddenTests("asserts", [], setup, asserts, time_limit, memory_limit_mb, self.python,
-                           unsafe_checks=unsafe, module=module, entry_point=instance.get("entry_point"))
+        return HiddenTests(
+            "asserts",
+            [],
+            setup,
+            asserts,
+            time_limit,
+            memory_limit_mb,
+            self.python,
+            unsafe_checks=unsafe,
+            module=module,
+            entry_point=instance.get("entry_point"),
+        )
 
     # --- the stages -----------------------------------------------------------------
     async def init(self, rollout: RolloutView) -> None:
         instance = rollout.instance
         self.validate(instance)
         solution_file = instance.get("solution_file", DEFAULT_SOLUTION)
-        task = task_text(instance["problem"], self.plan(instance), solution_file,
-                         instance.get("entry_point"))
+        task = task_text(instance["problem"], self.plan(instance), solution_file, instance.get("entry_point"))
         files = {"README.md": task + "\n"}
         if instance.get("starter_code"):
             files[solution_file] = instance["starter_code"]
-        spec = SandboxSpec(files=files, limits=self.run_limits,
-                           env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+        spec = SandboxSpec(
+            files=files, limits=self.run_limits, env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        )
         rollout.state = CodeTask(task, solution_file, await open_sandbox(self.ctx, rollout, spec))
 
     async def run(self, rollout: RolloutView) -> None:
@@ -224,8 +237,7 @@ class CodeHandler(AgentHandler):
         close_later(rollout, bash)
         # A reply that calls no tool ends the episode, as in current coding agents.
         config = ToolEnvConfig(call_timeout=self.max_command_seconds + 30.0, on_no_call="end")
-        env = ToolEnv([bash, editor, submit], state.task, SYSTEM_PROMPT,
-                      tokenizer=self.ctx.tokenizer, config=config)
+        env = ToolEnv([bash, editor, submit], state.task, SYSTEM_PROMPT, tokenizer=self.ctx.tokenizer, config=config)
         await run_episode(self.ctx, rollout, env)
         # The episode is over: take the solution, free the sandbox before EVAL.
         path = submit.answer or solution_file
@@ -239,23 +251,28 @@ class CodeHandler(AgentHandler):
         plan = self.plan(instance)
         mode = instance.get("reward", "all")
         details: dict[str, Any] = {
-            "reward_mode": mode, "style": plan.style, "solution_file": solution.solution_file,
-            "submitted": solution.submitted, "solution_path": solution.path,
-            "time_limit": plan.time_limit, "memory_limit_mb": plan.memory_limit_mb,
+            "reward_mode": mode,
+            "style": plan.style,
+            "solution_file": solution.solution_file,
+            "submitted": solution.submitted,
+            "solution_path": solution.path,
+            "time_limit": plan.time_limit,
+            "memory_limit_mb": plan.memory_limit_mb,
         }
         if solution.text is None:
-            details.update(passed=0, total=plan.total, all_passed=False, tests=[],
-                           error=solution.problem or "no solution")
+            details.update(
+                passed=0, total=plan.total, all_passed=False, tests=[], error=solution.problem or "no solution"
+            )
             return Evaluation(reward=0.0, details=details, components={"tests_passed": 0.0})
-        reward, outcome = await self.run_hidden_tests(rollout, plan, solution.solution_file,
-                                                      solution.text, mode)
+        reward, outcome = await self.run_hidden_tests(rollout, plan, solution.solution_file, solution.text, mode)
         details.update(outcome)
         total = int(outcome.get("total") or 0)
         passed = float(outcome.get("passed") or 0) / total if total > 0 else 0.0
         return Evaluation(reward=reward, details=details, components={"tests_passed": passed})
 
-    async def run_hidden_tests(self, rollout: RolloutView, plan: HiddenTests, solution_file: str,
-                               solution: str, mode: str) -> tuple[float, dict[str, Any]]:
+    async def run_hidden_tests(
+        self, rollout: RolloutView, plan: HiddenTests, solution_file: str, solution: str, mode: str
+    ) -> tuple[float, dict[str, Any]]:
         """Run ``plan`` against ``solution`` in a fresh sandbox (closed after)."""
         started = time.perf_counter()
         sandbox = await open_sandbox(self.ctx, rollout, sandbox_spec(plan, solution_file, solution))
@@ -296,13 +313,18 @@ async def _read_solution(sandbox: Sandbox, path: str) -> tuple[str | None, str |
 def _check_solution_file(solution_file: Any) -> None:
     """A Python file name in the workspace, not ours (``_rollserve*``), a keyword or the
     name of a standard library module (it would stand in for that module)."""
-    if not isinstance(solution_file, str) or not _FILE_NAME.match(solution_file) \
-            or keyword.iskeyword(solution_file[:-3]) or solution_file.startswith("_rollserve"):
-        raise InvalidInstance("instance.solution_file",
-                              "must be a Python file name in the workspace, e.g. solution.py")
+    if (
+        not isinstance(solution_file, str)
+        or not _FILE_NAME.match(solution_file)
+        or keyword.iskeyword(solution_file[:-3])
+        or solution_file.startswith("_rollserve")
+    ):
+        raise InvalidInstance("instance.solution_file", "must be a Python file name in the workspace, e.g. solution.py")
     if solution_file[:-3] in sys.stdlib_module_names:  # it would stand in for that module
-        raise InvalidInstance("instance.solution_file", f"{solution_file} has the name of a "
-                              "standard library module, which the tests' runner imports")
+        raise InvalidInstance(
+            "instance.solution_file",
+            f"{solution_file} has the name of a standard library module, which the tests' runner imports",
+        )
 
 
 def _check_choices(instance: Mapping[str, Any]) -> None:
@@ -315,8 +337,7 @@ def _check_choices(instance: Mapping[str, Any]) -> None:
         raise InvalidInstance("instance.unsafe_checks", f"must be 'fail' or 'exclude', got {unsafe!r}")
 
 
-def _check_number(instance: Mapping[str, Any], key: str, low: float, high: float,
-                  integer: bool = False) -> None:
+def _check_number(instance: Mapping[str, Any], key: str, low: float, high: float, integer: bool = False) -> None:
     if key not in instance:
         return
     value = instance[key]
@@ -358,8 +379,10 @@ def _validate_asserts(source: Any, entry_point: str | None) -> None:
         raise InvalidInstance("instance.asserts", f"at most {MAX_TESTS} asserts")
     for node in asserts:  # the server evaluates them (code.asserts), recursively
         if _depth(node) > MAX_ASSERT_DEPTH:
-            raise InvalidInstance("instance.asserts", f"the assert on line {node.lineno} is nested "
-                                  f"more than {MAX_ASSERT_DEPTH} levels deep")
+            raise InvalidInstance(
+                "instance.asserts",
+                f"the assert on line {node.lineno} is nested more than {MAX_ASSERT_DEPTH} levels deep",
+            )
     if entry_point is not None:
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         if entry_point not in names:
@@ -373,4 +396,3 @@ def _depth(root: ast.AST) -> int:
         deepest = max(deepest, depth)
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return deepest
-

@@ -116,7 +116,6 @@ class HiddenTests:
         body = [node for node in tree.body if not imports_all_of(node, self.module)]
         return self.run_setup if len(body) == len(tree.body) else ast.unparse(ast.Module(body, []))
 
-
     def setup_for(self, check: Check, clean: dict[int, Probe]) -> str:
         """The setup code the solution's process runs for ``check``: without the
         top-level assignments of names only its reference values need (``expected =
@@ -146,9 +145,11 @@ def _only_binds(node: ast.stmt, names: frozenset[str]) -> bool:
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     if not all(isinstance(t, ast.Name) and t.id in names for t in targets):
         return False
-    return not any(isinstance(sub, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await))
-                   or (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute))
-                   for sub in ast.walk(node.value))
+    return not any(
+        isinstance(sub, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await))
+        or (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute))
+        for sub in ast.walk(node.value)
+    )
 
 
 class _DropAsserts(ast.NodeTransformer):
@@ -174,8 +175,13 @@ def sandbox_spec(plan: HiddenTests, solution_file: str, solution: str) -> Sandbo
         files={solution_file: solution},
         network=False,
         env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"},
-        limits=SandboxLimits(memory_mb=plan.memory_limit_mb, pids=64, file_size_mb=64,
-                             cpu_seconds=max(1, math.ceil(plan.time_limit)), open_files=256),
+        limits=SandboxLimits(
+            memory_mb=plan.memory_limit_mb,
+            pids=64,
+            file_size_mb=64,
+            cpu_seconds=max(1, math.ceil(plan.time_limit)),
+            open_files=256,
+        ),
     )
 
 
@@ -183,8 +189,10 @@ async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> 
     """Every test of ``plan`` against ``solution_file`` in ``sandbox``, one by one."""
     probe = await sandbox.exec([plan.python, "-c", "print('ok')"], timeout=30)
     if probe.stdout.strip() != "ok":
-        raise InfraError(f"the test sandbox cannot run {plan.python}: "
-                         f"exit {probe.exit_code}, {(probe.stderr or probe.stdout).strip()[-300:]}")
+        raise InfraError(
+            f"the test sandbox cannot run {plan.python}: "
+            f"exit {probe.exit_code}, {(probe.stderr or probe.stdout).strip()[-300:]}"
+        )
     if plan.style == "stdio":
         return [await _run_case(sandbox, plan, solution_file, index) for index in range(plan.total)]
     await asyncio.to_thread(lambda: (plan.checks, plan.reference_setup))  # once, off the event loop
@@ -207,8 +215,9 @@ async def run_tests(sandbox: Sandbox, plan: HiddenTests, solution_file: str) -> 
 
 def _unsafe(plan: HiddenTests, index: int, why: str) -> Outcome:
     status = "excluded" if plan.unsafe_checks == "exclude" else "unsafe"
-    return Outcome(index, False, status, 0.0, _short(f"cannot be decided safely: {why}"),
-                   _short(plan.checks[index].source))
+    return Outcome(
+        index, False, status, 0.0, _short(f"cannot be decided safely: {why}"), _short(plan.checks[index].source)
+    )
 
 
 async def _reference_values(sandbox: Sandbox, plan: HiddenTests) -> dict[str, Probe]:
@@ -219,18 +228,22 @@ async def _reference_values(sandbox: Sandbox, plan: HiddenTests) -> dict[str, Pr
     sources = list(dict.fromkeys(c.probes[i] for c in plan.checks for i in c.references))
     if not sources:
         return {}
-    payload = {"module": None, "setup": plan.reference_setup, "probes": sources,
-               "max_bytes": MAX_REPORT_BYTES}
-    result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
-                                stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
+    payload = {"module": None, "setup": plan.reference_setup, "probes": sources, "max_bytes": MAX_REPORT_BYTES}
+    result = await sandbox.exec(
+        [plan.python, "-c", ASSERT_RUNNER],
+        timeout=_wall_limit(plan),
+        stdin=(json.dumps(payload) + "\n").encode(),
+        max_output=_REPORT_LIMIT,
+    )
     failure = _failure(result, plan)
     try:
         if failure is not None:
             raise MalformedReport(f"{failure[0]}: {failure[1]}")
         probes = await asyncio.to_thread(read_report, result.stdout, len(sources))
     except MalformedReport as exc:
-        raise InfraError(f"the reference run of the tests' setup code (without the solution) "
-                         f"gave no report: {_short(str(exc))}") from None
+        raise InfraError(
+            f"the reference run of the tests' setup code (without the solution) gave no report: {_short(str(exc))}"
+        ) from None
     return dict(zip(sources, probes))
 
 
@@ -242,8 +255,9 @@ async def _run_case(sandbox: Sandbox, plan: HiddenTests, solution_file: str, ind
     case = plan.cases[index]
     expected = case["output"]
     limit = 2 * len(expected) + (64 << 10)
-    result = await sandbox.exec([plan.python, solution_file], timeout=_wall_limit(plan),
-                                stdin=case["input"].encode(), max_output=limit)
+    result = await sandbox.exec(
+        [plan.python, solution_file], timeout=_wall_limit(plan), stdin=case["input"].encode(), max_output=limit
+    )
     outcome = Outcome(index, False, "", round(result.seconds, 4), source=_short(case["input"]))
     failure = _failure(result, plan)
     if failure is not None:
@@ -258,16 +272,25 @@ async def _run_case(sandbox: Sandbox, plan: HiddenTests, solution_file: str, ind
     return outcome
 
 
-async def _run_assert(sandbox: Sandbox, plan: HiddenTests, solution_file: str, index: int,
-                      clean: dict[int, Probe]) -> Outcome:
+async def _run_assert(
+    sandbox: Sandbox, plan: HiddenTests, solution_file: str, index: int, clean: dict[int, Probe]
+) -> Outcome:
     """One assert: the probes without a reference value (``clean``) from the solution."""
     check = plan.checks[index]
     sent = [i for i in range(len(check.probes)) if i not in clean]
     setup = await asyncio.to_thread(plan.setup_for, check, clean)
-    payload = {"module": solution_file.removesuffix(".py"), "setup": setup,
-               "probes": [check.probes[i] for i in sent], "max_bytes": MAX_REPORT_BYTES}
-    result = await sandbox.exec([plan.python, "-c", ASSERT_RUNNER], timeout=_wall_limit(plan),
-                                stdin=(json.dumps(payload) + "\n").encode(), max_output=_REPORT_LIMIT)
+    payload = {
+        "module": solution_file.removesuffix(".py"),
+        "setup": setup,
+        "probes": [check.probes[i] for i in sent],
+        "max_bytes": MAX_REPORT_BYTES,
+    }
+    result = await sandbox.exec(
+        [plan.python, "-c", ASSERT_RUNNER],
+        timeout=_wall_limit(plan),
+        stdin=(json.dumps(payload) + "\n").encode(),
+        max_output=_REPORT_LIMIT,
+    )
     outcome = Outcome(index, False, "", round(result.seconds, 4), source=_short(check.source))
     failure = _failure(result, plan)
     if failure is not None:
@@ -301,7 +324,8 @@ def _failure(result: ExecResult, plan: HiddenTests) -> tuple[str, str] | None:
     if result.timed_out:
         return "timeout", f"no result within {_wall_limit(plan):g} s (wall clock)"
     if result.signal == signal.SIGXCPU or (
-            result.signal == signal.SIGKILL and result.seconds >= math.ceil(plan.time_limit) * 0.9):
+        result.signal == signal.SIGKILL and result.seconds >= math.ceil(plan.time_limit) * 0.9
+    ):
         return "timeout", f"more than {plan.time_limit:g} s of CPU time"
     last = _last_line(result.stderr)
     if "MemoryError" in result.stderr or result.signal == signal.SIGKILL:
@@ -330,6 +354,9 @@ def summary(outcomes: list[Outcome], mode: str) -> tuple[float, dict[str, Any]]:
     passed = sum(o.passed for o in outcomes)
     total = sum(o.status != "excluded" for o in outcomes)
     reward = (passed / total if total else 0.0) if mode == "fraction" else float(total > 0 and passed == total)
-    return reward, {"passed": passed, "total": total, "all_passed": total > 0 and passed == total,
-                    "tests": [o.to_dict() for o in outcomes]}
-
+    return reward, {
+        "passed": passed,
+        "total": total,
+        "all_passed": total > 0 and passed == total,
+        "tests": [o.to_dict() for o in outcomes],
+    }

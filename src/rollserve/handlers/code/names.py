@@ -28,8 +28,13 @@ class ProbeInfo:
 
 def imports_all_of(node: ast.AST, module: str | None) -> bool:
     """Whether ``node`` is ``from <module> import *``: what the runner does already."""
-    return isinstance(node, ast.ImportFrom) and module is not None and node.module == module \
-        and node.level == 0 and [alias.name for alias in node.names] == ["*"]
+    return (
+        isinstance(node, ast.ImportFrom)
+        and module is not None
+        and node.module == module
+        and node.level == 0
+        and [alias.name for alias in node.names] == ["*"]
+    )
 
 
 def setup_names(setup: str, module: str | None = None) -> frozenset[str]:
@@ -67,8 +72,7 @@ def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
     return names
 
 
-def references(info: list[ProbeInfo], bound: frozenset[str],
-               solution: frozenset[str] = frozenset()) -> list[ProbeInfo]:
+def references(info: list[ProbeInfo], bound: frozenset[str], solution: frozenset[str] = frozenset()) -> list[ProbeInfo]:
     """``info`` with ``reference`` set where a probe needs only the setup's names and
     the builtins, and ``handed`` where it uses a setup name a solution probe uses too.
     ``solution``: names known to be the solution's (the entry point), even where a

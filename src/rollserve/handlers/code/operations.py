@@ -27,10 +27,19 @@ MAX_ITEMS = 1 << 22  # of a sequence a server-side * builds
 MAX_DIGITS = 5000  # of a string int() converts
 
 BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-          ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-          ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-          ast.Pow: operator.pow, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
-          ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+}
 TYPES = {t.__name__: t for t in (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)}
 
 
@@ -99,16 +108,35 @@ def _one(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 # name: (function, the keywords allowed). Positional arguments are counted by the call.
 FUNCTIONS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    "abs": (abs, ()), "all": (all, ()), "any": (any, ()), "bool": (bool, ()), "float": (float, ()),
-    "frozenset": (_frozenset, ()), "int": (_int, ()), "isinstance": (isinstance, ()), "len": (len, ()),
-    "list": (list, ()), "max": (max, ("default",)), "min": (min, ("default",)), "round": (_round, ()),
-    "set": (_set, ()), "sorted": (sorted, ("reverse",)), "str": (_one(str), ()), "sum": (_sum, ("start",)),
-    "tuple": (tuple, ()), "type": (_one(type), ()),
+    "abs": (abs, ()),
+    "all": (all, ()),
+    "any": (any, ()),
+    "bool": (bool, ()),
+    "float": (float, ()),
+    "frozenset": (_frozenset, ()),
+    "int": (_int, ()),
+    "isinstance": (isinstance, ()),
+    "len": (len, ()),
+    "list": (list, ()),
+    "max": (max, ("default",)),
+    "min": (min, ("default",)),
+    "round": (_round, ()),
+    "set": (_set, ()),
+    "sorted": (sorted, ("reverse",)),
+    "str": (_one(str), ()),
+    "sum": (_sum, ("start",)),
+    "tuple": (tuple, ()),
+    "type": (_one(type), ()),
 }
 MATH: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    "isclose": (math.isclose, ("rel_tol", "abs_tol")), "sqrt": (math.sqrt, ()),
-    "floor": (math.floor, ()), "ceil": (math.ceil, ()), "fabs": (math.fabs, ()),
-    "isnan": (math.isnan, ()), "isinf": (math.isinf, ()), "isfinite": (math.isfinite, ()),
+    "isclose": (math.isclose, ("rel_tol", "abs_tol")),
+    "sqrt": (math.sqrt, ()),
+    "floor": (math.floor, ()),
+    "ceil": (math.ceil, ()),
+    "fabs": (math.fabs, ()),
+    "isnan": (math.isnan, ()),
+    "isinf": (math.isinf, ()),
+    "isfinite": (math.isfinite, ()),
 }
 # Predicate methods of the plain types (``s.startswith("ab")``, ``a.issubset(b)``):
 # method name -> the plain types that have it. Run here on a reported value; on any

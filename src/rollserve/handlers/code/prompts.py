@@ -23,15 +23,18 @@ Hidden tests with the same format, and time and memory limits, decide whether it
 def task_text(problem: str, plan: HiddenTests, solution_file: str, entry_point: str | None) -> str:
     """The task as the agent reads it (also the workspace's README.md)."""
     if plan.style == "stdio":
-        how = (f"Write your solution in Python 3 to {WORKDIR}/{solution_file}. It is run as "
-               f"`python3 {solution_file}`: read the input from standard input and write the "
-               "answer to standard output.")
+        how = (
+            f"Write your solution in Python 3 to {WORKDIR}/{solution_file}. It is run as "
+            f"`python3 {solution_file}`: read the input from standard input and write the "
+            "answer to standard output."
+        )
     else:
         module = solution_file.removesuffix(".py")
         what = f"define `{entry_point}`" if entry_point else "define the functions the problem asks for"
-        how = (f"Write your solution in Python 3 to {WORKDIR}/{solution_file} and {what}. The tests "
-               f"import it (`from {module} import *`), so do not read input or run code at import "
-               "time.")
-    limits = (f"Limits per test: {plan.time_limit:g} s of CPU time and "
-              f"{plan.memory_limit_mb} MB of memory.")
+        how = (
+            f"Write your solution in Python 3 to {WORKDIR}/{solution_file} and {what}. The tests "
+            f"import it (`from {module} import *`), so do not read input or run code at import "
+            "time."
+        )
+    limits = f"Limits per test: {plan.time_limit:g} s of CPU time and {plan.memory_limit_mb} MB of memory."
     return f"{problem.strip()}\n\n## Your task\n\n{how}\n{limits}\nWhen you are done, call submit."

@@ -163,7 +163,7 @@ def _main():  # noqa: C901 - one closure over the builtins taken before the solu
             entries.append('{"not_plain":"too deeply nested"}')
     data = ('{"probes":[%s]}\n' % ",".join(entries)).encode("ascii")
     while data:
-        data = data[write(report_fd, data):]
+        data = data[write(report_fd, data) :]
     exit_now(0)  # nothing the solution registered (atexit, threads) runs after the report
 
 

@@ -49,8 +49,9 @@ def unroll(node: ast.Call, free: set[str] | frozenset[str]) -> list[tuple[list[a
     return items
 
 
-def _loops(comp: ast.GeneratorExp | ast.ListComp | ast.SetComp,
-           free: set[str] | frozenset[str]) -> list[tuple[ast.expr, list[Any]]] | None:
+def _loops(
+    comp: ast.GeneratorExp | ast.ListComp | ast.SetComp, free: set[str] | frozenset[str]
+) -> list[tuple[ast.expr, list[Any]]] | None:
     """Each loop's target and the values it takes, or None when a loop cannot be unrolled
     here: its iterable unknown on the server, async, a target that is not plain names,
     a loop variable rebound in the comprehension, or used by a later loop's iterable."""
@@ -71,8 +72,14 @@ def _loops(comp: ast.GeneratorExp | ast.ListComp | ast.SetComp,
 
 def _iterable(node: ast.expr, free: set[str] | frozenset[str]) -> list[Any] | None:
     """The items of a literal iterable or of ``range(<int literals>)``, or None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" \
-            and "range" in free and not node.keywords and 1 <= len(node.args) <= 3:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "range"
+        and "range" in free
+        and not node.keywords
+        and 1 <= len(node.args) <= 3
+    ):
         try:
             bounds = [ast.literal_eval(a) for a in node.args]
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -125,8 +132,7 @@ def _rebinds(node: ast.AST, names: set[str]) -> bool:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name) and not isinstance(sub.ctx, ast.Load) and sub.id in names:
             return True
-        if isinstance(sub, ast.Lambda) \
-                and {a.arg for a in ast.walk(sub.args) if isinstance(a, ast.arg)} & names:
+        if isinstance(sub, ast.Lambda) and {a.arg for a in ast.walk(sub.args) if isinstance(a, ast.arg)} & names:
             return True
     return False
 

@@ -108,8 +108,7 @@ def _megabytes(size: Any) -> Any:
     try:
         return int(float(text[:-1]) * scale)
     except (ValueError, OverflowError):  # "xG"; "1e400G", "infG": no integer
-        raise ValueError(f"size {size!r}: expected a finite number of megabytes, e.g. '2G' or "
-                         "'512M'") from None
+        raise ValueError(f"size {size!r}: expected a finite number of megabytes, e.g. '2G' or '512M'") from None
 
 
 class TaskConfig(_Section):
@@ -141,8 +140,9 @@ class TaskConfig(_Section):
         return version
 
 
-def refusals(config: TaskConfig, *, images: bool, cpus: int,
-             host_images: tuple[str, ...] = ()) -> tuple[str, str] | None:
+def refusals(
+    config: TaskConfig, *, images: bool, cpus: int, host_images: tuple[str, ...] = ()
+) -> tuple[str, str] | None:
     """The first field of ``config`` this server cannot honour: (field, why); None if none.
     ``images``: the runtime in force runs images (docker/podman/apptainer);
     ``host_images``: images the operator declares the host's system stands in for."""
@@ -154,9 +154,12 @@ def refusals(config: TaskConfig, *, images: bool, cpus: int,
     if env.cpus is not None and env.cpus > cpus:
         return "environment.cpus", f"{env.cpus:g} asked, this server has {cpus}"
     if not images and env.docker_image is not None and env.docker_image not in host_images:
-        return ("environment.docker_image", "an image needs an image runtime (docker, podman, "
-                "apptainer); this server runs tasks on the host's system (bubblewrap), which "
-                "stands in only for the images of its harbor option host_images")
+        return (
+            "environment.docker_image",
+            "an image needs an image runtime (docker, podman, "
+            "apptainer); this server runs tasks on the host's system (bubblewrap), which "
+            "stands in only for the images of its harbor option host_images",
+        )
     return None
 
 
@@ -171,11 +174,16 @@ def _unsupported(config: TaskConfig) -> tuple[str, str] | None:
         (env.tpu is not None, "environment.tpu", "TPUs are not supported"),
         (bool(env.mcp_servers), "environment.mcp_servers", "MCP servers are not supported"),
         (env.skills_dir is not None, "environment.skills_dir", "skills are not supported"),
-        (env.network_mode == "allowlist" or bool(env.allowed_hosts), "environment.allowed_hosts",
-         "network allowlists are not supported (sandboxes have no network)"),
-        (verifier.environment_mode == "separate" or verifier.environment is not None,
-         "verifier.environment_mode", "a separate verifier environment is not supported: the "
-         "verifier runs in the agent's environment"),
+        (
+            env.network_mode == "allowlist" or bool(env.allowed_hosts),
+            "environment.allowed_hosts",
+            "network allowlists are not supported (sandboxes have no network)",
+        ),
+        (
+            verifier.environment_mode == "separate" or verifier.environment is not None,
+            "verifier.environment_mode",
+            "a separate verifier environment is not supported: the verifier runs in the agent's environment",
+        ),
         (bool(verifier.collect), "verifier.collect", "collecting from services is not supported"),
     ]
     for refused, name, why in checks:
@@ -187,8 +195,7 @@ def _unsupported(config: TaskConfig) -> tuple[str, str] | None:
 def _phases(config: TaskConfig) -> tuple[str, str] | None:
     for name, phase in (("agent", config.agent), ("verifier", config.verifier)):
         if phase.user is not None:
-            return (f"{name}.user", "sandboxes run as one unprivileged user: a task cannot "
-                    "choose its user")
+            return (f"{name}.user", "sandboxes run as one unprivileged user: a task cannot choose its user")
         if phase.network_mode == "allowlist" or phase.allowed_hosts:
             return f"{name}.allowed_hosts", "network allowlists are not supported"
     if config.agent.timeout_sec is not None and not math.isfinite(config.agent.timeout_sec):
@@ -199,11 +206,12 @@ def _phases(config: TaskConfig) -> tuple[str, str] | None:
 def _env_values(config: TaskConfig) -> tuple[str, str] | None:
     """Harbor fills ``${VAR}`` in env values from its host's environment: never here (a
     server's environment is not a task's to read)."""
-    for section, values in (("environment.env", config.environment.env),
-                            ("verifier.env", config.verifier.env),
-                            ("solution.env", config.solution.env)):
+    for section, values in (
+        ("environment.env", config.environment.env),
+        ("verifier.env", config.verifier.env),
+        ("solution.env", config.solution.env),
+    ):
         for key, value in values.items():
             if "${" in value:
-                return (f"{section}.{key}", "values taken from the server's environment "
-                        "(${...}) are not supported")
+                return (f"{section}.{key}", "values taken from the server's environment (${...}) are not supported")
     return None

@@ -17,8 +17,7 @@ import posixpath
 import shlex
 from dataclasses import dataclass, field
 
-IGNORED = frozenset({"ARG", "LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "SHELL", "STOPSIGNAL",
-                     "MAINTAINER"})
+IGNORED = frozenset({"ARG", "LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "SHELL", "STOPSIGNAL", "MAINTAINER"})
 
 
 class DockerfileProblem(ValueError):
@@ -85,17 +84,21 @@ def host_plan(text: str, workdir: str | None) -> HostPlan:
             for source, destination in _copies(keyword, args, where):
                 pending.append((number, source, posixpath.join(current, destination)))
         else:
-            raise DockerfileProblem(f"{where}: {keyword} is not supported on the host's system "
-                                    "(bubblewrap); run this task on an image runtime")
+            raise DockerfileProblem(
+                f"{where}: {keyword} is not supported on the host's system "
+                "(bubblewrap); run this task on an image runtime"
+            )
     final = workdir or plan.workdir
     plan.workdir = final
     for number, source, destination in pending:
         target = posixpath.normpath(destination)
         inside = final is not None and (target == final or target.startswith(final.rstrip("/") + "/"))
         if not inside:
-            raise DockerfileProblem(f"environment/Dockerfile line {number}: copies to {target}, "
-                                    f"outside the workdir ({final or 'none set'}): only the "
-                                    "workdir is the task's on the host's system")
+            raise DockerfileProblem(
+                f"environment/Dockerfile line {number}: copies to {target}, "
+                f"outside the workdir ({final or 'none set'}): only the "
+                "workdir is the task's on the host's system"
+            )
         plan.copies.append((source, target + ("/" if destination.endswith("/") else "")))
     return plan
 

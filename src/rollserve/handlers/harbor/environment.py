@@ -58,12 +58,17 @@ def uses_images(runtime: str | None) -> bool:
 def check_runtime(task: HarborTask, runtime: str | None) -> None:
     """TaskProblem when ``task``'s environment cannot be made on ``runtime``."""
     if runtime == "local":
-        raise TaskProblem("environment", "the local runtime cannot hide /tests from the agent: "
-                          "run harbor tasks on bubblewrap, docker, podman or apptainer")
+        raise TaskProblem(
+            "environment",
+            "the local runtime cannot hide /tests from the agent: "
+            "run harbor tasks on bubblewrap, docker, podman or apptainer",
+        )
     env = task.config.environment
     if runtime in ("apptainer", "singularity") and env.docker_image is None and task.dockerfile:
-        raise TaskProblem("environment/Dockerfile", "apptainer builds no Dockerfile: give "
-                          "environment.docker_image (a built image) or use docker/podman")
+        raise TaskProblem(
+            "environment/Dockerfile",
+            "apptainer builds no Dockerfile: give environment.docker_image (a built image) or use docker/podman",
+        )
     check_workdir(env.workdir)
     if uses_images(runtime) and (env.docker_image or task.dockerfile):
         check_workdir(image_workdir(task), "environment/Dockerfile: WORKDIR")
@@ -92,18 +97,31 @@ def check_workdir(workdir: str | None, where: str = "task.toml: environment.work
     if workdir is None or workdir == WORKDIR:
         return
     name = workdir.strip("/")
-    if not workdir.startswith("/") or "/" in name or not name or name in RESERVED \
-            or name in ("tests", "logs", "solution", ".", ".."):
-        raise TaskProblem(where, f"{workdir}: the workdir must be a top-level folder such as "
-                          "/app (the sandbox's workspace is mounted there)")
+    if (
+        not workdir.startswith("/")
+        or "/" in name
+        or not name
+        or name in RESERVED
+        or name in ("tests", "logs", "solution", ".", "..")
+    ):
+        raise TaskProblem(
+            where,
+            f"{workdir}: the workdir must be a top-level folder such as "
+            "/app (the sandbox's workspace is mounted there)",
+        )
     if not SAFE_NAME.fullmatch(name):
-        raise TaskProblem(where, f"{workdir!r}: the workdir's name may only have letters, "
-                          "digits, '.', '_' and '-'")
+        raise TaskProblem(where, f"{workdir!r}: the workdir's name may only have letters, digits, '.', '_' and '-'")
 
 
-async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: HarborTask, *,
-                           oracle: bool, hidden: list[Path],
-                           harness: HarnessSpec | None = None) -> Layout:
+async def open_environment(
+    ctx: HandlerContext,
+    rollout: RolloutView,
+    task: HarborTask,
+    *,
+    oracle: bool,
+    hidden: list[Path],
+    harness: HarnessSpec | None = None,
+) -> Layout:
     runtime = ctx.sandboxes.name if ctx.sandboxes is not None else None
     config = task.config.environment
     image, seed = None, None
@@ -121,21 +139,27 @@ async def open_environment(ctx: HandlerContext, rollout: RolloutView, task: Harb
         plan_env = plan.env
         copies = layout_files(task.folder / "environment", plan.copies, workdir)
     env = {"PATH": PATH, **plan_env, **config.env}
-    limits = SandboxLimits(memory_mb=config.memory_mb or 2048, disk_mb=config.storage_mb or 4096,
-                           pids=512, cpu_seconds=3600)
+    limits = SandboxLimits(
+        memory_mb=config.memory_mb or 2048, disk_mb=config.storage_mb or 4096, pids=512, cpu_seconds=3600
+    )
     if harness is not None:  # memory resident for the whole sandbox; its install shown
         limits = harness_limits(limits)
     spec = SandboxSpec(
-        image=image, env=env, network=False, limits=limits,
-        workspace_aliases=[] if workdir == WORKDIR else [workdir], workspace_seed=seed,
+        image=image,
+        env=env,
+        network=False,
+        limits=limits,
+        workspace_aliases=[] if workdir == WORKDIR else [workdir],
+        workspace_seed=seed,
         folders=["/tests", "/logs", *(["/solution"] if oracle else [])],
         hide=hidden_folders([*hidden, cache_folder(), BUNDLED]),
-        readonly_binds=harness_binds(harness), start_timeout=config.build_timeout_sec)
+        readonly_binds=harness_binds(harness),
+        start_timeout=config.build_timeout_sec,
+    )
     sandbox = await open_sandbox(ctx, rollout, spec)
     if copies:
         files = await asyncio.to_thread(tar_of, copies)
-        laid = await sandbox.exec(f"tar -x --no-same-owner -C {WORKDIR} -f -", timeout=120,
-                                  stdin=files)
+        laid = await sandbox.exec(f"tar -x --no-same-owner -C {WORKDIR} -f -", timeout=120, stdin=files)
         if not laid.ok:
             raise InfraError(f"could not lay the task's environment files out: {laid.failure()}")
     made = await sandbox.exec("mkdir -p /logs/agent /logs/verifier", timeout=30)
@@ -168,8 +192,7 @@ def layout_files(context: Path, copies: list[tuple[str, str]], workdir: str) -> 
         if not path.exists():
             if source == "." and not base.exists():
                 continue
-            raise TaskProblem("environment/Dockerfile", f"COPY {source}: no such file in "
-                              "environment/")
+            raise TaskProblem("environment/Dockerfile", f"COPY {source}: no such file in environment/")
         relative = posixpath.relpath(destination.rstrip("/") or "/", workdir)
         relative = "" if relative == "." else relative
         if path.is_file() and destination.endswith("/"):
@@ -209,8 +232,17 @@ def image_tag(task: HarborTask) -> str:
 def build_command(engine: str, task: HarborTask, tag: str) -> list[str]:
     """``<engine> build`` of the task's environment/ (no network at build: a Dockerfile
     that fetches anything fails here, not silently later)."""
-    return [engine, "build", "--network", "none", "-t", tag, "-f",
-            str(task.folder / "environment" / "Dockerfile"), str(task.folder / "environment")]
+    return [
+        engine,
+        "build",
+        "--network",
+        "none",
+        "-t",
+        tag,
+        "-f",
+        str(task.folder / "environment" / "Dockerfile"),
+        str(task.folder / "environment"),
+    ]
 
 
 async def build_image(engine: str, task: HarborTask) -> str:
@@ -222,8 +254,7 @@ async def build_image(engine: str, task: HarborTask) -> str:
         inspect = await _run([engine, "image", "inspect", tag], 60)
         if inspect[0] == 0:
             return tag
-        code, output = await _run(build_command(engine, task, tag),
-                                  task.config.environment.build_timeout_sec)
+        code, output = await _run(build_command(engine, task, tag), task.config.environment.build_timeout_sec)
         if code != 0:
             raise InfraError(f"{engine} build of {task.name} failed: {output[-1500:]}")
     return tag
@@ -232,7 +263,8 @@ async def build_image(engine: str, task: HarborTask) -> str:
 async def _run(argv: list[str], timeout: float) -> tuple[int | None, str]:
     try:
         process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
     except OSError as error:
         raise InfraError(f"cannot run {argv[0]}: {error}") from error
     try:

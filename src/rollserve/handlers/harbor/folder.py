@@ -31,8 +31,12 @@ MAX_FILES = 5000
 MAX_BYTES = 64 << 20
 MAX_INSTRUCTION = 256 << 10
 DOCKERFILE = "environment/Dockerfile"
-COMPOSE = ("environment/docker-compose.yaml", "environment/docker-compose.yml",
-           "environment/compose.yaml", "environment/singularity-compose.yaml")
+COMPOSE = (
+    "environment/docker-compose.yaml",
+    "environment/docker-compose.yml",
+    "environment/compose.yaml",
+    "environment/singularity-compose.yaml",
+)
 
 
 class TaskProblem(ValueError):
@@ -60,8 +64,10 @@ class HarborTask:
     def host_plan(self) -> HostPlan:
         """The environment on the host's system (bubblewrap); TaskProblem if it cannot be."""
         if self.dockerfile is None:
-            return HostPlan(copies=[(".", (self.config.environment.workdir or "/workspace") + "/")],
-                            workdir=self.config.environment.workdir)
+            return HostPlan(
+                copies=[(".", (self.config.environment.workdir or "/workspace") + "/")],
+                workdir=self.config.environment.workdir,
+            )
         try:
             return host_plan(self.dockerfile, self.config.environment.workdir)
         except DockerfileProblem as error:
@@ -72,8 +78,20 @@ _LOADED: dict[Path, tuple[tuple[tuple[int, int, int] | None, ...], HarborTask]] 
 _LOADED_LOCK = threading.Lock()
 MAX_LOADED = 4096
 # What load_task reads or lists, by stat: a change to one of them loads the task again.
-WATCHED = (".", "task.toml", "instruction.md", "environment", DOCKERFILE, "tests", "tests/test.sh",
-           "solution", "solution/solve.sh", "steps", "trajectory.json", *COMPOSE)
+WATCHED = (
+    ".",
+    "task.toml",
+    "instruction.md",
+    "environment",
+    DOCKERFILE,
+    "tests",
+    "tests/test.sh",
+    "solution",
+    "solution/solve.sh",
+    "steps",
+    "trajectory.json",
+    *COMPOSE,
+)
 
 
 def load_task_cached(folder: Path) -> HarborTask:
@@ -110,12 +128,17 @@ def load_task(folder: Path) -> HarborTask:
     check_tree(folder)
     for required in ("task.toml", "instruction.md", "tests/test.sh"):
         if not (folder / required).is_file():
-            also = " (tests/test.bat: Windows tasks are not supported)" \
-                if required == "tests/test.sh" and (folder / "tests/test.bat").is_file() else ""
+            also = (
+                " (tests/test.bat: Windows tasks are not supported)"
+                if required == "tests/test.sh" and (folder / "tests/test.bat").is_file()
+                else ""
+            )
             raise TaskProblem(required, "missing" + also)
-    for refused, why in (("steps", "multi-step tasks are not supported"),
-                         ("trajectory.json", "prior agent context is not supported"),
-                         *((c, "compose environments are not supported") for c in COMPOSE)):
+    for refused, why in (
+        ("steps", "multi-step tasks are not supported"),
+        ("trajectory.json", "prior agent context is not supported"),
+        *((c, "compose environments are not supported") for c in COMPOSE),
+    ):
         if (folder / refused).exists():
             raise TaskProblem(refused, why)
     config = read_config(folder / "task.toml")
@@ -123,9 +146,13 @@ def load_task(folder: Path) -> HarborTask:
     if len(instruction) > MAX_INSTRUCTION:
         raise TaskProblem("instruction.md", f"over {MAX_INSTRUCTION >> 10} KiB")
     dockerfile = folder / DOCKERFILE
-    return HarborTask(folder, instruction.decode("utf-8", "replace"), config,
-                      dockerfile.read_text("utf-8", "replace") if dockerfile.is_file() else None,
-                      (folder / "solution/solve.sh").is_file())
+    return HarborTask(
+        folder,
+        instruction.decode("utf-8", "replace"),
+        config,
+        dockerfile.read_text("utf-8", "replace") if dockerfile.is_file() else None,
+        (folder / "solution/solve.sh").is_file(),
+    )
 
 
 def read_config(path: Path) -> TaskConfig:
@@ -151,8 +178,9 @@ def check_tree(folder: Path) -> None:
             info = path.lstat()
             relative = path.relative_to(folder).as_posix()
             if stat.S_ISLNK(info.st_mode):
-                raise TaskProblem(relative, "a symlink: task folders hold plain files only "
-                                  "(a link could lead out of the task folder)")
+                raise TaskProblem(
+                    relative, "a symlink: task folders hold plain files only (a link could lead out of the task folder)"
+                )
             if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
                 raise TaskProblem(relative, "not a plain file or folder")
             count += 1

@@ -37,34 +37,40 @@ class HarborOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    root: Path = Field(BUNDLED, description="the folder task paths are resolved in; nothing "
-                       "outside it can be named")
+    root: Path = Field(BUNDLED, description="the folder task paths are resolved in; nothing outside it can be named")
     network: Literal["offline", "refuse"] = Field(
-        "offline", description="tasks that ask for the network (Harbor's default, public): "
-        "run them without it, saying so in the evaluation, or refuse them at submit")
-    host_images: list[str] = Field(default_factory=list, description="on bubblewrap: images "
-                                   "(environment.docker_image) the host's system stands in for, "
-                                   "declared by the operator; other images are refused")
-    operator_modes: bool = Field(False, description="allow instance.agent 'oracle' and 'none' "
-                                 "(the oracle check's server only: never a trainer's)")
+        "offline",
+        description="tasks that ask for the network (Harbor's default, public): "
+        "run them without it, saying so in the evaluation, or refuse them at submit",
+    )
+    host_images: list[str] = Field(
+        default_factory=list,
+        description="on bubblewrap: images "
+        "(environment.docker_image) the host's system stands in for, "
+        "declared by the operator; other images are refused",
+    )
+    operator_modes: bool = Field(
+        False,
+        description="allow instance.agent 'oracle' and 'none' (the oracle check's server only: never a trainer's)",
+    )
     max_memory_mb: int = Field(8192, ge=64, description="the most environment.memory_mb honoured")
     max_storage_mb: int = Field(16384, ge=64, description="the most environment.storage_mb honoured")
-    max_verifier_seconds: float = Field(900.0, gt=0, description="verifier.timeout_sec above "
-                                        "this is refused")
-    max_agent_seconds: float = Field(3600.0, gt=0, description="agent.timeout_sec above this "
-                                     "is refused")
+    max_verifier_seconds: float = Field(900.0, gt=0, description="verifier.timeout_sec above this is refused")
+    max_agent_seconds: float = Field(3600.0, gt=0, description="agent.timeout_sec above this is refused")
 
 
 class HarborInstance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    task: str = Field(min_length=1, max_length=4096, description="a task folder (or an archive "
-                      "of one) under the server's harbor root")
+    task: str = Field(
+        min_length=1, max_length=4096, description="a task folder (or an archive of one) under the server's harbor root"
+    )
     agent: Literal["tools", "oracle", "none"] = Field(
-        "tools", description="tools: rollserve's loop (bash, finish), or instance.harness; "
-        "oracle (solution/solve.sh) and none (nothing runs): the operator's check only")
-    harness: dict[str, Any] | None = Field(None, description="an agent harness (as the swe "
-                                           "family's instance.harness)")
+        "tools",
+        description="tools: rollserve's loop (bash, finish), or instance.harness; "
+        "oracle (solution/solve.sh) and none (nothing runs): the operator's check only",
+    )
+    harness: dict[str, Any] | None = Field(None, description="an agent harness (as the swe family's instance.harness)")
 
 
 def resolve_task(root: Path, name: str) -> Path:
@@ -88,10 +94,16 @@ def _resolve(root: Path, name: str) -> Path:
         raise InvalidInstance("instance.task", f"no such task under the server's harbor root: {name}")
     if path.is_file() and path.name.endswith(ARCHIVES):
         return unpack(path)
-    if path.is_dir() and not (path / "task.toml").exists() and any(
-            (child / "task.toml").is_file() for child in path.iterdir() if child.is_dir()):
-        raise InvalidInstance("instance.task", "a dataset folder (a folder of tasks): submit one "
-                              "task per folder (rollserve datasets oracle DIR runs them all)")
+    if (
+        path.is_dir()
+        and not (path / "task.toml").exists()
+        and any((child / "task.toml").is_file() for child in path.iterdir() if child.is_dir())
+    ):
+        raise InvalidInstance(
+            "instance.task",
+            "a dataset folder (a folder of tasks): submit one "
+            "task per folder (rollserve datasets oracle DIR runs them all)",
+        )
     return path
 
 
@@ -131,8 +143,10 @@ def _extract(archive: Path, digest: str) -> Path:
     _CACHE.mkdir(mode=0o700, exist_ok=True)
     cache = _CACHE.lstat()  # its names are known: a cache another user can write is refused
     if not stat.S_ISDIR(cache.st_mode) or cache.st_uid != os.getuid() or cache.st_mode & 0o077:
-        raise InvalidInstance("instance.task", f"the server's archive cache {_CACHE} is not a "
-                              "folder private to it; the operator must remove it")
+        raise InvalidInstance(
+            "instance.task",
+            f"the server's archive cache {_CACHE} is not a folder private to it; the operator must remove it",
+        )
     final = _CACHE / digest
     if final.is_dir():
         return final
@@ -142,8 +156,9 @@ def _extract(archive: Path, digest: str) -> Path:
             members = tar.getmembers()
             for member in members:
                 if not (member.isfile() or member.isdir()):
-                    raise InvalidInstance("instance.task", f"archive member {member.name!r}: "
-                                          "only plain files and folders")
+                    raise InvalidInstance(
+                        "instance.task", f"archive member {member.name!r}: only plain files and folders"
+                    )
             if sum(m.size for m in members) > 4 * MAX_ARCHIVE:
                 raise InvalidInstance("instance.task", "archive unpacks too large")
             tar.extractall(target, filter="data")

@@ -64,10 +64,12 @@ from rollserve.sandbox.base import Sandbox
 
 TAIL = 3000
 KILL_ALL = "kill -KILL -1 2>/dev/null; true"
-CLEAR = ("chmod -R u+rwX /tests /logs 2>/dev/null; find /tests /logs -mindepth 1 -delete "
-         "2>/dev/null; mkdir -p /logs/verifier /logs/agent /logs/home && "
-         "test -z \"$(find /tests /logs -mindepth 1 -not -path /logs/verifier -not -path /logs/agent "
-         "-not -path /logs/home | head -1)\"")
+CLEAR = (
+    "chmod -R u+rwX /tests /logs 2>/dev/null; find /tests /logs -mindepth 1 -delete "
+    "2>/dev/null; mkdir -p /logs/verifier /logs/agent /logs/home && "
+    'test -z "$(find /tests /logs -mindepth 1 -not -path /logs/verifier -not -path /logs/agent '
+    '-not -path /logs/home | head -1)"'
+)
 # The verifier's run, in the sandbox (bash; after test.sh, builtins only until every
 # process it left is dead): test.sh run as a child, so that its exit status is known
 # (killed by a signal: over 128) and test.sh's inode and ctime (GNU find; else stat's
@@ -122,8 +124,14 @@ for f in reward.json reward.txt; do
   fi
 done
 say END"""
-CLEAN_ENV = {"HOME": "/logs/home", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-             "BASH_ENV": "", "ENV": "", "LANG": "C.UTF-8"}
+CLEAN_ENV = {
+    "HOME": "/logs/home",
+    "PYTHONNOUSERSITE": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "BASH_ENV": "",
+    "ENV": "",
+    "LANG": "C.UTF-8",
+}
 
 
 @dataclass
@@ -133,9 +141,17 @@ class Verdict:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str, str],
-                 timeout: float, *, end: float | None = None, margin: float = 30.0,
-                 shared_pids: bool) -> Verdict:
+async def verify(
+    sandbox: Sandbox,
+    task: HarborTask,
+    workdir: str,
+    env: dict[str, str],
+    timeout: float,
+    *,
+    end: float | None = None,
+    margin: float = 30.0,
+    shared_pids: bool,
+) -> Verdict:
     """Run the task's tests in ``sandbox`` and read the reward (see the module's doc).
     The tests run at most ``timeout`` seconds, and end ``margin`` seconds (at most half
     the time left) before ``end`` (loop time: EVAL's limit) so that a hang is scored."""
@@ -143,20 +159,30 @@ async def verify(sandbox: Sandbox, task: HarborTask, workdir: str, env: dict[str
         await sandbox.exec(KILL_ALL, timeout=30)
     cleared = await sandbox.exec(CLEAR, timeout=60)
     if not cleared.ok:
-        return Verdict(0.0, details={"reason": "/tests or /logs could not be emptied of what the "
-                                     "agent left there", "verifier_ran": False})
+        return Verdict(
+            0.0,
+            details={
+                "reason": "/tests or /logs could not be emptied of what the agent left there",
+                "verifier_ran": False,
+            },
+        )
     tests = await asyncio.to_thread(tar_of, [(task.folder / "tests", ".")])
-    copied = await sandbox.exec("tar -x --no-same-owner -C /tests -f - && chmod +x /tests/test.sh",
-                                timeout=120, stdin=tests)
+    copied = await sandbox.exec(
+        "tar -x --no-same-owner -C /tests -f - && chmod +x /tests/test.sh", timeout=120, stdin=tests
+    )
     if not copied.ok:
         raise InfraError(f"could not copy tests/ into the sandbox: {copied.failure()}")
     digests = await asyncio.to_thread(test_digests, task)
     command = f"cd {shlex.quote(workdir)} || exit 97\n{RUN}"
     nonce = secrets.token_hex(16)
     timeout = capped(timeout, end, margin)
-    ran = await sandbox.exec(command, timeout=timeout, env={**env, **task.config.verifier.env,
-                                                            **CLEAN_ENV},
-                             cpu_budget=timeout, stdin=f"{nonce}\n".encode())
+    ran = await sandbox.exec(
+        command,
+        timeout=timeout,
+        env={**env, **task.config.verifier.env, **CLEAN_ENV},
+        cpu_budget=timeout,
+        stdin=f"{nonce}\n".encode(),
+    )
     details: dict[str, Any] = {"verifier_ran": True, "verifier_seconds": round(ran.seconds, 3)}
     log = await sandbox.exec("tail -c 3000 /logs/verifier/test-stdout.txt", timeout=30)
     details["test_output_tail"] = log.stdout[-TAIL:]
@@ -191,8 +217,11 @@ def capped(timeout: float, end: float | None, margin: float) -> float:
 def test_digests(task: HarborTask) -> dict[str, str]:
     """sha256 of each file of the task's tests/, by its path under /tests."""
     base = task.folder / "tests"
-    return {"./" + path.relative_to(base).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(base.rglob("*")) if path.is_file() and not path.is_symlink()}
+    return {
+        "./" + path.relative_to(base).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(base.rglob("*"))
+        if path.is_file() and not path.is_symlink()
+    }
 
 
 @dataclass
@@ -234,23 +263,31 @@ class Report:
     def problem(self, digests: dict[str, str]) -> str | None:
         """Why the reward files are not read (the reward is 0), or None."""
         if "END" not in self.flags or self.status is None:  # (STATUS: the run's last line)
-            return ("the verifier was killed before it ended (by a process test.sh ran): "
-                    "the reward files are not read")
+            return "the verifier was killed before it ended (by a process test.sh ran): the reward files are not read"
         if self.status > 128:
-            return (f"test.sh was killed by signal {self.status - 128} (exit status "
-                    f"{self.status}), by a process it ran: the reward files are not read")
+            return (
+                f"test.sh was killed by signal {self.status - 128} (exit status "
+                f"{self.status}), by a process it ran: the reward files are not read"
+            )
         if self.survivors or "UNKILLED" in self.flags:
-            return (f"{self.survivors} process(es) started during verification still ran when "
-                    "test.sh ended (they could rewrite the reward after it): killed, the reward "
-                    "files not read")
+            return (
+                f"{self.survivors} process(es) started during verification still ran when "
+                "test.sh ended (they could rewrite the reward after it): killed, the reward "
+                "files not read"
+            )
         if "SCRIPT" in self.flags:
-            return ("test.sh was written to, replaced or removed while it ran (by a process it "
-                    "ran): the reward files are not read")
-        changed = sorted(path for path, digest in digests.items()
-                         if self.digests.get(path, digest) != digest)  # (removed: the tests' own)
+            return (
+                "test.sh was written to, replaced or removed while it ran (by a process it "
+                "ran): the reward files are not read"
+            )
+        changed = sorted(
+            path for path, digest in digests.items() if self.digests.get(path, digest) != digest
+        )  # (removed: the tests' own)
         if changed:
-            return (f"the tests were changed during verification ({changed[0].removeprefix('./')}):"
-                    " the reward files are not read")
+            return (
+                f"the tests were changed during verification ({changed[0].removeprefix('./')}):"
+                " the reward files are not read"
+            )
         if self.bad:
             return f"{self.bad[0]} (not as test.sh writes it): the reward files are not read"
         return None
@@ -261,11 +298,9 @@ def read_rewards(files: dict[str, str], details: dict[str, Any]) -> Verdict:
     there: the lower scalar counts (a process test.sh ran may have written the one
     test.sh did not; the components are reward.json's)."""
     details["reward_file"] = " and ".join(sorted(files, reverse=True)) or None
-    verdicts = [parse_reward(name, files[name], details) for name in ("reward.json", "reward.txt")
-                if name in files]
+    verdicts = [parse_reward(name, files[name], details) for name in ("reward.json", "reward.txt") if name in files]
     if not verdicts:
-        return _zero(details, "the verifier wrote no reward file (/logs/verifier/reward.txt or "
-                     "reward.json)")
+        return _zero(details, "the verifier wrote no reward file (/logs/verifier/reward.txt or reward.json)")
     if len(verdicts) == 2 and verdicts[0].reward != verdicts[1].reward:
         details.setdefault("reason", "reward.json and reward.txt disagree: the lower counts")
     low = min(verdicts, key=lambda verdict: verdict.reward)
@@ -301,14 +336,19 @@ def _from_json(text: str, details: dict[str, Any]) -> Verdict:
     components = {str(key): float(value) for key, value in data.items()}
     taken = sorted(RESERVED_COMPONENTS & components.keys())
     if taken:
-        return _zero(details, f"reward.json: {taken[0]!r} is a component name rollserve's judge "
-                     f"writes ({', '.join(sorted(RESERVED_COMPONENTS))}): rename it in test.sh")
+        return _zero(
+            details,
+            f"reward.json: {taken[0]!r} is a component name rollserve's judge "
+            f"writes ({', '.join(sorted(RESERVED_COMPONENTS))}): rename it in test.sh",
+        )
     if "reward" in components:
         return Verdict(components["reward"], components, details)
     if len(components) == 1:
         return Verdict(next(iter(components.values())), components, details)
-    details["reason"] = ("reward.json has several components and no 'reward' key: the scalar "
-                         "reward is 0 (name the one to train on 'reward')")
+    details["reason"] = (
+        "reward.json has several components and no 'reward' key: the scalar "
+        "reward is 0 (name the one to train on 'reward')"
+    )
     return Verdict(0.0, components, details)
 
 

@@ -134,8 +134,7 @@ class MathHandler(AgentHandler):
             raise InvalidInstance("instance.tools", f"must be a list of tool names ({', '.join(TOOLS)})")
         for index, tool in enumerate(tools):
             if tool not in TOOLS:
-                raise InvalidInstance(f"instance.tools[{index}]",
-                                      f"unknown tool {tool!r} (known: {', '.join(TOOLS)})")
+                raise InvalidInstance(f"instance.tools[{index}]", f"unknown tool {tool!r} (known: {', '.join(TOOLS)})")
         if "dataset" in instance:
             validate_dataset_form(instance)
         else:
@@ -143,8 +142,10 @@ class MathHandler(AgentHandler):
 
     def rescore_problem(self, instance: Mapping[str, Any]) -> str | None:
         if self.uses_python(instance):
-            return (f"{self.name} with the python tool: its answer is the finish call's, which "
-                    "only the run kept; it cannot be re-scored from a stored result")
+            return (
+                f"{self.name} with the python tool: its answer is the finish call's, which "
+                "only the run kept; it cannot be re-scored from a stored result"
+            )
         return None  # EVAL reads the boxed answer from the messages alone
 
     async def init(self, rollout: RolloutView) -> None:
@@ -160,8 +161,7 @@ class MathHandler(AgentHandler):
             entry = gym_entry(instance, self.ctx.seed_salt)
             what = f"generating reasoning-gym {entry.dataset!r} entry {entry.index}"
             try:
-                task = await score_in_pool(self.ctx.scoring, generate_reasoning_gym_task,
-                                           *entry.args(), what=what)
+                task = await score_in_pool(self.ctx.scoring, generate_reasoning_gym_task, *entry.args(), what=what)
             except ScoringTimeout as exc:  # the task's fault, not the agent's: masked
                 raise InfraError(f"{what} timed out") from exc
             question, gold, key = str(task["question"]), task["answer"], entry
@@ -171,8 +171,7 @@ class MathHandler(AgentHandler):
         sandbox = None
         if self.uses_python(instance):
             # Threads capped: numpy's OpenBLAS would otherwise start one per host core.
-            spec = SandboxSpec(limits=self.sandbox_limits,
-                               env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+            spec = SandboxSpec(limits=self.sandbox_limits, env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
             sandbox = await open_sandbox(self.ctx, rollout, spec)
         rollout.state = MathState(question, system_prompt, gold, key, sandbox)
 
@@ -189,10 +188,16 @@ class MathHandler(AgentHandler):
         finish = FinishTool(parameter_description=FINISH_PARAMETER)
         system_prompt = rollout.instance.get("system_prompt") or PYTHON_SYSTEM_PROMPT
         k = self.kernel
-        config = ToolEnvConfig(call_timeout=k.start_timeout + k.timeout + k.interrupt_grace + 10,
-                               nudge_message=PYTHON_NUDGE)
-        env = MathToolEnv([python, finish], f"{state.question}\n\n{PYTHON_TASK_SUFFIX}",
-                          system_prompt, tokenizer=self.ctx.tokenizer, config=config)
+        config = ToolEnvConfig(
+            call_timeout=k.start_timeout + k.timeout + k.interrupt_grace + 10, nudge_message=PYTHON_NUDGE
+        )
+        env = MathToolEnv(
+            [python, finish],
+            f"{state.question}\n\n{PYTHON_TASK_SUFFIX}",
+            system_prompt,
+            tokenizer=self.ctx.tokenizer,
+            config=config,
+        )
         try:
             await run_episode(self.ctx, rollout, env)
         finally:
@@ -244,10 +249,14 @@ class MathHandler(AgentHandler):
     async def _score(self, answer: str, key: GymEntry | str) -> float:
         """One answer's reward: the dataset's scorer, or math-verify against the gold."""
         if isinstance(key, GymEntry):
-            return await score_in_pool(self.ctx.scoring, score_reasoning_gym_answer, answer,
-                                       *key.args(), what=f"reasoning-gym {key.dataset!r} scorer")
-        correct = await score_in_pool(self.ctx.scoring, verify_math_answer, answer, key,
-                                      what="math-verify")
+            return await score_in_pool(
+                self.ctx.scoring,
+                score_reasoning_gym_answer,
+                answer,
+                *key.args(),
+                what=f"reasoning-gym {key.dataset!r} scorer",
+            )
+        correct = await score_in_pool(self.ctx.scoring, verify_math_answer, answer, key, what="math-verify")
         return 1.0 if correct else 0.0
 
     async def cleanup(self, rollout: RolloutView) -> None:

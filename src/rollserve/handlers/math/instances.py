@@ -106,8 +106,7 @@ def _check_dataset_name(name: Any, datasets: dict[str, tuple[type, type]]) -> No
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise InvalidInstance(
             "instance.dataset",
-            f"unknown reasoning-gym dataset {name!r} (known: {', '.join(known[:8])}, "
-            f"... {len(known)} in all){hint}",
+            f"unknown reasoning-gym dataset {name!r} (known: {', '.join(known[:8])}, ... {len(known)} in all){hint}",
         )
 
 
@@ -140,6 +139,12 @@ def gym_entry(instance: Mapping[str, Any], salt: str | None = None) -> GymEntry:
     ``salt``, the generator's seed is the public one salted (``handlers.seeds``)."""
     config = {k: v for k, v in (instance.get("config") or {}).items() if k != "size"}
     seed = instance["seed"]
-    return GymEntry(dataset=instance["dataset"], seed=salted_seed(seed, salt), size=_dataset_size(instance),
-                    index=instance.get("index", 0), config_key=dataset_key(config),
-                    public_seed=seed, salt=salt)
+    return GymEntry(
+        dataset=instance["dataset"],
+        seed=salted_seed(seed, salt),
+        size=_dataset_size(instance),
+        index=instance.get("index", 0),
+        config_key=dataset_key(config),
+        public_seed=seed,
+        salt=salt,
+    )

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 SYSTEM_PROMPT = (
-    "You are a careful math assistant. Solve the problem step by step, "
-    "then write the final answer in \\boxed{}."
+    "You are a careful math assistant. Solve the problem step by step, then write the final answer in \\boxed{}."
 )
 ANSWER_FORMAT = "Reason step by step, then put your final answer in \\boxed{}, for example \\boxed{42}."
 RETRY_MESSAGE = (
@@ -19,8 +18,5 @@ PYTHON_SYSTEM_PROMPT = (
     "finish with the final answer only, for example 42 or \\frac{1}{2}."
 )
 PYTHON_TASK_SUFFIX = "Use the python tool to compute; when you are sure, call finish with your final answer."
-PYTHON_NUDGE = (
-    "Your reply did not call a tool. Call python to compute, or call finish with your "
-    "final answer."
-)
+PYTHON_NUDGE = "Your reply did not call a tool. Call python to compute, or call finish with your final answer."
 FINISH_PARAMETER = "your final answer, e.g. 42 or \\frac{1}{2}"  # finish's argument, described

@@ -33,9 +33,7 @@ def reasoning_gym_dataset(name: str, seed: int, size: int, config_key: str) -> A
     return reasoning_gym.create_dataset(name, seed=seed, size=size, **json.loads(config_key))
 
 
-def generate_reasoning_gym_task(
-    name: str, seed: int, size: int, config_key: str, index: int
-) -> dict[str, str | None]:
+def generate_reasoning_gym_task(name: str, seed: int, size: int, config_key: str, index: int) -> dict[str, str | None]:
     """Question and gold answer of entry ``index``. Runs in a scoring worker.
 
     Only plain strings travel back; some datasets have no single gold answer
@@ -46,9 +44,7 @@ def generate_reasoning_gym_task(
     return {"question": str(entry["question"]), "answer": None if answer is None else str(answer)}
 
 
-def score_reasoning_gym_answer(
-    answer: str, name: str, seed: int, size: int, config_key: str, index: int
-) -> float:
+def score_reasoning_gym_answer(answer: str, name: str, seed: int, size: int, config_key: str, index: int) -> float:
     """The dataset's own ``score_answer`` for entry ``index``. Runs in a scoring worker.
 
     The entry is regenerated here (deterministic by seed and index) rather than

@@ -93,6 +93,7 @@ class Reading:
     def ambiguous(self) -> bool:
         return len(self.named) > 1
 
+
 # --- numbers ---------------------------------------------------------------------
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
 _NUMBER = re.compile(
@@ -146,7 +147,7 @@ def is_numeric_answer(text: str) -> bool:
     match = _NUMBER.match(text)
     if not match or _number_value(match) is None:
         return False
-    rest = text[match.end():]
+    rest = text[match.end() :]
     return not rest or rest[0] in " \t%°"
 
 
@@ -178,8 +179,7 @@ def _candidates(text: str, choice: bool) -> list[tuple[int, str, int]]:
     found: list[tuple[int, str, int]] = []
     for match in _MARKER.finditer(text):
         end = text.find("\n", match.end())
-        found.append((match.start(), text[match.end(): end if end != -1 else len(text)][:_MAX_LINE],
-                      match.end()))
+        found.append((match.start(), text[match.end() : end if end != -1 else len(text)][:_MAX_LINE], match.end()))
     start = text.find("\\boxed")
     while start != -1:
         following = text.find("\\boxed", start + 1)
@@ -222,10 +222,10 @@ def _named_letters(text: str, position: int, floor: int, letters: str) -> tuple[
     for match in _LETTER_TOKEN.finditer(text, left, right):
         bracket, char, close = match.groups()
         bare = not (bracket or close)
-        word = re.match(r"\s+([a-z]+)", text[match.end():right])
+        word = re.match(r"\s+([a-z]+)", text[match.end() : right])
         if bare and char in "AaIi" and word and word.group(1) not in _CONNECTORS:
             continue  # "A ball", "I think", "a metal"
-        if bare and (_FORMULA.match(text, match.end()) or re.search(r"[=<>^]\s*$", text[left:match.start()])):
+        if bare and (_FORMULA.match(text, match.end()) or re.search(r"[=<>^]\s*$", text[left : match.start()])):
             continue  # "F = ma"
         if lower_counts is None:
             lower_counts = bare and char.islower()
@@ -243,8 +243,7 @@ def _without_option_text(text: str, option: str) -> str:
     words = option.strip()
     if len(words) < 2:
         return text
-    pattern = re.compile(re.escape(unicodedata.normalize("NFKC", words).translate(_LOOKALIKES)),
-                         re.IGNORECASE)
+    pattern = re.compile(re.escape(unicodedata.normalize("NFKC", words).translate(_LOOKALIKES)), re.IGNORECASE)
     return pattern.sub(lambda m: " " * len(m.group()), text)
 
 
@@ -262,7 +261,7 @@ def _letter_of(candidate: str, choices: list[str]) -> str | None:
         match = _LEAD_LETTER.match(text)
         if match and match.group(2).upper() in letters:
             letter, closed = match.group(2).upper(), bool(match.group(1) or match.group(3))
-            after = text[match.end():]
+            after = text[match.end() :]
             word = re.match(r"\s+([a-z]+)", after)
             # "A ball", "I think", "a bit": an article or a pronoun, not a choice.
             if closed or letter not in "AI" or not word or word.group(1) in _CONNECTORS:
@@ -304,8 +303,7 @@ def read_answer(text: str, spec: dict[str, Any]) -> Reading | None:
             continue
         # The chosen option's own words ("C) Both A and B") name no other choice.
         chosen = _without_option_text(text, str(spec["choices"][LETTERS.index(letter)]))
-        named = _named_letters(chosen, max(position, floor), floor,
-                               LETTERS[: len(spec["choices"])])
+        named = _named_letters(chosen, max(position, floor), floor, LETTERS[: len(spec["choices"])])
         if len(set(named) | {letter}) > 1:
             return Reading(None, tuple(dict.fromkeys((*named, letter))))
         return Reading(letter)
@@ -326,8 +324,11 @@ def score_stem_answer(answer: str, spec: dict[str, Any]) -> bool:
         return answer.strip().upper() == gold
     if kind == "number":
         value, expected = parse_number(answer), parse_number(gold)
-        return value is not None and expected is not None and numbers_match(
-            value, expected, spec.get("tolerance", DEFAULT_TOLERANCE))
+        return (
+            value is not None
+            and expected is not None
+            and numbers_match(value, expected, spec.get("tolerance", DEFAULT_TOLERANCE))
+        )
     if kind == "exact":
         return normalize_text(answer) == normalize_text(gold)
     if kind == "expression":

@@ -70,8 +70,7 @@ class StemQuestion:
 class StemEnv(AnswerEnv[Reading]):
     """One STEM episode: the question (with lettered choices), then format reminders."""
 
-    def __init__(self, question: str, system_prompt: str, spec: dict[str, Any],
-                 answer_format: str) -> None:
+    def __init__(self, question: str, system_prompt: str, spec: dict[str, Any], answer_format: str) -> None:
         super().__init__(question, system_prompt, answer_format, retry_message(spec))
         self.spec = spec
 
@@ -126,8 +125,9 @@ def _mmlu(instance: Mapping[str, Any]) -> tuple[list[str], int]:
     letter = answer.strip().upper() if isinstance(answer, str) else None
     if letter and len(letter) == 1 and letter in letters:
         return texts, letters.index(letter)
-    raise InvalidInstance("instance.answer",
-                          f"must be an index 0..{len(texts) - 1} or a letter {letters[0]}..{letters[-1]}")
+    raise InvalidInstance(
+        "instance.answer", f"must be an index 0..{len(texts) - 1} or a letter {letters[0]}..{letters[-1]}"
+    )
 
 
 def gpqa_order(question: str, answers: list[str], seed: int | None = None) -> list[int]:
@@ -210,10 +210,14 @@ def prepare(instance: Mapping[str, Any]) -> StemQuestion:
         default_format = choice_format(LETTERS[: len(spec["choices"])])
     else:
         default_format = value_format(spec["kind"])
-    return StemQuestion(question=question, spec=spec, shape=shape,
-                        subject=subject.strip() if subject else None,
-                        answer_format=instance.get("instructions") or default_format,
-                        system_prompt=instance.get("system_prompt") or SYSTEM_PROMPT)
+    return StemQuestion(
+        question=question,
+        spec=spec,
+        shape=shape,
+        subject=subject.strip() if subject else None,
+        answer_format=instance.get("instructions") or default_format,
+        system_prompt=instance.get("system_prompt") or SYSTEM_PROMPT,
+    )
 
 
 # --- the handler ---------------------------------------------------------------------
@@ -274,8 +278,7 @@ class StemHandler(AgentHandler):
         if answer is None:
             return Evaluation(reward=0.0, details=details)
         try:
-            correct = await score_in_pool(self.ctx.scoring, score_stem_answer, answer, spec,
-                                          what="stem scorer")
+            correct = await score_in_pool(self.ctx.scoring, score_stem_answer, answer, spec, what="stem scorer")
         except ScoringTimeout:  # a pathological expression: the agent's doing
             details["timeout"] = True
             return Evaluation(reward=0.0, details=details)
@@ -283,4 +286,3 @@ class StemHandler(AgentHandler):
 
     async def cleanup(self, rollout: RolloutView) -> None:
         """Nothing to release: no sandbox, and the scoring pool is shared."""
-

@@ -14,20 +14,27 @@ SYSTEM_PROMPT = (
 
 
 def choice_format(letters: str) -> str:
-    return (f"Think step by step, then end your reply with a line of the form \"Answer: X\", "
-            f"where X is the letter of the correct choice ({', '.join(letters)}).")
+    return (
+        f'Think step by step, then end your reply with a line of the form "Answer: X", '
+        f"where X is the letter of the correct choice ({', '.join(letters)})."
+    )
 
 
 def value_format(kind: str) -> str:
-    what = {"number": "the number (a unit after it is fine)", "exact": "the answer in a few words",
-            "expression": "the expression"}[kind]
-    return (f"Think step by step, then end your reply with a line of the form \"Answer: <value>\", "
-            f"giving {what} and nothing else.")
+    what = {
+        "number": "the number (a unit after it is fine)",
+        "exact": "the answer in a few words",
+        "expression": "the expression",
+    }[kind]
+    return (
+        f'Think step by step, then end your reply with a line of the form "Answer: <value>", '
+        f"giving {what} and nothing else."
+    )
 
 
 def retry_message(spec: dict[str, Any]) -> str:
     if spec["kind"] == "choice":
-        wanted = f"\"Answer: X\", where X is one of {', '.join(LETTERS[: len(spec['choices'])])}"
+        wanted = f'"Answer: X", where X is one of {", ".join(LETTERS[: len(spec["choices"])])}'
     else:
-        wanted = "\"Answer: <value>\""
+        wanted = '"Answer: <value>"'
     return f"I could not find a final answer in your reply. Please end your reply with a line {wanted}."

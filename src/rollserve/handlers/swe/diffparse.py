@@ -18,8 +18,15 @@ from dataclasses import dataclass, field
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 # Extended header lines git writes between "diff --git" and the first hunk.
-_PLAIN = ("old mode ", "new mode ", "deleted file mode ", "new file mode ", "index ",
-          "similarity index ", "dissimilarity index ")
+_PLAIN = (
+    "old mode ",
+    "new mode ",
+    "deleted file mode ",
+    "new file mode ",
+    "index ",
+    "similarity index ",
+    "dissimilarity index ",
+)
 _NAMED = ("rename from ", "rename to ", "copy from ", "copy to ")
 
 
@@ -40,8 +47,8 @@ def header_paths(rest: str) -> list[str]:
     if '"' in rest:
         return [unquote(q) for q in quoted] if len(quoted) == 2 else []
     half = (len(rest) - 1) // 2
-    if len(rest) > 2 and rest[half] == " " and rest[2:half] == rest[half + 3:]:
-        return [rest[:half], rest[half + 1:]]
+    if len(rest) > 2 and rest[half] == " " and rest[2:half] == rest[half + 3 :]:
+        return [rest[:half], rest[half + 1 :]]
     return []
 
 
@@ -60,7 +67,7 @@ def _strip(path: str, prefix: str, block: FileDiff) -> str | None:
     if not path.startswith(prefix):
         block.problems.append(f"a path without its {prefix} prefix: {path!r}")
         return path
-    return path[len(prefix):]
+    return path[len(prefix) :]
 
 
 class _Reader:
@@ -101,9 +108,13 @@ class _Reader:
         if not names:
             block.problems.append("no readable path")
         block.paths = list(dict.fromkeys([*sorted(old), *sorted(new), *names.values()]))
-        creates = (self.sides.get("---", "") is None or "new file" in self.sides
-                   or "rename to" in self.sides or "copy to" in self.sides
-                   or (self.last != "header" and self.empty_old))
+        creates = (
+            self.sides.get("---", "") is None
+            or "new file" in self.sides
+            or "rename to" in self.sides
+            or "copy to" in self.sides
+            or (self.last != "header" and self.empty_old)
+        )
         if creates:  # (a hunk from line 0 makes a file the tools find missing or empty)
             block.created = sorted(new or old)
 
@@ -113,13 +124,12 @@ class _Reader:
             where = text[:3]
             if where in self.sides:
                 block.problems.append(f"a second {where} line: {text[:200]!r}")
-            self.sides[where] = _strip(unquote(text[4:]), "a/" if where == "---" else "b/",
-                                       block)
+            self.sides[where] = _strip(unquote(text[4:]), "a/" if where == "---" else "b/", block)
         elif text.startswith(_NAMED):
             marker = next(m for m in _NAMED if text.startswith(m))
             if marker.strip() in self.sides:
                 block.problems.append(f"a second {marker.strip()} line: {text[:200]!r}")
-            self.sides[marker.strip()] = unquote(text[len(marker):])
+            self.sides[marker.strip()] = unquote(text[len(marker) :])
         elif text.startswith("new file mode "):
             self.sides["new file"] = None
         elif text.startswith(_PLAIN):

@@ -48,62 +48,83 @@ class SWEOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     environment: Literal["auto", "image", "host"] = Field(
-        "auto", description="image: the instance's evaluation image (apptainer/docker); "
+        "auto",
+        description="image: the instance's evaluation image (apptainer/docker); "
         "host: the host root or a rootfs plus the repository from a bundle or mirror; "
-        "auto: image under apptainer/singularity/docker/podman, else host")
-    image_prefix: str = Field("swebench/sweb.eval.x86_64.",
-                              description="SWE-bench images: prefix + instance id")
-    swe_gym_image_prefix: str = Field("xingyaoww/sweb.eval.x86_64.",
-                                      description="SWE-Gym images: prefix + instance id")
+        "auto: image under apptainer/singularity/docker/podman, else host",
+    )
+    image_prefix: str = Field("swebench/sweb.eval.x86_64.", description="SWE-bench images: prefix + instance id")
+    swe_gym_image_prefix: str = Field("xingyaoww/sweb.eval.x86_64.", description="SWE-Gym images: prefix + instance id")
     image_tag: str = "latest"
     image_repo_dir: str = Field("/testbed", description="where the image holds the repository")
     image_activate: str = Field(
         "if [ -f /opt/miniconda3/bin/activate ]; then source /opt/miniconda3/bin/activate "
         "&& conda activate testbed; fi",
-        description="run first in image shells and test scripts (SWE-bench's conda env)")
+        description="run first in image shells and test scripts (SWE-bench's conda env)",
+    )
     mirrors: list[Path] = Field(default_factory=list, description="folders of git bundles / mirrors")
-    repo_cache: Path | None = Field(None, description="bundles made from mirrors (default "
-                                    "~/.cache/rollserve/swe-repos)")
+    repo_cache: Path | None = Field(
+        None, description="bundles made from mirrors (default ~/.cache/rollserve/swe-repos)"
+    )
     rootfs: Path | None = Field(None, description="host mode: a rootfs folder instead of the host root")
-    python: str | None = Field(None, description="host mode: the interpreter with pytest that "
-                               "runs the tests (default: found in the sandbox); checked at "
-                               "server start (a path must be visible in the sandboxes) and "
-                               "run at INIT and EVAL (a failure is infra, masked)")
+    python: str | None = Field(
+        None,
+        description="host mode: the interpreter with pytest that "
+        "runs the tests (default: found in the sandbox); checked at "
+        "server start (a path must be visible in the sandboxes) and "
+        "run at INIT and EVAL (a failure is infra, masked)",
+    )
     empty_patch: Literal["unresolved", "run"] = Field(
-        "unresolved", description="an empty candidate patch: unresolved without running "
-        "tests, or run the tests anyway")
-    test_timeout: float = Field(1800.0, gt=0, description="seconds for the test run, and "
-                                "the most an instance's own test_timeout may ask for")
+        "unresolved", description="an empty candidate patch: unresolved without running tests, or run the tests anyway"
+    )
+    test_timeout: float = Field(
+        1800.0, gt=0, description="seconds for the test run, and the most an instance's own test_timeout may ask for"
+    )
     test_cpu_seconds: float | None = Field(
-        None, gt=0, description="CPU seconds for a whole test run, all its processes "
+        None,
+        gt=0,
+        description="CPU seconds for a whole test run, all its processes "
         "together (a watcher kills it past them: sandbox/cpucap.py); stopped like a run past "
-        "its timeout (stopped_tests). None: the run's timeout (a run on one core never spends it first)")
+        "its timeout (stopped_tests). None: the run's timeout (a run on one core never spends it first)",
+    )
     stopped_tests: Literal["agent", "masked"] = Field(
-        "agent", description="a test run past its timeout or CPU budget, or killed by a "
+        "agent",
+        description="a test run past its timeout or CPU budget, or killed by a "
         "signal, once the tests started: the agent's failure (reward 0, not masked), or "
         "masked (timeout/infra). A run stopped in its set-up, or whose set-up shows an "
-        "environment fault, is infra")
-    canary: bool = Field(True, description="canaries: tests that must fail, made from the graded "
-                         "module's own tests (an assertion changed so it cannot hold) and "
-                         "written among them before the tests run; if one is reported passed "
-                         "while its original passed, outcomes were rewritten: unresolved")
+        "environment fault, is infra",
+    )
+    canary: bool = Field(
+        True,
+        description="canaries: tests that must fail, made from the graded "
+        "module's own tests (an assertion changed so it cannot hold) and "
+        "written among them before the tests run; if one is reported passed "
+        "while its original passed, outcomes were rewritten: unresolved",
+    )
     canary_count: int = Field(3, ge=2, le=10, description="how many canaries per test run")
-    recheck: bool = Field(True, description="a candidate the first run grades resolved has its "
-                          "graded tests (FAIL_TO_PASS and PASS_TO_PASS) run again in a fresh "
-                          "sandbox from pristine test files, each test's call observed (not "
-                          "its report); they must pass "
-                          "there too, else unresolved (pytest tasks with rollserve's own script)")
+    recheck: bool = Field(
+        True,
+        description="a candidate the first run grades resolved has its "
+        "graded tests (FAIL_TO_PASS and PASS_TO_PASS) run again in a fresh "
+        "sandbox from pristine test files, each test's call observed (not "
+        "its report); they must pass "
+        "there too, else unresolved (pytest tasks with rollserve's own script)",
+    )
     protected_files: Literal["drop", "fail"] = Field(
-        "drop", description="changes to test infrastructure (conftest.py, pytest/tox/setup.cfg/"
+        "drop",
+        description="changes to test infrastructure (conftest.py, pytest/tox/setup.cfg/"
         "pyproject config, tests folders, test runners, start-up hooks, packaging metadata, "
         "new root modules shadowing the stdlib or installed packages): left out of the "
-        "patch that is graded, or the candidate gets 0")
+        "patch that is graded, or the candidate gets 0",
+    )
     machinery: Literal["fail", "flag", "off"] = Field(
-        "fail", description="the scan of the candidate's non-test Python changes for what "
+        "fail",
+        description="the scan of the candidate's non-test Python changes for what "
         "they add that reaches into test machinery (pytest/unittest internals, sys.modules, "
         "import hooks, frame and gc introspection, exit and trace hooks, obfuscation of "
         "those): fail (unresolved without running the tests), flag (graded as usual, the "
-        "findings listed in the evaluation), off")
+        "findings listed in the evaluation), off",
+    )
     setup_timeout: float = Field(300.0, gt=0, description="seconds to materialise the repository")
     memory_mb: int = Field(4096, ge=256)
     pids: int = Field(512, ge=32)
@@ -141,8 +162,7 @@ def image_name(task: SWETask, options: SWEOptions) -> str:
 def image_reference(task: SWETask, options: SWEOptions, runtime_name: str | None) -> str:
     """What the runtime's SandboxSpec.image takes: ``docker://...`` for apptainer."""
     name = image_name(task, options)
-    if runtime_name in ("apptainer", "singularity") and "://" not in name \
-            and not name.endswith(".sif"):
+    if runtime_name in ("apptainer", "singularity") and "://" not in name and not name.endswith(".sif"):
         return f"docker://{name}"
     return name
 
@@ -151,8 +171,13 @@ def image_reference(task: SWETask, options: SWEOptions, runtime_name: str | None
 def source_names(task: SWETask) -> list[str]:
     """The names a bundle or mirror of ``task``'s repository may have in a folder."""
     owner, _, name = task.repo.partition("/")
-    return [f"{task.instance_id}.bundle", f"{owner}__{name}.bundle", f"{owner}__{name}.git",
-            f"{owner}/{name}.git", f"{owner}/{name}"]
+    return [
+        f"{task.instance_id}.bundle",
+        f"{owner}__{name}.bundle",
+        f"{owner}__{name}.git",
+        f"{owner}/{name}.git",
+        f"{owner}/{name}",
+    ]
 
 
 def find_source(task: SWETask, mirrors: list[Path]) -> Path:
@@ -165,9 +190,11 @@ def find_source(task: SWETask, mirrors: list[Path]) -> Path:
                 return path
             if path.is_dir() and ((path / "HEAD").is_file() or (path / ".git").exists()):
                 return path
-    raise InfraError(f"no git bundle or mirror of {task.repo} for {task.instance_id}: looked for "
-                     f"{', '.join(source_names(task))} in {', '.join(map(str, folders))}; add "
-                     "one to the swe handler's 'mirrors', or run in image mode (apptainer)")
+    raise InfraError(
+        f"no git bundle or mirror of {task.repo} for {task.instance_id}: looked for "
+        f"{', '.join(source_names(task))} in {', '.join(map(str, folders))}; add "
+        "one to the swe handler's 'mirrors', or run in image mode (apptainer)"
+    )
 
 
 _BUNDLE_LOCKS: dict[str, asyncio.Lock] = {}
@@ -203,14 +230,19 @@ def cut_bundle(source: Path, commit: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         clone = Path(tmp) / "repo"
-        steps = [["git", "clone", "-q", "--bare", "--no-local", str(source), str(clone)],
-                 ["git", "-C", str(clone), "update-ref", "refs/heads/main", f"{commit}^{{commit}}"],
-                 ["git", "-C", str(clone), "bundle", "create", "-q", str(Path(tmp) / "b"), "main"]]
+        steps = [
+            ["git", "clone", "-q", "--bare", "--no-local", str(source), str(clone)],
+            ["git", "-C", str(clone), "update-ref", "refs/heads/main", f"{commit}^{{commit}}"],
+            ["git", "-C", str(clone), "bundle", "create", "-q", str(Path(tmp) / "b"), "main"],
+        ]
         for argv in steps:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
             if done.returncode != 0:
-                what = f"commit {commit} is not in {source}" if "update-ref" in argv \
+                what = (
+                    f"commit {commit} is not in {source}"
+                    if "update-ref" in argv
                     else f"could not cut {source} at {commit}"
+                )
                 raise InfraError(f"{what}: {' '.join(argv[:4])}: {done.stderr.strip()[-500:]}")
         os.replace(Path(tmp) / "b", target)
 
@@ -234,8 +266,7 @@ git config user.name rollserve-agent
 """
     result = await sandbox.exec(script, timeout=options.setup_timeout)
     if not result.ok:
-        raise InfraError(f"could not materialise {task.repo} at {base} from {bundle.name}: "
-                         f"{result.failure(800)}")
+        raise InfraError(f"could not materialise {task.repo} at {base} from {bundle.name}: {result.failure(800)}")
 
 
 # Image mode: the image's repository keeps its whole history (later commits, other
@@ -261,27 +292,28 @@ async def prepare_image_repo(sandbox: Sandbox, options: SWEOptions) -> None:
     git usable on it (ownership may differ from the image's) and cut its history at
     HEAD (``CUT_HISTORY``)."""
     # (Commands start in the workspace.)
-    script = ("git config --global --add safe.directory '*' && "
-              "git config --global user.email agent@rollserve.local && "
-              "git config --global user.name rollserve-agent && git rev-parse HEAD")
+    script = (
+        "git config --global --add safe.directory '*' && "
+        "git config --global user.email agent@rollserve.local && "
+        "git config --global user.name rollserve-agent && git rev-parse HEAD"
+    )
     result = await sandbox.exec(script, timeout=options.setup_timeout)
     if not result.ok:
-        raise InfraError(f"the image's repository ({options.image_repo_dir}) is not a git "
-                         f"checkout: {result.failure()}")
+        raise InfraError(f"the image's repository ({options.image_repo_dir}) is not a git checkout: {result.failure()}")
     result = await sandbox.exec(CUT_HISTORY, timeout=options.setup_timeout)
     if not result.ok:
-        raise InfraError(f"could not cut the history of the image's repository: "
-                         f"{result.failure()}")
+        raise InfraError(f"could not cut the history of the image's repository: {result.failure()}")
 
 
 async def hide_r2e_tests(sandbox: Sandbox, options: SWEOptions) -> None:
     """R2E-Gym, before RUN: remove the image's ``/r2e_tests`` from this sandbox (EVAL's
     fresh sandbox has it again); InfraError where the runtime does not let it go."""
-    result = await sandbox.exec(f"rm -rf {R2E_TESTS}; test ! -e {R2E_TESTS}",
-                                timeout=options.setup_timeout)
+    result = await sandbox.exec(f"rm -rf {R2E_TESTS}; test ! -e {R2E_TESTS}", timeout=options.setup_timeout)
     if not result.ok:
-        raise InfraError(f"could not hide {R2E_TESTS} (the instance's hidden tests) from the "
-                         f"agent in this runtime: {result.failure()}")
+        raise InfraError(
+            f"could not hide {R2E_TESTS} (the instance's hidden tests) from the "
+            f"agent in this runtime: {result.failure()}"
+        )
 
 
 def git_available() -> str | None:

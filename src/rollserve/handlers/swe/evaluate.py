@@ -61,8 +61,7 @@ def suite_command(task: SWETask) -> str:
 def runner_paths(task: SWETask) -> frozenset[str]:
     """Repository files the task's test command runs (``bin/test``, ``./tests/runtests.py``,
     ``run_tests.sh``): test infrastructure the candidate may not change."""
-    command = task.test_cmd or ("bash run_tests.sh" if task.schema == "r2e-gym"
-                                else KNOWN_COMMANDS.get(task.repo, ""))
+    command = task.test_cmd or ("bash run_tests.sh" if task.schema == "r2e-gym" else KNOWN_COMMANDS.get(task.repo, ""))
     try:
         words = shlex.split(command.replace("{files}", "").replace("{modules}", ""))
     except ValueError:
@@ -83,8 +82,11 @@ def eval_script(task: SWETask, activate: str | None) -> str:
         return task.eval_script
     halves = script_halves(task, activate)
     if halves is None:  # R2E-Gym
-        lines = _head(activate) + ["rm -rf r2e_tests", "cp -r /r2e_tests r2e_tests",
-                                   *_between_markers(task.test_cmd or "bash run_tests.sh")]
+        lines = _head(activate) + [
+            "rm -rf r2e_tests",
+            "cp -r /r2e_tests r2e_tests",
+            *_between_markers(task.test_cmd or "bash run_tests.sh"),
+        ]
         return "\n".join(lines) + "\n"
     return halves[0] + "\n".join(_between_markers(suite_command(task))) + "\n"
 
@@ -100,10 +102,14 @@ def script_halves(task: SWETask, activate: str | None) -> tuple[str, str] | None
     base = shlex.quote(task.base_commit or "HEAD")
     for path in task.test_files:  # only files that exist at base can be checked out
         quoted = shlex.quote(path)
-        lines.append(f"if git cat-file -e {base}:{quoted} 2>/dev/null; then "
-                     f"git checkout {base} -- {quoted}; else rm -f {quoted}; fi")
-    lines += [f"git apply --verbose {TEST_PATCH_FILE} || {{ echo '{APPLY_FAILED}'; exit 1; }}",
-              f"rm -f {TEST_PATCH_FILE}"]
+        lines.append(
+            f"if git cat-file -e {base}:{quoted} 2>/dev/null; then "
+            f"git checkout {base} -- {quoted}; else rm -f {quoted}; fi"
+        )
+    lines += [
+        f"git apply --verbose {TEST_PATCH_FILE} || {{ echo '{APPLY_FAILED}'; exit 1; }}",
+        f"rm -f {TEST_PATCH_FILE}",
+    ]
     tests = _head(activate) + _between_markers(suite_command(task))
     return "\n".join(lines) + "\n", "\n".join(tests) + "\n"
 
@@ -115,46 +121,73 @@ def _head(activate: str | None) -> list[str]:
 
 def _between_markers(command: str) -> list[str]:
     """``command`` between swebench's start/end markers, its exit code recorded after."""
-    return [f"echo '{START}'", command, "SWEBENCH_TEST_EXIT_CODE=$?", f"echo '{END}'",
-            f'echo "{EXIT}: $SWEBENCH_TEST_EXIT_CODE"']
+    return [
+        f"echo '{START}'",
+        command,
+        "SWEBENCH_TEST_EXIT_CODE=$?",
+        f"echo '{END}'",
+        f'echo "{EXIT}: $SWEBENCH_TEST_EXIT_CODE"',
+    ]
 
 
-async def run_tests(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
-                    env: dict[str, str] | None = None,
-                    stopped: Literal["agent", "masked"] = "agent",
-                    cpu_budget: float | None = None, *,
-                    write_test_patch: bool = True) -> str:
+async def run_tests(
+    sandbox: Sandbox,
+    task: SWETask,
+    script: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    stopped: Literal["agent", "masked"] = "agent",
+    cpu_budget: float | None = None,
+    *,
+    write_test_patch: bool = True,
+) -> str:
     """Run ``script`` in ``sandbox`` (the candidate patch already applied); the log.
     ``cpu_budget``: CPU seconds for all the run's processes together (sandbox/cpucap.py);
     ``write_test_patch``: put the test patch where the script applies it from."""
-    log, _ = await _run(sandbox, task, script, timeout, env, stopped, cpu_budget,
-                        write_test_patch, records=False)
+    log, _ = await _run(sandbox, task, script, timeout, env, stopped, cpu_budget, write_test_patch, records=False)
     return log
 
 
-async def run_tests_recorded(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
-                             env: dict[str, str] | None = None,
-                             stopped: Literal["agent", "masked"] = "agent",
-                             cpu_budget: float | None = None, *,
-                             write_test_patch: bool = True) -> tuple[str, str]:
+async def run_tests_recorded(
+    sandbox: Sandbox,
+    task: SWETask,
+    script: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    stopped: Literal["agent", "masked"] = "agent",
+    cpu_budget: float | None = None,
+    *,
+    write_test_patch: bool = True,
+) -> tuple[str, str]:
     """As ``run_tests``, with descriptor ``RECORDS_FD`` of the script open on the
     server's own pipe (the command's stderr; the script's stdout and stderr are the
     log): the log, and what was written to that descriptor (a plugin's records). No
     path names it, nothing in the sandbox reads back what reached it."""
-    return await _run(sandbox, task, script, timeout, env, stopped, cpu_budget,
-                      write_test_patch, records=True)
+    return await _run(sandbox, task, script, timeout, env, stopped, cpu_budget, write_test_patch, records=True)
 
 
-async def _run(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
-               env: dict[str, str] | None, stopped: Literal["agent", "masked"],
-               cpu_budget: float | None, write_test_patch: bool, *,
-               records: bool) -> tuple[str, str]:
+async def _run(
+    sandbox: Sandbox,
+    task: SWETask,
+    script: str,
+    timeout: float,
+    env: dict[str, str] | None,
+    stopped: Literal["agent", "masked"],
+    cpu_budget: float | None,
+    write_test_patch: bool,
+    *,
+    records: bool,
+) -> tuple[str, str]:
     if task.test_patch and write_test_patch:
         await sandbox.write_file(TEST_PATCH_FILE, task.test_patch)
     head = f"exec {RECORDS_FD}>&2 2>&1\n" if records else "exec 2>&1\n"
-    result = await sandbox.exec(["bash", "-c", head + script], timeout=timeout, env=env,
-                                max_output=RECORDS_MAX_BYTES if records else MAX_LOG_BYTES,
-                                cpu_budget=cpu_budget)
+    result = await sandbox.exec(
+        ["bash", "-c", head + script],
+        timeout=timeout,
+        env=env,
+        max_output=RECORDS_MAX_BYTES if records else MAX_LOG_BYTES,
+        cpu_budget=cpu_budget,
+    )
     lines = result.stderr.splitlines(keepends=True)
     written = "".join(line for line in lines if records and _RECORD.match(line))
     # (the runtime's own words, a cap's notice, join the log)
@@ -165,29 +198,37 @@ async def _run(sandbox: Sandbox, task: SWETask, script: str, timeout: float,
     return log, written
 
 
-def _stopped(task: SWETask, result: ExecResult, log: str, timeout: float,
-             blame: Literal["agent", "masked"], cpu_budget: float | None = None) -> None:
+def _stopped(
+    task: SWETask,
+    result: ExecResult,
+    log: str,
+    timeout: float,
+    blame: Literal["agent", "masked"],
+    cpu_budget: float | None = None,
+) -> None:
     """Raise the typed failure of a test run that timed out, used up its CPU budget
     (a hang that holds cores, like a timeout) or was killed."""
     if result.cap == "cpu":
-        how = (f"used up its CPU budget ({cpu_budget:g} CPU seconds for all its processes "
-               f"together, test_cpu_seconds)")
+        how = f"used up its CPU budget ({cpu_budget:g} CPU seconds for all its processes together, test_cpu_seconds)"
     elif result.timed_out:
         how = f"did not finish within {timeout:g} s"
     else:
         how = f"was killed by signal {result.signal}"
     tail = log.strip()[-800:]
     if START not in log:
-        raise InfraError(f"the test script of {task.instance_id} {how} before its tests "
-                         f"started (the set-up, which no patch reaches): {tail}")
+        raise InfraError(
+            f"the test script of {task.instance_id} {how} before its tests "
+            f"started (the set-up, which no patch reaches): {tail}"
+        )
     fault = environment_fault(log)
     if fault:
-        raise InfraError(f"the test environment of {task.instance_id} failed ({fault}) and "
-                         f"the test run {how}: {tail}")
+        raise InfraError(f"the test environment of {task.instance_id} failed ({fault}) and the test run {how}: {tail}")
     if blame == "masked":
         if result.timed_out or result.cap == "cpu":
             raise TimeoutFailure(f"the tests of {task.instance_id} {how}")
         raise InfraError(f"the test run of {task.instance_id} {how}: {tail}")
-    raise AgentError(f"the tests of {task.instance_id} {how} with the candidate patch "
-                     f"applied (the patch's doing: a hang, an endless loop, a killed "
-                     f"runner): {tail}")
+    raise AgentError(
+        f"the tests of {task.instance_id} {how} with the candidate patch "
+        f"applied (the patch's doing: a hang, an endless loop, a killed "
+        f"runner): {tail}"
+    )

@@ -20,11 +20,31 @@ from rollserve.handlers.swe.literals import telling
 from rollserve.handlers.swe.machinery import Finding
 
 # Names that, in a line nothing can parse, may be part of what the scan looks for.
-SUSPICIOUS = frozenset({
-    *machinery.MACHINERY, *machinery.ATTRIBUTES, "_getframe", "_current_frames", "currentframe",
-    "meta_path", "path_hooks", "settrace", "setprofile", "excepthook", "unraisablehook",
-    "addaudithook", "atexit", "_exit", "__import__", "__builtins__", "import_module",
-    "get_objects", "get_referrers", "get_referents", "pythonapi"})
+SUSPICIOUS = frozenset(
+    {
+        *machinery.MACHINERY,
+        *machinery.ATTRIBUTES,
+        "_getframe",
+        "_current_frames",
+        "currentframe",
+        "meta_path",
+        "path_hooks",
+        "settrace",
+        "setprofile",
+        "excepthook",
+        "unraisablehook",
+        "addaudithook",
+        "atexit",
+        "_exit",
+        "__import__",
+        "__builtins__",
+        "import_module",
+        "get_objects",
+        "get_referrers",
+        "get_referents",
+        "pythonapi",
+    }
+)
 _OPENERS = ("if 1:\n    pass\n{}", "try:\n    pass\n{}")
 
 
@@ -151,6 +171,5 @@ def added(path: str, block: str, after: bytes | str, own: frozenset[str]) -> lis
     for line, text in unparsed:
         named = sorted(_tokens(text) & SUSPICIOUS or {t for t in _tokens(text) if telling(t)})
         if named and not machinery.is_machinery(own):
-            findings.append(Finding(path, line, "a line this interpreter cannot parse names "
-                                    + ", ".join(named)))
+            findings.append(Finding(path, line, "a line this interpreter cannot parse names " + ", ".join(named)))
     return sorted(findings, key=lambda f: (f.line, f.what))

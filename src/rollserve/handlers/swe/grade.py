@@ -53,12 +53,19 @@ def swebench() -> SimpleNamespace:
         from swebench.harness.log_parsers.python import MAP_REPO_TO_PARSER_PY
         from swebench.types import TestSpec
     except ImportError as exc:
-        raise InfraError(f"the swe handler grades with swebench, which is not installed "
-                         f"({exc}): pip install 'rollserve[swe]'") from None
-    return SimpleNamespace(grading=grading, EvalType=EvalType, ResolvedStatus=ResolvedStatus,
-                           TIER_ENVIRONMENT=TIER_ENVIRONMENT, classify_text=classify_text,
-                           parsers=PARSER_REGISTRY, repo_parsers=MAP_REPO_TO_PARSER_PY,
-                           TestSpec=TestSpec)
+        raise InfraError(
+            f"the swe handler grades with swebench, which is not installed ({exc}): pip install 'rollserve[swe]'"
+        ) from None
+    return SimpleNamespace(
+        grading=grading,
+        EvalType=EvalType,
+        ResolvedStatus=ResolvedStatus,
+        TIER_ENVIRONMENT=TIER_ENVIRONMENT,
+        classify_text=classify_text,
+        parsers=PARSER_REGISTRY,
+        repo_parsers=MAP_REPO_TO_PARSER_PY,
+        TestSpec=TestSpec,
+    )
 
 
 def log_parser_name(task: SWETask) -> str:
@@ -103,8 +110,9 @@ def canary_file(task: SWETask) -> str | None:
 
 
 # --- grading -------------------------------------------------------------------------
-def grade(task: SWETask, log: str, recorded: Results | None = None,
-          placement: Placement | None = None) -> dict[str, Any]:
+def grade(
+    task: SWETask, log: str, recorded: Results | None = None, placement: Placement | None = None
+) -> dict[str, Any]:
     """Resolved or not, and the per-test table (CPU: run in a thread), from the plugin's
     ``recorded`` outcomes where the tests are pytest's, else from the test log.
     ``placement``: the canaries the run held (None: canaries off)."""
@@ -123,12 +131,11 @@ def grade(task: SWETask, log: str, recorded: Results | None = None,
     if not found:
         fault = environment_fault(log)
         if fault:
-            raise InfraError(f"the test environment of {task.instance_id} failed ({fault}): "
-                             f"{log.strip()[-800:]}")
-        reason = "the test patch did not apply" if "Patch Apply Failed" in log else \
-            "the test log has no parseable results"
-        return {"resolved": False, "tests_ran": False, "reason": reason, "tests": [],
-                "f2p_passed": 0, "p2p_passed": 0}
+            raise InfraError(f"the test environment of {task.instance_id} failed ({fault}): {log.strip()[-800:]}")
+        reason = (
+            "the test patch did not apply" if "Patch Apply Failed" in log else "the test log has no parseable results"
+        )
+        return {"resolved": False, "tests_ran": False, "reason": reason, "tests": [], "f2p_passed": 0, "p2p_passed": 0}
     for line in _ANSI.sub("", log).splitlines():
         hit = _PASSED_WITH_ERROR.match(line)
         if hit and hit.group(1) in status_map:  # a pass carrying an error is a failure
@@ -140,63 +147,87 @@ def grade(task: SWETask, log: str, recorded: Results | None = None,
     return outcome
 
 
-def _check_canaries(outcome: dict[str, Any], placement: Placement | None,
-                    status: dict[str, str]) -> str | None:
+def _check_canaries(outcome: dict[str, Any], placement: Placement | None, status: dict[str, str]) -> str | None:
     """The canaries' verdict into ``outcome``; the problem if outcomes were rewritten."""
     if placement is None:
         return None
     if not placement.canaries or placement.path is None:
         outcome["canary"] = f"not placed ({placement.note or 'no usable test'})"
         return None
-    outcome["canary"], outcome["canaries"], problem = canaries.judge(
-        placement.canaries, placement.path, status)
+    outcome["canary"], outcome["canaries"], problem = canaries.judge(placement.canaries, placement.path, status)
     return problem
 
 
 def swebench_spec(task: SWETask) -> Any:
     return swebench().TestSpec(
-        instance_id=task.instance_id, image="", eval_script_list=[], repo=task.repo,
-        version=task.version, FAIL_TO_PASS=task.fail_to_pass, PASS_TO_PASS=task.pass_to_pass,
-        log_parser=log_parser_name(task), eval_type=task.eval_type)
+        instance_id=task.instance_id,
+        image="",
+        eval_script_list=[],
+        repo=task.repo,
+        version=task.version,
+        FAIL_TO_PASS=task.fail_to_pass,
+        PASS_TO_PASS=task.pass_to_pass,
+        log_parser=log_parser_name(task),
+        eval_type=task.eval_type,
+    )
 
 
 def _report(task: SWETask, status_map: dict[str, str]) -> dict[str, Any]:
     """swebench's verdict and the per-test table for a test -> status map."""
     sb = swebench()
     report = sb.grading.get_eval_tests_report(
-        status_map, {"FAIL_TO_PASS": task.fail_to_pass, "PASS_TO_PASS": task.pass_to_pass},
-        eval_type=sb.EvalType(task.eval_type))
+        status_map,
+        {"FAIL_TO_PASS": task.fail_to_pass, "PASS_TO_PASS": task.pass_to_pass},
+        eval_type=sb.EvalType(task.eval_type),
+    )
     resolved = sb.grading.get_resolution_status(report) == sb.ResolvedStatus.FULL.value
     tests = []
     for kind in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         for outcome in ("success", "failure"):
             for name in report[kind][outcome]:
-                tests.append({"test": name, "kind": kind,
-                              "status": status_map.get(name, "MISSING"),
-                              "ok": outcome == "success"})
-    graded: dict[str, Any] = {"resolved": resolved, "tests_ran": True, "tests": tests,
-                              "f2p_passed": len(report["FAIL_TO_PASS"]["success"]),
-                              "p2p_passed": len(report["PASS_TO_PASS"]["success"])}
+                tests.append(
+                    {"test": name, "kind": kind, "status": status_map.get(name, "MISSING"), "ok": outcome == "success"}
+                )
+    graded: dict[str, Any] = {
+        "resolved": resolved,
+        "tests_ran": True,
+        "tests": tests,
+        "f2p_passed": len(report["FAIL_TO_PASS"]["success"]),
+        "p2p_passed": len(report["PASS_TO_PASS"]["success"]),
+    }
     return graded
 
 
-def _grade_recorded(task: SWETask, log: str, recorded: Results,
-                    placement: Placement | None) -> dict[str, Any]:
+def _grade_recorded(task: SWETask, log: str, recorded: Results, placement: Placement | None) -> dict[str, Any]:
     """The grade from the plugin's records, checked against the log and the canary."""
     status, conflicts = results.statuses(recorded)
     if "Patch Apply Failed" in log:
-        return {"resolved": False, "tests_ran": False, "reason": "the test patch did not apply",
-                "tests": [], "f2p_passed": 0, "p2p_passed": 0}
+        return {
+            "resolved": False,
+            "tests_ran": False,
+            "reason": "the test patch did not apply",
+            "tests": [],
+            "f2p_passed": 0,
+            "p2p_passed": 0,
+        }
     if not status:
         fault = environment_fault(log)
         if fault:
-            raise InfraError(f"the test environment of {task.instance_id} failed ({fault}): "
-                             f"{log.strip()[-800:]}")
-        return {"resolved": False, "tests_ran": False, "tests": [], "f2p_passed": 0,
-                "p2p_passed": 0, "reason": "the test run recorded no test outcomes"}
+            raise InfraError(f"the test environment of {task.instance_id} failed ({fault}): {log.strip()[-800:]}")
+        return {
+            "resolved": False,
+            "tests_ran": False,
+            "tests": [],
+            "f2p_passed": 0,
+            "p2p_passed": 0,
+            "reason": "the test run recorded no test outcomes",
+        }
     parser = swebench().parsers[log_parser_name(task)]
-    leave_out = (canaries.canary_keys(placement.canaries, placement.path, status)
-                 if placement is not None and placement.path else set())
+    leave_out = (
+        canaries.canary_keys(placement.canaries, placement.path, status)
+        if placement is not None and placement.path
+        else set()
+    )
     status_map = parser(results.synthetic_log(status, leave_out), swebench_spec(task))
     outcome = _report(task, status_map)
     outcome["results_from"] = "plugin"
@@ -224,14 +255,18 @@ def _grade_expected(task: SWETask, log: str) -> dict[str, Any]:
     tests = []
     for name, expected in sorted((task.expected or {}).items()):
         got = parsed.get(name, by_short.get(name.rsplit("/", 1)[-1], "MISSING"))
-        tests.append({"test": name, "kind": "EXPECTED", "expected": expected, "status": got,
-                      "ok": got == expected})
+        tests.append({"test": name, "kind": "EXPECTED", "expected": expected, "status": got, "ok": got == expected})
     if not parsed:
-        return {"resolved": False, "tests_ran": False, "tests": tests,
-                "reason": "the test log has no parseable results"}
+        return {
+            "resolved": False,
+            "tests_ran": False,
+            "tests": tests,
+            "reason": "the test log has no parseable results",
+        }
     return {"resolved": all(t["ok"] for t in tests), "tests_ran": True, "tests": tests}
 
 
-async def grade_async(task: SWETask, log: str, recorded: Results | None = None,
-                      placement: Placement | None = None) -> dict[str, Any]:
+async def grade_async(
+    task: SWETask, log: str, recorded: Results | None = None, placement: Placement | None = None
+) -> dict[str, Any]:
     return await asyncio.to_thread(grade, task, log, recorded, placement)

@@ -129,8 +129,10 @@ class SWEHandler(AgentHandler):
         if python and self.options.environment != "image" and self.options.rootfs is None:
             problem = interpreter.static_problem(python, *self._host_view())
             if problem:
-                raise ValueError(f"swe handler options: python: {problem} (set 'python' to an "
-                                 "interpreter with pytest that the sandboxes see)")
+                raise ValueError(
+                    f"swe handler options: python: {problem} (set 'python' to an "
+                    "interpreter with pytest that the sandboxes see)"
+                )
 
     def _host_view(self) -> tuple[list[str], list[str]]:
         """(hidden, shown again): host folders a host-mode sandbox does not see, and
@@ -155,8 +157,10 @@ class SWEHandler(AgentHandler):
         if too_long is not None:
             raise InvalidInstance("instance.problem_statement", too_long)
         if task.test_timeout is not None and task.test_timeout > self.options.test_timeout:
-            raise InvalidInstance("instance.test_timeout", f"at most this server's test_timeout "
-                                  f"({self.options.test_timeout:g} s), got {task.test_timeout:g}")
+            raise InvalidInstance(
+                "instance.test_timeout",
+                f"at most this server's test_timeout ({self.options.test_timeout:g} s), got {task.test_timeout:g}",
+            )
         if not self._images:
             try:
                 envs.find_source(task, self.options.mirrors)
@@ -167,8 +171,10 @@ class SWEHandler(AgentHandler):
         """The instance as a task this server can run; InvalidInstance naming the field."""
         task = parse_task(instance)
         if not self._images and task.schema == "r2e-gym":
-            raise InvalidInstance("instance.docker_image", "R2E-Gym tests live in the instance's "
-                                  "image: run with an image runtime (apptainer, docker, podman)")
+            raise InvalidInstance(
+                "instance.docker_image",
+                "R2E-Gym tests live in the instance's image: run with an image runtime (apptainer, docker, podman)",
+            )
         if not self._images and not task.base_commit:
             raise InvalidInstance("instance.base_commit", "required without an image runtime")
         return task
@@ -193,8 +199,7 @@ class SWEHandler(AgentHandler):
         task = self.task(rollout.instance)
         # A harness's sandbox caps memory resident (Node, Bun); EVAL's keep RLIMIT_AS,
         # so a task is graded alike whoever acted.
-        sandbox = await self._open(rollout, task,
-                                   harness=instance_harness(self.ctx, rollout.instance))
+        sandbox = await self._open(rollout, task, harness=instance_harness(self.ctx, rollout.instance))
         if self._images and task.schema == "r2e-gym":
             await envs.hide_r2e_tests(sandbox, self.options)
         env = None if self._images else await self._host_env(sandbox)
@@ -203,23 +208,31 @@ class SWEHandler(AgentHandler):
         # are untracked or changed against base_commit: they are not the agent's).
         rollout.state = SWEWork(task, sandbox, await snapshot(sandbox))
 
-    async def _open(self, rollout: RolloutView, task: SWETask,
-                    harness: HarnessSpec | None = None) -> Sandbox:
+    async def _open(self, rollout: RolloutView, task: SWETask, harness: HarnessSpec | None = None) -> Sandbox:
         """A sandbox with the task's environment and its repository at base_commit
         (``harness``: the agent's, for that harness: its install folder shown read-only,
         memory capped resident for the whole sandbox)."""
-        limits = SandboxLimits(memory_mb=self.options.memory_mb, pids=self.options.pids,
-                               cpu_seconds=3600)
+        limits = SandboxLimits(memory_mb=self.options.memory_mb, pids=self.options.pids, cpu_seconds=3600)
         if harness is not None:
             limits = harness_limits(limits)
         binds = harness_binds(harness)
-        env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PIP_NO_INPUT": "1",
-               "GIT_PAGER": "cat", "PAGER": "cat"}
+        env = {
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "PIP_NO_INPUT": "1",
+            "GIT_PAGER": "cat",
+            "PAGER": "cat",
+        }
         if self._images:
-            spec = SandboxSpec(image=envs.image_reference(task, self.options, self._runtime_name),
-                               limits=limits, env=env, workspace_seed=self.options.image_repo_dir,
-                               workspace_aliases=[self.options.image_repo_dir],
-                               readonly_binds=binds, start_timeout=self.options.setup_timeout)
+            spec = SandboxSpec(
+                image=envs.image_reference(task, self.options, self._runtime_name),
+                limits=limits,
+                env=env,
+                workspace_seed=self.options.image_repo_dir,
+                workspace_aliases=[self.options.image_repo_dir],
+                readonly_binds=binds,
+                start_timeout=self.options.setup_timeout,
+            )
             sandbox = await open_sandbox(self.ctx, rollout, spec)
             await envs.prepare_image_repo(sandbox, self.options)
             return sandbox
@@ -228,8 +241,13 @@ class SWEHandler(AgentHandler):
             raise InfraError(f"swe handler (host mode): {reason}")
         bundle = await envs.bundle_for(task, self.options)  # (its cache exists before the sandbox)
         rootfs = self.options.rootfs  # (a rootfs shows none of the host's folders)
-        spec = SandboxSpec(image=str(rootfs) if rootfs else None, limits=limits, env=env,
-                           readonly_binds=binds, hide=[] if rootfs else envs.hidden_folders(self.options))
+        spec = SandboxSpec(
+            image=str(rootfs) if rootfs else None,
+            limits=limits,
+            env=env,
+            readonly_binds=binds,
+            hide=[] if rootfs else envs.hidden_folders(self.options),
+        )
         sandbox = await open_sandbox(self.ctx, rollout, spec)
         await envs.materialise(sandbox, task, self.options, bundle)
         return sandbox
@@ -252,12 +270,13 @@ class SWEHandler(AgentHandler):
         """Host mode: the environment in which ``python``, ``python3`` and ``pytest`` are
         the interpreter that has pytest (shims in the sandbox's private /tmp), for the
         agent's shell and the test run alike."""
-        python, extra = ((self.options.python, {}) if self.options.python
-                         else await python_with(sandbox, "pytest"))
-        shims = (f"mkdir -p {SHIMS} && for name in python python3; do "
-                 f"printf '#!/bin/sh\\nexec %s \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/$name; done && "
-                 f"printf '#!/bin/sh\\nexec %s -m pytest \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/pytest && "
-                 f"chmod +x {SHIMS}/*")
+        python, extra = (self.options.python, {}) if self.options.python else await python_with(sandbox, "pytest")
+        shims = (
+            f"mkdir -p {SHIMS} && for name in python python3; do "
+            f"printf '#!/bin/sh\\nexec %s \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/$name; done && "
+            f"printf '#!/bin/sh\\nexec %s -m pytest \"$@\"\\n' {shlex.quote(python)} > {SHIMS}/pytest && "
+            f"chmod +x {SHIMS}/*"
+        )
         made = await sandbox.exec(shims, timeout=30)
         if not made.ok:
             raise InfraError(f"could not set up the agent's python: {made.failure()}")
@@ -270,8 +289,9 @@ class SWEHandler(AgentHandler):
         harness = instance_harness(self.ctx, rollout.instance)
         output: HarnessOutput | None = None
         if harness is not None:
-            output = await run_harness(self.ctx, rollout, sandbox, task, harness, agent_env,
-                                       sandbox.spec.image if self._images else None)
+            output = await run_harness(
+                self.ctx, rollout, sandbox, task, harness, agent_env, sandbox.spec.image if self._images else None
+            )
             finished = output.exit_code == 0
         else:
             finished = await self._tool_episode(rollout, work, agent_env)
@@ -281,8 +301,7 @@ class SWEHandler(AgentHandler):
         rollout.state = SWECandidate(task, candidate, finished=finished, harness=output)
         await close_sandboxes(rollout)
 
-    async def _tool_episode(self, rollout: RolloutView, work: SWEWork,
-                            agent_env: dict[str, str]) -> bool:
+    async def _tool_episode(self, rollout: RolloutView, work: SWEWork, agent_env: dict[str, str]) -> bool:
         """rollserve's own tool loop (bash, str_replace_editor, finish); True if the
         agent called finish."""
         task, sandbox = work.task, work.sandbox
@@ -293,12 +312,18 @@ class SWEHandler(AgentHandler):
         close_later(rollout, bash)
         if self._images:
             await bash.session.run(self.options.image_activate)
-        finish = FinishTool(description="Call when the issue is fixed and verified. Your "
-                            "changes to the repository are submitted; this ends the task.",
-                            parameter=None)
-        env = ToolEnv([bash, EditorTool(sandbox), finish], task_text(task.repo, task.problem_statement),
-                      SYSTEM_PROMPT, tokenizer=self.ctx.tokenizer,
-                      config=ToolEnvConfig(call_timeout=self.max_command_seconds + 60.0))
+        finish = FinishTool(
+            description="Call when the issue is fixed and verified. Your "
+            "changes to the repository are submitted; this ends the task.",
+            parameter=None,
+        )
+        env = ToolEnv(
+            [bash, EditorTool(sandbox), finish],
+            task_text(task.repo, task.problem_statement),
+            SYSTEM_PROMPT,
+            tokenizer=self.ctx.tokenizer,
+            config=ToolEnvConfig(call_timeout=self.max_command_seconds + 60.0),
+        )
         await run_episode(self.ctx, rollout, env)
         return finish.finished
 
@@ -308,34 +333,39 @@ class SWEHandler(AgentHandler):
         evaluation = await self._eval(rollout)
         tests = evaluation.details.get("tests") or []
         ok = sum(1 for t in tests if isinstance(t, dict) and t.get("ok") is True)
-        evaluation.components = {"resolved": evaluation.reward,
-                                 "tests": ok / len(tests) if tests else 0.0}
+        evaluation.components = {"resolved": evaluation.reward, "tests": ok / len(tests) if tests else 0.0}
         return evaluation
 
     async def _eval(self, rollout: RolloutView) -> Evaluation:
         state = self.state(rollout, SWECandidate)
         task, candidate = state.task, state.candidate
         details: dict[str, Any] = {
-            "schema": task.schema, "instance_id": task.instance_id,
+            "schema": task.schema,
+            "instance_id": task.instance_id,
             "finished": state.finished,
-            "git_patch": candidate.patch, "patch_bytes": len(candidate.patch.encode()),
+            "git_patch": candidate.patch,
+            "patch_bytes": len(candidate.patch.encode()),
             "patch_too_big": candidate.too_big,
             "binary_files_left_out": candidate.binary_files,
         }
         if state.harness is not None:
-            details.update(harness_exit_code=state.harness.exit_code,
-                           harness_log_tail=state.harness.tail())
+            details.update(harness_exit_code=state.harness.exit_code, harness_log_tail=state.harness.tail())
         if candidate.too_big:
             details.update(resolved=False, tests_ran=False, reason="the patch is too big")
             return Evaluation(reward=0.0, details=details)
         split = await asyncio.to_thread(protect.split, candidate.patch, runner_paths(task))
         patch = split.kept
         if split.protected:
-            details.update(protected_files=split.protected, protected_files_action=(
-                "failed" if self.options.protected_files == "fail" else "dropped"))
+            details.update(
+                protected_files=split.protected,
+                protected_files_action=("failed" if self.options.protected_files == "fail" else "dropped"),
+            )
             if self.options.protected_files == "fail":
-                details.update(resolved=False, tests_ran=False, reason="the patch changes test "
-                               "infrastructure the grading relies on: " + ", ".join(split.protected))
+                details.update(
+                    resolved=False,
+                    tests_ran=False,
+                    reason="the patch changes test infrastructure the grading relies on: " + ", ".join(split.protected),
+                )
                 return Evaluation(reward=0.0, details=details)
         if not patch.strip() and self.options.empty_patch == "unresolved":
             details.update(resolved=False, tests_ran=False, reason="empty patch")
@@ -352,8 +382,9 @@ class SWEHandler(AgentHandler):
         try:
             env = None if self._images else await self._host_env(sandbox)
             # Before the patch: nothing of the candidate can change what this finds.
-            await interpreter.probe(sandbox, task, env, self._activate, self._origin,
-                                    "EVAL, before the candidate patch")
+            await interpreter.probe(
+                sandbox, task, env, self._activate, self._origin, "EVAL, before the candidate patch"
+            )
             outcome: dict[str, Any] = {"patch_applied": True, "apply_command": None}
             if patch.strip() and not await scan.apply_scanned(sandbox, patch, self.options.machinery, outcome):
                 return outcome
@@ -371,15 +402,14 @@ class SWEHandler(AgentHandler):
             placement: Placement | None = None
             records = ""  # (the plugin's, from the server's pipe: see run_tests_recorded)
             if halves is None:
-                log, records = await self._run_suite(sandbox, task, prefix + eval_script(
-                    task, activate), env, plugin)
+                log, records = await self._run_suite(sandbox, task, prefix + eval_script(task, activate), env, plugin)
             else:  # the set-up, the canaries written in, then the tests
-                log = await run_tests(sandbox, task, halves[0], timeout, env,
-                                      self.options.stopped_tests, budget)
+                log = await run_tests(sandbox, task, halves[0], timeout, env, self.options.stopped_tests, budget)
                 if APPLY_FAILED not in log:
                     placement = await plant(sandbox, task, self.options.canary_count)
-                    more, records = await self._run_suite(sandbox, task, prefix + halves[1], env,
-                                                          plugin, write_test_patch=False)
+                    more, records = await self._run_suite(
+                        sandbox, task, prefix + halves[1], env, plugin, write_test_patch=False
+                    )
                     log += more
             recorded = recorded_results.parse(records) if plugin else None
         finally:
@@ -394,17 +424,32 @@ class SWEHandler(AgentHandler):
         outcome["log_tail"] = log[-3000:]
         return outcome
 
-    async def _run_suite(self, sandbox: Sandbox, task: SWETask, script: str,
-                         env: dict[str, str] | None, plugin: bool, *,
-                         write_test_patch: bool = True) -> tuple[str, str]:
+    async def _run_suite(
+        self,
+        sandbox: Sandbox,
+        task: SWETask,
+        script: str,
+        env: dict[str, str] | None,
+        plugin: bool,
+        *,
+        write_test_patch: bool = True,
+    ) -> tuple[str, str]:
         """The test run's log and, where our plugin records the outcomes, its records."""
         timeout, budget = self._test_limits(task)
         if plugin:
-            return await run_tests_recorded(sandbox, task, script, timeout, env,
-                                            self.options.stopped_tests, budget,
-                                            write_test_patch=write_test_patch)
-        log = await run_tests(sandbox, task, script, timeout, env, self.options.stopped_tests,
-                              budget, write_test_patch=write_test_patch)
+            return await run_tests_recorded(
+                sandbox,
+                task,
+                script,
+                timeout,
+                env,
+                self.options.stopped_tests,
+                budget,
+                write_test_patch=write_test_patch,
+            )
+        log = await run_tests(
+            sandbox, task, script, timeout, env, self.options.stopped_tests, budget, write_test_patch=write_test_patch
+        )
         return log, ""
 
     def _test_limits(self, task: SWETask) -> tuple[float, float]:
@@ -412,15 +457,13 @@ class SWEHandler(AgentHandler):
         timeout = task.test_timeout or self.options.test_timeout
         return timeout, self.options.test_cpu_seconds or timeout * CPU_SHARE
 
-    async def _recheck(self, rollout: RolloutView, task: SWETask, patch: str,
-                       host: bool) -> dict[str, Any]:
+    async def _recheck(self, rollout: RolloutView, task: SWETask, patch: str, host: bool) -> dict[str, Any]:
         """The second runner (see ``recheck``): the test files again, in a fresh sandbox
         from pristine test files, each test's call observed."""
         sandbox = await self._open(rollout, task)
         try:
             if patch.strip() and not (await apply_patch(sandbox, patch)).ok:
-                raise InfraError("the candidate patch applied once but not in the second "
-                                 "runner's sandbox")
+                raise InfraError("the candidate patch applied once but not in the second runner's sandbox")
             env = await self._host_env(sandbox) if host else None
             plan = recheck.Plan.draw()
             for name, text in plan.files().items():
@@ -428,8 +471,14 @@ class SWEHandler(AgentHandler):
             activate = None if host else self.options.image_activate
             timeout, budget = self._test_limits(task)
             log, records = await run_tests_recorded(
-                sandbox, task, plan.shell_setup() + eval_script(task, activate), timeout, env,
-                self.options.stopped_tests, budget)
+                sandbox,
+                task,
+                plan.shell_setup() + eval_script(task, activate),
+                timeout,
+                env,
+                self.options.stopped_tests,
+                budget,
+            )
         finally:
             await close_sandboxes(rollout)
         seen = await asyncio.to_thread(recheck.parse, records, plan.key)

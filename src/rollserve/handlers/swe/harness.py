@@ -39,8 +39,15 @@ def instance_harness(ctx: HandlerContext, instance: Mapping[str, Any]) -> Harnes
     return None if raw is None else parse_harness(ctx, raw)
 
 
-async def run_harness(ctx: HandlerContext, rollout: RolloutView, sandbox: Sandbox, task: SWETask,
-                      spec: HarnessSpec, agent_env: dict[str, str], image: str | None) -> HarnessOutput:
+async def run_harness(
+    ctx: HandlerContext,
+    rollout: RolloutView,
+    sandbox: Sandbox,
+    task: SWETask,
+    spec: HarnessSpec,
+    agent_env: dict[str, str],
+    image: str | None,
+) -> HarnessOutput:
     """The episode: ``spec``'s harness in ``sandbox`` behind the rollout's gateway
     session. ``agent_env``: the environment the agent's commands need."""
     await sandbox.write_file(PROBLEM_FILE, task.problem_statement)

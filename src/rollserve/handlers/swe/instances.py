@@ -33,8 +33,15 @@ from rollserve.handlers.base import InvalidInstance
 
 SCHEMAS: tuple[str, ...] = ("swe-bench", "swe-gym", "r2e-gym")
 
-SWE_BENCH_REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "test_patch",
-                      "FAIL_TO_PASS", "PASS_TO_PASS")
+SWE_BENCH_REQUIRED = (
+    "instance_id",
+    "repo",
+    "base_commit",
+    "problem_statement",
+    "test_patch",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+)
 R2E_REQUIRED = ("docker_image", "problem_statement", "expected_output_json")
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -82,11 +89,9 @@ def detect_schema(instance: Mapping[str, Any]) -> str:
     explicit = instance.get("schema")
     if explicit is not None:
         if explicit not in SCHEMAS:
-            raise InvalidInstance("instance.schema", f"must be one of {', '.join(SCHEMAS)}, "
-                                  f"got {explicit!r}")
+            raise InvalidInstance("instance.schema", f"must be one of {', '.join(SCHEMAS)}, got {explicit!r}")
         return explicit
-    if "docker_image" in instance and ("expected_output_json" in instance
-                                       or "parsed_commit_content" in instance):
+    if "docker_image" in instance and ("expected_output_json" in instance or "parsed_commit_content" in instance):
         return "r2e-gym"
     if "instance_id" in instance and "base_commit" in instance:
         lists = isinstance(instance.get("FAIL_TO_PASS"), list)
@@ -94,9 +99,11 @@ def detect_schema(instance: Mapping[str, Any]) -> str:
             return "swe-gym"
         return "swe-bench"
     raise InvalidInstance(
-        "instance", "not a SWE-bench, SWE-Gym or R2E-Gym instance: SWE-bench/SWE-Gym need "
+        "instance",
+        "not a SWE-bench, SWE-Gym or R2E-Gym instance: SWE-bench/SWE-Gym need "
         f"{', '.join(SWE_BENCH_REQUIRED)}; R2E-Gym needs {', '.join(R2E_REQUIRED)} "
-        "(or set 'schema')")
+        "(or set 'schema')",
+    )
 
 
 def parse_task(instance: Mapping[str, Any]) -> SWETask:
@@ -139,11 +146,17 @@ def _swe_bench(instance: Mapping[str, Any], schema: str) -> SWETask:
     if eval_type not in ("pass_and_fail", "fail_only"):
         raise InvalidInstance("instance.eval_type", "must be 'pass_and_fail' or 'fail_only'")
     return SWETask(
-        schema=schema, instance_id=_string(instance, "instance_id"), repo=repo,
-        problem_statement=_string(instance, "problem_statement"), base_commit=base,
-        test_patch=test_patch, fail_to_pass=f2p,
-        pass_to_pass=_test_list(instance, "PASS_TO_PASS"), version=str(instance.get("version", "")),
-        eval_type=eval_type)
+        schema=schema,
+        instance_id=_string(instance, "instance_id"),
+        repo=repo,
+        problem_statement=_string(instance, "problem_statement"),
+        base_commit=base,
+        test_patch=test_patch,
+        fail_to_pass=f2p,
+        pass_to_pass=_test_list(instance, "PASS_TO_PASS"),
+        version=str(instance.get("version", "")),
+        eval_type=eval_type,
+    )
 
 
 def _r2e(instance: Mapping[str, Any]) -> SWETask:
@@ -155,10 +168,14 @@ def _r2e(instance: Mapping[str, Any]) -> SWETask:
         expected = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError as exc:
         raise InvalidInstance("instance.expected_output_json", f"not JSON: {exc.msg}") from None
-    if not isinstance(expected, dict) or not expected or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in expected.items()):
-        raise InvalidInstance("instance.expected_output_json",
-                              "must map each test to its expected status (PASSED, FAILED, ...)")
+    if (
+        not isinstance(expected, dict)
+        or not expected
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in expected.items())
+    ):
+        raise InvalidInstance(
+            "instance.expected_output_json", "must map each test to its expected status (PASSED, FAILED, ...)"
+        )
     image = _string(instance, "docker_image")
     repo = instance.get("repo_name") or instance.get("repo") or image.split("/")[-1].split(":")[0]
     commit = None
@@ -171,10 +188,16 @@ def _r2e(instance: Mapping[str, Any]) -> SWETask:
     if isinstance(content, dict) and isinstance(content.get("old_commit_hash"), str):
         commit = content["old_commit_hash"]
     instance_id = instance.get("instance_id") or f"{repo}@{image.rsplit(':', 1)[-1][:12]}"
-    return SWETask(schema="r2e-gym", instance_id=str(instance_id), repo=str(repo),
-                   problem_statement=_string(instance, "problem_statement"), base_commit=commit,
-                   image=image, expected={k: v.upper() for k, v in expected.items()},
-                   log_parser="parse_log_pytest")
+    return SWETask(
+        schema="r2e-gym",
+        instance_id=str(instance_id),
+        repo=str(repo),
+        problem_statement=_string(instance, "problem_statement"),
+        base_commit=commit,
+        image=image,
+        expected={k: v.upper() for k, v in expected.items()},
+        log_parser="parse_log_pytest",
+    )
 
 
 def _string(instance: Mapping[str, Any], key: str) -> str:
@@ -186,10 +209,8 @@ def _string(instance: Mapping[str, Any], key: str) -> str:
 
 def _seconds(instance: Mapping[str, Any], key: str) -> float:
     value = instance[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value <= 0:
-        raise InvalidInstance(f"instance.{key}", f"must be a number of seconds above 0, "
-                              f"got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidInstance(f"instance.{key}", f"must be a number of seconds above 0, got {value!r}")
     return float(value)
 
 
@@ -199,8 +220,9 @@ def _test_list(instance: Mapping[str, Any], key: str) -> list[str]:
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError:
-            raise InvalidInstance(f"instance.{key}", "must be a list of test names "
-                                  "(or that list JSON-encoded)") from None
+            raise InvalidInstance(
+                f"instance.{key}", "must be a list of test names (or that list JSON-encoded)"
+            ) from None
     if not isinstance(raw, list) or not all(isinstance(t, str) and t for t in raw):
         raise InvalidInstance(f"instance.{key}", "must be a list of test names")
     return raw
@@ -213,5 +235,4 @@ def _check_parser(name: str) -> None:
         return  # reported when the handler is built (SWEHandler needs swebench)
     if name not in PARSER_REGISTRY:
         known = ", ".join(sorted(k for k in PARSER_REGISTRY if "pytest" in k or "django" in k))
-        raise InvalidInstance("instance.log_parser", f"unknown swebench log parser {name!r} "
-                              f"(e.g. {known})")
+        raise InvalidInstance("instance.log_parser", f"unknown swebench log parser {name!r} (e.g. {known})")

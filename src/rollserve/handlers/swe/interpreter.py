@@ -56,8 +56,7 @@ def static_problem(python: str, hidden: Sequence[str], shown: Sequence[str]) -> 
     if not given.exists():
         return f"{python} does not exist"
     paths = {"the path": given, "its target": given.resolve()}
-    cfg = next((p / "pyvenv.cfg" for p in (given.parent, given.parent.parent)
-                if (p / "pyvenv.cfg").is_file()), None)
+    cfg = next((p / "pyvenv.cfg" for p in (given.parent, given.parent.parent) if (p / "pyvenv.cfg").is_file()), None)
     if cfg is not None:
         for line in cfg.read_text(errors="replace").splitlines():
             key, _, value = line.partition("=")
@@ -69,8 +68,7 @@ def static_problem(python: str, hidden: Sequence[str], shown: Sequence[str]) -> 
     for what, path in paths.items():
         folder = _within(path, hidden)
         if folder is not None and _within(path, shown) is None:
-            return (f"{python}: {what} ({path}) lies in {folder}, a folder host-mode "
-                    "sandboxes do not see")
+            return f"{python}: {what} ({path}) lies in {folder}, a folder host-mode sandboxes do not see"
     return None
 
 
@@ -83,8 +81,10 @@ def command_of(task: SWETask) -> str | None:
         start = next((i for i, line in enumerate(lines) if START in line), None)
         if start is None:
             return None
-        return next((line for line in lines[start + 1:] if line.strip()
-                     and not line.lstrip().startswith(("#", ":", "echo "))), None)
+        return next(
+            (line for line in lines[start + 1 :] if line.strip() and not line.lstrip().startswith(("#", ":", "echo "))),
+            None,
+        )
     if task.schema == "r2e-gym":
         return task.test_cmd or "bash run_tests.sh"
     return suite_command(task)
@@ -111,8 +111,7 @@ def shebang_words(first_line: str) -> list[str]:
     return words[:1]
 
 
-async def probe_script(sandbox: Sandbox, task: SWETask, activate: str | None,
-                       host: bool) -> str:
+async def probe_script(sandbox: Sandbox, task: SWETask, activate: str | None, host: bool) -> str:
     """The bash script that checks the task's test command can start (see the doc)."""
     command = command_of(task) or ""
     words = command_words(command)
@@ -135,26 +134,31 @@ async def probe_script(sandbox: Sandbox, task: SWETask, activate: str | None,
         pytest = "python"
     lines = [activate] if activate else []
     for word in dict.fromkeys(programs):
-        lines.append(f"command -v -- {shlex.quote(word)} >/dev/null 2>&1 || "
-                     f"{{ echo {shlex.quote(f'{word}: command not found')}; exit 127; }}")
+        lines.append(
+            f"command -v -- {shlex.quote(word)} >/dev/null 2>&1 || "
+            f"{{ echo {shlex.quote(f'{word}: command not found')}; exit 127; }}"
+        )
     for python in dict.fromkeys(pythons):
-        lines.append(f"{shlex.quote(python)} -c 'import sys; print(sys.version)' || "
-                     f"{{ echo {shlex.quote(f'{python} does not start')}; exit 127; }}")
+        lines.append(
+            f"{shlex.quote(python)} -c 'import sys; print(sys.version)' || "
+            f"{{ echo {shlex.quote(f'{python} does not start')}; exit 127; }}"
+        )
     if pytest:
-        lines.append(f"{shlex.quote(pytest)} -c 'import pytest' || "
-                     f"{{ echo {shlex.quote(f'{pytest} cannot import pytest')}; exit 1; }}")
+        lines.append(
+            f"{shlex.quote(pytest)} -c 'import pytest' || "
+            f"{{ echo {shlex.quote(f'{pytest} cannot import pytest')}; exit 1; }}"
+        )
     return "\n".join(lines) + "\n"
 
 
-async def probe(sandbox: Sandbox, task: SWETask, env: dict[str, str] | None,
-                activate: str | None, origin: str, when: str) -> None:
+async def probe(
+    sandbox: Sandbox, task: SWETask, env: dict[str, str] | None, activate: str | None, origin: str, when: str
+) -> None:
     """InfraError (masked) if the task's tests cannot start in ``sandbox`` (see the
     module's doc); ``origin`` says where the interpreter comes from, ``when`` the stage."""
     script = await probe_script(sandbox, task, activate, host=activate is None)
-    result = await sandbox.exec(["bash", "-c", "exec 2>&1\n" + script],
-                                timeout=PROBE_TIMEOUT, env=env)
+    result = await sandbox.exec(["bash", "-c", "exec 2>&1\n" + script], timeout=PROBE_TIMEOUT, env=env)
     if result.ok:
         return
     why = "timed out" if result.timed_out else (result.stdout + result.stderr).strip()[-800:]
-    raise InfraError(f"{when}: the environment of {task.instance_id} cannot start its tests "
-                     f"({origin}): {why}")
+    raise InfraError(f"{when}: the environment of {task.instance_id} cannot start its tests ({origin}): {why}")

@@ -9,19 +9,38 @@ import ast
 import re
 
 MAX_LENGTH = 4096  # a longer built string is not folded
-_METHODS = frozenset({"lower", "upper", "strip", "lstrip", "rstrip", "replace", "decode",
-                      "encode", "title", "capitalize", "casefold", "swapcase",
-                      "removeprefix", "removesuffix"})
+_METHODS = frozenset(
+    {
+        "lower",
+        "upper",
+        "strip",
+        "lstrip",
+        "rstrip",
+        "replace",
+        "decode",
+        "encode",
+        "title",
+        "capitalize",
+        "casefold",
+        "swapcase",
+        "removeprefix",
+        "removesuffix",
+    }
+)
 # Strings that name pytest, its environment, the grader's files, /proc, or attributes
 # looked up by name to reach frames, imports and hooks.
 TELLING = re.compile(
     r"(_?pytest|pluggy)(\.[\w.]*)?|_?PYTEST_[A-Z_]*|/proc/.*|(?i:.*rollserve.*)|.*/\.git/.*"
     r"|__builtins__|__import__|__subclasses__|_getframe|f_back|f_locals|f_globals|tb_frame"
     r"|meta_path|path_hooks|settrace|setprofile|excepthook|from_item_and_call|TestReport"
-    r"|CallInfo", re.DOTALL)
-_NAMES = re.compile(r"__\w+__|_getframe|f_back|f_locals|f_globals|tb_frame|meta_path"
-                    r"|path_hooks|settrace|setprofile|excepthook|from_item_and_call|TestReport"
-                    r"|CallInfo")
+    r"|CallInfo",
+    re.DOTALL,
+)
+_NAMES = re.compile(
+    r"__\w+__|_getframe|f_back|f_locals|f_globals|tb_frame|meta_path"
+    r"|path_hooks|settrace|setprofile|excepthook|from_item_and_call|TestReport"
+    r"|CallInfo"
+)
 
 
 def literal(node: ast.AST | None) -> str | None:
@@ -51,8 +70,7 @@ def _fold(node: ast.AST, depth: int) -> str | None:
             return left * min(_int(node.right) or 0, MAX_LENGTH)
         return None
     if isinstance(node, ast.JoinedStr):
-        parts = [fold(v.value if isinstance(v, ast.FormattedValue) else v, depth)
-                 for v in node.values]
+        parts = [fold(v.value if isinstance(v, ast.FormattedValue) else v, depth) for v in node.values]
         return "".join(p for p in parts if p is not None) if None not in parts else None
     if isinstance(node, ast.Subscript):
         return _subscript(node, depth)
@@ -77,10 +95,12 @@ def _subscript(node: ast.Subscript, depth: int) -> str | None:
     index = node.slice
     if isinstance(index, ast.Slice):
         bounds = [_int(b) if b is not None else None for b in (index.lower, index.upper, index.step)]
-        if any(b is None and given is not None for b, given in
-               zip(bounds, (index.lower, index.upper, index.step))) or bounds[2] == 0:
+        if (
+            any(b is None and given is not None for b, given in zip(bounds, (index.lower, index.upper, index.step)))
+            or bounds[2] == 0
+        ):
             return None
-        return value[bounds[0]:bounds[1]:bounds[2]]
+        return value[bounds[0] : bounds[1] : bounds[2]]
     position = _int(index)
     if position is not None and -len(value) <= position < len(value):
         return value[position]

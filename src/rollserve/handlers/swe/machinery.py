@@ -33,40 +33,89 @@ from rollserve.handlers.swe.literals import Strings, fold, is_built_name
 MACHINERY = frozenset({"pytest", "_pytest", "pluggy", "unittest", "doctest", "nose", "nose2"})
 _RULES: dict[str, tuple[str, ...]] = {
     "the module table": ("importlib.reload",),  # (and sys.modules changed: _SURGERY)
-    "an import hook": ("sys.meta_path", "sys.path_hooks", "sys.path_importer_cache",
-                       "importlib.machinery.SourceFileLoader", "importlib.machinery.FileFinder",
-                       "importlib.machinery.SourcelessFileLoader", "importlib.machinery.PathFinder",
-                       "importlib.machinery.ExtensionFileLoader", "importlib.abc",
-                       "importlib.util.spec_from_loader", "importlib.util.spec_from_file_location",
-                       "importlib.util.module_from_spec", "runpy", "__import__"),
+    "an import hook": (
+        "sys.meta_path",
+        "sys.path_hooks",
+        "sys.path_importer_cache",
+        "importlib.machinery.SourceFileLoader",
+        "importlib.machinery.FileFinder",
+        "importlib.machinery.SourcelessFileLoader",
+        "importlib.machinery.PathFinder",
+        "importlib.machinery.ExtensionFileLoader",
+        "importlib.abc",
+        "importlib.util.spec_from_loader",
+        "importlib.util.spec_from_file_location",
+        "importlib.util.module_from_spec",
+        "runpy",
+        "__import__",
+    ),
     "frame or gc introspection": (
-        "sys._getframe", "sys._current_frames", "inspect.currentframe", "inspect.stack",
-        "inspect.trace", "inspect.getouterframes", "inspect.getinnerframes",
-        "inspect.getframeinfo", "traceback.extract_stack", "traceback.format_stack",
-        "traceback.print_stack", "traceback.walk_stack", "gc.get_objects", "gc.get_referrers",
-        "gc.get_referents"),
+        "sys._getframe",
+        "sys._current_frames",
+        "inspect.currentframe",
+        "inspect.stack",
+        "inspect.trace",
+        "inspect.getouterframes",
+        "inspect.getinnerframes",
+        "inspect.getframeinfo",
+        "traceback.extract_stack",
+        "traceback.format_stack",
+        "traceback.print_stack",
+        "traceback.walk_stack",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+    ),
     "an exit or trace hook": (
-        "atexit", "os._exit", "os.abort", "sys.excepthook", "sys.unraisablehook",
-        "sys.settrace", "sys.setprofile", "sys.addaudithook", "sys.monitoring",
-        "threading.settrace", "threading.setprofile", "threading.settrace_all_threads",
-        "threading.setprofile_all_threads", "threading.excepthook", "signal.signal",
-        "signal.setitimer", "signal.alarm", "signal.set_wakeup_fd"),
+        "atexit",
+        "os._exit",
+        "os.abort",
+        "sys.excepthook",
+        "sys.unraisablehook",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+        "sys.monitoring",
+        "threading.settrace",
+        "threading.setprofile",
+        "threading.settrace_all_threads",
+        "threading.setprofile_all_threads",
+        "threading.excepthook",
+        "signal.signal",
+        "signal.setitimer",
+        "signal.alarm",
+        "signal.set_wakeup_fd",
+    ),
     "obfuscation": ("__builtins__", "marshal.loads", "ctypes"),  # (and _BUILDERS called)
 }
 _PREFIXES = {prefix: category for category, prefixes in _RULES.items() for prefix in prefixes}
-ATTRIBUTES = frozenset({"f_back", "f_locals", "f_globals", "f_builtins", "tb_frame", "gi_frame",
-                        "cr_frame", "ag_frame", "__subclasses__"})
+ATTRIBUTES = frozenset(
+    {"f_back", "f_locals", "f_globals", "f_builtins", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "__subclasses__"}
+)
 # sys.modules is read by every importer (Sphinx's autodoc, Django's autoreloader):
 # changing it is the finding (what is read by a telling name is one too).
-_SURGERY = frozenset({"pop", "popitem", "update", "setdefault", "clear", "__setitem__",
-                      "__delitem__"})
+_SURGERY = frozenset({"pop", "popitem", "update", "setdefault", "clear", "__setitem__", "__delitem__"})
 _REPLACED = ("sys.exit", "os._exit", "exit", "quit")  # replaced (stored), not called
 _EXECUTORS = frozenset({"exec", "eval", "compile"})
 _BUILDERS = frozenset({"types.CodeType", "types.FunctionType"})  # called: code made at run time
 _IMPORTERS = frozenset({"__import__", "importlib.import_module", "importlib.__import__"})
 _ATTR_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
-_WATCHED = frozenset({"sys", "gc", "inspect", "atexit", "signal", "threading", "builtins",
-                      "importlib", "traceback", "ctypes", "marshal", *MACHINERY})
+_WATCHED = frozenset(
+    {
+        "sys",
+        "gc",
+        "inspect",
+        "atexit",
+        "signal",
+        "threading",
+        "builtins",
+        "importlib",
+        "traceback",
+        "ctypes",
+        "marshal",
+        *MACHINERY,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -122,7 +171,7 @@ class _Scanner(ast.NodeVisitor):
         if name.startswith("builtins."):
             if store:
                 self._add("obfuscation", f"assignment to {name}", node)
-            name = name[len("builtins."):]
+            name = name[len("builtins.") :]
         parts = name.split(".")
         for i, part in enumerate(parts[1:], 1):  # os.sys.modules is sys.modules
             if imported and part in _WATCHED and part != parts[i - 1] and not name.startswith("."):
@@ -152,8 +201,7 @@ class _Scanner(ast.NodeVisitor):
             first = node.args[0]
             if func and func[0] in _IMPORTERS and fold(first) is not None:
                 return str(fold(first)), True
-            if (func and func[0] == "getattr" and len(node.args) >= 2
-                    and fold(node.args[1]) is not None):
+            if func and func[0] == "getattr" and len(node.args) >= 2 and fold(node.args[1]) is not None:
                 base = self.resolve(first)
                 return (f"{base[0]}.{fold(node.args[1])}", base[1]) if base else None
         if isinstance(node, ast.Subscript):
@@ -167,8 +215,7 @@ class _Scanner(ast.NodeVisitor):
         """The name ``node`` stands for if it is a watched module or in one (``sys``,
         ``os.sys.modules``, ``builtins``, ``_pytest.reports``), else None."""
         resolved = self.resolve(node)
-        if resolved is None or not resolved[1] or resolved[0].startswith(".") \
-                or _root(resolved[0]) in self.own:
+        if resolved is None or not resolved[1] or resolved[0].startswith(".") or _root(resolved[0]) in self.own:
             return None
         parts = resolved[0].split(".")
         for i, part in enumerate(parts):
@@ -190,8 +237,7 @@ class _Scanner(ast.NodeVisitor):
                 if node.level == 0 and _root(module) in _WATCHED:
                     self._add("obfuscation", f"from {module} import *", node)
                 continue
-            name = f"{module}.{alias.name}" if module and not module.endswith(".") \
-                else module + alias.name
+            name = f"{module}.{alias.name}" if module and not module.endswith(".") else module + alias.name
             self.aliases[alias.asname or alias.name] = name
             if node.level == 0:
                 self._name(name, node)
@@ -273,8 +319,7 @@ class _Scanner(ast.NodeVisitor):
         function builder called; ``pickle.loads`` of a constant."""
         first = node.args[0] if node.args else None
         names = node.args[1] if name in _ATTR_CALLS and len(node.args) >= 2 else first
-        if name in _EXECUTORS | _IMPORTERS | _ATTR_CALLS and names is not None \
-                and is_built_name(names):
+        if name in _EXECUTORS | _IMPORTERS | _ATTR_CALLS and names is not None and is_built_name(names):
             self._add("obfuscation", f"{name} of a string built from pieces", node)
         if name in _BUILDERS and func and func[1]:
             self._add("obfuscation", f"{name} called", node)
@@ -325,7 +370,8 @@ def _is_module_expr(node: ast.AST) -> bool:
     if isinstance(node, ast.Call):
         func = node.func
         return (isinstance(func, ast.Name) and func.id == "__import__") or (
-            isinstance(func, ast.Attribute) and func.attr in ("import_module", "__import__"))
+            isinstance(func, ast.Attribute) and func.attr in ("import_module", "__import__")
+        )
     return False
 
 
@@ -357,8 +403,9 @@ def is_machinery(own: frozenset[str]) -> bool:
     return bool(own & MACHINERY)
 
 
-def added(path: str, before: str | bytes | None, after: str | bytes | None,
-          own: frozenset[str] = frozenset()) -> list[Finding]:
+def added(
+    path: str, before: str | bytes | None, after: str | bytes | None, own: frozenset[str] = frozenset()
+) -> list[Finding]:
     """What the patch added to one file: constructs more frequent after than before
     (``before`` None: a new file; ``after`` None: deleted, nothing added). In a
     repository that is itself test machinery only obfuscation counts."""

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from rollserve.errors import InfraError
 from rollserve.sandbox.base import Sandbox
 
-APPLY_COMMANDS = ("git apply --verbose", "git apply --verbose --reject",
-                  "patch --batch --fuzz=5 -p1 -i")
+APPLY_COMMANDS = ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5 -p1 -i")
 PATCH_FILE = ".git/rollserve-candidate.diff"  # in the sandbox's repository, never in a diff
 MAX_PATCH_BYTES = 4 << 20
 
@@ -50,8 +49,7 @@ class Candidate:
 async def snapshot(sandbox: Sandbox, timeout: float = 120.0) -> str:
     """The git tree of the workspace as it is (tracked or not, ignored files aside),
     recorded without changing the index, HEAD or any file the agent sees."""
-    result = await sandbox.exec("git add -A && git write-tree && git reset -q",
-                                timeout=timeout)
+    result = await sandbox.exec("git add -A && git write-tree && git reset -q", timeout=timeout)
     tree = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     if not result.ok or len(tree) < 40:
         raise InfraError(f"git could not snapshot the workspace: {result.failure()}")
@@ -63,37 +61,38 @@ async def snapshot(sandbox: Sandbox, timeout: float = 120.0) -> str:
 # includes, prefixes). Global and system files are not read; safe.directory is given
 # on the command line, where git honours it (an image's repository has another owner).
 TRUSTED_GIT = (
-    'if [ -L .git ] || [ ! -d .git ] || [ -L .git/config ]; then '
+    "if [ -L .git ] || [ ! -d .git ] || [ -L .git/config ]; then "
     'echo "the workspace\'s .git is not a plain folder" >&2; exit 3; fi; '
-    'format=$(GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null '
-    'git config --file .git/config --get extensions.objectformat 2>/dev/null); '
+    "format=$(GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null "
+    "git config --file .git/config --get extensions.objectformat 2>/dev/null); "
     'case "$format" in sha256) version=1 ;; *) format= version=0 ;; esac; '
     'rm -f .git/config.worktree && {{ printf "[core]\\n\\trepositoryformatversion = %s\\n'
     '\\tbare = false\\n" "$version"; '
     '[ -n "$format" ] && printf "[extensions]\\n\\tobjectformat = %s\\n" "$format"; '
-    'true; }} > .git/config && '
-    'export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 && '
+    "true; }} > .git/config && "
+    "export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 && "
     'git() {{ command git -c safe.directory="*" -c core.fsmonitor=false '
-    '-c core.hooksPath=/dev/null -c core.attributesFile=/dev/null "$@"; }} && {command}')
+    '-c core.hooksPath=/dev/null -c core.attributesFile=/dev/null "$@"; }} && {command}'
+)
 # The diff's format, whatever any configuration says.
-DIFF_OPTIONS = ("--no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ "
-                "--no-relative --no-renames")
+DIFF_OPTIONS = "--no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ --no-relative --no-renames"
 
 
 async def take_patch(sandbox: Sandbox, baseline: str, timeout: float = 120.0) -> Candidate:
     """The workspace's changes against ``baseline`` (a tree or commit)."""
     base = shlex.quote(baseline)
-    stage = await sandbox.exec(TRUSTED_GIT.format(
-        command=f"git add -A && git diff --cached {DIFF_OPTIONS} --numstat {base}"),
-        timeout=timeout)
+    stage = await sandbox.exec(
+        TRUSTED_GIT.format(command=f"git add -A && git diff --cached {DIFF_OPTIONS} --numstat {base}"), timeout=timeout
+    )
     if not stage.ok:
         raise InfraError(f"git could not list the workspace's changes: {stage.failure()}")
-    binary = [line.split("\t", 2)[2] for line in stage.stdout.splitlines()
-              if line.startswith("-\t-\t")]
+    binary = [line.split("\t", 2)[2] for line in stage.stdout.splitlines() if line.startswith("-\t-\t")]
     excludes = " ".join(shlex.quote(f":(exclude,literal){path}") for path in binary)
     diff = await sandbox.exec(
         TRUSTED_GIT.format(command=f"git diff --cached {DIFF_OPTIONS} {base} -- . {excludes}"),
-        timeout=timeout, max_output=MAX_PATCH_BYTES)
+        timeout=timeout,
+        max_output=MAX_PATCH_BYTES,
+    )
     if not diff.ok:
         raise InfraError(f"git diff failed: {diff.failure()}")
     # A patch over the cap is the agent's doing (vendored files, generated data).
@@ -117,6 +116,5 @@ async def apply_patch(sandbox: Sandbox, patch: str, timeout: float = 120.0) -> A
         if result.ok:
             return Applied(True, command, "\n".join(logs)[-4000:])
         # Undo a partial application (--reject leaves .rej files and applied hunks).
-        await sandbox.exec("git checkout -q -- . && git clean -fdq",
-                           timeout=timeout)
+        await sandbox.exec("git checkout -q -- . && git clean -fdq", timeout=timeout)
     return Applied(False, None, "\n".join(logs)[-4000:])

@@ -40,22 +40,59 @@ from rollserve.handlers.swe import diffparse
 # File names protected in any folder, and glob patterns for file and folder names.
 # (pytest reads pytest.ini, .pytest.ini, pytest.toml, .pytest.toml, pyproject.toml,
 # tox.ini and setup.cfg; conftest.py from every folder it collects.)
-NAMES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
-                   "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
-                   "usercustomize.py", "tests.py", "runtests.py", "run_tests.sh"})
+NAMES = frozenset(
+    {
+        "conftest.py",
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+        "sitecustomize.py",
+        "usercustomize.py",
+        "tests.py",
+        "runtests.py",
+        "run_tests.sh",
+    }
+)
 FILE_PATTERNS = ("*.pth", "*.egg-link", "test_*.py", "*_test.py")
 FOLDERS = frozenset({"tests", "test", "testing"})
 FOLDER_PATTERNS = ("*.egg-info", "*.dist-info")
 ROOT_NAMES = frozenset({"pytest.py", "pytest", "_pytest", "pluggy", "py.py"})  # shadowing
 # Test runners of known repositories' test commands (exact paths).
-RUNNERS = frozenset({"bin/test", "sympy/utilities/runtests.py", "sympy/testing/runtests.py",
-                     "sympy/utilities/pytest.py", "sympy/testing/pytest.py",
-                     "tests/runtests.py", "run_tests.sh"})
+RUNNERS = frozenset(
+    {
+        "bin/test",
+        "sympy/utilities/runtests.py",
+        "sympy/testing/runtests.py",
+        "sympy/utilities/pytest.py",
+        "sympy/testing/pytest.py",
+        "tests/runtests.py",
+        "run_tests.sh",
+    }
+)
 # What pytest itself imports (always shadowing, whatever is installed here).
-PYTEST_DEPENDENCIES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging",
-                                 "exceptiongroup", "tomli", "colorama", "pygments", "attr",
-                                 "attrs", "setuptools", "pkg_resources", "_distutils_hack"})
-
+PYTEST_DEPENDENCIES = frozenset(
+    {
+        "pytest",
+        "_pytest",
+        "pluggy",
+        "py",
+        "iniconfig",
+        "packaging",
+        "exceptiongroup",
+        "tomli",
+        "colorama",
+        "pygments",
+        "attr",
+        "attrs",
+        "setuptools",
+        "pkg_resources",
+        "_distutils_hack",
+    }
+)
 
 
 @lru_cache(maxsize=1)
@@ -95,8 +132,7 @@ def is_protected(path: str, runners: frozenset[str] = frozenset()) -> bool:
         return True
     if "/".join(parts) in RUNNERS or "/".join(parts) in {r.lower() for r in runners}:
         return True
-    return any(part in FOLDERS or any(fnmatchcase(part, p) for p in FOLDER_PATTERNS)
-               for part in parts)
+    return any(part in FOLDERS or any(fnmatchcase(part, p) for p in FOLDER_PATTERNS) for part in parts)
 
 
 @dataclass
@@ -118,8 +154,7 @@ def split(patch: str, runners: frozenset[str] = frozenset()) -> Split:
     for block in blocks:
         hits = [p for p in block.paths if is_protected(p, runners)]
         hits += [p for p in block.created if shadows(p) and p not in hits]
-        hits += [f"({problem}, in the diff of {', '.join(block.paths) or '?'})"
-                 for problem in block.problems]
+        hits += [f"({problem}, in the diff of {', '.join(block.paths) or '?'})" for problem in block.problems]
         if hits:
             protected += hits
         else:

@@ -21,9 +21,11 @@ from typing import Any
 
 _LOCK = threading.Lock()
 _MISMATCH = "recursion depth mismatch"
-_CHILD = ("import ast, pickle, sys\n"
-          "mode = sys.argv[1]\n"
-          "sys.stdout.buffer.write(pickle.dumps(ast.parse(sys.stdin.buffer.read(), mode=mode)))\n")
+_CHILD = (
+    "import ast, pickle, sys\n"
+    "mode = sys.argv[1]\n"
+    "sys.stdout.buffer.write(pickle.dumps(ast.parse(sys.stdin.buffer.read(), mode=mode)))\n"
+)
 
 
 def parse(source: str | bytes, mode: str = "exec") -> Any:
@@ -36,8 +38,9 @@ def parse(source: str | bytes, mode: str = "exec") -> Any:
             if _MISMATCH not in str(error):
                 raise
     data = source.encode("utf-8", "surrogateescape") if isinstance(source, str) else source
-    done = subprocess.run([sys.executable, "-I", "-c", _CHILD, mode], input=data,
-                          capture_output=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _CHILD, mode], input=data, capture_output=True, timeout=120, check=False
+    )
     if done.returncode != 0:  # the same errors ast.parse raises (SyntaxError, ...)
         return ast.parse(source, mode=mode)  # (raises them here, or the SystemError)
     return pickle.loads(done.stdout)  # noqa: S301 (our own child's output)

@@ -59,8 +59,7 @@ class Plan:
 
     @classmethod
     def draw(cls) -> Plan:
-        return cls(f".git/{secrets.token_hex(5)}", f"_{secrets.token_hex(4)}",
-                   secrets.token_hex(16))
+        return cls(f".git/{secrets.token_hex(5)}", f"_{secrets.token_hex(4)}", secrets.token_hex(16))
 
     def files(self) -> dict[str, str]:
         source = resources.files("rollserve.handlers.swe").joinpath("recheck_plugin.py").read_text()
@@ -132,11 +131,16 @@ def verdict(task: SWETask, seen: Seen) -> dict[str, Any]:
         checked["agreed"] = False
         checked["reason"] = "the second runner's plugin never loaded"
     elif seen.out_of_order:
-        checked.update(agreed=False, out_of_order_lines=seen.out_of_order,
-                       reason=f"{seen.out_of_order} of the second runner's records came out "
-                       "of order (lines taken from its pipe or replayed)")
+        checked.update(
+            agreed=False,
+            out_of_order_lines=seen.out_of_order,
+            reason=f"{seen.out_of_order} of the second runner's records came out "
+            "of order (lines taken from its pipe or replayed)",
+        )
     elif failing:
-        checked["reason"] = (f"the second runner saw {len(failing)} graded test(s) the first "
-                             f"run passed not pass ({', '.join(failing[:5])}): the first run's "
-                             "outcomes were rewritten")
+        checked["reason"] = (
+            f"the second runner saw {len(failing)} graded test(s) the first "
+            f"run passed not pass ({', '.join(failing[:5])}): the first run's "
+            "outcomes were rewritten"
+        )
     return checked

@@ -44,7 +44,8 @@ else:
     os.environ.pop("PYTEST_ADDOPTS", None)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _HERE)
+    p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _HERE
+)
 
 
 def _writer() -> "Callable[[Dict[str, Any]], None] | None":

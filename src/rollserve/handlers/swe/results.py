@@ -49,8 +49,10 @@ def files() -> dict[str, str]:
 def shell_setup(workspace_folder: str, module: str = MODULE) -> str:
     """Shell lines that make every pytest the script starts load the plugin ``module``
     (ours, or the second runner's) from ``workspace_folder``."""
-    return (f'export PYTHONPATH="{workspace_folder}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-            f'export PYTEST_ADDOPTS="-p {module}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"\n')
+    return (
+        f'export PYTHONPATH="{workspace_folder}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'export PYTEST_ADDOPTS="-p {module}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"\n'
+    )
 
 
 @dataclass
@@ -163,15 +165,13 @@ def disagreement(results: Results, log: str) -> str | None:
     if results.sessions == 0:
         return "the test run recorded no finished pytest session"
     if len(summaries) < results.sessions:
-        return (f"{results.sessions} pytest session(s) finished but the log has "
-                f"{len(summaries)} summary line(s)")
+        return f"{results.sessions} pytest session(s) finished but the log has {len(summaries)} summary line(s)"
     logged: Counter[str] = Counter()
-    for summary in summaries[-results.sessions:]:
+    for summary in summaries[-results.sessions :]:
         logged.update(summary)
     reported = counts(results)
     if any(logged[k] != reported[k] for k in COUNTED):
-        shown = ", ".join(f"{k} {logged[k]}/{reported[k]}" for k in COUNTED
-                          if logged[k] or reported[k])
+        shown = ", ".join(f"{k} {logged[k]}/{reported[k]}" for k in COUNTED if logged[k] or reported[k])
         return f"pytest's summary and the recorded outcomes disagree (log/recorded: {shown})"
     return None
 

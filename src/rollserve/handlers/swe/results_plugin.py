@@ -37,7 +37,8 @@ if _ADDOPTS:
 else:
     os.environ.pop("PYTEST_ADDOPTS", None)
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _HERE)
+    p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _HERE
+)
 
 
 _STATE = {"worker": False}
@@ -56,9 +57,16 @@ def pytest_configure(config: Any) -> None:
 def pytest_runtest_logreport(report: Any) -> None:
     if _STATE["worker"]:
         return
-    _write({"event": "report", "nodeid": report.nodeid, "when": report.when,
-            "outcome": report.outcome, "longrepr": report.longrepr is not None,
-            "wasxfail": hasattr(report, "wasxfail")})
+    _write(
+        {
+            "event": "report",
+            "nodeid": report.nodeid,
+            "when": report.when,
+            "outcome": report.outcome,
+            "longrepr": report.longrepr is not None,
+            "wasxfail": hasattr(report, "wasxfail"),
+        }
+    )
 
 
 def pytest_collectreport(report: Any) -> None:

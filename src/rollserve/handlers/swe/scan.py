@@ -54,13 +54,11 @@ class Verdict:
     def reason(self) -> str:
         shown = "; ".join(f"{f.file}:{f.line}: {f.what}" for f in self.findings[:SHOWN])
         more = len(self.findings) - SHOWN
-        return ("the patch's code reaches into test machinery: " + shown
-                + (f" (and {more} more)" if more > 0 else ""))
+        return "the patch's code reaches into test machinery: " + shown + (f" (and {more} more)" if more > 0 else "")
 
     def details(self) -> dict[str, Any]:
         """For the evaluation: the mode and the findings (file, line, what)."""
-        return {"machinery": self.mode,
-                "machinery_findings": [f.as_dict() for f in self.findings]}
+        return {"machinery": self.mode, "machinery_findings": [f.as_dict() for f in self.findings]}
 
 
 def python_files(patch: str) -> list[tuple[str | None, str, str]]:
@@ -137,16 +135,22 @@ def smuggled(workspace: Path, pending: Pending) -> list[Finding]:
         return []
     after = _tree(workspace) or {}
     named = pending.named | {f"{p}{suffix}" for p in pending.named for suffix in (".orig", ".rej")}
-    changed = sorted(path for path, stat in after.items() if pending.tree.get(path) != stat
-                     and path not in named and "__pycache__" not in path.split(os.sep))
-    return [Finding(path, 0, "changed by the patch, yet named in none of its file headers "
-                    "(a file passed by the checks unseen)") for path in changed]
+    changed = sorted(
+        path
+        for path, stat in after.items()
+        if pending.tree.get(path) != stat and path not in named and "__pycache__" not in path.split(os.sep)
+    )
+    return [
+        Finding(
+            path, 0, "changed by the patch, yet named in none of its file headers (a file passed by the checks unseen)"
+        )
+        for path in changed
+    ]
 
 
 def read_before(workspace: Path, patch: str, mode: Mode) -> Pending:
     named = {path for block in diffparse.parse(patch)[1] for path in block.paths}
-    pending = Pending(mode, python_files(patch), own=_own(workspace), named=frozenset(named),
-                      tree=_tree(workspace))
+    pending = Pending(mode, python_files(patch), own=_own(workspace), named=frozenset(named), tree=_tree(workspace))
     for before, _after, _block in pending.files:
         if before is not None:
             try:
@@ -165,8 +169,7 @@ def scan_after(workspace: Path, pending: Pending) -> Verdict:
             findings.append(Finding(after, 0, f"cannot be read after the patch: {error}"))
             continue
         if text is None:  # (git applied it elsewhere: a diff without a/ b/ prefixes)
-            findings.append(Finding(after, 0, "named by the patch, yet not there once it "
-                                    "is applied"))
+            findings.append(Finding(after, 0, "named by the patch, yet not there once it is applied"))
             continue
         old = pending.before.get(before) if before is not None else None
         if old is not None and text is not None and not machinery.parses(old):
@@ -198,8 +201,7 @@ async def apply_scanned(sandbox: Sandbox, patch: str, mode: Mode, outcome: dict[
     applied = await apply_patch(sandbox, patch)
     outcome.update(patch_applied=applied.ok, apply_command=applied.command)
     if not applied.ok:
-        outcome.update(resolved=False, tests_ran=False,
-                       reason="the patch does not apply", apply_log=applied.log)
+        outcome.update(resolved=False, tests_ran=False, reason="the patch does not apply", apply_log=applied.log)
         return False
     verdict = await finish(sandbox, pending)
     if verdict is not None:

@@ -40,6 +40,10 @@ def candidate(evaluation: Mapping[str, Any]) -> tuple[Candidate, bool, HarnessOu
         code = evaluation["harness_exit_code"]
         harness = HarnessOutput(exit_code=code if isinstance(code, int) else None)
         harness.keep(str(evaluation.get("harness_log_tail") or ""))
-    return (Candidate(patch=patch, too_big=too_big,
-                      binary_files=[str(b) for b in binary] if isinstance(binary, list) else []),
-            evaluation.get("finished") is True, harness)
+    return (
+        Candidate(
+            patch=patch, too_big=too_big, binary_files=[str(b) for b in binary] if isinstance(binary, list) else []
+        ),
+        evaluation.get("finished") is True,
+        harness,
+    )

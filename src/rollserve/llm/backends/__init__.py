@@ -18,14 +18,20 @@ if TYPE_CHECKING:
     from rollserve.llm.backends.server_backend import ServerBackend
 
 _HOMES: dict[str, str] = {
-    **dict.fromkeys(("RemoteBackendSpec", "ServerSpec", "VLLMSpec", "backend_from_spec",
-                     "parse_backend_spec", "remote_spec"),
-                    "rollserve.llm.backends.factory"),
+    **dict.fromkeys(
+        ("RemoteBackendSpec", "ServerSpec", "VLLMSpec", "backend_from_spec", "parse_backend_spec", "remote_spec"),
+        "rollserve.llm.backends.factory",
+    ),
     "ServerBackend": "rollserve.llm.backends.server_backend",
 }
 __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
-    "RemoteBackendSpec", "ServerBackend", "ServerSpec", "VLLMSpec", "backend_from_spec",
-    "parse_backend_spec", "remote_spec",
+    "RemoteBackendSpec",
+    "ServerBackend",
+    "ServerSpec",
+    "VLLMSpec",
+    "backend_from_spec",
+    "parse_backend_spec",
+    "remote_spec",
 ]
 
 

@@ -77,9 +77,7 @@ class EmbeddedBackend(LLMBackend):
         cache: Literal["auto", "blocks"] = "auto",
     ) -> None:
         if importlib.util.find_spec("llama_cpp") is None:
-            raise InfraError(
-                "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
-            )
+            raise InfraError("the embedded model needs llama-cpp-python: pip install 'rollserve[local]'")
         if model_path is None:
             from rollserve.llm.bundled import smollm2_gguf_path
 
@@ -154,8 +152,9 @@ class EmbeddedBackend(LLMBackend):
             "n_ctx": self.n_ctx,
             # None until the model is loaded (on the first call).
             "cache_mode": self.cache_mode,
-            "cache_probe": None if probe is None else
-            {"batch_invariant": probe.invariant, "seconds": round(probe.seconds, 3)},
+            "cache_probe": None
+            if probe is None
+            else {"batch_invariant": probe.invariant, "seconds": round(probe.seconds, 3)},
             "prompt_tokens": self.prompt_tokens,
             "prompt_tokens_reused": self.prompt_tokens_reused,
         }
@@ -180,16 +179,15 @@ class EmbeddedBackend(LLMBackend):
             try:
                 import llama_cpp
             except ImportError as exc:
-                raise InfraError(
-                    "the embedded model needs llama-cpp-python: pip install 'rollserve[local]'"
-                ) from exc
+                raise InfraError("the embedded model needs llama-cpp-python: pip install 'rollserve[local]'") from exc
             try:
                 self._llm = llama_cpp.Llama(
                     model_path=str(self.model_path),
                     n_ctx=self.n_ctx,
                     n_threads=self.n_threads,
                     logits_all=False,  # we only read the last position's logits
-                    n_batch=self._n_ubatch, n_ubatch=self._n_ubatch,
+                    n_batch=self._n_ubatch,
+                    n_ubatch=self._n_ubatch,
                     verbose=False,
                 )
             except Exception as exc:
@@ -218,7 +216,10 @@ class EmbeddedBackend(LLMBackend):
         self.cache_mode = "prefix" if probe.invariant else "blocks"
         log.info(
             "%s: batched kernels %s split-invariant (probe %.2f s): KV cache mode %r",
-            self.name, "are" if probe.invariant else "are NOT", probe.seconds, self.cache_mode,
+            self.name,
+            "are" if probe.invariant else "are NOT",
+            probe.seconds,
+            self.cache_mode,
         )
 
     def _generate_blocking(
@@ -229,8 +230,9 @@ class EmbeddedBackend(LLMBackend):
             n_ctx = llm.n_ctx()
             if len(prompt_ids) >= n_ctx:  # (not sent: as a server's window refuses it)
                 raise ContextWindowError(
-                    f"{self.name}: prompt of {len(prompt_ids)} tokens does not fit the "
-                    f"context of {n_ctx} tokens", backend=self.name)
+                    f"{self.name}: prompt of {len(prompt_ids)} tokens does not fit the context of {n_ctx} tokens",
+                    backend=self.name,
+                )
             vocab = llm.n_vocab()
             if max(prompt_ids) >= vocab or min(prompt_ids) < 0:
                 raise LLMError(f"{self.name}: prompt holds token ids outside 0..{vocab - 1}")
@@ -302,9 +304,9 @@ class EmbeddedBackend(LLMBackend):
         for _ in range(sampling.max_tokens):
             if cancel.is_set():
                 raise _Cancelled
-            logits = np.ctypeslib.as_array(
-                llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,)
-            ).astype(np.float64)
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,)).astype(
+                np.float64
+            )
             raw_logprobs = log_softmax(logits)
             token = sample_token(logits, sampling, rng)
             output_ids.append(token)

@@ -46,9 +46,22 @@ from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import LLMBackend
 
 __all__ = [
-    "EMBEDDED_OVER_HTTP", "KINDS", "SERVER_KINDS", "AnySpec", "BackendSpec", "BackendSpecError",
-    "EmbeddedSpec", "LlamaCppSpec", "OpenAIChatSpec", "RemoteBackendSpec", "SGLangSpec",
-    "ServerSpec", "VLLMSpec", "backend_from_spec", "parse_backend_spec", "remote_spec",
+    "EMBEDDED_OVER_HTTP",
+    "KINDS",
+    "SERVER_KINDS",
+    "AnySpec",
+    "BackendSpec",
+    "BackendSpecError",
+    "EmbeddedSpec",
+    "LlamaCppSpec",
+    "OpenAIChatSpec",
+    "RemoteBackendSpec",
+    "SGLangSpec",
+    "ServerSpec",
+    "VLLMSpec",
+    "backend_from_spec",
+    "parse_backend_spec",
+    "remote_spec",
 ]
 
 SpecInput = str | Mapping[str, object] | VLLMSpec | SGLangSpec | LlamaCppSpec | OpenAIChatSpec | EmbeddedSpec
@@ -110,8 +123,7 @@ def _from_string(text: str) -> object:
             raise BackendSpecError("spec", f"not valid JSON: {exc.msg} (column {exc.colno})") from None
     kind, sep, value = text.partition("=")
     if not sep:
-        raise BackendSpecError("spec", f"{text!r} is not 'embedded', a URL, 'KIND=VALUE' or a "
-                                       "JSON object")
+        raise BackendSpecError("spec", f"{text!r} is not 'embedded', a URL, 'KIND=VALUE' or a JSON object")
     if kind in SERVER_KINDS:
         return {"kind": kind, "url": value}
     if kind == "embedded":
@@ -125,20 +137,35 @@ def backend_from_spec(spec: SpecInput) -> LLMBackend:
     if isinstance(parsed, EmbeddedSpec):
         from rollserve.llm.backends.embedded import EmbeddedBackend  # (numpy: only when asked)
 
-        backend = EmbeddedBackend(model_path=parsed.model_path, n_ctx=parsed.n_ctx,
-                                  name=parsed.name or "embedded")
+        backend = EmbeddedBackend(model_path=parsed.model_path, n_ctx=parsed.n_ctx, name=parsed.name or "embedded")
         backend.weight = parsed.weight
         return backend
     try:
         if isinstance(parsed, VLLMSpec):
-            return VLLMBackend(parsed.url, name=parsed.name, model=parsed.model,
-                               api_key=parsed.api_key, timeout=parsed.timeout,
-                               weight=parsed.weight, endpoint=parsed.endpoint,
-                               prefix_cache=parsed.prefix_cache)
-        server: type[ServerBackend] = (SGLangBackend if isinstance(parsed, SGLangSpec) else
-                                       LlamaCppServerBackend if isinstance(parsed, LlamaCppSpec)
-                                       else OpenAIChatBackend)
-        return server(parsed.url, name=parsed.name, model=parsed.model, api_key=parsed.api_key,
-                      timeout=parsed.timeout, weight=parsed.weight)
+            return VLLMBackend(
+                parsed.url,
+                name=parsed.name,
+                model=parsed.model,
+                api_key=parsed.api_key,
+                timeout=parsed.timeout,
+                weight=parsed.weight,
+                endpoint=parsed.endpoint,
+                prefix_cache=parsed.prefix_cache,
+            )
+        server: type[ServerBackend] = (
+            SGLangBackend
+            if isinstance(parsed, SGLangSpec)
+            else LlamaCppServerBackend
+            if isinstance(parsed, LlamaCppSpec)
+            else OpenAIChatBackend
+        )
+        return server(
+            parsed.url,
+            name=parsed.name,
+            model=parsed.model,
+            api_key=parsed.api_key,
+            timeout=parsed.timeout,
+            weight=parsed.weight,
+        )
     except ValueError as exc:  # the URL, as the HTTP client checks it
         raise BackendSpecError("url", str(exc).removeprefix("url: ")) from exc

@@ -121,7 +121,9 @@ class HTTPClient:
         except ValueError as exc:
             raise LLMError(
                 f"{self.name}: {method} {path} answered non-JSON: {excerpt(text)}",
-                status=200, backend=self.name, retryable=False,
+                status=200,
+                backend=self.name,
+                retryable=False,
             ) from exc
 
     async def request_text(
@@ -155,20 +157,22 @@ class HTTPClient:
         if context_overflow(status, text):
             raise ContextWindowError(
                 f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(text)}",
-                status=status, backend=self.name)
+                status=status,
+                backend=self.name,
+            )
         if status != 200:
             raise LLMError(
                 f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(text)}",
-                status=status, backend=self.name, retryable=status in RETRYABLE_STATUS,
+                status=status,
+                backend=self.name,
+                retryable=status in RETRYABLE_STATUS,
             )
         return text
 
     async def ok(self, path: str, timeout: float = 5.0) -> bool:
         """True if ``GET path`` answers 200 within ``timeout`` seconds."""
         try:
-            async with self.session().get(
-                self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as resp:
+            async with self.session().get(self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 await resp.read()
                 return resp.status == 200
         except (TimeoutError, aiohttp.ClientError, OSError):

@@ -59,16 +59,14 @@ class LlamaCppServerBackend(ServerBackend):
             probs = reply.get("completion_probabilities") or []
             prob_ids = [int(p["id"]) for p in probs]
             if probs and "logprob" not in probs[0]:
-                raise ValueError("completion_probabilities without 'logprob' "
-                                 "(post_sampling_probs is on?)")
+                raise ValueError("completion_probabilities without 'logprob' (post_sampling_probs is on?)")
             prob_values = [float(p["logprob"]) for p in probs]
             stop_type = reply.get("stop_type")
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise self.malformed("/completion reply", reply, exc) from exc
         evaluated = reply.get("tokens_evaluated")
         if evaluated is not None and evaluated != len(prompt_ids):
-            raise self.inconsistent(
-                f"the server evaluated {evaluated} prompt tokens, {len(prompt_ids)} were sent")
+            raise self.inconsistent(f"the server evaluated {evaluated} prompt tokens, {len(prompt_ids)} were sent")
         logprobs = align_logprobs(tokens, prob_ids, prob_values)
         if logprobs is None:
             raise LLMError(
@@ -82,8 +80,12 @@ class LlamaCppServerBackend(ServerBackend):
             logprobs=logprobs,
             finish_reason=_FINISH.get(stop_type, "abort"),
             backend=self.name,
-            meta={"stop_type": stop_type, "prompt_tokens": evaluated,
-                  "tokens_cached": reply.get("tokens_cached"), "id_slot": reply.get("id_slot")},
+            meta={
+                "stop_type": stop_type,
+                "prompt_tokens": evaluated,
+                "tokens_cached": reply.get("tokens_cached"),
+                "id_slot": reply.get("id_slot"),
+            },
         )
 
 

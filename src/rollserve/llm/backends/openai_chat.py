@@ -33,16 +33,19 @@ class OpenAIChatBackend(ServerBackend):
         super().__init__(url, *args, **kwargs)
 
     async def _generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        raise LLMError(f"{self.name}: a message-level chat API cannot sample from token ids",
-                       backend=self.name, retryable=False)
+        raise LLMError(
+            f"{self.name}: a message-level chat API cannot sample from token ids", backend=self.name, retryable=False
+        )
 
-    async def chat(self, messages: list[Message], sampling: SamplingParams,
-                   tools: list[ToolSchema] | None = None) -> ChatReply:
+    async def chat(
+        self, messages: list[Message], sampling: SamplingParams, tools: list[ToolSchema] | None = None
+    ) -> ChatReply:
         model = await self.served_model()
         self.outstanding += 1
         try:
             reply = await self.http.request_json(
-                "POST", "/v1/chat/completions", request_body(model, messages, sampling, tools))
+                "POST", "/v1/chat/completions", request_body(model, messages, sampling, tools)
+            )
         finally:
             self.outstanding -= 1
         try:
@@ -53,12 +56,18 @@ class OpenAIChatBackend(ServerBackend):
             finish = choice.get("finish_reason") or "stop"
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise self.malformed("chat completion", reply, exc) from exc
-        return ChatReply(content=content, finish_reason=finish, tool_calls=tool_calls,
-                         backend=self.name, usage=dict(reply.get("usage") or {}))
+        return ChatReply(
+            content=content,
+            finish_reason=finish,
+            tool_calls=tool_calls,
+            backend=self.name,
+            usage=dict(reply.get("usage") or {}),
+        )
 
 
-def request_body(model: str | None, messages: list[Message], sampling: SamplingParams,
-                 tools: list[ToolSchema] | None) -> dict[str, Any]:
+def request_body(
+    model: str | None, messages: list[Message], sampling: SamplingParams, tools: list[ToolSchema] | None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,

@@ -51,8 +51,7 @@ class ServerBackend(LLMBackend):
         weight: float = 1.0,
     ):
         name = name or f"{self.kind}@{host_port(url)}"
-        self.http = HTTPClient(url, name, api_key=api_key, timeout=timeout,
-                               connect_timeout=connect_timeout)
+        self.http = HTTPClient(url, name, api_key=api_key, timeout=timeout, connect_timeout=connect_timeout)
         self.name = name
         self.model = model
         self.timeout = timeout
@@ -122,8 +121,11 @@ class ServerBackend(LLMBackend):
     async def fit_window(self, prompt_ids: list[int], sampling: SamplingParams) -> SamplingParams:
         """``sampling`` with ``max_tokens`` cut to what the window leaves after the prompt;
         ``ContextWindowError`` (nothing sent) when it leaves nothing."""
-        if (self.max_model_len is None and self.window_path is not None
-                and time.monotonic() - self._window_read_at >= WINDOW_RETRY):
+        if (
+            self.max_model_len is None
+            and self.window_path is not None
+            and time.monotonic() - self._window_read_at >= WINDOW_RETRY
+        ):
             await self.read_context_window()
         window = self.context_window()
         if window is None:
@@ -132,7 +134,9 @@ class ServerBackend(LLMBackend):
         if room < 1:
             raise ContextWindowError(
                 f"{self.name}: the prompt is {len(prompt_ids)} tokens and the server's context "
-                f"window is {self.max_model_len}: no room to sample (not sent)", backend=self.name)
+                f"window is {self.max_model_len}: no room to sample (not sent)",
+                backend=self.name,
+            )
         if sampling.max_tokens > room:
             sampling = sampling.model_copy(update={"max_tokens": room})
         return sampling
@@ -158,8 +162,7 @@ class ServerBackend(LLMBackend):
     def malformed(self, what: str, reply: Any, cause: Exception | None = None) -> LLMError:
         """A reply we cannot read: not retryable (every server of the kind answers so)."""
         detail = f" ({cause})" if cause is not None else ""
-        return LLMError(f"{self.name}: malformed {what}{detail}: {excerpt(reply)}",
-                        backend=self.name, retryable=False)
+        return LLMError(f"{self.name}: malformed {what}{detail}: {excerpt(reply)}", backend=self.name, retryable=False)
 
     def inconsistent(self, message: str) -> LLMError:
         """The reply contradicts itself or the request: its tokens cannot be trusted."""

@@ -50,15 +50,17 @@ class SGLangBackend(ServerBackend, Pausable, LoadsWeights):
         return self._parse(reply, prompt_ids)
 
     async def pause(self, mode: PauseMode = "finish") -> None:
-        await self.http.request_json("POST", "/pause_generation",
-                                     {"mode": _PAUSE_MODES.get(mode, mode)})
+        await self.http.request_json("POST", "/pause_generation", {"mode": _PAUSE_MODES.get(mode, mode)})
 
     async def resume(self) -> None:
         await self.http.request_json("POST", "/continue_generation", {})
 
     async def load_lora(self, name: str, path: str) -> None:
-        raise LLMError(f"{self.name}: rollserve loads LoRA adapters into vLLM servers only; "
-                       "give SGLang full weights", backend=self.name, retryable=False)
+        raise LLMError(
+            f"{self.name}: rollserve loads LoRA adapters into vLLM servers only; give SGLang full weights",
+            backend=self.name,
+            retryable=False,
+        )
 
     async def load_full(self, path: str, policy_version: int | None = None) -> None:
         """``/update_weights_from_disk``; SGLang's ``weight_version`` becomes the policy
@@ -68,8 +70,11 @@ class SGLangBackend(ServerBackend, Pausable, LoadsWeights):
             body["weight_version"] = str(policy_version)
         reply = await self.http.request_json("POST", "/update_weights_from_disk", body)
         if not isinstance(reply, dict) or reply.get("success") is not True:
-            raise LLMError(f"{self.name}: /update_weights_from_disk did not succeed: "
-                           f"{excerpt(reply)}", backend=self.name, retryable=False)
+            raise LLMError(
+                f"{self.name}: /update_weights_from_disk did not succeed: {excerpt(reply)}",
+                backend=self.name,
+                retryable=False,
+            )
 
     def loaded_model(self) -> str | None:
         return self.model
@@ -77,8 +82,9 @@ class SGLangBackend(ServerBackend, Pausable, LoadsWeights):
     def adopt(self, lora: str | None) -> None:
         """Full weights keep the model's name: nothing to adopt; an adapter is refused."""
         if lora is not None:
-            raise LLMError(f"{self.name}: rollserve names LoRA adapters on vLLM servers only",
-                           backend=self.name, retryable=False)
+            raise LLMError(
+                f"{self.name}: rollserve names LoRA adapters on vLLM servers only", backend=self.name, retryable=False
+            )
 
     def _parse(self, reply: Any, prompt_ids: list[int]) -> Generation:
         try:
@@ -96,8 +102,7 @@ class SGLangBackend(ServerBackend, Pausable, LoadsWeights):
             raise self.inconsistent("the ids in output_token_logprobs differ from output_ids")
         prompt_tokens = meta.get("prompt_tokens")
         if prompt_tokens is not None and prompt_tokens != len(prompt_ids):
-            raise self.inconsistent(
-                f"the server counted {prompt_tokens} prompt tokens, {len(prompt_ids)} were sent")
+            raise self.inconsistent(f"the server counted {prompt_tokens} prompt tokens, {len(prompt_ids)} were sent")
         return Generation(
             output_ids=output_ids,
             logprobs=logprobs,

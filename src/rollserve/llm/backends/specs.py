@@ -31,27 +31,38 @@ from pydantic import (
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import NoInfoWrapValidatorFunction as WrapValidatorFunction
 
-EMBEDDED_OVER_HTTP = ("an embedded backend loads a model file from the server's disk into its "
-                      "process, so only the command line starts one (rollserve serve --backend "
-                      "embedded[=PATH]); over HTTP, register an inference server by its URL")
+EMBEDDED_OVER_HTTP = (
+    "an embedded backend loads a model file from the server's disk into its "
+    "process, so only the command line starts one (rollserve serve --backend "
+    "embedded[=PATH]); over HTTP, register an inference server by its URL"
+)
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@+=-]+$",
-                             description="unique name; derived from the URL (or 'embedded') "
-                                         "if unset")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._:@+=-]+$",
+        description="unique name; derived from the URL (or 'embedded') if unset",
+    )
     weight: float = Field(1.0, gt=0, le=1000, description="routing weight (relative capacity)")
 
 
 class _ServerSpec(_Spec):
-    url: str = Field(..., min_length=8, max_length=2048, pattern=r"^https?://[!-~]+$",
-                     description="base URL of the server (http:// or https://, ASCII)")
-    model: str | None = Field(None, max_length=1000,
-                              description="served model name; the server's first if unset")
-    api_key: str | None = Field(None, max_length=10_000, pattern=r"^[!-~]+$",
-                                description="sent as a bearer token (printable ASCII)")
+    url: str = Field(
+        ...,
+        min_length=8,
+        max_length=2048,
+        pattern=r"^https?://[!-~]+$",
+        description="base URL of the server (http:// or https://, ASCII)",
+    )
+    model: str | None = Field(None, max_length=1000, description="served model name; the server's first if unset")
+    api_key: str | None = Field(
+        None, max_length=10_000, pattern=r"^[!-~]+$", description="sent as a bearer token (printable ASCII)"
+    )
     timeout: float = Field(600.0, gt=0, le=86_400, description="seconds per request")
 
 
@@ -60,11 +71,14 @@ class VLLMSpec(_ServerSpec):
 
     kind: Literal["vllm"] = Field("vllm", description="vllm (the default when left out)")
     endpoint: Literal["completions", "generate", "auto"] = Field(
-        "completions", description="/v1/completions, /inference/v1/generate, or try both")
+        "completions", description="/v1/completions, /inference/v1/generate, or try both"
+    )
     prefix_cache: Literal["reset", "off"] = Field(
-        "reset", description="reset: after each weight load, reset the server's prefix cache "
+        "reset",
+        description="reset: after each weight load, reset the server's prefix cache "
         "(POST /reset_prefix_cache: VLLM_SERVER_DEV_MODE=1), else the load fails; off: the "
-        "server was started with --no-enable-prefix-caching, so there is nothing to reset")
+        "server was started with --no-enable-prefix-caching, so there is nothing to reset",
+    )
 
 
 class SGLangSpec(_ServerSpec):
@@ -96,7 +110,11 @@ class EmbeddedSpec(_Spec):
 ServerSpec = VLLMSpec | SGLangSpec | LlamaCppSpec | OpenAIChatSpec
 AnySpec = VLLMSpec | SGLangSpec | LlamaCppSpec | OpenAIChatSpec | EmbeddedSpec
 SERVER_SPECS: dict[str, type[_ServerSpec]] = {
-    "vllm": VLLMSpec, "sglang": SGLangSpec, "llamacpp": LlamaCppSpec, "openai_chat": OpenAIChatSpec}
+    "vllm": VLLMSpec,
+    "sglang": SGLangSpec,
+    "llamacpp": LlamaCppSpec,
+    "openai_chat": OpenAIChatSpec,
+}
 SPECS: dict[str, type[_Spec]] = {**SERVER_SPECS, "embedded": EmbeddedSpec}
 SERVER_KINDS = tuple(SERVER_SPECS)
 KINDS = tuple(SPECS)
@@ -135,18 +153,19 @@ def _as_written(kinds: tuple[str, ...], refused: dict[str, str]) -> WrapValidato
     return validate
 
 
-def _written(error: ErrorDetails, value: object, kinds: tuple[str, ...],
-             refused: dict[str, str]) -> InitErrorDetails:
+def _written(error: ErrorDetails, value: object, kinds: tuple[str, ...], refused: dict[str, str]) -> InitErrorDetails:
     if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
         kind = _raw_kind(value)
         if kind is _NO_KIND:
             return _detail((), value, "expected an object: the backend's kind and settings")
         message = refused.get(kind) if isinstance(kind, str) else None
-        return _detail(("kind",), kind, message or f"unknown backend kind {kind!r}; expected "
-                                                   f"one of {', '.join(kinds)}")
+        return _detail(("kind",), kind, message or f"unknown backend kind {kind!r}; expected one of {', '.join(kinds)}")
     loc = error["loc"]
-    detail: InitErrorDetails = {"type": error["type"], "input": error["input"],
-                                "loc": loc[1:] if loc and loc[0] in kinds else loc}
+    detail: InitErrorDetails = {
+        "type": error["type"],
+        "input": error["input"],
+        "loc": loc[1:] if loc and loc[0] in kinds else loc,
+    }
     if "ctx" in error:
         detail["ctx"] = error["ctx"]
     return detail
@@ -158,19 +177,32 @@ def _detail(loc: tuple[str, ...], value: object, message: str) -> InitErrorDetai
 
 
 _ServerUnion = Annotated[
-    Annotated[VLLMSpec, Tag("vllm")] | Annotated[SGLangSpec, Tag("sglang")]
-    | Annotated[LlamaCppSpec, Tag("llamacpp")] | Annotated[OpenAIChatSpec, Tag("openai_chat")],
-    Discriminator(_tag)]
+    Annotated[VLLMSpec, Tag("vllm")]
+    | Annotated[SGLangSpec, Tag("sglang")]
+    | Annotated[LlamaCppSpec, Tag("llamacpp")]
+    | Annotated[OpenAIChatSpec, Tag("openai_chat")],
+    Discriminator(_tag),
+]
 _AnyUnion = Annotated[
-    Annotated[VLLMSpec, Tag("vllm")] | Annotated[SGLangSpec, Tag("sglang")]
-    | Annotated[LlamaCppSpec, Tag("llamacpp")] | Annotated[OpenAIChatSpec, Tag("openai_chat")]
+    Annotated[VLLMSpec, Tag("vllm")]
+    | Annotated[SGLangSpec, Tag("sglang")]
+    | Annotated[LlamaCppSpec, Tag("llamacpp")]
+    | Annotated[OpenAIChatSpec, Tag("openai_chat")]
     | Annotated[EmbeddedSpec, Tag("embedded")],
-    Discriminator(_tag)]
+    Discriminator(_tag),
+]
 
 
-class BackendSpec(RootModel[Annotated[_AnyUnion, WrapValidator(
-        _as_written(KINDS, {}),
-        json_schema_input_type=Annotated[AnySpec, Field(discriminator="kind")])]]):
+class BackendSpec(
+    RootModel[
+        Annotated[
+            _AnyUnion,
+            WrapValidator(
+                _as_written(KINDS, {}), json_schema_input_type=Annotated[AnySpec, Field(discriminator="kind")]
+            ),
+        ]
+    ]
+):
     """An inference backend of any kind (the command line): its model by ``kind``."""
 
     def spec(self) -> AnySpec:
@@ -178,9 +210,17 @@ class BackendSpec(RootModel[Annotated[_AnyUnion, WrapValidator(
         return self.root
 
 
-class RemoteBackendSpec(RootModel[Annotated[_ServerUnion, WrapValidator(
-        _as_written(SERVER_KINDS, {"embedded": EMBEDDED_OVER_HTTP}),
-        json_schema_input_type=Annotated[ServerSpec, Field(discriminator="kind")])]]):
+class RemoteBackendSpec(
+    RootModel[
+        Annotated[
+            _ServerUnion,
+            WrapValidator(
+                _as_written(SERVER_KINDS, {"embedded": EMBEDDED_OVER_HTTP}),
+                json_schema_input_type=Annotated[ServerSpec, Field(discriminator="kind")],
+            ),
+        ]
+    ]
+):
     """An inference server registered over HTTP, by URL (never an embedded model)."""
 
     def spec(self) -> ServerSpec:

@@ -60,14 +60,15 @@ Endpoint = Literal["completions", "generate", "auto"]
 _PAUSE_MODES = {"finish": "wait", "abort": "abort"}  # ours -> vLLM's
 LOAD_LORA = "/v1/load_lora_adapter"
 COLLECTIVE_RPC = "/collective_rpc"
-_NO_RUNTIME_LORA = ("serve it with --enable-lora and the environment variable "
-                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
+_NO_RUNTIME_LORA = "serve it with --enable-lora and the environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
 _NO_DEV_MODE = "serve it with the environment variable VLLM_SERVER_DEV_MODE=1"
 RESET_PREFIX_CACHE = "/reset_prefix_cache"
 PrefixCache = Literal["reset", "off"]
-_NO_RESET = ("serve it with the environment variable VLLM_SERVER_DEV_MODE=1 (rollserve then "
-             "resets its prefix cache after each load), or, if it was started with "
-             "--no-enable-prefix-caching, register it with \"prefix_cache\": \"off\"")
+_NO_RESET = (
+    "serve it with the environment variable VLLM_SERVER_DEV_MODE=1 (rollserve then "
+    "resets its prefix cache after each load), or, if it was started with "
+    '--no-enable-prefix-caching, register it with "prefix_cache": "off"'
+)
 RESET_TRIES = 5  # vLLM refuses a reset ({"success": false}) while blocks are still held
 RESET_BACKOFF = 0.2  # seconds before the first retry, doubled after each
 
@@ -78,8 +79,14 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
     kind = "vllm"
     weight_kinds: ClassVar[frozenset[WeightsKind]] = frozenset({"lora", "full"})
 
-    def __init__(self, url: str, *args: Any, endpoint: Endpoint = "completions",
-                 prefix_cache: PrefixCache = "reset", **kwargs: Any):
+    def __init__(
+        self,
+        url: str,
+        *args: Any,
+        endpoint: Endpoint = "completions",
+        prefix_cache: PrefixCache = "reset",
+        **kwargs: Any,
+    ):
         """``ServerBackend``'s arguments, plus which vLLM endpoint samples and whether
         its prefix cache is reset after a weight load (``"off"``: the server was started
         with ``--no-enable-prefix-caching``, so there is nothing to reset)."""
@@ -123,13 +130,18 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
         every request names ``name`` (the server serves it, even if the reset failed)."""
         base = await self._base()
         try:
-            await self.http.request_text("POST", LOAD_LORA, {
-                "lora_name": name, "lora_path": path, "load_inplace": True})
+            await self.http.request_text(
+                "POST", LOAD_LORA, {"lora_name": name, "lora_path": path, "load_inplace": True}
+            )
         except LLMError as exc:
             if exc.status in (404, 405) and "no adapter found" not in exc.message.lower():
-                raise LLMError(f"{self.name}: this vLLM server cannot load LoRA adapters at run "
-                               f"time ({exc.message}); {_NO_RUNTIME_LORA}", status=exc.status,
-                               backend=self.name, retryable=False) from exc
+                raise LLMError(
+                    f"{self.name}: this vLLM server cannot load LoRA adapters at run "
+                    f"time ({exc.message}); {_NO_RUNTIME_LORA}",
+                    status=exc.status,
+                    backend=self.name,
+                    retryable=False,
+                ) from exc
             raise
         self.base_model, self.lora, self.model = base, name, name
         await self.reset_prefix_cache()
@@ -142,13 +154,17 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
             await self.http.request_json("POST", "/pause", params={"mode": "wait"})
         except LLMError as exc:
             if exc.status in (404, 405):
-                raise LLMError(f"{self.name}: this vLLM server cannot reload weights "
-                               f"({exc.message}); {_NO_DEV_MODE}", status=exc.status,
-                               backend=self.name, retryable=False) from exc
+                raise LLMError(
+                    f"{self.name}: this vLLM server cannot reload weights ({exc.message}); {_NO_DEV_MODE}",
+                    status=exc.status,
+                    backend=self.name,
+                    retryable=False,
+                ) from exc
             raise
         try:
-            await self.http.request_text("POST", COLLECTIVE_RPC, {
-                "method": "reload_weights", "kwargs": {"weights_path": path}})
+            await self.http.request_text(
+                "POST", COLLECTIVE_RPC, {"method": "reload_weights", "kwargs": {"weights_path": path}}
+            )
             self.base_model, self.lora, self.model = base, None, base
             await self.reset_prefix_cache()
         finally:
@@ -172,17 +188,24 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
                         f"{self.name}: the weights are loaded but this vLLM server cannot "
                         f"reset its prefix cache ({exc.message}), so later requests could "
                         f"reuse KV blocks computed with the previous weights; {_NO_RESET}",
-                        status=exc.status, backend=self.name, retryable=False) from exc
+                        status=exc.status,
+                        backend=self.name,
+                        retryable=False,
+                    ) from exc
                 raise
             if reset_succeeded(reply):
                 return
             if attempt + 1 < RESET_TRIES:
                 await asyncio.sleep(delay)
                 delay *= 2
-        raise LLMError(f"{self.name}: the weights are loaded but the server refused to reset "
-                       f"its prefix cache {RESET_TRIES} times (blocks still held by running "
-                       "requests?), so later requests could reuse KV blocks computed with the "
-                       "previous weights", backend=self.name, retryable=True)
+        raise LLMError(
+            f"{self.name}: the weights are loaded but the server refused to reset "
+            f"its prefix cache {RESET_TRIES} times (blocks still held by running "
+            "requests?), so later requests could reuse KV blocks computed with the "
+            "previous weights",
+            backend=self.name,
+            retryable=True,
+        )
 
     def loaded_model(self) -> str | None:
         return self.model
@@ -210,8 +233,7 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
         reply = await self.http.request_json("GET", "/v1/models")
         base = base_of(reply, self.lora)
         if base is None:
-            raise self.malformed(f"/v1/models (no base model for the adapter {self.lora!r})",
-                                 reply)
+            raise self.malformed(f"/v1/models (no base model for the adapter {self.lora!r})", reply)
         return base
 
     def parse_window(self, reply: Any) -> Any:
@@ -273,11 +295,11 @@ class VLLMBackend(ServerBackend, Pausable, LoadsWeights):
             gen.meta["weight_versions"] = choice["weight_versions"]
         return gen
 
-    def _generation(self, reply: dict, choice: dict, prompt_ids: list[int],
-                    output_ids: list[int], token_logprobs: list[float]) -> Generation:
+    def _generation(
+        self, reply: dict, choice: dict, prompt_ids: list[int], output_ids: list[int], token_logprobs: list[float]
+    ) -> Generation:
         if len(output_ids) != len(token_logprobs):
-            raise self.inconsistent(
-                f"reply has {len(output_ids)} token ids but {len(token_logprobs)} logprobs")
+            raise self.inconsistent(f"reply has {len(output_ids)} token ids but {len(token_logprobs)} logprobs")
         echoed = choice.get("prompt_token_ids", reply.get("prompt_token_ids"))
         if echoed is not None and echoed != prompt_ids:
             # The server saw different ids than we sent: every token after is suspect.
@@ -347,8 +369,13 @@ def generate_body(model: str | None, prompt_ids: list[int], sampling: SamplingPa
         "detokenize": False,  # ids only: nothing is turned into text on the server
     }
     params.update(_optional(sampling))
-    return {"model": model, "token_ids": prompt_ids, "sampling_params": params,
-            "stream": False, "return_token_ids": True}
+    return {
+        "model": model,
+        "token_ids": prompt_ids,
+        "sampling_params": params,
+        "stream": False,
+        "return_token_ids": True,
+    }
 
 
 def _optional(sampling: SamplingParams) -> dict:
@@ -365,9 +392,8 @@ def _optional(sampling: SamplingParams) -> dict:
 def _id_from_token(token: Any) -> int:
     """``"token_id:42"`` (vLLM's ``return_tokens_as_token_ids``) -> 42."""
     if isinstance(token, str) and token.startswith("token_id:"):
-        return int(token[len("token_id:"):])
+        return int(token[len("token_id:") :])
     raise ValueError(
         f"no token_ids in the reply and token {token!r} is not 'token_id:N' "
         "(is this a vLLM server with return_token_ids or return_tokens_as_token_ids?)"
     )
-

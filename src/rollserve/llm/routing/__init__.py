@@ -23,12 +23,21 @@ _HOMES: dict[str, str] = {
     "WeightsInForce": "rollserve.llm.routing.in_force",
     "POLICIES": "rollserve.llm.routing.policies",
     **dict.fromkeys(("Router", "RouterConfig"), "rollserve.llm.routing.router"),
-    **dict.fromkeys(("LowerPolicyVersion", "WeightUpdate", "WeightsRefused", "adopter"),
-                    "rollserve.llm.routing.weights"),
+    **dict.fromkeys(
+        ("LowerPolicyVersion", "WeightUpdate", "WeightsRefused", "adopter"), "rollserve.llm.routing.weights"
+    ),
 }
 __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
-    "LowerPolicyVersion", "POLICIES", "Router", "RouterConfig", "WeightUpdate", "WeightsInForce",
-    "WeightsRefused", "adopter", "call_deadline", "current_deadline",
+    "LowerPolicyVersion",
+    "POLICIES",
+    "Router",
+    "RouterConfig",
+    "WeightUpdate",
+    "WeightsInForce",
+    "WeightsRefused",
+    "adopter",
+    "call_deadline",
+    "current_deadline",
 ]
 
 

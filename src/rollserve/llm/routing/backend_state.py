@@ -50,8 +50,7 @@ class BackendState:
     def record_success(self, seconds: float, concurrency: int) -> None:
         self.calls += 1
         sample = seconds / max(concurrency, 1)
-        self.unit_cost = sample if self.unit_cost is None else (
-            (1 - EWMA_ALPHA) * self.unit_cost + EWMA_ALPHA * sample)
+        self.unit_cost = sample if self.unit_cost is None else ((1 - EWMA_ALPHA) * self.unit_cost + EWMA_ALPHA * sample)
 
     def record_failure(self, message: str) -> None:
         self.calls += 1

@@ -24,8 +24,7 @@ Outcome = Literal["ok", "error"]
 
 # Seconds: a short reply from a warm server in milliseconds, a long one from a loaded
 # server in minutes.
-CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
-                60.0, 120.0, 300.0, 600.0)
+CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class CallMetrics:
@@ -36,11 +35,16 @@ class CallMetrics:
         self.latency = Histogram(
             "rollserve_llm_request_seconds",
             "seconds from sending a request to a backend to its answer (ok) or error",
-            ("backend", "outcome"), registry=None, buckets=CALL_BUCKETS)
+            ("backend", "outcome"),
+            registry=None,
+            buckets=CALL_BUCKETS,
+        )
         self.output_tokens = Counter(
             "rollserve_llm_output_tokens",
             "tokens sampled by each backend (a message-level backend: as its usage reports)",
-            ("backend",), registry=None)
+            ("backend",),
+            registry=None,
+        )
 
         self._live: set[str] = set()  # backends registered now: only they have series
 

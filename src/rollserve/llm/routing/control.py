@@ -62,20 +62,28 @@ class RouterConfig(BaseModel):
     retry_backoff: float = Field(0.05, ge=0, description="seconds before the 2nd try; doubles")
     retry_backoff_max: float = Field(2.0, ge=0)
     attempt_timeout: float | None = Field(
-        None, gt=0, description="seconds one try may take before it is abandoned and retried "
-                                "(None: the backend's own timeout)")
-    forward_pause: bool = Field(False, description="forward pause/resume to backends that "
-                                                   "support it (vLLM dev mode, SGLang)")
+        None,
+        gt=0,
+        description="seconds one try may take before it is abandoned and retried (None: the backend's own timeout)",
+    )
+    forward_pause: bool = Field(
+        False, description="forward pause/resume to backends that support it (vLLM dev mode, SGLang)"
+    )
     health: HealthConfig = Field(default_factory=HealthConfig)
-
 
 
 class RouterControl:
     """Backends by name and their state; pause, resume and weight loads; followers."""
 
-    def __init__(self, policy_version: int | None = None, config: RouterConfig | None = None,
-                 policy: Policy | None = None, lora: str | None = None,
-                 last_load: LastLoad | None = None, paused: bool = False):
+    def __init__(
+        self,
+        policy_version: int | None = None,
+        config: RouterConfig | None = None,
+        policy: Policy | None = None,
+        lora: str | None = None,
+        last_load: LastLoad | None = None,
+        paused: bool = False,
+    ):
         """``lora``: the LoRA adapter the policy is (loaded by another router: a node
         replica's head; or by this server before a restart), which every token-level
         backend added here names; ``last_load``: the last load that took (reported);
@@ -114,8 +122,7 @@ class RouterControl:
             await self.remove(name)
 
     # --- registry ----------------------------------------------------------------------
-    def add(self, backend: LLMBackend, weight: float | None = None,
-            source: str | None = None) -> None:
+    def add(self, backend: LLMBackend, weight: float | None = None, source: str | None = None) -> None:
         """Register ``backend``; ``source``: its spec as JSON, which followers build their
         own from (a backend added without one stays this router's). While the policy is
         a LoRA adapter, the backend names it in its requests (its server must serve it:
@@ -206,21 +213,28 @@ class RouterControl:
         return len(self._inflight)
 
     def status(self) -> dict:
-        return {"paused": self.paused, "pause_mode": self.pause_mode,
-                "policy_version": self.policy_version, "policy": self.policy.name,
-                "in_flight": self.in_flight, "health_checks": self.health.running,
-                "lora": self.lora,
-                "last_load": None if self.last_load is None else self.last_load.model_dump(),
-                **self.counters}
+        return {
+            "paused": self.paused,
+            "pause_mode": self.pause_mode,
+            "policy_version": self.policy_version,
+            "policy": self.policy.name,
+            "in_flight": self.in_flight,
+            "health_checks": self.health.running,
+            "lora": self.lora,
+            "last_load": None if self.last_load is None else self.last_load.model_dump(),
+            **self.counters,
+        }
 
     def in_force(self) -> WeightsInForce:
         """The weights in force, as a restarted router is to start with them."""
-        return WeightsInForce(policy_version=self.policy_version, lora=self.lora,
-                              last_load=self.last_load, paused=self.paused)
+        return WeightsInForce(
+            policy_version=self.policy_version, lora=self.lora, last_load=self.last_load, paused=self.paused
+        )
 
     # --- pause / resume ------------------------------------------------------------------
-    async def pause(self, mode: PauseMode = "finish", timeout: float | None = None,
-                    forward: bool | None = None) -> dict:
+    async def pause(
+        self, mode: PauseMode = "finish", timeout: float | None = None, forward: bool | None = None
+    ) -> dict:
         """Hold new calls; ``finish``: wait (up to ``timeout``) for those in flight;
         ``abort``: abort them now (they are sent again after ``resume``)."""
         if mode not in ("finish", "abort"):
@@ -241,9 +255,15 @@ class RouterControl:
         if mode == "finish" and forward:
             forwarded = await self._forward_pause(mode)
         log.info("paused (%s): %d aborted, %d still in flight", mode, aborted, self.in_flight)
-        return {"paused": True, "mode": mode, "aborted": aborted, "drained": drained,
-                "in_flight": self.in_flight, "policy_version": self.policy_version,
-                "forwarded": forwarded}
+        return {
+            "paused": True,
+            "mode": mode,
+            "aborted": aborted,
+            "drained": drained,
+            "in_flight": self.in_flight,
+            "policy_version": self.policy_version,
+            "forwarded": forwarded,
+        }
 
     async def resume(self, policy_version: int | None = None, allow_lower: bool = False) -> dict:
         """Let calls go again, stamped with ``policy_version`` from now on.
@@ -253,8 +273,7 @@ class RouterControl:
         if self._loading:
             raise WeightsRefused("a weight load is under way: resume once it has ended")
         current = self.policy_version
-        if (policy_version is not None and current is not None and policy_version < current
-                and not allow_lower):
+        if policy_version is not None and current is not None and policy_version < current and not allow_lower:
             raise LowerPolicyVersion(policy_version, current)
         if policy_version is not None:
             self.policy_version = policy_version
@@ -275,14 +294,18 @@ class RouterControl:
         if not self.paused:
             raise WeightsRefused("generation is not paused: POST /v1/llm/pause first")
         if self.in_flight:
-            raise WeightsRefused(f"{self.in_flight} calls are still in flight: pause again "
-                                 "(mode abort, or a longer timeout) before loading weights")
+            raise WeightsRefused(
+                f"{self.in_flight} calls are still in flight: pause again "
+                "(mode abort, or a longer timeout) before loading weights"
+            )
         if self._loading:
             raise WeightsRefused("another weight load is under way")
         if self.followers and not self._followers_drained:
-            raise WeightsRefused("a cluster node's router replica did not drain at the last "
-                                 "pause (its calls may still be sampling): pause again (mode "
-                                 "abort, or a longer timeout) before loading weights")
+            raise WeightsRefused(
+                "a cluster node's router replica did not drain at the last "
+                "pause (its calls may still be sampling): pause again (mode "
+                "abort, or a longer timeout) before loading weights"
+            )
         backends = targets(self._states.values(), update.kind)
         self._loading = True
         telling: asyncio.Future[list[None]] | None = None
@@ -328,14 +351,12 @@ class RouterControl:
         """``pause(mode)`` on every ``Pausable`` backend (remembered for resume)."""
         targets = pausable(self._states.values())
         self._paused_backends = list(targets)
-        return await forward({name: b.pause(mode) for name, b in targets.items()},
-                             self.config.health.timeout)
+        return await forward({name: b.pause(mode) for name, b in targets.items()}, self.config.health.timeout)
 
     async def _forward_resume(self) -> dict[str, str]:
         """``resume()`` on the backends the pause was forwarded to."""
         targets = pausable(self._states[n] for n in self._paused_backends if n in self._states)
-        return await forward({name: b.resume() for name, b in targets.items()},
-                             self.config.health.timeout)
+        return await forward({name: b.resume() for name, b in targets.items()}, self.config.health.timeout)
 
     # --- helpers ----------------------------------------------------------------------------
     def _state(self, name: str) -> BackendState:

@@ -74,12 +74,10 @@ class HealthMonitor:
             self.router.set_healthy(state.name, True)
         else:
             state.health_failures += 1
-            delay = min(self.config.backoff_max,
-                        self.config.backoff_base * 2 ** (state.health_failures - 1))
+            delay = min(self.config.backoff_max, self.config.backoff_base * 2 ** (state.health_failures - 1))
             state.next_check = loop.time() + delay
             if state.healthy:
-                log.warning("backend %s failed its health check; no new requests until it "
-                            "recovers", state.name)
+                log.warning("backend %s failed its health check; no new requests until it recovers", state.name)
                 self.router.set_healthy(state.name, False)
         return ok
 

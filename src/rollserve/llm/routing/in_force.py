@@ -27,8 +27,14 @@ class LastLoad(BaseModel):
 
     @classmethod
     def of(cls, update: WeightUpdate, failed: list[str]) -> LastLoad:
-        return cls(kind=update.kind, name=update.name, path=update.path,
-                   policy_version=update.policy_version, failed=failed, loaded_at=time.time())
+        return cls(
+            kind=update.kind,
+            name=update.name,
+            path=update.path,
+            policy_version=update.policy_version,
+            failed=failed,
+            loaded_at=time.time(),
+        )
 
 
 class WeightsInForce(BaseModel):
@@ -39,6 +45,9 @@ class WeightsInForce(BaseModel):
     policy_version: int | None = Field(None, description="stamped on turns sampled now")
     lora: str | None = Field(None, description="the adapter requests name (None: base model)")
     last_load: LastLoad | None = None
-    paused: bool = Field(False, description="written after a load and before its resume: a "
-                         "restarted router starts paused (the new weights are in the servers, "
-                         "the version that names them comes with the trainer's resume)")
+    paused: bool = Field(
+        False,
+        description="written after a load and before its resume: a "
+        "restarted router starts paused (the new weights are in the servers, "
+        "the version that names them comes with the trainer's resume)",
+    )

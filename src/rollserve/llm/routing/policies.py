@@ -60,8 +60,7 @@ class LeastLoad:
 
     def pick(self, candidates: Sequence[BackendState], key: str) -> BackendState:
         default = self._default_unit(candidates)
-        return min(candidates, key=lambda s: (self.wait(s, default), s.sessions / s.weight,
-                                              s.assigned / s.weight))
+        return min(candidates, key=lambda s: (self.wait(s, default), s.sessions / s.weight, s.assigned / s.weight))
 
     def keep(self, pinned: BackendState, candidates: Sequence[BackendState]) -> bool:
         others = [s for s in candidates if s is not pinned]
@@ -135,5 +134,4 @@ def make_policy(name: str) -> Policy:
     try:
         return POLICIES[name]()
     except KeyError:
-        raise ValueError(f"policy: unknown routing policy {name!r}; "
-                         f"expected one of {', '.join(POLICIES)}") from None
+        raise ValueError(f"policy: unknown routing policy {name!r}; expected one of {', '.join(POLICIES)}") from None

@@ -70,14 +70,13 @@ class Router(RouterControl):
         return RouterSession(self, key)
 
     # --- calls -----------------------------------------------------------------------------
-    async def generate(self, session: Pinned, prompt_ids: TokenIds,
-                       sampling: SamplingParams) -> Generation:
+    async def generate(self, session: Pinned, prompt_ids: TokenIds, sampling: SamplingParams) -> Generation:
         return await self._call(session, "tokens", lambda b: b.generate(prompt_ids, sampling))
 
-    async def chat(self, session: Pinned, messages: Messages, sampling: SamplingParams,
-                   tools: Tools | None = None) -> ChatReply:
-        return await self._call(session, "messages",
-                                lambda b: b.chat(messages, sampling, tools=tools))
+    async def chat(
+        self, session: Pinned, messages: Messages, sampling: SamplingParams, tools: Tools | None = None
+    ) -> ChatReply:
+        return await self._call(session, "messages", lambda b: b.chat(messages, sampling, tools=tools))
 
     async def choose_kind(self, session: Pinned) -> BackendKind:
         """``tokens`` or ``messages``: what the session's backend takes (pins one if needed)."""
@@ -91,8 +90,7 @@ class Router(RouterControl):
                 return "messages"
             await self._changed.wait()
 
-    async def _call(self, session: Pinned, kind: BackendKind,
-                    send: Callable[[LLMBackend], Awaitable[Reply]]) -> Reply:
+    async def _call(self, session: Pinned, kind: BackendKind, send: Callable[[LLMBackend], Awaitable[Reply]]) -> Reply:
         attempts = 0
         last: LLMError | None = None
         avoid: set[str] = set()
@@ -112,17 +110,18 @@ class Router(RouterControl):
                 continue
             if isinstance(outcome, LLMError):
                 last = outcome
-                delay = min(self.config.retry_backoff_max,
-                            self.config.retry_backoff * 2 ** (attempts - 1))
+                delay = min(self.config.retry_backoff_max, self.config.retry_backoff * 2 ** (attempts - 1))
                 left = remaining()
-                if (not outcome.retryable or attempts >= self.config.max_attempts
-                        or (left is not None and left <= delay)):
+                if (
+                    not outcome.retryable
+                    or attempts >= self.config.max_attempts
+                    or (left is not None and left <= delay)
+                ):
                     self.counters["failed"] += 1
                     raise self._final(outcome, attempts)
                 avoid.add(state.name)
                 self.counters["retries"] += 1
-                log.warning("session %s: %s (try %d); retrying in %.2fs",
-                            session.key, outcome.message, attempts, delay)
+                log.warning("session %s: %s (try %d); retrying in %.2fs", session.key, outcome.message, attempts, delay)
                 await asyncio.sleep(delay)
                 continue
             outcome.policy_version = version
@@ -136,21 +135,31 @@ class Router(RouterControl):
             return LLMError("no usable inference backend before the deadline", attempts=attempts)
         if attempts <= 1:
             return error
-        final = LLMError(f"{error.message} (gave up after {attempts} tries)", status=error.status,
-                         backend=error.backend, attempts=attempts, retryable=error.retryable)
+        final = LLMError(
+            f"{error.message} (gave up after {attempts} tries)",
+            status=error.status,
+            backend=error.backend,
+            attempts=attempts,
+            retryable=error.retryable,
+        )
         final.__cause__ = error
         return final
 
-    async def _choose(self, session: Pinned, kind: BackendKind, avoid: set[str],
-                      waiting_deadline: bool) -> BackendState | None:
+    async def _choose(
+        self, session: Pinned, kind: BackendKind, avoid: set[str], waiting_deadline: bool
+    ) -> BackendState | None:
         """The backend for the session's next request (pinning it); waits while none is
         usable. None if the call's deadline passes first (only when retrying)."""
         loop = asyncio.get_running_loop()
         while True:
             candidates = [s for s in self._states.values() if s.usable and s.serves(kind)]
             pinned = self._states.get(session.backend) if session.backend else None
-            if (pinned is not None and pinned in candidates and pinned.name not in avoid
-                    and self.policy.keep(pinned, candidates)):
+            if (
+                pinned is not None
+                and pinned in candidates
+                and pinned.name not in avoid
+                and self.policy.keep(pinned, candidates)
+            ):
                 return pinned
             pool = [s for s in candidates if s.name not in avoid] or candidates
             if pool:
@@ -190,8 +199,9 @@ class Router(RouterControl):
             state.sessions -= 1
         session.backend = None
 
-    async def _attempt(self, state: BackendState,
-                       send: Callable[[LLMBackend], Awaitable[Reply]]) -> Reply | LLMError | _Aborted:
+    async def _attempt(
+        self, state: BackendState, send: Callable[[LLMBackend], Awaitable[Reply]]
+    ) -> Reply | LLMError | _Aborted:
         """One request: its result, an ``LLMError`` to retry or raise, or ``_ABORTED``."""
         loop = asyncio.get_running_loop()
         state.outstanding += 1
@@ -208,8 +218,7 @@ class Router(RouterControl):
             if not entry.task.done():  # a hung server: give up on this try
                 entry.task.cancel()
                 entry.task.add_done_callback(retrieve)
-                error = LLMError(f"{state.name}: no answer in {self.config.attempt_timeout:g} s",
-                                 backend=state.name)
+                error = LLMError(f"{state.name}: no answer in {self.config.attempt_timeout:g} s", backend=state.name)
                 state.record_failure(error.message)
                 self.metrics.failed(state.name, loop.time() - started)
                 self.health.poke(state)

@@ -22,8 +22,9 @@ class RouterSession:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return await self.router.generate(self, prompt_ids, sampling)
 
-    async def chat(self, messages: list[Message], sampling: SamplingParams,
-                   tools: list[ToolSchema] | None = None) -> ChatReply:
+    async def chat(
+        self, messages: list[Message], sampling: SamplingParams, tools: list[ToolSchema] | None = None
+    ) -> ChatReply:
         return await self.router.chat(self, messages, sampling, tools=tools)
 
     def context_window(self) -> int | None:

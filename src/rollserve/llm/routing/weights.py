@@ -33,11 +33,13 @@ class LowerPolicyVersion(WeightsRefused):
     older than turns sampled before them. Nothing changed: generation is still paused."""
 
     def __init__(self, requested: int, in_force: int):
-        super().__init__(f"policy_version {requested} is below the version in force "
-                         f"({in_force}): turns sampled from now on would look older than "
-                         "those before them; resume with a version at least as high, or "
-                         "say allow_lower_version (e.g. a trainer restarting from an older "
-                         "checkpoint)")
+        super().__init__(
+            f"policy_version {requested} is below the version in force "
+            f"({in_force}): turns sampled from now on would look older than "
+            "those before them; resume with a version at least as high, or "
+            "say allow_lower_version (e.g. a trainer restarting from an older "
+            "checkpoint)"
+        )
         self.requested = requested
         self.in_force = in_force
 
@@ -76,16 +78,17 @@ def targets(states: Iterable[BackendState], kind: WeightsKind) -> dict[str, Load
         else:
             unable.append(f"{state.name} ({backend.kind})")
     if unable:
-        raise WeightsRefused(f"backends that cannot load {kind} weights: {', '.join(unable)}; "
-                             "remove them first (they would go on sampling from the old "
-                             "weights under the new policy version)")
+        raise WeightsRefused(
+            f"backends that cannot load {kind} weights: {', '.join(unable)}; "
+            "remove them first (they would go on sampling from the old "
+            "weights under the new policy version)"
+        )
     if not found:
         raise WeightsRefused("no token-level backend is registered to load weights into")
     return found
 
 
-async def load(backends: dict[str, LoadsWeights], update: WeightUpdate,
-               timeout: float) -> dict[str, str]:
+async def load(backends: dict[str, LoadsWeights], update: WeightUpdate, timeout: float) -> dict[str, str]:
     """Load ``update`` into every backend at once, each within ``timeout`` seconds:
     "ok" or the error, by name."""
 
@@ -118,9 +121,11 @@ def adopter(backend: LLMBackend, lora: str | None) -> LoadsWeights | None:
         return backend
     if lora is None:
         return None
-    raise WeightsRefused(f"{backend.name} ({backend.kind}) cannot serve the LoRA adapter "
-                         f"{lora!r} the policy is now (it would sample the base model under "
-                         "the new policy version)")
+    raise WeightsRefused(
+        f"{backend.name} ({backend.kind}) cannot serve the LoRA adapter "
+        f"{lora!r} the policy is now (it would sample the base model under "
+        "the new policy version)"
+    )
 
 
 def adopt(states: Iterable[BackendState], lora: str | None, skip: Collection[str] = ()) -> None:

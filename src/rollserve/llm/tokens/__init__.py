@@ -19,11 +19,17 @@ if TYPE_CHECKING:
 _HOMES: dict[str, str] = {
     "BackendTokenizer": "rollserve.llm.tokens.backend_tokenizer",
     "token_texts": "rollserve.llm.tokens.pieces",
-    **dict.fromkeys(("ChatTokenizer", "DEFAULT_TOKENIZER", "TokenizerError", "load_tokenizer"),
-                    "rollserve.llm.tokens.tokenizer"),
+    **dict.fromkeys(
+        ("ChatTokenizer", "DEFAULT_TOKENIZER", "TokenizerError", "load_tokenizer"), "rollserve.llm.tokens.tokenizer"
+    ),
 }
 __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
-    "BackendTokenizer", "ChatTokenizer", "DEFAULT_TOKENIZER", "TokenizerError", "load_tokenizer", "token_texts",
+    "BackendTokenizer",
+    "ChatTokenizer",
+    "DEFAULT_TOKENIZER",
+    "TokenizerError",
+    "load_tokenizer",
+    "token_texts",
 ]
 
 

@@ -30,8 +30,12 @@ from rollserve.llm.tokens.chat import BackendPromptBuilder
 
 BACKEND_PREFIXES = ("vllm:", "backend:")
 _PROBE_CONTENT = "rollserve probe 7431"
-_PROBE_TOOL: list[ToolSchema] = [{"type": "function", "function": {
-    "name": "probe_tool", "description": "d", "parameters": {"type": "object", "properties": {}}}}]
+_PROBE_TOOL: list[ToolSchema] = [
+    {
+        "type": "function",
+        "function": {"name": "probe_tool", "description": "d", "parameters": {"type": "object", "properties": {}}},
+    }
+]
 
 
 def is_backend_source(source: str) -> bool:
@@ -44,10 +48,8 @@ class BackendTokenizer:
     Implements ``llm.base.Tokenizer`` and ``tokens.base.IdTemplate``.
     """
 
-    def __init__(self, url: str, model: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0):
-        self.http = HTTPClient(url, f"tokenizer@{host_port(url)}", api_key=api_key,
-                               timeout=timeout)
+    def __init__(self, url: str, model: str | None = None, api_key: str | None = None, timeout: float = 60.0):
+        self.http = HTTPClient(url, f"tokenizer@{host_port(url)}", api_key=api_key, timeout=timeout)
         self.name = f"vllm:{self.http.base_url}"
         self.model = model
         self._renders_tools: bool | None = None  # known after ready()
@@ -111,21 +113,22 @@ class BackendTokenizer:
         rendered = await self.render_ids(user + [{"role": "assistant", "content": _PROBE_CONTENT}], False)
         content = await self.encode(_PROBE_CONTENT)
         for start in range(len(rendered) - len(content)):
-            if rendered[start:start + len(content)] == content:
+            if rendered[start : start + len(content)] == content:
                 return rendered[start + len(content)]
         raise TokenizerError(
             f"{self.name}: could not find the end-of-turn token (the chat template does not "
-            "write an assistant message's content verbatim); use a local tokenizer instead")
+            "write an assistant message's content verbatim); use a local tokenizer instead"
+        )
 
     # --- rendering, encoding, decoding --------------------------------------------------
     def _body(self, **fields: object) -> dict[str, object]:
         return {"model": self.model, **fields} if self.model else fields
 
-    async def render_ids(self, messages: list[Message], add_generation_prompt: bool,
-                         tools: list[ToolSchema] | None = None) -> list[int]:
+    async def render_ids(
+        self, messages: list[Message], add_generation_prompt: bool, tools: list[ToolSchema] | None = None
+    ) -> list[int]:
         """``messages`` through the chat template, as the server tokenizes them."""
-        body = self._body(messages=messages, add_generation_prompt=add_generation_prompt,
-                          add_special_tokens=False)
+        body = self._body(messages=messages, add_generation_prompt=add_generation_prompt, add_special_tokens=False)
         if tools:
             body["tools"] = tools
         return self._tokens(await self.http.request_json("POST", "/tokenize", body))

@@ -18,8 +18,9 @@ class TextTemplate(Protocol):
     @property
     def eos_token_id(self) -> int: ...
 
-    def render(self, messages: list[Message], add_generation_prompt: bool,
-               tools: list[ToolSchema] | None = None) -> str:
+    def render(
+        self, messages: list[Message], add_generation_prompt: bool, tools: list[ToolSchema] | None = None
+    ) -> str:
         """``messages`` through the chat template, as text."""
         ...
 
@@ -43,8 +44,9 @@ class IdTemplate(Protocol):
 
     async def ready(self) -> None: ...
 
-    async def render_ids(self, messages: list[Message], add_generation_prompt: bool,
-                         tools: list[ToolSchema] | None = None) -> list[int]:
+    async def render_ids(
+        self, messages: list[Message], add_generation_prompt: bool, tools: list[ToolSchema] | None = None
+    ) -> list[int]:
         """``messages`` through the chat template, as ids."""
         ...
 

@@ -50,8 +50,12 @@ def normalizer_factor(normalizer: dict[str, Any] | None) -> int | None:
         pattern = normalizer.get("pattern") or {}
         literal = pattern.get("String") if isinstance(pattern, dict) else None
         content = normalizer.get("content")
-        if (isinstance(literal, str) and literal and isinstance(content, str)
-                and len(content.encode("utf-8")) >= len(literal.encode("utf-8"))):
+        if (
+            isinstance(literal, str)
+            and literal
+            and isinstance(content, str)
+            and len(content.encode("utf-8")) >= len(literal.encode("utf-8"))
+        ):
             return 1
         return None
     if kind == "Sequence":
@@ -77,8 +81,7 @@ def max_token_bytes(hf_tokenizer: Any) -> int | None:
     factor = normalizer_factor(spec.get("normalizer"))
     if factor is None:
         return None
-    added = {str(getattr(a, "content", a))
-             for a in getattr(hf_tokenizer, "added_tokens_decoder", {}).values()}
+    added = {str(getattr(a, "content", a)) for a in getattr(hf_tokenizer, "added_tokens_decoder", {}).values()}
     byte_level = _byte_level(spec.get("decoder"))
     longest = 0
     for entry in [*hf_tokenizer.get_vocab(), *added]:
@@ -88,8 +91,7 @@ def max_token_bytes(hf_tokenizer: Any) -> int | None:
 
 
 # Pre-tokenizers that split text without dropping any of it.
-_KEEPING = frozenset({"ByteLevel", "Metaspace", "Digits", "Punctuation", "Split",
-                      "UnicodeScripts"})
+_KEEPING = frozenset({"ByteLevel", "Metaspace", "Digits", "Punctuation", "Split", "UnicodeScripts"})
 
 
 def _keeps_every_byte(spec: dict[str, Any]) -> bool:

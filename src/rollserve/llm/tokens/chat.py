@@ -181,28 +181,27 @@ class LocalPromptBuilder:
         rendered_history = self._render(history, gen=False)
         rendered_full = self._render(history + new, gen=True)
         sequence_text = self.tok.decode(sequence)
-        if rendered_full.startswith(rendered_history) and rendered_history.startswith(
-            sequence_text
-        ):
+        if rendered_full.startswith(rendered_history) and rendered_history.startswith(sequence_text):
             # The template's glue after the sampled text (e.g. "\n" after <|im_end|>,
             # or "<|im_end|>\n" when the turn was cut by max_tokens), then the new
             # messages and the generation prompt.
-            glue = rendered_history[len(sequence_text):]
-            return self._encode(glue + rendered_full[len(rendered_history):], len(sequence))
+            glue = rendered_history[len(sequence_text) :]
+            return self._encode(glue + rendered_full[len(rendered_history) :], len(sequence))
         self.fidelity.fallback_deltas += 1
-        return self._probe_delta(new, ended_with_eos=bool(sequence) and sequence[-1] == self.tok.eos_token_id,
-                                 before=len(sequence))
+        return self._probe_delta(
+            new, ended_with_eos=bool(sequence) and sequence[-1] == self.tok.eos_token_id, before=len(sequence)
+        )
 
     def _probe_delta(self, new: list[Message], ended_with_eos: bool, before: int = 0) -> list[int]:
         """Delta from a stand-in conversation, for templates that rewrite history."""
         base: list[Message] = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
         rendered_base = self._render(base, gen=False)
-        suffix = rendered_base[rendered_base.index(_PROBE) + len(_PROBE):]
+        suffix = rendered_base[rendered_base.index(_PROBE) + len(_PROBE) :]
         eos_text = self.tok.decode([self.tok.eos_token_id])
         if ended_with_eos and suffix.startswith(eos_text):
-            suffix = suffix[len(eos_text):]
+            suffix = suffix[len(eos_text) :]
         rendered_full = self._render(base + new, gen=True)
-        return self._encode(suffix + rendered_full[len(rendered_base):], before)
+        return self._encode(suffix + rendered_full[len(rendered_base) :], before)
 
     def check(self, messages: list[Message], sequence: list[int]) -> Fidelity:
         """Compare the append-only sequence with a full render of the conversation.
@@ -278,17 +277,16 @@ class BackendPromptBuilder:
     async def adelta(self, history: list[Message], new: list[Message], sequence: list[int]) -> list[int]:
         rendered_history = await self._ids(history, gen=False)
         rendered_full = await self._ids(history + new, gen=True)
-        if (rendered_full[:len(rendered_history)] == rendered_history
-                and rendered_history[:len(sequence)] == sequence):
+        if rendered_full[: len(rendered_history)] == rendered_history and rendered_history[: len(sequence)] == sequence:
             # The template's glue after the sampled ids, then the new messages and the
             # generation prompt, as the template tokenizes them.
-            return rendered_history[len(sequence):] + rendered_full[len(rendered_history):]
+            return rendered_history[len(sequence) :] + rendered_full[len(rendered_history) :]
         history_text = await self.tok.decode(rendered_history)
         full_text = await self.tok.decode(rendered_full)
         sequence_text = await self.tok.decode(sequence)
         if full_text.startswith(history_text) and history_text.startswith(sequence_text):
-            glue = history_text[len(sequence_text):]
-            return await self.tok.encode(glue + full_text[len(history_text):])
+            glue = history_text[len(sequence_text) :]
+            return await self.tok.encode(glue + full_text[len(history_text) :])
         self.fidelity.fallback_deltas += 1
         await self.tok.ready()
         ended_with_eos = bool(sequence) and sequence[-1] == self.tok.eos_token_id
@@ -298,12 +296,12 @@ class BackendPromptBuilder:
         """Delta from a stand-in conversation, for templates that rewrite history."""
         base: list[Message] = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
         rendered_base = await self.tok.decode(await self._ids(base, gen=False))
-        suffix = rendered_base[rendered_base.index(_PROBE) + len(_PROBE):]
+        suffix = rendered_base[rendered_base.index(_PROBE) + len(_PROBE) :]
         eos_text = await self.tok.decode([self.tok.eos_token_id])
         if ended_with_eos and suffix.startswith(eos_text):
-            suffix = suffix[len(eos_text):]
+            suffix = suffix[len(eos_text) :]
         rendered_full = await self.tok.decode(await self._ids(base + new, gen=True))
-        return await self.tok.encode(suffix + rendered_full[len(rendered_base):])
+        return await self.tok.encode(suffix + rendered_full[len(rendered_base) :])
 
     async def acheck(self, messages: list[Message], sequence: list[int]) -> Fidelity:
         return _record_check(self.fidelity, sequence, await self._ids(messages, gen=False))

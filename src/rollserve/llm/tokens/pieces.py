@@ -35,8 +35,7 @@ class _Known:
         self.texts.update(zip(ids, texts, strict=True))
 
 
-_KNOWN: weakref.WeakKeyDictionary[ChatTokenizer | BackendTokenizer, _Known] = \
-    weakref.WeakKeyDictionary()
+_KNOWN: weakref.WeakKeyDictionary[ChatTokenizer | BackendTokenizer, _Known] = weakref.WeakKeyDictionary()
 
 
 async def token_texts(tokenizer: ChatTokenizer | BackendTokenizer, ids: list[int]) -> list[str]:
@@ -51,19 +50,20 @@ async def token_texts(tokenizer: ChatTokenizer | BackendTokenizer, ids: list[int
     return [known.texts[i] for i in ids]
 
 
-async def _decode(tokenizer: ChatTokenizer | BackendTokenizer, known: _Known,
-                  ids: list[int]) -> list[str]:
+async def _decode(tokenizer: ChatTokenizer | BackendTokenizer, known: _Known, ids: list[int]) -> list[str]:
     if isinstance(tokenizer, ChatTokenizer):
         hf = tokenizer.hf
         try:
             texts = await asyncio.to_thread(hf.batch_decode, [[i] for i in ids])
         except Exception as exc:  # an id outside the vocabulary, a broken tokenizer
-            raise TokenizerError(f"{tokenizer.name} could not decode the token ids: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            raise TokenizerError(
+                f"{tokenizer.name} could not decode the token ids: {type(exc).__name__}: {exc}"
+            ) from exc
         return [str(text) for text in texts]
     if len(ids) > MAX_BACKEND_IDS:
-        raise TokenizerError(f"{len(ids)} distinct tokens: more than the {MAX_BACKEND_IDS} "
-                             f"decoded one by one through {tokenizer.name}")
+        raise TokenizerError(
+            f"{len(ids)} distinct tokens: more than the {MAX_BACKEND_IDS} decoded one by one through {tokenizer.name}"
+        )
 
     async def one(token: int) -> str:
         async with known.gate:

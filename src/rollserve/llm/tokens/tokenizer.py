@@ -32,8 +32,14 @@ from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer, is_backend_
 from rollserve.llm.tokens.bytes_bound import max_token_bytes
 from rollserve.llm.tokens.chat import LocalPromptBuilder
 
-__all__ = ["DEFAULT_TOKENIZER", "SMOLLM2_GGUF_NAME", "ChatTokenizer", "TokenizerError",
-           "load_tokenizer", "smollm2_gguf_path"]
+__all__ = [
+    "DEFAULT_TOKENIZER",
+    "SMOLLM2_GGUF_NAME",
+    "ChatTokenizer",
+    "TokenizerError",
+    "load_tokenizer",
+    "smollm2_gguf_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +48,12 @@ log = logging.getLogger(__name__)
 DEFAULT_TOKENIZER = "smollm2"
 
 
-_PROBE_TOOL: list[ToolSchema] = [{"type": "function", "function": {
-    "name": "probe_tool", "description": "d", "parameters": {"type": "object", "properties": {}}}}]
+_PROBE_TOOL: list[ToolSchema] = [
+    {
+        "type": "function",
+        "function": {"name": "probe_tool", "description": "d", "parameters": {"type": "object", "properties": {}}},
+    }
+]
 
 
 def cache_dir() -> Path:
@@ -67,9 +77,7 @@ def _load_hf(source: str) -> Any:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if path.suffix == ".gguf" and path.is_file():
         stat = path.stat()
-        key = hashlib.sha256(
-            f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{_GGUF_CACHE_FORMAT}".encode()
-        )
+        key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{_GGUF_CACHE_FORMAT}".encode())
         cached = cache_dir() / "tokenizers" / key.hexdigest()[:16]
         if (cached / "tokenizer_config.json").exists():
             return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
@@ -92,9 +100,7 @@ def _load_hf(source: str) -> Any:
 
 # llama.cpp pre-tokenizer names whose rule is "each digit alone, then GPT-2's split"
 # (llama-vocab.cpp); transformers does not map them.
-_DIGIT_SPLIT_PRE_TYPES = frozenset(
-    {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"}
-)
+_DIGIT_SPLIT_PRE_TYPES = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"})
 _GGUF_CACHE_FORMAT = 2  # bump when the GGUF -> tokenizer conversion changes
 
 _GGUF_SPECIAL_TOKENS = {
@@ -127,11 +133,7 @@ def _tokenizer_from_gguf(path: Path) -> Any:
         if key.startswith("tokenizer.") or key == "general.architecture"
     }
     grouped = {
-        group: {
-            name: metadata[f"tokenizer.{key}"]
-            for key, name in renames.items()
-            if f"tokenizer.{key}" in metadata
-        }
+        group: {name: metadata[f"tokenizer.{key}"] for key, name in renames.items() if f"tokenizer.{key}" in metadata}
         for group, renames in GGUF_TOKENIZER_MAPPING.items()
     }
     tokenizer_dict, config = grouped["tokenizer"], grouped["tokenizer_config"]
@@ -150,10 +152,12 @@ def _tokenizer_from_gguf(path: Path) -> Any:
         # tokenizer.json, llama.cpp's "smollm") split every digit off first.
         from tokenizers import pre_tokenizers
 
-        backend.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ])
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
     return PreTrainedTokenizerFast(tokenizer_object=backend, **config)
 
 
@@ -222,8 +226,12 @@ class ChatTokenizer:
         try:
             with_tools = self.render(probe, add_generation_prompt=True, tools=_PROBE_TOOL)
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
-            log.info("tokenizer %s: the chat template cannot render tools (%s: %s); they go "
-                     "in the system prompt", self.name, type(exc).__name__, exc)
+            log.info(
+                "tokenizer %s: the chat template cannot render tools (%s: %s); they go in the system prompt",
+                self.name,
+                type(exc).__name__,
+                exc,
+            )
             return False
         without = self.render(probe, add_generation_prompt=True)
         return with_tools != without and "probe_tool" in with_tools

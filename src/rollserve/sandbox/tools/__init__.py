@@ -21,17 +21,26 @@ if TYPE_CHECKING:
     from rollserve.sandbox.tools.text import truncate_middle
 
 _HOMES: dict[str, str] = {
-    **dict.fromkeys(("BashBusy", "BashConfig", "BashResult", "BashSession", "DEFAULT_ENV"),
-                    "rollserve.sandbox.tools.bash"),
-    **dict.fromkeys(("EditorConfig", "EditorError", "FileEditor"),
-                    "rollserve.sandbox.tools.editor"),
+    **dict.fromkeys(
+        ("BashBusy", "BashConfig", "BashResult", "BashSession", "DEFAULT_ENV"), "rollserve.sandbox.tools.bash"
+    ),
+    **dict.fromkeys(("EditorConfig", "EditorError", "FileEditor"), "rollserve.sandbox.tools.editor"),
     **dict.fromkeys(("IPythonConfig", "IPythonSession"), "rollserve.sandbox.tools.ipython"),
     "is_key_sequence": "rollserve.sandbox.tools.keys",
     "truncate_middle": "rollserve.sandbox.tools.text",
 }
 __all__ = [  # (the keys of _HOMES, written out for tools that read __all__)
-    "BashBusy", "BashConfig", "BashResult", "BashSession", "DEFAULT_ENV", "EditorConfig",
-    "EditorError", "FileEditor", "IPythonConfig", "IPythonSession", "is_key_sequence",
+    "BashBusy",
+    "BashConfig",
+    "BashResult",
+    "BashSession",
+    "DEFAULT_ENV",
+    "EditorConfig",
+    "EditorError",
+    "FileEditor",
+    "IPythonConfig",
+    "IPythonSession",
+    "is_key_sequence",
     "truncate_middle",
 ]
 

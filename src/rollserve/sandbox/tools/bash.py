@@ -101,9 +101,7 @@ class BashSession:
             raise
         if outcome != "done":
             await self._kill_process()
-            raise SandboxError(
-                f"bash did not start in the sandbox ({outcome}): {sink.text()[-500:]!r}"
-            )
+            raise SandboxError(f"bash did not start in the sandbox ({outcome}): {sink.text()[-500:]!r}")
         pid = shell_pid(sink.text())
         self._probe = TerminalProbe(self.process.pid, pid) if pid is not None else None
         if self._probe is not None:
@@ -186,8 +184,7 @@ class BashSession:
                 return BashResult("", None, 0.0, notes=["no command is running; nothing was sent"])
             data = text.encode() + b"".join(key_bytes(k) for k in keys)
             if data and await self._settle():  # it ended: what we type would go to the shell
-                result = await self._finish(started, self.config.interrupt_grace, None, None, [],
-                                            interrupt=False)
+                result = await self._finish(started, self.config.interrupt_grace, None, None, [], interrupt=False)
                 result.notes.append("the command had already ended; nothing was sent")
                 return result
             if data:
@@ -226,8 +223,13 @@ class BashSession:
         return []
 
     async def _finish(
-        self, started: float, limit: float, idle: float | None,
-        expect: str | None, notes: list[str], interrupt: bool,
+        self,
+        started: float,
+        limit: float,
+        idle: float | None,
+        expect: str | None,
+        notes: list[str],
+        interrupt: bool,
     ) -> BashResult:
         sink = HeadTail(self.config.max_output_bytes // 2, self.config.max_output_bytes // 2)
         pattern = re.compile(expect) if expect else None
@@ -254,8 +256,10 @@ class BashSession:
             result.notes.append(f"still running after waiting {limit:g} s for output to finish")
         elif outcome == "idle" and self.config.idle_action == "return":
             result.running = True
-            result.notes.append(f"no output for {idle:g} s; the command is still running "
-                                "(it may be waiting for input): send input or keys, or interrupt it")
+            result.notes.append(
+                f"no output for {idle:g} s; the command is still running "
+                "(it may be waiting for input): send input or keys, or interrupt it"
+            )
         else:
             result.timed_out = outcome in ("timeout", "idle")
             if outcome == "timeout":
@@ -304,8 +308,10 @@ class BashSession:
             await self.start()
             result.shell_restarted = True
         if result.shell_restarted:
-            return ["the previous call was cancelled and its shell could not be recovered; "
-                    "this is a new shell (cwd and variables were reset)"]
+            return [
+                "the previous call was cancelled and its shell could not be recovered; "
+                "this is a new shell (cwd and variables were reset)"
+            ]
         return ["the previous call was cancelled before its command finished; that command was stopped"]
 
     async def _stop(self, sink: HeadTail, result: BashResult) -> None:
@@ -329,8 +335,9 @@ class BashSession:
             if outcome == "eof":
                 await self._on_shell_exit(result)
                 return
-        result.notes.append("the command could not be interrupted; the shell was replaced by a new one "
-                            "(cwd and variables were reset)")
+        result.notes.append(
+            "the command could not be interrupted; the shell was replaced by a new one (cwd and variables were reset)"
+        )
         result.exit_code = None
         result.shell_restarted = True
         await self._kill_process()
@@ -368,15 +375,15 @@ class BashSession:
                 break
         await self._kill_process()
         await self.start()
-        return ["the shell did not answer after an interrupt and was replaced by a new one "
-                "(cwd and variables were reset)"]
+        return [
+            "the shell did not answer after an interrupt and was replaced by a new one (cwd and variables were reset)"
+        ]
 
     async def _on_shell_exit(self, result: BashResult) -> None:
         code = await self.process.wait(1.0) if self.process else None
         result.exit_code = code
         result.shell_restarted = True
-        result.notes.append("the shell exited; the next command starts a new shell "
-                            "(cwd and variables will be reset)")
+        result.notes.append("the shell exited; the next command starts a new shell (cwd and variables will be reset)")
         self._running = False
         await self._kill_process()
 
@@ -389,14 +396,21 @@ class BashSession:
         return verdict
 
     async def _wait(
-        self, sink: HeadTail, deadline: float | None, idle: float | None = None,
-        expect: re.Pattern[str] | None = None, command: bool = False,
+        self,
+        sink: HeadTail,
+        deadline: float | None,
+        idle: float | None = None,
+        expect: re.Pattern[str] | None = None,
+        command: bool = False,
     ) -> tuple[Outcome, int | None]:
         """Read until this command's marker, ``expect``, a limit, or EOF. With
         ``command`` (the command's own wait, not an interrupt's or a sync's) also
         until a flood, or until it waits for terminal input."""
-        limits = Limits(deadline, idle, expect,
-                        flood_bytes=self.config.flood_bytes if command else None,
-                        input_wait=self.config.input_wait if command else None)
-        return await read_until(self._shell(), self._scanner, self._seq, sink, limits,
-                                self._waits_for_input)
+        limits = Limits(
+            deadline,
+            idle,
+            expect,
+            flood_bytes=self.config.flood_bytes if command else None,
+            input_wait=self.config.input_wait if command else None,
+        )
+        return await read_until(self._shell(), self._scanner, self._seq, sink, limits, self._waits_for_input)

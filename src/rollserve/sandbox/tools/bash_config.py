@@ -9,9 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_ENV = {
     "TERM": "dumb",  # no colours, no cursor games: the model reads plain text
-    "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat", "SYSTEMD_PAGER": "",
-    "NO_COLOR": "1", "PIP_PROGRESS_BAR": "off", "PYTHONUNBUFFERED": "1",
-    "DEBIAN_FRONTEND": "noninteractive", "GIT_TERMINAL_PROMPT": "0",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "SYSTEMD_PAGER": "",
+    "NO_COLOR": "1",
+    "PIP_PROGRESS_BAR": "off",
+    "PYTHONUNBUFFERED": "1",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "GIT_TERMINAL_PROMPT": "0",
 }
 
 
@@ -19,16 +25,15 @@ class BashConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     timeout: float = Field(120.0, gt=0, description="hard limit per command (s), then interrupted")
-    idle_timeout: float | None = Field(
-        30.0, gt=0, description="no output for this long (s): interrupted; None: off"
-    )
+    idle_timeout: float | None = Field(30.0, gt=0, description="no output for this long (s): interrupted; None: off")
     idle_action: Literal["interrupt", "return"] = Field(
         "interrupt",
         description="at the idle timeout: stop the command, or return with it still running "
         "(a program waiting for input can then be answered with send)",
     )
     input_wait: float | None = Field(
-        1.0, gt=0,
+        1.0,
+        gt=0,
         description="silent this long (s), the command is checked for waiting on terminal "
         "input (a prompt, `read`, `input()`); if it is, the call returns with it running, to "
         "be answered with send. None: off (only `expect` or the idle action return early)",

@@ -59,7 +59,7 @@ class FileEditor:
             # Compare whole components: /workspacefoo is not inside /workspace.
             if pure.parts[: len(PurePosixPath(WORKDIR).parts)] != PurePosixPath(WORKDIR).parts:
                 raise EditorError(f"{path}: only paths inside {WORKDIR} can be edited")
-            relative = PurePosixPath(*pure.parts[len(PurePosixPath(WORKDIR).parts):])
+            relative = PurePosixPath(*pure.parts[len(PurePosixPath(WORKDIR).parts) :])
         else:
             relative = pure
         try:
@@ -93,8 +93,7 @@ class FileEditor:
             raise EditorError(f"{shown} is a folder")
         if host.exists():
             raise EditorError(
-                f"{shown} already exists; use str_replace or insert to change it "
-                "(create only makes new files)"
+                f"{shown} already exists; use str_replace or insert to change it (create only makes new files)"
             )
         self._remember(host, _MISSING)
         made = [p for p in reversed(host.parents) if not p.exists()]
@@ -246,8 +245,7 @@ class FileEditor:
         body = "\n".join(entries) if entries else "(empty)"
         more = f"\n[... {skipped} more entries not shown ...]" if skipped else ""
         return (
-            f"Files and folders in {shown}, {self.config.list_depth} levels deep "
-            f"(hidden ones not shown):\n{body}{more}"
+            f"Files and folders in {shown}, {self.config.list_depth} levels deep (hidden ones not shown):\n{body}{more}"
         )
 
     def _no_match_message(self, text: str, old_str: str, shown: str) -> str:

@@ -109,8 +109,15 @@ class IPythonSession:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        argv = [self.config.python or "python3", "-u", "-c", DRIVER_SOURCE, self._tag.decode(),
-                str(self.config.max_output_bytes), str(self.config.max_images)]
+        argv = [
+            self.config.python or "python3",
+            "-u",
+            "-c",
+            DRIVER_SOURCE,
+            self._tag.decode(),
+            str(self.config.max_output_bytes),
+            str(self.config.max_images),
+        ]
         self.process = await self.sandbox.spawn(argv, pty=False, env=dict(self.config.env))
         self._buffer.clear()
         self._log.clear()
@@ -170,13 +177,17 @@ class IPythonSession:
             async with asyncio.timeout(self.config.interrupt_grace):
                 result = self._cell_result(await self._response(cell_id))
             result.timed_out = True
-            result.notes.append(f"the cell did not finish within {limit:g} s and was interrupted "
-                                "(KeyboardInterrupt); the kernel and its variables are kept")
+            result.notes.append(
+                f"the cell did not finish within {limit:g} s and was interrupted "
+                "(KeyboardInterrupt); the kernel and its variables are kept"
+            )
             return result
         except (TimeoutError, EOFError, BrokenPipeError, ConnectionError):
             return await self._lost(
                 f"the cell did not finish within {limit:g} s and did not stop when interrupted; "
-                "the kernel was restarted and its variables are gone", True)
+                "the kernel was restarted and its variables are gone",
+                True,
+            )
 
     async def _lost(self, note: str, timed_out: bool) -> CellResult:
         await self._kill()
@@ -217,7 +228,7 @@ class IPythonSession:
                 if start >= 0:
                     self._note_log(line[:start])
                     try:
-                        return json.loads(line[start + len(self._tag):])
+                        return json.loads(line[start + len(self._tag) :])
                     except ValueError:
                         self._note_log(line)
                 else:

@@ -87,7 +87,7 @@ def main():
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(proto_out, view):]
+                view = view[os.write(proto_out, view) :]
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
@@ -115,20 +115,22 @@ def main():
             stdout, out_dropped = _read_capped(out_fd, max_output)
             stderr, err_dropped = _read_capped(err_fd, max_output)
             result, images, texts = _displayed(captured)
-            send({
-                "id": request.get("id"),
-                "count": count,
-                "ok": ok and captured["error"] is None,
-                "stdout": stdout,
-                "stderr": stderr,
-                "dropped": out_dropped + err_dropped,
-                "result": result,
-                "display": texts,
-                "images": images[:max_images],
-                "images_dropped": max(0, len(images) - max_images),
-                "error": captured["error"] or ("KeyboardInterrupt" if interrupted else None),
-                "error_name": captured["error_name"] or ("KeyboardInterrupt" if interrupted else None),
-            })
+            send(
+                {
+                    "id": request.get("id"),
+                    "count": count,
+                    "ok": ok and captured["error"] is None,
+                    "stdout": stdout,
+                    "stderr": stderr,
+                    "dropped": out_dropped + err_dropped,
+                    "result": result,
+                    "display": texts,
+                    "images": images[:max_images],
+                    "images_dropped": max(0, len(images) - max_images),
+                    "error": captured["error"] or ("KeyboardInterrupt" if interrupted else None),
+                    "error_name": captured["error_name"] or ("KeyboardInterrupt" if interrupted else None),
+                }
+            )
         except KeyboardInterrupt:
             continue
 

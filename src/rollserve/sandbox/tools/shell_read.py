@@ -37,8 +37,12 @@ class Limits:
 
 
 async def read_until(
-    process: SandboxProcess, scanner: MarkerScanner, seq: int, sink: HeadTail,
-    limits: Limits, waits_for_input: Callable[[str], Awaitable[bool]] | None = None,
+    process: SandboxProcess,
+    scanner: MarkerScanner,
+    seq: int,
+    sink: HeadTail,
+    limits: Limits,
+    waits_for_input: Callable[[str], Awaitable[bool]] | None = None,
 ) -> tuple[Outcome, int | None]:
     """Read until command ``seq``'s marker (``"done"`` and its exit code), EOF, or
     the first of ``limits``. ``waits_for_input`` gets the output so far (this wait's
@@ -74,8 +78,9 @@ class _Reading:
     """One wait's state: the output since it began, when output last came, when the
     input check last ran and when its "yes" ends the wait unless output comes first."""
 
-    def __init__(self, scanner: MarkerScanner, seq: int, sink: HeadTail, limits: Limits,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, scanner: MarkerScanner, seq: int, sink: HeadTail, limits: Limits, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.scanner, self.seq, self.sink, self.limits, self.loop = scanner, seq, sink, limits, loop
         self.recent = bytearray()  # the last few KB since this wait began
         self.last_output = self.checked = loop.time()
@@ -116,8 +121,7 @@ class _Reading:
         return None
 
 
-async def marker_arrives(process: SandboxProcess, scanner: MarkerScanner, seq: int,
-                         within: float) -> bool:
+async def marker_arrives(process: SandboxProcess, scanner: MarkerScanner, seq: int, within: float) -> bool:
     """Whether command ``seq``'s marker (or the end of output) is read within
     ``within`` seconds; what is read stays pending for the next wait."""
     try:

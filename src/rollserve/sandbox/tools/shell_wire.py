@@ -34,7 +34,7 @@ def quote_command(command: str, seq: int) -> bytes:
     # Chunk the raw bytes (a chunk quotes to at most 4x its size) so no escape is
     # split; the group runs only when its closing line arrives.
     step = (LINE_LIMIT - 40) // 4
-    parts = ["".join(_QUOTED[b] for b in data[i:i + step]) for i in range(0, len(data), step)]
+    parts = ["".join(_QUOTED[b] for b in data[i : i + step]) for i in range(0, len(data), step)]
     lines = [f"{{ __rs_seq={seq}; __rs_cmd=''"] + [f"__rs_cmd+=$'{p}'" for p in parts]
     lines.append(f'{_NOTICES}; eval "$__rs_cmd" 2>&1; }}')
     return ("\n".join(lines) + "\n").encode()
@@ -55,7 +55,7 @@ def init_line(nonce: str, seq: int, cwd_command: str = "") -> bytes:
     """
     return (
         f"stty -echo -onlcr 2>/dev/null; __rs_seq={seq}; PS1=''; PS2=''; PS0=''; "
-        f"PROMPT_COMMAND='printf \"\\036{nonce}:%s:%s\\036\" \"$__rs_seq\" \"$?\"'; "
+        f'PROMPT_COMMAND=\'printf "\\036{nonce}:%s:%s\\036" "$__rs_seq" "$?"\'; '
         "readonly PROMPT_COMMAND; unset HISTFILE MAILCHECK; set +H +o history; "
         f"{cwd_command}printf 'rs-pid:%s\\n' \"$$\"; exec 2>/dev/null\n"
     ).encode()

@@ -42,7 +42,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     text = _read(f"/proc/{pid}/stat")
     if not text:
         return None
-    return text[text.rfind(")") + 2:].split()  # the name may hold spaces and ")"
+    return text[text.rfind(")") + 2 :].split()  # the name may hold spaces and ")"
 
 
 # Bounds on one check's walk of the process tree (an agent may fork thousands).
@@ -124,8 +124,11 @@ class TerminalProbe:
         if foreground == pgrp:  # the shell itself: a builtin such as `read`
             members = [shell]
         else:
-            members = [pid for pid in _descendants(shell)
-                       if (stat := _stat_fields(pid)) is not None and int(stat[2]) == foreground]
+            members = [
+                pid
+                for pid in _descendants(shell)
+                if (stat := _stat_fields(pid)) is not None and int(stat[2]) == foreground
+            ]
         if not members:
             return None
         verdicts = [self._reads_terminal(pid, _device(tty_nr)) for pid in members]
