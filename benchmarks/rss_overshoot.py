@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,8 +191,10 @@ async def pss_share(state: Path, children: int, seconds: float, spaced: bool) ->
             "last_mb": watch.used // MB, "last_how": watch.how}
 
 
-def walk_cost(processes: int, by_children: bool, repeat: int = 50) -> float:
-    """Seconds one ``proctree.tree_pids`` takes over a tree of ``processes`` sleepers."""
+@contextlib.contextmanager
+def sleepers(processes: int) -> Iterator[int]:
+    """A tree of ``processes`` sleeping processes (its root's pid), complete (a bounded
+    wait) before it is used, and killed after."""
     tree = subprocess.Popen(["bash", "-c", f"for i in $(seq {processes - 1}); do sleep 300 & done; "
                              "sleep 300"])
     try:
@@ -198,15 +202,21 @@ def walk_cost(processes: int, by_children: bool, repeat: int = 50) -> float:
             if len(proctree.tree_pids([tree.pid])) >= processes:
                 break
             time.sleep(0.05)
-        start = time.perf_counter()
-        for _ in range(repeat):
-            proctree.tree_pids([tree.pid], by_children)
-        return (time.perf_counter() - start) / repeat
+        yield tree.pid
     finally:
         for child in psutil.Process(tree.pid).children(recursive=True):
             child.kill()
         tree.kill()
         tree.wait()
+
+
+def walk_cost(processes: int, by_children: bool, repeat: int = 50) -> float:
+    """Seconds one ``proctree.tree_pids`` takes over a tree of ``processes`` sleepers."""
+    with sleepers(processes) as root:
+        start = time.perf_counter()
+        for _ in range(repeat):
+            proctree.tree_pids([root], by_children)
+        return (time.perf_counter() - start) / repeat
 
 
 def walks() -> None:
@@ -225,22 +235,11 @@ def walks() -> None:
 
 def reading_cost(processes: int, limit: int, repeat: int = 200) -> float:
     """Seconds one ``resident_usage`` takes over a tree of ``processes`` sleepers."""
-    tree = subprocess.Popen(["bash", "-c", f"for i in $(seq {processes - 1}); do sleep 300 & done; "
-                             "sleep 300"])
-    try:
-        for _ in range(200):  # (wait until the tree is complete: bounded)
-            if len(proctree.tree_pids([tree.pid])) >= processes:
-                break
-            time.sleep(0.05)
+    with sleepers(processes) as root:
         start = time.perf_counter()
         for _ in range(repeat):
-            rsscap.resident_usage([tree.pid], limit)
+            rsscap.resident_usage([root], limit)
         return (time.perf_counter() - start) / repeat
-    finally:
-        for child in psutil.Process(tree.pid).children(recursive=True):
-            child.kill()
-        tree.kill()
-        tree.wait()
 
 
 async def shared(seconds: float, children: int) -> None:

@@ -35,7 +35,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
-from rollserve.sandbox.proctree import tree_pids
+from rollserve.sandbox.proctree import stat_fields, tree_pids
 from rollserve.sandbox.watch import Poller
 
 log = logging.getLogger(__name__)
@@ -47,13 +47,9 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def stat_times(pid: int) -> tuple[tuple[int, int], float, float] | None:
     """((pid, start time), own CPU seconds, reaped children's CPU seconds) of ``pid``
     from ``/proc/PID/stat``; None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            text = stat.read()
-    except OSError:
+    fields = stat_fields(pid)
+    if fields is None:
         return None
-    # The name (field 2) may hold spaces and parentheses: fields follow the last ')'.
-    fields = text[text.rfind(b")") + 2 :].split()
     try:
         utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
         start = int(fields[19])

@@ -86,17 +86,23 @@ def _by_parents(roots: Iterable[int]) -> list[int]:
     return sorted(seen)
 
 
-def parent_pid(pid: int) -> int | None:
-    """The parent of ``pid`` (field 4 of ``/proc/PID/stat``; a thread's children have
-    its process as parent); None once it is gone."""
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the name, so the state (field 3) is at 0;
+    None once ``pid`` is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             text = stat.read()
     except OSError:
         return None
     # The name (field 2) may hold spaces and parentheses: fields follow the last ')'.
-    fields = text[text.rfind(b")") + 2 :].split()
+    return text[text.rfind(b")") + 2 :].split()
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (field 4 of ``/proc/PID/stat``; a thread's children have
+    its process as parent); None once it is gone."""
+    fields = stat_fields(pid)
     try:
-        return int(fields[1])
+        return int(fields[1]) if fields is not None else None
     except (IndexError, ValueError):
         return None
