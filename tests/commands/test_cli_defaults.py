@@ -85,6 +85,7 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "max_request_mb": Mirror(RequestLimits, "max_request_bytes", 8 * MIB, unit=MIB),
         "max_instance_mb": Mirror(RequestLimits, "max_instance_bytes", 2 * MIB, unit=MIB),
         "prorl_timeout": Mirror(ProRLConfig, "timeout", 600.0),
+        "sandbox_pool": Mirror(ServerConfig, "sandbox_pool", 12),
     },
     "run": {
         **_SERVER_SIDE,
