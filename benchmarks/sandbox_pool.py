@@ -26,22 +26,15 @@ import tempfile
 import time
 
 from benchmarks.common import median, percentile, report
+from benchmarks.sandbox_start import open_shell, wait_prompt
 from rollserve.sandbox.base import SandboxSpec
 from rollserve.sandbox.registry import LazyRuntime, availability
 
-PROMPT = b"__rollserve_ready__$ "
 SPEC = SandboxSpec(files={"solution.py": "a, b = map(int, input().split())\nprint(a + b)\n"})
 
 
 async def prompt_and_close(sandbox) -> None:
-    shell = await sandbox.spawn(["bash", "--norc", "--noprofile", "-i"], pty=True,
-                                env={"PS1": PROMPT.decode()})
-    output = b""
-    while PROMPT not in output:
-        chunk = await asyncio.wait_for(shell.read(), 30)
-        if not chunk:
-            raise RuntimeError(f"shell ended before its prompt: {output!r}")
-        output += chunk
+    await wait_prompt(await open_shell(sandbox))
     await sandbox.close()
 
 

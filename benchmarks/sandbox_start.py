@@ -23,18 +23,28 @@ from rollserve.sandbox.registry import availability, get_runtime
 PROMPT = b"__rollserve_ready__$ "
 
 
-async def one_round(runtime, spec: SandboxSpec) -> tuple[float, float, float]:
-    started = time.perf_counter()
-    sandbox = await runtime.start(spec)
-    shell = await sandbox.spawn(["bash", "--norc", "--noprofile", "-i"], pty=True,
-                                env={"PS1": PROMPT.decode()})
-    up = time.perf_counter()
+async def open_shell(sandbox):
+    """An interactive bash on a PTY in ``sandbox`` (what the bash tool opens first)."""
+    return await sandbox.spawn(["bash", "--norc", "--noprofile", "-i"], pty=True,
+                               env={"PS1": PROMPT.decode()})
+
+
+async def wait_prompt(shell) -> None:
+    """Read ``shell`` until its prompt (each read bounded at 30 s)."""
     output = b""
     while PROMPT not in output:
         chunk = await asyncio.wait_for(shell.read(), 30)
         if not chunk:
             raise RuntimeError(f"shell ended before its prompt: {output!r}")
         output += chunk
+
+
+async def one_round(runtime, spec: SandboxSpec) -> tuple[float, float, float]:
+    started = time.perf_counter()
+    sandbox = await runtime.start(spec)
+    shell = await open_shell(sandbox)
+    up = time.perf_counter()
+    await wait_prompt(shell)
     prompt = time.perf_counter()
     await sandbox.close()
     closed = time.perf_counter()
