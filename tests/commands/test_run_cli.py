@@ -37,7 +37,7 @@ def run(*args):
 
 def test_embedded_run_writes_results_and_a_summary(llm, tmp_path):
     output = tmp_path / "out.jsonl"
-    result = run(
+    args = [
         dataset(tmp_path),
         "--backend",
         llm.url,
@@ -47,7 +47,8 @@ def test_embedded_run_writes_results_and_a_summary(llm, tmp_path):
         "32",
         "--state-dir",
         str(tmp_path / "state"),
-    )
+    ]
+    result = run(*args)
     assert result.exit_code == 0, result.output
     written = [json.loads(line) for line in output.read_text().splitlines()]
     assert len(written) == 4 and {r["status"] for r in written} == {"completed"}
@@ -64,33 +65,11 @@ def test_embedded_run_writes_results_and_a_summary(llm, tmp_path):
     assert f"wrote 4 results to {output}" in result.output
     # The same state dir: the embedded server's store has them; nothing runs again.
     calls = len(llm.calls)
-    result = run(
-        dataset(tmp_path),
-        "--backend",
-        llm.url,
-        "-o",
-        str(output),
-        "--max-tokens",
-        "32",
-        "--state-dir",
-        str(tmp_path / "state"),
-    )
+    result = run(*args)
     assert result.exit_code == 0, result.output
     assert "2 tasks were already on the server" in result.output and len(llm.calls) == calls
     # A new run name: the same rows run again (e.g. for a new checkpoint).
-    result = run(
-        dataset(tmp_path),
-        "--backend",
-        llm.url,
-        "-o",
-        str(output),
-        "--max-tokens",
-        "32",
-        "--state-dir",
-        str(tmp_path / "state"),
-        "--run-name",
-        "checkpoint-2",
-    )
+    result = run(*args, "--run-name", "checkpoint-2")
     assert result.exit_code == 0, result.output
     assert "already on the server" not in result.output and len(llm.calls) == calls + 4
     assert all(json.loads(line)["task_id"].startswith("checkpoint-2/") for line in output.read_text().splitlines())
