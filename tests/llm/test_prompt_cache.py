@@ -111,3 +111,36 @@ async def test_rendering_runs_on_a_render_thread_and_only_a_cached_prompt_is_ser
     renders = counting.renders
     again = await LocalPromptBuilder(counting).afirst(_question("What is 12 + 12?"))
     assert again == sequence and counting.renders == renders  # found, not rendered
+
+
+async def test_tools_whose_keys_differ_in_order_are_two_prompts_never_one(tok):
+    """The template's ``tojson`` keeps key order, so the same schema written in another
+    order renders another prompt: the cache must not serve one for the other."""
+    counting = Counting(tok)
+
+    def calc(properties: dict) -> list:
+        return [
+            {
+                "type": "function",
+                "function": {"name": "calc", "parameters": {"type": "object", "properties": properties}},
+            }
+        ]
+
+    ab = calc({"a": {"type": "integer"}, "b": {"type": "string"}})
+    ba = calc({"b": {"type": "string"}, "a": {"type": "integer"}})
+    question = _question("What is 2 + 2?")
+    first_ab = await LocalPromptBuilder(counting, tools=ab).afirst(question)
+    first_ba = await LocalPromptBuilder(counting, tools=ba).afirst(question)
+    assert first_ab == LocalPromptBuilder(tok, tools=ab).first(question)
+    assert first_ba == LocalPromptBuilder(tok, tools=ba).first(question)
+    assert counting.renders == 2  # (this template writes them alike; an HF one need not)
+
+
+async def test_a_large_tool_list_is_not_kept(tok):
+    """The key holds the tools: a harness's long tool list is rendered each time, so
+    the cache's memory stays bounded by INLINE_CHARS per entry."""
+    counting = Counting(tok)
+    tools = [{"type": "function", "function": {"name": "calc", "description": "d" * chat.INLINE_CHARS}}]
+    question = _question("What is 2 + 2?")
+    first = await LocalPromptBuilder(counting, tools=tools).afirst(question)
+    assert await LocalPromptBuilder(counting, tools=tools).afirst(question) == first and counting.renders == 2

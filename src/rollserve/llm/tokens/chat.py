@@ -123,6 +123,7 @@ class LocalPromptBuilder:
         self.tools = tools
         self.fidelity = Fidelity()
         self.max_prompt_tokens: int | None = None
+        self._tools_key: str | None = None  # the tools' part of the opening-prompt key
 
     def _render(self, messages: list[Message], gen: bool) -> str:
         return self.tok.render(messages, add_generation_prompt=gen, tools=self.tools)
@@ -154,9 +155,17 @@ class LocalPromptBuilder:
         return ids
 
     def _first_key(self, messages: list[Message]) -> str | None:
+        """The conversation and tools as the template reads them: key order kept (the
+        template's ``tojson`` keeps it, so two orders are two prompts); None (rendered
+        every time) for content JSON cannot hold or tools over ``INLINE_CHARS``, so a
+        key stays small and cheap to make on the loop."""
         try:
-            return json.dumps([messages, self.tools], sort_keys=True, ensure_ascii=False)
-        except (TypeError, ValueError):  # content JSON cannot hold: rendered every time
+            if self._tools_key is None:
+                self._tools_key = json.dumps(self.tools, ensure_ascii=False)
+            if len(self._tools_key) > INLINE_CHARS:
+                return None
+            return json.dumps(messages, ensure_ascii=False) + "\n" + self._tools_key
+        except (TypeError, ValueError):
             return None
 
     def _cached_first(self, key: str | None) -> list[int] | None:
