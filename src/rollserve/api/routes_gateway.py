@@ -28,7 +28,7 @@ FastAPI's router: a model call's path is the hot one); the trainer's
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeAlias, TypeVar
 
 from fastapi import APIRouter, Query, Request
@@ -102,10 +102,17 @@ async def _body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _answer(body: BaseModel, answer: GatewayReply) -> Response:
-    """A non-streamed answer's body, rendered where its size says (``wire.sized``)."""
-    rendered = await wire.sized(wire.answer_size(answer), render_model, body)
+async def _answer(answer: GatewayReply, size: int, body: Callable[[], BaseModel]) -> Response:
+    """A non-streamed answer's body, made and rendered where its size says (``wire.sized``;
+    ``size``: the request's bytes)."""
+    rendered = await wire.sized(wire.answer_size(answer, size), lambda: render_model(body()))
     return Response(rendered, media_type="application/json")
+
+
+async def _stream(answer: GatewayReply, size: int, events: Callable[[], Iterable[bytes]]) -> Response:
+    """A streamed answer's events, made where their size says (``wire.sized``)."""
+    made = await wire.sized(wire.answer_size(answer, size), lambda: list(events()))
+    return StreamingResponse(iter(made), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 async def _admitted(request: Request, key: str, call: Callable[[GatewaySession, bytes], Awaitable[T]]) -> T:
@@ -121,63 +128,51 @@ async def chat_completions(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Chat Completions; ``stream: true`` answers
     ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``)."""
 
-    async def call(session: GatewaySession, raw: bytes) -> tuple[ChatCompletionRequest, GatewayReply]:
+    async def call(session: GatewaySession, raw: bytes) -> tuple[ChatCompletionRequest, GatewayReply, int]:
         parsed = await wire.sized(len(raw), wire.parse_request, raw)
-        return parsed, await _gateways(request).complete(session, parsed, size=len(raw))
+        return parsed, await _gateways(request).complete(session, parsed, size=len(raw)), len(raw)
 
     try:
-        parsed, answer = await _admitted(request, key, call)
+        parsed, answer, size = await _admitted(request, key, call)
     except GatewayRefusal as refusal:
         return _refused(refusal)
     if parsed.stream:
-        return StreamingResponse(
-            iter(list(wire.stream_chunks(answer, parsed))),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache"},
-        )
-    return await _answer(wire.completion(answer, parsed.model), answer)
+        return await _stream(answer, size, lambda: wire.stream_chunks(answer, parsed))
+    return await _answer(answer, size, lambda: wire.completion(answer, parsed.model))
 
 
 async def messages(key: str, request: Request) -> Response:
     """One model call of the harness (Anthropic Messages; ``stream: true`` answers
     Anthropic's server-sent events, ``message_start`` to ``message_stop``)."""
 
-    async def call(session: GatewaySession, raw: bytes) -> tuple[MessagesRequest, GatewayReply]:
+    async def call(session: GatewaySession, raw: bytes) -> tuple[MessagesRequest, GatewayReply, int]:
         parsed, chat = await wire.sized(len(raw), anthropic_wire.parse_request, raw)
-        return parsed, await _gateways(request).complete(session, chat, anthropic_wire.CALL_IDS, len(raw))
+        return parsed, await _gateways(request).complete(session, chat, anthropic_wire.CALL_IDS, len(raw)), len(raw)
 
     try:
-        parsed, answer = await _admitted(request, key, call)
+        parsed, answer, size = await _admitted(request, key, call)
     except GatewayRefusal as refusal:
         return _refused(refusal, anthropic_wire.error_body(refusal))
     if parsed.stream:
-        return StreamingResponse(
-            iter(list(anthropic_wire.events(answer, parsed.model))),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache"},
-        )
-    return await _answer(anthropic_wire.message(answer, parsed.model), answer)
+        return await _stream(answer, size, lambda: anthropic_wire.events(answer, parsed.model))
+    return await _answer(answer, size, lambda: anthropic_wire.message(answer, parsed.model))
 
 
 async def responses(key: str, request: Request) -> Response:
     """One model call of the harness (OpenAI Responses; ``stream: true`` answers the
     Responses server-sent events, ``response.created`` to ``response.completed``)."""
 
-    async def call(session: GatewaySession, raw: bytes) -> tuple[ResponsesRequest, GatewayReply]:
+    async def call(session: GatewaySession, raw: bytes) -> tuple[ResponsesRequest, GatewayReply, int]:
         parsed, chat = await wire.sized(len(raw), responses_wire.parse_request, raw)
-        return parsed, await _gateways(request).complete(session, chat, responses_wire.CALL_IDS, len(raw))
+        return parsed, await _gateways(request).complete(session, chat, responses_wire.CALL_IDS, len(raw)), len(raw)
 
     try:
-        parsed, answer = await _admitted(request, key, call)
+        parsed, answer, size = await _admitted(request, key, call)
     except GatewayRefusal as refusal:
         return _refused(refusal)
     if parsed.stream:
-        return StreamingResponse(
-            iter(list(responses_wire.events(answer, parsed))),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache"},
-        )
-    return await _answer(responses_wire.response(answer, parsed), answer)
+        return await _stream(answer, size, lambda: responses_wire.events(answer, parsed))
+    return await _answer(answer, size, lambda: responses_wire.response(answer, parsed))
 
 
 async def models(key: str, request: Request) -> Response:

@@ -22,20 +22,35 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from pydantic import BaseModel
 
 from rollserve.agent.gateway import anthropic_wire, responses_wire, wire
 from rollserve.agent.gateway.base import BodyTooLarge, GatewayRefusal, UnknownKey, UnknownRoute
 from rollserve.agent.gateway.bounds import MAX_BODY, sized
 from rollserve.agent.gateway.registry import KEY_PREFIX
-from rollserve.agent.gateway.session import GatewaySession
+from rollserve.agent.gateway.session import GatewayReply, GatewaySession
 
 __all__ = ["SOCKET_NAME", "SessionSocket"]
 
 SOCKET_NAME = ".rollserve-gateway.sock"
+
+
+async def _answer(answer: GatewayReply, size: int, body: Callable[[], BaseModel]) -> web.Response:
+    """A non-streamed answer's body, made and rendered where its size says (``sized``;
+    ``size``: the request's bytes)."""
+    rendered = await sized(wire.answer_size(answer, size), lambda: body().model_dump_json().encode("utf-8"))
+    return web.Response(body=rendered, content_type="application/json")
+
+
+async def _stream(answer: GatewayReply, size: int, events: Callable[[], Iterable[bytes]]) -> web.Response:
+    """A streamed answer's events, made where their size says (``sized``)."""
+    made = await sized(wire.answer_size(answer, size), lambda: b"".join(events()))
+    return web.Response(body=made, content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 class SessionSocket:
@@ -112,13 +127,8 @@ class SessionSocket:
         except GatewayRefusal as refusal:
             return _refused(refusal)
         if parsed.stream:
-            return web.Response(
-                body=b"".join(wire.stream_chunks(answer, parsed)),
-                content_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
-            )
-        body = wire.completion(answer, parsed.model).model_dump_json().encode("utf-8")
-        return web.Response(body=body, content_type="application/json")
+            return await _stream(answer, len(raw), lambda: wire.stream_chunks(answer, parsed))
+        return await _answer(answer, len(raw), lambda: wire.completion(answer, parsed.model))
 
     async def _messages(self, request: web.Request) -> web.Response:
         try:
@@ -129,13 +139,8 @@ class SessionSocket:
         except GatewayRefusal as refusal:
             return _refused(refusal, anthropic_wire.error_body(refusal))
         if parsed.stream:
-            return web.Response(
-                body=b"".join(anthropic_wire.events(answer, parsed.model)),
-                content_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
-            )
-        body = anthropic_wire.message(answer, parsed.model).model_dump_json().encode("utf-8")
-        return web.Response(body=body, content_type="application/json")
+            return await _stream(answer, len(raw), lambda: anthropic_wire.events(answer, parsed.model))
+        return await _answer(answer, len(raw), lambda: anthropic_wire.message(answer, parsed.model))
 
     async def _responses(self, request: web.Request) -> web.Response:
         try:
@@ -146,13 +151,8 @@ class SessionSocket:
         except GatewayRefusal as refusal:
             return _refused(refusal)
         if parsed.stream:
-            return web.Response(
-                body=b"".join(responses_wire.events(answer, parsed)),
-                content_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
-            )
-        body = responses_wire.response(answer, parsed).model_dump_json().encode("utf-8")
-        return web.Response(body=body, content_type="application/json")
+            return await _stream(answer, len(raw), lambda: responses_wire.events(answer, parsed))
+        return await _answer(answer, len(raw), lambda: responses_wire.response(answer, parsed))
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.Response(

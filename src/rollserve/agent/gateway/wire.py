@@ -111,11 +111,14 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
         raise BadRequest(f"{param}: {first['msg']}", param=param) from None
 
 
-def answer_size(answer: GatewayReply) -> int:
-    """About how many bytes the answer's body takes (its text and tool calls): what
-    ``sized`` decides its render's place by."""
+def answer_size(answer: GatewayReply, request_bytes: int) -> int:
+    """About how many bytes the answer's body takes, what ``sized`` decides its render's
+    place by: its text and tool calls, plus the request's size, since an answer may
+    repeat the request (a Responses answer carries its ``instructions`` and ``tools``,
+    three times when streamed)."""
     calls = answer.reply.tool_calls
-    return len(answer.reply.content or "") + sum(len(c.function.name) + len(c.function.arguments) for c in calls)
+    reply = len(answer.reply.content or "") + sum(len(c.function.name) + len(c.function.arguments) for c in calls)
+    return reply + request_bytes
 
 
 def _usage(answer: GatewayReply) -> Usage:
