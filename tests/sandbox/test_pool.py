@@ -5,6 +5,8 @@ local-runtime sandbox)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from rollserve.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxLimits, SandboxSpec
@@ -216,4 +218,35 @@ async def test_a_spec_asked_for_once_starts_nothing():
         assert await pool.acquire(SandboxSpec(image=f"/images/{n}")) is None
     await pool.step()
     assert start.made == [] and pool.misses == 5
+    await pool.aclose()
+
+
+class BlockedWrites(CountedSandbox):
+    """Its workspace writes wait until told: an acquisition cancelled mid-way."""
+
+    writing = False
+
+    async def write_file(self, path, content) -> None:
+        self.writing = True
+        await asyncio.Event().wait()
+
+
+async def test_an_acquisition_cancelled_while_writing_files_closes_the_sandbox():
+    clock, made = Clock(), []
+
+    async def start(spec: SandboxSpec) -> Sandbox:
+        made.append(BlockedWrites(spec))
+        return made[-1]
+
+    pool = SandboxPool(start, capacity=4, clock=clock)
+    spec = SandboxSpec(files={"a.txt": "x"})
+    assert [await pool.acquire(spec) for _ in range(2)] == [None, None]  # the demand
+    await eventually(lambda: len(pool.ready()) == 2, what="2 ready")
+    taking = asyncio.create_task(pool.acquire(spec))
+    await eventually(lambda: any(s.writing for s in made), what="one taken, its files being written")
+    taking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await taking
+    # The one taken is held by no rollout: closed, not left to a later server's reaper.
+    assert sum(s.closed for s in made) == 1 and not any(s.closed for s in pool.ready())
     await pool.aclose()

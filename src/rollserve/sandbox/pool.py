@@ -189,7 +189,8 @@ class SandboxPool:
                 await self._refill(entry, missing)
             if self._closing:
                 return
-        for key in [k for k, e in self._keys.items() if not e.ready and not e.starting and demands.get(k, 0) == 0]:
+        # (a key made while this round awaited has demand of its own: read now, not above)
+        for key in [k for k, e in self._keys.items() if not e.ready and not e.starting and e.demand.count(now) == 0]:
             del self._keys[key]
 
     async def _trim(self, wanted: dict[str, int]) -> None:
@@ -279,6 +280,9 @@ async def _prepare(sandbox: Sandbox, spec: SandboxSpec) -> None:
     except (OSError, ValueError) as error:
         await sandbox.close()
         raise SandboxError(f"{sandbox.runtime} sandbox could not start: {error}") from error
+    except BaseException:  # cancelled (or anything else) before a rollout holds it: closed
+        await asyncio.shield(sandbox.close())
+        raise
     sandbox.spec = spec
 
 
