@@ -103,8 +103,10 @@ class ContextWindowError(LLMError):
     """The prompt (with room for one sampled token) does not fit the backend's context
     window: the backend refused it (a 400 naming the context length) or it was not sent.
     The agent loop ends the episode ``context_exhausted`` (scored) when the policy has
-    sampled a turn, and masks it (``PromptTooLongError``) when it has not; anywhere
-    else it is an ``LLMError`` (masked)."""
+    sampled a turn, and masks it (``PromptTooLongError``) when it has not; a judge's
+    prompt past the judge's window is the judge refusing it (``JudgeRefused``: the
+    scale's lowest score, never a mask a policy could buy); anywhere else it is an
+    ``LLMError`` (masked)."""
 
     def __init__(self, message: str, *, backend: str | None = None, status: int | None = None):
         super().__init__(message, status=status, backend=backend, retryable=False)

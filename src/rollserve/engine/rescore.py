@@ -60,6 +60,9 @@ class Rescores:
         if key is None:
             return await rescore(self._engine, request)
         fingerprint = rescore_hash(request)
+        kept = await self._kept(key, fingerprint)  # (first: a retry of a finished run
+        if kept is not None:  # is answered even while a reuse of its key is checked)
+            return kept
         running = self._running.get(key)
         if running is None:  # (no await between the look-up and the entry: one run per key)
             task = asyncio.create_task(self._run(key, fingerprint, request), name=f"rollserve-rescore-{key[:40]}")
@@ -82,12 +85,19 @@ class Rescores:
         if not task.cancelled():
             task.exception()  # (retrieved: its waiters may all have given up)
 
-    async def _run(self, key: str, fingerprint: str, request: RescoreRequest) -> RescoreResponse:
+    async def _kept(self, key: str, fingerprint: str) -> RescoreResponse | None:
+        """The answer kept under ``key`` for this request, if any (a 409 for another)."""
         kept = await self._engine.store.rescore_answer(key)
+        if kept is None:
+            return None
+        if kept[0] != fingerprint:
+            raise _reused(key)
+        return RescoreResponse.model_validate_json(kept[1])
+
+    async def _run(self, key: str, fingerprint: str, request: RescoreRequest) -> RescoreResponse:
+        kept = await self._kept(key, fingerprint)
         if kept is not None:
-            if kept[0] != fingerprint:
-                raise _reused(key)
-            return RescoreResponse.model_validate_json(kept[1])
+            return kept
         answer = await rescore(self._engine, request)
         await self._engine.store.keep_rescore_answer(key, fingerprint, answer.model_dump_json())
         return answer
