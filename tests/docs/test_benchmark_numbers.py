@@ -2,9 +2,10 @@
 section (a bold title, then the command that measured it) is checked against the JSON
 its command writes (``python -m benchmarks.NAME`` -> ``results/NAME.json``) and any
 ``results/NAME.json`` it names. A number matches when some number in those files,
-as it is or scaled by 100 (a share as %), 1000 or 1/1000 (s and ms), rounds to it at
-the precision shown. Code spans (commands, options) are not checked, nor a paragraph
-after a ``<!-- derived: ... -->`` line (arithmetic on the numbers above, which says so)."""
+as it is, rounds to it at the precision shown; scaled by 100 only when ``%`` follows
+it, by 1000 or 1/1000 only when a time unit (``s``, ``ms``, ``µs``) does. Code spans
+(commands, options) are not checked, nor a paragraph after a ``<!-- derived: ... -->``
+line (arithmetic on the numbers above, which says so)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from tests.docs.snippets import ROOT
 
 PAGE = ROOT / "docs" / "benchmarks.md"
 RESULTS = ROOT / "benchmarks" / "results"
-SCALES = (1, 100, 1000, 0.001)
 NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
 SECTION = re.compile(r"\n(?=\*\*[^*\n]+\*\* \()")
 DERIVED = re.compile(r"<!-- derived: [^>]+ -->\n.*?(?:\n\n|\Z)", re.S)
@@ -38,12 +38,22 @@ def _numbers_in(value: object) -> Iterator[float]:
             yield from _numbers_in(item)
 
 
-def _matches(shown: str, measured: list[float]) -> bool:
+def _scales(after: str) -> tuple[float, ...]:
+    """The scales a number may be shown at, by the unit written after it: x100 only as a
+    share (``%``), x1000 or /1000 only as a time (``s``, ``ms``, ``µs``)."""
+    if re.match(r"\s?%", after):
+        return (1, 100)
+    if re.match(r"\s?(?:ms|s|µs)\b", after):
+        return (1, 1000, 0.001)
+    return (1,)
+
+
+def _matches(shown: str, measured: list[float], after: str = "") -> bool:
     text = shown.replace(",", "")
     places = len(text.split(".")[1]) if "." in text else 0
     x = float(text)
     half_unit = 0.5 * 10**-places + 1e-9
-    return any(abs(v * k - x) <= half_unit for v in measured for k in SCALES)
+    return any(abs(v * k - x) <= half_unit for v in measured for k in _scales(after))
 
 
 def unmatched(section: str, results: Path = RESULTS) -> tuple[set[str], list[str]]:
@@ -56,7 +66,9 @@ def unmatched(section: str, results: Path = RESULTS) -> tuple[set[str], list[str
         for n in _numbers_in(json.loads((results / f"{name}.json").read_text()))
     ]
     prose = re.sub(r"`[^`]*`", "", DERIVED.sub("", section))
-    return names, [m for m in NUMBER.findall(prose) if not _matches(m, measured)]
+    return names, [
+        m.group() for m in NUMBER.finditer(prose) if not _matches(m.group(), measured, prose[m.end() : m.end() + 4])
+    ]
 
 
 def sections() -> list[str]:
@@ -84,3 +96,11 @@ def test_a_number_no_results_file_holds_is_caught(tmp_path: Path) -> None:
     assert unmatched(ok, tmp_path) == ({"demo"}, [])
     assert unmatched(ok.replace("14.7", "14.1"), tmp_path)[1] == ["14.1"]
     assert unmatched(ok + "\n\n<!-- derived: x -->\n8,192 in flight.\n", tmp_path)[1] == []
+
+
+def test_a_number_matches_at_a_scale_only_with_its_unit() -> None:
+    """x100 only before %, x1000 or /1000 only before a time unit: a bare 200 is not
+    0.2 s, nor 2 a share of 0.02."""
+    assert _matches("200", [0.2], " ms ") and not _matches("200", [0.2], " rol")
+    assert _matches("2", [0.02], "% of") and not _matches("2", [0.02], " run")
+    assert _matches("7", [7.0], "") and not _matches("8", [7.0], "")
