@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # (annotations only: importing the contracts stays cheap)
     from rollserve.handlers.judging import JudgePool
     from rollserve.handlers.scoring import ScoringPool
     from rollserve.llm.base import LLMSession, Tokenizer
-    from rollserve.sandbox.base import Sandbox, SandboxSpec
+    from rollserve.sandbox.base import Sandbox, SandboxStarter
 
 StateT = TypeVar("StateT")
 
@@ -80,24 +80,6 @@ class InvalidInstance(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-
-
-class SandboxStarter(Protocol):
-    """What handlers use of the server's sandbox runtime (``sandbox.registry.LazyRuntime``
-    or a ``sandbox.base.Runtime``)."""
-
-    @property
-    def name(self) -> str:
-        """The runtime's name (bubblewrap, apptainer, docker...)."""
-        ...
-
-    @property
-    def own_paths(self) -> bool:
-        """Whether its sandboxes see paths of their own: /workspace, a private /tmp,
-        read-only binds (False: the local runtime, on the host's paths)."""
-        ...
-
-    async def start(self, spec: SandboxSpec) -> Sandbox: ...
 
 
 @dataclass

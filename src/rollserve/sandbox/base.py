@@ -448,14 +448,19 @@ class ImageRuntime(Runtime[ConfigT]):
 
 
 class SandboxStarter(Protocol):
-    """What handlers start sandboxes from: a ``Runtime``, or the server's
-    ``registry.LazyRuntime`` that makes its runtime on first use."""
+    """What handlers start sandboxes from (``HandlerContext.sandboxes``): a ``Runtime``,
+    or the server's ``registry.LazyRuntime`` that makes its runtime on first use."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The runtime's name (bubblewrap, apptainer, docker...)."""
+        ...
 
     @property
-    def own_paths(self) -> bool: ...
+    def own_paths(self) -> bool:
+        """Whether its sandboxes see paths of their own: /workspace, a private /tmp,
+        read-only binds (False: the local runtime, on the host's paths)."""
+        ...
 
     async def start(self, spec: SandboxSpec) -> Sandbox: ...
 
