@@ -56,3 +56,11 @@ def test_a_default_judge_needs_a_judge_and_a_known_rubric():
     assert result.exit_code == 2 and "--default-judge" in result.output
     result = CliRunner().invoke(app, ["serve", "--judge", "a=http://h:1", "--default-judge", "x"])
     assert result.exit_code == 2 and "--default-judge" in result.output
+
+
+def test_rescore_names_the_option_a_refused_request_comes_from():
+    many = ",".join(f"r{i}" for i in range(1001))  # over the request's 1,000 ids
+    result = CliRunner().invoke(app, ["rescore", "--id", many, "--server", "http://127.0.0.1:9"])
+    assert result.exit_code == 2 and "--results" in result.output and "--idempotency-key" not in result.output
+    result = CliRunner().invoke(app, ["rescore", "--id", "a", "--idempotency-key", "bad key!", "--server", "x"])
+    assert result.exit_code == 2 and "--idempotency-key" in result.output

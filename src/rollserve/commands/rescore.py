@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -100,14 +101,15 @@ def rescore(
     ),
 ) -> None:
     """Score stored results again without sampling; the new ones are stored beside them."""
+    result_ids, judged = _ids(ids, results), _judge(rubric, judge)
     try:
         body = RescoreRequest(
-            result_ids=_ids(ids, results),
-            judge=_judge(rubric, judge),
-            idempotency_key=idempotency_key or f"cli-{uuid.uuid4().hex}",
+            result_ids=result_ids, judge=judged, idempotency_key=idempotency_key or f"cli-{uuid.uuid4().hex}"
         )
-    except ValueError as exc:  # (a key the server would refuse)
-        raise typer.BadParameter(str(exc), param_hint="--idempotency-key") from None
+    except ValidationError as exc:  # (what the server would refuse, named by its option)
+        field = str(exc.errors()[0]["loc"][0]) if exc.errors() and exc.errors()[0]["loc"] else ""
+        hint = {"result_ids": "IDS / --results", "judge": "--rubric / --judge"}.get(field, "--idempotency-key")
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
     base = server.rstrip("/")
     headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
     with httpx.Client(base_url=base, headers=headers, timeout=timeout) as http:
