@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from rollserve.sandbox import pool as pool_module
 from rollserve.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxLimits, SandboxSpec
 from rollserve.sandbox.local import LocalRuntime
 from rollserve.sandbox.pool import Demand, SandboxPool, pool_key, targets
@@ -250,3 +251,20 @@ async def test_an_acquisition_cancelled_while_writing_files_closes_the_sandbox()
     # The one taken is held by no rollout: closed, not left to a later server's reaper.
     assert sum(s.closed for s in made) == 1 and not any(s.closed for s in pool.ready())
     await pool.aclose()
+
+
+async def test_a_start_still_under_way_when_shutdown_stops_waiting_is_closed_when_it_ends(monkeypatch):
+    monkeypatch.setattr(pool_module, "CLOSE_TIMEOUT", 0.05)
+    clock, release, made = Clock(), asyncio.Event(), []
+
+    async def slow_start(spec: SandboxSpec) -> Sandbox:
+        await release.wait()
+        made.append(CountedSandbox(spec))
+        return made[-1]
+
+    pool = SandboxPool(slow_start, capacity=4, clock=clock)
+    assert [await pool.acquire(SandboxSpec()) for _ in range(2)] == [None, None]  # the demand
+    await eventually(lambda: pool.status()["starting"] > 0, what="starts under way")
+    await pool.aclose()  # gives up waiting after CLOSE_TIMEOUT
+    release.set()
+    await eventually(lambda: made and all(s.closed for s in made), what="the late starts closed")

@@ -208,9 +208,13 @@ class SandboxPool:
             missing -= batch
             entry.starting += batch
             starts = [asyncio.ensure_future(self._start(entry.spec)) for _ in range(batch)]
+            gathered = asyncio.gather(*starts, return_exceptions=True)
             try:
                 # Shielded: a cancel must not abandon sandboxes half-way through their start.
-                results = await asyncio.shield(asyncio.gather(*starts, return_exceptions=True))
+                results = await asyncio.shield(gathered)
+            except asyncio.CancelledError:  # (shutdown gave up waiting: close them once started)
+                gathered.add_done_callback(_close_once_started)
+                raise
             finally:
                 entry.starting -= batch
             fresh = [r for r in results if isinstance(r, Sandbox)]
@@ -252,7 +256,8 @@ class SandboxPool:
 
     async def aclose(self) -> None:
         """Stop refilling; close every sandbox the pool holds (a start under way is
-        waited for, at most CLOSE_TIMEOUT seconds, and closed). Idempotent."""
+        waited for, at most CLOSE_TIMEOUT seconds, and closed; one still under way then
+        is closed when it ends). Idempotent."""
         self._closing = True
         self._wake.set()
         task = self._task
@@ -284,6 +289,20 @@ async def _prepare(sandbox: Sandbox, spec: SandboxSpec) -> None:
         await asyncio.shield(sandbox.close())
         raise
     sandbox.spec = spec
+
+
+_closing_late: set[asyncio.Task[None]] = set()  # (referenced until done)
+
+
+def _close_once_started(gathered: asyncio.Future[list[Any]]) -> None:
+    """Close the sandboxes of starts the pool stopped waiting for, once they are made."""
+    if gathered.cancelled():
+        return
+    made = [r for r in gathered.result() if isinstance(r, Sandbox)]
+    if made:
+        task = asyncio.ensure_future(_close_all(made))
+        _closing_late.add(task)
+        task.add_done_callback(_closing_late.discard)
 
 
 async def _close_all(sandboxes: list[Sandbox]) -> None:
