@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import random
 import time
 
 import pytest
@@ -11,7 +12,7 @@ import reasoning_gym
 
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, HandlerContext
-from rollserve.handlers.latex import boxed_answers, extract_boxed, verify_math_answer
+from rollserve.handlers.latex import boxed_answers, extract_boxed, plain_integer_verdict, verify_math_answer
 from rollserve.handlers.math.handler import MathEnv, MathHandler
 from rollserve.handlers.math.prompts import RETRY_MESSAGE
 from rollserve.handlers.scoring import ScoringPool, score_in_pool
@@ -98,6 +99,69 @@ def test_math_verify_equivalence(answer, gold, expected):
     # Called in-process here (main thread, so math-verify's SIGALRM works) for speed;
     # the handler runs the same function in the scoring pool.
     assert verify_math_answer(answer, gold) is expected
+
+
+PLAIN_INTEGER_PAIRS = [
+    ("12", "12"),
+    ("13", "12"),
+    ("012", "12"),
+    ("12", "0012"),
+    ("-0", "0"),
+    ("-12", "12"),
+    ("-12", "-12"),
+    (" 12 ", "12"),
+    ("0", "00"),
+    ("999999", "1000000"),
+    ("1000001", "1000000"),
+    ("123456789012345678", "123456789012345678"),
+    ("123456789012345678", "123456789012345679"),
+    ("100000000000000001", "100000000000000000"),
+]
+
+
+@pytest.mark.parametrize("answer, gold", PLAIN_INTEGER_PAIRS)
+def test_plain_integers_get_math_verifys_verdict_without_it(answer, gold):
+    assert plain_integer_verdict(answer, gold) is verify_math_answer(answer, gold)
+
+
+def test_random_plain_integers_get_math_verifys_verdict():
+    rng = random.Random(25)
+    for _ in range(60):
+        gold = rng.randint(-(10 ** rng.randint(1, 18)) + 1, 10 ** rng.randint(1, 18) - 1)
+        answer = gold + rng.choice([0, 0, 1, -1, 10, -(10 ** rng.randint(1, 17))])
+        assert plain_integer_verdict(str(answer), str(gold)) is verify_math_answer(str(answer), str(gold))
+
+
+@pytest.mark.parametrize(
+    "answer, gold",
+    [
+        ("12.0", "12"),
+        ("1,000", "1000"),
+        ("+12", "12"),
+        ("x = 7", "7"),
+        ("7", "x=7"),
+        ("12", "\\frac{24}{2}"),
+        ("\u0661\u0662", "12"),  # Arabic-Indic digits: not ASCII, math-verify's call
+        ("1" * 19, "1" * 19),  # longer than the 18 digits held to math-verify above
+        ("", "12"),
+        ("-", "0"),
+        ("1 2", "12"),
+    ],
+)
+def test_anything_but_two_plain_integers_is_left_to_math_verify(answer, gold):
+    assert plain_integer_verdict(answer, gold) is None
+
+
+@pytest.mark.parametrize("reply, reward", [("\\boxed{12}", 1.0), ("\\boxed{012}", 1.0), ("\\boxed{13}", 0.0)])
+async def test_an_integer_answer_is_scored_without_the_scoring_pool(tokenizer, new_rollout, scripted, reply, reward):
+    pool = ScoringPool(workers=1)
+    pool.close()  # a closed pool fails any task sent to it (test_scorer_crash_or_dead_pool...)
+    handler = MathHandler(HandlerContext(tokenizer=tokenizer, scoring=pool))
+    rollout = new_rollout(QUESTION, llm=scripted([reply]))
+    await handler.init(rollout)
+    await handler.run(rollout)
+    evaluation = await handler.eval(rollout)
+    assert evaluation.reward == reward and evaluation.details["method"] == "math-verify"
 
 
 @pytest.mark.parametrize(
@@ -254,7 +318,8 @@ async def test_scorer_crash_or_dead_pool_is_infra_not_a_zero(tokenizer, ctx, new
     pool = ScoringPool(workers=1)
     pool.close()
     handler = MathHandler(HandlerContext(tokenizer=tokenizer, scoring=pool))
-    rollout = new_rollout(QUESTION, llm=scripted(["\\boxed{12}"]))
+    # (Not a plain integer: math-verify in the pool decides it.)
+    rollout = new_rollout(QUESTION, llm=scripted(["\\boxed{\\frac{24}{2}}"]))
     await handler.init(rollout)
     await handler.run(rollout)
     with pytest.raises(InfraError):

@@ -83,6 +83,25 @@ def unwrap_latex_text(answer: str) -> str:
 
 
 # --- math-verify ---------------------------------------------------------------
+# A plain integer: ASCII digits only (``\\d`` would take other scripts' digits, which
+# math-verify may read otherwise), an optional minus, at most 18 digits.
+_PLAIN_INTEGER = re.compile(r"-?[0-9]{1,18}")
+
+
+def plain_integer_verdict(answer: str, gold: str) -> bool | None:
+    """math-verify's verdict where both ``answer`` and ``gold`` are plain integers
+    (``42``, ``-7``, ``007``; spaces around them ignored): equal as integers, so it
+    runs on the event loop in microseconds instead of a scoring worker's milliseconds
+    (math-verify parses each side with sympy). None for anything else (``12.0``,
+    ``1,000``, ``x=7``, ``+3``), which only math-verify decides.
+    ``tests/handlers/test_math_handler.py`` holds it to math-verify's own verdicts.
+    """
+    a, g = answer.strip(), gold.strip()
+    if _PLAIN_INTEGER.fullmatch(a) is None or _PLAIN_INTEGER.fullmatch(g) is None:
+        return None
+    return int(a) == int(g)
+
+
 def verify_math_answer(answer: str, gold: str) -> bool:
     """True if ``answer`` (an extracted final answer) equals ``gold`` mathematically.
 

@@ -38,7 +38,7 @@ from rollserve.agent.base import Step
 from rollserve.errors import InfraError
 from rollserve.handlers.base import AgentHandler, Evaluation, HandlerDefaults, InvalidInstance, RolloutView
 from rollserve.handlers.episode import run_episode
-from rollserve.handlers.latex import boxed_answers, extract_boxed, verify_math_answer
+from rollserve.handlers.latex import boxed_answers, extract_boxed, plain_integer_verdict, verify_math_answer
 from rollserve.handlers.math.instances import GymEntry, gym_entry, validate_dataset_form, validate_question_form
 from rollserve.handlers.math.prompts import (
     ANSWER_FORMAT,
@@ -152,8 +152,12 @@ class MathHandler(AgentHandler):
         """Materialise the question and gold answer (``MathState``)."""
         instance = rollout.instance
         # Validated again (the API validated at submission) in case the engine skips
-        # it on a replay; in a thread, as the first reasoning-gym check imports it (~1 s).
-        await asyncio.to_thread(self.validate, instance)
+        # it on a replay; a reasoning-gym instance in a thread, as its first check
+        # imports reasoning-gym (~1 s); a question's checks are a few lookups.
+        if isinstance(instance, dict) and "dataset" in instance:
+            await asyncio.to_thread(self.validate, instance)
+        else:
+            self.validate(instance)
         system_prompt = instance.get("system_prompt") or SYSTEM_PROMPT
         key: GymEntry | str
         gold: str | None
@@ -256,7 +260,9 @@ class MathHandler(AgentHandler):
                 *key.args(),
                 what=f"reasoning-gym {key.dataset!r} scorer",
             )
-        correct = await score_in_pool(self.ctx.scoring, verify_math_answer, answer, key, what="math-verify")
+        correct = plain_integer_verdict(answer, key)  # two integers: no worker needed
+        if correct is None:
+            correct = await score_in_pool(self.ctx.scoring, verify_math_answer, answer, key, what="math-verify")
         return 1.0 if correct else 0.0
 
     async def cleanup(self, rollout: RolloutView) -> None:
