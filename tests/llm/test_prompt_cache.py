@@ -103,14 +103,39 @@ async def test_rendering_runs_on_a_render_thread_and_only_a_cached_prompt_is_ser
     builder = LocalPromptBuilder(counting)
     history = _question("What is 12 + 12?")
     sequence = await builder.afirst(history)  # rendered (on a render thread)
-    history = [*history, {"role": "assistant", "content": "24"}]
-    await builder.adelta(history, [{"role": "user", "content": "Sure?"}], sequence)
-    await builder.acheck(history, sequence)
-    assert counting.renders >= 3 and loop_thread not in counting.threads
+    assert counting.renders == 1 and loop_thread not in counting.threads
     assert all(t.startswith("rollserve-render") for t in counting.threads)
     renders = counting.renders
     again = await LocalPromptBuilder(counting).afirst(_question("What is 12 + 12?"))
     assert again == sequence and counting.renders == renders  # found, not rendered
+
+
+async def test_a_small_conversations_delta_and_check_run_on_the_loop_a_large_ones_on_a_thread(tok):
+    """Up to ``INLINE_RENDER_CHARS`` of text (with the tools) a delta and a check cost
+    less than the hop to a thread; past it they leave the loop, so a long conversation
+    never stalls it. Either way the ids are the same."""
+    loop_thread = threading.current_thread().name
+    ids = {}
+    for size in (100, chat.INLINE_RENDER_CHARS + 1):
+        counting = Counting(tok)
+        builder = LocalPromptBuilder(counting)
+        history = _question("What is 12 + 12?" + " pad" * (size // 4))
+        sequence = await builder.afirst(history)
+        history = [*history, {"role": "assistant", "content": "24"}]
+        sequence = sequence + tok.encode("24<|im_end|>")
+        counting.threads.clear()
+        delta = await builder.adelta(history, [{"role": "user", "content": "Sure?"}], sequence)
+        fidelity = await builder.acheck(history, sequence)
+        assert fidelity.template_checked and fidelity.mismatches == 0
+        on_loop = size <= chat.INLINE_RENDER_CHARS
+        assert counting.threads and (counting.threads == {loop_thread}) is on_loop
+        ids[on_loop] = delta
+    assert ids[True] == ids[False]  # the same delta: only the question's length differs
+    tools = [{"type": "function", "function": {"name": "f", "description": "x" * chat.INLINE_RENDER_CHARS}}]
+    counting = Counting(tok)
+    builder = LocalPromptBuilder(counting, tools=tools)
+    await builder.acheck(_question("hi"), await builder.afirst(_question("hi")))
+    assert loop_thread not in counting.threads  # large tools count too
 
 
 async def test_tools_whose_keys_differ_in_order_are_two_prompts_never_one(tok):

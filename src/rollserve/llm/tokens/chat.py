@@ -27,6 +27,10 @@ dropped first, each of at most ``INLINE_CHARS`` characters of text): the ``n`` s
 of a task render and tokenize it once, and the others find it on the loop, in
 microseconds, without the hop to a thread and back. A turn's sampled ids (at most
 ``INLINE_DECODE_IDS``) are decoded on the loop too: microseconds, less than the hop.
+So are the delta and the fidelity check of a conversation of at most
+``INLINE_RENDER_CHARS`` characters (with its tools): the template renders it in tens
+of microseconds, and the tokenizer's pieces already seen are not tokenized again
+(``tokens.segments``), so the text new to it is at most that (a millisecond's work).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ _render_pool = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix
 
 INLINE_CHARS = 4096  # an opening prompt of at most this much text is looked up on the loop
 INLINE_DECODE_IDS = 1024  # sampled ids of at most this many are decoded on the loop
+INLINE_RENDER_CHARS = 2048  # a conversation of at most this much text: its delta and check on the loop
 FIRST_CACHE = 1024  # opening prompts' ids kept per tokenizer (each of at most INLINE_CHARS)
 
 
@@ -238,10 +243,29 @@ class LocalPromptBuilder:
         return await off_loop(self.assistant_content, output_ids, finish_reason)
 
     async def adelta(self, history: list[Message], new: list[Message], sequence: list[int]) -> list[int]:
+        if self._small(history, new):
+            return self.delta(history, new, sequence)
         return await off_loop(self.delta, list(history), list(new), list(sequence))
 
     async def acheck(self, messages: list[Message], sequence: list[int]) -> Fidelity:
+        if self._small(messages):
+            return self.check(messages, sequence)
         return await off_loop(self.check, list(messages), list(sequence))
+
+    def _small(self, *conversation: list[Message]) -> bool:
+        """Whether ``conversation`` (with the tools) is at most ``INLINE_RENDER_CHARS`` of
+        text: rendered and tokenized on the loop, in less time than the hop to a thread."""
+        size = sum(_text_size(messages) for messages in conversation)
+        if size > INLINE_RENDER_CHARS:
+            return False
+        if self.tools is None:
+            return True
+        try:
+            if self._tools_key is None:
+                self._tools_key = json.dumps(self.tools, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return False
+        return size + len(self._tools_key) <= INLINE_RENDER_CHARS
 
 
 def _record_check(fidelity: Fidelity, sequence: list[int], expected: list[int]) -> Fidelity:

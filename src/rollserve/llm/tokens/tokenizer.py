@@ -31,6 +31,7 @@ from rollserve.llm.bundled import SMOLLM2_GGUF_NAME, smollm2_gguf_path
 from rollserve.llm.tokens.backend_tokenizer import BackendTokenizer, is_backend_source
 from rollserve.llm.tokens.bytes_bound import max_token_bytes
 from rollserve.llm.tokens.chat import LocalPromptBuilder
+from rollserve.llm.tokens.segments import SegmentEncoder
 
 __all__ = [
     "DEFAULT_TOKENIZER",
@@ -179,6 +180,8 @@ class ChatTokenizer:
         # turns a saved truncation or padding setting off on the first encode, a write
         # into the Rust tokenizer that must not race another thread's encode: do it now.
         hf_tokenizer.encode("", add_special_tokens=False)
+        # Exact ids from cached pieces where the tokenizer allows it (``tokens.segments``).
+        self._segments = SegmentEncoder.for_tokenizer(hf_tokenizer)
 
     @classmethod
     def load(cls, source: str = DEFAULT_TOKENIZER) -> ChatTokenizer:
@@ -190,7 +193,10 @@ class ChatTokenizer:
         return int(self.hf.eos_token_id)
 
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` as the template wrote it: special tokens parsed, none added."""
+        """Ids of ``text`` as the template wrote it: special tokens parsed, none added
+        (piece by piece, each piece's ids cached, where ``tokens.segments`` allows it)."""
+        if self._segments is not None:
+            return self._segments.encode(text)
         return list(self.hf.encode(text, add_special_tokens=False))
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
