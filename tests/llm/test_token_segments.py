@@ -140,3 +140,15 @@ def test_the_cache_stays_within_its_bound(tok, monkeypatch):
         text = f"<|im_start|>user\nquestion number {i} " + "x" * (i % 17) + "<|im_end|>"
         assert encoder.encode(text) == list(tok.hf.encode(text, add_special_tokens=False))
         assert encoder._chars <= 500 and sum(len(k) for k in encoder._cache) == encoder._chars
+
+
+def test_a_piece_too_long_to_keep_gets_the_same_ids_and_is_not_kept(tok, monkeypatch):
+    """Past ``PIECE_CHARS`` a piece is encoded by the call that releases the GIL (so a
+    huge prompt on a render thread never stalls the loop: tests/api/test_render_off_loop.py)
+    and never cached."""
+    monkeypatch.setattr(segments, "PIECE_CHARS", 10)
+    encoder = SegmentEncoder.for_tokenizer(tok.hf)
+    assert encoder is not None
+    for text in TRICKY:
+        assert encoder.encode(text) == list(tok.hf.encode(text, add_special_tokens=False)), repr(text)
+    assert all(len(piece) <= 10 for piece in encoder._cache)

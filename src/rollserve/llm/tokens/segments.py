@@ -126,7 +126,10 @@ class SegmentEncoder:
             if ids is not None:
                 self._cache.move_to_end(piece)
                 return ids
-        fresh = self._backend.encode(piece, add_special_tokens=False).ids
+        if len(piece) <= PIECE_CHARS:
+            fresh = self._backend.encode(piece, add_special_tokens=False).ids
+        else:  # (the batch call releases the GIL while it works: the loop goes on meanwhile)
+            fresh = self._backend.encode_batch([piece], add_special_tokens=False)[0].ids
         if len(piece) <= PIECE_CHARS:
             with self._lock:
                 if piece not in self._cache:
