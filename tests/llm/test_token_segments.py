@@ -143,10 +143,11 @@ def test_the_cache_stays_within_its_bound(tok, monkeypatch):
 
 
 def test_a_piece_too_long_to_keep_gets_the_same_ids_and_is_not_kept(tok, monkeypatch):
-    """Past ``PIECE_CHARS`` a piece is encoded by the call that releases the GIL (so a
-    huge prompt on a render thread never stalls the loop: tests/api/test_render_off_loop.py)
-    and never cached."""
+    """Past ``HOLD_GIL_CHARS`` a piece is encoded by the call that releases the GIL (so a
+    huge prompt on a render thread never stalls the loop: tests/api/test_render_off_loop.py),
+    and past ``PIECE_CHARS`` it is never cached."""
     monkeypatch.setattr(segments, "PIECE_CHARS", 10)
+    monkeypatch.setattr(segments, "HOLD_GIL_CHARS", 5)
     encoder = SegmentEncoder.for_tokenizer(tok.hf)
     assert encoder is not None
     for text in TRICKY:

@@ -31,6 +31,10 @@ from typing import Any
 
 CACHE_CHARS = 1 << 22  # characters of text whose ids are kept per tokenizer
 PIECE_CHARS = 1 << 16  # a piece longer than this is encoded every time (never cached)
+# A piece up to this long is encoded by the call that holds the GIL (a millisecond or
+# two, less than releasing and taking it back); a longer one by the batch call, which
+# releases it, so a render thread tokenizing a long text never stalls the event loop.
+HOLD_GIL_CHARS = 4096
 
 # Pre-tokenizers that act on each piece alone, adding nothing at its start.
 _PIECEWISE = {"Digits", "Split", "Punctuation", "Whitespace", "WhitespaceSplit"}
@@ -126,7 +130,7 @@ class SegmentEncoder:
             if ids is not None:
                 self._cache.move_to_end(piece)
                 return ids
-        if len(piece) <= PIECE_CHARS:
+        if len(piece) <= HOLD_GIL_CHARS:
             fresh = self._backend.encode(piece, add_special_tokens=False).ids
         else:  # (the batch call releases the GIL while it works: the loop goes on meanwhile)
             fresh = self._backend.encode_batch([piece], add_special_tokens=False)[0].ids
