@@ -167,6 +167,12 @@ class FolderSandbox(Sandbox):
     def closed(self) -> bool:
         return self._closed
 
+    def alive(self) -> bool:
+        """Open, and its workspace and tmp folders are still there (something on the
+        host, a /tmp cleaner or an operator, may remove them from a sandbox no process
+        holds open, such as a pooled one)."""
+        return not self._closed and self.folders.workspace.is_dir() and self.folders.tmp.is_dir()
+
     def server_folder(self) -> tuple[Path, str] | None:
         """``folders.server``, bound read-only at ``SERVER_DIR`` by the runtimes that
         bind folders (bubblewrap, apptainer, docker/podman)."""
