@@ -16,14 +16,16 @@ from a walk). A folder the sandbox closed to its owner is opened again (u+rx) to
 counted (a server that is not root owns the sandbox's files). Not counted: a deleted
 file kept alive only by a memory mapping (each is still bounded by file_size_mb).
 
-How it stays cheap: a walk costs ~10-16 µs a file (0.16 s for 10,000 files on CI),
-so it does not run on a clock. Every ``POLL`` seconds the watcher reads how much of the
-host filesystem under the folder is used (statvfs: a microsecond); a sandbox cannot
-have grown more than that filesystem did. A walk runs once the filesystem's growth
-since the last walk reaches half the sandbox's headroom (the cap minus what it held),
-at most once per ``WALK_SHARE`` times the last walk's duration (≤ 10 % of a core; a
-due walk waits no more than ``MAX_GAP``), and at least every ``SAFETY_WALK`` seconds
-(for growth that space freed elsewhere at the same time hid).
+How it stays cheap: a walk costs ~10-16 µs a file (0.16 s for 10,000 files on CI), so
+it does not run on a clock. Every ``POLL`` seconds the watcher reads how much of the
+host filesystem under the folder is used (statvfs: a microsecond; one reading per tick
+for every sandbox on that filesystem, watch.py's shared ticker, and none while the
+sandbox holds no process); a sandbox cannot have grown more than that filesystem did.
+A walk runs once the filesystem's growth since the last walk reaches half the
+sandbox's headroom (the cap minus what it held), at most once per ``WALK_SHARE`` times
+the last walk's duration (≤ 10 % of a core; a due walk waits no more than
+``MAX_GAP``), and at least every ``SAFETY_WALK`` seconds (for growth that space freed
+elsewhere at the same time hid).
 
 At the cap, every process of the sandbox is killed, each with a notice at the end of
 its output (stderr, or the PTY) that says why, and a command's ExecResult has
