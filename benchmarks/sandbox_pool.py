@@ -106,6 +106,7 @@ async def main() -> None:
     parser.add_argument("--runtimes", default="bubblewrap,local")
     args = parser.parse_args()
     status = availability()
+    load_at_start = os.getloadavg()  # (the machine may be shared: what else ran)
     results, skipped = [], {}
     with tempfile.TemporaryDirectory(prefix="rollserve-bench-") as state_dir:
         for name in args.runtimes.split(","):
@@ -119,7 +120,7 @@ async def main() -> None:
              r["acquire_p95_ms"], r["round_p50_ms"], r["round_p95_ms"]] for r in results]
     report("sandbox_pool", "sandbox acquisition: warm pool vs cold start", columns, rows,
            {"config": {"rounds": args.rounds, "burst": args.burst, "euid": os.geteuid(),
-                       "load_avg_at_end": os.getloadavg()},
+                       "load_avg_at_start": load_at_start, "load_avg_at_end": os.getloadavg()},
             "results": results, "skipped": skipped,
             "target": {"pooled_acquire_p50_ms": 2, "cold_round_p50_ms": 20}})
     for name, reason in skipped.items():

@@ -76,6 +76,7 @@ async def main() -> None:
     parser.add_argument("--image", default=None, help="image for container runtimes")
     args = parser.parse_args()
     status = availability()
+    load_at_start = os.getloadavg()  # (the machine may be shared: what else ran)
     results, skipped = [], {}
     with tempfile.TemporaryDirectory(prefix="rollserve-bench-") as state_dir:
         for name in args.runtimes.split(","):
@@ -95,7 +96,8 @@ async def main() -> None:
     rows = [[r["runtime"], r["rounds"], r["median_ms"], r["p95_ms"], r["start_median_ms"],
              r["prompt_median_ms"], r["close_median_ms"]] for r in results]
     report("sandbox_start", "start -> first shell prompt -> close", columns, rows,
-           {"config": {"rounds": args.rounds, "euid": os.geteuid(), "image": args.image},
+           {"config": {"rounds": args.rounds, "euid": os.geteuid(), "image": args.image,
+                       "load_avg_at_start": load_at_start, "load_avg_at_end": os.getloadavg()},
             "results": results, "skipped": skipped, "target": {"bubblewrap_median_ms": 20}})
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")

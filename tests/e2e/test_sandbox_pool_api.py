@@ -144,3 +144,25 @@ def test_a_killed_servers_pool_is_reaped_by_the_next(server_factory, fake_llm_th
     assert status["reaped_at_start"]["sandboxes"] >= len(pooled)  # ... until the next one
     assert folders(boxes) == set() and records(state) == []
     assert status["pool"] is None  # (no --sandbox-pool: none)
+
+
+def test_pooled_sandboxes_broken_while_idle_are_not_handed_out(server_factory, fake_llm_thread, boxes):
+    """An idle pooled bubblewrap sandbox runs no process (each command is its own
+    bwrap): what can break it while it waits is its folders going (a /tmp cleaner, an
+    operator). Every ready one broken so: the next batch's rollouts still run (cold, or
+    on sandboxes the pool started since), none masked, and the broken ones are closed."""
+    fake = fake_llm_thread(replies=hostile_policy)
+    server = pool_server(server_factory, fake, boxes)
+    run_batch(server, 1)  # (the first start makes the sandboxes' Python view: slow on a busy host)
+    run_batch(server, 4)
+    assert wait_until(lambda: pool_status(server)["ready"] >= 2, 60, interval=0.1)
+    broken = folders(boxes)  # (the batch's own are closed: these are the pool's)
+    for name in broken:
+        shutil.rmtree(boxes / name)
+    results = run_batch(server, 4)
+    for result in results:
+        assert not result["mask"], result["failure"]
+        assert "left.txt: No such file" in first_output(result)  # (completed, in a sandbox of its own)
+    status = pool_status(server)
+    assert status["dead"] >= 1 and status["hits"] + status["misses"] >= 8, status
+    assert wait_until(lambda: not (folders(boxes) & broken), 30)

@@ -6,11 +6,16 @@ local-runtime sandbox)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from rollserve.sandbox import pool as pool_module
 from rollserve.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxLimits, SandboxSpec
+from rollserve.sandbox.bubblewrap import BubblewrapRuntime
 from rollserve.sandbox.local import LocalRuntime
 from rollserve.sandbox.pool import Demand, SandboxPool, pool_key, targets
 from tests.waiting import eventually
@@ -45,6 +50,9 @@ class CountedSandbox(Sandbox):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def alive(self) -> bool:
+        return not self._closed and not getattr(self, "broken", False)
 
     async def close(self) -> None:
         self._closed = True
@@ -268,3 +276,76 @@ async def test_a_start_still_under_way_when_shutdown_stops_waiting_is_closed_whe
     await pool.aclose()  # gives up waiting after CLOSE_TIMEOUT
     release.set()
     await eventually(lambda: made and all(s.closed for s in made), what="the late starts closed")
+
+
+async def test_a_sandbox_broken_while_idle_is_closed_not_handed_out():
+    """What broke while it waited (``Sandbox.alive`` false) is closed at acquisition,
+    the next ready one is handed out instead, and the pool starts another."""
+    clock, start = Clock(), Starter()
+    pool = SandboxPool(start, capacity=8, clock=clock)
+    spec = SandboxSpec()
+    for _ in range(3):
+        await pool.acquire(spec)
+    await eventually(lambda: len(pool.ready()) == 3, what="3 ready")
+    first, second, _ = pool.ready()
+    first.broken = True  # (the oldest: the one acquire would take)
+    handed = await pool.acquire(spec)
+    assert handed is second and pool.dead == 1
+    await eventually(lambda: first.closed, what="the broken one closed")
+    second_broken = pool.ready()[0]
+    second_broken.broken = True
+    await pool.step()  # a refill round drops the broken ones too, and starts others
+    assert second_broken not in pool.ready() and pool.dead == 2
+    await eventually(lambda: second_broken.closed and len(pool.ready()) >= 3, what="refilled past the broken")
+    assert pool.status()["dead"] == 2
+    await pool.aclose()
+
+
+async def test_a_local_sandbox_whose_folders_went_is_not_alive(tmp_path):
+    runtime = LocalRuntime(tmp_path / "state")
+    sandbox = await runtime.start(SandboxSpec())
+    assert sandbox.alive()
+    shutil.rmtree(sandbox.folders.base)
+    assert not sandbox.alive()
+    await sandbox.close()  # (what is left of it: its owner record)
+    assert not sandbox.alive()
+
+
+@pytest.mark.skipif(
+    BubblewrapRuntime.unavailable_reason() is not None, reason=f"{BubblewrapRuntime.unavailable_reason()}"
+)
+async def test_the_server_runtime_hands_out_a_working_sandbox_after_pooled_ones_broke(tmp_path):
+    """The server's runtime with a pool of bubblewrap sandboxes: every ready one broken
+    while idle (its folders removed: an idle bubblewrap sandbox runs no process), the
+    next start still gives a sandbox that runs commands, and the broken ones are closed
+    (their owner records gone)."""
+    # (not under tmp_path: a root server's sandboxes run as uids of their own)
+    boxes = Path(tempfile.mkdtemp(prefix="rollserve-test-pool-"))
+    os.chmod(boxes, 0o755)
+    try:
+        await _broken_while_idle(boxes, tmp_path / "state")
+    finally:
+        shutil.rmtree(boxes, ignore_errors=True)
+
+
+async def _broken_while_idle(boxes: Path, state: Path) -> None:
+    from rollserve.sandbox.registry import LazyRuntime
+
+    lazy = LazyRuntime("bubblewrap", state, {"root": str(boxes)}, pool=3)
+    spec = SandboxSpec(files={"a.txt": "hello\n"})
+    await (await lazy.start(spec)).close()  # (the first start makes the sandboxes' Python view: slow)
+    cold = [await lazy.start(spec) for _ in range(2)]
+    assert lazy.pool is not None
+    await eventually(lambda: len(lazy.pool.ready()) >= 2, what="2 ready", timeout=60)
+    idle = lazy.pool.ready()
+    for sandbox in idle:
+        shutil.rmtree(sandbox.folders.base)
+    fresh = await lazy.start(spec)
+    assert fresh not in idle and lazy.pool.dead >= 1
+    result = await fresh.exec("cat a.txt", 30)
+    assert result.ok and result.stdout == "hello\n", result
+    await eventually(lambda: all(s.closed for s in idle), what="the broken ones closed", timeout=30)
+    records = {p.stem for p in (state / "sandboxes").glob("*.json")}
+    assert not records & {s.id for s in idle}
+    await lazy.aclose()
+    assert all(s.closed for s in [*cold, fresh])

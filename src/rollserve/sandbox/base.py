@@ -338,6 +338,12 @@ class Sandbox(abc.ABC):
     def closed(self) -> bool:
         """True once ``close`` has begun: nothing more can be started in it."""
 
+    def alive(self) -> bool:
+        """Whether it can still be used, as far as a check of microseconds (no command
+        run) tells: not closed, and what the runtime can look at cheaply is still there
+        (a warm pool asks before it hands out a sandbox that waited idle)."""
+        return not self.closed
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Kill everything in the sandbox, remove its workspace and owner record; idempotent."""

@@ -246,6 +246,8 @@ class BubblewrapRuntime(FolderRuntime[BubblewrapConfig]):
 
 
 class BubblewrapSandbox(FolderSandbox):
+    contains_processes = True  # each command's bwrap: its PID namespace dies with it
+
     def __init__(
         self,
         owner: BubblewrapRuntime,
@@ -399,7 +401,9 @@ class BubblewrapSandbox(FolderSandbox):
     def start_caps(self) -> None:
         super().start_caps()
         if self.cgroup is None:  # (with one, the cgroup is charged for memfd files too)
-            self.memfd = shmcap.MemfdWatch(self.spec.limits.memory_mb * shmcap.MB, self.host_pids, self._memfd_exceeded)
+            self.memfd = shmcap.MemfdWatch(
+                self.spec.limits.memory_mb * shmcap.MB, self.host_pids, self._memfd_exceeded, self.caps_active()
+            )
             self.memfd.start()
 
     async def _memfd_exceeded(self, used: int) -> None:

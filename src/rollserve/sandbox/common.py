@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rollserve.sandbox import limits as rl
@@ -124,6 +124,12 @@ class FolderRuntime(Runtime[ConfigT]):
 class FolderSandbox(Sandbox):
     """A sandbox over ``SandboxFolders`` whose commands are host processes it tracks."""
 
+    # Whether every process of the sandbox lives inside one of its launchers (bwrap's
+    # PID namespace): with none of them running, nothing in it can write or hold
+    # memory, so its cap watchers skip their ticks (watch.py). Not so where a command's
+    # background jobs outlive it (a container's exec, a local process's own session).
+    contains_processes = False
+
     def __init__(
         self,
         runtime: str,
@@ -160,6 +166,12 @@ class FolderSandbox(Sandbox):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def alive(self) -> bool:
+        """Open, and its workspace and tmp folders are still there (something on the
+        host, a /tmp cleaner or an operator, may remove them from a sandbox no process
+        holds open, such as a pooled one)."""
+        return not self._closed and self.folders.workspace.is_dir() and self.folders.tmp.is_dir()
 
     def server_folder(self) -> tuple[Path, str] | None:
         """``folders.server``, bound read-only at ``SERVER_DIR`` by the runtimes that
@@ -293,6 +305,8 @@ class FolderSandbox(Sandbox):
     def _forget(self, process: HostProcess) -> None:
         self._processes.discard(process)
         self._entry.discard(*self._recorded.pop(process, ()))
+        if self.disk is not None and not self._processes:
+            self.disk.poke()  # one more reading: what its last process wrote
 
     # -- caps and seeding ---------------------------------------------------------------
 
@@ -300,7 +314,9 @@ class FolderSandbox(Sandbox):
         """Start watching the disk cap (workspace and tmp together: the sandbox's
         folder) and, where the sandbox gets one (``resident_poll``), the resident
         memory cap; the runtime calls it once the sandbox exists, before seeding it."""
-        self.disk = DiskWatch(self.folders.base, self.spec.limits.disk_mb * MB, self.host_pids, self._disk_exceeded)
+        self.disk = DiskWatch(
+            self.folders.base, self.spec.limits.disk_mb * MB, self.host_pids, self._disk_exceeded, self.caps_active()
+        )
         self.disk.start()
         if self.resident_poll is not None:
             self.resident = ResidentWatch(
@@ -312,6 +328,11 @@ class FolderSandbox(Sandbox):
         for watch in (self.disk, self.resident):
             if watch is not None:
                 await watch.stop()
+
+    def caps_active(self) -> Callable[[], bool] | None:
+        """What tells the cap watchers the sandbox holds a process now (None: they
+        always count it as holding some; see ``contains_processes``)."""
+        return (lambda: bool(self._processes)) if self.contains_processes else None
 
     def host_pids(self) -> list[int]:
         """Host pids of the sandbox's live processes and everything they started."""

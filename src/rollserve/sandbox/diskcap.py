@@ -16,14 +16,16 @@ from a walk). A folder the sandbox closed to its owner is opened again (u+rx) to
 counted (a server that is not root owns the sandbox's files). Not counted: a deleted
 file kept alive only by a memory mapping (each is still bounded by file_size_mb).
 
-How it stays cheap: a walk costs ~10-16 µs a file (0.16 s for 10,000 files on CI),
-so it does not run on a clock. Every ``POLL`` seconds the watcher reads how much of the
-host filesystem under the folder is used (statvfs: a microsecond); a sandbox cannot
-have grown more than that filesystem did. A walk runs once the filesystem's growth
-since the last walk reaches half the sandbox's headroom (the cap minus what it held),
-at most once per ``WALK_SHARE`` times the last walk's duration (≤ 10 % of a core; a
-due walk waits no more than ``MAX_GAP``), and at least every ``SAFETY_WALK`` seconds
-(for growth that space freed elsewhere at the same time hid).
+How it stays cheap: a walk costs ~10-16 µs a file (0.16 s for 10,000 files on CI), so
+it does not run on a clock. Every ``POLL`` seconds the watcher reads how much of the
+host filesystem under the folder is used (statvfs: a microsecond; one reading per tick
+for every sandbox on that filesystem, watch.py's shared ticker, and none while the
+sandbox holds no process); a sandbox cannot have grown more than that filesystem did.
+A walk runs once the filesystem's growth since the last walk reaches half the
+sandbox's headroom (the cap minus what it held), at most once per ``WALK_SHARE`` times
+the last walk's duration (≤ 10 % of a core; a due walk waits no more than
+``MAX_GAP``), and at least every ``SAFETY_WALK`` seconds (for growth that space freed
+elsewhere at the same time hid).
 
 At the cap, every process of the sandbox is killed, each with a notice at the end of
 its output (stderr, or the PTY) that says why, and a command's ExecResult has
@@ -43,7 +45,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from rollserve.sandbox.watch import MB, CapWatch
+from rollserve.sandbox.watch import MB, Readings, TickedWatch
 
 log = logging.getLogger(__name__)
 
@@ -143,16 +145,27 @@ def deleted_open_files(pids: Iterable[int], device: int, seen: set[tuple[int, in
     return total
 
 
-class DiskWatch(CapWatch):
+class DiskWatch(TickedWatch):
     """Keeps one sandbox's folder under ``limit`` bytes: ``on_exceeded(used)`` kills
     the sandbox's processes (the runtime's way); ``pids()`` lists them, for deleted
-    files they hold open."""
+    files they hold open; ``active()``: whether the sandbox may write now (None: always)."""
+
+    period = POLL
 
     def __init__(
-        self, folder: Path, limit: int, pids: Callable[[], Iterable[int]], on_exceeded: Callable[[int], Awaitable[None]]
+        self,
+        folder: Path,
+        limit: int,
+        pids: Callable[[], Iterable[int]],
+        on_exceeded: Callable[[int], Awaitable[None]],
+        active: Callable[[], bool] | None = None,
     ) -> None:
-        super().__init__(limit, pids, on_exceeded)
+        super().__init__(limit, pids, on_exceeded, active)
         self.folder = folder
+        self._device: int | None = None  # the filesystem's, for the tick's shared reading
+        self._growth = 0  # the filesystem's growth since the last walk
+        self._previous: int | None = None  # its usage at the last reading
+        self._last_walk = -float("inf")
         self.used: int | None = None  # at the last walk
         self.walks = 0
         self.walk_seconds = 0.0  # how long the last walk took (in its thread)
@@ -193,21 +206,21 @@ class DiskWatch(CapWatch):
             return MIN_TRIGGER
         return max(MIN_TRIGGER, (self.limit - self.used) // 2)
 
-    async def _run(self) -> None:
-        growth, previous = 0, None
-        last_walk = -float("inf")
-        while True:
-            try:
-                used = filesystem_used(self.folder)
-                growth += max(0, used - (used if previous is None else previous))
-                previous = used
-                now = time.monotonic()
-                gap = min(MAX_GAP, WALK_SHARE * self.walk_seconds)
-                if now - last_walk >= gap and (growth >= self._trigger() or now - last_walk >= SAFETY_WALK):
-                    growth, last_walk = 0, now
-                    await self.check()
-            except FileNotFoundError:  # the folder went with the sandbox
-                return
-            except Exception:  # never let one bad reading end the watching
-                log.exception("disk cap check of %s failed", self.folder)
-            await asyncio.sleep(POLL)
+    def due(self, now: float, readings: Readings) -> bool:
+        """Read the filesystem's usage (once per tick for every sandbox on it) and say
+        whether the folder is due for a walk."""
+        if self._device is None:
+            self._device = os.stat(self.folder).st_dev
+        key = ("filesystem_used", self._device)
+        used = readings.get(key)
+        if used is None:
+            used = readings[key] = filesystem_used(self.folder)
+        self._growth += max(0, used - (used if self._previous is None else self._previous))
+        self._previous = used
+        since = now - self._last_walk
+        if since >= min(MAX_GAP, WALK_SHARE * self.walk_seconds) and (
+            self._growth >= self._trigger() or since >= SAFETY_WALK
+        ):
+            self._growth, self._last_walk = 0, now
+            return True
+        return False

@@ -28,6 +28,11 @@ holding more than ``capacity`` sandboxes (ready and starting) over all keys, and
 closes what a key holds past its demand (so a key no longer asked for empties
 within ``window`` seconds). ``capacity`` 0: no pool.
 ``aclose`` (server stop) stops refilling and closes every sandbox the pool holds.
+
+A sandbox broken while it waited (``Sandbox.alive``: e.g. its folders removed under it,
+for bubblewrap, whose idle sandbox runs no process) is never handed out: ``acquire``
+closes it and takes the next (or none: a cold start), and each refill round drops the
+broken ones first, so the pool starts others.
 """
 
 from __future__ import annotations
@@ -128,6 +133,7 @@ class SandboxPool:
         self.started = 0  # sandboxes the pool started
         self.trimmed = 0  # sandboxes it closed unused (past demand, or at shutdown)
         self.failed = 0  # starts that failed
+        self.dead = 0  # ready sandboxes found broken (``Sandbox.alive``) and closed
 
     # -- handing out --------------------------------------------------------------------
 
@@ -148,6 +154,9 @@ class SandboxPool:
         while entry.ready:
             sandbox = entry.ready.popleft()
             if sandbox.closed:
+                continue
+            if not sandbox.alive():  # broken while it waited: closed, and the next one tried
+                self._discard_dead([sandbox])
                 continue
             await _prepare(sandbox, spec)
             self.hits += 1
@@ -175,7 +184,13 @@ class SandboxPool:
                 pass
 
     async def step(self) -> None:
-        """One round: close what each key holds past its demand, start what it lacks."""
+        """One round: close what each key holds past its demand, or broken, and start
+        what it lacks."""
+        for entry in self._keys.values():
+            dead = [s for s in entry.ready if not s.closed and not s.alive()]
+            if dead:
+                entry.ready = collections.deque(s for s in entry.ready if s not in dead)
+                self._discard_dead(dead)
         now = self._clock()
         demands = {key: entry.demand.count(now) for key, entry in self._keys.items()}
         wanted = targets(demands, self.capacity)
@@ -230,6 +245,15 @@ class SandboxPool:
                 log.warning("sandbox pool: %d starts failed: %s", len(errors), errors[0])
                 return
 
+    def _discard_dead(self, sandboxes: list[Sandbox]) -> None:
+        """Close broken sandboxes (what is left of them: processes, folders, owner
+        records) without making the acquisition wait."""
+        self.dead += len(sandboxes)
+        log.warning("sandbox pool: %d ready sandboxes were broken while idle; closed", len(sandboxes))
+        task = asyncio.ensure_future(_close_all(sandboxes))
+        _closing_late.add(task)
+        task.add_done_callback(_closing_late.discard)
+
     # -- status and shutdown ------------------------------------------------------------
 
     def held(self) -> int:
@@ -252,6 +276,7 @@ class SandboxPool:
             "started": self.started,
             "trimmed": self.trimmed,
             "failed": self.failed,
+            "dead": self.dead,
         }
 
     async def aclose(self) -> None:

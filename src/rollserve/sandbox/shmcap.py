@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from rollserve.sandbox.base import SandboxLimits
 from rollserve.sandbox.host import find_binary, setpriv_argv
-from rollserve.sandbox.watch import MB, CapWatch
+from rollserve.sandbox.watch import MB, Readings, TickedWatch
 
 log = logging.getLogger(__name__)
 
@@ -220,16 +220,25 @@ def _mapped_memfds(pid: int, seen: set[int]) -> int:
     return total
 
 
-class MemfdWatch(CapWatch):
+class MemfdWatch(TickedWatch):
     """Keeps the memfd files of one sandbox's processes under ``limit`` bytes together:
-    ``on_exceeded(used)`` kills them (the runtime's way)."""
+    ``on_exceeded(used)`` kills them (the runtime's way); ``active()``: whether the
+    sandbox has processes now (None: always counted as having some)."""
+
+    period = POLL
 
     def __init__(
-        self, limit: int, pids: Callable[[], Iterable[int]], on_exceeded: Callable[[int], Awaitable[None]]
+        self,
+        limit: int,
+        pids: Callable[[], Iterable[int]],
+        on_exceeded: Callable[[int], Awaitable[None]],
+        active: Callable[[], bool] | None = None,
     ) -> None:
-        super().__init__(limit, pids, on_exceeded)
+        super().__init__(limit, pids, on_exceeded, active)
         self.used = 0  # at the last scan
         self.scans = 0
+        self._last_shmem: int | None = None  # the host's Shmem at the last reading (its low point since the scan)
+        self._last_scan = time.monotonic()
 
     def notice(self, used: int) -> str:
         return (
@@ -251,17 +260,21 @@ class MemfdWatch(CapWatch):
             await self._on_exceeded(self.used)
         return self.used
 
-    async def _run(self) -> None:
-        last_shmem, last_scan = shmem_bytes(), time.monotonic()
-        while True:
-            await asyncio.sleep(POLL)
-            try:
-                shmem, now = shmem_bytes(), time.monotonic()
-                trigger = max(MIN_TRIGGER, (self.limit - self.used) // 2)
-                if shmem - last_shmem >= trigger or now - last_scan >= SAFETY_SCAN:
-                    await self.check()
-                    last_shmem, last_scan = shmem_bytes(), time.monotonic()
-                else:
-                    last_shmem = min(last_shmem, shmem)  # growth counts from the low point
-            except Exception:  # never let one bad reading end the watching
-                log.exception("memfd cap check failed")
+    def due(self, now: float, readings: Readings) -> bool:
+        """Read the host's Shmem (once per tick for every sandbox) and say whether the
+        sandbox's memfd files are due to be added up."""
+        shmem = readings.get("shmem")
+        if shmem is None:
+            shmem = readings["shmem"] = shmem_bytes()
+        if self._last_shmem is None:
+            self._last_shmem = shmem
+            return False
+        trigger = max(MIN_TRIGGER, (self.limit - self.used) // 2)
+        if shmem - self._last_shmem >= trigger or now - self._last_scan >= SAFETY_SCAN:
+            return True
+        self._last_shmem = min(self._last_shmem, shmem)  # growth counts from the low point
+        return False
+
+    async def _checked(self) -> None:
+        await self.check()
+        self._last_shmem, self._last_scan = shmem_bytes(), time.monotonic()
