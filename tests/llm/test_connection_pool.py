@@ -74,8 +74,10 @@ async def test_the_bound_over_http_and_a_hostile_one(make_api, tok):
             assert [e["field"] for e in r.json()["errors"]] == ["max_connections"], r.json()
         r = await client.post("/v1/llm/backends", json={"url": server.url, "name": "pooled", "max_connections": 2})
         assert r.status_code == 201, r.text
-        body = {"tasks": [{"data_source": "math", "n": 6, "instance": {"question": "2+2?", "answer": "4"}}],
-                "sampling": {"max_tokens": 8}}
+        body = {
+            "tasks": [{"data_source": "math", "n": 6, "instance": {"question": "2+2?", "answer": "4"}}],
+            "sampling": {"max_tokens": 8},
+        }
         r = await client.post("/v1/rollouts", json=body)
         assert r.status_code == 202, r.text
         ids = r.json()["groups"][0]["rollout_ids"]
