@@ -116,7 +116,8 @@ def digest(samples: list[tuple[float, str, float, int]]) -> dict:
         "latency_at_peak_ms": {k: summary([v for _, v, f in by.get(k, []) if f >= 0.9 * peak])
                                for k in ("status", "rollout")},
         "peak_rss_mb": max((v for _, v, _ in by.get("rss", [])), default=0) / 2**20,
-        "rss_before_first_submit_mb": next((v for _, v, f in by.get("rss", []) if f == 0), 0) / 2**20,
+        # (None when the first submit was admitted before the probe's first sample)
+        "rss_before_first_submit_mb": next((v / 2**20 for _, v, f in by.get("rss", []) if f == 0), None),
         "peak_rss_with_scoring_workers_mb": max((v for _, v, _ in by.get("tree_rss", [])), default=0) / 2**20,
         "load_avg_1m_max": max((v for _, v, _ in by.get("load", [])), default=0.0),
         "load_avg_1m_median": median([v for _, v, _ in by.get("load", [])]),
