@@ -137,6 +137,8 @@ async def test_health_describe_and_api_key(tok):
             "model": "policy",
             "trainable": True,
             "outstanding": 0,
+            "max_connections": 1024,
+            "waiting_for_connection": 0,
             "max_model_len": 32768,
         }
         await backend.close()

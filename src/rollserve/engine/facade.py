@@ -94,7 +94,8 @@ class Rollouts:
             return RolloutView(
                 id=live.id, group_id=live.spec.group_id, status=live.status, done=False, seq=None, result=None
             )
-        row = await self._store.rollout(rollout_id)
+        # Not in flight: finished (its result written before it left), or unknown.
+        row = await self._store.rollout(rollout_id, fresh=False)
         if row is None:
             raise NotFound(f"no rollout {rollout_id!r} (unknown, or past retention)")
         return RolloutView(
@@ -196,7 +197,7 @@ class Rollouts:
 
     async def finished(self, rollout_id: str) -> RolloutResult | None:
         """Its stored result, or None while it has none (in flight, or unknown)."""
-        row = await self._store.rollout(rollout_id)
+        row = await self._store.rollout(rollout_id, fresh=False)  # (a result is written at once)
         return None if row is None else row.result
 
     async def wait(self, rollout_ids: list[str], timeout: float) -> None:

@@ -31,7 +31,7 @@ from rollserve.engine.events import EventBus
 from rollserve.engine.executor import CLEANUP_TIMEOUT, LocalExecutor, Sessions, StageExecutor
 from rollserve.engine.groups import EARLY_STOP_MESSAGE, GroupTracker, result_usable
 from rollserve.engine.outcome import StageTimeout, Where, end_with_error, mask_kind, stage_limit, tally
-from rollserve.engine.pools import StagePool
+from rollserve.engine.pools import StagePool, StartGate
 from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.engine.stage_metrics import StageLatency
 from rollserve.engine.store import Store
@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 __all__ = ["CLEANUP_TIMEOUT", "Engine", "EngineConfig", "Sessions"]
 
 
+START_PER_PASS = 32  # rollouts that take their first steps in one pass of the event loop
+COMPLETION_SECONDS = 3600  # the longest window ``throughput`` counts over
 INLINE_RESULT_TOKENS = 4096  # a result with at most this many ids is built on the loop
 INLINE_RESULT_MESSAGES = 64  # ... in at most this many messages
 INLINE_RESULT_CHARS = 65_536  # ... of at most this many characters of text
@@ -91,6 +93,7 @@ class Engine:
             "eval": StagePool("eval", self.config.eval_workers),
         }
         self.latency = StageLatency()  # per-stage wait and run times (``/metrics``)
+        self.starts = StartGate(START_PER_PASS)  # a big batch starts over several loop passes
         self.live: dict[str, Rollout] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel_requested: dict[str, str] = {}  # rollout id -> why, as its failure says
@@ -99,7 +102,10 @@ class Engine:
         self._begun: set[str] = set()
         self.groups = GroupTracker()
         self._finished: dict[str, asyncio.Event] = {}
-        self._completions: deque[float] = deque(maxlen=100_000)  # finish times
+        # Rollouts finished per whole second of the monotonic clock, the last hour's:
+        # a rate over any window up to that is a sum over at most its seconds.
+        self._completions: deque[list[int]] = deque(maxlen=COMPLETION_SECONDS)  # [second, count]
+        self._live_counts: Counter[RolloutStatus] = Counter()  # in flight, by status (``Rollout.tally``)
         self.counters: dict[TerminalStatus, int] = {}
         # Masked results by why (a failure's kind, or stale) and stage: ``/metrics``.
         self.masked: dict[tuple[str, str], int] = {}
@@ -193,6 +199,7 @@ class Engine:
 
     def _launch(self, rollout: Rollout, admitted: bool = True) -> None:
         self.live[rollout.id] = rollout
+        rollout.tally = self._live_counts
         self.groups.started(rollout.spec, admitted)
         self._finished[rollout.id] = asyncio.Event()
         self._tasks[rollout.id] = asyncio.create_task(self._drive(rollout), name=rollout.id)
@@ -221,6 +228,7 @@ class Engine:
         try:
             async with asyncio.timeout(r.timeouts.total) as deadline:
                 r.deadline = deadline.when()
+                await self.starts.turn()  # queued (and cancellable) until its turn
                 if r.id in self._cancel_requested:  # cancelled before it began
                     raise asyncio.CancelledError
                 while await self._attempt(r, handler, at):
@@ -342,7 +350,11 @@ class Engine:
             key = mask_kind(r)
             self.masked[key] = self.masked.get(key, 0) + 1
         tally(self.trajectory_counters, r, result)
-        self._completions.append(time.monotonic())
+        second = int(time.monotonic())
+        if self._completions and self._completions[-1][0] == second:
+            self._completions[-1][1] += 1
+        else:
+            self._completions.append([second, 1])
         self.events.publish(r.id, r.spec.group_id, r.status, reward=r.reward, mask=r.mask, final=True)
         # The group's verdict before the waiters wake: once told, they see the group as
         # it now stands (its extras already being cancelled).
@@ -359,7 +371,9 @@ class Engine:
             event.set()
 
     def _forget(self, r: Rollout) -> None:
-        self.live.pop(r.id, None)
+        if self.live.pop(r.id, None) is not None:
+            self._live_counts[r.status] -= 1
+            r.tally = None
         self._tasks.pop(r.id, None)
         event = self._finished.pop(r.id, None)
         if event is not None:
@@ -387,14 +401,16 @@ class Engine:
     def throughput(self, window: float = 60.0) -> float:
         """Rollouts finished per second over the last ``window`` seconds."""
         now = time.monotonic()
-        recent = sum(1 for t in self._completions if now - t <= window)
+        recent = 0
+        for second, count in reversed(self._completions):  # newest first: stops at the window
+            if now - second > window + 1:  # (a whole second counts while any of it is inside)
+                break
+            recent += count
         elapsed = max(min(window, time.time() - self.started_at), 1e-3)
         return recent / elapsed
 
     def status(self) -> EngineStatus:
-        live_by_status: dict[RolloutStatus, int] = {}
-        for r in self.live.values():
-            live_by_status[r.status] = live_by_status.get(r.status, 0) + 1
+        live_by_status = {status: count for status, count in self._live_counts.items() if count}
         return EngineStatus(
             uptime_s=round(time.time() - self.started_at, 3),
             in_flight=self.pending,

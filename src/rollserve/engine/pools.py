@@ -1,4 +1,5 @@
-"""Stage pools: a concurrency limit per stage with a FIFO queue in front of it.
+"""Stage pools: a concurrency limit per stage with a FIFO queue in front of it; the
+start gate that spreads a big batch's first steps over passes of the event loop.
 
 A rollout holds a slot only while its stage runs and gives it back the moment the
 stage ends, so a slow evaluation never holds a RUN slot. The queue in front of a
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -70,3 +72,46 @@ class StagePool:
             done=self.done,
             busy_seconds=round(self.busy_seconds, 3),
         )
+
+
+class StartGate:
+    """Lets at most ``per_pass`` new rollouts take their first steps per pass of the
+    event loop, in the order they came.
+
+    A batch of 4,000 rollouts, launched at once, would otherwise all run their first
+    steps (INIT, the first prompt, the first call sent) in the same pass of the loop:
+    seconds in which no request is answered. Through the gate they start in passes
+    of ``per_pass``, and the loop reads its sockets between two passes."""
+
+    def __init__(self, per_pass: int) -> None:
+        if per_pass < 1:
+            raise ValueError(f"per_pass must be at least 1, got {per_pass}")
+        self.per_pass = per_pass
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._scheduled = False
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    async def turn(self) -> None:
+        """Wait for this rollout's turn to start (cancellable)."""
+        loop = asyncio.get_running_loop()
+        turn: asyncio.Future[None] = loop.create_future()
+        self._waiting.append(turn)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._release)
+        await turn
+
+    def _release(self) -> None:
+        released = 0
+        while self._waiting and released < self.per_pass:
+            turn = self._waiting.popleft()
+            if not turn.done():  # (a cancelled waiter takes no turn)
+                turn.set_result(None)
+                released += 1
+        if self._waiting:
+            asyncio.get_running_loop().call_soon(self._release)  # the next pass
+        else:
+            self._scheduled = False

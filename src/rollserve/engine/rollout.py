@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -85,6 +86,19 @@ class Rollout:
     run_deadline: float | None = None  # loop time by which RUN must end (stage or rollout's)
     max_staleness: int | None = None  # turns may span at most this many policy versions
     mask_stale: bool = False  # mask a rollout whose turns span more
+    # The engine's count of rollouts in flight per status, kept as ``status`` changes
+    # (``GET /v1/status`` reads it without walking every rollout); None: not counted.
+    tally: Counter[RolloutStatus] | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "status":
+            tally = self.__dict__.get("tally")
+            if tally is not None:
+                tally[self.__dict__["status"]] -= 1
+                tally[value] += 1
+        elif name == "tally" and value is not None:
+            value[self.__dict__["status"]] += 1  # counted from now on
+        object.__setattr__(self, name, value)
 
     @property
     def id(self) -> str:

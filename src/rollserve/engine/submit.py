@@ -7,6 +7,7 @@ with the limit, and a batch that does not fit now is refused whole with a retry 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -210,31 +211,12 @@ async def _admit(engine: Engine, request: SubmitRequest, checked: list[tuple[int
     if wanted > engine.room():
         raise QueueFull(wanted, engine.room(), engine.config.max_pending, engine.retry_after())
     new_groups: list[tuple[GroupRow, list[RolloutSpec]]] = []
+    built = 0
     for index, task, fingerprint in new:
-        group_id = _new_id("g-")
-        task_id = task.id or group_id
-        group = GroupRow(group_id, task_id, task.id, fingerprint, task.n, time.time())
-        specs = [
-            RolloutSpec(
-                id=f"{group_id}-{i}",
-                group_id=group_id,
-                task_id=task_id,
-                data_source=task.data_source,
-                sample_index=i,
-                instance=task.instance,
-                sampling=sample_seeded(merged(request.sampling, task.sampling), i),
-                agent=merged(request.agent, task.agent),
-                timeouts=merged(request.timeouts, task.timeouts),
-                metadata=task.metadata,
-                judge=task.judge or request.judge or engine.context.default_judge,
-                group_n=task.n,
-                oversample=task.oversample,
-                filter_zero_variance=task.filter_zero_variance,
-            )
-            for i in range(task.n + task.oversample)
-        ]
-        new_groups.append((group, specs))
-        accepted[index] = Accepted(group_id=group_id, task_id=task_id, rollout_ids=[s.id for s in specs])
+        new_groups.append(_group(engine, request, task, fingerprint))
+        group, specs = new_groups[-1]
+        accepted[index] = Accepted(group_id=group.id, task_id=group.task_id, rollout_ids=[s.id for s in specs])
+        built = await _pass_on(built, len(specs))
 
     if new_groups:
         engine.reserved += wanted  # held across the store write: room() counts it
@@ -242,6 +224,56 @@ async def _admit(engine: Engine, request: SubmitRequest, checked: list[tuple[int
             await engine.store.create_groups(new_groups)
         finally:
             engine.reserved -= wanted
+    launched = 0
     for _, specs in new_groups:
         engine.launch(specs)
+        launched = await _pass_on(launched, len(specs))
     return [a for a in accepted if a is not None]
+
+
+# Rollouts built (or launched) between two passes of the event loop: a batch of 1,000
+# tasks x 4 is 4,000 specs, too long a stretch to hold the loop in one go.
+ROLLOUTS_PER_PASS = 500
+
+
+async def _pass_on(done: int, more: int) -> int:
+    """Count ``more`` rollouts done; past ``ROLLOUTS_PER_PASS`` since the last pass, let
+    the loop run a pass (answer other requests) and start counting again."""
+    done += more
+    if done < ROLLOUTS_PER_PASS:
+        return done
+    await asyncio.sleep(0)
+    return 0
+
+
+def _group(
+    engine: Engine, request: SubmitRequest, task: TaskRequest, fingerprint: str
+) -> tuple[GroupRow, list[RolloutSpec]]:
+    """A new group's row and its rollouts' specs (each sample seeded on its own)."""
+    group_id = _new_id("g-")
+    task_id = task.id or group_id
+    group = GroupRow(group_id, task_id, task.id, fingerprint, task.n, time.time())
+    sampling = merged(request.sampling, task.sampling)
+    agent = merged(request.agent, task.agent)
+    timeouts = merged(request.timeouts, task.timeouts)
+    judge = task.judge or request.judge or engine.context.default_judge
+    specs = [
+        RolloutSpec(
+            id=f"{group_id}-{i}",
+            group_id=group_id,
+            task_id=task_id,
+            data_source=task.data_source,
+            sample_index=i,
+            instance=task.instance,
+            sampling=sample_seeded(sampling, i),
+            agent=agent,
+            timeouts=timeouts,
+            metadata=task.metadata,
+            judge=judge,
+            group_n=task.n,
+            oversample=task.oversample,
+            filter_zero_variance=task.filter_zero_variance,
+        )
+        for i in range(task.n + task.oversample)
+    ]
+    return group, specs

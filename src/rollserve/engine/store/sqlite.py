@@ -31,6 +31,7 @@ from typing import Protocol, TypeVar
 from rollserve.contract import TERMINAL, ResultSummary, RolloutResult
 from rollserve.engine.groups import Outcome, result_usable
 from rollserve.engine.rollout import RolloutSpec
+from rollserve.engine.store.reader import Reader
 from rollserve.engine.store.rows import (
     COLUMNS,
     GroupRow,
@@ -57,7 +58,7 @@ class Store(Protocol):
     async def group_by_client_key(self, key: str) -> GroupRow | None: ...
     async def set_status(self, rollout_id: str, status: str, attempt: int | None = None) -> None: ...
     async def finish(self, result: RolloutResult) -> int: ...
-    async def rollout(self, rollout_id: str) -> RolloutRow | None: ...
+    async def rollout(self, rollout_id: str, fresh: bool = True) -> RolloutRow | None: ...
     async def group(self, group_id: str, results: bool = True) -> tuple[GroupRow, list[RolloutRow]] | None: ...
     async def group_outcomes(self, group_id: str) -> list[Outcome]: ...
     async def results_after(self, after: int, limit: int) -> list[RolloutResult]: ...
@@ -89,6 +90,7 @@ class SQLiteStore:
         self._flusher: asyncio.Task[None] | None = None
         self._finishing: list[tuple[RolloutResult, asyncio.Future[int]]] = []
         self._finisher: asyncio.Task[None] | None = None
+        self._reader = Reader.make(self.path)  # point reads, apart from the writer's queue
 
     # --- plumbing ---------------------------------------------------------------
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -122,6 +124,8 @@ class SQLiteStore:
                 self._conn = None
 
         loop = asyncio.get_running_loop()
+        if self._reader is not None:
+            await self._reader.close()
         await loop.run_in_executor(self._executor, _close)
         self._executor.shutdown(wait=True)
 
@@ -242,14 +246,19 @@ class SQLiteStore:
 
         return await self._call(_get)
 
-    async def rollout(self, rollout_id: str) -> RolloutRow | None:
-        await self.flush()
+    async def rollout(self, rollout_id: str, fresh: bool = True) -> RolloutRow | None:
+        """The rollout's row; ``fresh``: with its latest stage change (written first). A
+        finished rollout's row needs none (its result was written at once), nor does
+        the caller that only wants a result: ``fresh=False`` reads at once, on the
+        reader's own thread, never behind the writer's queue."""
+        if fresh:
+            await self.flush()
 
         def _get(conn: sqlite3.Connection) -> RolloutRow | None:
             row = conn.execute(f"SELECT {COLUMNS} FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
             return rollout_row(row) if row else None
 
-        return await self._call(_get)
+        return await (self._call(_get) if self._reader is None else self._reader.call(_get))
 
     async def group(self, group_id: str, results: bool = True) -> tuple[GroupRow, list[RolloutRow]] | None:
         """The group and its rollouts (``results``: with their results, else without)."""

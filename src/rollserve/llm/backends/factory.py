@@ -149,6 +149,7 @@ def backend_from_spec(spec: SpecInput) -> LLMBackend:
                 api_key=parsed.api_key,
                 timeout=parsed.timeout,
                 weight=parsed.weight,
+                max_connections=parsed.max_connections,
                 endpoint=parsed.endpoint,
                 prefix_cache=parsed.prefix_cache,
             )
@@ -166,6 +167,7 @@ def backend_from_spec(spec: SpecInput) -> LLMBackend:
             api_key=parsed.api_key,
             timeout=parsed.timeout,
             weight=parsed.weight,
+            max_connections=parsed.max_connections,
         )
     except ValueError as exc:  # the URL, as the HTTP client checks it
         raise BackendSpecError("url", str(exc).removeprefix("url: ")) from exc

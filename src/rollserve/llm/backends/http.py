@@ -1,9 +1,18 @@
 """The one HTTP client stack every server backend uses (aiohttp).
 
-aiohttp rather than httpx: one ``ClientSession`` with an unbounded connection pool
-holds 10,000+ requests in flight at a small cost per request (NeMo Gym left httpx
-for aiohttp at 16k for the same reason). Failures come back as ``LLMError`` with
-the HTTP status, the backend's name and whether another try may succeed:
+aiohttp rather than httpx: one ``ClientSession`` holds 10,000+ requests in flight at
+a small cost per request (NeMo Gym left httpx for aiohttp at 16k for the same reason).
+
+The connection pool is bounded: at most ``max_connections`` sampling requests are
+sent to one server at once (``sampling_slot``); more wait, in order, for one to
+finish. The wait is not the server's: a request's own timeout starts once it is
+sent, and the caller's deadline (the rollout's) bounds the wait. 65,000 rollouts in
+flight so hold ``max_connections`` sockets per backend, not 65,000. Control calls and
+health checks do not wait behind sampling: the connector keeps ``CONTROL_CONNECTIONS``
+more for them.
+
+Failures come back as ``LLMError`` with the HTTP status, the backend's name and
+whether another try may succeed:
 
 - connection refused/reset, server disconnected, a timeout of our own, 5xx, 408
   and 429: retryable (the router tries again, on another backend if it can);
@@ -23,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +41,8 @@ import aiohttp
 
 from rollserve.errors import ContextWindowError, LLMError
 
+MAX_CONNECTIONS = 1024  # sampling requests in flight to one server, by default
+CONTROL_CONNECTIONS = 32  # more connections for health checks and control calls
 _BODY_EXCERPT = 300  # characters of an error body worth putting in a message
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # How inference servers word a prompt that does not fit (lowercased, in a 400's body).
@@ -81,10 +94,16 @@ class HTTPClient:
         api_key: str | None = None,
         timeout: float | None = 600.0,
         connect_timeout: float = 10.0,
+        max_connections: int = MAX_CONNECTIONS,
     ):
+        if max_connections < 1:
+            raise ValueError(f"max_connections: expected at least 1, got {max_connections}")
         self.base_url = check_base_url(base_url)
         self.name = name
         self.timeout = timeout
+        self.max_connections = max_connections
+        self.waiting = 0  # sampling requests waiting for a connection
+        self._slots: asyncio.Semaphore | None = None
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -94,12 +113,32 @@ class HTTPClient:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
             self._loop = loop
+            self._slots = asyncio.Semaphore(self.max_connections)  # (a semaphore is per loop)
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+                connector=aiohttp.TCPConnector(
+                    limit=self.max_connections + CONTROL_CONNECTIONS, limit_per_host=0, keepalive_timeout=60
+                ),
                 timeout=self._client_timeout,
                 headers=self._headers,
             )
         return self._session
+
+    @asynccontextmanager
+    async def sampling_slot(self) -> AsyncIterator[None]:
+        """Hold one of the ``max_connections`` sampling slots (waiting, in order, for
+        one): a sampling request is sent inside it."""
+        self.session()
+        slots = self._slots
+        assert slots is not None  # made with the session
+        self.waiting += 1
+        try:
+            await slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            slots.release()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from rollserve.errors import ContextWindowError, LLMError
-from rollserve.llm.backends.http import HTTPClient, excerpt, host_port
+from rollserve.llm.backends.http import MAX_CONNECTIONS, HTTPClient, excerpt, host_port
 from rollserve.llm.base import Generation, LLMBackend, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -49,9 +49,17 @@ class ServerBackend(LLMBackend):
         timeout: float | None = 600.0,
         connect_timeout: float = 10.0,
         weight: float = 1.0,
+        max_connections: int = MAX_CONNECTIONS,
     ):
         name = name or f"{self.kind}@{host_port(url)}"
-        self.http = HTTPClient(url, name, api_key=api_key, timeout=timeout, connect_timeout=connect_timeout)
+        self.http = HTTPClient(
+            url,
+            name,
+            api_key=api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_connections=max_connections,
+        )
         self.name = name
         self.model = model
         self.timeout = timeout
@@ -73,7 +81,8 @@ class ServerBackend(LLMBackend):
         sampling = await self.fit_window(prompt_ids, sampling)
         self.outstanding += 1
         try:
-            return await self._generate(list(prompt_ids), sampling)
+            async with self.http.sampling_slot():  # the bounded connection pool
+                return await self._generate(list(prompt_ids), sampling)
         finally:
             self.outstanding -= 1
 
@@ -152,6 +161,8 @@ class ServerBackend(LLMBackend):
             "model": self.model,
             "trainable": self.trainable,
             "outstanding": self.outstanding,
+            "max_connections": self.http.max_connections,
+            "waiting_for_connection": self.http.waiting,
             "max_model_len": self.max_model_len,
         }
 

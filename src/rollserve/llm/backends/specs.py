@@ -64,6 +64,13 @@ class _ServerSpec(_Spec):
         None, max_length=10_000, pattern=r"^[!-~]+$", description="sent as a bearer token (printable ASCII)"
     )
     timeout: float = Field(600.0, gt=0, le=86_400, description="seconds per request")
+    max_connections: int = Field(
+        1024,
+        ge=1,
+        le=65_536,
+        description="sampling requests sent to this server at once; more wait in order for one "
+        "to finish (the wait is not counted in the request's timeout; the rollout's deadline bounds it)",
+    )
 
 
 class VLLMSpec(_ServerSpec):
