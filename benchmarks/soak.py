@@ -278,10 +278,11 @@ def main(args: argparse.Namespace) -> None:
          f"soak: {args.minutes:g} min, {args.math} math + {args.code} code + {args.gateway} gateway in flight")
     lat = {k: {"p50": 1000 * percentile(v, 50), "p99": 1000 * percentile(v, 99), "n": len(v)}
            for k, v in trainer.latency.items()}
-    rows = [[name, g["start"], g["end"], f"{100 * g['growth']:+.1f}%", g["max"]] for name, g in grow.items()]
+    rows = [[name, g["start"], g["end"], f"{100 * g['growth']:+.1f}%", g["trend_per_hour"], g["max"]]
+            for name, g in grow.items()]
     report(args.out, f"soak: {args.minutes:g} minutes; growth from minute {args.warmup:g} to the end",
            ["measure", f"mean, minutes {args.warmup:g}-{args.warmup + args.window:g}", "mean, last "
-            f"{args.window:g} min", "growth", "max"], rows,
+            f"{args.window:g} min", "growth", "trend per hour", "max"], rows,
            {"config": {k: v for k, v in vars(args).items()}, "cores": psutil.cpu_count(),
             "load_avg_1m_start_end": load, "backend_restarts": backend.restarts,
             "accounting": counts, "leftovers_after_shutdown": left, "growth": grow,
@@ -303,6 +304,7 @@ if __name__ == "__main__":
     parser.add_argument("--restart-every", type=float, default=10.0, help="minutes between backend kills")
     parser.add_argument("--down", type=float, default=20.0, help="seconds the backend stays down")
     parser.add_argument("--sample-every", type=float, default=10.0, help="seconds between samples")
-    parser.add_argument("--retention-minutes", type=float, default=5.0, help="the server keeps results this long")
+    parser.add_argument("--retention-minutes", type=float, default=2.0,
+                        help="the server keeps results this long (under --warmup: the store is full by then)")
     parser.add_argument("--out", default="soak", help="the JSON's and PNG's name under benchmarks/results")
     main(parser.parse_args())

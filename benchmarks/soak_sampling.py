@@ -84,7 +84,9 @@ class Sampler:
 
 def growth(samples: list[dict], warmup_min: float, window_min: float) -> dict:
     """Per measure: the mean over ``window`` minutes from ``warmup`` on, the mean over the
-    last ``window`` minutes (the final after-drain sample left out), and the change."""
+    last ``window`` minutes (the final after-drain sample left out), the change, and the
+    trend per hour (the slope of a least-squares line through the samples from ``warmup``
+    on: a leak shows as a steady slope however short the run)."""
     run = samples[:-1]
     end_t = run[-1]["t"]
     start = [s for s in run if 60 * warmup_min <= s["t"] < 60 * (warmup_min + window_min)]
@@ -96,8 +98,11 @@ def growth(samples: list[dict], warmup_min: float, window_min: float) -> dict:
         if not a or not b:
             continue
         mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+        after = [s for s in run if s["t"] >= 60 * warmup_min and name in s]
+        slope = statistics.linear_regression([s["t"] for s in after], [s[name] for s in after]).slope
         out[name] = {"start": round(mean_a, 2), "end": round(mean_b, 2),
                      "growth": round((mean_b - mean_a) / mean_a, 4) if mean_a else 0.0,
+                     "trend_per_hour": round(3600 * slope, 2),  # a least-squares line from the warm-up on
                      "max": round(max(s[name] for s in run if name in s), 2),
                      "follows_load": name in LOAD_FOLLOWING}
     return out
