@@ -69,19 +69,19 @@ def _load_hf(source: str) -> Any:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # Only tokenizers are used: silence "PyTorch was not found. Models won't be available".
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    from transformers import AutoTokenizer
-
     if source == DEFAULT_TOKENIZER:
         source = str(smollm2_gguf_path())
     path = Path(source).expanduser()
     if path.is_dir():
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if path.suffix == ".gguf" and path.is_file():
         stat = path.stat()
         key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{_GGUF_CACHE_FORMAT}".encode())
         cached = cache_dir() / "tokenizers" / key.hexdigest()[:16]
         if (cached / "tokenizer_config.json").exists():
-            return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
+            return _load_gguf_cache(cached)
         log.info("extracting tokenizer from %s (once; cached in %s)", path, cached)
         tok = _tokenizer_from_gguf(path)
         # Write aside, then rename: a process loading concurrently never sees half a folder.
@@ -97,6 +97,18 @@ def _load_hf(source: str) -> Any:
         f"tokenizer source {source!r} is neither a tokenizer folder nor a .gguf file; "
         "pass --tokenizer PATH (a Hugging Face tokenizer folder or a GGUF file) or 'smollm2'"
     )
+
+
+def _load_gguf_cache(folder: Path) -> Any:
+    """A tokenizer folder this module extracted from a GGUF, loaded with the class that
+    wrote it (``_tokenizer_from_gguf``'s ``PreTrainedTokenizerFast``, which transformers 5
+    names ``TokenizersBackend`` in the folder's config). ``AutoTokenizer`` picks that same
+    class for such a folder (no ``config.json``, no ``auto_map``), but only after importing
+    the model configurations and with them torch: seconds of CPU at every server start
+    for nothing a tokenizer uses."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
 
 
 # llama.cpp pre-tokenizer names whose rule is "each digit alone, then GPT-2's split"
