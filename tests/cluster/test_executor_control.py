@@ -55,7 +55,7 @@ class Method:
 
 class FakeActor:
     """A node worker's handle: each method answers as the test sets it. The batches the
-    head sends (``submit``, ``take_replies``) are answered as the worker does, each request by
+    head sends (``exchange``) are answered as the worker does, each request by
     the test's ``run_stage`` or ``cleanup``; one of those that raises a Ray error fails
     the next poll with it (as a worker that dies or cannot be reached fails every call)."""
 
@@ -67,23 +67,30 @@ class FakeActor:
             "resume": answer(None),
             "cleanup": answer(None),
             "weights_loaded": answer(None),
-            "submit": self._submit,
-            "take_replies": self._replies,
+            "exchange": self._exchange,
             **replies,
         }
-        self.batches: list[list[LinkItem]] = []  # what each submit carried
+        self.batches: list[list[LinkItem]] = []  # the requests each exchange carried
         self._answers: list[LinkReply] = []
         self._failures: list[BaseException] = []
         self._ready = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def _submit(self, payload: bytes) -> None:
-        items: list[LinkItem] = pickle.loads(payload)
-        self.batches.append(items)
-        for item in items:
-            task = asyncio.create_task(self._answer(item))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    async def _exchange(self, payload: bytes | None, ack: int, wait: float) -> list[LinkReply]:
+        if payload is not None:
+            items: list[LinkItem] = pickle.loads(payload)
+            self.batches.append(items)
+            for item in items:
+                task = asyncio.create_task(self._answer(item))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        if not self._failures and not [a for a in self._answers if a.seq > ack] and wait > 0:
+            self._ready.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), wait)
+        if self._failures:
+            raise self._failures.pop(0)
+        return [a for a in self._answers if a.seq > ack]
 
     async def _answer(self, item: LinkItem) -> None:
         reply = LinkReply(seq=0, id=item.id)
@@ -102,15 +109,6 @@ class FakeActor:
         reply.seq = len(self._answers) + 1
         self._answers.append(reply)
         self._ready.set()
-
-    async def _replies(self, ack: int, wait: float) -> list[LinkReply]:
-        if not self._failures and not [a for a in self._answers if a.seq > ack] and wait > 0:
-            self._ready.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), wait)
-        if self._failures:
-            raise self._failures.pop(0)
-        return [a for a in self._answers if a.seq > ack]
 
     def __getattr__(self, method: str) -> Method:
         if method.startswith("_") or method not in self.replies:

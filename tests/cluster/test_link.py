@@ -20,7 +20,7 @@ pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[
 from ray.exceptions import ActorDiedError  # noqa: E402
 
 from rollserve.cluster import link as link_module  # noqa: E402
-from rollserve.cluster.protocol import LinkItem, LinkReply, StageCall, StageOutcome, WorkerSettings  # noqa: E402
+from rollserve.cluster.protocol import LinkItem, StageCall, StageOutcome, WorkerSettings  # noqa: E402
 from rollserve.cluster.worker import NodeWorker  # noqa: E402
 from rollserve.contract import Stage, Timeouts  # noqa: E402
 from rollserve.engine.rollout import RolloutSpec  # noqa: E402
@@ -67,19 +67,15 @@ async def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
 
 
 async def test_a_workers_answers_come_in_polls_and_stay_until_acknowledged(worker):
-    await worker.submit(
-        pickle.dumps(
-            [
-                LinkItem(id=1, call=math_call("r1", "init")),
-                LinkItem(id=2, call=math_call("r2", "init")),
-                LinkItem(id=3, call=math_call("r3", "run")),  # never INIT'd here: refused
-            ]
-        )
-    )
-    taken: list[LinkReply] = []
+    batch = [
+        LinkItem(id=1, call=math_call("r1", "init")),
+        LinkItem(id=2, call=math_call("r2", "init")),
+        LinkItem(id=3, call=math_call("r3", "run")),  # never INIT'd here: refused
+    ]
+    taken = await worker.exchange(pickle.dumps(batch), 0, 5.0)  # the first answer, maybe more
 
     async def answers(count: int, ack: int) -> bool:
-        taken[:] = await worker.take_replies(ack, 5.0)
+        taken[:] = await worker.exchange(None, ack, 5.0)
         return len(taken) == count
 
     await eventually(lambda: answers(3, 0), what="the three answers")
@@ -90,13 +86,13 @@ async def test_a_workers_answers_come_in_polls_and_stay_until_acknowledged(worke
     assert by_id[3].outcome is not None and by_id[3].outcome.error is not None
     assert "not hosted" in by_id[3].outcome.error.message
     # Not acknowledged: the same answers again (a poll whose answer was lost).
-    assert [r.id for r in await worker.take_replies(0, 0.0)] == [r.id for r in taken]
-    assert [r.id for r in await worker.take_replies(2, 0.0)] == [taken[-1].id]
-    await worker.submit(pickle.dumps([LinkItem(id=4, cleanup=("r1", 1, True))]))
+    assert [r.id for r in await worker.exchange(None, 0, 0.0)] == [r.id for r in taken]
+    assert [r.id for r in await worker.exchange(None, 2, 0.0)] == [taken[-1].id]
+    await worker.exchange(pickle.dumps([LinkItem(id=4, cleanup=("r1", 1, True))]), 3, 0.0)
     await eventually(lambda: answers(1, 3), what="the cleanup's answer")
     (cleaned,) = taken
     assert cleaned.id == 4 and cleaned.seq == 4 and cleaned.outcome is not None  # what r1 had produced
-    assert await worker.take_replies(4, 0.0) == []
+    assert await worker.exchange(None, 4, 0.0) == []
     assert "r1" not in worker.rollouts and "r2" in worker.rollouts
     assert not worker._replies
 
@@ -119,39 +115,50 @@ async def test_stages_that_start_together_share_one_call_and_their_answers_one_p
     await asyncio.wait_for(asyncio.gather(*running), 10)
     assert [r.reward for r in rollouts] == [float(i) for i in range(20)]  # each its own answer
     assert [len(batch) for batch in n.actor.batches] == [20]
-    assert len(n.actor.calls["take_replies"]) <= 3  # the answers' poll (and its acknowledgement)
+    assert len(n.actor.calls["exchange"]) <= 3  # the one that carried them (and its acknowledgement)
 
 
-async def test_requests_made_while_a_batch_is_on_its_way_go_together_once_it_arrives(killed, monkeypatch):
-    monkeypatch.setattr(link_module, "HOLD_S", 30.0)  # no timer sends them: the arrival does
+async def test_requests_made_while_the_poll_waits_go_at_once_and_then_together(killed, monkeypatch):
+    """r0's exchange waits on the node (its stage runs); r1 goes at once in an exchange of
+    its own, which the node holds; r2 and r3, made meanwhile, wait for it and go together."""
+    monkeypatch.setattr(link_module, "HOLD_S", 30.0)  # no timer sends them: r1's return does
     ex = executor()
-    delivered = asyncio.Event()
-    fake = FakeActor(run_stage=lambda call: _outcome())
-    take = fake.replies["submit"]
+    r0_done, delivered = asyncio.Event(), asyncio.Event()
 
-    async def slow_submit(payload: bytes) -> None:
-        await take(payload)
-        if len(fake.batches) == 1:
+    async def stage(call: StageCall) -> StageOutcome:
+        if call.spec.id == "r0":
+            await r0_done.wait()
+        return StageOutcome()
+
+    fake = FakeActor(run_stage=stage)
+    exchange = fake.replies["exchange"]
+
+    async def holds_the_second_batch(payload: bytes | None, ack: int, wait: float) -> Any:
+        replies = await exchange(payload, ack, wait)
+        if payload is not None and len(fake.batches) == 2:
             await delivered.wait()
+        return replies
 
-    fake.replies["submit"] = slow_submit
+    fake.replies["exchange"] = holds_the_second_batch
     n = node(ex, "n", fake)
     rollouts = [rollout(f"r{i}") for i in range(4)]
     for r in rollouts:
         ex._where[r.id] = n
-    first = asyncio.create_task(ex.run_stage(rollouts[0], handler=None, stage="init"))  # type: ignore[arg-type]
-    await eventually(lambda: len(fake.batches) == 1, what="the first batch to leave")
-    others = [asyncio.create_task(ex.run_stage(r, handler=None, stage="init")) for r in rollouts[1:]]  # type: ignore[arg-type]
-    await asyncio.wait_for(first, 10)  # answered: its batch reached the worker
-    for _ in range(100):  # the others made, and held while the first batch's call waits
-        if n.busy["init"] == 3:
+    running = [asyncio.create_task(ex.run_stage(rollouts[0], handler=None, stage="init"))]  # type: ignore[arg-type]
+    await eventually(lambda: len(fake.batches) == 1, what="r0's exchange")
+    running.append(asyncio.create_task(ex.run_stage(rollouts[1], handler=None, stage="init")))  # type: ignore[arg-type]
+    await eventually(lambda: len(fake.batches) == 2, what="r1's exchange")
+    running += [asyncio.create_task(ex.run_stage(r, handler=None, stage="init")) for r in rollouts[2:]]  # type: ignore[arg-type]
+    for _ in range(100):  # r2 and r3 made, and held while r1's exchange is out
+        if n.busy["init"] == 4:
             break
         await asyncio.sleep(0)
-    assert len(fake.batches) == 1
+    assert n.busy["init"] == 4 and len(fake.batches) == 2
     delivered.set()
-    await asyncio.wait_for(asyncio.gather(*others), 10)
+    r0_done.set()
+    await asyncio.wait_for(asyncio.gather(*running), 10)
     sent = [[item.call.spec.id for item in batch if item.call] for batch in fake.batches]
-    assert sent == [["r0"], ["r1", "r2", "r3"]]
+    assert sent == [["r0"], ["r1"], ["r2", "r3"]]
 
 
 async def test_a_request_cancelled_before_its_batch_left_is_never_sent(killed, monkeypatch):
@@ -186,23 +193,23 @@ async def test_a_poll_whose_answer_is_lost_is_asked_again_and_the_answer_comes(k
     polls: list[int] = []  # each poll's ack
     lost: list[int] = []
     fake = FakeActor(run_stage=lambda call: _outcome())
-    answer = fake.replies["take_replies"]
+    answer = fake.replies["exchange"]
 
-    async def loses_the_first_answer(ack: int, wait: float) -> Any:
-        replies = await answer(ack, wait)
+    async def loses_the_first_answer(payload: bytes | None, ack: int, wait: float) -> Any:
+        replies = await answer(payload, ack, wait)
         polls.append(ack)
         if replies and not lost:
             lost.append(ack)
             await asyncio.Event().wait()  # this answer never arrives: the head's bound ends it
         return replies
 
-    fake.replies["take_replies"] = loses_the_first_answer
+    fake.replies["exchange"] = loses_the_first_answer
     n = node(ex, "n", fake)
     r = rollout("r1")
     ex._where[r.id] = n
     await asyncio.wait_for(ex.run_stage(r, handler=None, stage="init"), 10)  # type: ignore[arg-type]
     assert lost == [0] and polls.count(0) >= 2  # asked again, with nothing acknowledged
-    assert len(fake.calls["submit"]) == 1  # the stage itself was sent once
+    assert len(fake.batches) == 1  # the stage itself was sent once
 
 
 async def test_a_worker_that_dies_fails_every_request_waiting_on_it_as_a_lost_node(killed):

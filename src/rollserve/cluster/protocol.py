@@ -138,7 +138,7 @@ class StageOutcome:
 
 @dataclass
 class LinkItem:
-    """One request of a batch the head sends a worker (``NodeWorker.submit``): a stage
+    """One request of a batch the head sends a worker (``NodeWorker.exchange``): a stage
     to run, or an attempt to clean up (rollout id, attempt, whether to return what it
     produced). ``id`` is the head's, echoed in the reply."""
 
@@ -149,10 +149,10 @@ class LinkItem:
 
 @dataclass
 class LinkReply:
-    """A request's answer, as the head's poll (``NodeWorker.take_replies``) takes it: its
+    """A request's answer, as the head's exchange (``NodeWorker.exchange``) takes it: its
     ``StageOutcome`` (a stage; a cleanup's, or None), or the worker's failure to answer
-    it (``error``). ``seq`` is the worker's count of replies: kept there until the head
-    acknowledges it by the next poll, so a poll's lost answer is sent again."""
+    it (``error``). ``seq`` is the worker's count of replies: kept there until an
+    exchange acknowledges it, so a lost answer is sent again."""
 
     seq: int
     id: int

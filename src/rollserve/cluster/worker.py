@@ -8,10 +8,11 @@ records whose owner is dead, only in this node's folder). Every stage call is bo
 by the deadline the head sent; cleanup ends a stage still running, then releases the
 rollout's sandboxes.
 
-The head sends its requests in batches (``submit``: stages to run, attempts to clean
-up) and takes the answers in batches (``take_replies``: one poll waits for the next answers
-and takes every one ready), so a busy node costs the head a few Ray calls per batch, not
-a few per rollout. An answer stays here until the head's next poll acknowledges it.
+The head sends its requests in batches and takes the answers in batches, both in
+``exchange`` calls (``cluster.link``): stages to run, attempts to clean up, and every
+answer ready (one exchange at a time waits here for the next), so a busy node costs the
+head a few Ray calls per batch, not a few per rollout. An answer stays here until an
+exchange acknowledges it.
 
 A stage call can reach the worker after the cleanup of its attempt (the head cancels a
 call still queued at the actor; Ray does not promise it never runs): the worker
@@ -60,7 +61,7 @@ DEADLINE_GRACE = 5.0
 CLEANED_KEPT = 100_000
 # A poll that waited for an answer waits this much longer for the answers that end with
 # it (the stages of rollouts that started together end together): one reply, not several.
-GATHER_S = 0.002
+GATHER_S = 0.005
 
 
 class NodeWorker:
@@ -77,7 +78,7 @@ class NodeWorker:
         self._cleaned: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._janitor: asyncio.Task[None] | None = None
         self.orphans = 0  # rollouts the janitor cleaned up
-        self._answering: set[asyncio.Task[None]] = set()  # the requests of ``submit`` under way
+        self._answering: set[asyncio.Task[None]] = set()  # the requests of ``exchange`` under way
         self._replies: deque[LinkReply] = deque()  # answered, not yet acknowledged by the head
         self._replied = 0  # the last reply's seq
         self._ready = asyncio.Event()  # a reply came since the last poll took them
@@ -235,14 +236,26 @@ class NodeWorker:
             del self.rollouts[rollout_id]
         return self._outcome(r, None) if produced else None
 
-    async def submit(self, payload: bytes) -> None:
-        """Start a batch of the head's requests (a pickled ``list[LinkItem]``: the head
-        pickles it itself); each is answered through ``take_replies``."""
-        items: list[LinkItem] = pickle.loads(payload)
-        for item in items:
-            task = asyncio.create_task(self._answer(item))
-            self._answering.add(task)
-            task.add_done_callback(self._answering.discard)
+    async def exchange(self, payload: bytes | None, ack: int, wait: float) -> list[LinkReply]:
+        """Start the head's requests in ``payload`` (a ``list[LinkItem]`` the head pickled
+        itself), drop the answers up to ``ack`` (the last seq the head took), and return
+        those after it, once there is one or ``wait`` seconds passed (then maybe none)."""
+        if payload is not None:
+            items: list[LinkItem] = pickle.loads(payload)
+            for item in items:
+                task = asyncio.create_task(self._answer(item))
+                self._answering.add(task)
+                task.add_done_callback(self._answering.discard)
+        while self._replies and self._replies[0].seq <= ack:
+            self._replies.popleft()
+        if not self._replies and wait > 0:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), wait)
+                await asyncio.sleep(GATHER_S)  # the answers that end with this one
+            except TimeoutError:
+                pass
+        return list(self._replies)
 
     async def _answer(self, item: LinkItem) -> None:
         reply = LinkReply(seq=0, id=item.id)
@@ -265,20 +278,6 @@ class NodeWorker:
         reply.seq = self._replied
         self._replies.append(reply)
         self._ready.set()
-
-    async def take_replies(self, ack: int, wait: float) -> list[LinkReply]:
-        """The answers after the head's ``ack`` (the last seq it took; those up to it are
-        dropped here), once there is one or ``wait`` seconds passed (then maybe none)."""
-        while self._replies and self._replies[0].seq <= ack:
-            self._replies.popleft()
-        if not self._replies and wait > 0:
-            self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), wait)
-                await asyncio.sleep(GATHER_S)  # the answers that end with this one
-            except TimeoutError:
-                pass
-        return list(self._replies)
 
     async def _sweep(self) -> None:
         """The janitor: every ``janitor_s``, clean up the hosted rollouts that no stage
