@@ -118,10 +118,10 @@ async def test_stages_that_start_together_share_one_call_and_their_answers_one_p
     assert len(n.actor.calls["exchange"]) <= 3  # the one that carried them (and its acknowledgement)
 
 
-async def test_requests_made_while_the_poll_waits_go_at_once_and_then_together(killed, monkeypatch):
+async def _requests_made_while_the_poll_waits() -> list[list[str]]:
     """r0's exchange waits on the node (its stage runs); r1 goes at once in an exchange of
-    its own, which the node holds; r2 and r3, made meanwhile, wait for it and go together."""
-    monkeypatch.setattr(link_module, "HOLD_S", 30.0)  # no timer sends them: r1's return does
+    its own, which the node holds; r2 and r3, made meanwhile, wait for it and go together
+    (returned: the stages each exchange carried)."""
     ex = executor()
     r0_done, delivered = asyncio.Event(), asyncio.Event()
 
@@ -157,7 +157,23 @@ async def test_requests_made_while_the_poll_waits_go_at_once_and_then_together(k
     delivered.set()
     r0_done.set()
     await asyncio.wait_for(asyncio.gather(*running), 10)
-    sent = [[item.call.spec.id for item in batch if item.call] for batch in fake.batches]
+    return [[item.call.spec.id for item in batch if item.call] for batch in fake.batches]
+
+
+async def test_requests_made_while_the_poll_waits_go_at_once_and_then_together(killed, monkeypatch):
+    monkeypatch.setattr(link_module, "HOLD_S", 30.0)  # no timer sends them: r1's return does
+    assert await _requests_made_while_the_poll_waits() == [["r0"], ["r1"], ["r2", "r3"]]
+
+
+def test_the_link_runs_on_uvloop_as_the_server_does(killed, monkeypatch):
+    """The server's loop is uvloop, whose ``call_later(0)`` gives a plain ``Handle``."""
+    uvloop = pytest.importorskip("uvloop")
+    monkeypatch.setattr(link_module, "HOLD_S", 30.0)
+    loop = uvloop.new_event_loop()
+    try:
+        sent = loop.run_until_complete(asyncio.wait_for(_requests_made_while_the_poll_waits(), 30))
+    finally:
+        loop.close()
     assert sent == [["r0"], ["r1"], ["r2", "r3"]]
 
 
@@ -234,3 +250,24 @@ async def test_a_worker_that_dies_fails_every_request_waiting_on_it_as_a_lost_no
     assert all(isinstance(o, NodeLost) for o in outcomes), outcomes
     assert not n.alive and n.lost == 5
     assert ex._links == {}
+
+
+def test_a_send_due_at_once_is_kept_on_uvloop(killed):
+    """uvloop (the server's loop) answers ``call_later(0)`` with a plain ``Handle``, which
+    has no ``when()``: a request made while such a send is due keeps it (no error)."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> None:
+        ex = executor()
+        link = ex._link(node(ex, "n", FakeActor()))
+        link._schedule(0.0)
+        due = link._flush
+        link._schedule(link_module.BATCH_S)  # what a request made now does
+        assert link._flush is due
+        link.close("the test is over")
+
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(asyncio.wait_for(scenario(), 30))
+    finally:
+        loop.close()

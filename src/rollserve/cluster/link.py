@@ -63,7 +63,8 @@ class NodeLink:
         self._waiting: dict[int, asyncio.Future[StageOutcome | None]] = {}
         self._ack = 0  # the last reply seq taken
         self._told = 0  # the last ack the worker was told
-        self._flush: asyncio.TimerHandle | None = None
+        self._flush: asyncio.Handle | None = None  # the next ``_send`` (uvloop: a Handle at delay 0)
+        self._flush_at = 0.0  # ... due then (loop time)
         self._polling = False  # an exchange that waits for answers is on its way
         self._sending = 0  # exchanges that only deliver requests, on their way
         self._tasks: set[asyncio.Task[None]] = set()
@@ -91,6 +92,8 @@ class NodeLink:
             return await waiter
         finally:
             self._waiting.pop(item.id, None)
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()  # taken: an answer that came as its caller was cancelled
             if item in self._outbox:  # cancelled before its batch left: never sent
                 self._outbox.remove(item)
 
@@ -99,11 +102,12 @@ class NodeLink:
         if self._closed is not None:
             return
         loop = asyncio.get_running_loop()
+        due = loop.time() + delay
         if self._flush is not None:
-            if self._flush.when() <= loop.time() + delay:
+            if self._flush_at <= due:
                 return
             self._flush.cancel()
-        self._flush = loop.call_later(delay, self._send)
+        self._flush, self._flush_at = loop.call_later(delay, self._send), due
 
     def _pending(self) -> list[int]:
         return [i for i, waiter in self._waiting.items() if not waiter.done()]
