@@ -10,7 +10,9 @@ fenced; one that starts later, or while the load ran, names it too)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import pickle
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,20 @@ import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 
+from ray.exceptions import RayError  # noqa: E402
+
 from rollserve.cluster import calls  # noqa: E402
 from rollserve.cluster import executor as executor_module  # noqa: E402
 from rollserve.cluster.executor import RayExecutor  # noqa: E402
 from rollserve.cluster.nodes import ClusterNode  # noqa: E402
-from rollserve.cluster.protocol import RayConfig, StageOutcome, WorkerReport, WorkerSettings  # noqa: E402
+from rollserve.cluster.protocol import (  # noqa: E402
+    LinkItem,
+    LinkReply,
+    RayConfig,
+    StageOutcome,
+    WorkerReport,
+    WorkerSettings,
+)
 from rollserve.contract import Timeouts  # noqa: E402
 from rollserve.engine.rollout import Rollout, RolloutSpec  # noqa: E402
 from rollserve.errors import NodeLost  # noqa: E402
@@ -43,7 +54,10 @@ class Method:
 
 
 class FakeActor:
-    """A node worker's handle: each method answers as the test sets it."""
+    """A node worker's handle: each method answers as the test sets it. The batches the
+    head sends (``exchange``) are answered as the worker does, each request by
+    the test's ``run_stage`` or ``cleanup``; one of those that raises a Ray error fails
+    the next poll with it (as a worker that dies or cannot be reached fails every call)."""
 
     def __init__(self, settings_json: str = "{}", **replies: Reply) -> None:
         self.settings = json.loads(settings_json)
@@ -53,8 +67,48 @@ class FakeActor:
             "resume": answer(None),
             "cleanup": answer(None),
             "weights_loaded": answer(None),
+            "exchange": self._exchange,
             **replies,
         }
+        self.batches: list[list[LinkItem]] = []  # the requests each exchange carried
+        self._answers: list[LinkReply] = []
+        self._failures: list[BaseException] = []
+        self._ready = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def _exchange(self, payload: bytes | None, ack: int, wait: float) -> list[LinkReply]:
+        if payload is not None:
+            items: list[LinkItem] = pickle.loads(payload)
+            self.batches.append(items)
+            for item in items:
+                task = asyncio.create_task(self._answer(item))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        if not self._failures and not [a for a in self._answers if a.seq > ack] and wait > 0:
+            self._ready.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), wait)
+        if self._failures:
+            raise self._failures.pop(0)
+        return [a for a in self._answers if a.seq > ack]
+
+    async def _answer(self, item: LinkItem) -> None:
+        reply = LinkReply(seq=0, id=item.id)
+        try:
+            if item.call is not None:
+                reply.outcome = await self.run_stage.remote(item.call)
+            else:
+                assert item.cleanup is not None
+                reply.outcome = await self.cleanup.remote(*item.cleanup)
+        except RayError as exc:
+            self._failures.append(exc)
+            self._ready.set()
+            return
+        except Exception as exc:
+            reply.error = f"{type(exc).__name__}: {exc}"
+        reply.seq = len(self._answers) + 1
+        self._answers.append(reply)
+        self._ready.set()
 
     def __getattr__(self, method: str) -> Method:
         if method.startswith("_") or method not in self.replies:

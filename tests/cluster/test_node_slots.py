@@ -14,7 +14,6 @@ import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 
-from rollserve.cluster import calls  # noqa: E402
 from rollserve.cluster import executor as executor_module  # noqa: E402
 from rollserve.cluster.executor import RayExecutor  # noqa: E402
 from rollserve.cluster.protocol import StageCall, StageOutcome  # noqa: E402
@@ -48,14 +47,6 @@ class Scripted(ScriptedHandler):
 
     def outside_harness(self, instance: dict[str, Any]) -> str | None:
         return None
-
-
-@pytest.fixture(autouse=True)
-def cancelled(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The stage calls the executor cancels (ray.cancel takes only real object refs)."""
-    refs: list[Any] = []
-    monkeypatch.setattr(calls, "cancel", refs.append)
-    return refs
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ records in a node-local state dir), its own router replica (LLM traffic goes fro
 node to the backends) and the rollouts it hosts between their stages.
 
 Like ``server.py`` this package composes the layers; ray is imported only by the
-head's modules (``executor``, ``watch``, ``calls``), and only a server started with
-``--ray`` imports them.
+head's modules (``executor``, ``watch``, ``calls``, ``link``: the batches of stage
+calls and cleanups each node gets), and only a server started with ``--ray`` imports
+them.
 """

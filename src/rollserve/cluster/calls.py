@@ -6,9 +6,7 @@ it waits on), so it runs on a thread of its own pool, never on the event loop.
 ``ray.nodes`` is a GCS request bounded only by Ray's own RPC timeout: it runs on the
 same pool, one at a time (``NodeWatch._scan`` skips a look while the last one still
 waits), so a slow GCS never fills the default pool that the head's other work
-(results, the reaper) shares. ``ray.cancel`` runs on the pool too (nothing waits
-for it): its C++ side was not read for this Ray version, so it is not trusted to
-return at once.
+(results, the reaper) shares.
 """
 
 from __future__ import annotations
@@ -47,20 +45,6 @@ async def wait_killed(timeout: float) -> None:
     pending = [asyncio.wrap_future(f) for f in list(_pending)]
     if pending:
         await asyncio.wait(pending, timeout=timeout)
-
-
-def _cancel_now(ref: Any) -> None:
-    try:
-        ray.cancel(ref)
-    except (RayError, ValueError, TypeError) as exc:
-        log.debug("ray.cancel: %s", exc)  # done already
-
-
-def cancel(ref: Any) -> None:
-    """Cancel a stage call (its task on the worker; one still queued there may run
-    anyway: the worker refuses stages of an attempt it cleaned up), on the ray pool;
-    returns at once."""
-    POOL.submit(_cancel_now, ref)
 
 
 async def nodes() -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The head's side of the cluster: ``RayExecutor`` runs each stage in the worker
 actor of the node its rollout was placed on, and turns a lost node into ``NodeLost``
 (the engine retries the rollout elsewhere or masks it); ``NodeWatch`` (watch.py)
-finds the nodes and starts their workers.
+finds the nodes and starts their workers. Stage calls and cleanups travel in batches,
+one ``NodeLink`` (link.py) per node.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from rollserve.cluster import calls
+from rollserve.cluster.link import LinkClosed, NodeLink
 from rollserve.cluster.nodes import ClusterNode
 from rollserve.cluster.protocol import RayConfig, StageCall, StageOutcome, WorkerSettings
 from rollserve.cluster.watch import NodeWatch
@@ -43,6 +45,7 @@ class RayExecutor(NodeWatch):
         self._synced: set[str] = set()  # rollouts whose last stage call returned
         self._called: set[str] = set()  # rollouts whose attempt sent its node a stage call
         self._background: set[asyncio.Task[None]] = set()
+        self._links: dict[str, NodeLink] = {}  # node key -> its batched calls
 
     # --- life cycle ----------------------------------------------------------------
     async def start(self) -> None:
@@ -65,6 +68,10 @@ class RayExecutor(NodeWatch):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        links, self._links = list(self._links.values()), {}
+        for link in links:
+            log.info("node %s: %d requests in %d Ray calls", link.node.name, link.requests, link.calls)
+        await asyncio.gather(*(link.aclose() for link in links))
         alive = [n for n in self.placement.nodes.values() if n.alive]
         stops = [self._bounded(n.actor.stop.remote(), self.config.call_timeout * 3) for n in alive]
         await asyncio.gather(*stops, return_exceptions=True)
@@ -208,13 +215,12 @@ class RayExecutor(NodeWatch):
             raise NodeLost(f"node {node.name} died before {stage} (attempt {r.attempt})", node.name)
         self._synced.discard(r.id)
         self._called.add(r.id)
-        ref = node.actor.run_stage.remote(self._call(r, stage))
         node.busy[stage] += 1
         try:
-            outcome: StageOutcome = await ref
-        except asyncio.CancelledError:
-            calls.cancel(ref)
-            raise
+            outcome = await self._link(node).stage(self._call(r, stage))
+        except LinkClosed:
+            node.lost += 1
+            raise NodeLost(f"node {node.name} was lost during {stage} (attempt {r.attempt})", node.name) from None
         except ActorUnavailableError as exc:  # unreachable, maybe back soon: not marked dead,
             self._unanswered(node, exc)  # but counted: a node that stays so is fenced
             node.lost += 1
@@ -301,10 +307,12 @@ class RayExecutor(NodeWatch):
         try:
             if node.alive and called:  # reserved only: the worker never heard of it
                 outcome: StageOutcome | None = await asyncio.shield(
-                    self._bounded(node.actor.cleanup.remote(r.id, r.attempt, not synced), CLEANUP_TIMEOUT)
+                    self._bounded(self._link(node).cleanup(r.id, r.attempt, not synced), CLEANUP_TIMEOUT)
                 )
                 if outcome is not None and not synced and node.alive:
                     self._apply(r, outcome)
+        except LinkClosed:
+            pass  # the node is lost: nothing of it to clean up from here
         except ActorUnavailableError as exc:  # maybe back soon: a missed answer, not a death
             self._unanswered(node, exc)
             log.error("cleanup of rollout %s on node %s failed: %s", r.id, node.name, exc)
@@ -315,6 +323,23 @@ class RayExecutor(NodeWatch):
         finally:
             node.hosted.discard(r.id)
             await self.placement.changed()
+
+    def _link(self, node: ClusterNode) -> NodeLink:
+        link = self._links.get(node.key)
+        if link is None:
+            link = NodeLink(node, self.config.call_timeout)
+            if node.alive:
+                self._links[node.key] = link
+            else:  # (a caller that looked before it died): its requests end at once
+                link.close("it was counted dead")
+        return link
+
+    def _mark_dead(self, node: ClusterNode, why: str) -> None:
+        """The node is lost: its requests still waiting end now (``NodeLost``)."""
+        super()._mark_dead(node, why)
+        link = self._links.pop(node.key, None)
+        if link is not None:
+            link.close(why)
 
     def nodes(self) -> list[NodeStatus] | None:
         return self.placement.statuses()

@@ -1,5 +1,6 @@
 """What the head and a node's worker send each other (pickled by Ray): a stage call,
-its outcome, the worker's settings and its status. No ray import here."""
+its outcome, the batches they travel in (``LinkItem``, ``LinkReply``: ``cluster.link``),
+the worker's settings and its status. No ray import here."""
 
 from __future__ import annotations
 
@@ -133,6 +134,30 @@ class StageOutcome:
     reward_components: dict[str, float] | None = None
     timing: dict[str, float] = field(default_factory=dict)  # the handler's keys (llm, tools...)
     stats: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class LinkItem:
+    """One request of a batch the head sends a worker (``NodeWorker.exchange``): a stage
+    to run, or an attempt to clean up (rollout id, attempt, whether to return what it
+    produced). ``id`` is the head's, echoed in the reply."""
+
+    id: int
+    call: StageCall | None = None
+    cleanup: tuple[str, int, bool] | None = None
+
+
+@dataclass
+class LinkReply:
+    """A request's answer, as the head's exchange (``NodeWorker.exchange``) takes it: its
+    ``StageOutcome`` (a stage; a cleanup's, or None), or the worker's failure to answer
+    it (``error``). ``seq`` is the worker's count of replies: kept there until an
+    exchange acknowledges it, so a lost answer is sent again."""
+
+    seq: int
+    id: int
+    outcome: StageOutcome | None = None
+    error: str | None = None
 
 
 class WorkerReport(BaseModel):

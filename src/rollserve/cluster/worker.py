@@ -8,6 +8,12 @@ records whose owner is dead, only in this node's folder). Every stage call is bo
 by the deadline the head sent; cleanup ends a stage still running, then releases the
 rollout's sandboxes.
 
+The head sends its requests in batches and takes the answers in batches, both in
+``exchange`` calls (``cluster.link``): stages to run, attempts to clean up, and every
+answer ready (one exchange at a time waits here for the next), so a busy node costs the
+head a few Ray calls per batch, not a few per rollout. An answer stays here until an
+exchange acknowledges it.
+
 A stage call can reach the worker after the cleanup of its attempt (the head cancels a
 call still queued at the actor; Ray does not promise it never runs): the worker
 remembers the attempts it cleaned up (the newest ``CLEANED_KEPT``) and refuses their
@@ -21,10 +27,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import OrderedDict
+import pickle
+from collections import OrderedDict, deque
 
 from rollserve.agent.gateway import Gateway
-from rollserve.cluster.protocol import StageCall, StageError, StageOutcome, WorkerReport, WorkerSettings
+from rollserve.cluster.protocol import (
+    LinkItem,
+    LinkReply,
+    StageCall,
+    StageError,
+    StageOutcome,
+    WorkerReport,
+    WorkerSettings,
+)
 from rollserve.engine.executor import CLEANUP_TIMEOUT, LocalExecutor
 from rollserve.engine.rollout import Rollout
 from rollserve.errors import RolloutError
@@ -44,6 +59,9 @@ log = logging.getLogger(__name__)
 DEADLINE_GRACE = 5.0
 # The attempts (rollout id, attempt) cleaned up that a worker remembers: the newest ones.
 CLEANED_KEPT = 100_000
+# A poll that waited for an answer waits this much longer for the answers that end with
+# it (the stages of rollouts that started together end together): one reply, not several.
+GATHER_S = 0.005
 
 
 class NodeWorker:
@@ -60,6 +78,10 @@ class NodeWorker:
         self._cleaned: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._janitor: asyncio.Task[None] | None = None
         self.orphans = 0  # rollouts the janitor cleaned up
+        self._answering: set[asyncio.Task[None]] = set()  # the requests of ``exchange`` under way
+        self._replies: deque[LinkReply] = deque()  # answered, not yet acknowledged by the head
+        self._replied = 0  # the last reply's seq
+        self._ready = asyncio.Event()  # a reply came since the last poll took them
 
     async def start(self) -> WorkerReport:
         """Reap a dead predecessor's sandboxes on this node, then build the stack."""
@@ -213,6 +235,49 @@ class NodeWorker:
         if self.rollouts.get(rollout_id) is r:
             del self.rollouts[rollout_id]
         return self._outcome(r, None) if produced else None
+
+    async def exchange(self, payload: bytes | None, ack: int, wait: float) -> list[LinkReply]:
+        """Start the head's requests in ``payload`` (a ``list[LinkItem]`` the head pickled
+        itself), drop the answers up to ``ack`` (the last seq the head took), and return
+        those after it, once there is one or ``wait`` seconds passed (then maybe none)."""
+        if payload is not None:
+            items: list[LinkItem] = pickle.loads(payload)
+            for item in items:
+                task = asyncio.create_task(self._answer(item))
+                self._answering.add(task)
+                task.add_done_callback(self._answering.discard)
+        while self._replies and self._replies[0].seq <= ack:
+            self._replies.popleft()
+        if not self._replies and wait > 0:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), wait)
+                await asyncio.sleep(GATHER_S)  # the answers that end with this one
+            except TimeoutError:
+                pass
+        return list(self._replies)
+
+    async def _answer(self, item: LinkItem) -> None:
+        reply = LinkReply(seq=0, id=item.id)
+        try:
+            if item.call is not None:
+                reply.outcome = await self.run_stage(item.call)
+            elif item.cleanup is not None:
+                reply.outcome = await self.cleanup(*item.cleanup)
+            else:
+                reply.error = "an empty request"
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # this answer itself is stopped (the worker stops)
+                raise
+            reply.error = "cancelled on the node"  # its stage was ended by its cleanup
+        except Exception as exc:
+            log.exception("node %s: request %d failed", self.settings.node, item.id)
+            reply.error = f"{type(exc).__name__}: {exc}"
+        self._replied += 1
+        reply.seq = self._replied
+        self._replies.append(reply)
+        self._ready.set()
 
     async def _sweep(self) -> None:
         """The janitor: every ``janitor_s``, clean up the hosted rollouts that no stage
