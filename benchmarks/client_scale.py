@@ -22,10 +22,10 @@ import psutil
 
 from benchmarks.common import report
 from benchmarks.fake_fleet import FakeFleet
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
-from rollserve.llm.backends.vllm import VLLMBackend
 
 
 def cpu_seconds() -> float:

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.handlers.code_references import REFERENCE
+
 from benchmarks.common import median, percentile, report
 from rollserve.datasets import bundled_rows
 from rollserve.engine.rollout import Rollout, RolloutSpec
@@ -24,7 +26,6 @@ from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.code.handler import CodeHandler, CodeSolution
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
 from rollserve.sandbox.registry import LazyRuntime
-from tests.handlers.code_references import REFERENCE
 
 
 async def main(rounds: int) -> None:

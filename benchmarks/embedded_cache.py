@@ -6,9 +6,9 @@ message are appended, and the next call's prompt is the whole conversation so fa
 The same episode runs on a backend in ``"prefix"`` mode (what a CPU whose batched
 kernels pass the load-time probe gets: the cached prefix is reused) and in
 ``"blocks"`` mode (``cache="blocks"``, what a CPU that fails the probe gets: prompts
-evaluated in 64-token blocks from position 0, only whole blocks reused), alternately, ``--rounds`` times each. Reports the median
-wall time of the episode, the prompt tokens evaluated and reused, the probe's time
-at load, and checks that both modes produced the same ids and logprobs.
+evaluated in 64-token blocks from position 0, only whole blocks reused), alternately,
+``--rounds`` times each. Reports the median wall time of the episode, the prompt
+tokens evaluated and reused, the probe's time at load, and checks that both modes produced the same ids and logprobs.
 
     python -m benchmarks.embedded_cache [--turns 20] [--max-tokens 24] [--rounds 2]
 """

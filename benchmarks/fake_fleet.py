@@ -24,7 +24,7 @@ class FakeFleet:
         self.urls: list[str] = []
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "FakeFleet":
+    def __enter__(self) -> FakeFleet:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.fake_fleet", json.dumps(self.servers), self.tokenizer],
             stdout=subprocess.PIPE, text=True)

@@ -35,10 +35,10 @@ from rollserve.handlers.base import HandlerContext
 from rollserve.handlers.math import MathHandler
 from rollserve.handlers.registry import HandlerRegistry
 from rollserve.handlers.scoring import ScoringPool
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.router import Router
 from rollserve.llm.tokens.tokenizer import ChatTokenizer
-from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.testing import FakeVLLM
 
 

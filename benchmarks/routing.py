@@ -32,10 +32,10 @@ import time
 
 from benchmarks.common import median, percentile, report
 from benchmarks.fake_fleet import FakeFleet
+from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.routing.policies import make_policy
 from rollserve.llm.routing.router import Router
-from rollserve.llm.backends.vllm import VLLMBackend
 
 POLICIES = ["least_load", "least_outstanding", "prorl_cumulative", "round_robin", "hash_sticky"]
 SAMPLING = SamplingParams(max_tokens=8)

@@ -1,4 +1,4 @@
-"""Lint of ``src/`` and ``tests/`` (``ruff check src tests``, complexity included), their
+"""Lint of ``src/``, ``tests/`` and ``benchmarks/`` (``ruff check src tests benchmarks``, complexity included), their
 format (``ruff format --check src tests``) and types of ``src/`` (``mypy``, its configured
 ``files``), as pyproject.toml configures them, must report nothing. CI runs them with the
 rest of the suite; the findings are printed when they fail."""
@@ -26,12 +26,12 @@ def _run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
         pytest.fail(f"{' '.join(args)} took more than {timeout:g} s:\n{exc.stdout or ''}{exc.stderr or ''}")
 
 
-def test_ruff_reports_nothing_on_src_or_tests() -> None:
+def test_ruff_reports_nothing_on_src_tests_or_benchmarks() -> None:
     # Lint (pycodestyle, pyflakes, bugbear, pyupgrade, complexity at pyproject's C901
     # bound: a function over it is split into named steps) and import order, on the
     # source and the tests alike: about a second.
-    done = _run("ruff", "check", "--no-cache", "src", "tests", timeout=120)
-    assert done.returncode == 0, f"ruff check src tests:\n{done.stdout}{done.stderr}"
+    done = _run("ruff", "check", "--no-cache", "src", "tests", "benchmarks", timeout=120)
+    assert done.returncode == 0, f"ruff check src tests benchmarks:\n{done.stdout}{done.stderr}"
 
 
 def test_ruff_format_would_change_nothing_in_src_or_tests() -> None:
