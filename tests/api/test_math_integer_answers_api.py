@@ -45,7 +45,7 @@ async def test_every_spelling_of_a_number_scores_what_math_verify_says(make_api)
         r = await client.post("/v1/rollouts", json={"tasks": tasks})
         assert r.status_code == 202, r.text
         ids = [g["rollout_ids"][0] for g in r.json()["groups"]]
-        rewards = {}
+        rewards, methods = {}, {}
         for answer, rid in zip(ANSWERS, ids, strict=True):
             view = (await client.get(f"/v1/rollouts/{rid}", params={"wait": 60})).json()
             assert view["done"], view
@@ -53,7 +53,11 @@ async def test_every_spelling_of_a_number_scores_what_math_verify_says(make_api)
             assert result["status"] == "completed" and not result["mask"], result
             assert result["evaluation"]["extracted"] == answer
             rewards[answer] = result["reward"]
+            methods[answer] = result["evaluation"]["method"]
     assert rewards["12"] == 1.0 and rewards["0012"] == 1.0 and rewards["000000000000000012"] == 1.0
     assert rewards["-12"] == 0.0 and rewards["13"] == 0.0 and rewards["12" * 10] == 0.0
     for answer, reward in rewards.items():
         assert reward == (1.0 if verify_math_answer(answer, GOLD) else 0.0), answer
+    # The evaluation says what decided: the shortcut only for two plain integers.
+    integers = {"12", "0012", "-12", "13", "000000000000000012", "-0"}
+    assert methods == {answer: "integer" if answer in integers else "math-verify" for answer in ANSWERS}

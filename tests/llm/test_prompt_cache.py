@@ -4,7 +4,9 @@ per distinct conversation and tools, and never served past the prompt budget."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from rollserve.llm.base import PromptOverBudget
 from rollserve.llm.tokens import chat
 from rollserve.llm.tokens.chat import LocalPromptBuilder
+from rollserve.llm.tokens.lru import compact, id_bytes
 
 
 class Counting:
@@ -40,6 +43,10 @@ class Counting:
     @property
     def max_token_bytes(self):
         return self.tok.max_token_bytes
+
+    @property
+    def encodes_from_cache(self):
+        return self.tok.encodes_from_cache
 
 
 def _question(text: str) -> list:
@@ -87,14 +94,35 @@ async def test_a_large_opening_prompt_is_not_kept(tok):
 
 
 async def test_the_cache_is_bounded(tok, monkeypatch):
-    monkeypatch.setattr(chat, "FIRST_CACHE", 3)
     counting = Counting(tok)
+    first = await LocalPromptBuilder(counting).afirst(_question("q0"))
+    key = LocalPromptBuilder(counting)._first_key(_question("q0"))
+    entry = id_bytes(key, compact(first))  # (the q0..q4 entries cost the same)
+    monkeypatch.setattr(chat, "FIRST_CACHE_BYTES", 3 * entry)
+    monkeypatch.setattr(chat, "_first_caches", weakref.WeakKeyDictionary())
+    counting.renders = 0
     for i in range(5):
         await LocalPromptBuilder(counting).afirst(_question(f"q{i}"))
     assert counting.renders == 5
     await LocalPromptBuilder(counting).afirst(_question("q0"))  # dropped: rendered again
     await LocalPromptBuilder(counting).afirst(_question("q4"))  # kept
     assert counting.renders == 6
+    cache = chat._first_caches[counting]
+    assert len(cache) == 3 and cache.total <= 3 * entry
+
+
+async def test_a_policys_wide_characters_cannot_grow_the_opening_prompt_cache_past_its_bound(tok, monkeypatch):
+    """Each character of 4-byte text is ~4 ids: the bound counts the ids' memory (4
+    bytes each here, ~36 as a tuple of ints), so prompts of them are dropped in time."""
+    monkeypatch.setattr(chat, "FIRST_CACHE_BYTES", 256 * 1024)
+    monkeypatch.setattr(chat, "_first_caches", weakref.WeakKeyDictionary())
+    counting = Counting(tok)
+    for i in range(40):
+        await LocalPromptBuilder(counting).afirst(_question(f"{i} " + "\U0001f600\U0001f9e0" * 900))
+    cache = chat._first_caches[counting]
+    held = sum(sys.getsizeof(key) + sys.getsizeof(ids) for key, ids in cache.items())
+    assert 0 < len(cache) < 40 and held <= cache.total <= 256 * 1024
+    assert sum(len(ids) for _, ids in cache.items()) > 8 * 1024  # ids many more than the characters
 
 
 async def test_rendering_runs_on_a_render_thread_and_only_a_cached_prompt_is_served_on_the_loop(tok):
@@ -111,12 +139,12 @@ async def test_rendering_runs_on_a_render_thread_and_only_a_cached_prompt_is_ser
 
 
 async def test_a_small_conversations_delta_and_check_run_on_the_loop_a_large_ones_on_a_thread(tok):
-    """Up to ``INLINE_RENDER_CHARS`` of text (with the tools) a delta and a check cost
+    """Up to ``INLINE_RENDER_BYTES`` of text (with the tools) a delta and a check cost
     less than the hop to a thread; past it they leave the loop, so a long conversation
     never stalls it. Either way the ids are the same."""
     loop_thread = threading.current_thread().name
     ids = {}
-    for size in (100, chat.INLINE_RENDER_CHARS + 1):
+    for size in (100, chat.INLINE_RENDER_BYTES + 1):
         counting = Counting(tok)
         builder = LocalPromptBuilder(counting)
         history = _question("What is 12 + 12?" + " pad" * (size // 4))
@@ -127,15 +155,56 @@ async def test_a_small_conversations_delta_and_check_run_on_the_loop_a_large_one
         delta = await builder.adelta(history, [{"role": "user", "content": "Sure?"}], sequence)
         fidelity = await builder.acheck(history, sequence)
         assert fidelity.template_checked and fidelity.mismatches == 0
-        on_loop = size <= chat.INLINE_RENDER_CHARS
+        on_loop = size <= chat.INLINE_RENDER_BYTES
         assert counting.threads and (counting.threads == {loop_thread}) is on_loop
         ids[on_loop] = delta
     assert ids[True] == ids[False]  # the same delta: only the question's length differs
-    tools = [{"type": "function", "function": {"name": "f", "description": "x" * chat.INLINE_RENDER_CHARS}}]
+    tools = [{"type": "function", "function": {"name": "f", "description": "x" * chat.INLINE_RENDER_BYTES}}]
     counting = Counting(tok)
     builder = LocalPromptBuilder(counting, tools=tools)
     await builder.acheck(_question("hi"), await builder.afirst(_question("hi")))
     assert loop_thread not in counting.threads  # large tools count too
+
+
+class Whole(Counting):
+    """The real tokenizer, said to encode whole texts (as one ``segments`` refuses does)."""
+
+    @property
+    def encodes_from_cache(self):
+        return False
+
+
+async def _threads_of_delta_and_check(tokenizer: Counting, question: str) -> set[str]:
+    builder = LocalPromptBuilder(tokenizer)
+    history = _question(question)
+    sequence = await builder.afirst(history)
+    history = [*history, {"role": "assistant", "content": "24"}]
+    sequence = sequence + tokenizer.tok.encode("24<|im_end|>")
+    tokenizer.threads.clear()
+    await builder.adelta(history, [{"role": "user", "content": "Sure?"}], sequence)
+    fidelity = await builder.acheck(history, sequence)
+    assert fidelity.template_checked and fidelity.mismatches == 0
+    return tokenizer.threads
+
+
+async def test_a_tokenizer_that_encodes_whole_texts_never_does_it_on_the_loop(tok):
+    """Without cached pieces even a small conversation is tokenized whole (every Qwen
+    tokenizer: segments refuses its normalizer): that work leaves the loop."""
+    loop_thread = threading.current_thread().name
+    assert await _threads_of_delta_and_check(Counting(tok), "What is 12 + 12?") == {loop_thread}
+    threads = await _threads_of_delta_and_check(Whole(tok), "What is 12 + 12?")
+    assert threads and loop_thread not in threads
+
+
+async def test_the_inline_bound_counts_bytes_so_wide_characters_leave_the_loop(tok):
+    """A character can be 4 bytes and ~4 ids: 600 of them are under the bound in
+    characters but not in bytes, so their delta and check run on a thread."""
+    loop_thread = threading.current_thread().name
+    wide = "\U0001f600" * 600
+    assert len(wide) < chat.INLINE_RENDER_BYTES < len(wide.encode("utf-8"))
+    threads = await _threads_of_delta_and_check(Counting(tok), wide)
+    assert threads and loop_thread not in threads
+    assert await _threads_of_delta_and_check(Counting(tok), "a" * 600) == {loop_thread}
 
 
 async def test_tools_whose_keys_differ_in_order_are_two_prompts_never_one(tok):

@@ -4,7 +4,10 @@ pieces are not tokenized independently."""
 
 from __future__ import annotations
 
+import gc
 import random
+import sys
+import tracemalloc
 
 import pytest
 
@@ -132,14 +135,47 @@ def test_a_normalizer_or_a_space_stripping_token_is_refused():
     ]  # lstrip ate the space: pieces would be wrong
 
 
+def _held(encoder: SegmentEncoder) -> int:
+    """The bytes the cache's keys and ids take, counted here."""
+    return sum(sys.getsizeof(piece) + sys.getsizeof(ids) for piece, ids in encoder._cache.items())
+
+
 def test_the_cache_stays_within_its_bound(tok, monkeypatch):
-    monkeypatch.setattr(segments, "CACHE_CHARS", 500)
+    monkeypatch.setattr(segments, "CACHE_BYTES", 2000)
     encoder = SegmentEncoder.for_tokenizer(tok.hf)
     assert encoder is not None
     for i in range(200):
         text = f"<|im_start|>user\nquestion number {i} " + "x" * (i % 17) + "<|im_end|>"
         assert encoder.encode(text) == list(tok.hf.encode(text, add_special_tokens=False))
-        assert encoder._chars <= 500 and sum(len(k) for k in encoder._cache) == encoder._chars
+        assert 0 < _held(encoder) <= encoder._cache.total <= 2000
+
+
+def test_a_policys_wide_characters_cannot_grow_the_cache_past_its_bound(tok, monkeypatch):
+    """The policy decides the text the fidelity check encodes: 4-byte characters are ~4
+    ids each. The bound counts the ids' memory, so the memory the cache holds, measured
+    by tracemalloc, stays within it (a bound on characters held ~40 bytes a character)."""
+    bound = 1 << 20
+    monkeypatch.setattr(segments, "CACHE_BYTES", bound)
+    encoder = SegmentEncoder.for_tokenizer(tok.hf)
+    assert encoder is not None
+    rng = random.Random(26)
+    wide = [chr(c) for c in range(0x1F300, 0x1F6FF)]
+    texts = ["<|im_start|>assistant\n" + "".join(rng.choices(wide, k=3000)) + "<|im_end|>" for _ in range(60)]
+    assert encoder.encode(texts[0]) == list(tok.hf.encode(texts[0], add_special_tokens=False))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for text in texts[1:]:
+            encoder.encode(text)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    pieces = encoder._cache.items()
+    assert 1 < len(pieces) < 59 and sum(len(ids) for _, ids in pieces) > 2 * sum(len(p) for p, _ in pieces)
+    assert _held(encoder) <= encoder._cache.total <= bound
+    assert grown <= bound * 1.1, grown
 
 
 def test_a_piece_too_long_to_keep_gets_the_same_ids_and_is_not_kept(tok, monkeypatch):
@@ -152,4 +188,61 @@ def test_a_piece_too_long_to_keep_gets_the_same_ids_and_is_not_kept(tok, monkeyp
     assert encoder is not None
     for text in TRICKY:
         assert encoder.encode(text) == list(tok.hf.encode(text, add_special_tokens=False)), repr(text)
-    assert all(len(piece) <= 10 for piece in encoder._cache)
+    assert all(len(piece) <= 10 for piece, _ in encoder._cache.items())
+
+
+@pytest.mark.parametrize("window", [1, 20, 27, 40])
+def test_added_tokens_are_found_across_search_windows(tok, monkeypatch, window):
+    """The search for added tokens goes a window at a time: a token across a window's
+    edge, or a shorter one inside it where a longer one runs past it, is cut as the
+    tokenizer cuts it (the window is at least twice the longest token)."""
+    monkeypatch.setattr(segments, "SEARCH_CHARS", window)
+    encoder = SegmentEncoder.for_tokenizer(tok.hf)
+    assert encoder is not None
+    rng = random.Random(window)
+    alphabet = _alphabet(tok)
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60)))
+        assert encoder.encode(text) == list(tok.hf.encode(text, add_special_tokens=False)), repr(text)
+    for text in TRICKY:
+        assert encoder.encode(text) == list(tok.hf.encode(text, add_special_tokens=False)), repr(text)
+
+
+def test_a_shorter_token_inside_a_window_does_not_beat_a_longer_one_past_its_edge(monkeypatch):
+    from tokenizers import AddedToken
+
+    monkeypatch.setattr(segments, "SEARCH_CHARS", 1)  # windows of twice the longest token
+
+    hf = _bpe()
+    hf.backend_tokenizer.add_special_tokens([AddedToken("<a>", normalized=False)])
+    hf.backend_tokenizer.add_special_tokens([AddedToken("<a>long-token</a>", normalized=False)])
+    encoder = SegmentEncoder.for_tokenizer(hf)
+    assert encoder is not None and encoder._longest == len("<a>long-token</a>")
+    for pad in range(0, 80):
+        text = "x" * pad + "<a>long-token</a>" + "y" * 5 + "<a>z"
+        assert encoder.encode(text) == list(hf.encode(text, add_special_tokens=False)), pad
+
+
+class Recording:
+    """A compiled pattern that notes how much text each search scans."""
+
+    def __init__(self, pattern):
+        self.pattern = pattern
+        self.spans: list[int] = []
+
+    def search(self, text, pos, endpos):
+        self.spans.append(endpos - pos)
+        return self.pattern.search(text, pos, endpos)
+
+
+def test_a_long_text_is_searched_a_bounded_window_at_a_time(tok):
+    """A Python regex holds the GIL while it scans: 4 MB of "<|" took 185 ms in one
+    scan. Each scan here covers at most SEARCH_CHARS, so a render thread cutting it
+    lets the event loop in between (tests/api/test_render_off_loop.py)."""
+    encoder = SegmentEncoder.for_tokenizer(tok.hf)
+    assert encoder is not None
+    encoder._raw = Recording(encoder._raw)
+    text = "<|" * 100_000 + "<|im_end|>" + "<|" * 50_000
+    assert encoder.encode(text) == list(tok.hf.encode(text, add_special_tokens=False))
+    spans = encoder._raw.spans
+    assert len(spans) > len(text) // segments.SEARCH_CHARS and max(spans) <= segments.SEARCH_CHARS

@@ -239,31 +239,37 @@ class MathHandler(AgentHandler):
             details["ambiguous"] = True
             return Evaluation(reward=0.0, details=details)
         try:
-            rewards = [await self._score(answer, key) for answer in answers]
+            scored = [await self._score(answer, key) for answer in answers]
         except ScoringTimeout:
             # A pathological answer (e.g. 9^{9^{9^{9}}}) is the agent's doing: score it 0.
             details["timeout"] = True
             return Evaluation(reward=0.0, details=details)
+        rewards = [reward for reward, _ in scored]
+        if not isinstance(key, GymEntry):  # what decided: "integer" only where it decided every answer
+            details["method"] = "integer" if all(method == "integer" for _, method in scored) else "math-verify"
         if len(answers) > 1 and min(rewards) < 1.0:
             # Several final answers ("\\boxed{3} or \\boxed{4}") score only if each is right.
             details["ambiguous"] = True
             return Evaluation(reward=0.0, details=details)
         return Evaluation(reward=min(rewards), details=details)
 
-    async def _score(self, answer: str, key: GymEntry | str) -> float:
-        """One answer's reward: the dataset's scorer, or math-verify against the gold."""
+    async def _score(self, answer: str, key: GymEntry | str) -> tuple[float, str]:
+        """One answer's reward and what decided it: the dataset's scorer, two plain
+        integers compared here ("integer"), or math-verify against the gold."""
         if isinstance(key, GymEntry):
-            return await score_in_pool(
+            correct = await score_in_pool(
                 self.ctx.scoring,
                 score_reasoning_gym_answer,
                 answer,
                 *key.args(),
                 what=f"reasoning-gym {key.dataset!r} scorer",
             )
-        correct = plain_integer_verdict(answer, key)  # two integers: no worker needed
-        if correct is None:
-            correct = await score_in_pool(self.ctx.scoring, verify_math_answer, answer, key, what="math-verify")
-        return 1.0 if correct else 0.0
+            return float(correct), f"reasoning-gym:{key.dataset}"
+        verdict = plain_integer_verdict(answer, key)  # two integers: no worker needed
+        if verdict is not None:
+            return (1.0 if verdict else 0.0), "integer"
+        correct = await score_in_pool(self.ctx.scoring, verify_math_answer, answer, key, what="math-verify")
+        return (1.0 if correct else 0.0), "math-verify"
 
     async def cleanup(self, rollout: RolloutView) -> None:
         """Close the python variant's kernel and sandbox (the scoring pool is shared)."""

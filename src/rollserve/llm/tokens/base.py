@@ -35,6 +35,12 @@ class TextTemplate(Protocol):
         """The most UTF-8 bytes one token stands for (``tokens.bytes_bound``)."""
         ...
 
+    @property
+    def encodes_from_cache(self) -> bool:
+        """Whether ``encode`` tokenizes only the text it has not seen (``tokens.segments``),
+        so a small conversation is cheap to encode again; else it tokenizes every text whole."""
+        ...
+
 
 class IdTemplate(Protocol):
     @property

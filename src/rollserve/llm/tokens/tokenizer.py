@@ -211,6 +211,11 @@ class ChatTokenizer:
             return self._segments.encode(text)
         return list(self.hf.encode(text, add_special_tokens=False))
 
+    @property
+    def encodes_from_cache(self) -> bool:
+        """Whether ``encode`` works from cached pieces (``tokens.segments`` accepted it)."""
+        return self._segments is not None
+
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return str(self.hf.decode(ids, skip_special_tokens=skip_special_tokens))
 
