@@ -85,7 +85,11 @@ def excerpt(value: Any) -> str:
 
 
 class HTTPClient:
-    """JSON over HTTP to one server, with typed failures."""
+    """JSON over HTTP to one server, with typed failures.
+
+    ``max_connections=None``: no bound and no sampling slots (a client whose calls are
+    not sampling, e.g. a tokenizer's: its requests never wait inside aiohttp, where
+    the wait would count against their own timeout)."""
 
     def __init__(
         self,
@@ -94,9 +98,9 @@ class HTTPClient:
         api_key: str | None = None,
         timeout: float | None = 600.0,
         connect_timeout: float = 10.0,
-        max_connections: int = MAX_CONNECTIONS,
+        max_connections: int | None = MAX_CONNECTIONS,
     ):
-        if max_connections < 1:
+        if max_connections is not None and max_connections < 1:
             raise ValueError(f"max_connections: expected at least 1, got {max_connections}")
         self.base_url = check_base_url(base_url)
         self.name = name
@@ -113,10 +117,11 @@ class HTTPClient:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
             self._loop = loop
-            self._slots = asyncio.Semaphore(self.max_connections)  # (a semaphore is per loop)
+            bound = self.max_connections
+            self._slots = asyncio.Semaphore(bound) if bound else None  # (a semaphore is per loop)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=self.max_connections + CONTROL_CONNECTIONS, limit_per_host=0, keepalive_timeout=60
+                    limit=bound + CONTROL_CONNECTIONS if bound else 0, limit_per_host=0, keepalive_timeout=60
                 ),
                 timeout=self._client_timeout,
                 headers=self._headers,
@@ -129,7 +134,9 @@ class HTTPClient:
         one): a sampling request is sent inside it."""
         self.session()
         slots = self._slots
-        assert slots is not None  # made with the session
+        if slots is None:  # unbounded
+            yield
+            return
         self.waiting += 1
         try:
             await slots.acquire()
