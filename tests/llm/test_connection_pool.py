@@ -11,6 +11,7 @@ from rollserve.llm.backends.http import MAX_CONNECTIONS
 from rollserve.llm.backends.openai_chat import OpenAIChatBackend
 from rollserve.llm.backends.vllm import VLLMBackend
 from rollserve.llm.base import SamplingParams
+from rollserve.llm.routing.router import Router, RouterConfig
 from rollserve.testing import FakeVLLM
 from tests.waiting import eventually
 
@@ -54,6 +55,29 @@ async def test_chat_requests_wait_for_one_of_max_connections_too(tok):
     assert len(replies) == 8 and len(chats) == 8
     assert most_at_once(chats) == 2
     assert backend.http.waiting == 0
+
+
+async def test_the_wait_for_a_slot_is_not_counted_in_attempt_timeout(tok, chat_prompt):
+    """A saturated healthy backend is not a hung one: a try queued for a connection slot
+    far past ``attempt_timeout`` is neither abandoned nor blamed; once it holds its slot
+    the clock runs, and a server that then hangs is abandoned and retried as before."""
+    async with FakeVLLM(tok, replies="x") as server:
+        backend = VLLMBackend(server.url, name="full", model="m", max_connections=1)
+        router = Router(config=RouterConfig(attempt_timeout=0.2, retry_backoff=0.01))
+        router.add(backend)
+        held = backend.http.sampling_slot()  # the one slot, taken by other traffic
+        await held.__aenter__()
+        server.fail_next(1, mode="hang")  # the first request that is sent hangs
+        call = asyncio.ensure_future(router.session().generate(chat_prompt(), SamplingParams(max_tokens=2)))
+        await eventually(lambda: backend.http.waiting == 1, timeout=30)
+        done, _ = await asyncio.wait([call], timeout=1.0)  # 5 x attempt_timeout in the queue
+        assert not done and backend.http.waiting == 1
+        assert router.counters["retries"] == 0 and server.calls == []
+        await held.__aexit__(None, None, None)
+        gen = await asyncio.wait_for(call, 60)  # sent, hung 0.2 s at the server, tried again
+        assert gen.backend == "full" and gen.output_ids == server.calls[-1].output_ids
+        assert router.counters["retries"] == 1 and len(server.calls) == 2
+        await router.stop()
 
 
 async def test_a_tokenizer_client_is_unbounded_and_takes_no_slot(tok):

@@ -6,7 +6,8 @@ a small cost per request (NeMo Gym left httpx for aiohttp at 16k for the same re
 The connection pool is bounded: at most ``max_connections`` sampling requests are
 sent to one server at once (``sampling_slot``); more wait, in order, for one to
 finish. The wait is not the server's: a request's own timeout starts once it is
-sent, and the caller's deadline (the rollout's) bounds the wait. 65,000 rollouts in
+sent, the router's ``attempt_timeout`` once it holds its slot (``llm.base.SlotWait``),
+and the caller's deadline (the rollout's) bounds the wait. 65,000 rollouts in
 flight so hold ``max_connections`` sockets per backend, not 65,000. Control calls and
 health checks do not wait behind sampling: the connector keeps ``CONTROL_CONNECTIONS``
 more for them.
@@ -40,6 +41,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from rollserve.errors import ContextWindowError, LLMError
+from rollserve.llm.base import SLOT_WAIT
 
 MAX_CONNECTIONS = 1024  # sampling requests in flight to one server, by default
 CONTROL_CONNECTIONS = 32  # more connections for health checks and control calls
@@ -138,10 +140,15 @@ class HTTPClient:
             yield
             return
         self.waiting += 1
+        clock = SLOT_WAIT.get()  # the router's try, told how long we queue here
+        if clock is not None:
+            clock.begin()
         try:
             await slots.acquire()
         finally:
             self.waiting -= 1
+            if clock is not None:
+                clock.end()
         try:
             yield
         finally:
