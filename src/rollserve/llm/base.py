@@ -16,6 +16,9 @@
   (``tokens.tokenizer.ChatTokenizer``) or the serving backend's
   (``tokens.backend_tokenizer.BackendTokenizer``). The agent layer asks it for a
   ``PromptBuilder`` (append-only prompts) and whether its template renders tools.
+- ``SlotWait`` (in ``SLOT_WAIT``, set by the router around one try): a backend
+  reports there how long the try queued for a connection slot in its bounded pool,
+  which the try's ``attempt_timeout`` does not count.
 
 The packages underneath import this module and never one another's internals:
 ``backends`` (servers and in-process models), ``tokens`` (tokenizers, chat
