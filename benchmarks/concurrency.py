@@ -14,8 +14,9 @@ flight), and the load average while it ran.
 
 The file-descriptor limit (RLIMIT_NOFILE) of this process is raised to its hard limit
 and the server and doubles inherit it; ``--max-pending`` (default: ``--rollouts``) is
-the server's admission limit, ``--max-connections`` (default: the server's own)
-each backend's connection pool bound.
+the server's admission limit and its INIT and RUN stages' worker counts (it is started
+with ``--max-pending N --init-workers N --run-workers N --eval-workers 64``),
+``--max-connections`` (default: the server's own) each backend's connection pool bound.
 
 ``--profile`` starts the server with a loop-lag probe (and tracemalloc snapshots with
 ``ROLLSERVE_BENCH_TRACEMALLOC=1``) written under the JSON's ``profile``.
@@ -26,7 +27,8 @@ round by round, each against its own test doubles: old and new see the same mach
 over time (``--out`` names the JSON; the default keeps ``concurrency.json``).
 
     python -m benchmarks.concurrency [--rollouts 2000] [--latency 0.2]
-    python -m benchmarks.concurrency --rollouts 65000 --ports 4 --latency 20 --tasks-per-post 1000 --out concurrency_65k
+    python -m benchmarks.concurrency --rollouts 65000 --ports 4 --latency 3000 --backend-timeout 7200 \\
+        --max-connections 512 --tasks-per-post 1000 --probe-period 0.5 --profile --hold 240 --out concurrency_65k
     python -m benchmarks.concurrency --before /tmp/old/src --rollouts 5000 --rounds 2 --out concurrency_ab
 """
 

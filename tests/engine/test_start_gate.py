@@ -9,6 +9,7 @@ import pytest
 from rollserve.contract import SubmitRequest
 from rollserve.engine.pools import StartGate
 from rollserve.engine.submit import submit
+from tests.waiting import eventually
 
 
 class PassCounter:
@@ -60,15 +61,39 @@ async def test_a_cancelled_waiter_takes_no_turn():
         StartGate(0)
 
 
-async def test_a_rollout_cancelled_at_the_gate_ends_cancelled_in_queue(make_engine):
+class HeldGate(StartGate):
+    """A start gate that lets no one through until ``open``: every rollout of a batch
+    is surely waiting at it."""
+
+    def __init__(self) -> None:
+        super().__init__(per_pass=1)
+        self.closed = True
+
+    def _release(self) -> None:
+        if self.closed:
+            self._scheduled = False  # (the next turn schedules a release again)
+            return
+        super()._release()
+
+    def open(self) -> None:
+        self.closed = False
+        self._scheduled = True
+        asyncio.get_running_loop().call_soon(self._release)
+
+
+async def test_a_rollout_cancelled_at_the_gate_ends_cancelled_in_queue(make_engine, handler):
     engine = await make_engine()
-    engine.starts = StartGate(per_pass=1)
+    gate = engine.starts = HeldGate()
     request = SubmitRequest.model_validate({"tasks": [{"data_source": "scripted", "instance": {}, "n": 50}]})
     ids = [rid for a in await submit(engine, request) for rid in a.rollout_ids]
     last = ids[-1]
-    assert engine.cancel(last) is True
+    await eventually(lambda: gate.waiting == 50, timeout=60)  # all 50 begun, all at the gate
+    assert last in engine._begun and handler.started["init"] == []
+    assert engine.cancel(last) is True  # its task is cancelled while it waits for its turn
+    gate.open()
     await engine.wait_finished(ids, 60)
     rows = {rid: await engine.store.rollout(rid) for rid in ids}
     assert rows[last].result.status == "cancelled" and rows[last].result.failure.stage == "queue"
     assert all(rows[rid].result.status == "completed" for rid in ids[:-1])
+    assert last not in handler.started["init"] and len(handler.started["init"]) == 49  # it took no turn
     assert engine.status().live == {} and engine.starts.waiting == 0

@@ -59,3 +59,19 @@ async def test_a_status_set_before_the_engine_counts_it_is_counted_once(make_eng
         engine.cancel(rid)
     await engine.wait_finished(ids, 30)
     assert engine.status().live == {}
+
+
+async def test_counts_agree_with_the_rollouts_through_a_retry(make_engine, handler):
+    """A lost node sends a rollout back to QUEUED for a new attempt from INIT: the kept
+    counts follow it there and back, as a walk over the rollouts would."""
+    engine = await make_engine(run_workers=1, max_attempts=3)
+    ids = await _submit(engine, {"node_dies": "init", "times": 1, "run_sleep": 30}, n=3)
+    await eventually(lambda: sorted(handler.started["init"]) == sorted(ids * 2), timeout=30)
+    await eventually(lambda: engine.status().live.get("run") == 1, timeout=30)
+    assert engine.status().live == walked(engine) == {"run": 1, "init": 2}
+    assert all(engine.live[rid].attempt == 2 for rid in ids)
+    for rid in ids:
+        engine.cancel(rid)
+    await engine.wait_finished(ids, 30)
+    assert engine.status().live == {} == walked(engine)
+    assert engine.status().finished == {"cancelled": 3} and engine.status().in_flight == 0

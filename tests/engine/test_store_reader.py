@@ -4,6 +4,7 @@ writer's queue: with the writer's thread held, ``rollout(id, fresh=False)`` and
 the writer (it writes the stage changes first); an in-memory store reads on the writer."""
 
 import asyncio
+import sqlite3
 import threading
 
 from rollserve.engine.store import GroupRow, SQLiteStore
@@ -36,6 +37,33 @@ async def test_a_finished_row_is_read_while_the_writer_is_busy(tmp_path):
         finally:
             release.set()
         assert (await fresh).status == "run"
+    finally:
+        await store.close()
+
+
+async def test_one_read_sees_one_snapshot_while_the_writer_commits(tmp_path):
+    """Every SELECT of one reader call sees the same snapshot, even when a write is
+    committed between two of them (Python's sqlite3 alone would start no transaction)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.open()
+    try:
+        await store.create_groups([_group("g3")])
+        assert store._reader is not None
+        other = sqlite3.connect(tmp_path / "s.db", isolation_level=None, check_same_thread=False)  # another writer
+
+        def two_counts(conn: sqlite3.Connection) -> tuple[int, int, int]:
+            first = conn.execute("SELECT count(*) FROM meta").fetchone()[0]
+            other.execute("INSERT INTO meta VALUES ('probe', 'x')")  # committed at once (autocommit)
+            outside = other.execute("SELECT count(*) FROM meta").fetchone()[0]
+            second = conn.execute("SELECT count(*) FROM meta").fetchone()[0]
+            return first, outside, second
+
+        try:
+            first, outside, second = await store._reader.call(two_counts)
+        finally:
+            other.close()
+        assert outside == first + 1
+        assert second == first  # the write came after this read's snapshot
     finally:
         await store.close()
 

@@ -16,6 +16,9 @@
   (``tokens.tokenizer.ChatTokenizer``) or the serving backend's
   (``tokens.backend_tokenizer.BackendTokenizer``). The agent layer asks it for a
   ``PromptBuilder`` (append-only prompts) and whether its template renders tools.
+- ``SlotWait`` (in ``SLOT_WAIT``, set by the router around one try): a backend
+  reports there how long the try queued for a connection slot in its bounded pool,
+  which the try's ``attempt_timeout`` does not count.
 
 The packages underneath import this module and never one another's internals:
 ``backends`` (servers and in-process models), ``tokens`` (tokenizers, chat
@@ -25,7 +28,9 @@ sessions, health, policies, deadlines). ``tests/llm/test_layering.py`` holds the
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, Required, TypedDict
 
@@ -46,6 +51,7 @@ __all__ = [
     "Pausable",
     "PromptBuilder",
     "SamplingParams",
+    "SlotWait",
     "Tokenizer",
     "TokenizerError",
     "ToolSchema",
@@ -103,6 +109,36 @@ class ChatReply:
 
 
 # --- backends -------------------------------------------------------------------------------
+class SlotWait:
+    """One try's wait for a connection slot in its backend's bounded pool: the queue is
+    ours, not the server's, so the router's clock for the try (``attempt_timeout``)
+    does not count it. The router sets one in ``SLOT_WAIT`` around a try; a backend
+    calls ``begin``/``end`` around its wait (a backend that never does is timed from
+    the start of the try)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # loop time the wait now going on began
+        self.waited = 0.0  # seconds of waits that ended
+        self.ended = asyncio.Event()
+
+    def begin(self) -> None:
+        self.since = asyncio.get_running_loop().time()
+        self.ended.clear()
+
+    def end(self) -> None:
+        if self.since is not None:
+            self.waited += asyncio.get_running_loop().time() - self.since
+            self.since = None
+        self.ended.set()
+
+    def total(self, now: float) -> float:
+        """Seconds waited so far, the wait now going on included."""
+        return self.waited + (now - self.since if self.since is not None else 0.0)
+
+
+SLOT_WAIT: ContextVar[SlotWait | None] = ContextVar("rollserve_slot_wait", default=None)
+
+
 class LLMBackend(ABC):
     """An inference server (or in-process model) the router sends calls to.
 

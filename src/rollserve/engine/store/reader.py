@@ -36,7 +36,9 @@ class Reader:
         if self._closed:
             raise RuntimeError("store is not open")
         if self._conn is None:  # opened on first use, once the writer made the schema
-            conn = sqlite3.connect(self.path, check_same_thread=False)
+            # isolation_level=None: Python's sqlite3 opens no transaction for a SELECT
+            # (each statement would see its own snapshot); ``_read`` opens one itself.
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             conn.execute("PRAGMA query_only=ON")
             conn.execute("PRAGMA busy_timeout=5000")
             self._conn = conn
@@ -44,8 +46,11 @@ class Reader:
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._connection()
-        with conn:  # one read transaction: one snapshot
+        conn.execute("BEGIN")  # one read transaction: every SELECT in fn sees one snapshot
+        try:
             return fn(conn)
+        finally:
+            conn.execute("COMMIT")  # (ends the read: the WAL may be checkpointed past it)
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._read, fn)

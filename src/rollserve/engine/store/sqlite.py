@@ -12,7 +12,8 @@ event loop never waits on disk.
 
 The schema and the migration of older store files live in ``store.schema``, what a
 row reads back as in ``store.rows``, the results table's queries in
-``store.summaries``; this module is the store's interface and its queries.
+``store.summaries``, writing a finished result in ``store.finish``; this module is
+the store's interface and its queries.
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from rollserve.contract import TERMINAL, ResultSummary, RolloutResult
-from rollserve.engine.groups import Outcome, result_usable
+from rollserve.engine.groups import Outcome
 from rollserve.engine.rollout import RolloutSpec
+from rollserve.engine.store.finish import current_seq, finish_all
 from rollserve.engine.store.reader import Reader
 from rollserve.engine.store.rows import (
     COLUMNS,
     GroupRow,
     RolloutRow,
     decode_result,
-    encode_result,
     rollout_row,
     stored_status,
 )
@@ -207,7 +208,7 @@ class SQLiteStore:
         while self._finishing:
             batch, self._finishing = self._finishing, []
             try:
-                answers = await self._call(partial(_finish_all, [result for result, _ in batch]))
+                answers = await self._call(partial(finish_all, [result for result, _ in batch]))
             except asyncio.CancelledError:  # the loop is ending: nobody stored, nobody waits
                 for _, done in batch + self._finishing:
                     done.cancel()
@@ -335,7 +336,7 @@ class SQLiteStore:
 
     async def last_seq(self) -> int:
         def _get(conn: sqlite3.Connection) -> int:
-            return _current_seq(conn)
+            return current_seq(conn)
 
         return await self._call(_get)
 
@@ -376,58 +377,3 @@ class SQLiteStore:
 
 
 _RESCORE = "rescore:"  # the meta keys of re-scorings' answers
-
-
-def _current_seq(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE key='seq'").fetchone()
-    return int(row[0]) if row else 0
-
-
-def _next_seq(conn: sqlite3.Connection) -> int:
-    # Kept in meta (not MAX(seq)) so purging old results never re-issues a cursor.
-    seq = _current_seq(conn) + 1
-    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('seq', ?)", (str(seq),))
-    return seq
-
-
-def _finish_all(results: list[RolloutResult], conn: sqlite3.Connection) -> list[int | Exception]:
-    return [_finish_one(conn, result) for result in results]
-
-
-def _finish_one(conn: sqlite3.Connection, result: RolloutResult) -> int | Exception:
-    """``finish`` for one result, inside the batch's transaction: its cursor position,
-    or the error that refused it alone (no row: ``KeyError``)."""
-    try:
-        row = conn.execute("SELECT seq FROM rollouts WHERE id=?", (result.id,)).fetchone()
-        if row is None:
-            raise KeyError(result.id)
-        if row[0] is not None:
-            return int(row[0])
-        # Serialized here, on the store's thread: a result with a long prompt is
-        # megabytes of JSON, which would otherwise stall the event loop.
-        payload = encode_result(result)
-        seq = _next_seq(conn)
-        now = time.time()
-        conn.execute(
-            "UPDATE rollouts SET status=?, result=?, seq=?, updated_at=?, finished_at=?,"
-            " usable=?, reward=?, masked=?, data_source=?, failure_kind=?, duration=?,"
-            " policy_version=? WHERE id=?",
-            (
-                result.status,
-                payload,
-                seq,
-                now,
-                now,
-                result_usable(result),
-                result.reward,
-                result.mask,
-                result.data_source,
-                None if result.failure is None else result.failure.kind,
-                result.timing.total,
-                max(result.trajectory.policy_versions, default=None),
-                result.id,
-            ),
-        )
-        return seq
-    except (KeyError, ValueError, TypeError) as exc:
-        return exc

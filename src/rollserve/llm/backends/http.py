@@ -6,7 +6,8 @@ a small cost per request (NeMo Gym left httpx for aiohttp at 16k for the same re
 The connection pool is bounded: at most ``max_connections`` sampling requests are
 sent to one server at once (``sampling_slot``); more wait, in order, for one to
 finish. The wait is not the server's: a request's own timeout starts once it is
-sent, and the caller's deadline (the rollout's) bounds the wait. 65,000 rollouts in
+sent, the router's ``attempt_timeout`` once it holds its slot (``llm.base.SlotWait``),
+and the caller's deadline (the rollout's) bounds the wait. 65,000 rollouts in
 flight so hold ``max_connections`` sockets per backend, not 65,000. Control calls and
 health checks do not wait behind sampling: the connector keeps ``CONTROL_CONNECTIONS``
 more for them.
@@ -40,6 +41,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from rollserve.errors import ContextWindowError, LLMError
+from rollserve.llm.base import SLOT_WAIT
 
 MAX_CONNECTIONS = 1024  # sampling requests in flight to one server, by default
 CONTROL_CONNECTIONS = 32  # more connections for health checks and control calls
@@ -85,7 +87,11 @@ def excerpt(value: Any) -> str:
 
 
 class HTTPClient:
-    """JSON over HTTP to one server, with typed failures."""
+    """JSON over HTTP to one server, with typed failures.
+
+    ``max_connections=None``: no bound and no sampling slots (a client whose calls are
+    not sampling, e.g. a tokenizer's: its requests never wait inside aiohttp, where
+    the wait would count against their own timeout)."""
 
     def __init__(
         self,
@@ -94,9 +100,9 @@ class HTTPClient:
         api_key: str | None = None,
         timeout: float | None = 600.0,
         connect_timeout: float = 10.0,
-        max_connections: int = MAX_CONNECTIONS,
+        max_connections: int | None = MAX_CONNECTIONS,
     ):
-        if max_connections < 1:
+        if max_connections is not None and max_connections < 1:
             raise ValueError(f"max_connections: expected at least 1, got {max_connections}")
         self.base_url = check_base_url(base_url)
         self.name = name
@@ -113,10 +119,11 @@ class HTTPClient:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
             self._loop = loop
-            self._slots = asyncio.Semaphore(self.max_connections)  # (a semaphore is per loop)
+            bound = self.max_connections
+            self._slots = asyncio.Semaphore(bound) if bound else None  # (a semaphore is per loop)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=self.max_connections + CONTROL_CONNECTIONS, limit_per_host=0, keepalive_timeout=60
+                    limit=bound + CONTROL_CONNECTIONS if bound else 0, limit_per_host=0, keepalive_timeout=60
                 ),
                 timeout=self._client_timeout,
                 headers=self._headers,
@@ -129,12 +136,19 @@ class HTTPClient:
         one): a sampling request is sent inside it."""
         self.session()
         slots = self._slots
-        assert slots is not None  # made with the session
+        if slots is None:  # unbounded
+            yield
+            return
         self.waiting += 1
+        clock = SLOT_WAIT.get()  # the router's try, told how long we queue here
+        if clock is not None:
+            clock.begin()
         try:
             await slots.acquire()
         finally:
             self.waiting -= 1
+            if clock is not None:
+                clock.end()
         try:
             yield
         finally:

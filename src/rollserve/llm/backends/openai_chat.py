@@ -43,9 +43,10 @@ class OpenAIChatBackend(ServerBackend):
         model = await self.served_model()
         self.outstanding += 1
         try:
-            reply = await self.http.request_json(
-                "POST", "/v1/chat/completions", request_body(model, messages, sampling, tools)
-            )
+            async with self.http.sampling_slot():  # the bounded connection pool, as generate
+                reply = await self.http.request_json(
+                    "POST", "/v1/chat/completions", request_body(model, messages, sampling, tools)
+                )
         finally:
             self.outstanding -= 1
         try:

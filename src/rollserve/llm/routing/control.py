@@ -64,7 +64,10 @@ class RouterConfig(BaseModel):
     attempt_timeout: float | None = Field(
         None,
         gt=0,
-        description="seconds one try may take before it is abandoned and retried (None: the backend's own timeout)",
+        description=(
+            "seconds one try may take at its backend before it is abandoned and retried (its wait for a "
+            "connection slot not counted; None: the backend's own timeout)"
+        ),
     )
     forward_pause: bool = Field(
         False, description="forward pause/resume to backends that support it (vLLM dev mode, SGLang)"

@@ -10,7 +10,8 @@ until one is added or recovers: the caller's deadline bounds that wait, like eve
 other wait in a rollout.
 
 Failures. Connection errors, 5xx, 429 and timeouts (the backend's own, or
-``attempt_timeout`` for one try) are retried with exponential backoff, on another
+``attempt_timeout`` for one try, its wait for a connection slot in the backend's
+bounded pool not counted) are retried with exponential backoff, on another
 backend when there is one, up to ``max_attempts`` and within the call's deadline
 (``llm.deadline``); what finally fails is an ``LLMError``
 carrying the status, the backend and the attempt count. A failing backend gets an
@@ -31,12 +32,14 @@ from typing import TypeVar
 
 from rollserve.errors import LLMError
 from rollserve.llm.base import (
+    SLOT_WAIT,
     BackendKind,
     ChatReply,
     Generation,
     LLMBackend,
     Message,
     SamplingParams,
+    SlotWait,
     ToolSchema,
 )
 from rollserve.llm.routing.backend_state import BackendState
@@ -207,10 +210,15 @@ class Router(RouterControl):
         state.outstanding += 1
         concurrency = state.outstanding
         started = loop.time()
-        entry = self._inflight.start(asyncio.ensure_future(send(state.backend)))
+        slot_wait = SlotWait()
+        token = SLOT_WAIT.set(slot_wait)  # the task copies the context: the backend sees it
+        try:
+            entry = self._inflight.start(asyncio.ensure_future(send(state.backend)))
+        finally:
+            SLOT_WAIT.reset(token)
         try:
             try:
-                await asyncio.wait([entry.task], timeout=self.config.attempt_timeout)
+                await self._await_try(entry.task, slot_wait, started)
             except asyncio.CancelledError:  # the caller gave up: so does the request
                 entry.task.cancel()
                 entry.task.add_done_callback(retrieve)
@@ -255,3 +263,26 @@ class Router(RouterControl):
         state.record_success(seconds, concurrency)
         self.metrics.answered(state.name, seconds, result)
         return result
+
+    async def _await_try(self, task: asyncio.Future, slot_wait: SlotWait, started: float) -> None:
+        """Wait for one try until it is done or has been ``attempt_timeout`` seconds at
+        its backend; its wait for a connection slot is not counted (a saturated healthy
+        backend is not a hung one: the caller's deadline bounds that wait)."""
+        limit = self.config.attempt_timeout
+        if limit is None:
+            await asyncio.wait([task])
+            return
+        loop = asyncio.get_running_loop()
+        while not task.done():
+            if slot_wait.since is not None:  # queued for a slot: the clock stands still
+                ended = asyncio.ensure_future(slot_wait.ended.wait())
+                try:
+                    await asyncio.wait([task, ended], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    ended.cancel()
+                continue
+            now = loop.time()
+            left = started + limit + slot_wait.total(now) - now
+            if left <= 0:
+                return
+            await asyncio.wait([task], timeout=left)

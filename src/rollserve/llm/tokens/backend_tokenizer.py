@@ -49,7 +49,11 @@ class BackendTokenizer:
     """
 
     def __init__(self, url: str, model: str | None = None, api_key: str | None = None, timeout: float = 60.0):
-        self.http = HTTPClient(url, f"tokenizer@{host_port(url)}", api_key=api_key, timeout=timeout)
+        # Unbounded: its calls take no sampling slot, so a bound would only queue them
+        # inside aiohttp, where the wait would count against their 60 s timeout.
+        self.http = HTTPClient(
+            url, f"tokenizer@{host_port(url)}", api_key=api_key, timeout=timeout, max_connections=None
+        )
         self.name = f"vllm:{self.http.base_url}"
         self.model = model
         self._renders_tools: bool | None = None  # known after ready()
