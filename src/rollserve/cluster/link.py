@@ -16,9 +16,9 @@ pipeline sees a stage call as before.
 Failures keep their meaning: a failed exchange fails the requests it carried, with Ray's
 own error (the executor maps it, a dead worker to ``NodeLost`` as before); the others
 wait on for the next poll (a request that cannot be pickled fails alone, unsent). A
-worker that died or cannot be reached (``RayActorError``), or ``MAX_FAILED_POLLS``
-failed polls in a row, fail every request waiting; a node the head counts dead ends its
-waiters with ``LinkClosed``.
+poll that finds the worker dead or unreachable (``RayActorError``), or
+``MAX_FAILED_POLLS`` failed polls in a row, fails every request waiting; a node the
+head counts dead ends its waiters with ``LinkClosed``.
 A request cancelled before its batch left is never sent; one already sent runs on the
 node until the attempt's cleanup ends it (the worker refuses the stages of an attempt it
 cleaned up). Every wait is bounded: an exchange by its wait plus ``call_timeout`` (a
@@ -193,12 +193,12 @@ class NodeLink:
     def _failed(self, exc: Exception, items: list[LinkItem], wait: float) -> None:
         """A failed exchange fails the requests it carried. The others wait on: their
         answers stay on the worker until acknowledged, so the next poll takes them; but
-        a worker that died or cannot be reached (``RayActorError``: the executor counts
-        the node dead or unanswered), or ``MAX_FAILED_POLLS`` polls failed in a row,
-        fails every request waiting here (none will be answered)."""
+        a poll that finds the worker dead or unreachable (``RayActorError``: the
+        executor counts the node dead or unanswered), or ``MAX_FAILED_POLLS`` polls
+        failed in a row, fails every request waiting here (none will be answered)."""
         if wait > 0:
             self._failed_polls += 1
-        if isinstance(exc, RayActorError) or self._failed_polls >= MAX_FAILED_POLLS:
+        if wait > 0 and (isinstance(exc, RayActorError) or self._failed_polls >= MAX_FAILED_POLLS):
             log.warning("node %s: exchange failed (%s): every request waiting fails", self.node.name, exc)
             self._fail(exc, self._pending())
             self._failed_polls = 0
