@@ -2,7 +2,9 @@
 start together go in one Ray call and their answers come back in one poll, each to its
 own rollout; a request cancelled before its batch left is never sent; a poll's answer
 that is lost is sent again (the worker keeps answers until a poll acknowledges them); a
-worker that dies fails every request waiting on it as a lost node. The worker's side
+worker that dies fails every request waiting on it as a lost node, while a request that
+cannot be pickled, or a poll that fails for another reason, fails only its own requests
+(polls that keep failing fail them all). The worker's side
 (``NodeWorker.submit``, ``take_replies``) runs here in this process, on math rollouts."""
 
 from __future__ import annotations
