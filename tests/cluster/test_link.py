@@ -2,7 +2,9 @@
 start together go in one Ray call and their answers come back in one poll, each to its
 own rollout; a request cancelled before its batch left is never sent; a poll's answer
 that is lost is sent again (the worker keeps answers until a poll acknowledges them); a
-worker that dies fails every request waiting on it as a lost node. The worker's side
+worker that dies fails every request waiting on it as a lost node, while a request that
+cannot be pickled, or a poll that fails for another reason, fails only its own requests
+(polls that keep failing fail them all). The worker's side
 (``NodeWorker.submit``, ``take_replies``) runs here in this process, on math rollouts."""
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 
-from ray.exceptions import ActorDiedError  # noqa: E402
+from ray.exceptions import ActorDiedError, RaySystemError  # noqa: E402
 
 from rollserve.cluster import link as link_module  # noqa: E402
 from rollserve.cluster.protocol import LinkItem, StageCall, StageOutcome, WorkerSettings  # noqa: E402
 from rollserve.cluster.worker import NodeWorker  # noqa: E402
 from rollserve.contract import Stage, Timeouts  # noqa: E402
 from rollserve.engine.rollout import RolloutSpec  # noqa: E402
-from rollserve.errors import NodeLost  # noqa: E402
+from rollserve.errors import InfraError, NodeLost  # noqa: E402
 from tests.cluster.test_executor_control import FakeActor, executor, node, rollout  # noqa: E402
 from tests.waiting import eventually  # noqa: E402
 
@@ -271,3 +273,92 @@ def test_a_send_due_at_once_is_kept_on_uvloop(killed):
         loop.run_until_complete(asyncio.wait_for(scenario(), 30))
     finally:
         loop.close()
+
+
+async def test_a_request_that_cannot_be_pickled_fails_alone_and_the_link_goes_on(killed):
+    """A request the head cannot pickle fails its own caller (an infra error, never
+    sent); the one that shared its exchange, and a later one, are answered."""
+    ex = executor()
+    fake = FakeActor(run_stage=lambda call: _outcome())
+    n = node(ex, "n", fake)
+    bad, shared, later = rollout("bad"), rollout("shared"), rollout("later")
+    bad.spec.instance["f"] = lambda: 0  # not picklable
+    for r in (bad, shared, later):
+        ex._where[r.id] = n
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(
+            ex.run_stage(bad, handler=None, stage="init"),  # type: ignore[arg-type]
+            ex.run_stage(shared, handler=None, stage="init"),  # type: ignore[arg-type]
+            return_exceptions=True,
+        ),
+        10,
+    )
+    assert isinstance(outcomes[0], InfraError) and "could not be sent" in str(outcomes[0]), outcomes
+    assert outcomes[1] is None
+    await asyncio.wait_for(ex.run_stage(later, handler=None, stage="init"), 10)  # type: ignore[arg-type]
+    sent = [[item.call.spec.id for item in batch if item.call is not None] for batch in fake.batches]
+    assert sent == [["shared"], ["later"]]
+    assert n.alive and n.busy["init"] == 0
+    await ex._link(n).aclose()
+
+
+async def test_a_failed_poll_fails_only_the_requests_it_carried(killed):
+    """A transient Ray error on a poll fails the stage it carried; a stage delivered
+    earlier keeps waiting and its answer comes with the next poll."""
+    ex = executor()
+    released = asyncio.Event()
+
+    async def stage(call: StageCall) -> StageOutcome:
+        if call.spec.id == "r1":
+            await released.wait()
+        return StageOutcome()
+
+    fake = FakeActor(run_stage=stage)
+    exchange = fake.replies["exchange"]
+    failed: list[int] = []
+
+    async def fails_the_poll_with_r0s_run(payload: bytes | None, ack: int, wait: float) -> Any:
+        stages = [item.call.stage for item in pickle.loads(payload) if item.call] if payload is not None else []
+        if "run" in stages and not failed:
+            failed.append(ack)
+            raise RaySystemError("a transient failure")
+        return await exchange(payload, ack, wait)
+
+    fake.replies["exchange"] = fails_the_poll_with_r0s_run
+    n = node(ex, "n", fake)
+    r0, r1 = rollout("r0"), rollout("r1")
+    ex._where[r0.id] = ex._where[r1.id] = n
+    waiting = asyncio.create_task(ex.run_stage(r1, handler=None, stage="init"))  # type: ignore[arg-type]
+    await asyncio.wait_for(ex.run_stage(r0, handler=None, stage="init"), 10)  # type: ignore[arg-type]
+    with pytest.raises(InfraError, match="RaySystemError"):
+        await asyncio.wait_for(ex.run_stage(r0, handler=None, stage="run"), 10)  # type: ignore[arg-type]
+    assert failed and not waiting.done()
+    released.set()
+    await asyncio.wait_for(waiting, 10)  # r1's answer, from a later poll
+    assert n.alive and n.lost == 0
+    await ex._link(n).aclose()
+
+
+async def test_polls_that_keep_failing_fail_every_request_waiting(killed, monkeypatch):
+    """A node whose polls fail again and again (not a dead worker) cannot answer: after
+    MAX_FAILED_POLLS in a row, every request waiting there fails, none hangs."""
+    monkeypatch.setattr(link_module, "FAILED_POLL_S", 0.01)
+    ex = executor()
+    fake = FakeActor(run_stage=lambda call: asyncio.Event().wait())  # never answered
+    exchange = fake.replies["exchange"]
+    polls: list[float] = []
+
+    async def delivers_then_fails(payload: bytes | None, ack: int, wait: float) -> Any:
+        if payload is None:
+            polls.append(wait)
+            raise RaySystemError("the node cannot be polled")
+        return await exchange(payload, ack, 0.0)  # delivered, nothing ready
+
+    fake.replies["exchange"] = delivers_then_fails
+    n = node(ex, "n", fake)
+    r = rollout("r1")
+    ex._where[r.id] = n
+    with pytest.raises(InfraError, match="cannot be polled"):
+        await asyncio.wait_for(ex.run_stage(r, handler=None, stage="init"), 10)  # type: ignore[arg-type]
+    assert len(polls) == link_module.MAX_FAILED_POLLS and all(wait > 0 for wait in polls)
+    await ex._link(n).aclose()

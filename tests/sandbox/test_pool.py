@@ -301,6 +301,61 @@ async def test_a_sandbox_broken_while_idle_is_closed_not_handed_out():
     await pool.aclose()
 
 
+class SlowClose(CountedSandbox):
+    """Its close waits until told (``release``, where set)."""
+
+    release: asyncio.Event | None = None
+
+    async def close(self) -> None:
+        if self.release is not None:
+            await self.release.wait()
+        self._closed = True
+
+
+async def _pool_with_a_broken_one_closing(release: asyncio.Event) -> tuple[SandboxPool, SlowClose]:
+    """A pool whose oldest ready sandbox broke while idle: an acquisition set its close
+    going (which waits for ``release``)."""
+    made: list[SlowClose] = []
+
+    async def start(spec: SandboxSpec) -> Sandbox:
+        made.append(SlowClose(spec))
+        return made[-1]
+
+    pool = SandboxPool(start, capacity=4, clock=Clock())
+    assert [await pool.acquire(SandboxSpec()) for _ in range(2)] == [None, None]  # the demand
+    await eventually(lambda: len(pool.ready()) == 2, what="2 ready")
+    broken = made[0]
+    broken.broken, broken.release = True, release
+    handed = await pool.acquire(SandboxSpec())
+    assert handed is made[1] and pool.dead == 1 and not broken.closed
+    handed._closed = True  # (the rollout's own close)
+    return pool, broken
+
+
+async def test_shutdown_waits_for_the_close_of_a_sandbox_broken_while_idle():
+    release = asyncio.Event()
+    pool, broken = await _pool_with_a_broken_one_closing(release)
+
+    async def release_once_closing() -> None:
+        await eventually(lambda: pool._closing, what="the shutdown begun")
+        release.set()
+
+    releasing = asyncio.create_task(release_once_closing())
+    await asyncio.wait_for(pool.aclose(), 30)
+    assert broken.closed  # closed before the shutdown returned, not after
+    await releasing
+
+
+async def test_shutdown_waits_for_a_broken_sandboxs_close_only_so_long(monkeypatch):
+    monkeypatch.setattr(pool_module, "CLOSE_TIMEOUT", 0.05)
+    release = asyncio.Event()
+    pool, broken = await _pool_with_a_broken_one_closing(release)
+    await asyncio.wait_for(pool.aclose(), 30)  # bounded: returns with the close still waiting
+    assert not broken.closed
+    release.set()
+    await eventually(lambda: broken.closed, what="the late close done")
+
+
 async def test_a_local_sandbox_whose_folders_went_is_not_alive(tmp_path):
     runtime = LocalRuntime(tmp_path / "state")
     sandbox = await runtime.start(SandboxSpec())

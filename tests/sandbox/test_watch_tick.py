@@ -22,6 +22,11 @@ async def nothing_exceeded(used: int) -> None:
     raise AssertionError(f"no cap was passed here ({used} bytes)")
 
 
+def settled(w: watch.TickedWatch) -> bool:
+    """Not poked and not reading: an idle sandbox's watcher ticks no more from now on."""
+    return not w._poked and (w._checking is None or w._checking.done())
+
+
 async def ticks_go_by(n: int = 3) -> None:
     """Wait (bounded) until the shared ticker has ticked ``n`` more times."""
     ticker = watch.ticker(diskcap.POLL)
@@ -83,6 +88,9 @@ async def test_an_idle_bubblewrap_sandbox_is_not_polled(tmp_path):
         await shell.kill()
         await eventually(lambda: not box.root_pids(), timeout=30)
         await ticks_go_by(2)  # (the last process's end: one more reading)
+        # A poke that came while a reading still ran is taken at a later tick: wait for
+        # it to be taken and the reading to end before noting the count.
+        await eventually(lambda: all(settled(w) for w in watchers), timeout=30, what="the watchers to settle")
         idle = [w.ticks for w in watchers]
         await ticks_go_by(3)
         assert [w.ticks for w in watchers] == idle

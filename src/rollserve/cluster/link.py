@@ -13,9 +13,12 @@ exchange of its own (while one such is on its way, the next ones gather until it
 back, ``HOLD_S`` at most). Each request has its own answer and its own waiter here; the
 pipeline sees a stage call as before.
 
-Failures keep their meaning: a failed exchange fails the requests it carried, a failed
-poll every request waiting, with Ray's own error (the executor maps it, a dead worker to
-``NodeLost`` as before); a node the head counts dead ends its waiters with ``LinkClosed``.
+Failures keep their meaning: a failed exchange fails the requests it carried, with Ray's
+own error (the executor maps it, a dead worker to ``NodeLost`` as before); the others
+wait on for the next poll (a request that cannot be pickled fails alone, unsent). A
+poll that finds the worker dead or unreachable (``RayActorError``), or
+``MAX_FAILED_POLLS`` failed polls in a row, fails every request waiting; a node the
+head counts dead ends its waiters with ``LinkClosed``.
 A request cancelled before its batch left is never sent; one already sent runs on the
 node until the attempt's cleanup ends it (the worker refuses the stages of an attempt it
 cleaned up). Every wait is bounded: an exchange by its wait plus ``call_timeout`` (a
@@ -32,7 +35,7 @@ import pickle
 from collections.abc import Coroutine
 from typing import Any
 
-from ray.exceptions import RayError
+from ray.exceptions import RayActorError, RayError
 
 from rollserve.cluster.nodes import ClusterNode
 from rollserve.cluster.protocol import LinkItem, LinkReply, StageCall, StageOutcome
@@ -42,6 +45,8 @@ log = logging.getLogger(__name__)
 BATCH_S = 0.005  # how long a request waits for others to share its exchange
 HOLD_S = 0.05  # ... while the poll waits and another exchange is on its way (sent when it is back)
 POLL_WAIT_S = 2.0  # how long one poll waits on the worker for an answer
+FAILED_POLL_S = 0.25  # the next poll after one that failed leaves this much later
+MAX_FAILED_POLLS = 3  # polls failed in a row: then every request waiting fails
 
 
 class LinkClosed(Exception):
@@ -67,6 +72,7 @@ class NodeLink:
         self._flush_at = 0.0  # ... due then (loop time)
         self._polling = False  # an exchange that waits for answers is on its way
         self._sending = 0  # exchanges that only deliver requests, on their way
+        self._failed_polls = 0  # polls failed in a row
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed: LinkClosed | None = None
         self.calls = 0  # Ray calls made
@@ -139,20 +145,21 @@ class NodeLink:
         """One ``exchange`` call: deliver ``items`` and take the answers ready (``wait``:
         for up to that long, for the first). Bounded by ``wait + call_timeout``."""
         self.calls += 1
-        self.requests += len(items)
         self._told = ack = self._ack
-        # Pickled here, by the C pickler, into one bytes argument: Ray's own pickler
-        # (cloudpickle) takes about twice the CPU for the same objects.
-        payload = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL) if items else None
         replies: list[LinkReply] = []
         try:
+            payload = self._payload(items)
+            self.requests += len(items)
             replies = await asyncio.wait_for(
                 self.node.actor.exchange.remote(payload, ack, wait), wait + self.call_timeout
             )
         except TimeoutError:  # maybe delivered: its answers come with a later exchange (or deadlines end them)
             log.warning("node %s: an exchange of %d requests was not answered in time", self.node.name, len(items))
         except Exception as exc:  # Ray's error (the executor maps it), or a bug: never a hang
-            self._fail(exc, self._pending() if wait > 0 else [item.id for item in items])
+            self._failed(exc, items, wait)
+        else:
+            if wait > 0:
+                self._failed_polls = 0
         finally:
             if wait > 0:
                 self._polling = False
@@ -160,9 +167,44 @@ class NodeLink:
                 self._sending -= 1
         self._hand(replies)
         if wait > 0:  # the next poll, carrying the requests these answers lead to
-            self._schedule(BATCH_S)
+            self._schedule(FAILED_POLL_S if self._failed_polls else BATCH_S)
         elif self._outbox:  # gathered while this one was on its way
             self._schedule(0.0)
+
+    def _payload(self, items: list[LinkItem]) -> bytes | None:
+        """The requests, pickled here by the C pickler into one bytes argument (Ray's own,
+        cloudpickle, takes about twice the CPU for the same objects). A request that
+        cannot be pickled fails alone (``WorkerFailed``, never sent); the rest go."""
+        if not items:
+            return None
+        try:
+            return pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # (RecursionError, PicklingError, TypeError, ...): find which
+            pass
+        for item in list(items):
+            try:
+                pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                items.remove(item)
+                why = f"node {self.node.name}: a request could not be sent: {type(exc).__name__}: {str(exc)[:200]}"
+                self._fail(WorkerFailed(why), [item.id])
+        return pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL) if items else None
+
+    def _failed(self, exc: Exception, items: list[LinkItem], wait: float) -> None:
+        """A failed exchange fails the requests it carried. The others wait on: their
+        answers stay on the worker until acknowledged, so the next poll takes them; but
+        a poll that finds the worker dead or unreachable (``RayActorError``: the
+        executor counts the node dead or unanswered), or ``MAX_FAILED_POLLS`` polls
+        failed in a row, fails every request waiting here (none will be answered)."""
+        if wait > 0:
+            self._failed_polls += 1
+        if wait > 0 and (isinstance(exc, RayActorError) or self._failed_polls >= MAX_FAILED_POLLS):
+            log.warning("node %s: exchange failed (%s): every request waiting fails", self.node.name, exc)
+            self._fail(exc, self._pending())
+            self._failed_polls = 0
+        else:
+            log.warning("node %s: an exchange of %d requests failed: %s", self.node.name, len(items), exc)
+            self._fail(exc, [item.id for item in items])
 
     def _hand(self, replies: list[LinkReply]) -> None:
         for reply in replies:

@@ -127,6 +127,7 @@ class SandboxPool:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._closing_dead: set[asyncio.Task[None]] = set()  # closes of broken sandboxes (``aclose`` waits)
         self.hits = 0  # acquisitions served from the pool
         self.misses = 0  # acquisitions of a poolable spec with none ready (started cold)
         self.unpoolable = 0  # acquisitions of a spec that cannot be pooled
@@ -251,8 +252,8 @@ class SandboxPool:
         self.dead += len(sandboxes)
         log.warning("sandbox pool: %d ready sandboxes were broken while idle; closed", len(sandboxes))
         task = asyncio.ensure_future(_close_all(sandboxes))
-        _closing_late.add(task)
-        task.add_done_callback(_closing_late.discard)
+        self._closing_dead.add(task)
+        task.add_done_callback(self._closing_dead.discard)
 
     # -- status and shutdown ------------------------------------------------------------
 
@@ -282,7 +283,8 @@ class SandboxPool:
     async def aclose(self) -> None:
         """Stop refilling; close every sandbox the pool holds (a start under way is
         waited for, at most CLOSE_TIMEOUT seconds, and closed; one still under way then
-        is closed when it ends). Idempotent."""
+        is closed when it ends); the closes of broken sandboxes still running are
+        waited for too, at most CLOSE_TIMEOUT seconds. Idempotent."""
         self._closing = True
         self._wake.set()
         task = self._task
@@ -299,6 +301,12 @@ class SandboxPool:
             entry.ready.clear()
         self.trimmed += len(left)
         await _close_all(left)
+        if self._closing_dead:
+            _, late = await asyncio.wait(list(self._closing_dead), timeout=CLOSE_TIMEOUT)
+            if late:
+                log.error(
+                    "sandbox pool: %d closes of broken sandboxes still running after %ss", len(late), CLOSE_TIMEOUT
+                )
 
 
 async def _prepare(sandbox: Sandbox, spec: SandboxSpec) -> None:
