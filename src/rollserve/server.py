@@ -120,6 +120,14 @@ class ServerConfig(BaseModel):
         "tokenizer) out of the garbage collector's reach (gc.freeze()), so that no full collection walks "
         "them again; what rollouts make is collected as before (docs/service.md)",
     )
+    gc_gen0: int = Field(
+        50_000,
+        ge=700,
+        le=10_000_000,
+        description="the garbage collector's young-generation threshold once started (Python's is 700): "
+        "fewer young collections, so fewer objects promoted and far fewer full collections; "
+        "cycles are still collected (docs/service.md)",
+    )
     handler_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="per handler (by data_source) its settings, e.g. "

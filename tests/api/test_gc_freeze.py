@@ -10,9 +10,11 @@ import asyncio
 import gc
 import weakref
 
+import pydantic
 import pytest
 
-from rollserve.api.serving import freeze_startup_heap
+from rollserve.api.serving import freeze_startup_heap, set_young_threshold
+from rollserve.server import ServerConfig
 from tests.waiting import eventually
 
 MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answer": "4"}}
@@ -22,10 +24,11 @@ MATH = {"data_source": "math", "instance": {"question": "What is 2 + 2?", "answe
 def frozen_heap():
     """The freeze as the server does it once started; undone after the test (it is
     process-wide), with automatic collection as it was."""
-    was_enabled = gc.isenabled()
+    was_enabled, thresholds = gc.isenabled(), gc.get_threshold()
     try:
         yield freeze_startup_heap
     finally:
+        gc.set_threshold(*thresholds)
         gc.unfreeze()
         if was_enabled:
             gc.enable()
@@ -107,3 +110,34 @@ async def test_cancelled_rollouts_are_freed_after_the_freeze(make_api, frozen_he
         assert [cycle for cycle in done if cycle() is not None] == []
     finally:
         loop.set_task_factory(None)
+
+
+def test_with_the_default_young_threshold_cycles_are_still_collected_automatically(frozen_heap):
+    """No explicit collection: containers kept alive (as rollouts in flight keep theirs)
+    count towards the young generation's threshold; its collection frees a cycle made
+    after the freeze. (Python counts allocations less deallocations.)"""
+    gc.enable()
+    frozen_heap()
+    gen0 = ServerConfig().gc_gen0
+    set_young_threshold(gen0)
+    assert gc.get_threshold()[0] == gen0
+    dead = weakref.ref(_garbage_cycle())
+    kept = []
+    for i in range(3 * gen0):  # bounded: enough for the young generation's collection
+        kept.append([i])
+        if dead() is None:
+            break
+    assert dead() is None, f"a cycle survived {len(kept)} containers kept alive (counts {gc.get_count()})"
+    assert len(kept) > gen0 // 2  # (it took the young collection, not an explicit one)
+
+
+def _garbage_cycle() -> Cycle:
+    cycle = Cycle()
+    return cycle  # the caller keeps only a weak reference: unreachable but for itself
+
+
+def test_a_young_threshold_that_would_stop_collection_is_refused():
+    with pytest.raises(ValueError, match="gc_gen0"):
+        set_young_threshold(0)
+    with pytest.raises(pydantic.ValidationError, match="gc_gen0"):
+        ServerConfig(gc_gen0=0)

@@ -127,6 +127,12 @@ def serve(
         SERVER.gc_freeze,
         help="after start-up, freeze what start-up made (gc.freeze()) so full garbage collections skip it",
     ),
+    gc_gen0: int = typer.Option(
+        SERVER.gc_gen0,
+        min=700,
+        max=10_000_000,
+        help="the garbage collector's young-generation threshold once started (Python's: 700)",
+    ),
     handler_options: str | None = typer.Option(
         None, help='handlers\' settings as JSON by handler, e.g. \'{"swe": {"mirrors": ["/data/mirrors"]}}\''
     ),
@@ -215,6 +221,7 @@ def serve(
         sandbox_options=options,
         sandbox_pool=sandbox_pool,
         gc_freeze=gc_freeze,
+        gc_gen0=gc_gen0,
         handler_options=by_handler,
         engine=_engine_config(
             init_workers, run_workers, eval_workers, max_pending, on_restart, retention_hours
@@ -241,6 +248,7 @@ def serve(
         log_level=log_level,
         timeout_graceful_shutdown=10,
         freeze_heap=config.gc_freeze,
+        gc_gen0=config.gc_gen0,
     )
 
 
