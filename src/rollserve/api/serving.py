@@ -36,7 +36,9 @@ __all__ = ["Server", "freeze_startup_heap", "serve", "set_young_threshold"]
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server; a shutdown signal also begins the service's shutdown."""
+    """uvicorn's server; a shutdown signal also begins the service's shutdown, and once
+    started it freezes the start-up's heap and sets the young generation's threshold
+    (as asked: ``freeze_heap``, ``gc_gen0``)."""
 
     def __init__(
         self, config: uvicorn.Config, service: ApiService, *, freeze_heap: bool = False, gc_gen0: int | None = None
