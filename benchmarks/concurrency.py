@@ -70,6 +70,7 @@ class Setup:
     profile: bool = False
     hold: float | None = None
     backend_timeout: float | None = None
+    server_args: tuple[str, ...] = ()  # more `rollserve serve` options (benchmarks.gc_pause)
 
 
 def raise_fd_limit() -> tuple[int, int]:
@@ -221,7 +222,7 @@ def run_once(src: Path, setup: Setup) -> dict:
         [sys.executable, *command, "serve", "--port", str(api_port), "--state-dir", state,
          *[a for p in llm_ports for a in ("--backend", _backend(p, setup))],
          "--init-workers", str(max_pending), "--run-workers", str(max_pending), "--eval-workers", "64",
-         "--max-pending", str(max_pending), "--log-level", "warning"], env=env)
+         "--max-pending", str(max_pending), "--log-level", "warning", *setup.server_args], env=env)
     ctx = mp.get_context("spawn")
     ids, stop, out = ctx.Queue(), ctx.Event(), ctx.Queue()
     try:

@@ -114,6 +114,20 @@ class ServerConfig(BaseModel):
         "that INIT takes from (sized by the recent demand per spec; each used by one rollout, "
         "never reused; docs/sandboxes.md); 0: none, every sandbox starts cold",
     )
+    gc_freeze: bool = Field(
+        True,
+        description="after start-up, move every object the start-up made (imported modules, models, the "
+        "tokenizer) out of the garbage collector's reach (gc.freeze()), so that no full collection walks "
+        "them again; what rollouts make is collected as before (docs/service.md)",
+    )
+    gc_gen0: int = Field(
+        50_000,
+        ge=700,
+        le=10_000_000,
+        description="the garbage collector's young-generation threshold once started (Python's is 700): "
+        "fewer young collections, so fewer objects promoted and far fewer full collections; "
+        "cycles are still collected (docs/service.md)",
+    )
     handler_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="per handler (by data_source) its settings, e.g. "

@@ -86,6 +86,8 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "max_instance_mb": Mirror(RequestLimits, "max_instance_bytes", 2 * MIB, unit=MIB),
         "prorl_timeout": Mirror(ProRLConfig, "timeout", 600.0),
         "sandbox_pool": Mirror(ServerConfig, "sandbox_pool", 12),
+        "gc_freeze": Mirror(ServerConfig, "gc_freeze", False),
+        "gc_gen0": Mirror(ServerConfig, "gc_gen0", 20_000),
     },
     "run": {
         **_SERVER_SIDE,

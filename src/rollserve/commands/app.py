@@ -123,6 +123,16 @@ def serve(
         max=4096,
         help="keep up to this many sandboxes started ahead of demand for INIT to take (each used once); 0: none",
     ),
+    gc_freeze: bool = typer.Option(
+        SERVER.gc_freeze,
+        help="after start-up, freeze what start-up made (gc.freeze()) so full garbage collections skip it",
+    ),
+    gc_gen0: int = typer.Option(
+        SERVER.gc_gen0,
+        min=700,
+        max=10_000_000,
+        help="the garbage collector's young-generation threshold once started (Python's: 700)",
+    ),
     handler_options: str | None = typer.Option(
         None, help='handlers\' settings as JSON by handler, e.g. \'{"swe": {"mirrors": ["/data/mirrors"]}}\''
     ),
@@ -210,6 +220,8 @@ def serve(
         sandbox_runtime=sandbox_runtime,
         sandbox_options=options,
         sandbox_pool=sandbox_pool,
+        gc_freeze=gc_freeze,
+        gc_gen0=gc_gen0,
         handler_options=by_handler,
         engine=_engine_config(
             init_workers, run_workers, eval_workers, max_pending, on_restart, retention_hours
@@ -235,6 +247,8 @@ def serve(
         port=port,
         log_level=log_level,
         timeout_graceful_shutdown=10,
+        freeze_heap=config.gc_freeze,
+        gc_gen0=config.gc_gen0,
     )
 
 
