@@ -56,6 +56,22 @@ def math_call(rid: str, stage: Stage, attempt: int = 1) -> StageCall:
     )
 
 
+async def stages_on_one_node(
+    ex: Any, stage: Any, count: int, name: str
+) -> tuple[Any, list[Any], list[asyncio.Task[Any]]]:
+    """A node whose actor runs ``stage`` and ``count`` rollouts on it, their ``name`` stage
+    started: (node, rollouts, tasks), once every one has reached the node."""
+    n = node(ex, "n", FakeActor(run_stage=stage))
+    rollouts = [rollout(f"r{i}") for i in range(count)]
+    for r in rollouts:
+        ex._where[r.id] = n
+    running = [asyncio.create_task(ex.run_stage(r, handler=None, stage=name)) for r in rollouts]
+    await eventually(
+        lambda: len(n.actor.calls.get("run_stage", [])) == count, what=f"the {count} stages to reach the node"
+    )
+    return n, rollouts, running
+
+
 @pytest.fixture
 async def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[NodeWorker]:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -107,12 +123,7 @@ async def test_stages_that_start_together_share_one_call_and_their_answers_one_p
         await released.wait()
         return StageOutcome(reward=float(call.spec.id.removeprefix("r")))
 
-    n = node(ex, "n", FakeActor(run_stage=stage))
-    rollouts = [rollout(f"r{i}") for i in range(20)]
-    for r in rollouts:
-        ex._where[r.id] = n
-    running = [asyncio.create_task(ex.run_stage(r, handler=None, stage="eval")) for r in rollouts]  # type: ignore[arg-type]
-    await eventually(lambda: len(n.actor.calls.get("run_stage", [])) == 20, what="the 20 stages to reach the node")
+    n, rollouts, running = await stages_on_one_node(ex, stage, 20, "eval")
     released.set()
     await asyncio.wait_for(asyncio.gather(*running), 10)
     assert [r.reward for r in rollouts] == [float(i) for i in range(20)]  # each its own answer
@@ -241,12 +252,7 @@ async def test_a_worker_that_dies_fails_every_request_waiting_on_it_as_a_lost_no
         await asyncio.Event().wait()  # the others never finish: the death ends them
         raise AssertionError("unreachable")
 
-    n = node(ex, "n", FakeActor(run_stage=stage))
-    rollouts = [rollout(f"r{i}") for i in range(5)]
-    for r in rollouts:
-        ex._where[r.id] = n
-    running = [asyncio.create_task(ex.run_stage(r, handler=None, stage="run")) for r in rollouts]  # type: ignore[arg-type]
-    await eventually(lambda: len(n.actor.calls.get("run_stage", [])) == 5, what="the 5 stages to reach the node")
+    n, _, running = await stages_on_one_node(ex, stage, 5, "run")
     released.set()
     outcomes = await asyncio.wait_for(asyncio.gather(*running, return_exceptions=True), 10)
     assert all(isinstance(o, NodeLost) for o in outcomes), outcomes
