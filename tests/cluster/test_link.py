@@ -24,36 +24,15 @@ from ray.exceptions import ActorDiedError, RaySystemError  # noqa: E402
 from rollserve.cluster import link as link_module  # noqa: E402
 from rollserve.cluster.protocol import LinkItem, StageCall, StageOutcome, WorkerSettings  # noqa: E402
 from rollserve.cluster.worker import NodeWorker  # noqa: E402
-from rollserve.contract import Stage, Timeouts  # noqa: E402
-from rollserve.engine.rollout import RolloutSpec  # noqa: E402
+from rollserve.contract import Stage  # noqa: E402
 from rollserve.errors import InfraError, NodeLost  # noqa: E402
 from tests.cluster.test_executor_control import FakeActor, executor, node, rollout  # noqa: E402
+from tests.cluster.test_worker_cleanup import call  # noqa: E402
 from tests.waiting import eventually  # noqa: E402
 
 
 def math_call(rid: str, stage: Stage, attempt: int = 1) -> StageCall:
-    spec = RolloutSpec(
-        id=rid,
-        group_id="g",
-        task_id="t",
-        sample_index=0,
-        data_source="math",
-        instance={"question": "What is 1 + 1?", "answer": "2"},
-        sampling={},
-    )
-    return StageCall(
-        spec=spec,
-        attempt=attempt,
-        stage=stage,
-        max_turns=2,
-        max_context_tokens=4096,
-        timeouts=Timeouts(),
-        max_staleness=None,
-        mask_stale=False,
-        rollout_left=60.0,
-        calls_left=60.0,
-        run_left=None,
-    )
+    return call(rid, stage, attempt, data_source="math", instance={"question": "What is 1 + 1?", "answer": "2"})
 
 
 async def stages_on_one_node(

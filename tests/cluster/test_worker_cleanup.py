@@ -41,14 +41,22 @@ async def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
         await asyncio.wait_for(w.stop(), 60)
 
 
-def call(rid: str, stage: Stage, attempt: int = 1, left: float = 60.0) -> StageCall:
+def call(
+    rid: str,
+    stage: Stage,
+    attempt: int = 1,
+    left: float = 60.0,
+    data_source: str = "code",
+    instance: dict | None = None,
+) -> StageCall:
+    """One stage of a rollout as the head sends it to a node (a code task by default)."""
     spec = RolloutSpec(
         id=rid,
         group_id="g",
         task_id="t",
         sample_index=0,
-        data_source="code",
-        instance={"problem": "print the sum of two integers", "tests": TESTS},
+        data_source=data_source,
+        instance=instance if instance is not None else {"problem": "print the sum of two integers", "tests": TESTS},
         sampling={},
     )
     return StageCall(
