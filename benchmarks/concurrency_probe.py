@@ -168,10 +168,6 @@ def _watch_gc(out: Path) -> None:
 def serve_probed(out: Path, argv: list[str]) -> None:
     if os.environ.get("ROLLSERVE_BENCH_TRACEMALLOC") == "1":
         tracemalloc.start(1)
-    if os.environ.get("ROLLSERVE_BENCH_GC_GEN0"):  # (benchmarks.gc_pause: a larger young generation)
-        import gc
-
-        gc.set_threshold(int(os.environ["ROLLSERVE_BENCH_GC_GEN0"]), *gc.get_threshold()[1:])
     _watch_gc(out)
     from rollserve.engine.pipeline import Engine
 
