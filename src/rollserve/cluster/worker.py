@@ -14,8 +14,9 @@ answer ready (one exchange at a time waits here for the next), so a busy node co
 head a few Ray calls per batch, not a few per rollout. An answer stays here until an
 exchange acknowledges it.
 
-A stage call can reach the worker after the cleanup of its attempt (the head cancels a
-call still queued at the actor; Ray does not promise it never runs): the worker
+A stage call can reach the worker after the cleanup of its attempt (a call the head's
+link sent before the attempt was cancelled or cleaned up: only unsent ones are dropped,
+see link.py): the worker
 remembers the attempts it cleaned up (the newest ``CLEANED_KEPT``) and refuses their
 stage calls, so no late INIT makes a sandbox nobody cleans up. A janitor cleans up,
 and logs, a hosted rollout with no stage running whose deadline passed more than
@@ -55,7 +56,8 @@ from rollserve.sandbox.registry import LazyRuntime
 log = logging.getLogger(__name__)
 
 # The worker's own bound on a stage is the head's deadline plus this: the head's fires
-# first (and cancels the call); this one only ends a call the head can no longer cancel.
+# first (and ends the attempt, whose cleanup stops the call); this one only ends a call
+# whose cleanup never came (its head gone or cut off).
 DEADLINE_GRACE = 5.0
 # The attempts (rollout id, attempt) cleaned up that a worker remembers: the newest ones.
 CLEANED_KEPT = 100_000
