@@ -123,10 +123,12 @@ class Session:
             await self.call(n)
             n += 1
 
-    async def close(self) -> None:
-        for tool in self.env.by_name.values():
+    async def close(self) -> None:  # (also after an open() that failed part way)
+        env, sandbox = getattr(self, "env", None), getattr(self, "sandbox", None)
+        for tool in env.by_name.values() if env is not None else ():
             await tool.close()
-        await self.sandbox.close()
+        if sandbox is not None:
+            await sandbox.close()
 
 
 async def run_path(path: str, sessions: int, seconds: float, state_dir: str, hostile: int) -> dict:
@@ -147,8 +149,10 @@ async def run_path(path: str, sessions: int, seconds: float, state_dir: str, hos
     try:
         for start in range(0, sessions, 16):  # (opened in batches: 200 bwraps at once is a start storm)
             batch = group[start : start + 16]
-            await asyncio.gather(*(s.open() for s in batch))
-            opened += batch
+            opened += batch  # before the starts: a batch where one start fails still has its others closed
+            failed = [e for e in await asyncio.gather(*(s.open() for s in batch), return_exceptions=True) if e]
+            if failed:
+                raise failed[0]
         await asyncio.sleep(1.0)  # settle: the starts' leftovers
         for s in group:
             s.times.clear()
