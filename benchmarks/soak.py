@@ -78,7 +78,11 @@ class Backend:
             [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(self.port),
              "--latency", str(self.latency), "--script", str(ROOT / "benchmarks" / "soak_policy.py")],
             stdout=subprocess.DEVNULL, env=ENV)
-        wait_http(f"{self.url}/health", self.proc)
+        try:
+            wait_http(f"{self.url}/health", self.proc)
+        except BaseException:  # never ready: not left running
+            self.kill()
+            raise
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
