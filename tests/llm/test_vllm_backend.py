@@ -109,6 +109,33 @@ async def test_requests_fit_the_context_window_and_a_dead_server_fails(tok):
     await dead.close()
 
 
+async def test_a_request_during_the_window_read_waits_for_it(tok):
+    """Two requests at once on a fresh backend: the second must not go out unchecked
+    while the first reads the window (it was sent, and the server refused it)."""
+    async with FakeVLLM(tok, max_model_len=40, replies="x") as server:
+        backend = VLLMBackend(server.url, model="m")
+        reading, release = asyncio.Event(), asyncio.Event()
+        request_json = backend.http.request_json
+
+        async def slow_models(method, path, *args, **kw):
+            if path == "/v1/models":
+                reading.set()
+                await asyncio.wait_for(release.wait(), 10)
+            return await request_json(method, path, *args, **kw)
+
+        backend.http.request_json = slow_models
+        short = asyncio.create_task(backend.generate([1] * 5, SamplingParams(max_tokens=5)))
+        await asyncio.wait_for(reading.wait(), 10)  # the short one reads the window
+        long = asyncio.create_task(backend.generate([1] * 45, SamplingParams(max_tokens=5)))
+        await asyncio.sleep(0)
+        release.set()
+        assert (await short).output_ids
+        with pytest.raises(ContextWindowError, match="not sent"):
+            await long
+        assert [c.prompt_ids for c in server.calls] == [[1] * 5]
+        await backend.close()
+
+
 async def test_own_timeout_is_llm_error_and_caller_deadline_cancels(tok, chat_prompt):
     async with FakeVLLM(tok) as server:
         backend = VLLMBackend(server.url, model="m", timeout=0.2)

@@ -67,8 +67,8 @@ class ServerBackend(LLMBackend):
         self.outstanding = 0
         self.max_model_len: int | None = None  # as the server reports it; None: unknown
         self._window_read_at = -WINDOW_RETRY  # monotonic time of the last try
-        self._model_lock: asyncio.Lock | None = None
-        self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self._reading: asyncio.Task | None = None  # the window's read in flight
+        self._locks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
 
     @property
     def url(self) -> str:
@@ -130,12 +130,8 @@ class ServerBackend(LLMBackend):
     async def fit_window(self, prompt_ids: list[int], sampling: SamplingParams) -> SamplingParams:
         """``sampling`` with ``max_tokens`` cut to what the window leaves after the prompt;
         ``ContextWindowError`` (nothing sent) when it leaves nothing."""
-        if (
-            self.max_model_len is None
-            and self.window_path is not None
-            and time.monotonic() - self._window_read_at >= WINDOW_RETRY
-        ):
-            await self.read_context_window()
+        if self.max_model_len is None and self.window_path is not None:
+            await self._window_read()
         window = self.context_window()
         if window is None:
             return sampling
@@ -179,14 +175,38 @@ class ServerBackend(LLMBackend):
         """The reply contradicts itself or the request: its tokens cannot be trusted."""
         return LLMError(f"{self.name}: {message}", backend=self.name, retryable=False)
 
+    async def _window_read(self) -> None:
+        """Read the unknown window (at most once per ``WINDOW_RETRY``). One read at a
+        time: a request that comes while another reads it waits for that read (bounded
+        by its timeout) and never goes out unchecked; all waiters wake together."""
+        loop = asyncio.get_running_loop()
+        reading = self._reading
+        if reading is None or reading.get_loop() is not loop:
+            if time.monotonic() - self._window_read_at < WINDOW_RETRY:
+                return
+            reading = self._reading = loop.create_task(self.read_context_window())
+            reading.add_done_callback(self._window_read_done)
+        await asyncio.shield(reading)  # a waiter cancelled leaves the read to the others
+
+    def _window_read_done(self, reading: asyncio.Task) -> None:
+        if self._reading is reading:
+            self._reading = None
+        if not reading.cancelled():
+            reading.exception()  # retrieved: the waiters got it
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        """The lock ``name`` of the running loop (an asyncio lock belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        held = self._locks.get(name)
+        if held is None or held[0] is not loop:
+            held = self._locks[name] = (loop, asyncio.Lock())
+        return held[1]
+
     async def served_model(self) -> str | None:
         """The model to name in requests: as configured, else the server's first."""
         if self.model is not None or self.models_path is None:
             return self.model
-        loop = asyncio.get_running_loop()
-        if self._model_lock is None or self._lock_loop is not loop:  # a lock is per loop
-            self._model_lock, self._lock_loop = asyncio.Lock(), loop
-        async with self._model_lock:
+        async with self._lock("_model_lock"):
             if self.model is None:
                 reply = await self.http.request_json("GET", self.models_path)
                 try:
