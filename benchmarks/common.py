@@ -76,8 +76,10 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
     raise RuntimeError(f"{url} did not answer in {timeout}s")
 
 
-def fake_llm(port: int, latency: float, *replies: str) -> subprocess.Popen:
-    """The test-double vLLM as its own process, answering ``replies`` in turn."""
+def fake_llm(port: int, latency: float, *replies: str, paused: bool = False) -> subprocess.Popen:
+    """The test-double vLLM as its own process, answering ``replies`` in turn;
+    ``paused``: every call waits until a ``POST /resume``."""
     return subprocess.Popen(
         [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(port),
-         "--latency", str(latency), "--reply", *replies], stdout=subprocess.DEVNULL)
+         "--latency", str(latency), *(["--paused"] if paused else []), "--reply", *replies],
+        stdout=subprocess.DEVNULL)

@@ -18,6 +18,11 @@ the server's admission limit and its INIT and RUN stages' worker counts (it is s
 with ``--max-pending N --init-workers N --run-workers N --eval-workers 64``),
 ``--max-connections`` (default: the server's own) each backend's connection pool bound.
 
+``--gate`` starts the doubles paused: every call waits until all ``--rollouts`` are
+admitted and in flight (the server's count), then the doubles answer (after
+``--latency`` each) and everything runs to completion: "max in flight" is all of them
+and each must complete exactly once.
+
 ``--profile`` starts the server with a loop-lag probe (and tracemalloc snapshots with
 ``ROLLSERVE_BENCH_TRACEMALLOC=1``) written under the JSON's ``profile``.
 
@@ -28,7 +33,9 @@ over time (``--out`` names the JSON; the default keeps ``concurrency.json``).
 
     python -m benchmarks.concurrency [--rollouts 2000] [--latency 0.2]
     python -m benchmarks.concurrency --rollouts 65000 --ports 4 --latency 3000 --backend-timeout 7200 \\
-        --max-connections 512 --tasks-per-post 1000 --probe-period 0.5 --profile --hold 240 --out concurrency_65k
+        --max-connections 512 --tasks-per-post 1000 --probe-period 0.5 --profile --hold 240 --out concurrency_65k_held
+    python -m benchmarks.concurrency --rollouts 65000 --ports 4 --latency 0.05 --gate --backend-timeout 7200 \
+        --max-connections 512 --tasks-per-post 1000 --probe-period 0.5 --profile --out concurrency_65k
     python -m benchmarks.concurrency --before /tmp/old/src --rollouts 5000 --rounds 2 --out concurrency_ab
 """
 
@@ -47,6 +54,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import aiohttp
 import psutil
 
 from benchmarks.common import fake_llm, free_port, median, percentile, report, wait_http
@@ -70,6 +78,7 @@ class Setup:
     profile: bool = False
     hold: float | None = None
     backend_timeout: float | None = None
+    gate: bool = False  # the doubles hold every call until all are admitted, then answer
     server_args: tuple[str, ...] = ()  # more `rollserve serve` options (benchmarks.gc_pause)
 
 
@@ -142,7 +151,27 @@ def _loop_thread(by: dict[str, list[tuple[float, float, int]]]) -> dict:
                             "waited_share": waited / wall if wall else 0.0}}
 
 
-async def trainer(url: str, setup: Setup, server: psutil.Process, ids_out: mp.Queue) -> dict:
+GATE_TIMEOUT = 3600.0  # seconds the gate waits for every rollout to be in flight
+
+
+async def open_gate(client: AsyncClient, doubles: list[str], submitting: asyncio.Task, admitted: list[str]) -> dict:
+    """Once every rollout is submitted and in flight (the server's own count), the
+    doubles, paused until now, answer: 65,000 in flight at once, then all run out."""
+    await submitting
+    began = time.perf_counter()
+    while (status := await client.status()).in_flight < len(admitted):
+        if time.perf_counter() - began > GATE_TIMEOUT:
+            raise TimeoutError(f"{status.in_flight} of {len(admitted)} in flight after {GATE_TIMEOUT:g} s")
+        await asyncio.sleep(0.5)
+    async with aiohttp.ClientSession() as http:
+        for double in doubles:
+            async with http.post(f"{double}/resume") as resp:
+                resp.raise_for_status()
+    return {"in_flight_at_release": status.in_flight, "released_at": time.perf_counter()}
+
+
+async def trainer(url: str, setup: Setup, server: psutil.Process, ids_out: mp.Queue,
+                  doubles: list[str] | None = None) -> dict:
     submits: list[float] = []
     own = server.cpu_times()
     cpu_before, own_before = tree_cpu(server), own.user + own.system
@@ -168,6 +197,7 @@ async def trainer(url: str, setup: Setup, server: psutil.Process, ids_out: mp.Qu
                 ids_out.put(new)
 
         submitting = asyncio.create_task(submit_all())
+        gate = asyncio.create_task(open_gate(client, doubles or [], submitting, ids)) if setup.gate else None
         cursor = 0
         if setup.hold is not None:  # admission and holding only: nothing is read back
             await submitting
@@ -178,8 +208,12 @@ async def trainer(url: str, setup: Setup, server: psutil.Process, ids_out: mp.Qu
             cursor = page.next
             if submitting.done() and submitting.exception() is not None:
                 break
+            if gate is not None and gate.done() and gate.exception() is not None:
+                break
         await submitting
-        elapsed = time.perf_counter() - started
+        finished = time.perf_counter()
+        elapsed = finished - started
+        released = await gate if gate is not None else None
     cpu = tree_cpu(server) - cpu_before
     own = server.cpu_times()
     own_cpu = own.user + own.system - own_before
@@ -197,6 +231,9 @@ async def trainer(url: str, setup: Setup, server: psutil.Process, ids_out: mp.Qu
         "rollouts_per_post": setup.tasks_per_post * setup.n,
         "admitted": len(ids),
         "hold_s": setup.hold,
+        **({"gate": {"in_flight_at_release": released["in_flight_at_release"],
+                     "admit_s": released["released_at"] - started,
+                     "release_to_last_result_s": finished - released["released_at"]}} if released else {}),
     }
 
 
@@ -213,7 +250,8 @@ def run_once(src: Path, setup: Setup) -> dict:
     """One server of the tree at ``src`` (its own test doubles and state), one batch."""
     llm_ports, api_port = [free_port() for _ in range(setup.ports)], free_port()
     state = tempfile.mkdtemp(prefix="rollserve-bench-")
-    fakes = [fake_llm(p, setup.latency, "Let me think about it.", "So \\boxed{2}.") for p in llm_ports]
+    fakes = [fake_llm(p, setup.latency, "Let me think about it.", "So \\boxed{2}.", paused=setup.gate)
+             for p in llm_ports]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(SRC.parent)])}
     lag_file = Path(state) / "loop_lag.jsonl"
     command = ["-m", "benchmarks.concurrency_probe", str(lag_file)] if setup.profile else ["-m", "rollserve.cli"]
@@ -235,7 +273,7 @@ def run_once(src: Path, setup: Setup) -> dict:
         prober = ctx.Process(target=probe, args=(url, server.pid, ids, stop, out, setup.probe_period))
         prober.start()
         try:
-            data = asyncio.run(trainer(url, setup, proc, ids))
+            data = asyncio.run(trainer(url, setup, proc, ids, [f"http://127.0.0.1:{p}" for p in llm_ports]))
         finally:
             stop.set()
             samples, peak_status = out.get(timeout=120)
@@ -283,6 +321,10 @@ def _rows(data: dict, rollouts: int) -> list[list]:
         ["GET /v1/rollouts/{id} p50 / p99 (ms)", _fmt(lat["rollout"])],
         ["  at >= 90% of max in flight", _fmt(peak["rollout"])],
         [f"POST /v1/rollouts ({data['rollouts_per_post']} rollouts) p50 / p99 (ms)", _fmt(data["submit_latency_ms"])],
+        *([["gate: in flight when the doubles began to answer", data["gate"]["in_flight_at_release"]],
+           ["gate: seconds to admit all / from release to the last result",
+            f"{data['gate']['admit_s']:.1f} / {data['gate']['release_to_last_result_s']:.1f}"]]
+          if "gate" in data else []),
         ["load avg (1 min) before / median / max", f"{data['load_avg_1m_before']:.2f} / "
          f"{data['load_avg_1m_median']:.2f} / {data['load_avg_1m_max']:.2f}"],
     ]
@@ -347,10 +389,12 @@ if __name__ == "__main__":
     parser.add_argument("--hold", type=float, default=None,
                         help="admit everything, sample this many seconds more, then stop (no results read)")
     parser.add_argument("--backend-timeout", type=float, default=None, help="each backend's seconds per request")
+    parser.add_argument("--gate", action="store_true",
+                        help="the doubles hold every call until all rollouts are in flight, then answer")
     parser.add_argument("--before", type=Path, default=None, help="the old tree's src folder")
     parser.add_argument("--rounds", type=int, default=2, help="with --before: runs of each tree")
     parser.add_argument("--out", default="concurrency", help="the JSON's name under benchmarks/results")
     args = parser.parse_args()
     main(Setup(args.rollouts, args.latency, args.ports, args.n, args.tasks_per_post, args.max_pending,
                args.max_connections, args.probe_period, args.profile, args.hold,
-               args.backend_timeout), args.before, args.rounds, args.out)
+               args.backend_timeout, gate=args.gate), args.before, args.rounds, args.out)

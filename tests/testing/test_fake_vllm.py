@@ -303,3 +303,34 @@ def test_command_line_entry_serves():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_command_line_paused_holds_every_call_until_resume():
+    """``--paused`` (a benchmark's gate): calls wait, unanswered, until POST /resume."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "rollserve.testing.fake_vllm", "--port", str(port), "--reply", "hi", "--paused"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    async def check() -> None:
+        async with aiohttp.ClientSession() as client:
+            async with client.get(url + "/is_paused") as resp:
+                assert (await resp.json()) == {"is_paused": True}
+            call = asyncio.create_task(post(url, "/v1/completions", {"prompt": [1, 2, 3]}))
+            async with client.get(url + "/health") as resp:  # answered while the call waits
+                assert resp.status == 200
+            done, _ = await asyncio.wait([call], timeout=1.0)  # unpaused, it answers in ms
+            assert not done
+            async with client.post(url + "/resume") as resp:
+                assert resp.status == 200
+            status, body = await asyncio.wait_for(call, 30)
+            assert status == 200 and body["choices"][0]["text"] == "hi"
+
+    try:
+        assert b"serving" in proc.stdout.readline()
+        asyncio.run(check())
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -142,7 +142,8 @@ class FakeServer:
         self._slots = asyncio.Semaphore(self.capacity) if self.capacity else None
         self._stopping = asyncio.Event()
         self._resumed = asyncio.Event()
-        self._resumed.set()
+        if not self.paused:  # (paused before the start: calls wait for resume())
+            self._resumed.set()
         app = web.Application(client_max_size=256 * 1024**2)
         self.routes(app)
         # A short shutdown timeout: "hanging" handlers are released by close() anyway.

@@ -425,6 +425,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=f"folder, .gguf, or {DEFAULT_TOKENIZER}")
     parser.add_argument("--model", default="fake-model", help="served model name")
     parser.add_argument("--capacity", type=int, default=None, help="concurrent slots")
+    parser.add_argument("--dev-mode", action="store_true", help="serve /pause, /resume, ... (VLLM_SERVER_DEV_MODE=1)")
+    parser.add_argument(
+        "--paused", action="store_true", help="start paused (implies --dev-mode): every call waits for POST /resume"
+    )
     args = parser.parse_args(argv)
     script = None
     if args.script is not None:
@@ -442,7 +446,10 @@ def main(argv: list[str] | None = None) -> None:
         capacity=args.capacity,
         host=args.host,
         port=args.port,
+        dev_mode=args.dev_mode or args.paused,
     )
+    if args.paused:
+        server.pause("wait")
 
     async def serve() -> None:
         async with server:
