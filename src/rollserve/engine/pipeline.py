@@ -37,7 +37,7 @@ from rollserve.engine.stage_metrics import StageLatency
 from rollserve.engine.store import Store
 from rollserve.errors import NodeLost, RolloutError
 from rollserve.handlers import HandlerRegistry
-from rollserve.handlers.base import AgentHandler, HandlerContext
+from rollserve.handlers.base import AgentHandler, HandlerContext, HandlerDefaults
 from rollserve.llm.routing import call_deadline
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,11 @@ class Engine:
 
     def launch(self, specs: list[RolloutSpec]) -> None:
         """Start rollouts already written to the store (the caller checked room())."""
+        defaults: dict[str, HandlerDefaults] = {}  # (a group's specs share their data source)
         for spec in specs:
-            self._launch(self._new_rollout(spec, attempt=1))
+            if spec.data_source not in defaults:
+                defaults[spec.data_source] = self.handler(spec.data_source).defaults
+            self._launch(new_rollout(spec, 1, defaults[spec.data_source], self.config))
 
     def _launch(self, rollout: Rollout, admitted: bool = True) -> None:
         self.live[rollout.id] = rollout

@@ -59,6 +59,43 @@ class RolloutSpec(BaseModel):
     judge: JudgeRequest | None = None  # a judge reward on top of the family's outcome
 
 
+class _Status:
+    """``Rollout.status``: kept in the instance's dict, and counted in its ``tally``
+    (when it has one) as it changes. A descriptor rather than a ``__setattr__`` of the
+    class's own: building a rollout then sets its other fields at plain speed (a
+    batch of 1,000 is built while the POST waits)."""
+
+    def __get__(self, obj: Rollout | None, owner: type | None = None) -> RolloutStatus:
+        if obj is None:
+            return "queued"  # (the field's default, as the dataclass reads it)
+        status: RolloutStatus = obj.__dict__["status"]
+        return status
+
+    def __set__(self, obj: Rollout, value: RolloutStatus) -> None:
+        tally = obj.__dict__.get("tally")
+        if tally is not None:
+            tally[obj.__dict__["status"]] -= 1
+            tally[value] += 1
+        obj.__dict__["status"] = value
+
+
+class _Tally:
+    """``Rollout.tally``: the count it is kept in; set, it counts the status now."""
+
+    def __get__(self, obj: Rollout | None, owner: type | None = None) -> Counter[RolloutStatus] | None:
+        if obj is None:
+            return None  # (the field's default)
+        tally: Counter[RolloutStatus] | None = obj.__dict__["tally"]
+        return tally
+
+    def __set__(self, obj: Rollout, value: Counter[RolloutStatus] | _Tally | None) -> None:
+        if isinstance(value, _Tally):  # the dataclass's __init__ passes ``field``'s default as it is
+            value = None
+        if value is not None:
+            value[obj.__dict__["status"]] += 1  # counted from now on
+        obj.__dict__["tally"] = value
+
+
 @dataclass
 class Rollout:
     """A rollout in flight: its spec, limits, state and what it produced. Handlers see
@@ -68,7 +105,7 @@ class Rollout:
     max_turns: int = 1
     max_context_tokens: int = 2048
     timeouts: Timeouts = field(default_factory=Timeouts)  # resolved: every field set
-    status: RolloutStatus = "queued"
+    status: _Status = _Status()
     trajectory: Trajectory = field(default_factory=Trajectory)
     reward: float | None = None
     evaluation: dict[str, Any] | None = None
@@ -88,17 +125,7 @@ class Rollout:
     mask_stale: bool = False  # mask a rollout whose turns span more
     # The engine's count of rollouts in flight per status, kept as ``status`` changes
     # (``GET /v1/status`` reads it without walking every rollout); None: not counted.
-    tally: Counter[RolloutStatus] | None = field(default=None, repr=False, compare=False)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "status":
-            tally = self.__dict__.get("tally")
-            if tally is not None:
-                tally[self.__dict__["status"]] -= 1
-                tally[value] += 1
-        elif name == "tally" and value is not None:
-            value[self.__dict__["status"]] += 1  # counted from now on
-        object.__setattr__(self, name, value)
+    tally: _Tally = field(default=_Tally(), repr=False, compare=False)
 
     @property
     def id(self) -> str:

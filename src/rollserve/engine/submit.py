@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
-import uuid
 
 from rollserve.contract import Accepted, SamplingParams, SubmitRequest, TaskRequest
 from rollserve.contract.judge import JudgeRequest
@@ -41,7 +41,7 @@ def sample_seeded(sampling: SamplingParams, index: int) -> SamplingParams:
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:16]}"
+    return f"{prefix}{secrets.token_hex(8)}"
 
 
 # Room a rollout's window must leave beyond a harness's measured first prompt: the
@@ -167,7 +167,9 @@ async def submit(engine: Engine, request: SubmitRequest, limits: RequestLimits |
             if task.id in seen_keys:
                 raise InvalidTask(f"{where}.id", f"duplicates tasks[{seen_keys[task.id]}].id in this batch")
             seen_keys[task.id] = index
-        checked.append((index, task, request_hash(task, request)))
+        # Only a client key is ever looked up, so only a keyed task's fingerprint is
+        # compared (``_admit``); a task without one stores none.
+        checked.append((index, task, request_hash(task, request) if task.id is not None else ""))
     attempt = 1
     while True:
         try:
@@ -257,18 +259,20 @@ def _group(
     agent = merged(request.agent, task.agent)
     timeouts = merged(request.timeouts, task.timeouts)
     judge = task.judge or request.judge or engine.context.default_judge
+    # Built from models the request's validation made (and the server's judge): each
+    # field is already what RolloutSpec declares, so none is validated again.
     specs = [
-        RolloutSpec(
+        RolloutSpec.model_construct(
             id=f"{group_id}-{i}",
             group_id=group_id,
             task_id=task_id,
             data_source=task.data_source,
             sample_index=i,
-            instance=task.instance,
+            instance=dict(task.instance),  # (each sample its own, as validation made it)
             sampling=sample_seeded(sampling, i),
             agent=agent,
             timeouts=timeouts,
-            metadata=task.metadata,
+            metadata=dict(task.metadata),
             judge=judge,
             group_n=task.n,
             oversample=task.oversample,

@@ -32,6 +32,7 @@ from typing import Protocol, TypeVar
 from rollserve.contract import TERMINAL, ResultSummary, RolloutResult
 from rollserve.engine.groups import Outcome
 from rollserve.engine.rollout import RolloutSpec
+from rollserve.engine.store.batch import DuplicateClientKey, insert_groups, update_statuses
 from rollserve.engine.store.finish import current_seq, finish_all
 from rollserve.engine.store.reader import Reader
 from rollserve.engine.store.rows import (
@@ -73,10 +74,6 @@ class Store(Protocol):
     async def seed_salt(self) -> str: ...
     async def rescore_answer(self, key: str) -> tuple[str, str] | None: ...
     async def keep_rescore_answer(self, key: str, fingerprint: str, answer: str) -> None: ...
-
-
-class DuplicateClientKey(Exception):
-    """Another group already holds this client-chosen id."""
 
 
 class SQLiteStore:
@@ -132,25 +129,9 @@ class SQLiteStore:
 
     # --- writes -------------------------------------------------------------------
     async def create_groups(self, groups: list[tuple[GroupRow, list[RolloutSpec]]]) -> None:
-        """Insert whole groups in one transaction: all of them, or none."""
-        now = time.time()
-
-        def _insert(conn: sqlite3.Connection) -> None:
-            for group, specs in groups:
-                try:
-                    conn.execute(
-                        "INSERT INTO groups VALUES (?,?,?,?,?,?)",
-                        (group.id, group.task_id, group.client_key, group.request_hash, group.n, group.created_at),
-                    )
-                except sqlite3.IntegrityError as exc:
-                    raise DuplicateClientKey(group.client_key or group.id) from exc
-                conn.executemany(
-                    "INSERT INTO rollouts (id, group_id, spec, status, attempt, created_at,"
-                    " updated_at) VALUES (?,?,?,?,?,?,?)",
-                    [(s.id, group.id, s.model_dump_json(), "queued", 1, now, now) for s in specs],
-                )
-
-        await self._call(_insert)
+        """Insert whole groups in one transaction: all of them, or none (one statement
+        per table, ``store.batch``)."""
+        await self._call(partial(insert_groups, groups=groups, now=time.time()))
 
     async def set_status(self, rollout_id: str, status: str, attempt: int | None = None) -> None:
         """Record a non-terminal state change.
@@ -177,14 +158,8 @@ class SQLiteStore:
             return
         batch, self._pending = self._pending, {}
 
-        def _update(conn: sqlite3.Connection) -> None:
-            # `seq IS NULL`: a late state change never overwrites a finished result.
-            conn.executemany(
-                "UPDATE rollouts SET status=?, attempt=COALESCE(?, attempt), updated_at=? WHERE id=? AND seq IS NULL",
-                [(status, attempt, at, rid) for rid, (status, attempt, at) in batch.items()],
-            )
-
-        await self._call(_update)
+        # (`seq IS NULL` there: a late state change never overwrites a finished result)
+        await self._call(partial(update_statuses, changes=batch))
 
     async def finish(self, result: RolloutResult) -> int:
         """Store the terminal result and give it the next cursor position.
