@@ -24,7 +24,8 @@ LEAVES = {"rollserve.llm.base", "rollserve.llm.bundled"}  # the contracts; the b
 ALLOWED: dict[str, set[str]] = {
     "rollserve.llm.base": set(),
     "rollserve.llm.bundled": {"rollserve.llm.base"},
-    "rollserve.llm.backends": LEAVES,
+    "rollserve.llm.slots": set(),  # the FIFO limit of the connection pools (and the engine's stage pools)
+    "rollserve.llm.backends": LEAVES | {"rollserve.llm.slots"},
     "rollserve.llm.tokens": LEAVES | {"rollserve.llm.backends.http"},
     "rollserve.llm.routing": {"rollserve.llm.base"},
     "rollserve.llm.judges": {"rollserve.llm.base"},  # judges: backends of their own, no router

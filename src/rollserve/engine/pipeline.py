@@ -46,6 +46,8 @@ __all__ = ["CLEANUP_TIMEOUT", "Engine", "EngineConfig", "Sessions"]
 
 
 START_PER_PASS = 32  # rollouts that take their first steps in one pass of the event loop
+STOP_PER_PASS = 1024  # rollouts a stop cancels in one pass of the event loop
+STOP_IDLE = CLEANUP_TIMEOUT + 30  # a stop gives up waiting once none of its rollouts ended in this long
 COMPLETION_SECONDS = 3600  # the longest window ``throughput`` counts over
 INLINE_RESULT_TOKENS = 4096  # a result with at most this many ids is built on the loop
 INLINE_RESULT_MESSAGES = 64  # ... in at most this many messages
@@ -136,14 +138,39 @@ class Engine:
         self.events.close()
 
     async def stop(self) -> None:
-        """Stop every rollout in flight without finishing it: a restart re-queues it."""
+        """Stop every rollout in flight without finishing it: a restart re-queues it.
+
+        The newest are cancelled first, ``STOP_PER_PASS`` per pass of the event loop: no
+        pass runs every rollout's unwinding at once, and a rollout cancelled while queued
+        (for a stage's slot, a connection) leaves its queue in O(1) (``llm.slots``). The
+        stage pools are closed first, so a slot given back meanwhile starts no stage for
+        a rollout about to be cancelled. The wait is bounded: it ends once every rollout
+        has ended, or when none has for ``STOP_IDLE`` seconds (each cleanup is bounded by
+        ``CLEANUP_TIMEOUT``; what one left, the service's stop closes after)."""
         self.begin_shutdown()
         if self._janitor:
             self._janitor.cancel()
+        for pool in self.pools.values():
+            pool.close()
         tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for end in range(len(tasks), 0, -STOP_PER_PASS):
+            for task in tasks[max(0, end - STOP_PER_PASS) : end]:
+                task.cancel()
+            await asyncio.sleep(0)  # the next pass: these unwind while the next are cancelled
+        await self._wait_stopped(tasks)
+
+    async def _wait_stopped(self, tasks: list[asyncio.Task[None]]) -> None:
+        pending = {task for task in tasks if not task.done()}
+        while pending:
+            before = len(pending)
+            _, pending = await asyncio.wait(pending, timeout=STOP_IDLE)
+            if pending and len(pending) == before:
+                log.error(
+                    "stop: %d rollouts did not end in %g s after being cancelled; not waiting for them",
+                    len(pending),
+                    STOP_IDLE,
+                )
+                return
 
     async def _recover(self) -> Recovered:
         counts: Counter[recovery.Verdict] = Counter()

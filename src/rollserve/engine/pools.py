@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from rollserve.contract import StageStatus
+from rollserve.llm.slots import FifoSlots
 
 
 class StagePool:
@@ -23,7 +24,9 @@ class StagePool:
             raise ValueError(f"{name}_workers must be at least 1, got {workers}")
         self.name = name
         self.workers = workers
-        self._slots = asyncio.Semaphore(workers)  # asyncio semaphores wake waiters FIFO
+        # FIFO; a waiter cancelled anywhere in a long queue leaves it in O(1) (a stop
+        # cancels them all at once: ``llm.slots``)
+        self._slots = FifoSlots(workers)
         self._shrunk = 0  # slots to take out of use as they come free (``resize``)
         self.waiting = 0
         self.busy = 0
@@ -63,6 +66,11 @@ class StagePool:
                 self._shrunk -= 1
             else:
                 self._slots.release()
+
+    def close(self) -> None:
+        """The engine is stopping: no waiter gets a slot any more (each is cancelled),
+        so a slot given back meanwhile starts no stage for a rollout about to stop."""
+        self._slots.close()
 
     def snapshot(self) -> StageStatus:
         return StageStatus(

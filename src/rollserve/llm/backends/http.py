@@ -42,6 +42,7 @@ import aiohttp
 
 from rollserve.errors import ContextWindowError, LLMError
 from rollserve.llm.base import SLOT_WAIT
+from rollserve.llm.slots import FifoSlots
 
 MAX_CONNECTIONS = 1024  # sampling requests in flight to one server, by default
 CONTROL_CONNECTIONS = 32  # more connections for health checks and control calls
@@ -109,7 +110,7 @@ class HTTPClient:
         self.timeout = timeout
         self.max_connections = max_connections
         self.waiting = 0  # sampling requests waiting for a connection
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: FifoSlots | None = None
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -120,7 +121,9 @@ class HTTPClient:
         if self._session is None or self._session.closed or self._loop is not loop:
             self._loop = loop
             bound = self.max_connections
-            self._slots = asyncio.Semaphore(bound) if bound else None  # (a semaphore is per loop)
+            # (a queue of futures is per loop) FIFO, and a stop that cancels thousands of
+            # waiters at once costs O(1) each (``llm.slots``)
+            self._slots = FifoSlots(bound) if bound else None
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=bound + CONTROL_CONNECTIONS if bound else 0, limit_per_host=0, keepalive_timeout=60
