@@ -89,6 +89,7 @@ async def test_ended_gateway_rollouts_leave_no_session_socket_or_trajectory_behi
     assert service.sandboxes.open_sandboxes() == []
     # Nothing of the four sessions is left: not the session, not its socket's app, not
     # the trajectory it recorded; and aiohttp's middleware cache holds none of them.
+    # (Not more than before: one an earlier test left may be freed meanwhile.)
     after = {kind: alive(kind) for kind in (GatewaySession, SessionSocket, Trajectory)}
-    assert after == before, (before, after)
+    assert all(after[kind] <= before[kind] for kind in before), (before, after)
     assert web_app._cached_build_middleware.cache_info().currsize == cached
