@@ -2,7 +2,8 @@
 ``benchmarks/soak.py`` (the same options; one on the old code, one on the new), and
 optionally the memory probes of a diagnosis run (``benchmarks/soak_trace.py``).
 
-    python -m benchmarks.soak_slope BEFORE.json AFTER.json [--probes DIR] [--referrers PROBE.json]
+    python -m benchmarks.soak_slope BEFORE.json AFTER.json [--probes DIR] [--after-probes DIR]
+        [--referrers PROBE.json]
 
 Writes ``results/soak_slope.json``: per run, the server RSS's trend per hour (a
 least-squares line through the samples from the warm-up on), its growth between the
@@ -55,9 +56,11 @@ def probe_summary(folder: Path) -> list[dict]:
             "t_s": p["t"],
             "rss_mb": round(p["rss_kb"] / 1024, 1),
             "anonymous_mb": round(p["smaps"]["Anonymous"] / 1024, 1),
+            "heap_mb": round(p["heap"]["arena"] / 2**20, 1),
             "heap_in_use_mb": round(p["heap"]["uordblks"] / 2**20, 1),
             "heap_free_mb": round(p["heap"]["fordblks"] / 2**20, 1),
             "traced_python_mb": round(p["traced_kb"] / 1024, 1),
+            "tracked_objects": p["objects"],
             "live": {k: p["gc_types"].get(k, 0) for k in KEPT},
         }
         if "rss_kb_after_malloc_trim" in p:
@@ -88,6 +91,8 @@ def main(args: argparse.Namespace) -> None:
     }
     if args.probes:
         extra["diagnosis_probes"] = probe_summary(Path(args.probes))
+    if args.after_probes:
+        extra["diagnosis_probes_after"] = probe_summary(Path(args.after_probes))
     if args.referrers:  # a probe taken with ROLLSERVE_SOAK_REFERRERS set: what held the objects
         probe = json.loads(Path(args.referrers).read_text())
         extra["referrer_chains"] = probe.get("referrers", [])
@@ -115,5 +120,6 @@ if __name__ == "__main__":
     parser.add_argument("before", help="the soak's JSON on the old code")
     parser.add_argument("after", help="the soak's JSON on the new code")
     parser.add_argument("--probes", default="", help="a diagnosis run's probe folder (soak.py --trace)")
+    parser.add_argument("--after-probes", default="", help="the same probes on the new code")
     parser.add_argument("--referrers", default="", help="a probe's JSON with referrer chains (soak_trace.py)")
     main(parser.parse_args())
