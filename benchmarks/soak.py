@@ -249,8 +249,10 @@ def accounting(trainer: Trainer) -> dict:
 
 
 def serve(args: argparse.Namespace, port: int, backend: Backend, state: Path) -> subprocess.Popen:
+    probe = (["-m", "benchmarks.soak_trace", args.trace, "--at", args.trace_at, "--"] if args.trace
+             else ["-m", "rollserve.cli"])
     return subprocess.Popen(
-        [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(port), "--state-dir", str(state),
+        [sys.executable, *probe, "serve", "--port", str(port), "--state-dir", str(state),
          "--backend", backend.url, "--retention-hours", str(args.retention_minutes / 60),
          "--log-level", "warning"], env=ENV)
 
@@ -310,5 +312,8 @@ if __name__ == "__main__":
     parser.add_argument("--sample-every", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--retention-minutes", type=float, default=2.0,
                         help="the server keeps results this long (under --warmup: the store is full by then)")
+    parser.add_argument("--trace", default="", help="a folder: run the server under benchmarks/soak_trace.py "
+                        "(tracemalloc, gc type counts, smaps) probing at --trace-at seconds")
+    parser.add_argument("--trace-at", default="300,900", help="seconds after the server's start to probe at")
     parser.add_argument("--out", default="soak", help="the JSON's and PNG's name under benchmarks/results")
     main(parser.parse_args())

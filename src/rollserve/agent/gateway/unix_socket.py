@@ -64,13 +64,18 @@ class SessionSocket:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._own_key_only])
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/messages", self._messages)
-        app.router.add_post("/v1/responses", self._responses)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
-        app.router.add_route("*", "/{tail:.*}", self._unknown)
+        # No middleware: aiohttp keeps each (handler, app) pair that runs middlewares in
+        # a module-wide cache of 1,024 (``web_app._cached_build_middleware``), made for
+        # an app that lives as long as the process. An app per session there kept the
+        # last 1,024 sessions alive after their rollouts ended, each with its whole
+        # trajectory. Every route checks the key itself (``_own_key_only``).
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post("/v1/chat/completions", self._own_key_only(self._chat))
+        app.router.add_post("/v1/messages", self._own_key_only(self._messages))
+        app.router.add_post("/v1/responses", self._own_key_only(self._responses))
+        app.router.add_get("/v1/models", self._own_key_only(self._models))
+        app.router.add_post("/v1/messages/count_tokens", self._own_key_only(self._count_tokens))
+        app.router.add_route("*", "/{tail:.*}", self._own_key_only(self._unknown))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -95,14 +100,18 @@ class SessionSocket:
         if runner is not None:
             await runner.cleanup()
 
-    @web.middleware
-    async def _own_key_only(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Refuse a request that names another gateway key than this session's."""
-        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        for sent in (bearer, request.headers.get("x-api-key", "").strip()):
-            if self.key is not None and sent.startswith(KEY_PREFIX) and sent != self.key:
-                return _refused(UnknownKey("this gateway key is not this sandbox's session's"))
-        return await handler(request)
+    def _own_key_only(self, handler: Handler) -> Handler:
+        """``handler``, refusing a request that names another gateway key than this
+        session's."""
+
+        async def checked(request: web.Request) -> web.StreamResponse:
+            bearer = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            for sent in (bearer, request.headers.get("x-api-key", "").strip()):
+                if self.key is not None and sent.startswith(KEY_PREFIX) and sent != self.key:
+                    return _refused(UnknownKey("this gateway key is not this sandbox's session's"))
+            return await handler(request)
+
+        return checked
 
     async def _body(self, request: web.Request) -> bytes:
         """The body, never more than the session's bound of it read (a 413 past it)."""
