@@ -97,6 +97,8 @@ class FakeActor:
         try:
             if item.call is not None:
                 reply.outcome = await self.run_stage.remote(item.call)
+                if item.call.release:  # as the worker does: cleaned up before the answer
+                    await self.cleanup.remote(item.call.spec.id, item.call.attempt, False)
             else:
                 assert item.cleanup is not None
                 reply.outcome = await self.cleanup.remote(*item.cleanup)

@@ -77,6 +77,9 @@ class NodeLink:
         self._closed: LinkClosed | None = None
         self.calls = 0  # Ray calls made
         self.requests = 0  # requests sent
+        self.polls = 0  # of the calls: those that waited for answers
+        self.answers = 0  # answers taken
+        self.unused = 0  # ... of them: one already taken (sent again), or no one waits for any more
 
     async def stage(self, call: StageCall) -> StageOutcome:
         outcome = await self._request(LinkItem(id=next(self._ids), call=call))
@@ -145,6 +148,7 @@ class NodeLink:
         """One ``exchange`` call: deliver ``items`` and take the answers ready (``wait``:
         for up to that long, for the first). Bounded by ``wait + call_timeout``."""
         self.calls += 1
+        self.polls += wait > 0
         self._told = ack = self._ack
         replies: list[LinkReply] = []
         try:
@@ -207,10 +211,12 @@ class NodeLink:
             self._fail(exc, [item.id for item in items])
 
     def _hand(self, replies: list[LinkReply]) -> None:
+        self.answers += len(replies)
         for reply in replies:
             self._ack = max(self._ack, reply.seq)
             waiter = self._waiting.get(reply.id)
             if waiter is None or waiter.done():
+                self.unused += 1
                 continue  # a request no one waits for any more (cancelled, or a reply sent again)
             if reply.error is not None:
                 waiter.set_exception(WorkerFailed(f"node {self.node.name}: {reply.error}"))

@@ -259,11 +259,23 @@ class NodeWorker:
                 pass
         return list(self._replies)
 
+    async def _release(self, call: StageCall) -> None:
+        """Clean up the attempt whose last stage ``call`` was (``StageCall.release``): the
+        head sends no cleanup after it. A failure here is logged; the stage's answer stands."""
+        try:
+            await self.cleanup(call.spec.id, call.attempt, produced=False)
+        except Exception:
+            log.exception(
+                "node %s: cleanup of rollout %s after its %s failed", self.settings.node, call.spec.id, call.stage
+            )
+
     async def _answer(self, item: LinkItem) -> None:
         reply = LinkReply(seq=0, id=item.id)
         try:
             if item.call is not None:
                 reply.outcome = await self.run_stage(item.call)
+                if item.call.release:  # its last stage: the attempt is cleaned up before the answer
+                    await self._release(item.call)
             elif item.cleanup is not None:
                 reply.outcome = await self.cleanup(*item.cleanup)
             else:
