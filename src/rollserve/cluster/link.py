@@ -32,6 +32,7 @@ import asyncio
 import itertools
 import logging
 import pickle
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -162,6 +163,7 @@ class NodeLink:
         except Exception as exc:  # Ray's error (the executor maps it), or a bug: never a hang
             self._failed(exc, items, wait)
         else:
+            self.node.answered_at = time.monotonic()  # it answers: no status poll needed (``NodeWatch``)
             if wait > 0:
                 self._failed_polls = 0
         finally:
