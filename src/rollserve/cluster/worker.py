@@ -62,8 +62,10 @@ DEADLINE_GRACE = 5.0
 # The attempts (rollout id, attempt) cleaned up that a worker remembers: the newest ones.
 CLEANED_KEPT = 100_000
 # A poll that waited for an answer waits this much longer for the answers that end with
-# it (the stages of rollouts that started together end together): one reply, not several.
-GATHER_S = 0.005
+# it or soon after (the stages of rollouts that started together end together): one reply,
+# not several (each Ray call costs the head's process CPU: its Python side and Ray's
+# threads, docs/benchmarks.md); it adds at most 20 ms to a stage's answer.
+GATHER_S = 0.02
 
 
 class NodeWorker:
