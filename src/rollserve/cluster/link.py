@@ -4,8 +4,9 @@ A Ray actor call costs the head's process CPU of its own (building and pickling 
 call, Ray's submission and reply threads, an object ref and its future), much more
 than a math rollout's own work there. So the head does not make one call per stage and
 one per cleanup. Each Ray call is an ``exchange``: it delivers the requests gathered
-in the node's outbox (for ``BATCH_S``) and takes every answer the worker has ready.
-One exchange at a time waits on the worker for the next answer (a poll); the next poll
+in the node's outbox (for ``BATCH_S``). One exchange at a time waits on the worker for
+the next answer and takes every answer it has ready (a poll; an exchange that only
+delivers takes none, so each answer crosses once); the next poll
 leaves ``BATCH_S`` after the last one came back, carrying the requests its answers led
 to (a rollout's next stage, its cleanup), so a request costs at most about one call and
 requests that come together share one. A request made while the poll waits goes in an

@@ -243,7 +243,8 @@ class NodeWorker:
     async def exchange(self, payload: bytes | None, ack: int, wait: float) -> list[LinkReply]:
         """Start the head's requests in ``payload`` (a ``list[LinkItem]`` the head pickled
         itself), drop the answers up to ``ack`` (the last seq the head took), and return
-        those after it, once there is one or ``wait`` seconds passed (then maybe none)."""
+        those after it, once there is one or ``wait`` seconds passed (then maybe none);
+        none when it delivers requests without waiting (``wait`` 0)."""
         if payload is not None:
             items: list[LinkItem] = pickle.loads(payload)
             for item in items:
@@ -252,6 +253,11 @@ class NodeWorker:
                 task.add_done_callback(self._answering.discard)
         while self._replies and self._replies[0].seq <= ack:
             self._replies.popleft()
+        if payload is not None and wait <= 0:
+            # Only delivering (the head sends those while its wait for answers is on its
+            # way here): that wait takes the answers; returned here too, each would cross
+            # twice and the head unpickle it twice.
+            return []
         if not self._replies and wait > 0:
             self._ready.clear()
             try:
