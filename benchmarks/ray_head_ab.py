@@ -114,7 +114,7 @@ def arm(src: Path, nodes: int, slots: int, per_node: int, latency: float, profil
                     "record",
                     "--gil",
                     "-r",
-                    "100",
+                    "200",
                     "--format",
                     "raw",
                     "-o",
@@ -151,6 +151,13 @@ def arm(src: Path, nodes: int, slots: int, per_node: int, latency: float, profil
         if counts:
             result["link_requests"] = sum(int(r) for r, _ in counts)
             result["link_ray_calls"] = sum(int(c) for _, c in counts)
+        more = re.findall(
+            r"\((\d+) polls\); (\d+) answers taken, (\d+) of them unused", (state / "server.log").read_text()
+        )
+        if more:
+            result["link_polls"] = sum(int(p) for p, _, _ in more)
+            result["link_answers"] = sum(int(a) for _, a, _ in more)
+            result["link_answers_unused"] = sum(int(u) for _, _, u in more)
         return result
     finally:
         if spy is not None:

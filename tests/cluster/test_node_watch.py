@@ -193,3 +193,31 @@ async def test_unavailable_stage_calls_and_cleanups_count_as_missed_answers(kill
         with pytest.raises(NodeLost, match="unreachable"):
             await ex.run_stage(r, handler=None, stage="run")  # type: ignore[arg-type]
     assert not n.alive and killed == [n.actor]
+
+
+async def test_a_worker_answering_exchanges_is_asked_its_status_only_every_few_seconds(killed):
+    """A worker that answered an exchange within the last ``poll_s`` has shown it
+    answers: no status call for it, but one once its last report is ``STATUS_EVERY_S``
+    old; a worker whose exchanges stopped is polled (and fenced when silent) as before."""
+    import time
+
+    from rollserve.cluster.watch import STATUS_EVERY_S
+
+    ex = executor()  # poll_s 1.0
+    silent = answer(None, delay=30)  # a status call would not be answered (call_timeout 0.2 s)
+    n = node(ex, "n", FakeActor(status=silent))
+    n.reported_at = time.monotonic()
+    for _ in range(5):  # more looks than fence_after_polls, each just after an answered exchange
+        n.answered_at = time.monotonic()
+        await asyncio.wait_for(ex._poll_workers(), 10)
+    assert "status" not in n.actor.calls and n.alive and n.unanswered == 0
+    n.answered_at, n.reported_at = time.monotonic(), time.monotonic() - STATUS_EVERY_S  # its report is old
+    n.actor.replies["status"] = report
+    before = time.monotonic()
+    await asyncio.wait_for(ex._poll_workers(), 10)
+    assert len(n.actor.calls["status"]) == 1 and n.reported_at >= before
+    n.answered_at = time.monotonic() - 2 * ex.config.poll_s  # its exchanges stopped: asked at every look
+    n.actor.replies["status"] = silent
+    for _ in range(3):
+        await asyncio.wait_for(ex._poll_workers(), 10)
+    assert not n.alive and killed == [n.actor] and len(n.actor.calls["status"]) == 4

@@ -44,6 +44,7 @@ class RayExecutor(NodeWatch):
         self._where: dict[str, ClusterNode] = {}  # rollout id -> its node
         self._synced: set[str] = set()  # rollouts whose last stage call returned
         self._called: set[str] = set()  # rollouts whose attempt sent its node a stage call
+        self._released: set[str] = set()  # rollouts whose node cleaned their attempt up with EVAL
         self._background: set[asyncio.Task[None]] = set()
         self._links: dict[str, NodeLink] = {}  # node key -> its batched calls
 
@@ -70,7 +71,15 @@ class RayExecutor(NodeWatch):
         await asyncio.gather(*tasks, return_exceptions=True)
         links, self._links = list(self._links.values()), {}
         for link in links:
-            log.info("node %s: %d requests in %d Ray calls", link.node.name, link.requests, link.calls)
+            log.info(
+                "node %s: %d requests in %d Ray calls (%d polls); %d answers taken, %d of them unused",
+                link.node.name,
+                link.requests,
+                link.calls,
+                link.polls,
+                link.answers,
+                link.unused,
+            )
         await asyncio.gather(*(link.aclose() for link in links))
         alive = [n for n in self.placement.nodes.values() if n.alive]
         stops = [self._bounded(n.actor.stop.remote(), self.config.call_timeout * 3) for n in alive]
@@ -214,6 +223,7 @@ class RayExecutor(NodeWatch):
             node.lost += 1
             raise NodeLost(f"node {node.name} died before {stage} (attempt {r.attempt})", node.name)
         self._synced.discard(r.id)
+        self._released.discard(r.id)
         self._called.add(r.id)
         node.busy[stage] += 1
         try:
@@ -239,10 +249,18 @@ class RayExecutor(NodeWatch):
         finally:
             node.busy[stage] -= 1
             node.done[stage] += 1
+        await self._took(r, handler, stage, node, outcome)
+
+    async def _took(
+        self, r: Rollout, handler: AgentHandler, stage: Stage, node: ClusterNode, outcome: StageOutcome
+    ) -> None:
+        """A stage's answer from ``node``: copied into the rollout, its failure raised."""
         if not node.alive:  # fenced while the call ran: what it made is not used
             node.lost += 1
             raise NodeLost(f"node {node.name} was lost during {stage} (attempt {r.attempt})", node.name)
         self._synced.add(r.id)
+        if stage == "eval":  # the worker cleaned the attempt up before it answered (``_call``)
+            self._released.add(r.id)
         self._apply(r, outcome)
         if outcome.error is not None:
             outcome.error.raise_again()
@@ -281,6 +299,7 @@ class RayExecutor(NodeWatch):
             rollout_left=None if r.deadline is None else r.deadline - now,
             calls_left=None if calls_end is None else calls_end - now,
             run_left=None if r.run_deadline is None or stage != "run" else r.run_deadline - now,
+            release=stage == "eval",  # the last stage: its answer comes after the node's cleanup
         )
 
     @staticmethod
@@ -295,17 +314,20 @@ class RayExecutor(NodeWatch):
 
     async def cleanup(self, r: Rollout, handler: AgentHandler) -> None:
         """Release the rollout's slot; its worker ends what still runs and closes its
-        sandboxes (bounded). When its last stage call did not return (cut by a deadline
+        sandboxes (bounded), unless the answer to its EVAL said it had (``StageCall.release``:
+        then no call is sent). When its last stage call did not return (cut by a deadline
         or a cancel), what the worker had by then is copied back."""
         node = self._where.pop(r.id, None)
         synced = r.id in self._synced
         self._synced.discard(r.id)
         called = r.id in self._called
         self._called.discard(r.id)
+        released = r.id in self._released  # EVAL answered: the worker cleaned it up already
+        self._released.discard(r.id)
         if node is None:
             return
         try:
-            if node.alive and called:  # reserved only: the worker never heard of it
+            if node.alive and called and not released:  # reserved only: the worker never heard of it
                 outcome: StageOutcome | None = await asyncio.shield(
                     self._bounded(self._link(node).cleanup(r.id, r.attempt, not synced), CLEANUP_TIMEOUT)
                 )

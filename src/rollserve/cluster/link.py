@@ -4,8 +4,9 @@ A Ray actor call costs the head's process CPU of its own (building and pickling 
 call, Ray's submission and reply threads, an object ref and its future), much more
 than a math rollout's own work there. So the head does not make one call per stage and
 one per cleanup. Each Ray call is an ``exchange``: it delivers the requests gathered
-in the node's outbox (for ``BATCH_S``) and takes every answer the worker has ready.
-One exchange at a time waits on the worker for the next answer (a poll); the next poll
+in the node's outbox (for ``BATCH_S``). One exchange at a time waits on the worker for
+the next answer and takes every answer it has ready (a poll; an exchange that only
+delivers takes none, so each answer crosses once); the next poll
 leaves ``BATCH_S`` after the last one came back, carrying the requests its answers led
 to (a rollout's next stage, its cleanup), so a request costs at most about one call and
 requests that come together share one. A request made while the poll waits goes in an
@@ -32,6 +33,7 @@ import asyncio
 import itertools
 import logging
 import pickle
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -77,6 +79,9 @@ class NodeLink:
         self._closed: LinkClosed | None = None
         self.calls = 0  # Ray calls made
         self.requests = 0  # requests sent
+        self.polls = 0  # of the calls: those that waited for answers
+        self.answers = 0  # answers taken
+        self.unused = 0  # ... of them: one already taken (sent again), or no one waits for any more
 
     async def stage(self, call: StageCall) -> StageOutcome:
         outcome = await self._request(LinkItem(id=next(self._ids), call=call))
@@ -145,6 +150,7 @@ class NodeLink:
         """One ``exchange`` call: deliver ``items`` and take the answers ready (``wait``:
         for up to that long, for the first). Bounded by ``wait + call_timeout``."""
         self.calls += 1
+        self.polls += wait > 0
         self._told = ack = self._ack
         replies: list[LinkReply] = []
         try:
@@ -158,6 +164,7 @@ class NodeLink:
         except Exception as exc:  # Ray's error (the executor maps it), or a bug: never a hang
             self._failed(exc, items, wait)
         else:
+            self.node.answered_at = time.monotonic()  # it answers: no status poll needed (``NodeWatch``)
             if wait > 0:
                 self._failed_polls = 0
         finally:
@@ -207,10 +214,12 @@ class NodeLink:
             self._fail(exc, [item.id for item in items])
 
     def _hand(self, replies: list[LinkReply]) -> None:
+        self.answers += len(replies)
         for reply in replies:
             self._ack = max(self._ack, reply.seq)
             waiter = self._waiting.get(reply.id)
             if waiter is None or waiter.done():
+                self.unused += 1
                 continue  # a request no one waits for any more (cancelled, or a reply sent again)
             if reply.error is not None:
                 waiter.set_exception(WorkerFailed(f"node {self.node.name}: {reply.error}"))

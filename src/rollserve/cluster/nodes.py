@@ -36,6 +36,8 @@ class ClusterNode:
     sandboxes_open: int = 0
     reaped_at_start: int = 0
     unanswered: int = 0  # status polls in a row its worker did not answer
+    answered_at: float = 0.0  # (time.monotonic) when an exchange (``cluster.link``) was last answered
+    reported_at: float = 0.0  # ... and its last status report
 
     @property
     def key(self) -> str:

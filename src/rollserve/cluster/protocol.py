@@ -93,6 +93,9 @@ class StageCall:
     rollout_left: float | None  # until the rollout's deadline
     calls_left: float | None  # until the earlier of the stage's and the rollout's
     run_left: float | None  # RUN only: until RUN must end
+    # EVAL (the attempt's last stage): the worker cleans the attempt up as the stage ends,
+    # before it answers, so the head sends no cleanup call of its own after it.
+    release: bool = False
 
 
 @dataclass

@@ -40,6 +40,8 @@ NODE_LABEL = "rollserve-node"  # a node's name, where set (else its host name)
 # A node whose worker failed to start is tried again after this, doubling per failure.
 START_BACKOFF = 1.0
 START_BACKOFF_MAX = 60.0
+# A worker busy answering exchanges is asked for its status this often (else every poll_s).
+STATUS_EVERY_S = 5.0
 
 
 def node_name(info: dict[str, Any]) -> str:
@@ -272,6 +274,18 @@ class NodeWatch:
             await asyncio.wait(starting, timeout=timeout)
 
     async def _poll_workers(self) -> None:
+        """Ask each alive node's worker for its status; but a worker that answered an
+        exchange (``cluster.link``) within the last ``poll_s`` has shown it answers, so
+        it is asked only when its last report is ``STATUS_EVERY_S`` old (its
+        ``sandboxes_open`` is at most that stale while it is busy)."""
+        now = time.monotonic()
+
+        def due(node: ClusterNode) -> bool:
+            answering = now - node.answered_at < self.config.poll_s
+            if answering:
+                node.unanswered = 0
+            return not answering or now - node.reported_at >= STATUS_EVERY_S
+
         async def one(node: ClusterNode) -> None:
             try:
                 report = WorkerReport.model_validate(
@@ -279,6 +293,7 @@ class NodeWatch:
                 )
                 node.sandboxes_open = report.sandboxes_open
                 node.unanswered = 0
+                node.reported_at = time.monotonic()
             except ActorUnavailableError as exc:  # it may be back soon: counted, as a silence
                 self._unanswered(node, exc)
             except RayActorError as exc:
@@ -286,7 +301,7 @@ class NodeWatch:
             except (RayError, TimeoutError) as exc:
                 self._unanswered(node, exc)
 
-        await asyncio.gather(*(one(n) for n in self.placement.nodes.values() if n.alive))
+        await asyncio.gather(*(one(n) for n in self.placement.nodes.values() if n.alive and due(n)))
 
     def _unanswered(self, node: ClusterNode, exc: BaseException) -> None:
         """A status poll not answered: the ``fence_after_polls``-th in a row fences the

@@ -62,8 +62,10 @@ DEADLINE_GRACE = 5.0
 # The attempts (rollout id, attempt) cleaned up that a worker remembers: the newest ones.
 CLEANED_KEPT = 100_000
 # A poll that waited for an answer waits this much longer for the answers that end with
-# it (the stages of rollouts that started together end together): one reply, not several.
-GATHER_S = 0.005
+# it or soon after (the stages of rollouts that started together end together): one reply,
+# not several (each Ray call costs the head's process CPU: its Python side and Ray's
+# threads, docs/benchmarks.md); it adds at most 20 ms to a stage's answer.
+GATHER_S = 0.02
 
 
 class NodeWorker:
@@ -241,7 +243,8 @@ class NodeWorker:
     async def exchange(self, payload: bytes | None, ack: int, wait: float) -> list[LinkReply]:
         """Start the head's requests in ``payload`` (a ``list[LinkItem]`` the head pickled
         itself), drop the answers up to ``ack`` (the last seq the head took), and return
-        those after it, once there is one or ``wait`` seconds passed (then maybe none)."""
+        those after it, once there is one or ``wait`` seconds passed (then maybe none);
+        none when it delivers requests without waiting (``wait`` 0)."""
         if payload is not None:
             items: list[LinkItem] = pickle.loads(payload)
             for item in items:
@@ -250,6 +253,11 @@ class NodeWorker:
                 task.add_done_callback(self._answering.discard)
         while self._replies and self._replies[0].seq <= ack:
             self._replies.popleft()
+        if payload is not None and wait <= 0:
+            # Only delivering (the head sends those while its wait for answers is on its
+            # way here): that wait takes the answers; returned here too, each would cross
+            # twice and the head unpickle it twice.
+            return []
         if not self._replies and wait > 0:
             self._ready.clear()
             try:
@@ -259,11 +267,23 @@ class NodeWorker:
                 pass
         return list(self._replies)
 
+    async def _release(self, call: StageCall) -> None:
+        """Clean up the attempt whose last stage ``call`` was (``StageCall.release``): the
+        head sends no cleanup after it. A failure here is logged; the stage's answer stands."""
+        try:
+            await self.cleanup(call.spec.id, call.attempt, produced=False)
+        except Exception:
+            log.exception(
+                "node %s: cleanup of rollout %s after its %s failed", self.settings.node, call.spec.id, call.stage
+            )
+
     async def _answer(self, item: LinkItem) -> None:
         reply = LinkReply(seq=0, id=item.id)
         try:
             if item.call is not None:
                 reply.outcome = await self.run_stage(item.call)
+                if item.call.release:  # its last stage: the attempt is cleaned up before the answer
+                    await self._release(item.call)
             elif item.cleanup is not None:
                 reply.outcome = await self.cleanup(*item.cleanup)
             else:
