@@ -31,6 +31,7 @@ import asyncio
 import codecs
 import time
 import zlib
+from typing import cast
 from urllib.parse import urlencode, urlsplit
 
 import httptools
@@ -75,8 +76,7 @@ class _Connection(asyncio.Protocol):
 
     # --- asyncio.Protocol ------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is not an asyncio.Transport subclass)
 
     def data_received(self, data: bytes) -> None:
         try:
