@@ -231,20 +231,3 @@ async def test_idle_connections_past_the_keepalive_are_closed_not_reused():
         finally:
             wire.close()
     assert server.connections == 2
-
-
-def test_the_server_event_loop_uvloop_carries_the_same_exchanges():
-    """``rollserve serve`` runs on uvloop, whose transports are not asyncio's classes."""
-    uvloop = pytest.importorskip("uvloop")
-
-    async def exchanges() -> None:
-        async with RawServer(echo) as server:
-            client = HTTPClient(server.url, "raw")
-            try:
-                assert await client.request_json("POST", "/x", {"a": 1}) == {"n": 1, "got": {"a": 1}}
-                assert await client.request_json("POST", "/x", {"a": 2}) == {"n": 2, "got": {"a": 2}}
-            finally:
-                await client.close()
-        assert server.connections == 1
-
-    uvloop.run(exchanges())

@@ -31,7 +31,6 @@ import asyncio
 import codecs
 import time
 import zlib
-from typing import cast
 from urllib.parse import urlencode, urlsplit
 
 import httptools
@@ -76,7 +75,8 @@ class _Connection(asyncio.Protocol):
 
     # --- asyncio.Protocol ------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is not an asyncio.Transport subclass)
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         try:
