@@ -1,11 +1,7 @@
-"""The one HTTP client every server backend uses.
+"""The one HTTP client stack every server backend uses (aiohttp).
 
-Its JSON calls to a plain ``http://`` server go through ``http1`` (kept-alive
-connections, responses parsed by llhttp): half aiohttp's CPU per call, and a sampling
-call is made twice per math rollout. ``https``, a URL with credentials and the health
-checks (``ok``) go through aiohttp: one ``ClientSession`` holds 10,000+ requests in
-flight at a small cost per request (NeMo Gym left httpx for aiohttp at 16k for the
-same reason).
+aiohttp rather than httpx: one ``ClientSession`` holds 10,000+ requests in flight at
+a small cost per request (NeMo Gym left httpx for aiohttp at 16k for the same reason).
 
 The connection pool is bounded: at most ``max_connections`` sampling requests are
 sent to one server at once (``sampling_slot``); more wait, in order, for one to
@@ -13,8 +9,8 @@ finish. The wait is not the server's: a request's own timeout starts once it is
 sent, the router's ``attempt_timeout`` once it holds its slot (``llm.base.SlotWait``),
 and the caller's deadline (the rollout's) bounds the wait. 65,000 rollouts in
 flight so hold ``max_connections`` sockets per backend, not 65,000. Control calls and
-health checks do not wait behind sampling: they take no slot (aiohttp's connector keeps
-``CONTROL_CONNECTIONS`` more for them).
+health checks do not wait behind sampling: the connector keeps ``CONTROL_CONNECTIONS``
+more for them.
 
 Failures come back as ``LLMError`` with the HTTP status, the backend's name and
 whether another try may succeed:
@@ -45,7 +41,6 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from rollserve.errors import ContextWindowError, LLMError
-from rollserve.llm.backends.http1 import Connections, WireError
 from rollserve.llm.base import SLOT_WAIT
 
 MAX_CONNECTIONS = 1024  # sampling requests in flight to one server, by default
@@ -119,9 +114,6 @@ class HTTPClient:
         self._client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._lean = Connections.usable(self.base_url)  # plain http: JSON calls on ``http1``
-        self._connect_timeout = connect_timeout
-        self._wire: Connections | None = None
 
     def session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -136,15 +128,7 @@ class HTTPClient:
                 timeout=self._client_timeout,
                 headers=self._headers,
             )
-            # (another loop's connections, if any, cannot serve this one: dropped with it)
-            self._wire = Connections(self.base_url, self._connect_timeout) if self._lean else None
         return self._session
-
-    def connections(self) -> Connections | None:
-        """This loop's lean connections (``http1``) to a plain-http server; None where
-        requests go through aiohttp (https, a URL with credentials)."""
-        self.session()
-        return self._wire
 
     @asynccontextmanager
     async def sampling_slot(self) -> AsyncIterator[None]:
@@ -206,13 +190,14 @@ class HTTPClient:
         """The body of a 200 as text (vLLM answers some control calls in plain text);
         ``LLMError`` otherwise."""
         url = self.base_url + path
+        kwargs: dict[str, Any] = {"json": body, "params": params}
+        if timeout is not None:
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout)
         try:
-            wire = self.connections()
-            if wire is not None:
-                status, text = await self._lean_request(wire, method, path, body, params, timeout)
-            else:
-                status, text = await self._aiohttp_request(method, url, body, params, timeout)
-        except (aiohttp.ClientError, WireError, UnicodeDecodeError) as exc:  # bytes not in its charset
+            async with self.session().request(method, url, **kwargs) as resp:
+                text = await resp.text()
+                status = resp.status
+        except (aiohttp.ClientError, UnicodeDecodeError) as exc:  # bytes not in its charset
             raise LLMError(
                 f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}",
                 backend=self.name,
@@ -237,22 +222,6 @@ class HTTPClient:
             )
         return text
 
-    async def _lean_request(
-        self, wire: Connections, method: str, path: str, body: dict | None, params: dict | None, timeout: float | None
-    ) -> tuple[int, str]:
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        async with asyncio.timeout(timeout if timeout is not None else self.timeout):
-            return await wire.request(method, path, self._headers, data, params)
-
-    async def _aiohttp_request(
-        self, method: str, url: str, body: dict | None, params: dict | None, timeout: float | None
-    ) -> tuple[int, str]:
-        kwargs: dict[str, Any] = {"json": body, "params": params}
-        if timeout is not None:
-            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout)
-        async with self.session().request(method, url, **kwargs) as resp:
-            return resp.status, await resp.text()
-
     async def ok(self, path: str, timeout: float = 5.0) -> bool:
         """True if ``GET path`` answers 200 within ``timeout`` seconds."""
         try:
@@ -263,15 +232,12 @@ class HTTPClient:
             return False
 
     async def close(self) -> None:
-        wire, self._wire = self._wire, None
         session, self._session = self._session, None
-        try:
-            same_loop = self._loop is asyncio.get_running_loop()
-        except RuntimeError:
-            same_loop = False
-        if wire is not None and same_loop:
-            wire.close()
         if session is not None and not session.closed:
+            try:
+                same_loop = self._loop is asyncio.get_running_loop()
+            except RuntimeError:
+                same_loop = False
             if same_loop:
                 await session.close()
             # else: its loop is gone, and with it the connections
