@@ -1,10 +1,9 @@
 """Where the server's CPU goes in ``benchmarks.concurrency``'s math rollouts, by section
-and by function: ``benchmarks.concurrency_profile``'s sampling (py-spy ``--gil`` on the
+and by function: ``benchmarks.concurrency_profile``'s sampled run (py-spy ``--gil`` on the
 server from the trainer's first submit to its last result, each sample charged to the
-first section a frame names from the leaf up, ``concurrency_profile.SECTIONS``) for
-the current ``benchmarks.concurrency`` (its trainer's signature changed since that
-script was written), plus the rollserve functions holding the most samples (inclusive)
-so the per-component figures point at code. Each section's and function's ms per
+first section a frame names from the leaf up, ``concurrency_profile.SECTIONS``), plus
+the rollserve functions holding the most samples (inclusive) so the per-component
+figures point at code. Each section's and function's ms per
 rollout is its share of the samples times the run's measured CPU per rollout. py-spy is
 not a dependency of rollserve: pass its binary.
 
@@ -15,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
-import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from benchmarks import concurrency
 from benchmarks.common import report
-from benchmarks.concurrency_profile import RATE, SECTIONS, section
+from benchmarks.concurrency_profile import RATE, SECTIONS, sampled_run, section
 
 TOP_FUNCTIONS = 25
 
@@ -40,25 +36,10 @@ def _functions(stack: str) -> set[str]:
 
 def profile(src: Path, spy: str, setup: concurrency.Setup) -> dict:
     """One ``concurrency.run_once`` of the tree at ``src``, its server sampled meanwhile."""
-    raw = Path(tempfile.mkdtemp(prefix="rollserve-profile-")) / "server.txt"
-    samplers: list[subprocess.Popen] = []
-    trainer = concurrency.trainer
-
-    async def sampled(url: str, setup: concurrency.Setup, server: Any, ids_out: Any) -> dict:
-        samplers.append(subprocess.Popen([spy, "record", "--gil", "-r", str(RATE), "-f", "raw", "-o", str(raw),
-                                          "-p", str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        return await trainer(url, setup, server, ids_out)
-
-    concurrency.trainer = sampled  # type: ignore[assignment]
-    try:
-        data = concurrency.run_once(src, setup)
-    finally:
-        concurrency.trainer = trainer
-        for sampler in samplers:
-            sampler.wait(timeout=120)  # it writes its file once the server has exited
+    data, lines = sampled_run(src, spy, setup)
     sections: Counter[str] = Counter()
     functions: Counter[str] = Counter()
-    for line in raw.read_text().splitlines():
+    for line in lines:
         stack, _, n = line.rpartition(" ")
         if stack:
             sections[section(stack)] += int(n)
