@@ -106,7 +106,7 @@ async def test_a_calls_own_timeout_bounds_it_each_time(server):
     url, _ = server
     client = HTTPClient(url, "b")
     try:
-        for _ in range(2):  # the second call reuses the first's timeout object
+        for _ in range(2):  # and the connection's state after a timeout does not leak into the next call
             with pytest.raises(LLMError, match="timed out after 0.2 s") as caught:
                 await client.request_json("GET", "/slow", timeout=0.2)
             assert caught.value.retryable

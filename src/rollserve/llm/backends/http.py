@@ -28,11 +28,11 @@ whether another try may succeed:
 A session belongs to the event loop it was made on, so one is made lazily per loop
 (a backend may outlive a loop, e.g. across ``asyncio.run`` calls or tests).
 
-What a call costs is aiohttp's, configured to do no more than a JSON call needs
-(``benchmarks/llm_client.py`` measures it against main's): the session keeps no
-cookies (``DummyCookieJar``: a backend that sets one never gets it back), each path's
-URL is parsed once, each distinct timeout is one ``ClientTimeout``, and a JSON answer
-is parsed from its bytes (JSON is UTF-8) rather than decoded to text first.
+The session keeps no cookies (``DummyCookieJar``: a backend that sets one never gets
+it back, and no call filters a jar), and a JSON answer is parsed from its bytes (JSON
+is UTF-8) rather than decoded to text first; only an error answer is decoded and read
+for the context-overflow phrases. ``benchmarks/llm_client.py`` measures the CPU per
+call against main's tree.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from yarl import URL
 
 from rollserve.errors import ContextWindowError, LLMError
 from rollserve.llm.base import SLOT_WAIT
@@ -124,8 +123,6 @@ class HTTPClient:
         self._slots: asyncio.Semaphore | None = None
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # a call's own timeout, made once
-        self._urls: dict[str, URL] = {}  # each path's URL, parsed once
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -174,19 +171,6 @@ class HTTPClient:
         """The loop of the current session (for per-loop helpers of a backend)."""
         return self._loop
 
-    def url(self, path: str) -> URL:
-        """``base_url + path``, parsed once per path (a small, fixed set: the backends')."""
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = URL(self.base_url + path)
-        return url
-
-    def client_timeout(self, timeout: float) -> aiohttp.ClientTimeout:
-        made = self._timeouts.get(timeout)
-        if made is None:
-            made = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
-        return made
-
     async def request_json(
         self,
         method: str,
@@ -232,10 +216,10 @@ class HTTPClient:
     ) -> bytes:
         """The body of a 200 (also decoded, in its charset, into ``text`` if given);
         ``LLMError`` otherwise."""
-        url = self.url(path)
+        url = self.base_url + path
         kwargs: dict[str, Any] = {"json": body, "params": params}
         if timeout is not None:
-            kwargs["timeout"] = self.client_timeout(timeout)
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout)
         try:
             async with self.session().request(method, url, **kwargs) as resp:
                 raw = await resp.read()
@@ -271,7 +255,7 @@ class HTTPClient:
     async def ok(self, path: str, timeout: float = 5.0) -> bool:
         """True if ``GET path`` answers 200 within ``timeout`` seconds."""
         try:
-            async with self.session().get(self.url(path), timeout=self.client_timeout(timeout)) as resp:
+            async with self.session().get(self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 await resp.read()
                 return resp.status == 200
         except (TimeoutError, aiohttp.ClientError, OSError):
