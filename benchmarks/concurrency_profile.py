@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -53,26 +54,34 @@ def section(stack: str) -> str:
     return "other"
 
 
-def profile(src: Path, spy: str, rollouts: int, latency: float) -> dict:
-    """One ``concurrency.run_once`` of the tree at ``src``, its server sampled meanwhile."""
+def sampled_run(src: Path, spy: str, setup: concurrency.Setup) -> tuple[dict, list[str]]:
+    """One ``concurrency.run_once`` of the tree at ``src``, its server sampled by py-spy
+    from the trainer's start to its end: the run's data and py-spy's raw lines. The
+    trainer's arguments pass through as they are (its signature grows: ``doubles``)."""
     raw = Path(tempfile.mkdtemp(prefix="rollserve-profile-")) / "server.txt"
     samplers: list[subprocess.Popen] = []
     trainer = concurrency.trainer
 
-    async def sampled(url: str, n: int, server: psutil.Process) -> dict:
+    async def sampled(url: str, setup: concurrency.Setup, server: psutil.Process, *args: Any, **kwargs: Any) -> dict:
         samplers.append(subprocess.Popen([spy, "record", "--gil", "-r", str(RATE), "-f", "raw", "-o", str(raw),
                                           "-p", str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        return await trainer(url, n, server)
+        return await trainer(url, setup, server, *args, **kwargs)
 
-    concurrency.trainer = sampled
+    concurrency.trainer = sampled  # type: ignore[assignment]
     try:
-        data = concurrency.run_once(src, rollouts, latency)
+        data = concurrency.run_once(src, setup)
     finally:
         concurrency.trainer = trainer
         for sampler in samplers:
             sampler.wait(timeout=120)  # it writes its file once the server has exited
+    return data, raw.read_text().splitlines()
+
+
+def profile(src: Path, spy: str, setup: concurrency.Setup) -> dict:
+    """Each section's share of the server's samples in one sampled run."""
+    data, lines = sampled_run(src, spy, setup)
     counts: Counter[str] = Counter()
-    for line in raw.read_text().splitlines():
+    for line in lines:
         stack, _, n = line.rpartition(" ")
         if stack:
             counts[section(stack)] += int(n)
@@ -88,17 +97,17 @@ def profile(src: Path, spy: str, rollouts: int, latency: float) -> dict:
     }
 
 
-def main(spy: str, before: Path | None, rollouts: int, latency: float) -> None:
+def main(spy: str, before: Path | None, setup: concurrency.Setup) -> None:
     trees = {"before": before, "after": concurrency.SRC} if before is not None else {"after": concurrency.SRC}
-    runs = {label: profile(src, spy, rollouts, latency) for label, src in trees.items()}
+    runs = {label: profile(src, spy, setup) for label, src in trees.items()}
     names = [*(s for s, _ in SECTIONS), "other"]
     columns = ["section", *(f"{label} ms/rollout (share)" for label in runs)]
     rows = [[name, *(f"{r['sections'][name]['ms_per_rollout']:.2f} ({100 * r['sections'][name]['share']:.1f}%)"
                      for r in runs.values())] for name in names]
     rows.append(["server process CPU ms/rollout", *(f"{r['server_process_cpu_ms_per_rollout']:.2f}"
                                                     for r in runs.values())])
-    report("concurrency_profile", f"server CPU per rollout by section (py-spy --gil), {rollouts} math rollouts",
-           columns, rows, {"config": {"rollouts": rollouts, "llm_latency_s": latency, "rate": RATE,
+    report("concurrency_profile", f"server CPU per rollout by section (py-spy --gil), {setup.rollouts} math rollouts",
+           columns, rows, {"config": {"rollouts": setup.rollouts, "llm_latency_s": setup.latency, "rate": RATE,
                                       "before_src": str(before) if before else None}, "results": runs})
 
 
@@ -109,4 +118,4 @@ if __name__ == "__main__":
     parser.add_argument("--rollouts", type=int, default=2000)
     parser.add_argument("--latency", type=float, default=0.2)
     args = parser.parse_args()
-    main(args.py_spy, args.before, args.rollouts, args.latency)
+    main(args.py_spy, args.before, concurrency.Setup(rollouts=args.rollouts, latency=args.latency))

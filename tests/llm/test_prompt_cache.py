@@ -125,17 +125,32 @@ async def test_a_policys_wide_characters_cannot_grow_the_opening_prompt_cache_pa
     assert sum(len(ids) for _, ids in cache.items()) > 8 * 1024  # ids many more than the characters
 
 
-async def test_rendering_runs_on_a_render_thread_and_only_a_cached_prompt_is_served_on_the_loop(tok):
+async def test_a_large_opening_prompt_renders_on_a_render_thread_and_a_cached_one_is_served_on_the_loop(tok):
     counting = Counting(tok)
     loop_thread = threading.current_thread().name
     builder = LocalPromptBuilder(counting)
-    history = _question("What is 12 + 12?")
+    history = _question("What is 12 + 12?" + " pad" * (chat.INLINE_RENDER_BYTES // 4))
     sequence = await builder.afirst(history)  # rendered (on a render thread)
     assert counting.renders == 1 and loop_thread not in counting.threads
     assert all(t.startswith("rollserve-render") for t in counting.threads)
     renders = counting.renders
-    again = await LocalPromptBuilder(counting).afirst(_question("What is 12 + 12?"))
+    again = await LocalPromptBuilder(counting).afirst(list(history))
     assert again == sequence and counting.renders == renders  # found, not rendered
+    assert loop_thread not in counting.threads
+
+
+async def test_a_small_opening_prompt_renders_on_the_loop_with_the_ids_a_thread_gives(tok):
+    """Under ``INLINE_RENDER_BYTES`` the opening prompt is rendered and tokenized on the
+    loop (less than the hop to a thread); the ids are those of a render thread's work,
+    and of a tokenizer that encodes whole texts (which always leaves the loop)."""
+    loop_thread = threading.current_thread().name
+    counting, whole = Counting(tok), Whole(tok)
+    small = _question("What is 31 + 11? \u00e9\U0001f600 and more")
+    on_loop = await LocalPromptBuilder(counting).afirst(small)
+    assert counting.renders == 1 and counting.threads == {loop_thread}
+    off = await LocalPromptBuilder(whole).afirst(list(small))
+    assert whole.renders == 1 and loop_thread not in whole.threads
+    assert on_loop == off == tok.encode(tok.render(small, add_generation_prompt=True))
 
 
 async def test_a_small_conversations_delta_and_check_run_on_the_loop_a_large_ones_on_a_thread(tok):

@@ -27,6 +27,12 @@ whether another try may succeed:
 
 A session belongs to the event loop it was made on, so one is made lazily per loop
 (a backend may outlive a loop, e.g. across ``asyncio.run`` calls or tests).
+
+The session keeps no cookies (``DummyCookieJar``: a backend that sets one never gets
+it back, and no call filters a jar), and a JSON answer is parsed from its bytes (JSON
+is UTF-8) rather than decoded to text first; only an error answer is decoded and read
+for the context-overflow phrases. ``benchmarks/llm_client.py`` measures the CPU per
+call against main's tree.
 """
 
 from __future__ import annotations
@@ -87,6 +93,11 @@ def excerpt(value: Any) -> str:
     return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."
 
 
+def _text(raw: bytes) -> str:
+    """An answer's bytes as text for a message (what is not UTF-8 replaced)."""
+    return raw.decode("utf-8", "replace")
+
+
 class HTTPClient:
     """JSON over HTTP to one server, with typed failures.
 
@@ -130,6 +141,7 @@ class HTTPClient:
                 ),
                 timeout=self._client_timeout,
                 headers=self._headers,
+                cookie_jar=aiohttp.DummyCookieJar(),  # a backend's cookies are never sent back
             )
         return self._session
 
@@ -171,12 +183,12 @@ class HTTPClient:
         timeout: float | None = None,
     ) -> Any:
         """The parsed JSON answer of a 200; ``LLMError`` otherwise."""
-        text = await self.request_text(method, path, body, params, timeout)
+        raw = await self._exchange(method, path, body, params, timeout, None)
         try:
-            return json.loads(text) if text.strip() else None
-        except ValueError as exc:
+            return json.loads(raw) if raw.strip() else None
+        except ValueError as exc:  # UnicodeDecodeError too: JSON is UTF-8 (RFC 8259)
             raise LLMError(
-                f"{self.name}: {method} {path} answered non-JSON: {excerpt(text)}",
+                f"{self.name}: {method} {path} answered non-JSON: {excerpt(_text(raw))}",
                 status=200,
                 backend=self.name,
                 retryable=False,
@@ -192,14 +204,31 @@ class HTTPClient:
     ) -> str:
         """The body of a 200 as text (vLLM answers some control calls in plain text);
         ``LLMError`` otherwise."""
+        text: list[str] = []
+        await self._exchange(method, path, body, params, timeout, text)
+        return text[0]
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: dict | None,
+        params: dict | None,
+        timeout: float | None,
+        text: list[str] | None,
+    ) -> bytes:
+        """The body of a 200 (also decoded, in its charset, into ``text`` if given);
+        ``LLMError`` otherwise."""
         url = self.base_url + path
         kwargs: dict[str, Any] = {"json": body, "params": params}
         if timeout is not None:
             kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout)
         try:
             async with self.session().request(method, url, **kwargs) as resp:
-                text = await resp.text()
+                raw = await resp.read()
                 status = resp.status
+                if text is not None and status == 200:
+                    text.append(raw.decode(resp.get_encoding()))
         except (aiohttp.ClientError, UnicodeDecodeError) as exc:  # bytes not in its charset
             raise LLMError(
                 f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}",
@@ -210,20 +239,21 @@ class HTTPClient:
                 f"{self.name}: {method} {url} timed out after {timeout or self.timeout} s",
                 backend=self.name,
             ) from exc
-        if context_overflow(status, text):
+        if status == 200:
+            return raw
+        error = _text(raw)
+        if context_overflow(status, error):
             raise ContextWindowError(
-                f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(text)}",
+                f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(error)}",
                 status=status,
                 backend=self.name,
             )
-        if status != 200:
-            raise LLMError(
-                f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(text)}",
-                status=status,
-                backend=self.name,
-                retryable=status in RETRYABLE_STATUS,
-            )
-        return text
+        raise LLMError(
+            f"{self.name}: {method} {path} answered HTTP {status}: {excerpt(error)}",
+            status=status,
+            backend=self.name,
+            retryable=status in RETRYABLE_STATUS,
+        )
 
     async def ok(self, path: str, timeout: float = 5.0) -> bool:
         """True if ``GET path`` answers 200 within ``timeout`` seconds."""

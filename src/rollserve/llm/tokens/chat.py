@@ -25,7 +25,8 @@ Rust tokenizer releases the GIL while it works). The opening prompt's ids are ke
 per distinct conversation and tools (``FIRST_CACHE_BYTES`` of them in memory, least
 recently used dropped first, each of at most ``INLINE_CHARS`` characters of text): the ``n`` samples
 of a task render and tokenize it once, and the others find it on the loop, in
-microseconds, without the hop to a thread and back. A turn's sampled ids (at most
+microseconds, without the hop to a thread and back. An opening prompt not found there
+is rendered on the loop as well when it is small (``INLINE_RENDER_BYTES``, below). A turn's sampled ids (at most
 ``INLINE_DECODE_IDS``) are decoded on the loop too: microseconds, less than the hop.
 So are the delta and the fidelity check of a conversation of at most
 ``INLINE_RENDER_BYTES`` bytes of UTF-8 text (with its tools), where the tokenizer
@@ -141,7 +142,9 @@ class LocalPromptBuilder:
         """Ids of the opening prompt (system/user messages + generation prompt); the
         same conversation with the same tools is rendered and tokenized once (a cached
         prompt past ``max_prompt_tokens`` takes the uncached path, which refuses it)."""
-        key = self._first_key(messages)
+        return self._first(messages, self._first_key(messages))
+
+    def _first(self, messages: list[Message], key: str | None) -> list[int]:
         cached = self._cached_first(key)
         if cached is not None:
             return cached
@@ -224,9 +227,12 @@ class LocalPromptBuilder:
     # --- the contract the agent loop uses (the work runs on a render thread) ---------
     async def afirst(self, messages: list[Message]) -> list[int]:
         if _text_size(messages) <= INLINE_CHARS:  # (a small key: looked up here)
-            cached = self._cached_first(self._first_key(messages))
+            key = self._first_key(messages)
+            cached = self._cached_first(key)
             if cached is not None:
                 return cached
+            if self._small(messages):  # (rendered here too: cheaper than the hop)
+                return self._first(messages, key)
         return await off_loop(self.first, messages)
 
     async def aassistant_content(self, output_ids: list[int], finish_reason: str) -> str:
