@@ -97,19 +97,23 @@ def profile(src: Path, spy: str, setup: concurrency.Setup) -> dict:
     }
 
 
-def main(spy: str, before: Path | None, setup: concurrency.Setup) -> None:
+def main(spy: str, before: Path | None, setup: concurrency.Setup, name: str = "concurrency_profile",
+         run=None) -> None:
+    """Profile ``before`` (if given) then this tree with ``run`` (default ``profile``) and
+    report the sections side by side as ``name``."""
+    run = run or profile
     trees = {"before": before, "after": concurrency.SRC} if before is not None else {"after": concurrency.SRC}
-    runs = {label: profile(src, spy, setup) for label, src in trees.items()}
+    runs = {label: run(src, spy, setup) for label, src in trees.items()}
     names = [*(s for s, _ in SECTIONS), "other"]
     columns = ["section", *(f"{label} ms/rollout (share)" for label in runs)]
     rows = [[name, *(f"{r['sections'][name]['ms_per_rollout']:.2f} ({100 * r['sections'][name]['share']:.1f}%)"
                      for r in runs.values())] for name in names]
     rows.append(["server process CPU ms/rollout", *(f"{r['server_process_cpu_ms_per_rollout']:.2f}"
                                                     for r in runs.values())])
-    report("concurrency_profile", f"server CPU per rollout by section (py-spy --gil), {setup.rollouts} math rollouts",
-           columns, rows, {"config": {"rollouts": setup.rollouts, "llm_latency_s": setup.latency, "rate": RATE,
-                                      "before_src": str(before) if before else None}, "results": runs})
-
+    report(name, f"server CPU per rollout by section (py-spy --gil), {setup.rollouts} math rollouts",
+           columns, rows, {"config": {"rollouts": setup.rollouts, "n": setup.n, "llm_latency_s": setup.latency,
+                                      "rate": RATE, "before_src": str(before) if before else None},
+                           "results": runs})
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)

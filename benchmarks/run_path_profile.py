@@ -17,9 +17,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from benchmarks import concurrency
-from benchmarks.common import report
-from benchmarks.concurrency_profile import RATE, SECTIONS, sampled_run, section
+from benchmarks import concurrency, concurrency_profile
+from benchmarks.concurrency_profile import SECTIONS, sampled_run, section
 
 TOP_FUNCTIONS = 25
 
@@ -61,19 +60,7 @@ def profile(src: Path, spy: str, setup: concurrency.Setup) -> dict:
 
 
 def main(spy: str, before: Path | None, setup: concurrency.Setup) -> None:
-    trees = {"before": before, "after": concurrency.SRC} if before is not None else {"after": concurrency.SRC}
-    runs = {label: profile(src, spy, setup) for label, src in trees.items()}
-    names = [*(s for s, _ in SECTIONS), "other"]
-    columns = ["section", *(f"{label} ms/rollout (share)" for label in runs)]
-    rows = [[name, *(f"{r['sections'][name]['ms_per_rollout']:.2f} ({100 * r['sections'][name]['share']:.1f}%)"
-                     for r in runs.values())] for name in names]
-    rows.append(["server process CPU ms/rollout", *(f"{r['server_process_cpu_ms_per_rollout']:.2f}"
-                                                    for r in runs.values())])
-    report("run_path_profile", f"server CPU per rollout by section (py-spy --gil), {setup.rollouts} math rollouts",
-           columns, rows, {"config": {"rollouts": setup.rollouts, "n": setup.n, "llm_latency_s": setup.latency,
-                                      "rate": RATE, "before_src": str(before) if before else None},
-                           "results": runs})
-
+    concurrency_profile.main(spy, before, setup, name="run_path_profile", run=profile)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)

@@ -9,31 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[ray]')")
 
-from rollserve.cluster.protocol import LinkItem, LinkReply, StageCall, StageOutcome, WorkerSettings  # noqa: E402
+from rollserve.cluster.protocol import LinkItem, LinkReply, StageCall, StageOutcome  # noqa: E402
 from rollserve.cluster.worker import NodeWorker  # noqa: E402
 from tests.cluster.test_executor_control import FakeActor, executor, node, rollout  # noqa: E402
 from tests.cluster.test_link import math_call  # noqa: E402
 from tests.waiting import eventually  # noqa: E402
-
-
-@pytest.fixture
-async def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[NodeWorker]:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    settings = WorkerSettings(node="n1", state_dir=tmp_path, tokenizer="smollm2", scoring_workers=1)
-    w = NodeWorker(settings.model_dump_json())
-    await w.start()
-    try:
-        yield w
-    finally:
-        await asyncio.wait_for(w.stop(), 60)
 
 
 async def _answer(w: NodeWorker, item: LinkItem, ack: int) -> LinkReply:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +20,7 @@ pytest.importorskip("ray", reason="Ray is not installed (pip install 'rollserve[
 from ray.exceptions import ActorDiedError, RaySystemError  # noqa: E402
 
 from rollserve.cluster import link as link_module  # noqa: E402
-from rollserve.cluster.protocol import LinkItem, StageCall, StageOutcome, WorkerSettings  # noqa: E402
-from rollserve.cluster.worker import NodeWorker  # noqa: E402
+from rollserve.cluster.protocol import LinkItem, StageCall, StageOutcome  # noqa: E402
 from rollserve.contract import Stage  # noqa: E402
 from rollserve.errors import InfraError, NodeLost  # noqa: E402
 from tests.cluster.test_executor_control import FakeActor, executor, node, rollout  # noqa: E402
@@ -49,18 +46,6 @@ async def stages_on_one_node(
         lambda: len(n.actor.calls.get("run_stage", [])) == count, what=f"the {count} stages to reach the node"
     )
     return n, rollouts, running
-
-
-@pytest.fixture
-async def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[NodeWorker]:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    settings = WorkerSettings(node="n1", state_dir=tmp_path, tokenizer="smollm2", scoring_workers=1)
-    w = NodeWorker(settings.model_dump_json())
-    await w.start()
-    try:
-        yield w
-    finally:
-        await asyncio.wait_for(w.stop(), 60)
 
 
 async def test_a_workers_answers_come_in_polls_and_stay_until_acknowledged(worker):
