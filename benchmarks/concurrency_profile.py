@@ -115,11 +115,16 @@ def main(spy: str, before: Path | None, setup: concurrency.Setup, name: str = "c
                                       "rate": RATE, "before_src": str(before) if before else None},
                            "results": runs})
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+
+def cli(description: str | None, name: str = "concurrency_profile", run=None) -> None:
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--py-spy", required=True, help="the py-spy binary (not a dependency of rollserve)")
     parser.add_argument("--before", type=Path, default=None, help="an old tree's src folder, profiled first")
     parser.add_argument("--rollouts", type=int, default=2000)
     parser.add_argument("--latency", type=float, default=0.2)
     args = parser.parse_args()
-    main(args.py_spy, args.before, concurrency.Setup(rollouts=args.rollouts, latency=args.latency))
+    main(args.py_spy, args.before, concurrency.Setup(rollouts=args.rollouts, latency=args.latency), name, run)
+
+
+if __name__ == "__main__":
+    cli(__doc__)

@@ -12,7 +12,6 @@ not a dependency of rollserve: pass its binary.
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections import Counter
 from pathlib import Path
@@ -59,14 +58,5 @@ def profile(src: Path, spy: str, setup: concurrency.Setup) -> dict:
     }
 
 
-def main(spy: str, before: Path | None, setup: concurrency.Setup) -> None:
-    concurrency_profile.main(spy, before, setup, name="run_path_profile", run=profile)
-
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--py-spy", required=True, help="the py-spy binary (not a dependency of rollserve)")
-    parser.add_argument("--before", type=Path, default=None, help="an old tree's src folder, profiled first")
-    parser.add_argument("--rollouts", type=int, default=2000)
-    parser.add_argument("--latency", type=float, default=0.2)
-    args = parser.parse_args()
-    main(args.py_spy, args.before, concurrency.Setup(rollouts=args.rollouts, latency=args.latency))
+    concurrency_profile.cli(__doc__, name="run_path_profile", run=profile)
