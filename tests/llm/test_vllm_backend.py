@@ -134,6 +134,26 @@ async def test_a_request_during_the_window_read_waits_for_it(tok):
             await long
         assert [c.prompt_ids for c in server.calls] == [[1] * 5]
         await backend.close()
+        # The same when a health check is the one reading it.
+        backend = VLLMBackend(server.url, model="m")
+        backend.http.request_json = slow_models
+        reading.clear(), release.clear()
+        health = asyncio.create_task(backend.health())
+        await asyncio.wait_for(reading.wait(), 10)
+        long = asyncio.create_task(backend.generate([1] * 45, SamplingParams(max_tokens=5)))
+        await asyncio.sleep(0)
+        release.set()
+        assert await health is True
+        with pytest.raises(ContextWindowError, match="not sent"):
+            await long
+        assert len(server.calls) == 1
+        await backend.close()
+
+
+def test_a_models_list_with_no_model_leaves_the_window_unknown():
+    backend = VLLMBackend("http://127.0.0.1:9")
+    assert backend.parse_window({"data": []}) is None
+    assert backend.parse_window({"data": [{"id": "a", "max_model_len": 7}]}) == 7
 
 
 async def test_own_timeout_is_llm_error_and_caller_deadline_cancels(tok, chat_prompt):

@@ -68,7 +68,8 @@ class ServerBackend(LLMBackend):
         self.max_model_len: int | None = None  # as the server reports it; None: unknown
         self._window_read_at = -WINDOW_RETRY  # monotonic time of the last try
         self._reading: asyncio.Task | None = None  # the window's read in flight
-        self._locks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+        self._model_lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def url(self) -> str:
@@ -102,19 +103,29 @@ class ServerBackend(LLMBackend):
         return self.max_model_len - self.window_slack
 
     async def read_context_window(self, timeout: float = WINDOW_TIMEOUT) -> int | None:
-        """Read the window from the server (bounded; a failure leaves it unknown)."""
+        """Read the window from the server (bounded; a failure leaves it unknown). One
+        read at a time: a caller that comes while another reads it joins that read, so
+        no request goes out unchecked meanwhile; all its waiters wake together."""
         if self.window_path is None:
             return None
+        loop = asyncio.get_running_loop()
+        reading = self._reading
+        if reading is None or reading.get_loop() is not loop:
+            reading = self._reading = loop.create_task(self._read_window(timeout))
+            reading.add_done_callback(self._window_read_done)
+        await asyncio.shield(reading)  # a waiter cancelled leaves the read to the others
+        return self.context_window()
+
+    async def _read_window(self, timeout: float) -> None:
         self._window_read_at = time.monotonic()
         try:
-            reply = await self.http.request_json("GET", self.window_path, timeout=timeout)
+            reply = await self.http.request_json("GET", self.window_path or "", timeout=timeout)
         except LLMError as error:
             log.debug("%s: could not read the context window: %s", self.name, error.message)
-            return None
+            return
         window = self.parse_window(reply)
         if isinstance(window, int) and not isinstance(window, bool) and window > 0:
             self.max_model_len = window
-        return self.context_window()
 
     def parse_window(self, reply: Any) -> Any:
         """The window in ``window_path``'s reply: ``max_model_len`` of the served model's
@@ -124,7 +135,7 @@ class ServerBackend(LLMBackend):
         except (KeyError, TypeError):
             return None
         named = [c for c in cards if c.get("id") == self.model]
-        card = named[0] if named else cards[0] if len(cards) == 1 or self.model is None else None
+        card = named[0] if named else cards[0] if cards and (len(cards) == 1 or self.model is None) else None
         return card.get("max_model_len") if card else None
 
     async def fit_window(self, prompt_ids: list[int], sampling: SamplingParams) -> SamplingParams:
@@ -176,17 +187,13 @@ class ServerBackend(LLMBackend):
         return LLMError(f"{self.name}: {message}", backend=self.name, retryable=False)
 
     async def _window_read(self) -> None:
-        """Read the unknown window (at most once per ``WINDOW_RETRY``). One read at a
-        time: a request that comes while another reads it waits for that read (bounded
-        by its timeout) and never goes out unchecked; all waiters wake together."""
-        loop = asyncio.get_running_loop()
+        """Read the unknown window for a request: joins a read in flight, else starts one
+        at most once per ``WINDOW_RETRY``."""
         reading = self._reading
-        if reading is None or reading.get_loop() is not loop:
+        if reading is None or reading.get_loop() is not asyncio.get_running_loop():
             if time.monotonic() - self._window_read_at < WINDOW_RETRY:
                 return
-            reading = self._reading = loop.create_task(self.read_context_window())
-            reading.add_done_callback(self._window_read_done)
-        await asyncio.shield(reading)  # a waiter cancelled leaves the read to the others
+        await self.read_context_window()
 
     def _window_read_done(self, reading: asyncio.Task) -> None:
         if self._reading is reading:
@@ -194,19 +201,14 @@ class ServerBackend(LLMBackend):
         if not reading.cancelled():
             reading.exception()  # retrieved: the waiters got it
 
-    def _lock(self, name: str) -> asyncio.Lock:
-        """The lock ``name`` of the running loop (an asyncio lock belongs to one loop)."""
-        loop = asyncio.get_running_loop()
-        held = self._locks.get(name)
-        if held is None or held[0] is not loop:
-            held = self._locks[name] = (loop, asyncio.Lock())
-        return held[1]
-
     async def served_model(self) -> str | None:
         """The model to name in requests: as configured, else the server's first."""
         if self.model is not None or self.models_path is None:
             return self.model
-        async with self._lock("_model_lock"):
+        loop = asyncio.get_running_loop()
+        if self._model_lock is None or self._lock_loop is not loop:  # a lock is per loop
+            self._model_lock, self._lock_loop = asyncio.Lock(), loop
+        async with self._model_lock:
             if self.model is None:
                 reply = await self.http.request_json("GET", self.models_path)
                 try:
