@@ -110,3 +110,29 @@ async def test_an_eval_cut_before_its_answer_is_cleaned_up_by_the_head(killed):
 
 async def _outcome() -> StageOutcome:
     return StageOutcome()
+
+
+async def test_the_nodes_cleanup_and_the_heads_meet_and_clean_once(worker):
+    """The head's wait for an EVAL cut while the node's own cleanup runs: its cleanup
+    call waits for that one, and the attempt is cleaned up once, not twice at once."""
+    real, calls, started, go_on = worker.executor.cleanup, [], asyncio.Event(), asyncio.Event()
+
+    async def slow_cleanup(r, handler):  # a sandbox that takes a while to close
+        calls.append(r.id)
+        started.set()
+        await asyncio.wait_for(go_on.wait(), 30)
+        await real(r, handler)
+
+    worker.executor.cleanup = slow_cleanup
+    init = await _answer(worker, LinkItem(id=1, call=math_call("r1", "init")), 0)
+    assert init.error is None and init.outcome is not None and init.outcome.error is None
+    eval_call = math_call("r1", "eval")
+    eval_call.release = True
+    await worker.exchange(pickle.dumps([LinkItem(id=2, call=eval_call)]), 1, 0.0)
+    await asyncio.wait_for(started.wait(), 30)  # the node's own cleanup is under way
+    heads = asyncio.create_task(worker.cleanup("r1", 1, True))
+    await asyncio.sleep(0)
+    assert not heads.done()  # it waits for the cleanup in flight
+    go_on.set()
+    assert (await asyncio.wait_for(heads, 30)) is not None
+    assert calls == ["r1"] and "r1" not in worker.rollouts

@@ -80,6 +80,7 @@ class NodeWorker:
         self.reap_errors: list[str] = []
         self._started = False
         self._cleaned: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._cleanups: dict[tuple[str, int], asyncio.Future[None]] = {}  # in flight
         self._janitor: asyncio.Task[None] | None = None
         self.orphans = 0  # rollouts the janitor cleaned up
         self._answering: set[asyncio.Task[None]] = set()  # the requests of ``exchange`` under way
@@ -231,6 +232,17 @@ class NodeWorker:
         r = self.rollouts.get(rollout_id)
         if r is None or r.attempt != attempt:
             return None
+        # Once per attempt: the node's own cleanup after EVAL and the head's (its wait for
+        # the EVAL cut meanwhile) may meet here; the second waits for the first.
+        key = (rollout_id, attempt)
+        running = self._cleanups.get(key)
+        if running is None:
+            running = self._cleanups[key] = asyncio.ensure_future(self._clean(rollout_id, r))
+            running.add_done_callback(lambda _: self._cleanups.pop(key, None))
+        await asyncio.shield(running)  # a caller cancelled leaves the cleanup to finish
+        return self._outcome(r, None) if produced else None
+
+    async def _clean(self, rollout_id: str, r: Rollout) -> None:
         task = self._running.get(rollout_id)
         if task is not None and not task.done():
             task.cancel()
@@ -238,7 +250,6 @@ class NodeWorker:
         await self.executor.cleanup(r, self._handler(r.spec.data_source))
         if self.rollouts.get(rollout_id) is r:
             del self.rollouts[rollout_id]
-        return self._outcome(r, None) if produced else None
 
     async def exchange(self, payload: bytes | None, ack: int, wait: float) -> list[LinkReply]:
         """Start the head's requests in ``payload`` (a ``list[LinkItem]`` the head pickled
