@@ -324,7 +324,7 @@ def test_readme_recipe_runs_rollouts_on_worker_machines(cli_cluster):
                 assert result is not None, f"rollout {member.id} has no result"
                 outcomes[(result.data_source, result.status, result.reward)] += 1
                 if result.data_source == "gateway":
-                    assert result.evaluation is not None
+                    assert result.evaluation is not None, (result.status, result.failure)
                     assert "harness got: 42" in result.evaluation["harness_log_tail"]
                     assert len(result.trajectory.turns) == 1
     # Every rollout ran to its end and was scored by its grader on a worker machine.
