@@ -70,15 +70,20 @@ async def server() -> AsyncIterator[tuple[str, list[web.Request]]]:
         await runner.cleanup()
 
 
-async def test_a_cookie_a_backend_sets_is_never_sent_back(server):
-    url, seen = server
-    client = HTTPClient(url, "b")
+@pytest.fixture
+async def client(server) -> AsyncIterator[HTTPClient]:
+    """The LLM client, as a backend configures it, to ``server``; closed after."""
+    c = HTTPClient(server[0], "b")
     try:
-        assert await client.request_json("POST", "/login", {}, timeout=30) == {"ok": True}
-        again = await client.request_json("POST", "/echo", {"x": 1}, timeout=30)
-        assert again == {"cookie": None, "body": {"x": 1}}
+        yield c
     finally:
-        await client.close()
+        await c.close()
+
+
+async def test_a_cookie_a_backend_sets_is_never_sent_back(client):
+    assert await client.request_json("POST", "/login", {}, timeout=30) == {"ok": True}
+    again = await client.request_json("POST", "/echo", {"x": 1}, timeout=30)
+    assert again == {"cookie": None, "body": {"x": 1}}
 
 
 async def test_the_cookie_would_come_back_with_aiohttps_default_jar(server):
@@ -92,48 +97,29 @@ async def test_the_cookie_would_come_back_with_aiohttps_default_jar(server):
             assert (await resp.json())["cookie"] == "session=stolen"
 
 
-async def test_a_gzip_answer_still_decodes(server):
-    url, seen = server
-    client = HTTPClient(url, "b")
-    try:
-        assert await client.request_json("GET", "/zipped", timeout=30) == {"token_ids": [1, 2, 3]}
-        assert "gzip" in seen[0].headers.get("Accept-Encoding", "")
-    finally:
-        await client.close()
+async def test_a_gzip_answer_still_decodes(server, client):
+    _, seen = server
+    assert await client.request_json("GET", "/zipped", timeout=30) == {"token_ids": [1, 2, 3]}
+    assert "gzip" in seen[0].headers.get("Accept-Encoding", "")
 
 
-async def test_a_calls_own_timeout_bounds_it_each_time(server):
-    url, _ = server
-    client = HTTPClient(url, "b")
-    try:
-        for _ in range(2):  # and the connection's state after a timeout does not leak into the next call
-            with pytest.raises(LLMError, match="timed out after 0.2 s") as caught:
-                await client.request_json("GET", "/slow", timeout=0.2)
-            assert caught.value.retryable
-    finally:
-        await client.close()
+async def test_a_calls_own_timeout_bounds_it_each_time(client):
+    for _ in range(2):  # and the connection's state after a timeout does not leak into the next call
+        with pytest.raises(LLMError, match="timed out after 0.2 s") as caught:
+            await client.request_json("GET", "/slow", timeout=0.2)
+        assert caught.value.retryable
 
 
-async def test_error_answers_keep_their_status_and_kind(server):
-    url, _ = server
-    client = HTTPClient(url, "b")
-    try:
-        with pytest.raises(ContextWindowError):
-            await client.request_json("POST", "/overflow", {"prompt": [1]}, timeout=30)
-        with pytest.raises(LLMError, match="answered HTTP 503: overloaded") as caught:
-            await client.request_json("POST", "/busy", {}, timeout=30)
-        assert caught.value.status == 503 and caught.value.retryable
-    finally:
-        await client.close()
+async def test_error_answers_keep_their_status_and_kind(client):
+    with pytest.raises(ContextWindowError):
+        await client.request_json("POST", "/overflow", {"prompt": [1]}, timeout=30)
+    with pytest.raises(LLMError, match="answered HTTP 503: overloaded") as caught:
+        await client.request_json("POST", "/busy", {}, timeout=30)
+    assert caught.value.status == 503 and caught.value.retryable
 
 
-async def test_text_answers_decode_in_their_charset_and_are_not_json(server):
-    url, _ = server
-    client = HTTPClient(url, "b")
-    try:
-        assert await client.request_text("GET", "/latin", timeout=30) == "café"
-        with pytest.raises(LLMError, match="answered non-JSON: caf") as caught:
-            await client.request_json("GET", "/latin", timeout=30)
-        assert caught.value.status == 200 and not caught.value.retryable
-    finally:
-        await client.close()
+async def test_text_answers_decode_in_their_charset_and_are_not_json(client):
+    assert await client.request_text("GET", "/latin", timeout=30) == "café"
+    with pytest.raises(LLMError, match="answered non-JSON: caf") as caught:
+        await client.request_json("GET", "/latin", timeout=30)
+    assert caught.value.status == 200 and not caught.value.retryable
