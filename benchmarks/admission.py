@@ -41,7 +41,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from benchmarks.common import fake_llm, free_port, median, percentile, report, wait_http
+from benchmarks.common import fake_llm, free_port, median, percentile, report, terminate, wait_http
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PROFILES = Path(tempfile.gettempdir()) / "rollserve-admission"
@@ -140,13 +140,7 @@ def run_once(src: Path, setup: Setup, profile: Path | None) -> dict:
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=120)
-        for p in (server, fake):
-            p.terminate()
-            try:
-                p.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=60)
+        terminate(server, fake, timeout=300)
     return data
 
 

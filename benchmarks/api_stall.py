@@ -20,7 +20,7 @@ import time
 
 import httpx
 
-from benchmarks.common import free_port, median, percentile, report, wait_http
+from benchmarks.common import free_port, median, percentile, report, terminate, wait_http
 
 
 async def probe(url: str, size_mb: float, window: float) -> dict:
@@ -82,13 +82,7 @@ def main() -> None:
             rows.append([size, run["status"], run.get("rollout"), run.get("healthz_p50_s"),
                          run.get("healthz_max_s"), run.get("elapsed_s")])
     finally:
-        for proc in (server, llm):
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        terminate(server, llm, timeout=15)
     name = "api_stall" + (f"_{args.label}" if args.label else "")
     report(name, "GET /healthz while one huge question renders",
            ["question MB", "submit", "rollout", "healthz p50 s", "healthz max s", "rollout s"],

@@ -76,6 +76,17 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
     raise RuntimeError(f"{url} did not answer in {timeout}s")
 
 
+def terminate(*procs: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM each process, wait ``timeout`` s for it, then kill it (bounded either way)."""
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=60)
+
+
 def fake_llm(port: int, latency: float, *replies: str, paused: bool = False) -> subprocess.Popen:
     """The test-double vLLM as its own process, answering ``replies`` in turn;
     ``paused``: every call waits until a ``POST /resume``."""

@@ -57,7 +57,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from benchmarks.common import fake_llm, free_port, median, percentile, report, wait_http
+from benchmarks.common import fake_llm, free_port, median, percentile, report, terminate, wait_http
 from benchmarks.concurrency_probe import probe
 from rollserve.client import AsyncClient
 from rollserve.contract import RolloutResult
@@ -280,13 +280,7 @@ def run_once(src: Path, setup: Setup) -> dict:
             prober.join(timeout=30)
         data["server_nofile_limit"] = proc.rlimit(psutil.RLIMIT_NOFILE)[0]
     finally:
-        for p in (server, *fakes):
-            p.terminate()
-            try:
-                p.wait(timeout=120)
-            except subprocess.TimeoutExpired:  # (a server stopping 65,000 rollouts may take longer)
-                p.kill()
-                p.wait(timeout=60)
+        terminate(server, *fakes, timeout=120)  # (a server stopping 65,000 rollouts may take longer: killed)
     data.update(digest(samples), load_avg_1m_before=load, max_pending=max_pending, at_max_in_flight=peak_status)
     if setup.profile and lag_file.exists():
         lines = [json.loads(line) for line in lag_file.read_text().splitlines()]

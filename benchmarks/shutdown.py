@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from benchmarks.common import fake_llm, free_port, report, wait_http
+from benchmarks.common import fake_llm, free_port, report, terminate, wait_http
 from benchmarks.concurrency import raise_fd_limit
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -209,9 +209,7 @@ def hold_and_stop(src: Path, setup: Setup, held: int, label: str) -> dict:
             server.wait(timeout=60)
         if spy is not None:
             spy.wait(timeout=120)
-        for p in fakes:
-            p.terminate()
-            p.wait(timeout=60)
+        terminate(*fakes)
     return {
         **_during_stop(lag_file, signalled),
         "tree": label,
