@@ -79,3 +79,8 @@ def test_a_missing_module_of_rollserve_itself_is_not_blamed_on_the_install(monke
     monkeypatch.setitem(sys.modules, "rollserve.commands.app", None)
     with pytest.raises(ModuleNotFoundError):
         cli.load_app()
+
+
+def test_serve_names_a_bad_rollout_slice():
+    result = runner.invoke(app, ["serve", "--rollout-slice-ms", "-1"])
+    assert result.exit_code == 2 and "--rollout-slice-ms" in result.output

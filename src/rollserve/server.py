@@ -128,6 +128,14 @@ class ServerConfig(BaseModel):
         "fewer young collections, so fewer objects promoted and far fewer full collections; "
         "cycles are still collected (docs/service.md)",
     )
+    rollout_slice_ms: float = Field(
+        5.0,
+        ge=0,
+        le=1000,
+        description="the event loop runs the rollouts' work in slices of about this many milliseconds, "
+        "each pass after the API's requests and the I/O, so that status and result reads answer while "
+        "the rollouts keep the CPU busy; 0: one first-come queue for all (docs/service.md)",
+    )
     handler_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="per handler (by data_source) its settings, e.g. "

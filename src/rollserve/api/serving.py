@@ -16,6 +16,11 @@ Python's 700, the objects of rollouts in flight are soon promoted to the oldest
 generation, whose collections (each walking every object there) then run again each
 time it grows by a quarter; a larger young generation collects less often, so far
 fewer full collections run, and cycles are still collected.
+
+``rollout_slice_ms`` makes the loop ``engine.priority.ApiFirstLoop``: the rollouts' work
+runs in slices of about that many milliseconds between two passes over the requests and
+the I/O, so a ``GET /v1/status`` answers in a few slices however much rollout work is
+ready; ``None``: asyncio's (uvloop's) own loop, one queue for all.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import uvicorn
 from uvicorn.main import STARTUP_FAILURE
 
 from rollserve.api.base import ApiService
+from rollserve.engine.priority import loop_factory
 
 __all__ = ["Server", "freeze_startup_heap", "serve", "set_young_threshold"]
 
@@ -88,11 +94,20 @@ def set_young_threshold(gen0: int) -> None:
 
 
 def serve(
-    app: Any, service: ApiService, *, freeze_heap: bool = False, gc_gen0: int | None = None, **config: Any
+    app: Any,
+    service: ApiService,
+    *,
+    freeze_heap: bool = False,
+    gc_gen0: int | None = None,
+    rollout_slice_ms: float | None = None,
+    **config: Any,
 ) -> None:
     """Run ``app`` until a signal stops it, as ``uvicorn.run(app, **config)`` does;
     once started, ``freeze_heap`` freezes the start-up's heap (``freeze_startup_heap``)
-    and ``gc_gen0`` sets the young generation's threshold (``set_young_threshold``)."""
+    and ``gc_gen0`` sets the young generation's threshold (``set_young_threshold``);
+    ``rollout_slice_ms`` puts the requests ahead of the rollouts' work (module doc)."""
+    if rollout_slice_ms is not None:
+        config["loop"] = loop_factory(rollout_slice_ms / 1000)
     server = Server(uvicorn.Config(app, **config), service, freeze_heap=freeze_heap, gc_gen0=gc_gen0)
     try:
         server.run()

@@ -133,6 +133,12 @@ def serve(
         max=10_000_000,
         help="the garbage collector's young-generation threshold once started (Python's: 700)",
     ),
+    rollout_slice_ms: float = typer.Option(
+        SERVER.rollout_slice_ms,
+        min=0,
+        max=1000,
+        help="run the rollouts' work in slices of this many ms between passes over the API's requests; 0: one queue",
+    ),
     handler_options: str | None = typer.Option(
         None, help='handlers\' settings as JSON by handler, e.g. \'{"swe": {"mirrors": ["/data/mirrors"]}}\''
     ),
@@ -222,6 +228,7 @@ def serve(
         sandbox_pool=sandbox_pool,
         gc_freeze=gc_freeze,
         gc_gen0=gc_gen0,
+        rollout_slice_ms=rollout_slice_ms,
         handler_options=by_handler,
         engine=_engine_config(
             init_workers, run_workers, eval_workers, max_pending, on_restart, retention_hours
@@ -249,6 +256,7 @@ def serve(
         timeout_graceful_shutdown=10,
         freeze_heap=config.gc_freeze,
         gc_gen0=config.gc_gen0,
+        rollout_slice_ms=config.rollout_slice_ms or None,
     )
 
 

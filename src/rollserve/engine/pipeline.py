@@ -32,6 +32,7 @@ from rollserve.engine.executor import CLEANUP_TIMEOUT, LocalExecutor, Sessions, 
 from rollserve.engine.groups import EARLY_STOP_MESSAGE, GroupTracker, result_usable
 from rollserve.engine.outcome import StageTimeout, Where, end_with_error, mask_kind, stage_limit, tally
 from rollserve.engine.pools import StagePool, StartGate
+from rollserve.engine.priority import background_context
 from rollserve.engine.rollout import Rollout, RolloutSpec
 from rollserve.engine.stage_metrics import StageLatency
 from rollserve.engine.store import Store
@@ -232,7 +233,9 @@ class Engine:
         rollout.tally = self._live_counts
         self.groups.started(rollout.spec, admitted)
         self._finished[rollout.id] = asyncio.Event()
-        self._tasks[rollout.id] = asyncio.create_task(self._drive(rollout), name=rollout.id)
+        # Background: on the server's loop the API's requests run ahead of it (engine.priority).
+        drive = self._drive(rollout)
+        self._tasks[rollout.id] = asyncio.create_task(drive, name=rollout.id, context=background_context())
         self.events.publish(rollout.id, rollout.spec.group_id, "queued")
 
     # --- cancellation ---------------------------------------------------------------
