@@ -3,6 +3,7 @@ the latency histograms the engine (per stage) and the router (per backend) keep.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 from fastapi import APIRouter, Request, Response
@@ -12,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from rollserve.api.base import ApiService
 from rollserve.contract import BackendState, EngineStatus, NodeStatus, RouterStatus
+from rollserve.engine.priority import ApiFirstLoop
 
 router = APIRouter(tags=["service"])
 
@@ -50,6 +52,7 @@ class ServiceCollector:
             masked.add_metric([kind, where], count)
         yield masked
         yield from self._sandboxes()
+        yield from _loop_metrics()
         # Histograms the engine and the router observe as they go (the only bookkeeping).
         yield from self.service.engine.latency.collect()
         yield from self.service.router.metrics.collect()
@@ -172,6 +175,22 @@ def _node_metrics(nodes: list[NodeStatus]) -> Iterator[Metric]:
         lost.add_metric([node.name], node.lost)
     yield from per_node.values()
     yield from (busy, placed, lost)
+
+
+def _loop_metrics() -> Iterator[Metric]:
+    """The rollouts' work waiting on the event loop, where the loop keeps it apart
+    (``rollserve serve``'s ``ApiFirstLoop``; nothing on another loop)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # scraped off the loop
+        return
+    if isinstance(loop, ApiFirstLoop):
+        yield GaugeMetricFamily(
+            "rollserve_loop_background_waiting",
+            "callbacks of rollouts waiting for their slice of the event loop "
+            "(high for long: the server's loop is at its CPU's limit)",
+            value=loop.background_waiting,
+        )
 
 
 @router.get(
