@@ -30,6 +30,8 @@ and each must complete exactly once.
 tree and one of this tree in turn, ``--rounds`` times each, the order alternating
 round by round, each against its own test doubles: old and new see the same machine
 over time (``--out`` names the JSON; the default keeps ``concurrency.json``).
+``--before-args`` gives the "before" server more options: ``--before src --before-args
+'--rollout-slice-ms 0'`` compares one tree with and without a setting.
 
     python -m benchmarks.concurrency [--rollouts 2000] [--latency 0.2]
     python -m benchmarks.concurrency --rollouts 65000 --ports 4 --latency 3000 --backend-timeout 7200 \\
@@ -37,6 +39,7 @@ over time (``--out`` names the JSON; the default keeps ``concurrency.json``).
     python -m benchmarks.concurrency --rollouts 65000 --ports 4 --latency 0.05 --gate --backend-timeout 7200 \
         --max-connections 512 --tasks-per-post 1000 --probe-period 0.5 --profile --out concurrency_65k
     python -m benchmarks.concurrency --before /tmp/old/src --rollouts 5000 --rounds 2 --out concurrency_ab
+    python -m benchmarks.concurrency --before src --before-args '--rollout-slice-ms 0' --rollouts 20000 --gate ...
 """
 
 from __future__ import annotations
@@ -47,11 +50,12 @@ import json
 import multiprocessing as mp
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -337,7 +341,7 @@ def _ab_rows(runs: dict[str, list[dict]]) -> list[list]:
     return rows
 
 
-def main(setup: Setup, before: Path | None, rounds: int, out: str) -> None:
+def main(setup: Setup, before: Path | None, rounds: int, out: str, before_args: tuple[str, ...] = ()) -> None:
     soft, hard = raise_fd_limit()
     config = {**asdict(setup), "llm_latency_s": setup.latency, "turns_per_rollout": 2,
               "cores": psutil.cpu_count(), "nofile_limit": [soft, hard]}
@@ -350,15 +354,17 @@ def main(setup: Setup, before: Path | None, rounds: int, out: str) -> None:
         return
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     trees = {"before": before, "after": SRC}
+    setups = {"before": replace(setup, server_args=setup.server_args + before_args), "after": setup}
     for r in range(rounds):
         for label in (["before", "after"] if r % 2 == 0 else ["after", "before"]):
-            runs[label].append(run_once(trees[label], setup))
+            runs[label].append(run_once(trees[label], setups[label]))
     report(out, f"{title}: old tree vs new, alternated, {rounds} rounds",
            ["tree", "round", "load avg (1 min) before", "max in flight", "server CPU ms/rollout",
             "  with scoring workers", "server peak RSS (MB)", "GET /v1/status p50 / p99 (ms)",
             "GET /v1/rollouts/{id} p50 / p99 (ms)",
             f"POST /v1/rollouts ({setup.tasks_per_post * setup.n}) p50 / p99 (ms)"],
-           _ab_rows(runs), {"config": {**config, "before_src": str(before), "rounds": rounds}, "results": runs})
+           _ab_rows(runs), {"config": {**config, "before_src": str(before), "before_args": list(before_args),
+                                       "rounds": rounds}, "results": runs})
     _check(runs["before"] + runs["after"])
 
 
@@ -387,8 +393,12 @@ if __name__ == "__main__":
                         help="the doubles hold every call until all rollouts are in flight, then answer")
     parser.add_argument("--before", type=Path, default=None, help="the old tree's src folder")
     parser.add_argument("--rounds", type=int, default=2, help="with --before: runs of each tree")
+    parser.add_argument("--before-args", default="",
+                        help="with --before: more `rollserve serve` options for its server only "
+                             "(the same tree with another setting: --before src --before-args '--rollout-slice-ms 0')")
     parser.add_argument("--out", default="concurrency", help="the JSON's name under benchmarks/results")
     args = parser.parse_args()
     main(Setup(args.rollouts, args.latency, args.ports, args.n, args.tasks_per_post, args.max_pending,
                args.max_connections, args.probe_period, args.profile, args.hold,
-               args.backend_timeout, gate=args.gate), args.before, args.rounds, args.out)
+               args.backend_timeout, gate=args.gate), args.before, args.rounds, args.out,
+         tuple(shlex.split(args.before_args)))
