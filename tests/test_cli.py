@@ -84,3 +84,5 @@ def test_a_missing_module_of_rollserve_itself_is_not_blamed_on_the_install(monke
 def test_serve_names_a_bad_rollout_slice():
     result = runner.invoke(app, ["serve", "--rollout-slice-ms", "-1"])
     assert result.exit_code == 2 and "--rollout-slice-ms" in result.output
+    result = runner.invoke(app, ["serve", "--rollout-slice-ms", "0.01"])
+    assert result.exit_code == 2 and "--rollout-slice-ms" in result.output and "at least 0.1" in result.output

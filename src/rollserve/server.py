@@ -21,6 +21,7 @@ from rollserve.engine.executor import StageExecutor
 from rollserve.engine.facade import Rollouts
 from rollserve.engine.gateway import Gateways
 from rollserve.engine.pipeline import Engine, EngineConfig
+from rollserve.engine.priority import MIN_SLICE_S
 from rollserve.engine.requests import RequestLimits
 from rollserve.engine.store import SQLiteStore
 from rollserve.errors import RolloutError
@@ -177,6 +178,13 @@ class ServerConfig(BaseModel):
     def _judges(cls, specs: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
         check_unique(parse_judge_spec(spec).name for spec in specs)  # ValueError naming it
         return specs
+
+    @field_validator("rollout_slice_ms")
+    @classmethod
+    def _slice(cls, ms: float) -> float:
+        if 0 < ms < MIN_SLICE_S * 1000:
+            raise ValueError(f"must be 0 (off) or at least {MIN_SLICE_S * 1000:g} ms")
+        return ms
 
     @field_validator("sandbox_runtime")
     @classmethod

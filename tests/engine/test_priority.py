@@ -3,9 +3,8 @@ waits for one slice of rollout work at most, never for every rollout step queued
 it; the rollouts keep their own order, a cancelled callback does not run, an error in one
 is reported and the rest run; the engine's rollouts are the background.
 
-The slices are timed by a counter standing in for the clock (``priority._clock``): one
-tick a look, so a slice is a known number of callbacks and nothing here depends on the
-machine's speed."""
+Each runs on the server's loop (uvloop's) and on the fallback without uvloop (asyncio's
+selector loop)."""
 
 import asyncio
 import contextvars
@@ -15,24 +14,43 @@ import pytest
 from rollserve.commands.dataset_check import offline_context
 from rollserve.engine import priority
 from rollserve.engine.pipeline import Engine, EngineConfig
-from rollserve.engine.priority import ApiFirstLoop, background_context, in_background, loop_factory
+from rollserve.engine.priority import (
+    MIN_SLICE_S,
+    ApiFirstLoop,
+    ApiFirstMixin,
+    background_context,
+    enter_background,
+    foreground_context,
+    in_background,
+    loop_factory,
+)
 from rollserve.engine.store import SQLiteStore
 from tests.engine.conftest import NullRouter, OneHandlerRegistry, ScriptedHandler
 from tests.engine.test_pipeline import _results, _submit
 
 SLICE_S = 0.005
-PER_SLICE = 5 * 8  # the clock is looked at every 8 callbacks; 5 looks of 1 ms fill a 5 ms slice
+PER_SLICE = 5  # with the counter below: one tick a look at the clock, a look after each callback
+
+
+class SelectorApiFirstLoop(ApiFirstMixin, asyncio.SelectorEventLoop):
+    """The loop the server runs on where uvloop is not installed."""
+
+
+LOOPS = [ApiFirstLoop, SelectorApiFirstLoop]
 
 
 @pytest.fixture
 def ticking_clock(monkeypatch):
+    """The clock is a counter (a slice of 5 ticks: 5 callbacks), so nothing here
+    depends on the machine's speed."""
     ticks = iter(range(10**9))
-    monkeypatch.setattr(priority, "_clock", lambda: next(ticks) / 1000)
+    monkeypatch.setattr(priority, "_clock", lambda: next(ticks))
 
 
-def _largest_wait(loop: asyncio.AbstractEventLoop, tasks: int = 500, steps: int = 20) -> int:
-    """Rollout steps run between two steps of one request, at most, while ``tasks``
-    rollouts take ``steps`` steps each."""
+def _waits(loop: asyncio.AbstractEventLoop, tasks: int = 500, steps: int = 200) -> list[int]:
+    """Rollout steps run between two steps of one request, step by step, while ``tasks``
+    rollouts take ``steps`` steps each (the request starts once every rollout has
+    taken its first)."""
     done = 0
 
     async def rollout() -> None:
@@ -41,19 +59,16 @@ def _largest_wait(loop: asyncio.AbstractEventLoop, tasks: int = 500, steps: int 
             await asyncio.sleep(0)
             done += 1
 
-    async def request() -> list[int]:
+    async def main() -> list[int]:
+        running = [asyncio.create_task(rollout(), context=background_context()) for _ in range(tasks)]
+        while done < tasks:  # until the rollouts are well under way
+            await asyncio.sleep(0)
         seen = []
-        for _ in range(10):
+        for _ in range(40):
             seen.append(done)
             await asyncio.sleep(0)
-        return [b - a for a, b in zip(seen, seen[1:], strict=False)]
-
-    async def main() -> int:
-        running = [asyncio.create_task(rollout(), context=background_context()) for _ in range(tasks)]
-        await asyncio.sleep(0)  # every rollout has its steps queued
-        waits = await request()
         await asyncio.gather(*running)
-        return max(waits)
+        return [b - a for a, b in zip(seen, seen[1:], strict=False)]
 
     try:
         return loop.run_until_complete(main())
@@ -61,13 +76,16 @@ def _largest_wait(loop: asyncio.AbstractEventLoop, tasks: int = 500, steps: int 
         loop.close()
 
 
-def test_a_request_waits_for_one_slice_of_rollout_work_not_for_all_of_it(ticking_clock):
-    assert _largest_wait(asyncio.new_event_loop()) >= 500  # asyncio's loop: every rollout's step first
-    assert _largest_wait(ApiFirstLoop(SLICE_S)) <= PER_SLICE
+@pytest.mark.parametrize("make", LOOPS)
+def test_a_request_waits_for_one_slice_of_rollout_work_not_for_all_of_it(ticking_clock, make):
+    assert min(_waits(asyncio.new_event_loop())) >= 500  # asyncio's loop: every rollout's step first
+    waits = _waits(make(PER_SLICE))
+    assert 0 < min(waits) and max(waits) <= PER_SLICE  # the rollouts go on, a slice a pass
 
 
-def test_a_request_scheduled_behind_much_rollout_work_runs_after_one_slice_of_it(ticking_clock):
-    loop = ApiFirstLoop(SLICE_S)
+@pytest.mark.parametrize("make", LOOPS)
+def test_a_request_scheduled_behind_much_rollout_work_runs_after_one_slice_of_it(ticking_clock, make):
+    loop = make(PER_SLICE)
     ran: list[str] = []
     context = background_context()
     background = [f"background {i}" for i in range(100)]
@@ -80,6 +98,34 @@ def test_a_request_scheduled_behind_much_rollout_work_runs_after_one_slice_of_it
         loop.close()
     # The first pass: a slice of the background, then the request; the rollouts' own order kept.
     assert ran == background[:PER_SLICE] + ["request"] + background[PER_SLICE:]
+
+
+@pytest.mark.parametrize("make", LOOPS)
+def test_a_closed_loop_drops_what_waited_and_refuses_more(make):
+    loop = make(SLICE_S)
+    context = background_context()
+    kept = object()
+    loop.call_soon(lambda held: None, kept, context=context)
+    assert loop.background_waiting == 1
+    loop.close()
+    assert loop.background_waiting == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.call_soon(print, context=context)
+
+
+@pytest.mark.parametrize("make", LOOPS)
+def test_in_debug_mode_the_loop_does_not_slice(make):
+    loop = make(SLICE_S)
+    ran: list[str] = []
+    try:
+        loop.set_debug(True)
+        loop.call_soon(ran.append, "background", context=background_context())
+        loop.call_soon(ran.append, "request")
+        assert loop.background_waiting == 0  # asyncio's own queue, with its checks
+        loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        loop.close()
+    assert ran == ["background", "request"]
 
 
 def test_a_cancelled_background_callback_does_not_run_and_an_error_is_reported():
@@ -109,24 +155,31 @@ def test_a_cancelled_background_callback_does_not_run_and_an_error_is_reported()
 
 
 def test_the_mark_reaches_what_a_background_task_starts_and_nothing_else():
-    async def main() -> tuple[bool, bool, bool]:
-        async def child() -> bool:
+    async def main() -> tuple[bool, ...]:
+        async def mark() -> bool:
             return in_background()
 
-        async def rollout() -> tuple[bool, bool]:
-            return in_background(), await asyncio.create_task(child())
+        async def rollout() -> tuple[bool, bool, bool]:
+            shared = asyncio.create_task(mark(), context=foreground_context())  # e.g. the store's writer
+            return in_background(), await asyncio.create_task(mark()), await shared
 
-        mine, childs = await asyncio.create_task(rollout(), context=background_context())
-        return mine, childs, in_background()
+        async def gateway_call() -> tuple[bool, bool]:
+            enter_background()
+            return in_background(), await asyncio.create_task(mark())
+
+        mine, childs, shared = await asyncio.create_task(rollout(), context=background_context())
+        call, call_child = await asyncio.create_task(gateway_call())
+        return mine, childs, shared, call, call_child, in_background()
 
     with asyncio.Runner(loop_factory=loop_factory(SLICE_S)) as runner:
-        assert runner.run(main()) == (True, True, False)
+        assert runner.run(main()) == (True, True, False, True, True, False)
     assert contextvars.copy_context().get(priority._BACKGROUND, False) is False
 
 
-def test_a_slice_must_be_positive():
-    with pytest.raises(ValueError, match="slice_s"):
-        ApiFirstLoop(0)
+def test_a_slice_must_be_long_enough_to_be_one():
+    for bad in (0, -1, MIN_SLICE_S / 10):
+        with pytest.raises(ValueError, match="slice_s"):
+            ApiFirstLoop(bad)
 
 
 def test_the_engines_rollouts_are_the_background_and_its_caller_is_not(tmp_path):
