@@ -53,6 +53,7 @@ from rollserve.engine.gateway import (
     responses_wire,
     wire,
 )
+from rollserve.engine.priority import enter_background
 
 T = TypeVar("T")
 
@@ -255,6 +256,8 @@ class HarnessRoutes:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path", "").startswith(PREFIX):
+            enter_background()  # a harness's call is its rollout's work: after the trainer's requests
         route = self._route(scope)
         if route is None:
             await self.app(scope, receive, send)

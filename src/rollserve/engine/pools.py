@@ -89,7 +89,9 @@ class StartGate:
     A batch of 4,000 rollouts, launched at once, would otherwise all run their first
     steps (INIT, the first prompt, the first call sent) in the same pass of the loop:
     seconds in which no request is answered. Through the gate they start in passes
-    of ``per_pass``, and the loop reads its sockets between two passes."""
+    of ``per_pass``, and the loop reads its sockets between two passes. On the server's
+    loop (``engine.priority``) the release, scheduled from a rollout, is itself the
+    rollouts' work: it runs once a turn of their queue, in their slices."""
 
     def __init__(self, per_pass: int) -> None:
         if per_pass < 1:

@@ -28,6 +28,7 @@ from rollserve.contract.judge import JudgeRequest, Rescored, RescoreRequest, Res
 from rollserve.engine.config import new_rollout
 from rollserve.engine.errors import Conflict, InvalidTask, NotFound, StillRunning
 from rollserve.engine.pipeline import CLEANUP_TIMEOUT, Engine
+from rollserve.engine.priority import background_context
 from rollserve.engine.requests import rescore_hash
 from rollserve.engine.rollout import RolloutSpec, plain_json
 from rollserve.engine.store import GroupRow, RolloutRow
@@ -178,8 +179,15 @@ async def rescore(engine: Engine, request: RescoreRequest) -> RescoreResponse:
     groups: dict[str, str] = {}  # old group -> new group
     for row in rows:
         groups.setdefault(row.group_id, f"{row.group_id}-rs-{uuid.uuid4().hex[:8]}")
+    # Each result's scoring (its sandbox, grader, judge) is the rollouts' kind of work: it
+    # runs in slices after the trainer's requests, as rollouts do (engine.priority).
     results = await asyncio.gather(
-        *(_one(engine, row, groups[row.group_id], i, request.judge, scoring) for i, row in enumerate(rows))
+        *(
+            asyncio.create_task(
+                _one(engine, row, groups[row.group_id], i, request.judge, scoring), context=background_context()
+            )
+            for i, row in enumerate(rows)
+        )
     )
     now = time.time()
     new_groups: dict[str, tuple[GroupRow, list[RolloutSpec]]] = {}

@@ -31,6 +31,7 @@ from typing import Protocol, TypeVar
 
 from rollserve.contract import TERMINAL, ResultSummary, RolloutResult
 from rollserve.engine.groups import Outcome
+from rollserve.engine.priority import foreground_context
 from rollserve.engine.rollout import RolloutSpec
 from rollserve.engine.store.batch import DuplicateClientKey, insert_groups, update_statuses
 from rollserve.engine.store.finish import current_seq, finish_all
@@ -146,7 +147,8 @@ class SQLiteStore:
             attempt = previous[1]
         self._pending[rollout_id] = (status, attempt, time.time())
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+            # Shared by every caller: not a rollout's work even when a rollout starts it (engine.priority).
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon(), context=foreground_context())
 
     async def _flush_soon(self) -> None:
         await asyncio.sleep(STATUS_FLUSH_SECONDS)
@@ -175,7 +177,7 @@ class SQLiteStore:
         done: asyncio.Future[int] = loop.create_future()
         self._finishing.append((result, done))
         if self._finisher is None or self._finisher.done():
-            self._finisher = loop.create_task(self._write_finished())
+            self._finisher = loop.create_task(self._write_finished(), context=foreground_context())
         return await done
 
     async def _write_finished(self) -> None:
