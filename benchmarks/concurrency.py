@@ -358,7 +358,8 @@ def main(setup: Setup, before: Path | None, rounds: int, out: str, before_args: 
     for r in range(rounds):
         for label in (["before", "after"] if r % 2 == 0 else ["after", "before"]):
             runs[label].append(run_once(trees[label], setups[label]))
-    report(out, f"{title}: old tree vs new, alternated, {rounds} rounds",
+    arms = f"before ({' '.join(before_args)}) vs after" if before_args else "old tree vs new"
+    report(out, f"{title}: {arms}, alternated, {rounds} rounds",
            ["tree", "round", "load avg (1 min) before", "max in flight", "server CPU ms/rollout",
             "  with scoring workers", "server peak RSS (MB)", "GET /v1/status p50 / p99 (ms)",
             "GET /v1/rollouts/{id} p50 / p99 (ms)",
@@ -398,6 +399,8 @@ if __name__ == "__main__":
                              "(the same tree with another setting: --before src --before-args '--rollout-slice-ms 0')")
     parser.add_argument("--out", default="concurrency", help="the JSON's name under benchmarks/results")
     args = parser.parse_args()
+    if args.before_args and args.before is None:
+        parser.error("--before-args needs --before (the tree its server runs: src for this one)")
     main(Setup(args.rollouts, args.latency, args.ports, args.n, args.tasks_per_post, args.max_pending,
                args.max_connections, args.probe_period, args.profile, args.hold,
                args.backend_timeout, gate=args.gate), args.before, args.rounds, args.out,
