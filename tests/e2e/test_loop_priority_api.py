@@ -1,7 +1,7 @@
 """`rollserve serve` runs the API's requests ahead of the rollouts' work
 (``engine.priority.ApiFirstLoop``, ``--rollout-slice-ms``): through the HTTP API, a batch
-runs to the end on that loop with exact tokens, ``/metrics`` shows the rollouts' work
-waiting for its slices while they run, and ``--rollout-slice-ms 0`` serves on asyncio's
+runs to the end on that loop with exact tokens, ``/metrics`` has the gauge of the
+rollouts' work waiting for its slices, and ``--rollout-slice-ms 0`` serves on asyncio's
 own loop (no such gauge) with the same results. How much sooner a request is answered is
 measured in ``benchmarks/concurrency.py`` (docs/benchmarks.md), never asserted here."""
 
@@ -33,7 +33,7 @@ def test_a_batch_runs_to_the_end_on_the_served_loop(server_factory, fake_llm_thr
     server = server_factory("--backend", fake.url, *slice_args).start()
     with Client(server.url) as client:
         client.submit(TASKS, sampling={"max_tokens": 32}, agent={"max_turns": 2})
-        waiting = _gauge(server.url)  # scraped while the 32 rollouts are in flight
+        waiting = _gauge(server.url)  # (its value is whatever waits then; its presence names the loop)
         results = list(client.stream_results(after=0, until=32, wait=30))
     if slice_args:
         assert waiting is None
