@@ -88,6 +88,7 @@ MIRRORS: dict[str, dict[str, Mirror]] = {
         "sandbox_pool": Mirror(ServerConfig, "sandbox_pool", 12),
         "gc_freeze": Mirror(ServerConfig, "gc_freeze", False),
         "gc_gen0": Mirror(ServerConfig, "gc_gen0", 20_000),
+        "rollout_slice_ms": Mirror(ServerConfig, "rollout_slice_ms", 2.5),
     },
     "run": {
         **_SERVER_SIDE,
