@@ -39,6 +39,30 @@ from rollserve.sandbox.base import SandboxProcess
 
 READ_CHUNK = 1 << 16
 KILL_WAIT = 5.0
+# Signals a terminal sends (^C, ^\\): an interrupted command must get them.
+_TERMINAL_SIGNALS = (signals.SIGINT, signals.SIGQUIT)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """Does nothing: the handler that stands for an inherited ``SIG_IGN``."""
+
+
+def hand_down_default_signals() -> None:
+    """Let the commands this process starts get ^C and ^\\ with their default action.
+
+    A process started with SIGINT or SIGQUIT ignored (a background job of a shell
+    script: ``rollserve serve &`` in a batch job, ``nohup ... &``) hands that to every
+    command it starts, since an ignored signal stays ignored across ``exec``: a
+    sandbox's interrupted command would not stop at ^C, and only the kill that follows
+    would end it. A handled signal goes back to its default at ``exec``, so each
+    ignored one here gets a handler that does nothing (this process still does not
+    react to it). Only the main thread may set handlers: elsewhere nothing changes."""
+    for signum in _TERMINAL_SIGNALS:
+        if signals.getsignal(signum) == signals.SIG_IGN:
+            try:
+                signals.signal(signum, _ignore)
+            except ValueError:  # not the main thread
+                return
 
 
 class HostProcess(SandboxProcess):
@@ -93,6 +117,7 @@ class HostProcess(SandboxProcess):
         ``new_session=False`` is for a PTY command that makes itself a session leader
         with the PTY as controlling terminal (``setsid --ctty cmd``): util-linux
         ``setsid`` forks (and the pid we hold exits) when it already leads a group."""
+        hand_down_default_signals()
         child_fds: list[int] = []  # the child's ends: closed here once it has them
         parent_fds: list[int] = []  # ours: closed here only if the start fails
 
