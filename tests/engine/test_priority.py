@@ -39,6 +39,12 @@ class SelectorApiFirstLoop(ApiFirstMixin, asyncio.SelectorEventLoop):
 LOOPS = [ApiFirstLoop, SelectorApiFirstLoop]
 
 
+async def _drained(loop: ApiFirstMixin) -> None:
+    """Until the background queue is empty (a pass at a time)."""
+    while loop.background_waiting:
+        await asyncio.sleep(0)
+
+
 @pytest.fixture
 def ticking_clock(monkeypatch):
     """The clock is a counter (a slice of 5 ticks: 5 callbacks), so nothing here
@@ -93,7 +99,7 @@ def test_a_request_scheduled_behind_much_rollout_work_runs_after_one_slice_of_it
         for name in background:
             loop.call_soon(ran.append, name, context=context)
         loop.call_soon(ran.append, "request")
-        loop.run_until_complete(asyncio.sleep(0.01))
+        loop.run_until_complete(_drained(loop))
     finally:
         loop.close()
     # The first pass: a slice of the background, then the request; the rollouts' own order kept.
@@ -144,7 +150,7 @@ def test_a_cancelled_background_callback_does_not_run_and_an_error_is_reported()
         loop.call_soon(ran.append, 2, context=context)
         cancelled.cancel()
         assert cancelled.cancelled() and loop.background_waiting == 3
-        loop.run_until_complete(asyncio.sleep(0.01))
+        loop.run_until_complete(_drained(loop))
     finally:
         loop.close()
     assert ran == [2]
