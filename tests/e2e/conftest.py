@@ -154,6 +154,15 @@ def calls_by_prompt(fake: FakeVLLM) -> dict[tuple[int, ...], list[tuple[list[int
     return calls
 
 
+def check_completed_as_sampled(results: list[RolloutResult], fake: FakeVLLM) -> None:
+    """Each result completed, its tokens what ``fake`` sampled for exactly its prompts."""
+    calls = calls_by_prompt(fake)
+    for result in results:
+        assert result.status == "completed", result.failure
+        assert result.trajectory.fidelity.mismatches == 0
+        check_tokens(result, calls)
+
+
 @pytest.fixture
 async def anthropic_for():
     """``anthropic_for(client, rollout_id)``: the rollout's key, and the official client

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rollserve.client import Client
-from tests.e2e.conftest import calls_by_prompt, check_tokens
+from tests.e2e.conftest import check_completed_as_sampled
 
 GAUGE = "rollserve_loop_background_waiting"
 TASKS = [
@@ -40,8 +40,4 @@ def test_a_batch_runs_to_the_end_on_the_served_loop(server_factory, fake_llm_thr
     else:
         assert waiting is not None and waiting >= 0
     assert len({r.id for r in results}) == 32
-    calls = calls_by_prompt(fake)
-    for result in results:
-        assert result.status == "completed", result.failure
-        assert result.trajectory.fidelity.mismatches == 0
-        check_tokens(result, calls)
+    check_completed_as_sampled(results, fake)

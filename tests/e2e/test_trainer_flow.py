@@ -5,7 +5,7 @@ import json
 import httpx
 
 from rollserve.client import Client
-from tests.e2e.conftest import calls_by_prompt, check_tokens
+from tests.e2e.conftest import check_completed_as_sampled
 
 TASKS = [
     {"data_source": "math", "n": 4, "instance": {"question": "What is 2 + 2?", "answer": "4"}},
@@ -24,11 +24,7 @@ def test_two_tasks_times_four_samples(server_factory, fake_llm_thread):
     assert len(results) == 8
     assert [r.seq for r in results] == list(range(1, 9))
     assert len({r.id for r in results}) == 8
-    calls = calls_by_prompt(fake)
-    for result in results:
-        assert result.status == "completed", result.failure
-        assert result.trajectory.fidelity.mismatches == 0
-        check_tokens(result, calls)
+    check_completed_as_sampled(results, fake)
     groups = {r.group_id for r in results}
     assert groups == {g.group_id for g in accepted.groups}
 
