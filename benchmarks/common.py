@@ -3,13 +3,16 @@ test-double LLM and servers they start as processes."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,6 +57,14 @@ def report(name: str, title: str, columns: list[str], rows: list[list], data: di
     payload = {"benchmark": name, "machine": machine(), "columns": columns, "rows": rows, **data}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     Console().print(f"wrote {path}")
+    return path
+
+
+def state_dir(prefix: str = "rollserve-bench-") -> str:
+    """A fresh folder for a server's state (its store, its sandboxes), removed when this
+    process exits (a 65,000-rollout run leaves about 350 MB of store)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, True)
     return path
 
 

@@ -51,9 +51,9 @@ import multiprocessing as mp
 import os
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -61,7 +61,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from benchmarks.common import fake_llm, free_port, median, percentile, report, terminate, wait_http
+from benchmarks.common import fake_llm, free_port, median, percentile, report, state_dir, terminate, wait_http
 from benchmarks.concurrency_probe import probe
 from rollserve.client import AsyncClient
 from rollserve.contract import RolloutResult
@@ -253,7 +253,7 @@ def _backend(port: int, setup: Setup) -> str:
 def run_once(src: Path, setup: Setup) -> dict:
     """One server of the tree at ``src`` (its own test doubles and state), one batch."""
     llm_ports, api_port = [free_port() for _ in range(setup.ports)], free_port()
-    state = tempfile.mkdtemp(prefix="rollserve-bench-")
+    state = state_dir()
     fakes = [fake_llm(p, setup.latency, "Let me think about it.", "So \\boxed{2}.", paused=setup.gate)
              for p in llm_ports]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(SRC.parent)])}
@@ -291,6 +291,7 @@ def run_once(src: Path, setup: Setup) -> dict:
         lags = [x for x in lines if "lag_max_s" in x]
         data["profile"] = {"loop_lag_per_s": lags, "snapshots": [x for x in lines if "top" in x][-1:],
                            "gc_gen2": [x for x in lines if "gc_gen2" in x]}
+    shutil.rmtree(state, ignore_errors=True)  # (each run's store: ~350 MB at 65,000)
     data["all_completed_once"] = (
         data["all_submitted_came_back"]
         and data["statuses"] == {"completed": setup.rollouts}

@@ -28,13 +28,12 @@ import argparse
 import asyncio
 import subprocess
 import sys
-import tempfile
 import time
 
 import httpx
 import psutil
 
-from benchmarks.common import fake_llm, free_port, median, percentile, report, wait_http
+from benchmarks.common import fake_llm, free_port, median, percentile, report, state_dir, wait_http
 from rollserve.contract import SamplingParams
 from rollserve.llm.backends.vllm import completions_body
 
@@ -163,7 +162,7 @@ async def measure(api_url: str, llm_url: str, server: psutil.Process,
 
 def main(sessions: int, calls: int, solo_calls: int, latency: float) -> None:
     llm_port, api_port = free_port(), free_port()
-    state = tempfile.mkdtemp(prefix="rollserve-bench-")
+    state = state_dir()
     fake = fake_llm(llm_port, latency, REPLY)
     server = subprocess.Popen(
         [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(api_port),

@@ -46,7 +46,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -55,7 +54,7 @@ import httpx
 import psutil
 from aiohttp import web
 
-from benchmarks.common import free_port, median, percentile, report, wait_http
+from benchmarks.common import free_port, median, percentile, report, state_dir, wait_http
 from rollserve.contract import SamplingParams
 from rollserve.llm.backends.vllm import completions_body
 from rollserve.testing import FakeVLLM
@@ -229,7 +228,7 @@ def _hidden(modules: list[str]) -> list[str]:
     """A folder (as a one-entry list, or none) whose packages ``modules`` raise ``ImportError``."""
     if not modules:
         return []
-    folder = Path(tempfile.mkdtemp(prefix="rollserve-bench-hide-"))
+    folder = Path(state_dir("rollserve-bench-hide-"))
     for name in modules:
         (folder / name).mkdir()
         (folder / name / "__init__.py").write_text(f"raise ImportError('{name} hidden by the benchmark')\n")
@@ -242,7 +241,7 @@ def server(src: Path, port: int, backend: str, hide: list[str] | None = None) ->
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*_hidden(hide or []), str(src), str(SRC.parent)])}
     return subprocess.Popen(
         [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(port), "--state-dir",
-         tempfile.mkdtemp(prefix="rollserve-bench-"), "--backend", backend, "--log-level", "warning"],
+         state_dir(), "--backend", backend, "--log-level", "warning"],
         env=env)
 
 

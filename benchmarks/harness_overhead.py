@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks import gateway_wires
-from benchmarks.common import free_port, median, report, wait_http
+from benchmarks.common import free_port, median, report, state_dir, wait_http
 from rollserve.agent.harnesses.install import available, install_root, installed_problem
 from rollserve.agent.tool_calls import format_tool_call
 from rollserve.testing import FakeVLLM
@@ -122,7 +121,7 @@ async def run_presets(api_url: str, policy: Policy, server: psutil.Process, name
 
 
 def serve(port: int, backend: str, root: Path) -> subprocess.Popen:
-    state = tempfile.mkdtemp(prefix="rollserve-bench-")
+    state = state_dir()
     return subprocess.Popen(
         [sys.executable, "-m", "rollserve.cli", "serve", "--port", str(port), "--state-dir", state,
          "--backend", backend, "--harness-dir", str(root), "--init-workers", "32",

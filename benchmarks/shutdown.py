@@ -27,7 +27,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from benchmarks.common import fake_llm, free_port, report, terminate, wait_http
+from benchmarks.common import fake_llm, free_port, report, state_dir, terminate, wait_http
 from benchmarks.concurrency import raise_fd_limit
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -135,7 +134,7 @@ def _unfinished(db: Path) -> dict[str, int]:
 def hold_and_stop(src: Path, setup: Setup, held: int, label: str) -> dict:
     """One server of the tree at ``src``: hold ``held`` rollouts in RUN, then stop it."""
     llm_ports, api_port = [free_port() for _ in range(setup.ports)], free_port()
-    state = Path(tempfile.mkdtemp(prefix="rollserve-bench-stop-"))
+    state = Path(state_dir("rollserve-bench-stop-"))
     fakes = [fake_llm(p, setup.latency, "Let me think about it.", "So \\boxed{2}.") for p in llm_ports]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(SRC.parent)])}
     lag_file = state / "loop_lag.jsonl"  # (the loop's lag and each full collection: benchmarks.concurrency_probe)

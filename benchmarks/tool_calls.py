@@ -36,10 +36,9 @@ import asyncio
 import os
 import resource
 import sys
-import tempfile
 import time
 
-from benchmarks.common import median, percentile, report
+from benchmarks.common import median, percentile, report, state_dir
 
 COMMANDS = [("ls", "hello.txt"), ("cat hello.txt", "hello"), ("echo hi", "hi")]
 REPLIES = [
@@ -223,14 +222,14 @@ async def fork_exec_cost(state_dir: str, rounds: int = 200) -> dict:
 
 
 async def main(sessions: int, seconds: float, paths: list[str], hostile: int) -> None:
-    state_dir = tempfile.mkdtemp(prefix="rollserve-bench-")
+    state = state_dir()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # (the benchmark's, for its many PTYs)
     results = []
     for path in paths:
         print(f"{path}: {sessions} sessions for {seconds:g} s ...", file=sys.stderr, flush=True)
-        results.append(with_bound(await run_path(path, sessions, seconds, state_dir, hostile)))
-    fork = await fork_exec_cost(state_dir)
+        results.append(with_bound(await run_path(path, sessions, seconds, state, hostile)))
+    fork = await fork_exec_cost(state)
     rows = [
         [
             r["path"],

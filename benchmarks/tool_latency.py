@@ -24,12 +24,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from benchmarks.common import median, percentile, report
+from benchmarks.common import median, percentile, report, state_dir
 
 COMMANDS = ["echo hi", "ls", "cd /tmp && pwd"]
 WARMUP = 5
@@ -151,10 +150,10 @@ async def swerex_method(n: int) -> list[float]:
 
 # --- main ---------------------------------------------------------------------------------------------
 async def main(n: int, poll_n: int) -> None:
-    state_dir = tempfile.mkdtemp(prefix="rollserve-bench-")
+    state = state_dir()
     methods: list[tuple[str, int, Callable[[], Awaitable[list[float]]]]] = [
-        ("rollserve bash (bubblewrap)", n, lambda: rollserve_bash("bubblewrap", n, state_dir)),
-        ("rollserve bash (local)", n, lambda: rollserve_bash("local", n, state_dir)),
+        ("rollserve bash (bubblewrap)", n, lambda: rollserve_bash("bubblewrap", n, state)),
+        ("rollserve bash (local)", n, lambda: rollserve_bash("local", n, state)),
         ("SWE-ReX BashSession (local)", n, lambda: swerex_method(n)),
         ("tmux, busy poll", n, lambda: tmux_method(n, poll=0.0)),
         ("tmux, 0.5 s poll (OpenHands)", poll_n, lambda: tmux_method(poll_n, poll=0.5)),
@@ -206,7 +205,7 @@ async def main(n: int, poll_n: int) -> None:
     for name, target in targets.items():
         print(f"target {name}: {target['target']}, measured {target['measured']}, "
               f"{'MET' if target['met'] else 'NOT MET'}")
-    shutil.rmtree(state_dir, ignore_errors=True)
+    shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":
