@@ -345,7 +345,12 @@ def test_a_dead_node_loses_nothing_and_its_sandboxes_are_reaped_when_it_returns(
     for r in results:  # every rollout final: run again elsewhere, or masked naming the node
         assert (r.status == "completed" and r.reward == 1.0) or (r.mask and "node0" in (r.mask_reason or "")), r
     status = nodes(server.url)
-    assert not status["node0"]["alive"] and status["node0"]["lost"] >= len(retried)
+    workers = httpx.get(f"{server.url}/v1/status", timeout=10).json()["nodes"]
+    lost = [(n["name"], n["alive"], n["lost"]) for n in workers]
+    assert not status["node0"]["alive"] and status["node0"]["lost"] > 0, lost
+    # Each retry is a loss counted on the node it left: node0, or one that did not answer
+    # for a moment on a loaded host (counted and retried elsewhere, not marked dead).
+    assert sum(n["lost"] for n in workers) >= len(retried), (lost, len(retried))
     assert status["node3"]["alive"] and status["node3"]["placed"] > 0, status["node3"]
 
     # The dead worker's sandboxes are still recorded in node0's state dir...
