@@ -21,7 +21,7 @@ from rollserve.engine.executor import StageExecutor
 from rollserve.engine.facade import Rollouts
 from rollserve.engine.gateway import Gateways
 from rollserve.engine.pipeline import Engine, EngineConfig
-from rollserve.engine.priority import MIN_SLICE_S
+from rollserve.engine.priority import slice_problem
 from rollserve.engine.requests import RequestLimits
 from rollserve.engine.store import SQLiteStore
 from rollserve.errors import RolloutError
@@ -182,8 +182,9 @@ class ServerConfig(BaseModel):
     @field_validator("rollout_slice_ms")
     @classmethod
     def _slice(cls, ms: float) -> float:
-        if 0 < ms < MIN_SLICE_S * 1000:
-            raise ValueError(f"must be 0 (off) or at least {MIN_SLICE_S * 1000:g} ms")
+        problem = slice_problem(ms)
+        if problem is not None:
+            raise ValueError(problem)
         return ms
 
     @field_validator("sandbox_runtime")

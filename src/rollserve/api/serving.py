@@ -19,8 +19,9 @@ fewer full collections run, and cycles are still collected.
 
 ``rollout_slice_ms`` makes the loop ``engine.priority.ApiFirstLoop``: the rollouts' work
 runs in slices of about that many milliseconds between two passes over the requests and
-the I/O, so a ``GET /v1/status`` answers in a few slices however much rollout work is
-ready; ``None``: asyncio's (uvloop's) own loop, one queue for all.
+the I/O, so a ``GET /v1/status`` waits for a slice at each of its steps, not for all the
+rollout work that is ready (a garbage collection still stops it: docs/benchmarks.md);
+``None``: asyncio's (uvloop's) own loop, one queue for all.
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ def serve(
     """Run the rollout service (no inference backend unless --backend is given)."""
     from rollserve.api.app import create_app
     from rollserve.api.serving import serve
-    from rollserve.engine.priority import MIN_SLICE_S
+    from rollserve.engine.priority import slice_problem
     from rollserve.llm.routing import POLICIES, RouterConfig
 
     if routing not in POLICIES:
@@ -202,8 +202,9 @@ def serve(
     by_handler = parse_handler_options(handler_options)
     if on_restart not in ("requeue", "interrupt"):
         raise typer.BadParameter("must be 'requeue' or 'interrupt'", param_hint="--on-restart")
-    if 0 < rollout_slice_ms < MIN_SLICE_S * 1000:
-        raise typer.BadParameter(f"must be 0 (off) or at least {MIN_SLICE_S * 1000:g}", param_hint="--rollout-slice-ms")
+    slice_wrong = slice_problem(rollout_slice_ms)
+    if slice_wrong is not None:
+        raise typer.BadParameter(slice_wrong, param_hint="--rollout-slice-ms")
     check_backends(backend)
     check_judges(judge)
     rubrics = parse_rubrics(rubric)

@@ -46,6 +46,7 @@ __all__ = [
     "foreground_context",
     "in_background",
     "loop_factory",
+    "slice_problem",
 ]
 
 DEFAULT_SLICE_S = 0.005
@@ -55,6 +56,13 @@ MIN_SLICE_S = 0.0001
 
 _BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("rollserve_background", default=False)
 _clock = time.perf_counter
+
+
+def slice_problem(ms: float) -> str | None:
+    """What is wrong with a slice of ``ms`` milliseconds (``--rollout-slice-ms``; 0: off), if anything."""
+    if 0 < ms < MIN_SLICE_S * 1000:
+        return f"must be 0 (off) or at least {MIN_SLICE_S * 1000:g} ms"
+    return None
 
 
 def background_context() -> contextvars.Context:
