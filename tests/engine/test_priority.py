@@ -188,10 +188,19 @@ def test_a_slice_must_be_long_enough_to_be_one():
             ApiFirstLoop(bad)
 
 
-def test_the_engines_rollouts_are_the_background_and_its_caller_is_not(tmp_path):
+def test_the_engines_rollouts_are_the_background_and_its_caller_is_not(tmp_path, monkeypatch):
     handler = ScriptedHandler()
     seen: list[bool] = []
     init = handler.init
+    writers: dict[str, bool] = {}  # the store's shared writers, started by a rollout: not background
+    for name in ("_write_finished", "_flush_soon"):
+        original = getattr(SQLiteStore, name)
+
+        async def noting(self, _name=name, _original=original):
+            writers[_name] = in_background()
+            await _original(self)
+
+        monkeypatch.setattr(SQLiteStore, name, noting)
 
     async def noting_init(rollout):
         seen.append(in_background())
@@ -221,3 +230,4 @@ def test_the_engines_rollouts_are_the_background_and_its_caller_is_not(tmp_path)
     with asyncio.Runner(loop_factory=loop_factory(SLICE_S)) as runner:
         assert runner.run(main()) == [1.0, 0.5]
     assert seen == [True, True]
+    assert writers == {"_write_finished": False, "_flush_soon": False}
