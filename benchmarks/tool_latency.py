@@ -205,7 +205,6 @@ async def main(n: int, poll_n: int) -> None:
     for name, target in targets.items():
         print(f"target {name}: {target['target']}, measured {target['measured']}, "
               f"{'MET' if target['met'] else 'NOT MET'}")
-    shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":
